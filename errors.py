@@ -6,6 +6,7 @@ exits 2; anything else is a bug and keeps its traceback (exit 1).
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Callable, Sequence
 
@@ -25,3 +26,10 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
         sys.stderr.close()
         sys.exit(0)
     sys.exit(0)
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is a UserError: one line, exit code 2, no usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{message} (see {self.prog} --help)")

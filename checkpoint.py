@@ -1,0 +1,155 @@
+"""Checkpoint I/O, the only place files of a run are written or checkpoints read.
+
+A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts, so it loads with
+`torch.load(..., weights_only=True)`: a file that carries pickled Python objects is refused, never
+run. Every write is atomic: a temp file in the same folder, fsync, then rename over the target, so a
+crash or a kill at any moment leaves either the old file or the new one, never half of one.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+import numpy as np
+import torch
+
+from config import Config, config_from_dict
+from errors import UserError
+from model import GPT
+from tokenizer import Tokenizer, tokenizer_from_dict
+
+FORMAT = "tinygpt-checkpoint"
+VERSION = 1
+REQUIRED = ("config", "tokenizer", "model", "step")
+
+
+# ---- atomic writes ----
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write `path` via write(fileobj) into a temp file beside it, fsync, then rename over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # atomic on POSIX and Windows
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open directories
+        return
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    """Atomically save a checkpoint dict (see REQUIRED) with its format tag and version."""
+    atomic_write(path, lambda f: torch.save({"format": FORMAT, "version": VERSION, **state}, f))
+
+
+# ---- loading ----
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load and check a checkpoint; every failure is a one-line UserError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "weights_only" in str(e) or "Unsupported global" in str(e):
+            raise UserError(f"{path} holds pickled Python objects, which weights_only loading refuses "
+                            f"(they could run code); it was not loaded") from None
+        raise UserError(f"{path} is truncated or corrupted ({_first_line(e)})") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, IndexError) as e:
+        raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({_first_line(e)})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise UserError(f"{path} is not a tinygpt checkpoint")
+    if ckpt.get("version") != VERSION:
+        raise UserError(f"{path} is checkpoint version {ckpt.get('version')!r}; this tinygpt reads "
+                        f"version {VERSION}: retrain, or use the tinygpt that wrote it")
+    missing = [k for k in REQUIRED if k not in ckpt]
+    if missing:
+        raise UserError(f"{path} is incomplete: missing {', '.join(missing)}")
+    return ckpt
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A run directory -> its best.pt if present, else ckpt.pt; a file -> itself."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("best.pt", "ckpt.pt"):
+            if (path / name).is_file():
+                return path / name
+        raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "
+                        f"e.g. python train.py configs/stories.yaml")
+    if not path.exists():
+        raise UserError(f"run directory or checkpoint not found: {path}")
+    return path
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, Config, Tokenizer, dict]:
+    """Run directory or checkpoint -> (model in eval mode, Config, Tokenizer, checkpoint dict)."""
+    path = resolve_checkpoint(path)
+    ckpt = load_checkpoint(path, map_location=device)
+    raw = {s: dict(v) for s, v in ckpt["config"].items()}
+    vocab_size = raw.get("model", {}).pop("vocab_size", 0)
+    cfg = config_from_dict(raw, str(path))
+    cfg.model.vocab_size = vocab_size
+    tokenizer = tokenizer_from_dict(ckpt["tokenizer"])
+    model = GPT(cfg.model)
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise UserError(f"{path}: weights do not fit its config ({_first_line(e)})") from None
+    return model.to(device).eval(), cfg, tokenizer, ckpt
+
+
+# ---- random-number state (so that a resumed run continues exactly) ----
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The python, numpy, torch (and cuda) RNG states as checkpoint-safe data."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    torch.set_rng_state(state["torch"].cpu())
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])

@@ -1,0 +1,262 @@
+"""Configuration: YAML -> typed dataclasses, `--set` overrides, validation.
+
+The only place a config is parsed. A config file has three sections, `model`, `data` and `train`
+(design §4); every field has a default, so a YAML file lists only what it changes. Everything is
+checked before any work starts: an unknown key is refused with the closest valid key suggested, a
+wrong type names the key, the file and the expected type, and impossible values are refused with
+a hint. YAML is read with `yaml.safe_load` only (no `!!python/...` tags).
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+import yaml
+
+from errors import UserError
+
+# ---- the schema ----
+
+
+@dataclass
+class ModelConfig:
+    block_size: int = 128  # context length in tokens: the most a position can attend back
+    n_layer: int = 4  # transformer blocks
+    n_head: int = 4  # attention heads per block; head_size = n_embd // n_head
+    n_embd: int = 128  # residual stream width C
+    dropout: float = 0.0  # dropout probability on attention weights and residual branches
+    bias: bool = False  # bias in Linear layers and LayerNorms
+    causal: bool = True  # mask future keys; false = bidirectional (an experiment: generation fails)
+    vocab_size: int = 0  # set from the tokenizer by train.py; never set it yourself
+
+
+@dataclass
+class DataConfig:
+    dataset: str = "stories"  # stories | shakespeare | path/to/file.txt | path/to/folder of .txt
+    tokenizer: str = "char"  # char | any tiktoken encoding: gpt2, r50k_base, cl100k_base, ...
+    compact_vocab: bool = True  # BPE only: keep just the token ids seen in the data (+256 byte tokens)
+    val_fraction: float = 0.1  # share of the tokens held out (the end of the text) for validation
+    stories_chars: int = 1_500_000  # stories only: size of the generated corpus, in characters
+    stories_seed: int = 1337  # stories only: the corpus is a pure function of this seed
+    prepared_dir: str = "data/prepared"  # where prepared token arrays are cached
+
+
+@dataclass
+class TrainConfig:
+    out_dir: str = "out/stories"  # run directory: config.yaml, ckpt.pt, best.pt, metrics.csv
+    batch_size: int = 32  # sequences per micro-step
+    grad_accum: int = 1  # micro-steps per optimizer step (tokens/step = batch*accum*block)
+    max_iters: int = 2000  # optimizer steps
+    lr: float = 1.0e-3  # peak learning rate after warmup
+    min_lr: float = 1.0e-4  # cosine decay ends here at max_iters
+    warmup_iters: int = 100  # linear warmup steps
+    weight_decay: float = 0.1  # AdamW decay on 2-D weights only (not on biases, norms)
+    beta1: float = 0.9  # AdamW beta1
+    beta2: float = 0.99  # AdamW beta2
+    grad_clip: float = 1.0  # clip the global gradient norm to this; 0 = off
+    eval_interval: int = 250  # steps between train/val loss estimates and checkpoints
+    eval_iters: int = 50  # batches per loss estimate
+    log_interval: int = 10  # steps between progress-bar and metrics.csv updates
+    device: str = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
+    dtype: str = "float32"  # float32 | bfloat16 | float16 (autocast; float16 adds a grad scaler)
+    compile: bool = False  # torch.compile the model
+    seed: int = 1337  # seeds initialisation, batch sampling and dropout
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+DEVICES = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+DTYPES = ("float32", "bfloat16", "float16")
+
+# ---- parsing ----
+
+
+def _field_types(cls: type) -> dict[str, type]:
+    return typing.get_type_hints(cls)
+
+
+def all_keys() -> list[str]:
+    """Every valid dotted key, e.g. 'model.n_head'."""
+    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+
+
+def _unknown_key(key: str, source: str) -> UserError:
+    near = difflib.get_close_matches(key, all_keys(), n=1, cutoff=0.5)
+    hint = f"; did you mean '{near[0]}'?" if near else f"; valid sections: {', '.join(SECTIONS)}"
+    return UserError(f"unknown config key '{key}' ({source}){hint}")
+
+
+def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
+    """Check one value against its field type; ints are accepted for floats."""
+    if typ is bool and isinstance(value, bool):
+        return value
+    if typ is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if typ is float and not isinstance(value, bool):
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    if typ is str and isinstance(value, str):
+        return value
+    raise UserError(f"{key}={value!r} ({source}) must be of type {typ.__name__}, "
+                    f"not {type(value).__name__}")
+
+
+def config_from_dict(raw: Any, source: str) -> Config:
+    """Build a validated Config from nested plain data (as read from YAML)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{source} must hold a mapping with sections {', '.join(SECTIONS)}, "
+                        f"not {type(raw).__name__}")
+    cfg = Config()
+    for section, values in raw.items():
+        if section not in SECTIONS:
+            raise _unknown_key(str(section), source)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise UserError(f"section '{section}' ({source}) must be a mapping of keys to values")
+        types = _field_types(SECTIONS[section])
+        for name, value in values.items():
+            key = f"{section}.{name}"
+            if name not in types:
+                raise _unknown_key(key, source)
+            if key == "model.vocab_size":
+                raise UserError(f"{key} ({source}) comes from the tokenizer; remove it")
+            setattr(getattr(cfg, section), name, _coerce(value, types[name], key, source))
+    validate(cfg, source)
+    return cfg
+
+
+def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
+    """['model.n_head=8', 'train.lr=3e-4'] -> {'model': {'n_head': 8}, 'train': {'lr': '3e-4'}}.
+
+    Values are parsed as YAML scalars, so 8 is an int, true a bool, and 'abc' a string."""
+    nested: dict[str, dict] = {}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or key.count(".") != 1:
+            raise UserError(f"{source} '{item}' must look like SECTION.KEY=VALUE, e.g. model.n_head=8")
+        section, name = key.split(".")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            raise UserError(f"{source} '{item}': the value is not a valid YAML scalar") from None
+        nested.setdefault(section, {})[name] = value
+    return nested
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Read a YAML file safely; a missing file or a syntax error is a UserError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.constructor.ConstructorError as e:
+        raise UserError(f"{path}: unsupported YAML tag {e.problem.split()[-1] if e.problem else ''}"
+                        f" (only plain YAML is read, never Python objects)") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+
+
+def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
+    """YAML file + dotted overrides -> validated Config."""
+    raw = read_yaml(path)
+    if raw is not None and not isinstance(raw, dict):
+        raise UserError(f"{path} must hold a mapping with sections {', '.join(SECTIONS)}")
+    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in (raw or {}).items()}
+    overrides = list(overrides)
+    for section, values in parse_overrides(overrides).items():
+        if section not in SECTIONS:
+            raise _unknown_key(f"{section}.{next(iter(values))}", "--set")
+        base = merged.get(section)
+        merged[section] = {**(base if isinstance(base, dict) else {}), **values}
+    source = f"{path}" + (" with --set" if overrides else "")
+    return config_from_dict(merged, source)
+
+
+def config_to_dict(cfg: Config) -> dict:
+    """Plain nested data (safe to store in YAML or a checkpoint)."""
+    return dataclasses.asdict(cfg)
+
+
+def config_to_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
+
+
+# ---- validation ----
+
+
+def _divisors(n: int) -> str:
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    return ", ".join(map(str, divs[:8])) + (", ..." if len(divs) > 8 else "")
+
+
+def validate(cfg: Config, source: str) -> None:
+    """Refuse impossible values, naming the key and the file."""
+    m, d, t = cfg.model, cfg.data, cfg.train
+
+    def need(ok: bool, key: str, value: Any, why: str) -> None:
+        if not ok:
+            raise UserError(f"{key}={value!r} ({source}) {why}")
+
+    for name in ("block_size", "n_layer", "n_head", "n_embd"):
+        need(getattr(m, name) >= 1, f"model.{name}", getattr(m, name), "must be >= 1")
+    if m.n_embd % m.n_head != 0:
+        raise UserError(f"model.n_embd={m.n_embd} is not divisible by model.n_head={m.n_head} "
+                        f"({source}); valid n_head: {_divisors(m.n_embd)}")
+    need(0.0 <= m.dropout < 1.0, "model.dropout", m.dropout, "must be in [0, 1)")
+    need(bool(d.dataset.strip()), "data.dataset", d.dataset, "must name a dataset or a path")
+    need(bool(d.tokenizer.strip()), "data.tokenizer", d.tokenizer, "must be char or a tiktoken encoding")
+    need(0.0 < d.val_fraction < 1.0, "data.val_fraction", d.val_fraction, "must be in (0, 1)")
+    need(d.stories_chars >= 10_000, "data.stories_chars", d.stories_chars, "must be >= 10000")
+    for name in ("batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
+        need(getattr(t, name) >= 1, f"train.{name}", getattr(t, name), "must be >= 1")
+    need(t.max_iters >= 0, "train.max_iters", t.max_iters, "must be >= 0")
+    need(t.warmup_iters >= 0, "train.warmup_iters", t.warmup_iters, "must be >= 0")
+    need(math.isfinite(t.lr) and t.lr > 0, "train.lr", t.lr, "must be > 0")
+    need(0 <= t.min_lr <= t.lr, "train.min_lr", t.min_lr, f"must be in [0, train.lr={t.lr}]")
+    need(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0")
+    need(0 <= t.beta1 < 1, "train.beta1", t.beta1, "must be in [0, 1)")
+    need(0 <= t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)")
+    need(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 turns clipping off)")
+    need(bool(DEVICES.match(t.device)), "train.device", t.device, "must be auto, cpu, cuda, cuda:N or mps")
+    need(t.dtype in DTYPES, "train.dtype", t.dtype, f"must be one of {', '.join(DTYPES)}")
+    need(bool(t.out_dir.strip()), "train.out_dir", t.out_dir, "must be a directory path")
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda, then mps, then cpu; an unknown or unavailable device is a UserError."""
+    if not DEVICES.match(name):
+        raise UserError(f"device {name!r} must be auto, cpu, cuda, cuda:N or mps")
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} was asked for but CUDA is not available here; use auto or cpu")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise UserError("device 'mps' was asked for but MPS is not available here; use auto or cpu")
+    return torch.device(name)

@@ -1,0 +1,295 @@
+"""tinygpt: a decoder-only GPT built on causal multi-head attention, in plain PyTorch.
+
+Shape legend: B batch, T time (tokens), C n_embd, nh n_head, hs head_size = C // nh, V vocab_size.
+Read top to bottom: masked_softmax -> attention (the formula) -> CausalSelfAttention (heads) ->
+MLP -> Block -> GPT -> KVCache -> generate (token by token).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(hs)) V,   with Q = X W_Q, K = X W_K, V = X W_V
+
+Under the causal mask the score of every future key is set to -inf *before* the softmax, so its
+weight is exactly 0 and position t depends only on tokens <= t. That is what makes next-token
+training honest and what lets generation (and the KV cache) run one token at a time.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterator, NamedTuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from config import ModelConfig
+
+# ---- the attention math (one place: the model, the notebook and the tests all call these) ----
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last dim after setting scores where `mask` is False to -inf.
+
+    scores (..., Tq, Tk), mask (Tq, Tk) bool, True = may attend -> weights (..., Tq, Tk), rows sum to 1
+    and masked weights are exactly 0 (exp(-inf) = 0)."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def causal_mask(T_q: int, T_k: int, device: torch.device | None = None) -> torch.Tensor:
+    """(Tq, Tk) bool, True = may attend. The Tq queries are the last Tq of the Tk positions, so
+    query i sits at position Tk - Tq + i and may attend keys 0 .. Tk - Tq + i."""
+    return torch.ones(T_q, T_k, dtype=torch.bool, device=device).tril(diagonal=T_k - T_q)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+              dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference path, exactly the formula: returns (y, att).
+
+    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend or None
+    -> y (B, nh, Tq, hs), att (B, nh, Tq, Tk) the weights before dropout."""
+    hs = q.size(-1)
+    # 1/sqrt(hs) keeps the scores' variance ~1 so the softmax does not saturate: Vaswani et al. 2017, §3.2.1
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, Tq, Tk)
+    att = masked_softmax(scores, mask)  # (B, nh, Tq, Tk)
+    y = F.dropout(att, dropout_p) @ v  # (B, nh, Tq, hs)
+    return y, att
+
+
+class HeadTrace(NamedTuple):
+    """What one layer's heads did, returned by GPT.forward_with_attention."""
+    weights: torch.Tensor  # (B, nh, T, Tk) attention weights per head; rows sum to 1
+    outputs: torch.Tensor  # (B, nh, T, hs) each head's output, before the heads are merged
+
+
+# ---- the transformer ----
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention: nh heads with their own W_Q, W_K, W_V slices, run in parallel."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        C = cfg.n_embd
+        self.n_head = cfg.n_head
+        self.causal = cfg.causal
+        self.dropout = cfg.dropout
+        # W_Q, W_K, W_V for all heads at once: head h owns output columns h*hs .. (h+1)*hs
+        self.q_proj = nn.Linear(C, C, bias=cfg.bias)
+        self.k_proj = nn.Linear(C, C, bias=cfg.bias)
+        self.v_proj = nn.Linear(C, C, bias=cfg.bias)
+        self.out_proj = nn.Linear(C, C, bias=cfg.bias)  # mixes the concatenated heads
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+        # True = may attend (key position <= query position); sliced per call, never saved
+        self.register_buffer("causal_mask", causal_mask(cfg.block_size, cfg.block_size), persistent=False)
+
+    def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None,
+                need_weights: bool = False) -> tuple[torch.Tensor, HeadTrace | None]:
+        """x (B, T, C) -> (y (B, T, C), HeadTrace or None). With a kv_cache, x holds only the new
+        positions and attends over the cached ones too."""
+        B, T, C = x.shape
+        nh, hs = self.n_head, C // self.n_head
+        # 1) project: every position makes a query, a key and a value
+        q = self.q_proj(x)  # (B, T, C)
+        k = self.k_proj(x)  # (B, T, C)
+        v = self.v_proj(x)  # (B, T, C)
+        # 2) split heads
+        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        if kv_cache is not None:
+            k, v = kv_cache.append(k, v)  # (B, nh, Tk, hs): the past keys and values, then ours
+        T_k = k.size(2)
+        # 3) scores, mask, softmax  4) weight the values
+        mask = self.causal_mask[T_k - T:T_k, :T_k] if self.causal else None  # (T, Tk)
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:  # the readable path, exactly the formula
+            y, att = attention(q, k, v, mask, dropout_p)  # (B, nh, T, hs), (B, nh, T, Tk)
+            trace = HeadTrace(att, y)
+        else:  # the fast path: fused kernel, same maths (tested equal)
+            if mask is None or T == 1:  # one new query may see every cached key
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+            elif T == T_k:  # no cache: the plain lower-triangular mask
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            trace = None  # (y is (B, nh, T, hs))
+        # 5) merge heads (concatenate), project
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.resid_dropout(self.out_proj(y)), trace
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward: C -> 4C -> GELU -> C."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.out_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, C) -> (B, T, C)"""
+        return self.dropout(self.out_proj(F.gelu(self.fc(x))))  # (B, T, C)
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None,
+                need_weights: bool = False) -> tuple[torch.Tensor, HeadTrace | None]:
+        """x (B, T, C) -> (B, T, C) and the attention trace when asked."""
+        a, trace = self.attn(self.ln_1(x), kv_cache, need_weights)
+        x = x + a  # (B, T, C)
+        x = x + self.mlp(self.ln_2(x))  # (B, T, C)
+        return x, trace
+
+
+class GPT(nn.Module):
+    """Token + position embeddings, n_layer blocks, final LayerNorm, LM head tied to the embedding."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        assert cfg.vocab_size > 0, f"vocab_size={cfg.vocab_size}: set it from the tokenizer"
+        assert cfg.n_embd % cfg.n_head == 0, f"n_embd={cfg.n_embd} % n_head={cfg.n_head} != 0"
+        self.config = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        # weight tying (Press & Wolf 2017): the same matrix reads tokens in and scores them out
+        self.lm_head.weight = self.tok_emb.weight
+        self.apply(self._init_weights)
+        # each residual branch adds to x; scaling their last layer by 1/sqrt(2*n_layer) keeps the
+        # residual stream's variance from growing with depth (GPT-2 paper, §2.3)
+        for name, p in self.named_parameters():
+            if name.endswith("out_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def num_params(self) -> int:
+        """Number of parameters (the tied embedding/LM-head matrix counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def _run(self, idx: torch.Tensor, kv_caches: list[KVCache] | None,
+             need_weights: bool) -> tuple[torch.Tensor, list[HeadTrace]]:
+        B, T = idx.shape
+        start = kv_caches[0].length if kv_caches else 0  # absolute position of idx[:, 0]
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of {start + T} tokens exceeds block_size={self.config.block_size}")
+        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C)
+        traces = []
+        for i, block in enumerate(self.blocks):
+            x, trace = block(x, kv_caches[i] if kv_caches else None, need_weights)  # (B, T, C)
+            traces.append(trace)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        return logits, traces
+
+    def forward(self, idx: torch.Tensor, kv_caches: list[KVCache] | None = None) -> torch.Tensor:
+        """idx (B, T) token ids -> logits (B, T, V): position t scores the token at t+1.
+        With kv_caches (one per layer), idx holds only the new tokens."""
+        return self._run(idx, kv_caches, need_weights=False)[0]
+
+    def forward_with_attention(self, idx: torch.Tensor) -> tuple[torch.Tensor, list[HeadTrace]]:
+        """Like forward, through the readable path, also returning each layer's HeadTrace:
+        weights (B, nh, T, T) and per-head outputs (B, nh, T, hs)."""
+        return self._run(idx, None, need_weights=True)
+
+    def new_kv_caches(self, batch_size: int) -> list[KVCache]:
+        """Empty per-layer caches for generating `batch_size` sequences."""
+        cfg = self.config
+        p = self.tok_emb.weight
+        return [KVCache(batch_size, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head, p.device, p.dtype)
+                for _ in range(cfg.n_layer)]
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token loss: logits (B, T, V), targets (B, T) -> scalar."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+
+# ---- generation, token by token ----
+
+
+class KVCache:
+    """One layer's keys and values for the positions seen so far.
+
+    Correct only under the causal mask: an earlier position never attends to a later one, so its
+    key and value never change when tokens are appended and can be computed once and reused."""
+
+    def __init__(self, B: int, nh: int, max_T: int, hs: int, device: torch.device, dtype: torch.dtype):
+        self.k = torch.zeros(B, nh, max_T, hs, device=device, dtype=dtype)  # (B, nh, max_T, hs)
+        self.v = torch.zeros(B, nh, max_T, hs, device=device, dtype=dtype)  # (B, nh, max_T, hs)
+        self.length = 0  # positions filled
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (B, nh, T, hs) after the cached ones; return all of them (B, nh, Tk, hs)."""
+        T = k.size(2)
+        assert self.length + T <= self.k.size(2), f"cache overflow: {self.length}+{T} > {self.k.size(2)}"
+        self.k[:, :, self.length:self.length + T] = k
+        self.v[:, :, self.length:self.length + T] = v
+        self.length += T
+        return self.k[:, :, :self.length], self.v[:, :, :self.length]
+
+
+def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """logits (B, V) -> next token ids (B,). temperature 0 = greedy (argmax)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    if top_p is not None and top_p < 1.0:
+        # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True)  # (B, V)
+        drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # mass before this token already >= p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+
+
+@torch.no_grad()
+def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
+             generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
+    """Yield max_new_tokens next tokens (B,), one at a time, continuing idx (B, T).
+
+    Each step feeds the context, reads the last position's logits, samples, appends. Positions are
+    absolute and at most block_size, so the context is a window: when it is full, the window slides
+    forward by half a block (the newest block_size//2 tokens stay) and, with the cache, is computed
+    afresh once; both paths follow this policy, so cached and uncached logits stay equal."""
+    block_size = model.config.block_size
+    tokens = idx
+    start = max(0, tokens.size(1) - block_size)  # first token of the window
+    caches = None
+    for _ in range(max_new_tokens):
+        L = tokens.size(1)
+        if L - start > block_size:  # window full: slide it, drop the cache
+            start, caches = L - block_size // 2, None
+        if not use_cache:
+            logits = model(tokens[:, start:])  # (B, L-start, V): the whole window every step
+        elif caches is None:
+            caches = model.new_kv_caches(tokens.size(0))
+            logits = model(tokens[:, start:], caches)  # prefill: the window's keys and values
+        else:
+            logits = model(tokens[:, -1:], caches)  # (B, 1, V): only the newest token is new
+        next_id = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)  # (B,)
+        yield next_id
+        tokens = torch.cat([tokens, next_id[:, None]], dim=1)  # (B, L+1)

@@ -1,0 +1,214 @@
+"""Guards tokenizer.py: char and tiktoken BPE round trips, the compact BPE vocabulary and its byte
+fallback, stream decoding of characters split across tokens, plain-data save/load (also through
+JSON), and the one-line user errors (unknown characters, unknown encoding, encoding not loadable
+offline). BPE logic is tested on a hand-built tiktoken Encoding; the real GPT-2 ranks are used only
+when ../shared/data/r50k_base.tiktoken exists. No test touches the network.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import tiktoken
+import tiktoken.load
+import tiktoken.registry
+
+import tokenizer as tk
+from errors import UserError
+from tokenizer import (CharTokenizer, TiktokenTokenizer, build_tokenizer, get_tiktoken_encoding,
+                       tokenizer_from_dict)
+
+R50K_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "r50k_base.tiktoken"
+R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+UNICODE_PARAGRAPH = ("Once upon a time, Zoë met a café owner in Zürich.\n"
+                     "She said: «naïve» — 你好, 世界! Emoji: 🐈‍⬛ and \t tabs.\n<|endoftext|> stays text.")
+
+
+def _no_network(*args, **kwargs):
+    raise ConnectionError("network disabled in tests")
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """Every test: no downloads, and fresh encoding caches (ours and tiktoken's) before and after."""
+    monkeypatch.setattr(tiktoken.load, "read_file", _no_network)
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+    get_tiktoken_encoding.cache_clear()
+    yield
+    get_tiktoken_encoding.cache_clear()
+
+
+# ---- char ----
+
+def test_char_round_trip_and_vocab():
+    text = "hello world\nthe cat sat on the mat.\n"
+    tok = build_tokenizer("char", text)
+    assert tok.kind == "char"
+    assert tok.vocab_size == len(set(text))
+    ids = tok.encode(text)
+    assert all(0 <= i < tok.vocab_size for i in ids)
+    assert tok.decode(ids) == text
+    assert tok.encode("\n ") == [0, 1]  # sorted order: "\n" < " " < letters
+    assert tok.token_str(tok.encode("\n")[0]) == "\\n"
+    assert tok.token_str(tok.encode(" ")[0]) == " "
+
+
+def test_char_unknown_characters_are_listed():
+    tok = CharTokenizer.from_text("abc abc")
+    with pytest.raises(UserError) as err:
+        tok.encode("abZcé")
+    msg = str(err.value)
+    assert "'Z', 'é'" in msg and "training text" in msg and "\n" not in msg
+
+
+def test_char_stream_decoder_one_char_per_id():
+    tok = CharTokenizer.from_text("Zoë\n")
+    dec = tok.stream_decoder()
+    assert [dec.push(i) for i in tok.encode("Zoë")] == ["Z", "o", "ë"]
+    assert dec.flush() == ""
+
+
+def test_char_dict_round_trip_through_json():
+    text = "Quoth the raven, \"Nevermore.\"\n\tẞ"
+    tok = build_tokenizer("char", text)
+    d = json.loads(json.dumps(tok.to_dict()))
+    assert d["kind"] == "char"
+    back = tokenizer_from_dict(d)
+    assert isinstance(back, CharTokenizer)
+    assert back.vocab_size == tok.vocab_size and back.encode(text) == tok.encode(text)
+
+
+@pytest.mark.parametrize("bad", [
+    None, [], {}, {"kind": "sentencepiece"}, {"kind": "char"}, {"kind": "char", "chars": "ba"},
+    {"kind": "char", "chars": "ab", "vocab_size": 3}, {"kind": "tiktoken"},
+    {"kind": "tiktoken", "encoding": "r50k_base", "ids": "0 1 2"},
+])
+def test_from_dict_rejects_malformed(bad):
+    with pytest.raises(UserError):
+        tokenizer_from_dict(bad)
+
+
+# ---- BPE on a hand-built encoding ----
+
+def _toy_encoding() -> tiktoken.Encoding:
+    """All 256 single bytes (rank = byte value) plus a few merges, including 'é' as one token."""
+    ranks = {bytes([b]): b for b in range(256)}
+    for merge in [b"th", b"the", b" t", b" the", b"at", b" c", b" cat", b" s", b" sat",
+                  b"\xc3\xa9", b"caf", b"caf\xc3\xa9"]:
+        ranks[merge] = len(ranks)
+    return tiktoken.Encoding(
+        name="toy", pat_str=r"""'s|'t| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+        mergeable_ranks=ranks, special_tokens={"<|endoftext|>": len(ranks)})
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """The toy encoding, also reachable by name so that to_dict/from_dict round trips work."""
+    enc = _toy_encoding()
+    monkeypatch.setattr(tk, "get_tiktoken_encoding", lambda name: enc)
+    return enc
+
+
+def test_bpe_compact_vocab_and_remap(toy):
+    text = "the cat sat"
+    tok = TiktokenTokenizer.from_text("toy", text, encoding=toy)
+    seen = set(toy.encode_ordinary(text))
+    assert seen - set(range(256))  # the text does use merged tokens
+    assert tok.vocab_size == len(seen | set(range(256)))
+    assert tok.ids.tolist() == sorted(seen | set(range(256)))  # sorted by original id
+    ids = tok.encode(text)
+    assert tok.ids[ids].tolist() == toy.encode_ordinary(text)  # same tokens, renumbered
+    assert all(0 <= i < tok.vocab_size for i in ids)
+    assert tok.decode(ids) == text
+    assert tok.token_str(tok.encode(" cat")[0]) == " cat"
+
+
+def test_bpe_byte_fallback_for_unseen_tokens(toy):
+    tok = TiktokenTokenizer.from_text("toy", "the cat sat", encoding=toy)
+    assert len(toy.encode_ordinary("café")) == 1  # one token in the full encoding ...
+    ids = tok.encode("café")
+    assert len(ids) == 5  # ... but unseen in training, so spelled out byte by byte
+    assert [tok.ids[i] for i in ids] == list("café".encode())
+    assert tok.decode(ids) == "café"
+    assert tok.token_str(ids[-2]) == "\\xc3"  # half a character, shown as its byte
+    text = "the naïve café said 'hi' <|endoftext|> 🐈\n"
+    assert tok.decode(tok.encode(text)) == text  # any text round trips, specials as plain text
+
+
+def test_bpe_full_vocab(toy):
+    tok = TiktokenTokenizer.from_text("toy", "the cat", compact=False, encoding=toy)
+    assert tok.vocab_size == toy.n_vocab and tok.ids is None
+    assert tok.encode("the café") == toy.encode_ordinary("the café")
+    assert tok.decode(tok.encode("the café")) == "the café"
+    assert tok.token_str(toy.n_vocab - 1) == "<|endoftext|>"
+    with pytest.raises(ValueError):
+        tok.decode([toy.n_vocab])
+
+
+def test_bpe_stream_decoder_joins_split_character(toy):
+    tok = TiktokenTokenizer.from_text("toy", "the cat", encoding=toy)
+    ids = tok.encode("é!")
+    assert len(ids) == 3  # 0xc3, 0xa9, '!'
+    dec = tok.stream_decoder()
+    assert [dec.push(i) for i in ids] == ["", "é", "!"]
+    assert dec.flush() == ""
+    dec = tok.stream_decoder()
+    assert dec.push(ids[0]) == "" and dec.flush() == "\ufffd"  # a stream cut mid-character
+
+
+def test_bpe_dict_round_trip_through_json(toy):
+    text = "the cat sat on the mat"
+    for compact in (True, False):
+        tok = build_tokenizer("toy", text, compact=compact)
+        d = json.loads(json.dumps(tok.to_dict()))
+        assert d["kind"] == "tiktoken" and d["encoding"] == "toy" and ("ids" in d) == compact
+        back = tokenizer_from_dict(d)
+        assert isinstance(back, TiktokenTokenizer) and back.vocab_size == tok.vocab_size
+        assert back.encode(text + " café") == tok.encode(text + " café")
+
+
+# ---- tiktoken loading ----
+
+def test_unknown_encoding_lists_names():
+    with pytest.raises(UserError) as err:
+        get_tiktoken_encoding("gpt5_base")
+    assert "gpt5_base" in str(err.value) and "r50k_base" in str(err.value) and "cl100k_base" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "r50k_base", "cl100k_base"])
+def test_offline_without_cache_is_a_user_error(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    with pytest.raises(UserError) as err:
+        build_tokenizer(name, "hello")
+    msg = str(err.value)
+    assert "TIKTOKEN_CACHE_DIR" in msg and "data.tokenizer=char" in msg and "\n" not in msg
+
+
+@pytest.fixture
+def r50k_cache(tmp_path, monkeypatch):
+    """A tiktoken cache holding the GPT-2 ranks under the sha1 of their URL (skip if absent)."""
+    if not R50K_FILE.exists():
+        pytest.skip(f"{R50K_FILE} not present")
+    shutil.copy(R50K_FILE, tmp_path / hashlib.sha1(R50K_URL.encode()).hexdigest())
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_gpt2_ranks_from_offline_cache(r50k_cache):
+    for name in ("gpt2", "r50k_base"):
+        full = build_tokenizer(name, "", compact=False)
+        assert full.vocab_size == 50257
+        assert full.encode("Hello world") == [15496, 995]
+        assert full.decode(full.encode(UNICODE_PARAGRAPH)) == UNICODE_PARAGRAPH
+        assert full.token_str(198) == "\\n"
+    tok = build_tokenizer("gpt2", "Hello world. " + UNICODE_PARAGRAPH[:60])
+    assert 256 < tok.vocab_size < 400
+    assert tok.decode(tok.encode(UNICODE_PARAGRAPH)) == UNICODE_PARAGRAPH  # byte fallback
+    assert tok.ids[tok.encode("Hello world")].tolist() == [15496, 995]
+    back = tokenizer_from_dict(json.loads(json.dumps(tok.to_dict())))
+    assert back.encode(UNICODE_PARAGRAPH) == tok.encode(UNICODE_PARAGRAPH)
+    dec = tok.stream_decoder()
+    assert "".join(dec.push(i) for i in tok.encode(UNICODE_PARAGRAPH)) + dec.flush() == UNICODE_PARAGRAPH

@@ -1,0 +1,360 @@
+"""Tokenizers: text <-> token ids, saved as plain data.
+
+Two kinds, one interface (`Tokenizer`):
+- `CharTokenizer`: one token per character; the vocabulary is the sorted set of characters of the
+  training text (Karpathy's char-level Shakespeare).
+- `TiktokenTokenizer`: a tiktoken BPE encoding (`gpt2`, `r50k_base`, `cl100k_base`, ...). By default
+  the vocabulary is *compacted*: only the token ids seen in the training text plus the 256
+  single-byte tokens are kept, renumbered 0..n-1, so a small corpus does not carry ~50k embedding
+  rows that never receive a gradient. Any text still encodes: a token outside the compact
+  vocabulary is spelled out with its single-byte tokens (byte fallback).
+
+`to_dict()` returns plain data (str/int/list only) so that a tokenizer fits in a checkpoint loaded
+with `torch.load(..., weights_only=True)` and in a JSON file; `tokenizer_from_dict` rebuilds it.
+"""
+from __future__ import annotations
+
+import codecs
+import functools
+import hashlib
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from errors import UserError
+
+if TYPE_CHECKING:  # tiktoken is imported lazily: char-level runs do not need it
+    import tiktoken
+
+_TIKTOKEN_URL = "https://openaipublic.blob.core.windows.net/encodings/{file}.tiktoken"
+# encoding name -> the file tiktoken downloads for it (gpt2 is mapped onto r50k_base, see below)
+_TIKTOKEN_FILES = {
+    "r50k_base": "r50k_base",
+    "p50k_base": "p50k_base",
+    "p50k_edit": "p50k_base",
+    "cl100k_base": "cl100k_base",
+    "o200k_base": "o200k_base",
+    "o200k_harmony": "o200k_base",
+}
+# tiktoken builds `gpt2` from two files (vocab.bpe, encoder.json); `r50k_base` has the same tokens,
+# ids and regex from one file, so loading r50k_base for gpt2 lets one offline file serve both.
+_ALIASES = {"gpt2": "r50k_base"}
+
+
+def _escape(text: str) -> str:
+    """Readable one-line form of a token's text: '\\n' for a newline, spaces kept, bad bytes as \\xNN."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch in "\n\t\r":
+            out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}[ch])
+        elif 0xDC80 <= code <= 0xDCFF:  # a byte that is not valid UTF-8 on its own (surrogateescape)
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(repr(ch)[1:-1])
+    return "".join(out)
+
+
+# ---- stream decoding ----
+
+class StreamDecoder(ABC):
+    """Turns token ids into text one id at a time, for printing while generating."""
+
+    @abstractmethod
+    def push(self, id: int) -> str:
+        """Add one token id; return the text that is now complete (possibly '')."""
+
+    def flush(self) -> str:
+        """Return whatever is still pending at the end of the stream."""
+        return ""
+
+
+class _CharStreamDecoder(StreamDecoder):
+    """One character per id: nothing is ever pending."""
+
+    def __init__(self, itos: str) -> None:
+        self.itos = itos
+
+    def push(self, id: int) -> str:
+        return self.itos[id]
+
+
+class _ByteStreamDecoder(StreamDecoder):
+    """Feeds each token's bytes to an incremental UTF-8 decoder, so a character whose bytes are
+    split across tokens is printed once, whole, when its last byte arrives."""
+
+    def __init__(self, token_bytes: Callable[[int], bytes]) -> None:
+        self.token_bytes = token_bytes
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, id: int) -> str:
+        return self.decoder.decode(self.token_bytes(id))
+
+    def flush(self) -> str:
+        return self.decoder.decode(b"", final=True)
+
+
+# ---- tokenizers ----
+
+class Tokenizer(ABC):
+    """Common interface: `kind`, `vocab_size`, encode/decode, readable tokens, plain-data form."""
+
+    kind: str  # "char" or "tiktoken"
+    vocab_size: int  # number of ids: every id is in range(vocab_size)
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Text -> token ids, each in range(vocab_size)."""
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Token ids -> text (invalid UTF-8 from partial tokens becomes U+FFFD)."""
+
+    @abstractmethod
+    def token_str(self, id: int) -> str:
+        """Readable text of one token for tables: '\\n' for a newline, spaces kept."""
+
+    @abstractmethod
+    def stream_decoder(self) -> StreamDecoder:
+        """A fresh decoder for printing ids one at a time as they are generated."""
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (str/int/list) from which `tokenizer_from_dict` rebuilds this tokenizer."""
+
+    def _check_ids(self, ids: np.ndarray) -> None:
+        """Reject ids outside range(vocab_size): they can only come from a mismatched model."""
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
+            bad = ids[(ids < 0) | (ids >= self.vocab_size)][:5].tolist()
+            raise ValueError(f"token ids {bad} are outside the vocabulary 0..{self.vocab_size - 1}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocab_size={self.vocab_size})"
+
+
+class CharTokenizer(Tokenizer):
+    """One token per character; vocabulary = sorted set of the training text's characters."""
+
+    kind = "char"
+
+    def __init__(self, chars: str) -> None:
+        self.chars = "".join(sorted(set(chars)))  # id i <-> self.chars[i]
+        self.vocab_size = len(self.chars)
+        self.stoi = {ch: i for i, ch in enumerate(self.chars)}
+
+    @classmethod
+    def from_text(cls, text: str) -> "CharTokenizer":
+        """Vocabulary of every character that occurs in `text`."""
+        if not text:
+            raise UserError("the training text is empty, so a char vocabulary cannot be built from it; "
+                            "point data.dataset at a non-empty text file")
+        return cls(text)
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return [self.stoi[ch] for ch in text]
+        except KeyError:
+            unknown = sorted(set(text) - self.stoi.keys())
+            shown = ", ".join(repr(ch) for ch in unknown[:20]) + (", ..." if len(unknown) > 20 else "")
+            raise UserError(
+                f"text has {len(unknown)} character(s) not in the char vocabulary: {shown}; "
+                "the vocabulary comes from the training text, so use only its characters "
+                "or train with a BPE tokenizer (data.tokenizer=gpt2)") from None
+
+    def decode(self, ids: Sequence[int]) -> str:
+        arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+        self._check_ids(arr)
+        return "".join([self.chars[i] for i in arr.tolist()])
+
+    def token_str(self, id: int) -> str:
+        return _escape(self.chars[id])
+
+    def stream_decoder(self) -> StreamDecoder:
+        return _CharStreamDecoder(self.chars)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "vocab_size": self.vocab_size, "chars": self.chars}
+
+
+@functools.lru_cache(maxsize=None)
+def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
+    """Load (once per process) the tiktoken encoding `name`; `gpt2` loads the identical r50k_base."""
+    import tiktoken
+
+    known = tiktoken.list_encoding_names()
+    if name not in known:
+        raise UserError(f"unknown tokenizer {name!r}: use 'char' or a tiktoken encoding: {', '.join(known)}")
+    canonical = _ALIASES.get(name, name)
+    try:
+        return tiktoken.get_encoding(canonical)
+    except Exception as e:  # no network and no cache, a proxy, a corrupt cached file, ...
+        file = _TIKTOKEN_FILES.get(canonical)
+        if file is not None:
+            url = _TIKTOKEN_URL.format(file=file)
+            how = f"e.g. cp {file}.tiktoken $TIKTOKEN_CACHE_DIR/{hashlib.sha1(url.encode()).hexdigest()}, file from {url}"
+        else:
+            how = "URLs in tiktoken_ext/openai_public.py"
+        cause = " ".join(str(e).split())[:120]
+        raise UserError(
+            f"the tiktoken encoding {name!r} could not be loaded ({type(e).__name__}: {cause}); offline, "
+            "set TIKTOKEN_CACHE_DIR to a folder holding the encoding file named by the sha1 of its URL "
+            f"({how}), or use data.tokenizer=char") from e
+
+
+class TiktokenTokenizer(Tokenizer):
+    """A tiktoken BPE encoding, optionally restricted to a compact vocabulary.
+
+    `ids` (compact) lists the kept original ids in increasing order; compact id i <-> original
+    id ids[i]. `ids=None` uses the full encoding (vocab_size = n_vocab).
+    """
+
+    kind = "tiktoken"
+
+    def __init__(self, name: str, ids: Sequence[int] | None = None,
+                 encoding: "tiktoken.Encoding | None" = None) -> None:
+        self.name = name  # saved in to_dict; `encoding` lets tests wrap a hand-built Encoding
+        self.encoding = encoding if encoding is not None else get_tiktoken_encoding(name)
+        n_vocab = self.encoding.n_vocab
+        if ids is None:
+            self.ids: np.ndarray | None = None
+            self.vocab_size = n_vocab
+            return
+        self.ids = np.unique(np.asarray(ids, dtype=np.int64))
+        if self.ids.size != len(ids) or (self.ids.size and (self.ids[0] < 0 or self.ids[-1] >= n_vocab)):
+            raise UserError(f"the compact vocabulary of tokenizer {name!r} is malformed (ids must be "
+                            f"distinct and in 0..{n_vocab - 1}); re-run data/prepare.py")
+        self.vocab_size = int(self.ids.size)
+        # original id -> compact id (-1: not in the compact vocabulary), one gather per encode
+        self.lookup = np.full(n_vocab, -1, dtype=np.int64)
+        self.lookup[self.ids] = np.arange(self.vocab_size)
+        # byte value -> compact id of its single-byte token, for byte fallback
+        self.byte_ids: list[int] = []
+        for b in range(256):
+            try:
+                compact = int(self.lookup[self.encoding.encode_single_token(bytes([b]))])
+            except KeyError:
+                compact = -1
+            self.byte_ids.append(compact)
+
+    @classmethod
+    def from_text(cls, name: str, text: str, compact: bool = True,
+                  encoding: "tiktoken.Encoding | None" = None) -> "TiktokenTokenizer":
+        """Tokenizer for `name`; compact: keep the ids seen in `text` plus all single-byte tokens."""
+        encoding = encoding if encoding is not None else get_tiktoken_encoding(name)
+        if not compact:
+            return cls(name, None, encoding)
+        seen = np.unique(np.asarray(encoding.encode_ordinary(text), dtype=np.int64))
+        single_bytes = []
+        for b in range(256):
+            try:
+                single_bytes.append(encoding.encode_single_token(bytes([b])))
+            except KeyError:  # an encoding without this byte cannot spell it out anyway
+                pass
+        ids = np.union1d(seen, np.asarray(single_bytes, dtype=np.int64))
+        return cls(name, ids.tolist(), encoding)
+
+    def _original_ids(self, ids: Sequence[int]) -> np.ndarray:
+        """Validate ids in our numbering and return them in the encoding's numbering."""
+        arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+        self._check_ids(arr)
+        return arr if self.ids is None else self.ids[arr]
+
+    def _token_bytes(self, original_id: int) -> bytes:
+        """Bytes of one original id; unused ids of the full vocabulary (gaps before specials) -> U+FFFD."""
+        try:
+            return self.encoding.decode_single_token_bytes(original_id)
+        except KeyError:
+            return "\ufffd".encode()
+
+    def encode(self, text: str) -> list[int]:
+        # encode_ordinary == encode(disallowed_special=()): "<|endoftext|>" in the text is plain text
+        original = np.asarray(self.encoding.encode_ordinary(text), dtype=np.int64)
+        if self.ids is None:
+            return original.tolist()
+        compact = self.lookup[original]
+        missing = np.flatnonzero(compact < 0)
+        if missing.size == 0:
+            return compact.tolist()
+        # byte fallback: a token never seen in the training text is spelled with single-byte tokens
+        out: list[int] = []
+        start = 0
+        for pos in missing.tolist():
+            out.extend(compact[start:pos].tolist())
+            for b in self.encoding.decode_single_token_bytes(int(original[pos])):
+                if self.byte_ids[b] < 0:
+                    raise UserError(f"tiktoken encoding {self.name!r} has no single-byte token for "
+                                    f"byte {b:#04x}; use data.tokenizer=char or a full vocabulary")
+                out.append(self.byte_ids[b])
+            start = pos + 1
+        out.extend(compact[start:].tolist())
+        return out
+
+    def decode(self, ids: Sequence[int]) -> str:
+        original = self._original_ids(ids).tolist()
+        try:
+            data = self.encoding.decode_bytes(original)
+        except KeyError:  # an unused id of the full vocabulary
+            data = b"".join(self._token_bytes(i) for i in original)
+        return data.decode("utf-8", errors="replace")
+
+    def token_str(self, id: int) -> str:
+        original = int(self._original_ids([id])[0])
+        # surrogateescape keeps the bytes of a partial UTF-8 character, shown as \xNN by _escape
+        return _escape(self._token_bytes(original).decode("utf-8", errors="surrogateescape"))
+
+    def stream_decoder(self) -> StreamDecoder:
+        if self.ids is None:
+            return _ByteStreamDecoder(self._token_bytes)
+        ids = self.ids
+        return _ByteStreamDecoder(lambda id: self._token_bytes(int(ids[id])))
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind, "vocab_size": self.vocab_size, "encoding": self.name}
+        if self.ids is not None:
+            d["ids"] = self.ids.tolist()
+        return d
+
+    def __repr__(self) -> str:
+        compact = "compact" if self.ids is not None else "full"
+        return f"TiktokenTokenizer({self.name!r}, {compact}, vocab_size={self.vocab_size})"
+
+
+def build_tokenizer(name: str, text: str, compact: bool = True) -> Tokenizer:
+    """Tokenizer `name` ("char" or a tiktoken encoding) for training text `text`."""
+    if name == "char":
+        return CharTokenizer.from_text(text)
+    return TiktokenTokenizer.from_text(name, text, compact=compact)
+
+
+def tokenizer_from_dict(d: dict) -> Tokenizer:
+    """Rebuild a tokenizer from `Tokenizer.to_dict()` output (e.g. from a checkpoint or JSON file)."""
+    fix = "the checkpoint or tokenizer file is damaged or from another program; re-run data/prepare.py"
+    if not isinstance(d, dict):
+        raise UserError(f"tokenizer data must be a dict, got {type(d).__name__}; {fix}")
+    kind = d.get("kind")
+    if kind == "char":
+        chars = d.get("chars")
+        if not isinstance(chars, str) or not chars or len(set(chars)) != len(chars) \
+                or list(chars) != sorted(chars):
+            raise UserError(f"char tokenizer data has no valid 'chars' (distinct sorted characters); {fix}")
+        tok: Tokenizer = CharTokenizer(chars)
+    elif kind == "tiktoken":
+        name, ids = d.get("encoding"), d.get("ids")
+        if not isinstance(name, str):
+            raise UserError(f"tiktoken tokenizer data has no 'encoding' name; {fix}")
+        if ids is not None and (not isinstance(ids, list)
+                                or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
+            raise UserError(f"tiktoken tokenizer data has a malformed 'ids' list (integers expected); {fix}")
+        tok = TiktokenTokenizer(name, ids)
+    else:
+        raise UserError(f"tokenizer data has unknown kind {kind!r} (expected 'char' or 'tiktoken'); {fix}")
+    vocab_size = d.get("vocab_size")
+    if vocab_size is not None and vocab_size != tok.vocab_size:
+        raise UserError(f"tokenizer data says vocab_size={vocab_size} but rebuilds with "
+                        f"{tok.vocab_size} tokens (a different tiktoken version?); {fix}")
+    return tok

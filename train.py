@@ -1,0 +1,277 @@
+"""Train a GPT on next-token prediction.
+
+    python train.py CONFIG.yaml [--set KEY=VALUE ...] [--resume]
+
+Reads top to bottom: config -> run directory -> data -> model -> optimizer -> loop. Every
+`train.eval_interval` steps it estimates train/val loss, writes ckpt.pt (latest, with everything
+needed to resume exactly) and best.pt (lowest val loss); metrics.csv gets a row per log and eval.
+Ctrl-C or SIGTERM saves ckpt.pt and stops; `--resume` continues from it.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import signal
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from checkpoint import (atomic_write_text, capture_rng_state, load_checkpoint, restore_rng_state,
+                        save_checkpoint)
+from config import Config, TrainConfig, config_to_dict, config_to_yaml, load_config, resolve_device
+from data.prepare import get_batch, load_prepared, prepare
+from errors import ArgParser, UserError, run_cli
+from model import GPT, cross_entropy
+
+METRICS = ["step", "train_loss", "val_loss", "lr", "tokens_per_s", "elapsed_s"]
+RUN_FILES = ("ckpt.pt", "best.pt", "config.yaml", "metrics.csv")
+
+
+# ---- helpers ----
+
+
+def lr_at(step: int, t: TrainConfig) -> float:
+    """Linear warmup to t.lr, then cosine decay to t.min_lr at t.max_iters."""
+    if step < t.warmup_iters:
+        return t.lr * (step + 1) / (t.warmup_iters + 1)
+    progress = (step - t.warmup_iters) / max(1, t.max_iters - t.warmup_iters)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))  # 1 -> 0
+    return t.min_lr + coeff * (t.lr - t.min_lr)
+
+
+def make_optimizer(model: GPT, t: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on 2-D weights (matmuls, embeddings) only, not on biases or norms."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": t.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    fused = device.type in ("cuda", "cpu")  # one kernel for all parameters instead of a loop
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=fused)
+
+
+@torch.no_grad()
+def estimate_loss(model: torch.nn.Module, data, cfg: Config, device: torch.device, autocast) -> dict[str, float]:
+    """Mean loss over eval_iters batches per split, on the same batches every time (own generator)."""
+    model.eval()
+    out = {}
+    for split in ("train", "val"):
+        gen = torch.Generator().manual_seed(cfg.train.seed + 1)
+        losses = torch.zeros(cfg.train.eval_iters)
+        for i in range(cfg.train.eval_iters):
+            x, y = get_batch(getattr(data, split), cfg.train.batch_size, cfg.model.block_size, gen, device)
+            with autocast:
+                losses[i] = cross_entropy(model(x), y).item()
+        out[split] = losses.mean().item()
+    model.train()
+    return out
+
+
+class StopFlag:
+    """Turns SIGINT/SIGTERM into a flag the loop checks after each step (then saves and exits)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum is not None:  # a second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def restore(self) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+
+def check_run_dir(out_dir: Path, resume: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"train.out_dir={str(out_dir)!r} is a file, not a directory")
+    if resume:
+        if not (out_dir / "ckpt.pt").is_file():
+            raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; drop --resume to start a new run")
+    elif out_dir.is_dir() and any((out_dir / f).exists() for f in RUN_FILES):
+        raise UserError(f"train.out_dir={str(out_dir)!r} already holds a run; continue it with --resume, "
+                        f"or choose another: --set train.out_dir=out/new_run")
+
+
+def check_same_run(cfg: Config, saved: dict, path: Path) -> None:
+    """A resumed run may change train settings, not the model or the data."""
+    current = config_to_dict(cfg)
+    for section in ("model", "data"):
+        for key, value in current[section].items():
+            old = saved[section].get(key)
+            if key != "vocab_size" and old != value:
+                raise UserError(f"--resume: {section}.{key}={value!r} differs from the checkpoint's {old!r} "
+                                f"({path}); a resumed run keeps its model and data settings")
+
+
+def write_metrics(path: Path, rows: list[dict]) -> None:
+    lines = [",".join(METRICS)] + [",".join(str(r.get(k, "")) for k in METRICS) for r in rows]
+    atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# ---- main ----
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    p = ArgParser(prog="train.py", description="Train a tinygpt model from a YAML config.")
+    p.add_argument("config", help="YAML config, e.g. configs/stories.yaml")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                   help="override config keys, e.g. --set model.n_head=8 train.lr=3e-4")
+    p.add_argument("--resume", action="store_true", help="continue the run in train.out_dir from ckpt.pt")
+    p.add_argument("--stop-at", type=int, default=None, metavar="STEP",
+                   help="save a checkpoint and stop once STEP steps are done (resume later)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+
+    # ---- config and run directory (everything checked before any work) ----
+    cfg = load_config(args.config, args.set)
+    t = cfg.train
+    out_dir = Path(t.out_dir)
+    check_run_dir(out_dir, args.resume)
+    ckpt = None
+    if args.resume:
+        ckpt = load_checkpoint(out_dir / "ckpt.pt")
+        check_same_run(cfg, ckpt["config"], out_dir / "ckpt.pt")
+    device = resolve_device(t.device)
+    if t.dtype == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise UserError("train.dtype=bfloat16 is not supported by this GPU; use float16 or float32")
+    torch.manual_seed(t.seed)
+
+    # ---- data ----
+    data = load_prepared(prepare(cfg))
+    for split in ("train", "val"):
+        n = len(getattr(data, split))
+        if n <= cfg.model.block_size:
+            raise UserError(f"the {split} split has {n} tokens, not more than model.block_size="
+                            f"{cfg.model.block_size} ({args.config}): use a smaller block_size, more text, "
+                            f"or another data.val_fraction")
+    cfg.model.vocab_size = data.tokenizer.vocab_size
+
+    # ---- model and optimizer ----
+    model = GPT(cfg.model).to(device)
+    optimizer = make_optimizer(model, t, device)
+    # float16 gradients can underflow: the scaler multiplies the loss up and the gradients back down
+    scaler = torch.amp.GradScaler(device.type, enabled=(t.dtype == "float16"))
+    autocast = (torch.autocast(device.type, dtype=getattr(torch, t.dtype))
+                if t.dtype != "float32" else nullcontext())
+    batch_gen = torch.Generator().manual_seed(t.seed)  # drives batch sampling only
+    step, best_val, elapsed = 0, float("inf"), 0.0
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scaler.load_state_dict(ckpt["scaler"])
+        batch_gen.set_state(ckpt["batch_rng"])
+        restore_rng_state(ckpt["rng"])
+        step, best_val, elapsed = ckpt["step"], ckpt["best_val_loss"], ckpt["elapsed_s"]
+    train_model = torch.compile(model) if t.compile else model
+    print(f"model: {model.num_params():,} parameters ({cfg.model.n_layer} layers, {cfg.model.n_head} heads, "
+          f"{cfg.model.n_embd} wide, block {cfg.model.block_size}, vocab {cfg.model.vocab_size}); "
+          f"data: {len(data.train):,} train / {len(data.val):,} val tokens; device {device}, {t.dtype}")
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "config.yaml", config_to_yaml(cfg))
+    metrics = [r for r in read_metrics(out_dir / "metrics.csv") if int(r["step"]) <= step]
+
+    def state(with_optimizer: bool = True) -> dict:
+        s = {"config": config_to_dict(cfg), "tokenizer": data.tokenizer.to_dict(), "model": model.state_dict(),
+             "step": step, "best_val_loss": best_val, "elapsed_s": elapsed}
+        if with_optimizer:
+            s.update(optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
+                     batch_rng=batch_gen.get_state(), rng=capture_rng_state())
+        return s
+
+    # ---- the loop ----
+    from tqdm import tqdm
+    tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size
+    stop = StopFlag()
+    bar = tqdm(total=t.max_iters, initial=step, disable=args.quiet, dynamic_ncols=True, file=sys.stderr)
+    loss_sum, loss_count = torch.zeros((), device=device), 0
+    t_last, step_last, t_start = time.perf_counter(), step, time.perf_counter() - elapsed
+    resumed_at = step if ckpt is not None else None
+    exit_reason = "done"
+    try:
+        while True:
+            # -- evaluate and checkpoint (not again at the step we resumed from) --
+            if (step % t.eval_interval == 0 or step == t.max_iters) and step != resumed_at:
+                losses = estimate_loss(train_model, data, cfg, device, autocast)
+                elapsed = time.perf_counter() - t_start
+                if not math.isfinite(losses["val"]):
+                    raise UserError(f"val loss is {losses['val']} at step {step}: training diverged; lower "
+                                    f"train.lr or set train.grad_clip; {out_dir / 'ckpt.pt'} keeps the last good state")
+                metrics.append({"step": step, "train_loss": f"{losses['train']:.4f}", "val_loss": f"{losses['val']:.4f}",
+                                "lr": f"{lr_at(step, t):.3e}", "elapsed_s": f"{elapsed:.1f}"})
+                write_metrics(out_dir / "metrics.csv", metrics)
+                bar.write(f"step {step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+                if losses["val"] < best_val:
+                    best_val = losses["val"]
+                    save_checkpoint(out_dir / "best.pt", state(with_optimizer=False))
+                save_checkpoint(out_dir / "ckpt.pt", state())
+            if step >= t.max_iters:
+                break
+            if stop.signum is not None or (args.stop_at is not None and step >= args.stop_at):
+                exit_reason = "interrupted" if stop.signum is not None else "stopped"
+                elapsed = time.perf_counter() - t_start
+                save_checkpoint(out_dir / "ckpt.pt", state())
+                bar.write(f"{exit_reason} at step {step}: saved {out_dir / 'ckpt.pt'}; continue with --resume")
+                break
+
+            # -- one optimizer step over grad_accum micro-batches --
+            lr = lr_at(step, t)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            for _ in range(t.grad_accum):
+                x, y = get_batch(data.train, t.batch_size, cfg.model.block_size, batch_gen, device)
+                with autocast:
+                    loss = cross_entropy(train_model(x), y)
+                # the gradients of grad_accum micro-batches add up; dividing each loss by grad_accum
+                # makes their sum the gradient of the mean loss, as if it were one big batch
+                scaler.scale(loss / t.grad_accum).backward()
+                loss_sum += loss.detach()  # stays on the device: no host sync in the hot loop
+                loss_count += 1
+            if t.grad_clip > 0:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            bar.update(1)
+
+            # -- log (one host sync per log_interval steps) --
+            if step % t.log_interval == 0 or step == t.max_iters:
+                train_loss = (loss_sum / loss_count).item()
+                if not math.isfinite(train_loss):
+                    raise UserError(f"training diverged: loss is {train_loss} by step {step}; lower train.lr "
+                                    f"or set train.grad_clip; {out_dir / 'ckpt.pt'} keeps the last good state")
+                now = time.perf_counter()
+                tok_s = (step - step_last) * tokens_per_step / max(now - t_last, 1e-9)
+                t_last, step_last = now, step
+                loss_sum.zero_()
+                loss_count = 0
+                metrics.append({"step": step, "train_loss": f"{train_loss:.4f}", "lr": f"{lr:.3e}",
+                                "tokens_per_s": f"{tok_s:.0f}", "elapsed_s": f"{now - t_start:.1f}"})
+                bar.set_postfix(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
+    finally:
+        bar.close()
+        stop.restore()
+        write_metrics(out_dir / "metrics.csv", metrics)
+    if stop.signum is not None:
+        sys.exit(128 + stop.signum)
+    print(f"{exit_reason}: step {step}, best val loss {best_val:.4f}, {time.perf_counter() - t_start:.1f} s; "
+          f"sample with: python sample.py {out_dir}")
+    return {"step": step, "best_val_loss": best_val, "out_dir": str(out_dir)}
+
+
+if __name__ == "__main__":
+    run_cli(main)
