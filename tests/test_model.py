@@ -1,0 +1,178 @@
+"""Guards model.py: the attention maths (the worked example of design §6), the reference path against
+the SDPA fast path, causality and why generation and the KV cache rely on it (design §7), and the
+parameter count, initialisation and sampling rules."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from model import GPT, attention, causal_mask, cross_entropy, generate, masked_softmax, sample_next
+
+# design §6: raw scores of "The cat sat on" (future keys are masked, their values never matter)
+WORKED_SCORES = [[0.8, 9.9, 9.9, 9.9],
+                 [0.3, 0.9, 9.9, 9.9],
+                 [0.2, 1.4, 0.7, 9.9],
+                 [0.1, 0.6, 1.2, 0.4]]
+WORKED_PERCENT = [[100, 0, 0, 0],
+                  [35, 65, 0, 0],
+                  [17, 56, 28, 0],
+                  [14, 24, 43, 19]]
+
+
+def make_model(cfg, **changes) -> GPT:
+    torch.manual_seed(0)
+    return GPT(replace(cfg, **changes)).eval()
+
+
+def test_worked_example_masked_softmax():
+    weights = masked_softmax(torch.tensor(WORKED_SCORES), causal_mask(4, 4))
+    percent = (weights * 100).round().int().tolist()
+    assert percent == WORKED_PERCENT
+    assert torch.all(weights[~causal_mask(4, 4)] == 0)  # exactly 0, not just small
+    assert torch.allclose(weights.sum(-1), torch.ones(4))
+
+
+def test_causal_mask_polarity_and_offset():
+    assert causal_mask(3, 3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    # two new queries at positions 3 and 4 of five keys (the KV-cache case)
+    assert causal_mask(2, 5).tolist() == [[True, True, True, True, False], [True] * 5]
+
+
+def test_attention_is_the_formula():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4) for _ in range(3))
+    y, att = attention(q, k, v, causal_mask(5, 5))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(4)
+    scores = scores.masked_fill(~causal_mask(5, 5), float("-inf"))
+    assert torch.allclose(att, torch.softmax(scores, -1))
+    assert torch.allclose(y, att @ v)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_reference_path_equals_sdpa(tiny_model_config, causal, bias):
+    model = make_model(tiny_model_config, causal=causal, bias=bias)
+    idx = torch.randint(0, model.config.vocab_size, (3, 16))
+    fast = model(idx)
+    slow, traces = model.forward_with_attention(idx)
+    assert fast.shape == (3, 16, model.config.vocab_size)
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+    assert len(traces) == model.config.n_layer
+    w = traces[0].weights
+    assert w.shape == (3, 4, 16, 16) and traces[0].outputs.shape == (3, 4, 16, 8)
+    torch.testing.assert_close(w.sum(-1), torch.ones(3, 4, 16))
+    future = ~causal_mask(16, 16)
+    if causal:
+        assert torch.all(w[..., future] == 0)
+    else:
+        assert torch.all(w[..., future] > 0)
+
+
+def _future_changes_past(model: GPT) -> float:
+    """Largest change of logits at positions < 8 when only tokens >= 8 change."""
+    idx = torch.randint(0, model.config.vocab_size, (2, 16))
+    edited = idx.clone()
+    edited[:, 8:] = (edited[:, 8:] + 1) % model.config.vocab_size
+    return (model(idx)[:, :8] - model(edited)[:, :8]).abs().max().item()
+
+
+def test_future_tokens_never_change_past_logits(tiny_model_config):
+    """design §7 (a)"""
+    assert _future_changes_past(make_model(tiny_model_config)) == 0.0
+    assert _future_changes_past(make_model(tiny_model_config, causal=False)) > 1e-4
+
+
+def _prefix_vs_full(model: GPT) -> float:
+    """design §7 (b): logits at t from the full sequence vs from the prefix idx[:, :t+1]."""
+    idx = torch.randint(0, model.config.vocab_size, (1, 16))
+    full = model(idx)
+    return max((model(idx[:, :t + 1])[:, -1] - full[:, t]).abs().max().item() for t in range(16))
+
+
+def test_last_position_of_prefix_matches_training_view(tiny_model_config):
+    assert _prefix_vs_full(make_model(tiny_model_config)) < 1e-5
+    assert _prefix_vs_full(make_model(tiny_model_config, causal=False)) > 1e-4
+
+
+def _cached_vs_uncached(model: GPT, steps: int) -> float:
+    """design §7 (c): feed tokens one at a time through the KV cache vs the whole prefix each step."""
+    idx = torch.randint(0, model.config.vocab_size, (2, steps))
+    caches = model.new_kv_caches(2)
+    worst = 0.0
+    for t in range(steps):
+        cached = model(idx[:, t:t + 1], caches)[:, -1]  # (B, V) only the new token is computed
+        full = model(idx[:, :t + 1])[:, -1]  # (B, V) the whole prefix
+        worst = max(worst, (cached - full).abs().max().item())
+    return worst
+
+
+def test_kv_cache_equals_recomputation_only_when_causal(tiny_model_config):
+    cfg = replace(tiny_model_config, block_size=128)
+    assert _cached_vs_uncached(make_model(cfg), 120) < 1e-5
+    # without the mask earlier positions would attend to later ones, so cached keys go stale
+    assert _cached_vs_uncached(make_model(cfg, causal=False), 120) > 1e-4
+
+
+def test_generate_cached_equals_uncached_past_block_size(tiny_model_config):
+    """Greedy text is the same with and without the cache, across several window slides."""
+    model = make_model(tiny_model_config)  # block_size 16: 60 tokens slide the window often
+    idx = torch.randint(0, model.config.vocab_size, (2, 5))
+    cached = torch.stack(list(generate(model, idx, 60, temperature=0)), 1)
+    uncached = torch.stack(list(generate(model, idx, 60, temperature=0, use_cache=False)), 1)
+    assert cached.shape == (2, 60)
+    assert torch.equal(cached, uncached)
+
+
+def test_generate_crops_long_prompts(tiny_model_config):
+    model = make_model(tiny_model_config)
+    idx = torch.randint(0, model.config.vocab_size, (1, 50))  # longer than block_size=16
+    out = list(generate(model, idx, 3, temperature=0))
+    assert len(out) == 3
+    assert out[0].item() == model(idx[:, -16:])[0, -1].argmax().item()
+
+
+def test_parameter_count_formula(tiny_model_config):
+    for bias in (False, True):
+        cfg = replace(tiny_model_config, bias=bias)
+        C, V, T, L = cfg.n_embd, cfg.vocab_size, cfg.block_size, cfg.n_layer
+        per_layer = 12 * C * C + 2 * C + (4 * C + 4 * C + C + 2 * C if bias else 0)
+        expected = V * C + T * C + L * per_layer + C + (C if bias else 0)  # LM head tied: not counted
+        assert make_model(cfg).num_params() == expected
+
+
+def test_initial_loss_is_near_uniform(tiny_model_config):
+    model = make_model(tiny_model_config, vocab_size=200)
+    idx = torch.randint(0, 200, (8, 16))
+    loss = cross_entropy(model(idx), torch.randint(0, 200, (8, 16))).item()
+    assert abs(loss - math.log(200)) < 0.1
+
+
+def test_initialisation(tiny_model_config):
+    model = make_model(replace(tiny_model_config, n_embd=128, n_layer=4, vocab_size=500))
+    assert model.lm_head.weight is model.tok_emb.weight
+    assert abs(model.tok_emb.weight.std().item() - 0.02) < 0.002
+    assert abs(model.blocks[0].attn.out_proj.weight.std().item() - 0.02 / math.sqrt(8)) < 0.001
+    assert abs(model.blocks[0].attn.q_proj.weight.std().item() - 0.02) < 0.002
+    assert "blocks.0.attn.causal_mask" not in model.state_dict()  # derived, never saved
+
+
+def test_sample_next_rules():
+    torch.manual_seed(0)
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.5]])
+    assert sample_next(logits, temperature=0).item() == 1
+    assert sample_next(logits, temperature=1.0, top_k=1).item() == 1
+    assert sample_next(logits, temperature=1.0, top_p=0.01).item() == 1
+    gen = torch.Generator().manual_seed(0)
+    drawn = {sample_next(logits, 1.0, top_k=2, generator=gen).item() for _ in range(200)}
+    assert drawn == {1, 2}
+    drawn = {sample_next(logits, 1.0, generator=gen).item() for _ in range(500)}
+    assert drawn == {0, 1, 2, 3}
+
+
+def test_sequence_longer_than_block_size_is_refused(tiny_model_config):
+    model = make_model(tiny_model_config)
+    with pytest.raises(ValueError, match="block_size=16"):
+        model(torch.zeros(1, 17, dtype=torch.long))
