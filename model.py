@@ -184,6 +184,14 @@ class GPT(nn.Module):
         """Number of parameters (the tied embedding/LM-head matrix counted once)."""
         return sum(p.numel() for p in self.parameters())
 
+    def flops_per_token(self) -> int:
+        """Training FLOPs per token (forward + backward), PaLM appendix B / nanoGPT's estimate: each
+        weight does a multiply-add forward and two backward (6 per parameter, position embeddings
+        excluded: a lookup), plus attention's QK^T and att@V over the context (12 * L * T * C)."""
+        cfg = self.config
+        n = self.num_params() - self.pos_emb.weight.numel()
+        return 6 * n + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
+
     def _run(self, idx: torch.Tensor, kv_caches: list[KVCache] | None,
              need_weights: bool) -> tuple[torch.Tensor, list[HeadTrace]]:
         B, T = idx.shape

@@ -52,6 +52,30 @@ def make_optimizer(model: GPT, t: TrainConfig, device: torch.device) -> torch.op
     return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=fused)
 
 
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+               autocast, next_batch, grad_accum: int, grad_clip: float, lr: float) -> torch.Tensor:
+    """One optimizer step over grad_accum micro-batches from next_batch(); returns the mean loss
+    as a device tensor (reading it would sync with the device, so the caller decides when)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    total = torch.zeros((), device=next(model.parameters()).device)
+    for _ in range(grad_accum):
+        x, y = next_batch()  # (B, T), (B, T)
+        with autocast:
+            loss = cross_entropy(model(x), y)
+        # the gradients of grad_accum micro-batches add up; dividing each loss by grad_accum
+        # makes their sum the gradient of the mean loss, as if it were one big batch
+        scaler.scale(loss / grad_accum).backward()
+        total += loss.detach() / grad_accum
+    if grad_clip > 0:
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return total
+
+
 @torch.no_grad()
 def estimate_loss(model: torch.nn.Module, data, cfg: Config, device: torch.device, autocast) -> dict[str, float]:
     """Mean loss over eval_iters batches per split, on the same batches every time (own generator)."""
@@ -192,11 +216,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return s
 
     # ---- the loop ----
+    def next_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        return get_batch(data.train, t.batch_size, cfg.model.block_size, batch_gen, device)
+
     from tqdm import tqdm
     tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size
     stop = StopFlag()
     bar = tqdm(total=t.max_iters, initial=step, disable=args.quiet, dynamic_ncols=True, file=sys.stderr)
-    loss_sum, loss_count = torch.zeros((), device=device), 0
+    loss_sum, loss_count = torch.zeros((), device=device), 0  # summed on the device between logs
     t_last, step_last, t_start = time.perf_counter(), step, time.perf_counter() - elapsed
     resumed_at = step if ckpt is not None else None
     exit_reason = "done"
@@ -228,23 +255,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
             # -- one optimizer step over grad_accum micro-batches --
             lr = lr_at(step, t)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            for _ in range(t.grad_accum):
-                x, y = get_batch(data.train, t.batch_size, cfg.model.block_size, batch_gen, device)
-                with autocast:
-                    loss = cross_entropy(train_model(x), y)
-                # the gradients of grad_accum micro-batches add up; dividing each loss by grad_accum
-                # makes their sum the gradient of the mean loss, as if it were one big batch
-                scaler.scale(loss / t.grad_accum).backward()
-                loss_sum += loss.detach()  # stays on the device: no host sync in the hot loop
-                loss_count += 1
-            if t.grad_clip > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            loss_sum += train_step(train_model, optimizer, scaler, autocast, next_batch, t.grad_accum, t.grad_clip, lr)
+            loss_count += 1
             step += 1
             bar.update(1)
 

@@ -1,0 +1,208 @@
+"""Measure tinygpt's speed in one process: training tokens/s and MFU per dtype, generation tokens/s
+with and without the KV cache, the machine's matmul peak, peak memory. Prints a table and JSON.
+
+    python bench.py [CONFIG.yaml] [--set KEY=VALUE ...] [--dtypes float32,bfloat16] [--steps 10]
+                    [--gen-layers 6 --gen-heads 6 --gen-embd 384 --gen-block 512 --gen-tokens 500]
+                    [--loss-steps 200] [--compile] [--json FILE]
+
+Machines are shared and noisy, so every claim is a ratio of medians measured in the same run:
+repeated short measurements, alternated between the variants, median of each.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import statistics
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import replace
+from typing import Callable, Sequence
+
+import torch
+
+from config import Config, ModelConfig, load_config, resolve_device
+from data.prepare import get_batch, load_prepared, prepare
+from errors import ArgParser, UserError, run_cli
+from model import GPT, generate
+from train import make_optimizer, train_step
+
+# nominal dense bf16 peaks (TFLOP/s) for MFU on GPUs, where a matmul benchmark undershoots
+GPU_PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12, "4090": 165e12}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 10) -> float:
+    """FLOP/s of an n x n matmul (median of reps): the practical ceiling for this dtype here."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    for _ in range(2):
+        a @ b
+    times = [timed(lambda: a @ b, device) for _ in range(reps)]
+    return 2 * n ** 3 / statistics.median(times)
+
+
+def autocast_for(dtype: str, device: torch.device):
+    return torch.autocast(device.type, dtype=getattr(torch, dtype)) if dtype != "float32" else nullcontext()
+
+
+class TrainBench:
+    """A model + optimizer for one dtype, stepping on real batches exactly as train.py does."""
+
+    def __init__(self, cfg: Config, data, dtype: str, device: torch.device, compile: bool):
+        torch.manual_seed(cfg.train.seed)
+        self.model = GPT(cfg.model).to(device)
+        self.step_model = torch.compile(self.model) if compile else self.model
+        self.optimizer = make_optimizer(self.model, cfg.train, device)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
+        self.autocast = autocast_for(dtype, device)
+        gen = torch.Generator().manual_seed(cfg.train.seed)
+        self.next_batch = lambda: get_batch(data.train, cfg.train.batch_size, cfg.model.block_size, gen, device)
+        self.cfg, self.device = cfg, device
+
+    def step(self) -> torch.Tensor:
+        t = self.cfg.train
+        return train_step(self.step_model, self.optimizer, self.scaler, self.autocast, self.next_batch,
+                          t.grad_accum, t.grad_clip, t.lr)
+
+
+def bench_training(cfg: Config, data, dtypes: list[str], device: torch.device, steps: int,
+                   compile: bool) -> dict[str, dict]:
+    """Median step time per dtype, the dtypes' steps interleaved so noise hits all alike."""
+    benches = {d: TrainBench(cfg, data, d, device, compile) for d in dtypes}
+    for b in benches.values():  # warm-up (and compilation)
+        for _ in range(3):
+            b.step()
+    times: dict[str, list[float]] = {d: [] for d in dtypes}
+    for _ in range(steps):
+        for d, b in benches.items():
+            times[d].append(timed(lambda: b.step().item(), device))
+    tokens = cfg.train.batch_size * cfg.train.grad_accum * cfg.model.block_size
+    flops_per_token = next(iter(benches.values())).model.flops_per_token()
+    out = {}
+    for d in dtypes:
+        med = statistics.median(times[d])
+        out[d] = {"step_ms": med * 1e3, "tokens_per_s": tokens / med,
+                  "achieved_flops": flops_per_token * tokens / med}
+    return out
+
+
+def loss_parity(cfg: Config, data, dtypes: list[str], device: torch.device, steps: int) -> dict[str, float]:
+    """Train each dtype `steps` steps from the same init on the same batches; mean loss of the last 10."""
+    out = {}
+    for d in dtypes:
+        b = TrainBench(cfg, data, d, device, compile=False)
+        losses = [b.step() for _ in range(steps)]
+        out[d] = torch.stack(losses[-10:]).mean().item()
+    return out
+
+
+def bench_generation(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: int = 3) -> dict:
+    """Greedy generation of n_tokens from a 1-token prompt, cached vs uncached, same text required."""
+    torch.manual_seed(0)
+    model = GPT(mcfg).to(device).eval()
+    idx = torch.zeros(1, 1, dtype=torch.long, device=device)
+    texts, times = {}, {True: [], False: []}
+    for _ in range(reps):
+        for use_cache in (True, False):
+            out = []
+            times[use_cache].append(timed(lambda: out.extend(
+                int(t) for t in generate(model, idx, n_tokens, temperature=0, use_cache=use_cache)), device))
+            texts[use_cache] = out
+    cached, uncached = (n_tokens / statistics.median(times[c]) for c in (True, False))
+    return {"cached_tokens_per_s": cached, "uncached_tokens_per_s": uncached, "speedup": cached / uncached,
+            "same_text": texts[True] == texts[False], "n_tokens": n_tokens,
+            "model": f"{mcfg.n_layer}x{mcfg.n_head}x{mcfg.n_embd}, block {mcfg.block_size}"}
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    p = ArgParser(prog="bench.py", description="Measure training and generation speed (ratios in one run).")
+    p.add_argument("config", nargs="?", default="configs/shakespeare_char.yaml")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated training dtypes")
+    p.add_argument("--steps", type=int, default=10, help="timed training steps per dtype")
+    p.add_argument("--compile", action="store_true", help="torch.compile the training model")
+    p.add_argument("--loss-steps", type=int, default=0, help="also compare the loss after this many steps")
+    p.add_argument("--gen-tokens", type=int, default=500, help="0 skips the generation benchmark")
+    p.add_argument("--gen-layers", type=int, default=6)
+    p.add_argument("--gen-heads", type=int, default=6)
+    p.add_argument("--gen-embd", type=int, default=384)
+    p.add_argument("--gen-block", type=int, default=512)
+    p.add_argument("--json", help="also write the results here")
+    args = p.parse_args(argv)
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    bad = [d for d in dtypes if d not in ("float32", "bfloat16", "float16")]
+    if bad or not dtypes:
+        raise UserError(f"--dtypes={args.dtypes!r}: use float32, bfloat16 and/or float16")
+
+    cfg = load_config(args.config, args.set)
+    device = resolve_device(cfg.train.device)
+    data = load_prepared(prepare(cfg))
+    cfg.model.vocab_size = data.tokenizer.vocab_size
+    m = cfg.model
+    res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
+                 "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+                 "config": args.config, "overrides": args.set,
+                 "model": f"{m.n_layer}x{m.n_head}x{m.n_embd}, block {m.block_size}, batch {cfg.train.batch_size}"}
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name()
+        nominal = next((v for k, v in GPU_PEAK_BF16.items() if k in name), None)
+        res["gpu"] = name
+        peaks = {d: nominal * (0.5 if d == "float32" else 1.0) for d in dtypes} if nominal else {}
+    else:
+        peaks = {}
+    if not peaks:
+        peaks = {d: matmul_peak(getattr(torch, d), device) for d in dtypes}
+    res["matmul_peak_gflops"] = {d: v / 1e9 for d, v in peaks.items()}
+
+    train = bench_training(cfg, data, dtypes, device, args.steps, args.compile)
+    for d, r in train.items():
+        r["mfu"] = r.pop("achieved_flops") / peaks[d]
+    res["train"] = train
+    base = dtypes[0]
+    print(f"training  {res['model']}, {device}, torch {torch.__version__}, {res['threads']} threads")
+    print(f"{'dtype':<10}{'ms/step':>10}{'tokens/s':>12}{'vs ' + base:>12}{'MFU':>8}{'peak GFLOP/s':>14}")
+    for d, r in train.items():
+        print(f"{d:<10}{r['step_ms']:>10.1f}{r['tokens_per_s']:>12,.0f}"
+              f"{r['tokens_per_s'] / train[base]['tokens_per_s']:>9.2f}x{r['mfu']:>8.1%}{peaks[d] / 1e9:>14.0f}")
+    if args.loss_steps:
+        res["loss_after_steps"] = {"steps": args.loss_steps, **loss_parity(cfg, data, dtypes, device, args.loss_steps)}
+        print(f"loss after {args.loss_steps} steps: " +
+              ", ".join(f"{d} {res['loss_after_steps'][d]:.4f}" for d in dtypes))
+    if args.gen_tokens:
+        gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
+                           n_embd=args.gen_embd, vocab_size=m.vocab_size)
+        g = bench_generation(gcfg, args.gen_tokens, device)
+        res["generate"] = g
+        print(f"generation {g['model']}, {g['n_tokens']} tokens: KV cache {g['cached_tokens_per_s']:,.0f} tok/s, "
+              f"no cache {g['uncached_tokens_per_s']:,.0f} tok/s, {g['speedup']:.1f}x, same text: {g['same_text']}")
+    res["peak_memory_mb"] = peak_memory_mb(device)
+    print(f"peak memory: {res['peak_memory_mb']:,.0f} MB")
+    print(json.dumps(res))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return res
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,644 @@
+"""A deterministic synthetic corpus of short stories: the default `stories` dataset.
+
+Why this corpus needs attention. Each story introduces one girl and one boy, each with attributes
+of their own (a coloured toy, a named pet, a home, a food, a coloured piece of clothing), e.g.
+
+    ... a girl named Mia. Mia had a red kite. She had a cat named Tib. ...
+    ... a boy called Leo. He had a blue drum. He lived with a dog called Rex. ...
+
+After a few filler sentences (weather, places, passers-by, dialogue) the story refers back by
+pronoun:
+
+    ... A crow hopped onto the fence. Then she picked up her red kite. ...
+
+The word after "her " is not predictable from the nearby words: it is Mia's colour, stated in
+her introduction (and often again by name a sentence or two before: "Mia showed her red kite to
+Leo."), usually 100+ characters earlier and next to a distractor (Leo, with a different colour of
+his own, often mentioned more recently). A model can only predict it by attending from "her " back
+to the antecedent's words, skipping the distractor's. Most references stay within 128 characters
+of both the antecedent's name and the attribute's earlier mention, so the default 128-char context
+can resolve them; the rest need a longer one. Names, pets, colours and places are drawn afresh for
+every story from hundreds of words, and sentences from a hundred templates, so the text cannot
+simply be memorised.
+
+Pronouns stay unambiguous: a story has exactly one female and one male character who are referred
+to by pronoun; the optional third character is a role ("the old baker") never referred to by
+pronoun. Every pronoun reference that selects an attribute is recorded as a `Reference` (where the
+pronoun, the attribute, the antecedent's and the distractor's names are), for attention probes.
+
+Everything is drawn from one `random.Random(seed)`, so a seed gives the same text on any machine.
+"""
+from __future__ import annotations
+
+import functools
+import random
+import re
+import string
+from dataclasses import dataclass, field, replace
+
+# ---- word lists ----------------------------------------------------------------------------------
+# Character names, pet names and every other capitalised word are disjoint, so a character's name
+# can be found in the text with a whole-word match.
+
+FEMALE_NAMES = (
+    "Mia", "Ava", "Lily", "Emma", "Zoe", "Nora", "Ella", "Ruby", "Lucy", "Anna", "Sara", "Hana",
+    "Ivy", "Maya", "Lena", "Tara", "Nina", "Alma", "Eva", "Clara", "Greta", "Olga", "Rita", "Vera",
+    "Wendy", "Kira", "Dora", "Edith", "Fiona", "Gwen", "Hilda", "Jana", "Kate", "Leah", "Mona",
+    "Nell", "Pia", "Rosa", "Tess", "Una", "Yara", "Zara", "Bella", "Cora", "Freya", "Ingrid",
+)
+MALE_NAMES = (
+    "Leo", "Sam", "Max", "Ben", "Tom", "Jack", "Finn", "Owen", "Eli", "Noah", "Liam", "Omar",
+    "Hugo", "Ivan", "Jonas", "Karl", "Luca", "Milo", "Nico", "Otto", "Paul", "Raj", "Theo",
+    "Victor", "Yusuf", "Zack", "Adam", "Carl", "Dan", "Emil", "Felix", "Gus", "Hank", "Igor",
+    "Jude", "Kai", "Leon", "Marco", "Ned", "Oscar", "Pete", "Ravi", "Sven", "Tim", "Abel", "Bruno",
+)
+FEMALE_NOUNS = ("girl", "little girl", "young girl", "clever girl", "cheerful girl")
+MALE_NOUNS = ("boy", "little boy", "young boy", "clever boy", "cheerful boy")
+PET_NAMES = (
+    "Tib", "Pip", "Bo", "Dot", "Fizz", "Biscuit", "Pepper", "Rex", "Moss", "Nutmeg", "Sprout",
+    "Ziggy", "Button", "Clover", "Pickle", "Waffle", "Muffin", "Bean", "Peanut", "Toffee", "Noodle",
+    "Pebble", "Socks", "Whiskers", "Smudge", "Bramble", "Maple", "Juniper", "Domino", "Comet",
+    "Patch", "Scamp", "Tinker", "Rusty", "Sooty", "Fluff", "Wiggles", "Gizmo", "Bubbles", "Acorn",
+)
+PETS = (
+    "cat", "dog", "puppy", "kitten", "rabbit", "hamster", "parrot", "goat", "pony", "duck",
+    "goose", "frog", "turtle", "mouse", "owl", "hen", "lamb", "ferret", "canary", "lizard",
+    "piglet", "donkey", "hedgehog", "goldfish",
+)
+COLOURS = (
+    "red", "blue", "green", "yellow", "orange", "purple", "pink", "white", "black", "brown",
+    "grey", "golden", "silver", "violet", "crimson", "scarlet", "turquoise", "navy",
+)
+OBJECTS = (
+    "kite", "ball", "drum", "book", "boat", "bucket", "lantern", "whistle", "basket", "umbrella",
+    "bicycle", "wagon", "flute", "trumpet", "shovel", "marble", "backpack", "notebook", "crayon",
+    "balloon", "compass", "teapot", "cup", "sled", "spoon", "key", "box", "jar", "rope", "violin",
+    "guitar", "camera", "clock", "bell", "robot", "puzzle", "skateboard", "pencil",
+)
+CLOTHES = ("hat", "coat", "scarf", "cap", "jacket", "sweater", "cloak", "vest", "shawl", "beret")
+FOODS = (
+    "apples", "plums", "figs", "cherries", "grapes", "pears", "walnuts", "almonds", "raisins",
+    "cookies", "crackers", "pretzels", "peanuts", "berries", "olives", "dates", "muffins", "buns",
+    "sweets", "toffees", "lemons", "peaches", "apricots", "sandwiches", "chestnuts", "carrots",
+    "radishes", "tomatoes",
+)
+PLACES = (
+    "mill", "river", "bridge", "lake", "bakery", "market", "harbour", "forest", "orchard", "pond",
+    "windmill", "lighthouse", "station", "meadow", "castle", "farm", "school", "library", "park",
+    "beach", "hill", "well", "garden", "canal", "square", "tower", "barn", "fountain", "quarry",
+    "chapel",
+)
+LANDSCAPES = (
+    "sea", "hills", "mountains", "woods", "valley", "moor", "coast", "plain", "cliffs", "marsh",
+    "dunes", "fields",
+)
+TOWNS = ("village", "town", "hamlet", "city", "port")
+TOWN_ADJECTIVES = (
+    "small", "quiet", "busy", "sleepy", "windy", "sunny", "old", "tiny", "little", "pretty",
+)
+WEATHER_ADJECTIVES = (
+    "windy", "rainy", "sunny", "foggy", "cold", "warm", "bright", "grey", "cloudy", "still",
+    "frosty", "stormy",
+)
+DAY_PARTS = ("morning", "afternoon", "evening", "day", "night")
+DIRECTIONS = ("north", "south", "east", "west")
+SMELLS = ("rain", "bread", "smoke", "pine", "roses", "salt", "hay", "soup", "mud", "honey", "tar")
+ROAD_ADJECTIVES = (
+    "long", "narrow", "muddy", "dusty", "steep", "winding", "wide", "rocky", "smooth", "empty",
+)
+STRUCTURES = (
+    "wall", "gate", "bench", "oak", "statue", "fence", "shed", "cottage", "stable", "tent",
+)
+WILD_ANIMALS = (
+    "crow", "sparrow", "squirrel", "deer", "bee", "butterfly", "beetle", "snail", "robin", "heron",
+    "badger", "mole", "swan", "bat", "moth", "magpie", "pigeon", "seagull", "ant", "toad",
+)
+WILD_VERBS = (
+    "hopped", "flew", "crawled", "ran", "jumped", "climbed", "wandered", "darted", "scurried",
+)
+PREPOSITIONS = ("onto", "over", "under", "across", "along", "past", "around", "behind", "near")
+THINGS = (
+    "fence", "roof", "path", "wall", "bridge", "gate", "hedge", "chimney", "stone", "log", "cart",
+    "puddle", "window", "ladder", "barrel", "bench", "steps",
+)
+CARGO = (
+    "hay", "wood", "stones", "bricks", "sacks", "barrels", "pumpkins", "turnips", "flowers",
+    "coal", "wool", "fish", "cabbages",
+)
+NUMBERS = (
+    "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+)
+GROUNDS = ("field", "yard", "road", "street", "lawn", "grass", "rooftops", "valley")
+FEELINGS = (
+    "happy", "tired", "sleepy", "hungry", "excited", "proud", "calm", "cheerful", "curious",
+    "brave",
+)
+DAY_ADJECTIVES = ("happy", "busy", "strange", "lovely", "long", "funny", "quiet", "wonderful")
+SEATS = ("bench", "log", "wall", "fence", "stone", "steps", "stool", "grass", "swing")
+FURNITURE = ("bed", "table", "stairs", "sofa", "chair", "cupboard", "blanket", "desk", "rug")
+ROLES = (
+    "baker", "farmer", "teacher", "doctor", "painter", "miller", "potter", "weaver", "gardener",
+    "shopkeeper", "sailor", "carpenter", "tailor", "librarian", "shepherd", "cook", "musician",
+    "mayor", "beekeeper", "clockmaker",
+)
+ROLE_ADJECTIVES = (
+    "old", "kind", "tall", "busy", "cheerful", "grumpy", "quiet", "clever", "young", "friendly",
+)
+ROLE_ITEMS = (
+    "ladder", "sack", "wheelbarrow", "broom", "pie", "lamp", "parcel", "letter", "hammer", "loaf",
+)
+HABITS = (
+    "knew every path in the valley", "told long stories", "grew tall sunflowers",
+    "got up before dawn", "kept bees in the garden", "sang while working", "never stopped talking",
+    "fixed anything that was broken", "fed the birds every morning",
+)
+LINES = (
+    "Look at the sky", "What a lovely day", "I am so hungry", "Wait for me", "Let us go and play",
+    "I can hear the sea", "It is getting late", "The wind is cold today", "I found a shiny stone",
+    "We should go home soon", "This is the best day ever", "My feet are tired",
+    "I know a secret path", "Let us race to the gate", "I think it will snow",
+)
+QUESTIONS = (
+    "Where are you going", "Do you want to play", "Is it going to rain", "What is that noise",
+    "Can you see the boats", "Who lives in that house", "Shall we have a picnic",
+    "Have you ever seen a whale",
+)
+EXCLAIMS = ("Hooray", "Oh no", "Look out", "Well done", "How wonderful", "Come quickly", "Hurry up")
+
+# Slots filled afresh each time they occur in a sentence (fillers, settings, props).
+_GENERIC_SLOTS: dict[str, tuple[str, ...]] = {
+    "place": PLACES, "landscape": LANDSCAPES, "town": TOWNS, "town_adj": TOWN_ADJECTIVES,
+    "weather_adj": WEATHER_ADJECTIVES, "day_part": DAY_PARTS, "direction": DIRECTIONS,
+    "smell": SMELLS, "road_adj": ROAD_ADJECTIVES, "structure": STRUCTURES, "wild": WILD_ANIMALS,
+    "wild_verb": WILD_VERBS, "prep": PREPOSITIONS, "thing": THINGS, "cargo": CARGO,
+    "number": NUMBERS, "ground": GROUNDS, "feeling": FEELINGS, "day_adj": DAY_ADJECTIVES,
+    "furniture": FURNITURE, "seat": SEATS, "colour_any": COLOURS, "habit": HABITS, "line": LINES,
+    "question": QUESTIONS, "exclaim": EXCLAIMS, "role_item": ROLE_ITEMS,
+}
+
+# ---- attributes ----------------------------------------------------------------------------------
+# A "fact" is one introduction sentence; it fixes one or two attribute kinds of a character.
+FACTS: dict[str, tuple[str, ...]] = {
+    "toy": ("colour", "object"),
+    "pet": ("pet", "pet_name"),
+    "home": ("home",),
+    "food": ("food",),
+    "clothes": ("clothes_colour", "clothes"),
+}
+ATTRIBUTE_POOLS: dict[str, tuple[str, ...]] = {
+    "colour": COLOURS, "object": OBJECTS, "pet": PETS, "pet_name": PET_NAMES, "home": PLACES,
+    "food": FOODS, "clothes_colour": COLOURS, "clothes": CLOTHES,
+}
+_FACT_OF_KIND = {kind: fact for fact, kinds in FACTS.items() for kind in kinds}
+
+# ---- templates -----------------------------------------------------------------------------------
+# Fields: {name} the subject, {other} the other main character, {subj}/{Subj} she|he, {poss}/{Poss}
+# her|his, attribute kinds ({colour}, {pet_name}, ...) of the subject, {role} the story's third
+# character, and the generic slots above. "a {x}" becomes "an {x}" before a vowel.
+
+OPENINGS = (
+    "Once upon a time there was a {noun} named {name}.",
+    "Long ago, in a {town_adj} {town} by the {landscape}, there lived a {noun} called {name}.",
+    "In a {town_adj} {town} near the {landscape} lived a {noun} named {name}.",
+    "This is a story about a {noun} called {name}.",
+    "There was once a {noun} named {name} who lived in a {town_adj} {town}.",
+    "Not far from the {landscape} lived a {noun} named {name}.",
+)
+SECOND_INTRODUCTIONS = (
+    "{other}'s best friend was a {noun} named {name}.",
+    "Next door lived a {noun} called {name}.",
+    "In the same street lived a {noun} named {name}.",
+    "One day {other} met a {noun} named {name}.",
+    "{other} had a friend, a {noun} named {name}.",
+)
+FACT_INTRODUCTIONS: dict[str, tuple[str, ...]] = {
+    "toy": (
+        "{name} had a {colour} {object}.",
+        "{Subj} had a {colour} {object} that {subj} took everywhere.",
+        "{Poss} favourite thing was a {colour} {object}.",
+        "{name}'s most precious thing was an old {colour} {object}.",
+    ),
+    "pet": (
+        "{Subj} had a {pet} named {pet_name}.",
+        "{name} lived with a {pet} called {pet_name}.",
+        "{Subj} had a pet {pet}, and its name was {pet_name}.",
+    ),
+    "home": (
+        "{Subj} lived in a little house by the {home}.",
+        "{name}'s house stood near the {home}.",
+        "{Poss} family lived next to the {home}.",
+    ),
+    "food": (
+        "{Subj} always carried a bag of {food}.",
+        "{name} loved {food} more than anything.",
+        "{Poss} pockets were always full of {food}.",
+    ),
+    "clothes": (
+        "{Subj} wore a {clothes_colour} {clothes} every day.",
+        "{name} never went out without {poss} {clothes_colour} {clothes}.",
+    ),
+}
+THIRD_INTRODUCTIONS = (
+    "Nearby lived a {role_adj} {role} who {habit}.",
+    "Everyone in the {town} knew the {role_adj} {role}.",
+    "At the end of the street worked a {role_adj} {role}.",
+)
+# The recorded references: (kind selected, template). The pronoun is lower case mid-sentence, and
+# the field named by `kind` is the first word after it that depends on who the pronoun refers to.
+PRONOUN_REFERENCES: tuple[tuple[str, str], ...] = (
+    ("colour", "Then {subj} picked up {poss} {colour} {object}."),
+    ("colour", "After a while {subj} found {poss} {colour} {object} under the {furniture}."),
+    ("colour", "Later {subj} painted a small star on {poss} {colour} {object}."),
+    ("colour", "At last {subj} put {poss} {colour} {object} back on the shelf."),
+    ("object", "In the evening {subj} cleaned {poss} {object} with a soft cloth."),
+    ("object", "Once again {subj} forgot {poss} {object} at the {place}."),
+    ("pet", "Then {subj} called {poss} {pet}, {pet_name}."),
+    ("pet", "Soon {subj} went home to feed {poss} {pet}."),
+    ("pet", "That night {subj} told {poss} {pet} all about it."),
+    ("pet_name", "Then {subj} whistled for {pet_name}."),
+    ("pet_name", "After lunch {subj} took {pet_name} for a walk."),
+    ("home", "Then {subj} ran all the way back to the {home}."),
+    ("home", "When the bell rang, {subj} walked home to the house by the {home}."),
+    ("food", "At lunch {subj} opened {poss} bag of {food}."),
+    ("food", "Then {subj} shared {poss} {food} with a hungry {wild}."),
+    ("clothes_colour", "Then {subj} put on {poss} {clothes_colour} {clothes}."),
+    ("clothes_colour", "Because it was cold, {subj} wrapped up in {poss} {clothes_colour} "
+                       "{clothes}."),
+    ("clothes", "Suddenly {subj} noticed a hole in {poss} {clothes}."),
+)
+NAMED_ACTIONS = (
+    "{name} picked up {poss} {colour} {object} and smiled.",
+    "{name} showed {poss} {colour} {object} to {other}.",
+    "{name} gave {pet_name} a pat on the head.",
+    "{name} and {poss} {pet} ran down to the {landscape}.",
+    "{name} ate some {food} and felt {feeling}.",
+    "{name} offered {other} some {food}.",
+    "{name} pulled {poss} {clothes_colour} {clothes} tight.",
+    "From the window {name} could see the {home}.",
+    "{name} and {other} walked to the {place}.",
+    "{name} sat on the {seat} and watched a {wild}.",
+    "{name} waved to the {role}.",
+    "{name} felt {feeling} all of a sudden.",
+)
+DIALOGUES = (
+    "\"{line},\" said {name}.",
+    "{name} said, \"{line}.\"",
+    "\"{question}?\" asked {name}.",
+    "{name} shouted, \"{exclaim}!\"",
+    "{name} said to {other}, \"{line}.\"",
+    "{name} told {other}, \"My {object} is {colour}.\"",
+    "{name} called to {other}, \"Come and meet my {pet}, {pet_name}!\"",
+    "{name} said, \"I want to go home to the {home}.\"",
+    "{name} asked {other}, \"Would you like some {food}?\"",
+    "{name} asked {other}, \"Do you like my {clothes_colour} {clothes}?\"",
+)
+# Fillers mention nobody by name or pronoun: they put distance between a mention and a reference.
+WEATHER = (
+    "The sun shone over the {landscape}.",
+    "A {weather_adj} wind blew from the {direction}.",
+    "Soft rain fell on the roofs of the {town}.",
+    "Grey clouds rolled over the {landscape}.",
+    "It was a {weather_adj} {day_part}.",
+    "Snow lay on the path to the {place}.",
+    "The air smelled of {smell}.",
+    "Thunder rumbled far away over the {landscape}.",
+    "The sky over the {place} turned {colour_any}.",
+)
+SCENERY = (
+    "The road to the {place} was {road_adj} and {road_adj}.",
+    "Near the {place} there was an old {structure}.",
+    "The {place} was quiet at this time of day.",
+    "Beyond the {place}, the {landscape} stretched out for miles.",
+    "Lanterns glowed along the street near the {place}.",
+    "A {colour_any} flag flew above the {place}.",
+)
+EVENTS = (
+    "A {wild} {wild_verb} {prep} the {thing}.",
+    "Somewhere a bell rang {number} times.",
+    "A cart full of {cargo} rolled past.",
+    "Someone was singing near the {place}.",
+    "A leaf drifted down and landed on the {ground}.",
+    "Smoke rose from a chimney across the {ground}.",
+    "The smell of fresh bread came from the bakery.",
+    "A {wild} sat very still on the {thing}.",
+    "A little boat sailed past the {place}.",
+    "Far away a clock struck {number}.",
+)
+THIRD_EVENTS = (
+    "The {role} waved from a window.",
+    "Just then the {role} walked by with a {role_item}.",
+    "The {role} was humming an old song.",
+    "Far off, the {role} called out a greeting.",
+    "The {role} stopped to talk about the weather.",
+)
+ENDINGS = (
+    "In the end, {name} and {other} went home {feeling}.",
+    "That night everyone in the {town} slept well.",
+    "And that was the end of a {day_adj} day.",
+    "The next morning, the sun rose over the {landscape} again.",
+    "{name} and {other} stayed friends for many years.",
+)
+FILLERS = WEATHER + SCENERY + EVENTS
+ALL_TEMPLATES = (
+    OPENINGS + SECOND_INTRODUCTIONS + sum(FACT_INTRODUCTIONS.values(), ()) + THIRD_INTRODUCTIONS
+    + tuple(t for _, t in PRONOUN_REFERENCES) + NAMED_ACTIONS + DIALOGUES + FILLERS + THIRD_EVENTS
+    + ENDINGS
+)
+
+_PRONOUNS = {
+    "female": {"subj": "she", "Subj": "She", "poss": "her", "Poss": "Her"},
+    "male": {"subj": "he", "Subj": "He", "poss": "his", "Poss": "His"},
+}
+_ARTICLE = re.compile(r'(^|[\s"])[Aa] $')  # a literal ending in the article "a "/"A "
+
+
+# ---- references ----------------------------------------------------------------------------------
+@dataclass
+class Reference:
+    """A pronoun reference that selects an attribute of its antecedent; offsets are char offsets."""
+
+    pronoun_pos: int  # offset of the pronoun ("she"/"he") in the text
+    pronoun: str  # "she" or "he"
+    attribute_pos: int  # offset where the selected attribute starts (what the model must predict)
+    attribute: str  # the attribute text, e.g. "red": the first word that depends on the antecedent
+    kind: str  # which attribute kind is selected: "colour", "pet", "object", ... (see FACTS)
+    antecedent: str  # the antecedent's name, e.g. "Mia"
+    antecedent_spans: list[tuple[int, int]]  # [start, end) of its mentions before attribute_pos
+    distractor: str  # the other main character's name (the other gender)
+    distractor_spans: list[tuple[int, int]]  # [start, end) of its mentions before attribute_pos
+    distractor_attribute: str  # the distractor's attribute of the same kind (always different)
+
+
+def reference_to_dict(r: Reference) -> dict:
+    """Plain JSON-able data (spans become lists of two ints)."""
+    d = {k: getattr(r, k) for k in Reference.__dataclass_fields__}
+    d["antecedent_spans"] = [[s, e] for s, e in r.antecedent_spans]
+    d["distractor_spans"] = [[s, e] for s, e in r.distractor_spans]
+    return d
+
+
+def reference_from_dict(d: dict) -> Reference:
+    """Inverse of `reference_to_dict` (also accepts its output after a JSON round trip)."""
+    keys = ("antecedent_spans", "distractor_spans")
+    spans = {k: [(int(s), int(e)) for s, e in d[k]] for k in keys}
+    return Reference(**{**d, **spans})
+
+
+def _shifted(r: Reference, offset: int) -> Reference:
+    """The same reference with every offset moved by `offset`."""
+    return replace(
+        r, pronoun_pos=r.pronoun_pos + offset, attribute_pos=r.attribute_pos + offset,
+        antecedent_spans=[(s + offset, e + offset) for s, e in r.antecedent_spans],
+        distractor_spans=[(s + offset, e + offset) for s, e in r.distractor_spans],
+    )
+
+
+# ---- rendering -----------------------------------------------------------------------------------
+@dataclass
+class _Character:
+    name: str
+    gender: str  # "female" | "male"
+    noun: str  # "girl", "little boy", ...
+    attributes: dict[str, str] = field(default_factory=dict)  # kind -> value
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(template: str) -> tuple[tuple[str, str | None], ...]:
+    """The template as (literal text, field name or None) pairs."""
+    return tuple((literal, name) for literal, name, _, _ in string.Formatter().parse(template))
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(template: str) -> frozenset[str]:
+    """The field names a template uses."""
+    return frozenset(name for _, name in _parse(template) if name is not None)
+
+
+@functools.lru_cache(maxsize=None)
+def _facts_needed(template: str) -> frozenset[str]:
+    """Which facts (FACTS keys) a template's attribute fields need the story to have introduced."""
+    return frozenset(_FACT_OF_KIND[name] for name in _fields(template) if name in _FACT_OF_KIND)
+
+
+def _render(template: str, slots: dict[str, str], rng: random.Random) -> tuple[str, dict[str, int]]:
+    """Fill a template; returns the text and the offset of each field's first occurrence."""
+    parts: list[str] = []
+    offsets: dict[str, int] = {}
+    length = 0
+    for literal, name in _parse(template):
+        if name is None:
+            parts.append(literal)
+            length += len(literal)
+            continue
+        if name in slots:
+            value = slots[name]
+        else:  # a generic slot: a fresh word each time it occurs
+            value = rng.choice(_GENERIC_SLOTS[name])
+        if value[0] in "aeiou" and _ARTICLE.search(literal):
+            literal = literal[:-1] + "n "
+        parts.append(literal)
+        length += len(literal)
+        offsets.setdefault(name, length)
+        parts.append(value)
+        length += len(value)
+    return "".join(parts), offsets
+
+
+class _Writer:
+    """Accumulates one story's sentences: " " between sentences, "\n" between paragraphs."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.length = 0
+        self.separator = ""
+
+    def sentence(self, text: str) -> int:
+        """Append a sentence; returns its offset in the story."""
+        self.parts.append(self.separator)
+        self.length += len(self.separator)
+        start = self.length
+        self.parts.append(text)
+        self.length += len(text)
+        self.separator = " "
+        return start
+
+    def paragraph(self) -> None:
+        """Start a new paragraph at the next sentence (a single newline, never a blank line)."""
+        if self.parts:
+            self.separator = "\n"
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+# ---- stories -------------------------------------------------------------------------------------
+def _make_characters(rng: random.Random) -> tuple[_Character, _Character]:
+    """One girl and one boy whose attributes differ within every kind."""
+    girl = _Character(rng.choice(FEMALE_NAMES), "female", rng.choice(FEMALE_NOUNS))
+    boy = _Character(rng.choice(MALE_NAMES), "male", rng.choice(MALE_NOUNS))
+    for kind, pool in ATTRIBUTE_POOLS.items():
+        girl.attributes[kind], boy.attributes[kind] = rng.sample(pool, 2)
+    return girl, boy
+
+
+def _slots(subject: _Character, other: _Character, story: dict[str, str]) -> dict[str, str]:
+    """Field values for a sentence about `subject` (with `other` as the second character)."""
+    return {
+        **story, **subject.attributes, **_PRONOUNS[subject.gender],
+        "name": subject.name, "other": other.name, "noun": subject.noun,
+    }
+
+
+def generate_story(rng: random.Random) -> tuple[str, list[Reference]]:
+    """One story; offsets relative to the story's start."""
+    girl, boy = _make_characters(rng)
+    first, second = (girl, boy) if rng.random() < 0.5 else (boy, girl)
+    facts = rng.sample(tuple(FACTS), rng.randint(3, 4))
+    has_third = rng.random() < 0.6
+    story = {  # fixed for the whole story
+        "role": rng.choice(ROLES), "role_adj": rng.choice(ROLE_ADJECTIVES),
+        "town": rng.choice(TOWNS), "town_adj": rng.choice(TOWN_ADJECTIVES),
+    }
+    writer = _Writer()
+    last_mentions_role = False  # did the latest sentence mention the third character?
+
+    def say(template: str, subject: _Character) -> tuple[int, dict[str, int]]:
+        nonlocal last_mentions_role
+        last_mentions_role = "role" in _fields(template)
+        other = boy if subject is girl else girl
+        text, offsets = _render(template, _slots(subject, other, story), rng)
+        return writer.sentence(text), offsets
+
+    def usable(templates: tuple[str, ...]) -> list[str]:
+        ok = [t for t in templates if _facts_needed(t) <= set(facts)]
+        return ok if has_third else [t for t in ok if "role" not in _fields(t)]
+
+    # Introductions: each main character with every chosen fact, then the third character.
+    for character, openings in ((first, OPENINGS), (second, SECOND_INTRODUCTIONS)):
+        say(rng.choice(openings), character)
+        for fact in rng.sample(facts, len(facts)):
+            say(rng.choice(FACT_INTRODUCTIONS[fact]), character)
+    if has_third:
+        say(rng.choice(THIRD_INTRODUCTIONS), first)
+    writer.paragraph()
+
+    # Body: pronoun-reference episodes mixed with named actions, dialogue and the third character.
+    # A reference episode may first remind the reader of the antecedent's attribute and of the
+    # distractor's (same kind, by name), then 0-2 fillers, then the pronoun: most references then
+    # reach back 50-150 chars, so a model with a 128-char context can resolve them by attention.
+    references = usable(tuple(t for _, t in PRONOUN_REFERENCES))
+    kind_of = dict((t, k) for k, t in PRONOUN_REFERENCES)
+    episodes = ["reference"] * rng.randint(2, 4) + ["action"] * rng.randint(1, 2)
+    episodes += ["dialogue"] * rng.randint(0, 2) + ["third"] * (has_third and rng.randint(0, 2))
+    rng.shuffle(episodes)
+    raw_refs = []  # (pronoun_pos, attribute_pos, kind, antecedent)
+    for episode in episodes:
+        subject = rng.choice((girl, boy))
+        other = boy if subject is girl else girl
+        if episode == "reference":
+            template = rng.choice(references)
+            kind = kind_of[template]
+            # A reminder names a character and states its attribute of the kind the pronoun selects.
+            reminders = [t for t in usable(NAMED_ACTIONS + DIALOGUES) if kind in _fields(t)]
+            said = [c for c, p in ((subject, 0.85), (other, 0.5)) if rng.random() < p]
+            for character in rng.sample(said, len(said)):
+                say(rng.choice(reminders), character)
+            n_fillers = rng.choice((0, 0, 1, 1, 1, 2))
+            if last_mentions_role:  # never "Mia waved to the baker. Then he ...": he is unambiguous
+                n_fillers = max(n_fillers, 1)
+            for _ in range(n_fillers):
+                say(rng.choice(FILLERS), subject)
+            start, offsets = say(template, subject)
+            raw_refs.append((start + offsets["subj"], start + offsets[kind], kind, subject))
+        elif episode == "action":
+            if rng.random() < 0.5:
+                say(rng.choice(FILLERS), subject)
+            say(rng.choice(usable(NAMED_ACTIONS)), subject)
+        elif episode == "dialogue":
+            say(rng.choice(usable(DIALOGUES)), subject)
+            say(rng.choice(usable(DIALOGUES)), other)
+        else:
+            say(rng.choice(THIRD_EVENTS), subject)
+        if rng.random() < 0.3:
+            writer.paragraph()
+    writer.paragraph()
+    say(rng.choice(ENDINGS), first)
+
+    text = writer.text()
+    mentions = {c.name: [m.span() for m in re.finditer(rf"\b{c.name}\b", text)]
+                for c in (girl, boy)}
+    out = []
+    for pronoun_pos, attribute_pos, kind, antecedent in raw_refs:
+        distractor = boy if antecedent is girl else girl
+        out.append(Reference(
+            pronoun_pos=pronoun_pos,
+            pronoun=_PRONOUNS[antecedent.gender]["subj"],
+            attribute_pos=attribute_pos,
+            attribute=antecedent.attributes[kind],
+            kind=kind,
+            antecedent=antecedent.name,
+            antecedent_spans=[s for s in mentions[antecedent.name] if s[0] < attribute_pos],
+            distractor=distractor.name,
+            distractor_spans=[s for s in mentions[distractor.name] if s[0] < attribute_pos],
+            distractor_attribute=distractor.attributes[kind],
+        ))
+    return text, out
+
+
+def generate_stories(n_chars: int = 1_500_000, seed: int = 1337) -> tuple[str, list[Reference]]:
+    """Stories joined by a blank line ("\\n\\n") until the text reaches n_chars (it may stop at the
+    end of the story that crosses n_chars); references with offsets into the whole text.
+    Deterministic: the same (n_chars, seed) gives the same text and references on any machine."""
+    if n_chars <= 0:
+        raise ValueError(f"n_chars must be positive, got {n_chars}")
+    rng = random.Random(seed)
+    parts: list[str] = []
+    references: list[Reference] = []
+    length = 0
+    while length < n_chars:
+        if parts:
+            parts.append("\n\n")
+            length += 2
+        story, refs = generate_story(rng)
+        references.extend(_shifted(r, length) for r in refs)
+        parts.append(story)
+        length += len(story)
+    return "".join(parts), references
+
+
+def corpus_stats(text: str, references: list[Reference]) -> dict[str, float]:
+    """Size, vocabulary and reach-back figures of a generated corpus (for `__main__` and tests)."""
+    words = re.findall(r"[A-Za-z]+", text)
+    # Reach-back: from the end of the antecedent's last name mention to the attribute.
+    reach = [r.attribute_pos - r.antecedent_spans[-1][1] for r in references]
+    # Resolvable in a 128-char context: the antecedent's last mention and an earlier occurrence of
+    # the attribute (its introduction or a reminder) both lie in the 128 chars before the attribute.
+    in_window = 0
+    for r in references:
+        window_start = max(r.attribute_pos - 128, 0)
+        stated = re.search(rf"\b{r.attribute}\b", text[window_start:r.pronoun_pos]) is not None
+        in_window += stated and r.antecedent_spans[-1][0] >= window_start
+    return {
+        "chars": len(text),
+        "stories": text.count("\n\n") + 1,
+        "words": len(words),
+        "word_types": len({w.lower() for w in words}),
+        "templates": len(ALL_TEMPLATES),
+        "references": len(references),
+        "mean_reach_back_chars": sum(reach) / max(len(reach), 1),
+        "share_reach_back_100+": sum(d >= 100 for d in reach) / max(len(reach), 1),
+        "share_in_128_window": in_window / max(len(reach), 1),
+    }
+
+
+if __name__ == "__main__":
+    import time
+
+    t0 = time.perf_counter()
+    corpus, refs = generate_stories()
+    seconds = time.perf_counter() - t0
+    for sample in corpus.split("\n\n")[:2]:
+        print(sample, end="\n\n")
+    for key, value in corpus_stats(corpus, refs).items():
+        print(f"{key:>24}: {value:.3f}" if isinstance(value, float) else f"{key:>24}: {value}")
+    print(f"{'generation_seconds':>24}: {seconds:.2f}")

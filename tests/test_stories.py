@@ -1,0 +1,165 @@
+"""Guards data/stories.py, the generated `stories` corpus: determinism for a seed (also across
+processes), size, clean text (printable ASCII, blank lines only between stories), a vocabulary and
+template set too rich to memorise, and that every recorded pronoun Reference agrees with the text:
+the attribute sits at attribute_pos, the spans index the names, the distractor differs, enough
+references reach 100+ chars back, and References survive a JSON round trip.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from data.stories import (
+    ALL_TEMPLATES, ATTRIBUTE_POOLS, FEMALE_NAMES, MALE_NAMES, PET_NAMES, ROLES, Reference,
+    corpus_stats, generate_stories, generate_story, reference_from_dict, reference_to_dict,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def corpus() -> tuple[str, list[Reference]]:
+    """About 300 kB of stories, shared by the property tests."""
+    return generate_stories(300_000, seed=7)
+
+
+def test_deterministic_for_a_seed_and_different_for_another():
+    text, refs = generate_stories(50_000, seed=1)
+    assert generate_stories(50_000, seed=1) == (text, refs)
+    other, _ = generate_stories(50_000, seed=2)
+    assert other != text
+
+
+def test_same_text_in_another_process_with_another_hash_seed():
+    """No dependence on set/dict hash order: PYTHONHASHSEED must not change the corpus."""
+    code = ("import hashlib; from data.stories import generate_stories; "
+            "print(hashlib.sha256(generate_stories(20_000, 5)[0].encode()).hexdigest())")
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == hashlib.sha256(generate_stories(20_000, 5)[0].encode()).hexdigest()
+
+
+@pytest.mark.parametrize("n_chars", [1, 5_000, 120_000])
+def test_size_stops_at_the_story_that_crosses_n_chars(n_chars):
+    text, _ = generate_stories(n_chars, seed=3)
+    last_story = text.split("\n\n")[-1]
+    assert n_chars <= len(text) < n_chars + len(last_story) + 2
+
+
+def test_default_size_is_about_1_5_mb_and_fast():
+    t0 = time.perf_counter()
+    text, _ = generate_stories()
+    seconds = time.perf_counter() - t0
+    assert 1_500_000 <= len(text) < 1_510_000
+    assert seconds < 5, f"generating 1.5 MB took {seconds:.1f} s (budget 5 s)"
+
+
+def test_rejects_a_non_positive_size():
+    with pytest.raises(ValueError, match="n_chars"):
+        generate_stories(0)
+
+
+def test_text_is_printable_ascii_and_blank_lines_only_separate_stories(corpus):
+    text, _ = corpus
+    assert set(text) <= {chr(c) for c in range(32, 127)} | {"\n"}
+    stories = text.split("\n\n")
+    assert len(stories) > 100
+    for story in stories:
+        assert story and story == story.strip(), repr(story[:80])
+
+
+def test_whole_text_is_the_stories_of_generate_story_joined(corpus):
+    """generate_stories = generate_story repeatedly from one Random(seed), offsets shifted."""
+    text, refs = corpus
+    rng = random.Random(7)
+    pieces, expected, offset = [], [], 0
+    while offset < len(text):
+        story, story_refs = generate_story(rng)
+        for r in story_refs:
+            assert story[r.attribute_pos:].startswith(r.attribute)
+            expected.append((r.pronoun_pos + offset, r.attribute_pos + offset, r.attribute))
+        pieces.append(story)
+        offset += len(story) + 2
+    assert "\n\n".join(pieces) == text
+    assert [(r.pronoun_pos, r.attribute_pos, r.attribute) for r in refs] == expected
+
+
+def test_every_reference_agrees_with_the_text(corpus):
+    text, refs = corpus
+    assert len(refs) > 500
+    for r in refs:
+        separator = text.rfind("\n\n", 0, r.pronoun_pos)
+        story_start = 0 if separator < 0 else separator + 2
+        prefix = text[story_start:r.attribute_pos]
+        assert "\n\n" not in text[r.pronoun_pos:r.attribute_pos + len(r.attribute)]
+        # the pronoun and the attribute are whole words at their offsets, pronoun first
+        assert re.match(rf"{r.pronoun}\b", text[r.pronoun_pos:]), text[r.pronoun_pos:][:20]
+        assert not text[r.pronoun_pos - 1].isalpha()
+        assert re.match(rf"{re.escape(r.attribute)}\b", text[r.attribute_pos:])
+        assert r.pronoun_pos < r.attribute_pos
+        # genders: she -> a girl with a boy as distractor, he -> the reverse
+        she = r.pronoun == "she"
+        girl, boy = (r.antecedent, r.distractor) if she else (r.distractor, r.antecedent)
+        assert r.pronoun in ("she", "he") and girl in FEMALE_NAMES and boy in MALE_NAMES
+        # attributes: a known kind, both from its pool, different, both stated before the pronoun
+        assert r.kind in ATTRIBUTE_POOLS
+        assert {r.attribute, r.distractor_attribute} <= set(ATTRIBUTE_POOLS[r.kind])
+        assert r.attribute != r.distractor_attribute
+        before = text[story_start:r.pronoun_pos]
+        assert re.search(rf"\b{r.attribute}\b", before), (r, before)
+        assert re.search(rf"\b{r.distractor_attribute}\b", before), (r, before)
+        # spans: every mention of each name in this story before the attribute, in order
+        for name, spans in ((r.antecedent, r.antecedent_spans), (r.distractor, r.distractor_spans)):
+            found = [(m.start() + story_start, m.end() + story_start)
+                     for m in re.finditer(rf"\b{name}\b", prefix)]
+            assert spans == found and spans, (name, spans, found)
+            assert all(text[s:e] == name for s, e in spans)
+
+
+def test_names_never_collide_with_pet_names():
+    assert not set(PET_NAMES) & (set(FEMALE_NAMES) | set(MALE_NAMES))
+    assert not set(FEMALE_NAMES) & set(MALE_NAMES)
+
+
+def test_all_kinds_and_both_pronouns_are_referenced(corpus):
+    _, refs = corpus
+    assert {r.kind for r in refs} == set(ATTRIBUTE_POOLS)
+    assert {r.pronoun for r in refs} == {"she", "he"}
+
+
+def test_rich_enough_not_to_be_memorised(corpus):
+    text, refs = corpus
+    stats = corpus_stats(text, refs)
+    assert stats["word_types"] >= 300, stats
+    assert len(ALL_TEMPLATES) >= 30
+    # references reach back past the nearby words, yet most stay inside a 128-char context
+    assert stats["share_reach_back_100+"] >= 0.3, stats
+    assert stats["share_in_128_window"] >= 0.4, stats
+
+
+def test_reference_dict_round_trip_through_json(corpus):
+    _, refs = corpus
+    for r in refs[:200]:
+        d = json.loads(json.dumps(reference_to_dict(r)))
+        assert reference_from_dict(d) == r
+        assert reference_from_dict(reference_to_dict(r)) == r
+
+
+def test_a_pronoun_never_directly_follows_a_sentence_about_the_third_character(corpus):
+    """'Mia waved to the baker. Then he ...' would let "he" mean the baker: a filler must intervene."""
+    text, refs = corpus
+    role = re.compile(rf"\bthe ({'|'.join(ROLES)})\b")
+    for r in refs:
+        ends = [m.end() for m in re.finditer(r'[.!?]"?(?= |\n)', text[:r.pronoun_pos])]
+        previous_sentence = text[ends[-2]:ends[-1]] if len(ends) >= 2 else text[:ends[-1]]
+        assert not role.search(previous_sentence), text[ends[-2]:r.attribute_pos + 20]
