@@ -26,34 +26,8 @@ from config import Config, ModelConfig, load_config, resolve_device
 from data.prepare import get_batch, load_prepared, prepare
 from errors import ArgParser, UserError, run_cli
 from model import GPT, generate
+from perf import peak_flops, sync
 from train import make_optimizer, train_step
-
-# nominal dense bf16 peaks (TFLOP/s) for MFU on GPUs, where a matmul benchmark undershoots
-GPU_PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12, "4090": 165e12}
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(fn: Callable[[], object], device: torch.device) -> float:
-    sync(device)
-    t0 = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t0
-
-
-def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 10) -> float:
-    """FLOP/s of an n x n matmul (median of reps): the practical ceiling for this dtype here."""
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    for _ in range(2):
-        a @ b
-    times = [timed(lambda: a @ b, device) for _ in range(reps)]
-    return 2 * n ** 3 / statistics.median(times)
-
 
 def autocast_for(dtype: str, device: torch.device):
     return torch.autocast(device.type, dtype=getattr(torch, dtype)) if dtype != "float32" else nullcontext()
@@ -163,16 +137,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
                  "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "config": args.config, "overrides": args.set,
                  "model": f"{m.n_layer}x{m.n_head}x{m.n_embd}, block {m.block_size}, batch {cfg.train.batch_size}"}
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name()
-        nominal = next((v for k, v in GPU_PEAK_BF16.items() if k in name), None)
-        res["gpu"] = name
-        peaks = {d: nominal * (0.5 if d == "float32" else 1.0) for d in dtypes} if nominal else {}
-    else:
-        peaks = {}
-    if not peaks:
-        peaks = {d: matmul_peak(getattr(torch, d), device) for d in dtypes}
-    res["matmul_peak_gflops"] = {d: v / 1e9 for d, v in peaks.items()}
+    peaks, sources = {}, {}
+    for d in dtypes:
+        peaks[d], sources[d] = peak_flops(d, device, reps=10)
+    res["peak_source"] = sources
+    res["peak_gflops"] = {d: v / 1e9 for d, v in peaks.items()}
 
     train = bench_training(cfg, data, dtypes, device, args.steps, args.compile)
     for d, r in train.items():

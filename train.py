@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import signal
 import sys
 import time
@@ -26,8 +27,9 @@ from config import Config, TrainConfig, config_to_dict, config_to_yaml, load_con
 from data.prepare import get_batch, load_prepared, prepare
 from errors import ArgParser, UserError, run_cli
 from model import GPT, cross_entropy
+from perf import peak_flops
 
-METRICS = ["step", "train_loss", "val_loss", "lr", "tokens_per_s", "elapsed_s"]
+METRICS = ["step", "train_loss", "val_loss", "lr", "tokens_per_s", "mfu", "elapsed_s"]
 RUN_FILES = ("ckpt.pt", "best.pt", "config.yaml", "metrics.csv")
 
 
@@ -59,13 +61,16 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler:
     for group in optimizer.param_groups:
         group["lr"] = lr
     total = torch.zeros((), device=next(model.parameters()).device)
-    for _ in range(grad_accum):
+    for micro in range(grad_accum):
         x, y = next_batch()  # (B, T), (B, T)
-        with autocast:
-            loss = cross_entropy(model(x), y)
-        # the gradients of grad_accum micro-batches add up; dividing each loss by grad_accum
-        # makes their sum the gradient of the mean loss, as if it were one big batch
-        scaler.scale(loss / grad_accum).backward()
+        # under DDP, average gradients across processes only on the last micro-step
+        no_sync = getattr(model, "no_sync", None)
+        with no_sync() if no_sync is not None and micro < grad_accum - 1 else nullcontext():
+            with autocast:
+                loss = cross_entropy(model(x), y)
+            # the gradients of grad_accum micro-batches add up; dividing each loss by grad_accum
+            # makes their sum the gradient of the mean loss, as if it were one big batch
+            scaler.scale(loss / grad_accum).backward()
         total += loss.detach() / grad_accum
     if grad_clip > 0:
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
@@ -108,6 +113,65 @@ class StopFlag:
     def restore(self) -> None:
         for s, handler in self._old.items():
             signal.signal(s, handler)
+
+
+class Distributed:
+    """One process, or one of several launched by torchrun (PyTorch DDP). The single-process run
+    goes through the same calls; they do nothing when world_size == 1."""
+
+    def __init__(self, rank: int, world_size: int, device: torch.device):
+        self.rank, self.world_size, self.device = rank, world_size, device
+
+    @classmethod
+    def from_env(cls, device: torch.device) -> "Distributed":
+        if "RANK" not in os.environ:  # not launched by torchrun
+            return cls(0, 1, device)
+        import torch.distributed as tdist
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        if device.type == "cuda":
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+        tdist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        return cls(tdist.get_rank(), tdist.get_world_size(), device)
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """DDP averages the gradients across processes during backward."""
+        if self.world_size == 1:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+        return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            torch.distributed.barrier()
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        """The mean of x over processes (for logging the loss)."""
+        if self.world_size > 1:
+            x = x.clone()
+            torch.distributed.all_reduce(x)
+            x /= self.world_size
+        return x
+
+    def any(self, flag: bool) -> bool:
+        """True if flag is true on any process (so that all stop together)."""
+        if self.world_size == 1:
+            return flag
+        x = torch.tensor([float(flag)], device=self.device)
+        torch.distributed.all_reduce(x)
+        return bool(x.item())
+
+    def gather_states(self, state: torch.Tensor) -> list[torch.Tensor]:
+        """Every process's batch-sampler state, so a resumed run continues each one exactly."""
+        if self.world_size == 1:
+            return [state]
+        states = [None] * self.world_size
+        torch.distributed.all_gather_object(states, state)
+        return states
+
+    def close(self) -> None:
+        if self.world_size > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 def check_run_dir(out_dir: Path, resume: bool) -> None:
@@ -170,10 +234,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
     device = resolve_device(t.device)
     if t.dtype == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise UserError("train.dtype=bfloat16 is not supported by this GPU; use float16 or float32")
-    torch.manual_seed(t.seed)
 
-    # ---- data ----
-    data = load_prepared(prepare(cfg))
+    # ---- processes: one, or several under torchrun (DDP) ----
+    dist = Distributed.from_env(device)
+    device, master = dist.device, dist.rank == 0
+    torch.manual_seed(t.seed)  # the same initial weights on every rank
+
+    # ---- data (rank 0 prepares, the others wait and read) ----
+    if master:
+        prepare(cfg)
+    dist.barrier()
+    data = load_prepared(prepare(cfg, show_progress=False))
     for split in ("train", "val"):
         n = len(getattr(data, split))
         if n <= cfg.model.block_size:
@@ -189,40 +260,49 @@ def main(argv: Sequence[str] | None = None) -> dict:
     scaler = torch.amp.GradScaler(device.type, enabled=(t.dtype == "float16"))
     autocast = (torch.autocast(device.type, dtype=getattr(torch, t.dtype))
                 if t.dtype != "float32" else nullcontext())
-    batch_gen = torch.Generator().manual_seed(t.seed)  # drives batch sampling only
+    batch_gen = torch.Generator().manual_seed(t.seed + dist.rank)  # batch sampling only; differs per rank
     step, best_val, elapsed = 0, float("inf"), 0.0
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scaler.load_state_dict(ckpt["scaler"])
-        batch_gen.set_state(ckpt["batch_rng"])
+        if dist.rank < len(ckpt["batch_rng"]):
+            batch_gen.set_state(ckpt["batch_rng"][dist.rank])
         restore_rng_state(ckpt["rng"])
         step, best_val, elapsed = ckpt["step"], ckpt["best_val_loss"], ckpt["elapsed_s"]
-    train_model = torch.compile(model) if t.compile else model
-    print(f"model: {model.num_params():,} parameters ({cfg.model.n_layer} layers, {cfg.model.n_head} heads, "
-          f"{cfg.model.n_embd} wide, block {cfg.model.block_size}, vocab {cfg.model.vocab_size}); "
-          f"data: {len(data.train):,} train / {len(data.val):,} val tokens; device {device}, {t.dtype}")
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "config.yaml", config_to_yaml(cfg))
-    metrics = [r for r in read_metrics(out_dir / "metrics.csv") if int(r["step"]) <= step]
+    train_model = dist.wrap(torch.compile(model) if t.compile else model)
+    tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size * dist.world_size
+    peak, peak_source = peak_flops(t.dtype, device)
+    flops_per_step = model.flops_per_token() * tokens_per_step / dist.world_size  # per process
+    if master:
+        print(f"model: {model.num_params():,} parameters ({cfg.model.n_layer} layers, {cfg.model.n_head} heads, "
+              f"{cfg.model.n_embd} wide, block {cfg.model.block_size}, vocab {cfg.model.vocab_size}); "
+              f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {dist.world_size} x {device}, "
+              f"{t.dtype}; {tokens_per_step:,} tokens/step; MFU against {peak / 1e9:,.0f} GFLOP/s ({peak_source})")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out_dir / "config.yaml", config_to_yaml(cfg))
+    metrics = [r for r in read_metrics(out_dir / "metrics.csv") if int(r["step"]) <= step] if master else []
 
     def state(with_optimizer: bool = True) -> dict:
         s = {"config": config_to_dict(cfg), "tokenizer": data.tokenizer.to_dict(), "model": model.state_dict(),
              "step": step, "best_val_loss": best_val, "elapsed_s": elapsed}
         if with_optimizer:
             s.update(optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
-                     batch_rng=batch_gen.get_state(), rng=capture_rng_state())
+                     batch_rng=dist.gather_states(batch_gen.get_state()), rng=capture_rng_state())
         return s
 
-    # ---- the loop ----
+    def save(name: str, with_optimizer: bool = True) -> None:
+        snapshot = state(with_optimizer)  # every rank joins the gather inside
+        if master:
+            save_checkpoint(out_dir / name, snapshot)
+
     def next_batch() -> tuple[torch.Tensor, torch.Tensor]:
         return get_batch(data.train, t.batch_size, cfg.model.block_size, batch_gen, device)
 
+    # ---- the loop ----
     from tqdm import tqdm
-    tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size
     stop = StopFlag()
-    bar = tqdm(total=t.max_iters, initial=step, disable=args.quiet, dynamic_ncols=True, file=sys.stderr)
+    bar = tqdm(total=t.max_iters, initial=step, disable=args.quiet or not master, dynamic_ncols=True, file=sys.stderr)
     loss_sum, loss_count = torch.zeros((), device=device), 0  # summed on the device between logs
     t_last, step_last, t_start = time.perf_counter(), step, time.perf_counter() - elapsed
     resumed_at = step if ckpt is not None else None
@@ -231,25 +311,27 @@ def main(argv: Sequence[str] | None = None) -> dict:
         while True:
             # -- evaluate and checkpoint (not again at the step we resumed from) --
             if (step % t.eval_interval == 0 or step == t.max_iters) and step != resumed_at:
-                losses = estimate_loss(train_model, data, cfg, device, autocast)
+                losses = estimate_loss(model, data, cfg, device, autocast)  # same batches on every rank
                 elapsed = time.perf_counter() - t_start
                 if not math.isfinite(losses["val"]):
                     raise UserError(f"val loss is {losses['val']} at step {step}: training diverged; lower "
                                     f"train.lr or set train.grad_clip; {out_dir / 'ckpt.pt'} keeps the last good state")
-                metrics.append({"step": step, "train_loss": f"{losses['train']:.4f}", "val_loss": f"{losses['val']:.4f}",
-                                "lr": f"{lr_at(step, t):.3e}", "elapsed_s": f"{elapsed:.1f}"})
-                write_metrics(out_dir / "metrics.csv", metrics)
-                bar.write(f"step {step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+                if master:
+                    metrics.append({"step": step, "train_loss": f"{losses['train']:.4f}",
+                                    "val_loss": f"{losses['val']:.4f}", "lr": f"{lr_at(step, t):.3e}",
+                                    "elapsed_s": f"{elapsed:.1f}"})
+                    write_metrics(out_dir / "metrics.csv", metrics)
+                    bar.write(f"step {step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
                 if losses["val"] < best_val:
                     best_val = losses["val"]
-                    save_checkpoint(out_dir / "best.pt", state(with_optimizer=False))
-                save_checkpoint(out_dir / "ckpt.pt", state())
+                    save("best.pt", with_optimizer=False)
+                save("ckpt.pt")
             if step >= t.max_iters:
                 break
-            if stop.signum is not None or (args.stop_at is not None and step >= args.stop_at):
+            if dist.any(stop.signum is not None) or (args.stop_at is not None and step >= args.stop_at):
                 exit_reason = "interrupted" if stop.signum is not None else "stopped"
                 elapsed = time.perf_counter() - t_start
-                save_checkpoint(out_dir / "ckpt.pt", state())
+                save("ckpt.pt")
                 bar.write(f"{exit_reason} at step {step}: saved {out_dir / 'ckpt.pt'}; continue with --resume")
                 break
 
@@ -262,26 +344,30 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
             # -- log (one host sync per log_interval steps) --
             if step % t.log_interval == 0 or step == t.max_iters:
-                train_loss = (loss_sum / loss_count).item()
+                train_loss = dist.mean(loss_sum / loss_count).item()
                 if not math.isfinite(train_loss):
                     raise UserError(f"training diverged: loss is {train_loss} by step {step}; lower train.lr "
                                     f"or set train.grad_clip; {out_dir / 'ckpt.pt'} keeps the last good state")
                 now = time.perf_counter()
-                tok_s = (step - step_last) * tokens_per_step / max(now - t_last, 1e-9)
+                step_time = (now - t_last) / max(step - step_last, 1)
+                tok_s, mfu = tokens_per_step / step_time, flops_per_step / step_time / peak
                 t_last, step_last = now, step
                 loss_sum.zero_()
                 loss_count = 0
                 metrics.append({"step": step, "train_loss": f"{train_loss:.4f}", "lr": f"{lr:.3e}",
-                                "tokens_per_s": f"{tok_s:.0f}", "elapsed_s": f"{now - t_start:.1f}"})
-                bar.set_postfix(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
+                                "tokens_per_s": f"{tok_s:.0f}", "mfu": f"{mfu:.4f}", "elapsed_s": f"{now - t_start:.1f}"})
+                bar.set_postfix(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}", mfu=f"{mfu:.0%}")
     finally:
         bar.close()
         stop.restore()
-        write_metrics(out_dir / "metrics.csv", metrics)
+        if master:
+            write_metrics(out_dir / "metrics.csv", metrics)
+        dist.close()
     if stop.signum is not None:
         sys.exit(128 + stop.signum)
-    print(f"{exit_reason}: step {step}, best val loss {best_val:.4f}, {time.perf_counter() - t_start:.1f} s; "
-          f"sample with: python sample.py {out_dir}")
+    if master:
+        print(f"{exit_reason}: step {step}, best val loss {best_val:.4f}, {time.perf_counter() - t_start:.1f} s; "
+              f"sample with: python sample.py {out_dir}")
     return {"step": step, "best_val_loss": best_val, "out_dir": str(out_dir)}
 
 

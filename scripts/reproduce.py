@@ -1,0 +1,88 @@
+"""Reproduce the README's headline numbers: train a shipped config through the real CLI, time it, and
+measure what the README claims about the result.
+
+    python scripts/reproduce.py stories [--out-dir DIR]        # default config: time, then % real words
+    python scripts/reproduce.py shakespeare --text FILE [--config configs/shakespeare_char.yaml]
+
+`stories`: trains configs/stories.yaml, samples 2,000 words with sample.py and reports the share of
+them that occur in the training corpus. `shakespeare`: trains a shakespeare config on a local copy of
+tiny shakespeare and reports the best val loss. Both print one JSON line at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+WORD = re.compile(r"[A-Za-z]+")
+
+
+def run(args: list[str]) -> tuple[float, str]:
+    """Run a repo script with this Python from the repo root; return (seconds, stdout)."""
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return time.perf_counter() - t0, done.stdout
+
+
+def best_val_loss(run_dir: Path) -> float:
+    import csv
+    with open(run_dir / "metrics.csv") as f:
+        return min(float(r["val_loss"]) for r in csv.DictReader(f) if r["val_loss"])
+
+
+def stories(out_dir: Path, extra: list[str]) -> dict:
+    from config import load_config
+    from data.stories import generate_stories
+
+    seconds, _ = run(["train.py", "configs/stories.yaml", "--quiet", "--set", f"train.out_dir={out_dir}", *extra])
+    words: list[str] = []
+    seed = 0
+    while len(words) < 2000:  # 2,000 words from as many samples as it takes
+        _, text = run(["sample.py", str(out_dir), "--max-new-tokens", "2000", "--seed", str(seed)])
+        words += WORD.findall(text)
+        seed += 1
+    words = words[:2000]
+    cfg = load_config(ROOT / "configs/stories.yaml", extra)
+    corpus = set(WORD.findall(generate_stories(cfg.data.stories_chars, cfg.data.stories_seed)[0]))
+    known = sum(w in corpus for w in words)
+    return {"config": "configs/stories.yaml", "train_seconds": round(seconds, 1),
+            "best_val_loss": best_val_loss(out_dir), "sampled_words": len(words),
+            "share_in_corpus": known / len(words),
+            "unknown_examples": sorted({w for w in words if w not in corpus})[:20]}
+
+
+def shakespeare(out_dir: Path, text: Path, config: str, extra: list[str]) -> dict:
+    seconds, _ = run(["train.py", config, "--quiet", "--set", f"train.out_dir={out_dir}",
+                      f"data.dataset={text}", *extra])
+    return {"config": config, "train_seconds": round(seconds, 1), "best_val_loss": best_val_loss(out_dir)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=["stories", "shakespeare"])
+    p.add_argument("--out-dir", type=Path, help="run directory (default: a fresh temp folder)")
+    p.add_argument("--text", type=Path, default=ROOT.parent / "shared/data/tinyshakespeare.txt")
+    p.add_argument("--config", default="configs/shakespeare_char.yaml")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
+    args = p.parse_args()
+    out_dir = (args.out_dir or Path(tempfile.mkdtemp(prefix="tinygpt-"))).resolve() / "run"
+    if args.what == "stories":
+        result = stories(out_dir, args.set)
+    else:
+        result = shakespeare(out_dir, args.text.resolve(), args.config, args.set)
+    result["date"] = time.strftime("%Y-%m-%d")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
