@@ -82,18 +82,21 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler:
 
 
 @torch.no_grad()
-def estimate_loss(model: torch.nn.Module, data, cfg: Config, device: torch.device, autocast) -> dict[str, float]:
-    """Mean loss over eval_iters batches per split, on the same batches every time (own generator)."""
+def estimate_loss(model: torch.nn.Module, data, cfg: Config, device: torch.device, autocast,
+                  dist: "Distributed") -> dict[str, float]:
+    """Mean loss over eval_iters batches per split, on the same batches every time (own generator);
+    under DDP each process takes its slice of each batch and the means are averaged."""
     model.eval()
     out = {}
     for split in ("train", "val"):
         gen = torch.Generator().manual_seed(cfg.train.seed + 1)
-        losses = torch.zeros(cfg.train.eval_iters)
+        losses = torch.zeros(cfg.train.eval_iters, device=device)
         for i in range(cfg.train.eval_iters):
-            x, y = get_batch(getattr(data, split), cfg.train.batch_size, cfg.model.block_size, gen, device)
+            x, y = get_batch(getattr(data, split), cfg.train.batch_size, cfg.model.block_size, gen, device,
+                             dist.rank, dist.world_size)
             with autocast:
-                losses[i] = cross_entropy(model(x), y).item()
-        out[split] = losses.mean().item()
+                losses[i] = cross_entropy(model(x), y)
+        out[split] = dist.mean(losses.mean()).item()
     model.train()
     return out
 
@@ -160,14 +163,6 @@ class Distributed:
         x = torch.tensor([float(flag)], device=self.device)
         torch.distributed.all_reduce(x)
         return bool(x.item())
-
-    def gather_states(self, state: torch.Tensor) -> list[torch.Tensor]:
-        """Every process's batch-sampler state, so a resumed run continues each one exactly."""
-        if self.world_size == 1:
-            return [state]
-        states = [None] * self.world_size
-        torch.distributed.all_gather_object(states, state)
-        return states
 
     def close(self) -> None:
         if self.world_size > 1 and torch.distributed.is_initialized():
@@ -260,14 +255,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     scaler = torch.amp.GradScaler(device.type, enabled=(t.dtype == "float16"))
     autocast = (torch.autocast(device.type, dtype=getattr(torch, t.dtype))
                 if t.dtype != "float32" else nullcontext())
-    batch_gen = torch.Generator().manual_seed(t.seed + dist.rank)  # batch sampling only; differs per rank
+    batch_gen = torch.Generator().manual_seed(t.seed)  # batch sampling only (the same on every rank)
     step, best_val, elapsed = 0, float("inf"), 0.0
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scaler.load_state_dict(ckpt["scaler"])
-        if dist.rank < len(ckpt["batch_rng"]):
-            batch_gen.set_state(ckpt["batch_rng"][dist.rank])
+        batch_gen.set_state(ckpt["batch_rng"])
         restore_rng_state(ckpt["rng"])
         step, best_val, elapsed = ckpt["step"], ckpt["best_val_loss"], ckpt["elapsed_s"]
     train_model = dist.wrap(torch.compile(model) if t.compile else model)
@@ -288,16 +282,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
              "step": step, "best_val_loss": best_val, "elapsed_s": elapsed}
         if with_optimizer:
             s.update(optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
-                     batch_rng=dist.gather_states(batch_gen.get_state()), rng=capture_rng_state())
+                     batch_rng=batch_gen.get_state(), rng=capture_rng_state())
         return s
 
     def save(name: str, with_optimizer: bool = True) -> None:
-        snapshot = state(with_optimizer)  # every rank joins the gather inside
         if master:
-            save_checkpoint(out_dir / name, snapshot)
+            save_checkpoint(out_dir / name, state(with_optimizer))
 
     def next_batch() -> tuple[torch.Tensor, torch.Tensor]:
-        return get_batch(data.train, t.batch_size, cfg.model.block_size, batch_gen, device)
+        return get_batch(data.train, t.batch_size, cfg.model.block_size, batch_gen, device, dist.rank, dist.world_size)
 
     # ---- the loop ----
     from tqdm import tqdm
@@ -311,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         while True:
             # -- evaluate and checkpoint (not again at the step we resumed from) --
             if (step % t.eval_interval == 0 or step == t.max_iters) and step != resumed_at:
-                losses = estimate_loss(model, data, cfg, device, autocast)  # same batches on every rank
+                losses = estimate_loss(model, data, cfg, device, autocast, dist)
                 elapsed = time.perf_counter() - t_start
                 if not math.isfinite(losses["val"]):
                     raise UserError(f"val loss is {losses['val']} at step {step}: training diverged; lower "

@@ -210,9 +210,14 @@ def load_prepared(folder: str | Path) -> Prepared:
 
 
 def get_batch(data: np.ndarray, batch_size: int, block_size: int, generator: torch.Generator,
-              device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows of block_size+1 tokens -> inputs x (B, T) and next-token targets y (B, T)."""
-    ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator).numpy()  # (B,)
+              device: torch.device, rank: int = 0, world_size: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows of block_size+1 tokens -> inputs x (B, T) and next-token targets y (B, T).
+
+    Under DDP every process draws the same global batch of batch_size * world_size windows from
+    the same generator and keeps its own slice, so the processes see different data and together
+    see exactly what one process with the whole batch would see."""
+    ix = torch.randint(len(data) - block_size, (batch_size * world_size,), generator=generator).numpy()
+    ix = ix[rank * batch_size:(rank + 1) * batch_size]  # (B,) this process's share
     windows = data[ix[:, None] + np.arange(block_size + 1)]  # (B, T+1): one gather from the memmap
     w = torch.from_numpy(windows.astype(np.int64))
     if device.type == "cuda":
