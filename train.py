@@ -186,7 +186,7 @@ def check_same_run(cfg: Config, saved: dict, path: Path) -> None:
     for section in ("model", "data"):
         for key, value in current[section].items():
             old = saved[section].get(key)
-            if key != "vocab_size" and old != value:
+            if key not in ("vocab_size", "prepared_dir") and old != value:
                 raise UserError(f"--resume: {section}.{key}={value!r} differs from the checkpoint's {old!r} "
                                 f"({path}); a resumed run keeps its model and data settings")
 
