@@ -11,7 +11,6 @@ import os
 import pickle
 import random
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -38,6 +37,7 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a process killed mid-write
         stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give what a plain open() would
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -55,6 +55,13 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def current_umask() -> int:
+    """The process umask (reading it means setting it, so set it straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -77,12 +84,12 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        if "weights_only" in str(e) or "Unsupported global" in str(e):
+        if "Unsupported global" in str(e):  # a class or function reference: code could run
             raise UserError(f"{path} holds pickled Python objects, which weights_only loading refuses "
                             f"(they could run code); it was not loaded") from None
-        raise UserError(f"{path} is truncated or corrupted ({_first_line(e)})") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, IndexError) as e:
-        raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({_first_line(e)})") from None
+        raise UserError(f"{path} is truncated, corrupted or not a checkpoint") from None
+    except Exception as e:  # torch reports damaged files with many exception types
+        raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise UserError(f"{path} is not a tinygpt checkpoint")
     if ckpt.get("version") != VERSION:
@@ -117,11 +124,9 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GP
     """Run directory or checkpoint -> (model in eval mode, Config, Tokenizer, checkpoint dict)."""
     path = resolve_checkpoint(path)
     ckpt = load_checkpoint(path, map_location=device)
-    raw = {s: dict(v) for s, v in ckpt["config"].items()}
-    vocab_size = raw.get("model", {}).pop("vocab_size", 0)
-    cfg = config_from_dict(raw, str(path))
-    cfg.model.vocab_size = vocab_size
+    cfg = config_from_dict(ckpt["config"], str(path))
     tokenizer = tokenizer_from_dict(ckpt["tokenizer"])
+    cfg.model.vocab_size = tokenizer.vocab_size
     model = GPT(cfg.model)
     try:
         model.load_state_dict(ckpt["model"])

@@ -94,7 +94,9 @@ def all_keys() -> list[str]:
 
 
 def _unknown_key(key: str, source: str) -> UserError:
-    near = difflib.get_close_matches(key, all_keys(), n=1, cutoff=0.5)
+    """'did you mean' the closest valid key (a bare section name is matched against sections)."""
+    candidates = all_keys() if "." in key else list(SECTIONS)
+    near = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
     hint = f"; did you mean '{near[0]}'?" if near else f"; valid sections: {', '.join(SECTIONS)}"
     return UserError(f"unknown config key '{key}' ({source}){hint}")
 
@@ -196,12 +198,16 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
 
 
 def config_to_dict(cfg: Config) -> dict:
-    """Plain nested data (safe to store in YAML or a checkpoint)."""
-    return dataclasses.asdict(cfg)
+    """Plain nested data (safe to store in YAML or a checkpoint) that config_from_dict reads back.
+    model.vocab_size is left out: it belongs to the tokenizer, which is saved beside the config."""
+    d = dataclasses.asdict(cfg)
+    del d["model"]["vocab_size"]
+    return d
 
 
 def config_to_yaml(cfg: Config) -> str:
-    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
+    note = f"# model.vocab_size = {cfg.model.vocab_size} (from the tokenizer)\n" if cfg.model.vocab_size else ""
+    return note + yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
 
 
 # ---- validation ----

@@ -280,9 +280,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     def state(with_optimizer: bool = True) -> dict:
         s = {"config": config_to_dict(cfg), "tokenizer": data.tokenizer.to_dict(), "model": model.state_dict(),
              "step": step, "best_val_loss": best_val, "elapsed_s": elapsed}
-        if with_optimizer:
+        if with_optimizer:  # + everything that makes a resumed run continue exactly
             s.update(optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
-                     batch_rng=batch_gen.get_state(), rng=capture_rng_state())
+                     batch_rng=batch_gen.get_state(), rng=capture_rng_state(),
+                     loss_sum=loss_sum.item(), loss_count=loss_count)  # the train loss since the last log
         return s
 
     def save(name: str, with_optimizer: bool = True) -> None:
@@ -296,7 +297,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     from tqdm import tqdm
     stop = StopFlag()
     bar = tqdm(total=t.max_iters, initial=step, disable=args.quiet or not master, dynamic_ncols=True, file=sys.stderr)
-    loss_sum, loss_count = torch.zeros((), device=device), 0  # summed on the device between logs
+    loss_sum = torch.tensor(ckpt["loss_sum"] if ckpt else 0.0, device=device)  # summed on the device between logs
+    loss_count = ckpt["loss_count"] if ckpt else 0
     t_last, step_last, t_start = time.perf_counter(), step, time.perf_counter() - elapsed
     resumed_at = step if ckpt is not None else None
     exit_reason = "done"

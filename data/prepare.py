@@ -16,7 +16,6 @@ renamed into place, so an interrupted preparation leaves nothing half-written. t
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -34,6 +33,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from checkpoint import current_umask  # noqa: E402
 from config import Config, DataConfig, load_config  # noqa: E402
 from errors import ArgParser, UserError, run_cli  # noqa: E402
 from tokenizer import Tokenizer, build_tokenizer, tokenizer_from_dict  # noqa: E402
@@ -176,6 +176,7 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; give what a plain mkdir would
         ids[: len(ids) - n_val].astype(dtype).tofile(tmp / "train.bin")
         ids[len(ids) - n_val:].astype(dtype).tofile(tmp / "val.bin")
         (tmp / "tokenizer.json").write_text(json.dumps(tokenizer.to_dict()))

@@ -1,0 +1,346 @@
+"""Guards checkpoint.py: atomic writes, the checkpoint format and its safe loading.
+
+atomic_write replaces the target or leaves the old file intact, never a temp file; save -> load of
+a tiny GPT gives equal logits, through `torch.load(weights_only=True)`; missing, truncated,
+corrupted, foreign, wrong-version and pickled-payload files are refused with a one-line UserError
+naming the file, and a pickled payload never runs; RNG states survive a save/load round trip;
+resolve_checkpoint prefers best.pt in a run directory.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import struct
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+import checkpoint
+from checkpoint import (FORMAT, VERSION, atomic_write, atomic_write_text, capture_rng_state,
+                        load_checkpoint, load_model, resolve_checkpoint, restore_rng_state,
+                        save_checkpoint)
+from config import Config, ModelConfig, config_to_dict
+from errors import UserError
+from model import GPT
+from tokenizer import CharTokenizer
+
+TEXT = "The cat sat on the mat. A dog ran to the park!\nShe saw him there, and he saw her.\n"
+
+
+def leftovers(folder: pathlib.Path) -> list[str]:
+    """Temp files atomic_write may have left behind."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") or p.suffix == ".tmp")
+
+
+def refusal(path) -> str:
+    """load_checkpoint must refuse with a one-line UserError naming the file: return the message."""
+    with pytest.raises(UserError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert "\n" not in message, message
+    assert str(path) in message, message
+    return message
+
+
+def tiny_state(step: int = 7, **model_overrides) -> tuple[dict, GPT, CharTokenizer]:
+    """A checkpoint dict built like train.py's state(): config (with vocab_size), tokenizer, weights, step."""
+    torch.manual_seed(0)
+    tokenizer = CharTokenizer.from_text(TEXT)
+    cfg = Config(model=ModelConfig(block_size=16, n_layer=2, n_head=4, n_embd=32, **model_overrides))
+    cfg.model.vocab_size = tokenizer.vocab_size
+    model = GPT(cfg.model).eval()
+    state = {"config": config_to_dict(cfg), "tokenizer": tokenizer.to_dict(), "model": model.state_dict(),
+             "step": step, "best_val_loss": 1.25, "elapsed_s": 3.5}
+    return state, model, tokenizer
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A real checkpoint file (run_dir/ckpt.pt) and the model it holds."""
+    state, model, tokenizer = tiny_state()
+    path = tmp_path / "run" / "ckpt.pt"
+    save_checkpoint(path, state)
+    return path, model, tokenizer
+
+
+# ---- atomic writes ----
+
+
+def test_atomic_write_replaces_the_target_and_leaves_no_temp_file(tmp_path):
+    target = tmp_path / "file.bin"
+    target.write_bytes(b"old contents")
+    atomic_write(target, lambda f: f.write(b"new contents"))
+    assert target.read_bytes() == b"new contents"
+    assert leftovers(tmp_path) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["file.bin"]
+
+
+def test_atomic_write_creates_missing_folders(tmp_path):
+    target = tmp_path / "a" / "b" / "config.yaml"
+    atomic_write_text(target, "model: {n_layer: 2}\n\u00e9\n")
+    assert target.read_text(encoding="utf-8") == "model: {n_layer: 2}\n\u00e9\n"
+
+
+def test_atomic_write_failure_keeps_the_old_file(tmp_path):
+    target = tmp_path / "ckpt.pt"
+    target.write_bytes(b"the good old checkpoint")
+
+    def half_then_crash(f):
+        f.write(b"half of a new chec")
+        raise RuntimeError("disk on fire")
+
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        atomic_write(target, half_then_crash)
+    assert target.read_bytes() == b"the good old checkpoint"
+    assert leftovers(tmp_path) == [] and [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
+def test_atomic_write_failure_without_old_file_leaves_nothing(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(tmp_path / "new.pt", lambda f: (f.write(b"x"), (_ for _ in ()).throw(KeyboardInterrupt())))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_gives_the_permissions_of_a_plain_write(tmp_path):
+    old = os.umask(0o022)
+    try:
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x")
+        atomic_write_text(tmp_path / "atomic.txt", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "atomic.txt").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == 0o644
+
+
+# ---- save -> load ----
+
+
+def test_save_load_round_trip_gives_equal_logits(saved):
+    path, model, tokenizer = saved
+    loaded, cfg, tok, ckpt = load_model(path.parent)  # a run directory
+    assert not loaded.training
+    assert cfg.model.vocab_size == tokenizer.vocab_size and cfg.model == model.config
+    assert tok.to_dict() == tokenizer.to_dict()
+    assert ckpt["step"] == 7 and ckpt["best_val_loss"] == 1.25
+    assert ckpt["format"] == FORMAT and ckpt["version"] == VERSION
+    idx = torch.tensor([tokenizer.encode("The cat sat on t"), tokenizer.encode("she saw him ther")])
+    with torch.no_grad():
+        assert torch.equal(loaded(idx), model(idx))
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
+def test_load_model_accepts_the_checkpoint_file_itself(saved):
+    path, model, _ = saved
+    loaded, *_ = load_model(path)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.parameters(), model.parameters()))
+
+
+def test_load_uses_weights_only(saved, monkeypatch):
+    path, *_ = saved
+    calls = []
+    real_load = torch.load
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    load_model(path)
+    assert calls and all(kw.get("weights_only") is True for kw in calls)
+
+
+def test_weights_that_do_not_fit_the_config_are_refused(tmp_path):
+    state, _, _ = tiny_state()
+    state["config"]["model"]["n_layer"] = 3  # weights for 2 layers
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, state)
+    with pytest.raises(UserError) as info:
+        load_model(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+# ---- refused files ----
+
+
+def test_missing_file_is_refused(tmp_path):
+    message = refusal(tmp_path / "nope.pt")
+    assert "not found" in message
+
+
+def test_truncated_file_is_refused(saved, tmp_path):
+    path, *_ = saved
+    data = path.read_bytes()
+    cut = tmp_path / "truncated.pt"
+    cut.write_bytes(data[: len(data) // 2])
+    assert "truncated" in refusal(cut)
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")
+    refusal(empty)
+
+
+def _member_data_offset(path: pathlib.Path, suffix: str) -> int:
+    """Byte offset of a zip member's data (after its local header)."""
+    with zipfile.ZipFile(path) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith(suffix))
+    raw = path.read_bytes()
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26: info.header_offset + 30])
+    return info.header_offset + 30 + name_len + extra_len
+
+
+@pytest.mark.parametrize("where", ["pickle stream", "central directory", "end of central directory"])
+def test_corrupted_file_is_refused(saved, tmp_path, where):
+    path, *_ = saved
+    data = bytearray(path.read_bytes())
+    eocd = data.rfind(b"PK\x05\x06")
+    start = {"pickle stream": _member_data_offset(path, "data.pkl") + 2,
+             "central directory": struct.unpack("<I", data[eocd + 16: eocd + 20])[0],
+             "end of central directory": eocd}[where]
+    for i in range(start, start + 16):
+        data[i] ^= 0xFF
+    bad = tmp_path / "corrupted.pt"
+    bad.write_bytes(bytes(data))
+    refusal(bad)
+
+
+@pytest.mark.parametrize("content", [
+    "hello world\nthis is not a checkpoint\n",
+    "The cat sat on the mat.\n",
+    "step,train_loss\n0,3.4\n",
+    '{"format": "tinygpt-checkpoint"}',
+])
+def test_text_file_is_refused(tmp_path, content):
+    path = tmp_path / "notes.pt"
+    path.write_text(content)
+    refusal(path)
+
+
+@pytest.mark.parametrize("kind", ["text", "damaged header"])
+def test_non_checkpoint_is_not_blamed_on_pickled_objects(saved, tmp_path, kind):
+    path = tmp_path / "bad.pt"
+    if kind == "text":
+        path.write_text("The cat sat on the mat.\n")
+    else:
+        data = bytearray(saved[0].read_bytes())
+        data[:16] = bytes(b ^ 0xFF for b in data[:16])
+        path.write_bytes(bytes(data))
+    message = refusal(path)
+    assert "pickled" not in message and ("corrupted" in message or "not a" in message)
+
+
+@pytest.mark.parametrize("payload", [{"model": {}, "step": 1}, [1, 2, 3], torch.zeros(3)])
+def test_torch_file_without_the_format_tag_is_refused(tmp_path, payload):
+    path = tmp_path / "foreign.pt"
+    torch.save(payload, path)
+    assert "not a tinygpt checkpoint" in refusal(path)
+
+
+def test_wrong_version_is_refused(saved, tmp_path):
+    state, _, _ = tiny_state()
+    path = tmp_path / "future.pt"
+    torch.save({**state, "format": FORMAT, "version": VERSION + 1}, path)
+    message = refusal(path)
+    assert f"version {VERSION + 1}" in message and f"version {VERSION}" in message
+
+
+def test_incomplete_checkpoint_is_refused(tmp_path):
+    path = tmp_path / "partial.pt"
+    torch.save({"format": FORMAT, "version": VERSION, "model": {}}, path)
+    message = refusal(path)
+    assert "config" in message and "tokenizer" in message and "step" in message
+
+
+class TouchOnUnpickle:
+    """A pickled payload that creates a file when unpickled (a stand-in for arbitrary code)."""
+
+    def __init__(self, marker: pathlib.Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+def test_pickled_payload_is_refused_and_never_runs(tmp_path, zip_format):
+    marker = tmp_path / "MARKER"
+    state, _, _ = tiny_state()
+    path = tmp_path / "evil.pt"
+    torch.save({"format": FORMAT, "version": VERSION, **state, "extra": TouchOnUnpickle(marker)}, path,
+               _use_new_zipfile_serialization=zip_format)
+    assert not marker.exists()
+    message = refusal(path)
+    assert "pickled" in message and "not loaded" in message
+    with pytest.raises(UserError):
+        load_model(path)
+    assert not marker.exists(), "the pickled payload ran"
+    # the payload is live: an unsafe load would have run it
+    torch.load(path, weights_only=False)
+    assert marker.exists()
+
+
+# ---- RNG state ----
+
+
+def _draw() -> tuple:
+    return (random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), np.random.randn(3).tolist(),
+            torch.rand(3).tolist(), torch.randn(3).tolist())
+
+
+def test_rng_state_round_trip_through_a_checkpoint(tmp_path):
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    random.gauss(0, 1)  # leave a cached second Gaussian in python's state
+    np.random.randn(1)  # ... and in numpy's legacy state (has_gauss=1)
+    state, _, _ = tiny_state()
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, {**state, "rng": capture_rng_state()})
+    expected = _draw()
+    random.seed(99)
+    np.random.seed(99)
+    torch.manual_seed(99)
+    assert _draw() != expected
+    restore_rng_state(load_checkpoint(path)["rng"])
+    assert _draw() == expected
+
+
+# ---- resolve_checkpoint ----
+
+
+def test_run_dir_prefers_best_over_ckpt(tmp_path):
+    (tmp_path / "ckpt.pt").write_bytes(b"latest")
+    assert resolve_checkpoint(tmp_path) == tmp_path / "ckpt.pt"
+    (tmp_path / "best.pt").write_bytes(b"best")
+    assert resolve_checkpoint(tmp_path) == tmp_path / "best.pt"
+    assert resolve_checkpoint(tmp_path / "ckpt.pt") == tmp_path / "ckpt.pt"  # a file is itself
+
+
+def test_load_model_reads_best_pt_of_a_run_dir(tmp_path):
+    best, _, _ = tiny_state(step=3)
+    latest, _, _ = tiny_state(step=9)
+    save_checkpoint(tmp_path / "best.pt", best)
+    save_checkpoint(tmp_path / "ckpt.pt", latest)
+    assert load_model(tmp_path)[3]["step"] == 3
+
+
+def test_empty_run_dir_is_refused(tmp_path):
+    with pytest.raises(UserError) as info:
+        resolve_checkpoint(tmp_path)
+    assert str(tmp_path) in str(info.value) and "best.pt" in str(info.value)
+
+
+def test_missing_run_dir_is_refused(tmp_path):
+    with pytest.raises(UserError) as info:
+        load_model(tmp_path / "no_such_run")
+    assert str(tmp_path / "no_such_run") in str(info.value) and "not found" in str(info.value)
+
+
+def test_checkpoint_module_is_the_only_loader():
+    """The loader the scripts use is this module's (design: checkpoint I/O lives in one place)."""
+    import sample
+    import train
+    assert sample.load_model is checkpoint.load_model
+    assert train.load_checkpoint is checkpoint.load_checkpoint
+    assert train.save_checkpoint is checkpoint.save_checkpoint

@@ -1,0 +1,471 @@
+"""Guards the command line end to end (train.py, sample.py, data/prepare.py).
+
+A tiny char model trains through the real `python train.py` on a small generated text: exit 0, the
+run directory holds ckpt.pt, best.pt, config.yaml and metrics.csv, the loss starts near ln(V) and
+falls; `python sample.py` streams the right number of characters, greedy is the same with and
+without the KV cache, a seed repeats; `--stop-at` + `--resume` ends bit-identical to an
+uninterrupted run; `python data/prepare.py` reports its counts and reuses its folder; a model trained
+with causal=false is refused unless --force. Every user error exits 2 with exactly one
+`error: ...` line on stderr naming the culprit, no traceback, nothing on stdout and nothing written.
+
+Everything lives in tmp (run dirs and data.prepared_dir); nothing touches the network. Speed: each
+subprocess costs ~1.5 s of python + torch start-up, so one trained run is shared by the module,
+independent subprocesses run concurrently, and the long list of user errors runs in-process through
+`errors.run_cli(main, argv)` (the very wrapper the scripts' `__main__` calls) while a subset per
+script also runs as a real subprocess. Torch uses one thread in the subprocesses and in this module
+(restored afterwards): the models are tiny, and on 2 cores several 2-thread processes mostly wait.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from conftest import ROOT
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+SEPARATOR = "\n---------------\n"  # what sample.py prints between samples (each ends with "\n")
+STEPS, STOP_AT = 50, 20
+PROMPT = "Anna saw"
+CONFIG = """\
+model: {block_size: 32, n_layer: 2, n_head: 2, n_embd: 32, dropout: 0.0}
+data: {tokenizer: char, val_fraction: 0.1}
+train: {batch_size: 8, max_iters: 50, lr: 3.0e-3, min_lr: 3.0e-4, warmup_iters: 5, eval_interval: 25,
+        eval_iters: 5, log_interval: 10, device: cpu, seed: 1337}
+"""
+
+
+def make_text(n_chars: int = 6000, seed: int = 0) -> str:
+    """Deterministic simple English: names, verbs, objects, places (no 'Z', '#' or '-' in it)."""
+    rng = random.Random(seed)
+    names = ["Anna", "Ben", "Clara", "David", "Ella", "Finn"]
+    verbs = ["saw", "liked", "found", "helped", "called", "met"]
+    things = ["a red ball", "the old dog", "a small cat", "the big tree", "a blue kite", "the quiet river"]
+    places = ["in the park", "at home", "by the lake", "near the school", "on the hill"]
+    lines, size = [], 0
+    while size < n_chars:
+        line = f"{rng.choice(names)} {rng.choice(verbs)} {rng.choice(things)} {rng.choice(places)}.\n"
+        if rng.random() < 0.3:
+            line = line[:-2] + f", and {rng.choice(['she', 'he', 'they'])} {rng.choice(verbs)} it.\n"
+        lines.append(line)
+        size += len(line)
+    return "".join(lines)
+
+
+TEXT = make_text()
+VOCAB = sorted(set(TEXT))
+
+
+# ---- helpers ----
+
+
+def cli(script: str, *args, cwd: Path) -> subprocess.CompletedProcess:
+    """Run a repo script as a user would: `python <script> args...`, from a folder outside the repo."""
+    return subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+
+
+def cli_many(calls: dict[str, tuple], cwd: Path) -> dict[str, subprocess.CompletedProcess]:
+    """Independent cli(script, *args) calls, run concurrently; results by name."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(cli, *call, cwd=cwd) for name, call in calls.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def in_process(script: str, args, capsys) -> subprocess.CompletedProcess:
+    """Run a script's main() through errors.run_cli, as its `__main__` does; capture exit code and output."""
+    import sample
+    import train
+    from data import prepare
+    from errors import run_cli
+    main = {"train.py": train.main, "sample.py": sample.main, "data/prepare.py": prepare.main}[script]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        run_cli(main, [str(a) for a in args])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess([script, *args], info.value.code, out, err)
+
+
+def sample_text(args) -> str:
+    """sample.main in-process, returning what it prints."""
+    import sample
+    out = io.StringIO()
+    sample.main([str(a) for a in args], out=out)
+    return out.getvalue()
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *culprits: str) -> str:
+    """Exit 2, exactly one stderr line `error: ...` naming every culprit, no traceback, empty stdout."""
+    report = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == 2, report
+    assert "Traceback" not in result.stderr, report
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), report
+    assert result.stdout == "", report
+    for culprit in culprits:
+        assert culprit in lines[0], f"{culprit!r} not named in: {lines[0]}"
+    return lines[0]
+
+
+def settings(tmp: Path, out_dir: Path, dataset: Path | None = None) -> list[str]:
+    """--set arguments that keep every file of a run inside tmp."""
+    return ["--set", f"data.dataset={dataset or tmp / 'corpus.txt'}", f"data.prepared_dir={tmp / 'prepared'}",
+            f"train.out_dir={out_dir}"]
+
+
+def read_metrics(run: Path) -> list[dict]:
+    with open(run / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def val_losses(rows: list[dict]) -> dict[int, str]:
+    return {int(r["step"]): r["val_loss"] for r in rows if r["val_loss"]}
+
+
+def load(path: Path) -> dict:
+    from checkpoint import load_checkpoint
+    return load_checkpoint(path)
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def continuation(text: str) -> str:
+    assert text.startswith(PROMPT), text
+    return text[len(PROMPT):]
+
+
+def split_samples(out: str) -> list[str]:
+    """sample.py output -> the samples: each printed as prompt + continuation + newline."""
+    parts = out.split(SEPARATOR)
+    assert all(p.endswith("\n") for p in parts), repr(out)
+    return [p[:-1] for p in parts]
+
+
+# ---- shared fixtures: the data, one trained run, an interrupted twin ----
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("cli")
+    (folder / "corpus.txt").write_text(TEXT, encoding="utf-8")
+    (folder / "config.yaml").write_text(CONFIG, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp) -> dict:
+    """`train.py` for STEPS steps; the same config stopped at STOP_AT, then resumed.
+
+    The data is prepared first (in-process) so that the two concurrent trainings do not race to."""
+    from config import load_config
+    from data.prepare import prepare
+    prepare(load_config(tmp / "config.yaml", settings(tmp, tmp / "unused")[1:]), show_progress=False)
+    main, split = tmp / "run", tmp / "run_split"
+    results = cli_many({
+        "main": ("train.py", tmp / "config.yaml", *settings(tmp, main)),
+        "stop": ("train.py", tmp / "config.yaml", *settings(tmp, split), "--stop-at", STOP_AT),
+    }, cwd=tmp)
+    stopped = {"metrics": read_metrics(split), "ckpt": load(split / "ckpt.pt")} if split.is_dir() else None
+    results["resume"] = cli("train.py", tmp / "config.yaml", *settings(tmp, split), "--resume", cwd=tmp)
+    return {"main": main, "split": split, "results": results, "stopped": stopped}
+
+
+@pytest.fixture(scope="module")
+def run(runs) -> Path:
+    ok(runs["results"]["main"])
+    return runs["main"]
+
+
+# ---- training ----
+
+
+def test_train_writes_a_complete_run(run):
+    assert sorted(p.name for p in run.iterdir()) == ["best.pt", "ckpt.pt", "config.yaml", "metrics.csv"]
+    ckpt = load(run / "ckpt.pt")
+    assert ckpt["step"] == STEPS and {"optimizer", "rng", "batch_rng"} <= set(ckpt)
+    assert ckpt["tokenizer"]["vocab_size"] == len(VOCAB)  # vocab_size belongs to the tokenizer
+    assert load(run / "best.pt")["best_val_loss"] == ckpt["best_val_loss"]
+    text = (run / "config.yaml").read_text()
+    assert text.startswith(f"# model.vocab_size = {len(VOCAB)} (from the tokenizer)")
+    saved = yaml.safe_load(text)
+    assert saved["model"]["n_embd"] == 32
+    assert saved["train"]["out_dir"] == str(run) and saved["data"]["dataset"].endswith("corpus.txt")
+
+
+def test_train_prints_a_summary(runs, run):
+    out = runs["results"]["main"].stdout
+    assert f"vocab {len(VOCAB)}" in out and f"done: step {STEPS}" in out and str(run) in out
+
+
+def test_loss_starts_at_ln_vocab_and_falls(run):
+    rows = read_metrics(run)
+    vals = val_losses(rows)
+    assert sorted(vals) == [0, 25, 50]
+    first, last = float(vals[0]), float(vals[STEPS])
+    assert abs(first - math.log(len(VOCAB))) < 0.15, (first, math.log(len(VOCAB)))
+    assert last < first - 0.5, vals
+    assert [int(r["step"]) for r in rows if not r["val_loss"]] == [10, 20, 30, 40, 50]
+
+
+# ---- sampling ----
+
+
+@pytest.fixture(scope="module")
+def samples(run, tmp) -> dict[str, subprocess.CompletedProcess]:
+    common = (run, "--prompt", PROMPT, "--max-new-tokens", 40)
+    return cli_many({
+        "greedy": ("sample.py", *common, "--temperature", 0),
+        "seed7": ("sample.py", *common, "--num-samples", 2, "--seed", 7),
+    }, cwd=tmp)
+
+
+def test_sample_prints_max_new_tokens_characters(samples):
+    (text,) = split_samples(ok(samples["greedy"]).stdout)
+    generated = continuation(text)
+    assert len(generated) == 40, repr(generated)
+    assert set(generated) <= set(VOCAB)
+
+
+def test_greedy_is_the_same_without_the_kv_cache(samples, run):
+    greedy = ok(samples["greedy"]).stdout
+    args = [run, "--prompt", PROMPT, "--max-new-tokens", 40, "--temperature", 0]
+    assert sample_text(args) == greedy
+    assert sample_text(args + ["--no-kv-cache"]) == greedy
+
+
+def test_num_samples_prints_that_many(samples):
+    parts = split_samples(ok(samples["seed7"]).stdout)
+    assert len(parts) == 2 and parts[0] != parts[1]
+    assert all(len(continuation(p)) == 40 for p in parts)
+
+
+def test_same_seed_same_text(samples, run):
+    args = [run, "--prompt", PROMPT, "--max-new-tokens", 40, "--num-samples", 2]
+    assert sample_text(args + ["--seed", 7]) == ok(samples["seed7"]).stdout
+    other = sample_text(args + ["--seed", 8, "--top-k", 5, "--top-p", 0.9])
+    assert other != samples["seed7"].stdout
+    assert all(len(continuation(p)) == 40 for p in split_samples(other))
+
+
+# ---- stop and resume ----
+
+
+def test_stop_at_saves_and_stops(runs):
+    assert f"stopped at step {STOP_AT}" in ok(runs["results"]["stop"]).stdout
+    stopped = runs["stopped"]
+    assert stopped["ckpt"]["step"] == STOP_AT
+    assert max(int(r["step"]) for r in stopped["metrics"]) == STOP_AT
+
+
+def test_resume_reaches_max_iters(runs):
+    ok(runs["results"]["resume"])
+    split = runs["split"]
+    assert max(int(r["step"]) for r in read_metrics(split)) == STEPS
+    assert load(split / "ckpt.pt")["step"] == STEPS
+    assert (split / "best.pt").is_file()
+
+
+def test_resume_is_exact(runs, run):
+    """Stop at 20 + resume == one uninterrupted run: same metrics and the same final weights."""
+    ok(runs["results"]["resume"])
+    straight, resumed = read_metrics(run), read_metrics(runs["split"])
+    after = {s: v for s, v in val_losses(straight).items() if s > STOP_AT}
+    assert after and {s: val_losses(resumed)[s] for s in after} == after
+    keys = ("step", "train_loss", "val_loss", "lr")
+    assert [tuple(r[k] for k in keys) for r in resumed] == [tuple(r[k] for k in keys) for r in straight]
+    a, b = load(run / "ckpt.pt"), load(runs["split"] / "ckpt.pt")
+    assert a["best_val_loss"] == b["best_val_loss"]
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+
+
+def test_resume_between_log_steps_logs_the_same_train_loss(tmp):
+    import train
+    base = [str(tmp / "config.yaml"), "--quiet", "--set", f"data.dataset={tmp / 'corpus.txt'}",
+            f"data.prepared_dir={tmp / 'prepared'}", "train.max_iters=20", "train.eval_interval=20"]
+    train.main(base + [f"train.out_dir={tmp / 'inproc_straight'}"])
+    train.main(base + [f"train.out_dir={tmp / 'inproc_split'}", "--stop-at", "15"])
+    train.main(base + [f"train.out_dir={tmp / 'inproc_split'}", "--resume"])
+    straight, resumed = read_metrics(tmp / "inproc_straight"), read_metrics(tmp / "inproc_split")
+    assert val_losses(resumed) == val_losses(straight)  # the model itself resumes exactly
+    assert [(r["step"], r["train_loss"]) for r in resumed] == [(r["step"], r["train_loss"]) for r in straight]
+
+
+# ---- data/prepare.py ----
+
+
+def test_prepare_prints_counts_and_reuses_its_folder(tmp, capsys):
+    prepared = tmp / "prepared_once"
+    args = (tmp / "config.yaml", "--set", f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={prepared}")
+    first = ok(cli("data/prepare.py", *args, cwd=tmp))
+    match = re.search(r"([\d,]+) train \+ ([\d,]+) val tokens, vocab (\d+)", first.stdout)
+    assert match, first.stdout
+    n_train, n_val, vocab = (int(g.replace(",", "")) for g in match.groups())
+    assert n_train + n_val == len(TEXT) and n_val == int(len(TEXT) * 0.1) and vocab == len(VOCAB)
+    (folder,) = list(prepared.iterdir())
+    assert str(folder) in first.stdout
+    assert {p.name for p in folder.iterdir()} == {"train.bin", "val.bin", "tokenizer.json", "meta.json"}
+    before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} | {".": folder.stat().st_mtime_ns}
+    second = in_process("data/prepare.py", args, capsys)  # the second call: same code, no start-up cost
+    assert second.returncode == 0 and second.stdout == first.stdout
+    after = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} | {".": folder.stat().st_mtime_ns}
+    assert after == before and list(prepared.iterdir()) == [folder]
+
+
+# ---- causal=false ----
+
+
+def test_sample_refuses_a_non_causal_model_unless_forced(tmp):
+    import train
+    run = tmp / "run_bidirectional"
+    train.main([str(tmp / "config.yaml"), "--quiet", *settings(tmp, run), "model.causal=false",
+                "train.max_iters=4", "train.eval_interval=2"])
+    assert load(run / "ckpt.pt")["config"]["model"]["causal"] is False
+    refused = cli("sample.py", run, "--prompt", PROMPT, "--max-new-tokens", 10, cwd=tmp)
+    assert_user_error(refused, "causal", str(run), "--force")
+    forced = sample_text([run, "--prompt", PROMPT, "--max-new-tokens", 10, "--force"])
+    (text,) = split_samples(forced)
+    assert len(continuation(text)) == 10
+
+
+# ---- user errors: exit 2, one line, names the culprit, writes nothing ----
+
+
+def error_cases(tmp: Path, run: Path) -> dict[str, dict]:
+    """name -> script, args, culprits (substrings of the message), fresh (a run dir that must not
+    be created) and untouched (a run dir whose files must not change)."""
+    files = tmp / "bad_inputs"
+    files.mkdir(exist_ok=True)
+    (files / "typo.yaml").write_text("model: {n_heads: 2}\n")
+    (files / "empty.txt").write_text("")
+    (files / "blank.txt").write_text("  \n\t\n   \n")
+    (files / "latin1.txt").write_bytes("Caf\u00e9 au lait for Anna.\n".encode("latin-1") * 50)
+    (files / "tiny.txt").write_text("Anna saw a red ball in the park.\n")  # 33 chars: 30 train, 3 val
+    data = (run / "best.pt").read_bytes()
+    (files / "truncated.pt").write_bytes(data[: len(data) // 2])
+    (files / "no_run").mkdir(exist_ok=True)
+    config = tmp / "config.yaml"
+
+    def train_case(name, culprits, *extra, dataset=None, config=config):
+        out = tmp / "refused_runs" / name
+        return {"script": "train.py", "args": [config, *settings(tmp, out, dataset), *extra],
+                "culprits": culprits, "fresh": out}
+
+    def sample_case(culprits, *args):
+        return {"script": "sample.py", "args": list(args), "culprits": culprits}
+
+    return {
+        "unknown key (file)": train_case("k1", ["model.n_heads", "typo.yaml", "model.n_head"],
+                                         config=files / "typo.yaml"),
+        "unknown key (--set)": train_case("k2", ["train.learning_rate", "config.yaml"], "train.learning_rate=0.1"),
+        "n_embd % n_head": train_case("k3", ["model.n_embd=32", "model.n_head=3", "valid n_head"],
+                                      "model.n_head=3"),
+        "missing config": {"script": "train.py", "args": [tmp / "nope.yaml"],
+                           "culprits": ["nope.yaml", "not found"]},
+        "missing dataset": train_case("d1", ["missing.txt"], dataset=files / "missing.txt"),
+        "empty dataset": train_case("d2", ["empty.txt", "no text"], dataset=files / "empty.txt"),
+        "blank dataset": train_case("d3", ["blank.txt", "no text"], dataset=files / "blank.txt"),
+        "non-UTF-8 dataset": train_case("d4", ["latin1.txt", "UTF-8", "0xe9"], dataset=files / "latin1.txt"),
+        "dataset too small": train_case("d5", ["model.block_size=32", "split has"], dataset=files / "tiny.txt"),
+        "unknown flag (train)": train_case("f1", ["--epochs"], "--epochs", "3"),
+        "--resume without checkpoint": train_case("r1", ["--resume", "ckpt.pt"], "--resume"),
+        "out_dir is a file": {"script": "train.py", "culprits": ["train.out_dir", "empty.txt", "is a file"],
+                              "args": [config, *settings(tmp, files / "empty.txt")]},
+        "existing run without --resume": {"script": "train.py", "args": [config, *settings(tmp, run)],
+                                          "culprits": [str(run), "--resume"], "untouched": run},
+        "--resume with another model": {"script": "train.py", "untouched": run, "culprits": ["model.n_layer=3"],
+                                        "args": [config, *settings(tmp, run), "model.n_layer=3", "--resume"]},
+        "prompt outside the vocabulary": sample_case(["'#'", "'Z'", "char vocabulary"],
+                                                     run, "--prompt", "Zoe#saw"),
+        "missing run dir": sample_case([str(tmp / "no_such_run"), "not found"], tmp / "no_such_run"),
+        "run dir without checkpoint": sample_case([str(files / "no_run"), "best.pt"], files / "no_run"),
+        "truncated checkpoint": sample_case(["truncated.pt", "truncated"], files / "truncated.pt"),
+        "temperature -1": sample_case(["--temperature"], run, "--temperature", "-1"),
+        "top-p 0": sample_case(["--top-p"], run, "--top-p", "0"),
+        "top-p 1.5": sample_case(["--top-p"], run, "--top-p", "1.5"),
+        "top-k 0": sample_case(["--top-k"], run, "--top-k", "0"),
+        "max-new-tokens -1": sample_case(["--max-new-tokens"], run, "--max-new-tokens", "-1"),
+        "num-samples 0": sample_case(["--num-samples"], run, "--num-samples", "0"),
+        "non-integer flag": sample_case(["--max-new-tokens", "ten"], run, "--max-new-tokens", "ten"),
+        "unknown flag (sample)": sample_case(["--beam-width"], run, "--beam-width", "4"),
+        "missing prompt file": sample_case(["nope.txt"], run, "--prompt-file", tmp / "nope.txt"),
+        "unknown key (prepare)": {"script": "data/prepare.py", "culprits": ["data.tokeniser", "data.tokenizer"],
+                                  "args": [config, "--set", "data.tokeniser=char"]},
+    }
+
+
+ERROR_CASES = ["unknown key (file)", "unknown key (--set)", "n_embd % n_head", "missing config",
+               "missing dataset", "empty dataset", "blank dataset", "non-UTF-8 dataset", "dataset too small",
+               "unknown flag (train)", "--resume without checkpoint", "out_dir is a file",
+               "existing run without --resume",
+               "--resume with another model", "prompt outside the vocabulary", "missing run dir",
+               "run dir without checkpoint", "truncated checkpoint", "temperature -1", "top-p 0", "top-p 1.5",
+               "top-k 0", "max-new-tokens -1", "num-samples 0", "non-integer flag", "unknown flag (sample)",
+               "missing prompt file", "unknown key (prepare)"]
+# also run as real subprocesses: each script, each kind of culprit (config, data, run dir, checkpoint, flag)
+SUBPROCESS_CASES = ["unknown key (file)", "non-UTF-8 dataset", "existing run without --resume",
+                    "prompt outside the vocabulary", "truncated checkpoint", "unknown flag (sample)",
+                    "unknown key (prepare)"]
+
+
+@pytest.fixture(scope="module")
+def cases(tmp, run) -> dict[str, dict]:
+    return error_cases(tmp, run)
+
+
+def check_refusal(case: dict, result: subprocess.CompletedProcess, before) -> None:
+    assert_user_error(result, *case["culprits"])
+    if "fresh" in case:  # refused before any work: the run directory was never created
+        assert not case["fresh"].exists()
+    if "untouched" in case:
+        assert snapshot(case["untouched"]) == before
+
+
+def test_error_case_list_is_complete(cases):
+    assert sorted(cases) == sorted(ERROR_CASES) and set(SUBPROCESS_CASES) <= set(cases)
+
+
+@pytest.mark.parametrize("name", ERROR_CASES)
+def test_user_error(cases, name, capsys):
+    case = cases[name]
+    before = snapshot(case["untouched"]) if "untouched" in case else None
+    check_refusal(case, in_process(case["script"], case["args"], capsys), before)
+
+
+@pytest.fixture(scope="module")
+def subprocess_errors(cases, tmp, run) -> dict:
+    before = snapshot(run)
+    results = cli_many({name: (cases[name]["script"], *cases[name]["args"]) for name in SUBPROCESS_CASES}, cwd=tmp)
+    return {"results": results, "before": before}
+
+
+@pytest.mark.parametrize("name", SUBPROCESS_CASES)
+def test_user_error_through_the_real_cli(cases, subprocess_errors, name):
+    check_refusal(cases[name], subprocess_errors["results"][name], subprocess_errors["before"])

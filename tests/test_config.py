@@ -1,0 +1,322 @@
+"""Guards config.py: YAML -> typed dataclasses, `--set` overrides, and validation.
+
+Defaults load; file values land in the dataclasses with their types (ints and YAML 1.1's string
+'1e-3' accepted for floats); `--set` parses dotted keys and YAML scalars and wins over the file;
+unknown keys, wrong types and impossible values are UserErrors that name the key, the file and the
+fix; `!!python/...` tags are refused without running anything; missing, malformed or non-mapping
+files are UserErrors; config_to_dict -> config_from_dict round-trips.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import yaml
+
+from config import (Config, DataConfig, ModelConfig, TrainConfig, all_keys, config_from_dict,
+                    config_to_dict, config_to_yaml, load_config, parse_overrides)
+from errors import UserError
+
+
+def write(tmp_path, text: str, name: str = "cfg.yaml"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def user_error(path, overrides=()) -> str:
+    """load_config must refuse: return the message (one line)."""
+    with pytest.raises(UserError) as info:
+        load_config(path, overrides)
+    message = str(info.value)
+    assert "\n" not in message, message
+    return message
+
+
+# ---- defaults and file values ----
+
+
+def test_empty_file_gives_the_defaults(tmp_path):
+    cfg = load_config(write(tmp_path, ""))
+    assert cfg == Config()
+    assert cfg.model == ModelConfig() and cfg.data == DataConfig() and cfg.train == TrainConfig()
+    assert (cfg.model.n_head, cfg.data.tokenizer, cfg.train.device) == (4, "char", "auto")
+
+
+def test_every_field_has_a_default_and_a_dotted_key():
+    keys = all_keys()
+    assert "model.n_head" in keys and "data.val_fraction" in keys and "train.lr" in keys
+    assert len(keys) == sum(len(dataclasses.fields(c)) for c in (ModelConfig, DataConfig, TrainConfig))
+
+
+def test_file_values_land_in_the_dataclasses(tmp_path):
+    path = write(tmp_path, """
+model: {block_size: 16, n_layer: 2, n_head: 2, n_embd: 32, dropout: 0.1, bias: true, causal: false}
+data: {dataset: some/file.txt, tokenizer: gpt2, val_fraction: 0.2}
+train: {out_dir: runs/x, batch_size: 4, lr: 0.01, min_lr: 0.001, device: cpu, dtype: bfloat16, compile: true}
+""")
+    cfg = load_config(path)
+    assert cfg.model == ModelConfig(block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=0.1,
+                                    bias=True, causal=False)
+    assert (cfg.data.dataset, cfg.data.tokenizer, cfg.data.val_fraction) == ("some/file.txt", "gpt2", 0.2)
+    assert (cfg.train.out_dir, cfg.train.batch_size, cfg.train.device, cfg.train.dtype) == \
+        ("runs/x", 4, "cpu", "bfloat16")
+    assert cfg.train.compile is True
+    assert cfg.train.max_iters == TrainConfig().max_iters  # untouched keys keep their defaults
+
+
+def test_an_empty_section_keeps_its_defaults(tmp_path):
+    cfg = load_config(write(tmp_path, "model:\ntrain: {batch_size: 3}\n"))
+    assert cfg.model == ModelConfig() and cfg.train.batch_size == 3
+
+
+def test_int_is_accepted_for_a_float_field(tmp_path):
+    cfg = load_config(write(tmp_path, "train: {lr: 1, min_lr: 0, grad_clip: 2}\nmodel: {dropout: 0}\n"))
+    assert cfg.train.lr == 1.0 and isinstance(cfg.train.lr, float)
+    assert cfg.train.min_lr == 0.0 and isinstance(cfg.train.min_lr, float)
+    assert isinstance(cfg.train.grad_clip, float) and isinstance(cfg.model.dropout, float)
+
+
+def test_yaml_1_1_string_1e_3_is_accepted_for_a_float_field(tmp_path):
+    assert yaml.safe_load("lr: 1e-3")["lr"] == "1e-3"  # why the coercion exists: no dot -> a string
+    cfg = load_config(write(tmp_path, "train: {lr: 1e-3, min_lr: 1e-4}\n"))
+    assert cfg.train.lr == pytest.approx(1e-3) and isinstance(cfg.train.lr, float)
+    assert cfg.train.min_lr == pytest.approx(1e-4)
+
+
+# ---- --set overrides ----
+
+
+def test_parse_overrides_reads_yaml_scalars():
+    nested = parse_overrides(["model.n_head=8", "model.bias=true", "train.lr=0.5", "train.device=cpu",
+                              "data.dataset=my corpus.txt", "train.out_dir=out/a=b"])
+    assert nested == {"model": {"n_head": 8, "bias": True},
+                      "train": {"lr": 0.5, "device": "cpu", "out_dir": "out/a=b"},
+                      "data": {"dataset": "my corpus.txt"}}
+    assert type(nested["model"]["n_head"]) is int and type(nested["model"]["bias"]) is bool
+
+
+def test_set_overrides_land_typed(tmp_path):
+    cfg = load_config(write(tmp_path, ""), ["model.n_head=8", "model.causal=false", "train.lr=3e-4",
+                                            "train.min_lr=0", "train.device=cpu", "data.tokenizer=gpt2"])
+    assert cfg.model.n_head == 8 and cfg.model.causal is False
+    assert cfg.train.lr == pytest.approx(3e-4) and isinstance(cfg.train.lr, float)
+    assert cfg.train.min_lr == 0.0 and cfg.train.device == "cpu" and cfg.data.tokenizer == "gpt2"
+
+
+def test_set_wins_over_the_file_and_keeps_its_other_keys(tmp_path):
+    path = write(tmp_path, "model: {n_layer: 2, n_embd: 64, n_head: 2}\ntrain: {batch_size: 5}\n")
+    cfg = load_config(path, ["model.n_layer=3", "model.n_head=4"])
+    assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) == (3, 4, 64)
+    assert cfg.train.batch_size == 5
+    assert load_config(path, ["model.n_layer=3", "model.n_layer=5"]).model.n_layer == 5  # last wins
+
+
+def test_set_can_fill_a_section_the_file_leaves_empty(tmp_path):
+    cfg = load_config(write(tmp_path, "model:\n"), ["model.n_layer=1"])
+    assert cfg.model.n_layer == 1
+
+
+@pytest.mark.parametrize("item", ["model.n_head", "n_head=8", "model.attn.n_head=8", "=8", "model=3"])
+def test_malformed_set_is_refused(tmp_path, item):
+    message = user_error(write(tmp_path, ""), [item])
+    assert item in message and "SECTION.KEY=VALUE" in message
+
+
+def test_set_value_that_is_not_yaml_is_refused(tmp_path):
+    message = user_error(write(tmp_path, ""), ["train.out_dir=[1"])
+    assert "train.out_dir=[1" in message and "YAML" in message
+
+
+def test_set_with_wrong_type_names_key_and_source(tmp_path):
+    path = write(tmp_path, "")
+    message = user_error(path, ["model.n_layer=four"])
+    assert "model.n_layer" in message and "int" in message and str(path) in message and "--set" in message
+
+
+# ---- unknown keys ----
+
+
+def test_unknown_key_in_file_suggests_the_closest(tmp_path):
+    path = write(tmp_path, "model: {n_heads: 4}\n")
+    message = user_error(path)
+    assert "model.n_heads" in message and str(path) in message and "did you mean 'model.n_head'" in message
+
+
+def test_unknown_key_via_set_suggests_the_closest(tmp_path):
+    path = write(tmp_path, "")
+    message = user_error(path, ["train.learning_rat=0.1"])
+    assert "train.learning_rat" in message and str(path) in message
+    assert user_error(path, ["model.n_embed=64"]).endswith("did you mean 'model.n_embd'?")
+
+
+def test_unknown_section_is_refused(tmp_path):
+    path = write(tmp_path, "optim: {lr: 0.1}\n")
+    message = user_error(path)
+    assert "'optim'" in message and str(path) in message and "model, data, train" in message
+    message = user_error(write(tmp_path, "", "b.yaml"), ["optimizer.lr=0.1"])
+    assert "optimizer.lr" in message and "--set" in message
+
+
+def test_misspelled_section_suggests_the_section(tmp_path):
+    path = write(tmp_path, "modle: {n_head: 4}\n")
+    message = user_error(path)
+    assert "'modle'" in message and str(path) in message
+    assert "did you mean 'model'?" in message
+
+
+# ---- wrong types ----
+
+
+@pytest.mark.parametrize("text, key, expected", [
+    ('model: {n_layer: "four"}', "model.n_layer", "int"),
+    ("model: {causal: 3}", "model.causal", "bool"),
+    ("model: {n_layer: true}", "model.n_layer", "int"),  # bool is not an int here
+    ("model: {n_layer: 2.0}", "model.n_layer", "int"),
+    ("train: {lr: fast}", "train.lr", "float"),
+    ("train: {lr: true}", "train.lr", "float"),
+    ("train: {device: 0}", "train.device", "str"),
+    ("data: {dataset: [a, b]}", "data.dataset", "str"),
+    ("data: {dataset: null}", "data.dataset", "str"),
+])
+def test_wrong_type_names_key_file_and_expected_type(tmp_path, text, key, expected):
+    path = write(tmp_path, text + "\n")
+    message = user_error(path)
+    assert key in message and str(path) in message and f"must be of type {expected}" in message
+
+
+def test_section_that_is_not_a_mapping_is_refused(tmp_path):
+    path = write(tmp_path, "model: [1, 2]\n")
+    message = user_error(path)
+    assert "'model'" in message and str(path) in message and "mapping" in message
+
+
+# ---- impossible values ----
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("model: {n_embd: 100, n_head: 3}", ["model.n_embd=100", "model.n_head=3", "valid n_head: 1, 2, 4, 5, 10"]),
+    ("model: {n_embd: 32, n_head: 5}", ["model.n_head=5", "valid n_head: 1, 2, 4, 8, 16, 32"]),
+    ("model: {dropout: 1.0}", ["model.dropout=1.0", "[0, 1)"]),
+    ("model: {dropout: -0.1}", ["model.dropout"]),
+    ("model: {n_layer: 0}", ["model.n_layer=0", ">= 1"]),
+    ("model: {block_size: -4}", ["model.block_size"]),
+    ("data: {val_fraction: 0}", ["data.val_fraction=0.0", "(0, 1)"]),
+    ("data: {val_fraction: 1}", ["data.val_fraction"]),
+    ("data: {dataset: '  '}", ["data.dataset"]),
+    ("train: {lr: 0.001, min_lr: 0.01}", ["train.min_lr=0.01", "train.lr=0.001"]),
+    ("train: {lr: 0}", ["train.lr=0.0", "> 0"]),
+    ("train: {lr: .nan}", ["train.lr=nan"]),
+    ("train: {device: gpu}", ["train.device='gpu'", "cuda:N"]),
+    ("train: {device: 'cuda:x'}", ["train.device"]),
+    ("train: {dtype: fp16}", ["train.dtype='fp16'", "float32, bfloat16, float16"]),
+    ("train: {batch_size: 0}", ["train.batch_size=0"]),
+    ("train: {beta2: 1.0}", ["train.beta2"]),
+    ("train: {grad_clip: -1}", ["train.grad_clip"]),
+    ("train: {max_iters: -1}", ["train.max_iters"]),
+])
+def test_impossible_values_are_refused(tmp_path, text, expected):
+    path = write(tmp_path, text + "\n")
+    message = user_error(path)
+    assert str(path) in message
+    for part in expected:
+        assert part in message, (part, message)
+
+
+@pytest.mark.parametrize("how", ["file", "set"])
+def test_vocab_size_from_the_user_is_refused(tmp_path, how):
+    if how == "file":
+        path, overrides = write(tmp_path, "model: {vocab_size: 65}\n"), []
+    else:
+        path, overrides = write(tmp_path, ""), ["model.vocab_size=65"]
+    message = user_error(path, overrides)
+    assert "model.vocab_size" in message and "tokenizer" in message and str(path) in message
+
+
+# ---- unsafe and malformed files ----
+
+
+@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system", "!!python/object/new:os.system",
+                                 "!!python/object/apply:subprocess.call"])
+def test_python_tags_are_refused_and_never_run(tmp_path, tag):
+    marker = tmp_path / "MARKER"
+    arg = f'["touch {marker}"]' if "subprocess" not in tag else f'[["touch", "{marker}"]]'
+    for text in (f"{tag} {arg}\n", f"model:\n  n_layer: {tag} {arg}\n"):
+        path = write(tmp_path, text)
+        message = user_error(path)
+        assert str(path) in message and "python/object" in message
+        assert not marker.exists(), "the YAML payload ran"
+
+
+def test_python_name_tag_is_refused(tmp_path):
+    path = write(tmp_path, "train: {out_dir: !!python/name:os.getcwd ''}\n")
+    message = user_error(path)
+    assert str(path) in message and "python/name" in message
+
+
+def test_missing_config_file(tmp_path):
+    path = tmp_path / "nope.yaml"
+    message = user_error(path)
+    assert "not found" in message and str(path) in message
+    assert "not found" in user_error(tmp_path)  # a directory is not a config file
+
+
+@pytest.mark.parametrize("text", ["model: {n_layer: [1, 2\n", "model:\n  n_layer: 2\n n_head: 3\n",
+                                  "model: {n_layer: 2}}\n", "\tmodel: 1\n"])
+def test_invalid_yaml_syntax(tmp_path, text):
+    path = write(tmp_path, text)
+    message = user_error(path)
+    assert str(path) in message and "not valid YAML" in message
+
+
+def test_non_utf8_config_is_refused(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("data: {dataset: caf\u00e9.txt}\n".encode("latin-1"))
+    message = user_error(path)
+    assert str(path) in message
+
+
+@pytest.mark.parametrize("text", ["- model\n- train\n", "42\n", "just a string\n"])
+def test_yaml_that_is_not_a_mapping(tmp_path, text):
+    path = write(tmp_path, text)
+    message = user_error(path)
+    assert str(path) in message and "mapping" in message and "model, data, train" in message
+
+
+# ---- round trip ----
+
+
+def test_config_to_dict_is_plain_data():
+    d = config_to_dict(Config())
+    assert set(d) == {"model", "data", "train"}
+    plain = (str, int, float, bool)
+    assert all(isinstance(v, plain) for section in d.values() for v in section.values())
+
+
+def test_config_dict_round_trip_leaves_vocab_size_to_the_tokenizer(tmp_path):
+    """config_to_dict / config_to_yaml omit model.vocab_size (the tokenizer owns it); the rest comes back."""
+    cfg = load_config(write(tmp_path, "model: {n_layer: 2, n_embd: 32, n_head: 2, causal: false}\n"
+                                      "train: {lr: 1e-3, min_lr: 0, device: cpu}\n"),
+                      ["data.dataset=x.txt", "train.max_iters=7"])
+    cfg.model.vocab_size = 65
+    assert config_to_yaml(cfg).startswith("# model.vocab_size = 65")
+    for raw in (config_to_dict(cfg), yaml.safe_load(config_to_yaml(cfg))):
+        assert "vocab_size" not in raw["model"]
+        back = config_from_dict(raw, "round trip")
+        back.model.vocab_size = 65
+        assert back == cfg
+        assert math.isclose(back.train.lr, 1e-3) and back.model.causal is False
+
+
+def test_config_dict_round_trip():
+    cfg = Config()
+    assert config_from_dict(config_to_dict(cfg), "round trip") == cfg
+
+
+def test_a_runs_config_yaml_loads_as_a_config(tmp_path):
+    cfg = load_config(write(tmp_path, "model: {n_layer: 2, n_embd: 32, n_head: 2}\n"))
+    cfg.model.vocab_size = 65  # train.py sets this before writing config.yaml
+    saved = write(tmp_path, config_to_yaml(cfg), "config.yaml")
+    again = load_config(saved)
+    assert again.model.n_layer == 2 and again.model.n_embd == 32
