@@ -120,18 +120,27 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return path
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, Config, Tokenizer, dict]:
-    """Run directory or checkpoint -> (model in eval mode, Config, Tokenizer, checkpoint dict)."""
-    path = resolve_checkpoint(path)
-    ckpt = load_checkpoint(path, map_location=device)
+def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, Config]:
+    """A loaded checkpoint -> (model with its weights, Config); the vocabulary size is the
+    tokenizer's. The tokenizer itself is not built (a tiktoken encoding may be offline)."""
     cfg = config_from_dict(ckpt["config"], str(path))
-    tokenizer = tokenizer_from_dict(ckpt["tokenizer"])
-    cfg.model.vocab_size = tokenizer.vocab_size
+    cfg.model.vocab_size = int(ckpt["tokenizer"].get("vocab_size", 0)) if isinstance(ckpt["tokenizer"], dict) else 0
+    if cfg.model.vocab_size <= 0:
+        raise UserError(f"{path}: its tokenizer record has no vocab_size; the checkpoint is damaged")
     model = GPT(cfg.model)
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
         raise UserError(f"{path}: weights do not fit its config ({_first_line(e)})") from None
+    return model, cfg
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, Config, Tokenizer, dict]:
+    """Run directory or checkpoint -> (model in eval mode, Config, Tokenizer, checkpoint dict)."""
+    path = resolve_checkpoint(path)
+    ckpt = load_checkpoint(path, map_location=device)
+    model, cfg = model_from_checkpoint(ckpt, path)
+    tokenizer = tokenizer_from_dict(ckpt["tokenizer"])
     return model.to(device).eval(), cfg, tokenizer, ckpt
 
 

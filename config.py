@@ -68,6 +68,8 @@ class TrainConfig:
     dtype: str = "float32"  # float32 | bfloat16 | float16 (autocast; float16 adds a grad scaler)
     compile: bool = False  # torch.compile the model
     seed: int = 1337  # seeds initialisation, batch sampling and dropout
+    init_from: str = ""  # run dir or checkpoint whose weights start this run (fine-tuning); its model config is used
+    plot: str = "end"  # loss.png in the run directory: end (of the run) | eval (at every eval) | off; needs matplotlib
 
 
 @dataclass
@@ -249,6 +251,7 @@ def validate(cfg: Config, source: str) -> None:
     need(bool(DEVICES.match(t.device)), "train.device", t.device, "must be auto, cpu, cuda, cuda:N or mps")
     need(t.dtype in DTYPES, "train.dtype", t.dtype, f"must be one of {', '.join(DTYPES)}")
     need(bool(t.out_dir.strip()), "train.out_dir", t.out_dir, "must be a directory path")
+    need(t.plot in ("end", "eval", "off"), "train.plot", t.plot, "must be end, eval or off")
 
 
 def resolve_device(name: str) -> torch.device:

@@ -16,18 +16,20 @@ import signal
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from checkpoint import (atomic_write_text, capture_rng_state, load_checkpoint, restore_rng_state,
-                        save_checkpoint)
+from checkpoint import (atomic_write_text, capture_rng_state, load_checkpoint, model_from_checkpoint,
+                        resolve_checkpoint, restore_rng_state, save_checkpoint)
 from config import Config, TrainConfig, config_to_dict, config_to_yaml, load_config, resolve_device
 from data.prepare import get_batch, load_prepared, prepare
 from errors import ArgParser, UserError, run_cli
 from model import GPT, cross_entropy
 from perf import peak_flops
+from plots import plot_run
 
 METRICS = ["step", "train_loss", "val_loss", "lr", "tokens_per_s", "mfu", "elapsed_s"]
 RUN_FILES = ("ckpt.pt", "best.pt", "config.yaml", "metrics.csv")
@@ -222,9 +224,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
     t = cfg.train
     out_dir = Path(t.out_dir)
     check_run_dir(out_dir, args.resume)
-    ckpt = None
+    ckpt = init = None
+    if t.init_from:  # fine-tuning: the model (all but dropout) is the starting checkpoint's
+        init_path = resolve_checkpoint(t.init_from)
+        init = load_checkpoint(init_path)
+        init_model, init_cfg = model_from_checkpoint(init, init_path)
+        cfg.model = replace(init_cfg.model, dropout=cfg.model.dropout)
+        print(f"train.init_from: starting from {init_path} (step {init['step']}), with its model config")
     if args.resume:
         ckpt = load_checkpoint(out_dir / "ckpt.pt")
+        if "optimizer" not in ckpt:
+            raise UserError(f"{out_dir / 'ckpt.pt'} holds weights only (e.g. from export.py --from-hf): it cannot "
+                            f"be resumed; start a new run from it with --set train.init_from={out_dir}")
         check_same_run(cfg, ckpt["config"], out_dir / "ckpt.pt")
     device = resolve_device(t.device)
     if t.dtype == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -246,10 +257,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
             raise UserError(f"the {split} split has {n} tokens, not more than model.block_size="
                             f"{cfg.model.block_size} ({args.config}): use a smaller block_size, more text, "
                             f"or another data.val_fraction")
+    if init is not None and init["tokenizer"] != data.tokenizer.to_dict():
+        raise UserError(f"train.init_from={t.init_from!r} was trained with another tokenizer or vocabulary than "
+                        f"this data ({data.tokenizer}); prepare the data with the same one, e.g. "
+                        f"data.tokenizer=gpt2 data.compact_vocab=false for GPT-2 weights")
     cfg.model.vocab_size = data.tokenizer.vocab_size
 
     # ---- model and optimizer ----
-    model = GPT(cfg.model).to(device)
+    model = GPT(cfg.model)
+    if init is not None and ckpt is None:
+        model.load_state_dict(init_model.state_dict())
+    model = model.to(device)
     optimizer = make_optimizer(model, t, device)
     # float16 gradients can underflow: the scaler multiplies the loss up and the gradients back down
     scaler = torch.amp.GradScaler(device.type, enabled=(t.dtype == "float16"))
@@ -316,6 +334,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
                                     "val_loss": f"{losses['val']:.4f}", "lr": f"{lr_at(step, t):.3e}",
                                     "elapsed_s": f"{elapsed:.1f}"})
                     write_metrics(out_dir / "metrics.csv", metrics)
+                    if t.plot == "eval" or (t.plot == "end" and step == t.max_iters):
+                        plot_run(out_dir)  # loss.png; returns None (no plot) without matplotlib
                     bar.write(f"step {step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
                 if losses["val"] < best_val:
                     best_val = losses["val"]

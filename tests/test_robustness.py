@@ -144,3 +144,20 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     assert lines[-1].startswith("error: training diverged") and "by step" in lines[-1]
     assert "train.lr" in lines[-1] and "Traceback" not in done.stderr
     assert load_checkpoint(run / "ckpt.pt")["step"] == 0  # the state evaluated at step 0
+
+
+def test_init_from_starts_from_the_saved_weights(corpus, tmp_path):
+    """Fine-tuning: a new run from another run's weights starts at that run's loss, with its model."""
+    import train
+    from errors import UserError
+    source, tuned = tmp_path / "source", tmp_path / "tuned"
+    train.main(train_args(corpus, source, "train.max_iters=20"))
+    train.main(train_args(corpus, tuned, "train.max_iters=10", f"train.init_from={source}", "model.n_layer=5"))
+    first = metrics(tuned)[0]
+    assert first["step"] == "0" and first["val_loss"] == metrics(source)[-1]["val_loss"]
+    ckpt = load_checkpoint(tuned / "ckpt.pt")
+    assert ckpt["config"]["model"]["n_layer"] == 2  # the starting checkpoint's model, not the override
+    weights_only = {k: v for k, v in load_checkpoint(source / "best.pt").items() if k not in ("format", "version")}
+    save_checkpoint(tmp_path / "imported" / "ckpt.pt", weights_only)
+    with pytest.raises(UserError, match="weights only"):
+        train.main(train_args(corpus, tmp_path / "imported") + ["--resume"])

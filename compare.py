@@ -1,0 +1,50 @@
+"""Compare finished (or unfinished) runs side by side: one table, one plot.
+
+    python compare.py RUN_DIR [RUN_DIR ...] [--out DIR]
+
+Reads each run's config.yaml and metrics.csv (nothing is trained or loaded onto a device) and
+prints a table: the config keys whose values differ between the runs, parameters, status, best val
+loss, final train loss, median tokens/s and wall time. The same table goes to DIR/results.md and
+DIR/results.csv, and the val-loss curves to DIR/val_loss.png (when matplotlib is installed).
+sweep.py writes its results with the same code (plots.write_report).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from errors import ArgParser, UserError, run_cli
+from plots import MATPLOTLIB_NOTE, differing_keys, summarize_run, write_report
+
+
+def run_labels(run_dirs: Sequence[Path]) -> list[str]:
+    """Short unique labels: the folder names when they are distinct, else the paths as given."""
+    names = [p.name or str(p) for p in run_dirs]
+    return names if len(set(names)) == len(names) else [str(p) for p in run_dirs]
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    p = ArgParser(prog="compare.py", description="Tabulate and plot existing tinygpt runs side by side.")
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (train.out_dir)")
+    p.add_argument("--out", type=Path, default=Path("out/compare"),
+                   help="folder for results.md, results.csv, val_loss.png (default: out/compare)")
+    args = p.parse_args(argv)
+
+    for run in args.runs:
+        if not run.is_dir():
+            raise UserError(f"run directory not found: {run}")
+    rows = [summarize_run(run, label) for run, label in zip(args.runs, run_labels(args.runs))]
+    varied = differing_keys(rows)
+    table, png = write_report(rows, varied, args.out, title=f"Comparison of {len(rows)} runs")
+    print(table, end="")
+    if not varied and len(rows) > 1:
+        print("(the runs' configs are identical apart from train.out_dir)")
+    print(f"wrote {args.out / 'results.md'}, {args.out / 'results.csv'}"
+          + (f", {png}" if png else ""))
+    if png is None:
+        print(MATPLOTLIB_NOTE.format(name="val_loss.png"))
+    return {"rows": rows, "varied": varied, "out": str(args.out), "plot": str(png) if png else None}
+
+
+if __name__ == "__main__":
+    run_cli(main)

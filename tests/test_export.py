@@ -1,0 +1,197 @@
+"""Guards export.py: tinygpt <-> Hugging Face GPT-2.
+
+Always (no extra package): the safetensors writer and reader round-trip f32/f16/bf16 tensors and
+refuse malformed files; export -> import gives back exactly the same model (bias false and true),
+tokenizer and config, through model.safetensors and through pytorch_model.bin; a non-causal model
+is refused and nothing is overwritten without --force. With `safetensors` installed its reader and
+writer agree with ours. With `transformers` installed: GPT2LMHeadModel loads our export and gives
+our logits to 1e-4, and a GPT-2 saved by transformers imports with its logits. Models are tiny and
+random, with every parameter perturbed so that biases and LayerNorm weights are not trivial.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+import export
+from checkpoint import load_checkpoint, load_model, save_checkpoint
+from config import Config, ModelConfig, config_to_dict
+from errors import UserError
+from model import GPT
+
+CHARS = "".join(chr(c) for c in range(ord("A"), ord("A") + 37))  # a char vocabulary of 37
+
+
+def perturb(model: torch.nn.Module, seed: int = 0) -> None:
+    """Add noise to every parameter: zero biases and unit LayerNorm weights would hide mapping bugs."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=gen))
+
+
+def make_run(tmp_path, bias: bool = True, causal: bool = True) -> tuple[str, GPT, Config]:
+    """A tiny run directory holding a random (perturbed) model in ckpt.pt."""
+    cfg = Config(model=ModelConfig(block_size=16, n_layer=2, n_head=4, n_embd=32, vocab_size=len(CHARS),
+                                   bias=bias, causal=causal))
+    cfg.train.out_dir = str(tmp_path / "run")
+    torch.manual_seed(0)
+    model = GPT(cfg.model)
+    perturb(model)
+    save_checkpoint(tmp_path / "run" / "ckpt.pt", {
+        "config": config_to_dict(cfg), "tokenizer": {"kind": "char", "vocab_size": len(CHARS), "chars": CHARS},
+        "model": model.state_dict(), "step": 7, "best_val_loss": 1.0, "elapsed_s": 0.0})
+    return str(tmp_path / "run"), model.eval(), cfg
+
+
+def logits(model: torch.nn.Module, vocab_size: int, T: int = 16) -> torch.Tensor:
+    idx = torch.randint(0, vocab_size, (3, T), generator=torch.Generator().manual_seed(1))  # (B, T)
+    with torch.no_grad():
+        out = model(idx)
+    return out if isinstance(out, torch.Tensor) else out.logits  # ours (B, T, V) / transformers' output
+
+
+# ---- safetensors ----
+
+
+def test_safetensors_round_trip(tmp_path):
+    gen = torch.Generator().manual_seed(0)
+    tensors = {"f32": torch.randn(2, 3, generator=gen), "f16": torch.randn(5, generator=gen).half(),
+               "bf16": torch.randn(4, 4, generator=gen).bfloat16(), "scalar": torch.tensor(3.5),
+               "empty": torch.zeros(0, 3), "ints": torch.arange(6, dtype=torch.int64).view(2, 3)}
+    path = tmp_path / "t.safetensors"
+    export.save_safetensors(path, tensors, {"format": "pt"})
+    back, meta = export.load_safetensors(path)
+    assert meta == {"format": "pt"} and list(back) == list(tensors)
+    for name, t in tensors.items():
+        assert back[name].dtype == t.dtype and back[name].shape == t.shape and torch.equal(back[name], t), name
+    header_len = int.from_bytes(path.read_bytes()[:8], "little")
+    assert header_len % 8 == 0  # the data starts 8-byte aligned
+
+    st = pytest.importorskip("safetensors.torch")
+    theirs = st.load_file(str(path))  # the reference reader accepts our file ...
+    assert all(torch.equal(theirs[k], t) and theirs[k].dtype == t.dtype for k, t in tensors.items())
+    st.save_file(tensors, str(tmp_path / "ref.safetensors"), metadata={"format": "pt"})
+    ours, _ = export.load_safetensors(tmp_path / "ref.safetensors")  # ... and we read theirs
+    assert all(torch.equal(ours[k], t) and ours[k].dtype == t.dtype for k, t in tensors.items())
+
+
+def test_safetensors_refuses_malformed_files(tmp_path):
+    path = tmp_path / "t.safetensors"
+    export.save_safetensors(path, {"w": torch.randn(64, 64)})
+    data = path.read_bytes()
+    for name, blob in {"truncated": data[:-100], "tiny": data[:5], "garbage": b"\xff" * 64}.items():
+        bad = tmp_path / f"{name}.safetensors"
+        bad.write_bytes(blob)
+        with pytest.raises(UserError, match="not a valid safetensors file"):
+            export.load_safetensors(bad)
+
+
+# ---- export and import, no transformers needed ----
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_export_import_round_trip_is_exact(tmp_path, bias):
+    run, model, cfg = make_run(tmp_path, bias=bias)
+    hf_dir, back_dir = tmp_path / "hf", tmp_path / "back"
+    export.main([run, "--format", "hf", str(hf_dir)])
+    hf = json.loads((hf_dir / "config.json").read_text())
+    assert (hf["vocab_size"], hf["n_positions"], hf["n_embd"], hf["n_layer"], hf["n_head"]) == (37, 16, 32, 2, 4)
+    assert hf["activation_function"] == "gelu" and hf["tie_word_embeddings"] is True
+    assert hf["tinygpt"]["tokenizer"]["chars"] == CHARS and "character vocabulary" in hf["tinygpt"]["note"]
+    tensors, meta = export.load_safetensors(hf_dir / "model.safetensors")
+    assert meta["format"] == "pt" and "lm_head.weight" not in tensors  # tied to wte
+    assert tensors["transformer.h.0.attn.c_attn.weight"].shape == (32, 96)  # Conv1D (in, 3 out)
+    assert tensors["transformer.h.1.mlp.c_fc.weight"].shape == (32, 128)
+    assert torch.equal(tensors["transformer.h.0.attn.c_attn.weight"][:, 32:64], model.blocks[0].attn.k_proj.weight.t())
+    if not bias:  # GPT-2 always has biases: zeros stand in
+        assert not tensors["transformer.h.0.attn.c_attn.bias"].any() and not tensors["transformer.ln_f.bias"].any()
+
+    export.main(["--from-hf", str(hf_dir), str(back_dir)])
+    model2, cfg2, tok2, ckpt2 = load_model(back_dir)
+    assert cfg2.model == cfg.model  # bias: false comes back bias-free
+    assert torch.equal(logits(model2, 37), logits(model, 37))
+    assert ckpt2["tokenizer"]["chars"] == CHARS and cfg2.train.out_dir == str(back_dir)
+    assert (back_dir / "config.yaml").is_file()
+
+    # the same weights as pytorch_model.bin (loaded with weights_only=True) import the same way
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shutil.copy(hf_dir / "config.json", bin_dir / "config.json")
+    torch.save({k.removeprefix("transformer."): v for k, v in tensors.items()}, bin_dir / "pytorch_model.bin")
+    assert torch.equal(logits(export.load_hf_gpt2(bin_dir), 37), logits(model, 37))
+
+    with pytest.raises(UserError, match="already holds"):  # nothing overwritten without --force
+        export.main([run, "--format", "hf", str(hf_dir)])
+    export.main([run, "--format", "hf", str(hf_dir), "--force"])
+
+
+def test_non_causal_model_is_refused(tmp_path):
+    run, _, _ = make_run(tmp_path, causal=False)
+    with pytest.raises(UserError, match="causal=false"):
+        export.main([run, "--format", "hf", str(tmp_path / "hf")])
+    assert not (tmp_path / "hf").exists()
+
+
+def test_import_refuses_what_gpt2_cannot_say(tmp_path):
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    for change, match in [({"n_inner": 7}, "n_inner"), ({"activation_function": "relu"}, "activation"),
+                          ({"model_type": "llama"}, "not gpt2")]:
+        (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(UserError, match=match):
+            export.load_hf_gpt2(tmp_path / "hf")
+    del config["tinygpt"]  # a vocabulary that is not gpt2's and no tokenizer record: cannot be decoded
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match="vocab_size=37"):
+        export.import_hf(tmp_path / "hf", tmp_path / "back")
+    with pytest.raises(UserError, match="invalid choice"):
+        export.main([run, "--format", "onnx", str(tmp_path / "x")])
+
+
+def test_compact_bpe_note_says_ids_are_remapped():
+    note = export.tokenizer_note({"kind": "tiktoken", "vocab_size": 3, "encoding": "gpt2", "ids": [0, 5, 9]})
+    assert "remapped" in note
+    assert "GPT-2's own" in export.tokenizer_note({"kind": "tiktoken", "vocab_size": 50257, "encoding": "gpt2"})
+
+
+# ---- parity with transformers ----
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_transformers_gives_our_logits(tmp_path, bias):
+    transformers = pytest.importorskip("transformers")
+    run, model, _ = make_run(tmp_path, bias=bias)
+    export.main([run, "--format", "hf", str(tmp_path / "hf")])
+    hf_model = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "hf")).eval()
+    diff = (logits(hf_model, 37) - logits(model, 37)).abs().max().item()
+    assert diff < 1e-4, f"max abs logit difference {diff}"
+
+
+def test_gpt2_saved_by_transformers_imports(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(vocab_size=export.GPT2_VOCAB, n_positions=32, n_embd=16, n_layer=2,
+                                     n_head=2, activation_function="gelu")
+    torch.manual_seed(0)
+    hf_model = transformers.GPT2LMHeadModel(config).eval()
+    perturb(hf_model)
+    hf_model.save_pretrained(str(tmp_path / "hf"))
+    ours = export.load_hf_gpt2(tmp_path / "hf")
+    diff = (logits(ours, export.GPT2_VOCAB, T=32) - logits(hf_model, export.GPT2_VOCAB, T=32)).abs().max().item()
+    assert diff < 1e-4, f"max abs logit difference {diff}"
+
+    path = export.import_hf(tmp_path / "hf", tmp_path / "run")
+    ckpt = load_checkpoint(path)
+    assert ckpt["tokenizer"] == {"kind": "tiktoken", "vocab_size": 50257, "encoding": "gpt2"}
+    assert ckpt["config"]["data"]["tokenizer"] == "gpt2" and ckpt["config"]["data"]["compact_vocab"] is False
+    assert ckpt["config"]["model"]["bias"] is True and ckpt["config"]["model"]["block_size"] == 32
+
+    # the original GPT-2 uses the tanh GELU: it imports, with a note that logits differ slightly
+    config_json = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config_json, "activation_function": "gelu_new"}))
+    export.load_hf_gpt2(tmp_path / "hf")
+    assert "tanh-approximated GELU" in capsys.readouterr().err

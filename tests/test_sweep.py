@@ -1,0 +1,206 @@
+"""Guards sweep.py, compare.py and plots.py: experiments side by side.
+
+A sweep of configs/stories.yaml shrunk to CI size over model.n_head=1,2,3 trains the two valid
+combinations (n_embd=16 is not divisible by 3: skipped with a note) through train.py subprocesses,
+restarting the one whose directory has files but no ckpt.pt, and writes results.md / results.csv
+with one row per valid run and the documented columns. Running it again over n_head=1,2,4 retrains
+nothing finished (ckpt.pt untouched) and resumes a run stopped with --stop-at; with another --set
+it reuses nothing and exits 1. A bad grid key is one line and exit 2. compare.py shows the config column that differs; plot_run returns None without
+matplotlib and writes a PNG with it. One sweep is shared by the module (the trainings dominate).
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import compare
+import plots
+import sweep
+import train
+from checkpoint import load_checkpoint
+from conftest import ROOT
+from errors import UserError
+
+CONFIG = str(ROOT / "configs" / "stories.yaml")
+COLUMNS = ["run", "model.n_head", *plots.RESULT_COLUMNS]
+
+
+def shrink(prepared_dir) -> list[str]:
+    """The --set list that makes configs/stories.yaml a CI-sized run."""
+    return ["--set", "data.stories_chars=20000", f"data.prepared_dir={prepared_dir}", "model.n_layer=1",
+            "model.n_embd=16", "model.block_size=32", "train.max_iters=10", "train.eval_interval=5",
+            "train.eval_iters=2", "train.batch_size=4", "train.device=cpu"]
+
+
+def run_sweep(argv: list[str]) -> tuple[dict, str]:
+    """sweep.main in this process; returns (its result, what it printed itself)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = sweep.main(argv)
+    return result, out.getvalue()
+
+
+def read_csv(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def first_sweep(tmp_path_factory):
+    """The shared sweep over n_head=1,2,3, where n_head=2 had died before its first checkpoint;
+    the results files are read at once, before later tests add runs."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    (tmp / "sw" / "n_head=2").mkdir(parents=True)
+    (tmp / "sw" / "n_head=2" / "metrics.csv").write_text("step,train_loss\n0,4.0\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")  # the training subprocesses: tiny models, 2 shared cores
+        result, printed = run_sweep([CONFIG, "--grid", "model.n_head=1,2,3", *shrink(tmp / "prepared"),
+                                     "--out", str(tmp / "sw"), "--quiet"])
+    return {"tmp": tmp, "out": tmp / "sw", "result": result, "printed": printed,
+            "csv": read_csv(tmp / "sw" / "results.csv"), "md": (tmp / "sw" / "results.md").read_text()}
+
+
+def test_sweep_runs_valid_combinations_and_reports(first_sweep):
+    out, printed = first_sweep["out"], first_sweep["printed"]
+    assert "skip n_head=3: model.n_embd=16 is not divisible by model.n_head=3" in printed
+    assert "n_head=2: " in printed and "has files but no ckpt.pt" in printed and "starting it again" in printed
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["n_head=1", "n_head=2"]
+    for name in ("n_head=1", "n_head=2"):
+        assert load_checkpoint(out / name / "ckpt.pt")["step"] == 10
+
+    rows = first_sweep["csv"]
+    assert list(rows[0]) == COLUMNS and [r["run"] for r in rows] == ["n_head=1", "n_head=2"]
+    assert [r["model.n_head"] for r in rows] == ["1", "2"]
+    for r in rows:
+        assert r["status"] == "done" and int(r["params"]) > 0 and float(r["tokens_per_s"]) > 0
+        assert 0 < float(r["best_val_loss"]) < 10 and 0 < float(r["final_train_loss"]) < 10 and r["wall_s"]
+    ckpt = load_checkpoint(out / "n_head=1" / "ckpt.pt")
+    assert int(rows[0]["params"]) == sum(t.numel() for k, t in ckpt["model"].items() if k != "lm_head.weight")
+
+    md_rows = [line for line in first_sweep["md"].splitlines() if line.startswith("|")]
+    assert md_rows[0] == "| " + " | ".join(COLUMNS) + " |" and len(md_rows) == 2 + 2  # header, rule, 2 runs
+    try:
+        import matplotlib  # noqa: F401
+        assert (out / "val_loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    except ImportError:
+        assert "matplotlib is not installed" in printed and not (out / "val_loss.png").exists()
+
+
+def test_rerun_skips_finished_and_resumes_unfinished(first_sweep):
+    tmp, out = first_sweep["tmp"], first_sweep["out"]
+    mtimes = {n: (out / n / "ckpt.pt").stat().st_mtime_ns for n in ("n_head=1", "n_head=2")}
+    # n_head=4 was stopped at step 5 (run as the sweep runs it)
+    overrides = shrink(tmp / "prepared")[1:] + ["model.n_head=4", f"train.out_dir={json.dumps(str(out / 'n_head=4'))}"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main([CONFIG, "--set", *overrides, "--stop-at", "5", "--quiet"])
+    assert load_checkpoint(out / "n_head=4" / "ckpt.pt")["step"] == 5
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        _, printed = run_sweep([CONFIG, "--grid", "model.n_head=1,2,4", *shrink(tmp / "prepared"),
+                                "--out", str(out), "--quiet"])
+    assert "n_head=1: finished earlier (step 10), skipped" in printed
+    assert "n_head=4: resuming from step 5 of 10" in printed
+    assert {n: (out / n / "ckpt.pt").stat().st_mtime_ns for n in mtimes} == mtimes  # not retrained
+    assert load_checkpoint(out / "n_head=4" / "ckpt.pt")["step"] == 10
+    steps = [int(float(r["step"])) for r in read_csv(out / "n_head=4" / "metrics.csv") if r["val_loss"]]
+    assert steps == [0, 5, 10]  # the resumed run continued its own metrics
+    rows = read_csv(out / "results.csv")
+    assert [r["run"] for r in rows] == ["n_head=1", "n_head=2", "n_head=4"]
+    assert all(r["status"] == "done" for r in rows)
+
+    # the same grid with another --set is not the run asked for: reported, not reused, exit 1
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stdout(io.StringIO()) as printed:
+        sweep.main([CONFIG, "--grid", "model.n_head=1", *shrink(tmp / "prepared"), "train.lr=5e-3",
+                    "--out", str(out)])
+    assert exit_info.value.code == 1
+    assert "holds a run with other settings (train.lr=0.002 (now 0.005))" in printed.getvalue()
+    assert (out / "n_head=1" / "ckpt.pt").stat().st_mtime_ns == mtimes["n_head=1"]
+
+
+def test_bad_grid_key_is_one_line_exit_2(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), CONFIG, "--grid", "model.n_heads=1,2",
+                             "--out", str(tmp_path / "sw")], capture_output=True, text=True, cwd=tmp_path,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "did you mean 'model.n_head'" in result.stderr
+    assert result.stderr.startswith("error: --grid model.n_heads:") and not (tmp_path / "sw").exists()
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--grid", "model.n_head"], "must look like SECTION.KEY=V1,V2"),
+    (["--grid", "model.n_head=1,,2"], "must look like SECTION.KEY=V1,V2"),
+    (["--grid", "model.n_head=1", "model.n_head=2"], "given twice"),
+    (["--grid", "train.out_dir=a,b"], "its own out_dir"),
+    (["--grid", "model.n_head=1", "--set", "train.out_dir=x"], "choose the sweep folder with --out"),
+    (["--grid", "model.n_head=1", "--set", "train.max_iter=5"], "did you mean 'train.max_iters'"),
+    (["--grid", "model.n_head=3,5", "--set", "model.n_embd=16"], "no valid combination"),
+])
+def test_sweep_user_errors(tmp_path, argv, match):
+    with pytest.raises(UserError, match=match), contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, *argv, "--out", str(tmp_path / "sw")])
+    assert not (tmp_path / "sw").exists()
+
+
+def test_failed_runs_are_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
+    """A stand-in train.py (no torch: fast) fails with a user error for n_head=1 and crashes for 2."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text("import sys\nif 'model.n_head=1' in sys.argv:\n"
+                    "    print('error: a user error', file=sys.stderr)\n    sys.exit(2)\n"
+                    "raise RuntimeError('a crash')\n")
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
+    printed = capsys.readouterr()
+    assert exit_info.value.code == 1 and "2 of 2 run(s) failed: n_head=1, n_head=2" in printed.err
+    assert "n_head=1: failed with exit code 2" in printed.out and "n_head=2: failed with exit code 1" in printed.out
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["failed (exit 2)", "failed (exit 1)"]
+
+
+def test_run_names_are_filesystem_safe_and_unique():
+    names = sweep.run_names(["data.dataset", "model.n_head"], [("a/b c.txt", "1"), ("a_b c.txt", "1")])
+    assert names[0].startswith("dataset=a_b_c.txt,n_head=1-") and names[0] != names[1]
+    assert sweep.run_names(["model.dropout", "train.lr"], [("0.1", "3e-4")]) == ["dropout=0.1,lr=3e-4"]
+
+
+def test_compare_shows_the_differing_config_column(first_sweep, tmp_path):
+    runs = [str(first_sweep["out"] / n) for n in ("n_head=1", "n_head=2")]
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        result = compare.main([*runs, "--out", str(tmp_path / "cmp")])
+    assert result["varied"] == ["model.n_head"]  # not train.out_dir, which always differs
+    header = printed.getvalue().splitlines()[0]
+    assert header == "| " + " | ".join(COLUMNS) + " |"
+    rows = read_csv(tmp_path / "cmp" / "results.csv")
+    assert [(r["run"], r["model.n_head"], r["status"]) for r in rows] == [("n_head=1", "1", "done"),
+                                                                          ("n_head=2", "2", "done")]
+    assert rows == first_sweep["csv"]  # the same table code as sweep.py
+    with pytest.raises(UserError, match="no config.yaml"):
+        compare.main([str(tmp_path), "--out", str(tmp_path / "cmp2")])
+
+
+def test_plot_run_without_matplotlib_returns_none(first_sweep, tmp_path, monkeypatch):
+    shutil.copy(first_sweep["out"] / "n_head=1" / "metrics.csv", tmp_path / "metrics.csv")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib...` now fails
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    assert plots.plot_run(tmp_path) is None and not (tmp_path / "loss.png").exists()
+
+
+def test_plot_run_writes_png(first_sweep, tmp_path):
+    pytest.importorskip("matplotlib")
+    shutil.copy(first_sweep["out"] / "n_head=1" / "metrics.csv", tmp_path / "metrics.csv")
+    path = plots.plot_run(tmp_path)
+    assert path == tmp_path / "loss.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plots.plot_run(tmp_path / "missing") is None  # no metrics yet: nothing to draw
+
+
+def test_count_params_matches_a_built_model(tiny_model_config):
+    from model import GPT
+    assert plots.count_params(tiny_model_config) == GPT(tiny_model_config).num_params()  # built on meta
