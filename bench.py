@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("config", nargs="?", default="configs/shakespeare_char.yaml")
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated training dtypes")
-    p.add_argument("--steps", type=int, default=10, help="timed training steps per dtype")
+    p.add_argument("--steps", type=int, default=10, help="timed training steps per dtype (0 skips)")
     p.add_argument("--compile", action="store_true", help="torch.compile the training model")
     p.add_argument("--loss-steps", type=int, default=0, help="also compare the loss after this many steps")
     p.add_argument("--gen-tokens", type=int, default=500, help="0 skips the generation benchmark")
@@ -143,16 +143,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
     res["peak_source"] = sources
     res["peak_gflops"] = {d: v / 1e9 for d, v in peaks.items()}
 
-    train = bench_training(cfg, data, dtypes, device, args.steps, args.compile)
-    for d, r in train.items():
-        r["mfu"] = r.pop("achieved_flops") / peaks[d]
-    res["train"] = train
-    base = dtypes[0]
-    print(f"training  {res['model']}, {device}, torch {torch.__version__}, {res['threads']} threads")
-    print(f"{'dtype':<10}{'ms/step':>10}{'tokens/s':>12}{'vs ' + base:>12}{'MFU':>8}{'peak GFLOP/s':>14}")
-    for d, r in train.items():
-        print(f"{d:<10}{r['step_ms']:>10.1f}{r['tokens_per_s']:>12,.0f}"
-              f"{r['tokens_per_s'] / train[base]['tokens_per_s']:>9.2f}x{r['mfu']:>8.1%}{peaks[d] / 1e9:>14.0f}")
+    if args.steps:
+        train = bench_training(cfg, data, dtypes, device, args.steps, args.compile)
+        for d, r in train.items():
+            r["mfu"] = r.pop("achieved_flops") / peaks[d]
+        res["train"] = train
+        base = dtypes[0]
+        print(f"training  {res['model']}, {device}, torch {torch.__version__}, {res['threads']} threads")
+        print(f"{'dtype':<10}{'ms/step':>10}{'tokens/s':>12}{'vs ' + base:>12}{'MFU':>8}{'peak GFLOP/s':>14}")
+        for d, r in train.items():
+            print(f"{d:<10}{r['step_ms']:>10.1f}{r['tokens_per_s']:>12,.0f}"
+                  f"{r['tokens_per_s'] / train[base]['tokens_per_s']:>11.2f}x{r['mfu']:>8.1%}{peaks[d] / 1e9:>14.0f}")
     if args.loss_steps:
         res["loss_after_steps"] = {"steps": args.loss_steps, **loss_parity(cfg, data, dtypes, device, args.loss_steps)}
         print(f"loss after {args.loss_steps} steps: " +

@@ -240,8 +240,8 @@ class KVCache:
     key and value never change when tokens are appended and can be computed once and reused."""
 
     def __init__(self, B: int, nh: int, max_T: int, hs: int, device: torch.device, dtype: torch.dtype):
-        self.k = torch.zeros(B, nh, max_T, hs, device=device, dtype=dtype)  # (B, nh, max_T, hs)
-        self.v = torch.zeros(B, nh, max_T, hs, device=device, dtype=dtype)  # (B, nh, max_T, hs)
+        self.k = torch.empty(B, nh, max_T, hs, device=device, dtype=dtype)  # (B, nh, max_T, hs), filled as we go
+        self.v = torch.empty(B, nh, max_T, hs, device=device, dtype=dtype)  # (B, nh, max_T, hs)
         self.length = 0  # positions filled
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
