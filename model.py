@@ -254,12 +254,12 @@ class KVCache:
         return self.k[:, :, :self.length], self.v[:, :, :self.length]
 
 
-def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """logits (B, V) -> next token ids (B,). temperature 0 = greedy (argmax)."""
-    if temperature == 0:
-        return logits.argmax(dim=-1)
-    logits = logits.float() / temperature
+def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                     top_p: float | None = None) -> torch.Tensor:
+    """logits (B, V) -> the probabilities the next token is drawn from (B, V): softmax of
+    logits / temperature, keeping only the top_k tokens and the top_p nucleus. Temperature 0
+    (greedy) takes the argmax; its probabilities are shown at temperature 1."""
+    logits = logits.float() / (temperature if temperature > 0 else 1.0)
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -268,16 +268,32 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
         sorted_p, order = torch.sort(probs, dim=-1, descending=True)  # (B, V)
         drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # mass before this token already >= p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """logits (B, V) -> next token ids (B,). temperature 0 = greedy (argmax)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = next_token_probs(logits, temperature, top_k, top_p)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
+class Step(NamedTuple):
+    """One step of generation, as generate_steps yields it."""
+    token: torch.Tensor  # (B,) the chosen next tokens
+    logits: torch.Tensor  # (B, V) the logits they were sampled from (the window's last position)
+    context: int  # how many tokens the model saw (the window's length)
+
+
 @torch.no_grad()
-def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
-             generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
-    """Yield max_new_tokens next tokens (B,), one at a time, continuing idx (B, T).
+def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                   top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
+                   generator: torch.Generator | None = None) -> Iterator[Step]:
+    """Continue idx (B, T) by max_new_tokens tokens, one at a time, yielding each Step.
 
     Each step feeds the context, reads the last position's logits, samples, appends. Positions are
     absolute and at most block_size, so the context is a window: when it is full, the window slides
@@ -299,5 +315,13 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
         else:
             logits = model(tokens[:, -1:], caches)  # (B, 1, V): only the newest token is new
         next_id = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)  # (B,)
-        yield next_id
+        yield Step(next_id, logits[:, -1, :], L - start)
         tokens = torch.cat([tokens, next_id[:, None]], dim=1)  # (B, L+1)
+
+
+def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
+             generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
+    """Yield the max_new_tokens next tokens (B,) continuing idx (B, T), one at a time."""
+    for step in generate_steps(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator):
+        yield step.token

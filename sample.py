@@ -2,25 +2,40 @@
 
     python sample.py RUN_DIR_OR_CKPT [--prompt TEXT | --prompt-file FILE] [--max-new-tokens N]
                      [--temperature T] [--top-k K] [--top-p P] [--num-samples N] [--seed S]
-                     [--no-kv-cache]
+                     [--no-kv-cache] [--show-steps]
+                     [--show-attention] [--attention-of prompt|all] [--attention-last N]
+                     [--attention-png DIR]
 
 The run directory holds everything needed: config, tokenizer and weights (best.pt when present,
 else ckpt.pt). Each step feeds the context to the model, reads the logits at the last position,
 samples one token, prints it at once and appends it. That is only sound because the model was
 trained under the causal mask: see README "Why generation needs the causal mask".
+
+Two teaching views (tables on stdout, see attention_view.py for their conventions):
+- `--show-attention` prints every layer's and head's attention weights over the prompt (or, with
+  `--attention-of all`, over the prompt plus each sample's generated text) as query x key percent
+  tables of the last `--attention-last` tokens; `--attention-png DIR` also saves one heatmap per
+  layer (needs matplotlib).
+- `--show-steps` prints, instead of the streamed text, one row per generated token: the step, how
+  many tokens of context the model saw, the token chosen and the top-5 candidates with their
+  probabilities after temperature/top-k/top-p.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 
+import attention_view
 from checkpoint import load_model
 from config import resolve_device
 from errors import ArgParser, UserError, run_cli
-from model import generate
+from model import GPT, Step, generate_steps, next_token_probs
+
+TOP_N = 5  # candidates shown per step by --show-steps
+TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
 
 
 def build_parser() -> ArgParser:
@@ -38,6 +53,22 @@ def build_parser() -> ArgParser:
     p.add_argument("--no-kv-cache", action="store_true", help="recompute the whole context every step")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     p.add_argument("--force", action="store_true", help="sample even from a model trained without the causal mask")
+    view = p.add_argument_group("seeing inside (tables on stdout)")
+    view.add_argument("--show-steps", action="store_true",
+                      help="instead of streaming the text, print one row per generated token: step, context "
+                           "length, chosen token, top-5 candidates with probabilities")
+    view.add_argument("--show-attention", action="store_true",
+                      help="print each layer's and head's attention weights as query x key %% tables "
+                           "('.' = masked future key)")
+    view.add_argument("--attention-of", choices=("prompt", "all"), default=None,
+                      help="prompt (default): the prompt's tokens; all: the prompt plus each sample's "
+                           "generated text (implies --show-attention)")
+    view.add_argument("--attention-last", type=int, default=None, metavar="N",
+                      help="show the last N tokens (default 12); the weight on earlier keys is summed into "
+                           "an 'earlier' column (implies --show-attention)")
+    view.add_argument("--attention-png", type=Path, default=None, metavar="DIR",
+                      help="also save one heatmap PNG per layer into DIR, heads as subplots (needs "
+                           "matplotlib; implies --show-attention)")
     return p
 
 
@@ -53,6 +84,14 @@ def check_args(args) -> None:
         raise UserError(f"--top-p={args.top_p} must be in (0, 1]")
     if args.num_samples < 1:
         raise UserError(f"--num-samples={args.num_samples} must be >= 1")
+    if args.attention_last is not None and args.attention_last < 1:
+        raise UserError(f"--attention-last={args.attention_last} must be >= 1")
+    if args.attention_png is not None and args.attention_png.exists() and not args.attention_png.is_dir():
+        raise UserError(f"--attention-png {args.attention_png} is a file, not a directory")
+    if args.attention_of is not None or args.attention_last is not None or args.attention_png is not None:
+        args.show_attention = True
+    args.attention_of = args.attention_of or "prompt"
+    args.attention_last = args.attention_last or 12
 
 
 def read_prompt(args) -> str:
@@ -77,8 +116,71 @@ def encode_prompt(tokenizer, prompt: str) -> list[int]:
     return ids
 
 
+# ---- --show-attention ----
+
+
+@torch.no_grad()
+def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, png_prefix: str) -> None:
+    """Print the attention tables of the last block_size tokens of `ids` (and save heatmaps)."""
+    cfg = model.config
+    window = ids[-cfg.block_size:]  # the most the model can see at once
+    idx = torch.tensor([window], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
+    _, traces = model.forward_with_attention(idx)  # per layer: weights (1, nh, T, T)
+    labels = attention_view.token_labels(tokenizer, window)
+    cut = f" (the last {len(window)} of {len(ids)}: block_size={cfg.block_size})" if len(window) < len(ids) else ""
+    out.write(f"=== attention over {what}{cut} ===\n")
+    out.write(attention_view.attention_tables(traces, labels, args.attention_last, cfg.causal))
+    out.flush()
+    if args.attention_png is not None:
+        try:
+            paths = attention_view.save_heatmaps(traces, labels, args.attention_png, args.attention_last,
+                                                 cfg.causal, prefix=png_prefix)
+        except ImportError:
+            print("note: --attention-png needs matplotlib (pip install matplotlib); printed the text "
+                  "tables only", file=sys.stderr)
+            args.attention_png = None  # say it once
+        else:
+            out.write(f"saved {', '.join(str(p) for p in paths)}\n")
+
+
+# ---- --show-steps ----
+
+
+def label_width(tokenizer) -> int:
+    """Width of the token columns: the longest label of a small vocabulary, else MAX_LABEL."""
+    if tokenizer.vocab_size > 1000:
+        return attention_view.MAX_LABEL
+    return max(len(attention_view.token_label(tokenizer, i)) for i in range(tokenizer.vocab_size))
+
+
+def steps_header(args, width: int) -> str:
+    if args.temperature == 0:
+        rule = "greedy: the argmax; probabilities at temperature 1"
+    else:
+        rule = f"probabilities after temperature {args.temperature:g}"
+        rule += f", top-k {args.top_k}" if args.top_k is not None else ""
+        rule += f", top-p {args.top_p:g}" if args.top_p is not None else ""
+    return (f"{'step':>4}  {'ctx':>4}  {'token':<{max(width, TOKEN_COLUMN)}}  {'p':>6}  "
+            f"top-{TOP_N} candidates ({rule})\n")
+
+
+def steps_rows(tokenizer, steps: Iterator[Step], args) -> Iterator[tuple[int, str]]:
+    """For each Step of model.generate_steps, (token id, its table row)."""
+    width = label_width(tokenizer)
+    for n, step in enumerate(steps, start=1):
+        probs = next_token_probs(step.logits, args.temperature, args.top_k, args.top_p)[0]  # (V,)
+        chosen = int(step.token[0])
+        top_probs, top_ids = torch.topk(probs, min(TOP_N, probs.numel()))
+        candidates = "  ".join(f"{attention_view.token_label(tokenizer, int(i)):>{width}} {100 * float(q):5.1f}%"
+                               for q, i in zip(top_probs, top_ids))
+        label = attention_view.token_label(tokenizer, chosen)
+        yield chosen, (f"{n:>4}  {step.context:>4}  {label:<{max(width, TOKEN_COLUMN)}}  "
+                       f"{100 * float(probs[chosen]):5.1f}%  {candidates}\n")
+
+
 def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
-    """Print num_samples continuations, streaming each token; return them as strings."""
+    """Print num_samples continuations, streaming each token (or, with --show-steps, a table of the
+    steps then the text), and the attention tables asked for; return the generated texts."""
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
     check_args(args)
@@ -92,23 +194,44 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     ids = encode_prompt(tokenizer, prompt)
     idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
     gen = torch.Generator(device=device).manual_seed(args.seed)
+    if args.show_attention and args.attention_of == "prompt":
+        show_attention(model, tokenizer, ids, args, out, "the prompt", "attention")
+        out.write("\n")
     samples = []
     for i in range(args.num_samples):
         if i:
             out.write("\n---------------\n")
-        out.write(prompt)
-        decoder = tokenizer.stream_decoder()
-        pieces = []
-        for next_id in generate(model, idx, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
-                                use_cache=not args.no_kv_cache, generator=gen):
-            piece = decoder.push(int(next_id[0]))
-            pieces.append(piece)
-            out.write(piece)
-            out.flush()
-        pieces.append(decoder.flush())
-        out.write(pieces[-1] + "\n")
+        steps = generate_steps(model, idx, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
+                               use_cache=not args.no_kv_cache, generator=gen)
+        new_ids = []
+        if args.show_steps:  # the table replaces the streamed text; the text follows it whole
+            out.write(steps_header(args, label_width(tokenizer)))
+            for chosen, row in steps_rows(tokenizer, steps, args):
+                new_ids.append(chosen)
+                out.write(row)
+                out.flush()
+            text = tokenizer.decode(new_ids) if new_ids else ""
+            out.write(f"\n{prompt}{text}\n")
+        else:
+            out.write(prompt)
+            decoder = tokenizer.stream_decoder()
+            pieces = []
+            for step in steps:
+                new_ids.append(int(step.token[0]))
+                piece = decoder.push(new_ids[-1])
+                pieces.append(piece)
+                out.write(piece)
+                out.flush()
+            pieces.append(decoder.flush())
+            out.write(pieces[-1] + "\n")
+            text = "".join(pieces)
         out.flush()
-        samples.append("".join(pieces))
+        samples.append(text)
+        if args.show_attention and args.attention_of == "all":
+            out.write("\n")
+            prefix = "attention" if args.num_samples == 1 else f"attention_sample{i + 1}"
+            show_attention(model, tokenizer, ids + new_ids, args, out,
+                           f"the prompt and sample {i + 1}'s generated text", prefix)
     return samples
 
 

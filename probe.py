@@ -1,0 +1,308 @@
+"""Coreference probe: does the model resolve "she"/"he" to the right character, and which heads look?
+
+    python probe.py RUN_DIR [--stories N] [--seed S] [--device D]
+
+The `stories` corpus records, for every pronoun that selects an attribute ("Then she picked up her
+red kite."), where the attribute is and where the antecedent's and the distractor's names are
+(data.stories.Reference). On fresh held-out stories (a seed the training corpus did not use) the
+probe cuts the text right where the attribute is due, keeps the model's last block_size tokens, and
+measures:
+
+(a) behaviour: greedy decoding from the cut yields the antecedent's own attribute, the distractor's
+    attribute (the other character's of the same kind), or something else;
+(b) attention: for every layer and head, the weight that the last position of the cut (the one
+    predicting the attribute) puts on the antecedent's name, summed over all tokens of all its
+    mentions inside the window, beside the weight on the distractor's name and what uniform
+    attention would put on the antecedent's tokens. Only references with at least one whole
+    mention of the antecedent inside the window count here.
+
+It prints both, names the best head (highest mean weight on the antecedent, with its ratio to the
+distractor) and ends with one JSON line. A run not trained on `stories` is refused (exit 2).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import re
+import sys
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from checkpoint import load_model
+from config import resolve_device
+from data.stories import Reference, generate_story
+from errors import ArgParser, UserError, run_cli
+from model import GPT
+
+HELD_OUT_OFFSET = 1_000_003  # default seed = data.stories_seed + this: never the training corpus
+SLACK = 8  # extra tokens encoded before the window, so its first token is cut as in the full text
+BATCH = 32  # cases run together (windows of equal length)
+WORD = re.compile(r"\s*([A-Za-z]+)")  # the first word of a continuation
+WHITESPACE = re.compile(r"\s")
+
+
+# ---- held-out stories ----
+
+
+def held_out_stories(n_stories: int, seed: int, tokenizer) -> tuple[str, list[tuple[int, Reference]], int]:
+    """n_stories fresh stories joined by a blank line, as in the training corpus -> (text,
+    [(offset of the story in text, its Reference)], stories skipped). A story the tokenizer cannot
+    encode (a char vocabulary from a small corpus may lack a rare letter) is skipped."""
+    rng = random.Random(seed)
+    parts: list[str] = []
+    refs: list[tuple[int, Reference]] = []
+    length, skipped = 0, 0
+    for _ in range(n_stories):
+        story, story_refs = generate_story(rng)
+        try:
+            tokenizer.encode(story)
+        except UserError:
+            skipped += 1
+            continue
+        if parts:
+            parts.append("\n\n")
+            length += 2
+        refs.extend((length, r) for r in story_refs)
+        parts.append(story)
+        length += len(story)
+    return "".join(parts), refs, skipped
+
+
+# ---- char offsets <-> token positions ----
+
+
+def token_char_spans(tokenizer, ids: Sequence[int]) -> list[tuple[int, int]]:
+    """[start, end) char offsets of each token in tokenizer.decode(ids), from cumulative decoded
+    lengths. When a token splits a multi-byte character (its own decoding then differs), the ends
+    are found prefix by prefix instead: a character belongs to the token that completes it."""
+    ids = [int(i) for i in ids]
+    pieces = [tokenizer.decode([i]) for i in ids]
+    full = tokenizer.decode(ids)
+    if "".join(pieces) == full:
+        ends = list(itertools.accumulate(len(p) for p in pieces))
+    else:
+        ends = [len(os.path.commonprefix([tokenizer.decode(ids[:k + 1]), full])) for k in range(len(ids))]
+    starts = [0] + ends[:-1]
+    return list(zip(starts, ends))
+
+
+def mention_positions(token_spans: Sequence[tuple[int, int]], mentions: Sequence[tuple[int, int]]) -> list[int]:
+    """Token positions covering the char spans `mentions` that lie wholly inside the tokens' range
+    (token_spans: each token's (start, end), in the same coordinates); partly cut-off mentions do
+    not count."""
+    if not token_spans:
+        return []
+    lo, hi = token_spans[0][0], token_spans[-1][1]
+    visible = [(s, e) for s, e in mentions if lo <= s and e <= hi]
+    return [p for p, (ts, te) in enumerate(token_spans) if any(ts < e and te > s for s, e in visible)]
+
+
+@dataclass
+class Case:
+    """One reference, cut where its attribute is due and cropped to the model's window."""
+    reference: Reference  # offsets relative to its story
+    ids: list[int]  # the last <= block_size tokens before the attribute
+    n_new: int  # tokens to decode: enough for either character's attribute, plus one
+    antecedent_positions: list[int]  # window positions of the antecedent's visible name tokens
+    distractor_positions: list[int]  # same for the distractor
+
+
+def build_case(tokenizer, text: str, base: int, ref: Reference, block_size: int) -> Case:
+    """Cut `text` (the story starts at `base`) at the last token boundary at or before the attribute
+    (for BPE that is before " red", whose space belongs to the attribute's token), encoding only
+    as much text as the window needs."""
+    attribute_pos = base + ref.attribute_pos
+    attribute_end = attribute_pos + len(ref.attribute)
+    margin = 4 * block_size  # chars: plenty for block_size tokens unless tokens average > 4 chars
+    while True:
+        start = max(0, attribute_pos - margin)
+        if start > 0:  # begin at a word, so only the first word may tokenise differently
+            match = WHITESPACE.search(text, start, attribute_pos)
+            start = match.end() if match else start
+        ids = tokenizer.encode(text[start:attribute_end])
+        spans = [(s + start, e + start) for s, e in token_char_spans(tokenizer, ids)]
+        k = sum(e <= attribute_pos for _, e in spans)  # tokens wholly before the attribute
+        if start == 0 or k >= block_size + SLACK:
+            break
+        margin *= 2
+    if k == 0:
+        raise ValueError(f"the attribute at {attribute_pos} has no context before it")
+    cut = spans[k - 1][1]
+    gap = text[cut:attribute_pos]  # "" for chars, " " for BPE
+    n_new = max(len(ids) - k, len(tokenizer.encode(gap + ref.distractor_attribute))) + 1
+    window, window_spans = ids[:k][-block_size:], spans[:k][-block_size:]
+
+    def positions(spans_in_story: list[tuple[int, int]]) -> list[int]:
+        return mention_positions(window_spans, [(s + base, e + base) for s, e in spans_in_story])
+    return Case(ref, window, n_new, positions(ref.antecedent_spans), positions(ref.distractor_spans))
+
+
+# ---- measuring ----
+
+
+@torch.no_grad()
+def run_batch(model: GPT, cases: Sequence[Case], device: torch.device) -> tuple[list[list[int]], torch.Tensor]:
+    """Cases whose windows have the same length T, in one batch -> (each case's greedily decoded
+    ids, the last position's attention weights (B, n_layer, nh, T))."""
+    block_size = model.config.block_size
+    seq = torch.tensor([c.ids for c in cases], dtype=torch.long, device=device)  # (B, T)
+    logits, traces = model.forward_with_attention(seq)  # (B, T, V), per layer weights (B, nh, T, T)
+    last_row = torch.stack([t.weights[:, :, -1, :] for t in traces], dim=1).float().cpu()  # (B, n_layer, nh, T)
+    for step in range(max(c.n_new for c in cases)):
+        if step:  # the window slides by one: always the last block_size tokens
+            logits = model(seq[:, -block_size:])  # (B, T, V)
+        seq = torch.cat([seq, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)  # (B, T+step+1)
+    T = len(cases[0].ids)
+    new = [row[T:T + c.n_new] for row, c in zip(seq.tolist(), cases)]
+    return new, last_row
+
+
+def classify(decoded: str, ref: Reference) -> str:
+    """The first word decoded -> 'antecedent', 'distractor' or 'other'."""
+    match = WORD.match(decoded)
+    word = match.group(1) if match else ""
+    return "antecedent" if word == ref.attribute else "distractor" if word == ref.distractor_attribute else "other"
+
+
+def r4(x: float) -> float:
+    return round(float(x), 4)
+
+
+def probe(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device,
+          batch_size: int = BATCH) -> dict:
+    """Run the probe; returns the figures (weights as fractions of the position's attention)."""
+    cfg = model.config
+    text, refs, skipped = held_out_stories(n_stories, seed, tokenizer)
+    cases = [build_case(tokenizer, text, base, ref, cfg.block_size) for base, ref in refs]
+    results = []  # (case, decoded ids, last_row (n_layer, nh, T))
+    by_length: dict[int, list[Case]] = {}
+    for case in cases:  # most windows are full (block_size); the first story's are shorter
+        by_length.setdefault(len(case.ids), []).append(case)
+    for group in by_length.values():
+        for i in range(0, len(group), batch_size):
+            batch = group[i:i + batch_size]
+            new, last_rows = run_batch(model, batch, device)
+            results.extend(zip(batch, new, last_rows))
+    behaviour = {"antecedent": 0, "distractor": 0, "other": 0}
+    in_window = dict(behaviour)  # the same, only where the antecedent's name is in the window
+    ant_sum = torch.zeros(cfg.n_layer, cfg.n_head)
+    dis_sum = torch.zeros(cfg.n_layer, cfg.n_head)
+    counted = distractor_visible = 0
+    uniform_sum = per_key_sum = 0.0
+    for case, new, last_row in results:
+        ref = case.reference
+        outcome = classify(tokenizer.decode(new), ref)
+        behaviour[outcome] += 1
+        if not case.antecedent_positions:
+            continue
+        in_window[outcome] += 1
+        counted += 1
+        T = len(case.ids)
+        ant_sum += last_row[..., case.antecedent_positions].sum(dim=-1)  # (n_layer, nh)
+        if case.distractor_positions:
+            distractor_visible += 1
+            dis_sum += last_row[..., case.distractor_positions].sum(dim=-1)
+        uniform_sum += len(case.antecedent_positions) / T  # what 1/T on every key puts on the name
+        per_key_sum += 1 / T
+    n = max(counted, 1)
+    ant, dis = ant_sum / n, dis_sum / n  # (n_layer, nh) mean weights
+    layer, head = divmod(int(ant.argmax()), cfg.n_head)
+    best_ant, best_dis = float(ant[layer, head]), float(dis[layer, head])
+    return {
+        "stories": n_stories - skipped, "skipped_stories": skipped, "seed": seed, "references": len(refs),
+        "behaviour": {**behaviour, "accuracy": r4(behaviour["antecedent"] / max(len(refs), 1))},
+        "behaviour_in_window": {**in_window, "accuracy": r4(in_window["antecedent"] / n)},
+        "attention": {
+            "references": counted, "distractor_visible": distractor_visible,
+            "uniform": r4(uniform_sum / n), "per_key": r4(per_key_sum / n),
+            "antecedent": [[r4(x) for x in row] for row in ant.tolist()],
+            "distractor": [[r4(x) for x in row] for row in dis.tolist()],
+            "best": {"layer": layer, "head": head, "antecedent": r4(best_ant), "distractor": r4(best_dis),
+                     "ratio": round(best_ant / best_dis, 2) if best_dis > 0 else None},
+        },
+    }
+
+
+# ---- report ----
+
+
+def report(result: dict, n_layer: int, n_head: int) -> str:
+    """The human-readable part of the output (the JSON line follows it)."""
+    b, a = result["behaviour"], result["attention"]
+    R = max(result["references"], 1)
+    skipped = result["skipped_stories"]
+    lines = [f"{result['references']} references in {result['stories']} held-out stories (seed {result['seed']}"
+             + (f"; {skipped} skipped: characters outside the vocabulary" if skipped else "") + ")", "",
+             "behaviour: greedy decoding where the attribute is due produces",
+             f"  the antecedent's attribute  {b['antecedent']:5d}  {100 * b['antecedent'] / R:5.1f}%",
+             f"  the distractor's attribute  {b['distractor']:5d}  {100 * b['distractor'] / R:5.1f}%",
+             f"  something else              {b['other']:5d}  {100 * b['other'] / R:5.1f}%"]
+    w = result["behaviour_in_window"]
+    if a["references"]:
+        lines.append(f"  (where the antecedent's name is in the window: {w['antecedent']} / {w['distractor']} / "
+                     f"{w['other']} of {a['references']}, {100 * w['accuracy']:.1f}% right)")
+    lines.append("")
+    if not a["references"]:
+        lines.append("attention: no reference had a mention of its antecedent inside the window")
+        return "\n".join(lines)
+    lines += [f"attention of the position predicting the attribute, mean over the {a['references']} references "
+              f"with the antecedent's name in the window",
+              "(% of that position's attention, summed over all tokens of all visible mentions of the name;",
+              " cell = antecedent / distractor, the distractor counting 0 where its name is not in the window):"]
+    cells = [[f"{100 * a['antecedent'][i][h]:5.1f} / {100 * a['distractor'][i][h]:4.1f}" for h in range(n_head)]
+             for i in range(n_layer)]
+    width = max(len(c) for row in cells for c in row)
+    lines.append(" " * 9 + "".join(f"  {'head ' + str(h):>{width}}" for h in range(n_head)))
+    lines += [f"{'layer ' + str(i):<9}" + "".join(f"  {c:>{width}}" for c in row) for i, row in enumerate(cells)]
+    best = a["best"]
+    ratio = f"{best['ratio']:.1f}x the distractor's" if best["ratio"] is not None else "the distractor: 0"
+    lines += [f"baselines: uniform attention would put {100 * a['uniform']:.1f}% on the antecedent's tokens "
+              f"(1/keys = {100 * a['per_key']:.2f}% per key); the distractor's name is in the window for "
+              f"{a['distractor_visible']} of {a['references']}",
+              f"best head: layer {best['layer']} head {best['head']}: {100 * best['antecedent']:.1f}% on the "
+              f"antecedent's name, {100 * best['distractor']:.1f}% on the distractor's ({ratio})"]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None, out=None) -> dict:
+    """Probe a run; print the tables and a final JSON line; return the figures."""
+    out = out or sys.stdout
+    p = ArgParser(prog="probe.py", description="Coreference probe of a run trained on the stories corpus.")
+    p.add_argument("run", help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
+    p.add_argument("--stories", type=int, default=100, help="held-out stories to generate (about 3 references each)")
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"seed of the held-out stories (default: the run's data.stories_seed + {HELD_OUT_OFFSET})")
+    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    args = p.parse_args(argv)
+    if args.stories < 1:
+        raise UserError(f"--stories={args.stories} must be >= 1")
+    device = resolve_device(args.device)
+    model, cfg, tokenizer, _ = load_model(args.run, device)
+    if cfg.data.dataset != "stories":
+        raise UserError(f"{args.run} was trained on data.dataset={cfg.data.dataset!r}; the probe needs a run "
+                        f"trained on the stories corpus, whose pronoun references it measures "
+                        f"(e.g. python train.py configs/stories.yaml)")
+    seed = args.seed if args.seed is not None else cfg.data.stories_seed + HELD_OUT_OFFSET
+    if seed == cfg.data.stories_seed:
+        print(f"note: --seed {seed} is the training corpus's data.stories_seed: these stories are not held out",
+              file=sys.stderr)
+    t0 = time.perf_counter()
+    result = {"run": str(args.run), "tokenizer": cfg.data.tokenizer, "n_layer": cfg.model.n_layer,
+              "n_head": cfg.model.n_head, "block_size": cfg.model.block_size,
+              **probe(model, tokenizer, args.stories, seed, device)}
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    out.write(f"probe of {args.run}: {cfg.model.n_layer} layers x {cfg.model.n_head} heads, block_size "
+              f"{cfg.model.block_size}, {cfg.data.tokenizer} tokens\n")
+    out.write(report(result, cfg.model.n_layer, cfg.model.n_head) + "\n")
+    out.write(json.dumps(result) + "\n")
+    out.flush()
+    return result
+
+
+if __name__ == "__main__":
+    run_cli(main)

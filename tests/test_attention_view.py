@@ -1,0 +1,273 @@
+"""Guards attention_view.py and the teaching flags of sample.py that print through it.
+
+The formatter prints design §6's worked example in its query x key layout (✓/✗ mask, −∞ scores,
+whole percents, "." for masked cells); cropping to the last N tokens keeps rows summing to 1 by
+summing the cut-off keys into an "earlier" column. On a tiny model trained in-process on the
+stories corpus: `--show-attention` prints one table per layer and head whose rows sum to 100 (up to
+rounding) with exactly the future cells masked (none for a causal=false model); `--attention-last`
+crops; `--attention-of all` covers the generated text; `--show-steps` prints one row per token whose
+chosen tokens are exactly the plain run's, with the context length of model.generate's window rule;
+`--attention-png` saves one PNG per layer (skipped without matplotlib) and without matplotlib says
+so on one stderr line while the tables still print.
+"""
+from __future__ import annotations
+
+import io
+import re
+import sys
+
+import pytest
+import torch
+
+import attention_view
+import sample
+from attention_view import EARLIER, MASKED, crop_last, mask_table, percent_table, scores_table, token_label
+from data.stories import generate_stories
+from errors import UserError
+from model import GPT, causal_mask, generate, generate_steps, masked_softmax
+from tokenizer import CharTokenizer
+
+N_LAYER, N_HEAD, BLOCK = 2, 2, 64
+WORKED_TOKENS = ["The", "cat", "sat", "on"]
+WORKED_SCORES = [[0.8, 0.0, 0.0, 0.0], [0.3, 0.9, 0.0, 0.0], [0.2, 1.4, 0.7, 0.0], [0.1, 0.6, 1.2, 0.4]]
+WORKED_TABLE = """\
+query \\ key  The  cat  sat   on
+The          100    .    .    .
+cat           35   65    .    .
+sat           17   56   28    .
+on            14   24   43   19"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: one thread is faster than two fighting over a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A tiny model trained for a few steps on a shrunk stories corpus (in-process)."""
+    import train
+    tmp = tmp_path_factory.mktemp("attention_run")
+    train.main(["configs/stories.yaml", "--quiet", "--set", "data.stories_chars=20000",
+                f"data.prepared_dir={tmp / 'prepared'}", f"train.out_dir={tmp / 'run'}",
+                f"model.n_layer={N_LAYER}", "model.n_embd=32", f"model.n_head={N_HEAD}", f"model.block_size={BLOCK}",
+                "train.max_iters=30", "train.eval_interval=15", "train.eval_iters=2", "train.batch_size=8",
+                "train.device=cpu"])
+    return str(tmp / "run")
+
+
+@pytest.fixture(scope="module")
+def prompt():
+    """Text from the corpus itself, so every character is in the char vocabulary."""
+    return generate_stories(20000, 1337)[0][:40]
+
+
+def run_sample(args) -> str:
+    out = io.StringIO()
+    sample.main([str(a) for a in args], out=out)
+    return out.getvalue()
+
+
+def parse_tables(text: str) -> dict[tuple[int, int], tuple[list[str], list[tuple[str, list[str]]]]]:
+    """'layer L head H' blocks -> {(L, H): (key labels, [(query label, cells)])}."""
+    tables = {}
+    for match in re.finditer(r"^layer (\d+) head (\d+)\n((?:.+\n?)+)", text, re.M):
+        lines = match.group(3).rstrip("\n").split("\n")
+        assert lines[0].startswith(attention_view.CORNER)
+        keys = lines[0][len(attention_view.CORNER):].split()
+        rows = [(line.split()[0], line.split()[1:]) for line in lines[1:]]
+        tables[int(match.group(1)), int(match.group(2))] = (keys, rows)
+    return tables
+
+
+# ---- the formatter ----
+
+
+def test_worked_example_tables():
+    mask = causal_mask(4, 4)
+    weights = masked_softmax(torch.tensor(WORKED_SCORES), mask)
+    assert percent_table(weights, WORKED_TOKENS, mask=mask) == WORKED_TABLE
+    scores = scores_table(torch.tensor(WORKED_SCORES), WORKED_TOKENS, mask=mask, decimals=1).splitlines()
+    assert scores[2].split() == ["cat", "0.3", "0.9", "−∞", "−∞"]
+    assert mask_table(mask, WORKED_TOKENS).splitlines()[3].split() == ["sat", "✓", "✓", "✓", "✗"]
+    # without a mask nothing is shown as masked, even a weight that rounds to 0
+    assert MASKED not in percent_table(torch.tensor([[0.999, 0.001]] * 2), ["a", "b"])
+
+
+def test_crop_last_sums_cut_off_keys_into_earlier():
+    T, last = 10, 4
+    mask = causal_mask(T, T)
+    weights = masked_softmax(torch.randn(3, T, T), mask)  # (nh, T, T)
+    labels = [f"t{i}" for i in range(T)]
+    view, view_mask, rows, keys = crop_last(weights, labels, last, mask)
+    assert view.shape == (3, last, last + 1)
+    assert rows == labels[-last:] and keys == [EARLIER] + labels[-last:]
+    assert torch.allclose(view.sum(-1), torch.ones(3, last))
+    assert torch.allclose(view[..., 0], weights[:, -last:, :T - last].sum(-1))
+    assert view_mask[:, 0].all() and view_mask[:, 1:].equal(causal_mask(last, last))
+    full, full_mask, _, full_keys = crop_last(weights, labels, T + 5, mask)  # nothing to cut
+    assert full.equal(weights) and full_keys == labels and full_mask.equal(mask)
+
+
+def test_token_labels_are_readable():
+    tok = CharTokenizer("ab \n")
+    assert [token_label(tok, i) for i in tok.encode("a \n")] == ["a", "␣", "\\n"]
+
+    class Long:
+        def token_str(self, id):
+            return " " + "x" * 30
+    label = token_label(Long(), 0)
+    assert label.startswith("␣x") and label.endswith("…") and len(label) == attention_view.MAX_LABEL
+
+
+# ---- sample.py --show-attention ----
+
+
+def check_table(keys, rows, causal_last: int):
+    """Rows sum to 100 up to rounding; exactly the future cells (of the last `causal_last` keys) are masked."""
+    offset = len(keys) - causal_last  # an "earlier" column comes first, never masked
+    for i, (_, cells) in enumerate(rows):
+        assert len(cells) == len(keys)
+        for j, cell in enumerate(cells):
+            assert (cell == MASKED) == (j - offset > i), (i, j, cells)
+        shown = [int(c) for c in cells if c != MASKED]
+        assert abs(sum(shown) - 100) <= len(shown) / 2, cells
+
+
+def test_show_attention_tables(run, prompt):
+    text = run_sample([run, "--prompt", prompt[:9], "--max-new-tokens", 3, "--temperature", 0,
+                       "--show-attention"])
+    tables = parse_tables(text)
+    assert sorted(tables) == [(layer, head) for layer in range(N_LAYER) for head in range(N_HEAD)]
+    labels = [label.replace("␣", " ") for label in tables[0, 0][0]]
+    assert "".join(labels) == prompt[:9]  # 9 tokens <= 12: no crop, the labels spell the prompt
+    for keys, rows in tables.values():
+        assert [r[0] for r in rows] == keys
+        check_table(keys, rows, causal_last=len(keys))
+    assert text.endswith(prompt[:9] + sample_greedy(run, prompt[:9], 3) + "\n")  # the text still follows
+
+
+def sample_greedy(run, prompt, n) -> str:
+    args = [run, "--prompt", prompt, "--max-new-tokens", str(n), "--temperature", "0"]
+    return sample.main(args, out=io.StringIO())[0]
+
+
+def test_attention_last_crops(run, prompt):
+    text = run_sample([run, "--prompt", prompt, "--max-new-tokens", 0, "--attention-last", 5])
+    assert f"{len(prompt)} tokens, showing the last 5" in text
+    tables = parse_tables(text)
+    assert len(tables) == N_LAYER * N_HEAD
+    for keys, rows in tables.values():
+        assert len(rows) == 5 and keys[0] == EARLIER and len(keys) == 6
+        assert "".join(r[0] for r in rows).replace("␣", " ") == prompt[-5:]
+        check_table(keys, rows, causal_last=5)
+        assert int(rows[0][1][0]) > 0  # the first shown query still looks at the 35 earlier keys
+
+
+def test_attention_of_all_covers_the_generated_text(run, prompt):
+    out = io.StringIO()
+    generated = sample.main([run, "--prompt", prompt, "--max-new-tokens", "6", "--temperature", "0",
+                             "--attention-of", "all", "--attention-last", "6"], out=out)[0]
+    tables = parse_tables(out.getvalue())
+    assert len(tables) == N_LAYER * N_HEAD
+    keys, rows = tables[0, 0]
+    assert "".join(r[0] for r in rows).replace("␣", " ").replace("\\n", "\n") == generated
+    assert f"{len(prompt) + 6} tokens, showing the last 6" in out.getvalue()
+
+
+def test_bidirectional_model_shows_no_masked_cells(run, prompt, tmp_path):
+    """A causal=false checkpoint (the same weights; sampling needs --force): every key is shown."""
+    from checkpoint import load_checkpoint, save_checkpoint
+    ckpt = load_checkpoint(f"{run}/best.pt")
+    ckpt["config"]["model"]["causal"] = False
+    save_checkpoint(tmp_path / "bidirectional.pt", {k: v for k, v in ckpt.items() if k not in ("format", "version")})
+    text = run_sample([tmp_path / "bidirectional.pt", "--prompt", prompt[:6], "--max-new-tokens", 1, "--force",
+                       "--show-attention"])
+    assert "no causal mask" in text
+    for keys, rows in parse_tables(text).values():
+        for _, cells in rows:
+            assert MASKED not in cells and abs(sum(map(int, cells)) - 100) <= len(cells) / 2
+        assert int(rows[0][1][-1]) > 0  # the first query looks at the last key: the future
+
+
+def test_attention_flags_are_checked(run):
+    with pytest.raises(UserError, match="--attention-last"):
+        run_sample([run, "--attention-last", 0])
+
+
+def test_attention_png_without_matplotlib(run, prompt, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
+    text = run_sample([run, "--prompt", prompt[:8], "--max-new-tokens", 2, "--attention-png", tmp_path / "png"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "matplotlib" in err[0]
+    assert len(parse_tables(text)) == N_LAYER * N_HEAD
+    assert not (tmp_path / "png").exists()
+
+
+def test_attention_png_with_matplotlib(run, prompt, tmp_path):
+    pytest.importorskip("matplotlib")
+    run_sample([run, "--prompt", prompt[:8], "--max-new-tokens", 2, "--attention-png", tmp_path / "png"])
+    pngs = sorted((tmp_path / "png").iterdir())
+    assert [p.name for p in pngs] == [f"attention_layer{i}.png" for i in range(N_LAYER)]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+# ---- sample.py --show-steps ----
+
+
+def parse_steps(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines() if re.match(r"^\s+\d+\s+\d+\s", line)]
+
+
+def test_show_steps_greedy_matches_the_plain_run(run, prompt):
+    n = 12
+    plain = sample_greedy(run, prompt, n)
+    out = io.StringIO()
+    shown = sample.main([run, "--prompt", prompt, "--max-new-tokens", str(n), "--temperature", "0",
+                         "--show-steps"], out=out)[0]
+    rows = parse_steps(out.getvalue())
+    assert len(rows) == n and shown == plain
+    assert [int(r[0]) for r in rows] == list(range(1, n + 1))
+    assert [int(r[1]) for r in rows] == [len(prompt) + i for i in range(n)]  # prompt + 40 + n < block: no slide
+    assert "".join(r[2] for r in rows).replace("␣", " ") == plain.replace("\n", "\\n")
+    for r in rows:  # greedy: the chosen token is the top candidate, with its probability
+        assert r[2] == r[4] and r[3] == r[5]
+    assert out.getvalue().endswith("\n" + prompt + plain + "\n")  # the text, once, after the table
+
+
+def test_show_steps_sampling_keeps_the_same_draws(run, prompt):
+    args = [run, "--prompt", prompt, "--max-new-tokens", 10, "--temperature", 1.2, "--top-k", 3, "--seed", 5]
+    plain = sample.main([str(a) for a in args], out=io.StringIO())
+    out = io.StringIO()
+    shown = sample.main([str(a) for a in args + ["--show-steps"]], out=out)
+    assert shown == plain
+    for r in parse_steps(out.getvalue()):
+        candidates = dict(zip(r[4::2], r[5::2]))
+        assert r[2] in list(candidates)[:3]  # drawn from the top-3
+        assert all(p == "0.0%" for p in list(candidates.values())[3:])  # top-k 3: the rest cannot be drawn
+
+
+def test_step_context_is_what_the_model_saw(tiny_model_config):
+    """The ctx column (Step.context) is the window the model was fed, here through a slide (uncached)."""
+    torch.manual_seed(0)
+    model = GPT(tiny_model_config).eval()  # block_size 16
+    seen = []
+
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config = model.config
+
+        def forward(self, idx, kv_caches=None):
+            seen.append(idx.size(1))
+            return model(idx, kv_caches)
+
+    prompt = torch.randint(0, tiny_model_config.vocab_size, (1, 20))
+    steps = list(generate_steps(Recorder(), prompt, 15, temperature=0, use_cache=False))
+    assert [s.context for s in steps] == seen
+    assert min(seen) == tiny_model_config.block_size // 2  # it slid
+    assert all(torch.equal(s.token, s.logits.argmax(-1)) for s in steps)

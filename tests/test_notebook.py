@@ -1,0 +1,94 @@
+"""Guards notebooks/attention_mechanics.ipynb: valid nbformat 4 JSON that runs top to bottom.
+
+Its code cells run in order in one namespace (exec from the repo root, no Jupyter needed), and what
+they print must be design §6's worked example: the ✓/✗ causal mask, the raw scores with −∞ in the
+masked cells, and the percentages (The 100; cat 35 65; sat 17 56 28; on 14 24 43 19) with the
+future cells masked; then, for a tiny model's real Q, K, V, every head's masked cells are exactly 0,
+its rows sum to 1, and the hand computation equals the model's own HeadTrace.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+import torch
+
+from attention_view import CORNER, MASKED
+from conftest import ROOT
+
+NOTEBOOK = ROOT / "notebooks" / "attention_mechanics.ipynb"
+TOKENS = ["The", "cat", "sat", "on"]
+# design §6, the masked cells ("0" there) printed as MASKED
+PERCENT = [["100", MASKED, MASKED, MASKED], ["35", "65", MASKED, MASKED], ["17", "56", "28", MASKED],
+           ["14", "24", "43", "19"]]
+SCORES = [["0.8", "−∞", "−∞", "−∞"], ["0.3", "0.9", "−∞", "−∞"], ["0.2", "1.4", "0.7", "−∞"],
+          ["0.1", "0.6", "1.2", "0.4"]]
+MASK = [["✓", "✗", "✗", "✗"],
+        ["✓", "✓", "✗", "✗"],
+        ["✓", "✓", "✓", "✗"],
+        ["✓", "✓", "✓", "✓"]]
+
+
+@pytest.fixture(scope="module")
+def notebook() -> dict:
+    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def printed(notebook) -> str:
+    """Run every code cell in order, in one namespace, from the repo root; return stdout."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: one thread is faster on a busy machine
+    namespace: dict = {"__name__": "__main__"}
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        mp.chdir(ROOT)
+        try:
+            for i, cell in enumerate(c for c in notebook["cells"] if c["cell_type"] == "code"):
+                exec(compile("".join(cell["source"]), f"<notebook code cell {i}>", "exec"), namespace)
+        finally:
+            torch.set_num_threads(threads)
+    return out.getvalue()
+
+
+def worked_tables(text: str) -> list[list[list[str]]]:
+    """Every printed table over the worked example's four tokens, as rows of cells."""
+    lines = text.splitlines()
+    tables = []
+    for i, line in enumerate(lines):
+        if line.startswith(CORNER) and line[len(CORNER):].split() == TOKENS:
+            rows = [lines[i + 1 + r].split() for r in range(4)]
+            assert [row[0] for row in rows] == TOKENS
+            tables.append([row[1:] for row in rows])
+    return tables
+
+
+def test_notebook_is_nbformat_4(notebook):
+    assert notebook["nbformat"] == 4 and isinstance(notebook["metadata"], dict)
+    kinds = [c["cell_type"] for c in notebook["cells"]]
+    assert kinds[0] == "markdown" and kinds.count("markdown") >= 5 and kinds.count("code") >= 5
+    for cell in notebook["cells"]:
+        assert isinstance(cell["source"], list) and "metadata" in cell
+        if cell["cell_type"] == "code":
+            assert "outputs" in cell and "execution_count" in cell
+
+
+def test_notebook_prints_the_worked_example(printed):
+    tables = worked_tables(printed)
+    assert MASK in tables
+    assert SCORES in tables
+    assert PERCENT in tables
+    # rows of the percent table sum to 100 up to rounding
+    for row in PERCENT:
+        assert abs(sum(int(c) for c in row if c != MASKED) - 100) <= 1
+
+
+def test_notebook_real_heads_mask_exactly_and_match_the_model(printed):
+    heads = [line for line in printed.splitlines() if "masked cells exactly 0:" in line]
+    assert len(heads) >= 2
+    assert all(line.endswith("masked cells exactly 0: True; every row sums to 1: True") for line in heads)
+    assert "weights equal the model's layer 0: True" in printed
+    assert "head outputs equal the model's layer 0: True" in printed
+    assert "masked weights exactly 0: True" in printed

@@ -1,0 +1,230 @@
+"""Guards probe.py, the coreference probe.
+
+Char offsets map to the right token positions (char tokenizer, a hand-built BPE encoding including a
+character split across byte tokens, and GPT-2's ranks when the shared offline copy is at hand); a
+reference is cut right before its attribute, its window holds at most block_size tokens and its
+antecedent positions spell the antecedent's name; the first decoded word is classified as the
+antecedent's attribute, the distractor's or something else. On a tiny model trained in-process:
+the behaviour counts add up to the number of references in the held-out stories, the JSON line
+equals the returned figures, and with every query projection zeroed (uniform attention) the weight
+on the antecedent's name equals the uniform baseline in every head. A run not trained on `stories`
+exits 2 with one line.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+import shutil
+
+import pytest
+import tiktoken
+import torch
+
+import probe
+from checkpoint import load_checkpoint, load_model, save_checkpoint
+from conftest import SHARED_DATA
+from data.stories import Reference, generate_story
+from errors import UserError, run_cli
+from tokenizer import CharTokenizer, TiktokenTokenizer
+
+N_LAYER, N_HEAD, BLOCK = 2, 2, 64
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: one thread is faster than two fighting over a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A tiny model trained for a few steps on a shrunk stories corpus (in-process)."""
+    import train
+    tmp = tmp_path_factory.mktemp("probe_run")
+    train.main(["configs/stories.yaml", "--quiet", "--set", "data.stories_chars=20000",
+                f"data.prepared_dir={tmp / 'prepared'}", f"train.out_dir={tmp / 'run'}",
+                f"model.n_layer={N_LAYER}", "model.n_embd=32", f"model.n_head={N_HEAD}", f"model.block_size={BLOCK}",
+                "train.max_iters=30", "train.eval_interval=15", "train.eval_iters=2", "train.batch_size=8",
+                "train.device=cpu"])
+    return tmp / "run"
+
+
+def toy_encoding() -> tiktoken.Encoding:
+    """All 256 single bytes plus a few merges, 'é' (two bytes) among them."""
+    ranks = {bytes([b]): b for b in range(256)}
+    for merge in [b" c", b" ca", b" cat", b" s", b" sat", b"\xc3\xa9", b"Mi", b"Mia"]:
+        ranks[merge] = len(ranks)
+    return tiktoken.Encoding(name="toy", pat_str=r""" ?\p{L}+| ?[^\s\p{L}]+|\s+""", mergeable_ranks=ranks,
+                             special_tokens={})
+
+
+# ---- char offsets -> token positions ----
+
+
+def test_char_spans_with_the_char_tokenizer():
+    text = "Mia had a kite. She"
+    tok = CharTokenizer(text)
+    spans = probe.token_char_spans(tok, tok.encode(text))
+    assert spans == [(i, i + 1) for i in range(len(text))]
+    assert probe.mention_positions(spans, [(0, 3)]) == [0, 1, 2]
+    assert probe.mention_positions(spans[1:], [(0, 3)]) == []  # partly cut off: not visible
+    window = [(s + 100, e + 100) for s, e in spans]  # the same tokens further into a text
+    assert probe.mention_positions(window, [(100, 103), (110, 114)]) == [0, 1, 2, 10, 11, 12, 13]
+
+
+def test_char_spans_with_bpe_and_a_split_character():
+    enc = toy_encoding()
+    full = TiktokenTokenizer("toy", None, encoding=enc)
+    ids = full.encode("Mia sat. café")
+    assert [full.decode([i]) for i in ids][:3] == ["Mia", " sat", "."]
+    spans = probe.token_char_spans(full, ids)
+    assert spans[:3] == [(0, 3), (3, 7), (7, 8)]
+    assert probe.mention_positions(spans, [(0, 3)]) == [0]
+    assert probe.mention_positions(spans, [(4, 7)]) == [1]  # "sat" lies inside the token " sat"
+    # A compact vocabulary without 'é' spells it with its two bytes: the character belongs to the
+    # token that completes it, so each offset still lands in one token.
+    compact = TiktokenTokenizer.from_text("toy", "Mia sat. caf", encoding=enc)
+    ids = compact.encode("café cat")
+    assert compact.decode(ids) == "café cat"
+    spans = probe.token_char_spans(compact, ids)
+    assert spans[0][0] == 0 and spans[-1][1] == len("café cat")
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous
+    e_acute = probe.mention_positions(spans, [(3, 4)])
+    assert len(e_acute) == 1 and compact.decode(ids[:e_acute[0] + 1]) == "café"
+
+
+# ---- cases ----
+
+
+def story_with_references(seed: int = 3) -> tuple[str, list[Reference]]:
+    text, refs = generate_story(random.Random(seed))
+    assert refs
+    return text, refs
+
+
+def test_build_case_cuts_before_the_attribute_char():
+    text, refs = story_with_references()
+    tok = CharTokenizer(text)
+    for ref in refs:
+        case = probe.build_case(tok, text, 0, ref, block_size=48)
+        assert len(case.ids) == min(48, ref.attribute_pos)
+        assert text[:ref.attribute_pos].endswith(tok.decode(case.ids))
+        assert case.n_new == max(len(ref.attribute), len(ref.distractor_attribute)) + 1
+        name = tok.decode([case.ids[p] for p in case.antecedent_positions])
+        assert name == ref.antecedent * (len(name) // max(len(ref.antecedent), 1))
+        visible = [s for s in ref.antecedent_spans if s[0] >= ref.attribute_pos - 48]
+        assert len(case.antecedent_positions) == len(ref.antecedent) * len(visible)
+
+
+def test_build_case_offsets_a_story_inside_a_longer_text():
+    text, refs = story_with_references()
+    prefix = "x" * 300 + "\n\n"
+    tok = CharTokenizer(prefix + text)
+    shifted = probe.build_case(tok, prefix + text, len(prefix), refs[0], block_size=2000)
+    alone = probe.build_case(tok, text, 0, refs[0], block_size=2000)
+    assert shifted.ids[len(prefix):] == alone.ids
+    assert [p - len(prefix) for p in shifted.antecedent_positions] == alone.antecedent_positions
+
+
+R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+
+
+def test_build_case_with_gpt2_tokens(tmp_path, monkeypatch):
+    """With BPE the cut falls before " red": the attribute's token carries its leading space."""
+    if not (SHARED_DATA / "r50k_base.tiktoken").is_file():
+        pytest.skip("no offline copy of the GPT-2 ranks in ../shared/data")
+    shutil.copy(SHARED_DATA / "r50k_base.tiktoken", tmp_path / hashlib.sha1(R50K_URL.encode()).hexdigest())
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    text, refs = story_with_references()
+    tok = TiktokenTokenizer.from_text("r50k_base", text)
+    seen_names = 0
+    for ref in refs:
+        case = probe.build_case(tok, text, 0, ref, block_size=40)
+        context = tok.decode(case.ids)
+        assert text[:ref.attribute_pos - 1].endswith(context) and text[ref.attribute_pos - 1] == " "
+        assert len(case.ids) == 40
+        assert case.n_new >= 2
+        start = len(text[:ref.attribute_pos - 1]) - len(context)  # the window's first char
+        visible = [(s, e) for s, e in ref.antecedent_spans if s >= start]
+        names = "".join(tok.decode([case.ids[p]]) for p in case.antecedent_positions).replace(" ", "")
+        assert names == ref.antecedent * len(visible)
+        seen_names += len(visible)
+    assert seen_names > 0
+
+
+def test_classify_reads_the_first_word():
+    _, refs = story_with_references()
+    ref = refs[0]
+    assert probe.classify(f" {ref.attribute} and", ref) == "antecedent"
+    assert probe.classify(f"{ref.distractor_attribute}.", ref) == "distractor"
+    assert probe.classify(f"{ref.attribute}x", ref) == "other"
+    assert probe.classify(". The", ref) == "other"
+
+
+# ---- the probe end to end ----
+
+
+def expected_references(n_stories: int, seed: int, tok) -> int:
+    rng, total = random.Random(seed), 0
+    for _ in range(n_stories):
+        story, refs = generate_story(rng)
+        try:
+            tok.encode(story)
+        except UserError:
+            continue
+        total += len(refs)
+    return total
+
+
+def test_probe_counts_add_up(run):
+    out = io.StringIO()
+    result = probe.main([str(run), "--stories", "12"], out=out)
+    ckpt = load_checkpoint(run / "best.pt")
+    seed = ckpt["config"]["data"]["stories_seed"] + probe.HELD_OUT_OFFSET
+    tok = CharTokenizer(ckpt["tokenizer"]["chars"])
+    assert result["seed"] == seed
+    assert result["references"] == expected_references(12, seed, tok) > 0
+    b = result["behaviour"]
+    assert b["antecedent"] + b["distractor"] + b["other"] == result["references"]
+    a = result["attention"]
+    assert 0 < a["references"] <= result["references"] and a["distractor_visible"] <= a["references"]
+    assert len(a["antecedent"]) == N_LAYER and all(len(row) == N_HEAD for row in a["antecedent"])
+    assert all(0 <= w <= 1 for row in a["antecedent"] + a["distractor"] for w in row)
+    best = a["best"]
+    assert a["antecedent"][best["layer"]][best["head"]] == max(max(row) for row in a["antecedent"])
+    lines = out.getvalue().splitlines()
+    assert json.loads(lines[-1]) == result
+    assert any(line.startswith(f"best head: layer {best['layer']} head {best['head']}") for line in lines)
+
+
+def test_uniform_attention_gives_the_uniform_baseline(run):
+    """Zero every W_Q: all scores are 0, so each head spreads evenly over the allowed keys and its
+    weight on the antecedent's name must be exactly what the uniform baseline says."""
+    model, _, tok, _ = load_model(run)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.q_proj.weight.zero_()
+    result = probe.probe(model, tok, 12, seed=7, device=torch.device("cpu"), batch_size=5)
+    a = result["attention"]
+    assert a["references"] > 0
+    for row in a["antecedent"]:
+        assert row == pytest.approx([a["uniform"]] * N_HEAD, abs=2e-4)
+    assert a["uniform"] > a["per_key"]  # a name spans several characters
+
+
+def test_probe_refuses_a_run_not_trained_on_stories(run, tmp_path, capsys):
+    ckpt = load_checkpoint(run / "best.pt")
+    ckpt["config"]["data"]["dataset"] = "shakespeare"
+    save_checkpoint(tmp_path / "shakespeare.pt", {k: v for k, v in ckpt.items() if k not in ("format", "version")})
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(probe.main, [str(tmp_path / "shakespeare.pt")])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "shakespeare" in err[0] and "stories" in err[0]
+    assert captured.out == ""
