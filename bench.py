@@ -14,10 +14,8 @@ import json
 import platform
 import resource
 import statistics
-import sys
 import time
 from contextlib import nullcontext
-from dataclasses import replace
 from typing import Callable, Sequence
 
 import torch
@@ -28,6 +26,15 @@ from errors import ArgParser, UserError, run_cli
 from model import GPT, generate
 from perf import peak_flops, sync
 from train import make_optimizer, train_step
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds fn() takes, the device's queued work included."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
 
 def autocast_for(dtype: str, device: torch.device):
     return torch.autocast(device.type, dtype=getattr(torch, dtype)) if dtype != "float32" else nullcontext()

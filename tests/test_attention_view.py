@@ -24,7 +24,7 @@ import sample
 from attention_view import EARLIER, MASKED, crop_last, mask_table, percent_table, scores_table, token_label
 from data.stories import generate_stories
 from errors import UserError
-from model import GPT, causal_mask, generate, generate_steps, masked_softmax
+from model import GPT, causal_mask, generate_steps, masked_softmax
 from tokenizer import CharTokenizer
 
 N_LAYER, N_HEAD, BLOCK = 2, 2, 64
