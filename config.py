@@ -69,7 +69,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model
     seed: int = 1337  # seeds initialisation, batch sampling and dropout
     init_from: str = ""  # run dir or checkpoint whose weights start this run (fine-tuning); its model config is used
-    plot: str = "end"  # loss.png in the run directory: end (of the run) | eval (at every eval) | off; needs matplotlib
+    plot: str = "end"  # loss.png in the run directory: end (of the run) | eval (at every eval) | never; needs matplotlib
 
 
 @dataclass
@@ -251,7 +251,7 @@ def validate(cfg: Config, source: str) -> None:
     need(bool(DEVICES.match(t.device)), "train.device", t.device, "must be auto, cpu, cuda, cuda:N or mps")
     need(t.dtype in DTYPES, "train.dtype", t.dtype, f"must be one of {', '.join(DTYPES)}")
     need(bool(t.out_dir.strip()), "train.out_dir", t.out_dir, "must be a directory path")
-    need(t.plot in ("end", "eval", "off"), "train.plot", t.plot, "must be end, eval or off")
+    need(t.plot in ("end", "eval", "never"), "train.plot", t.plot, "must be end, eval or never")
 
 
 def resolve_device(name: str) -> torch.device:
