@@ -40,11 +40,11 @@ def measured_matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048
     return 2 * n ** 3 / statistics.median(times)
 
 
-def peak_flops(dtype: str, device: torch.device, reps: int = 3) -> tuple[float, str]:
+def peak_flops(dtype: str, device: torch.device, n: int = 2048, reps: int = 3) -> tuple[float, str]:
     """(FLOP/s, where the figure comes from) for MFU: nominal on a known GPU, else measured."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         for key, peak in GPU_PEAK_BF16.items():
             if key in name:
                 return (peak / 2 if dtype == "float32" else peak), f"nominal {key}"
-    return measured_matmul_peak(getattr(torch, dtype), device, reps=reps), "measured 2048^2 matmul"
+    return measured_matmul_peak(getattr(torch, dtype), device, n, reps), f"measured {n}^2 matmul"

@@ -284,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         step, best_val, elapsed = ckpt["step"], ckpt["best_val_loss"], ckpt["elapsed_s"]
     train_model = dist.wrap(torch.compile(model) if t.compile else model)
     tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size * dist.world_size
-    peak, peak_source = peak_flops(t.dtype, device)
+    peak, peak_source = peak_flops(t.dtype, device, n=1024)  # quick; bench.py measures it carefully
     flops_per_step = model.flops_per_token() * tokens_per_step / dist.world_size  # per process
     if master:
         print(f"model: {model.num_params():,} parameters ({cfg.model.n_layer} layers, {cfg.model.n_head} heads, "
