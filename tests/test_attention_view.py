@@ -22,12 +22,13 @@ import torch
 import attention_view
 import sample
 from attention_view import EARLIER, MASKED, crop_last, mask_table, percent_table, scores_table, token_label
+from conftest import TINY_STORIES
 from data.stories import generate_stories
 from errors import UserError
 from model import GPT, causal_mask, generate_steps, masked_softmax
 from tokenizer import CharTokenizer
 
-N_LAYER, N_HEAD, BLOCK = 2, 2, 64
+N_LAYER, N_HEAD, BLOCK = TINY_STORIES["n_layer"], TINY_STORIES["n_head"], TINY_STORIES["block_size"]
 WORKED_TOKENS = ["The", "cat", "sat", "on"]
 WORKED_SCORES = [[0.8, 0.0, 0.0, 0.0], [0.3, 0.9, 0.0, 0.0], [0.2, 1.4, 0.7, 0.0], [0.1, 0.6, 1.2, 0.4]]
 WORKED_TABLE = """\
@@ -38,26 +39,12 @@ sat           17   56   28    .
 on            14   24   43   19"""
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: one thread is faster than two fighting over a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """A tiny model trained for a few steps on a shrunk stories corpus (in-process)."""
-    import train
-    tmp = tmp_path_factory.mktemp("attention_run")
-    train.main(["configs/stories.yaml", "--quiet", "--set", "data.stories_chars=20000",
-                f"data.prepared_dir={tmp / 'prepared'}", f"train.out_dir={tmp / 'run'}",
-                f"model.n_layer={N_LAYER}", "model.n_embd=32", f"model.n_head={N_HEAD}", f"model.block_size={BLOCK}",
-                "train.max_iters=30", "train.eval_interval=15", "train.eval_iters=2", "train.batch_size=8",
-                "train.device=cpu"])
-    return str(tmp / "run")
+def run(tiny_stories_run):
+    return str(tiny_stories_run)
 
 
 @pytest.fixture(scope="module")

@@ -24,34 +24,20 @@ import torch
 
 import probe
 from checkpoint import load_checkpoint, load_model, save_checkpoint
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, TINY_STORIES
 from data.stories import Reference, generate_story
 from errors import UserError, run_cli
 from tokenizer import CharTokenizer, TiktokenTokenizer
 
-N_LAYER, N_HEAD, BLOCK = 2, 2, 64
+N_LAYER, N_HEAD, BLOCK = TINY_STORIES["n_layer"], TINY_STORIES["n_head"], TINY_STORIES["block_size"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: one thread is faster than two fighting over a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """A tiny model trained for a few steps on a shrunk stories corpus (in-process)."""
-    import train
-    tmp = tmp_path_factory.mktemp("probe_run")
-    train.main(["configs/stories.yaml", "--quiet", "--set", "data.stories_chars=20000",
-                f"data.prepared_dir={tmp / 'prepared'}", f"train.out_dir={tmp / 'run'}",
-                f"model.n_layer={N_LAYER}", "model.n_embd=32", f"model.n_head={N_HEAD}", f"model.block_size={BLOCK}",
-                "train.max_iters=30", "train.eval_interval=15", "train.eval_iters=2", "train.batch_size=8",
-                "train.device=cpu"])
-    return tmp / "run"
+def run(tiny_stories_run):
+    return tiny_stories_run
 
 
 def toy_encoding() -> tiktoken.Encoding:
