@@ -29,8 +29,8 @@ import string
 
 from data.stories import (
     _GENERIC_SLOTS, ALL_TEMPLATES, ATTRIBUTE_POOLS, FEMALE_NAMES, MALE_NAMES, PET_NAMES,
-    PRONOUN_REFERENCES, REFERENCES_PER_STORY, ROLES, Reference, corpus_stats, generate_stories,
-    generate_story, reference_from_dict, reference_to_dict,
+    PRONOUN_REFERENCES, REFERENCES_PER_STORY, ROLES, Reference, _named, corpus_stats,
+    generate_stories, generate_story, reference_from_dict, reference_to_dict,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -252,3 +252,19 @@ def test_every_kind_has_several_templates_and_the_distractor_value_differs():
     for kind in kinds:
         assert sum(k == kind for k, _ in PRONOUN_REFERENCES) >= 3, kind
         assert len(ATTRIBUTE_POOLS[kind]) >= 10, kind
+
+
+def test_reminders_often_tell_the_same_sentence_by_name(corpus):
+    """"Mia played with her red kite. Leo played with his blue drum. Then she played with her ":
+    the same verb phrase leads to both characters' values; only the possessive's gender (and the
+    name) tells them apart. Such a twin of the antecedent often lies within 128 chars."""
+    for _, template in PRONOUN_REFERENCES:
+        named = _named(template)
+        assert named.startswith("{name} ") and "{subj}" not in named and "{when}" not in named
+    text, refs = corpus
+    twins = 0
+    for r in refs:
+        phrase = text[r.pronoun_pos + len(r.pronoun):r.attribute_pos]  # " played with her "
+        window = text[max(0, r.attribute_pos - 128):r.pronoun_pos]
+        twins += f"{r.antecedent}{phrase}{r.attribute}" in window
+    assert twins / len(refs) >= 0.3, twins / len(refs)
