@@ -2,7 +2,8 @@
 
 Shape legend: B batch, T time (tokens), C n_embd, nh n_head, hs head_size = C // nh, V vocab_size.
 Read top to bottom: masked_softmax -> attention (the formula) -> CausalSelfAttention (heads) ->
-MLP -> Block -> GPT -> KVCache -> generate (token by token).
+MLP -> Block -> GPT -> KVCache -> next_token_probs, sample_next -> generate_steps, generate
+(token by token).
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(hs)) V,   with Q = X W_Q, K = X W_K, V = X W_V
 
