@@ -25,7 +25,7 @@ import torch
 from checkpoint import (atomic_write_text, capture_rng_state, load_checkpoint, model_from_checkpoint,
                         resolve_checkpoint, restore_rng_state, save_checkpoint)
 from config import Config, TrainConfig, config_to_dict, config_to_yaml, load_config, resolve_device
-from data.prepare import get_batch, load_prepared, prepare
+from data.prepare import get_batch, load_prepared, prepare, prepared_dir
 from errors import ArgParser, UserError, run_cli
 from model import GPT, cross_entropy
 from perf import peak_flops
@@ -230,7 +230,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         init = load_checkpoint(init_path)
         init_model, init_cfg = model_from_checkpoint(init, init_path)
         cfg.model = replace(init_cfg.model, dropout=cfg.model.dropout)
-        print(f"train.init_from: starting from {init_path} (step {init['step']}), with its model config")
     if args.resume:
         ckpt = load_checkpoint(out_dir / "ckpt.pt")
         if "optimizer" not in ckpt:
@@ -250,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if master:
         prepare(cfg)
     dist.barrier()
-    data = load_prepared(prepare(cfg, show_progress=False))
+    data = load_prepared(prepared_dir(cfg.data))
     for split in ("train", "val"):
         n = len(getattr(data, split))
         if n <= cfg.model.block_size:
@@ -287,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     peak, peak_source = peak_flops(t.dtype, device, n=1024)  # quick; bench.py measures it carefully
     flops_per_step = model.flops_per_token() * tokens_per_step / dist.world_size  # per process
     if master:
+        if init is not None:
+            print(f"train.init_from: starting from {init_path} (step {init['step']}), with its model config")
         print(f"model: {model.num_params():,} parameters ({cfg.model.n_layer} layers, {cfg.model.n_head} heads, "
               f"{cfg.model.n_embd} wide, block {cfg.model.block_size}, vocab {cfg.model.vocab_size}); "
               f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {dist.world_size} x {device}, "
