@@ -61,10 +61,41 @@ def stories(out_dir: Path, extra: list[str]) -> dict:
             "unknown_examples": sorted({w for w in words if w not in corpus})[:20]}
 
 
+def training_seconds(run_dir: Path) -> float:
+    """Wall time of the training loop (evals included, start-up excluded): metrics.csv's last elapsed_s."""
+    import csv
+    with open(run_dir / "metrics.csv") as f:
+        return float(list(csv.DictReader(f))[-1]["elapsed_s"])
+
+
+def whole_val_loss(run_dir: Path) -> float:
+    """Mean next-token loss of the best checkpoint over the whole validation split, in consecutive
+    windows of block_size tokens (every token scored once), in float32."""
+    import numpy as np
+    import torch
+
+    from checkpoint import load_model
+    from data.prepare import load_prepared, prepared_dir
+    from model import cross_entropy
+
+    model, cfg, _, _ = load_model(run_dir, "cpu")
+    folder = prepared_dir(cfg.data)
+    val = load_prepared(folder if folder.is_absolute() else ROOT / folder).val
+    T = cfg.model.block_size
+    n = (len(val) - 1) // T
+    x = torch.from_numpy(np.asarray(val[:n * T], dtype=np.int64)).view(n, T)
+    y = torch.from_numpy(np.asarray(val[1:n * T + 1], dtype=np.int64)).view(n, T)
+    with torch.no_grad():
+        losses = [cross_entropy(model(x[i:i + 64]), y[i:i + 64]) * len(x[i:i + 64]) for i in range(0, n, 64)]
+    return float(sum(losses) / n)
+
+
 def shakespeare(out_dir: Path, text: Path, config: str, extra: list[str]) -> dict:
     seconds, _ = run(["train.py", config, "--quiet", "--set", f"train.out_dir={out_dir}",
                       f"data.dataset={text}", *extra])
-    return {"config": config, "train_seconds": round(seconds, 1), "best_val_loss": best_val_loss(out_dir)}
+    return {"config": config, "seconds_with_startup": round(seconds, 1),
+            "train_seconds": training_seconds(out_dir), "best_val_loss": best_val_loss(out_dir),
+            "whole_val_split_loss": round(whole_val_loss(out_dir), 4)}
 
 
 def main() -> None:
