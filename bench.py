@@ -3,7 +3,7 @@ with and without the KV cache, the machine's matmul peak, peak memory. Prints a 
 
     python bench.py [CONFIG.yaml] [--set KEY=VALUE ...] [--dtypes float32,bfloat16] [--steps 10]
                     [--gen-layers 6 --gen-heads 6 --gen-embd 384 --gen-block 512 --gen-tokens 500]
-                    [--loss-steps 200] [--compile] [--json FILE]
+                    [--loss-steps 200] [--compile] [--attention] [--json FILE]
 
 Machines are shared and noisy, so every claim is a ratio of medians measured in the same run:
 repeated short measurements, alternated between the variants, median of each.
@@ -91,7 +91,7 @@ def loss_parity(cfg: Config, data, dtypes: list[str], device: torch.device, step
     return out
 
 
-def bench_generation(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: int = 3) -> dict:
+def bench_generation(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: int = 5) -> dict:
     """Greedy generation of n_tokens from a 1-token prompt, cached vs uncached, same text required."""
     torch.manual_seed(0)
     model = GPT(mcfg).to(device).eval()
@@ -107,6 +107,33 @@ def bench_generation(mcfg: ModelConfig, n_tokens: int, device: torch.device, rep
     return {"cached_tokens_per_s": cached, "uncached_tokens_per_s": uncached, "speedup": cached / uncached,
             "same_text": texts[True] == texts[False], "n_tokens": n_tokens,
             "model": f"{mcfg.n_layer}x{mcfg.n_head}x{mcfg.n_embd}, block {mcfg.block_size}"}
+
+
+def bench_attention(cfg: Config, dtypes: list[str], device: torch.device, reps: int = 7) -> dict[str, dict]:
+    """Forward + backward of one layer's causal attention at the config's shape, per dtype: PyTorch's
+    fused SDPA kernel against model.matmul_attention (two batched matmuls), medians of alternated
+    repeats. This is the measurement behind the model's choice of kernel on CPU in low precision."""
+    import torch.nn.functional as F
+
+    from model import causal_mask, matmul_attention
+    m = cfg.model
+    shape = (cfg.train.batch_size, m.n_head, m.block_size, m.n_embd // m.n_head)  # (B, nh, T, hs)
+    mask = causal_mask(m.block_size, m.block_size, device)
+    kernels = {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+               "matmul": lambda q, k, v: matmul_attention(q, k, v, mask)}
+    out = {}
+    for d in dtypes:
+        times: dict[str, list[float]] = {name: [] for name in kernels}
+        for rep in range(reps + 1):
+            for name, kernel in kernels.items():
+                q, k, v = (torch.randn(shape, device=device, dtype=getattr(torch, d), requires_grad=True)
+                           for _ in range(3))
+                t = timed(lambda: kernel(q, k, v).sum().backward(), device)
+                if rep:  # the first round warms up
+                    times[name].append(t)
+        med = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+        out[d] = {"sdpa_ms": med["sdpa"], "matmul_ms": med["matmul"], "sdpa_over_matmul": med["sdpa"] / med["matmul"]}
+    return out
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -128,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--gen-heads", type=int, default=6)
     p.add_argument("--gen-embd", type=int, default=384)
     p.add_argument("--gen-block", type=int, default=512)
+    p.add_argument("--attention", action="store_true",
+                   help="also time one layer's attention, SDPA vs two matmuls, at the config's shape")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
@@ -165,6 +194,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
         res["loss_after_steps"] = {"steps": args.loss_steps, **loss_parity(cfg, data, dtypes, device, args.loss_steps)}
         print(f"loss after {args.loss_steps} steps: " +
               ", ".join(f"{d} {res['loss_after_steps'][d]:.4f}" for d in dtypes))
+    if args.attention:
+        res["attention"] = bench_attention(cfg, dtypes, device)
+        print(f"attention of one layer, forward + backward, (B, nh, T, hs) = ({cfg.train.batch_size}, {m.n_head}, "
+              f"{m.block_size}, {m.n_embd // m.n_head}):")
+        for d, r in res["attention"].items():
+            print(f"  {d:<10} SDPA {r['sdpa_ms']:8.2f} ms   two matmuls {r['matmul_ms']:8.2f} ms   "
+                  f"SDPA / matmuls {r['sdpa_over_matmul']:.2f}")
     if args.gen_tokens:
         gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
                            n_embd=args.gen_embd, vocab_size=m.vocab_size)

@@ -1,7 +1,8 @@
 """tinygpt: a decoder-only GPT built on causal multi-head attention, in plain PyTorch.
 
 Shape legend: B batch, T time (tokens), C n_embd, nh n_head, hs head_size = C // nh, V vocab_size.
-Read top to bottom: masked_softmax -> attention (the formula) -> CausalSelfAttention (heads) ->
+Read top to bottom: masked_softmax -> attention (the formula) -> matmul_attention (the same, fast on
+CPU in bfloat16) -> CausalSelfAttention (heads) ->
 MLP -> Block -> GPT -> KVCache -> next_token_probs, sample_next -> generate_steps, generate
 (token by token).
 
@@ -55,6 +56,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return y, att
 
 
+def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                     dropout_p: float = 0.0) -> torch.Tensor:
+    """The same formula as `attention`, as two batched matmuls with the scale and the mask fused
+    into the first (baddbmm: -inf/0 bias + QK^T / sqrt(hs)). It runs the CPU's low-precision fast
+    path: there, in bfloat16, PyTorch's fused SDPA kernel is 2-5x slower than this (bench.py
+    --attention), while on GPUs and in float32 SDPA is as fast or faster.
+
+    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend -> y (B, nh, Tq, hs)"""
+    B, nh, Tq, hs = q.shape
+    Tk = k.size(2)
+    bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))  # (Tq, Tk)
+    scores = torch.baddbmm(bias.expand(B * nh, Tq, Tk), q.reshape(B * nh, Tq, hs),
+                           k.reshape(B * nh, Tk, hs).transpose(1, 2), alpha=1.0 / math.sqrt(hs))  # (B*nh, Tq, Tk)
+    att = F.dropout(torch.softmax(scores, dim=-1), dropout_p)  # (B*nh, Tq, Tk)
+    return (att @ v.reshape(B * nh, Tk, hs)).view(B, nh, Tq, hs)
+
+
 class HeadTrace(NamedTuple):
     """What one layer's heads did, returned by GPT.forward_with_attention."""
     weights: torch.Tensor  # (B, nh, T, Tk) attention weights per head; rows sum to 1
@@ -62,6 +80,8 @@ class HeadTrace(NamedTuple):
 
 
 # ---- the transformer ----
+
+LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 class CausalSelfAttention(nn.Module):
@@ -105,8 +125,10 @@ class CausalSelfAttention(nn.Module):
         if need_weights:  # the readable path, exactly the formula
             y, att = attention(q, k, v, mask, dropout_p)  # (B, nh, T, hs), (B, nh, T, Tk)
             trace = HeadTrace(att, y)
-        else:  # the fast path: fused kernel, same maths (tested equal)
-            if mask is None or T == 1:  # one new query may see every cached key
+        else:  # the fast path: fused kernels, same maths (tested equal)
+            if mask is not None and T > 1 and q.device.type == "cpu" and q.dtype in LOW_PRECISION:
+                y = matmul_attention(q, k, v, mask, dropout_p)  # CPU + bfloat16: see its docstring
+            elif mask is None or T == 1:  # one new query may see every cached key
                 y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
             elif T == T_k:  # no cache: the plain lower-triangular mask
                 y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)

@@ -42,7 +42,7 @@ fi
 if [[ $what == all || $what == bench ]]; then
   # baby GPT training speed (float32 vs bfloat16) and generation with and without the KV cache
   python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" train.device=cpu \
-      model.dropout=0 --steps 3 --json "$OUT/bench_baby.json" | tee "$OUT/bench_baby.txt"
+      model.dropout=0 --steps 3 --attention --json "$OUT/bench_baby.json" | tee "$OUT/bench_baby.txt"
   # float32 vs bfloat16 loss after 200 steps (the slow part: ~40 minutes on 2 cores)
   python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" train.device=cpu \
       model.dropout=0 --steps 0 --gen-tokens 0 --loss-steps 200 --json "$OUT/bench_loss.json" | tee "$OUT/bench_loss.txt"

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from model import GPT, attention, causal_mask, cross_entropy, generate, masked_softmax, sample_next
+from model import (GPT, attention, causal_mask, cross_entropy, generate, masked_softmax, matmul_attention,
+                   sample_next)
 
 # design §6: raw scores of "The cat sat on" (future keys are masked, their values never matter)
 WORKED_SCORES = [[0.8, 9.9, 9.9, 9.9],
@@ -49,6 +50,29 @@ def test_attention_is_the_formula():
     scores = scores.masked_fill(~causal_mask(5, 5), float("-inf"))
     assert torch.allclose(att, torch.softmax(scores, -1))
     assert torch.allclose(y, att @ v)
+
+
+@pytest.mark.parametrize("T_q", [5, 2])  # training/prefill (square mask), two new queries on a cache
+def test_matmul_attention_is_the_formula(T_q):
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, T_q, 4)
+    k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
+    mask = causal_mask(T_q, 5)
+    torch.testing.assert_close(matmul_attention(q, k, v, mask), attention(q, k, v, mask)[0], atol=1e-6, rtol=1e-6)
+
+
+def test_cpu_bfloat16_fast_path_agrees_and_stays_causal(tiny_model_config):
+    """On CPU in bfloat16 the fast path runs matmul_attention, not SDPA: it must still agree with
+    the reference path and keep the past blind to the future, bit for bit."""
+    model = make_model(tiny_model_config)
+    idx = torch.randint(0, model.config.vocab_size, (3, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fast = model(idx)
+        slow, _ = model.forward_with_attention(idx)
+        assert fast.dtype == torch.bfloat16
+        torch.testing.assert_close(fast.float(), slow.float(), atol=0.05, rtol=0.05)
+        assert _future_changes_past(model) == 0.0
+        assert _future_changes_past(make_model(tiny_model_config, causal=False)) > 1e-3
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -1,0 +1,29 @@
+"""bench.py end to end on a tiny model: every section runs and reports sane, self-consistent figures."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT
+
+
+def test_bench_reports_every_section(tmp_path, one_thread):
+    import bench
+    out = tmp_path / "bench.json"
+    res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
+                      f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=2",
+                      "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
+                      "--dtypes", "float32,bfloat16", "--steps", "2", "--attention", "--gen-tokens", "20",
+                      "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64",
+                      "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(res))
+    for d in ("float32", "bfloat16"):
+        assert res["peak_gflops"][d] > 0
+        train = res["train"][d]
+        assert train["tokens_per_s"] == pytest.approx(4 * 32 / (train["step_ms"] / 1e3))
+        assert 0 < train["mfu"] < 1.5
+        att = res["attention"][d]
+        assert att["sdpa_ms"] > 0 and att["matmul_ms"] > 0
+    g = res["generate"]
+    assert g["same_text"] and g["n_tokens"] == 20 and g["cached_tokens_per_s"] > 0
