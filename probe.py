@@ -11,10 +11,12 @@ measures:
 (a) behaviour: greedy decoding from the cut yields the antecedent's own attribute, the distractor's
     attribute (the other character's of the same kind), or something else;
 (b) attention: for every layer and head, the weight that the last position of the cut (the one
-    predicting the attribute) puts on the antecedent's name, summed over all tokens of all its
-    mentions inside the window, beside the weight on the distractor's name and what uniform
-    attention would put on the antecedent's tokens. Only references with at least one whole
-    mention of the antecedent inside the window count here.
+    predicting the attribute) puts on the antecedent's tokens, beside the same weight on the
+    distractor's tokens and what uniform attention would put there, measured twice:
+    - on the antecedent's *attribute*: its earlier mentions of the value now due (the "red" of
+      "Mia had a red kite"), which is where a model that resolved the pronoun copies it from;
+    - on the antecedent's *name*, summed over all tokens of all its mentions.
+    Each counts the references with at least one whole such mention inside the window.
 
 It prints both, names the best head (highest mean weight on the antecedent, with its ratio to the
 distractor) and ends with one JSON line. A run not trained on `stories` is refused (exit 2).
@@ -110,6 +112,8 @@ class Case:
     n_new: int  # tokens to decode: enough for either character's attribute, plus one
     antecedent_positions: list[int]  # window positions of the antecedent's visible name tokens
     distractor_positions: list[int]  # same for the distractor
+    antecedent_attribute_positions: list[int]  # ... of earlier mentions of the antecedent's attribute
+    distractor_attribute_positions: list[int]  # ... of the distractor's attribute of the same kind
 
 
 def build_case(tokenizer, text: str, base: int, ref: Reference, block_size: int) -> Case:
@@ -121,9 +125,9 @@ def build_case(tokenizer, text: str, base: int, ref: Reference, block_size: int)
     margin = 4 * block_size  # chars: plenty for block_size tokens unless tokens average > 4 chars
     while True:
         start = max(0, attribute_pos - margin)
-        if start > 0:  # begin at a word, so only the first word may tokenise differently
+        if start > 0:  # begin at the space before a word, so the cut tokenises as the full text does
             match = WHITESPACE.search(text, start, attribute_pos)
-            start = match.end() if match else start
+            start = match.start() if match else start
         ids = tokenizer.encode(text[start:attribute_end])
         spans = [(s + start, e + start) for s, e in token_char_spans(tokenizer, ids)]
         k = sum(e <= attribute_pos for _, e in spans)  # tokens wholly before the attribute
@@ -139,7 +143,12 @@ def build_case(tokenizer, text: str, base: int, ref: Reference, block_size: int)
 
     def positions(spans_in_story: list[tuple[int, int]]) -> list[int]:
         return mention_positions(window_spans, [(s + base, e + base) for s, e in spans_in_story])
-    return Case(ref, window, n_new, positions(ref.antecedent_spans), positions(ref.distractor_spans))
+
+    def said_before(word: str) -> list[int]:  # whole-word mentions of `word` earlier in the story
+        pattern = re.compile(rf"\b{re.escape(word)}\b")
+        return mention_positions(window_spans, [m.span() for m in pattern.finditer(text, base, attribute_pos)])
+    return Case(ref, window, n_new, positions(ref.antecedent_spans), positions(ref.distractor_spans),
+                said_before(ref.attribute), said_before(ref.distractor_attribute))
 
 
 # ---- measuring ----
@@ -190,41 +199,51 @@ def probe(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device
             results.extend(zip(batch, new, last_rows))
     behaviour = {"antecedent": 0, "distractor": 0, "other": 0}
     in_window = dict(behaviour)  # the same, only where the antecedent's name is in the window
-    ant_sum = torch.zeros(cfg.n_layer, cfg.n_head)
-    dis_sum = torch.zeros(cfg.n_layer, cfg.n_head)
-    counted = distractor_visible = 0
-    uniform_sum = per_key_sum = 0.0
-    for case, new, last_row in results:
-        ref = case.reference
-        outcome = classify(tokenizer.decode(new), ref)
+    for case, new, _ in results:
+        outcome = classify(tokenizer.decode(new), case.reference)
         behaviour[outcome] += 1
-        if not case.antecedent_positions:
-            continue
-        in_window[outcome] += 1
-        counted += 1
-        T = len(case.ids)
-        ant_sum += last_row[..., case.antecedent_positions].sum(dim=-1)  # (n_layer, nh)
-        if case.distractor_positions:
-            distractor_visible += 1
-            dis_sum += last_row[..., case.distractor_positions].sum(dim=-1)
-        uniform_sum += len(case.antecedent_positions) / T  # what 1/T on every key puts on the name
-        per_key_sum += 1 / T
-    n = max(counted, 1)
-    ant, dis = ant_sum / n, dis_sum / n  # (n_layer, nh) mean weights
-    layer, head = divmod(int(ant.argmax()), cfg.n_head)
-    best_ant, best_dis = float(ant[layer, head]), float(dis[layer, head])
+        in_window[outcome] += bool(case.antecedent_positions)
+    named = sum(in_window.values())
     return {
         "stories": n_stories - skipped, "skipped_stories": skipped, "seed": seed, "references": len(refs),
         "behaviour": {**behaviour, "accuracy": r4(behaviour["antecedent"] / max(len(refs), 1))},
-        "behaviour_in_window": {**in_window, "accuracy": r4(in_window["antecedent"] / n)},
-        "attention": {
-            "references": counted, "distractor_visible": distractor_visible,
-            "uniform": r4(uniform_sum / n), "per_key": r4(per_key_sum / n),
-            "antecedent": [[r4(x) for x in row] for row in ant.tolist()],
-            "distractor": [[r4(x) for x in row] for row in dis.tolist()],
-            "best": {"layer": layer, "head": head, "antecedent": r4(best_ant), "distractor": r4(best_dis),
-                     "ratio": round(best_ant / best_dis, 2) if best_dis > 0 else None},
-        },
+        "behaviour_in_window": {**in_window, "accuracy": r4(in_window["antecedent"] / max(named, 1))},
+        "attention_attribute": attention_on(results, "antecedent_attribute_positions",
+                                            "distractor_attribute_positions", cfg.n_layer, cfg.n_head),
+        "attention": attention_on(results, "antecedent_positions", "distractor_positions", cfg.n_layer, cfg.n_head),
+    }
+
+
+def attention_on(results, antecedent: str, distractor: str, n_layer: int, n_head: int) -> dict:
+    """Mean weight per layer and head that the predicting position puts on the Case positions named
+    `antecedent` and `distractor` (e.g. "antecedent_positions"), over the references where the
+    antecedent's are in the window; the uniform baseline; the best head."""
+    ant_sum, dis_sum = torch.zeros(n_layer, n_head), torch.zeros(n_layer, n_head)
+    counted = distractor_visible = 0
+    uniform_sum = per_key_sum = 0.0
+    for case, _, last_row in results:  # last_row (n_layer, nh, T)
+        ant, dis = getattr(case, antecedent), getattr(case, distractor)
+        if not ant:
+            continue
+        counted += 1
+        T = len(case.ids)
+        ant_sum += last_row[..., ant].sum(dim=-1)  # (n_layer, nh)
+        if dis:
+            distractor_visible += 1
+            dis_sum += last_row[..., dis].sum(dim=-1)
+        uniform_sum += len(ant) / T  # what 1/T on every key puts on these tokens
+        per_key_sum += 1 / T
+    n = max(counted, 1)
+    ant_mean, dis_mean = ant_sum / n, dis_sum / n  # (n_layer, nh)
+    layer, head = divmod(int(ant_mean.argmax()), n_head)
+    best_ant, best_dis = float(ant_mean[layer, head]), float(dis_mean[layer, head])
+    return {
+        "references": counted, "distractor_visible": distractor_visible,
+        "uniform": r4(uniform_sum / n), "per_key": r4(per_key_sum / n),
+        "antecedent": [[r4(x) for x in row] for row in ant_mean.tolist()],
+        "distractor": [[r4(x) for x in row] for row in dis_mean.tolist()],
+        "best": {"layer": layer, "head": head, "antecedent": r4(best_ant), "distractor": r4(best_dis),
+                 "ratio": round(best_ant / best_dis, 2) if best_dis > 0 else None},
     }
 
 
@@ -243,17 +262,22 @@ def report(result: dict, n_layer: int, n_head: int) -> str:
              f"  the distractor's attribute  {b['distractor']:5d}  {100 * b['distractor'] / R:5.1f}%",
              f"  something else              {b['other']:5d}  {100 * b['other'] / R:5.1f}%"]
     w = result["behaviour_in_window"]
-    if a["references"]:
+    named = w["antecedent"] + w["distractor"] + w["other"]
+    if named:
         lines.append(f"  (where the antecedent's name is in the window: {w['antecedent']} / {w['distractor']} / "
-                     f"{w['other']} of {a['references']}, {100 * w['accuracy']:.1f}% right)")
-    lines.append("")
+                     f"{w['other']} of {named}, {100 * w['accuracy']:.1f}% right)")
+    lines += ["", "attention of the position predicting the attribute (% of its attention; cell = antecedent / "
+              "distractor, the distractor counting 0 where its tokens are not in the window)"]
+    lines += attention_table(result["attention_attribute"], "earlier mentions of its attribute value", n_layer, n_head)
+    lines += attention_table(result["attention"], "its name", n_layer, n_head)
+    return "\n".join(lines)
+
+
+def attention_table(a: dict, what: str, n_layer: int, n_head: int) -> list[str]:
+    """One attention table of the report: mean weight per layer x head on the antecedent's `what`."""
     if not a["references"]:
-        lines.append("attention: no reference had a mention of its antecedent inside the window")
-        return "\n".join(lines)
-    lines += [f"attention of the position predicting the attribute, mean over the {a['references']} references "
-              f"with the antecedent's name in the window",
-              "(% of that position's attention, summed over all tokens of all visible mentions of the name;",
-              " cell = antecedent / distractor, the distractor counting 0 where its name is not in the window):"]
+        return ["", f"on {what}: no reference had one inside the window"]
+    lines = ["", f"on {what}, mean over the {a['references']} references with it in the window:"]
     cells = [[f"{100 * a['antecedent'][i][h]:5.1f} / {100 * a['distractor'][i][h]:4.1f}" for h in range(n_head)]
              for i in range(n_layer)]
     width = max(len(c) for row in cells for c in row)
@@ -261,12 +285,11 @@ def report(result: dict, n_layer: int, n_head: int) -> str:
     lines += [f"{'layer ' + str(i):<9}" + "".join(f"  {c:>{width}}" for c in row) for i, row in enumerate(cells)]
     best = a["best"]
     ratio = f"{best['ratio']:.1f}x the distractor's" if best["ratio"] is not None else "the distractor: 0"
-    lines += [f"baselines: uniform attention would put {100 * a['uniform']:.1f}% on the antecedent's tokens "
-              f"(1/keys = {100 * a['per_key']:.2f}% per key); the distractor's name is in the window for "
-              f"{a['distractor_visible']} of {a['references']}",
+    lines += [f"uniform attention would put {100 * a['uniform']:.1f}% there (1/keys = {100 * a['per_key']:.2f}% "
+              f"per key); the distractor's are in the window for {a['distractor_visible']} of {a['references']}",
               f"best head: layer {best['layer']} head {best['head']}: {100 * best['antecedent']:.1f}% on the "
-              f"antecedent's name, {100 * best['distractor']:.1f}% on the distractor's ({ratio})"]
-    return "\n".join(lines)
+              f"antecedent's, {100 * best['distractor']:.1f}% on the distractor's ({ratio})"]
+    return lines
 
 
 def main(argv: Sequence[str] | None = None, out=None) -> dict:

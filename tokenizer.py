@@ -1,8 +1,12 @@
 """Tokenizers: text <-> token ids, saved as plain data.
 
-Two kinds, one interface (`Tokenizer`):
+Three kinds, one interface (`Tokenizer`):
 - `CharTokenizer`: one token per character; the vocabulary is the sorted set of characters of the
   training text (Karpathy's char-level Shakespeare).
+- `WordTokenizer`: one token per word (with the space before it, as GPT-2 does: " red"), per
+  punctuation mark and per other whitespace character; the vocabulary is the sorted set of the
+  training text's tokens. Offline like `char`, and for a closed-vocabulary text such as the stories
+  corpus each name and attribute is one token, so a model copies it with one attention hop.
 - `TiktokenTokenizer`: a tiktoken BPE encoding (`gpt2`, `r50k_base`, `cl100k_base`, ...). By default
   the vocabulary is *compacted*: only the token ids seen in the training text plus the 256
   single-byte tokens are kept, renumbered 0..n-1, so a small corpus does not carry ~50k embedding
@@ -17,6 +21,7 @@ from __future__ import annotations
 import codecs
 import functools
 import hashlib
+import re
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -75,9 +80,9 @@ class StreamDecoder(ABC):
 
 
 class _CharStreamDecoder(StreamDecoder):
-    """One character per id: nothing is ever pending."""
+    """One whole character (or word) per id: nothing is ever pending."""
 
-    def __init__(self, itos: str) -> None:
+    def __init__(self, itos: Sequence[str]) -> None:
         self.itos = itos
 
     def push(self, id: int) -> str:
@@ -104,7 +109,7 @@ class _ByteStreamDecoder(StreamDecoder):
 class Tokenizer(ABC):
     """Common interface: `kind`, `vocab_size`, encode/decode, readable tokens, plain-data form."""
 
-    kind: str  # "char" or "tiktoken"
+    kind: str  # "char", "word" or "tiktoken"
     vocab_size: int  # number of ids: every id is in range(vocab_size)
 
     @abstractmethod
@@ -181,6 +186,55 @@ class CharTokenizer(Tokenizer):
         return {"kind": self.kind, "vocab_size": self.vocab_size, "chars": self.chars}
 
 
+class WordTokenizer(Tokenizer):
+    """One token per word, punctuation mark or whitespace character; vocabulary = sorted set of the
+    training text's tokens. Decoding concatenates the tokens, so decode(encode(text)) == text."""
+
+    kind = "word"
+    # a word, a number or one other visible character, each with the space before it if there is
+    # one, else one whitespace character: every character of any text belongs to exactly one match
+    PATTERN = re.compile(r" ?[^\W\d_]+| ?\d+| ?\S|\s")
+
+    def __init__(self, words: Sequence[str]) -> None:
+        self.words = sorted(set(words))  # id i <-> self.words[i]
+        self.vocab_size = len(self.words)
+        self.stoi = {w: i for i, w in enumerate(self.words)}
+
+    @classmethod
+    def from_text(cls, text: str) -> "WordTokenizer":
+        """Vocabulary of every token that occurs in `text`."""
+        if not text:
+            raise UserError("the training text is empty, so a word vocabulary cannot be built from it; "
+                            "check data.dataset")
+        return cls(cls.PATTERN.findall(text))
+
+    def encode(self, text: str) -> list[int]:
+        tokens = self.PATTERN.findall(text)
+        unknown = sorted({t for t in tokens if t not in self.stoi})
+        if unknown:
+            shown = ", ".join(repr(t) for t in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
+            hint = ("; a word token carries the space before it, so end a prompt without a trailing space"
+                    if " " in unknown else "")
+            raise UserError(
+                f"text has {len(unknown)} word(s) not in the word vocabulary: {shown}; "
+                f"the vocabulary comes from the training text, so use only its words{hint}")
+        return [self.stoi[t] for t in tokens]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+        self._check_ids(arr)
+        return "".join([self.words[i] for i in arr.tolist()])
+
+    def token_str(self, id: int) -> str:
+        return _escape(self.words[id])
+
+    def stream_decoder(self) -> StreamDecoder:
+        return _CharStreamDecoder(self.words)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "vocab_size": self.vocab_size, "words": list(self.words)}
+
+
 @functools.lru_cache(maxsize=None)
 def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
     """Load (once per process) the tiktoken encoding `name`; `gpt2` loads the identical r50k_base."""
@@ -188,7 +242,7 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
 
     known = tiktoken.list_encoding_names()
     if name not in known:
-        raise UserError(f"unknown tokenizer {name!r}: use 'char' or a tiktoken encoding: {', '.join(known)}")
+        raise UserError(f"unknown tokenizer {name!r}: use 'char', 'word' or a tiktoken encoding: {', '.join(known)}")
     canonical = _ALIASES.get(name, name)
     try:
         return tiktoken.get_encoding(canonical)
@@ -203,7 +257,7 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
         raise UserError(
             f"the tiktoken encoding {name!r} could not be loaded ({type(e).__name__}: {cause}); offline, "
             "set TIKTOKEN_CACHE_DIR to a folder holding the encoding file named by the sha1 of its URL "
-            f"({how}), or use data.tokenizer=char") from e
+            f"({how}), or use data.tokenizer=char or word") from e
 
 
 class TiktokenTokenizer(Tokenizer):
@@ -325,9 +379,11 @@ class TiktokenTokenizer(Tokenizer):
 
 
 def build_tokenizer(name: str, text: str, compact: bool = True) -> Tokenizer:
-    """Tokenizer `name` ("char" or a tiktoken encoding) for training text `text`."""
+    """Tokenizer `name` ("char", "word" or a tiktoken encoding) for training text `text`."""
     if name == "char":
         return CharTokenizer.from_text(text)
+    if name == "word":
+        return WordTokenizer.from_text(text)
     return TiktokenTokenizer.from_text(name, text, compact=compact)
 
 
@@ -343,6 +399,12 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
                 or list(chars) != sorted(chars):
             raise UserError(f"char tokenizer data has no valid 'chars' (distinct sorted characters); {fix}")
         tok: Tokenizer = CharTokenizer(chars)
+    elif kind == "word":
+        words = d.get("words")
+        if not isinstance(words, list) or not words or not all(isinstance(w, str) and w for w in words) \
+                or words != sorted(set(words)):
+            raise UserError(f"word tokenizer data has no valid 'words' (distinct sorted strings); {fix}")
+        tok = WordTokenizer(words)
     elif kind == "tiktoken":
         name, ids = d.get("encoding"), d.get("ids")
         if not isinstance(name, str):
@@ -352,7 +414,7 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
             raise UserError(f"tiktoken tokenizer data has a malformed 'ids' list (integers expected); {fix}")
         tok = TiktokenTokenizer(name, ids)
     else:
-        raise UserError(f"tokenizer data has unknown kind {kind!r} (expected 'char' or 'tiktoken'); {fix}")
+        raise UserError(f"tokenizer data has unknown kind {kind!r} (expected 'char', 'word' or 'tiktoken'); {fix}")
     vocab_size = d.get("vocab_size")
     if vocab_size is not None and vocab_size != tok.vocab_size:
         raise UserError(f"tokenizer data says vocab_size={vocab_size} but rebuilds with "

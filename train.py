@@ -24,7 +24,7 @@ import torch
 
 from checkpoint import (atomic_write_text, capture_rng_state, load_checkpoint, model_from_checkpoint,
                         resolve_checkpoint, restore_rng_state, save_checkpoint)
-from config import Config, TrainConfig, config_to_dict, config_to_yaml, load_config, resolve_device
+from config import Config, TrainConfig, config_to_dict, config_to_yaml, load_config, resolve_device, resolve_dtype
 from data.prepare import get_batch, load_prepared, prepare, prepared_dir
 from errors import ArgParser, UserError, run_cli
 from model import GPT, cross_entropy
@@ -237,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
                             f"be resumed; start a new run from it with --set train.init_from={out_dir}")
         check_same_run(cfg, ckpt["config"], out_dir / "ckpt.pt")
     device = resolve_device(t.device)
-    if t.dtype == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    dtype = resolve_dtype(t.dtype, device)  # "auto" -> bfloat16 where the hardware has it, else float32
+    if dtype == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise UserError("train.dtype=bfloat16 is not supported by this GPU; use float16 or float32")
 
     # ---- processes: one, or several under torchrun (DDP) ----
@@ -269,9 +270,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     model = model.to(device)
     optimizer = make_optimizer(model, t, device)
     # float16 gradients can underflow: the scaler multiplies the loss up and the gradients back down
-    scaler = torch.amp.GradScaler(device.type, enabled=(t.dtype == "float16"))
-    autocast = (torch.autocast(device.type, dtype=getattr(torch, t.dtype))
-                if t.dtype != "float32" else nullcontext())
+    scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
+    autocast = (torch.autocast(device.type, dtype=getattr(torch, dtype))
+                if dtype != "float32" else nullcontext())
     batch_gen = torch.Generator().manual_seed(t.seed)  # batch sampling only (the same on every rank)
     step, best_val, elapsed = 0, float("inf"), 0.0
     if ckpt is not None:
@@ -283,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         step, best_val, elapsed = ckpt["step"], ckpt["best_val_loss"], ckpt["elapsed_s"]
     train_model = dist.wrap(torch.compile(model) if t.compile else model)
     tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size * dist.world_size
-    peak, peak_source = peak_flops(t.dtype, device, n=1024)  # quick; bench.py measures it carefully
+    peak, peak_source = peak_flops(dtype, device, n=1024)  # quick; bench.py measures it carefully
     flops_per_step = model.flops_per_token() * tokens_per_step / dist.world_size  # per process
     if master:
         if init is not None:
@@ -291,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(f"model: {model.num_params():,} parameters ({cfg.model.n_layer} layers, {cfg.model.n_head} heads, "
               f"{cfg.model.n_embd} wide, block {cfg.model.block_size}, vocab {cfg.model.vocab_size}); "
               f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {dist.world_size} x {device}, "
-              f"{t.dtype}; {tokens_per_step:,} tokens/step; MFU against {peak / 1e9:,.0f} GFLOP/s ({peak_source})")
+              f"{dtype}; {tokens_per_step:,} tokens/step; MFU against {peak / 1e9:,.0f} GFLOP/s ({peak_source})")
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out_dir / "config.yaml", config_to_yaml(cfg))
     metrics = [r for r in read_metrics(out_dir / "metrics.csv") if int(r["step"]) <= step] if master else []

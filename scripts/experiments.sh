@@ -28,10 +28,10 @@ if [[ $what == all || $what == attention ]]; then
 fi
 
 if [[ $what == all || $what == sweep ]]; then
-  # head and layer counts at a fixed budget (600 steps), each probed for coreference
+  # head and layer counts at a fixed budget (1,500 steps: half the default), each probed for coreference
   for grid in "model.n_head=1,2,4,8" "model.n_layer=1,2,4"; do
     name=${grid%%=*}; name=${name#model.}
-    python sweep.py configs/stories.yaml --quiet --grid "$grid" --set train.max_iters=600 \
+    python sweep.py configs/stories.yaml --quiet --grid "$grid" --set train.max_iters=1500 \
         --out "$OUT/sweep_$name" | tee "$OUT/sweep_$name.txt"
     for run in "$OUT/sweep_$name"/*=*/; do
       python probe.py "$run" | tail -n 1 | sed "s|^|$(basename "$run") |" >>"$OUT/sweep_${name}_probe.txt"

@@ -33,12 +33,13 @@ TINY_STORIES = {"n_layer": 2, "n_head": 2, "block_size": 64}
 
 @pytest.fixture(scope="session")
 def tiny_stories_run(tmp_path_factory) -> Path:
-    """A tiny model trained for a few steps on a shrunk stories corpus (in-process), shared by the
-    tests that need a trained run directory."""
+    """A tiny char-level model trained for a few steps on a shrunk stories corpus (in-process),
+    shared by the tests that need a trained run directory."""
     import train
     tmp = tmp_path_factory.mktemp("stories_run")
     m = TINY_STORIES
     train.main([str(ROOT / "configs/stories.yaml"), "--quiet", "--set", "data.stories_chars=20000",
+                "data.tokenizer=char",  # char-level: the tests' prompts need not be corpus words
                 f"data.prepared_dir={tmp / 'prepared'}", f"train.out_dir={tmp / 'run'}",
                 f"model.n_layer={m['n_layer']}", "model.n_embd=32", f"model.n_head={m['n_head']}",
                 f"model.block_size={m['block_size']}", "train.max_iters=30", "train.eval_interval=15",

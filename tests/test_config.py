@@ -320,3 +320,38 @@ def test_a_runs_config_yaml_loads_as_a_config(tmp_path):
     saved = write(tmp_path, config_to_yaml(cfg), "config.yaml")
     again = load_config(saved)
     assert again.model.n_layer == 2 and again.model.n_embd == 32
+
+
+def test_dtype_auto_picks_bfloat16_only_where_the_hardware_has_it(monkeypatch):
+    import torch
+
+    import config
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: True)
+    assert config.resolve_dtype("auto", cpu) == "bfloat16"
+    monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: False)
+    assert config.resolve_dtype("auto", cpu) == "float32"
+    assert config.resolve_dtype("auto", torch.device("mps")) == "float32"
+    for name in ("float32", "bfloat16", "float16"):  # an explicit choice is never second-guessed
+        assert config.resolve_dtype(name, cpu) == name
+
+
+def test_cpu_bf16_detection_reads_the_cpu_flags(tmp_path, monkeypatch):
+    import config
+    real_path = config.Path
+    for flags, expected in (("fpu avx512f avx512_bf16 sse", True), ("fpu amx_bf16 amx_tile", True),
+                            ("fpu avx512f avx512_bf16x sse", False), ("fpu avx2", False)):
+        (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        monkeypatch.setattr(config, "Path", lambda p, f=tmp_path / "cpuinfo": f if p == "/proc/cpuinfo" else real_path(p))
+        assert config.cpu_has_native_bf16() is expected
+    monkeypatch.setattr(config, "Path", lambda p: tmp_path / "missing")
+    assert config.cpu_has_native_bf16() is False
+
+
+def test_dtype_auto_is_a_valid_config_value(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train: {dtype: auto}\n")
+    assert load_config(path).train.dtype == "auto"
+    path.write_text("train: {dtype: bf16}\n")
+    with pytest.raises(UserError, match="train.dtype"):
+        load_config(path)

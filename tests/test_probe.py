@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import random
 import shutil
 
@@ -27,7 +28,7 @@ from checkpoint import load_checkpoint, load_model, save_checkpoint
 from conftest import SHARED_DATA, TINY_STORIES
 from data.stories import Reference, generate_story
 from errors import UserError, run_cli
-from tokenizer import CharTokenizer, TiktokenTokenizer
+from tokenizer import CharTokenizer, TiktokenTokenizer, WordTokenizer, tokenizer_from_dict
 
 N_LAYER, N_HEAD, BLOCK = TINY_STORIES["n_layer"], TINY_STORIES["n_head"], TINY_STORIES["block_size"]
 
@@ -107,6 +108,22 @@ def test_build_case_cuts_before_the_attribute_char():
         assert len(case.antecedent_positions) == len(ref.antecedent) * len(visible)
 
 
+def test_build_case_with_word_tokens_finds_both_attribute_mentions():
+    text, refs = story_with_references()
+    tok = WordTokenizer.from_text(text)
+    found = 0
+    for ref in refs:
+        case = probe.build_case(tok, text, 0, ref, block_size=64)
+        assert text[:ref.attribute_pos].endswith(tok.decode(case.ids) + " ")  # " red" is one token, cut before it
+        for positions, word in ((case.antecedent_attribute_positions, ref.attribute),
+                                (case.distractor_attribute_positions, ref.distractor_attribute)):
+            assert all(tok.decode([case.ids[p]]).strip() == word for p in positions)
+            window = tok.decode(case.ids)
+            assert len(positions) == len(re.findall(rf"\b{word}\b", window))
+        found += bool(case.antecedent_attribute_positions)
+    assert found > len(refs) // 2  # most references restate the attribute within 64 words
+
+
 def test_build_case_offsets_a_story_inside_a_longer_text():
     text, refs = story_with_references()
     prefix = "x" * 300 + "\n\n"
@@ -172,20 +189,20 @@ def test_probe_counts_add_up(run):
     result = probe.main([str(run), "--stories", "12"], out=out)
     ckpt = load_checkpoint(run / "best.pt")
     seed = ckpt["config"]["data"]["stories_seed"] + probe.HELD_OUT_OFFSET
-    tok = CharTokenizer(ckpt["tokenizer"]["chars"])
+    tok = tokenizer_from_dict(ckpt["tokenizer"])
     assert result["seed"] == seed
     assert result["references"] == expected_references(12, seed, tok) > 0
     b = result["behaviour"]
     assert b["antecedent"] + b["distractor"] + b["other"] == result["references"]
-    a = result["attention"]
-    assert 0 < a["references"] <= result["references"] and a["distractor_visible"] <= a["references"]
-    assert len(a["antecedent"]) == N_LAYER and all(len(row) == N_HEAD for row in a["antecedent"])
-    assert all(0 <= w <= 1 for row in a["antecedent"] + a["distractor"] for w in row)
-    best = a["best"]
-    assert a["antecedent"][best["layer"]][best["head"]] == max(max(row) for row in a["antecedent"])
     lines = out.getvalue().splitlines()
     assert json.loads(lines[-1]) == result
-    assert any(line.startswith(f"best head: layer {best['layer']} head {best['head']}") for line in lines)
+    for a in (result["attention"], result["attention_attribute"]):  # on the name, on the attribute
+        assert 0 < a["references"] <= result["references"] and a["distractor_visible"] <= a["references"]
+        assert len(a["antecedent"]) == N_LAYER and all(len(row) == N_HEAD for row in a["antecedent"])
+        assert all(0 <= w <= 1 for row in a["antecedent"] + a["distractor"] for w in row)
+        best = a["best"]
+        assert a["antecedent"][best["layer"]][best["head"]] == max(max(row) for row in a["antecedent"])
+        assert any(line.startswith(f"best head: layer {best['layer']} head {best['head']}") for line in lines)
 
 
 def test_uniform_attention_gives_the_uniform_baseline(run):
@@ -196,11 +213,11 @@ def test_uniform_attention_gives_the_uniform_baseline(run):
         for block in model.blocks:
             block.attn.q_proj.weight.zero_()
     result = probe.probe(model, tok, 12, seed=7, device=torch.device("cpu"), batch_size=5)
-    a = result["attention"]
-    assert a["references"] > 0
-    for row in a["antecedent"]:
-        assert row == pytest.approx([a["uniform"]] * N_HEAD, abs=2e-4)
-    assert a["uniform"] > a["per_key"]  # a name spans several characters
+    for a in (result["attention"], result["attention_attribute"]):
+        assert a["references"] > 0
+        for row in a["antecedent"]:
+            assert row == pytest.approx([a["uniform"]] * N_HEAD, abs=2e-4)
+        assert a["uniform"] >= a["per_key"]  # at least one key per reference
 
 
 def test_probe_refuses_a_run_not_trained_on_stories(run, tmp_path, capsys):

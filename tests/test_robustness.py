@@ -66,7 +66,7 @@ def test_ddp_two_processes_match_one_process(corpus, tmp_path):
                 assert abs(float(ra[key]) - float(rb[key])) < 1e-3, (ra, rb)
     assert load_checkpoint(ddp / "ckpt.pt")["step"] == 20
     sample = subprocess.run([sys.executable, str(ROOT / "sample.py"), str(ddp), "--max-new-tokens", "20",
-                             "--prompt", "the "], capture_output=True, text=True, timeout=120)
+                             "--prompt", "the"], capture_output=True, text=True, timeout=120)
     assert sample.returncode == 0 and len(sample.stdout) >= 20
 
 

@@ -18,8 +18,8 @@ import tiktoken.registry
 
 import tokenizer as tk
 from errors import UserError
-from tokenizer import (CharTokenizer, TiktokenTokenizer, build_tokenizer, get_tiktoken_encoding,
-                       tokenizer_from_dict)
+from tokenizer import (CharTokenizer, TiktokenTokenizer, WordTokenizer, build_tokenizer,
+                       get_tiktoken_encoding, tokenizer_from_dict)
 
 R50K_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "r50k_base.tiktoken"
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
@@ -81,7 +81,45 @@ def test_char_dict_round_trip_through_json():
     assert back.vocab_size == tok.vocab_size and back.encode(text) == tok.encode(text)
 
 
+# ---- word ----
+
+def test_word_tokens_carry_their_space_and_round_trip():
+    tok = build_tokenizer("word", UNICODE_PARAGRAPH + "  two spaces, 42 apples. Then she fed her cat.\n")
+    assert tok.kind == "word"
+    ids = tok.encode(" Then she fed her cat.\n")
+    assert [tok.decode([i]) for i in ids] == [" Then", " she", " fed", " her", " cat", ".", "\n"]
+    for text in (UNICODE_PARAGRAPH, "  two spaces, 42 apples."):
+        ids = tok.encode(text)
+        assert all(0 <= i < tok.vocab_size for i in ids) and tok.decode(ids) == text
+    assert [tok.decode([i]) for i in tok.encode(" Zoë met")] == [" Zoë", " met"]
+    assert [tok.decode([i]) for i in tok.encode("  two")] == [" ", " two"]
+    assert tok.token_str(tok.encode("\n")[0]) == "\\n"
+    dec = tok.stream_decoder()
+    assert "".join(dec.push(i) for i in tok.encode(UNICODE_PARAGRAPH)) + dec.flush() == UNICODE_PARAGRAPH
+
+
+def test_word_unknown_words_are_listed():
+    tok = WordTokenizer.from_text("the cat sat on the mat.")
+    assert tok.decode(tok.encode("the mat sat on the cat.")) == "the mat sat on the cat."
+    with pytest.raises(UserError) as err:
+        tok.encode("the dog sat on the rug")
+    msg = str(err.value)
+    assert "' dog', ' rug'" in msg and "word vocabulary" in msg and "\n" not in msg
+    with pytest.raises(UserError, match="trailing space"):
+        tok.encode("the cat ")
+
+
+def test_word_dict_round_trip_through_json():
+    tok = build_tokenizer("word", UNICODE_PARAGRAPH)
+    back = tokenizer_from_dict(json.loads(json.dumps(tok.to_dict())))
+    assert isinstance(back, WordTokenizer)
+    assert back.vocab_size == tok.vocab_size and back.encode(UNICODE_PARAGRAPH) == tok.encode(UNICODE_PARAGRAPH)
+
+
 @pytest.mark.parametrize("bad", [
+    {"kind": "word"}, {"kind": "word", "words": []}, {"kind": "word", "words": ["b", "a"]},
+    {"kind": "word", "words": ["a", "a"]}, {"kind": "word", "words": ["a", 1]},
+    {"kind": "word", "words": ["a", "b"], "vocab_size": 3},
     None, [], {}, {"kind": "sentencepiece"}, {"kind": "char"}, {"kind": "char", "chars": "ba"},
     {"kind": "char", "chars": "ab", "vocab_size": 3}, {"kind": "tiktoken"},
     {"kind": "tiktoken", "encoding": "r50k_base", "ids": "0 1 2"},
