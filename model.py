@@ -56,17 +56,20 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return y, att
 
 
-def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                      dropout_p: float = 0.0) -> torch.Tensor:
     """The same formula as `attention`, as two batched matmuls with the scale and the mask fused
     into the first (baddbmm: -inf/0 bias + QK^T / sqrt(hs)). It runs the CPU's low-precision fast
     path: there, in bfloat16, PyTorch's fused SDPA kernel is 2-5x slower than this (bench.py
     --attention), while on GPUs and in float32 SDPA is as fast or faster.
 
-    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend -> y (B, nh, Tq, hs)"""
+    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend, or None
+    -> y (B, nh, Tq, hs)"""
     B, nh, Tq, hs = q.shape
     Tk = k.size(2)
-    bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))  # (Tq, Tk)
+    bias = torch.zeros((Tq, Tk), dtype=q.dtype, device=q.device)  # (Tq, Tk): 0 = may attend
+    if mask is not None:
+        bias.masked_fill_(~mask, float("-inf"))
     scores = torch.baddbmm(bias.expand(B * nh, Tq, Tk), q.reshape(B * nh, Tq, hs),
                            k.reshape(B * nh, Tk, hs).transpose(1, 2), alpha=1.0 / math.sqrt(hs))  # (B*nh, Tq, Tk)
     att = F.dropout(torch.softmax(scores, dim=-1), dropout_p)  # (B*nh, Tq, Tk)
@@ -126,7 +129,7 @@ class CausalSelfAttention(nn.Module):
             y, att = attention(q, k, v, mask, dropout_p)  # (B, nh, T, hs), (B, nh, T, Tk)
             trace = HeadTrace(att, y)
         else:  # the fast path: fused kernels, same maths (tested equal)
-            if mask is not None and T > 1 and q.device.type == "cpu" and q.dtype in LOW_PRECISION:
+            if T > 1 and q.device.type == "cpu" and q.dtype in LOW_PRECISION:
                 y = matmul_attention(q, k, v, mask, dropout_p)  # CPU + bfloat16: see its docstring
             elif mask is None or T == 1:  # one new query may see every cached key
                 y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)

@@ -52,12 +52,12 @@ def test_attention_is_the_formula():
     assert torch.allclose(y, att @ v)
 
 
-@pytest.mark.parametrize("T_q", [5, 2])  # training/prefill (square mask), two new queries on a cache
-def test_matmul_attention_is_the_formula(T_q):
+@pytest.mark.parametrize("T_q, causal", [(5, True), (2, True), (5, False)])  # training/prefill, a cache, no mask
+def test_matmul_attention_is_the_formula(T_q, causal):
     torch.manual_seed(0)
     q = torch.randn(2, 3, T_q, 4)
     k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
-    mask = causal_mask(T_q, 5)
+    mask = causal_mask(T_q, 5) if causal else None
     torch.testing.assert_close(matmul_attention(q, k, v, mask), attention(q, k, v, mask)[0], atol=1e-6, rtol=1e-6)
 
 
