@@ -1,6 +1,6 @@
 """Tokenizers: text <-> token ids, saved as plain data.
 
-Three kinds, one interface (`Tokenizer`):
+Three kinds, one interface (`Tokenizer`); char and word share `_TableTokenizer`:
 - `CharTokenizer`: one token per character; the vocabulary is the sorted set of characters of the
   training text (Karpathy's char-level Shakespeare).
 - `WordTokenizer`: one token per word (with the space before it, as GPT-2 does: " red"), per
@@ -79,7 +79,7 @@ class StreamDecoder(ABC):
         return ""
 
 
-class _CharStreamDecoder(StreamDecoder):
+class _PieceStreamDecoder(StreamDecoder):
     """One whole character (or word) per id: nothing is ever pending."""
 
     def __init__(self, itos: Sequence[str]) -> None:
@@ -142,94 +142,98 @@ class Tokenizer(ABC):
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
 
 
-class CharTokenizer(Tokenizer):
-    """One token per character; vocabulary = sorted set of the training text's characters."""
+class _TableTokenizer(Tokenizer):
+    """Char and word tokenizers: a sorted table of text pieces from the training text, id i <->
+    pieces[i]; `split` cuts text into pieces, and decoding joins them back."""
 
-    kind = "char"
+    unit: str  # what one piece is called in messages: "character", "word"
 
-    def __init__(self, chars: str) -> None:
-        self.chars = "".join(sorted(set(chars)))  # id i <-> self.chars[i]
-        self.vocab_size = len(self.chars)
-        self.stoi = {ch: i for i, ch in enumerate(self.chars)}
+    def __init__(self, pieces: Sequence[str]) -> None:
+        self.pieces = sorted(set(pieces))  # id i <-> self.pieces[i]
+        self.vocab_size = len(self.pieces)
+        self.stoi = {p: i for i, p in enumerate(self.pieces)}
 
     @classmethod
-    def from_text(cls, text: str) -> "CharTokenizer":
-        """Vocabulary of every character that occurs in `text`."""
+    @abstractmethod
+    def split(cls, text: str) -> list[str]:
+        """Text -> its pieces, in order; "".join(pieces) == text."""
+
+    @classmethod
+    def from_text(cls, text: str) -> "_TableTokenizer":
+        """Vocabulary of every piece that occurs in `text`."""
         if not text:
-            raise UserError("the training text is empty, so a char vocabulary cannot be built from it; "
+            raise UserError(f"the training text is empty, so a {cls.kind} vocabulary cannot be built from it; "
                             "point data.dataset at a non-empty text file")
-        return cls(text)
+        return cls(cls.split(text))
+
+    def _unknown_hint(self, unknown: list[str]) -> str:
+        """Advice appended to the unknown-pieces error."""
+        return ""
 
     def encode(self, text: str) -> list[int]:
+        pieces = self.split(text)
         try:
-            return [self.stoi[ch] for ch in text]
+            return [self.stoi[p] for p in pieces]
         except KeyError:
-            unknown = sorted(set(text) - self.stoi.keys())
-            shown = ", ".join(repr(ch) for ch in unknown[:20]) + (", ..." if len(unknown) > 20 else "")
+            unknown = sorted(set(pieces) - self.stoi.keys())
+            shown = ", ".join(repr(p) for p in unknown[:20]) + (", ..." if len(unknown) > 20 else "")
             raise UserError(
-                f"text has {len(unknown)} character(s) not in the char vocabulary: {shown}; "
-                "the vocabulary comes from the training text, so use only its characters "
-                "or train with a BPE tokenizer (data.tokenizer=gpt2)") from None
+                f"text has {len(unknown)} {self.unit}(s) not in the {self.kind} vocabulary: {shown}; "
+                f"the vocabulary comes from the training text, so use only its {self.unit}s"
+                + self._unknown_hint(unknown)) from None
 
     def decode(self, ids: Sequence[int]) -> str:
         arr = np.asarray(ids, dtype=np.int64).reshape(-1)
         self._check_ids(arr)
-        return "".join([self.chars[i] for i in arr.tolist()])
+        return "".join([self.pieces[i] for i in arr.tolist()])
 
     def token_str(self, id: int) -> str:
-        return _escape(self.chars[id])
+        return _escape(self.pieces[id])
 
     def stream_decoder(self) -> StreamDecoder:
-        return _CharStreamDecoder(self.chars)
+        return _PieceStreamDecoder(self.pieces)
+
+
+class CharTokenizer(_TableTokenizer):
+    """One token per character; vocabulary = sorted set of the training text's characters."""
+
+    kind, unit = "char", "character"
+
+    def __init__(self, chars: str) -> None:
+        super().__init__(chars)
+        self.chars = "".join(self.pieces)
+
+    @classmethod
+    def split(cls, text: str) -> list[str]:
+        return list(text)
+
+    def _unknown_hint(self, unknown: list[str]) -> str:
+        return " or train with a BPE tokenizer (data.tokenizer=gpt2)"
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "vocab_size": self.vocab_size, "chars": self.chars}
 
 
-class WordTokenizer(Tokenizer):
+class WordTokenizer(_TableTokenizer):
     """One token per word, punctuation mark or whitespace character; vocabulary = sorted set of the
     training text's tokens. Decoding concatenates the tokens, so decode(encode(text)) == text."""
 
-    kind = "word"
+    kind, unit = "word", "word"
     # a word, a number or one other visible character, each with the space before it if there is
     # one, else one whitespace character: every character of any text belongs to exactly one match
     PATTERN = re.compile(r" ?[^\W\d_]+| ?\d+| ?\S|\s")
 
     def __init__(self, words: Sequence[str]) -> None:
-        self.words = sorted(set(words))  # id i <-> self.words[i]
-        self.vocab_size = len(self.words)
-        self.stoi = {w: i for i, w in enumerate(self.words)}
+        super().__init__(words)
+        self.words = self.pieces
 
     @classmethod
-    def from_text(cls, text: str) -> "WordTokenizer":
-        """Vocabulary of every token that occurs in `text`."""
-        if not text:
-            raise UserError("the training text is empty, so a word vocabulary cannot be built from it; "
-                            "check data.dataset")
-        return cls(cls.PATTERN.findall(text))
+    def split(cls, text: str) -> list[str]:
+        return cls.PATTERN.findall(text)
 
-    def encode(self, text: str) -> list[int]:
-        tokens = self.PATTERN.findall(text)
-        unknown = sorted({t for t in tokens if t not in self.stoi})
-        if unknown:
-            shown = ", ".join(repr(t) for t in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
-            hint = ("; a word token carries the space before it, so end a prompt without a trailing space"
-                    if " " in unknown else "")
-            raise UserError(
-                f"text has {len(unknown)} word(s) not in the word vocabulary: {shown}; "
-                f"the vocabulary comes from the training text, so use only its words{hint}")
-        return [self.stoi[t] for t in tokens]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        arr = np.asarray(ids, dtype=np.int64).reshape(-1)
-        self._check_ids(arr)
-        return "".join([self.words[i] for i in arr.tolist()])
-
-    def token_str(self, id: int) -> str:
-        return _escape(self.words[id])
-
-    def stream_decoder(self) -> StreamDecoder:
-        return _CharStreamDecoder(self.words)
+    def _unknown_hint(self, unknown: list[str]) -> str:
+        return ("; a word token carries the space before it, so end a prompt without a trailing space"
+                if " " in unknown else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "vocab_size": self.vocab_size, "words": list(self.words)}
