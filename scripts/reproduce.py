@@ -34,10 +34,14 @@ def run(args: list[str]) -> tuple[float, str]:
     return time.perf_counter() - t0, done.stdout
 
 
-def best_val_loss(run_dir: Path) -> float:
+def from_metrics(run_dir: Path) -> dict:
+    """The run's best val loss, and the training loop's wall time (evals included, start-up
+    excluded: the last elapsed_s), from its metrics.csv."""
     import csv
     with open(run_dir / "metrics.csv") as f:
-        return min(float(r["val_loss"]) for r in csv.DictReader(f) if r["val_loss"])
+        rows = list(csv.DictReader(f))
+    return {"train_seconds": float(rows[-1]["elapsed_s"]),
+            "best_val_loss": min(float(r["val_loss"]) for r in rows if r["val_loss"])}
 
 
 def stories(out_dir: Path, extra: list[str]) -> dict:
@@ -55,17 +59,10 @@ def stories(out_dir: Path, extra: list[str]) -> dict:
     cfg = load_config(ROOT / "configs/stories.yaml", extra)
     corpus = set(WORD.findall(generate_stories(cfg.data.stories_chars, cfg.data.stories_seed)[0]))
     known = sum(w in corpus for w in words)
-    return {"config": "configs/stories.yaml", "train_seconds": round(seconds, 1),
-            "best_val_loss": best_val_loss(out_dir), "sampled_words": len(words),
+    return {"config": "configs/stories.yaml", "seconds_with_startup": round(seconds, 1), **from_metrics(out_dir),
+            "sampled_words": len(words),
             "share_in_corpus": known / len(words),
             "unknown_examples": sorted({w for w in words if w not in corpus})[:20]}
-
-
-def training_seconds(run_dir: Path) -> float:
-    """Wall time of the training loop (evals included, start-up excluded): metrics.csv's last elapsed_s."""
-    import csv
-    with open(run_dir / "metrics.csv") as f:
-        return float(list(csv.DictReader(f))[-1]["elapsed_s"])
 
 
 def whole_val_loss(run_dir: Path) -> float:
@@ -93,8 +90,7 @@ def whole_val_loss(run_dir: Path) -> float:
 def shakespeare(out_dir: Path, text: Path, config: str, extra: list[str]) -> dict:
     seconds, _ = run(["train.py", config, "--quiet", "--set", f"train.out_dir={out_dir}",
                       f"data.dataset={text}", *extra])
-    return {"config": config, "seconds_with_startup": round(seconds, 1),
-            "train_seconds": training_seconds(out_dir), "best_val_loss": best_val_loss(out_dir),
+    return {"config": config, "seconds_with_startup": round(seconds, 1), **from_metrics(out_dir),
             "whole_val_split_loss": round(whole_val_loss(out_dir), 4)}
 
 
