@@ -18,8 +18,8 @@ measures:
     - on the antecedent's *name*, summed over all tokens of all its mentions.
     Each counts the references with at least one whole such mention inside the window.
 
-It prints both, names the best head (highest mean weight on the antecedent, with its ratio to the
-distractor) and ends with one JSON line. A run not trained on `stories` is refused (exit 2).
+It prints both, names the best head of each measure (highest mean weight on the antecedent, with
+its ratio to the distractor) and ends with one JSON line. A run not trained on `stories` is refused (exit 2).
 """
 from __future__ import annotations
 
@@ -208,25 +208,26 @@ def probe(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device
         "stories": n_stories - skipped, "skipped_stories": skipped, "seed": seed, "references": len(refs),
         "behaviour": {**behaviour, "accuracy": r4(behaviour["antecedent"] / max(len(refs), 1))},
         "behaviour_in_window": {**in_window, "accuracy": r4(in_window["antecedent"] / max(named, 1))},
-        "attention_attribute": attention_on(results, "antecedent_attribute_positions",
-                                            "distractor_attribute_positions", cfg.n_layer, cfg.n_head),
-        "attention": attention_on(results, "antecedent_positions", "distractor_positions", cfg.n_layer, cfg.n_head),
+        "attention_attribute": attention_on(
+            [(c.antecedent_attribute_positions, c.distractor_attribute_positions, row) for c, _, row in results],
+            cfg.n_layer, cfg.n_head),
+        "attention": attention_on(
+            [(c.antecedent_positions, c.distractor_positions, row) for c, _, row in results], cfg.n_layer, cfg.n_head),
     }
 
 
-def attention_on(results, antecedent: str, distractor: str, n_layer: int, n_head: int) -> dict:
-    """Mean weight per layer and head that the predicting position puts on the Case positions named
-    `antecedent` and `distractor` (e.g. "antecedent_positions"), over the references where the
-    antecedent's are in the window; the uniform baseline; the best head."""
+def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer: int, n_head: int) -> dict:
+    """cases: (antecedent's window positions, distractor's, the predicting position's weights
+    (n_layer, nh, T)) -> the mean weight per layer and head on each side, over the cases whose
+    antecedent positions are not empty; the uniform baseline; the best head."""
     ant_sum, dis_sum = torch.zeros(n_layer, n_head), torch.zeros(n_layer, n_head)
     counted = distractor_visible = 0
     uniform_sum = per_key_sum = 0.0
-    for case, _, last_row in results:  # last_row (n_layer, nh, T)
-        ant, dis = getattr(case, antecedent), getattr(case, distractor)
+    for ant, dis, last_row in cases:
         if not ant:
             continue
         counted += 1
-        T = len(case.ids)
+        T = last_row.size(-1)
         ant_sum += last_row[..., ant].sum(dim=-1)  # (n_layer, nh)
         if dis:
             distractor_visible += 1
