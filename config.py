@@ -255,11 +255,11 @@ def validate(cfg: Config, source: str) -> None:
     need(t.plot in ("end", "eval", "never"), "train.plot", t.plot, "must be end, eval or never")
 
 
-def cpu_has_native_bf16() -> bool:
-    """Does this CPU compute bfloat16 natively (x86 AVX-512 BF16 or AMX)? Read from /proc/cpuinfo
-    (Linux); elsewhere unknown, so False."""
+def cpu_has_native_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
+    """Does this CPU compute bfloat16 natively (x86 AVX-512 BF16 or AMX)? Read from the flags in
+    /proc/cpuinfo (Linux); elsewhere unknown, so False."""
     try:
-        info = Path("/proc/cpuinfo").read_text(errors="replace")
+        info = Path(cpuinfo).read_text(errors="replace")
     except OSError:
         return False
     return re.search(r"\b(avx512_bf16|amx_bf16)\b", info) is not None

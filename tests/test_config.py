@@ -336,16 +336,14 @@ def test_dtype_auto_picks_bfloat16_only_where_the_hardware_has_it(monkeypatch):
         assert config.resolve_dtype(name, cpu) == name
 
 
-def test_cpu_bf16_detection_reads_the_cpu_flags(tmp_path, monkeypatch):
-    import config
-    real_path = config.Path
+def test_cpu_bf16_detection_reads_the_cpu_flags(tmp_path):
+    from config import cpu_has_native_bf16
+    cpuinfo = tmp_path / "cpuinfo"
     for flags, expected in (("fpu avx512f avx512_bf16 sse", True), ("fpu amx_bf16 amx_tile", True),
                             ("fpu avx512f avx512_bf16x sse", False), ("fpu avx2", False)):
-        (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
-        monkeypatch.setattr(config, "Path", lambda p, f=tmp_path / "cpuinfo": f if p == "/proc/cpuinfo" else real_path(p))
-        assert config.cpu_has_native_bf16() is expected
-    monkeypatch.setattr(config, "Path", lambda p: tmp_path / "missing")
-    assert config.cpu_has_native_bf16() is False
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        assert cpu_has_native_bf16(cpuinfo) is expected
+    assert cpu_has_native_bf16(tmp_path / "missing") is False
 
 
 def test_dtype_auto_is_a_valid_config_value(tmp_path):

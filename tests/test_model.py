@@ -61,13 +61,17 @@ def test_matmul_attention_is_the_formula(T_q, causal):
     torch.testing.assert_close(matmul_attention(q, k, v, mask), attention(q, k, v, mask)[0], atol=1e-6, rtol=1e-6)
 
 
-def test_cpu_bfloat16_fast_path_agrees_and_stays_causal(tiny_model_config):
+def test_cpu_bfloat16_fast_path_agrees_and_stays_causal(tiny_model_config, monkeypatch):
     """On CPU in bfloat16 the fast path runs matmul_attention, not SDPA: it must still agree with
     the reference path and keep the past blind to the future, bit for bit."""
+    import model as model_module
+    calls = []
+    monkeypatch.setattr(model_module, "matmul_attention", lambda *a: calls.append(1) or matmul_attention(*a))
     model = make_model(tiny_model_config)
     idx = torch.randint(0, model.config.vocab_size, (3, 16))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         fast = model(idx)
+        assert len(calls) == model.config.n_layer  # the path under test is the one that ran
         slow, _ = model.forward_with_attention(idx)
         assert fast.dtype == torch.bfloat16
         torch.testing.assert_close(fast.float(), slow.float(), atol=0.05, rtol=0.05)
