@@ -60,7 +60,7 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
                      dropout_p: float = 0.0) -> torch.Tensor:
     """The same formula as `attention`, as two batched matmuls with the scale and the mask fused
     into the first (baddbmm: -inf/0 bias + QK^T / sqrt(hs)). It runs the CPU's low-precision fast
-    path: there, in bfloat16, PyTorch's fused SDPA kernel is 2-5x slower than this (bench.py
+    path: there, in bfloat16, PyTorch's fused SDPA kernel is 3-5x slower than this (bench.py
     --attention), while on GPUs and in float32 SDPA is as fast or faster.
 
     q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend, or None
