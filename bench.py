@@ -15,17 +15,17 @@ import platform
 import resource
 import statistics
 import time
-from contextlib import nullcontext
 from typing import Callable, Sequence
 
 import torch
 
-from config import Config, ModelConfig, load_config, resolve_device
-from data.prepare import get_batch, load_prepared, prepare
-from errors import ArgParser, UserError, run_cli
-from model import GPT, generate
-from perf import peak_flops, sync
-from train import make_optimizer, train_step
+from data.prepare import get_batch, load_for_training, prepare
+from model import GPT, ModelConfig, generate
+from tinygpt.config import Config, load_config
+from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.runtime import autocast, peak_flops, resolve_device, sync
+from tinygpt.training import make_optimizer, train_step
+
 
 def timed(fn: Callable[[], object], device: torch.device) -> float:
     """Seconds fn() takes, the device's queued work included."""
@@ -34,10 +34,6 @@ def timed(fn: Callable[[], object], device: torch.device) -> float:
     fn()
     sync(device)
     return time.perf_counter() - t0
-
-
-def autocast_for(dtype: str, device: torch.device):
-    return torch.autocast(device.type, dtype=getattr(torch, dtype)) if dtype != "float32" else nullcontext()
 
 
 class TrainBench:
@@ -49,7 +45,7 @@ class TrainBench:
         self.step_model = torch.compile(self.model) if compile else self.model
         self.optimizer = make_optimizer(self.model, cfg.train, device)
         self.scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
-        self.autocast = autocast_for(dtype, device)
+        self.autocast = autocast(dtype, device)
         gen = torch.Generator().manual_seed(cfg.train.seed)
         self.next_batch = lambda: get_batch(data.train, cfg.train.batch_size, cfg.model.block_size, gen, device)
         self.cfg, self.device = cfg, device
@@ -166,8 +162,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     cfg = load_config(args.config, args.set)
     device = resolve_device(cfg.train.device)
-    data = load_prepared(prepare(cfg))
-    cfg.model.vocab_size = data.tokenizer.vocab_size
+    prepare(cfg)
+    data = load_for_training(cfg, args.config)  # sets cfg.model.vocab_size
     m = cfg.model
     res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
                  "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -175,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                  "model": f"{m.n_layer}x{m.n_head}x{m.n_embd}, block {m.block_size}, batch {cfg.train.batch_size}"}
     peaks, sources = {}, {}
     for d in dtypes:
-        peaks[d], sources[d] = peak_flops(d, device, reps=10)
+        peaks[d], sources[d] = peak_flops(d, device, budget_s=2.0)
     res["peak_source"] = sources
     res["peak_gflops"] = {d: v / 1e9 for d, v in peaks.items()}
 

@@ -6,15 +6,17 @@ Reads each run's config.yaml and metrics.csv (nothing is trained or loaded onto 
 prints a table: the config keys whose values differ between the runs, parameters, status, best val
 loss, final train loss, median tokens/s and wall time. The same table goes to DIR/results.md and
 DIR/results.csv, and the val-loss curves to DIR/val_loss.png (when matplotlib is installed).
-sweep.py writes its results with the same code (plots.write_report).
+sweep.py writes its results with the same code (tinygpt/report.py).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
 
-from errors import ArgParser, UserError, run_cli
-from plots import MATPLOTLIB_NOTE, differing_keys, summarize_run, write_report
+from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.plots import MATPLOTLIB_NOTE
+from tinygpt.report import differing_keys, write_report
+from tinygpt.runs import summarize_run
 
 
 def run_labels(run_dirs: Sequence[Path]) -> list[str]:

@@ -15,13 +15,25 @@ training honest and what lets generation (and the KV cache) run one token at a t
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from config import ModelConfig
+
+@dataclass
+class ModelConfig:
+    """The model's shape. tinygpt/config.py builds it from the `model:` section of a YAML config."""
+    block_size: int = 128  # context length in tokens: the most a position can attend back
+    n_layer: int = 4  # transformer blocks
+    n_head: int = 4  # attention heads per block; head_size = n_embd // n_head
+    n_embd: int = 128  # residual stream width C
+    dropout: float = 0.0  # dropout probability on attention weights and residual branches
+    bias: bool = False  # bias in Linear layers and LayerNorms
+    causal: bool = True  # mask future keys; false = bidirectional (an experiment: generation fails)
+    vocab_size: int = 0  # number of token ids: always the tokenizer's (train.py sets it)
 
 # ---- the attention math (one place: the model, the notebook and the tests all call these) ----
 

@@ -9,9 +9,9 @@
 The run directory holds everything needed: config, tokenizer and weights (best.pt when present,
 else ckpt.pt). Each step feeds the context to the model, reads the logits at the last position,
 samples one token, prints it at once and appends it. That is only sound because the model was
-trained under the causal mask: see README "Why generation needs the causal mask".
+trained under the causal mask: see docs/design.md, "Why generation needs the causal mask".
 
-Two teaching views (tables on stdout, see attention_view.py for their conventions):
+Two teaching views (tables on stdout, see tinygpt/attention_view.py for their conventions):
 - `--show-attention` prints every layer's and head's attention weights over the prompt (or, with
   `--attention-of all`, over the prompt plus each sample's generated text) as query x key percent
   tables of the last `--attention-last` tokens; `--attention-png DIR` also saves one heatmap per
@@ -28,11 +28,11 @@ from typing import Iterator, Sequence
 
 import torch
 
-import attention_view
-from checkpoint import load_model
-from config import resolve_device
-from errors import ArgParser, UserError, run_cli
 from model import GPT, Step, generate_steps, next_token_probs
+from tinygpt import attention_view
+from tinygpt.checkpoint import load_model
+from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.runtime import resolve_device
 
 TOP_N = 5  # candidates shown per step by --show-steps
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"

@@ -33,11 +33,12 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from checkpoint import load_checkpoint
-from config import Config, all_keys, load_config, parse_overrides, read_yaml
-from errors import ArgParser, UserError, run_cli
-from plots import MATPLOTLIB_NOTE, flat_config, summarize_run, write_report
-from train import RUN_FILES
+from tinygpt.checkpoint import load_checkpoint
+from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
+from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.plots import MATPLOTLIB_NOTE
+from tinygpt.report import write_report
+from tinygpt.runs import summarize_run
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
@@ -134,7 +135,9 @@ def changed_settings(saved: dict, cfg: Config) -> list[str]:
 
 def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
     """What to do with run_dir: ('train' | 'resume' | 'skip' | 'refuse', a note saying why). A run
-    that stopped before its first checkpoint has its run files removed: nothing to resume from."""
+    that stopped before its first checkpoint is started again (train.py rewrites its config.yaml
+    and metrics.csv); a folder with best.pt but no ckpt.pt is left alone: no weights file is ever
+    deleted."""
     if (run_dir / "ckpt.pt").is_file():
         try:
             ckpt = load_checkpoint(run_dir / "ckpt.pt")
@@ -147,12 +150,11 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
         if ckpt["step"] >= cfg.train.max_iters:
             return "skip", f"finished earlier (step {ckpt['step']}), skipped"
         return "resume", f"resuming from step {ckpt['step']} of {cfg.train.max_iters}"
+    if (run_dir / "best.pt").is_file():
+        return "refuse", (f"failed: {run_dir} has best.pt but no ckpt.pt to resume from; it is left as it is: "
+                          f"move it away (or delete it) to retrain, or choose another --out")
     if run_dir.is_dir() and any(run_dir.iterdir()):
-        removed = [name for name in RUN_FILES if (run_dir / name).is_file()]
-        for name in removed:
-            (run_dir / name).unlink()
-        return "train", (f"{run_dir} has files but no ckpt.pt (stopped before its first checkpoint); starting "
-                         f"it again" + (f" (removed {', '.join(removed)})" if removed else ""))
+        return "train", f"{run_dir} has no checkpoint (it stopped before its first); starting it again"
     return "train", "training"
 
 

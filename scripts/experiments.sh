@@ -12,9 +12,9 @@ mkdir -p "$OUT"
 
 if [[ $what == all || $what == foundation ]]; then
   # the default config: wall time, then the share of 2,000 sampled words that occur in the corpus
-  python scripts/reproduce.py stories --out-dir "$OUT/stories" | tee "$OUT/stories.json"
+  python -m scripts.reproduce stories --out-dir "$OUT/stories" | tee "$OUT/stories.json"
   # nanoGPT's CPU recipe on tiny shakespeare
-  python scripts/reproduce.py shakespeare --text "$SHAKESPEARE" --out-dir "$OUT/shakespeare" | tee "$OUT/shakespeare.json"
+  python -m scripts.reproduce shakespeare --text "$SHAKESPEARE" --out-dir "$OUT/shakespeare" | tee "$OUT/shakespeare.json"
 fi
 
 if [[ $what == all || $what == attention ]]; then
@@ -49,6 +49,6 @@ if [[ $what == all || $what == bench ]]; then
 fi
 
 if [[ $what == all || $what == speedrun ]]; then
-  python scripts/reproduce.py shakespeare --text "$SHAKESPEARE" --config configs/shakespeare_char_fast.yaml \
+  python -m scripts.reproduce shakespeare --text "$SHAKESPEARE" --config configs/shakespeare_char_fast.yaml \
       --out-dir "$OUT/speedrun" | tee "$OUT/speedrun.json"
 fi

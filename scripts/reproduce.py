@@ -1,8 +1,10 @@
-"""Reproduce the README's headline numbers: train a shipped config through the real CLI, time it, and
+"""Reproduce the documented headline numbers (docs/results.md): train a shipped config through the real CLI, time it, and
 measure what the README claims about the result.
 
-    python scripts/reproduce.py stories [--out-dir DIR]        # default config: time, then % real words
-    python scripts/reproduce.py shakespeare --text FILE [--config configs/shakespeare_char.yaml]
+    python -m scripts.reproduce stories [--out-dir DIR]        # default config: time, then % real words
+    python -m scripts.reproduce shakespeare --text FILE [--config configs/shakespeare_char.yaml]
+
+(run from the repository root)
 
 `stories`: trains configs/stories.yaml, samples 2,000 words with sample.py and reports the share of
 them that occur in the training corpus. `shakespeare`: trains a shakespeare config on a local copy of
@@ -20,7 +22,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 WORD = re.compile(r"[A-Za-z]+")
 
@@ -37,15 +38,14 @@ def run(args: list[str]) -> tuple[float, str]:
 def from_metrics(run_dir: Path) -> dict:
     """The run's best val loss, and the training loop's wall time (evals included, start-up
     excluded: the last elapsed_s), from its metrics.csv."""
-    import csv
-    with open(run_dir / "metrics.csv") as f:
-        rows = list(csv.DictReader(f))
-    return {"train_seconds": float(rows[-1]["elapsed_s"]),
-            "best_val_loss": min(float(r["val_loss"]) for r in rows if r["val_loss"])}
+    from tinygpt.runs import read_metrics
+    rows = read_metrics(run_dir)
+    return {"train_seconds": rows[-1]["elapsed_s"],
+            "best_val_loss": min(r["val_loss"] for r in rows if r["val_loss"] is not None)}
 
 
 def stories(out_dir: Path, extra: list[str]) -> dict:
-    from config import load_config
+    from tinygpt.config import load_config
     from data.stories import generate_stories
 
     seconds, _ = run(["train.py", "configs/stories.yaml", "--quiet", "--set", f"train.out_dir={out_dir}", *extra])
@@ -71,7 +71,7 @@ def whole_val_loss(run_dir: Path) -> float:
     import numpy as np
     import torch
 
-    from checkpoint import load_model
+    from tinygpt.checkpoint import load_model
     from data.prepare import load_prepared, prepared_dir
     from model import cross_entropy
 

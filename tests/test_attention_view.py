@@ -1,6 +1,6 @@
-"""Guards attention_view.py and the teaching flags of sample.py that print through it.
+"""Guards tinygpt/attention_view.py and the teaching flags of sample.py that print through it.
 
-The formatter prints design §6's worked example in its query x key layout (✓/✗ mask, −∞ scores,
+The formatter prints the worked example (docs/design.md) in its query x key layout (✓/✗ mask, −∞ scores,
 whole percents, "." for masked cells); cropping to the last N tokens keeps rows summing to 1 by
 summing the cut-off keys into an "earlier" column. On a tiny model trained in-process on the
 stories corpus: `--show-attention` prints one table per layer and head whose rows sum to 100 (up to
@@ -19,14 +19,14 @@ import sys
 import pytest
 import torch
 
-import attention_view
+from tinygpt import attention_view
 import sample
-from attention_view import EARLIER, MASKED, crop_last, mask_table, percent_table, scores_table, token_label
+from tinygpt.attention_view import EARLIER, MASKED, crop_last, mask_table, percent_table, scores_table, token_label
 from conftest import TINY_STORIES
 from data.stories import generate_stories
-from errors import UserError
+from tinygpt.errors import UserError
 from model import GPT, causal_mask, generate_steps, masked_softmax
-from tokenizer import CharTokenizer
+from tinygpt.tokenizer import CharTokenizer
 
 N_LAYER, N_HEAD, BLOCK = TINY_STORIES["n_layer"], TINY_STORIES["n_head"], TINY_STORIES["block_size"]
 WORKED_TOKENS = ["The", "cat", "sat", "on"]
@@ -168,7 +168,7 @@ def test_attention_of_all_covers_the_generated_text(run, prompt):
 
 def test_bidirectional_model_shows_no_masked_cells(run, prompt, tmp_path):
     """A causal=false checkpoint (the same weights; sampling needs --force): every key is shown."""
-    from checkpoint import load_checkpoint, save_checkpoint
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
     ckpt = load_checkpoint(f"{run}/best.pt")
     ckpt["config"]["model"]["causal"] = False
     save_checkpoint(tmp_path / "bidirectional.pt", {k: v for k, v in ckpt.items() if k not in ("format", "version")})

@@ -1,4 +1,4 @@
-"""Guards checkpoint.py: atomic writes, the checkpoint format and its safe loading.
+"""Guards tinygpt/checkpoint.py: atomic writes, the checkpoint format and its safe loading.
 
 atomic_write replaces the target or leaves the old file intact, never a temp file; save -> load of
 a tiny GPT gives equal logits, through `torch.load(weights_only=True)`; missing, truncated,
@@ -18,14 +18,15 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint
-from checkpoint import (FORMAT, VERSION, atomic_write, atomic_write_text, capture_rng_state,
+from tinygpt import checkpoint
+from tinygpt.checkpoint import (FORMAT, VERSION, atomic_write, atomic_write_text, capture_rng_state,
                         load_checkpoint, load_model, resolve_checkpoint, restore_rng_state,
                         save_checkpoint)
-from config import Config, ModelConfig, config_to_dict
-from errors import UserError
+from model import ModelConfig
+from tinygpt.config import Config, config_to_dict
+from tinygpt.errors import UserError
 from model import GPT
-from tokenizer import CharTokenizer
+from tinygpt.tokenizer import CharTokenizer
 
 TEXT = "The cat sat on the mat. A dog ran to the park!\nShe saw him there, and he saw her.\n"
 

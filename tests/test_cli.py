@@ -71,9 +71,11 @@ VOCAB = sorted(set(TEXT))
 
 
 def cli(script: str, *args, cwd: Path) -> subprocess.CompletedProcess:
-    """Run a repo script as a user would: `python <script> args...`, from a folder outside the repo."""
-    return subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    """Run a repo script as a user would: `python <script> args...`, from a folder outside the repo;
+    a module of a folder ("data.prepare") runs as `python -m data.prepare` from the repository root."""
+    command = [str(ROOT / script)] if script.endswith(".py") else ["-m", script]
+    return subprocess.run([sys.executable, *command, *map(str, args)], cwd=cwd if script.endswith(".py") else ROOT,
+                          env=ENV, capture_output=True, text=True, timeout=300)
 
 
 def cli_many(calls: dict[str, tuple], cwd: Path) -> dict[str, subprocess.CompletedProcess]:
@@ -88,8 +90,8 @@ def in_process(script: str, args, capsys) -> subprocess.CompletedProcess:
     import sample
     import train
     from data import prepare
-    from errors import run_cli
-    main = {"train.py": train.main, "sample.py": sample.main, "data/prepare.py": prepare.main}[script]
+    from tinygpt.errors import run_cli
+    main = {"train.py": train.main, "sample.py": sample.main, "data.prepare": prepare.main}[script]
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
         run_cli(main, [str(a) for a in args])
@@ -140,7 +142,7 @@ def val_losses(rows: list[dict]) -> dict[int, str]:
 
 
 def load(path: Path) -> dict:
-    from checkpoint import load_checkpoint
+    from tinygpt.checkpoint import load_checkpoint
     return load_checkpoint(path)
 
 
@@ -184,7 +186,7 @@ def runs(tmp) -> dict:
     """`train.py` for STEPS steps; the same config stopped at STOP_AT, then resumed.
 
     The data is prepared first (in-process) so that the two concurrent trainings do not race to."""
-    from config import load_config
+    from tinygpt.config import load_config
     from data.prepare import prepare
     prepare(load_config(tmp / "config.yaml", settings(tmp, tmp / "unused")[1:]), show_progress=False)
     main, split = tmp / "run", tmp / "run_split"
@@ -212,12 +214,11 @@ def test_train_writes_a_complete_run(run):
     assert sorted(p.name for p in run.iterdir()) == ["best.pt", "ckpt.pt", "config.yaml"] + plot + ["metrics.csv"]
     ckpt = load(run / "ckpt.pt")
     assert ckpt["step"] == STEPS and {"optimizer", "rng", "batch_rng"} <= set(ckpt)
-    assert ckpt["tokenizer"]["vocab_size"] == len(VOCAB)  # vocab_size belongs to the tokenizer
+    assert ckpt["tokenizer"]["vocab_size"] == ckpt["config"]["model"]["vocab_size"] == len(VOCAB)  # from the tokenizer
     assert load(run / "best.pt")["best_val_loss"] == ckpt["best_val_loss"]
     text = (run / "config.yaml").read_text()
-    assert text.startswith(f"# model.vocab_size = {len(VOCAB)} (from the tokenizer)")
     saved = yaml.safe_load(text)
-    assert saved["model"]["n_embd"] == 32
+    assert saved["model"]["n_embd"] == 32 and saved["model"]["vocab_size"] == len(VOCAB)
     assert saved["train"]["out_dir"] == str(run) and saved["data"]["dataset"].endswith("corpus.txt")
 
 
@@ -326,7 +327,7 @@ def test_resume_between_log_steps_logs_the_same_train_loss(tmp):
 def test_prepare_prints_counts_and_reuses_its_folder(tmp, capsys):
     prepared = tmp / "prepared_once"
     args = (tmp / "config.yaml", "--set", f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={prepared}")
-    first = ok(cli("data/prepare.py", *args, cwd=tmp))
+    first = ok(cli("data.prepare", *args, cwd=tmp))
     match = re.search(r"([\d,]+) train \+ ([\d,]+) val tokens, vocab (\d+)", first.stdout)
     assert match, first.stdout
     n_train, n_val, vocab = (int(g.replace(",", "")) for g in match.groups())
@@ -335,7 +336,7 @@ def test_prepare_prints_counts_and_reuses_its_folder(tmp, capsys):
     assert str(folder) in first.stdout
     assert {p.name for p in folder.iterdir()} == {"train.bin", "val.bin", "tokenizer.json", "meta.json"}
     before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} | {".": folder.stat().st_mtime_ns}
-    second = in_process("data/prepare.py", args, capsys)  # the second call: same code, no start-up cost
+    second = in_process("data.prepare", args, capsys)  # the second call: same code, no start-up cost
     assert second.returncode == 0 and second.stdout == first.stdout
     after = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} | {".": folder.stat().st_mtime_ns}
     assert after == before and list(prepared.iterdir()) == [folder]
@@ -398,6 +399,7 @@ def error_cases(tmp: Path, run: Path) -> dict[str, dict]:
         "dataset too small": train_case("d5", ["model.block_size=32", "split has"], dataset=files / "tiny.txt"),
         "unknown flag (train)": train_case("f1", ["--epochs"], "--epochs", "3"),
         "--resume without checkpoint": train_case("r1", ["--resume", "ckpt.pt"], "--resume"),
+        "vocab_size not the tokenizer's": train_case("v1", ["model.vocab_size=7", "tokenizer"], "model.vocab_size=7"),
         "out_dir is a file": {"script": "train.py", "culprits": ["train.out_dir", "empty.txt", "is a file"],
                               "args": [config, *settings(tmp, files / "empty.txt")]},
         "existing run without --resume": {"script": "train.py", "args": [config, *settings(tmp, run)],
@@ -418,12 +420,13 @@ def error_cases(tmp: Path, run: Path) -> dict[str, dict]:
         "non-integer flag": sample_case(["--max-new-tokens", "ten"], run, "--max-new-tokens", "ten"),
         "unknown flag (sample)": sample_case(["--beam-width"], run, "--beam-width", "4"),
         "missing prompt file": sample_case(["nope.txt"], run, "--prompt-file", tmp / "nope.txt"),
-        "unknown key (prepare)": {"script": "data/prepare.py", "culprits": ["data.tokeniser", "data.tokenizer"],
+        "unknown key (prepare)": {"script": "data.prepare", "culprits": ["data.tokeniser", "data.tokenizer"],
                                   "args": [config, "--set", "data.tokeniser=char"]},
     }
 
 
 ERROR_CASES = ["unknown key (file)", "unknown key (--set)", "n_embd % n_head", "missing config",
+               "vocab_size not the tokenizer's",
                "missing dataset", "empty dataset", "blank dataset", "non-UTF-8 dataset", "dataset too small",
                "unknown flag (train)", "--resume without checkpoint", "out_dir is a file",
                "existing run without --resume",

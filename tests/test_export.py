@@ -1,4 +1,4 @@
-"""Guards export.py: tinygpt <-> Hugging Face GPT-2.
+"""Guards hf.py: tinygpt <-> Hugging Face GPT-2.
 
 Always (no extra package): the safetensors writer and reader round-trip f32/f16/bf16 tensors and
 refuse malformed files; export -> import gives back exactly the same model (bias false and true),
@@ -17,9 +17,11 @@ import pytest
 import torch
 
 import export
-from checkpoint import load_checkpoint, load_model, save_checkpoint
-from config import Config, ModelConfig, config_to_dict
-from errors import UserError
+from tinygpt import hf
+from tinygpt.checkpoint import load_checkpoint, load_model, save_checkpoint
+from model import ModelConfig
+from tinygpt.config import Config, config_to_dict
+from tinygpt.errors import UserError
 from model import GPT
 
 CHARS = "".join(chr(c) for c in range(ord("A"), ord("A") + 37))  # a char vocabulary of 37
@@ -63,8 +65,8 @@ def test_safetensors_round_trip(tmp_path):
                "bf16": torch.randn(4, 4, generator=gen).bfloat16(), "scalar": torch.tensor(3.5),
                "empty": torch.zeros(0, 3), "ints": torch.arange(6, dtype=torch.int64).view(2, 3)}
     path = tmp_path / "t.safetensors"
-    export.save_safetensors(path, tensors, {"format": "pt"})
-    back, meta = export.load_safetensors(path)
+    hf.save_safetensors(path, tensors, {"format": "pt"})
+    back, meta = hf.load_safetensors(path)
     assert meta == {"format": "pt"} and list(back) == list(tensors)
     for name, t in tensors.items():
         assert back[name].dtype == t.dtype and back[name].shape == t.shape and torch.equal(back[name], t), name
@@ -75,19 +77,19 @@ def test_safetensors_round_trip(tmp_path):
     theirs = st.load_file(str(path))  # the reference reader accepts our file ...
     assert all(torch.equal(theirs[k], t) and theirs[k].dtype == t.dtype for k, t in tensors.items())
     st.save_file(tensors, str(tmp_path / "ref.safetensors"), metadata={"format": "pt"})
-    ours, _ = export.load_safetensors(tmp_path / "ref.safetensors")  # ... and we read theirs
+    ours, _ = hf.load_safetensors(tmp_path / "ref.safetensors")  # ... and we read theirs
     assert all(torch.equal(ours[k], t) and ours[k].dtype == t.dtype for k, t in tensors.items())
 
 
 def test_safetensors_refuses_malformed_files(tmp_path):
     path = tmp_path / "t.safetensors"
-    export.save_safetensors(path, {"w": torch.randn(64, 64)})
+    hf.save_safetensors(path, {"w": torch.randn(64, 64)})
     data = path.read_bytes()
     for name, blob in {"truncated": data[:-100], "tiny": data[:5], "garbage": b"\xff" * 64}.items():
         bad = tmp_path / f"{name}.safetensors"
         bad.write_bytes(blob)
         with pytest.raises(UserError, match="not a valid safetensors file"):
-            export.load_safetensors(bad)
+            hf.load_safetensors(bad)
 
 
 # ---- export and import, no transformers needed ----
@@ -98,11 +100,11 @@ def test_export_import_round_trip_is_exact(tmp_path, bias):
     run, model, cfg = make_run(tmp_path, bias=bias)
     hf_dir, back_dir = tmp_path / "hf", tmp_path / "back"
     export.main([run, "--format", "hf", str(hf_dir)])
-    hf = json.loads((hf_dir / "config.json").read_text())
-    assert (hf["vocab_size"], hf["n_positions"], hf["n_embd"], hf["n_layer"], hf["n_head"]) == (37, 16, 32, 2, 4)
-    assert hf["activation_function"] == "gelu" and hf["tie_word_embeddings"] is True
-    assert hf["tinygpt"]["tokenizer"]["chars"] == CHARS and "character vocabulary" in hf["tinygpt"]["note"]
-    tensors, meta = export.load_safetensors(hf_dir / "model.safetensors")
+    hf_config = json.loads((hf_dir / "config.json").read_text())
+    assert (hf_config["vocab_size"], hf_config["n_positions"], hf_config["n_embd"], hf_config["n_layer"], hf_config["n_head"]) == (37, 16, 32, 2, 4)
+    assert hf_config["activation_function"] == "gelu" and hf_config["tie_word_embeddings"] is True
+    assert hf_config["tinygpt"]["tokenizer"]["chars"] == CHARS and "character vocabulary" in hf_config["tinygpt"]["note"]
+    tensors, meta = hf.load_safetensors(hf_dir / "model.safetensors")
     assert meta["format"] == "pt" and "lm_head.weight" not in tensors  # tied to wte
     assert tensors["transformer.h.0.attn.c_attn.weight"].shape == (32, 96)  # Conv1D (in, 3 out)
     assert tensors["transformer.h.1.mlp.c_fc.weight"].shape == (32, 128)
@@ -122,7 +124,7 @@ def test_export_import_round_trip_is_exact(tmp_path, bias):
     bin_dir.mkdir()
     shutil.copy(hf_dir / "config.json", bin_dir / "config.json")
     torch.save({k.removeprefix("transformer."): v for k, v in tensors.items()}, bin_dir / "pytorch_model.bin")
-    assert torch.equal(logits(export.load_hf_gpt2(bin_dir), 37), logits(model, 37))
+    assert torch.equal(logits(hf.load_hf_gpt2(bin_dir), 37), logits(model, 37))
 
     with pytest.raises(UserError, match="already holds"):  # nothing overwritten without --force
         export.main([run, "--format", "hf", str(hf_dir)])
@@ -144,19 +146,19 @@ def test_import_refuses_what_gpt2_cannot_say(tmp_path):
                           ({"model_type": "llama"}, "not gpt2")]:
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
         with pytest.raises(UserError, match=match):
-            export.load_hf_gpt2(tmp_path / "hf")
+            hf.load_hf_gpt2(tmp_path / "hf")
     del config["tinygpt"]  # a vocabulary that is not gpt2's and no tokenizer record: cannot be decoded
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
     with pytest.raises(UserError, match="vocab_size=37"):
-        export.import_hf(tmp_path / "hf", tmp_path / "back")
+        hf.import_hf(tmp_path / "hf", tmp_path / "back")
     with pytest.raises(UserError, match="invalid choice"):
         export.main([run, "--format", "onnx", str(tmp_path / "x")])
 
 
 def test_compact_bpe_note_says_ids_are_remapped():
-    note = export.tokenizer_note({"kind": "tiktoken", "vocab_size": 3, "encoding": "gpt2", "ids": [0, 5, 9]})
+    note = hf.tokenizer_note({"kind": "tiktoken", "vocab_size": 3, "encoding": "gpt2", "ids": [0, 5, 9]})
     assert "remapped" in note
-    assert "GPT-2's own" in export.tokenizer_note({"kind": "tiktoken", "vocab_size": 50257, "encoding": "gpt2"})
+    assert "GPT-2's own" in hf.tokenizer_note({"kind": "tiktoken", "vocab_size": 50257, "encoding": "gpt2"})
 
 
 # ---- parity with transformers ----
@@ -174,17 +176,17 @@ def test_transformers_gives_our_logits(tmp_path, bias):
 
 def test_gpt2_saved_by_transformers_imports(tmp_path, capsys):
     transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(vocab_size=export.GPT2_VOCAB, n_positions=32, n_embd=16, n_layer=2,
+    config = transformers.GPT2Config(vocab_size=hf.GPT2_VOCAB, n_positions=32, n_embd=16, n_layer=2,
                                      n_head=2, activation_function="gelu")
     torch.manual_seed(0)
     hf_model = transformers.GPT2LMHeadModel(config).eval()
     perturb(hf_model)
     hf_model.save_pretrained(str(tmp_path / "hf"))
-    ours = export.load_hf_gpt2(tmp_path / "hf")
-    diff = (logits(ours, export.GPT2_VOCAB, T=32) - logits(hf_model, export.GPT2_VOCAB, T=32)).abs().max().item()
+    ours = hf.load_hf_gpt2(tmp_path / "hf")
+    diff = (logits(ours, hf.GPT2_VOCAB, T=32) - logits(hf_model, hf.GPT2_VOCAB, T=32)).abs().max().item()
     assert diff < 1e-4, f"max abs logit difference {diff}"
 
-    path = export.import_hf(tmp_path / "hf", tmp_path / "run")
+    path = hf.import_hf(tmp_path / "hf", tmp_path / "run")
     ckpt = load_checkpoint(path)
     assert ckpt["tokenizer"] == {"kind": "tiktoken", "vocab_size": 50257, "encoding": "gpt2"}
     assert ckpt["config"]["data"]["tokenizer"] == "gpt2" and ckpt["config"]["data"]["compact_vocab"] is False
@@ -193,5 +195,5 @@ def test_gpt2_saved_by_transformers_imports(tmp_path, capsys):
     # the original GPT-2 uses the tanh GELU: it imports, with a note that logits differ slightly
     config_json = json.loads((tmp_path / "hf" / "config.json").read_text())
     (tmp_path / "hf" / "config.json").write_text(json.dumps({**config_json, "activation_function": "gelu_new"}))
-    export.load_hf_gpt2(tmp_path / "hf")
+    hf.load_hf_gpt2(tmp_path / "hf")
     assert "tanh-approximated GELU" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""Guards model.py: the attention maths (the worked example of design §6), the reference path against
-the SDPA fast path, causality and why generation and the KV cache rely on it (design §7), and the
+"""Guards model.py: the attention maths (the worked example of docs/design.md), the reference path against
+the SDPA fast path, causality and why generation and the KV cache rely on it (docs/design.md), and the
 parameter count, initialisation and sampling rules."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from model import (GPT, attention, causal_mask, cross_entropy, generate, masked_softmax, matmul_attention,
                    sample_next)
 
-# design §6: raw scores of "The cat sat on" (future keys are masked, their values never matter)
+# the worked example: raw scores of "The cat sat on" (future keys are masked, their values never matter)
 WORKED_SCORES = [[0.8, 9.9, 9.9, 9.9],
                  [0.3, 0.9, 9.9, 9.9],
                  [0.2, 1.4, 0.7, 9.9],
@@ -108,13 +108,13 @@ def _future_changes_past(model: GPT) -> float:
 
 
 def test_future_tokens_never_change_past_logits(tiny_model_config):
-    """design §7 (a)"""
+    """Why generation needs the mask (a): the past never sees the future."""
     assert _future_changes_past(make_model(tiny_model_config)) == 0.0
     assert _future_changes_past(make_model(tiny_model_config, causal=False)) > 1e-4
 
 
 def _prefix_vs_full(model: GPT) -> float:
-    """design §7 (b): logits at t from the full sequence vs from the prefix idx[:, :t+1]."""
+    """(b) logits at t from the full sequence vs from the prefix idx[:, :t+1]."""
     idx = torch.randint(0, model.config.vocab_size, (1, 16))
     full = model(idx)
     return max((model(idx[:, :t + 1])[:, -1] - full[:, t]).abs().max().item() for t in range(16))
@@ -126,7 +126,7 @@ def test_last_position_of_prefix_matches_training_view(tiny_model_config):
 
 
 def _cached_vs_uncached(model: GPT, steps: int) -> float:
-    """design §7 (c): feed tokens one at a time through the KV cache vs the whole prefix each step."""
+    """(c) feed tokens one at a time through the KV cache vs the whole prefix each step."""
     idx = torch.randint(0, model.config.vocab_size, (2, steps))
     caches = model.new_kv_caches(2)
     worst = 0.0

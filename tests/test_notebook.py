@@ -1,7 +1,7 @@
 """Guards notebooks/attention_mechanics.ipynb: valid nbformat 4 JSON that runs top to bottom.
 
 Its code cells run in order in one namespace (exec from the repo root, no Jupyter needed), and what
-they print must be design §6's worked example: the ✓/✗ causal mask, the raw scores with −∞ in the
+they print must be the worked example of docs/design.md: the ✓/✗ causal mask, the raw scores with −∞ in the
 masked cells, and the percentages (The 100; cat 35 65; sat 17 56 28; on 14 24 43 19) with the
 future cells masked; then, for a tiny model's real Q, K, V, every head's masked cells are exactly 0,
 its rows sum to 1, and the hand computation equals the model's own HeadTrace.
@@ -15,12 +15,12 @@ import json
 import pytest
 import torch
 
-from attention_view import CORNER, MASKED
+from tinygpt.attention_view import CORNER, MASKED
 from conftest import ROOT
 
 NOTEBOOK = ROOT / "notebooks" / "attention_mechanics.ipynb"
 TOKENS = ["The", "cat", "sat", "on"]
-# design §6, the masked cells ("0" there) printed as MASKED
+# the worked example, the masked cells ("0" there) printed as MASKED
 PERCENT = [["100", MASKED, MASKED, MASKED], ["35", "65", MASKED, MASKED], ["17", "56", "28", MASKED],
            ["14", "24", "43", "19"]]
 SCORES = [["0.8", "−∞", "−∞", "−∞"], ["0.3", "0.9", "−∞", "−∞"], ["0.2", "1.4", "0.7", "−∞"],

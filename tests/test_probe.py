@@ -1,4 +1,4 @@
-"""Guards probe.py, the coreference probe.
+"""Guards coreference.py, the coreference coreference.
 
 Char offsets map to the right token positions (char tokenizer, a hand-built BPE encoding including a
 character split across byte tokens, and GPT-2's ranks when the shared offline copy is at hand); a
@@ -24,11 +24,12 @@ import tiktoken
 import torch
 
 import probe
-from checkpoint import load_checkpoint, load_model, save_checkpoint
+from tinygpt import coreference
+from tinygpt.checkpoint import load_checkpoint, load_model, save_checkpoint
 from conftest import SHARED_DATA, TINY_STORIES
 from data.stories import Reference, generate_story
-from errors import UserError, run_cli
-from tokenizer import CharTokenizer, TiktokenTokenizer, WordTokenizer, tokenizer_from_dict
+from tinygpt.errors import UserError, run_cli
+from tinygpt.tokenizer import CharTokenizer, TiktokenTokenizer, WordTokenizer, tokenizer_from_dict
 
 N_LAYER, N_HEAD, BLOCK = TINY_STORIES["n_layer"], TINY_STORIES["n_head"], TINY_STORIES["block_size"]
 
@@ -56,12 +57,12 @@ def toy_encoding() -> tiktoken.Encoding:
 def test_char_spans_with_the_char_tokenizer():
     text = "Mia had a kite. She"
     tok = CharTokenizer(text)
-    spans = probe.token_char_spans(tok, tok.encode(text))
+    spans = coreference.token_char_spans(tok, tok.encode(text))
     assert spans == [(i, i + 1) for i in range(len(text))]
-    assert probe.mention_positions(spans, [(0, 3)]) == [0, 1, 2]
-    assert probe.mention_positions(spans[1:], [(0, 3)]) == []  # partly cut off: not visible
+    assert coreference.mention_positions(spans, [(0, 3)]) == [0, 1, 2]
+    assert coreference.mention_positions(spans[1:], [(0, 3)]) == []  # partly cut off: not visible
     window = [(s + 100, e + 100) for s, e in spans]  # the same tokens further into a text
-    assert probe.mention_positions(window, [(100, 103), (110, 114)]) == [0, 1, 2, 10, 11, 12, 13]
+    assert coreference.mention_positions(window, [(100, 103), (110, 114)]) == [0, 1, 2, 10, 11, 12, 13]
 
 
 def test_char_spans_with_bpe_and_a_split_character():
@@ -69,19 +70,19 @@ def test_char_spans_with_bpe_and_a_split_character():
     full = TiktokenTokenizer("toy", None, encoding=enc)
     ids = full.encode("Mia sat. café")
     assert [full.decode([i]) for i in ids][:3] == ["Mia", " sat", "."]
-    spans = probe.token_char_spans(full, ids)
+    spans = coreference.token_char_spans(full, ids)
     assert spans[:3] == [(0, 3), (3, 7), (7, 8)]
-    assert probe.mention_positions(spans, [(0, 3)]) == [0]
-    assert probe.mention_positions(spans, [(4, 7)]) == [1]  # "sat" lies inside the token " sat"
+    assert coreference.mention_positions(spans, [(0, 3)]) == [0]
+    assert coreference.mention_positions(spans, [(4, 7)]) == [1]  # "sat" lies inside the token " sat"
     # A compact vocabulary without 'é' spells it with its two bytes: the character belongs to the
     # token that completes it, so each offset still lands in one token.
     compact = TiktokenTokenizer.from_text("toy", "Mia sat. caf", encoding=enc)
     ids = compact.encode("café cat")
     assert compact.decode(ids) == "café cat"
-    spans = probe.token_char_spans(compact, ids)
+    spans = coreference.token_char_spans(compact, ids)
     assert spans[0][0] == 0 and spans[-1][1] == len("café cat")
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous
-    e_acute = probe.mention_positions(spans, [(3, 4)])
+    e_acute = coreference.mention_positions(spans, [(3, 4)])
     assert len(e_acute) == 1 and compact.decode(ids[:e_acute[0] + 1]) == "café"
 
 
@@ -98,7 +99,7 @@ def test_build_case_cuts_before_the_attribute_char():
     text, refs = story_with_references()
     tok = CharTokenizer(text)
     for ref in refs:
-        case = probe.build_case(tok, text, 0, ref, block_size=48)
+        case = coreference.build_case(tok, text, 0, ref, block_size=48)
         assert len(case.ids) == min(48, ref.attribute_pos)
         assert text[:ref.attribute_pos].endswith(tok.decode(case.ids))
         assert case.n_new == max(len(ref.attribute), len(ref.distractor_attribute)) + 1
@@ -113,7 +114,7 @@ def test_build_case_with_word_tokens_finds_both_attribute_mentions():
     tok = WordTokenizer.from_text(text)
     found = 0
     for ref in refs:
-        case = probe.build_case(tok, text, 0, ref, block_size=64)
+        case = coreference.build_case(tok, text, 0, ref, block_size=64)
         assert text[:ref.attribute_pos].endswith(tok.decode(case.ids) + " ")  # " red" is one token, cut before it
         for positions, word in ((case.antecedent_attribute_positions, ref.attribute),
                                 (case.distractor_attribute_positions, ref.distractor_attribute)):
@@ -128,8 +129,8 @@ def test_build_case_offsets_a_story_inside_a_longer_text():
     text, refs = story_with_references()
     prefix = "x" * 300 + "\n\n"
     tok = CharTokenizer(prefix + text)
-    shifted = probe.build_case(tok, prefix + text, len(prefix), refs[0], block_size=2000)
-    alone = probe.build_case(tok, text, 0, refs[0], block_size=2000)
+    shifted = coreference.build_case(tok, prefix + text, len(prefix), refs[0], block_size=2000)
+    alone = coreference.build_case(tok, text, 0, refs[0], block_size=2000)
     assert shifted.ids[len(prefix):] == alone.ids
     assert [p - len(prefix) for p in shifted.antecedent_positions] == alone.antecedent_positions
 
@@ -147,7 +148,7 @@ def test_build_case_with_gpt2_tokens(tmp_path, monkeypatch):
     tok = TiktokenTokenizer.from_text("r50k_base", text)
     seen_names = 0
     for ref in refs:
-        case = probe.build_case(tok, text, 0, ref, block_size=40)
+        case = coreference.build_case(tok, text, 0, ref, block_size=40)
         context = tok.decode(case.ids)
         assert text[:ref.attribute_pos - 1].endswith(context) and text[ref.attribute_pos - 1] == " "
         assert len(case.ids) == 40
@@ -163,10 +164,10 @@ def test_build_case_with_gpt2_tokens(tmp_path, monkeypatch):
 def test_classify_reads_the_first_word():
     _, refs = story_with_references()
     ref = refs[0]
-    assert probe.classify(f" {ref.attribute} and", ref) == "antecedent"
-    assert probe.classify(f"{ref.distractor_attribute}.", ref) == "distractor"
-    assert probe.classify(f"{ref.attribute}x", ref) == "other"
-    assert probe.classify(". The", ref) == "other"
+    assert coreference.classify(f" {ref.attribute} and", ref) == "antecedent"
+    assert coreference.classify(f"{ref.distractor_attribute}.", ref) == "distractor"
+    assert coreference.classify(f"{ref.attribute}x", ref) == "other"
+    assert coreference.classify(". The", ref) == "other"
 
 
 # ---- the probe end to end ----
@@ -188,7 +189,7 @@ def test_probe_counts_add_up(run):
     out = io.StringIO()
     result = probe.main([str(run), "--stories", "12"], out=out)
     ckpt = load_checkpoint(run / "best.pt")
-    seed = ckpt["config"]["data"]["stories_seed"] + probe.HELD_OUT_OFFSET
+    seed = ckpt["config"]["data"]["stories_seed"] + coreference.HELD_OUT_OFFSET
     tok = tokenizer_from_dict(ckpt["tokenizer"])
     assert result["seed"] == seed
     assert result["references"] == expected_references(12, seed, tok) > 0
@@ -212,7 +213,7 @@ def test_uniform_attention_gives_the_uniform_baseline(run):
     with torch.no_grad():
         for block in model.blocks:
             block.attn.q_proj.weight.zero_()
-    result = probe.probe(model, tok, 12, seed=7, device=torch.device("cpu"), batch_size=5)
+    result = coreference.probe(model, tok, 12, seed=7, device=torch.device("cpu"), batch_size=5)
     for a in (result["attention"], result["attention_attribute"]):
         assert a["references"] > 0
         for row in a["antecedent"]:

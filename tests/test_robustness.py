@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from checkpoint import load_checkpoint, save_checkpoint
+from tinygpt.checkpoint import load_checkpoint, save_checkpoint
 from conftest import ROOT
 
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly hum old songs "
@@ -141,7 +141,7 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: training diverged") and "by step" in lines[-1]
+    assert lines[-1].startswith("error: training diverged") and "at step" in lines[-1]
     assert "train.lr" in lines[-1] and "Traceback" not in done.stderr
     assert load_checkpoint(run / "ckpt.pt")["step"] == 0  # the state evaluated at step 0
 
@@ -149,7 +149,7 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
 def test_init_from_starts_from_the_saved_weights(corpus, tmp_path):
     """Fine-tuning: a new run from another run's weights starts at that run's loss, with its model."""
     import train
-    from errors import UserError
+    from tinygpt.errors import UserError
     source, tuned = tmp_path / "source", tmp_path / "tuned"
     train.main(train_args(corpus, source, "train.max_iters=20"))
     train.main(train_args(corpus, tuned, "train.max_iters=10", f"train.init_from={source}", "model.n_layer=5"))

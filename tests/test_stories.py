@@ -23,14 +23,17 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import string
 
+import pytest
+
 from data.stories import (
-    _GENERIC_SLOTS, ALL_TEMPLATES, ATTRIBUTE_POOLS, FEMALE_NAMES, MALE_NAMES, PET_NAMES,
-    PRONOUN_REFERENCES, REFERENCES_PER_STORY, ROLES, Reference, _named, corpus_stats,
-    generate_stories, generate_story, reference_from_dict, reference_to_dict,
+    REFERENCES_PER_STORY, Reference, _named, corpus_stats, generate_stories, generate_story,
+    reference_from_dict, reference_to_dict,
+)
+from data.story_words import (
+    ALL_TEMPLATES, ATTRIBUTE_POOLS, FEMALE_NAMES, GENERIC_SLOTS, MALE_NAMES, PET_NAMES,
+    PRONOUN_REFERENCES, ROLES,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,7 +219,7 @@ def test_attribute_pools_are_disjoint_from_each_other_and_from_the_fillers():
         for b in kinds[i + 1:]:
             assert not words[a] & words[b], (a, b, words[a] & words[b])
     every = set().union(*words.values())
-    for slot, pool in _GENERIC_SLOTS.items():
+    for slot, pool in GENERIC_SLOTS.items():
         generic = {w.lower().strip("?!,.") for v in pool for w in v.split()}
         assert not generic & every, (slot, generic & every)
 

@@ -1,8 +1,8 @@
-"""Guards sweep.py, compare.py and plots.py: experiments side by side.
+"""Guards sweep.py, compare.py, tinygpt/report.py and tinygpt/plots.py: experiments side by side.
 
 A sweep of configs/stories.yaml shrunk to CI size over model.n_head=1,2,3 trains the two valid
 combinations (n_embd=16 is not divisible by 3: skipped with a note) through train.py subprocesses,
-restarting the one whose directory has files but no ckpt.pt, and writes results.md / results.csv
+restarting the one whose directory has no checkpoint yet, and writes results.md / results.csv
 with one row per valid run and the documented columns. Running it again over n_head=1,2,4 retrains
 nothing finished (ckpt.pt untouched) and resumes a run stopped with --stop-at; with another --set
 it reuses nothing and exits 1. A bad grid key is one line and exit 2. compare.py shows the config column that differs; plot_run returns None without
@@ -22,15 +22,15 @@ import sys
 import pytest
 
 import compare
-import plots
+from tinygpt import plots, report, runs
 import sweep
 import train
-from checkpoint import load_checkpoint
+from tinygpt.checkpoint import load_checkpoint
 from conftest import ROOT
-from errors import UserError
+from tinygpt.errors import UserError
 
 CONFIG = str(ROOT / "configs" / "stories.yaml")
-COLUMNS = ["run", "model.n_head", *plots.RESULT_COLUMNS]
+COLUMNS = ["run", "model.n_head", *report.RESULT_COLUMNS]
 
 
 def shrink(prepared_dir) -> list[str]:
@@ -71,7 +71,7 @@ def first_sweep(tmp_path_factory):
 def test_sweep_runs_valid_combinations_and_reports(first_sweep):
     out, printed = first_sweep["out"], first_sweep["printed"]
     assert "skip n_head=3: model.n_embd=16 is not divisible by model.n_head=3" in printed
-    assert "n_head=2: " in printed and "has files but no ckpt.pt" in printed and "starting it again" in printed
+    assert "n_head=2: " in printed and "has no checkpoint" in printed and "starting it again" in printed
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["n_head=1", "n_head=2"]
     for name in ("n_head=1", "n_head=2"):
         assert load_checkpoint(out / name / "ckpt.pt")["step"] == 10
@@ -203,4 +203,4 @@ def test_plot_run_writes_png(first_sweep, tmp_path):
 
 def test_count_params_matches_a_built_model(tiny_model_config):
     from model import GPT
-    assert plots.count_params(tiny_model_config) == GPT(tiny_model_config).num_params()  # built on meta
+    assert runs.count_params(tiny_model_config) == GPT(tiny_model_config).num_params()  # built on meta

@@ -1,4 +1,4 @@
-"""Guards tokenizer.py: char and tiktoken BPE round trips, the compact BPE vocabulary and its byte
+"""Guards tinygpt/tokenizer.py: char and tiktoken BPE round trips, the compact BPE vocabulary and its byte
 fallback, stream decoding of characters split across tokens, plain-data save/load (also through
 JSON), and the one-line user errors (unknown characters, unknown encoding, encoding not loadable
 offline). BPE logic is tested on a hand-built tiktoken Encoding; the real GPT-2 ranks are used only
@@ -16,9 +16,9 @@ import tiktoken
 import tiktoken.load
 import tiktoken.registry
 
-import tokenizer as tk
-from errors import UserError
-from tokenizer import (CharTokenizer, TiktokenTokenizer, WordTokenizer, build_tokenizer,
+from tinygpt import tokenizer as tk
+from tinygpt.errors import UserError
+from tinygpt.tokenizer import (CharTokenizer, TiktokenTokenizer, WordTokenizer, build_tokenizer,
                        get_tiktoken_encoding, tokenizer_from_dict)
 
 R50K_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "r50k_base.tiktoken"

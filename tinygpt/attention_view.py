@@ -1,9 +1,9 @@
 """Attention made visible: query x key tables (text) and heatmaps (PNG), one formatter for all.
 
-The notebook (notebooks/attention_mechanics.ipynb), `sample.py --show-attention` and probe.py all
-print through these functions, so the worked example of design §6 and a real model's heads look
-the same. A table has one row per query (the position doing the looking: it predicts the next
-token) and one column per key (a position it may look at), in design §6's layout:
+The notebook (notebooks/attention_mechanics.ipynb) and `sample.py --show-attention` print through
+these functions, so the worked example of docs/design.md and a real model's heads look the same.
+A table has one row per query (the position doing the looking: it predicts the next token) and one
+column per key (a position it may look at):
 
     query \\ key  The  cat  sat   on
     The          100    .    .    .

@@ -1,7 +1,7 @@
 """Configuration: YAML -> typed dataclasses, `--set` overrides, validation.
 
-The only place a config is parsed. A config file has three sections, `model`, `data` and `train`
-(design §4); every field has a default, so a YAML file lists only what it changes. Everything is
+The only place a config is parsed. A config file has three sections, `model` (model.ModelConfig),
+`data` and `train`; every field has a default, so a YAML file lists only what it changes. Everything is
 checked before any work starts: an unknown key is refused with the closest valid key suggested, a
 wrong type names the key, the file and the expected type, and impossible values are refused with
 a hint. YAML is read with `yaml.safe_load` only (no `!!python/...` tags).
@@ -17,24 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-import torch
 import yaml
 
-from errors import UserError
+from model import ModelConfig
+from tinygpt.errors import UserError
 
 # ---- the schema ----
-
-
-@dataclass
-class ModelConfig:
-    block_size: int = 128  # context length in tokens: the most a position can attend back
-    n_layer: int = 4  # transformer blocks
-    n_head: int = 4  # attention heads per block; head_size = n_embd // n_head
-    n_embd: int = 128  # residual stream width C
-    dropout: float = 0.0  # dropout probability on attention weights and residual branches
-    bias: bool = False  # bias in Linear layers and LayerNorms
-    causal: bool = True  # mask future keys; false = bidirectional (an experiment: generation fails)
-    vocab_size: int = 0  # set from the tokenizer by train.py; never set it yourself
 
 
 @dataclass
@@ -144,8 +132,6 @@ def config_from_dict(raw: Any, source: str) -> Config:
             key = f"{section}.{name}"
             if name not in types:
                 raise _unknown_key(key, source)
-            if key == "model.vocab_size":
-                raise UserError(f"{key} ({source}) comes from the tokenizer; remove it")
             setattr(getattr(cfg, section), name, _coerce(value, types[name], key, source))
     validate(cfg, source)
     return cfg
@@ -201,16 +187,14 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
 
 
 def config_to_dict(cfg: Config) -> dict:
-    """Plain nested data (safe to store in YAML or a checkpoint) that config_from_dict reads back.
-    model.vocab_size is left out: it belongs to the tokenizer, which is saved beside the config."""
-    d = dataclasses.asdict(cfg)
-    del d["model"]["vocab_size"]
-    return d
+    """Plain nested data (safe to store in YAML or a checkpoint) that config_from_dict reads back."""
+    return dataclasses.asdict(cfg)
 
 
 def config_to_yaml(cfg: Config) -> str:
-    note = f"# model.vocab_size = {cfg.model.vocab_size} (from the tokenizer)\n" if cfg.model.vocab_size else ""
-    return note + yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
+    """The resolved config of a run, as its config.yaml."""
+    return ("# the resolved config of this run; model.vocab_size comes from the tokenizer\n"
+            + yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
 
 
 # ---- validation ----
@@ -231,6 +215,7 @@ def validate(cfg: Config, source: str) -> None:
 
     for name in ("block_size", "n_layer", "n_head", "n_embd"):
         need(getattr(m, name) >= 1, f"model.{name}", getattr(m, name), "must be >= 1")
+    need(m.vocab_size >= 0, "model.vocab_size", m.vocab_size, "must be >= 0 (0: from the tokenizer, as always)")
     if m.n_embd % m.n_head != 0:
         raise UserError(f"model.n_embd={m.n_embd} is not divisible by model.n_head={m.n_head} "
                         f"({source}); valid n_head: {_divisors(m.n_embd)}")
@@ -255,39 +240,6 @@ def validate(cfg: Config, source: str) -> None:
     need(t.plot in ("end", "eval", "never"), "train.plot", t.plot, "must be end, eval or never")
 
 
-def cpu_has_native_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
-    """Does this CPU compute bfloat16 natively (x86 AVX-512 BF16 or AMX)? Read from the flags in
-    /proc/cpuinfo (Linux); elsewhere unknown, so False."""
-    try:
-        info = Path(cpuinfo).read_text(errors="replace")
-    except OSError:
-        return False
-    return re.search(r"\b(avx512_bf16|amx_bf16)\b", info) is not None
-
-
-def resolve_dtype(name: str, device: torch.device) -> str:
-    """train.dtype 'auto' -> 'bfloat16' on a CUDA GPU that supports it or a CPU that computes it
-    natively (there it is 2-4x faster than float32, see README "Performance"), else 'float32'
-    (emulated bfloat16 is slower than float32). Any other name is returned unchanged."""
-    if name != "auto":
-        return name
-    if device.type == "cuda":
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
-    return "bfloat16" if device.type == "cpu" and cpu_has_native_bf16() else "float32"
-
-
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda, then mps, then cpu; an unknown or unavailable device is a UserError."""
-    if not DEVICES.match(name):
-        raise UserError(f"device {name!r} must be auto, cpu, cuda, cuda:N or mps")
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"device {name!r} was asked for but CUDA is not available here; use auto or cpu")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise UserError("device 'mps' was asked for but MPS is not available here; use auto or cpu")
-    return torch.device(name)
+def flat_config(cfg: Config) -> dict[str, Any]:
+    """Config -> {'model.n_head': 4, ...} in schema order."""
+    return {f"{s}.{k}": v for s, values in config_to_dict(cfg).items() for k, v in values.items()}

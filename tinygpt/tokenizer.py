@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from errors import UserError
+from tinygpt.errors import UserError
 
 if TYPE_CHECKING:  # tiktoken is imported lazily: char-level runs do not need it
     import tiktoken

@@ -1,29 +1,32 @@
-"""Checkpoint I/O, the only place files of a run are written or checkpoints read.
+"""Checkpoint I/O and atomic writes: the one place files are written safely and checkpoints read.
 
 A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts, so it loads with
 `torch.load(..., weights_only=True)`: a file that carries pickled Python objects is refused, never
-run. Every write is atomic: a temp file in the same folder, fsync, then rename over the target, so a
-crash or a kill at any moment leaves either the old file or the new one, never half of one.
+run. Every write in tinygpt goes through `atomic_write` (or `atomic_dir` for a whole folder): a
+temp file in the same folder, fsync, then rename over the target, so a crash or a kill at any
+moment leaves either the old file or the new one, never half of one.
 """
 from __future__ import annotations
 
 import os
 import pickle
 import random
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 import torch
 
-from config import Config, config_from_dict
-from errors import UserError
 from model import GPT
-from tokenizer import Tokenizer, tokenizer_from_dict
+from tinygpt.config import Config, config_from_dict
+from tinygpt.errors import UserError
+from tinygpt.tokenizer import Tokenizer, tokenizer_from_dict
 
 FORMAT = "tinygpt-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: the config records model.vocab_size
 REQUIRED = ("config", "tokenizer", "model", "step")
 
 
@@ -47,14 +50,47 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
+    fsync_dir(path.parent)  # make the rename itself durable
+
+
+def fsync_dir(folder: Path) -> None:
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY)
     except OSError:  # e.g. Windows cannot open directories
         return
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+@contextmanager
+def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda p: False) -> Iterator[Path]:
+    """Build the folder `path` inside a temp folder beside it (yielded); on success fsync its files
+    and rename it into place, so readers see the old folder or the whole new one. If meanwhile
+    another process put a folder there that keep_existing(path) accepts, that one stays and ours
+    is dropped; an outdated one is replaced. On an error the temp folder is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; give what a plain mkdir would
+        yield tmp
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if path.exists():
+            if keep_existing(path):
+                shutil.rmtree(tmp, ignore_errors=True)
+                return
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old / path.name)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def current_umask() -> int:
@@ -121,12 +157,14 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, Config]:
-    """A loaded checkpoint -> (model with its weights, Config); the vocabulary size is the
-    tokenizer's. The tokenizer itself is not built (a tiktoken encoding may be offline)."""
+    """A loaded checkpoint -> (model with its weights, Config). The tokenizer itself is not built
+    (a tiktoken encoding may be offline), only checked to have the model's vocabulary size."""
     cfg = config_from_dict(ckpt["config"], str(path))
-    cfg.model.vocab_size = int(ckpt["tokenizer"].get("vocab_size", 0)) if isinstance(ckpt["tokenizer"], dict) else 0
-    if cfg.model.vocab_size <= 0:
-        raise UserError(f"{path}: its tokenizer record has no vocab_size; the checkpoint is damaged")
+    tok = ckpt["tokenizer"]
+    tok_size = tok.get("vocab_size") if isinstance(tok, dict) else None
+    if cfg.model.vocab_size <= 0 or tok_size != cfg.model.vocab_size:
+        raise UserError(f"{path}: model.vocab_size={cfg.model.vocab_size} does not match its tokenizer's "
+                        f"{tok_size!r}; the checkpoint is damaged")
     model = GPT(cfg.model)
     try:
         model.load_state_dict(ckpt["model"])
@@ -135,12 +173,15 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, 
     return model, cfg
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, Config, Tokenizer, dict]:
-    """Run directory or checkpoint -> (model in eval mode, Config, Tokenizer, checkpoint dict)."""
+def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokenizer: bool = True
+               ) -> tuple[GPT, Config, Tokenizer | None, dict[str, Any]]:
+    """Run directory or checkpoint -> (model in eval mode, Config, Tokenizer, checkpoint dict).
+    with_tokenizer=False skips building the tokenizer (None): a tiktoken encoding may be offline,
+    and an export does not need it."""
     path = resolve_checkpoint(path)
     ckpt = load_checkpoint(path, map_location=device)
     model, cfg = model_from_checkpoint(ckpt, path)
-    tokenizer = tokenizer_from_dict(ckpt["tokenizer"])
+    tokenizer = tokenizer_from_dict(ckpt["tokenizer"]) if with_tokenizer else None
     return model.to(device).eval(), cfg, tokenizer, ckpt
 
 

@@ -1,0 +1,282 @@
+"""The coreference probe: does the model resolve "she"/"he" to the right character, and which heads
+look? probe.py is its command line; sweep.py --probe calls it too.
+
+The `stories` corpus records, for every pronoun that selects an attribute ("Then she picked up her
+red kite."), where the attribute is and where the antecedent's and the distractor's names are
+(data.stories.Reference). On fresh held-out stories (a seed the training corpus did not use) the
+probe cuts the text right where the attribute is due, keeps the model's last block_size tokens, and
+measures:
+
+(a) behaviour: greedy decoding from the cut yields the antecedent's own attribute, the distractor's
+    attribute (the other character's of the same kind), or something else;
+(b) attention: for every layer and head, the weight that the last position of the cut (the one
+    predicting the attribute) puts on the antecedent's tokens, beside the same weight on the
+    distractor's tokens and what uniform attention would put there, measured twice:
+    - on the antecedent's *attribute*: its earlier mentions of the value now due (the "red" of
+      "Mia had a red kite"), which is where a model that resolved the pronoun copies it from;
+    - on the antecedent's *name*, summed over all tokens of all its mentions.
+    Each counts the references with at least one whole such mention inside the window.
+
+`report` prints both and names the best head of each measure (highest mean weight on the
+antecedent, with its ratio to the distractor).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from data.stories import Reference, generate_story, join_stories
+from model import GPT
+from tinygpt.errors import UserError
+
+HELD_OUT_OFFSET = 1_000_003  # default seed = data.stories_seed + this: never the training corpus
+SLACK = 8  # extra tokens encoded before the window, so its first token is cut as in the full text
+BATCH = 32  # cases run together (windows of equal length)
+WORD = re.compile(r"\s*([A-Za-z]+)")  # the first word of a continuation
+WHITESPACE = re.compile(r"\s")
+
+
+# ---- held-out stories ----
+
+
+def held_out_stories(n_stories: int, seed: int, tokenizer) -> tuple[str, list[tuple[int, Reference]], int]:
+    """n_stories fresh stories joined as in the training corpus -> (text, [(offset of the story in
+    text, its Reference)], stories skipped). A story the tokenizer cannot encode (a char vocabulary
+    from a small corpus may lack a rare letter) is skipped."""
+    rng = random.Random(seed)
+    stories = [generate_story(rng) for _ in range(n_stories)]
+    kept = [(story, refs) for story, refs in stories if encodable(tokenizer, story)]
+    text, refs = join_stories(kept)
+    return text, refs, len(stories) - len(kept)
+
+
+def encodable(tokenizer, text: str) -> bool:
+    try:
+        tokenizer.encode(text)
+    except UserError:
+        return False
+    return True
+
+
+# ---- char offsets <-> token positions ----
+
+
+def token_char_spans(tokenizer, ids: Sequence[int]) -> list[tuple[int, int]]:
+    """[start, end) char offsets of each token in tokenizer.decode(ids), from cumulative decoded
+    lengths. When a token splits a multi-byte character (its own decoding then differs), the ends
+    are found prefix by prefix instead: a character belongs to the token that completes it."""
+    ids = [int(i) for i in ids]
+    pieces = [tokenizer.decode([i]) for i in ids]
+    full = tokenizer.decode(ids)
+    if "".join(pieces) == full:
+        ends = list(itertools.accumulate(len(p) for p in pieces))
+    else:
+        ends = [len(os.path.commonprefix([tokenizer.decode(ids[:k + 1]), full])) for k in range(len(ids))]
+    starts = [0] + ends[:-1]
+    return list(zip(starts, ends))
+
+
+def mention_positions(token_spans: Sequence[tuple[int, int]], mentions: Sequence[tuple[int, int]]) -> list[int]:
+    """Token positions covering the char spans `mentions` that lie wholly inside the tokens' range
+    (token_spans: each token's (start, end), in the same coordinates); partly cut-off mentions do
+    not count."""
+    if not token_spans:
+        return []
+    lo, hi = token_spans[0][0], token_spans[-1][1]
+    visible = [(s, e) for s, e in mentions if lo <= s and e <= hi]
+    return [p for p, (ts, te) in enumerate(token_spans) if any(ts < e and te > s for s, e in visible)]
+
+
+@dataclass
+class Case:
+    """One reference, cut where its attribute is due and cropped to the model's window."""
+    reference: Reference  # offsets relative to its story
+    ids: list[int]  # the last <= block_size tokens before the attribute
+    n_new: int  # tokens to decode: enough for either character's attribute, plus one
+    antecedent_positions: list[int]  # window positions of the antecedent's visible name tokens
+    distractor_positions: list[int]  # same for the distractor
+    antecedent_attribute_positions: list[int]  # ... of earlier mentions of the antecedent's attribute
+    distractor_attribute_positions: list[int]  # ... of the distractor's attribute of the same kind
+
+
+def build_case(tokenizer, text: str, base: int, ref: Reference, block_size: int) -> Case:
+    """Cut `text` (the story starts at `base`) at the last token boundary at or before the attribute
+    (for BPE that is before " red", whose space belongs to the attribute's token), encoding only
+    as much text as the window needs."""
+    attribute_pos = base + ref.attribute_pos
+    attribute_end = attribute_pos + len(ref.attribute)
+    margin = 4 * block_size  # chars: plenty for block_size tokens unless tokens average > 4 chars
+    while True:
+        start = max(0, attribute_pos - margin)
+        if start > 0:  # begin at the space before a word, so the cut tokenises as the full text does
+            match = WHITESPACE.search(text, start, attribute_pos)
+            start = match.start() if match else start
+        ids = tokenizer.encode(text[start:attribute_end])
+        spans = [(s + start, e + start) for s, e in token_char_spans(tokenizer, ids)]
+        k = sum(e <= attribute_pos for _, e in spans)  # tokens wholly before the attribute
+        if start == 0 or k >= block_size + SLACK:
+            break
+        margin *= 2
+    if k == 0:
+        raise ValueError(f"the attribute at {attribute_pos} has no context before it")
+    cut = spans[k - 1][1]
+    gap = text[cut:attribute_pos]  # "" for chars, " " for BPE
+    n_new = max(len(ids) - k, len(tokenizer.encode(gap + ref.distractor_attribute))) + 1
+    window, window_spans = ids[:k][-block_size:], spans[:k][-block_size:]
+
+    def positions(spans_in_story: list[tuple[int, int]]) -> list[int]:
+        return mention_positions(window_spans, [(s + base, e + base) for s, e in spans_in_story])
+
+    def said_before(word: str) -> list[int]:  # whole-word mentions of `word` earlier in the story
+        pattern = re.compile(rf"\b{re.escape(word)}\b")
+        return mention_positions(window_spans, [m.span() for m in pattern.finditer(text, base, attribute_pos)])
+    return Case(ref, window, n_new, positions(ref.antecedent_spans), positions(ref.distractor_spans),
+                said_before(ref.attribute), said_before(ref.distractor_attribute))
+
+
+# ---- measuring ----
+
+
+@torch.no_grad()
+def run_batch(model: GPT, cases: Sequence[Case], device: torch.device) -> tuple[list[list[int]], torch.Tensor]:
+    """Cases whose windows have the same length T, in one batch -> (each case's greedily decoded
+    ids, the last position's attention weights (B, n_layer, nh, T))."""
+    block_size = model.config.block_size
+    seq = torch.tensor([c.ids for c in cases], dtype=torch.long, device=device)  # (B, T)
+    logits, traces = model.forward_with_attention(seq)  # (B, T, V), per layer weights (B, nh, T, T)
+    last_row = torch.stack([t.weights[:, :, -1, :] for t in traces], dim=1).float().cpu()  # (B, n_layer, nh, T)
+    for step in range(max(c.n_new for c in cases)):
+        if step:  # the window slides by one: always the last block_size tokens
+            logits = model(seq[:, -block_size:])  # (B, T, V)
+        seq = torch.cat([seq, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)  # (B, T+step+1)
+    T = len(cases[0].ids)
+    new = [row[T:T + c.n_new] for row, c in zip(seq.tolist(), cases)]
+    return new, last_row
+
+
+def classify(decoded: str, ref: Reference) -> str:
+    """The first word decoded -> 'antecedent', 'distractor' or 'other'."""
+    match = WORD.match(decoded)
+    word = match.group(1) if match else ""
+    return "antecedent" if word == ref.attribute else "distractor" if word == ref.distractor_attribute else "other"
+
+
+def r4(x: float) -> float:
+    return round(float(x), 4)
+
+
+def probe(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device,
+          batch_size: int = BATCH) -> dict:
+    """Run the probe; returns the figures (weights as fractions of the position's attention)."""
+    cfg = model.config
+    text, refs, skipped = held_out_stories(n_stories, seed, tokenizer)
+    cases = [build_case(tokenizer, text, base, ref, cfg.block_size) for base, ref in refs]
+    results = []  # (case, decoded ids, last_row (n_layer, nh, T))
+    by_length: dict[int, list[Case]] = {}
+    for case in cases:  # most windows are full (block_size); the first story's are shorter
+        by_length.setdefault(len(case.ids), []).append(case)
+    for group in by_length.values():
+        for i in range(0, len(group), batch_size):
+            batch = group[i:i + batch_size]
+            new, last_rows = run_batch(model, batch, device)
+            results.extend(zip(batch, new, last_rows))
+    behaviour = {"antecedent": 0, "distractor": 0, "other": 0}
+    in_window = dict(behaviour)  # the same, only where the antecedent's name is in the window
+    for case, new, _ in results:
+        outcome = classify(tokenizer.decode(new), case.reference)
+        behaviour[outcome] += 1
+        in_window[outcome] += bool(case.antecedent_positions)
+    named = sum(in_window.values())
+    return {
+        "stories": n_stories - skipped, "skipped_stories": skipped, "seed": seed, "references": len(refs),
+        "behaviour": {**behaviour, "accuracy": r4(behaviour["antecedent"] / max(len(refs), 1))},
+        "behaviour_in_window": {**in_window, "accuracy": r4(in_window["antecedent"] / max(named, 1))},
+        "attention_attribute": attention_on(
+            [(c.antecedent_attribute_positions, c.distractor_attribute_positions, row) for c, _, row in results],
+            cfg.n_layer, cfg.n_head),
+        "attention": attention_on(
+            [(c.antecedent_positions, c.distractor_positions, row) for c, _, row in results], cfg.n_layer, cfg.n_head),
+    }
+
+
+def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer: int, n_head: int) -> dict:
+    """cases: (antecedent's window positions, distractor's, the predicting position's weights
+    (n_layer, nh, T)) -> the mean weight per layer and head on each side, over the cases whose
+    antecedent positions are not empty; the uniform baseline; the best head."""
+    ant_sum, dis_sum = torch.zeros(n_layer, n_head), torch.zeros(n_layer, n_head)
+    counted = distractor_visible = 0
+    uniform_sum = per_key_sum = 0.0
+    for ant, dis, last_row in cases:
+        if not ant:
+            continue
+        counted += 1
+        T = last_row.size(-1)
+        ant_sum += last_row[..., ant].sum(dim=-1)  # (n_layer, nh)
+        if dis:
+            distractor_visible += 1
+            dis_sum += last_row[..., dis].sum(dim=-1)
+        uniform_sum += len(ant) / T  # what 1/T on every key puts on these tokens
+        per_key_sum += 1 / T
+    n = max(counted, 1)
+    ant_mean, dis_mean = ant_sum / n, dis_sum / n  # (n_layer, nh)
+    layer, head = divmod(int(ant_mean.argmax()), n_head)
+    best_ant, best_dis = float(ant_mean[layer, head]), float(dis_mean[layer, head])
+    return {
+        "references": counted, "distractor_visible": distractor_visible,
+        "uniform": r4(uniform_sum / n), "per_key": r4(per_key_sum / n),
+        "antecedent": [[r4(x) for x in row] for row in ant_mean.tolist()],
+        "distractor": [[r4(x) for x in row] for row in dis_mean.tolist()],
+        "best": {"layer": layer, "head": head, "antecedent": r4(best_ant), "distractor": r4(best_dis),
+                 "ratio": round(best_ant / best_dis, 2) if best_dis > 0 else None},
+    }
+
+
+# ---- report ----
+
+
+def report(result: dict, n_layer: int, n_head: int) -> str:
+    """The human-readable part of the output (the JSON line follows it)."""
+    b, a = result["behaviour"], result["attention"]
+    R = max(result["references"], 1)
+    skipped = result["skipped_stories"]
+    lines = [f"{result['references']} references in {result['stories']} held-out stories (seed {result['seed']}"
+             + (f"; {skipped} skipped: characters outside the vocabulary" if skipped else "") + ")", "",
+             "behaviour: greedy decoding where the attribute is due produces",
+             f"  the antecedent's attribute  {b['antecedent']:5d}  {100 * b['antecedent'] / R:5.1f}%",
+             f"  the distractor's attribute  {b['distractor']:5d}  {100 * b['distractor'] / R:5.1f}%",
+             f"  something else              {b['other']:5d}  {100 * b['other'] / R:5.1f}%"]
+    w = result["behaviour_in_window"]
+    named = w["antecedent"] + w["distractor"] + w["other"]
+    if named:
+        lines.append(f"  (where the antecedent's name is in the window: {w['antecedent']} / {w['distractor']} / "
+                     f"{w['other']} of {named}, {100 * w['accuracy']:.1f}% right)")
+    lines += ["", "attention of the position predicting the attribute (% of its attention; cell = antecedent / "
+              "distractor, the distractor counting 0 where its tokens are not in the window)"]
+    lines += attention_table(result["attention_attribute"], "earlier mentions of its attribute value", n_layer, n_head)
+    lines += attention_table(result["attention"], "its name", n_layer, n_head)
+    return "\n".join(lines)
+
+
+def attention_table(a: dict, what: str, n_layer: int, n_head: int) -> list[str]:
+    """One attention table of the report: mean weight per layer x head on the antecedent's `what`."""
+    if not a["references"]:
+        return ["", f"on {what}: no reference had one inside the window"]
+    lines = ["", f"on {what}, mean over the {a['references']} references with it in the window:"]
+    cells = [[f"{100 * a['antecedent'][i][h]:5.1f} / {100 * a['distractor'][i][h]:4.1f}" for h in range(n_head)]
+             for i in range(n_layer)]
+    width = max(len(c) for row in cells for c in row)
+    lines.append(" " * 9 + "".join(f"  {'head ' + str(h):>{width}}" for h in range(n_head)))
+    lines += [f"{'layer ' + str(i):<9}" + "".join(f"  {c:>{width}}" for c in row) for i, row in enumerate(cells)]
+    best = a["best"]
+    ratio = f"{best['ratio']:.1f}x the distractor's" if best["ratio"] is not None else "the distractor: 0"
+    lines += [f"uniform attention would put {100 * a['uniform']:.1f}% there (1/keys = {100 * a['per_key']:.2f}% "
+              f"per key); the distractor's are in the window for {a['distractor_visible']} of {a['references']}",
+              f"best head: layer {best['layer']} head {best['head']}: {100 * best['antecedent']:.1f}% on the "
+              f"antecedent's, {100 * best['distractor']:.1f}% on the distractor's ({ratio})"]
+    return lines

@@ -1,0 +1,397 @@
+"""Hugging Face interop (export.py is its command line): a run as a GPT-2 checkpoint, and a GPT-2
+checkpoint as a run.
+
+The export loads in transformers with `GPT2LMHeadModel.from_pretrained(OUT_DIR)` and gives the same
+logits. tinygpt's GPT *is* GPT-2's architecture (pre-LayerNorm blocks, learned positions, exact
+GELU MLP of width 4C, LM head tied to the token embedding), written with four separate projections
+where GPT-2 fuses q, k, v into one `c_attn`, and with nn.Linear weights (out, in) where GPT-2's
+Conv1D stores (in, out). Per block i:
+
+    tinygpt                               GPT-2 (transformers GPT2LMHeadModel)
+    tok_emb, pos_emb                      transformer.wte, transformer.wpe
+    blocks.i.ln_1, ln_2                   transformer.h.i.ln_1, ln_2
+    attn.q_proj, k_proj, v_proj           attn.c_attn = [W_Q; W_K; W_V]^T  (C, 3C), bias [b_q; b_k; b_v]
+    attn.out_proj, mlp.fc, mlp.out_proj   attn.c_proj, mlp.c_fc, mlp.c_proj (transposed)
+    ln_f; lm_head tied to tok_emb         transformer.ln_f; lm_head tied to wte (not stored)
+
+GPT-2 always has biases, so a `bias: false` model exports zeros there; a `causal: false` model
+cannot be expressed as GPT-2 and is refused. config.json also records tinygpt's tokenizer (and
+config), because the token ids are tinygpt's own unless the run used the full gpt2 vocabulary.
+
+The import reads config.json and model.safetensors (or pytorch_model.bin, with weights_only=True),
+e.g. the original GPT-2 weights, into a GPT with bias=True, and writes a checkpoint with the
+tiktoken `gpt2` tokenizer that sample.py uses (tiktoken needs its encoding file: offline, set
+TIKTOKEN_CACHE_DIR). Importing our own export restores the exact model, tokenizer and config.
+
+safetensors is read and written here, so tinygpt needs no extra package: 8 bytes of little-endian
+header length, a JSON header with each tensor's dtype, shape and byte range, then the raw bytes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from model import GPT, ModelConfig
+from tinygpt.checkpoint import atomic_write, atomic_write_text, load_model, resolve_checkpoint, save_checkpoint
+from tinygpt.config import Config, config_from_dict, config_to_dict
+from tinygpt.errors import UserError
+from tinygpt.runs import RUN_FILES, write_config
+
+GPT2_VOCAB = 50257  # the gpt2 / r50k_base encoding, <|endoftext|> = 50256
+# GPT2Config's defaults (the 124M GPT-2) for keys a config.json leaves out
+GPT2_DEFAULTS = {"vocab_size": GPT2_VOCAB, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
+                 "n_inner": None, "activation_function": "gelu_new", "resid_pdrop": 0.1,
+                 "layer_norm_epsilon": 1e-5, "scale_attn_weights": True}
+HF_FILES = ("config.json", "model.safetensors", "README_EXPORT.md")
+
+# ---- safetensors ----
+
+ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+             "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+             "U8": torch.uint8, "BOOL": torch.bool}
+ST_NAMES = {dtype: name for name, dtype in ST_DTYPES.items()}
+MAX_HEADER = 100 * 2**20  # the format's own limit for the JSON header
+
+
+def _check_little_endian() -> None:
+    if sys.byteorder != "little":
+        raise UserError("safetensors stores little-endian bytes; this big-endian machine is not supported")
+
+
+def save_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    """Atomically write tensors (any of ST_DTYPES) to a .safetensors file, in the given order."""
+    _check_little_endian()
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    cpu, offset = {}, 0
+    for name, t in tensors.items():
+        if t.dtype not in ST_NAMES:
+            raise UserError(f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store here")
+        cpu[name] = t.detach().to("cpu").contiguous()
+        nbytes = cpu[name].numel() * cpu[name].element_size()
+        header[name] = {"dtype": ST_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)  # spaces pad the header so the data starts 8-byte aligned
+
+    def write(f) -> None:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for t in cpu.values():
+            if t.numel():
+                f.write(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw little-endian bytes
+
+    atomic_write(path, write)
+
+
+def load_safetensors(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Read a .safetensors file -> (tensors by name, the header's __metadata__); one tensor at a
+    time from disk, so memory holds the tensors once. A malformed file is a UserError."""
+    _check_little_endian()
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"safetensors file not found: {path}")
+    size = path.stat().st_size
+    bad = f"{path} is not a valid safetensors file"
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise UserError(f"{bad} (shorter than its 8-byte header length)")
+        n = struct.unpack("<Q", head)[0]
+        if n > min(MAX_HEADER, size - 8):
+            raise UserError(f"{bad} (header length {n} does not fit in the file of {size} bytes)")
+        try:
+            header = json.loads(f.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise UserError(f"{bad} (its header is not JSON)") from None
+        if not isinstance(header, dict):
+            raise UserError(f"{bad} (its header is not a JSON object)")
+        metadata = header.pop("__metadata__", None) or {}
+        base, tensors = 8 + n, {}
+        for name, info in header.items():
+            try:
+                dtype, shape = ST_DTYPES[info["dtype"]], [int(d) for d in info["shape"]]
+                start, end = (int(x) for x in info["data_offsets"])
+            except (KeyError, TypeError, ValueError):
+                raise UserError(f"{bad} (tensor {name!r}: unsupported dtype or malformed entry {info})") from None
+            nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+            if end - start != nbytes or start < 0 or base + end > size:
+                raise UserError(f"{bad} (tensor {name!r}: bytes {start}..{end} do not hold shape {shape} "
+                                f"{info['dtype']} inside the file; truncated?)")
+            if nbytes == 0:
+                tensors[name] = torch.empty(shape, dtype=dtype)
+                continue
+            f.seek(base + start)
+            buf = bytearray(nbytes)
+            f.readinto(buf)
+            tensors[name] = torch.frombuffer(buf, dtype=dtype).reshape(shape)  # shares buf, no copy
+    return tensors, metadata
+
+
+# ---- tinygpt -> GPT-2 ----
+
+
+def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
+    """Our weights under GPT-2's names and layouts (Conv1D (in, out), fused c_attn); zero biases
+    where the model has none. lm_head is left out: it is tied to wte."""
+    C = model.config.n_embd
+
+    def w(linear: torch.nn.Linear) -> torch.Tensor:
+        return linear.weight.detach().t()  # nn.Linear (out, in) -> Conv1D (in, out)
+
+    def b(module: torch.nn.Module, n: int) -> torch.Tensor:
+        return module.bias.detach() if module.bias is not None else torch.zeros(n)
+
+    sd = {"transformer.wte.weight": model.tok_emb.weight.detach(),
+          "transformer.wpe.weight": model.pos_emb.weight.detach()}
+    for i, block in enumerate(model.blocks):
+        h, attn, mlp = f"transformer.h.{i}.", block.attn, block.mlp
+        sd[h + "ln_1.weight"], sd[h + "ln_1.bias"] = block.ln_1.weight.detach(), b(block.ln_1, C)
+        # GPT-2 computes x @ c_attn then splits q, k, v along the output: their columns go side by side
+        sd[h + "attn.c_attn.weight"] = torch.cat([w(attn.q_proj), w(attn.k_proj), w(attn.v_proj)], dim=1)  # (C, 3C)
+        sd[h + "attn.c_attn.bias"] = torch.cat([b(attn.q_proj, C), b(attn.k_proj, C), b(attn.v_proj, C)])  # (3C,)
+        sd[h + "attn.c_proj.weight"], sd[h + "attn.c_proj.bias"] = w(attn.out_proj), b(attn.out_proj, C)
+        sd[h + "ln_2.weight"], sd[h + "ln_2.bias"] = block.ln_2.weight.detach(), b(block.ln_2, C)
+        sd[h + "mlp.c_fc.weight"], sd[h + "mlp.c_fc.bias"] = w(mlp.fc), b(mlp.fc, 4 * C)  # (C, 4C)
+        sd[h + "mlp.c_proj.weight"], sd[h + "mlp.c_proj.bias"] = w(mlp.out_proj), b(mlp.out_proj, C)  # (4C, C)
+    sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = model.ln_f.weight.detach(), b(model.ln_f, C)
+    return {k: v.float().contiguous() for k, v in sd.items()}
+
+
+def tokenizer_note(tok: dict[str, Any]) -> str:
+    """What the exported model's token ids mean, for config.json and README_EXPORT.md."""
+    if tok.get("kind") == "char":
+        return ("token ids are tinygpt's character vocabulary, not GPT-2's BPE: id i is character i of "
+                "tinygpt.tokenizer.chars")
+    if "ids" in tok:
+        return (f"token ids are remapped: a compact vocabulary of the tiktoken {tok.get('encoding')!r} "
+                f"encoding, id i = {tok.get('encoding')} id tinygpt.tokenizer.ids[i]; a stock GPT-2 "
+                f"tokenizer gives wrong ids")
+    if tok.get("encoding") in ("gpt2", "r50k_base"):
+        return "token ids are GPT-2's own (tiktoken gpt2 = r50k_base): a stock GPT-2 tokenizer works"
+    return f"token ids are those of the tiktoken {tok.get('encoding')!r} encoding, not GPT-2's"
+
+
+def hf_config(cfg: Config, tok: dict[str, Any], source: str, step: int) -> dict[str, Any]:
+    """GPT-2 config.json for a tinygpt config, with tinygpt's tokenizer and config recorded."""
+    m = cfg.model
+    full_gpt2 = tok.get("kind") == "tiktoken" and "ids" not in tok and m.vocab_size == GPT2_VOCAB
+    eot = GPT2_VOCAB - 1 if full_gpt2 else None  # <|endoftext|> exists only in the full vocabulary
+    return {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+        "vocab_size": m.vocab_size, "n_positions": m.block_size, "n_ctx": m.block_size,
+        "n_embd": m.n_embd, "n_layer": m.n_layer, "n_head": m.n_head, "n_inner": None,
+        "activation_function": "gelu",  # exact erf GELU, as in model.py ("gelu_new" is the tanh one)
+        "resid_pdrop": m.dropout, "embd_pdrop": m.dropout, "attn_pdrop": m.dropout,
+        "layer_norm_epsilon": 1e-5, "initializer_range": 0.02,
+        "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
+        "tie_word_embeddings": True, "use_cache": True, "bos_token_id": eot, "eos_token_id": eot,
+        "torch_dtype": "float32",
+        "tinygpt": {"note": tokenizer_note(tok), "tokenizer": tok, "config": config_to_dict(cfg),
+                    "source": source, "step": step},
+    }
+
+
+def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} is a file, not a folder")
+    present = [n for n in names if (out_dir / n).exists()]
+    if present and not force:
+        raise UserError(f"{out_dir} already holds {', '.join(present)}; choose another folder or pass --force")
+
+
+def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path:
+    """Write out_dir/config.json, model.safetensors and README_EXPORT.md for a tinygpt run."""
+    out_dir = Path(out_dir)
+    refuse_overwrite(out_dir, HF_FILES, force)
+    model, cfg, _, ckpt = load_model(run, with_tokenizer=False)
+    tok = ckpt["tokenizer"]
+    source = str(resolve_checkpoint(run))
+    if not cfg.model.causal:
+        raise UserError(f"{source} was trained with model.causal=false (bidirectional attention), which GPT-2 "
+                        f"cannot express: its attention is always causal; retrain with causal: true")
+    config = hf_config(cfg, tok, source, int(ckpt["step"]))
+    save_safetensors(out_dir / "model.safetensors", gpt2_state_dict(model), {"format": "pt"})
+    atomic_write_text(out_dir / "config.json", json.dumps(config, indent=2) + "\n")
+    atomic_write_text(out_dir / "README_EXPORT.md", f"""\
+# GPT-2 export of a tinygpt run
+
+Exported from `{source}` (step {ckpt['step']}) by `python export.py {run} --format hf {out_dir}`.
+
+    from transformers import GPT2LMHeadModel
+    model = GPT2LMHeadModel.from_pretrained("{out_dir}")
+
+- Model: {cfg.model.n_layer} layers, {cfg.model.n_head} heads, n_embd {cfg.model.n_embd}, context \
+{cfg.model.block_size}, vocabulary {cfg.model.vocab_size}; exact GELU (`activation_function: gelu`).
+- Tokens: {tokenizer_note(tok)}. The tokenizer is recorded in config.json under `tinygpt.tokenizer`.
+- {"Biases are zeros: the tinygpt model had none (bias: false)." if not cfg.model.bias else "Biases as trained."}
+- Back to tinygpt, exactly: `python export.py --from-hf {out_dir} OUT_RUN_DIR`.
+""")
+    return out_dir
+
+
+# ---- GPT-2 -> tinygpt ----
+
+
+def read_hf_config(folder: Path) -> dict[str, Any]:
+    """config.json of a GPT-2 folder, refusing what tinygpt's GPT cannot represent."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise UserError(f"{folder} has no config.json: not a Hugging Face model folder")
+    try:
+        hf = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(hf, dict):
+        raise UserError(f"{path} must hold a JSON object")
+    hf = {**GPT2_DEFAULTS, **hf}  # transformers may leave out values equal to GPT2Config's defaults
+    if hf.get("model_type", "gpt2") != "gpt2":
+        raise UserError(f"{path}: model_type {hf.get('model_type')!r} is not gpt2; only GPT-2 checkpoints import")
+    n_embd = hf["n_embd"]
+    checks = [
+        (hf.get("n_inner") in (None, 4 * n_embd), f"n_inner={hf.get('n_inner')} (tinygpt's MLP is 4*n_embd wide)"),
+        (abs(hf.get("layer_norm_epsilon", 1e-5) - 1e-5) < 1e-12,
+         f"layer_norm_epsilon={hf.get('layer_norm_epsilon')} (tinygpt uses 1e-5)"),
+        (hf.get("scale_attn_weights", True), "scale_attn_weights=false"),
+        (not hf.get("scale_attn_by_inverse_layer_idx", False), "scale_attn_by_inverse_layer_idx=true"),
+        (not hf.get("add_cross_attention", False), "add_cross_attention=true"),
+        (hf.get("activation_function", "gelu_new") in ("gelu", "gelu_new", "gelu_pytorch_tanh"),
+         f"activation_function={hf.get('activation_function')!r} (tinygpt's MLP uses GELU)"),
+    ]
+    for ok, what in checks:
+        if not ok:
+            raise UserError(f"{path}: {what} cannot be represented by tinygpt's GPT")
+    return hf
+
+
+def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors, else pytorch_model.bin (weights_only) -> GPT-2 tensors without the
+    'transformer.' prefix, minus the causal-mask buffers some files carry."""
+    if (folder / "model.safetensors").is_file():
+        tensors, _ = load_safetensors(folder / "model.safetensors")
+    elif (folder / "pytorch_model.bin").is_file():
+        try:
+            tensors = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as e:  # refused pickles, truncation, not a torch file
+            raise UserError(f"{folder / 'pytorch_model.bin'} could not be loaded with weights_only=True "
+                            f"({str(e).splitlines()[0][:160]})") from None
+    elif any(folder.glob("*.index.json")):
+        raise UserError(f"{folder} holds a sharded checkpoint, which is not supported; save it as one "
+                        f"file: model.save_pretrained(dir, max_shard_size='100GB')")
+    else:
+        raise UserError(f"{folder} has neither model.safetensors nor pytorch_model.bin")
+    out = {}
+    for name, t in tensors.items():
+        name = name.removeprefix("transformer.")
+        if name.endswith((".attn.bias", ".attn.masked_bias")) and t.dim() != 1:  # old mask buffers
+            continue
+        out[name] = t
+    return out
+
+
+def _hf_to_tinygpt(hf: dict[str, Any], w: dict[str, torch.Tensor], folder: Path, bias: bool) -> dict[str, torch.Tensor]:
+    """GPT-2 tensors -> our state dict (nn.Linear layouts, q/k/v split), float32."""
+    L, C = hf["n_layer"], hf["n_embd"]
+
+    def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        if name not in w:
+            raise UserError(f"{folder}: the weights have no {name!r}; is this a GPT-2 checkpoint?")
+        t = w[name]
+        if tuple(t.shape) != shape:
+            raise UserError(f"{folder}: {name} has shape {tuple(t.shape)}, config.json implies {shape}")
+        return t.float()
+
+    sd = {"tok_emb.weight": get("wte.weight", (hf["vocab_size"], C)),
+          "pos_emb.weight": get("wpe.weight", (hf["n_positions"], C))}
+    for i in range(L):
+        h, o = f"h.{i}.", f"blocks.{i}."
+        q, k, v = get(h + "attn.c_attn.weight", (C, 3 * C)).t().split(C, dim=0)  # 3 x (C, C), (out, in)
+        bq, bk, bv = get(h + "attn.c_attn.bias", (3 * C,)).split(C)
+        pairs = [("ln_1.weight", get(h + "ln_1.weight", (C,)), None),
+                 ("ln_1.bias", get(h + "ln_1.bias", (C,)), "b"),
+                 ("attn.q_proj.weight", q, None), ("attn.q_proj.bias", bq, "b"),
+                 ("attn.k_proj.weight", k, None), ("attn.k_proj.bias", bk, "b"),
+                 ("attn.v_proj.weight", v, None), ("attn.v_proj.bias", bv, "b"),
+                 ("attn.out_proj.weight", get(h + "attn.c_proj.weight", (C, C)).t(), None),
+                 ("attn.out_proj.bias", get(h + "attn.c_proj.bias", (C,)), "b"),
+                 ("ln_2.weight", get(h + "ln_2.weight", (C,)), None),
+                 ("ln_2.bias", get(h + "ln_2.bias", (C,)), "b"),
+                 ("mlp.fc.weight", get(h + "mlp.c_fc.weight", (C, 4 * C)).t(), None),
+                 ("mlp.fc.bias", get(h + "mlp.c_fc.bias", (4 * C,)), "b"),
+                 ("mlp.out_proj.weight", get(h + "mlp.c_proj.weight", (4 * C, C)).t(), None),
+                 ("mlp.out_proj.bias", get(h + "mlp.c_proj.bias", (C,)), "b")]
+        for name, t, kind in pairs:
+            if kind is None or bias:
+                sd[o + name] = t.contiguous()
+    sd["ln_f.weight"] = get("ln_f.weight", (C,))
+    if bias:
+        sd["ln_f.bias"] = get("ln_f.bias", (C,))
+    if "lm_head.weight" in w and not torch.equal(w["lm_head.weight"].float(), sd["tok_emb.weight"]):
+        raise UserError(f"{folder}: lm_head.weight is not tied to wte, but tinygpt's LM head is the embedding")
+    sd["lm_head.weight"] = sd["tok_emb.weight"]
+    return sd
+
+
+def _all_biases_zero(w: dict[str, torch.Tensor]) -> bool:
+    return all(not t.any() for name, t in w.items() if name.endswith(".bias") and t.dim() == 1)
+
+
+def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"Hugging Face model folder not found: {folder}")
+    hf = read_hf_config(folder)
+    meta = hf.get("tinygpt") if isinstance(hf.get("tinygpt"), dict) else {}
+    weights = read_hf_weights(folder)
+    if hf.get("activation_function", "gelu_new") != "gelu":
+        print(f"note: {folder} uses GPT-2's tanh-approximated GELU ({hf.get('activation_function')!r}); tinygpt's "
+              f"MLP uses the exact one, so logits differ slightly from transformers' (fine-tuning absorbs it)",
+              file=sys.stderr)
+    # our own export of a bias-free model comes back bias-free (exactly the same computation)
+    orig = meta.get("config", {}).get("model", {}) if isinstance(meta.get("config"), dict) else {}
+    bias = not (orig.get("bias") is False and _all_biases_zero(weights))
+    dropout = hf.get("resid_pdrop", 0.0)
+    cfg = ModelConfig(block_size=hf["n_positions"], n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
+                      dropout=dropout if 0 <= dropout < 1 else 0.0, bias=bias, causal=True, vocab_size=hf["vocab_size"])
+    if cfg.n_embd % cfg.n_head:
+        raise UserError(f"{folder / 'config.json'}: n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}")
+    model = GPT(cfg)
+    model.load_state_dict(_hf_to_tinygpt(hf, weights, folder, bias))
+    return model.eval(), hf
+
+
+def load_hf_gpt2(folder: str | Path) -> GPT:
+    """A local GPT-2 folder (config.json + model.safetensors or pytorch_model.bin) -> our GPT, eval mode."""
+    return _read_hf(folder)[0]
+
+
+def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> Path:
+    """Write a tinygpt run (ckpt.pt, config.yaml) from a GPT-2 folder; returns the checkpoint path."""
+    folder, out_dir = Path(folder), Path(out_dir)
+    refuse_overwrite(out_dir, RUN_FILES, force)  # what a run directory holds
+    model, hf = _read_hf(folder)
+    m = model.config
+    meta = hf.get("tinygpt") if isinstance(hf.get("tinygpt"), dict) else {}
+    tok = meta.get("tokenizer")
+    if isinstance(tok, dict) and tok.get("vocab_size") == m.vocab_size and isinstance(meta.get("config"), dict):
+        raw = {s: dict(v) for s, v in meta["config"].items() if isinstance(v, dict)}  # our own export
+    elif m.vocab_size == GPT2_VOCAB:
+        # not instantiated here (tiktoken may be offline); sample.py builds it from this dict
+        tok = {"kind": "tiktoken", "vocab_size": GPT2_VOCAB, "encoding": "gpt2"}
+        raw = {"data": {"tokenizer": "gpt2", "compact_vocab": False}}
+    else:
+        raise UserError(f"{folder}: vocab_size={m.vocab_size} is not GPT-2's {GPT2_VOCAB} tokens and config.json "
+                        f"records no tinygpt tokenizer, so the token ids cannot be decoded")
+    raw["model"] = config_to_dict(Config(model=m))["model"]  # vocab_size included: a saved config
+    raw.setdefault("train", {})["out_dir"] = str(out_dir)
+    cfg = config_from_dict(raw, str(folder / "config.json"))
+    state = {"config": config_to_dict(cfg), "tokenizer": tok, "model": model.state_dict(), "step": 0,
+             "best_val_loss": float("inf"), "elapsed_s": 0.0}
+    save_checkpoint(out_dir / "ckpt.pt", state)
+    write_config(out_dir, cfg)
+    return out_dir / "ckpt.pt"

@@ -1,0 +1,74 @@
+"""Loss plots: a run's loss.png, and the val-loss curves of several runs (sweep.py, compare.py).
+
+    from tinygpt.plots import plot_run
+    plot_run("out/stories")   # -> out/stories/loss.png, or None when matplotlib is not installed
+
+matplotlib is optional: without it the plot functions return None and the tables still come out.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Sequence
+
+from tinygpt.checkpoint import atomic_write
+from tinygpt.runs import read_metrics
+
+MATPLOTLIB_NOTE = "matplotlib is not installed: no {name} (pip install matplotlib); the tables are complete"
+
+# ---- plots (matplotlib optional) ----
+
+
+def _new_figure():
+    """A matplotlib Figure without pyplot (no GUI backend, no global state), or None."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    return Figure(figsize=(7, 4.5), dpi=100, layout="tight")
+
+
+def _save(fig, path: Path) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    atomic_write(path, lambda f: f.write(buf.getvalue()))
+    return path
+
+
+def plot_val_loss(rows: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
+    """Val loss vs step, one line per run (rows from summarize_run) -> path, or None without matplotlib."""
+    fig = _new_figure()
+    if fig is None:
+        return None
+    ax = fig.subplots()
+    for r in rows:
+        evals = [m for m in r.get("metrics", []) if m.get("val_loss") is not None]
+        if evals:
+            ax.plot([m["step"] for m in evals], [m["val_loss"] for m in evals], marker=".", label=r["run"])
+    ax.set(xlabel="step", ylabel="val loss", title="validation loss")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize="small")
+    return _save(fig, Path(path))
+
+
+def plot_run(run_dir: str | Path) -> Path | None:
+    """Train and val loss vs step from run_dir/metrics.csv -> run_dir/loss.png; None (nothing
+    written) when matplotlib is missing or there are no metrics yet."""
+    run_dir = Path(run_dir)
+    metrics = read_metrics(run_dir)
+    fig = _new_figure() if metrics else None
+    if fig is None:
+        return None
+    logs = [m for m in metrics if m.get("tokens_per_s") is not None and m.get("train_loss") is not None]
+    evals = [m for m in metrics if m.get("val_loss") is not None]
+    ax = fig.subplots()
+    if logs:  # the running mean over each log interval, in training mode
+        ax.plot([m["step"] for m in logs], [m["train_loss"] for m in logs], label="train", alpha=0.8)
+    else:  # no log rows (log_interval > max_iters): the eval estimates
+        ax.plot([m["step"] for m in evals], [m["train_loss"] for m in evals], marker=".", label="train (eval)")
+    ax.plot([m["step"] for m in evals], [m["val_loss"] for m in evals], marker="o", label="val")
+    ax.set(xlabel="step", ylabel="loss (nats/token)", title=f"{run_dir.name or run_dir}: loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, run_dir / "loss.png")

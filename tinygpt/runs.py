@@ -1,0 +1,126 @@
+"""The run directory: what a training run writes into `train.out_dir`, and every reader of it.
+
+    config.yaml   the resolved config (model.vocab_size included)
+    ckpt.pt       the latest state, enough to resume exactly        (tinygpt/checkpoint.py)
+    best.pt       the weights with the lowest val loss (sample.py's choice)
+    metrics.csv   one row per log step and per eval (METRICS)
+    loss.png      train and val loss curves                          (tinygpt/plots.py)
+
+train.py writes them; sweep.py, compare.py, plots and export read them through this module only.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model import GPT, ModelConfig
+from tinygpt.checkpoint import atomic_write_text
+from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
+from tinygpt.errors import UserError
+
+METRICS = ["step", "train_loss", "val_loss", "lr", "tokens_per_s", "mfu", "elapsed_s"]
+CHECKPOINTS = ("ckpt.pt", "best.pt")
+RUN_FILES = ("config.yaml", *CHECKPOINTS, "metrics.csv", "loss.png")
+
+# ---- starting or resuming ----
+
+
+def check_run_dir(out_dir: Path, resume: bool) -> None:
+    """Refuse what would mix two runs: a new run into a folder holding a run's checkpoints, or a
+    resume with nothing to resume from. A folder whose run died before its first checkpoint holds
+    only config.yaml and metrics.csv: it may be started again (they are rewritten)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"train.out_dir={str(out_dir)!r} is a file, not a directory")
+    if resume:
+        if not (out_dir / "ckpt.pt").is_file():
+            raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; drop --resume to start a new run")
+    elif any((out_dir / f).exists() for f in CHECKPOINTS):
+        raise UserError(f"train.out_dir={str(out_dir)!r} already holds a run; continue it with --resume, "
+                        f"or choose another: --set train.out_dir=out/new_run")
+
+
+def write_config(out_dir: Path, cfg: Config) -> None:
+    atomic_write_text(out_dir / "config.yaml", config_to_yaml(cfg))
+
+
+def read_config(run_dir: str | Path) -> Config:
+    """A run's config.yaml (the resolved config, with model.vocab_size) -> Config."""
+    run_dir = Path(run_dir)
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory: it has no config.yaml (train into it first)")
+    return config_from_dict(read_yaml(path), str(path))
+
+
+# ---- metrics.csv ----
+
+
+def write_metrics(out_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """Rewrite metrics.csv with `rows` (dicts keyed by METRICS; missing keys stay empty)."""
+    lines = [",".join(METRICS)] + [",".join(str(r.get(k, "")) for k in METRICS) for r in rows]
+    atomic_write_text(out_dir / "metrics.csv", "\n".join(lines) + "\n")
+
+
+def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, Any]]:
+    """metrics.csv -> rows of floats (None where a column is empty: log rows have no val_loss,
+    eval rows no tokens_per_s), or with as_text the rows as written (what write_metrics takes,
+    for a resumed run); [] when the file is missing. A damaged file is a UserError."""
+    path = Path(run_dir) / "metrics.csv"
+    if not path.is_file():
+        return []
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or "step" not in reader.fieldnames:
+                raise ValueError("it has no step column")
+            texts, rows = [], []
+            for raw in reader:
+                text = {k: v or "" for k, v in raw.items() if k in METRICS}
+                row = {k: float(v) if v else None for k, v in text.items()}
+                if row.get("step") is None or not math.isfinite(row["step"]):
+                    raise ValueError("a row has no step")
+                texts.append(text)
+                rows.append(row)
+    except (ValueError, UnicodeDecodeError, csv.Error) as e:
+        raise UserError(f"{path} is damaged or not a tinygpt metrics file ({e})") from None
+    return texts if as_text else rows
+
+
+# ---- summaries (sweep.py, compare.py) ----
+
+
+def count_params(cfg: ModelConfig) -> int | None:
+    """Parameters of GPT(cfg), built on the meta device (no memory, no init); None without a vocab."""
+    if cfg.vocab_size <= 0:
+        return None
+    with torch.device("meta"):
+        return GPT(cfg).num_params()
+
+
+def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, Any]:
+    """One results row for a run directory, plus its metrics and flat config for plots and columns."""
+    run_dir = Path(run_dir)
+    cfg = read_config(run_dir)
+    metrics = read_metrics(run_dir)
+    val = [r["val_loss"] for r in metrics if r.get("val_loss") is not None]
+    train = [r["train_loss"] for r in metrics if r.get("train_loss") is not None]
+    tok_s = [r["tokens_per_s"] for r in metrics if r.get("tokens_per_s") is not None]
+    elapsed = [r["elapsed_s"] for r in metrics if r.get("elapsed_s") is not None]
+    last_step = int(metrics[-1]["step"]) if metrics else 0
+    status = "done" if metrics and last_step >= cfg.train.max_iters else f"step {last_step}/{cfg.train.max_iters}"
+    return {
+        "run": label if label is not None else str(run_dir),
+        "params": count_params(cfg.model),
+        "status": status,
+        "best_val_loss": min(val) if val else None,
+        "final_train_loss": train[-1] if train else None,  # the last row: the final eval's estimate
+        "tokens_per_s": statistics.median(tok_s) if tok_s else None,
+        "wall_s": max(elapsed) if elapsed else None,  # train.py's elapsed_s carries over a resume
+        "config": flat_config(cfg),
+        "metrics": metrics,
+    }

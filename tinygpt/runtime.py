@@ -1,0 +1,228 @@
+"""The runtime: where and how the maths runs. Device, dtype and autocast, processes (DDP), signals,
+CPU threads, and the peak FLOP/s that MFU divides by.
+
+train.py, sample.py, probe.py and bench.py all set up through here, so a choice such as "bfloat16
+where the hardware computes it natively" is made in one place.
+
+MFU (model FLOPs utilisation) = FLOPs the model needs per second at the measured speed / FLOPs the
+hardware can do per second. On a known GPU the denominator is the chip's nominal dense peak for the
+dtype; on a CPU, which has no single published figure, it is measured: the speed of a matmul in the
+same dtype, in the same process.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import signal
+import statistics
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from tinygpt.errors import UserError
+
+DEVICES = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+LOW_PRECISION = ("bfloat16", "float16")
+
+# ---- device and dtype ----
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda, then mps, then cpu; an unknown or unavailable device is a UserError."""
+    if not DEVICES.match(name):
+        raise UserError(f"device {name!r} must be auto, cpu, cuda, cuda:N or mps")
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} was asked for but CUDA is not available here; use auto or cpu")
+    if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
+        raise UserError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise UserError("device 'mps' was asked for but MPS is not available here; use auto or cpu")
+    return torch.device(name)
+
+
+def cpu_has_native_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
+    """Does this CPU compute bfloat16 natively (x86 AVX-512 BF16 or AMX)? Read from the flags in
+    /proc/cpuinfo (Linux); elsewhere unknown, so False."""
+    try:
+        info = Path(cpuinfo).read_text(errors="replace")
+    except OSError:
+        return False
+    return re.search(r"\b(avx512_bf16|amx_bf16)\b", info) is not None
+
+
+def resolve_dtype(name: str, device: torch.device) -> str:
+    """train.dtype 'auto' -> 'bfloat16' on a CUDA GPU that supports it or a CPU that computes it
+    natively (there it is 2-4x faster than float32), else 'float32' (emulated bfloat16 is far
+    slower than float32). Any other name is checked against the device and returned."""
+    if name == "auto":
+        if device.type == "cuda":
+            return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+        return "bfloat16" if device.type == "cpu" and cpu_has_native_bf16() else "float32"
+    if name == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise UserError("train.dtype=bfloat16 is not supported by this GPU; use float16 or float32")
+    return name
+
+
+def autocast(dtype: str, device: torch.device):
+    """The context that runs the forward pass in `dtype` (weights stay float32): autocast for
+    bfloat16/float16, nothing for float32."""
+    if dtype == "float32":
+        return nullcontext()
+    return torch.autocast(device.type, dtype=getattr(torch, dtype))
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (timing needs it on a GPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ---- processes: one, or several under torchrun (DDP) ----
+
+
+class Distributed:
+    """One process, or one of several launched by torchrun (PyTorch DDP). The single-process run
+    goes through the same calls; they do nothing when world_size == 1."""
+
+    def __init__(self, rank: int, world_size: int, device: torch.device):
+        self.rank, self.world_size, self.device = rank, world_size, device
+        self.master = rank == 0  # the process that prepares data, prints and writes files
+
+    @classmethod
+    def from_env(cls, device: torch.device) -> "Distributed":
+        if "RANK" not in os.environ:  # not launched by torchrun
+            return cls(0, 1, device)
+        import torch.distributed as tdist
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        if device.type == "cuda":
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+        tdist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        return cls(tdist.get_rank(), tdist.get_world_size(), device)
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """DDP averages the gradients across processes during backward."""
+        if self.world_size == 1:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+        return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            torch.distributed.barrier()
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        """The mean of x over processes (for logging the loss)."""
+        if self.world_size > 1:
+            x = x.clone()
+            torch.distributed.all_reduce(x)
+            x /= self.world_size
+        return x
+
+    def any(self, flag: bool) -> bool:
+        """True if flag is true on any process, so that all stop together (a host sync under DDP:
+        call it at log and eval steps only)."""
+        if self.world_size == 1:
+            return flag
+        x = torch.tensor([float(flag)], device=self.device)
+        torch.distributed.all_reduce(x)
+        return bool(x.item())
+
+    def close(self) -> None:
+        if self.world_size > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+# ---- signals ----
+
+
+class StopFlag:
+    """Turns SIGINT/SIGTERM into a flag the training loop checks between steps (it then saves and
+    exits); a second signal stops at once (KeyboardInterrupt)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum is not None:  # a second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def restore(self) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+
+# ---- peak FLOP/s for MFU ----
+
+# nominal dense peaks in TFLOP/s: (bfloat16/float16 tensor cores, TF32 tensor cores, plain float32).
+# Matched against torch.cuda.get_device_name as whole words, most specific first ("L40S" before
+# "L40" before "L4"; "H100 PCIe" before "H100").
+GPU_PEAKS = {
+    "H200": (989.0, 494.7, 66.9), "H100 PCIe": (756.0, 378.0, 51.2), "H100": (989.0, 494.7, 66.9),
+    "A100": (312.0, 156.0, 19.5), "L40S": (362.1, 183.0, 91.6), "L40": (181.0, 90.5, 90.5),
+    "L4": (121.0, 60.0, 30.3), "A10": (125.0, 62.5, 31.2), "RTX 4090": (165.2, 82.6, 82.6),
+    "RTX 3090": (71.0, 35.6, 35.6),
+}
+
+
+def gpu_peak(name: str, dtype: str, tf32: bool) -> tuple[float, str] | None:
+    """(FLOP/s, source) for a GPU named `name` (as CUDA reports it), or None if it is not known."""
+    for key, (low, tf32_peak, fp32) in GPU_PEAKS.items():
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name):
+            if dtype in LOW_PRECISION:
+                return low * 1e12, f"nominal {key} {dtype}"
+            return (tf32_peak * 1e12, f"nominal {key} TF32") if tf32 else (fp32 * 1e12, f"nominal {key} float32")
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def measured_matmul_peak(dtype: torch.dtype, device: torch.device, budget_s: float = 0.5) -> tuple[float, int]:
+    """(FLOP/s, n) of the largest n x n matmul (n = 256, 512, ... 2048) this device does within
+    the time budget, median of 3 repeats; measured once per process. A dtype the hardware only
+    emulates (bfloat16 on most older CPUs) is 100x slower, so the budget stops it at a small n
+    instead of spending a minute. Its own generator: the global random stream is untouched."""
+    gen = torch.Generator().manual_seed(0)
+    best, best_n, spent, n = 0.0, 0, 0.0, 256
+    while n <= 2048:
+        a = torch.randn(n, n, generator=gen).to(device, dtype)
+        b = torch.randn(n, n, generator=gen).to(device, dtype)
+        times = []
+        for _ in range(4):
+            sync(device)
+            t0 = time.perf_counter()
+            a @ b
+            sync(device)
+            times.append(time.perf_counter() - t0)
+        spent += sum(times)
+        flops = 2 * n ** 3 / statistics.median(times[1:])  # the first run warms up
+        if flops > best:
+            best, best_n = flops, n
+        if spent > budget_s or 8 * statistics.median(times[1:]) * 4 > budget_s:
+            break  # the next size costs 8x as much
+        n *= 2
+    return best, best_n
+
+
+def tf32_enabled() -> bool:
+    return torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+
+
+def peak_flops(dtype: str, device: torch.device, budget_s: float = 0.5) -> tuple[float, str]:
+    """(FLOP/s, where the figure comes from) for MFU: nominal on a known GPU, else measured."""
+    if device.type == "cuda":
+        known = gpu_peak(torch.cuda.get_device_name(device), dtype, tf32_enabled())
+        if known is not None:
+            return known
+    flops, n = measured_matmul_peak(getattr(torch, dtype), device, budget_s)
+    return flops, f"measured {n}^2 {dtype} matmul"

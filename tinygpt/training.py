@@ -1,0 +1,81 @@
+"""The pieces of training that train.py's loop and bench.py share, so that a benchmark times
+exactly the step that trains: the learning-rate schedule, the optimizer, one optimizer step, and
+the loss estimate."""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from typing import Callable
+
+import numpy as np
+import torch
+
+from data.prepare import get_batch
+from model import GPT, cross_entropy
+from tinygpt.config import TrainConfig
+from tinygpt.runtime import Distributed
+
+
+def lr_at(step: int, t: TrainConfig) -> float:
+    """Linear warmup to t.lr, then cosine decay to t.min_lr at t.max_iters."""
+    if step < t.warmup_iters:
+        return t.lr * (step + 1) / (t.warmup_iters + 1)
+    progress = (step - t.warmup_iters) / max(1, t.max_iters - t.warmup_iters)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))  # 1 -> 0
+    return t.min_lr + coeff * (t.lr - t.min_lr)
+
+
+def make_optimizer(model: GPT, t: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on 2-D weights (matmuls, embeddings) only, not on biases or norms."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": t.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    fused = device.type in ("cuda", "cpu")  # one kernel for all parameters instead of a loop
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=fused)
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+               autocast, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], grad_accum: int,
+               grad_clip: float, lr: float) -> torch.Tensor:
+    """One optimizer step over grad_accum micro-batches from next_batch(); returns the mean loss
+    as a device tensor (reading it would sync with the device, so the caller decides when)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    total = torch.zeros((), device=next(model.parameters()).device)
+    for micro in range(grad_accum):
+        x, y = next_batch()  # (B, T), (B, T)
+        # under DDP, average gradients across processes only on the last micro-step
+        no_sync = getattr(model, "no_sync", None)
+        with no_sync() if no_sync is not None and micro < grad_accum - 1 else nullcontext():
+            with autocast:
+                loss = cross_entropy(model(x), y)
+            # the gradients of grad_accum micro-batches add up; dividing each loss by grad_accum
+            # makes their sum the gradient of the mean loss, as if it were one big batch
+            scaler.scale(loss / grad_accum).backward()
+        total += loss.detach() / grad_accum
+    if grad_clip > 0:
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return total
+
+
+@torch.no_grad()
+def estimate_loss(model: torch.nn.Module, splits: dict[str, np.ndarray], batch_size: int, block_size: int,
+                  eval_iters: int, seed: int, device: torch.device, autocast, dist: Distributed) -> dict[str, float]:
+    """Mean loss over eval_iters batches per split, on the same batches every time (own generator);
+    under DDP each process takes its slice of each batch and the means are averaged."""
+    model.eval()
+    out = {}
+    for split, data in splits.items():
+        gen = torch.Generator().manual_seed(seed + 1)
+        losses = torch.zeros(eval_iters, device=device)
+        for i in range(eval_iters):
+            x, y = get_batch(data, batch_size, block_size, gen, device, dist.rank, dist.world_size)
+            with autocast:
+                losses[i] = cross_entropy(model(x), y)
+        out[split] = dist.mean(losses.mean()).item()
+    model.train()
+    return out
