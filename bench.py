@@ -14,8 +14,11 @@ import json
 import platform
 import resource
 import statistics
+import subprocess
+import sys
 import time
-from typing import Callable, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -23,7 +26,7 @@ from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
 from tinygpt.config import Config, load_config
 from tinygpt.errors import ArgParser, UserError, run_cli
-from tinygpt.runtime import autocast, peak_flops, resolve_device, sync
+from tinygpt.runtime import ThreadPolicy, autocast, following_free_cores, peak_flops, resolve_device, sync
 from tinygpt.training import make_optimizer, train_step
 
 
@@ -132,6 +135,66 @@ def bench_attention(cfg: Config, dtypes: list[str], device: torch.device, reps: 
     return out
 
 
+BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+@contextmanager
+def busy_process(seconds: float = 120.0) -> Iterator[None]:
+    """One competing busy process beside the benchmark (a Python spin loop, like a busy browser tab),
+    stopped on exit and ending by itself after `seconds` whatever happens to us."""
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(seconds=seconds)])
+    time.sleep(0.3)  # let it get going
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device, n_tokens: int = 200,
+                     steps: int = 8, reps: int = 3) -> dict[str, dict[str, float]]:
+    """Greedy decoding (gcfg, KV cache) and training (cfg) tokens/s, idle and beside one busy process,
+    with torch's default threads (one per core) and with the thread policy (runtime.ThreadPolicy:
+    the cores the other processes leave free). Medians of `reps` alternated rounds."""
+    torch.manual_seed(0)
+    model = GPT(gcfg).to(device).eval()
+    idx = torch.zeros(1, 1, dtype=torch.long, device=device)
+    trainer = TrainBench(cfg, data, "float32", device, compile=False)
+    tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum * cfg.model.block_size
+    default_threads = torch.get_num_threads()
+
+    def decode(policy: ThreadPolicy | None) -> float:
+        steps_ = following_free_cores(generate(model, idx, n_tokens, temperature=0), policy)
+        return n_tokens / timed(lambda: [int(t) for t in steps_], device)
+
+    def train(policy: ThreadPolicy | None) -> float:
+        def run() -> None:
+            for _ in range(steps):
+                if policy is not None:
+                    policy.update()
+                trainer.step().item()
+        return steps * tokens_per_step / timed(run, device)
+
+    results: dict[str, list[float]] = {}
+    trainer.step()  # warm-up
+    for _ in range(reps):
+        for load in ("idle", "loaded"):
+            with busy_process() if load == "loaded" else nullcontext():
+                for mode in ("default threads", "policy"):
+                    torch.set_num_threads(default_threads)
+                    policy = ThreadPolicy() if mode == "policy" else None
+                    results.setdefault(f"decode|{mode}|{load}", []).append(decode(policy))
+                    results.setdefault(f"train|{mode}|{load}", []).append(train(policy))
+    torch.set_num_threads(default_threads)
+    out: dict[str, dict[str, float]] = {}
+    for key, values in results.items():
+        work, mode, load = key.split("|")
+        out.setdefault(f"{work}|{mode}", {})[load] = statistics.median(values)
+    for r in out.values():
+        r["loaded_over_idle"] = r["loaded"] / r["idle"]
+    return out
+
+
 def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated() / 2**20
@@ -153,6 +216,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--gen-block", type=int, default=512)
     p.add_argument("--attention", action="store_true",
                    help="also time one layer's attention, SDPA vs two matmuls, at the config's shape")
+    p.add_argument("--under-load", action="store_true",
+                   help="also measure decoding and training idle and beside one busy process, with torch's "
+                        "default threads and with the thread policy")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
@@ -204,6 +270,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
         res["generate"] = g
         print(f"generation {g['model']}, {g['n_tokens']} tokens: KV cache {g['cached_tokens_per_s']:,.0f} tok/s, "
               f"no cache {g['uncached_tokens_per_s']:,.0f} tok/s, {g['speedup']:.1f}x, same text: {g['same_text']}")
+    if args.under_load:
+        gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
+                           n_embd=args.gen_embd, vocab_size=m.vocab_size)
+        res["under_load"] = bench_under_load(cfg, data, gcfg, device)
+        print(f"under load: one busy process beside us; decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd} "
+              f"(KV cache), training {res['model']}, float32; tokens/s, medians of 3 alternated rounds")
+        print(f"{'':<26}{'idle':>10}{'loaded':>10}{'loaded/idle':>13}")
+        for key, r in res["under_load"].items():
+            work, mode = key.split("|")
+            print(f"{work + ', ' + mode:<26}{r['idle']:>10,.0f}{r['loaded']:>10,.0f}{r['loaded_over_idle']:>12.0%}")
     res["peak_memory_mb"] = peak_memory_mb(device)
     print(f"peak memory: {res['peak_memory_mb']:,.0f} MB")
     print(json.dumps(res))

@@ -32,7 +32,7 @@ from model import GPT, Step, generate_steps, next_token_probs
 from tinygpt import attention_view
 from tinygpt.checkpoint import load_model
 from tinygpt.errors import ArgParser, UserError, run_cli
-from tinygpt.runtime import resolve_device
+from tinygpt.runtime import ThreadPolicy, following_free_cores, resolve_device
 
 TOP_N = 5  # candidates shown per step by --show-steps
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
@@ -52,6 +52,8 @@ def build_parser() -> ArgParser:
     p.add_argument("--seed", type=int, default=1337, help="random seed for sampling")
     p.add_argument("--no-kv-cache", action="store_true", help="recompute the whole context every step")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads: 0 (default) = the cores other processes leave free, re-checked as it runs")
     p.add_argument("--force", action="store_true", help="sample even from a model trained without the causal mask")
     view = p.add_argument_group("seeing inside (tables on stdout)")
     view.add_argument("--show-steps", action="store_true",
@@ -82,6 +84,8 @@ def check_args(args) -> None:
         raise UserError(f"--top-k={args.top_k} must be >= 1")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise UserError(f"--top-p={args.top_p} must be in (0, 1]")
+    if args.threads < 0:
+        raise UserError(f"--threads={args.threads} must be >= 0 (0 = the free cores)")
     if args.num_samples < 1:
         raise UserError(f"--num-samples={args.num_samples} must be >= 1")
     if args.attention_last is not None and args.attention_last < 1:
@@ -194,6 +198,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     ids = encode_prompt(tokenizer, prompt)
     idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
     gen = torch.Generator(device=device).manual_seed(args.seed)
+    threads = ThreadPolicy(fixed=args.threads) if device.type == "cpu" else None
     if args.show_attention and args.attention_of == "prompt":
         show_attention(model, tokenizer, ids, args, out, "the prompt", "attention")
         out.write("\n")
@@ -201,8 +206,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     for i in range(args.num_samples):
         if i:
             out.write("\n---------------\n")
-        steps = generate_steps(model, idx, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
-                               use_cache=not args.no_kv_cache, generator=gen)
+        steps = following_free_cores(generate_steps(model, idx, args.max_new_tokens, args.temperature, args.top_k,
+                                                    args.top_p, use_cache=not args.no_kv_cache, generator=gen), threads)
         new_ids = []
         if args.show_steps:  # the table replaces the streamed text; the text follows it whole
             out.write(steps_header(args, label_width(tokenizer)))

@@ -1,7 +1,7 @@
 """Train every combination of a grid of config values, then tabulate and plot them side by side.
 
     python sweep.py CONFIG.yaml --grid model.n_head=1,2,4,8 model.n_embd=64,128
-                    [--set KEY=VALUE ...] [--out DIR] [--quiet]
+                    [--set KEY=VALUE ...] [--seeds N] [--probe] [--out DIR] [--quiet]
 
 Each combination is checked like a `--set` (values are YAML scalars); an impossible one (say
 n_embd=64 with n_head=3) is skipped with a note. Each valid one trains into its own run directory
@@ -9,8 +9,16 @@ under the sweep folder (default out/sweeps/<config stem>), named after its value
 `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at max_iters),
 resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
 checkpoint; a run directory trained with other settings (say, another --set) is reported, not
-reused. At the end it prints the table and writes results.md, results.csv and val_loss.png
-(with matplotlib) into the sweep folder: the same report as compare.py.
+reused. At the end it prints the table and writes results.md, results.csv, summary.csv and
+val_loss.png (with matplotlib) into the sweep folder: the same report as compare.py.
+
+One run per setting says little: runs differ from seed to seed. `--seeds N` trains every setting
+with N seeds (a `train.seed` grid key: seed=1337, seed=1338, ...), and the report then gives, per
+setting, every metric's mean, standard deviation and 95% interval over the seeds, says which
+settings differ beyond their intervals, and plots the mean val-loss curves with a band. `--probe`
+adds the coreference probe (tinygpt/coreference.py) to every run trained on `stories`: the shares of
+references resolved to the antecedent, the distractor or neither, and the best heads' attention
+ratios; it is saved as probe.json in the run directory, so a rerun does not probe again.
 
 Each run is `python train.py ...` in a subprocess, not train.main() in this process: a crash, an
 out-of-memory kill or a user error in one run is reported and the sweep goes on with the next;
@@ -33,19 +41,23 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from tinygpt.checkpoint import load_checkpoint
+import torch
+
+from tinygpt.checkpoint import load_checkpoint, load_model
 from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
+from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
-from tinygpt.report import write_report
-from tinygpt.runs import summarize_run
+from tinygpt.report import SEED, write_report
+from tinygpt.runs import read_probe, summarize_run, write_probe
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
 MAX_NAME = 120
 # a rerun may change these and still reuse a run: the step count decides skip or resume, the rest
 # does not change what is computed
-REUSABLE_ACROSS = {"train.out_dir", "train.max_iters", "train.device", "train.compile", "model.vocab_size"}
+REUSABLE_ACROSS = {"train.out_dir", "train.max_iters", "train.device", "train.compile", "train.threads", "train.plot",
+                   "model.vocab_size"}
 
 # ---- the grid ----
 
@@ -158,86 +170,128 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
     return "train", "training"
 
 
+# ---- the probe (--probe) ----
+
+
+def probe_run(run_dir: Path, n_stories: int) -> dict:
+    """The coreference probe of a finished run (its best.pt), saved as probe.json beside it."""
+    model, cfg, tokenizer, _ = load_model(run_dir)
+    seed = cfg.data.stories_seed + HELD_OUT_OFFSET  # the same held-out stories for every run
+    result = probe(model, tokenizer, n_stories, seed, torch.device("cpu"))
+    result["checkpoint_mtime_ns"] = (run_dir / "best.pt").stat().st_mtime_ns  # which weights it measured
+    write_probe(run_dir, result)
+    return result
+
+
 # ---- main ----
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    """Train the grid's valid combinations (skipping finished runs), then report; see the module doc."""
+def parse_args(argv: Sequence[str] | None):
     p = ArgParser(prog="sweep.py", description="Train every combination of a grid of config values.")
     p.add_argument("config", help="YAML config, e.g. configs/stories.yaml")
     p.add_argument("--grid", nargs="+", action="extend", required=True, metavar="KEY=V1,V2",
                    help="values to combine, e.g. --grid model.n_head=1,2,4 model.n_embd=64,128")
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="overrides shared by every run, e.g. --set train.max_iters=500")
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="train every setting with N seeds (train.seed, train.seed+1, ...) and report the mean, "
+                        "spread and 95%% interval of each metric over them")
+    p.add_argument("--probe", action="store_true",
+                   help="also run the coreference probe on every run (models trained on stories)")
+    p.add_argument("--probe-stories", type=int, default=100, metavar="N", help="held-out stories the probe uses")
     p.add_argument("--out", type=Path, default=None, help="sweep folder (default: out/sweeps/<config stem>)")
     p.add_argument("--quiet", action="store_true", help="no progress bars from the runs")
     args = p.parse_args(argv)
+    if args.seeds < 1:
+        raise UserError(f"--seeds={args.seeds} must be >= 1")
+    if args.probe_stories < 1:
+        raise UserError(f"--probe-stories={args.probe_stories} must be >= 1")
+    return args
 
-    grid = parse_grid(args.grid)
-    check_keys(args.config, grid, args.set)
-    out = args.out if args.out is not None else Path("out/sweeps") / Path(args.config).stem
+
+def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[tuple]:
+    """Every combination checked like a --set, before any training: (name, varied, run_dir,
+    overrides, cfg) for the valid ones; the others are skipped with a note."""
     keys = list(grid)
     combos = list(itertools.product(*grid.values()))
-    names = run_names(keys, combos)
-
-    # ---- validate every combination before any training ----
     plan = []
-    for name, combo in zip(names, combos):
+    for name, combo in zip(run_names(keys, combos), combos):
         run_dir = out / name
         # json.dumps quotes the path as a YAML string, whatever characters it holds
-        overrides = [*args.set, *(f"{k}={v}" for k, v in zip(keys, combo)),
-                     f"train.out_dir={json.dumps(str(run_dir))}"]
+        overrides = [*args.set, *(f"{k}={v}" for k, v in zip(keys, combo)), f"train.out_dir={json.dumps(str(run_dir))}"]
         try:
             cfg = load_config(args.config, overrides)
         except UserError as e:
             print(f"skip {name}: {e}")
             continue
-        plan.append((name, combo, run_dir, overrides, cfg))
+        if args.probe and cfg.data.dataset != "stories":
+            raise UserError(f"--probe measures coreference in the stories corpus, but {name} trains on "
+                            f"data.dataset={cfg.data.dataset!r}; drop --probe or use data.dataset=stories")
+        plan.append((name, dict(zip(keys, combo)), run_dir, overrides, cfg))
     if not plan:
         raise UserError(f"no valid combination in --grid {' '.join(args.grid)} (see the notes above)")
     print(f"sweep: {len(plan)} run(s) of {len(combos)} combination(s) into {out}")
+    return plan
 
-    # ---- train (or skip, or resume) each run ----
-    rows, failed = [], []
-    for i, (name, combo, run_dir, overrides, cfg) in enumerate(plan, 1):
-        tag = f"[{i}/{len(plan)}] {name}"
-        action, why = existing_run(run_dir, cfg)
-        print(f"{tag}: {why}")
-        varied = dict(zip(keys, combo))
-        if action == "refuse":
-            failed.append(name)
-            rows.append({"run": name, **varied, "status": "failed (not reusable)"})
-            continue
-        if action == "skip":
-            rows.append({**summarize_run(run_dir, name), **varied})
-            continue
+
+def train_one(args, tag: str, name: str, varied: dict, run_dir: Path, overrides: list[str], cfg: Config,
+              rows: list[dict], keys: list[str], out: Path) -> bool:
+    """Train (or skip, or resume) one run, probe it if asked, and append its row; False if it failed."""
+    action, why = existing_run(run_dir, cfg)
+    print(f"{tag}: {why}")
+    if action == "refuse":
+        rows.append({"run": name, **varied, "status": "failed (not reusable)"})
+        return False
+    rc = 0
+    if action != "skip":
         cmd = [sys.executable, str(TRAIN_PY), args.config, "--set", *overrides]
         cmd += ["--resume"] * (action == "resume") + ["--quiet"] * args.quiet
         t0 = time.perf_counter()
         rc, signum = run_training(cmd)
-        if (run_dir / "config.yaml").is_file():
-            row = {**summarize_run(run_dir, name), **varied}
-        else:
-            row = {"run": name, **varied, "status": ""}
         if signum is not None:
-            rows.append(row)
+            rows.append(summarize_run(run_dir, name) if (run_dir / "config.yaml").is_file() else {"run": name})
+            rows[-1].update(varied)
             write_report(rows, keys, out, title=f"Sweep of {args.config} (interrupted)")
-            print(f"{tag}: interrupted; rerun the same command to resume the sweep "
-                  f"(results so far: {out / 'results.md'})")
+            print(f"{tag}: interrupted; rerun the same command to resume the sweep (results so far: "
+                  f"{out / 'results.md'})")
             sys.exit(128 + signum)
-        if rc != 0:
-            failed.append(name)
-            row["status"] = f"failed (exit {rc})" + (f", {row['status']}" if row["status"] else "")
-            print(f"{tag}: failed with exit code {rc} (its error is above); going on with the next run")
-        else:
-            print(f"{tag}: done in {time.perf_counter() - t0:.1f} s")
-        rows.append(row)
+        print(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else
+                            f"failed with exit code {rc} (its error is above); going on with the next run"))
+    if rc == 0 and args.probe and read_probe(run_dir) is None:
+        result = probe_run(run_dir, args.probe_stories)
+        b = result["behaviour"]
+        print(f"{tag}: probe: antecedent {b['antecedent']}, distractor {b['distractor']}, other {b['other']} "
+              f"of {result['references']} references")
+    row = summarize_run(run_dir, name) if (run_dir / "config.yaml").is_file() else {"run": name, "status": ""}
+    if rc != 0:
+        row["status"] = f"failed (exit {rc})" + (f", {row['status']}" if row["status"] else "")
+    rows.append({**row, **varied})
+    return rc == 0
 
-    # ---- report ----
-    table, png = write_report(rows, keys, out, title=f"Sweep of {args.config} over {', '.join(keys)}")
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Train the grid's valid combinations (skipping finished runs), then report; see the module doc."""
+    args = parse_args(argv)
+    grid = parse_grid(args.grid)
+    check_keys(args.config, grid, args.set)
+    if args.seeds > 1:
+        if SEED in grid:
+            raise UserError("--seeds and --grid train.seed both choose the seeds: use one of them")
+        first = load_config(args.config, args.set).train.seed
+        grid[SEED] = [str(first + i) for i in range(args.seeds)]
+    out = args.out if args.out is not None else Path("out/sweeps") / Path(args.config).stem
+    keys = list(grid)
+    plan = make_plan(args, grid, out)
+
+    rows: list[dict] = []
+    failed = [name for i, (name, varied, run_dir, overrides, cfg) in enumerate(plan, 1)
+              if not train_one(args, f"[{i}/{len(plan)}] {name}", name, varied, run_dir, overrides, cfg, rows,
+                               keys, out)]
+
+    text, png = write_report(rows, keys, out, title=f"Sweep of {args.config} over {', '.join(keys)}")
     print()
-    print(table, end="")
-    print(f"wrote {out / 'results.md'}, {out / 'results.csv'}" + (f", {png}" if png else ""))
+    print(text, end="")
+    print(f"wrote {out / 'results.md'}, {out / 'results.csv'}, {out / 'summary.csv'}" + (f", {png}" if png else ""))
     if png is None:
         print(MATPLOTLIB_NOTE.format(name="val_loss.png"))
     if failed:

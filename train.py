@@ -28,7 +28,7 @@ from tinygpt.config import Config, config_to_dict, load_config
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, write_config, write_metrics
-from tinygpt.runtime import Distributed, StopFlag, autocast, peak_flops, resolve_device, resolve_dtype
+from tinygpt.runtime import Distributed, StopFlag, ThreadPolicy, autocast, peak_flops, resolve_device, resolve_dtype
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step
 
 
@@ -109,6 +109,7 @@ class Run:
     elapsed: float = 0.0  # training seconds, carried over a resume
     loss_sum: torch.Tensor | None = None  # train loss summed on the device since the last log
     loss_count: int = 0
+    threads: ThreadPolicy | None = None  # CPU threads for the free cores (None on a GPU)
     resumed_at: int | None = None  # the step a resumed run started from (its eval is not repeated)
     exit_code: int = 0  # 128 + the signal that stopped the run, else 0
 
@@ -156,6 +157,8 @@ def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: 
     run = Run(cfg, Path(t.out_dir), data, dist, model, dist.wrap(torch.compile(model) if t.compile else model),
               make_optimizer(model, t, device), scaler, autocast(dtype, device),
               torch.Generator().manual_seed(t.seed), loss_sum=torch.zeros((), device=device))
+    if device.type == "cpu":
+        run.threads = ThreadPolicy(fixed=t.threads)
     if ckpt is not None:
         run.restore(ckpt)
     return run
@@ -230,6 +233,8 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                     why = "interrupted" if stop.signum is not None else "stopped"
                     bar.write(f"{why} at step {run.step}: saved {run.out_dir / 'ckpt.pt'}; continue with --resume")
                     return why
+            if run.threads is not None:
+                run.threads.update()  # follow the cores other processes leave free (checked once a second)
             lr = lr_at(run.step, t)
             run.loss_sum += train_step(run.train_model, run.optimizer, run.scaler, run.autocast, run.next_batch,
                                        t.grad_accum, t.grad_clip, lr)

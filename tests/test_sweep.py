@@ -204,3 +204,63 @@ def test_plot_run_writes_png(first_sweep, tmp_path):
 def test_count_params_matches_a_built_model(tiny_model_config):
     from model import GPT
     assert runs.count_params(tiny_model_config) == GPT(tiny_model_config).num_params()  # built on meta
+
+
+# ---- seeds and the probe in a sweep ----
+
+
+def test_stats_mean_spread_and_interval():
+    s = report.stats([1.0, 2.0, 3.0])
+    assert s["mean"] == 2.0 and s["std"] == 1.0 and s["n"] == 3
+    half = 4.303 / 3 ** 0.5  # Student's t, 2 degrees of freedom
+    assert abs(s["lo"] - (2 - half)) < 1e-9 and abs(s["hi"] - (2 + half)) < 1e-9
+    assert report.stats([5.0]) == {"mean": 5.0, "std": None, "lo": None, "hi": None, "n": 1}
+
+
+def test_only_intervals_that_do_not_overlap_are_called_different():
+    rows = [{"model.n_head": h, "train.seed": s, "best_val_loss": v}
+            for h, vals in ((1, [2.0, 2.1, 2.2]), (2, [1.0, 1.1, 1.2]), (4, [1.9, 2.3, 1.0]))
+            for s, v in zip((1, 2, 3), vals)]
+    groups = report.group_by_setting(rows, ["model.n_head", "train.seed"])
+    assert [g["label"] for g in groups] == ["n_head=1", "n_head=2", "n_head=4"]
+    diffs = report.differences(groups, ["best_val_loss"])
+    assert len(diffs) == 1 and diffs[0].startswith("best_val_loss: n_head=1 2.1000") and "vs n_head=2 1.1000" in diffs[0]
+
+
+def test_sweep_with_seeds_and_probe_summarizes_each_setting(tmp_path):
+    out = tmp_path / "sw"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        result, printed = run_sweep([CONFIG, "--grid", "model.n_head=1,2", "--seeds", "2", "--probe",
+                                     "--probe-stories", "3", *shrink(tmp_path / "prepared"), "data.tokenizer=char",
+                                     "--out", str(out), "--quiet"])
+    names = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert names == ["n_head=1,seed=1337", "n_head=1,seed=1338", "n_head=2,seed=1337", "n_head=2,seed=1338"]
+    summary = {r["setting"]: r for r in read_csv(out / "summary.csv")}
+    assert sorted(summary) == ["n_head=1", "n_head=2"]
+    for head in (1, 2):
+        runs_ = [out / f"n_head={head},seed={seed}" for seed in (1337, 1338)]
+        val = [min(m["val_loss"] for m in runs.read_metrics(r) if m["val_loss"] is not None) for r in runs_]
+        probes = [json.loads((r / "probe.json").read_text()) for r in runs_]
+        share = [p["behaviour"]["antecedent"] / p["references"] for p in probes]
+        row = summary[f"n_head={head}"]
+        expected = report.stats(val)
+        assert row["best_val_loss_n"] == "2" and val[0] != val[1]  # the seeds differ
+        for key in ("mean", "std", "lo", "hi"):
+            assert abs(float(row[f"best_val_loss_{key}"]) - expected[key]) < 1e-9, key
+        assert abs(float(row["antecedent_mean"]) - sum(share) / 2) < 1e-9
+    md = (out / "results.md").read_text()
+    assert "Per setting over seeds" in md and "| n_head=1 | 2 |" in md
+    assert "Differences beyond the 95% intervals" in md or "No two settings differ" in md
+    assert "probe: antecedent" in printed
+    # a rerun trains and probes nothing again
+    _, again = run_sweep([CONFIG, "--grid", "model.n_head=1,2", "--seeds", "2", "--probe", "--probe-stories", "3",
+                          *shrink(tmp_path / "prepared"), "data.tokenizer=char", "--out", str(out), "--quiet"])
+    assert again.count("finished earlier") == 4 and "probe: antecedent" not in again
+
+
+def test_probe_refuses_a_sweep_not_on_stories(tmp_path):
+    (tmp_path / "t.txt").write_text("hello world. " * 400)
+    with pytest.raises(UserError, match="--probe"):
+        run_sweep([CONFIG, "--grid", "model.n_head=1,2", "--probe", *shrink(tmp_path / "prepared"),
+                   f"data.dataset={tmp_path / 't.txt'}", "--out", str(tmp_path / "sw")])

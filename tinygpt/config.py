@@ -56,6 +56,7 @@ class TrainConfig:
     dtype: str = "float32"  # auto | float32 | bfloat16 | float16 (autocast; float16 adds a grad scaler);
     # auto = bfloat16 where the hardware computes it natively (see resolve_dtype), else float32
     compile: bool = False  # torch.compile the model
+    threads: int = 0  # CPU threads: 0 = the cores other processes leave free, re-checked every second; N = N
     seed: int = 1337  # seeds initialisation, batch sampling and dropout
     init_from: str = ""  # run dir or checkpoint whose weights start this run (fine-tuning); its model config is used
     plot: str = "end"  # loss.png in the run directory: end (of the run) | eval (at every eval) | never; needs matplotlib
@@ -238,6 +239,7 @@ def validate(cfg: Config, source: str) -> None:
     need(t.dtype in DTYPES, "train.dtype", t.dtype, f"must be one of {', '.join(DTYPES)}")
     need(bool(t.out_dir.strip()), "train.out_dir", t.out_dir, "must be a directory path")
     need(t.plot in ("end", "eval", "never"), "train.plot", t.plot, "must be end, eval or never")
+    need(t.threads >= 0, "train.threads", t.threads, "must be >= 0 (0 = the free cores)")
 
 
 def flat_config(cfg: Config) -> dict[str, Any]:

@@ -8,6 +8,7 @@ matplotlib is optional: without it the plot functions return None and the tables
 from __future__ import annotations
 
 import io
+import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,17 +36,49 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_val_loss(rows: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
-    """Val loss vs step, one line per run (rows from summarize_run) -> path, or None without matplotlib."""
+def loss_ylim(curves: Sequence[Sequence[float]]) -> tuple[float, float] | None:
+    """y limits that show the learning, not the start: every loss at or after each curve's second
+    point (the first is the untrained model's ~ln(V), which would squash the rest), with a margin."""
+    later = [y for c in curves for y in c[1:]] or [y for c in curves for y in c]
+    if not later:
+        return None
+    lo, hi = min(later), max(later)
+    pad = 0.05 * (hi - lo) or 0.05 * abs(hi) or 0.1
+    return lo - pad, hi + pad
+
+
+def plot_val_loss(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
+    """Val loss vs step, one line per setting (report.group_by_setting): the mean over its runs
+    (seeds) with a band of ± one standard deviation, labelled by the varied values -> path, or None
+    without matplotlib."""
     fig = _new_figure()
     if fig is None:
         return None
     ax = fig.subplots()
-    for r in rows:
-        evals = [m for m in r.get("metrics", []) if m.get("val_loss") is not None]
-        if evals:
-            ax.plot([m["step"] for m in evals], [m["val_loss"] for m in evals], marker=".", label=r["run"])
-    ax.set(xlabel="step", ylabel="val loss", title="validation loss")
+    curves = []
+    for g in groups:
+        by_step: dict[float, list[float]] = {}
+        for r in g["runs"]:
+            for m in r.get("metrics", []):
+                if m.get("val_loss") is not None:
+                    by_step.setdefault(m["step"], []).append(m["val_loss"])
+        if not by_step:
+            continue
+        steps = sorted(by_step)
+        mean = [statistics.fmean(by_step[s]) for s in steps]
+        std = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
+        n = len(g["runs"])
+        line, = ax.plot(steps, mean, marker=".", label=g["label"] + (f" (mean of {n})" if n > 1 else ""))
+        if n > 1:
+            ax.fill_between(steps, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)],
+                            color=line.get_color(), alpha=0.2, linewidth=0)
+        curves += [[m + d for m, d in zip(mean, std)], [m - d for m, d in zip(mean, std)]]
+    ylim = loss_ylim(curves)
+    if ylim:
+        ax.set_ylim(*ylim)
+    banded = any(len(g["runs"]) > 1 for g in groups)
+    ax.set(xlabel="step", ylabel="val loss (nats/token)",
+           title="validation loss" + (": mean ± 1 std over seeds" if banded else ""))
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize="small")

@@ -5,12 +5,14 @@
     best.pt       the weights with the lowest val loss (sample.py's choice)
     metrics.csv   one row per log step and per eval (METRICS)
     loss.png      train and val loss curves                          (tinygpt/plots.py)
+    probe.json    the coreference probe's figures, when sweep.py --probe ran it
 
 train.py writes them; sweep.py, compare.py, plots and export read them through this module only.
 """
 from __future__ import annotations
 
 import csv
+import json
 import math
 import statistics
 from pathlib import Path
@@ -25,7 +27,7 @@ from tinygpt.errors import UserError
 
 METRICS = ["step", "train_loss", "val_loss", "lr", "tokens_per_s", "mfu", "elapsed_s"]
 CHECKPOINTS = ("ckpt.pt", "best.pt")
-RUN_FILES = ("config.yaml", *CHECKPOINTS, "metrics.csv", "loss.png")
+RUN_FILES = ("config.yaml", *CHECKPOINTS, "metrics.csv", "loss.png", "probe.json")
 
 # ---- starting or resuming ----
 
@@ -91,7 +93,44 @@ def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, A
     return texts if as_text else rows
 
 
+# ---- probe.json ----
+
+
+def write_probe(run_dir: Path, result: dict[str, Any]) -> None:
+    atomic_write_text(run_dir / "probe.json", json.dumps(result) + "\n")
+
+
+def read_probe(run_dir: str | Path) -> dict[str, Any] | None:
+    """The probe's figures saved in a run directory, or None (not probed, or probed before its
+    last checkpoint was written)."""
+    path = Path(run_dir) / "probe.json"
+    if not path.is_file():
+        return None
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is damaged ({e}); delete it and probe again") from None
+    best = Path(run_dir) / "best.pt"
+    if best.is_file() and result.get("checkpoint_mtime_ns") != best.stat().st_mtime_ns:
+        return None  # a stale probe of older weights
+    return result
+
+
 # ---- summaries (sweep.py, compare.py) ----
+
+
+def probe_columns(result: dict[str, Any] | None) -> dict[str, Any]:
+    """The probe's figures (tinygpt.coreference.probe) -> the results tables' probe columns."""
+    if not result:
+        return {}
+    b, n = result["behaviour"], max(result["references"], 1)
+    attr, name = result["attention_attribute"]["best"], result["attention"]["best"]
+    return {"antecedent": b["antecedent"] / n, "distractor": b["distractor"] / n, "other": b["other"] / n,
+            "attribute_head": f"L{attr['layer']}H{attr['head']}", "attribute_share": attr["antecedent"],
+            "attribute_ratio": attr["ratio"], "name_head": f"L{name['layer']}H{name['head']}",
+            "name_ratio": name["ratio"]}
+
+
 
 
 def count_params(cfg: ModelConfig) -> int | None:
@@ -121,6 +160,7 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         "final_train_loss": train[-1] if train else None,  # the last row: the final eval's estimate
         "tokens_per_s": statistics.median(tok_s) if tok_s else None,
         "wall_s": max(elapsed) if elapsed else None,  # train.py's elapsed_s carries over a resume
+        **probe_columns(read_probe(run_dir)),
         "config": flat_config(cfg),
         "metrics": metrics,
     }

@@ -19,11 +19,13 @@ import statistics
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Iterable, Iterator, TypeVar
 
 import torch
 
 from tinygpt.errors import UserError
 
+T = TypeVar("T")
 DEVICES = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 LOW_PRECISION = ("bfloat16", "float16")
 
@@ -161,6 +163,97 @@ class StopFlag:
     def restore(self) -> None:
         for s, handler in self._old.items():
             signal.signal(s, handler)
+
+
+# ---- CPU threads: as many as the cores other processes leave free ----
+
+
+def _cpu_jiffies(cpus: set[int]) -> tuple[int, int] | None:
+    """(busy, total) clock ticks since boot of the given CPUs, from /proc/stat (Linux), else None."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    busy = total = 0
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+            total += sum(ticks)
+            busy += sum(ticks) - ticks[3] - ticks[4]
+    return (busy, total) if total else None
+
+
+class ThreadPolicy:
+    """Intra-op CPU threads for the cores that other processes leave free, re-checked as it runs.
+
+    A parallel op waits for its slowest thread. With 2 threads on 2 cores and another busy process,
+    one thread shares its core with that process, and every op waits for it: training ran at 10% of
+    its idle speed that way, decoding at 6%, while one thread keeps most of its speed
+    (docs/results.md). So every `interval_s` seconds `update()` measures how many cores the other
+    processes kept busy since the last check (/proc/stat for this process's CPUs, minus this
+    process's own CPU time) and sets torch's threads to the free cores, at least 1 and at most
+    `max_threads`. `fixed` > 0 pins the count instead. Off /proc (macOS, Windows) it keeps torch's
+    default."""
+
+    def __init__(self, max_threads: int | None = None, fixed: int = 0, interval_s: float = 1.0):
+        try:
+            self.cpus = set(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            self.cpus = set(range(os.cpu_count() or 1))
+        self.max_threads = max(1, min(max_threads or len(self.cpus), len(self.cpus)))
+        self.fixed, self.interval_s = fixed, interval_s
+        self.threads = torch.get_num_threads()
+        self._last: tuple[float, float, int, int] | None = None  # (wall, own cpu, busy, total)
+        if fixed:
+            self._set(fixed)
+        else:
+            self._sample()
+            time.sleep(0.05)  # a first look at the others' load while we are idle
+            self.update(force=True)
+
+    def _sample(self) -> tuple[float, float, int, int] | None:
+        jiffies = _cpu_jiffies(self.cpus)
+        if jiffies is None:
+            return None
+        previous, self._last = self._last, (time.monotonic(), time.process_time(), *jiffies)
+        return previous
+
+    def _set(self, n: int) -> None:
+        if n != self.threads:
+            torch.set_num_threads(n)
+            self.threads = n
+
+    def others_busy(self) -> float | None:
+        """Cores kept busy by other processes since the last sample (and take a new sample)."""
+        previous = self._sample()
+        if previous is None or self._last is None:
+            return None
+        _, own0, busy0, total0 = previous
+        _, own1, busy1, total1 = self._last
+        if total1 <= total0:
+            return None
+        tick_s = (total1 - total0) / len(self.cpus) / max(self._last[0] - previous[0], 1e-9)  # ticks per second
+        others = (busy1 - busy0) / tick_s - (own1 - own0)  # core-seconds
+        return max(0.0, others / max(self._last[0] - previous[0], 1e-9))
+
+    def update(self, force: bool = False) -> int:
+        """Re-check the free cores (at most every interval_s seconds) and set the thread count."""
+        if self.fixed or (not force and self._last is not None and time.monotonic() - self._last[0] < self.interval_s):
+            return self.threads
+        busy = self.others_busy()
+        if busy is not None:
+            # a core counts as free if the others keep it less than ~25% busy
+            self._set(max(1, min(self.max_threads, int(len(self.cpus) - busy + 0.25))))
+        return self.threads
+
+
+def following_free_cores(items: Iterable[T], policy: ThreadPolicy | None) -> Iterator[T]:
+    """Yield items (e.g. generation steps), letting the policy re-check the free cores before each."""
+    for item in items:
+        if policy is not None:
+            policy.update()
+        yield item
 
 
 # ---- peak FLOP/s for MFU ----
