@@ -26,7 +26,8 @@ from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
 from tinygpt.config import Config, load_config
 from tinygpt.errors import ArgParser, UserError, run_cli
-from tinygpt.runtime import ThreadPolicy, autocast, following_free_cores, peak_flops, resolve_device, sync
+from tinygpt.runtime import (ThreadPolicy, autocast, configure_cuda, following_free_cores, keep_freed_memory,
+                             peak_flops, resolve_device, sync)
 from tinygpt.training import make_optimizer, train_step
 
 
@@ -135,6 +136,58 @@ def bench_attention(cfg: Config, dtypes: list[str], device: torch.device, reps: 
     return out
 
 
+def memory_bandwidth(device: torch.device, mbytes: int = 256, reps: int = 5) -> float:
+    """Bytes per second this device reads: the median time of summing a large float32 tensor."""
+    x = torch.ones(mbytes * 2**20 // 4, device=device)
+    times = [timed(lambda: x.sum().item(), device) for _ in range(reps + 1)][1:]
+    return x.numel() * 4 / statistics.median(times)
+
+
+def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: int = 5) -> dict:
+    """Greedy decoding of the same weights by tinygpt (KV cache) and by Hugging Face transformers'
+    GPT2LMHeadModel.generate (its KV cache), alternated, medians of `reps`; the tokens must be the
+    same. Beside them, the limit that memory bandwidth sets: decoding one token reads every weight
+    once (the embedding is a lookup, but the tied LM head reads the whole matrix)."""
+    import transformers  # optional: pip install -r requirements-dev.txt
+
+    from tinygpt.hf import gpt2_state_dict
+    torch.manual_seed(0)
+    model = GPT(mcfg).to(device).eval()
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=mcfg.vocab_size, n_positions=mcfg.block_size, n_embd=mcfg.n_embd, n_layer=mcfg.n_layer,
+        n_head=mcfg.n_head, activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        bos_token_id=None, eos_token_id=None))
+    missing, unexpected = hf.load_state_dict(gpt2_state_dict(model), strict=False)
+    assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)  # lm_head is tied
+    hf = hf.to(device).eval()
+    n_tokens = min(n_tokens, mcfg.block_size - 1)  # transformers cannot slide past its positions
+    idx = torch.zeros(1, 1, dtype=torch.long, device=device)
+    outputs: dict[str, list[int]] = {}
+
+    def ours() -> None:
+        outputs["tinygpt"] = [int(t) for t in generate(model, idx, n_tokens, temperature=0)]
+
+    def theirs() -> None:
+        with torch.no_grad():
+            out = hf.generate(idx, max_new_tokens=n_tokens, min_new_tokens=n_tokens, do_sample=False,
+                              pad_token_id=0, eos_token_id=None)
+        outputs["transformers"] = out[0, 1:].tolist()
+
+    times: dict[str, list[float]] = {"tinygpt": [], "transformers": []}
+    for rep in range(reps + 1):
+        for name, fn in (("tinygpt", ours), ("transformers", theirs)):
+            t = timed(fn, device)
+            if rep:  # the first round warms up
+                times[name].append(t)
+    weight_bytes = (model.num_params() - model.pos_emb.weight.numel()) * model.tok_emb.weight.element_size()
+    bandwidth = memory_bandwidth(device)
+    tok_s = {name: n_tokens / statistics.median(ts) for name, ts in times.items()}
+    return {"tinygpt_tokens_per_s": tok_s["tinygpt"], "transformers_tokens_per_s": tok_s["transformers"],
+            "ratio": tok_s["tinygpt"] / tok_s["transformers"], "same_tokens": outputs["tinygpt"] == outputs["transformers"],
+            "n_tokens": n_tokens, "weights_mb": weight_bytes / 2**20, "bandwidth_gb_s": bandwidth / 1e9,
+            "bandwidth_limit_tokens_per_s": bandwidth / weight_bytes, "transformers": transformers.__version__}
+
+
 BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
 
 
@@ -216,6 +269,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--gen-block", type=int, default=512)
     p.add_argument("--attention", action="store_true",
                    help="also time one layer's attention, SDPA vs two matmuls, at the config's shape")
+    p.add_argument("--vs-hf", action="store_true",
+                   help="also decode the generation model's weights with Hugging Face transformers (needs it) "
+                        "and compare tokens/s, beside the memory-bandwidth limit")
     p.add_argument("--under-load", action="store_true",
                    help="also measure decoding and training idle and beside one busy process, with torch's "
                         "default threads and with the thread policy")
@@ -228,6 +284,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     cfg = load_config(args.config, args.set)
     device = resolve_device(cfg.train.device)
+    if device.type == "cuda":
+        configure_cuda(cfg.train.tf32)
+    keep_freed_memory()  # as train.py does
     prepare(cfg)
     data = load_for_training(cfg, args.config)  # sets cfg.model.vocab_size
     m = cfg.model
@@ -270,6 +329,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
         res["generate"] = g
         print(f"generation {g['model']}, {g['n_tokens']} tokens: KV cache {g['cached_tokens_per_s']:,.0f} tok/s, "
               f"no cache {g['uncached_tokens_per_s']:,.0f} tok/s, {g['speedup']:.1f}x, same text: {g['same_text']}")
+    if args.vs_hf:
+        gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
+                           n_embd=args.gen_embd, vocab_size=m.vocab_size)
+        h = res["vs_hf"] = bench_vs_hf(gcfg, args.gen_tokens or 500, device)
+        print(f"greedy decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd}, block {gcfg.block_size}, {h['n_tokens']} tokens, "
+              f"same weights: tinygpt {h['tinygpt_tokens_per_s']:,.0f} tok/s, transformers {h['transformers']} generate "
+              f"{h['transformers_tokens_per_s']:,.0f} tok/s: {h['ratio']:.2f}x; same tokens: {h['same_tokens']}")
+        print(f"  memory bandwidth {h['bandwidth_gb_s']:.1f} GB/s over {h['weights_mb']:.1f} MB of weights read per "
+              f"token: at most {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s")
     if args.under_load:
         gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
                            n_embd=args.gen_embd, vocab_size=m.vocab_size)

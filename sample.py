@@ -32,7 +32,7 @@ from model import GPT, Step, generate_steps, next_token_probs
 from tinygpt import attention_view
 from tinygpt.checkpoint import load_model
 from tinygpt.errors import ArgParser, UserError, run_cli
-from tinygpt.runtime import ThreadPolicy, following_free_cores, resolve_device
+from tinygpt.runtime import ThreadPolicy, following_free_cores, keep_freed_memory, resolve_device
 
 TOP_N = 5  # candidates shown per step by --show-steps
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
@@ -199,6 +199,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     threads = ThreadPolicy(fixed=args.threads) if device.type == "cpu" else None
+    keep_freed_memory()
     if args.show_attention and args.attention_of == "prompt":
         show_attention(model, tokenizer, ids, args, out, "the prompt", "attention")
         out.write("\n")

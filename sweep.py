@@ -57,6 +57,7 @@ MAX_NAME = 120
 # a rerun may change these and still reuse a run: the step count decides skip or resume, the rest
 # does not change what is computed
 REUSABLE_ACROSS = {"train.out_dir", "train.max_iters", "train.device", "train.compile", "train.threads", "train.plot",
+                   "train.tf32",
                    "model.vocab_size"}
 
 # ---- the grid ----

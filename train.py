@@ -28,7 +28,8 @@ from tinygpt.config import Config, config_to_dict, load_config
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, write_config, write_metrics
-from tinygpt.runtime import Distributed, StopFlag, ThreadPolicy, autocast, peak_flops, resolve_device, resolve_dtype
+from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, configure_cuda, keep_freed_memory, peak_flops,
+                             resolve_device, resolve_dtype)
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step
 
 
@@ -267,6 +268,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ckpt = load_resume(cfg, out_dir) if args.resume else None
     device = resolve_device(t.device)
     dtype = resolve_dtype(t.dtype, device)  # "auto" -> bfloat16 where the hardware has it, else float32
+    if device.type == "cuda":
+        configure_cuda(t.tf32)
+    keep_freed_memory()  # no page faults for the activations of every step
 
     dist = Distributed.from_env(device)  # one process, or one of several under torchrun
     torch.manual_seed(t.seed)  # the same initial weights on every rank

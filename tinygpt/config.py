@@ -56,6 +56,7 @@ class TrainConfig:
     dtype: str = "float32"  # auto | float32 | bfloat16 | float16 (autocast; float16 adds a grad scaler);
     # auto = bfloat16 where the hardware computes it natively (see resolve_dtype), else float32
     compile: bool = False  # torch.compile the model
+    tf32: bool = True  # CUDA: TF32 tensor cores for float32 matmuls (Ampere and later; no effect elsewhere)
     threads: int = 0  # CPU threads: 0 = the cores other processes leave free, re-checked every second; N = N
     seed: int = 1337  # seeds initialisation, batch sampling and dropout
     init_from: str = ""  # run dir or checkpoint whose weights start this run (fine-tuning); its model config is used
