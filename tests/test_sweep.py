@@ -257,6 +257,12 @@ def test_sweep_with_seeds_and_probe_summarizes_each_setting(tmp_path):
     _, again = run_sweep([CONFIG, "--grid", "model.n_head=1,2", "--seeds", "2", "--probe", "--probe-stories", "3",
                           *shrink(tmp_path / "prepared"), "data.tokenizer=char", "--out", str(out), "--quiet"])
     assert again.count("finished earlier") == 4 and "probe: antecedent" not in again
+    # compare.py groups the same runs by setting over their seeds
+    with contextlib.redirect_stdout(io.StringIO()) as printed_compare:
+        compare.main([str(out / name) for name in names] + ["--out", str(tmp_path / "cmp")])
+    again_summary = {r["setting"]: r for r in read_csv(tmp_path / "cmp" / "summary.csv")}
+    assert again_summary["n_head=1"]["best_val_loss_mean"] == summary["n_head=1"]["best_val_loss_mean"]
+    assert "Per setting over seeds" in printed_compare.getvalue()
 
 
 def test_probe_refuses_a_sweep_not_on_stories(tmp_path):
