@@ -207,103 +207,127 @@ def _named(template: str) -> str:
     return template.replace("{when} {subj}", "{name}")
 
 
+class _Story:
+    """One story as it is told: its characters, chosen facts and setting, the text so far."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.girl, self.boy = _make_characters(rng)
+        self.first, self.second = (self.girl, self.boy) if rng.random() < 0.5 else (self.boy, self.girl)
+        self.facts = rng.sample(tuple(FACTS), rng.randint(3, 4))
+        self.kinds = [kind for fact in FACTS if fact in self.facts for kind in FACTS[fact]]
+        self.has_third = rng.random() < 0.5
+        self.setting = {  # fixed for the whole story
+            "role": rng.choice(ROLES), "role_adj": rng.choice(ROLE_ADJECTIVES),
+            "town": rng.choice(TOWNS), "town_adj": rng.choice(TOWN_ADJECTIVES),
+        }
+        self.writer = _Writer()
+        self.last_mentions_role = False  # did the latest sentence mention the third character?
+
+    def other(self, character: _Character) -> _Character:
+        return self.boy if character is self.girl else self.girl
+
+    def say(self, template: str, subject: _Character) -> tuple[int, dict[str, int]]:
+        """Write one sentence about `subject`; (where it starts, where each field landed in it)."""
+        self.last_mentions_role = "role" in _fields(template)
+        text, offsets = _render(template, _slots(subject, self.other(subject), self.setting), self.rng)
+        return self.writer.sentence(text), offsets
+
+    def usable(self, templates: tuple[str, ...]) -> list[str]:
+        ok = [t for t in templates if _facts_needed(t) <= set(self.facts)]
+        return ok if self.has_third else [t for t in ok if "role" not in _fields(t)]
+
+    def introductions(self) -> None:
+        """Each main character with every chosen fact, then the third character."""
+        rng = self.rng
+        for character, openings in ((self.first, OPENINGS), (self.second, SECOND_INTRODUCTIONS)):
+            self.say(rng.choice(openings), character)
+            for fact in rng.sample(self.facts, len(self.facts)):
+                self.say(rng.choice(FACT_INTRODUCTIONS[fact]), character)
+        if self.has_third:
+            self.say(rng.choice(THIRD_INTRODUCTIONS), self.first)
+        self.writer.paragraph()
+
+    def reference(self, subject: _Character) -> tuple[int, int, str, _Character]:
+        """A pronoun-reference episode: maybe reminders of the antecedent's attribute and of the
+        distractor's (same kind, by name, in random order), 0-2 short fillers, then the pronoun
+        sentence -> (pronoun offset, attribute offset, kind, antecedent)."""
+        rng = self.rng
+        kind = rng.choice(self.kinds)
+        template = rng.choice([t for k, t in PRONOUN_REFERENCES if k == kind])
+        # A reminder names a character and states its attribute of the kind the pronoun selects.
+        reminders = [t for t in REMINDERS if kind in _fields(t) and _facts_needed(t) <= set(self.facts)]
+        said = [c for c, p in ((subject, P_REMIND_ANTECEDENT), (self.other(subject), P_REMIND_DISTRACTOR))
+                if rng.random() < p]
+        for character in rng.sample(said, len(said)):
+            # Often the reminder is the reference's own sentence told by name ("Mia played with
+            # her red kite."), for the antecedent and the distractor alike: the same words lead
+            # to both characters' values, and only the possessive's gender tells them apart.
+            twin = rng.random() < P_TWIN_REMINDER
+            self.say(_named(template) if twin else rng.choice(reminders), character)
+        n_fillers = rng.choice(FILLERS_BEFORE_PRONOUN)
+        if self.last_mentions_role:  # never "Mia waved to the baker. Then he ...": he is unambiguous
+            n_fillers = max(n_fillers, 1)
+        for _ in range(n_fillers):
+            self.say(rng.choice(FILLERS), subject)
+        start, offsets = self.say(template, subject)
+        return start + offsets["subj"], start + offsets[kind], kind, subject
+
+    def body(self) -> list[tuple[int, int, str, _Character]]:
+        """Mostly pronoun-reference episodes, a few named actions, dialogue and third-character
+        lines: so most references can be resolved inside a short context, and the most recent
+        attribute of the right kind is often the distractor's. Returns the references made."""
+        rng = self.rng
+        episodes = ["reference"] * rng.randint(*REFERENCES_PER_STORY) + ["action"] * rng.randint(0, 2)
+        episodes += ["dialogue"] * rng.randint(0, 1) + ["third"] * (self.has_third and rng.randint(0, 1))
+        rng.shuffle(episodes)
+        refs = []
+        for episode in episodes:
+            subject = rng.choice((self.girl, self.boy))
+            if episode == "reference":
+                refs.append(self.reference(subject))
+            elif episode == "action":
+                self.say(rng.choice(self.usable(NAMED_ACTIONS)), subject)
+            elif episode == "dialogue":
+                self.say(rng.choice(self.usable(DIALOGUES)), subject)
+                self.say(rng.choice(self.usable(DIALOGUES)), self.other(subject))
+            else:
+                self.say(rng.choice(THIRD_EVENTS), subject)
+            if rng.random() < 0.15:
+                self.writer.paragraph()
+        self.writer.paragraph()
+        return refs
+
+    def records(self, text: str, refs: list[tuple[int, int, str, _Character]]) -> list[Reference]:
+        """The references made, with every mention of both characters before each attribute."""
+        mentions = {c.name: [m.span() for m in re.finditer(rf"\b{c.name}\b", text)] for c in (self.girl, self.boy)}
+        out = []
+        for pronoun_pos, attribute_pos, kind, antecedent in refs:
+            distractor = self.other(antecedent)
+            out.append(Reference(
+                pronoun_pos=pronoun_pos,
+                pronoun=_PRONOUNS[antecedent.gender]["subj"],
+                attribute_pos=attribute_pos,
+                attribute=antecedent.attributes[kind],
+                kind=kind,
+                antecedent=antecedent.name,
+                antecedent_spans=[s for s in mentions[antecedent.name] if s[0] < attribute_pos],
+                distractor=distractor.name,
+                distractor_spans=[s for s in mentions[distractor.name] if s[0] < attribute_pos],
+                distractor_attribute=distractor.attributes[kind],
+            ))
+        return out
+
+
 def generate_story(rng: random.Random) -> tuple[str, list[Reference]]:
-    """One story; offsets relative to the story's start."""
-    girl, boy = _make_characters(rng)
-    first, second = (girl, boy) if rng.random() < 0.5 else (boy, girl)
-    facts = rng.sample(tuple(FACTS), rng.randint(3, 4))
-    kinds = [kind for fact in FACTS if fact in facts for kind in FACTS[fact]]
-    has_third = rng.random() < 0.5
-    story = {  # fixed for the whole story
-        "role": rng.choice(ROLES), "role_adj": rng.choice(ROLE_ADJECTIVES),
-        "town": rng.choice(TOWNS), "town_adj": rng.choice(TOWN_ADJECTIVES),
-    }
-    writer = _Writer()
-    last_mentions_role = False  # did the latest sentence mention the third character?
-
-    def say(template: str, subject: _Character) -> tuple[int, dict[str, int]]:
-        nonlocal last_mentions_role
-        last_mentions_role = "role" in _fields(template)
-        other = boy if subject is girl else girl
-        text, offsets = _render(template, _slots(subject, other, story), rng)
-        return writer.sentence(text), offsets
-
-    def usable(templates: tuple[str, ...]) -> list[str]:
-        ok = [t for t in templates if _facts_needed(t) <= set(facts)]
-        return ok if has_third else [t for t in ok if "role" not in _fields(t)]
-
-    # Introductions: each main character with every chosen fact, then the third character.
-    for character, openings in ((first, OPENINGS), (second, SECOND_INTRODUCTIONS)):
-        say(rng.choice(openings), character)
-        for fact in rng.sample(facts, len(facts)):
-            say(rng.choice(FACT_INTRODUCTIONS[fact]), character)
-    if has_third:
-        say(rng.choice(THIRD_INTRODUCTIONS), first)
-    writer.paragraph()
-
-    # Body: mostly pronoun-reference episodes, a few named actions, dialogue and third-character
-    # lines. A reference episode may first remind the reader of the antecedent's attribute and of
-    # the distractor's (same kind, by name, in random order), then 0-2 short fillers, then the
-    # pronoun: so most references can be resolved inside a 128-char context, and the most recent
-    # attribute of the right kind is often the distractor's.
-    episodes = ["reference"] * rng.randint(*REFERENCES_PER_STORY) + ["action"] * rng.randint(0, 2)
-    episodes += ["dialogue"] * rng.randint(0, 1) + ["third"] * (has_third and rng.randint(0, 1))
-    rng.shuffle(episodes)
-    raw_refs = []  # (pronoun_pos, attribute_pos, kind, antecedent)
-    for episode in episodes:
-        subject = rng.choice((girl, boy))
-        other = boy if subject is girl else girl
-        if episode == "reference":
-            kind = rng.choice(kinds)
-            template = rng.choice([t for k, t in PRONOUN_REFERENCES if k == kind])
-            # A reminder names a character and states its attribute of the kind the pronoun selects.
-            reminders = [t for t in REMINDERS if kind in _fields(t) and _facts_needed(t) <= set(facts)]
-            said = [c for c, p in ((subject, P_REMIND_ANTECEDENT), (other, P_REMIND_DISTRACTOR))
-                    if rng.random() < p]
-            for character in rng.sample(said, len(said)):
-                # Often the reminder is the reference's own sentence told by name ("Mia played with
-                # her red kite."), for the antecedent and the distractor alike: the same words lead
-                # to both characters' values, and only the possessive's gender tells them apart.
-                twin = rng.random() < P_TWIN_REMINDER
-                say(_named(template) if twin else rng.choice(reminders), character)
-            n_fillers = rng.choice(FILLERS_BEFORE_PRONOUN)
-            if last_mentions_role:  # never "Mia waved to the baker. Then he ...": he is unambiguous
-                n_fillers = max(n_fillers, 1)
-            for _ in range(n_fillers):
-                say(rng.choice(FILLERS), subject)
-            start, offsets = say(template, subject)
-            raw_refs.append((start + offsets["subj"], start + offsets[kind], kind, subject))
-        elif episode == "action":
-            say(rng.choice(usable(NAMED_ACTIONS)), subject)
-        elif episode == "dialogue":
-            say(rng.choice(usable(DIALOGUES)), subject)
-            say(rng.choice(usable(DIALOGUES)), other)
-        else:
-            say(rng.choice(THIRD_EVENTS), subject)
-        if rng.random() < 0.15:
-            writer.paragraph()
-    writer.paragraph()
-    say(rng.choice(ENDINGS), first)
-
-    text = writer.text()
-    mentions = {c.name: [m.span() for m in re.finditer(rf"\b{c.name}\b", text)]
-                for c in (girl, boy)}
-    out = []
-    for pronoun_pos, attribute_pos, kind, antecedent in raw_refs:
-        distractor = boy if antecedent is girl else girl
-        out.append(Reference(
-            pronoun_pos=pronoun_pos,
-            pronoun=_PRONOUNS[antecedent.gender]["subj"],
-            attribute_pos=attribute_pos,
-            attribute=antecedent.attributes[kind],
-            kind=kind,
-            antecedent=antecedent.name,
-            antecedent_spans=[s for s in mentions[antecedent.name] if s[0] < attribute_pos],
-            distractor=distractor.name,
-            distractor_spans=[s for s in mentions[distractor.name] if s[0] < attribute_pos],
-            distractor_attribute=distractor.attributes[kind],
-        ))
-    return text, out
+    """One story: introductions, a body of pronoun references, an ending; offsets relative to the
+    story's start."""
+    story = _Story(rng)
+    story.introductions()
+    refs = story.body()
+    story.say(rng.choice(ENDINGS), story.first)
+    text = story.writer.text()
+    return text, story.records(text, refs)
 
 
 def join_stories(stories: Iterable[tuple[str, list[Reference]]], n_chars: float = math.inf
