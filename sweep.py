@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -210,9 +211,23 @@ def parse_args(argv: Sequence[str] | None):
     return args
 
 
-def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[tuple]:
-    """Every combination checked like a --set, before any training: (name, varied, run_dir,
-    overrides, cfg) for the valid ones; the others are skipped with a note."""
+@dataclass
+class Planned:
+    """One valid combination of the grid, checked before any training."""
+    name: str  # its run directory's name, e.g. n_head=4,seed=1337
+    varied: dict[str, str]  # the grid's values for it
+    run_dir: Path
+    overrides: list[str]  # the --set list that makes it
+    cfg: Config
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM reached a run: it saved its checkpoint; the sweep reports and stops."""
+
+
+def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
+    """Every combination checked like a --set, before any training; the invalid ones are skipped
+    with a note."""
     keys = list(grid)
     combos = list(itertools.product(*grid.values()))
     plan = []
@@ -228,46 +243,37 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[tuple]:
         if args.probe and cfg.data.dataset != "stories":
             raise UserError(f"--probe measures coreference in the stories corpus, but {name} trains on "
                             f"data.dataset={cfg.data.dataset!r}; drop --probe or use data.dataset=stories")
-        plan.append((name, dict(zip(keys, combo)), run_dir, overrides, cfg))
+        plan.append(Planned(name, dict(zip(keys, combo)), run_dir, overrides, cfg))
     if not plan:
         raise UserError(f"no valid combination in --grid {' '.join(args.grid)} (see the notes above)")
     print(f"sweep: {len(plan)} run(s) of {len(combos)} combination(s) into {out}")
     return plan
 
 
-def train_one(args, tag: str, name: str, varied: dict, run_dir: Path, overrides: list[str], cfg: Config,
-              rows: list[dict], keys: list[str], out: Path) -> bool:
-    """Train (or skip, or resume) one run, probe it if asked, and append its row; False if it failed."""
-    action, why = existing_run(run_dir, cfg)
+def train_one(args, tag: str, run: Planned) -> dict:
+    """Train (or skip, or resume) one run and probe it if asked -> its results row ('failed' in
+    its status if it did not finish)."""
+    action, why = existing_run(run.run_dir, run.cfg)
     print(f"{tag}: {why}")
     if action == "refuse":
-        rows.append({"run": name, **varied, "status": "failed (not reusable)"})
-        return False
+        return {"run": run.name, **run.varied, "status": "failed (not reusable)"}
     rc = 0
     if action != "skip":
-        cmd = [sys.executable, str(TRAIN_PY), args.config, "--set", *overrides]
+        cmd = [sys.executable, str(TRAIN_PY), args.config, "--set", *run.overrides]
         cmd += ["--resume"] * (action == "resume") + ["--quiet"] * args.quiet
         t0 = time.perf_counter()
         rc, signum = run_training(cmd)
         if signum is not None:
-            rows.append(summarize_run(run_dir, name) if (run_dir / "config.yaml").is_file() else {"run": name})
-            rows[-1].update(varied)
-            write_report(rows, keys, out, title=f"Sweep of {args.config} (interrupted)")
-            print(f"{tag}: interrupted; rerun the same command to resume the sweep (results so far: "
-                  f"{out / 'results.md'})")
-            sys.exit(128 + signum)
+            raise Interrupted(signum)
         print(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else
                             f"failed with exit code {rc} (its error is above); going on with the next run"))
-    if rc == 0 and args.probe and read_probe(run_dir) is None:
-        result = probe_run(run_dir, args.probe_stories)
-        b = result["behaviour"]
-        print(f"{tag}: probe: antecedent {b['antecedent']}, distractor {b['distractor']}, other {b['other']} "
-              f"of {result['references']} references")
-    row = summarize_run(run_dir, name) if (run_dir / "config.yaml").is_file() else {"run": name, "status": ""}
+    if rc == 0 and args.probe and read_probe(run.run_dir) is None:
+        b = probe_run(run.run_dir, args.probe_stories)["behaviour"]
+        print(f"{tag}: probe: antecedent {b['antecedent']}, distractor {b['distractor']}, other {b['other']}")
+    row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else {"run": run.name}
     if rc != 0:
-        row["status"] = f"failed (exit {rc})" + (f", {row['status']}" if row["status"] else "")
-    rows.append({**row, **varied})
-    return rc == 0
+        row["status"] = f"failed (exit {rc})" + (f", {row['status']}" if row.get("status") else "")
+    return {**row, **run.varied}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -281,15 +287,22 @@ def main(argv: Sequence[str] | None = None) -> dict:
         first = load_config(args.config, args.set).train.seed
         grid[SEED] = [str(first + i) for i in range(args.seeds)]
     out = args.out if args.out is not None else Path("out/sweeps") / Path(args.config).stem
-    keys = list(grid)
     plan = make_plan(args, grid, out)
 
     rows: list[dict] = []
-    failed = [name for i, (name, varied, run_dir, overrides, cfg) in enumerate(plan, 1)
-              if not train_one(args, f"[{i}/{len(plan)}] {name}", name, varied, run_dir, overrides, cfg, rows,
-                               keys, out)]
+    for i, run in enumerate(plan, 1):
+        try:
+            rows.append(train_one(args, f"[{i}/{len(plan)}] {run.name}", run))
+        except Interrupted as stop:
+            rows.append({**(summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file()
+                            else {"run": run.name}), **run.varied})
+            write_report(rows, list(grid), out, title=f"Sweep of {args.config} (interrupted)")
+            print(f"[{i}/{len(plan)}] {run.name}: interrupted; rerun the same command to resume the sweep "
+                  f"(results so far: {out / 'results.md'})")
+            sys.exit(128 + stop.args[0])
+    failed = [r["run"] for r in rows if str(r.get("status", "")).startswith("failed")]
 
-    text, png = write_report(rows, keys, out, title=f"Sweep of {args.config} over {', '.join(keys)}")
+    text, png = write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)}")
     print()
     print(text, end="")
     print(f"wrote {out / 'results.md'}, {out / 'results.csv'}, {out / 'summary.csv'}" + (f", {png}" if png else ""))
@@ -298,8 +311,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if failed:
         print(f"{len(failed)} of {len(plan)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
         sys.exit(1)
-    return {"out": str(out), "rows": rows, "runs": [str(run_dir) for _, _, run_dir, _, _ in plan],
-            "plot": str(png) if png else None}
+    return {"out": str(out), "rows": rows, "runs": [str(run.run_dir) for run in plan], "plot": str(png) if png else None}
 
 
 if __name__ == "__main__":
