@@ -33,6 +33,7 @@ from tinygpt import attention_view
 from tinygpt.checkpoint import load_model
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.runtime import resolve_device
+from tinygpt.tokenizer import encode_prompt
 
 TOP_N = 5  # candidates shown per step by --show-steps
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
@@ -103,17 +104,6 @@ def read_prompt(args) -> str:
         return args.prompt_file.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise UserError(f"--prompt-file {args.prompt_file} is not UTF-8 text") from None
-
-
-def encode_prompt(tokenizer, prompt: str) -> list[int]:
-    """Prompt -> ids; an empty prompt starts from a newline (or token 0 if there is none)."""
-    ids = tokenizer.encode(prompt) if prompt else []
-    if not ids:
-        try:
-            ids = tokenizer.encode("\n")
-        except UserError:
-            ids = [0]
-    return ids
 
 
 # ---- --show-attention ----
