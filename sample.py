@@ -122,9 +122,12 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
     out.write(attention_view.attention_tables(traces, labels, args.attention_last, cfg.causal))
     out.flush()
     if args.attention_png is not None:
+        text = tokenizer.decode(window)
+        text = text if len(text) <= 60 else "…" + text[-59:]  # the end: the tokens shown
         try:
             paths = attention_view.save_heatmaps(traces, labels, args.attention_png, args.attention_last,
-                                                 cfg.causal, prefix=png_prefix)
+                                                 cfg.causal, prefix=png_prefix,
+                                                 title=f"{Path(args.run).name or args.run}: {text!r}")
         except ImportError:
             print("note: --attention-png needs matplotlib (pip install matplotlib); printed the text "
                   "tables only", file=sys.stderr)
