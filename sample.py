@@ -1,15 +1,21 @@
 """Generate text from a trained run, token by token.
 
-    python sample.py RUN_DIR_OR_CKPT [--prompt TEXT | --prompt-file FILE] [--max-new-tokens N]
+    python sample.py RUN_DIR_OR_CKPT [--prompt TEXT | --prompt-file FILE|- | --interactive] [--max-new-tokens N]
                      [--temperature T] [--top-k K] [--top-p P] [--num-samples N] [--seed S]
                      [--no-kv-cache] [--show-steps]
                      [--show-attention] [--attention-of prompt|all] [--attention-last N]
                      [--attention-png DIR]
+    python sample.py RUN_DIR_OR_CKPT --list-vocab
 
 The run directory holds everything needed: config, tokenizer and weights (best.pt when present,
 else ckpt.pt). Each step feeds the context to the model, reads the logits at the last position,
 samples one token, prints it at once and appends it. That is only sound because the model was
 trained under the causal mask: see docs/design.md, "Why generation needs the causal mask".
+
+A prompt comes from --prompt, a file, standard input (`--prompt-file -`), or, with `--interactive`,
+from each line typed (or piped) in turn, answered with the model kept loaded until end of input. A
+char or word model knows only its training text's characters or words: an unknown word is refused
+with the closest words it knows, and `--list-vocab` prints them all.
 
 Two teaching views (tables on stdout, see tinygpt/attention_view.py for their conventions):
 - `--show-attention` prints every layer's and head's attention weights over the prompt (or, with
@@ -44,7 +50,10 @@ def build_parser() -> ArgParser:
     p.add_argument("run", help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default="", help="text to continue (default: a newline)")
-    src.add_argument("--prompt-file", type=Path, help="read the prompt from this UTF-8 file")
+    src.add_argument("--prompt-file", type=Path, help="read the prompt from this UTF-8 file; - = standard input")
+    src.add_argument("--interactive", action="store_true",
+                     help="keep the model loaded and answer each line of standard input as a prompt, until EOF")
+    p.add_argument("--list-vocab", action="store_true", help="print the vocabulary (id and token) and exit")
     p.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate per sample")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy; <1 sharper, >1 flatter")
     p.add_argument("--top-k", type=int, default=None, help="sample only among the k most likely tokens")
@@ -98,6 +107,8 @@ def check_args(args) -> None:
 def read_prompt(args) -> str:
     if args.prompt_file is None:
         return args.prompt
+    if str(args.prompt_file) == "-":
+        return sys.stdin.read()
     if not args.prompt_file.is_file():
         raise UserError(f"--prompt-file not found: {args.prompt_file}")
     try:
@@ -180,13 +191,25 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     prompt = read_prompt(args)
     device = resolve_device(args.device)
     model, cfg, tokenizer, _ = load_model(args.run, device)
+    if args.list_vocab:
+        return list_vocab(tokenizer, out)
     if not cfg.model.causal and not args.force:
         raise UserError(f"{args.run} was trained with model.causal=false: every position saw the token it "
                         f"had to predict, so it never learned to predict from the past alone and generates "
                         f"garbage; retrain with causal: true (or pass --force to see it)")
-    ids = encode_prompt(tokenizer, prompt)
-    idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
     gen = torch.Generator(device=device).manual_seed(args.seed)
+    if args.interactive:
+        return interactive(model, tokenizer, args, out, gen)
+    return generate_samples(model, tokenizer, prompt, args, out, gen)
+
+
+def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.Generator) -> list[str]:
+    """num_samples continuations of one prompt, printed as main describes; returns the texts."""
+    try:
+        ids = encode_prompt(tokenizer, prompt)
+    except UserError as e:
+        raise UserError(f"{e}; see the whole vocabulary with: python sample.py {args.run} --list-vocab") from None
+    idx = torch.tensor([ids], dtype=torch.long, device=gen.device)  # (1, T)
     if args.show_attention and args.attention_of == "prompt":
         show_attention(model, tokenizer, ids, args, out, "the prompt", "attention")
         out.write("\n")
@@ -226,6 +249,42 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
             show_attention(model, tokenizer, ids + new_ids, args, out,
                            f"the prompt and sample {i + 1}'s generated text", prefix)
     return samples
+
+
+def read_prompts() -> Iterator[str]:
+    """The lines of standard input, without their newline; at a terminal with a "> " prompt (and
+    line editing) and a one-line greeting on stderr."""
+    if not sys.stdin.isatty():
+        for line in sys.stdin:
+            yield line.removesuffix("\n")
+        return
+    print("type a prompt and press Enter; Ctrl-D to quit", file=sys.stderr)
+    while True:
+        try:
+            yield input("> ")
+        except EOFError:
+            print(file=sys.stderr)
+            return
+
+
+def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator) -> list[str]:
+    """Answer prompt after prompt, the model loaded once, until EOF; a prompt the vocabulary
+    cannot encode gets its one-line error on stderr and the next prompt is read."""
+    samples = []
+    for prompt in read_prompts():
+        try:
+            samples += generate_samples(model, tokenizer, prompt, args, out, gen)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+    return samples
+
+
+def list_vocab(tokenizer, out) -> list[str]:
+    """Print every token, one per line: its id and its text (␣ = a space); return the texts."""
+    tokens = [tokenizer.token_str(i).replace(" ", attention_view.SPACE) for i in range(tokenizer.vocab_size)]
+    out.write(f"# {tokenizer.vocab_size} tokens of {tokenizer!r}; {attention_view.SPACE} = a space, \\n = a newline\n")
+    out.writelines(f"{i:>6}  {token}\n" for i, token in enumerate(tokens))
+    return tokens
 
 
 if __name__ == "__main__":
