@@ -1,7 +1,12 @@
 """Loss plots: a run's loss.png, and the val-loss curves of several runs (sweep.py, compare.py).
 
+    python compare.py out/stories --plot-only   # -> out/stories/loss.png (train.py draws it too)
     from tinygpt.plots import plot_run
     plot_run("out/stories")   # -> out/stories/loss.png, or None when matplotlib is not installed
+
+The y-axis fits the curves after the first 5% of the steps: the step-0 loss, about ln(vocab),
+would otherwise squash the part worth reading; a note names the points left above it. Several
+runs are told apart by the config values that differ between them.
 
 matplotlib is optional: without it the plot functions return None and the tables still come out.
 """
@@ -28,6 +33,11 @@ def _new_figure():
     return Figure(figsize=(7, 4.5), dpi=100, layout="tight")
 
 
+def can_plot() -> bool:
+    """Is matplotlib there to draw with?"""
+    return _new_figure() is not None
+
+
 def _save(fig, path: Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -35,18 +45,52 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_val_loss(rows: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
-    """Val loss vs step, one line per run (rows from summarize_run) -> path, or None without matplotlib."""
+EARLY = 0.05  # the first 5% of the steps are left out when choosing the y-range
+
+
+def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> None:
+    """Fit the y-axis to the curves (steps, losses), each after the first EARLY share of its steps,
+    so that the step-0 loss (about ln(vocab)) does not squash the rest into a flat line; the
+    points left above the axis are counted in a note at its top."""
+    after = [y for steps, ys in curves if len(steps) for x, y in zip(steps, ys) if x > 0 and x >= EARLY * max(steps)]
+    if not after:
+        return
+    low, high = min(after), max(after)
+    pad = 0.08 * (high - low or abs(high) or 1.0)
+    top = high + pad
+    hidden = [(x, y) for steps, ys in curves for x, y in zip(steps, ys) if y > top]
+    ax.set_ylim(low - pad, top)
+    if hidden:
+        step, loss = max(hidden, key=lambda p: p[1])
+        ax.annotate(f"off the top: {len(hidden)} early point(s), up to {loss:.2f} at step {step:.0f}",
+                    xy=(0.99, 0.98), xycoords="axes fraction", ha="right", va="top", fontsize=8, color="0.35")
+
+
+def run_labels(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> list[str]:
+    """Legend entries: the config values that differ between the runs (n_head=2, lr=0.001); the
+    run names when nothing differs or the values would not fit in a legend (over 3 keys, 40 chars)."""
+    labels = [", ".join(f"{key.split('.')[-1]}={r.get('config', {}).get(key)}" for key in varied) for r in rows]
+    if not varied or len(varied) > 3 or max(map(len, labels), default=0) > 40:
+        return [r["run"] for r in rows]
+    return labels
+
+
+def plot_val_loss(rows: Sequence[dict[str, Any]], path: str | Path, varied: Sequence[str] = ()) -> Path | None:
+    """Val loss vs step, one line per run (rows from summarize_run), labelled with the `varied`
+    config values -> path, or None without matplotlib."""
     fig = _new_figure()
     if fig is None:
         return None
     ax = fig.subplots()
-    for r in rows:
+    curves = []
+    for r, label in zip(rows, run_labels(rows, varied)):
         evals = [m for m in r.get("metrics", []) if m.get("val_loss") is not None]
         if evals:
-            ax.plot([m["step"] for m in evals], [m["val_loss"] for m in evals], marker=".", label=r["run"])
-    ax.set(xlabel="step", ylabel="val loss", title="validation loss")
+            curves.append(([m["step"] for m in evals], [m["val_loss"] for m in evals]))
+            ax.plot(*curves[-1], marker=".", label=label)
+    ax.set(xlabel="step", ylabel="val loss (nats/token)", title="validation loss")
     ax.grid(alpha=0.3)
+    focus_y(ax, curves)
     if ax.lines:
         ax.legend(fontsize="small")
     return _save(fig, Path(path))
@@ -63,12 +107,17 @@ def plot_run(run_dir: str | Path) -> Path | None:
     logs = [m for m in metrics if m.get("tokens_per_s") is not None and m.get("train_loss") is not None]
     evals = [m for m in metrics if m.get("val_loss") is not None]
     ax = fig.subplots()
+    curves = []
     if logs:  # the running mean over each log interval, in training mode
-        ax.plot([m["step"] for m in logs], [m["train_loss"] for m in logs], label="train", alpha=0.8)
+        curves.append(([m["step"] for m in logs], [m["train_loss"] for m in logs]))
+        ax.plot(*curves[-1], label="train", alpha=0.8)
     else:  # no log rows (log_interval > max_iters): the eval estimates
-        ax.plot([m["step"] for m in evals], [m["train_loss"] for m in evals], marker=".", label="train (eval)")
-    ax.plot([m["step"] for m in evals], [m["val_loss"] for m in evals], marker="o", label="val")
-    ax.set(xlabel="step", ylabel="loss (nats/token)", title=f"{run_dir.name or run_dir}: loss")
+        curves.append(([m["step"] for m in evals], [m["train_loss"] for m in evals]))
+        ax.plot(*curves[-1], marker=".", label="train (eval)")
+    curves.append(([m["step"] for m in evals], [m["val_loss"] for m in evals]))
+    ax.plot(*curves[-1], marker="o", label="val")
+    ax.set(xlabel="step", ylabel="loss (nats/token)", title=f"{run_dir.resolve().name}: loss")
     ax.grid(alpha=0.3)
-    ax.legend()
+    focus_y(ax, curves)
+    ax.legend(loc="center right")
     return _save(fig, run_dir / "loss.png")

@@ -72,7 +72,7 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     table = table_markdown(rows, columns)
     atomic_write_text(out_dir / "results.md", f"# {title}\n\n{table}")
     atomic_write_text(out_dir / "results.csv", table_csv(rows, columns))
-    png = plot_val_loss(rows, out_dir / "val_loss.png")
+    png = plot_val_loss(rows, out_dir / "val_loss.png", varied)
     return table, png
 
 
