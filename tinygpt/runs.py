@@ -5,6 +5,7 @@
     best.pt       the weights with the lowest val loss (sample.py's choice)
     metrics.csv   one row per log step and per eval (METRICS)
     loss.png      train and val loss curves                          (tinygpt/plots.py)
+    tensorboard/  TensorBoard event files, with train.tensorboard   (tinygpt/tensorboard_log.py)
 
 train.py writes them; sweep.py, compare.py, plots and export read them through this module only.
 """
