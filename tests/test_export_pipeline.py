@@ -37,7 +37,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 import export  # noqa: E402
 import sample  # noqa: E402
-from conftest import ROOT, SHARED_DATA, r50k_cache  # noqa: E402
+from conftest import SHARED_DATA, r50k_cache  # noqa: E402
 from data.stories import generate_stories  # noqa: E402
 from model import GPT, ModelConfig  # noqa: E402
 from tinygpt import hf  # noqa: E402

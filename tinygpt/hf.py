@@ -25,8 +25,9 @@ with it, in a process without tinygpt. Besides config.json and model.safetensors
   pieces back. BPE: tiktoken's split regex, byte-level BPE over the vocabulary's tokens (the compact
   ones renumbered) with one merge per token, the last merge tiktoken's BPE makes to form it
   (`bpe_merges`): the ids are equal to ours by construction (see docs/interop.md for why).
-- generation_config.json: sample.py's defaults (temperature 0.8, no top-k), at most the context
-  length, and as the start token (bos) the newline sample.py starts from when the prompt is empty.
+- generation_config.json: sample.py's defaults (temperature 0.8, no top-k), and as the start token
+  (bos) the newline sample.py starts from when the prompt is empty (GPT-2's <|endoftext|> for the
+  full GPT-2 vocabulary). Prompt plus new tokens must fit in the context: GPT-2's positions end there.
 config.json also records tinygpt's tokenizer and config, so that the import restores them.
 
 The import reads config.json and model.safetensors (or pytorch_model.bin, with weights_only=True),
