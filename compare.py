@@ -1,12 +1,16 @@
 """Compare finished (or unfinished) runs side by side: one table, one plot.
 
     python compare.py RUN_DIR [RUN_DIR ...] [--out DIR]
+    python compare.py RUN_DIR [RUN_DIR ...] --plot-only     # just the pictures, e.g. of one run
 
 Reads each run's config.yaml and metrics.csv (nothing is trained or loaded onto a device) and
 prints a table: the config keys whose values differ between the runs, parameters, status, best val
 loss, final train loss, median tokens/s and wall time. The same table goes to DIR/results.md and
-DIR/results.csv, and the val-loss curves to DIR/val_loss.png (when matplotlib is installed).
-sweep.py writes its results with the same code (tinygpt/report.py).
+DIR/results.csv, and the val-loss curves to DIR/val_loss.png (when matplotlib is installed), each
+run labelled by its differing config values. sweep.py writes its results with the same code
+(tinygpt/report.py). `--plot-only` draws each run's RUN_DIR/loss.png (train and val loss, as
+train.py does) and, for several runs, DIR/val_loss.png, and writes no table: the way to (re)draw
+the pictures of an existing run.
 """
 from __future__ import annotations
 
@@ -14,8 +18,8 @@ from pathlib import Path
 from typing import Sequence
 
 from tinygpt.errors import ArgParser, UserError, run_cli
-from tinygpt.plots import MATPLOTLIB_NOTE
-from tinygpt.report import differing_keys, write_report
+from tinygpt.plots import MATPLOTLIB_NOTE, can_plot, plot_run, plot_val_loss
+from tinygpt.report import differing_keys, group_by_setting, write_report
 from tinygpt.runs import summarize_run
 
 
@@ -25,11 +29,30 @@ def run_labels(run_dirs: Sequence[Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(p) for p in run_dirs]
 
 
+def draw(args, rows: list[dict], varied: list[str]) -> list[str]:
+    """--plot-only: each run's loss.png, and the val-loss comparison of several runs; the paths."""
+    if not can_plot():
+        raise UserError("--plot-only needs matplotlib: pip install matplotlib")
+    paths = []
+    for run in args.runs:
+        path = plot_run(run)
+        if path is None:
+            print(f"{run}: no metrics.csv yet, nothing to draw")
+        else:
+            paths.append(str(path))
+    if len(rows) > 1:
+        paths.append(str(plot_val_loss(group_by_setting(rows, varied), args.out / "val_loss.png")))
+    print(f"wrote {', '.join(paths)}" if paths else "wrote nothing")
+    return paths
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     p = ArgParser(prog="compare.py", description="Tabulate and plot existing tinygpt runs side by side.")
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (train.out_dir)")
     p.add_argument("--out", type=Path, default=Path("out/compare"),
                    help="folder for results.md, results.csv, val_loss.png (default: out/compare)")
+    p.add_argument("--plot-only", action="store_true",
+                   help="only draw: each RUN_DIR/loss.png, and for several runs --out/val_loss.png")
     args = p.parse_args(argv)
 
     for run in args.runs:
@@ -37,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
             raise UserError(f"run directory not found: {run}")
     rows = [summarize_run(run, label) for run, label in zip(args.runs, run_labels(args.runs))]
     varied = differing_keys(rows)
+    if args.plot_only:
+        return {"rows": rows, "varied": varied, "out": str(args.out), "plots": draw(args, rows, varied)}
     table, png = write_report(rows, varied, args.out, title=f"Comparison of {len(rows)} runs")
     print(table, end="")
     if not varied and len(rows) > 1:

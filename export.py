@@ -1,9 +1,12 @@
 """Hugging Face interop: export a run as a GPT-2 checkpoint, import a GPT-2 checkpoint as a run.
 
-    python export.py RUN_DIR_OR_CKPT --format hf OUT_DIR     # config.json + model.safetensors + README_EXPORT.md
+    python export.py RUN_DIR_OR_CKPT --format hf OUT_DIR     # a folder transformers generates from alone
     python export.py --from-hf HF_DIR OUT_RUN_DIR            # a tinygpt run directory (ckpt.pt, config.yaml)
 
-The mapping between the two (tinygpt's GPT *is* GPT-2's architecture) is in tinygpt/hf.py.
+The export holds the weights (model.safetensors), config.json, generation_config.json and the
+tokenizer (tokenizer.json), so `transformers.pipeline("text-generation", model=OUT_DIR)` works
+without tinygpt. The mapping between the two (tinygpt's GPT *is* GPT-2's architecture) is in
+tinygpt/hf.py; both directions need the optional `safetensors` and `tokenizers` packages.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from typing import Sequence
 
 from tinygpt.checkpoint import load_checkpoint
 from tinygpt.errors import ArgParser, run_cli
-from tinygpt.hf import export_hf, import_hf
+from tinygpt.hf import HF_FILES, export_hf, import_hf
 
 
 # ---- main ----
@@ -38,8 +41,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
               f"(a gpt2 tokenizer needs tiktoken's encoding file: offline, set TIKTOKEN_CACHE_DIR)")
         return path
     out = export_hf(args.src, args.out, args.force)
-    print(f"wrote {out / 'config.json'}, {out / 'model.safetensors'}, {out / 'README_EXPORT.md'}; "
-          f"load with transformers.GPT2LMHeadModel.from_pretrained({str(out)!r})")
+    print(f"wrote {', '.join(HF_FILES)} into {out}; generate with transformers alone: "
+          f"pipeline('text-generation', model={str(out)!r}) (see {out / 'README_EXPORT.md'})")
     return out
 
 

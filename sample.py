@@ -1,15 +1,21 @@
 """Generate text from a trained run, token by token.
 
-    python sample.py RUN_DIR_OR_CKPT [--prompt TEXT | --prompt-file FILE] [--max-new-tokens N]
+    python sample.py RUN_DIR_OR_CKPT [--prompt TEXT | --prompt-file FILE|- | --interactive] [--max-new-tokens N]
                      [--temperature T] [--top-k K] [--top-p P] [--num-samples N] [--seed S]
                      [--no-kv-cache] [--show-steps]
                      [--show-attention] [--attention-of prompt|all] [--attention-last N]
                      [--attention-png DIR]
+    python sample.py RUN_DIR_OR_CKPT --list-vocab
 
 The run directory holds everything needed: config, tokenizer and weights (best.pt when present,
 else ckpt.pt). Each step feeds the context to the model, reads the logits at the last position,
 samples one token, prints it at once and appends it. That is only sound because the model was
 trained under the causal mask: see docs/design.md, "Why generation needs the causal mask".
+
+A prompt comes from --prompt, a file, standard input (`--prompt-file -`), or, with `--interactive`,
+from each line typed (or piped) in turn, answered with the model kept loaded until end of input. A
+char or word model knows only its training text's characters or words: an unknown word is refused
+with the closest words it knows, and `--list-vocab` prints them all.
 
 Two teaching views (tables on stdout, see tinygpt/attention_view.py for their conventions):
 - `--show-attention` prints every layer's and head's attention weights over the prompt (or, with
@@ -33,6 +39,7 @@ from tinygpt import attention_view
 from tinygpt.checkpoint import load_model
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.runtime import ThreadPolicy, following_free_cores, keep_freed_memory, resolve_device
+from tinygpt.tokenizer import encode_prompt
 
 TOP_N = 5  # candidates shown per step by --show-steps
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
@@ -43,7 +50,10 @@ def build_parser() -> ArgParser:
     p.add_argument("run", help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default="", help="text to continue (default: a newline)")
-    src.add_argument("--prompt-file", type=Path, help="read the prompt from this UTF-8 file")
+    src.add_argument("--prompt-file", type=Path, help="read the prompt from this UTF-8 file; - = standard input")
+    src.add_argument("--interactive", action="store_true",
+                     help="keep the model loaded and answer each line of standard input as a prompt, until EOF")
+    p.add_argument("--list-vocab", action="store_true", help="print the vocabulary (id and token) and exit")
     p.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate per sample")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy; <1 sharper, >1 flatter")
     p.add_argument("--top-k", type=int, default=None, help="sample only among the k most likely tokens")
@@ -101,23 +111,14 @@ def check_args(args) -> None:
 def read_prompt(args) -> str:
     if args.prompt_file is None:
         return args.prompt
+    if str(args.prompt_file) == "-":
+        return sys.stdin.read()
     if not args.prompt_file.is_file():
         raise UserError(f"--prompt-file not found: {args.prompt_file}")
     try:
         return args.prompt_file.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise UserError(f"--prompt-file {args.prompt_file} is not UTF-8 text") from None
-
-
-def encode_prompt(tokenizer, prompt: str) -> list[int]:
-    """Prompt -> ids; an empty prompt starts from a newline (or token 0 if there is none)."""
-    ids = tokenizer.encode(prompt) if prompt else []
-    if not ids:
-        try:
-            ids = tokenizer.encode("\n")
-        except UserError:
-            ids = [0]
-    return ids
 
 
 # ---- --show-attention ----
@@ -136,9 +137,12 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
     out.write(attention_view.attention_tables(traces, labels, args.attention_last, cfg.causal))
     out.flush()
     if args.attention_png is not None:
+        text = tokenizer.decode(window)
+        text = text if len(text) <= 60 else "…" + text[-59:]  # the end: the tokens shown
         try:
             paths = attention_view.save_heatmaps(traces, labels, args.attention_png, args.attention_last,
-                                                 cfg.causal, prefix=png_prefix)
+                                                 cfg.causal, prefix=png_prefix,
+                                                 title=f"{Path(args.run).name or args.run}: {text!r}")
         except ImportError:
             print("note: --attention-png needs matplotlib (pip install matplotlib); printed the text "
                   "tables only", file=sys.stderr)
@@ -191,15 +195,28 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     prompt = read_prompt(args)
     device = resolve_device(args.device)
     model, cfg, tokenizer, _ = load_model(args.run, device)
+    if args.list_vocab:
+        return list_vocab(tokenizer, out)
     if not cfg.model.causal and not args.force:
         raise UserError(f"{args.run} was trained with model.causal=false: every position saw the token it "
                         f"had to predict, so it never learned to predict from the past alone and generates "
                         f"garbage; retrain with causal: true (or pass --force to see it)")
-    ids = encode_prompt(tokenizer, prompt)
-    idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     threads = ThreadPolicy(fixed=args.threads) if device.type == "cpu" else None
     keep_freed_memory()
+    if args.interactive:
+        return interactive(model, tokenizer, args, out, gen, threads)
+    return generate_samples(model, tokenizer, prompt, args, out, gen, threads)
+
+
+def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.Generator,
+                     threads: ThreadPolicy | None = None) -> list[str]:
+    """num_samples continuations of one prompt, printed as main describes; returns the texts."""
+    try:
+        ids = encode_prompt(tokenizer, prompt)
+    except UserError as e:
+        raise UserError(f"{e}; see the whole vocabulary with: python sample.py {args.run} --list-vocab") from None
+    idx = torch.tensor([ids], dtype=torch.long, device=gen.device)  # (1, T)
     if args.show_attention and args.attention_of == "prompt":
         show_attention(model, tokenizer, ids, args, out, "the prompt", "attention")
         out.write("\n")
@@ -239,6 +256,42 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
             show_attention(model, tokenizer, ids + new_ids, args, out,
                            f"the prompt and sample {i + 1}'s generated text", prefix)
     return samples
+
+
+def read_prompts() -> Iterator[str]:
+    """The lines of standard input, without their newline; at a terminal with a "> " prompt (and
+    line editing) and a one-line greeting on stderr."""
+    if not sys.stdin.isatty():
+        for line in sys.stdin:
+            yield line.removesuffix("\n")
+        return
+    print("type a prompt and press Enter; Ctrl-D to quit", file=sys.stderr)
+    while True:
+        try:
+            yield input("> ")
+        except EOFError:
+            print(file=sys.stderr)
+            return
+
+
+def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads: ThreadPolicy | None) -> list[str]:
+    """Answer prompt after prompt, the model loaded once, until EOF; a prompt the vocabulary
+    cannot encode gets its one-line error on stderr and the next prompt is read."""
+    samples = []
+    for prompt in read_prompts():
+        try:
+            samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+    return samples
+
+
+def list_vocab(tokenizer, out) -> list[str]:
+    """Print every token, one per line: its id and its text (␣ = a space); return the texts."""
+    tokens = [tokenizer.token_str(i).replace(" ", attention_view.SPACE) for i in range(tokenizer.vocab_size)]
+    out.write(f"# {tokenizer.vocab_size} tokens of {tokenizer!r}; {attention_view.SPACE} = a space, \\n = a newline\n")
+    out.writelines(f"{i:>6}  {token}\n" for i, token in enumerate(tokens))
+    return tokens
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, configure_cuda, keep_freed_memory, peak_flops,
                              resolve_device, resolve_dtype)
+from tinygpt.tensorboard_log import PROMPT_TOKENS, TensorBoardLog, require_tensorboard
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step
 
 
@@ -113,6 +114,7 @@ class Run:
     threads: ThreadPolicy | None = None  # CPU threads for the free cores (None on a GPU)
     resumed_at: int | None = None  # the step a resumed run started from (its eval is not repeated)
     exit_code: int = 0  # 128 + the signal that stopped the run, else 0
+    board: TensorBoardLog | None = None  # train.tensorboard, on the main process
 
     def state(self, with_optimizer: bool = True) -> dict[str, Any]:
         s = {"config": config_to_dict(self.cfg), "tokenizer": self.data.tokenizer.to_dict(),
@@ -187,6 +189,8 @@ def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
         write_metrics(run.out_dir, metrics)
         if t.plot == "eval" or (t.plot == "end" and run.step == t.max_iters):
             plot_run(run.out_dir)  # loss.png; returns None (no plot) without matplotlib
+        if run.board is not None:
+            run.board.eval(run.step, losses, run.model)
     if losses["val"] < run.best_val:
         run.best_val = losses["val"]
         run.save("best.pt", with_optimizer=False)
@@ -208,6 +212,8 @@ def log(run: Run, metrics: list[dict], lr: float, speed: dict[str, float]) -> di
     row = {"step": run.step, "train_loss": f"{train_loss:.4f}", "lr": f"{lr:.3e}", "tokens_per_s": f"{tok_s:.0f}",
            "mfu": f"{mfu:.4f}", "elapsed_s": f"{now - speed['t_start']:.1f}"}
     metrics.append(row)
+    if run.board is not None:
+        run.board.log(run.step, row)
     return row
 
 
@@ -264,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     t = cfg.train
     out_dir = Path(t.out_dir)
     check_run_dir(out_dir, args.resume)
+    if t.tensorboard:
+        require_tensorboard()
     init_model, init_ckpt = load_init(cfg) if t.init_from else (None, None)
     ckpt = load_resume(cfg, out_dir) if args.resume else None
     device = resolve_device(t.device)
@@ -292,10 +300,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
         out_dir.mkdir(parents=True, exist_ok=True)
         write_config(out_dir, cfg)
+        if t.tensorboard:  # the attention images look at the first tokens of the training split
+            run.board = TensorBoardLog(out_dir, data.tokenizer, data.train[:min(PROMPT_TOKENS, cfg.model.block_size)],
+                                       run.resumed_at)
     try:
         why = train_loop(run, speed, args.stop_at, args.quiet)
     finally:
         dist.close()
+        if run.board is not None:
+            run.board.close()
     if run.exit_code:
         sys.exit(run.exit_code)
     if dist.master:

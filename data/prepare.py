@@ -39,7 +39,7 @@ from tinygpt.tokenizer import Tokenizer, build_tokenizer, tokenizer_from_dict
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 BUILTIN = ("stories", "shakespeare")
-PREP_VERSION = 1  # bump when the prepared format changes: old folders are then rebuilt
+PREP_VERSION = 2  # bump when the prepared format changes: old folders are then rebuilt (2: closed BPE vocabularies)
 
 # ---- sources ----
 

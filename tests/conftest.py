@@ -2,6 +2,8 @@
 repository root is importable through pyproject.toml's pytest `pythonpath`."""
 from __future__ import annotations
 
+import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,18 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
+R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+
+
+def r50k_cache(folder: Path) -> Path:
+    """A tiktoken cache folder holding GPT-2's ranks (../shared/data/r50k_base.tiktoken) under the sha1
+    of their URL, for TIKTOKEN_CACHE_DIR: the r50k_base and gpt2 encodings offline. Skips without it."""
+    source = SHARED_DATA / "r50k_base.tiktoken"
+    if not source.is_file():
+        pytest.skip(f"no offline copy of the GPT-2 ranks ({source})")
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(source, folder / hashlib.sha1(R50K_URL.encode()).hexdigest())
+    return folder
 
 
 @pytest.fixture

@@ -7,14 +7,17 @@ stories corpus: `--show-attention` prints one table per layer and head whose row
 rounding) with exactly the future cells masked (none for a causal=false model); `--attention-last`
 crops; `--attention-of all` covers the generated text; `--show-steps` prints one row per token whose
 chosen tokens are exactly the plain run's, with the context length of model.generate's window rule;
-`--attention-png` saves one PNG per layer (skipped without matplotlib) and without matplotlib says
-so on one stderr line while the tables still print.
+`--attention-png` saves one PNG per layer (skipped without matplotlib), titled with the run and the
+prompt, and without matplotlib says so on one stderr line while the tables still print. A heatmap
+figure puts each cell's number on it, hatches the masked cells, quotes punctuation tokens and draws
+the summed "earlier" column on its own axes and grey scale.
 """
 from __future__ import annotations
 
 import io
 import re
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -195,12 +198,43 @@ def test_attention_png_without_matplotlib(run, prompt, tmp_path, monkeypatch, ca
     assert not (tmp_path / "png").exists()
 
 
-def test_attention_png_with_matplotlib(run, prompt, tmp_path):
+def test_attention_png_with_matplotlib(run, prompt, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
+    titles = []
+    real = attention_view.heatmap_figure
+
+    def spy(*args, **kwargs):
+        titles.append(kwargs.get("title"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attention_view, "heatmap_figure", spy)
     run_sample([run, "--prompt", prompt[:8], "--max-new-tokens", 2, "--attention-png", tmp_path / "png"])
     pngs = sorted((tmp_path / "png").iterdir())
     assert [p.name for p in pngs] == [f"attention_layer{i}.png" for i in range(N_LAYER)]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert titles == [f"{Path(run).name}: {prompt[:8]!r}, layer {i}" for i in range(N_LAYER)]
+
+
+def test_heatmap_figure_is_legible():
+    pytest.importorskip("matplotlib")
+    T, nh, last = 7, 2, 4
+    torch.manual_seed(0)
+    weights = masked_softmax(torch.randn(nh, T, T), causal_mask(T, T))  # (nh, T, T)
+    labels = ["The", "␣cat", "␣sat", "␣on", ".", "\\n", "␣mat"]
+    fig = attention_view.heatmap_figure(weights, labels, last=last, title="run: 'The cat sat on.'")
+    assert fig._suptitle.get_text() == "run: 'The cat sat on.'"
+    earlier = [ax for ax in fig.axes if [t.get_text() for t in ax.get_xticklabels()] == [EARLIER]]
+    keys = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    assert len(earlier) == len(keys) == nh  # the summed column on its own axes, beside each head
+    for head, (ax_e, ax) in enumerate(zip(earlier, keys)):
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["␣on", "'.'", "\\n", "␣mat"]  # quoted marks
+        assert ax_e.images[0].get_cmap().name == "Greys" and ax.images[0].get_cmap().name.startswith("viridis")
+        assert ax.images[0].get_array().shape == (last, last)  # the real keys alone on the colour scale
+        summed = 100 * weights[head, T - last:, :T - last].sum(-1)  # (last,) weight on the cut-off keys
+        assert [t.get_text() for t in ax_e.texts] == [f"{v:.0f}" for v in summed.tolist()]
+        assert len(ax.patches) == last * (last - 1) // 2  # each masked cell hatched ...
+        assert all(p.get_hatch() == "///" for p in ax.patches)
+        assert len(ax.texts) == last * (last + 1) // 2  # ... and a number on every other cell
 
 
 # ---- sample.py --show-steps ----

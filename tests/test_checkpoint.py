@@ -27,6 +27,7 @@ from tinygpt.config import Config, config_to_dict
 from tinygpt.errors import UserError
 from model import GPT
 from tinygpt.tokenizer import CharTokenizer
+from conftest import ROOT
 
 TEXT = "The cat sat on the mat. A dog ran to the park!\nShe saw him there, and he saw her.\n"
 
@@ -336,6 +337,20 @@ def test_missing_run_dir_is_refused(tmp_path):
     with pytest.raises(UserError) as info:
         load_model(tmp_path / "no_such_run")
     assert str(tmp_path / "no_such_run") in str(info.value) and "not found" in str(info.value)
+    assert "export.py" not in str(info.value)
+
+
+def test_a_gpt2_name_says_how_to_bring_gpt2_in(tmp_path, monkeypatch):
+    import train
+    monkeypatch.chdir(tmp_path)  # no folder called gpt2 here
+    with pytest.raises(UserError) as info:
+        train.main([str(ROOT / "configs/stories.yaml"), "--set", "train.init_from=gpt2",
+                    f"train.out_dir={tmp_path / 'run'}"])
+    message = str(info.value)
+    assert "not found: gpt2" in message and "python export.py --from-hf DIR out/gpt2" in message
+    assert "train.init_from=out/gpt2" not in message and "\n" not in message
+    with pytest.raises(UserError, match="export.py --from-hf DIR out/gpt2-medium"):
+        resolve_checkpoint("openai-community/gpt2-medium")
 
 
 def test_checkpoint_module_is_the_only_loader():

@@ -1,14 +1,18 @@
 """Guards notebooks/attention_mechanics.ipynb: valid nbformat 4 JSON that runs top to bottom.
 
-Its code cells run in order in one namespace (exec from the repo root, no Jupyter needed), and what
-they print must be the worked example of docs/design.md: the ✓/✗ causal mask, the raw scores with −∞ in the
-masked cells, and the percentages (The 100; cat 35 65; sat 17 56 28; on 14 24 43 19) with the
-future cells masked; then, for a tiny model's real Q, K, V, every head's masked cells are exactly 0,
-its rows sum to 1, and the hand computation equals the model's own HeadTrace.
+It runs as a Jupyter user runs it: through a real kernel (nbclient + ipykernel, from the repository
+root), and what its cells print must be the worked example of docs/design.md: the ✓/✗ causal mask,
+the raw scores with −∞ in the masked cells, and the percentages (The 100; cat 35 65; sat 17 56 28;
+on 14 24 43 19) with the future cells masked; then, for a tiny model's real Q, K, V, every head's
+masked cells are exactly 0, its rows sum to 1, and the hand computation equals the model's own
+HeadTrace. The heatmap cell must display a PNG image (with matplotlib), not a Figure's text repr.
+Without nbclient/ipykernel the code cells run in order in one namespace (exec), and the image
+test skips.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 
@@ -29,6 +33,7 @@ MASK = [["✓", "✗", "✗", "✗"],
         ["✓", "✓", "✗", "✗"],
         ["✓", "✓", "✓", "✗"],
         ["✓", "✓", "✓", "✓"]]
+KERNEL = all(importlib.util.find_spec(m) for m in ("nbclient", "nbformat", "ipykernel"))
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +42,27 @@ def notebook() -> dict:
 
 
 @pytest.fixture(scope="module")
-def printed(notebook) -> str:
-    """Run every code cell in order, in one namespace, from the repo root; return stdout."""
+def executed() -> dict | None:
+    """The notebook run through a real Jupyter kernel from the repository root (None without nbclient)."""
+    if not KERNEL:
+        return None
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("MPLBACKEND", raising=False)  # the kernel's own inline backend, as in Jupyter
+        mp.setenv("OMP_NUM_THREADS", "1")  # a tiny model: one thread is faster on a busy machine
+        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    return nb
+
+
+@pytest.fixture(scope="module")
+def printed(notebook, executed) -> str:
+    """What the code cells print: from the kernel's stdout, else by exec of each cell in order, in
+    one namespace, from the repo root."""
+    if executed is not None:
+        return "".join(o["text"] for c in executed.cells if c.cell_type == "code"
+                       for o in c.outputs if o.output_type == "stream" and o.name == "stdout")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: one thread is faster on a busy machine
     namespace: dict = {"__name__": "__main__"}
@@ -92,3 +116,17 @@ def test_notebook_real_heads_mask_exactly_and_match_the_model(printed):
     assert "weights equal the model's layer 0: True" in printed
     assert "head outputs equal the model's layer 0: True" in printed
     assert "masked weights exactly 0: True" in printed
+
+
+def test_notebook_shows_the_heatmap_as_an_image(executed):
+    if executed is None:
+        pytest.skip("running the notebook through a kernel needs nbclient, nbformat and ipykernel")
+    pytest.importorskip("matplotlib")
+    last = executed.cells[-1]
+    assert "heatmap_figure" in last.source
+    kinds = [(o.output_type, sorted(o.get("data", {}))) for o in last.outputs]
+    assert any(kind == "display_data" and "image/png" in data for kind, data in kinds), kinds
+    assert not any("<Figure size" in o.get("data", {}).get("text/plain", "") and "image/png" not in o.get("data", {})
+                   for o in last.outputs)
+    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors

@@ -12,12 +12,10 @@ exits 2 with one line.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import re
 import random
-import shutil
 
 import pytest
 import tiktoken
@@ -26,7 +24,7 @@ import torch
 import probe
 from tinygpt import coreference
 from tinygpt.checkpoint import load_checkpoint, load_model, save_checkpoint
-from conftest import SHARED_DATA, TINY_STORIES
+from conftest import TINY_STORIES, r50k_cache
 from data.stories import Reference, generate_story
 from tinygpt.errors import UserError, run_cli
 from tinygpt.tokenizer import CharTokenizer, TiktokenTokenizer, WordTokenizer, tokenizer_from_dict
@@ -135,15 +133,9 @@ def test_build_case_offsets_a_story_inside_a_longer_text():
     assert [p - len(prefix) for p in shifted.antecedent_positions] == alone.antecedent_positions
 
 
-R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
-
-
 def test_build_case_with_gpt2_tokens(tmp_path, monkeypatch):
     """With BPE the cut falls before " red": the attribute's token carries its leading space."""
-    if not (SHARED_DATA / "r50k_base.tiktoken").is_file():
-        pytest.skip("no offline copy of the GPT-2 ranks in ../shared/data")
-    shutil.copy(SHARED_DATA / "r50k_base.tiktoken", tmp_path / hashlib.sha1(R50K_URL.encode()).hexdigest())
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(r50k_cache(tmp_path)))
     text, refs = story_with_references()
     tok = TiktokenTokenizer.from_text("r50k_base", text)
     seen_names = 0

@@ -70,11 +70,11 @@ def test_size_stops_at_the_story_that_crosses_n_chars(n_chars):
 
 
 def test_default_size_is_about_1_5_mb_and_fast():
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: a busy machine does not make it fail
     text, _ = generate_stories()
-    seconds = time.perf_counter() - t0
+    seconds = time.process_time() - t0
     assert 1_500_000 <= len(text) < 1_510_000
-    assert seconds < 5, f"generating 1.5 MB took {seconds:.1f} s (budget 5 s)"
+    assert seconds < 5, f"generating 1.5 MB took {seconds:.1f} s of CPU (budget 5 s)"
 
 
 def test_rejects_a_non_positive_size():

@@ -5,8 +5,10 @@ combinations (n_embd=16 is not divisible by 3: skipped with a note) through trai
 restarting the one whose directory has no checkpoint yet, and writes results.md / results.csv
 with one row per valid run and the documented columns. Running it again over n_head=1,2,4 retrains
 nothing finished (ckpt.pt untouched) and resumes a run stopped with --stop-at; with another --set
-it reuses nothing and exits 1. A bad grid key is one line and exit 2. compare.py shows the config column that differs; plot_run returns None without
-matplotlib and writes a PNG with it. One sweep is shared by the module (the trainings dominate).
+it reuses nothing and exits 1. A bad grid key is one line and exit 2. compare.py shows the config
+column that differs; `compare.py --plot-only` draws each run's loss.png and the val-loss comparison,
+its legend naming the varied values; plot_run returns None without matplotlib and writes a PNG with
+it, its y-axis fitted below the step-0 loss. One sweep is shared by the module (the trainings dominate).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -270,3 +273,52 @@ def test_probe_refuses_a_sweep_not_on_stories(tmp_path):
     with pytest.raises(UserError, match="--probe"):
         run_sweep([CONFIG, "--grid", "model.n_head=1,2", "--probe", *shrink(tmp_path / "prepared"),
                    f"data.dataset={tmp_path / 't.txt'}", "--out", str(tmp_path / "sw")])
+
+
+# ---- pictures ----
+
+
+def capture_figures(monkeypatch) -> dict[str, object]:
+    """File name -> the matplotlib Figure each plot saved, as plots.py draws them."""
+    figures = {}
+    real = plots._save
+
+    def save(fig, path):
+        figures[Path(path).name if Path(path).name != "loss.png" else f"{Path(path).parent.name}/loss.png"] = fig
+        return real(fig, path)
+    monkeypatch.setattr(plots, "_save", save)
+    return figures
+
+
+def test_compare_plot_only_draws_each_run_labelled_by_its_values(first_sweep, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    runs = [first_sweep["out"] / n for n in ("n_head=1", "n_head=2")]
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        result = compare.main([*map(str, runs), "--plot-only", "--out", str(tmp_path / "cmp")])
+    assert result["plots"] == [str(r / "loss.png") for r in runs] + [str(tmp_path / "cmp" / "val_loss.png")]
+    assert sorted(p.name for p in (tmp_path / "cmp").iterdir()) == ["val_loss.png"]  # no tables
+    assert printed.getvalue().startswith("wrote ")
+    legend = figures["val_loss.png"].axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["n_head=1", "n_head=2"]  # not folder names
+    with contextlib.redirect_stdout(io.StringIO()):
+        one = compare.main([str(runs[0]), "--plot-only", "--out", str(tmp_path / "one")])
+    assert one["plots"] == [str(runs[0] / "loss.png")] and not (tmp_path / "one").exists()
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(UserError, match="--plot-only needs matplotlib"):
+        compare.main([str(runs[0]), "--plot-only"])
+
+
+def test_loss_plot_is_not_squashed_by_the_step_0_loss(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    rows = [{"step": 0, "train_loss": "6.9", "val_loss": "6.9"}]  # ln(1000): an untrained model
+    rows += [{"step": s, "train_loss": f"{1.5 + 2 / s:.4f}", "tokens_per_s": "1", "mfu": "0.1"} for s in range(10, 1001, 10)]
+    rows += [{"step": s, "train_loss": "1.55", "val_loss": f"{1.6 + 1 / s:.4f}"} for s in (500, 1000)]
+    runs.write_metrics(tmp_path, rows)
+    plots.plot_run(tmp_path)
+    ax = figures[f"{tmp_path.name}/loss.png"].axes[0]
+    low, high = ax.get_ylim()
+    assert 1.5 < high < 2.0 and low < 1.51  # the curve after the first 5% of the steps fills the axis
+    notes = [t.get_text() for t in ax.texts]
+    assert notes and notes[0].startswith("off the top: ") and "up to 6.90 at step 0" in notes[0]

@@ -1,28 +1,25 @@
-"""Guards tinygpt/tokenizer.py: char and tiktoken BPE round trips, the compact BPE vocabulary and its byte
-fallback, stream decoding of characters split across tokens, plain-data save/load (also through
+"""Guards tinygpt/tokenizer.py: char and tiktoken BPE round trips, the compact BPE vocabulary (closed
+under BPE merges, encoded by BPE restricted to it; the byte fallback of older vocabularies), the
+closest-word suggestions for unknown words, stream decoding of characters split across tokens, plain-data save/load (also through
 JSON), and the one-line user errors (unknown characters, unknown encoding, encoding not loadable
 offline). BPE logic is tested on a hand-built tiktoken Encoding; the real GPT-2 ranks are used only
 when ../shared/data/r50k_base.tiktoken exists. No test touches the network.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 import tiktoken
 import tiktoken.load
 import tiktoken.registry
 
+from conftest import r50k_cache
 from tinygpt import tokenizer as tk
 from tinygpt.errors import UserError
 from tinygpt.tokenizer import (CharTokenizer, TiktokenTokenizer, WordTokenizer, build_tokenizer,
                        get_tiktoken_encoding, tokenizer_from_dict)
 
-R50K_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "r50k_base.tiktoken"
-R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
 UNICODE_PARAGRAPH = ("Once upon a time, Zoë met a café owner in Zürich.\n"
                      "She said: «naïve» — 你好, 世界! Emoji: 🐈‍⬛ and \t tabs.\n<|endoftext|> stays text.")
 
@@ -109,6 +106,22 @@ def test_word_unknown_words_are_listed():
         tok.encode("the cat ")
 
 
+def test_unknown_words_get_the_closest_vocabulary_words():
+    tok = WordTokenizer.from_text("Mia had a red kite. Then she picked up her dragonfly and his hat.")
+    assert tok.closest(" dragon") == [" dragonfly"]
+    assert tok.closest("hi") == [" his"]
+    assert tok.closest("Red") == [" red"]  # case and the leading space do not matter
+    assert tok.closest(" ") == [] and tok.closest(" zzzzzz") == []
+    with pytest.raises(UserError) as err:
+        tok.encode("hi dragon")
+    msg = str(err.value)
+    assert "'hi' (closest: ' his'" in msg and "' dragon' (closest: ' dragonfly')" in msg
+    assert msg.endswith("e.g. ' Then', ' a', ' and', ' dragonfly', ' had', ' hat', ' her', ' his'")  # a taste
+    char = CharTokenizer.from_text("abc")
+    with pytest.raises(UserError, match=r"'C' \(closest: 'c'\)"):
+        char.encode("aC")
+
+
 def test_word_dict_round_trip_through_json():
     tok = build_tokenizer("word", UNICODE_PARAGRAPH)
     back = tokenizer_from_dict(json.loads(json.dumps(tok.to_dict())))
@@ -150,13 +163,22 @@ def toy(monkeypatch):
     return enc
 
 
+def test_bpe_merges_follow_tiktoken():
+    ranks = _toy_encoding()._mergeable_ranks
+    assert tk.bpe_merges(b" cat", ranks) == [(b"a", b"t"), (b" ", b"c"), (b" c", b"at")]
+    assert tk.bpe_merges(b"the", ranks) == [(b"t", b"h"), (b"th", b"e")]
+    assert tk.bpe_merges(b"xyz", ranks) == []
+    assert tk.closed_vocab([ranks[b" cat"]], ranks) == sorted(ranks[t] for t in (b"at", b" c", b" cat"))
+
+
 def test_bpe_compact_vocab_and_remap(toy):
     text = "the cat sat"
     tok = TiktokenTokenizer.from_text("toy", text, encoding=toy)
     seen = set(toy.encode_ordinary(text))
     assert seen - set(range(256))  # the text does use merged tokens
-    assert tok.vocab_size == len(seen | set(range(256)))
-    assert tok.ids.tolist() == sorted(seen | set(range(256)))  # sorted by original id
+    # kept: the tokens seen, every single byte, and the tokens BPE forms on the way to the seen ones
+    on_the_way = {toy.encode_single_token(t) for t in (b"th", b"at", b" c", b" s")}
+    assert tok.ids.tolist() == sorted(seen | set(range(256)) | on_the_way)  # sorted by original id
     ids = tok.encode(text)
     assert tok.ids[ids].tolist() == toy.encode_ordinary(text)  # same tokens, renumbered
     assert all(0 <= i < tok.vocab_size for i in ids)
@@ -164,16 +186,26 @@ def test_bpe_compact_vocab_and_remap(toy):
     assert tok.token_str(tok.encode(" cat")[0]) == " cat"
 
 
-def test_bpe_byte_fallback_for_unseen_tokens(toy):
+def test_bpe_unseen_tokens_use_the_kept_merges(toy):
     tok = TiktokenTokenizer.from_text("toy", "the cat sat", encoding=toy)
     assert len(toy.encode_ordinary("café")) == 1  # one token in the full encoding ...
     ids = tok.encode("café")
-    assert len(ids) == 5  # ... but unseen in training, so spelled out byte by byte
+    assert len(ids) == 5  # ... but no kept token merges its bytes, so it is spelled out byte by byte
     assert [tok.ids[i] for i in ids] == list("café".encode())
     assert tok.decode(ids) == "café"
     assert tok.token_str(ids[-2]) == "\\xc3"  # half a character, shown as its byte
+    # " the" is one unseen token; BPE over the kept tokens still makes "the" of its bytes
+    assert [tok.token_str(i) for i in tok.encode(" the")] == [" ", "the"]
     text = "the naïve café said 'hi' <|endoftext|> 🐈\n"
     assert tok.decode(tok.encode(text)) == text  # any text round trips, specials as plain text
+
+
+def test_bpe_vocabulary_saved_before_closing_keeps_its_byte_fallback(toy):
+    old = {"kind": "tiktoken", "vocab_size": 259, "encoding": "toy",
+           "ids": list(range(256)) + [toy.encode_single_token(t) for t in (b"the", b" cat", b" sat")]}
+    tok = tokenizer_from_dict(old)  # no "closed": its compact ids came from the full encoding
+    assert not tok.closed
+    assert [tok.token_str(i) for i in tok.encode(" the cat")] == [" ", "t", "h", "e", " cat"]
 
 
 def test_bpe_full_vocab(toy):
@@ -203,6 +235,7 @@ def test_bpe_dict_round_trip_through_json(toy):
         tok = build_tokenizer("toy", text, compact=compact)
         d = json.loads(json.dumps(tok.to_dict()))
         assert d["kind"] == "tiktoken" and d["encoding"] == "toy" and ("ids" in d) == compact
+        assert d.get("closed") is (True if compact else None)
         back = tokenizer_from_dict(d)
         assert isinstance(back, TiktokenTokenizer) and back.vocab_size == tok.vocab_size
         assert back.encode(text + " café") == tok.encode(text + " café")
@@ -226,16 +259,12 @@ def test_offline_without_cache_is_a_user_error(name, tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def r50k_cache(tmp_path, monkeypatch):
-    """A tiktoken cache holding the GPT-2 ranks under the sha1 of their URL (skip if absent)."""
-    if not R50K_FILE.exists():
-        pytest.skip(f"{R50K_FILE} not present")
-    shutil.copy(R50K_FILE, tmp_path / hashlib.sha1(R50K_URL.encode()).hexdigest())
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    return tmp_path
+def gpt2_offline(tmp_path, monkeypatch):
+    """TIKTOKEN_CACHE_DIR holding the GPT-2 ranks (skip if absent)."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(r50k_cache(tmp_path)))
 
 
-def test_gpt2_ranks_from_offline_cache(r50k_cache):
+def test_gpt2_ranks_from_offline_cache(gpt2_offline):
     for name in ("gpt2", "r50k_base"):
         full = build_tokenizer(name, "", compact=False)
         assert full.vocab_size == 50257

@@ -157,60 +157,110 @@ def attention_tables(traces: Sequence[HeadTrace], labels: Sequence[str], last: i
     return "\n\n".join(blocks) + "\n"
 
 
+def heatmap_label(label: str) -> str:
+    """A token label for a heatmap axis: a token with no letter or digit (".", ",", "␣") is quoted,
+    so that a small mark still reads as a token."""
+    return label if any(ch.isalnum() for ch in label) else f"'{label}'"
+
+
+def _cell_numbers(ax, values: torch.Tensor, fontsize: float, dark_when_high: bool) -> None:
+    """Write each cell's whole percent (rows, cols) on it, not on NaN (masked) cells, in white where
+    the colour map is dark: low values of viridis, high values of Greys."""
+    for i, row in enumerate(values.tolist()):
+        for j, value in enumerate(row):
+            if value == value:  # not NaN
+                dark = value > 55 if dark_when_high else value < 55
+                ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=fontsize,
+                        color="white" if dark else "black")
+
+
 def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12, causal: bool = True,
-                   title: str = ""):
+                   title: str = "", pyplot: bool = False):
     """One layer's weights (nh, T, T) as a matplotlib Figure: a heatmap per head on a near-square
-    grid, cropped like the tables, percent colour scale, masked cells grey. Needs matplotlib
-    (raises ImportError without it)."""
+    grid, cropped like the tables, percent colour scale with each cell's number on it, masked
+    (future) cells hatched grey, and the summed EARLIER column as its own grey column beside the
+    real keys, off their colour scale. pyplot=True builds it through pyplot, whose inline backend
+    shows it under a Jupyter cell; else no pyplot (no global state, no GUI backend). Needs
+    matplotlib (raises ImportError without it)."""
     import matplotlib
-    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
 
     nh, T = weights.size(0), weights.size(-1)
     mask = causal_mask(T, T) if causal else None
     view, view_mask, query_labels, key_labels = crop_last(weights.detach().float().cpu(), labels, last, mask)
     percent = view * 100  # (nh, N, K)
     if view_mask is not None:
-        percent = percent.masked_fill(~view_mask, float("nan"))  # drawn in the "bad" colour
-    N, K = percent.shape[-2:]
-    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="lightgrey")
+        percent = percent.masked_fill(~view_mask, float("nan"))  # masked: hatched below
+    N = len(query_labels)
+    earlier = percent[..., 0] if key_labels[0] == EARLIER else None  # (nh, N): weight on the cut-off keys
+    keys = percent[..., 1:] if earlier is not None else percent  # (nh, N, N)
+    key_labels = [heatmap_label(k) for k in key_labels[1 if earlier is not None else 0:]]
+    query_labels = [heatmap_label(q) for q in query_labels]
+    numbers = 7.5 if N <= 16 else 6 if N <= 24 else 0  # font size of the cell numbers; none when crowded
+
     cols = math.ceil(math.sqrt(nh))  # heads on a near-square grid: 4 heads -> 2 x 2
     rows = math.ceil(nh / cols)
-    cell = 0.32  # inches per matrix cell
-    fig = Figure(figsize=(cols * (cell * K + 1.0) + 1.2, rows * (cell * N + 1.0) + 0.6), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    for ax in axes[nh:]:
-        ax.set_visible(False)
-    for head, ax in enumerate(axes[:nh]):
-        image = ax.imshow(percent[head].numpy(), cmap=cmap, vmin=0, vmax=100)
-        ax.set_title(f"head {head}", fontsize=9)
-        ax.set_xticks(range(K), key_labels, rotation=90, fontsize=7)
-        ax.set_yticks(range(N), query_labels, fontsize=7)
-        if K <= 16:  # small enough to print the numbers in the cells
-            for i in range(N):
-                for j in range(K):
-                    value = percent[head, i, j].item()
-                    if value == value:  # not NaN (masked)
-                        ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=5,
-                                color="black" if value > 60 else "white")
-    fig.supxlabel("key", fontsize=9)
-    fig.supylabel("query", fontsize=9)
-    fig.colorbar(image, ax=list(axes[:nh]), label="% of the query's attention", shrink=0.8)
+    cell = 0.42  # inches per matrix cell: room for a two-digit number
+    extra = 1.4 if earlier is not None else 0  # the earlier column and its gap
+    size = (cols * (cell * N + extra + 1.3) + 1.4, rows * (cell * N + 1.5) + 1.3)
+    if pyplot:
+        import matplotlib.pyplot as plt  # in Jupyter: the inline backend draws it under the cell
+        fig = plt.figure(figsize=size, layout="constrained")
+    else:
+        fig = Figure(figsize=size, layout="constrained")
+    ratios = ([1, 0.15, N] if earlier is not None else [N]) * cols  # per head: [earlier, gap,] keys
+    grid = fig.add_gridspec(rows, len(ratios), width_ratios=ratios)
+    per = len(ratios) // cols
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad=(0, 0, 0, 0))  # NaN: the hatched background
+    key_axes = []
+    for head in range(nh):
+        r, c = divmod(head, cols)
+        ax = fig.add_subplot(grid[r, c * per + per - 1])
+        key_axes.append(ax)
+        image = ax.imshow(keys[head].numpy(), cmap=cmap, vmin=0, vmax=100)
+        for i in range(N):  # masked cells: hatched, unmistakably not a small weight
+            for j in range(N):
+                if keys[head, i, j] != keys[head, i, j]:
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.93", edgecolor="0.7",
+                                           hatch="///", linewidth=0))
+        ax.set_title(f"head {head}", fontsize=10)
+        ax.set_xticks(range(N), key_labels, rotation=90, fontsize=8, family="monospace")
+        ax.set_yticks(range(N), query_labels, fontsize=8, family="monospace")
+        if numbers:
+            _cell_numbers(ax, keys[head], numbers, dark_when_high=False)
+        if earlier is not None:
+            ax_e = fig.add_subplot(grid[r, c * per])
+            ax_e.imshow(earlier[head, :, None].numpy(), cmap="Greys", vmin=0, vmax=100, aspect="auto")
+            ax_e.set_xticks([0], [EARLIER], rotation=90, fontsize=8)
+            ax_e.set_yticks(range(N), query_labels, fontsize=8, family="monospace")
+            ax.set_yticks(range(N), [])  # the labels are on the earlier column, left of both
+            if numbers:
+                _cell_numbers(ax_e, earlier[head, :, None], numbers, dark_when_high=True)
+    notes = ["hatched: a future key, masked (weight exactly 0)"] if causal else []
+    if earlier is not None:
+        notes.append(f"grey column '{EARLIER}': the summed weight on the {T - N} key{'s' * (T - N > 1)} before "
+                     f"these {N}, on its own grey scale")
+    fig.supxlabel("\n".join(["key (the position looked at)", *notes]), fontsize=9)
+    fig.supylabel("query (the position looking)", fontsize=9)
+    fig.colorbar(image, ax=key_axes, label="% of the query's attention", shrink=0.8)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, fontsize=11)
     return fig
 
 
 def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: str | Path, last: int = 12,
-                  causal: bool = True, prefix: str = "attention") -> list[Path]:
-    """One PNG per layer, `out_dir/{prefix}_layer{L}.png`, heads as subplots. Needs matplotlib
-    (raises ImportError before writing anything without it)."""
+                  causal: bool = True, prefix: str = "attention", title: str = "") -> list[Path]:
+    """One PNG per layer, `out_dir/{prefix}_layer{L}.png`, heads as subplots, titled
+    "{title}, layer L". Needs matplotlib (raises ImportError before writing anything without it)."""
     import matplotlib  # noqa: F401  (fail before creating the folder)
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for layer, trace in enumerate(traces):
-        fig = heatmap_figure(trace.weights[0], labels, last, causal, title=f"layer {layer}")
+        fig = heatmap_figure(trace.weights[0], labels, last, causal,
+                             title=f"{title}, layer {layer}" if title else f"layer {layer}")
         path = out_dir / f"{prefix}_layer{layer}.png"
         fig.savefig(path, dpi=100)
         paths.append(path)

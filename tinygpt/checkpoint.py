@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from tinygpt.errors import UserError
 from tinygpt.tokenizer import Tokenizer, tokenizer_from_dict
 
 FORMAT = "tinygpt-checkpoint"
+HF_GPT2_NAME = re.compile(r"^(openai-community/)?(distil)?gpt2(-medium|-large|-xl)?$")  # model names on the Hub
 VERSION = 2  # 2: the config records model.vocab_size
 REQUIRED = ("config", "tokenizer", "model", "step")
 
@@ -152,7 +154,12 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "
                         f"e.g. python train.py configs/stories.yaml")
     if not path.exists():
-        raise UserError(f"run directory or checkpoint not found: {path}")
+        hint = ""
+        if HF_GPT2_NAME.match(str(path)):  # e.g. train.init_from=gpt2: tinygpt downloads nothing
+            hint = (f"; {path} names a Hugging Face GPT-2: download its folder (config.json, model.safetensors), "
+                    f"e.g. huggingface-cli download {path} --local-dir DIR, bring it in with "
+                    f"python export.py --from-hf DIR out/{path.name}, then use out/{path.name}")
+        raise UserError(f"run directory or checkpoint not found: {path}{hint}")
     return path
 
 

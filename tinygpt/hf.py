@@ -15,24 +15,36 @@ Conv1D stores (in, out). Per block i:
     ln_f; lm_head tied to tok_emb         transformer.ln_f; lm_head tied to wte (not stored)
 
 GPT-2 always has biases, so a `bias: false` model exports zeros there; a `causal: false` model
-cannot be expressed as GPT-2 and is refused. config.json also records tinygpt's tokenizer (and
-config), because the token ids are tinygpt's own unless the run used the full gpt2 vocabulary.
+cannot be expressed as GPT-2 and is refused.
+
+The export is self-contained: `transformers.pipeline("text-generation", model=OUT_DIR)` generates
+with it, in a process without tinygpt. Besides config.json and model.safetensors it writes
+- tokenizer.json (+ tokenizer_config.json): our tokenizer in the `tokenizers` library's own terms,
+  giving our token ids. char and word: a WordLevel vocabulary (an unknown piece is refused, as
+  ours refuses it) after a Split pre-tokenizer with our pieces' regex, a Fuse decoder that joins
+  pieces back. BPE: tiktoken's split regex, byte-level BPE over the vocabulary's tokens (the compact
+  ones renumbered) with one merge per token, the last merge tiktoken's BPE makes to form it
+  (`bpe_merges`): the ids are equal to ours by construction (see docs/interop.md for why).
+- generation_config.json: sample.py's defaults (temperature 0.8, no top-k), and as the start token
+  (bos) the newline sample.py starts from when the prompt is empty (GPT-2's <|endoftext|> for the
+  full GPT-2 vocabulary). Prompt plus new tokens must fit in the context: GPT-2's positions end there.
+config.json also records tinygpt's tokenizer and config, so that the import restores them.
 
 The import reads config.json and model.safetensors (or pytorch_model.bin, with weights_only=True),
 e.g. the original GPT-2 weights, into a GPT with bias=True, and writes a checkpoint with the
 tiktoken `gpt2` tokenizer that sample.py uses (tiktoken needs its encoding file: offline, set
 TIKTOKEN_CACHE_DIR). Importing our own export restores the exact model, tokenizer and config.
 
-safetensors is read and written here, so tinygpt needs no extra package: 8 bytes of little-endian
-header length, a JSON header with each tensor's dtype, shape and byte range, then the raw bytes.
+The `safetensors` and `tokenizers` packages (both come with transformers) are optional
+dependencies of the export and the import alone; they are imported when needed.
 """
 from __future__ import annotations
 
+import importlib
 import json
-import math
-import struct
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Sequence
 
 import torch
@@ -42,95 +54,116 @@ from tinygpt.checkpoint import atomic_write, atomic_write_text, load_model, reso
 from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError
 from tinygpt.runs import RUN_FILES, write_config
+from tinygpt.tokenizer import Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt
 
 GPT2_VOCAB = 50257  # the gpt2 / r50k_base encoding, <|endoftext|> = 50256
 # GPT2Config's defaults (the 124M GPT-2) for keys a config.json leaves out
 GPT2_DEFAULTS = {"vocab_size": GPT2_VOCAB, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
                  "n_inner": None, "activation_function": "gelu_new", "resid_pdrop": 0.1,
                  "layer_norm_epsilon": 1e-5, "scale_attn_weights": True}
-HF_FILES = ("config.json", "model.safetensors", "README_EXPORT.md")
+HF_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+            "tokenizer_config.json", "README_EXPORT.md")
+
+
+def need(module: str, package: str, what: str) -> ModuleType:
+    """Import an optional dependency, or a one-line UserError saying how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UserError(f"{what} needs the {package} package: pip install {package} "
+                        f"(or pip install -r requirements-dev.txt)") from None
+
 
 # ---- safetensors ----
 
-ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-             "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-             "U8": torch.uint8, "BOOL": torch.bool}
-ST_NAMES = {dtype: name for name, dtype in ST_DTYPES.items()}
-MAX_HEADER = 100 * 2**20  # the format's own limit for the JSON header
-
-
-def _check_little_endian() -> None:
-    if sys.byteorder != "little":
-        raise UserError("safetensors stores little-endian bytes; this big-endian machine is not supported")
-
 
 def save_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
-    """Atomically write tensors (any of ST_DTYPES) to a .safetensors file, in the given order."""
-    _check_little_endian()
-    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
-    cpu, offset = {}, 0
-    for name, t in tensors.items():
-        if t.dtype not in ST_NAMES:
-            raise UserError(f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store here")
-        cpu[name] = t.detach().to("cpu").contiguous()
-        nbytes = cpu[name].numel() * cpu[name].element_size()
-        header[name] = {"dtype": ST_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)  # spaces pad the header so the data starts 8-byte aligned
-
-    def write(f) -> None:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for t in cpu.values():
-            if t.numel():
-                f.write(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw little-endian bytes
-
-    atomic_write(path, write)
+    """Atomically write tensors to a .safetensors file."""
+    st = need("safetensors.torch", "safetensors", "writing model.safetensors")
+    data = st.save({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, metadata)
+    atomic_write(path, lambda f: f.write(data))
 
 
-def load_safetensors(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Read a .safetensors file -> (tensors by name, the header's __metadata__); one tensor at a
-    time from disk, so memory holds the tensors once. A malformed file is a UserError."""
-    _check_little_endian()
+def load_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """Read a .safetensors file -> tensors by name; a missing or malformed file is a UserError."""
+    st = need("safetensors.torch", "safetensors", "reading model.safetensors")
     path = Path(path)
     if not path.is_file():
         raise UserError(f"safetensors file not found: {path}")
-    size = path.stat().st_size
-    bad = f"{path} is not a valid safetensors file"
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise UserError(f"{bad} (shorter than its 8-byte header length)")
-        n = struct.unpack("<Q", head)[0]
-        if n > min(MAX_HEADER, size - 8):
-            raise UserError(f"{bad} (header length {n} does not fit in the file of {size} bytes)")
-        try:
-            header = json.loads(f.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise UserError(f"{bad} (its header is not JSON)") from None
-        if not isinstance(header, dict):
-            raise UserError(f"{bad} (its header is not a JSON object)")
-        metadata = header.pop("__metadata__", None) or {}
-        base, tensors = 8 + n, {}
-        for name, info in header.items():
-            try:
-                dtype, shape = ST_DTYPES[info["dtype"]], [int(d) for d in info["shape"]]
-                start, end = (int(x) for x in info["data_offsets"])
-            except (KeyError, TypeError, ValueError):
-                raise UserError(f"{bad} (tensor {name!r}: unsupported dtype or malformed entry {info})") from None
-            nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-            if end - start != nbytes or start < 0 or base + end > size:
-                raise UserError(f"{bad} (tensor {name!r}: bytes {start}..{end} do not hold shape {shape} "
-                                f"{info['dtype']} inside the file; truncated?)")
-            if nbytes == 0:
-                tensors[name] = torch.empty(shape, dtype=dtype)
-                continue
-            f.seek(base + start)
-            buf = bytearray(nbytes)
-            f.readinto(buf)
-            tensors[name] = torch.frombuffer(buf, dtype=dtype).reshape(shape)  # shares buf, no copy
-    return tensors, metadata
+    try:
+        return st.load_file(str(path))
+    except Exception as e:  # safetensors reports damage as SafetensorError, OSError, ...
+        raise UserError(f"{path} is not a valid safetensors file ({' '.join(str(e).split())[:160]})") from None
+
+
+# ---- tokenizer.json ----
+
+CHAR_PATTERN = r"[\s\S]"  # any one character (Oniguruma's "." stops at a newline)
+UNK = "[UNK]"  # never a piece of our vocabularies (the regexes split it), so an unknown piece is refused
+
+
+def word_pattern() -> str:
+    r"""WordTokenizer.PATTERN in the regex dialect of `tokenizers` (Oniguruma), with the classes
+    spelled out as Python's `re` defines them: letters [^\W\d_] = \p{L}, \p{Nl}, \p{No}; digits
+    \d = \p{Nd}; whitespace \s = what str.isspace() accepts (\x1c-\x1f too, unlike \p{White_Space})."""
+    spaces = "".join(f"\\x{{{c:x}}}" for c in range(sys.maxunicode + 1) if chr(c).isspace())
+    return rf" ?[\p{{L}}\p{{Nl}}\p{{No}}]+| ?\p{{Nd}}+| ?[^{spaces}]|[{spaces}]"
+
+
+def byte_level_alphabet() -> dict[int, str]:
+    """GPT-2's byte -> printable character map: byte-level BPE vocabularies spell tokens with it."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(others)}}
+
+
+def hf_tokenizer(tok: Tokenizer):
+    """Our tokenizer as a `tokenizers.Tokenizer` that gives the same ids for the same text."""
+    tokenizers = need("tokenizers", "tokenizers", "the tokenizer.json of the export")
+    from tokenizers import Regex, decoders, models, pre_tokenizers
+
+    if not isinstance(tok, TiktokenTokenizer):  # char, word: a fixed table of pieces
+        hf = tokenizers.Tokenizer(models.WordLevel({p: i for i, p in enumerate(tok.pieces)}, unk_token=UNK))
+        pattern = CHAR_PATTERN if tok.kind == "char" else word_pattern()
+        hf.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
+        hf.decoder = decoders.Fuse()  # pieces joined as they are (no spaces added)
+        return hf
+    alphabet = byte_level_alphabet()
+
+    def spell(token: bytes) -> str:
+        return "".join(alphabet[b] for b in token)
+
+    ranks = tok.bpe_ranks()  # token bytes -> original id = its BPE rank
+    our_id = (lambda i: i) if tok.ids is None else (lambda i: int(tok.lookup[i]))
+    vocab = {spell(token): our_id(rank) for token, rank in ranks.items()}
+    if tok.ids is None:  # the full encoding's special tokens, e.g. <|endoftext|>: they decode, but as
+        # plain vocabulary entries, not added tokens, so that text spelling one encodes as plain text, as ours
+        specials = tok.encoding._special_tokens
+        if any(t in vocab for t in specials):
+            raise UserError(f"a special token of {tok.name!r} is spelled like one of its BPE tokens; this "
+                            f"encoding cannot be exported with a full vocabulary")
+        vocab.update(specials)
+    merges = []  # one per token, in rank order: the pair tiktoken's BPE merges last to form it
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        steps = bpe_merges(token, ranks)
+        if steps and steps[-1][0] + steps[-1][1] == token:  # else BPE never forms it from its bytes
+            merges.append((spell(steps[-1][0]), spell(steps[-1][1])))
+    # ignore_merges: a piece that is a whole token is that token, as in tiktoken
+    hf = tokenizers.Tokenizer(models.BPE(vocab, merges, ignore_merges=True))
+    hf.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(tok.pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    hf.decoder = decoders.ByteLevel()
+    return hf
+
+
+def start_and_end_ids(tok: Tokenizer) -> tuple[int, int | None]:
+    """(bos, eos) of the export: the full GPT-2 vocabulary keeps GPT-2's <|endoftext|> for both;
+    otherwise generation starts where sample.py starts an empty prompt, and has no end token."""
+    if isinstance(tok, TiktokenTokenizer) and tok.ids is None and "<|endoftext|>" in tok.encoding._special_tokens:
+        eot = tok.encoding._special_tokens["<|endoftext|>"]
+        return eot, eot
+    return encode_prompt(tok, "")[0], None
 
 
 # ---- tinygpt -> GPT-2 ----
@@ -165,23 +198,26 @@ def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
 
 def tokenizer_note(tok: dict[str, Any]) -> str:
     """What the exported model's token ids mean, for config.json and README_EXPORT.md."""
-    if tok.get("kind") == "char":
+    kind, encoding = tok.get("kind"), tok.get("encoding")
+    if kind == "char":
         return ("token ids are tinygpt's character vocabulary, not GPT-2's BPE: id i is character i of "
-                "tinygpt.tokenizer.chars")
+                "tinygpt.tokenizer.chars; tokenizer.json gives these ids")
+    if kind == "word":
+        return ("token ids are tinygpt's word vocabulary, not GPT-2's BPE: id i is piece i of "
+                "tinygpt.tokenizer.words (a word with the space before it, a punctuation mark or a "
+                "whitespace character); tokenizer.json gives these ids")
     if "ids" in tok:
-        return (f"token ids are remapped: a compact vocabulary of the tiktoken {tok.get('encoding')!r} "
-                f"encoding, id i = {tok.get('encoding')} id tinygpt.tokenizer.ids[i]; a stock GPT-2 "
-                f"tokenizer gives wrong ids")
-    if tok.get("encoding") in ("gpt2", "r50k_base"):
-        return "token ids are GPT-2's own (tiktoken gpt2 = r50k_base): a stock GPT-2 tokenizer works"
-    return f"token ids are those of the tiktoken {tok.get('encoding')!r} encoding, not GPT-2's"
+        return (f"token ids are remapped: a compact vocabulary of the tiktoken {encoding!r} encoding, "
+                f"id i = {encoding} id tinygpt.tokenizer.ids[i]; tokenizer.json gives these ids, a stock "
+                f"GPT-2 tokenizer gives wrong ones")
+    if encoding in ("gpt2", "r50k_base"):
+        return "token ids are GPT-2's own (tiktoken gpt2 = r50k_base): tokenizer.json and a stock GPT-2 tokenizer agree"
+    return f"token ids are those of the tiktoken {encoding!r} encoding, not GPT-2's; tokenizer.json gives them"
 
 
-def hf_config(cfg: Config, tok: dict[str, Any], source: str, step: int) -> dict[str, Any]:
+def hf_config(cfg: Config, tok: dict[str, Any], source: str, step: int, bos: int, eos: int | None) -> dict[str, Any]:
     """GPT-2 config.json for a tinygpt config, with tinygpt's tokenizer and config recorded."""
     m = cfg.model
-    full_gpt2 = tok.get("kind") == "tiktoken" and "ids" not in tok and m.vocab_size == GPT2_VOCAB
-    eot = GPT2_VOCAB - 1 if full_gpt2 else None  # <|endoftext|> exists only in the full vocabulary
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
         "vocab_size": m.vocab_size, "n_positions": m.block_size, "n_ctx": m.block_size,
@@ -190,11 +226,25 @@ def hf_config(cfg: Config, tok: dict[str, Any], source: str, step: int) -> dict[
         "resid_pdrop": m.dropout, "embd_pdrop": m.dropout, "attn_pdrop": m.dropout,
         "layer_norm_epsilon": 1e-5, "initializer_range": 0.02,
         "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
-        "tie_word_embeddings": True, "use_cache": True, "bos_token_id": eot, "eos_token_id": eot,
+        "tie_word_embeddings": True, "use_cache": True, "bos_token_id": bos, "eos_token_id": eos,
         "torch_dtype": "float32",
         "tinygpt": {"note": tokenizer_note(tok), "tokenizer": tok, "config": config_to_dict(cfg),
                     "source": source, "step": step},
     }
+
+
+def generation_config(bos: int, eos: int | None) -> dict[str, Any]:
+    """generation_config.json: sample.py's default sampling (temperature 0.8, no top-k). No length:
+    transformers' default applies, and a prompt plus max_new_tokens must fit in the context, where
+    GPT-2's positions end (sample.py slides its window instead)."""
+    return {"bos_token_id": bos, "eos_token_id": eos, "do_sample": True, "temperature": 0.8, "top_k": 0}
+
+
+def tokenizer_config(cfg: Config) -> dict[str, Any]:
+    """tokenizer_config.json: a plain fast tokenizer over tokenizer.json that leaves text as it is.
+    No special tokens: a special token is matched inside text, and ours never are."""
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.model.block_size,
+            "clean_up_tokenization_spaces": False}
 
 
 def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
@@ -206,32 +256,48 @@ def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
 
 
 def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path:
-    """Write out_dir/config.json, model.safetensors and README_EXPORT.md for a tinygpt run."""
+    """Write HF_FILES into out_dir for a tinygpt run: a folder transformers generates from alone."""
     out_dir = Path(out_dir)
     refuse_overwrite(out_dir, HF_FILES, force)
-    model, cfg, _, ckpt = load_model(run, with_tokenizer=False)
+    model, cfg, tokenizer, ckpt = load_model(run)
     tok = ckpt["tokenizer"]
     source = str(resolve_checkpoint(run))
     if not cfg.model.causal:
         raise UserError(f"{source} was trained with model.causal=false (bidirectional attention), which GPT-2 "
                         f"cannot express: its attention is always causal; retrain with causal: true")
-    config = hf_config(cfg, tok, source, int(ckpt["step"]))
+    hf_tok = hf_tokenizer(tokenizer)  # before anything is written: it needs the optional packages
+    bos, eos = start_and_end_ids(tokenizer)
+    caution = ""
+    if isinstance(tokenizer, TiktokenTokenizer) and tokenizer.ids is not None and not tokenizer.closed:
+        caution = ("this run's compact vocabulary was made before compact vocabularies were closed under BPE "
+                   "merges: tinygpt spells tokens outside it byte by byte, tokenizer.json encodes by BPE over "
+                   "its tokens, and the two differ on some words; prepare the data again and retrain for an "
+                   "exact tokenizer.json")
+        print(f"note: {caution}", file=sys.stderr)
     save_safetensors(out_dir / "model.safetensors", gpt2_state_dict(model), {"format": "pt"})
+    atomic_write_text(out_dir / "tokenizer.json", hf_tok.to_str())
+    atomic_write_text(out_dir / "tokenizer_config.json", json.dumps(tokenizer_config(cfg), indent=2) + "\n")
+    atomic_write_text(out_dir / "generation_config.json", json.dumps(generation_config(bos, eos), indent=2) + "\n")
+    config = hf_config(cfg, tok, source, int(ckpt["step"]), bos, eos)
     atomic_write_text(out_dir / "config.json", json.dumps(config, indent=2) + "\n")
     atomic_write_text(out_dir / "README_EXPORT.md", f"""\
 # GPT-2 export of a tinygpt run
 
 Exported from `{source}` (step {ckpt['step']}) by `python export.py {run} --format hf {out_dir}`.
+It needs transformers only, not tinygpt:
 
-    from transformers import GPT2LMHeadModel
-    model = GPT2LMHeadModel.from_pretrained("{out_dir}")
+    from transformers import pipeline
+    generate = pipeline("text-generation", model="{out_dir}")
+    print(generate("PROMPT", max_new_tokens=40)[0]["generated_text"])   # do_sample=False: greedy
 
 - Model: {cfg.model.n_layer} layers, {cfg.model.n_head} heads, n_embd {cfg.model.n_embd}, context \
 {cfg.model.block_size}, vocabulary {cfg.model.vocab_size}; exact GELU (`activation_function: gelu`).
-- Tokens: {tokenizer_note(tok)}. The tokenizer is recorded in config.json under `tinygpt.tokenizer`.
+- Tokens: {tokenizer_note(tok)}. The tokenizer is also recorded in config.json under `tinygpt.tokenizer`.
+- Generation (generation_config.json): sampling at temperature 0.8 with no top-k, like sample.py; \
+prompt and continuation together at most {cfg.model.block_size} tokens, the context length.
 - {"Biases are zeros: the tinygpt model had none (bias: false)." if not cfg.model.bias else "Biases as trained."}
 - Back to tinygpt, exactly: `python export.py --from-hf {out_dir} OUT_RUN_DIR`.
-""")
+""" + (f"- Caution: {caution}.\n" if caution else ""))
     return out_dir
 
 
@@ -273,7 +339,7 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
     """model.safetensors, else pytorch_model.bin (weights_only) -> GPT-2 tensors without the
     'transformer.' prefix, minus the causal-mask buffers some files carry."""
     if (folder / "model.safetensors").is_file():
-        tensors, _ = load_safetensors(folder / "model.safetensors")
+        tensors = load_safetensors(folder / "model.safetensors")
     elif (folder / "pytorch_model.bin").is_file():
         try:
             tensors = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)

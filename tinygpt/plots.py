@@ -1,7 +1,12 @@
 """Loss plots: a run's loss.png, and the val-loss curves of several runs (sweep.py, compare.py).
 
+    python compare.py out/stories --plot-only   # -> out/stories/loss.png (train.py draws it too)
     from tinygpt.plots import plot_run
     plot_run("out/stories")   # -> out/stories/loss.png, or None when matplotlib is not installed
+
+The y-axis fits the curves after the first 5% of the steps: the step-0 loss, about ln(vocab),
+would otherwise squash the part worth reading; a note names the points left above it. Several
+runs are told apart by the config values that differ between them.
 
 matplotlib is optional: without it the plot functions return None and the tables still come out.
 """
@@ -29,6 +34,11 @@ def _new_figure():
     return Figure(figsize=(7, 4.5), dpi=100, layout="tight")
 
 
+def can_plot() -> bool:
+    """Is matplotlib there to draw with?"""
+    return _new_figure() is not None
+
+
 def _save(fig, path: Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -36,15 +46,25 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def loss_ylim(curves: Sequence[Sequence[float]]) -> tuple[float, float] | None:
-    """y limits that show the learning, not the start: every loss at or after each curve's second
-    point (the first is the untrained model's ~ln(V), which would squash the rest), with a margin."""
-    later = [y for c in curves for y in c[1:]] or [y for c in curves for y in c]
-    if not later:
-        return None
-    lo, hi = min(later), max(later)
-    pad = 0.05 * (hi - lo) or 0.05 * abs(hi) or 0.1
-    return lo - pad, hi + pad
+EARLY = 0.05  # the first 5% of the steps are left out when choosing the y-range
+
+
+def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> None:
+    """Fit the y-axis to the curves (steps, losses), each after the first EARLY share of its steps,
+    so that the step-0 loss (about ln(vocab)) does not squash the rest into a flat line; the
+    points left above the axis are counted in a note at its top."""
+    after = [y for steps, ys in curves if len(steps) for x, y in zip(steps, ys) if x > 0 and x >= EARLY * max(steps)]
+    if not after:
+        return
+    low, high = min(after), max(after)
+    pad = 0.08 * (high - low or abs(high) or 1.0)
+    top = high + pad
+    hidden = [(x, y) for steps, ys in curves for x, y in zip(steps, ys) if y > top]
+    ax.set_ylim(low - pad, top)
+    if hidden:
+        step, loss = max(hidden, key=lambda p: p[1])
+        ax.annotate(f"off the top: {len(hidden)} early point(s), up to {loss:.2f} at step {step:.0f}",
+                    xy=(0.99, 0.98), xycoords="axes fraction", ha="right", va="top", fontsize=8, color="0.35")
 
 
 def plot_val_loss(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
@@ -72,14 +92,12 @@ def plot_val_loss(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
         if n > 1:
             ax.fill_between(steps, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)],
                             color=line.get_color(), alpha=0.2, linewidth=0)
-        curves += [[m + d for m, d in zip(mean, std)], [m - d for m, d in zip(mean, std)]]
-    ylim = loss_ylim(curves)
-    if ylim:
-        ax.set_ylim(*ylim)
+        curves += [(steps, [m + d for m, d in zip(mean, std)]), (steps, [m - d for m, d in zip(mean, std)])]
     banded = any(len(g["runs"]) > 1 for g in groups)
     ax.set(xlabel="step", ylabel="val loss (nats/token)",
            title="validation loss" + (": mean ± 1 std over seeds" if banded else ""))
     ax.grid(alpha=0.3)
+    focus_y(ax, curves)
     if ax.lines:
         ax.legend(fontsize="small")
     return _save(fig, Path(path))
@@ -96,12 +114,17 @@ def plot_run(run_dir: str | Path) -> Path | None:
     logs = [m for m in metrics if m.get("tokens_per_s") is not None and m.get("train_loss") is not None]
     evals = [m for m in metrics if m.get("val_loss") is not None]
     ax = fig.subplots()
+    curves = []
     if logs:  # the running mean over each log interval, in training mode
-        ax.plot([m["step"] for m in logs], [m["train_loss"] for m in logs], label="train", alpha=0.8)
+        curves.append(([m["step"] for m in logs], [m["train_loss"] for m in logs]))
+        ax.plot(*curves[-1], label="train", alpha=0.8)
     else:  # no log rows (log_interval > max_iters): the eval estimates
-        ax.plot([m["step"] for m in evals], [m["train_loss"] for m in evals], marker=".", label="train (eval)")
-    ax.plot([m["step"] for m in evals], [m["val_loss"] for m in evals], marker="o", label="val")
-    ax.set(xlabel="step", ylabel="loss (nats/token)", title=f"{run_dir.name or run_dir}: loss")
+        curves.append(([m["step"] for m in evals], [m["train_loss"] for m in evals]))
+        ax.plot(*curves[-1], marker=".", label="train (eval)")
+    curves.append(([m["step"] for m in evals], [m["val_loss"] for m in evals]))
+    ax.plot(*curves[-1], marker="o", label="val")
+    ax.set(xlabel="step", ylabel="loss (nats/token)", title=f"{run_dir.resolve().name}: loss")
     ax.grid(alpha=0.3)
-    ax.legend()
+    focus_y(ax, curves)
+    ax.legend(loc="center right")
     return _save(fig, run_dir / "loss.png")

@@ -67,7 +67,7 @@ def group_by_setting(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> l
     keys = [k for k in varied if k != SEED]
     groups: dict[tuple, dict[str, Any]] = {}
     for r in rows:
-        setting = {k: r.get(k) for k in keys}
+        setting = {k: r[k] if k in r else r.get("config", {}).get(k) for k in keys}
         group = groups.setdefault(tuple(map(str, setting.values())), {"setting": setting, "runs": []})
         group["runs"].append(r)
     for g in groups.values():

@@ -6,6 +6,7 @@
     metrics.csv   one row per log step and per eval (METRICS)
     loss.png      train and val loss curves                          (tinygpt/plots.py)
     probe.json    the coreference probe's figures, when sweep.py --probe ran it
+    tensorboard/  TensorBoard event files, with train.tensorboard   (tinygpt/tensorboard_log.py)
 
 train.py writes them; sweep.py, compare.py, plots and export read them through this module only.
 """

@@ -8,10 +8,13 @@ Three kinds, one interface (`Tokenizer`); char and word share `_TableTokenizer`:
   training text's tokens. Offline like `char`, and for a closed-vocabulary text such as the stories
   corpus each name and attribute is one token, so a model copies it with one attention hop.
 - `TiktokenTokenizer`: a tiktoken BPE encoding (`gpt2`, `r50k_base`, `cl100k_base`, ...). By default
-  the vocabulary is *compacted*: only the token ids seen in the training text plus the 256
-  single-byte tokens are kept, renumbered 0..n-1, so a small corpus does not carry ~50k embedding
-  rows that never receive a gradient. Any text still encodes: a token outside the compact
-  vocabulary is spelled out with its single-byte tokens (byte fallback).
+  the vocabulary is *compacted*: only the token ids seen in the training text, the 256
+  single-byte tokens and every token BPE forms on the way to a kept one are kept, renumbered
+  0..n-1, so a small corpus does not carry ~50k embedding rows that never receive a gradient.
+  Text is encoded by BPE restricted to the kept tokens (tiktoken's merge order): the training text
+  gets exactly the full encoding's tokens (the kept set is closed under the merges that build them),
+  and any other text still encodes, with kept tokens down to single bytes. That is a plain BPE
+  (`bpe_merges`), so Hugging Face's `tokenizers` can reproduce it exactly (tinygpt/hf.py).
 
 `to_dict()` returns plain data (str/int/list only) so that a tokenizer fits in a checkpoint loaded
 with `torch.load(..., weights_only=True)` and in a JSON file; `tokenizer_from_dict` rebuilds it.
@@ -19,6 +22,7 @@ with `torch.load(..., weights_only=True)` and in a JSON file; `tokenizer_from_di
 from __future__ import annotations
 
 import codecs
+import difflib
 import functools
 import hashlib
 import re
@@ -170,17 +174,40 @@ class _TableTokenizer(Tokenizer):
         """Advice appended to the unknown-pieces error."""
         return ""
 
+    def closest(self, piece: str, n: int = 3) -> list[str]:
+        """Up to n pieces of the vocabulary spelled most like `piece` (case and the leading space
+        ignored; of two spellings the one with piece's leading space), best first."""
+        forms: dict[str, list[str]] = {}
+        for p in self.pieces:
+            forms.setdefault(p.strip().lower(), []).append(p)
+        key = piece.strip().lower()
+        if not key:
+            return []
+        near = difflib.get_close_matches(key, [k for k in forms if k], n=n, cutoff=0.5)
+        space = piece.startswith(" ")
+        return [next((f for f in forms[k] if f.startswith(" ") == space), forms[k][0]) for k in near]
+
+    def vocab_sample(self, n: int = 8) -> list[str]:
+        """n pieces spread evenly over the sorted vocabulary, words before punctuation: a taste of it."""
+        words = [p for p in self.pieces if p.strip().isalpha()] or self.pieces
+        step = max(1, len(words) // n)
+        return words[::step][:n]
+
     def encode(self, text: str) -> list[int]:
         pieces = self.split(text)
         try:
             return [self.stoi[p] for p in pieces]
         except KeyError:
-            unknown = sorted(set(pieces) - self.stoi.keys())
-            shown = ", ".join(repr(p) for p in unknown[:20]) + (", ..." if len(unknown) > 20 else "")
+            unknown = list(dict.fromkeys(p for p in pieces if p not in self.stoi))  # in text order
+            shown = []
+            for p in unknown[:10]:
+                near = self.closest(p)
+                shown.append(repr(p) + (f" (closest: {', '.join(map(repr, near))})" if near else ""))
+            more = ", ..." if len(unknown) > 10 else ""
             raise UserError(
-                f"text has {len(unknown)} {self.unit}(s) not in the {self.kind} vocabulary: {shown}; "
-                f"the vocabulary comes from the training text, so use only its {self.unit}s"
-                + self._unknown_hint(unknown)) from None
+                f"text has {len(unknown)} {self.unit}(s) not in the {self.kind} vocabulary: {', '.join(shown)}{more}; "
+                f"the vocabulary comes from the training text, so use only its {self.unit}s, e.g. "
+                f"{', '.join(map(repr, self.vocab_sample()))}" + self._unknown_hint(unknown)) from None
 
     def decode(self, ids: Sequence[int]) -> str:
         arr = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -264,19 +291,54 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
             f"({how}), or use data.tokenizer=char or word") from e
 
 
+def bpe_merges(piece: bytes, ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """The merges BPE makes, in order, encoding `piece` with `ranks` (token bytes -> rank) as
+    tiktoken does: starting from single bytes, the adjacent pair whose concatenation has the lowest
+    rank merges (the leftmost on a tie), until no adjacent pair forms a token."""
+    parts = [piece[i:i + 1] for i in range(len(piece))]
+    merges = []
+    while len(parts) > 1:
+        best = None  # (rank, position) of the pair to merge
+        for i in range(len(parts) - 1):
+            rank = ranks.get(parts[i] + parts[i + 1])
+            if rank is not None and (best is None or rank < best[0]):
+                best = (rank, i)
+        if best is None:
+            break
+        i = best[1]
+        merges.append((parts[i], parts[i + 1]))
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+    return merges
+
+
+def closed_vocab(ids: Sequence[int], ranks: dict[bytes, int]) -> list[int]:
+    """ids plus every token BPE forms on the way to one of them, sorted. BPE restricted to a
+    closed set encodes any text whose full encoding uses only the set exactly as the full encoding
+    does: each merge that encoding makes is still available, and it still has the lowest rank."""
+    token_bytes = {rank: token for token, rank in ranks.items()}
+    kept = set(ids)
+    for i in list(kept):
+        kept.update(ranks[left + right] for left, right in bpe_merges(token_bytes[i], ranks))
+    return sorted(kept)
+
+
 class TiktokenTokenizer(Tokenizer):
     """A tiktoken BPE encoding, optionally restricted to a compact vocabulary.
 
     `ids` (compact) lists the kept original ids in increasing order; compact id i <-> original
-    id ids[i]. `ids=None` uses the full encoding (vocab_size = n_vocab).
+    id ids[i]; text is encoded by BPE restricted to them (`closed`: see `closed_vocab`). A compact
+    vocabulary saved before they were closed (`closed=False`) keeps its old rule: the full
+    encoding, with each token outside the vocabulary spelled out byte by byte. `ids=None` uses the
+    full encoding (vocab_size = n_vocab).
     """
 
     kind = "tiktoken"
 
     def __init__(self, name: str, ids: Sequence[int] | None = None,
-                 encoding: "tiktoken.Encoding | None" = None) -> None:
+                 encoding: "tiktoken.Encoding | None" = None, closed: bool = True) -> None:
         self.name = name  # saved in to_dict; `encoding` lets tests wrap a hand-built Encoding
         self.encoding = encoding if encoding is not None else get_tiktoken_encoding(name)
+        self.closed = closed
         n_vocab = self.encoding.n_vocab
         if ids is None:
             self.ids: np.ndarray | None = None
@@ -290,7 +352,11 @@ class TiktokenTokenizer(Tokenizer):
         # original id -> compact id (-1: not in the compact vocabulary), one gather per encode
         self.lookup = np.full(n_vocab, -1, dtype=np.int64)
         self.lookup[self.ids] = np.arange(self.vocab_size)
-        # byte value -> compact id of its single-byte token, for byte fallback
+        # the same encoding with only the kept tokens: tiktoken's own way to derive an encoding
+        import tiktoken
+        self.compact_encoding = tiktoken.Encoding(f"{name}_compact", pat_str=self.encoding._pat_str,
+                                                  mergeable_ranks=self.bpe_ranks(), special_tokens={})
+        # byte value -> compact id of its single-byte token, for the byte fallback of closed=False
         self.byte_ids: list[int] = []
         for b in range(256):
             try:
@@ -302,7 +368,8 @@ class TiktokenTokenizer(Tokenizer):
     @classmethod
     def from_text(cls, name: str, text: str, compact: bool = True,
                   encoding: "tiktoken.Encoding | None" = None) -> "TiktokenTokenizer":
-        """Tokenizer for `name`; compact: keep the ids seen in `text` plus all single-byte tokens."""
+        """Tokenizer for `name`; compact: keep the ids seen in `text` plus all single-byte tokens,
+        closed under the merges that build them."""
         encoding = encoding if encoding is not None else get_tiktoken_encoding(name)
         if not compact:
             return cls(name, None, encoding)
@@ -314,7 +381,18 @@ class TiktokenTokenizer(Tokenizer):
             except KeyError:  # an encoding without this byte cannot spell it out anyway
                 pass
         ids = np.union1d(seen, np.asarray(single_bytes, dtype=np.int64))
-        return cls(name, ids.tolist(), encoding)
+        return cls(name, closed_vocab(ids.tolist(), encoding._mergeable_ranks), encoding)
+
+    def bpe_ranks(self) -> dict[bytes, int]:
+        """Token bytes -> original id (its BPE rank) of every token this tokenizer can produce."""
+        if self.ids is None:
+            return dict(self.encoding._mergeable_ranks)
+        return {self.encoding.decode_single_token_bytes(int(i)): int(i) for i in self.ids}
+
+    @property
+    def pattern(self) -> str:
+        """The regex that cuts text into the pieces BPE encodes one by one."""
+        return self.encoding._pat_str
 
     def _original_ids(self, ids: Sequence[int]) -> np.ndarray:
         """Validate ids in our numbering and return them in the encoding's numbering."""
@@ -331,14 +409,16 @@ class TiktokenTokenizer(Tokenizer):
 
     def encode(self, text: str) -> list[int]:
         # encode_ordinary == encode(disallowed_special=()): "<|endoftext|>" in the text is plain text
-        original = np.asarray(self.encoding.encode_ordinary(text), dtype=np.int64)
         if self.ids is None:
-            return original.tolist()
+            return self.encoding.encode_ordinary(text)
+        if self.closed:
+            return self.lookup[np.asarray(self.compact_encoding.encode_ordinary(text), dtype=np.int64)].tolist()
+        original = np.asarray(self.encoding.encode_ordinary(text), dtype=np.int64)
         compact = self.lookup[original]
         missing = np.flatnonzero(compact < 0)
         if missing.size == 0:
             return compact.tolist()
-        # byte fallback: a token never seen in the training text is spelled with single-byte tokens
+        # closed=False (an old vocabulary): a token outside it is spelled with single-byte tokens
         out: list[int] = []
         start = 0
         for pos in missing.tolist():
@@ -375,11 +455,23 @@ class TiktokenTokenizer(Tokenizer):
         d: dict[str, Any] = {"kind": self.kind, "vocab_size": self.vocab_size, "encoding": self.name}
         if self.ids is not None:
             d["ids"] = self.ids.tolist()
+            d["closed"] = self.closed
         return d
 
     def __repr__(self) -> str:
         compact = "compact" if self.ids is not None else "full"
         return f"TiktokenTokenizer({self.name!r}, {compact}, vocab_size={self.vocab_size})"
+
+
+def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
+    """Prompt -> ids; an empty prompt starts from a newline (or token 0 if there is none)."""
+    ids = tokenizer.encode(prompt) if prompt else []
+    if not ids:
+        try:
+            ids = tokenizer.encode("\n")
+        except UserError:
+            ids = [0]
+    return ids
 
 
 def build_tokenizer(name: str, text: str, compact: bool = True) -> Tokenizer:
@@ -416,7 +508,7 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
         if ids is not None and (not isinstance(ids, list)
                                 or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
             raise UserError(f"tiktoken tokenizer data has a malformed 'ids' list (integers expected); {fix}")
-        tok = TiktokenTokenizer(name, ids)
+        tok = TiktokenTokenizer(name, ids, closed=d.get("closed") is True)  # absent: saved before closing
     else:
         raise UserError(f"tokenizer data has unknown kind {kind!r} (expected 'char', 'word' or 'tiktoken'); {fix}")
     vocab_size = d.get("vocab_size")

@@ -1,0 +1,270 @@
+"""Guards that a Hugging Face export stands alone: in a process that cannot import tinygpt,
+`transformers.pipeline("text-generation", model=EXPORT)` continues a prompt greedily exactly as
+`sample.py --temperature 0` does, and `AutoTokenizer` gives our token ids (and refuses what ours
+refuses), for a char, a word and a BPE run.
+
+The BPE run's encoding is learned here from the stories text (a few hundred byte-pair merges), so
+the test needs no encoding file; with ../shared/data/r50k_base.tiktoken present, GPT-2's own
+vocabulary is tested too, compact (a vocabulary from a Shakespeare excerpt: unseen words use its
+kept merges, down to bytes) and full. Below the models, `tokenizer.json` is checked against our
+tokenizers directly: the word regex splits assigned Unicode characters as Python's `re` does,
+and BPE ids are equal on texts with unseen words, accents, CJK and emoji.
+
+The export side runs in one subprocess, from an empty folder without PYTHONPATH; it checks that
+`import tinygpt` and `import model` fail there. Needs transformers (skips without it).
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import unicodedata
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import tiktoken
+import torch
+
+if importlib.util.find_spec("transformers") is None:  # only the subprocess imports it (slow to import)
+    pytest.skip("the export's pipeline test needs transformers", allow_module_level=True)
+pytest.importorskip("safetensors")
+tokenizers = pytest.importorskip("tokenizers")
+
+import export  # noqa: E402
+import sample  # noqa: E402
+from conftest import SHARED_DATA, r50k_cache  # noqa: E402
+from data.stories import generate_stories  # noqa: E402
+from model import GPT, ModelConfig  # noqa: E402
+from tinygpt import hf  # noqa: E402
+from tinygpt import tokenizer as tk  # noqa: E402
+from tinygpt.checkpoint import load_model, save_checkpoint  # noqa: E402
+from tinygpt.config import Config, config_to_dict  # noqa: E402
+from tinygpt.errors import UserError  # noqa: E402
+
+NEW_TOKENS = 24  # prompt + NEW_TOKENS stay within block_size (64): GPT-2's positions end there
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+STORY = generate_stories(20_000, 1337)[0]  # what the stories runs train on (stories_chars=20000)
+HARD = ["naïve café in Zürich", "東京 🙂 🐈\u200d⬛", "  two  spaces\t\ttabs \n\n", "zyzzyva quokka's 1234567",
+        "<|endoftext|> stays text", "x" * 40, ""]
+
+
+@functools.cache
+def learn_bpe(text: str, n_merges: int) -> tiktoken.Encoding:
+    """A byte-level BPE learned on text, GPT-2 style (the most frequent adjacent pair merges next):
+    real merge trees, without an encoding file."""
+    import regex  # tiktoken's own dependency
+    words = Counter(regex.findall(GPT2_PATTERN, text))
+    parts = {w: [bytes([b]) for b in w.encode()] for w in words}
+    ranks = {bytes([b]): b for b in range(256)}
+    for _ in range(n_merges):
+        pairs: Counter = Counter()
+        for w, n in words.items():
+            pairs.update({pair: n for pair in zip(parts[w], parts[w][1:])})
+        if not pairs:
+            break
+        (a, b), _ = pairs.most_common(1)[0]
+        ranks.setdefault(a + b, len(ranks))
+        for p in parts.values():
+            i = 0
+            while i < len(p) - 1:
+                if p[i] == a and p[i + 1] == b:
+                    p[i:i + 2] = [a + b]
+                i += 1
+    return tiktoken.Encoding("learned", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": len(ranks)})
+
+
+def learned() -> tiktoken.Encoding:
+    return learn_bpe(STORY, 400)
+
+
+@pytest.fixture(scope="module")
+def learned_encoding():
+    """data.tokenizer=learned names the learned encoding (our tokenizers find encodings by name)."""
+    real = tk.get_tiktoken_encoding
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tk, "get_tiktoken_encoding", lambda name: learned() if name == "learned" else real(name))
+        yield
+
+
+def shakespeare() -> str:
+    path = SHARED_DATA / "tinyshakespeare.txt"
+    if not path.is_file():
+        pytest.skip(f"no {path}")
+    return path.read_text(encoding="utf-8")[:30_000]
+
+
+def random_run(folder: Path, tokenizer: tk.Tokenizer) -> Path:
+    """A run directory holding an untrained tiny model: for parity, random weights are as good as
+    trained ones, and cost no training (the char run is a trained one)."""
+    cfg = Config(model=ModelConfig(block_size=64, n_layer=2, n_head=2, n_embd=16, vocab_size=tokenizer.vocab_size))
+    torch.manual_seed(0)
+    save_checkpoint(folder / "ckpt.pt", {"config": config_to_dict(cfg), "tokenizer": tokenizer.to_dict(),
+                                         "model": GPT(cfg.model).state_dict(), "step": 0})
+    return folder
+
+
+def windows(text: str, n: int = 4, size: int = 60) -> list[str]:
+    """n excerpts of text, each from a space to before a space (whole word tokens)."""
+    starts = [text.index(" ", i * len(text) // n) for i in range(n)]
+    return [text[start:start + size].rsplit(" ", 1)[0] for start in starts]
+
+
+def prompt_of(text: str) -> str:
+    return text[:40].rsplit(" ", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory, tiny_stories_run, learned_encoding, one_thread) -> dict[str, dict]:
+    """Per case: the run, its export, prompts and texts, and what our side gives for them."""
+    tmp = tmp_path_factory.mktemp("pipeline")
+    specs = {
+        "char": (tiny_stories_run, [prompt_of(STORY), ""], windows(STORY) + ["Zebra #9"]),
+        "word": (random_run(tmp / "word", tk.build_tokenizer("word", STORY)), [prompt_of(STORY), ""],
+                 windows(STORY) + ["the dragon hi "]),
+        "bpe": (random_run(tmp / "bpe", tk.build_tokenizer("learned", STORY)),
+                [prompt_of(STORY), "Dragons fly over 東京 🙂", ""], windows(STORY) + HARD),
+    }
+    if (SHARED_DATA / "r50k_base.tiktoken").is_file() and (SHARED_DATA / "tinyshakespeare.txt").is_file():
+        with pytest.MonkeyPatch.context() as mp:  # GPT-2's vocabulary, compact and full (random weights)
+            mp.setenv("TIKTOKEN_CACHE_DIR", str(r50k_cache(tmp / "tiktoken")))
+            text = shakespeare()
+            for name, compact in (("gpt2-compact", True), ("gpt2-full", False)):
+                run = random_run(tmp / name, tk.build_tokenizer("gpt2", text, compact=compact))
+                # the full vocabulary starts an empty prompt at <|endoftext|>, as GPT-2 does: not compared
+                prompts = [prompt_of(text), "unseen zyzzyva words 🙂"] + ([""] if compact else [])
+                specs[name] = (run, prompts, windows(text) + HARD)
+            return build_cases(tmp, specs)
+    return build_cases(tmp, specs)
+
+
+def build_cases(tmp: Path, specs: dict) -> dict[str, dict]:
+    cases = {}
+    for name, (run, prompts, texts) in specs.items():
+        out = tmp / f"{name}-hf"
+        export.main([str(run), "--format", "hf", str(out)])
+        tokenizer = load_model(run)[2]
+        greedy = [sample.main([str(run), "--prompt", p, "--temperature", "0", "--max-new-tokens", str(NEW_TOKENS),
+                               "--device", "cpu"], out=io.StringIO())[0] for p in prompts]
+        ids = []
+        for text in texts:
+            try:
+                ids.append(tokenizer.encode(text))
+            except UserError:
+                ids.append("refused")
+        cases[name] = {"dir": str(out), "prompts": prompts, "texts": texts, "greedy": greedy, "ids": ids}
+    return cases
+
+
+HF_SIDE = """
+import importlib.util, json, sys
+for name in ("tinygpt", "model"):
+    assert importlib.util.find_spec(name) is None, f"{name} is importable: the test is not isolated"
+from transformers import AutoTokenizer, pipeline
+result = {}
+for name, job in json.load(open(sys.argv[1])).items():
+    tok = AutoTokenizer.from_pretrained(job["dir"])
+    ids = []
+    for text in job["texts"]:
+        try:
+            ids.append(tok(text)["input_ids"])
+        except Exception:  # tokenizers refuses a piece outside a WordLevel vocabulary
+            ids.append("refused")
+    generate = pipeline("text-generation", model=job["dir"], tokenizer=tok, device="cpu")
+    texts = [generate(p, max_new_tokens=job["n"], do_sample=False)[0]["generated_text"] for p in job["prompts"]]
+    result[name] = {"ids": ids, "generated": texts, "tokenizer": type(tok).__name__}
+print(json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def hf_side(cases, tmp_path_factory) -> dict[str, dict]:
+    """Run every export through transformers alone, in one subprocess from an empty folder."""
+    folder = tmp_path_factory.mktemp("no_tinygpt")
+    (folder / "jobs.json").write_text(json.dumps({n: {**c, "n": NEW_TOKENS} for n, c in cases.items()}))
+    (folder / "hf_side.py").write_text(HF_SIDE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    result = subprocess.run([sys.executable, "hf_side.py", "jobs.json"], cwd=folder, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+CASES = ["char", "word", "bpe", "gpt2-compact", "gpt2-full"]
+
+
+def case(name: str, cases: dict) -> dict:
+    if name not in cases:
+        pytest.skip("GPT-2's vocabulary needs ../shared/data/r50k_base.tiktoken and tinyshakespeare.txt")
+    return cases[name]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_pipeline_greedy_equals_sample_py(name, cases, hf_side):
+    c = case(name, cases)
+    for prompt, ours, theirs in zip(c["prompts"], c["greedy"], hf_side[name]["generated"]):
+        # an empty prompt: both start from the export's bos, the newline, which the pipeline shows
+        assert theirs == (prompt + ours if prompt else "\n" + ours), f"prompt {prompt!r}"
+        assert len(ours) > 0
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_autotokenizer_gives_our_ids(name, cases, hf_side):
+    c = case(name, cases)
+    assert hf_side[name]["tokenizer"] != "GPT2Tokenizer"
+    assert hf_side[name]["ids"] == c["ids"]
+    if name in ("char", "word"):  # both refuse the text with a character or word outside the vocabulary
+        assert c["ids"][-1] == "refused" and all(ids != "refused" for ids in c["ids"][:-1])
+    else:
+        assert "refused" not in c["ids"]
+
+
+def test_the_export_holds_a_tokenizer_and_a_generation_config(cases):
+    folder = Path(cases["word"]["dir"])
+    assert sorted(p.name for p in folder.iterdir()) == sorted(hf.HF_FILES)
+    gen = json.loads((folder / "generation_config.json").read_text())
+    config = json.loads((folder / "config.json").read_text())
+    newline = config["tinygpt"]["tokenizer"]["words"].index("\n")
+    assert gen["bos_token_id"] == config["bos_token_id"] == newline and gen["eos_token_id"] is None
+    assert "word vocabulary" in config["tinygpt"]["note"] and "None" not in config["tinygpt"]["note"]
+
+
+# ---- tokenizer.json against our tokenizers, no model ----
+
+
+def test_word_regex_splits_characters_as_python_does():
+    # where Python's classes and Unicode's differ (marks, numerals that are not digits, connectors,
+    # controls and spaces), every character; elsewhere every 50th (splitting all takes ~20 s)
+    assigned = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) not in ("Cn", "Cs")]
+    tricky = ("Mn", "Mc", "Me", "Nl", "No", "Pc", "Cc", "Cf", "Zs", "Zl", "Zp")
+    chosen = [c for i, c in enumerate(assigned) if unicodedata.category(c) in tricky or ord(c) < 256 or i % 50 == 0]
+    text = "\n".join(f"a{c}b 1{c}2 {c} {c}{c}" for c in chosen)
+    pre = tokenizers.pre_tokenizers.Split(tokenizers.Regex(hf.word_pattern()), behavior="isolated")
+    assert [piece for piece, _ in pre.pre_tokenize_str(text)] == tk.WordTokenizer.split(text)
+    char = tokenizers.pre_tokenizers.Split(tokenizers.Regex(hf.CHAR_PATTERN), behavior="isolated")
+    assert [piece for piece, _ in char.pre_tokenize_str(text)] == list(text)
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_bpe_tokenizer_json_gives_our_ids(compact, learned_encoding):
+    tok = tk.build_tokenizer("learned", STORY[:5000], compact=compact)
+    theirs = hf.hf_tokenizer(tok)
+    for text in windows(STORY, 20, 200) + HARD:
+        assert theirs.encode(text).ids == tok.encode(text), repr(text)
+        assert theirs.decode(tok.encode(text)) == text
+    if not compact:  # <|endoftext|> keeps its id and decodes, yet in text it is plain text, as in ours
+        assert theirs.token_to_id("<|endoftext|>") == learned().eot_token
+        assert theirs.decode([learned().eot_token]) == "<|endoftext|>"
+
+
+def test_export_without_the_optional_packages_is_one_line(tmp_path, monkeypatch, tiny_stories_run):
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
+    with pytest.raises(UserError, match="needs the tokenizers package: pip install tokenizers"):
+        export.main([str(tiny_stories_run), str(tmp_path / "hf")])
+    assert not (tmp_path / "hf").exists()  # nothing written

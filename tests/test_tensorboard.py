@@ -1,0 +1,64 @@
+"""Guards train.tensorboard: a tiny run writes an event file that TensorBoard's own reader reads back
+with the scalars of metrics.csv (train loss, lr, tokens/s and MFU at every log step, the train and
+val loss estimates at every eval) and, at every eval, one attention image per layer; without the
+tensorboard package the option is a one-line error before anything is written."""
+from __future__ import annotations
+
+import csv
+import io
+import sys
+
+import numpy as np
+import pytest
+
+import train
+from conftest import ROOT
+from tinygpt.errors import UserError
+
+SETTINGS = ["data.stories_chars=20000", "data.tokenizer=char", "model.n_layer=2", "model.n_embd=32",
+            "model.n_head=2", "model.block_size=32", "train.max_iters=20", "train.eval_interval=10",
+            "train.log_interval=5", "train.eval_iters=2", "train.batch_size=4", "train.device=cpu",
+            "train.dtype=float32", "train.plot=never", "train.tensorboard=true"]
+
+
+def test_event_file_holds_the_scalars_and_attention_images(tmp_path, one_thread):
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("matplotlib")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from PIL import Image  # matplotlib's own dependency
+
+    run = tmp_path / "run"
+    train.main([str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS,
+                f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"])
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    tags = events.Tags()
+    assert set(tags["scalars"]) == {"train/loss", "train/lr", "speed/tokens_per_s", "speed/mfu",
+                                    "eval/train_loss", "eval/val_loss"}
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    logs = [r for r in rows if r["tokens_per_s"]]
+    evals = [r for r in rows if r["val_loss"]]
+    assert [e.step for e in events.Scalars("train/loss")] == [int(r["step"]) for r in logs] == [5, 10, 15, 20]
+    assert [e.step for e in events.Scalars("eval/val_loss")] == [int(r["step"]) for r in evals] == [0, 10, 20]
+    for tag, column, rows_of in [("train/loss", "train_loss", logs), ("train/lr", "lr", logs),
+                                 ("speed/tokens_per_s", "tokens_per_s", logs), ("speed/mfu", "mfu", logs),
+                                 ("eval/val_loss", "val_loss", evals), ("eval/train_loss", "train_loss", evals)]:
+        values = [e.value for e in events.Scalars(tag)]
+        assert values == pytest.approx([float(r[column]) for r in rows_of], rel=1e-3, abs=1e-4), tag
+    assert set(tags["images"]) == {"attention/layer0", "attention/layer1"}
+    for tag in tags["images"]:
+        images = events.Images(tag)
+        assert [i.step for i in images] == [0, 10, 20]
+        picture = Image.open(io.BytesIO(images[-1].encoded_image_string))
+        assert picture.size == (images[-1].width, images[-1].height) and min(picture.size) > 200
+        pixels = np.asarray(picture.convert("RGB")).reshape(-1, 3)
+        assert len(np.unique(pixels, axis=0)) > 10  # a heatmap, not a blank canvas
+
+
+def test_without_the_package_it_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import -> ImportError
+    with pytest.raises(UserError, match="needs the tensorboard package: pip install tensorboard"):
+        train.main([str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS,
+                    f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={tmp_path / 'run'}"])
+    assert not any(tmp_path.iterdir())  # nothing prepared, nothing written

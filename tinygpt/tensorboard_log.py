@@ -1,0 +1,93 @@
+"""TensorBoard logging of a training run (`train.tensorboard: true`), into RUN_DIR/tensorboard:
+
+    python train.py configs/stories.yaml --set train.tensorboard=true
+    tensorboard --logdir out/stories/tensorboard
+
+Scalars: at every log step `train/loss` (the running mean since the last log, as in metrics.csv),
+`train/lr`, `speed/tokens_per_s` and `speed/mfu`; at every eval `eval/train_loss` and
+`eval/val_loss`. Images: at every eval, `attention/layerL`, the heatmap of layer L's heads over a
+fixed prompt (the first tokens of the training split, the same at every eval), so the slider shows
+the heads learning where to look. The `tensorboard` package is optional: `require_tensorboard`
+turns its absence into a one-line error before training starts; the images also need matplotlib.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from model import GPT
+from tinygpt import attention_view
+from tinygpt.errors import UserError
+
+LOG_DIR = "tensorboard"  # inside the run directory
+PROMPT_TOKENS = 12  # the fixed prompt of the attention images: as many tokens as the tables show
+SCALARS = {"train_loss": "train/loss", "lr": "train/lr", "tokens_per_s": "speed/tokens_per_s", "mfu": "speed/mfu"}
+
+
+def require_tensorboard() -> None:
+    """A one-line UserError, before any work, when the tensorboard package is missing."""
+    try:
+        importlib.import_module("torch.utils.tensorboard")  # imports the tensorboard package
+    except ImportError:
+        raise UserError("train.tensorboard=true needs the tensorboard package: pip install tensorboard "
+                        "(or set train.tensorboard=false)") from None
+
+
+def figure_pixels(fig) -> np.ndarray:
+    """A matplotlib Figure rendered to an RGB array (H, W, 3), uint8."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+class TensorBoardLog:
+    """Writes a run's scalars and attention images; one per run, on the main process only."""
+
+    def __init__(self, run_dir: Path, tokenizer, prompt: Sequence[int], resumed_at: int | None = None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+        # purge_step: a resumed run drops what an interrupted session wrote after its checkpoint
+        self.writer = SummaryWriter(str(Path(run_dir) / LOG_DIR), purge_step=resumed_at)
+        self.prompt = [int(i) for i in prompt]
+        self.labels = attention_view.token_labels(tokenizer, self.prompt)
+        self.text = tokenizer.decode(self.prompt)
+        self.run_name = Path(run_dir).name
+        self.images = True
+
+    def log(self, step: int, row: dict[str, Any]) -> None:
+        """A log row of metrics.csv (values as written) -> scalars."""
+        for column, tag in SCALARS.items():
+            if row.get(column) not in (None, ""):
+                self.writer.add_scalar(tag, float(row[column]), step)
+        self.writer.flush()
+
+    @torch.no_grad()
+    def eval(self, step: int, losses: dict[str, float], model: GPT) -> None:
+        """The eval's loss estimates -> scalars; every layer's attention over the prompt -> an image."""
+        self.writer.add_scalar("eval/train_loss", losses["train"], step)
+        self.writer.add_scalar("eval/val_loss", losses["val"], step)
+        if self.images:
+            was_training = model.training
+            model.eval()  # no dropout in the weights shown
+            idx = torch.tensor([self.prompt], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
+            _, traces = model.forward_with_attention(idx)  # per layer: weights (1, nh, T, T)
+            model.train(was_training)
+            try:
+                for layer, trace in enumerate(traces):
+                    fig = attention_view.heatmap_figure(
+                        trace.weights[0], self.labels, len(self.prompt), model.config.causal,
+                        title=f"{self.run_name}, step {step}, layer {layer}: {self.text!r}")
+                    self.writer.add_image(f"attention/layer{layer}", figure_pixels(fig), step, dataformats="HWC")
+            except ImportError:
+                print("note: train.tensorboard draws the attention images with matplotlib, which is not "
+                      "installed (pip install matplotlib); logging the scalars only", file=sys.stderr)
+                self.images = False
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
