@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import probe
+from scripts import ablation_table
 from conftest import TINY_STORIES
 from model import GPT, ModelConfig
 from tinygpt.ablation import ablated, head_means, parse_heads
@@ -167,10 +168,15 @@ def run(tiny_stories_run):
     return str(tiny_stories_run)
 
 
-def test_probe_ablate_prints_the_drop_table(run):
+@pytest.fixture(scope="module")
+def ablate_output(run) -> tuple[str, dict]:
     out = io.StringIO()
     result = probe.main([run, "--stories", "3", "--ablate"], out=out)
-    text = out.getvalue()
+    return out.getvalue(), result
+
+
+def test_probe_ablate_prints_the_drop_table(ablate_output):
+    text, result = ablate_output
     assert json.loads(text.splitlines()[-1]) == result
     ab = result["ablation"]
     n_layer, n_head = TINY_STORIES["n_layer"], TINY_STORIES["n_head"]
@@ -188,6 +194,21 @@ def test_probe_ablate_prints_the_drop_table(run):
     assert [t["what"] for t in ab["together"]] == ["top two by attention", "top two by zero-ablation drop"]
     assert "drop in accuracy, points, zero / mean ablation" in text
     assert sum(line.startswith("layer ") for line in text.split("drop in accuracy")[1].splitlines()) == n_layer
+
+
+def test_ablation_table_over_saved_probe_outputs(ablate_output, tmp_path):
+    text, result = ablate_output
+    (tmp_path / "seed1.txt").write_text(text, encoding="utf-8")
+    row = ablation_table.summary(ablation_table.probe_result(str(tmp_path / "seed1.txt"), 3, "cpu", None))
+    ab = result["ablation"]
+    assert row["accuracy"] == pytest.approx(100 * ab["baseline"])
+    assert row["best_drop_zero"] == pytest.approx(100 * ab["most_attention"]["drop_zero"])
+    other = {**row, "run": "seed2", "accuracy": row["accuracy"] + 10}
+    markdown, figures = ablation_table.table([row, other])
+    lines = markdown.splitlines()
+    assert len(lines) == 2 + 2 + 1 + 2  # header, rule, two runs, mean ± sd, blank, the verdict
+    assert figures["mean_sd"]["accuracy"] == pytest.approx((row["accuracy"] + 5, 10 / 2 ** 0.5))
+    assert lines[4].startswith("| mean ± sd (2 runs) |")
 
 
 def test_probe_ablate_a_chosen_set(run):

@@ -214,3 +214,22 @@ def test_the_browser_shows_the_models_weights(tmp_path):
     assert all(tokens[k]["bars"] == 4 for k in range(T))
     tokens = rendered(path, "layer=0&head=all&query=2")
     assert [tokens[k]["bars"] for k in range(T)] == [4, 4, 4] + [0] * (T - 3)
+
+
+def test_the_notebook_view_wraps_the_page_in_an_iframe():
+    pytest.importorskip("IPython")
+    model, tok = tiny_model()
+    _, page, _, _ = generated_page(model, tok)
+    shown = attention_html.notebook_view(page)._repr_html_()
+    assert shown.startswith("<iframe srcdoc=") and "&lt;script" in shown and "<script" not in shown
+
+
+def test_the_page_stays_small_at_block_128_with_4x4_heads():
+    """The default model's shape: 16 heads over 128 tokens stay under half a megabyte (docs/attention.md)."""
+    text = generate_stories(3000, 5)[0]
+    tok = CharTokenizer.from_text(text)
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=128, n_layer=4, n_head=4, n_embd=64, vocab_size=tok.vocab_size)).eval()
+    step = {"ctx": 128, "p": 0.5, "top": [(0, 0.5)] * TOP_N}
+    page = attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode(text)[:128], 28, [step] * 28))
+    assert len(page.encode("utf-8")) < 500_000

@@ -98,9 +98,13 @@ def numbered(path: Path, sample: int, n_samples: int) -> Path:
 def notebook_view(page: str, height: int = 520):
     """The page inline in a Jupyter notebook (an iframe, so its script and style stay its own).
     Needs IPython (raises ImportError without it)."""
+    import warnings
+
     from IPython.display import HTML
 
-    return HTML(f'<iframe srcdoc="{html.escape(page)}" style="width:100%;height:{height}px;border:0"></iframe>')
+    with warnings.catch_warnings():  # IPython suggests its IFrame, which takes an address, not a page
+        warnings.simplefilter("ignore", UserWarning)
+        return HTML(f'<iframe srcdoc="{html.escape(page)}" style="width:100%;height:{height}px;border:0"></iframe>')
 
 
 PAGE = """<!doctype html>

@@ -19,6 +19,11 @@ measures:
 
 `report` prints both and names the best head of each measure (highest mean weight on the
 antecedent, with its ratio to the distractor).
+
+(c) ablation (`probe.py --ablate`): attention on the antecedent is a correlation; `ablation` removes
+    each head in turn (tinygpt/ablation.py: its output set to 0, or to its mean over every position
+    of the windows of other held-out stories) and measures (a)'s accuracy again, so the drop says
+    which heads the behaviour needs; then the top two heads together, or a chosen set.
 """
 from __future__ import annotations
 
