@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 from scripts.reproduce import run
+from tinygpt.report import stats
 
 SAVED = (".json", ".txt")  # a saved probe output, read instead of probing again
 
@@ -70,19 +70,14 @@ NUMERIC = ("accuracy", "best_attention", "best_drop_zero", "best_drop_mean", "me
 
 
 def table(rows: list[dict]) -> tuple[str, dict]:
-    """The markdown table (a row per run, then mean ± sd) and the aggregate figures."""
-    def stat(key: str) -> tuple[float, float] | None:
-        values = [r[key] for r in rows if r[key] is not None]
-        if not values:
-            return None
-        return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-    agg = {key: stat(key) for key in NUMERIC}
+    """The markdown table (a row per run, then mean ± sd) and the aggregate figures (tinygpt.report.stats:
+    mean, sd, 95% interval of the mean, n)."""
+    agg = {key: stats([r[key] for r in rows if r[key] is not None]) for key in NUMERIC}
     same = sum(r["best_head"] == r["harmful_zero"] for r in rows)
 
     def pm(key: str) -> str:
         s = agg[key]
-        return "" if s is None else f"{s[0]:.1f} ± {s[1]:.1f}"
+        return "" if s["mean"] is None else f"{s['mean']:.1f}" + (f" ± {s['std']:.1f}" if s["std"] is not None else "")
 
     lines = ["| run | accuracy | most attention on the attribute | its drop, zero / mean | median head's drop, "
              "zero / mean | its rank by drop, zero / mean | hurts most when removed, zero / mean | top two by "
@@ -104,6 +99,11 @@ def table(rows: list[dict]) -> tuple[str, dict]:
     lines.append("")
     lines.append(f"drops in accuracy points; the head with the most attention on the antecedent's attribute is the "
                  f"one whose removal hurts most (zero ablation) in {same} of {len(rows)} runs")
+    for key, what in (("best_drop_zero", "its drop (zero)"), ("median_drop_zero", "the median head's (zero)"),
+                      ("pair_drop_zero", "the top two's together (zero)")):
+        s = agg[key]
+        if s["lo"] is not None:
+            lines.append(f"95% interval of the mean, {what}: {s['lo']:.1f} to {s['hi']:.1f} points (n={s['n']})")
     return "\n".join(lines), {"runs": rows, "mean_sd": agg, "most_attention_is_most_harmful": same}
 
 

@@ -30,11 +30,9 @@ fi
 if [[ $what == all || $what == ablation ]]; then
   # head ablation on the default config over 3 training seeds (docs/attention.md)
   mkdir -p "$OUT/ablation"
-  for seed in 1337 1338 1339; do
-    [[ -f "$OUT/ablation/seed$seed/best.pt" ]] || python train.py configs/stories.yaml --quiet \
-        --set train.seed=$seed train.out_dir="$OUT/ablation/seed$seed" | tee "$OUT/ablation/train_seed$seed.txt"
-  done
-  python -m scripts.ablation_table "$OUT"/ablation/seed{1337,1338,1339} --out "$OUT/ablation" | tee "$OUT/ablation/table.md"
+  python sweep.py configs/stories.yaml --quiet --grid train.seed=1337,1338,1339 --out "$OUT/ablation" \
+      | tee "$OUT/ablation/sweep.txt"
+  python -m scripts.ablation_table "$OUT"/ablation/seed=* --out "$OUT/ablation" | tee "$OUT/ablation/table.md"
 fi
 
 if [[ $what == all || $what == sweep ]]; then
