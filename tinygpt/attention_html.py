@@ -56,20 +56,17 @@ def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 
         stored = stored[..., rows, cols]  # (n_layer, nh, T(T+1)/2)
     else:
         stored = stored.flatten(-2)  # (n_layer, nh, T*T)
+    assert not steps or len(steps) == n_generated, f"{len(steps)} steps for {n_generated} generated tokens"
     first_generated = max(T - n_generated, 0)
-    shown_steps = list(steps)[len(steps) - (T - first_generated):] if T > first_generated else []
-
-    def label(i: int) -> str:
-        return token_label(tokenizer, i)
-
+    shown_steps = list(steps)[len(steps) - (T - first_generated):] if steps else []  # those inside the window
     return {
         "title": title, "rule": rule, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "block_size": cfg.block_size,
         "causal": cfg.causal, "scale": SCALE, "earlier": len(ids) - T,
-        "tokens": [label(i) for i in window],
+        "tokens": [token_label(tokenizer, i) for i in window],
         "breaks": [k for k, i in enumerate(window) if "\n" in tokenizer.decode([i])],  # line break after these
         "first_generated": first_generated,
-        "steps": [{"ctx": s["ctx"], "p": round(s["p"], 4), "top": [[label(i), round(q, 4)] for i, q in s["top"]]}
-                  for s in shown_steps],
+        "steps": [{"ctx": s["ctx"], "p": round(s["p"], 4),
+                   "top": [[token_label(tokenizer, i), round(q, 4)] for i, q in s["top"]]} for s in shown_steps],
         "weights": stored.tolist(),
     }
 
@@ -95,7 +92,7 @@ def numbered(path: Path, sample: int, n_samples: int) -> Path:
     return path if n_samples == 1 else path.with_name(f"{path.stem}_sample{sample + 1}{path.suffix}")
 
 
-def notebook_view(page: str, height: int = 520):
+def notebook_view(page: str, height: int = 520) -> "IPython.display.HTML":
     """The page inline in a Jupyter notebook (an iframe, so its script and style stay its own).
     Needs IPython (raises ImportError without it)."""
     import warnings
@@ -164,8 +161,10 @@ function el(tag, cls, text) {
   return e;
 }
 function generated(i) { return i >= D.first_generated; }
+function shownHeads() { return state.head === "all" ? [...Array(D.n_head).keys()] : [state.head]; }
 function candidates(i) {  // the --show-steps data of generated token i, as text
   const s = D.steps[i - D.first_generated];
+  if (!s) return "no step data";
   const top = s.top.map(([t, p]) => `${t} ${pct(p)}%`).join(", ");
   return `drawn with p = ${pct(s.p)}% from a context of ${s.ctx} tokens; top ${s.top.length}: ${top}`;
 }
@@ -219,7 +218,7 @@ function render(hoveredKey) {
     const key = b.parentNode.id === "layers" ? "layer" : "head";
     b.classList.toggle("on", String(state[key]) === b.dataset.value);
   }
-  const q = state.query, heads = state.head === "all" ? [...Array(D.n_head).keys()] : [state.head];
+  const q = state.query, heads = shownHeads();
   spans.forEach((span, k) => {
     const w = q === null ? undefined : heads.map(h => weight(state.layer, h, q, k));
     const masked = w !== undefined && w[0] === null;
@@ -250,11 +249,10 @@ function render(hoveredKey) {
 function describe(q, key) {  // the panel under the text
   info.textContent = "";
   if (q === null) { info.textContent = "Hover a token."; return; }
-  const line = (...parts) => { const p = el("div"); parts.forEach(x => p.append(x)); info.appendChild(p); return p; };
+  const line = (...parts) => { const p = el("div"); parts.forEach(x => p.append(x)); info.appendChild(p); };
   line(`query ${q}: `, el("b", "k", D.tokens[q]), generated(q) ? ` (generated: ${candidates(q)})` : " (prompt)",
        state.pinned ? " [pinned: click it again to unpin]" : "");
-  const heads = state.head === "all" ? [...Array(D.n_head).keys()] : [state.head];
-  for (const h of heads) {
+  for (const h of shownHeads()) {
     const keys = [...Array(T).keys()].filter(k => weight(state.layer, h, q, k) !== null)
       .sort((a, b) => weight(state.layer, h, q, b) - weight(state.layer, h, q, a)).slice(0, 5);
     const sw = el("span", "swatch");
