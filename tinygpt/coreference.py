@@ -270,6 +270,9 @@ def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer
 
 # ---- ablation: which heads does the behaviour need? ----
 
+MODES = ("zero", "mean")
+MEAN_SEED_OFFSET = 1  # the mean-ablation stories: the probe's held-out seed + 1, not the probe's own
+
 
 def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device,
              heads: Sequence[Head] | None = None, attention: Sequence[Sequence[float]] | None = None,
@@ -303,11 +306,11 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
         result["drop"] = {mode: [[r4(x) for x in row] for row in drop[mode].tolist()] for mode in MODES}
         result["most_harmful"] = {mode: {**head_dict(top_heads(drop[mode], 1)[0]),
                                          "drop": r4(drop[mode].max())} for mode in MODES}
-        result["median_drop"] = {mode: r4(drop[mode].median()) for mode in MODES}
+        result["median_drop"] = {mode: r4(drop[mode].median()) for mode in MODES}  # a head's: the lower middle
         if attention is not None:
             looks = torch.tensor(attention, dtype=torch.float)  # (n_layer, nh)
             best = top_heads(looks, 1)[0]
-            order = {mode: [tuple(h) for h in top_heads(drop[mode], looks.numel())] for mode in MODES}
+            order = {mode: top_heads(drop[mode], looks.numel()) for mode in MODES}  # every head, most harmful first
             result["most_attention"] = {**head_dict(best), "attention": r4(looks[best]),
                                         **{f"drop_{m}": r4(drop[m][best]) for m in MODES},
                                         **{f"rank_{m}": order[m].index(best) + 1 for m in MODES}}
@@ -323,10 +326,6 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
         result["together"].append({"what": what, "heads": [head_name(h) for h in removed], "accuracy": acc,
                                    "drop": {m: r4(baseline - acc[m]) for m in MODES}})
     return result
-
-
-MODES = ("zero", "mean")
-MEAN_SEED_OFFSET = 1  # the mean-ablation stories: the probe's held-out seed + 1, not the probe's own
 
 
 def top_heads(values: torch.Tensor, k: int) -> list[Head]:
