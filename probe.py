@@ -1,13 +1,16 @@
 """Coreference probe: does the model resolve "she"/"he" to the right character, and which heads look?
 
-    python probe.py RUN_DIR [--stories N] [--seed S] [--device D]
+    python probe.py RUN_DIR [--stories N] [--seed S] [--device D] [--ablate [L.H[,L.H...]]]
 
 On held-out stories (a seed the training corpus did not use) it cuts each story where a pronoun's
 attribute is due ("... Then she picked up her ▮"), decodes greedily and counts the antecedent's
 attribute, the distractor's or something else; and for every layer and head it measures the weight
 the predicting position puts on the antecedent's attribute mentions and name, beside the
-distractor's (tinygpt/coreference.py explains each measure). It prints the tables and ends with
-one JSON line. A run not trained on `stories` is refused (exit 2).
+distractor's (tinygpt/coreference.py explains each measure). `--ablate` also measures the accuracy
+with each head's output removed (zero and mean ablation: tinygpt/ablation.py), a layer x head table
+of the drop beside the attention, and the top two heads removed together; `--ablate 3.2,3.1`
+removes the given heads together. It prints the tables and ends with one JSON line. A run not
+trained on `stories` is refused (exit 2).
 """
 from __future__ import annotations
 
@@ -17,9 +20,12 @@ import time
 from typing import Sequence
 
 from tinygpt.checkpoint import load_model
-from tinygpt.coreference import HELD_OUT_OFFSET, probe, report
+from tinygpt.ablation import parse_heads
+from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, probe, report
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.runtime import resolve_device
+
+EACH = "each"  # --ablate without a list: every head in turn
 
 
 def main(argv: Sequence[str] | None = None, out=None) -> dict:
@@ -31,6 +37,9 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     p.add_argument("--seed", type=int, default=None,
                    help=f"seed of the held-out stories (default: the run's data.stories_seed + {HELD_OUT_OFFSET})")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    p.add_argument("--ablate", nargs="?", const=EACH, default=None, metavar="L.H[,L.H...]",
+                   help="also measure the accuracy with heads removed (zero and mean ablation): alone, every "
+                        "head in turn; with a list (layer.head, from 0), those heads together")
     args = p.parse_args(argv)
     if args.stories < 1:
         raise UserError(f"--stories={args.stories} must be >= 1")
@@ -40,6 +49,9 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
         raise UserError(f"{args.run} was trained on data.dataset={cfg.data.dataset!r}; the probe needs a run "
                         f"trained on the stories corpus, whose pronoun references it measures "
                         f"(e.g. python train.py configs/stories.yaml)")
+    heads = None
+    if args.ablate not in (None, EACH):  # checked before the slow part
+        heads = parse_heads(args.ablate, cfg.model.n_layer, cfg.model.n_head)
     seed = args.seed if args.seed is not None else cfg.data.stories_seed + HELD_OUT_OFFSET
     if seed == cfg.data.stories_seed:
         print(f"note: --seed {seed} is the training corpus's data.stories_seed: these stories are not held out",
@@ -48,10 +60,16 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     result = {"run": str(args.run), "tokenizer": cfg.data.tokenizer, "n_layer": cfg.model.n_layer,
               "n_head": cfg.model.n_head, "block_size": cfg.model.block_size,
               **probe(model, tokenizer, args.stories, seed, device)}
+    if args.ablate is not None:
+        result["ablation"] = ablation(model, tokenizer, args.stories, seed, device, heads,
+                                      result["attention_attribute"]["antecedent"])
     result["seconds"] = round(time.perf_counter() - t0, 1)
     out.write(f"probe of {args.run}: {cfg.model.n_layer} layers x {cfg.model.n_head} heads, block_size "
               f"{cfg.model.block_size}, {cfg.data.tokenizer} tokens\n")
     out.write(report(result, cfg.model.n_layer, cfg.model.n_head) + "\n")
+    if "ablation" in result:
+        out.write("\n" + ablation_report(result["ablation"], result["attention_attribute"], cfg.model.n_layer,
+                                         cfg.model.n_head) + "\n")
     out.write(json.dumps(result) + "\n")
     out.flush()
     return result

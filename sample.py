@@ -4,7 +4,7 @@
                      [--temperature T] [--top-k K] [--top-p P] [--num-samples N] [--seed S]
                      [--no-kv-cache] [--show-steps]
                      [--show-attention] [--attention-of prompt|all] [--attention-last N]
-                     [--attention-png DIR]
+                     [--attention-png DIR] [--attention-html FILE]
     python sample.py RUN_DIR_OR_CKPT --list-vocab
 
 The run directory holds everything needed: config, tokenizer and weights (best.pt when present,
@@ -22,6 +22,9 @@ Two teaching views (tables on stdout, see tinygpt/attention_view.py for their co
   `--attention-of all`, over the prompt plus each sample's generated text) as query x key percent
   tables of the last `--attention-last` tokens; `--attention-png DIR` also saves one heatmap per
   layer (needs matplotlib).
+- `--attention-html FILE` writes the attention explorer (tinygpt/attention_html.py): one offline
+  page over the prompt and the generated text, every layer and head, hover a token to see where
+  it looks, with each generated token's top-5 candidates.
 - `--show-steps` prints, instead of the streamed text, one row per generated token: the step, how
   many tokens of context the model saw, the token chosen and the top-5 candidates with their
   probabilities after temperature/top-k/top-p.
@@ -34,14 +37,13 @@ from typing import Iterator, Sequence
 
 import torch
 
-from model import GPT, Step, generate_steps, next_token_probs
-from tinygpt import attention_view
+from model import GPT, Step, generate_steps
+from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import load_model
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.runtime import ThreadPolicy, following_free_cores, keep_freed_memory, resolve_device
 from tinygpt.tokenizer import encode_prompt
 
-TOP_N = 5  # candidates shown per step by --show-steps
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
 
 
@@ -81,6 +83,9 @@ def build_parser() -> ArgParser:
     view.add_argument("--attention-png", type=Path, default=None, metavar="DIR",
                       help="also save one heatmap PNG per layer into DIR, heads as subplots (needs "
                            "matplotlib; implies --show-attention)")
+    view.add_argument("--attention-html", type=Path, default=None, metavar="FILE",
+                      help="write an interactive attention explorer over the prompt and the generated text: "
+                           "one self-contained HTML page (FILE_sampleN.html for several samples)")
     return p
 
 
@@ -102,6 +107,8 @@ def check_args(args) -> None:
         raise UserError(f"--attention-last={args.attention_last} must be >= 1")
     if args.attention_png is not None and args.attention_png.exists() and not args.attention_png.is_dir():
         raise UserError(f"--attention-png {args.attention_png} is a file, not a directory")
+    if args.attention_html is not None and args.attention_html.is_dir():
+        raise UserError(f"--attention-html {args.attention_html} is a directory, not a file")
     if args.attention_of is not None or args.attention_last is not None or args.attention_png is not None:
         args.show_attention = True
     args.attention_of = args.attention_of or "prompt"
@@ -162,28 +169,20 @@ def label_width(tokenizer) -> int:
 
 
 def steps_header(args, width: int) -> str:
-    if args.temperature == 0:
-        rule = "greedy: the argmax; probabilities at temperature 1"
-    else:
-        rule = f"probabilities after temperature {args.temperature:g}"
-        rule += f", top-k {args.top_k}" if args.top_k is not None else ""
-        rule += f", top-p {args.top_p:g}" if args.top_p is not None else ""
+    rule = attention_view.sampling_rule(args.temperature, args.top_k, args.top_p)
     return (f"{'step':>4}  {'ctx':>4}  {'token':<{max(width, TOKEN_COLUMN)}}  {'p':>6}  "
-            f"top-{TOP_N} candidates ({rule})\n")
+            f"top-{attention_view.TOP_N} candidates ({rule})\n")
 
 
 def steps_rows(tokenizer, steps: Iterator[Step], args) -> Iterator[tuple[int, str]]:
     """For each Step of model.generate_steps, (token id, its table row)."""
     width = label_width(tokenizer)
     for n, step in enumerate(steps, start=1):
-        probs = next_token_probs(step.logits, args.temperature, args.top_k, args.top_p)[0]  # (V,)
-        chosen = int(step.token[0])
-        top_probs, top_ids = torch.topk(probs, min(TOP_N, probs.numel()))
-        candidates = "  ".join(f"{attention_view.token_label(tokenizer, int(i)):>{width}} {100 * float(q):5.1f}%"
-                               for q, i in zip(top_probs, top_ids))
+        chosen, p, top = attention_view.step_candidates(step, args.temperature, args.top_k, args.top_p)
+        candidates = "  ".join(f"{attention_view.token_label(tokenizer, i):>{width}} {100 * q:5.1f}%" for i, q in top)
         label = attention_view.token_label(tokenizer, chosen)
         yield chosen, (f"{n:>4}  {step.context:>4}  {label:<{max(width, TOKEN_COLUMN)}}  "
-                       f"{100 * float(probs[chosen]):5.1f}%  {candidates}\n")
+                       f"{100 * p:5.1f}%  {candidates}\n")
 
 
 def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
@@ -226,7 +225,9 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             out.write("\n---------------\n")
         steps = following_free_cores(generate_steps(model, idx, args.max_new_tokens, args.temperature, args.top_k,
                                                     args.top_p, use_cache=not args.no_kv_cache, generator=gen), threads)
-        new_ids = []
+        new_ids, recorded = [], []
+        if args.attention_html is not None:  # keep each step's candidates for the page
+            steps = attention_html.recorded(steps, recorded, args.temperature, args.top_k, args.top_p)
         if args.show_steps:  # the table replaces the streamed text; the text follows it whole
             out.write(steps_header(args, label_width(tokenizer)))
             for chosen, row in steps_rows(tokenizer, steps, args):
@@ -250,6 +251,12 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             text = "".join(pieces)
         out.flush()
         samples.append(text)
+        if args.attention_html is not None:
+            path = attention_html.write_explorer(
+                attention_html.numbered(args.attention_html, i, args.num_samples), model, tokenizer, ids + new_ids,
+                len(new_ids), recorded, f"{Path(args.run).name}: the prompt and sample {i + 1}",
+                attention_view.sampling_rule(args.temperature, args.top_k, args.top_p))
+            out.write(f"saved {path}\n")
         if args.show_attention and args.attention_of == "all":
             out.write("\n")
             prefix = "attention" if args.num_samples == 1 else f"attention_sample{i + 1}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reruns every measurement quoted in the README, one after another (they compete for the CPU
 # otherwise), writing logs and JSON into $OUT (default out/experiments). About an hour on 2 cores.
-#   bash scripts/experiments.sh [all | foundation | attention | sweep | bench | speedrun]
+#   bash scripts/experiments.sh [all | foundation | attention | ablation | sweep | bench | speedrun]
 # Tiny shakespeare is read from $SHAKESPEARE (default ../shared/data/tinyshakespeare.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +25,14 @@ if [[ $what == all || $what == attention ]]; then
       train.out_dir="$OUT/bidirectional" | tee "$OUT/bidirectional.txt"
   python sample.py "$OUT/bidirectional" --max-new-tokens 1 >>"$OUT/bidirectional.txt" 2>&1 || true
   python sample.py "$OUT/bidirectional" --force --max-new-tokens 200 --seed 1 >>"$OUT/bidirectional.txt" 2>&1
+fi
+
+if [[ $what == all || $what == ablation ]]; then
+  # head ablation on the default config over 3 training seeds (docs/attention.md)
+  mkdir -p "$OUT/ablation"
+  python sweep.py configs/stories.yaml --quiet --grid train.seed=1337,1338,1339 --out "$OUT/ablation" \
+      | tee "$OUT/ablation/sweep.txt"
+  python -m scripts.ablation_table "$OUT"/ablation/seed=* --out "$OUT/ablation" | tee "$OUT/ablation/table.md"
 fi
 
 if [[ $what == all || $what == sweep ]]; then

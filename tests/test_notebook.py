@@ -5,7 +5,8 @@ root), and what its cells print must be the worked example of docs/design.md: th
 the raw scores with −∞ in the masked cells, and the percentages (The 100; cat 35 65; sat 17 56 28;
 on 14 24 43 19) with the future cells masked; then, for a tiny model's real Q, K, V, every head's
 masked cells are exactly 0, its rows sum to 1, and the hand computation equals the model's own
-HeadTrace. The heatmap cell must display a PNG image (with matplotlib), not a Figure's text repr.
+HeadTrace. The heatmap cell must display a PNG image (with matplotlib), not a Figure's text repr,
+and the last cell the attention explorer's page, inline.
 Without nbclient/ipykernel the code cells run in order in one namespace (exec), and the image
 test skips.
 """
@@ -122,11 +123,19 @@ def test_notebook_shows_the_heatmap_as_an_image(executed):
     if executed is None:
         pytest.skip("running the notebook through a kernel needs nbclient, nbformat and ipykernel")
     pytest.importorskip("matplotlib")
-    last = executed.cells[-1]
-    assert "heatmap_figure" in last.source
-    kinds = [(o.output_type, sorted(o.get("data", {}))) for o in last.outputs]
+    heatmap = next(c for c in executed.cells if c.cell_type == "code" and "heatmap_figure" in c.source)
+    kinds = [(o.output_type, sorted(o.get("data", {}))) for o in heatmap.outputs]
     assert any(kind == "display_data" and "image/png" in data for kind, data in kinds), kinds
     assert not any("<Figure size" in o.get("data", {}).get("text/plain", "") and "image/png" not in o.get("data", {})
-                   for o in last.outputs)
+                   for o in heatmap.outputs)
     errors = [o for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
+
+
+def test_notebook_shows_the_explorer_inline(executed):
+    """The attention explorer's page (tinygpt/attention_html.py) displayed in an iframe."""
+    if executed is None:
+        pytest.skip("running the notebook through a kernel needs nbclient, nbformat and ipykernel")
+    cell = next(c for c in executed.cells if c.cell_type == "code" and "notebook_view" in c.source)
+    shown = [o["data"]["text/html"] for o in cell.outputs if "text/html" in o.get("data", {})]
+    assert len(shown) == 1 and shown[0].startswith("<iframe srcdoc=") and "id=&quot;data&quot;" in shown[0]

@@ -1,7 +1,8 @@
 """Attention made visible: query x key tables (text) and heatmaps (PNG), one formatter for all.
 
 The notebook (notebooks/attention_mechanics.ipynb) and `sample.py --show-attention` print through
-these functions, so the worked example of docs/design.md and a real model's heads look the same.
+these functions, so the worked example of docs/design.md and a real model's heads look the same;
+the HTML explorer (tinygpt/attention_html.py) labels tokens and generation steps with them too.
 A table has one row per query (the position doing the looking: it predicts the next token) and one
 column per key (a position it may look at):
 
@@ -28,13 +29,14 @@ from typing import Sequence
 
 import torch
 
-from model import HeadTrace, causal_mask
+from model import HeadTrace, Step, causal_mask, next_token_probs
 
 MASKED = "."  # a future key, masked to weight exactly 0
 SPACE = "␣"  # a space inside a token label
 EARLIER = "earlier"  # the column summing every key before the shown window
 CORNER = "query \\ key"
 MAX_LABEL = 10  # longer token labels are cut with "…"
+TOP_N = 5  # candidates shown per generation step
 
 
 # ---- labels ----
@@ -48,6 +50,28 @@ def token_label(tokenizer, id: int) -> str:
 
 def token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
     return [token_label(tokenizer, int(i)) for i in ids]
+
+
+# ---- generation steps (sample.py --show-steps, the HTML explorer) ----
+
+
+def sampling_rule(temperature: float, top_k: int | None, top_p: float | None) -> str:
+    """What a step's probabilities are, in words."""
+    if temperature == 0:
+        return "greedy: the argmax; probabilities at temperature 1"
+    rule = f"probabilities after temperature {temperature:g}"
+    rule += f", top-k {top_k}" if top_k is not None else ""
+    return rule + (f", top-p {top_p:g}" if top_p is not None else "")
+
+
+def step_candidates(step: Step, temperature: float, top_k: int | None, top_p: float | None
+                    ) -> tuple[int, float, list[tuple[int, float]]]:
+    """One Step of model.generate_steps (batch item 0) -> (chosen id, its probability, the TOP_N most
+    likely (id, probability)), probabilities as the token was drawn (next_token_probs)."""
+    probs = next_token_probs(step.logits, temperature, top_k, top_p)[0]  # (V,)
+    chosen = int(step.token[0])
+    top_probs, top_ids = torch.topk(probs, min(TOP_N, probs.numel()))
+    return chosen, float(probs[chosen]), [(int(i), float(q)) for q, i in zip(top_probs, top_ids)]
 
 
 # ---- text tables ----

@@ -19,6 +19,11 @@ measures:
 
 `report` prints both and names the best head of each measure (highest mean weight on the
 antecedent, with its ratio to the distractor).
+
+(c) ablation (`probe.py --ablate`): attention on the antecedent is a correlation; `ablation` removes
+    each head in turn (tinygpt/ablation.py: its output set to 0, or to its mean over every position
+    of the windows of other held-out stories) and measures (a)'s accuracy again, so the drop says
+    which heads the behaviour needs; then the top two heads together, or a chosen set.
 """
 from __future__ import annotations
 
@@ -27,12 +32,13 @@ import os
 import random
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 
 from data.stories import Reference, generate_story, join_stories
 from model import GPT
+from tinygpt.ablation import Head, ablated, head_means, head_name
 from tinygpt.errors import UserError
 
 HELD_OUT_OFFSET = 1_000_003  # default seed = data.stories_seed + this: never the training corpus
@@ -143,16 +149,36 @@ def build_case(tokenizer, text: str, base: int, ref: Reference, block_size: int)
 # ---- measuring ----
 
 
+def held_out_cases(tokenizer, n_stories: int, seed: int, block_size: int) -> tuple[list[Case], int, int]:
+    """The probe's cases from n_stories fresh stories -> (cases, references, stories skipped)."""
+    text, refs, skipped = held_out_stories(n_stories, seed, tokenizer)
+    return [build_case(tokenizer, text, base, ref, block_size) for base, ref in refs], len(refs), skipped
+
+
+def batches(cases: Sequence[Case], batch_size: int) -> Iterator[list[Case]]:
+    """Cases in batches of windows of equal length (most are full, block_size; the first story's
+    are shorter)."""
+    by_length: dict[int, list[Case]] = {}
+    for case in cases:
+        by_length.setdefault(len(case.ids), []).append(case)
+    for group in by_length.values():
+        for i in range(0, len(group), batch_size):
+            yield group[i:i + batch_size]
+
+
 @torch.no_grad()
-def run_batch(model: GPT, cases: Sequence[Case], device: torch.device) -> tuple[list[list[int]], torch.Tensor]:
+def run_batch(model: GPT, cases: Sequence[Case], device: torch.device,
+              need_attention: bool = True) -> tuple[list[list[int]], torch.Tensor | None]:
     """Cases whose windows have the same length T, in one batch -> (each case's greedily decoded
-    ids, the last position's attention weights (B, n_layer, nh, T))."""
+    ids, the last position's attention weights (B, n_layer, nh, T), or None without need_attention)."""
     block_size = model.config.block_size
     seq = torch.tensor([c.ids for c in cases], dtype=torch.long, device=device)  # (B, T)
-    logits, traces = model.forward_with_attention(seq)  # (B, T, V), per layer weights (B, nh, T, T)
-    last_row = torch.stack([t.weights[:, :, -1, :] for t in traces], dim=1).float().cpu()  # (B, n_layer, nh, T)
+    last_row = None
+    if need_attention:
+        logits, traces = model.forward_with_attention(seq)  # (B, T, V), per layer weights (B, nh, T, T)
+        last_row = torch.stack([t.weights[:, :, -1, :] for t in traces], dim=1).float().cpu()  # (B, n_layer, nh, T)
     for step in range(max(c.n_new for c in cases)):
-        if step:  # the window slides by one: always the last block_size tokens
+        if step or not need_attention:  # the window slides by one: always the last block_size tokens
             logits = model(seq[:, -block_size:])  # (B, T, V)
         seq = torch.cat([seq, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)  # (B, T+step+1)
     T = len(cases[0].ids)
@@ -171,32 +197,37 @@ def r4(x: float) -> float:
     return round(float(x), 4)
 
 
+def tally(outcomes: Sequence[str]) -> dict:
+    """classify's outcomes -> their counts and the accuracy (the antecedent's share)."""
+    counts = {kind: sum(o == kind for o in outcomes) for kind in ("antecedent", "distractor", "other")}
+    return {**counts, "accuracy": r4(counts["antecedent"] / max(len(outcomes), 1))}
+
+
+def behaviour(model: GPT, tokenizer, cases: Sequence[Case], device: torch.device,
+              batch_size: int = BATCH) -> dict:
+    """Greedy decoding of every case on the fast path (no attention weights) -> tally."""
+    outcomes = []
+    for batch in batches(cases, batch_size):
+        new, _ = run_batch(model, batch, device, need_attention=False)
+        outcomes += [classify(tokenizer.decode(ids), case.reference) for case, ids in zip(batch, new)]
+    return tally(outcomes)
+
+
 def probe(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device,
           batch_size: int = BATCH) -> dict:
     """Run the probe; returns the figures (weights as fractions of the position's attention)."""
     cfg = model.config
-    text, refs, skipped = held_out_stories(n_stories, seed, tokenizer)
-    cases = [build_case(tokenizer, text, base, ref, cfg.block_size) for base, ref in refs]
+    cases, n_refs, skipped = held_out_cases(tokenizer, n_stories, seed, cfg.block_size)
     results = []  # (case, decoded ids, last_row (n_layer, nh, T))
-    by_length: dict[int, list[Case]] = {}
-    for case in cases:  # most windows are full (block_size); the first story's are shorter
-        by_length.setdefault(len(case.ids), []).append(case)
-    for group in by_length.values():
-        for i in range(0, len(group), batch_size):
-            batch = group[i:i + batch_size]
-            new, last_rows = run_batch(model, batch, device)
-            results.extend(zip(batch, new, last_rows))
-    behaviour = {"antecedent": 0, "distractor": 0, "other": 0}
-    in_window = dict(behaviour)  # the same, only where the antecedent's name is in the window
-    for case, new, _ in results:
-        outcome = classify(tokenizer.decode(new), case.reference)
-        behaviour[outcome] += 1
-        in_window[outcome] += bool(case.antecedent_positions)
-    named = sum(in_window.values())
+    for batch in batches(cases, batch_size):
+        new, last_rows = run_batch(model, batch, device)
+        results.extend(zip(batch, new, last_rows))
+    outcomes = [classify(tokenizer.decode(new), case.reference) for case, new, _ in results]
     return {
-        "stories": n_stories - skipped, "skipped_stories": skipped, "seed": seed, "references": len(refs),
-        "behaviour": {**behaviour, "accuracy": r4(behaviour["antecedent"] / max(len(refs), 1))},
-        "behaviour_in_window": {**in_window, "accuracy": r4(in_window["antecedent"] / max(named, 1))},
+        "stories": n_stories - skipped, "skipped_stories": skipped, "seed": seed, "references": n_refs,
+        "behaviour": tally(outcomes),
+        # the same, only where the antecedent's name is in the window
+        "behaviour_in_window": tally([o for o, (c, _, _) in zip(outcomes, results) if c.antecedent_positions]),
         "attention_attribute": attention_on(
             [(c.antecedent_attribute_positions, c.distractor_attribute_positions, row) for c, _, row in results],
             cfg.n_layer, cfg.n_head),
@@ -235,6 +266,78 @@ def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer
         "best": {"layer": layer, "head": head, "antecedent": r4(best_ant), "distractor": r4(best_dis),
                  "ratio": round(best_ant / best_dis, 2) if best_dis > 0 else None},
     }
+
+
+# ---- ablation: which heads does the behaviour need? ----
+
+MODES = ("zero", "mean")
+MEAN_SEED_OFFSET = 1  # the mean-ablation stories: the probe's held-out seed + 1, not the probe's own
+
+
+def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device,
+             heads: Sequence[Head] | None = None, attention: Sequence[Sequence[float]] | None = None,
+             batch_size: int = BATCH) -> dict:
+    """The probe's accuracy with heads removed (zero and mean ablation, tinygpt/ablation.py).
+    heads None: every head alone (an n_layer x nh table), then together the top two by `attention`
+    (n_layer x nh, e.g. the weight on the antecedent's attribute) and the top two by zero-ablation
+    drop; else the given heads together. Means: every position of the windows of n_stories other
+    held-out stories (seed + MEAN_SEED_OFFSET)."""
+    cfg = model.config
+    cases, n_refs, _ = held_out_cases(tokenizer, n_stories, seed, cfg.block_size)
+    mean_cases, _, _ = held_out_cases(tokenizer, n_stories, seed + MEAN_SEED_OFFSET, cfg.block_size)
+    windows = (torch.tensor([c.ids for c in b], device=device) for b in batches(mean_cases, batch_size))
+    means, positions = head_means(model, windows)  # (n_layer, nh, hs)
+
+    def accuracy(removed: Sequence[Head]) -> dict[str, float]:
+        out = {}
+        for mode, values in (("zero", None), ("mean", means)):
+            with ablated(model, removed, values):
+                out[mode] = behaviour(model, tokenizer, cases, device, batch_size)["accuracy"]
+        return out
+
+    baseline = behaviour(model, tokenizer, cases, device, batch_size)["accuracy"]
+    result = {"references": n_refs, "seed": seed, "baseline": baseline,
+              "mean_over": {"stories": n_stories, "seed": seed + MEAN_SEED_OFFSET, "positions": positions}}
+    together: list[tuple[str, list[Head]]] = []
+    if heads is None:
+        grid = [[accuracy([(layer, head)]) for head in range(cfg.n_head)] for layer in range(cfg.n_layer)]
+        drop = {mode: torch.tensor([[baseline - cell[mode] for cell in row] for row in grid]) for mode in MODES}
+        result["accuracy"] = {mode: [[cell[mode] for cell in row] for row in grid] for mode in MODES}
+        result["drop"] = {mode: [[r4(x) for x in row] for row in drop[mode].tolist()] for mode in MODES}
+        result["most_harmful"] = {mode: {**head_dict(top_heads(drop[mode], 1)[0]),
+                                         "drop": r4(drop[mode].max())} for mode in MODES}
+        result["median_drop"] = {mode: r4(drop[mode].median()) for mode in MODES}  # a head's: the lower middle
+        if attention is not None:
+            looks = torch.tensor(attention, dtype=torch.float)  # (n_layer, nh)
+            best = top_heads(looks, 1)[0]
+            order = {mode: top_heads(drop[mode], looks.numel()) for mode in MODES}  # every head, most harmful first
+            result["most_attention"] = {**head_dict(best), "attention": r4(looks[best]),
+                                        **{f"drop_{m}": r4(drop[m][best]) for m in MODES},
+                                        **{f"rank_{m}": order[m].index(best) + 1 for m in MODES}}
+            together.append(("top two by attention", top_heads(looks, 2)))
+        together.append(("top two by zero-ablation drop", top_heads(drop["zero"], 2)))
+    else:
+        together.append(("chosen", list(heads)))
+    result["together"] = []
+    for what, removed in together:
+        if len(removed) < 2 and what != "chosen":
+            continue  # a model with a single head has no top two
+        acc = accuracy(removed)
+        result["together"].append({"what": what, "heads": [head_name(h) for h in removed], "accuracy": acc,
+                                   "drop": {m: r4(baseline - acc[m]) for m in MODES}})
+    return result
+
+
+def top_heads(values: torch.Tensor, k: int) -> list[Head]:
+    """The k (layer, head) cells of values (n_layer, nh) with the highest values, highest first
+    (ties: the first in reading order)."""
+    n_head = values.size(1)
+    order = sorted(range(values.numel()), key=lambda i: -float(values.view(-1)[i]))
+    return [divmod(i, n_head) for i in order[:k]]
+
+
+def head_dict(head: Head) -> dict:
+    return {"layer": head[0], "head": head[1]}
 
 
 # ---- report ----
@@ -280,3 +383,38 @@ def attention_table(a: dict, what: str, n_layer: int, n_head: int) -> list[str]:
               f"best head: layer {best['layer']} head {best['head']}: {100 * best['antecedent']:.1f}% on the "
               f"antecedent's, {100 * best['distractor']:.1f}% on the distractor's ({ratio})"]
     return lines
+
+
+def ablation_report(ab: dict, attention: dict | None, n_layer: int, n_head: int) -> str:
+    """The ablation part of the output: the layer x head table of accuracy drops beside each head's
+    attention on the antecedent's attribute (`attention`: the probe's attention_attribute)."""
+    base = ab["baseline"]
+    m = ab["mean_over"]
+    lines = [f"ablation: accuracy {100 * base:.1f}% with every head ({ab['references']} references, the fast "
+             f"path); a head removed: its output set to 0 (zero) or to its mean over every position of the "
+             f"windows of {m['stories']} other held-out stories (seed {m['seed']}, {m['positions']} positions)"]
+    if "drop" in ab:
+        looks = attention["antecedent"] if attention and attention["references"] else None
+        lines += ["", "drop in accuracy, points, zero / mean ablation"
+                  + (" (after '|': the head's attention on the antecedent's attribute, as above)" if looks else "")]
+        cells = [[f"{100 * ab['drop']['zero'][i][h]:5.1f} / {100 * ab['drop']['mean'][i][h]:5.1f}"
+                  + (f" | {100 * looks[i][h]:4.1f}%" if looks else "") for h in range(n_head)] for i in range(n_layer)]
+        width = max(len(c) for row in cells for c in row)
+        lines.append(" " * 9 + "".join(f"  {'head ' + str(h):>{width}}" for h in range(n_head)))
+        lines += [f"{'layer ' + str(i):<9}" + "".join(f"  {c:>{width}}" for c in row) for i, row in enumerate(cells)]
+        for mode in MODES:
+            worst = ab["most_harmful"][mode]
+            lines.append(f"hurts most when removed ({mode}): head {worst['layer']}.{worst['head']}, accuracy "
+                         f"{100 * base:.1f}% -> {100 * (base - worst['drop']):.1f}% (drop {100 * worst['drop']:.1f} "
+                         f"points; the median head's drop: {100 * ab['median_drop'][mode]:.1f})")
+        if "most_attention" in ab:
+            a = ab["most_attention"]
+            lines.append(f"most attention on the antecedent's attribute: head {a['layer']}.{a['head']} "
+                         f"({100 * a['attention']:.1f}%): removing it costs {100 * a['drop_zero']:.1f} / "
+                         f"{100 * a['drop_mean']:.1f} points (rank {a['rank_zero']} / {a['rank_mean']} of "
+                         f"{n_layer * n_head} by drop)")
+    for t in ab["together"]:
+        lines.append(f"removed together ({t['what']}): {' + '.join(t['heads'])}: accuracy "
+                     f"{100 * t['accuracy']['zero']:.1f}% / {100 * t['accuracy']['mean']:.1f}% (zero / mean), "
+                     f"drop {100 * t['drop']['zero']:.1f} / {100 * t['drop']['mean']:.1f} points")
+    return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""Does the head that looks at the answer carry it? The ablation table over several runs (seeds).
+
+    python -m scripts.ablation_table RUN [RUN ...] [--stories N] [--device D] [--out DIR]
+
+(run from the repository root). For each run it calls `probe.py RUN --ablate` (a RUN that is a
+.json or .txt file is read instead: the last line of a saved probe.py --ablate output), then prints
+one markdown row per run and a mean ± sd row: the accuracy; the head with the most attention on
+the antecedent's attribute, its accuracy drop when removed (zero / mean ablation) beside the median
+head's and its rank by drop; the head whose removal hurts most; the drop when the top two by
+attention, and the top two by drop, are removed together. Ends with one JSON line. `--out DIR`
+keeps each run's full probe output (the layer x head tables) as DIR/probe_<name>.txt.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from scripts.reproduce import run
+from tinygpt.report import stats
+
+SAVED = (".json", ".txt")  # a saved probe output, read instead of probing again
+
+
+def probe_result(target: str, stories: int, device: str, out: Path | None) -> dict:
+    """The probe.py --ablate figures of one run (its final JSON line)."""
+    if Path(target).suffix in SAVED:
+        text = Path(target).read_text(encoding="utf-8")
+    else:
+        print(f"probing {target} ...", file=sys.stderr, flush=True)
+        _, text = run(["probe.py", target, "--ablate", "--stories", str(stories), "--device", device])
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"probe_{Path(target).name}.txt").write_text(text, encoding="utf-8")
+    result = json.loads(text.strip().splitlines()[-1])
+    if "drop" not in result.get("ablation", {}):
+        raise SystemExit(f"{target}: no per-head ablation in this probe output (run probe.py RUN --ablate)")
+    return result
+
+
+def summary(result: dict) -> dict:
+    """One run's figures for the table (drops and accuracies in points, attention in %)."""
+    ab = result["ablation"]
+    best, together = ab["most_attention"], {t["what"]: t for t in ab["together"]}
+    pair = together.get("top two by attention")
+    by_drop = together["top two by zero-ablation drop"]
+    harmful = ab["most_harmful"]
+    return {
+        "run": result["run"], "references": ab["references"], "accuracy": 100 * ab["baseline"],
+        "best_head": f"{best['layer']}.{best['head']}", "best_attention": 100 * best["attention"],
+        "best_drop_zero": 100 * best["drop_zero"], "best_drop_mean": 100 * best["drop_mean"],
+        "best_rank_zero": best["rank_zero"], "best_rank_mean": best["rank_mean"],
+        "median_drop_zero": 100 * ab["median_drop"]["zero"], "median_drop_mean": 100 * ab["median_drop"]["mean"],
+        "harmful_zero": f"{harmful['zero']['layer']}.{harmful['zero']['head']}",
+        "harmful_mean": f"{harmful['mean']['layer']}.{harmful['mean']['head']}",
+        "harmful_drop_zero": 100 * harmful["zero"]["drop"], "harmful_drop_mean": 100 * harmful["mean"]["drop"],
+        "pair": "+".join(pair["heads"]) if pair else "",
+        "pair_drop_zero": 100 * pair["drop"]["zero"] if pair else None,
+        "pair_drop_mean": 100 * pair["drop"]["mean"] if pair else None,
+        "pair_by_drop": "+".join(by_drop["heads"]),
+        "pair_by_drop_zero": 100 * by_drop["drop"]["zero"], "pair_by_drop_mean": 100 * by_drop["drop"]["mean"],
+        "heads": result["n_layer"] * result["n_head"],
+    }
+
+
+NUMERIC = ("accuracy", "best_attention", "best_drop_zero", "best_drop_mean", "median_drop_zero", "median_drop_mean",
+           "harmful_drop_zero", "harmful_drop_mean", "pair_drop_zero", "pair_drop_mean", "pair_by_drop_zero",
+           "pair_by_drop_mean")
+
+
+def table(rows: list[dict]) -> tuple[str, dict]:
+    """The markdown table (a row per run, then mean ± sd) and the aggregate figures (tinygpt.report.stats:
+    mean, sd, 95% interval of the mean, n)."""
+    agg = {key: stats([r[key] for r in rows if r[key] is not None]) for key in NUMERIC}
+    same = sum(r["best_head"] == r["harmful_zero"] for r in rows)
+
+    def pm(key: str) -> str:
+        s = agg[key]
+        return "" if s["mean"] is None else f"{s['mean']:.1f}" + (f" ± {s['std']:.1f}" if s["std"] is not None else "")
+
+    lines = ["| run | accuracy | most attention on the attribute | its drop, zero / mean | median head's drop, "
+             "zero / mean | its rank by drop, zero / mean | hurts most when removed, zero / mean | top two by "
+             "attention together, drop zero / mean | top two by drop together, drop zero / mean |",
+             "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for r in rows:
+        pair = f"{r['pair']}: {r['pair_drop_zero']:.1f} / {r['pair_drop_mean']:.1f}" if r["pair"] else "-"
+        lines.append(
+            f"| {Path(r['run']).name} | {r['accuracy']:.1f}% | {r['best_head']} ({r['best_attention']:.1f}%) | "
+            f"{r['best_drop_zero']:.1f} / {r['best_drop_mean']:.1f} | {r['median_drop_zero']:.1f} / "
+            f"{r['median_drop_mean']:.1f} | {r['best_rank_zero']} / {r['best_rank_mean']} of {r['heads']} | "
+            f"{r['harmful_zero']} ({r['harmful_drop_zero']:.1f}) / {r['harmful_mean']} ({r['harmful_drop_mean']:.1f}) | "
+            f"{pair} | {r['pair_by_drop']}: {r['pair_by_drop_zero']:.1f} / {r['pair_by_drop_mean']:.1f} |")
+    lines.append(f"| mean ± sd ({len(rows)} runs) | {pm('accuracy')} | {pm('best_attention')} | "
+                 f"{pm('best_drop_zero')} / {pm('best_drop_mean')} | {pm('median_drop_zero')} / "
+                 f"{pm('median_drop_mean')} | | {pm('harmful_drop_zero')} / {pm('harmful_drop_mean')} | "
+                 f"{pm('pair_drop_zero')} / {pm('pair_drop_mean')} | {pm('pair_by_drop_zero')} / "
+                 f"{pm('pair_by_drop_mean')} |")
+    lines.append("")
+    lines.append(f"drops in accuracy points; the head with the most attention on the antecedent's attribute is the "
+                 f"one whose removal hurts most (zero ablation) in {same} of {len(rows)} runs")
+    for key, what in (("best_drop_zero", "its drop (zero)"), ("median_drop_zero", "the median head's (zero)"),
+                      ("pair_drop_zero", "the top two's together (zero)")):
+        s = agg[key]
+        if s["lo"] is not None:
+            lines.append(f"95% interval of the mean, {what}: {s['lo']:.1f} to {s['hi']:.1f} points (n={s['n']})")
+    return "\n".join(lines), {"runs": rows, "mean_sd": agg, "most_attention_is_most_harmful": same}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", help="run directories (or saved probe.py --ablate outputs, .json/.txt)")
+    p.add_argument("--stories", type=int, default=100, help="held-out stories per probe (probe.py --stories)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", type=Path, help="keep each run's full probe output here")
+    args = p.parse_args()
+    rows = [summary(probe_result(r, args.stories, args.device, args.out)) for r in args.runs]
+    text, figures = table(rows)
+    print(text)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

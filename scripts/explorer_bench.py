@@ -1,0 +1,74 @@
+"""Size and speed of the attention explorer page at the default model's shape (docs/attention.md).
+
+    python -m scripts.explorer_bench [--out DIR]
+
+(run from the repository root). Builds the page of a 4-layer, 4-head model over 128 tokens (at
+initialisation, and with 20x sharper queries, which put most weights near 0 as a trained model
+does), prints its size, and, when Chromium is installed, the mean time of one full re-render (a
+query and a head picked, all heads and single heads alternating, 100 renders) in headless Chromium.
+Ends with one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from data.stories import generate_stories
+from model import GPT, ModelConfig
+from tinygpt import attention_html
+from tinygpt.tokenizer import WordTokenizer
+
+TIMING = """<script>
+const t0 = performance.now();
+for (let i = 0; i < 100; i++) { state.head = i % 2 ? "all" : i % 4; state.query = (7 * i) % 128; render(); }
+document.getElementById("title").textContent = "RENDER_MS=" + ((performance.now() - t0) / 100).toFixed(2);
+</script>
+</body>"""
+
+
+def render_ms(page: str, out: Path) -> float | None:
+    """Mean ms of one render() of the page in headless Chromium, or None without a browser."""
+    browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        return None
+    path = out / "explorer_bench.html"
+    path.write_text(page.replace("</body>", TIMING), encoding="utf-8")
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    match = re.search(r"RENDER_MS=([\d.]+)", done.stdout)
+    return float(match.group(1)) if match else None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, help="where to write the pages (default: a temp folder)")
+    args = p.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="tinygpt-explorer-"))
+    out.mkdir(parents=True, exist_ok=True)
+    text = generate_stories(20_000, 1)[0]
+    tokenizer = WordTokenizer.from_text(text)
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=128, n_layer=4, n_head=4, n_embd=128, vocab_size=tokenizer.vocab_size)).eval()
+    ids = tokenizer.encode(text)[:128]
+    result = {}
+    for name, sharpen in (("init", 1.0), ("sharp", 20.0)):
+        with torch.no_grad():
+            for block in model.blocks:
+                block.attn.q_proj.weight.mul_(sharpen)
+        page = attention_html.explorer_html(attention_html.explorer_data(model, tokenizer, ids))
+        result[f"{name}_bytes"] = len(page.encode("utf-8"))
+        result[f"{name}_render_ms"] = render_ms(page, out)
+        print(f"{name}: {result[f'{name}_bytes']:,} bytes; one render: "
+              + (f"{result[f'{name}_render_ms']:.1f} ms" if result[f"{name}_render_ms"] is not None else "no browser"))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""Guards tinygpt/ablation.py and `probe.py --ablate`.
+
+Removing a head overwrites its columns of the merged heads entering out_proj. So: removing every
+head of a layer equals running that layer without its attention branch (bias=False; with biases
+the branch leaves exactly out_proj's bias), and mean-ablating every head with the means of the very
+input leaves a one-token input's logits unchanged (so the columns are the right heads'). In a
+model built by hand so that head 0 of its one layer copies the answer and head 1 adds noise,
+removing head 0 (zero or mean) drops the accuracy to chance and removing head 1 changes nothing.
+No hook outlives the `with`, also on an error. `probe.py --ablate` prints the drop table and its
+JSON; `--ablate L.H,...` removes a set together; a bad head exits 2 with one line.
+"""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import torch
+
+import probe
+from scripts import ablation_table
+from conftest import TINY_STORIES
+from model import GPT, ModelConfig
+from tinygpt.ablation import ablated, head_means, parse_heads
+from tinygpt.errors import UserError, run_cli
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def random_model(bias: bool) -> GPT:
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=16, n_layer=2, n_head=4, n_embd=32, vocab_size=37, bias=bias)).eval()
+    with torch.no_grad():  # weights larger than at init, so every head matters
+        for p in model.parameters():
+            p.mul_(4)
+    return model
+
+
+def forward_without_attention(model: GPT, idx: torch.Tensor, layer: int, branch: torch.Tensor | float = 0.0
+                              ) -> torch.Tensor:
+    """model.forward written out, with `layer`'s attention branch replaced by `branch` -> logits."""
+    x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.size(1)))
+    for i, block in enumerate(model.blocks):
+        x = x + (branch if i == layer else block.attn(block.ln_1(x))[0])
+        x = x + block.mlp(block.ln_2(x))
+    return model.lm_head(model.ln_f(x))
+
+
+def hooks(model: GPT) -> int:
+    return sum(len(block.attn.out_proj._forward_pre_hooks) for block in model.blocks)
+
+
+def test_parse_heads():
+    assert parse_heads("3.2, 0.1", n_layer=4, n_head=4) == [(3, 2), (0, 1)]
+    for bad, says in [("3", "not LAYER.HEAD"), ("3.2,", "not LAYER.HEAD"), ("4.0", "no head 4.0"),
+                      ("0.4", "no head 0.4"), ("1.1,1.1", "named twice"), ("a.b", "not LAYER.HEAD")]:
+        with pytest.raises(UserError, match=says):
+            parse_heads(bad, n_layer=4, n_head=4)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("bias", [False, True])
+def test_removing_every_head_of_a_layer_removes_its_attention_branch(bias):
+    model = random_model(bias)
+    idx = torch.randint(0, 37, (3, 16))
+    for layer in range(2):
+        with ablated(model, [(layer, h) for h in range(4)]):
+            logits = model(idx)
+        # the heads are gone; what out_proj adds without them is its bias (none when bias=False)
+        branch = model.blocks[layer].attn.out_proj.bias if bias else 0.0
+        expected = forward_without_attention(model, idx, layer, branch)
+        torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
+        assert not torch.allclose(logits, model(idx), atol=1e-2)  # and the attention did matter
+    assert hooks(model) == 0
+
+
+@torch.no_grad()
+def test_mean_ablation_with_the_inputs_own_means_changes_nothing():
+    """A one-token input: each head's mean over it is its output there, so replacing every head of
+    every layer by its mean must give the same logits, which fails if a head's mean lands in
+    another head's columns."""
+    model = random_model(bias=False)
+    idx = torch.tensor([[5]])  # (1, 1)
+    means, positions = head_means(model, [idx])
+    assert positions == 1 and means.shape == (2, 4, 8)
+    everything = [(layer, h) for layer in range(2) for h in range(4)]
+    with ablated(model, everything, means):
+        ablated_logits = model(idx)
+    torch.testing.assert_close(ablated_logits, model(idx), rtol=1e-5, atol=1e-5)
+    shuffled = means[:, [1, 0, 3, 2]]  # the same values in the wrong heads' columns
+    with ablated(model, everything, shuffled):
+        assert not torch.allclose(model(idx), ablated_logits, atol=1e-3)
+
+
+def test_no_hook_outlives_the_with_block():
+    model = random_model(bias=False)
+    idx = torch.randint(0, 37, (2, 16))
+    before = model(idx)
+    with pytest.raises(RuntimeError, match="boom"):
+        with ablated(model, [(0, 1), (1, 2)]):
+            assert hooks(model) == 2
+            raise RuntimeError("boom")
+    assert hooks(model) == 0
+    assert torch.equal(model(idx), before)
+
+
+# ---- a model in which one head carries the answer ----
+
+V, BLOCK = 8, 8
+
+
+def copy_first_token_model() -> GPT:
+    """One layer, two heads, built by hand to predict, at every position, the sequence's first token.
+    Codes: token v = e_v - e_(v+8) (dims 0-15), position p = e_(16+p) - e_(24+p) (dims 16-31); both
+    have mean 0, so every LayerNorm only rescales. Head 0 attends to position 0 (score 20 there, 0
+    elsewhere) and copies its token code into the residual stream with weight 5; head 1 attends
+    evenly (zero queries) and adds the mean token code with weight 0.1; the MLP adds nothing. The
+    tied LM head scores token v by its code: the first token's (about 28) beats the current one's (2)."""
+    model = GPT(ModelConfig(block_size=BLOCK, n_layer=1, n_head=2, n_embd=32, vocab_size=V, bias=False)).eval()
+    eye = torch.eye(16)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for v in range(V):
+            model.tok_emb.weight[v, v], model.tok_emb.weight[v, v + 8] = 1.0, -1.0
+        for p in range(BLOCK):
+            model.pos_emb.weight[p, 16 + p], model.pos_emb.weight[p, 24 + p] = 1.0, -1.0
+        for ln in (model.blocks[0].ln_1, model.blocks[0].ln_2, model.ln_f):
+            ln.weight.fill_(1.0)
+        attn = model.blocks[0].attn
+        attn.q_proj.weight[0, 16:24] = 1.0  # head 0, query dim 0: the same at every position
+        attn.k_proj.weight[0, 16] = 10.0  # head 0, key dim 0: large at position 0 only
+        attn.v_proj.weight[0:16, 0:16] = eye  # head 0's value: the token code
+        attn.v_proj.weight[16:32, 0:16] = eye  # head 1's value: the token code too
+        attn.out_proj.weight[0:16, 0:16] = 5.0 * eye  # head 0 writes its value strongly
+        attn.out_proj.weight[0:16, 16:32] = 0.1 * eye  # head 1 weakly
+    return model
+
+
+@torch.no_grad()
+def copy_accuracy(model: GPT, idx: torch.Tensor) -> float:
+    """Share of positions 1.. whose argmax is the sequence's first token."""
+    predicted = model(idx)[:, 1:].argmax(dim=-1)  # (B, T-1)
+    return (predicted == idx[:, :1]).float().mean().item()
+
+
+def test_ablating_the_head_that_carries_the_answer_drops_the_accuracy():
+    model = copy_first_token_model()
+    gen = torch.Generator().manual_seed(0)
+    test_idx = torch.randint(0, V, (256, BLOCK), generator=gen)
+    mean_idx = torch.randint(0, V, (256, BLOCK), generator=gen)  # other sequences for the means
+    means, _ = head_means(model, [mean_idx])
+    assert copy_accuracy(model, test_idx) == 1.0
+    for values in (None, means):  # zero, then mean ablation
+        with ablated(model, [(0, 0)], values):
+            carrier = copy_accuracy(model, test_idx)
+        with ablated(model, [(0, 1)], values):
+            other = copy_accuracy(model, test_idx)
+        assert carrier < 0.25  # chance: the current token is the first one 1 time in 8
+        assert other == 1.0
+
+
+# ---- probe.py --ablate ----
+
+
+@pytest.fixture(scope="module")
+def run(tiny_stories_run):
+    return str(tiny_stories_run)
+
+
+@pytest.fixture(scope="module")
+def ablate_output(run) -> tuple[str, dict]:
+    out = io.StringIO()
+    result = probe.main([run, "--stories", "3", "--ablate"], out=out)
+    return out.getvalue(), result
+
+
+def test_probe_ablate_prints_the_drop_table(ablate_output):
+    text, result = ablate_output
+    assert json.loads(text.splitlines()[-1]) == result
+    ab = result["ablation"]
+    n_layer, n_head = TINY_STORIES["n_layer"], TINY_STORIES["n_head"]
+    assert ab["references"] == result["references"] and ab["mean_over"]["positions"] > 0
+    for mode in ("zero", "mean"):
+        acc, drop = ab["accuracy"][mode], ab["drop"][mode]
+        assert len(acc) == n_layer and all(len(row) == n_head for row in acc)
+        assert all(d == pytest.approx(ab["baseline"] - a, abs=1e-4)
+                   for arow, drow in zip(acc, drop) for a, d in zip(arow, drow))
+        worst = ab["most_harmful"][mode]
+        assert drop[worst["layer"]][worst["head"]] == max(max(row) for row in drop)
+    looks = result["attention_attribute"]["antecedent"]
+    best = ab["most_attention"]
+    assert looks[best["layer"]][best["head"]] == max(max(row) for row in looks)
+    assert [t["what"] for t in ab["together"]] == ["top two by attention", "top two by zero-ablation drop"]
+    assert "drop in accuracy, points, zero / mean ablation" in text
+    assert sum(line.startswith("layer ") for line in text.split("drop in accuracy")[1].splitlines()) == n_layer
+
+
+def test_ablation_table_over_saved_probe_outputs(ablate_output, tmp_path):
+    text, result = ablate_output
+    (tmp_path / "seed1.txt").write_text(text, encoding="utf-8")
+    row = ablation_table.summary(ablation_table.probe_result(str(tmp_path / "seed1.txt"), 3, "cpu", None))
+    ab = result["ablation"]
+    assert row["accuracy"] == pytest.approx(100 * ab["baseline"])
+    assert row["best_drop_zero"] == pytest.approx(100 * ab["most_attention"]["drop_zero"])
+    other = {**row, "run": "seed2", "accuracy": row["accuracy"] + 10}
+    markdown, figures = ablation_table.table([row, other])
+    lines = markdown.splitlines()
+    assert len(lines) >= 2 + 2 + 1 + 2  # header, rule, two runs, mean ± sd, blank, the verdict, intervals
+    accuracy = figures["mean_sd"]["accuracy"]
+    assert (accuracy["mean"], accuracy["std"], accuracy["n"]) == pytest.approx((row["accuracy"] + 5, 10 / 2 ** 0.5, 2))
+    assert lines[4].startswith("| mean ± sd (2 runs) |")
+
+
+def test_probe_ablate_a_chosen_set(run):
+    out = io.StringIO()
+    result = probe.main([run, "--stories", "2", "--ablate", "0.1,1.0"], out=out)
+    ab = result["ablation"]
+    assert "drop" not in ab
+    assert [(t["what"], t["heads"]) for t in ab["together"]] == [("chosen", ["0.1", "1.0"])]
+    assert "removed together (chosen): 0.1 + 1.0" in out.getvalue()
+
+
+def test_probe_refuses_a_head_the_model_lacks(run, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(probe.main, [run, "--ablate", "0.7"])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "0.7" in err[0] and captured.out == ""

@@ -1,0 +1,235 @@
+"""Guards tinygpt/attention_html.py (the attention explorer) and `sample.py --attention-html`.
+
+Without a browser: the page is self-contained (no address it could load from), its data holds
+the model's forward_with_attention weights to 0.1 % (the lower triangle under the causal mask,
+every key without it) and marks the generated tokens, whose candidates are --show-steps's.
+In a real headless browser (Chromium from the system's packages; skipped when there is none): the
+page as rendered after its scripts ran, with a query picked through the address (the click's code
+path), shows for every earlier key the weight of forward_with_attention to the displayed
+precision, shows no weight on the future (masked) keys, one bar per head in the "all heads" view,
+and each generated token's top-5 candidates.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+
+import sample
+from model import GPT, ModelConfig, generate_steps
+from tinygpt import attention_html
+from tinygpt.attention_view import TOP_N, token_label
+from tinygpt.errors import UserError
+from tinygpt.tokenizer import CharTokenizer
+from data.stories import generate_stories
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+TEXT = "The cat sat on the mat."
+N_NEW = 6
+
+
+def tiny_model(causal: bool = True) -> tuple[GPT, CharTokenizer]:
+    tokenizer = CharTokenizer.from_text(TEXT)
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=16, n_layer=2, n_head=4, n_embd=32, vocab_size=tokenizer.vocab_size,
+                            causal=causal)).eval()
+    with torch.no_grad():  # sharper attention than at init, so the weights differ from key to key
+        for block in model.blocks:
+            block.attn.q_proj.weight.mul_(30)
+    return model, tokenizer
+
+
+def generated_page(model: GPT, tokenizer, prompt: str = "The cat") -> tuple[dict, str, list[int], list[dict]]:
+    """Generate N_NEW tokens, recording the steps; -> (the page's data, the page, all ids, the steps)."""
+    ids = tokenizer.encode(prompt)
+    steps = []
+    gen = torch.Generator().manual_seed(1)
+    new = [int(s.token[0]) for s in attention_html.recorded(
+        generate_steps(model, torch.tensor([ids]), N_NEW, temperature=1.0, generator=gen), steps, 1.0, None, None)]
+    data = attention_html.explorer_data(model, tokenizer, ids + new, len(new), steps, "test")
+    return data, attention_html.explorer_html(data), ids + new, steps
+
+
+def page_data(page: str) -> dict:
+    return json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S).group(1))
+
+
+@torch.no_grad()
+def model_weights(model: GPT, ids: list[int]) -> torch.Tensor:
+    _, traces = model.forward_with_attention(torch.tensor([ids]))
+    return torch.stack([t.weights[0] for t in traces])  # (n_layer, nh, T, T)
+
+
+# ---- the page's data (no browser) ----
+
+
+def test_page_is_self_contained_and_holds_the_models_weights():
+    model, tok = tiny_model()
+    data, page, ids, steps = generated_page(model, tok)
+    assert not re.search(r"https?:|\bsrc=|<link|@import", page)  # loads nothing
+    assert page_data(page) == data
+    T = len(ids)
+    att = model_weights(model, ids)
+    assert data["tokens"] == [token_label(tok, i) for i in ids] and data["first_generated"] == T - N_NEW
+    for layer in range(2):
+        for head in range(4):
+            stored = torch.tensor(data["weights"][layer][head], dtype=torch.float) / data["scale"]
+            rows, cols = torch.tril_indices(T, T)
+            assert stored.numel() == T * (T + 1) // 2  # only the allowed keys
+            torch.testing.assert_close(stored, att[layer, head, rows, cols], rtol=0, atol=0.5 / data["scale"] + 1e-6)
+    assert [s["p"] for s in data["steps"]] == [round(s["p"], 4) for s in steps]
+    assert all(len(s["top"]) == TOP_N for s in data["steps"])
+
+
+def test_without_the_causal_mask_every_key_is_stored():
+    model, tok = tiny_model(causal=False)
+    data, _, ids, _ = generated_page(model, tok)
+    T = len(ids)
+    assert not data["causal"] and len(data["weights"][0][0]) == T * T
+    torch.testing.assert_close(torch.tensor(data["weights"][1][3], dtype=torch.float) / data["scale"],
+                               model_weights(model, ids)[1, 3].flatten(), rtol=0, atol=5e-4 + 1e-6)
+
+
+def test_a_long_text_shows_the_models_window():
+    model, tok = tiny_model()
+    ids = tok.encode(TEXT + TEXT)  # 46 tokens, block_size 16
+    data = attention_html.explorer_data(model, tok, ids, n_generated=3, steps=[{"ctx": 16, "p": 1.0, "top": []}] * 3)
+    assert len(data["tokens"]) == 16 and data["earlier"] == len(ids) - 16
+    assert data["first_generated"] == 13 and len(data["steps"]) == 3
+
+
+# ---- sample.py --attention-html ----
+
+
+@pytest.fixture(scope="module")
+def run(tiny_stories_run):
+    return str(tiny_stories_run)
+
+
+def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
+    prompt = generate_stories(20000, 1337)[0][:30]
+    out = io.StringIO()
+    sample.main([run, "--prompt", prompt, "--max-new-tokens", "8", "--show-steps", "--seed", "3",
+                 "--attention-html", str(tmp_path / "page.html")], out=out)
+    data = page_data((tmp_path / "page.html").read_text(encoding="utf-8"))
+    rows = [line.split() for line in out.getvalue().splitlines() if re.match(r"\s*\d+\s+\d+\s", line)]
+    assert len(rows) == len(data["steps"]) == 8
+    for row, step in zip(rows, data["steps"]):
+        assert row[1] == str(step["ctx"])
+        assert f"{100 * step['p']:5.1f}%".strip() in row  # the chosen token's probability, as printed
+    assert f"saved {tmp_path / 'page.html'}" in out.getvalue()
+    sample.main([run, "--prompt", prompt, "--max-new-tokens", "2", "--num-samples", "2",
+                 "--attention-html", str(tmp_path / "two.html")], out=io.StringIO())
+    assert (tmp_path / "two_sample1.html").is_file() and (tmp_path / "two_sample2.html").is_file()
+    with pytest.raises(UserError, match="is a directory"):
+        sample.main([run, "--attention-html", str(tmp_path)], out=io.StringIO())
+
+
+# ---- in a real browser ----
+
+
+def browser() -> str:
+    for name in BROWSERS:
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip(f"no headless browser found ({', '.join(BROWSERS)}); .ci/run installs chromium where it can")
+
+
+class Tokens(HTMLParser):
+    """The rendered tokens: {position: {"class": ..., "title": ..., "t": label, "w": weight text, "bars": n}}."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens: dict[int, dict] = {}
+        self.current, self.part = None, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        classes = (a.get("class") or "").split()
+        if "tok" in classes:
+            self.current = int(a["data-i"])
+            self.tokens[self.current] = {"class": classes, "title": a.get("title", ""), "t": "", "w": "", "bars": 0}
+        elif self.current is not None and classes and classes[0] in ("t", "w"):
+            self.part = classes[0]
+        elif self.current is not None and tag == "i":
+            self.tokens[self.current]["bars"] += 1
+
+    def handle_endtag(self, tag):
+        if tag == "span":  # the end of a label or weight (nothing nests inside them)
+            self.part = None
+
+    def handle_data(self, data):
+        if self.current is not None and self.part:
+            self.tokens[self.current][self.part] += data
+
+
+def rendered(path: Path, fragment: str) -> dict[int, dict]:
+    """The page's tokens after its scripts ran, opened at path#fragment in headless Chromium."""
+    done = subprocess.run([browser(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                           f"{path.resolve().as_uri()}#{fragment}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parser = Tokens()
+    parser.feed(done.stdout)
+    return parser.tokens
+
+
+def test_the_browser_shows_the_models_weights(tmp_path):
+    browser()  # skip early without one
+    model, tok = tiny_model()
+    data, page, ids, steps = generated_page(model, tok)
+    path = tmp_path / "explorer.html"
+    path.write_text(page, encoding="utf-8")
+    att = model_weights(model, ids)
+    T, layer, head, query = len(ids), 1, 2, 7
+    tokens = rendered(path, f"layer={layer}&head={head}&query={query}")
+    assert sorted(tokens) == list(range(T))
+    assert "query" in tokens[query]["class"]
+    for k in range(T):
+        shown = tokens[k]
+        assert shown["t"] == data["tokens"][k]
+        if k <= query:  # a key it may see: the model's weight, as displayed (0.1 %)
+            assert "masked" not in shown["class"]
+            assert abs(float(shown["w"]) - 100 * att[layer, head, query, k].item()) <= 0.05 + 1e-4, (k, shown)
+        else:  # a future key: masked, no weight
+            assert "masked" in shown["class"] and shown["w"] == ""
+    assert sum(float(tokens[k]["w"]) for k in range(query + 1)) == pytest.approx(100, abs=0.05 * (query + 1))
+    for k in range(data["first_generated"], T):  # generated: marked, with the top-5 candidates it was drawn from
+        assert "gen" in tokens[k]["class"]
+        step = steps[k - data["first_generated"]]
+        top = step["top"][0]
+        assert f"top {TOP_N}: {token_label(tok, top[0])} {100 * top[1]:.1f}%" in tokens[k]["title"]
+    assert all("gen" not in tokens[k]["class"] for k in range(data["first_generated"]))
+    # all heads of the layer at once: one bar per head on each key it may see, none on the future
+    tokens = rendered(path, f"layer=0&head=all&query={T - 1}")
+    assert all(tokens[k]["bars"] == 4 for k in range(T))
+    tokens = rendered(path, "layer=0&head=all&query=2")
+    assert [tokens[k]["bars"] for k in range(T)] == [4, 4, 4] + [0] * (T - 3)
+
+
+def test_the_notebook_view_wraps_the_page_in_an_iframe():
+    pytest.importorskip("IPython")
+    model, tok = tiny_model()
+    _, page, _, _ = generated_page(model, tok)
+    shown = attention_html.notebook_view(page)._repr_html_()
+    assert shown.startswith("<iframe srcdoc=") and "&lt;script" in shown and "<script" not in shown
+
+
+def test_the_page_stays_small_at_block_128_with_4x4_heads():
+    """The default model's shape: 16 heads over 128 tokens stay under half a megabyte (docs/attention.md)."""
+    text = generate_stories(3000, 5)[0]
+    tok = CharTokenizer.from_text(text)
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=128, n_layer=4, n_head=4, n_embd=64, vocab_size=tok.vocab_size)).eval()
+    step = {"ctx": 128, "p": 0.5, "top": [(0, 0.5)] * TOP_N}
+    page = attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode(text)[:128], 28, [step] * 28))
+    assert len(page.encode("utf-8")) < 500_000

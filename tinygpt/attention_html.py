@@ -1,0 +1,280 @@
+"""The attention explorer: one self-contained HTML page per text (`sample.py --attention-html FILE`).
+
+The page holds its data (JSON) and its script inline and loads nothing, so it works offline from a
+file path in any current browser. It shows the tokens as running text; pick a layer and a head (or
+"all": every head of the layer at once, each in its colour), then hover a token (the query) to
+shade every key by the weight the query puts on it, with the weight in % under each key; click to
+pin the query and hover keys for their weight in every head. Future keys are hatched and show no
+weight (masked: exactly 0). Generated tokens are underlined; hovering one also shows the top-5
+candidates it was drawn from (sample.py --show-steps's data). The address may select a view on
+load, e.g. `page.html#layer=1&head=all&query=5` (the same code path as a click).
+
+Weights are stored as whole thousandths (0.1 %), the precision the page shows; under the causal
+mask only each query's allowed keys are stored (the lower triangle).
+"""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import torch
+
+from model import GPT, Step
+from tinygpt.attention_view import step_candidates, token_label
+from tinygpt.checkpoint import atomic_write_text
+
+SCALE = 1000  # weights stored as integers in units of 1/SCALE (0.1 %)
+
+
+def recorded(steps: Iterable[Step], sink: list[dict], temperature: float, top_k: int | None,
+             top_p: float | None) -> Iterator[Step]:
+    """Pass model.generate_steps's Steps through, appending each one's context length, chosen token's
+    probability and top candidates (attention_view.step_candidates) to `sink`."""
+    for step in steps:
+        _, p, top = step_candidates(step, temperature, top_k, top_p)
+        sink.append({"ctx": step.context, "p": p, "top": top})
+        yield step
+
+
+@torch.no_grad()
+def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 0,
+                  steps: Sequence[dict] = (), title: str = "", rule: str = "") -> dict:
+    """The page's data for the last block_size tokens of `ids`, whose last n_generated tokens were
+    generated (`steps`: their `recorded` data, one per generated token, drawn by `rule`, e.g.
+    attention_view.sampling_rule's)."""
+    cfg = model.config
+    window = [int(i) for i in ids[-cfg.block_size:]]
+    T = len(window)
+    idx = torch.tensor([window], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
+    _, traces = model.forward_with_attention(idx)  # per layer weights (1, nh, T, T)
+    att = torch.stack([t.weights[0] for t in traces]).float().cpu()  # (n_layer, nh, T, T)
+    stored = (att * SCALE).round().int()
+    if cfg.causal:  # keep each query's allowed keys only: row q holds keys 0..q
+        rows, cols = torch.tril_indices(T, T)
+        stored = stored[..., rows, cols]  # (n_layer, nh, T(T+1)/2)
+    else:
+        stored = stored.flatten(-2)  # (n_layer, nh, T*T)
+    assert not steps or len(steps) == n_generated, f"{len(steps)} steps for {n_generated} generated tokens"
+    first_generated = max(T - n_generated, 0)
+    shown_steps = list(steps)[len(steps) - (T - first_generated):] if steps else []  # those inside the window
+    return {
+        "title": title, "rule": rule, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "block_size": cfg.block_size,
+        "causal": cfg.causal, "scale": SCALE, "earlier": len(ids) - T,
+        "tokens": [token_label(tokenizer, i) for i in window],
+        "breaks": [k for k, i in enumerate(window) if "\n" in tokenizer.decode([i])],  # line break after these
+        "first_generated": first_generated,
+        "steps": [{"ctx": s["ctx"], "p": round(s["p"], 4),
+                   "top": [[token_label(tokenizer, i), round(q, 4)] for i, q in s["top"]]} for s in shown_steps],
+        "weights": stored.tolist(),
+    }
+
+
+def explorer_html(data: dict) -> str:
+    """The page: PAGE with the data inlined as JSON ('<' escaped, so no text can end the script)."""
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    title = html.escape(data["title"] or "attention")
+    # data first: the title's marker comes before it in PAGE, so a token "%TITLE%" stays as it is
+    return PAGE.replace("%DATA%", payload, 1).replace("%TITLE%", title, 1)
+
+
+def write_explorer(path: str | Path, model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 0,
+                   steps: Sequence[dict] = (), title: str = "", rule: str = "") -> Path:
+    """Write the explorer page for `ids` (see explorer_data) to `path`, atomically; return the path."""
+    path = Path(path)
+    atomic_write_text(path, explorer_html(explorer_data(model, tokenizer, ids, n_generated, steps, title, rule)))
+    return path
+
+
+def numbered(path: Path, sample: int, n_samples: int) -> Path:
+    """The page for sample `sample` (from 0): path itself for a single sample, else stem_sampleN."""
+    return path if n_samples == 1 else path.with_name(f"{path.stem}_sample{sample + 1}{path.suffix}")
+
+
+def notebook_view(page: str, height: int = 520) -> "IPython.display.HTML":
+    """The page inline in a Jupyter notebook (an iframe, so its script and style stay its own).
+    Needs IPython (raises ImportError without it)."""
+    import warnings
+
+    from IPython.display import HTML
+
+    with warnings.catch_warnings():  # IPython suggests its IFrame, which takes an address, not a page
+        warnings.simplefilter("ignore", UserWarning)
+        return HTML(f'<iframe srcdoc="{html.escape(page)}" style="width:100%;height:{height}px;border:0"></iframe>')
+
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>%TITLE%</title>
+<style>
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1em 2em; color: #222; }
+h1 { font-size: 1.2em; margin: 0 0 .3em; }
+.controls { margin: .4em 0; }
+.controls button { font: inherit; margin: 0 2px; padding: 1px 8px; border: 1px solid #999; border-radius: 3px;
+                   background: #fff; cursor: pointer; }
+.controls button.on { background: #333; color: #fff; }
+.legend { color: #555; font-size: 12px; max-width: 70em; }
+#text { margin: .8em 0; max-width: 75em; }
+.tok { display: inline-block; margin: 2px 1px; padding: 1px 2px 0; border-radius: 3px; cursor: pointer;
+       text-align: center; font-family: ui-monospace, monospace; vertical-align: top; }
+.tok .w { display: block; min-height: 11px; font: 10px/11px system-ui, sans-serif; color: #444; }
+.tok .bars { display: flex; justify-content: center; align-items: flex-end; gap: 1px; height: 12px; }
+.tok .bars i { display: block; width: 3px; }
+.tok.gen .t { border-bottom: 2px solid #c0392b; }
+.tok.query { outline: 2px solid #111; }
+.tok.masked { color: #aaa; background: repeating-linear-gradient(135deg, #eee 0 3px, #fff 3px 6px); }
+#info { border-top: 1px solid #ccc; padding-top: .5em; min-height: 6em; font-size: 13px; }
+#info .k { font-family: ui-monospace, monospace; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 3px; }
+</style>
+</head>
+<body>
+<h1 id="title"></h1>
+<div class="controls">layer <span id="layers"></span> &nbsp; head <span id="heads"></span></div>
+<p class="legend" id="legend"></p>
+<div id="text"></div>
+<div id="info"></div>
+<script type="application/json" id="data">%DATA%</script>
+<script>
+"use strict";
+const D = JSON.parse(document.getElementById("data").textContent);
+const T = D.tokens.length;
+const COLORS = [[31, 119, 180], [214, 39, 40], [44, 160, 44], [148, 103, 189], [255, 127, 14],
+                [140, 86, 75], [227, 119, 194], [23, 190, 207], [188, 189, 34], [127, 127, 127]];
+const state = {layer: 0, head: 0, query: null, pinned: false};  // head: a number or "all"
+
+// The weight (a fraction) that query q puts on key k in (layer, head); null for a masked key.
+function weight(layer, head, q, k) {
+  if (D.causal && k > q) return null;
+  const start = D.causal ? q * (q + 1) / 2 : q * T;
+  return D.weights[layer][head][start + k] / D.scale;
+}
+const pct = w => (100 * w).toFixed(1);
+const rgba = (head, alpha) => `rgba(${COLORS[head % COLORS.length].join(",")},${alpha})`;
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function generated(i) { return i >= D.first_generated; }
+function shownHeads() { return state.head === "all" ? [...Array(D.n_head).keys()] : [state.head]; }
+function candidates(i) {  // the --show-steps data of generated token i, as text
+  const s = D.steps[i - D.first_generated];
+  if (!s) return "no step data";
+  const top = s.top.map(([t, p]) => `${t} ${pct(p)}%`).join(", ");
+  return `drawn with p = ${pct(s.p)}% from a context of ${s.ctx} tokens; top ${s.top.length}: ${top}`;
+}
+
+// ---- the page, built once ----
+document.getElementById("title").textContent = D.title || "attention";
+document.title = D.title || "attention";
+document.getElementById("legend").textContent =
+  `${T} tokens` + (D.earlier ? ` (the last ${T} the model saw at once; ${D.earlier} earlier tokens not shown)` : "") +
+  `; ${D.n_layer} layers x ${D.n_head} heads. Hover a token to see where it looks (click to pin it, then hover ` +
+  `the others for their weight in every head); shading = weight (square-root scale), number = % of the ` +
+  `query's attention` + (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
+  "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + "); ␣ = space.";
+function buttons(id, values, key) {
+  const box = document.getElementById(id);
+  for (const v of values) {
+    const b = el("button", "", String(v));
+    b.dataset.value = v;
+    b.onclick = () => { state[key] = v; render(); };
+    box.appendChild(b);
+  }
+}
+buttons("layers", [...Array(D.n_layer).keys()], "layer");
+buttons("heads", [...Array(D.n_head).keys(), "all"], "head");
+const text = document.getElementById("text");
+const spans = D.tokens.map((label, i) => {
+  const span = el("span", "tok" + (generated(i) ? " gen" : ""));
+  span.dataset.i = i;
+  span.appendChild(el("span", "t", label));
+  span.appendChild(el("span", "w"));
+  if (generated(i)) span.title = candidates(i);
+  span.onmouseenter = () => hover(i);
+  span.onclick = () => pin(i);
+  text.appendChild(span);
+  if (D.breaks.includes(i)) text.appendChild(el("br"));
+  return span;
+});
+const info = document.getElementById("info");
+
+// ---- interaction: hover and click (and the address) all end in render() ----
+function hover(i) {
+  if (!state.pinned) { state.query = i; render(); } else { render(i); }
+}
+function pin(i) {
+  state.pinned = !(state.pinned && state.query === i);
+  state.query = i;
+  render();
+}
+function render(hoveredKey) {
+  for (const b of document.querySelectorAll(".controls button")) {
+    const key = b.parentNode.id === "layers" ? "layer" : "head";
+    b.classList.toggle("on", String(state[key]) === b.dataset.value);
+  }
+  const q = state.query, heads = shownHeads();
+  spans.forEach((span, k) => {
+    const w = q === null ? undefined : heads.map(h => weight(state.layer, h, q, k));
+    const masked = w !== undefined && w[0] === null;
+    span.classList.toggle("query", k === q);
+    span.classList.toggle("masked", masked);
+    const cell = span.querySelector(".w");
+    cell.textContent = "";
+    span.style.background = "";
+    span.style.color = "";
+    if (w === undefined || masked) return;
+    if (heads.length === 1) {  // one head: shading and the number
+      span.style.background = rgba(heads[0], Math.sqrt(w[0]));
+      if (w[0] > 0.35) span.style.color = "#fff";
+      cell.textContent = pct(w[0]);
+    } else {  // every head: one bar each, height = weight
+      const bars = el("span", "bars");
+      w.forEach((x, h) => {
+        const bar = el("i");
+        bar.style.height = `${Math.max(12 * Math.sqrt(x), x > 0 ? 1 : 0)}px`;
+        bar.style.background = rgba(h, 1);
+        bars.appendChild(bar);
+      });
+      cell.appendChild(bars);
+    }
+  });
+  describe(q, hoveredKey);
+}
+function describe(q, key) {  // the panel under the text
+  info.textContent = "";
+  if (q === null) { info.textContent = "Hover a token."; return; }
+  const line = (...parts) => { const p = el("div"); parts.forEach(x => p.append(x)); info.appendChild(p); };
+  line(`query ${q}: `, el("b", "k", D.tokens[q]), generated(q) ? ` (generated: ${candidates(q)})` : " (prompt)",
+       state.pinned ? " [pinned: click it again to unpin]" : "");
+  for (const h of shownHeads()) {
+    const keys = [...Array(T).keys()].filter(k => weight(state.layer, h, q, k) !== null)
+      .sort((a, b) => weight(state.layer, h, q, b) - weight(state.layer, h, q, a)).slice(0, 5);
+    const sw = el("span", "swatch");
+    sw.style.background = rgba(h, 1);
+    line(sw, `layer ${state.layer} head ${h}, most weight on: ` +
+         keys.map(k => `${D.tokens[k]} (${k}) ${pct(weight(state.layer, h, q, k))}%`).join(", "));
+  }
+  if (key !== undefined && key !== q) {
+    const ws = [...Array(D.n_head).keys()].map(h => weight(state.layer, h, q, key));
+    line(`key ${key} `, el("b", "k", D.tokens[key]), ws[0] === null ? ": a future key, masked in every head" :
+         `: layer ${state.layer}, ` + ws.map((w, h) => `head ${h} ${pct(w)}%`).join(", "));
+  }
+}
+
+// ---- the address may pick the view: #layer=1&head=all&query=5 ----
+const asked = new URLSearchParams(location.hash.slice(1));
+if (asked.has("layer")) state.layer = Math.min(D.n_layer - 1, Math.max(0, parseInt(asked.get("layer")) || 0));
+if (asked.has("head")) state.head = asked.get("head") === "all" ? "all"
+  : Math.min(D.n_head - 1, Math.max(0, parseInt(asked.get("head")) || 0));
+if (asked.has("query")) pin(Math.min(T - 1, Math.max(0, parseInt(asked.get("query")) || 0)));
+else render();
+</script>
+</body>
+</html>
+"""
