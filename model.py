@@ -222,6 +222,16 @@ class GPT(nn.Module):
         """Number of parameters (the tied embedding/LM-head matrix counted once)."""
         return sum(p.numel() for p in self.parameters())
 
+    @staticmethod
+    def count_params(cfg: ModelConfig) -> int:
+        """num_params() of GPT(cfg), computed from the config without building it (so a size
+        check can run before any allocation): embeddings V*C + T*C, 12*C*C + 2*C per block
+        (4 attention and 2 MLP matrices, 2 LayerNorms), a final LayerNorm; biases add 11*C per
+        block and C at the end."""
+        C, L = cfg.n_embd, cfg.n_layer
+        per_block = 12 * C * C + 2 * C + (11 * C if cfg.bias else 0)
+        return cfg.vocab_size * C + cfg.block_size * C + L * per_block + C + (C if cfg.bias else 0)
+
     def flops_per_token(self) -> int:
         """Training FLOPs per token (forward + backward), PaLM appendix B / nanoGPT's estimate: each
         weight does a multiply-add forward and two backward (6 per parameter, position embeddings
