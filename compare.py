@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from tinygpt.checkpoint import check_writable
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import differing_keys, write_report
@@ -35,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     for run in args.runs:
         if not run.is_dir():
             raise UserError(f"run directory not found: {run}")
+    check_writable(args.out, "--out")
     rows = [summarize_run(run, label) for run, label in zip(args.runs, run_labels(args.runs))]
     varied = differing_keys(rows)
     table, png = write_report(rows, varied, args.out, title=f"Comparison of {len(rows)} runs")

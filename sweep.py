@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from tinygpt.checkpoint import load_checkpoint
+from tinygpt.checkpoint import check_writable, load_checkpoint
 from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
@@ -176,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     grid = parse_grid(args.grid)
     check_keys(args.config, grid, args.set)
     out = args.out if args.out is not None else Path("out/sweeps") / Path(args.config).stem
+    check_writable(out, "--out")  # before any training, not at the report
     keys = list(grid)
     combos = list(itertools.product(*grid.values()))
     names = run_names(keys, combos)
