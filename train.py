@@ -5,12 +5,16 @@
 Reads top to bottom: config and run directory -> processes -> data -> model and optimizer -> the
 loop. Every `train.eval_interval` steps it estimates train/val loss, writes ckpt.pt (latest, with
 everything needed to resume exactly) and best.pt (lowest val loss); metrics.csv gets a row per log
-and eval. Ctrl-C or SIGTERM saves ckpt.pt and stops; `--resume` continues from it. One optimizer
-step (`train_step`), the schedule and the loss estimate live in tinygpt/training.py, shared with
-bench.py so that the benchmark times exactly this step.
+and eval. Ctrl-C or SIGTERM saves ckpt.pt and stops; `--resume` continues from it (on the same data:
+the checkpoint records its digest). A second training on the same train.out_dir is refused while
+this one holds it (tinygpt/runs.py, run_lock); what cannot fit in memory is refused before any
+allocation (tinygpt/runtime.py, check_training_fits). One optimizer step (`train_step`), the
+schedule and the loss estimate live in tinygpt/training.py, shared with bench.py so that the
+benchmark times exactly this step.
 """
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 import time
@@ -70,8 +74,8 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
         for key, value in current[section].items():
             old = saved.get(key) if isinstance(saved, dict) else None
             if key not in ("vocab_size", "prepared_dir") and old != value:
-                raise UserError(f"--resume: {section}.{key}={short(value)} differs from the checkpoint's {short(old)} "
-                                f"({path}); a resumed run keeps its model and data settings")
+                raise UserError(f"--resume: {section}.{key}={short(value)} differs from the checkpoint's "
+                                f"{short(old)} ({path}); a resumed run keeps its model and data settings")
     return ckpt
 
 
@@ -299,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         dist.close()
 
 
-def train(args, cfg: Config, dist: Distributed) -> dict:
+def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
     """Check, prepare, build, then run the loop; returns the run's summary."""
     t = cfg.train
     out_dir = Path(t.out_dir)

@@ -233,7 +233,11 @@ def peak_flops(dtype: str, device: torch.device, budget_s: float = 0.5) -> tuple
 # ---- will it fit? Checked before anything is allocated ----
 
 GB = 2**30
-MAX_STEP_S = 24 * 3600  # one optimizer step or one evaluation slower than a day at peak is refused
+MAX_STEP_S = 24 * 3600  # one optimizer step or one evaluation that surely takes over a day is refused
+# lower bounds of the time a pass takes, whatever the machine: PyTorch's overhead for even the
+# smallest model (~1 ms measured on a CPU), and a petaFLOP/s, beyond any single device tinygpt runs on
+MIN_PASS_S = 1e-4
+FAST_FLOPS = 1e15
 
 
 def available_memory(device: torch.device) -> int | None:
@@ -298,25 +302,25 @@ def check_memory(parts: dict[str, int], device: torch.device, what: str, fix: st
                     f"{gigabytes(have)} available; {fix}")
 
 
-def check_step_time(flops: float, peak: float, what: str, fix: str) -> None:
-    """Refuse `what` when even at the machine's peak FLOP/s it would take longer than MAX_STEP_S:
-    such a run would sit silent, not train."""
-    seconds = flops / peak
+def check_step_time(flops: float, passes: int, what: str, fix: str) -> None:
+    """Refuse `what` when it surely takes longer than MAX_STEP_S: `passes` forward passes at
+    MIN_PASS_S each, or `flops` at FAST_FLOPS, whichever is longer (a measured peak would refuse
+    legitimate runs on a busy machine). Such a run would sit silent, not train."""
+    seconds = max(flops / FAST_FLOPS, passes * MIN_PASS_S)
     if seconds > MAX_STEP_S:
-        raise UserError(f"{what} needs ~{flops:.1e} FLOPs: {seconds / 3600:,.0f} hours even at this machine's "
-                        f"peak of {peak / 1e9:,.0f} GFLOP/s; {fix}")
+        raise UserError(f"{what} takes at least {seconds / 3600:,.0f} hours ({passes:,} passes of at least "
+                        f"{MIN_PASS_S * 1e3:g} ms, {flops:.1e} FLOPs at no more than {FAST_FLOPS:.0e} FLOP/s); {fix}")
 
 
 def check_training_fits(cfg: Config, dtype: str, device: torch.device) -> None:
     """Refuse, before anything is allocated, a training config that cannot fit in memory, or whose
-    one optimizer step or evaluation would take over a day even at peak (say grad_accum=10**9)."""
+    one optimizer step or evaluation surely takes over a day (say grad_accum=10**9)."""
     m, t = cfg.model, cfg.train
     check_memory(training_memory(m, t.batch_size, dtype), device,
                  f"training ({m.n_layer} layers, n_embd {m.n_embd}, block {m.block_size}, batch {t.batch_size})",
                  "lower model.n_layer, model.n_embd, model.block_size or train.batch_size")
     forward = 2 * GPT.count_params(m) * t.batch_size * m.block_size  # FLOPs of one micro-batch's forward
-    peak, _ = peak_flops(dtype, device)
-    check_step_time(3 * forward * t.grad_accum, peak, f"one optimizer step (train.grad_accum={t.grad_accum} "
-                    f"x train.batch_size={t.batch_size})", "lower train.grad_accum or train.batch_size")
-    check_step_time(2 * forward * t.eval_iters, peak, f"one evaluation (train.eval_iters={t.eval_iters} batches "
-                    f"per split)", "lower train.eval_iters")
+    check_step_time(3 * forward * t.grad_accum, t.grad_accum, f"one optimizer step (train.grad_accum="
+                    f"{t.grad_accum} x train.batch_size={t.batch_size})", "lower train.grad_accum or train.batch_size")
+    check_step_time(2 * forward * t.eval_iters, 2 * t.eval_iters, f"one evaluation (train.eval_iters="
+                    f"{t.eval_iters} batches per split)", "lower train.eval_iters")
