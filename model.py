@@ -316,6 +316,7 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
         # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
         sorted_p, order = torch.sort(probs, dim=-1, descending=True)  # (B, V)
         drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # mass before this token already >= p
+        drop[:, 0] = False  # the most likely token always stays (a tiny p is 0 in float32)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs

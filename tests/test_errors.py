@@ -521,6 +521,13 @@ def test_11_sampling_flags_out_of_range(run, capsys, args, culprit):
     one_line(in_process("sample.py", [run, *args], capsys), culprit)
 
 
+def test_11_a_tiny_top_p_keeps_the_most_likely_token(run, capsys):
+    """Found by the fuzz test: --top-p 1e-300 is 0 in float32, which dropped every token (NaN)."""
+    tiny = in_process("sample.py", [run, "--top-p", "1e-300", "--max-new-tokens", "20", "--prompt", "Anna"], capsys)
+    greedy = in_process("sample.py", [run, "--temperature", "0", "--max-new-tokens", "20", "--prompt", "Anna"], capsys)
+    assert tiny.code == 0 and tiny.out == greedy.out, tiny.err
+
+
 def test_11_a_train_seed_beyond_64_bits_is_refused(tmp, capsys):
     one_line(in_process("train.py", [*sets(tmp, tmp / "refused" / "seed", f"train.seed={2**63}")], capsys),
              "train.seed")
