@@ -12,7 +12,6 @@ module on a small generated text; every file lives in tmp, nothing touches the n
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import shutil

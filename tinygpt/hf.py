@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import torch
 
-from model import GPT, ModelConfig
+from model import GPT
 from tinygpt.checkpoint import (atomic_write, atomic_write_text, check_writable, load_model, resolve_checkpoint,
                                 save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict

@@ -51,7 +51,8 @@ def run_lock(out_dir: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        (out_dir / LOCK).unlink(missing_ok=True)  # before releasing it: see _acquire
+        with suppress(OSError):  # (Windows cannot remove an open file: it stays, and is taken over)
+            (out_dir / LOCK).unlink(missing_ok=True)  # before releasing it: see _acquire
         os.close(fd)
         for folder in created:  # innermost first; stops at the first that is not empty
             try:
