@@ -672,10 +672,11 @@ def test_15_tilde_in_out_dir_is_the_home_folder(tmp, capsys, monkeypatch):
 
 
 def test_15_concurrent_preparations_agree(tmp):
-    """Three threads prepare the same data at once, five times over: each gets the complete folder."""
+    """Four threads prepare the same data at once, 15 times over: each gets the complete folder, also
+    when another's folder appears between its check and its rename (atomic_dir looks again)."""
     from data.prepare import load_prepared, prepare
     from tinygpt.config import load_config
-    for round in range(5):
+    for round in range(15):
         cfg = load_config(tmp / "config.yaml", [f"data.dataset={tmp / 'corpus.txt'}",
                                                 f"data.prepared_dir={tmp / 'race' / str(round)}"])
         results, errors = [], []
@@ -686,7 +687,7 @@ def test_15_concurrent_preparations_agree(tmp):
                 results.append((folder, len(load_prepared(folder).train)))
             except BaseException as e:  # reported below
                 errors.append(e)
-        threads = [threading.Thread(target=worker) for _ in range(3)]
+        threads = [threading.Thread(target=worker) for _ in range(4)]
         for t in threads:
             t.start()
         for t in threads:

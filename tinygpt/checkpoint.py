@@ -10,6 +10,7 @@ refuses (disk full, permission) is a one-line UserError that leaves the old file
 """
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import random
@@ -19,7 +20,7 @@ import tempfile
 import time
 import warnings
 import zlib
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
@@ -142,7 +143,8 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     """Build the folder `path` inside a temp folder beside it (yielded); on success fsync its files
     and rename it into place, so readers see the old folder or the whole new one. If meanwhile
     another process put a folder there that keep_existing(path) accepts, that one stays and ours
-    is dropped; an outdated one is replaced. On an error the temp folder is removed."""
+    is dropped, even when it appears between our check and our rename; an outdated one is
+    replaced. On an error the temp folder is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -152,14 +154,21 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        if path.exists():
-            if keep_existing(path):
-                shutil.rmtree(tmp, ignore_errors=True)
-                return
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / path.name)
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, path)
+        while True:
+            if path.exists():
+                if keep_existing(path):
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    return
+                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+                with suppress(FileNotFoundError):  # another process may have moved it first
+                    os.replace(path, old / path.name)
+                shutil.rmtree(old, ignore_errors=True)
+            try:
+                os.replace(tmp, path)
+                break
+            except OSError as e:  # a folder appeared between the check and the rename: look again
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
         fsync_dir(path.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
