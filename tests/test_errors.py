@@ -583,7 +583,8 @@ def test_12_ctrl_c_while_sampling_preparing_and_training_twice(tmp, run):
         "prepare": subprocess.Popen([sys.executable, "-m", "data.prepare", tmp / "config.yaml", "--set",
                                      f"data.dataset={big}", f"data.prepared_dir={tmp / 'prepared_big'}"],
                                     cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE),
-        "train": popen("train.py", *sets(tmp, out, "train.grad_accum=400", "train.max_iters=1000"), "--quiet"),
+        # one optimizer step of 20,000 micro-steps: seconds long, so both signals land inside it
+        "train": popen("train.py", *sets(tmp, out, "train.grad_accum=20000", "train.max_iters=1000"), "--quiet"),
     }
     try:
         read_until(procs["sample"].stdout, b"Anna")
@@ -591,8 +592,9 @@ def test_12_ctrl_c_while_sampling_preparing_and_training_twice(tmp, run):
         read_until(procs["prepare"].stderr, b"tokenizing")
         procs["prepare"].send_signal(signal.SIGINT)
         wait_for(lambda: (out / "ckpt.pt").exists() or procs["train"].poll() is not None)
+        time.sleep(0.5)  # past step 0's save and the signal check after it: inside the long step
         procs["train"].send_signal(signal.SIGINT)
-        time.sleep(0.05)
+        time.sleep(0.2)
         procs["train"].send_signal(signal.SIGINT)
         results = {name: Result(p.wait(timeout=120), "", p.stderr.read().decode()) for name, p in procs.items()}
     finally:
