@@ -18,16 +18,18 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
 
 from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
+from tinygpt.checkpoint import atomic_write_text
 from tinygpt.config import Config, load_config
 from tinygpt.errors import ArgParser, UserError, run_cli
-from tinygpt.runtime import (ThreadPolicy, autocast, configure_cuda, following_free_cores, keep_freed_memory,
-                             peak_flops, resolve_device, sync)
+from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
+                             following_free_cores, keep_freed_memory, model_memory, peak_flops, resolve_device, sync)
 from tinygpt.training import make_optimizer, train_step
 
 
@@ -254,6 +256,25 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+def check_args(args) -> list[str]:
+    """Flags out of range are user errors, found before any work; returns the dtypes."""
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    bad = [d for d in dtypes if d not in ("float32", "bfloat16", "float16")]
+    if bad or not dtypes:
+        raise UserError(f"--dtypes={args.dtypes!r}: use float32, bfloat16 and/or float16")
+    for flag in ("steps", "loss_steps", "gen_tokens"):
+        if getattr(args, flag) < 0:
+            raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be >= 0 (0 skips it)")
+    for flag in ("gen_layers", "gen_heads", "gen_embd", "gen_block"):
+        if getattr(args, flag) < 1:
+            raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be >= 1")
+    if args.gen_embd % args.gen_heads:
+        raise UserError(f"--gen-embd={args.gen_embd} is not divisible by --gen-heads={args.gen_heads}")
+    if args.json is not None and Path(args.json).is_dir():
+        raise UserError(f"--json {args.json} is a folder; give a file name, e.g. {Path(args.json) / 'bench.json'}")
+    return dtypes
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     p = ArgParser(prog="bench.py", description="Measure training and generation speed (ratios in one run).")
     p.add_argument("config", nargs="?", default="configs/shakespeare_char.yaml")
@@ -277,10 +298,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                         "default threads and with the thread policy")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
-    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    bad = [d for d in dtypes if d not in ("float32", "bfloat16", "float16")]
-    if bad or not dtypes:
-        raise UserError(f"--dtypes={args.dtypes!r}: use float32, bfloat16 and/or float16")
+    dtypes = check_args(args)
 
     cfg = load_config(args.config, args.set)
     device = resolve_device(cfg.train.device)
@@ -289,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     keep_freed_memory()  # as train.py does
     prepare(cfg)
     data = load_for_training(cfg, args.config)  # sets cfg.model.vocab_size
+    if args.steps or args.loss_steps:
+        for d in dtypes:
+            check_training_fits(cfg, d, device)
     m = cfg.model
     res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
                  "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -325,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.gen_tokens:
         gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
                            n_embd=args.gen_embd, vocab_size=m.vocab_size)
+        check_memory(model_memory(gcfg), device, "the --gen-* model", "lower --gen-layers, --gen-embd or --gen-block")
         g = bench_generation(gcfg, args.gen_tokens, device)
         res["generate"] = g
         print(f"generation {g['model']}, {g['n_tokens']} tokens: KV cache {g['cached_tokens_per_s']:,.0f} tok/s, "
@@ -352,8 +374,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     print(f"peak memory: {res['peak_memory_mb']:,.0f} MB")
     print(json.dumps(res))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+        atomic_write_text(args.json, json.dumps(res, indent=1))
     return res
 
 

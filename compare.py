@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from tinygpt.checkpoint import check_writable
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE, can_plot, plot_run, plot_val_loss
 from tinygpt.report import differing_keys, group_by_setting, write_report
@@ -58,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     for run in args.runs:
         if not run.is_dir():
             raise UserError(f"run directory not found: {run}")
+    check_writable(args.out, "--out")
     rows = [summarize_run(run, label) for run, label in zip(args.runs, run_labels(args.runs))]
     varied = differing_keys(rows)
     if args.plot_only:

@@ -222,6 +222,16 @@ class GPT(nn.Module):
         """Number of parameters (the tied embedding/LM-head matrix counted once)."""
         return sum(p.numel() for p in self.parameters())
 
+    @staticmethod
+    def count_params(cfg: ModelConfig) -> int:
+        """num_params() of GPT(cfg), computed from the config without building it (so a size
+        check can run before any allocation): embeddings V*C + T*C, 12*C*C + 2*C per block
+        (4 attention and 2 MLP matrices, 2 LayerNorms), a final LayerNorm; biases add 11*C per
+        block and C at the end."""
+        C, L = cfg.n_embd, cfg.n_layer
+        per_block = 12 * C * C + 2 * C + (11 * C if cfg.bias else 0)
+        return cfg.vocab_size * C + cfg.block_size * C + L * per_block + C + (C if cfg.bias else 0)
+
     def flops_per_token(self) -> int:
         """Training FLOPs per token (forward + backward), PaLM appendix B / nanoGPT's estimate: each
         weight does a multiply-add forward and two backward (6 per parameter, position embeddings
@@ -306,6 +316,7 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
         # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
         sorted_p, order = torch.sort(probs, dim=-1, descending=True)  # (B, V)
         drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # mass before this token already >= p
+        drop[:, 0] = False  # the most likely token always stays (a tiny p is 0 in float32)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs

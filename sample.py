@@ -31,6 +31,7 @@ Two teaching views (tables on stdout, see tinygpt/attention_view.py for their co
 """
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -45,6 +46,7 @@ from tinygpt.runtime import ThreadPolicy, following_free_cores, keep_freed_memor
 from tinygpt.tokenizer import encode_prompt
 
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
+MIN_TEMPERATURE = 1e-6  # below it logits / temperature overflows float32 (use 0: greedy)
 
 
 def build_parser() -> ArgParser:
@@ -93,11 +95,16 @@ def check_args(args) -> None:
     """Sampling flags out of range are user errors."""
     if args.max_new_tokens < 0:
         raise UserError(f"--max-new-tokens={args.max_new_tokens} must be >= 0")
-    if args.temperature < 0:
-        raise UserError(f"--temperature={args.temperature} must be >= 0 (0 = greedy)")
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        raise UserError(f"--temperature={args.temperature} must be a number >= 0 (0 = greedy)")
+    if 0 < args.temperature < MIN_TEMPERATURE:
+        raise UserError(f"--temperature={args.temperature} is too small to compute (logits / temperature "
+                        f"overflows); use 0 for greedy, or >= {MIN_TEMPERATURE:g}")
+    if not 0 <= args.seed < 2**63:
+        raise UserError(f"--seed={args.seed} must be in [0, 2**63)")
     if args.top_k is not None and args.top_k < 1:
         raise UserError(f"--top-k={args.top_k} must be >= 1")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
+    if args.top_p is not None and not 0 < args.top_p <= 1:  # (a NaN is refused too)
         raise UserError(f"--top-p={args.top_p} must be in (0, 1]")
     if args.threads < 0:
         raise UserError(f"--threads={args.threads} must be >= 0 (0 = the free cores)")

@@ -44,7 +44,7 @@ from typing import Sequence
 
 import torch
 
-from tinygpt.checkpoint import load_checkpoint, load_model
+from tinygpt.checkpoint import check_writable, load_checkpoint, load_model
 from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
 from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import ArgParser, UserError, run_cli
@@ -287,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         first = load_config(args.config, args.set).train.seed
         grid[SEED] = [str(first + i) for i in range(args.seeds)]
     out = args.out if args.out is not None else Path("out/sweeps") / Path(args.config).stem
+    check_writable(out, "--out")  # before any training, not at the report
     plan = make_plan(args, grid, out)
 
     rows: list[dict] = []

@@ -5,15 +5,20 @@
 Reads top to bottom: config and run directory -> processes -> data -> model and optimizer -> the
 loop. Every `train.eval_interval` steps it estimates train/val loss, writes ckpt.pt (latest, with
 everything needed to resume exactly) and best.pt (lowest val loss); metrics.csv gets a row per log
-and eval. Ctrl-C or SIGTERM saves ckpt.pt and stops; `--resume` continues from it. One optimizer
-step (`train_step`), the schedule and the loss estimate live in tinygpt/training.py, shared with
-bench.py so that the benchmark times exactly this step.
+and eval. Ctrl-C or SIGTERM saves ckpt.pt and stops; `--resume` continues from it (on the same data:
+the checkpoint records its digest). A second training on the same train.out_dir is refused while
+this one holds it (tinygpt/runs.py, run_lock); what cannot fit in memory is refused before any
+allocation (tinygpt/runtime.py, check_training_fits). One optimizer step (`train_step`), the
+schedule and the loss estimate live in tinygpt/training.py, shared with bench.py so that the
+benchmark times exactly this step.
 """
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -22,14 +27,14 @@ import torch
 
 from data.prepare import Prepared, get_batch, load_for_training, prepare
 from model import GPT
-from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, model_from_checkpoint, resolve_checkpoint,
-                                restore_rng_state, save_checkpoint)
+from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
+                                resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_to_dict, load_config
-from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.errors import ArgParser, UserError, run_cli, short
 from tinygpt.plots import plot_run
-from tinygpt.runs import check_run_dir, read_metrics, write_config, write_metrics
-from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, configure_cuda, keep_freed_memory, peak_flops,
-                             resolve_device, resolve_dtype)
+from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
+from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
+                             keep_freed_memory, peak_flops, resolve_device, resolve_dtype)
 from tinygpt.tensorboard_log import PROMPT_TOKENS, TensorBoardLog, require_tensorboard
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step
 
@@ -49,6 +54,9 @@ def parse_args(argv: Sequence[str] | None):
 # ---- setup: each step checks what it reads before any work is done ----
 
 
+RESUME_KEYS = ("optimizer", "scaler", "batch_rng", "rng", "loss_sum", "loss_count", "best_val_loss", "elapsed_s")
+
+
 def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     """ckpt.pt of the run to continue; its model and data settings must be this config's."""
     path = out_dir / "ckpt.pt"
@@ -56,14 +64,36 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     if "optimizer" not in ckpt:
         raise UserError(f"{path} holds weights only (e.g. from export.py --from-hf): it cannot be resumed; "
                         f"start a new run from it with --set train.init_from={out_dir}")
+    read_metrics(out_dir)  # a damaged metrics.csv is refused now, before anything is written
+    missing = [k for k in RESUME_KEYS if k not in ckpt]
+    if missing:
+        raise UserError(f"{path} cannot be resumed: it is damaged (missing {', '.join(missing)}); "
+                        f"start a new run from its weights with --set train.init_from={out_dir}")
     current = config_to_dict(cfg)
     for section in ("model", "data"):
+        saved = ckpt["config"].get(section)
         for key, value in current[section].items():
-            old = ckpt["config"][section].get(key)
+            old = saved.get(key) if isinstance(saved, dict) else None
             if key not in ("vocab_size", "prepared_dir") and old != value:
-                raise UserError(f"--resume: {section}.{key}={value!r} differs from the checkpoint's {old!r} "
-                                f"({path}); a resumed run keeps its model and data settings")
+                raise UserError(f"--resume: {section}.{key}={short(value)} differs from the checkpoint's "
+                                f"{short(old)} ({path}); a resumed run keeps its model and data settings")
     return ckpt
+
+
+def check_resume_data(cfg: Config, ckpt: dict[str, Any], data: Prepared) -> None:
+    """The prepared data must be what the checkpoint was trained on (same text, same tokenizer):
+    an edited dataset file would silently remap token ids. Checkpoints before version 3 record no
+    fingerprint."""
+    saved = ckpt.get("data_digest")
+    if saved is None or saved == data.meta["digest"]:
+        return
+    out_dir = cfg.train.out_dir
+    what = f"--resume: data.dataset={short(cfg.data.dataset)} is not the data {out_dir}/ckpt.pt was trained on"
+    if ckpt["tokenizer"] != data.tokenizer.to_dict():
+        raise UserError(f"{what}: it changed since, and its vocabulary changed with it (token ids would mean "
+                        f"other tokens); restore the file, or train a new run on the new data")
+    raise UserError(f"{what}: it changed since; restore it, or train on the new data as a new run from these "
+                    f"weights: --set train.out_dir=NEW_DIR train.init_from={out_dir}")
 
 
 def load_init(cfg: Config) -> tuple[GPT, dict[str, Any]]:
@@ -119,7 +149,7 @@ class Run:
     def state(self, with_optimizer: bool = True) -> dict[str, Any]:
         s = {"config": config_to_dict(self.cfg), "tokenizer": self.data.tokenizer.to_dict(),
              "model": self.model.state_dict(), "step": self.step, "best_val_loss": self.best_val,
-             "elapsed_s": self.elapsed}
+             "elapsed_s": self.elapsed, "data_digest": self.data.meta["digest"]}
         if with_optimizer:  # + everything that makes a resumed run continue exactly
             s.update(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
                      batch_rng=self.batch_gen.get_state(), rng=capture_rng_state(),
@@ -127,9 +157,10 @@ class Run:
         return s
 
     def restore(self, ckpt: dict[str, Any]) -> None:
-        self.model.load_state_dict(ckpt["model"])
+        load_weights(self.model, ckpt["model"], self.out_dir / "ckpt.pt")
         self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.scaler.load_state_dict(ckpt["scaler"])
+        if ckpt["scaler"] and self.scaler.is_enabled():  # empty: saved without float16 (train.dtype may change)
+            self.scaler.load_state_dict(ckpt["scaler"])
         self.batch_gen.set_state(ckpt["batch_rng"])
         restore_rng_state(ckpt["rng"])
         self.step, self.best_val, self.elapsed = ckpt["step"], ckpt["best_val_loss"], ckpt["elapsed_s"]
@@ -163,7 +194,13 @@ def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: 
     if device.type == "cpu":
         run.threads = ThreadPolicy(fixed=t.threads)
     if ckpt is not None:
-        run.restore(ckpt)
+        try:
+            run.restore(ckpt)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as e:
+            detail = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+            raise UserError(f"{run.out_dir / 'ckpt.pt'} cannot be resumed: its saved training state is damaged "
+                            f"({detail}); start a new run from its weights with --set train.init_from="
+                            f"{run.out_dir}") from None
     return run
 
 
@@ -267,6 +304,18 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
 def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
     cfg = load_config(args.config, args.set)
+    device = resolve_device(cfg.train.device)
+    dist = Distributed.from_env(device)  # one process, or one of several under torchrun
+    try:
+        # one training per run directory (rank 0 writes it): a second one is refused, not mixed in
+        with run_lock(Path(cfg.train.out_dir)) if dist.master else nullcontext():
+            return train(args, cfg, dist)
+    finally:
+        dist.close()
+
+
+def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
+    """Check, prepare, build, then run the loop; returns the run's summary."""
     t = cfg.train
     out_dir = Path(t.out_dir)
     check_run_dir(out_dir, args.resume)
@@ -274,17 +323,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
         require_tensorboard()
     init_model, init_ckpt = load_init(cfg) if t.init_from else (None, None)
     ckpt = load_resume(cfg, out_dir) if args.resume else None
-    device = resolve_device(t.device)
-    dtype = resolve_dtype(t.dtype, device)  # "auto" -> bfloat16 where the hardware has it, else float32
-    if device.type == "cuda":
+    dtype = resolve_dtype(t.dtype, dist.device)  # "auto" -> bfloat16 where the hardware has it, else float32
+    check_training_fits(cfg, dtype, dist.device)  # before any allocation: memory and time per step
+    if dist.device.type == "cuda":
         configure_cuda(t.tf32)
     keep_freed_memory()  # no page faults for the activations of every step
 
-    dist = Distributed.from_env(device)  # one process, or one of several under torchrun
     torch.manual_seed(t.seed)  # the same initial weights on every rank
     data = load_data(cfg, dist, args.config)  # sets cfg.model.vocab_size from the tokenizer
     if init_ckpt is not None:
         check_init_tokenizer(cfg, init_ckpt, data)
+    if ckpt is not None:
+        check_resume_data(cfg, ckpt, data)
+    check_training_fits(cfg, dtype, dist.device)  # again, now with the vocabulary's embedding and logits
     run = build_run(cfg, data, dist, dtype, ckpt, init_model if ckpt is None else None)
 
     tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size * dist.world_size
@@ -306,7 +357,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
     try:
         why = train_loop(run, speed, args.stop_at, args.quiet)
     finally:
-        dist.close()
         if run.board is not None:
             run.board.close()
     if run.exit_code:

@@ -10,9 +10,11 @@ A path that could be mistaken for a built-in name is written with a slash: ./sto
 
 The prepared folder (under data.prepared_dir, named after the source, the tokenizer and a hash of
 the data settings) holds train.bin and val.bin (uint16 token ids when the vocabulary fits, else
-uint32; read with np.memmap), tokenizer.json and meta.json. It is built in a temp folder and
-renamed into place, so an interrupted preparation leaves nothing half-written. train.py calls
-`prepare` itself, so running this script first is optional.
+uint32; read with np.memmap), tokenizer.json and meta.json (counts, and a digest of the tokens and
+the tokenizer: a checkpoint records it, so `--resume` on changed data is refused). It is built in a
+temp folder and renamed into place, so an interrupted preparation leaves nothing half-written; a
+damaged folder (a truncated array, a broken JSON file) is rebuilt. train.py calls `prepare` itself,
+so running this script first is optional.
 """
 from __future__ import annotations
 
@@ -31,15 +33,18 @@ if __package__ in (None, ""):  # `python data/prepare.py`: the repository root i
 import numpy as np
 import torch
 
-from tinygpt.checkpoint import atomic_dir, atomic_write
+from tinygpt.checkpoint import atomic_dir, atomic_write, check_writable
 from tinygpt.config import Config, DataConfig, load_config
-from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.errors import ArgParser, UserError, run_cli, short
+from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import Tokenizer, build_tokenizer, tokenizer_from_dict
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 BUILTIN = ("stories", "shakespeare")
-PREP_VERSION = 2  # bump when the prepared format changes: old folders are then rebuilt (2: closed BPE vocabularies)
+PREP_VERSION = 3  # bump when the prepared format changes: old folders are then rebuilt (3: closed BPE
+# vocabularies, meta.json's digest)
+SHAKESPEARE_CHARS = 1_115_394
 
 # ---- sources ----
 
@@ -64,7 +69,10 @@ def source_files(dataset: str) -> list[Path]:
 
 def read_text_file(path: Path) -> str:
     """Read UTF-8 text; other encodings are refused (we do not guess) with the offending byte."""
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read dataset file {path}: {e.strerror}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -151,12 +159,41 @@ def _encode(tokenizer: Tokenizer, text: str, show_progress: bool) -> np.ndarray:
 
 
 def _is_current(folder: Path, d: DataConfig) -> bool:
-    """Does `folder` hold a complete preparation of these data settings?"""
+    """Does `folder` hold a complete, undamaged preparation of these data settings? (The arrays
+    have the sizes meta.json gives, tokenizer.json reads as a tokenizer's data.)"""
     try:
         meta = json.loads((folder / "meta.json").read_text())
-        return meta["settings"] == json.loads(json.dumps(_fingerprint(d)))
-    except (OSError, ValueError, KeyError, TypeError):
-        return False  # missing or unreadable: (re)build
+        if meta["settings"] != json.loads(json.dumps(_fingerprint(d))):
+            return False
+        itemsize = np.dtype(meta["dtype"]).itemsize
+        for split in ("train", "val"):
+            if (folder / f"{split}.bin").stat().st_size != meta[f"{split}_tokens"] * itemsize:
+                return False
+        tok = json.loads((folder / "tokenizer.json").read_text())
+        return isinstance(tok, dict) and tok.get("vocab_size") == meta["vocab_size"] and isinstance(meta["digest"], str)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False  # missing, unreadable or damaged: (re)build
+
+
+def corpus_memory(d: DataConfig) -> int:
+    """A lower bound of the bytes preparing d takes: the text, and its token ids as int64 (twice,
+    while the chunks are joined); BPE and word tokens are counted as >= 1 per 8 characters."""
+    if d.dataset == "stories":
+        chars = d.stories_chars
+    elif d.dataset == "shakespeare":
+        chars = SHAKESPEARE_CHARS
+    else:
+        chars = sum(f.stat().st_size for f in source_files(d.dataset))
+    tokens = chars if d.tokenizer == "char" else chars // 8
+    return chars + 16 * tokens
+
+
+def _digest(tokenizer: Tokenizer, train: np.ndarray, val: np.ndarray) -> str:
+    """sha256 of the tokenizer's data and the token arrays: what a checkpoint was trained on."""
+    h = hashlib.sha256(json.dumps(tokenizer.to_dict(), sort_keys=True).encode())
+    for ids in (train, val):
+        h.update(np.ascontiguousarray(ids).tobytes())
+    return h.hexdigest()
 
 
 def prepare(cfg: Config, show_progress: bool = True) -> Path:
@@ -165,17 +202,22 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     out = prepared_dir(d)
     if _is_current(out, d):
         return out
+    check_writable(out.parent, "data.prepared_dir")  # before the work, not after it
+    check_memory({"corpus": corpus_memory(d)}, torch.device("cpu"), f"preparing data.dataset={short(d.dataset)}",
+                 "use a smaller dataset" + (" (data.stories_chars)" if d.dataset == "stories" else ""))
     text = load_text(d)
     tokenizer = build_tokenizer(d.tokenizer, text, compact=d.compact_vocab)
     ids = _encode(tokenizer, text, show_progress)
     n_val = int(len(ids) * d.val_fraction)
     dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+    train, val = ids[: len(ids) - n_val].astype(dtype), ids[len(ids) - n_val:].astype(dtype)
     meta = {"settings": _fingerprint(d), "vocab_size": tokenizer.vocab_size, "dtype": np.dtype(dtype).name,
-            "train_tokens": int(len(ids) - n_val), "val_tokens": int(n_val), "chars": len(text)}
+            "train_tokens": int(len(train)), "val_tokens": int(len(val)), "chars": len(text),
+            "digest": _digest(tokenizer, train, val)}
     # another process preparing the same data at the same time: whichever finishes first stays
     with atomic_dir(out, keep_existing=lambda folder: _is_current(folder, d)) as tmp:
-        ids[: len(ids) - n_val].astype(dtype).tofile(tmp / "train.bin")
-        ids[len(ids) - n_val:].astype(dtype).tofile(tmp / "val.bin")
+        train.tofile(tmp / "train.bin")
+        val.tofile(tmp / "val.bin")
         (tmp / "tokenizer.json").write_text(json.dumps(tokenizer.to_dict()))
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     return out
@@ -208,15 +250,22 @@ def load_for_training(cfg: Config, source: str) -> Prepared:
 
 
 def load_prepared(folder: str | Path) -> Prepared:
-    """A prepared folder -> its memory-mapped token arrays, tokenizer and counts."""
+    """A prepared folder -> its memory-mapped token arrays, tokenizer and counts; a folder damaged
+    beyond what prepare() detects is a UserError saying to delete it (it is then rebuilt)."""
     folder = Path(folder)
-    meta = json.loads((folder / "meta.json").read_text())
-    tokenizer = tokenizer_from_dict(json.loads((folder / "tokenizer.json").read_text()))
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        tokenizer = tokenizer_from_dict(json.loads((folder / "tokenizer.json").read_text()))
 
-    def arr(name: str) -> np.ndarray:
-        n = meta[f"{name}_tokens"]
-        return np.memmap(folder / f"{name}.bin", dtype=meta["dtype"], mode="r", shape=(n,)) if n else np.zeros(0, meta["dtype"])
-    return Prepared(arr("train"), arr("val"), tokenizer, meta)
+        def arr(name: str) -> np.ndarray:
+            n = meta[f"{name}_tokens"]
+            if not n:
+                return np.zeros(0, meta["dtype"])
+            return np.memmap(folder / f"{name}.bin", dtype=meta["dtype"], mode="r", shape=(n,))
+        return Prepared(arr("train"), arr("val"), tokenizer, meta)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UserError(f"the prepared data in {folder} is damaged ({type(e).__name__}); delete the folder "
+                        f"and it is prepared again") from None
 
 
 def get_batch(data: np.ndarray, batch_size: int, block_size: int, generator: torch.Generator,

@@ -360,3 +360,20 @@ def test_checkpoint_module_is_the_only_loader():
     assert sample.load_model is checkpoint.load_model
     assert train.load_checkpoint is checkpoint.load_checkpoint
     assert train.save_checkpoint is checkpoint.save_checkpoint
+
+
+def test_version_2_checkpoints_without_a_checksum_still_load(tmp_path):
+    state, model, _ = tiny_state()
+    path = tmp_path / "v2.pt"
+    torch.save({"format": FORMAT, "version": 2, **state}, path)
+    loaded, _, _, ckpt = load_model(path)
+    assert ckpt["step"] == 7 and all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
+
+
+def test_a_saved_checkpoint_carries_its_checksum(saved):
+    path, *_ = saved
+    ckpt = load_checkpoint(path)
+    contents = {k: v for k, v in ckpt.items() if k not in ("format", "version", "checksum")}
+    assert ckpt["checksum"] == checkpoint.checksum(contents)
+    contents["step"] += 1
+    assert checkpoint.checksum(contents) != ckpt["checksum"]

@@ -326,3 +326,29 @@ def test_dtype_auto_is_a_valid_config_value(tmp_path):
     path.write_text("train: {dtype: bf16}\n")
     with pytest.raises(UserError, match="train.dtype"):
         load_config(path)
+
+
+# ---- limits of the YAML reader ----
+
+
+def test_aliases_within_the_limits_still_work(tmp_path):
+    cfg = load_config(write(tmp_path, "model: {n_layer: &n 3, n_head: *n, n_embd: 48}\n"))
+    assert cfg.model.n_layer == cfg.model.n_head == 3
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("model: {n_layer: &a [1, *a]}\n", "cycle"),
+    ("model: {n_layer: &a [1,1,1,1,1,1,1,1,1,1], b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+     "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], d: [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]}\n", "more than 10,000 values"),
+    ("model: " + "[" * 60 + "]" * 60 + "\n", "deeper than 50 levels"),
+])
+def test_yaml_beyond_the_limits_is_refused(tmp_path, text, expected):
+    assert expected in user_error(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("override, expected", [
+    (f"model.n_layer={2**63}", "64 bits"), ("train.lr=.nan", "finite"), ("train.lr=1e400", "finite"),
+    ('train.out_dir="a\\0b"', "NUL"), ("train.seed=-1", "train.seed"),
+])
+def test_values_beyond_what_the_machine_represents_are_refused(tmp_path, override, expected):
+    assert expected in user_error(write(tmp_path, ""), [override])

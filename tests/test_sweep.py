@@ -206,7 +206,7 @@ def test_plot_run_writes_png(first_sweep, tmp_path):
 
 def test_count_params_matches_a_built_model(tiny_model_config):
     from model import GPT
-    assert runs.count_params(tiny_model_config) == GPT(tiny_model_config).num_params()  # built on meta
+    assert runs.count_params(tiny_model_config) == GPT(tiny_model_config).num_params()  # from the config alone
 
 
 # ---- seeds and the probe in a sweep ----

@@ -2,19 +2,25 @@
 
 A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts, so it loads with
 `torch.load(..., weights_only=True)`: a file that carries pickled Python objects is refused, never
-run. Every write in tinygpt goes through `atomic_write` (or `atomic_dir` for a whole folder): a
-temp file in the same folder, fsync, then rename over the target, so a crash or a kill at any
-moment leaves either the old file or the new one, never half of one.
+run. It also stores a CRC-32 of all its contents, so a byte flipped on disk is refused instead of
+loading silently. Every write in tinygpt goes through `atomic_write` (or `atomic_dir` for a whole
+folder): a temp file in the same folder, fsync, then rename over the target, so a crash or a kill
+at any moment leaves either the old file or the new one, never half of one; a write the machine
+refuses (disk full, permission) is a one-line UserError that leaves the old file as it was.
 """
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import random
 import re
 import shutil
 import tempfile
-from contextlib import contextmanager
+import time
+import warnings
+import zlib
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
@@ -23,12 +29,14 @@ import torch
 
 from model import GPT
 from tinygpt.config import Config, config_from_dict
-from tinygpt.errors import UserError
+from tinygpt.errors import UserError, short
+from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import Tokenizer, tokenizer_from_dict
 
 FORMAT = "tinygpt-checkpoint"
 HF_GPT2_NAME = re.compile(r"^(openai-community/)?(distil)?gpt2(-medium|-large|-xl)?$")  # model names on the Hub
-VERSION = 2  # 2: the config records model.vocab_size
+VERSION = 3  # 2: the config records model.vocab_size; 3: a checksum of the contents
+READS = (2, 3)  # the versions this tinygpt loads (2 without the checksum check)
 REQUIRED = ("config", "tokenizer", "model", "step")
 
 
@@ -36,23 +44,88 @@ REQUIRED = ("config", "tokenizer", "model", "step")
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write `path` via write(fileobj) into a temp file beside it, fsync, then rename over it."""
+    """Write `path` via write(fileobj) into a temp file beside it, fsync, then rename over it. An
+    OSError (disk full, permission, a path through a file) is a UserError naming the file; the
+    old file, if any, is untouched."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a process killed mid-write
-        stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give what a plain open() would
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sweep_temp_files(path)
+        # the writer's pid in the name tells a later sweep whether the file is still being written
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give what a plain open() would
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)  # atomic on POSIX and Windows
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        fsync_dir(path.parent)  # make the rename itself durable
+    except BaseException as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            kept = "the previous file is intact" if path.is_file() else "nothing was written"
+            raise UserError(f"cannot write {path}: {e.strerror or type(e).__name__} ({kept})") from None
         raise
-    fsync_dir(path.parent)  # make the rename itself durable
+
+
+STALE_UNTAGGED_S = 3600  # a temp file without a writer's pid (older tinygpt) is stale after an hour
+
+
+def sweep_temp_files(path: Path) -> None:
+    """Remove the temp files of `path` left by writers that died mid-write; a live writer's file
+    (its pid is running: another process writing the same file) is never touched."""
+    prefix = f".{path.name}."
+    for stale in path.parent.glob(f"{glob_escape(prefix)}*.tmp"):
+        pid = stale.name[len(prefix):].split(".", 1)[0]
+        try:
+            if pid.isdigit():
+                if pid_alive(int(pid)):
+                    continue
+            elif time.time() - stale.stat().st_mtime < STALE_UNTAGGED_S:
+                continue
+            stale.unlink(missing_ok=True)
+        except OSError:  # vanished meanwhile, or not ours to remove: leave it
+            pass
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a literal in a glob pattern (a run named 'n_head=[1]' must not be a pattern)."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def pid_alive(pid: int) -> bool:
+    """Is process `pid` running on this machine? (Unknown -> True: nothing is removed.)"""
+    if pid == os.getpid():
+        return True
+    if os.name != "posix":  # os.kill(pid, 0) would signal the process on Windows
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. PermissionError: it exists, under another user
+        return True
+    return True
+
+
+def check_writable(path: str | Path, what: str) -> None:
+    """Refuse, before any work, a folder that cannot be created or written into: a file, a path
+    through a file, or a folder (or its nearest existing parent) without write permission or on
+    a read-only file system. `what` names the setting: 'train.out_dir', '--out', 'output folder'."""
+    path = Path(path)
+    named = f"{what}={short(str(path))}" if what.startswith("-") or "." in what else f"{what} {path}"
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{named} is a file, not a directory")
+    existing = path
+    while not existing.exists():  # a path through a file does not exist either
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{named} cannot be created: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{named} is not writable: {existing} denies writing (permissions or a read-only "
+                        f"file system)")
 
 
 def fsync_dir(folder: Path) -> None:
@@ -71,7 +144,8 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     """Build the folder `path` inside a temp folder beside it (yielded); on success fsync its files
     and rename it into place, so readers see the old folder or the whole new one. If meanwhile
     another process put a folder there that keep_existing(path) accepts, that one stays and ours
-    is dropped; an outdated one is replaced. On an error the temp folder is removed."""
+    is dropped, even when it appears between our check and our rename; an outdated one is
+    replaced. On an error the temp folder is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -81,14 +155,21 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        if path.exists():
-            if keep_existing(path):
-                shutil.rmtree(tmp, ignore_errors=True)
-                return
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / path.name)
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, path)
+        while True:
+            if path.exists():
+                if keep_existing(path):
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    return
+                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+                with suppress(FileNotFoundError):  # another process may have moved it first
+                    os.replace(path, old / path.name)
+                shutil.rmtree(old, ignore_errors=True)
+            try:
+                os.replace(tmp, path)
+                break
+            except OSError as e:  # a folder appeared between the check and the rename: look again
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
         fsync_dir(path.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -107,41 +188,95 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Atomically save a checkpoint dict (see REQUIRED) with its format tag and version."""
-    atomic_write(path, lambda f: torch.save({"format": FORMAT, "version": VERSION, **state}, f))
+    """Atomically save a checkpoint dict (see REQUIRED) with its format tag, version and checksum."""
+    state = {k: v for k, v in state.items() if k not in ("format", "version", "checksum")}
+    atomic_write(path, lambda f: torch.save({"format": FORMAT, "version": VERSION, **state,
+                                             "checksum": checksum(state)}, f))
+
+
+def checksum(state: dict[str, Any]) -> str:
+    """CRC-32 of a checkpoint's contents in order: each tensor's dtype, shape and bytes, every other
+    value's repr; a container met twice (shared) counts once, so a shared structure is never
+    expanded. Catches corruption (a flipped byte), not tampering."""
+    crc, seen = 0, set()
+    stack: list[Any] = [state]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, (dict, list, tuple)):
+            if id(value) in seen:
+                crc = zlib.crc32(b"<shared>", crc)
+                continue
+            seen.add(id(value))
+            items = [x for kv in value.items() for x in kv] if isinstance(value, dict) else list(value)
+            crc = zlib.crc32(f"<{type(value).__name__} {len(items)}>".encode(), crc)
+            stack.extend(reversed(items))
+        elif isinstance(value, torch.Tensor):
+            t = value.detach().cpu().contiguous().reshape(-1)
+            crc = zlib.crc32(f"<{t.dtype} {tuple(value.shape)}>".encode(), crc)
+            crc = zlib.crc32(t.view(torch.uint8).numpy() if t.numel() else b"", crc)
+        else:
+            crc = zlib.crc32(repr(value).encode("utf-8", "surrogatepass"), crc)
+    return f"crc32:{crc:08x}"
 
 
 # ---- loading ----
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load and check a checkpoint; every failure is a one-line UserError naming the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"checkpoint not found: {path}")
+def torch_load(path: Path, map_location: str | torch.device = "cpu") -> Any:
+    """torch.load with weights_only=True; a refused or unreadable file is a one-line UserError
+    naming it (a pickled Python object is said to be one: it was refused, never run)."""
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error says enough
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror or type(e).__name__}") from None
     except pickle.UnpicklingError as e:
-        if "Unsupported global" in str(e):  # a class or function reference: code could run
-            raise UserError(f"{path} holds pickled Python objects, which weights_only loading refuses "
-                            f"(they could run code); it was not loaded") from None
+        if re.search(r"unsupported global", str(e), re.IGNORECASE):  # a class or function: code could run
+            raise UserError(f"{path} holds pickled Python objects (code could run when they load); "
+                            f"weights_only loading refused them and it was not loaded") from None
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint") from None
     except Exception as e:  # torch reports damaged files with many exception types
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({type(e).__name__})") from None
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load and check a checkpoint: format, version, checksum and the types of REQUIRED; every
+    failure is a one-line UserError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path}")
+    ckpt = torch_load(path, map_location)
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise UserError(f"{path} is not a tinygpt checkpoint")
-    if ckpt.get("version") != VERSION:
-        raise UserError(f"{path} is checkpoint version {ckpt.get('version')!r}; this tinygpt reads "
-                        f"version {VERSION}: retrain, or use the tinygpt that wrote it")
-    missing = [k for k in REQUIRED if k not in ckpt]
+    if ckpt.get("version") not in READS:
+        older = ", ".join(str(v) for v in READS if v != VERSION)
+        raise UserError(f"{path} is checkpoint version {short(ckpt.get('version'))}; this tinygpt reads version "
+                        f"{VERSION} (and {older}): retrain, or use the tinygpt that wrote it")
+    missing = [k for k in REQUIRED + ("checksum",) * (ckpt["version"] >= 3) if k not in ckpt]
     if missing:
         raise UserError(f"{path} is incomplete: missing {', '.join(missing)}")
+    if ckpt["version"] >= 3:
+        contents = {k: v for k, v in ckpt.items() if k not in ("format", "version", "checksum")}
+        if checksum(contents) != ckpt["checksum"]:
+            raise UserError(f"{path} is corrupted: its contents do not match the checksum saved with them "
+                            f"(a byte changed on disk or in a copy); use another copy")
+    check_types(ckpt, path)
     return ckpt
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:200] if text else type(e).__name__
+def check_types(ckpt: dict[str, Any], path: Path) -> None:
+    """REQUIRED's values have their types: config and tokenizer dicts, model a dict of tensors,
+    step an int >= 0 (a damaged or hand-made file is refused here, not deep inside torch)."""
+    for key in ("config", "tokenizer", "model"):
+        if not isinstance(ckpt[key], dict):
+            raise UserError(f"{path} is damaged: its {key!r} is a {type(ckpt[key]).__name__}, not a dict")
+    bad = [k for k, v in ckpt["model"].items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        raise UserError(f"{path} is damaged: its weights hold {short(bad[0])}, which is not a named tensor")
+    step = ckpt["step"]
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise UserError(f"{path} is damaged: its step is {short(step)}, not a count of steps")
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -171,13 +306,30 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, 
     tok_size = tok.get("vocab_size") if isinstance(tok, dict) else None
     if cfg.model.vocab_size <= 0 or tok_size != cfg.model.vocab_size:
         raise UserError(f"{path}: model.vocab_size={cfg.model.vocab_size} does not match its tokenizer's "
-                        f"{tok_size!r}; the checkpoint is damaged")
-    model = GPT(cfg.model)
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as e:
-        raise UserError(f"{path}: weights do not fit its config ({_first_line(e)})") from None
+                        f"{short(tok_size)}; the checkpoint is damaged")
+    m = cfg.model
+    check_memory(model_memory(m), torch.device("cpu"), f"the model of {path} ({m.n_layer} layers, n_embd {m.n_embd}, "
+                 f"block {m.block_size}, vocab {m.vocab_size})", "its config is damaged, or it needs a bigger machine")
+    model = GPT(m)
+    load_weights(model, ckpt["model"], path)
     return model, cfg
+
+
+def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: str | Path) -> None:
+    """model.load_state_dict(weights), but a missing, unexpected or misshapen tensor is a one-line
+    UserError naming the tensor (and both shapes), not torch's multi-line report."""
+    expected = model.state_dict()
+    for name, t in expected.items():
+        if name not in weights:
+            raise UserError(f"{path}: the weights have no {name!r}; the checkpoint is damaged")
+        if tuple(weights[name].shape) != tuple(t.shape):
+            raise UserError(f"{path}: weight {name!r} has shape {tuple(weights[name].shape)}, but its config "
+                            f"gives {tuple(t.shape)}; the checkpoint is damaged")
+    extra = [name for name in weights if name not in expected]
+    if extra:
+        raise UserError(f"{path}: the weights hold {short(extra[0])}, which its model has not; the checkpoint "
+                        f"is damaged")
+    model.load_state_dict(weights)
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokenizer: bool = True

@@ -4,13 +4,15 @@ The only place a config is parsed. A config file has three sections, `model` (mo
 `data` and `train`; every field has a default, so a YAML file lists only what it changes. Everything is
 checked before any work starts: an unknown key is refused with the closest valid key suggested, a
 wrong type names the key, the file and the expected type, and impossible values are refused with
-a hint. YAML is read with `yaml.safe_load` only (no `!!python/...` tags).
+a hint. YAML is read with a safe loader only (no `!!python/...` tags) that also bounds what a tiny
+file can ask for: nesting depth, and the values aliases expand to (a "billion laughs" file).
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import math
+import os
 import re
 import typing
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ from typing import Any, Iterable
 import yaml
 
 from model import ModelConfig
-from tinygpt.errors import UserError
+from tinygpt.errors import UserError, short
 
 # ---- the schema ----
 
@@ -74,6 +76,73 @@ class Config:
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 DEVICES = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+PATHS = ("data.dataset", "data.prepared_dir", "train.out_dir", "train.init_from")  # '~' is expanded in each
+MAX_INT = 2**63 - 1  # every integer setting fits in 64 bits (torch's seeds, sizes and counts do)
+
+# ---- safe YAML with limits ----
+
+MAX_DEPTH = 50  # nesting levels; a config needs 2
+MAX_NODES = 10_000  # values after expanding aliases; a config has ~50
+
+
+class YAMLTooLarge(yaml.YAMLError):
+    """A YAML document beyond MAX_DEPTH or MAX_NODES."""
+
+
+class LimitedSafeLoader(yaml.SafeLoader):
+    """yaml.SafeLoader (plain data only, never Python objects) that refuses documents nested deeper
+    than MAX_DEPTH or expanding to more than MAX_NODES values through aliases: PyYAML shares an
+    aliased value, so a 300-byte file can stand for 10^8 values, which any walk (a message, a copy)
+    would expand."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):  # recursive in PyYAML: count the levels
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise YAMLTooLarge(f"it nests deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_document(self, node):
+        _check_expanded_size(node)
+        return super().construct_document(node)
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Count the values the node graph stands for with aliases expanded (each shared node once,
+    memoised), refusing a cycle (an alias inside its own anchor) and more than MAX_NODES."""
+    sizes: dict[int, int] = {}
+    entered: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        children = ([c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode)
+                    else node.value if isinstance(node, yaml.SequenceNode) else [])
+        if done:
+            entered.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[id(node)] > MAX_NODES:
+                raise YAMLTooLarge(f"its aliases expand to more than {MAX_NODES:,} values")
+        elif id(node) not in sizes:
+            if id(node) in entered:
+                raise YAMLTooLarge("an alias refers to the value that holds it (a cycle)")
+            entered.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in children)
+
+
+def yaml_load(text: str) -> Any:
+    """Plain data from YAML text through LimitedSafeLoader."""
+    loader = LimitedSafeLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 # ---- parsing ----
 
@@ -92,26 +161,38 @@ def _unknown_key(key: str, source: str) -> UserError:
     candidates = all_keys() if "." in key else list(SECTIONS)
     near = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
     hint = f"; did you mean '{near[0]}'?" if near else f"; valid sections: {', '.join(SECTIONS)}"
-    return UserError(f"unknown config key '{key}' ({source}){hint}")
+    return UserError(f"unknown config key {short(key)} ({source}){hint}")
 
 
 def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
-    """Check one value against its field type; ints are accepted for floats."""
+    """Check one value against its field type; ints are accepted for floats. Integers must fit
+    in 64 bits, floats must be finite, strings must not hold a NUL; a path has '~' expanded."""
     if typ is bool and isinstance(value, bool):
         return value
     if typ is int and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > MAX_INT:
+            raise UserError(f"{key}={short(value)} ({source}) is too large: integers must fit in 64 bits")
         return value
     if typ is float and not isinstance(value, bool):
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+        number = None
+        if isinstance(value, int):
+            number = float(value) if abs(value) <= MAX_INT else math.inf
+        elif isinstance(value, float):
+            number = value
+        elif isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            if not math.isfinite(number):
+                raise UserError(f"{key}={short(value)} ({source}) must be a finite number")
+            return number
     if typ is str and isinstance(value, str):
-        return value
-    raise UserError(f"{key}={value!r} ({source}) must be of type {typ.__name__}, "
+        if "\0" in value:
+            raise UserError(f"{key}={short(value)} ({source}) holds a NUL character")
+        return os.path.expanduser(value) if key in PATHS else value
+    raise UserError(f"{key}={short(value)} ({source}) must be of type {typ.__name__}, "
                     f"not {type(value).__name__}")
 
 
@@ -149,28 +230,45 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or key.count(".") != 1:
-            raise UserError(f"{source} '{item}' must look like SECTION.KEY=VALUE, e.g. model.n_head=8")
+            raise UserError(f"{source} {short(item)} must look like SECTION.KEY=VALUE, e.g. model.n_head=8")
         section, name = key.split(".")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError:
-            raise UserError(f"{source} '{item}': the value is not a valid YAML scalar") from None
+            value = yaml_load(text) if text.strip() else ""
+        except YAMLTooLarge as e:
+            raise UserError(f"{source} {short(item)}: the value is refused: {e}") from None
+        except (yaml.YAMLError, RecursionError):
+            raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar") from None
         nested.setdefault(section, {})[name] = value
     return nested
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Read a YAML file safely; a missing file or a syntax error is a UserError naming the file."""
+    """Read a YAML file safely (LimitedSafeLoader); a missing or unreadable file, a syntax error, a
+    Python tag or a document beyond the limits is a UserError naming the file."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"config file not found: {path}")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"cannot read config file {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not valid YAML: it is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    try:
+        return yaml_load(text)
+    except YAMLTooLarge as e:
+        raise UserError(f"{path} is refused: {e}; a config is a few plain keys") from None
+    except RecursionError:
+        raise UserError(f"{path} is refused: it nests too deeply") from None
     except yaml.constructor.ConstructorError as e:
-        raise UserError(f"{path}: unsupported YAML tag {e.problem.split()[-1] if e.problem else ''}"
+        if e.problem and "unhashable" in e.problem:
+            line = f" (line {e.problem_mark.line + 1})" if e.problem_mark else ""
+            raise UserError(f"{path}: a list or a mapping is used as a key{line}; keys are plain names "
+                            f"such as n_layer") from None
+        raise UserError(f"{path}: unsupported YAML tag {short(e.problem.split()[-1]) if e.problem else ''}"
                         f" (only plain YAML is read, never Python objects)") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{path} is not valid YAML: {str(e).splitlines()[0][:200]}") from None
 
 
 def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
@@ -214,7 +312,7 @@ def validate(cfg: Config, source: str) -> None:
 
     def need(ok: bool, key: str, value: Any, why: str) -> None:
         if not ok:
-            raise UserError(f"{key}={value!r} ({source}) {why}")
+            raise UserError(f"{key}={short(value)} ({source}) {why}")
 
     for name in ("block_size", "n_layer", "n_head", "n_embd"):
         need(getattr(m, name) >= 1, f"model.{name}", getattr(m, name), "must be >= 1")
@@ -230,6 +328,7 @@ def validate(cfg: Config, source: str) -> None:
     for name in ("batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
         need(getattr(t, name) >= 1, f"train.{name}", getattr(t, name), "must be >= 1")
     need(t.max_iters >= 0, "train.max_iters", t.max_iters, "must be >= 0")
+    need(0 <= t.seed < MAX_INT, "train.seed", t.seed, "must be in [0, 2**63 - 1)")
     need(t.warmup_iters >= 0, "train.warmup_iters", t.warmup_iters, "must be >= 0")
     need(math.isfinite(t.lr) and t.lr > 0, "train.lr", t.lr, "must be > 0")
     need(0 <= t.min_lr <= t.lr, "train.min_lr", t.min_lr, f"must be in [0, train.lr={t.lr}]")

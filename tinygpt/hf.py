@@ -49,11 +49,13 @@ from typing import Any, Sequence
 
 import torch
 
-from model import GPT, ModelConfig
-from tinygpt.checkpoint import atomic_write, atomic_write_text, load_model, resolve_checkpoint, save_checkpoint
+from model import GPT
+from tinygpt.checkpoint import (atomic_write, atomic_write_text, check_writable, load_model, resolve_checkpoint,
+                                save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
-from tinygpt.errors import UserError
+from tinygpt.errors import UserError, short
 from tinygpt.runs import RUN_FILES, write_config
+from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt
 
 GPT2_VOCAB = 50257  # the gpt2 / r50k_base encoding, <|endoftext|> = 50256
@@ -250,6 +252,7 @@ def tokenizer_config(cfg: Config) -> dict[str, Any]:
 def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} is a file, not a folder")
+    check_writable(out_dir, "output folder")
     present = [n for n in names if (out_dir / n).exists()]
     if present and not force:
         raise UserError(f"{out_dir} already holds {', '.join(present)}; choose another folder or pass --force")
@@ -318,6 +321,9 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     hf = {**GPT2_DEFAULTS, **hf}  # transformers may leave out values equal to GPT2Config's defaults
     if hf.get("model_type", "gpt2") != "gpt2":
         raise UserError(f"{path}: model_type {hf.get('model_type')!r} is not gpt2; only GPT-2 checkpoints import")
+    for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size", "layer_norm_epsilon"):
+        if not isinstance(hf[key], (int, float)) or isinstance(hf[key], bool):
+            raise UserError(f"{path}: {key}={short(hf[key])} must be a number")
     n_embd = hf["n_embd"]
     checks = [
         (hf.get("n_inner") in (None, 4 * n_embd), f"n_inner={hf.get('n_inner')} (tinygpt's MLP is 4*n_embd wide)"),
@@ -341,11 +347,9 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
     if (folder / "model.safetensors").is_file():
         tensors = load_safetensors(folder / "model.safetensors")
     elif (folder / "pytorch_model.bin").is_file():
-        try:
-            tensors = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        except Exception as e:  # refused pickles, truncation, not a torch file
-            raise UserError(f"{folder / 'pytorch_model.bin'} could not be loaded with weights_only=True "
-                            f"({str(e).splitlines()[0][:160]})") from None
+        tensors = torch_load(folder / "pytorch_model.bin")  # weights_only: refused pickles are one line
+        if not isinstance(tensors, dict) or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
+            raise UserError(f"{folder / 'pytorch_model.bin'} does not hold a dict of named tensors")
     elif any(folder.glob("*.index.json")):
         raise UserError(f"{folder} holds a sharded checkpoint, which is not supported; save it as one "
                         f"file: model.save_pretrained(dir, max_shard_size='100GB')")
@@ -422,10 +426,12 @@ def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
     orig = meta.get("config", {}).get("model", {}) if isinstance(meta.get("config"), dict) else {}
     bias = not (orig.get("bias") is False and _all_biases_zero(weights))
     dropout = hf.get("resid_pdrop", 0.0)
-    cfg = ModelConfig(block_size=hf["n_positions"], n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
-                      dropout=dropout if 0 <= dropout < 1 else 0.0, bias=bias, causal=True, vocab_size=hf["vocab_size"])
-    if cfg.n_embd % cfg.n_head:
-        raise UserError(f"{folder / 'config.json'}: n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}")
+    dropout = dropout if isinstance(dropout, (int, float)) and 0 <= dropout < 1 else 0.0
+    raw = {"block_size": hf["n_positions"], "n_layer": hf["n_layer"], "n_head": hf["n_head"], "n_embd": hf["n_embd"],
+           "dropout": dropout, "bias": bias, "causal": True, "vocab_size": hf["vocab_size"]}
+    cfg = config_from_dict({"model": raw}, str(folder / "config.json")).model  # types and ranges checked
+    check_memory(model_memory(cfg), torch.device("cpu"), f"the model of {folder}", "its config.json is damaged, or it "
+                 "needs a bigger machine")
     model = GPT(cfg)
     model.load_state_dict(_hf_to_tinygpt(hf, weights, folder, bias))
     return model.eval(), hf

@@ -7,6 +7,7 @@
     loss.png      train and val loss curves                          (tinygpt/plots.py)
     probe.json    the coreference probe's figures, when sweep.py --probe ran it
     tensorboard/  TensorBoard event files, with train.tensorboard   (tinygpt/tensorboard_log.py)
+    .lock         while a training writes the folder                 (run_lock)
 
 train.py writes them; sweep.py, compare.py, plots and export read them through this module only.
 """
@@ -15,36 +16,115 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import statistics
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import Any, Iterator
 
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import atomic_write_text
+from tinygpt.checkpoint import atomic_write_text, check_writable
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
 from tinygpt.errors import UserError
+
+try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+    import msvcrt
 
 METRICS = ["step", "train_loss", "val_loss", "lr", "tokens_per_s", "mfu", "elapsed_s"]
 CHECKPOINTS = ("ckpt.pt", "best.pt")
 RUN_FILES = ("config.yaml", *CHECKPOINTS, "metrics.csv", "loss.png", "probe.json")
+LOCK = ".lock"
+
+# ---- one training per run directory ----
+
+
+@contextmanager
+def run_lock(out_dir: Path) -> Iterator[None]:
+    """Hold out_dir for one training: a second train.py on the same folder is refused with one
+    line instead of mixing two runs' files. The lock is the operating system's (flock), so a
+    process that dies, even by SIGKILL, releases it, and the stale .lock file it leaves is taken
+    over. Folders this creates are removed again if the run wrote nothing into them."""
+    check_writable(out_dir, "train.out_dir")
+    created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = _acquire(out_dir / LOCK, out_dir)
+    try:
+        yield
+    finally:
+        with suppress(OSError):  # (Windows cannot remove an open file: it stays, and is taken over)
+            (out_dir / LOCK).unlink(missing_ok=True)  # before releasing it: see _acquire
+        os.close(fd)
+        for folder in created:  # innermost first; stops at the first that is not empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
+def _acquire(path: Path, out_dir: Path) -> int:
+    """Open and lock `path` without waiting; the file holds the holder's pid for the message."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            else:  # pragma: no cover - Windows
+                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise UserError(f"train.out_dir={str(out_dir)!r} is in use by another training (process {holder}); "
+                            f"wait for it to end, or choose another out_dir") from None
+        # the holder removes the file just before releasing it: if ours is no longer the file at
+        # `path`, another process may lock the new one, so start again
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
 
 # ---- starting or resuming ----
 
 
 def check_run_dir(out_dir: Path, resume: bool) -> None:
-    """Refuse what would mix two runs: a new run into a folder holding a run's checkpoints, or a
-    resume with nothing to resume from. A folder whose run died before its first checkpoint holds
-    only config.yaml and metrics.csv: it may be started again (they are rewritten)."""
+    """Refuse what would mix two runs or overwrite a user's file: a new run into a folder holding a
+    run's checkpoints, or holding a config.yaml, metrics.csv or loss.png that no tinygpt run wrote;
+    a resume with nothing to resume from. A folder whose run died before its first checkpoint
+    holds only config.yaml and metrics.csv: it may be started again (they are rewritten)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is a file, not a directory")
     if resume:
         if not (out_dir / "ckpt.pt").is_file():
             raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; drop --resume to start a new run")
-    elif any((out_dir / f).exists() for f in CHECKPOINTS):
+        return
+    if any((out_dir / f).exists() for f in CHECKPOINTS):
         raise UserError(f"train.out_dir={str(out_dir)!r} already holds a run; continue it with --resume, "
                         f"or choose another: --set train.out_dir=out/new_run")
+    foreign = _foreign_file(out_dir)
+    if foreign is not None:
+        raise UserError(f"train.out_dir={str(out_dir)!r} holds {foreign.name}, which is not from a tinygpt run: "
+                        f"a run would overwrite it; choose another out_dir")
+
+
+def _foreign_file(out_dir: Path) -> Path | None:
+    """The first run file in out_dir that a tinygpt run did not write: a config.yaml or metrics.csv
+    that does not read as ours, or a loss.png with neither beside it."""
+    for name, read in (("config.yaml", read_config), ("metrics.csv", read_metrics)):
+        if (out_dir / name).exists():
+            try:
+                read(out_dir)
+            except UserError:
+                return out_dir / name
+    if (out_dir / "loss.png").exists() and not any((out_dir / n).exists() for n in ("config.yaml", "metrics.csv")):
+        return out_dir / "loss.png"
+    return None
 
 
 def write_config(out_dir: Path, cfg: Config) -> None:
@@ -135,11 +215,8 @@ def probe_columns(result: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def count_params(cfg: ModelConfig) -> int | None:
-    """Parameters of GPT(cfg), built on the meta device (no memory, no init); None without a vocab."""
-    if cfg.vocab_size <= 0:
-        return None
-    with torch.device("meta"):
-        return GPT(cfg).num_params()
+    """Parameters of GPT(cfg) (from the config: nothing is built); None without a vocab."""
+    return GPT.count_params(cfg) if cfg.vocab_size > 0 else None
 
 
 def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, Any]:

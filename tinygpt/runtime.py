@@ -1,5 +1,5 @@
 """The runtime: where and how the maths runs. Device, dtype and autocast, processes (DDP), signals,
-CPU threads, and the peak FLOP/s that MFU divides by.
+CPU threads, the peak FLOP/s that MFU divides by, and whether a config fits the machine at all.
 
 train.py, sample.py, probe.py and bench.py all set up through here, so a choice such as "bfloat16
 where the hardware computes it natively" is made in one place.
@@ -23,6 +23,8 @@ from typing import Iterable, Iterator, TypeVar
 
 import torch
 
+from model import GPT, ModelConfig
+from tinygpt.config import Config
 from tinygpt.errors import UserError
 
 T = TypeVar("T")
@@ -344,3 +346,99 @@ def peak_flops(dtype: str, device: torch.device, budget_s: float = 0.5) -> tuple
             return known
     flops, n = measured_matmul_peak(getattr(torch, dtype), device, budget_s)
     return flops, f"measured {n}^2 {dtype} matmul"
+
+
+# ---- will it fit? Checked before anything is allocated ----
+
+GB = 2**30
+MAX_STEP_S = 24 * 3600  # one optimizer step or one evaluation that surely takes over a day is refused
+# lower bounds of the time a pass takes, whatever the machine: PyTorch's overhead for even the
+# smallest model (~1 ms measured on a CPU), and a petaFLOP/s, beyond any single device tinygpt runs on
+MIN_PASS_S = 1e-4
+FAST_FLOPS = 1e15
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on `device`: a GPU's free memory; on a CPU the kernel's
+    MemAvailable, capped by the cgroup limit of a container; None where unknown (nothing refused)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    free = None
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        match = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.MULTILINE)
+        free = int(match.group(1)) * 1024 if match else None
+    except OSError:
+        pass
+    if free is None and hasattr(os, "sysconf"):
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            pass
+    try:  # cgroup v2: a container may allow far less than the machine has
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max" and free is not None:
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            free = min(free, max(int(limit) - used, 0))
+    except (OSError, ValueError):
+        pass
+    return free
+
+
+def model_memory(m: ModelConfig) -> dict[str, int]:
+    """Bytes a GPT(m) takes at least, by part: float32 weights and the per-layer causal masks."""
+    return {"weights": 4 * GPT.count_params(m), "attention masks": m.n_layer * m.block_size ** 2}
+
+
+def training_memory(m: ModelConfig, batch_size: int, dtype: str) -> dict[str, int]:
+    """A lower bound of the bytes one training process needs, by part: the model, its gradients and
+    AdamW's two moments (float32), the activations kept for backward (~16 values of width C per
+    token and layer), the logits with their float32 copy and gradient, and the batch."""
+    tokens = batch_size * m.block_size  # one micro-batch
+    act = 2 if dtype in LOW_PRECISION else 4  # bytes per activation
+    return {**model_memory(m), "gradients and AdamW state": 12 * GPT.count_params(m),
+            "activations": tokens * m.n_layer * 16 * m.n_embd * act,
+            "logits": tokens * m.vocab_size * (act + 8), "batch": 2 * tokens * 8}
+
+
+def gigabytes(n: float) -> str:
+    return f"{n / GB:,.1f} GB" if n < 1e6 * GB else f"{n / GB:.2g} GB"
+
+
+def check_memory(parts: dict[str, int], device: torch.device, what: str, fix: str) -> None:
+    """Refuse (one line) when `what` needs more bytes than `device` has available; the message
+    says how much, and the largest parts."""
+    need, have = sum(parts.values()), available_memory(device)
+    if have is None or need <= have:
+        return
+    largest = ", ".join(f"{k} {gigabytes(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:3]
+                        if v >= need / 100)
+    where = "this machine" if device.type == "cpu" else str(device)
+    raise UserError(f"{what} needs at least {gigabytes(need)} of memory ({largest}), but {where} has "
+                    f"{gigabytes(have)} available; {fix}")
+
+
+def check_step_time(flops: float, passes: int, what: str, fix: str) -> None:
+    """Refuse `what` when it surely takes longer than MAX_STEP_S: `passes` forward passes at
+    MIN_PASS_S each, or `flops` at FAST_FLOPS, whichever is longer (a measured peak would refuse
+    legitimate runs on a busy machine). Such a run would sit silent, not train."""
+    seconds = max(flops / FAST_FLOPS, passes * MIN_PASS_S)
+    if seconds > MAX_STEP_S:
+        raise UserError(f"{what} takes at least {seconds / 3600:,.0f} hours ({passes:,} passes of at least "
+                        f"{MIN_PASS_S * 1e3:g} ms, {flops:.1e} FLOPs at no more than {FAST_FLOPS:.0e} FLOP/s); {fix}")
+
+
+def check_training_fits(cfg: Config, dtype: str, device: torch.device) -> None:
+    """Refuse, before anything is allocated, a training config that cannot fit in memory, or whose
+    one optimizer step or evaluation surely takes over a day (say grad_accum=10**9)."""
+    m, t = cfg.model, cfg.train
+    check_memory(training_memory(m, t.batch_size, dtype), device,
+                 f"training ({m.n_layer} layers, n_embd {m.n_embd}, block {m.block_size}, batch {t.batch_size})",
+                 "lower model.n_layer, model.n_embd, model.block_size or train.batch_size")
+    forward = 2 * GPT.count_params(m) * t.batch_size * m.block_size  # FLOPs of one micro-batch's forward
+    check_step_time(3 * forward * t.grad_accum, t.grad_accum, f"one optimizer step (train.grad_accum="
+                    f"{t.grad_accum} x train.batch_size={t.batch_size})", "lower train.grad_accum or train.batch_size")
+    check_step_time(2 * forward * t.eval_iters, 2 * t.eval_iters, f"one evaluation (train.eval_iters="
+                    f"{t.eval_iters} batches per split)", "lower train.eval_iters")

@@ -1,0 +1,712 @@
+"""Guards docs/errors.md (issue 12): every bad input and fault in its table ends in one line and its
+exit code (2 for the user's or the machine's refusal, 130 after Ctrl-C), never a traceback, and
+never a mixed, lost or silently wrong run.
+
+The four data cases run end to end through the real command line: two trainings on one out_dir,
+--resume after the dataset changed, a restart after a training died before its first checkpoint,
+a sweep rerun after a finished run's ckpt.pt was deleted; so do the three Ctrl-C cases. The rest
+runs in this process through `errors.run_cli` (the very wrapper the scripts' `__main__` calls),
+which costs no start-up. One tiny char model (2 layers, 32 wide, block 32) is trained once for the
+module on a small generated text; every file lives in tmp, nothing touches the network.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+WORDS = "Anna Ben Clara saw a lazy dog by the zoo and a red kite in the park while it rained".split()
+CONFIG = """\
+model: {block_size: 32, n_layer: 2, n_head: 2, n_embd: 32}
+data: {tokenizer: char}
+train: {batch_size: 8, max_iters: 30, eval_interval: 15, eval_iters: 2, log_interval: 10, device: cpu,
+        dtype: float32, plot: never}
+"""
+BOMB = ("model: {n_layer: [&a [lol,lol,lol,lol,lol,lol,lol,lol,lol], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+        "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c], &e [*d,*d,*d,*d,*d,*d,*d,*d,*d], "
+        "&f [*e,*e,*e,*e,*e,*e,*e,*e,*e], &g [*f,*f,*f,*f,*f,*f,*f,*f,*f], &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]]}\n")
+
+
+def make_text(n_words: int = 1500, seed: int = 0) -> str:
+    """Lines of the WORDS (it holds a 'z', and no '#' or '\u00a7')."""
+    import random
+    rng = random.Random(seed)
+    return "".join(" ".join(rng.choice(WORDS) for _ in range(10)) + ".\n" for _ in range(n_words // 10))
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+# ---- helpers ----
+
+
+def in_process(script: str, args, capsys) -> Result:
+    """A script's main() through run_cli, as its `__main__` runs it: exit code and output."""
+    import bench
+    import compare
+    import export
+    import sample
+    import sweep
+    import train
+    from data import prepare
+    from tinygpt.errors import run_cli
+    main = {"train.py": train.main, "sample.py": sample.main, "data.prepare": prepare.main, "bench.py": bench.main,
+            "compare.py": compare.main, "sweep.py": sweep.main, "export.py": export.main}[script]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        run_cli(main, [str(a) for a in args])
+    out, err = capsys.readouterr()
+    return Result(info.value.code, out, err)
+
+
+def cli(script: str, *args, timeout: float = 300) -> Result:
+    """`python script args...` as a user runs it (a module of a folder through -m, from the repository)."""
+    command = [str(ROOT / script)] if script.endswith(".py") else ["-m", script]
+    done = subprocess.run([sys.executable, *command, *map(str, args)], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+def popen(script: str, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(ROOT / script), *map(str, args)], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def one_line(result: Result, *culprits: str, code: int = 2) -> str:
+    """Exit `code`, no traceback, stderr exactly one line (`error: ...` for code 2) naming every culprit."""
+    report = f"exit {result.code}\nstdout:\n{result.out[-3000:]}\nstderr:\n{result.err[-3000:]}"
+    assert result.code == code, report
+    assert "Traceback" not in result.err, report
+    lines = result.err.splitlines()
+    assert len(lines) == 1, report
+    assert lines[0].startswith("error: ") if code == 2 else lines[0] == "interrupted", report
+    for culprit in culprits:
+        assert culprit in lines[0], f"{culprit!r} not named in: {lines[0]}"
+    return lines[0]
+
+
+def wait_for(condition, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+# ---- the module's data, config and trained run ----
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread(one_thread):
+    """Tiny models: one thread (conftest's one_thread)."""
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("errors")
+    (folder / "corpus.txt").write_text(make_text(), encoding="utf-8")
+    (folder / "config.yaml").write_text(CONFIG, encoding="utf-8")
+    return folder
+
+
+def sets(tmp: Path, out_dir: Path, *extra: str, dataset: Path | None = None) -> list:
+    """The config file and --set arguments that keep a run's files inside tmp."""
+    return [tmp / "config.yaml", "--set", f"data.dataset={dataset or tmp / 'corpus.txt'}",
+            f"data.prepared_dir={tmp / 'prepared'}", f"train.out_dir={out_dir}", *extra]
+
+
+@pytest.fixture(scope="module")
+def run(tmp) -> Path:
+    """A finished 30-step run (ckpt.pt, best.pt, config.yaml, metrics.csv)."""
+    import train
+    train.main([*map(str, sets(tmp, tmp / "run")), "--quiet"])
+    return tmp / "run"
+
+
+def damaged_copy(run: Path, dest: Path, name: str = "best.pt", **changes) -> Path:
+    """A copy of run/name with `changes` applied to the checkpoint dict (None deletes a key), saved
+    with a valid checksum: what is refused is the content, not the file."""
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    ckpt = load_checkpoint(run / name)
+    for key, value in changes.items():
+        if value is None:
+            del ckpt[key]
+        elif callable(value):
+            value(ckpt)
+        else:
+            ckpt[key] = value
+    dest.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(dest / "ckpt.pt", ckpt)
+    shutil.copy(run / "config.yaml", dest / "config.yaml")
+    return dest
+
+
+# ======== 1-4: work mixed, lost or silently wrong (end to end) ========
+
+
+def test_1_a_second_training_on_one_out_dir_is_refused(tmp):
+    """A trains (its step-0 checkpoint is written); B on the same folder, new or --resume, is refused
+    with one line; A then stops on Ctrl-C with its checkpoint; the folder holds A's run alone."""
+    out = tmp / "shared"
+    a = popen("train.py", *sets(tmp, out, "train.max_iters=100000", "train.eval_interval=100000"), "--quiet")
+    try:
+        wait_for(lambda: (out / "ckpt.pt").exists() or a.poll() is not None)
+        assert a.poll() is None, a.communicate()[1][-2000:]
+        with ThreadPoolExecutor(2) as pool:
+            new, resumed = pool.map(lambda extra: cli("train.py", *sets(tmp, out), *extra), (["--quiet"], ["--resume"]))
+        assert a.poll() is None  # A was running all along
+    finally:
+        a.send_signal(signal.SIGINT)
+        a_out, a_err = a.communicate(timeout=120)
+    for result in (new, resumed):
+        one_line(result, str(out), "in use by another training", f"process {a.pid}")
+    assert a.returncode == 130 and b"continue with --resume" in a_out, a_err[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["best.pt", "ckpt.pt", "config.yaml", "metrics.csv"]  # no lock
+    from tinygpt.checkpoint import load_checkpoint
+    assert load_checkpoint(out / "ckpt.pt")["step"] > 0
+
+
+def test_1_temp_files_of_a_live_writer_are_never_swept(tmp_path):
+    """atomic_write removes the temp files of writers that died, never one being written."""
+    from tinygpt.checkpoint import atomic_write_text
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        mine = tmp_path / f".ckpt.pt.{os.getpid()}.abc.tmp"
+        theirs = tmp_path / f".ckpt.pt.{live.pid}.abc.tmp"
+        stale = tmp_path / f".ckpt.pt.{dead.pid}.abc.tmp"
+        for p in (mine, theirs, stale):
+            p.write_text("half a checkpoint")
+        atomic_write_text(tmp_path / "ckpt.pt", "new")
+        assert mine.exists() and theirs.exists() and not stale.exists()
+        assert (tmp_path / "ckpt.pt").read_text() == "new"
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_2_resume_after_the_dataset_changed_is_refused(tmp, capsys):
+    """The checkpoint records a digest of the prepared tokens and tokenizer: a changed dataset file
+    is refused on --resume (same vocabulary size, a bigger one, or more text of the same characters),
+    and continuing on the new data is an explicit new run (train.init_from)."""
+    import train
+    data = tmp / "changing.txt"
+    text = make_text(seed=1)
+    data.write_text(text, encoding="utf-8")
+    out = tmp / "run_data"
+    train.main([*map(str, sets(tmp, out, dataset=data)), "--stop-at", "10", "--quiet"])
+    before = files(out)
+
+    data.write_text(text.replace("z", "\u00a7"), encoding="utf-8")  # same vocabulary size, ids remapped
+    same_size = cli("train.py", *sets(tmp, out, dataset=data), "--resume", "--quiet")
+    one_line(same_size, "changing.txt", "--resume", "vocabulary changed")
+    data.write_text(text + "#\n", encoding="utf-8")  # one more character: a bigger vocabulary
+    bigger = in_process("train.py", [*sets(tmp, out, dataset=data), "--resume"], capsys)
+    one_line(bigger, "changing.txt", "vocabulary changed")
+    data.write_text(text + text[:500], encoding="utf-8")  # more text, the same characters
+    more = in_process("train.py", [*sets(tmp, out, dataset=data), "--resume"], capsys)
+    one_line(more, "changing.txt", f"train.init_from={out}")
+    assert files(out) == before  # nothing was written
+
+    tuned = in_process("train.py", [*sets(tmp, tmp / "run_data_2", f"train.init_from={out}", dataset=data),
+                                    "--quiet"], capsys)
+    assert tuned.code == 0, tuned.err
+
+
+def test_3_a_training_killed_before_its_first_checkpoint_can_be_started_again(tmp, capsys):
+    """SIGKILL before the first checkpoint leaves config.yaml and a stale .lock: a plain rerun
+    starts the run again (and takes the lock over); --resume says there is no checkpoint."""
+    out = tmp / "died_early"
+    a = popen("train.py", *sets(tmp, out, "train.eval_iters=20000"), "--quiet")  # step 0's eval is slow
+    wait_for(lambda: (out / "config.yaml").exists() or a.poll() is not None)
+    a.kill()
+    a.wait()
+    assert not (out / "ckpt.pt").exists() and (out / ".lock").exists()
+    one_line(in_process("train.py", [*sets(tmp, out), "--resume", "--quiet"], capsys), "no checkpoint", "drop --resume")
+    again = cli("train.py", *sets(tmp, out), "--quiet")
+    assert again.code == 0 and "done: step 30" in again.out, again.err[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["best.pt", "ckpt.pt", "config.yaml", "metrics.csv"]
+
+
+def test_4_a_sweep_rerun_never_deletes_best_pt(tmp, run):
+    """A finished sweep run whose ckpt.pt was deleted keeps its best.pt: reported, exit 1."""
+    sweep_dir = tmp / "sw"
+    (sweep_dir / "n_head=2").mkdir(parents=True)
+    shutil.copy(run / "best.pt", sweep_dir / "n_head=2" / "best.pt")
+    best = (sweep_dir / "n_head=2" / "best.pt").read_bytes()
+    result = cli("sweep.py", tmp / "config.yaml", "--grid", "model.n_head=2", "--out", sweep_dir, "--set",
+                 f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={tmp / 'prepared'}")
+    assert result.code == 1 and "Traceback" not in result.err, result.err
+    assert "has best.pt but no ckpt.pt" in result.out and "left as it is" in result.out
+    assert (sweep_dir / "n_head=2" / "best.pt").read_bytes() == best
+
+
+# ======== 5-7: resource exhaustion from a tiny file ========
+
+
+def bomb_list() -> list:
+    """The alias bomb's structure as Python data: 9**8 values when expanded, a few lists when shared."""
+    lol = ["lol"] * 9
+    for _ in range(7):
+        lol = [lol] * 9
+    return lol
+
+
+def refused_within(seconds: float, megabytes: float, script: str, args, capsys) -> str:
+    """The one line of a refusal that takes less than `seconds` and allocates (Python objects:
+    tracemalloc) less than `megabytes` at its peak; the unbounded message took 351 MB."""
+    import tracemalloc
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        result = in_process(script, args, capsys)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - t0 < seconds and peak < megabytes * 2**20, (time.perf_counter() - t0, peak)
+    return one_line(result)
+
+
+def test_5_a_yaml_alias_bomb_is_refused_at_once(tmp, capsys):
+    (tmp / "bomb.yaml").write_text(BOMB)
+    assert len(BOMB) < 400
+    line = refused_within(5, 20, "train.py", [tmp / "bomb.yaml"], capsys)
+    assert "bomb.yaml" in line and "aliases expand to more than" in line and len(line) < 300
+
+
+def test_5_a_checkpoint_holding_an_alias_bomb_is_refused_at_once(tmp, run, capsys):
+    """The same structure inside a checkpoint's config (pickle keeps it shared: a small file)."""
+    path = damaged_copy(run, tmp / "bomb_ckpt", config=lambda c: c["config"]["model"].update(n_layer=bomb_list()))
+    assert (path / "ckpt.pt").stat().st_size < 1_000_000
+    line = refused_within(5, 20, "sample.py", [path / "ckpt.pt"], capsys)
+    assert "model.n_layer=" in line and "must be of type int" in line and len(line) < 400
+
+
+def test_6_yaml_nested_20000_deep_is_one_line(tmp, capsys):
+    (tmp / "deep.yaml").write_text("model: " + "[" * 20000 + "]" * 20000 + "\n")
+    one_line(in_process("train.py", [tmp / "deep.yaml"], capsys), "deep.yaml", "nests deeper than")
+
+
+@pytest.mark.parametrize("override, culprit", [
+    ("model.n_embd=1000000000", "needs at least"),
+    ("model.n_layer=1000000000", "needs at least"),
+    ("model.block_size=100000000000", "attention masks"),
+    ("train.batch_size=1000000000", "activations"),
+    ("train.grad_accum=1000000000", "one optimizer step"),
+    ("train.eval_iters=1000000000", "one evaluation"),
+    ("data.stories_chars=1000000000000", "corpus"),
+])
+def test_7_absurd_sizes_are_refused_with_what_they_need(tmp, capsys, override, culprit):
+    out = tmp / "refused" / override.split("=")[0]
+    extra = ["data.dataset=stories"] if override.startswith("data.stories") else []
+    t0 = time.perf_counter()
+    line = one_line(in_process("train.py", [*sets(tmp, out, override, *extra), "--quiet"], capsys), culprit)
+    assert ("GB" in line or "hours" in line) and time.perf_counter() - t0 < 30
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("key, value", [("vocab_size", 10**12), ("block_size", 10**11)])
+def test_7_a_checkpoint_claiming_an_absurd_size_is_refused(tmp, run, capsys, key, value):
+    def claim(ckpt):
+        ckpt["config"]["model"][key] = value
+        ckpt["tokenizer"]["vocab_size"] = ckpt["config"]["model"]["vocab_size"]
+    path = damaged_copy(run, tmp / f"claims_{key}", config=claim)
+    one_line(in_process("sample.py", [path], capsys), str(path / "ckpt.pt"), "needs at least", "GB")
+
+
+# ======== 8: the environment ========
+
+
+def deny_writing(monkeypatch, folder: Path) -> None:
+    """os.access says `folder` is not writable (as a read-only file system would; root ignores chmod)."""
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == folder and mode & os.W_OK
+                        else real(p, mode, **kw))
+
+
+@pytest.mark.parametrize("key", ["train.out_dir", "data.prepared_dir"])
+def test_8_an_unwritable_folder_is_refused_before_any_work(tmp, capsys, monkeypatch, key):
+    import data.prepare
+    locked = tmp / f"locked_{key}"
+    locked.mkdir()
+    deny_writing(monkeypatch, locked)
+    monkeypatch.setattr(data.prepare, "load_text", lambda d: pytest.fail("prepared before checking"))
+    out = locked / "run" if key == "train.out_dir" else tmp / "refused" / "unwritable"
+    result = in_process("train.py", [*sets(tmp, out, f"data.prepared_dir={locked / 'prepared'}"), "--quiet"], capsys)
+    one_line(result, key, str(locked), "not writable")
+    assert list(locked.iterdir()) == [] and not out.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into read-only folders")
+def test_8_a_read_only_out_dir_is_refused(tmp, capsys):
+    locked = tmp / "read_only"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        one_line(in_process("train.py", [*sets(tmp, locked / "run"), "--quiet"], capsys), "not writable")
+    finally:
+        locked.chmod(0o755)
+
+
+@pytest.mark.parametrize("key", ["train.out_dir", "data.prepared_dir"])
+def test_8_a_path_below_a_file_is_refused(tmp, capsys, key):
+    (tmp / "notes.txt").write_text("a file, not a folder\n")
+    below = tmp / "notes.txt" / "sub"
+    args = sets(tmp, below if key == "train.out_dir" else tmp / "refused" / "below", f"{key}={below}")
+    one_line(in_process("train.py", [*args, "--quiet"], capsys), key, "notes.txt is a file")
+
+
+def test_8_a_nul_in_a_path_is_refused(tmp, capsys):
+    (tmp / "nul.yaml").write_text('train: {out_dir: "out/a\\0b"}\n')
+    one_line(in_process("train.py", [tmp / "nul.yaml"], capsys), "train.out_dir", "NUL")
+
+
+@pytest.mark.parametrize("what", ["config", "dataset"])
+def test_8_an_unreadable_file_is_refused(tmp, capsys, monkeypatch, what):
+    target = tmp / "config.yaml" if what == "config" else tmp / "corpus_unreadable.txt"
+    if what == "dataset":
+        target.write_text(make_text(seed=3))
+    method = "read_text" if what == "config" else "read_bytes"
+    real = getattr(Path, method)
+
+    def deny(self, *a, **kw):
+        if self == target:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self, *a, **kw)
+    monkeypatch.setattr(Path, method, deny)
+    result = in_process("train.py", [*sets(tmp, tmp / "refused" / "unreadable", dataset=target), "--quiet"], capsys)
+    one_line(result, str(target), "Permission denied")
+
+
+def test_8_a_full_disk_is_one_line_and_keeps_the_checkpoints(tmp, run, capsys, monkeypatch):
+    """ENOSPC while saving a checkpoint (train.max_iters raised, then --resume): one line, exit 2;
+    ckpt.pt and best.pt are byte for byte what they were, and no temp file is left."""
+    out = tmp / "disk_full"
+    shutil.copytree(run, out)
+    before = files(out)
+    real_save = torch.save
+
+    def full_disk(obj, f, *a, **kw):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(torch, "save", full_disk)
+    result = in_process("train.py", [*sets(tmp, out, "train.max_iters=45"), "--resume", "--quiet"], capsys)
+    monkeypatch.setattr(torch, "save", real_save)
+    one_line(result, "No space left on device", "the previous file is intact")
+    after = files(out)
+    assert after["ckpt.pt"] == before["ckpt.pt"] and after["best.pt"] == before["best.pt"]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+# ======== 9-10: damaged files, resuming with another dtype ========
+
+
+@pytest.mark.parametrize("name, changes, script, culprit", [
+    ("model not a dict", {"model": [1, 2, 3]}, "sample.py", "'model' is a list"),
+    ("vocab_size a string", {"config": lambda c: c["config"]["model"].update(vocab_size="many")}, "sample.py",
+     "model.vocab_size='many'"),
+    ("step a string", {"step": "ten"}, "export.py", "its step is 'ten'"),
+    ("rng missing", {"rng": None}, "train.py", "missing rng"),
+    ("optimizer damaged", {"optimizer": {"state": {}, "param_groups": "x"}}, "train.py", "cannot be resumed"),
+])
+def test_9_a_damaged_checkpoint_is_one_line(tmp, run, capsys, name, changes, script, culprit):
+    folder = tmp / "damaged" / name.replace(" ", "_")
+    damaged_copy(run, folder, "ckpt.pt", **changes)
+    args = {"sample.py": [folder], "export.py": [folder, tmp / "refused" / "export"],
+            "train.py": [*sets(tmp, folder, "train.max_iters=40"), "--resume", "--quiet"]}[script]
+    one_line(in_process(script, args, capsys), str(folder / "ckpt.pt"), culprit)
+
+
+def test_9_a_gpt2_config_json_with_a_string_size_is_one_line(tmp, capsys):
+    folder = tmp / "hf_string"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 8,
+                                                    "n_positions": 16, "vocab_size": "many"}))
+    one_line(in_process("export.py", ["--from-hf", folder, tmp / "refused" / "hf_string"], capsys),
+             "config.json", "vocab_size='many'")
+
+
+@pytest.mark.parametrize("damage", ["empty train.bin", "broken tokenizer.json"])
+def test_9_a_damaged_prepared_folder_is_rebuilt(tmp, run, capsys, damage):
+    from data.prepare import prepared_dir
+    from tinygpt.config import load_config
+    prep = tmp / f"prepared_{damage.split()[-1]}"
+    cfg = load_config(tmp / "config.yaml", [f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={prep}"])
+    ok = in_process("data.prepare", [tmp / "config.yaml", "--set", f"data.dataset={tmp / 'corpus.txt'}",
+                                     f"data.prepared_dir={prep}"], capsys)
+    assert ok.code == 0
+    folder = prepared_dir(cfg.data)
+    good = files(folder)
+    if damage == "empty train.bin":
+        (folder / "train.bin").write_bytes(b"")
+    else:
+        (folder / "tokenizer.json").write_text('{"kind": "char", "chars": "ab')
+    result = in_process("train.py", [*sets(tmp, tmp / f"run_{damage.split()[-1]}", f"data.prepared_dir={prep}",
+                                           "train.max_iters=2"), "--quiet"], capsys)
+    assert result.code == 0 and "Traceback" not in result.err, result.err
+    assert files(folder) == good  # rebuilt, the same
+
+
+def test_9_a_damaged_metrics_csv_is_one_line(tmp, run, capsys):
+    out = tmp / "bad_metrics"
+    shutil.copytree(run, out)
+    (out / "metrics.csv").write_text("step,train_loss\n10,3.1\nnot a number,oops\n")
+    before = files(out)
+    one_line(in_process("train.py", [*sets(tmp, out, "train.max_iters=40"), "--resume", "--quiet"], capsys),
+             "metrics.csv", "damaged")
+    assert files(out) == before
+    one_line(in_process("compare.py", [out, "--out", tmp / "cmp_bad"], capsys), "metrics.csv", "damaged")
+    (out / "metrics.csv").write_text("train_loss,val_loss\n3.1,3.2\n")  # no step column
+    one_line(in_process("compare.py", [out, "--out", tmp / "cmp_bad"], capsys), "metrics.csv", "no step column")
+
+
+def test_10_resume_may_change_the_dtype_to_float16(tmp, run, capsys):
+    """train settings may change on --resume: float32 -> float16 starts a fresh gradient scaler."""
+    out = tmp / "to_float16"
+    shutil.copytree(run, out)
+    result = in_process("train.py", [*sets(tmp, out, "train.dtype=float16", "train.max_iters=32",
+                                           "train.eval_interval=32"), "--resume", "--quiet"], capsys)
+    assert result.code == 0 and "done: step 32" in result.out, result.err
+    from tinygpt.checkpoint import load_checkpoint
+    assert load_checkpoint(out / "ckpt.pt")["scaler"]  # float16's scaler state is saved now
+
+
+# ======== 11-13: flags ========
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (["--temperature", "nan"], "--temperature=nan"),
+    (["--temperature", "inf"], "--temperature=inf"),
+    (["--temperature", "1e-45"], "too small"),
+    (["--seed", str(2**63)], "--seed"),
+    (["--seed", "-1"], "--seed"),
+])
+def test_11_sampling_flags_out_of_range(run, capsys, args, culprit):
+    one_line(in_process("sample.py", [run, *args], capsys), culprit)
+
+
+def test_11_a_tiny_top_p_keeps_the_most_likely_token(run, capsys):
+    """Found by the fuzz test: --top-p 1e-300 is 0 in float32, which dropped every token (NaN)."""
+    tiny = in_process("sample.py", [run, "--top-p", "1e-300", "--max-new-tokens", "20", "--prompt", "Anna"], capsys)
+    greedy = in_process("sample.py", [run, "--temperature", "0", "--max-new-tokens", "20", "--prompt", "Anna"], capsys)
+    assert tiny.code == 0 and tiny.out == greedy.out, tiny.err
+
+
+def test_11_a_train_seed_beyond_64_bits_is_refused(tmp, capsys):
+    one_line(in_process("train.py", [*sets(tmp, tmp / "refused" / "seed", f"train.seed={2**63}")], capsys),
+             "train.seed")
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (["--steps", "-1"], "--steps=-1"),
+    (["--loss-steps", "-3"], "--loss-steps=-3"),
+    (["--gen-heads", "0"], "--gen-heads=0"),
+    (["--gen-heads", "5", "--gen-embd", "32"], "not divisible"),
+    (["--gen-block", "0"], "--gen-block=0"),
+    (["--json", "."], "is a folder"),
+])
+def test_13_bench_flags_out_of_range(capsys, args, culprit):
+    one_line(in_process("bench.py", ["configs/stories.yaml", *args], capsys), culprit)
+
+
+def test_13_an_output_folder_that_is_a_file(tmp, run, capsys):
+    (tmp / "taken.txt").write_text("x")
+    one_line(in_process("sweep.py", [tmp / "config.yaml", "--grid", "model.n_head=1,2", "--out", tmp / "taken.txt"],
+                        capsys), "--out", "is a file")
+    one_line(in_process("compare.py", [run, "--out", tmp / "taken.txt"], capsys), "--out", "is a file")
+    one_line(in_process("export.py", [run, tmp / "taken.txt" / "hf"], capsys), "taken.txt is a file")
+
+
+# ======== 12: Ctrl-C ========
+
+
+def test_12_ctrl_c_is_one_line_exit_130(capsys):
+    from tinygpt.errors import run_cli
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+    with pytest.raises(SystemExit) as info:
+        run_cli(interrupted, [])
+    assert info.value.code == 130 and capsys.readouterr().err == "interrupted\n"
+
+
+def read_until(stream, marker: bytes, timeout: float = 120) -> bytes:
+    """Read a child's pipe until `marker` appears (a thread: the read blocks)."""
+    seen = bytearray()
+
+    def reader():
+        while marker not in seen:
+            chunk = os.read(stream.fileno(), 4096)
+            if not chunk:
+                return
+            seen.extend(chunk)
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert marker in seen, seen[-2000:]
+    return bytes(seen)
+
+
+def test_12_ctrl_c_while_sampling_preparing_and_training_twice(tmp, run):
+    """One 'interrupted' line and exit 130, in the middle of each: sampling (text streams out),
+    preparing data (the tokenizing bar shows), and training after a second Ctrl-C (the first asks
+    for a save at the end of the step; the second stops inside the slow step): ckpt.pt stays whole."""
+    big = tmp / "big.txt"
+    big.write_text(make_text(n_words=1_200_000, seed=5))  # > 4M characters: a progress bar, seconds of work
+    out = tmp / "twice"
+    procs = {
+        "sample": popen("sample.py", run, "--max-new-tokens", "1000000", "--prompt", "Anna"),
+        "prepare": subprocess.Popen([sys.executable, "-m", "data.prepare", tmp / "config.yaml", "--set",
+                                     f"data.dataset={big}", f"data.prepared_dir={tmp / 'prepared_big'}"],
+                                    cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE),
+        # one optimizer step of 20,000 micro-steps: seconds long, so both signals land inside it
+        "train": popen("train.py", *sets(tmp, out, "train.grad_accum=20000", "train.max_iters=1000"), "--quiet"),
+    }
+    try:
+        read_until(procs["sample"].stdout, b"Anna")
+        procs["sample"].send_signal(signal.SIGINT)
+        read_until(procs["prepare"].stderr, b"tokenizing")
+        procs["prepare"].send_signal(signal.SIGINT)
+        wait_for(lambda: (out / "ckpt.pt").exists() or procs["train"].poll() is not None)
+        time.sleep(0.5)  # past step 0's save and the signal check after it: inside the long step
+        procs["train"].send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        procs["train"].send_signal(signal.SIGINT)
+        results = {name: Result(p.wait(timeout=120), "", p.stderr.read().decode()) for name, p in procs.items()}
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+    for name, result in results.items():
+        assert result.code == 130, (name, result.err[-2000:])
+        assert "Traceback" not in result.err and result.err.rstrip().endswith("interrupted"), (name, result.err)
+    assert results["sample"].err == "interrupted\n" and results["train"].err == "interrupted\n"
+    assert not (tmp / "prepared_big").exists() or not any((tmp / "prepared_big").iterdir())
+    from tinygpt.checkpoint import load_checkpoint
+    assert load_checkpoint(out / "ckpt.pt")["step"] == 0 and not (out / ".lock").exists()
+
+
+# ======== 14: messages that mislead ========
+
+
+class RunsShell:
+    """A pickled payload that would call os.system when unpickled."""
+
+    def __reduce__(self):
+        return (os.system, ("echo PWNED",))
+
+
+def test_14_a_pickle_payload_is_named_as_such(tmp, capsys):
+    path = tmp / "evil.pt"
+    torch.save({"format": "tinygpt-checkpoint", "x": RunsShell()}, path)
+    result = in_process("sample.py", [path], capsys)
+    one_line(result, str(path), "holds pickled Python objects", "not loaded")
+    assert "PWNED" not in result.out and "weights_only=False" not in result.err
+
+
+def test_14_a_shape_mismatch_names_the_tensor_and_both_shapes(tmp, run, capsys):
+    def widen(ckpt):
+        ckpt["model"]["pos_emb.weight"] = torch.zeros(64, 32)
+    path = damaged_copy(run, tmp / "misshapen", model=widen)
+    one_line(in_process("sample.py", [path], capsys), "'pos_emb.weight'", "(64, 32)", "(32, 32)")
+
+
+def test_14_export_from_hf_refuses_a_malicious_bin_in_one_line(tmp, capsys):
+    folder = tmp / "evil_hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 8,
+                                                    "n_positions": 16, "vocab_size": 50257}))
+    torch.save({"wte.weight": RunsShell()}, folder / "pytorch_model.bin")
+    result = in_process("export.py", ["--from-hf", folder, tmp / "refused" / "from_hf"], capsys)
+    line = one_line(result, "pytorch_model.bin", "holds pickled Python objects")
+    assert "weights_only" not in line.replace("weights_only loading refused", "")
+
+
+def test_14_a_list_used_as_a_yaml_key(tmp, capsys):
+    (tmp / "listkey.yaml").write_text("model: {[n_layer, n_head]: 2}\n")
+    line = one_line(in_process("train.py", [tmp / "listkey.yaml"], capsys), "listkey.yaml", "used as a key")
+    assert "tag" not in line
+
+
+# ======== 15-16: small things ========
+
+
+def test_15_a_users_loss_png_is_never_overwritten(tmp, capsys):
+    folder = tmp / "pictures"
+    folder.mkdir()
+    (folder / "loss.png").write_bytes(b"\x89PNG my own plot")
+    one_line(in_process("train.py", [*sets(tmp, folder), "--quiet"], capsys), "loss.png", "not from a tinygpt run")
+    assert files(folder) == {"loss.png": b"\x89PNG my own plot"}
+
+
+def test_15_tilde_in_out_dir_is_the_home_folder(tmp, capsys, monkeypatch):
+    from tinygpt.config import load_config
+    monkeypatch.setenv("HOME", str(tmp / "home"))
+    monkeypatch.chdir(tmp)
+    cfg = load_config(tmp / "config.yaml", ["train.out_dir=~/x", "data.prepared_dir=~/prep", "data.dataset=~/c.txt"])
+    home = str(tmp / "home")
+    paths = (cfg.train.out_dir, cfg.data.prepared_dir, cfg.data.dataset)
+    assert paths == (f"{home}/x", f"{home}/prep", f"{home}/c.txt")
+
+
+def test_15_concurrent_preparations_agree(tmp):
+    """Four threads prepare the same data at once, 15 times over: each gets the complete folder, also
+    when another's folder appears between its check and its rename (atomic_dir looks again)."""
+    from data.prepare import load_prepared, prepare
+    from tinygpt.config import load_config
+    for round in range(15):
+        cfg = load_config(tmp / "config.yaml", [f"data.dataset={tmp / 'corpus.txt'}",
+                                                f"data.prepared_dir={tmp / 'race' / str(round)}"])
+        results, errors = [], []
+
+        def worker():
+            try:
+                folder = prepare(cfg, show_progress=False)
+                results.append((folder, len(load_prepared(folder).train)))
+            except BaseException as e:  # reported below
+                errors.append(e)
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and len(set(results)) == 1, (errors, results)
+        assert [p.name for p in (tmp / "race" / str(round)).iterdir()] == [results[0][0].name]
+
+
+def test_16_a_flipped_byte_in_tensor_data_is_refused(tmp, run, capsys):
+    path = tmp / "flipped" / "best.pt"
+    path.parent.mkdir()
+    shutil.copy(run / "best.pt", path)
+    with zipfile.ZipFile(path) as z:  # the largest tensor's bytes, stored uncompressed
+        info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    raw = bytearray(path.read_bytes())
+    name_len, extra_len = int.from_bytes(raw[info.header_offset + 26:info.header_offset + 28], "little"), \
+        int.from_bytes(raw[info.header_offset + 28:info.header_offset + 30], "little")
+    raw[info.header_offset + 30 + name_len + extra_len + info.file_size // 2] ^= 0x01
+    path.write_bytes(bytes(raw))
+    one_line(in_process("sample.py", [path], capsys), str(path), "checksum")
