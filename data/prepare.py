@@ -122,6 +122,8 @@ def _fingerprint(d: DataConfig) -> dict:
     """What the prepared arrays depend on; any change gives a new folder or a rebuild."""
     settings = {"version": PREP_VERSION, "dataset": d.dataset, "tokenizer": d.tokenizer,
                 "compact_vocab": d.compact_vocab, "val_fraction": d.val_fraction}
+    if d.tokenizer == "bpe":
+        settings["bpe_vocab_size"] = d.bpe_vocab_size
     if d.dataset == "stories":
         settings.update(stories_chars=d.stories_chars, stories_seed=d.stories_seed)
     elif d.dataset != "shakespeare":
@@ -206,7 +208,7 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     check_memory({"corpus": corpus_memory(d)}, torch.device("cpu"), f"preparing data.dataset={short(d.dataset)}",
                  "use a smaller dataset" + (" (data.stories_chars)" if d.dataset == "stories" else ""))
     text = load_text(d)
-    tokenizer = build_tokenizer(d.tokenizer, text, compact=d.compact_vocab)
+    tokenizer = build_tokenizer(d.tokenizer, text, compact=d.compact_vocab, bpe_vocab_size=d.bpe_vocab_size)
     ids = _encode(tokenizer, text, show_progress)
     n_val = int(len(ids) * d.val_fraction)
     dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32

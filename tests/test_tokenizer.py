@@ -279,3 +279,30 @@ def test_gpt2_ranks_from_offline_cache(gpt2_offline):
     assert back.encode(UNICODE_PARAGRAPH) == tok.encode(UNICODE_PARAGRAPH)
     dec = tok.stream_decoder()
     assert "".join(dec.push(i) for i in tok.encode(UNICODE_PARAGRAPH)) + dec.flush() == UNICODE_PARAGRAPH
+
+
+# ---- a BPE learned from the training text ----
+
+
+def test_learned_bpe_merges_the_most_frequent_pair_first():
+    merges = tk.learn_bpe_merges("aaab aaab aaab ab", 2)
+    # pieces "aaab", " aaab" x2, " ab": (a, a) occurs 6 times, (a, b) 4; after merging (a, a),
+    # (aa, a) occurs 3 times and (a, b) still 4, so (a, b) is next
+    tok = tk.LearnedBPETokenizer(merges)
+    assert tok.vocab_size == 258 and merges == [(ord("a"), ord("a")), (ord("a"), ord("b"))]
+    assert tok.decode(tok.encode("aaab aaab")) == "aaab aaab"
+
+
+def test_learned_bpe_round_trips_any_text_and_its_plain_data():
+    from data.stories import generate_stories
+    text = generate_stories(60_000, 3)[0]
+    tok = build_tokenizer("bpe", text, bpe_vocab_size=600)
+    assert tok.vocab_size == 600 and tok.kind == "bpe"
+    for sample in (text[:2000], UNICODE_PARAGRAPH, "zyzzyva 東京 🙂 never seen\n\n"):
+        ids = tok.encode(sample)
+        assert tok.decode(ids) == sample and all(0 <= i < 600 for i in ids)
+    assert len(tok.encode(text[:2000])) < 0.5 * len(text[:2000].encode())  # it learned to merge
+    again = tokenizer_from_dict(json.loads(json.dumps(tok.to_dict())))
+    assert again.encode(text[:2000]) == tok.encode(text[:2000]) and again.vocab_size == 600
+    with pytest.raises(UserError, match="merge"):
+        tokenizer_from_dict({"kind": "bpe", "vocab_size": 257, "merges": [[0, 999]]})

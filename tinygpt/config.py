@@ -30,8 +30,9 @@ from tinygpt.errors import UserError, short
 @dataclass
 class DataConfig:
     dataset: str = "stories"  # stories | shakespeare | path/to/file.txt | path/to/folder of .txt
-    tokenizer: str = "char"  # char | word | any tiktoken encoding: gpt2, r50k_base, cl100k_base, ...
-    compact_vocab: bool = True  # BPE only: keep just the token ids seen in the data (+256 byte tokens)
+    tokenizer: str = "char"  # char | word | bpe (learned from the text) | a tiktoken encoding: gpt2, cl100k_base, ...
+    bpe_vocab_size: int = 1024  # bpe only: tokens of the learned vocabulary (256 bytes + merges)
+    compact_vocab: bool = True  # tiktoken only: keep just the token ids seen in the data (+256 byte tokens)
     val_fraction: float = 0.1  # share of the tokens held out (the end of the text) for validation
     stories_chars: int = 1_500_000  # stories only: size of the generated corpus, in characters
     stories_seed: int = 1337  # stories only: the corpus is a pure function of this seed
@@ -322,7 +323,8 @@ def validate(cfg: Config, source: str) -> None:
                         f"({source}); valid n_head: {_divisors(m.n_embd)}")
     need(0.0 <= m.dropout < 1.0, "model.dropout", m.dropout, "must be in [0, 1)")
     need(bool(d.dataset.strip()), "data.dataset", d.dataset, "must name a dataset or a path")
-    need(bool(d.tokenizer.strip()), "data.tokenizer", d.tokenizer, "must be char, word or a tiktoken encoding")
+    need(bool(d.tokenizer.strip()), "data.tokenizer", d.tokenizer, "must be char, word, bpe or a tiktoken encoding")
+    need(257 <= d.bpe_vocab_size <= 65536, "data.bpe_vocab_size", d.bpe_vocab_size, "must be in 257..65536")
     need(0.0 < d.val_fraction < 1.0, "data.val_fraction", d.val_fraction, "must be in (0, 1)")
     need(d.stories_chars >= 10_000, "data.stories_chars", d.stories_chars, "must be >= 10000")
     for name in ("batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):

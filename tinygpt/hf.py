@@ -208,6 +208,9 @@ def tokenizer_note(tok: dict[str, Any]) -> str:
         return ("token ids are tinygpt's word vocabulary, not GPT-2's BPE: id i is piece i of "
                 "tinygpt.tokenizer.words (a word with the space before it, a punctuation mark or a "
                 "whitespace character); tokenizer.json gives these ids")
+    if kind == "bpe":
+        return ("token ids are a byte-level BPE learned from the run's training text (GPT-2's way, other "
+                "merges): tinygpt.tokenizer.merges; tokenizer.json gives these ids, a stock GPT-2 tokenizer does not")
     if "ids" in tok:
         return (f"token ids are remapped: a compact vocabulary of the tiktoken {encoding!r} encoding, "
                 f"id i = {encoding} id tinygpt.tokenizer.ids[i]; tokenizer.json gives these ids, a stock "

@@ -463,6 +463,90 @@ class TiktokenTokenizer(Tokenizer):
         return f"TiktokenTokenizer({self.name!r}, {compact}, vocab_size={self.vocab_size})"
 
 
+GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""  # GPT-2's pre-tokenization
+
+
+def learn_bpe_merges(text: str, n_merges: int) -> list[tuple[int, int]]:
+    """Byte-level BPE learned on `text`, as GPT-2's was: split the text with GPT-2's regex, start
+    from single bytes, and merge the most frequent adjacent pair of tokens (counted over the
+    pieces, weighted by how often each piece occurs; the lowest new token on a tie) until n_merges
+    merges are made or no pair is left. Returns the merges in order: merge i makes token 256 + i
+    from the tokens (left, right). Pair counts are updated incrementally, only for the pieces a
+    merge touches, so a corpus of a few megabytes learns in seconds."""
+    import regex  # tiktoken's own dependency: GPT-2's pattern needs Unicode classes (\p{L})
+    from collections import Counter, defaultdict
+    counts = Counter(regex.findall(GPT2_SPLIT, text))
+    pieces = [list(piece.encode("utf-8")) for piece in counts]  # each piece as its token ids
+    weight = list(counts.values())
+    pairs: Counter = Counter()  # (left, right) -> weighted count
+    where: dict[tuple[int, int], set[int]] = defaultdict(set)  # pair -> pieces that hold it
+    for i, ids in enumerate(pieces):
+        for pair in zip(ids, ids[1:]):
+            pairs[pair] += weight[i]
+            where[pair].add(i)
+    merges: list[tuple[int, int]] = []
+    while len(merges) < n_merges and pairs:
+        best = max(pairs.items(), key=lambda item: (item[1], -item[0][0], -item[0][1]))[0]
+        new = 256 + len(merges)
+        merges.append(best)
+        for i in where.pop(best, ()):
+            ids = pieces[i]
+            for pair in zip(ids, ids[1:]):  # forget this piece's pairs, merge, count them again
+                pairs[pair] -= weight[i]
+                if pairs[pair] <= 0:
+                    del pairs[pair]
+            out, j = [], 0
+            while j < len(ids):
+                if j + 1 < len(ids) and (ids[j], ids[j + 1]) == best:
+                    out.append(new)
+                    j += 2
+                else:
+                    out.append(ids[j])
+                    j += 1
+            pieces[i] = out
+            for pair in zip(out, out[1:]):
+                pairs[pair] += weight[i]
+                where[pair].add(i)
+    return merges
+
+
+class LearnedBPETokenizer(TiktokenTokenizer):
+    """A byte-level BPE learned from the training text (`data.tokenizer: bpe`, `data.bpe_vocab_size`
+    tokens): GPT-2's way of tokenizing, without a download, fitted to this text. Frequent words
+    become one token, rarer ones a few; any text encodes, down to single bytes. It encodes with
+    tiktoken, built from the learned merges (merge i = the token of rank 256 + i)."""
+
+    kind = "bpe"
+
+    def __init__(self, merges: Sequence[tuple[int, int]]) -> None:
+        import tiktoken
+        tokens = [bytes([b]) for b in range(256)]
+        for left, right in merges:
+            if not (0 <= left < len(tokens) and 0 <= right < len(tokens)):
+                raise UserError(f"the learned BPE's merge ({left}, {right}) names a token that does not exist yet; "
+                                f"re-run python -m data.prepare")
+            tokens.append(tokens[left] + tokens[right])
+        if len(set(tokens)) != len(tokens):
+            raise UserError("the learned BPE's merges make the same token twice; re-run python -m data.prepare")
+        self.merges = [(int(a), int(b)) for a, b in merges]
+        encoding = tiktoken.Encoding("bpe", pat_str=GPT2_SPLIT, special_tokens={},
+                                     mergeable_ranks={token: rank for rank, token in enumerate(tokens)})
+        super().__init__("bpe", None, encoding)
+
+    @classmethod
+    def from_text(cls, text: str, vocab_size: int) -> "LearnedBPETokenizer":
+        if not text:
+            raise UserError("the training text is empty, so a BPE vocabulary cannot be learned from it; "
+                            "point data.dataset at a non-empty text file")
+        return cls(learn_bpe_merges(text, vocab_size - 256))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "vocab_size": self.vocab_size, "merges": [list(m) for m in self.merges]}
+
+    def __repr__(self) -> str:
+        return f"LearnedBPETokenizer(vocab_size={self.vocab_size})"
+
+
 def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
     """Prompt -> ids; an empty prompt starts from a newline (or token 0 if there is none)."""
     ids = tokenizer.encode(prompt) if prompt else []
@@ -474,12 +558,14 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
     return ids
 
 
-def build_tokenizer(name: str, text: str, compact: bool = True) -> Tokenizer:
-    """Tokenizer `name` ("char", "word" or a tiktoken encoding) for training text `text`."""
+def build_tokenizer(name: str, text: str, compact: bool = True, bpe_vocab_size: int = 1024) -> Tokenizer:
+    """Tokenizer `name` ("char", "word", "bpe" or a tiktoken encoding) for training text `text`."""
     if name == "char":
         return CharTokenizer.from_text(text)
     if name == "word":
         return WordTokenizer.from_text(text)
+    if name == "bpe":
+        return LearnedBPETokenizer.from_text(text, bpe_vocab_size)
     return TiktokenTokenizer.from_text(name, text, compact=compact)
 
 
@@ -501,6 +587,13 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
                 or words != sorted(set(words)):
             raise UserError(f"word tokenizer data has no valid 'words' (distinct sorted strings); {fix}")
         tok = WordTokenizer(words)
+    elif kind == "bpe":
+        merges = d.get("merges")
+        if not isinstance(merges, list) or not all(
+                isinstance(m, list) and len(m) == 2 and all(isinstance(i, int) and not isinstance(i, bool) for i in m)
+                for m in merges):
+            raise UserError(f"bpe tokenizer data has no valid 'merges' (pairs of token ids); {fix}")
+        tok = LearnedBPETokenizer(merges)
     elif kind == "tiktoken":
         name, ids = d.get("encoding"), d.get("ids")
         if not isinstance(name, str):
@@ -510,7 +603,7 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
             raise UserError(f"tiktoken tokenizer data has a malformed 'ids' list (integers expected); {fix}")
         tok = TiktokenTokenizer(name, ids, closed=d.get("closed") is True)  # absent: saved before closing
     else:
-        raise UserError(f"tokenizer data has unknown kind {kind!r} (expected 'char', 'word' or 'tiktoken'); {fix}")
+        raise UserError(f"tokenizer data has unknown kind {kind!r} (expected 'char', 'word', 'bpe' or 'tiktoken'); {fix}")
     vocab_size = d.get("vocab_size")
     if vocab_size is not None and vocab_size != tok.vocab_size:
         raise UserError(f"tokenizer data says vocab_size={vocab_size} but rebuilds with "
