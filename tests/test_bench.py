@@ -27,3 +27,17 @@ def test_bench_reports_every_section(tmp_path, one_thread):
         assert att["sdpa_ms"] > 0 and att["matmul_ms"] > 0
     g = res["generate"]
     assert g["same_text"] and g["n_tokens"] == 20 and g["cached_tokens_per_s"] > 0
+
+
+def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
+    pytest.importorskip("transformers")
+    import bench
+    res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
+                      f"data.prepared_dir={tmp_path / 'prepared'}", "train.device=cpu", "--steps", "0",
+                      "--gen-tokens", "16", "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32",
+                      "--gen-block", "32", "--vs-hf"])
+    h = res["vs_hf"]
+    assert h["same_tokens"] and h["n_tokens"] == 16  # same weights, same greedy tokens: a fair race
+    assert h["tinygpt_tokens_per_s"] > 0 and h["transformers_tokens_per_s"] > 0 and h["tinygpt_bf16_tokens_per_s"] > 0
+    assert h["ratio"] == pytest.approx(h["tinygpt_tokens_per_s"] / h["transformers_tokens_per_s"])
+    assert 0 <= h["bf16_same_tokens_share"] <= 1 and h["bandwidth_limit_tokens_per_s"] > 0

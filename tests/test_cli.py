@@ -277,6 +277,23 @@ def test_same_seed_same_text(samples, run):
     assert all(len(continuation(p)) == 40 for p in split_samples(other))
 
 
+def test_dtype_bfloat16_generates_with_bfloat16_weights(run, monkeypatch):
+    import sample
+    seen = []
+    real = sample.generate_steps
+
+    def spy(model, *args, **kwargs):
+        seen.append(next(model.parameters()).dtype)
+        return real(model, *args, **kwargs)
+    monkeypatch.setattr(sample, "generate_steps", spy)
+    args = [run, "--prompt", PROMPT, "--max-new-tokens", 40, "--temperature", 0]
+    text = sample_text(args + ["--dtype", "bfloat16"])
+    generated = continuation(split_samples(text)[0])
+    assert seen == [torch.bfloat16] and len(generated) == 40 and set(generated) <= set(VOCAB)
+    sample_text(args)
+    assert seen[-1] == torch.float32  # the default
+
+
 # ---- stop and resume ----
 
 

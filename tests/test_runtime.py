@@ -99,6 +99,7 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
     monkeypatch.setattr(runtime.time, "process_time", lambda: clock["own"])
     monkeypatch.setattr(runtime.time, "sleep", lambda s: None)
     monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     threads = torch.get_num_threads()
 
     def second(own: float, others: float) -> int:  # 100 ticks per core-second
@@ -114,6 +115,9 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
         assert second(own=1.0, others=0.5) == 1  # half a core busy is not free
         assert second(own=1.0, others=0.1) == 2  # a light load leaves the core free
         assert runtime.ThreadPolicy(fixed=1).update(force=True) == 1  # pinned: never re-checked
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the user's cap: one thread even on idle cores,
+        policy = runtime.ThreadPolicy(interval_s=1.0)  # so a run repeats bit for bit
+        assert second(own=1.0, others=0.0) == 1
     finally:
         torch.set_num_threads(threads)
 

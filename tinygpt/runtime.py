@@ -220,15 +220,23 @@ class ThreadPolicy:
     (docs/results.md). So every `interval_s` seconds `update()` measures how many cores the other
     processes kept busy since the last check (/proc/stat for this process's CPUs, minus this
     process's own CPU time) and sets torch's threads to the free cores, at least 1 and at most
-    `max_threads`. `fixed` > 0 pins the count instead. Off /proc (macOS, Windows) it keeps torch's
-    default."""
+    `max_threads` (default: the OMP_NUM_THREADS environment variable if set, else every core this
+    process may use). `fixed` > 0 pins the count instead. Off /proc (macOS, Windows) it keeps torch's
+    default.
+
+    Float sums split over a different number of threads round differently, so a run whose thread
+    count moved is equal to float rounding, not bit for bit, to one that kept it: pin the count
+    (`fixed`, train.threads: N, or OMP_NUM_THREADS=N) for bit-identical repeats and resumes."""
 
     def __init__(self, max_threads: int | None = None, fixed: int = 0, interval_s: float = 1.0):
         try:
             self.cpus = set(os.sched_getaffinity(0))
         except AttributeError:  # not Linux
             self.cpus = set(range(os.cpu_count() or 1))
-        self.max_threads = max(1, min(max_threads or len(self.cpus), len(self.cpus)))
+        if max_threads is None:
+            env = os.environ.get("OMP_NUM_THREADS", "")
+            max_threads = int(env) if env.isdigit() and int(env) > 0 else len(self.cpus)
+        self.max_threads = max(1, min(max_threads, len(self.cpus)))
         self.fixed, self.interval_s = fixed, interval_s
         self.threads = torch.get_num_threads()
         self._last: tuple[float, float, int, int] | None = None  # (wall, own cpu, busy, total)
