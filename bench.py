@@ -10,6 +10,7 @@ repeated short measurements, alternated between the variants, median of each.
 """
 from __future__ import annotations
 
+import copy
 import json
 import platform
 import resource
@@ -177,16 +178,24 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
                               pad_token_id=0, eos_token_id=None)
         outputs["transformers"] = out[0, 1:].tolist()
 
-    low = GPT(mcfg).to(device).eval()  # the same weights in bfloat16: half the bytes per token
+    low = GPT(mcfg).to(device).eval()  # the same weights in bfloat16, in both: half the bytes per token
     low.load_state_dict(model.state_dict())
     low = low.to(torch.bfloat16)
+    hf_low = copy.deepcopy(hf).to(torch.bfloat16)
 
     def ours_bf16() -> None:
         outputs["tinygpt bfloat16"] = [int(t) for t in generate(low, idx, n_tokens, temperature=0)]
 
-    times: dict[str, list[float]] = {"tinygpt": [], "transformers": [], "tinygpt bfloat16": []}
+    def theirs_bf16() -> None:
+        with torch.no_grad():
+            out = hf_low.generate(idx, max_new_tokens=n_tokens, min_new_tokens=n_tokens, do_sample=False,
+                                  pad_token_id=0, eos_token_id=None)
+        outputs["transformers bfloat16"] = out[0, 1:].tolist()
+
+    runs = {"tinygpt": ours, "transformers": theirs, "tinygpt bfloat16": ours_bf16, "transformers bfloat16": theirs_bf16}
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for rep in range(reps + 1):
-        for name, fn in (("tinygpt", ours), ("transformers", theirs), ("tinygpt bfloat16", ours_bf16)):
+        for name, fn in runs.items():
             t = timed(fn, device)
             if rep:  # the first round warms up
                 times[name].append(t)
@@ -195,6 +204,9 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     tok_s = {name: n_tokens / statistics.median(ts) for name, ts in times.items()}
     return {"tinygpt_tokens_per_s": tok_s["tinygpt"], "transformers_tokens_per_s": tok_s["transformers"],
             "tinygpt_bf16_tokens_per_s": tok_s["tinygpt bfloat16"],
+            "transformers_bf16_tokens_per_s": tok_s["transformers bfloat16"],
+            "ratio_bf16": tok_s["tinygpt bfloat16"] / tok_s["transformers bfloat16"],
+            "same_tokens_bf16": outputs["tinygpt bfloat16"] == outputs["transformers bfloat16"],
             "bf16_same_tokens_share": sum(a == b for a, b in zip(outputs["tinygpt bfloat16"], outputs["tinygpt"])) / n_tokens,
             "ratio": tok_s["tinygpt"] / tok_s["transformers"], "same_tokens": outputs["tinygpt"] == outputs["transformers"],
             "n_tokens": n_tokens, "weights_mb": weight_bytes / 2**20, "bandwidth_gb_s": bandwidth / 1e9,
@@ -369,9 +381,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(f"greedy decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd}, block {gcfg.block_size}, {h['n_tokens']} tokens, "
               f"same weights: tinygpt {h['tinygpt_tokens_per_s']:,.0f} tok/s, transformers {h['transformers']} generate "
               f"{h['transformers_tokens_per_s']:,.0f} tok/s: {h['ratio']:.2f}x; same tokens: {h['same_tokens']}")
-        print(f"  tinygpt with bfloat16 weights (sample.py --dtype bfloat16): {h['tinygpt_bf16_tokens_per_s']:,.0f} tok/s, "
-              f"{h['tinygpt_bf16_tokens_per_s'] / h['transformers_tokens_per_s']:.2f}x transformers' float32; "
-              f"{h['bf16_same_tokens_share']:.0%} of its tokens equal the float32 ones")
+        print(f"  bfloat16 weights in both (sample.py --dtype bfloat16): tinygpt {h['tinygpt_bf16_tokens_per_s']:,.0f} "
+              f"tok/s, transformers {h['transformers_bf16_tokens_per_s']:,.0f} tok/s: {h['ratio_bf16']:.2f}x; same "
+              f"tokens: {h['same_tokens_bf16']}; {h['bf16_same_tokens_share']:.0%} of tinygpt's tokens equal its "
+              f"float32 ones")
         print(f"  memory bandwidth {h['bandwidth_gb_s']:.1f} GB/s over {h['weights_mb']:.1f} MB of weights read per "
               f"token: at most {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s")
     if args.under_load:

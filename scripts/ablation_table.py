@@ -23,8 +23,18 @@ from tinygpt.report import stats
 SAVED = (".json", ".txt")  # a saved probe output, read instead of probing again
 
 
-def probe_result(target: str, stories: int, device: str, out: Path | None) -> dict:
-    """The probe.py --ablate figures of one run (its final JSON line)."""
+def labels(targets: list[str]) -> list[str]:
+    """The shortest path tails that tell the runs apart: seed1337/run, seed1338/run, not run, run."""
+    parts = [Path(t).resolve().with_suffix("").parts for t in targets]
+    for k in range(1, max(map(len, parts)) + 1):
+        tails = ["/".join(p[-k:]) for p in parts]
+        if len(set(tails)) == len(tails):
+            return tails
+    return tails
+
+
+def probe_result(target: str, label: str, stories: int, device: str, out: Path | None) -> dict:
+    """The probe.py --ablate figures of one run (its final JSON line), labelled."""
     if Path(target).suffix in SAVED:
         text = Path(target).read_text(encoding="utf-8")
     else:
@@ -32,8 +42,8 @@ def probe_result(target: str, stories: int, device: str, out: Path | None) -> di
         _, text = run(["probe.py", target, "--ablate", "--stories", str(stories), "--device", device])
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
-            (out / f"probe_{Path(target).name}.txt").write_text(text, encoding="utf-8")
-    result = json.loads(text.strip().splitlines()[-1])
+            (out / f"probe_{label.replace('/', '_')}.txt").write_text(text, encoding="utf-8")
+    result = {**json.loads(text.strip().splitlines()[-1]), "label": label}
     if "drop" not in result.get("ablation", {}):
         raise SystemExit(f"{target}: no per-head ablation in this probe output (run probe.py RUN --ablate)")
     return result
@@ -47,7 +57,7 @@ def summary(result: dict) -> dict:
     by_drop = together["top two by zero-ablation drop"]
     harmful = ab["most_harmful"]
     return {
-        "run": result["run"], "references": ab["references"], "accuracy": 100 * ab["baseline"],
+        "run": result["label"], "references": ab["references"], "accuracy": 100 * ab["baseline"],
         "best_head": f"{best['layer']}.{best['head']}", "best_attention": 100 * best["attention"],
         "best_drop_zero": 100 * best["drop_zero"], "best_drop_mean": 100 * best["drop_mean"],
         "best_rank_zero": best["rank_zero"], "best_rank_mean": best["rank_mean"],
@@ -86,7 +96,7 @@ def table(rows: list[dict]) -> tuple[str, dict]:
     for r in rows:
         pair = f"{r['pair']}: {r['pair_drop_zero']:.1f} / {r['pair_drop_mean']:.1f}" if r["pair"] else "-"
         lines.append(
-            f"| {Path(r['run']).name} | {r['accuracy']:.1f}% | {r['best_head']} ({r['best_attention']:.1f}%) | "
+            f"| {r['run']} | {r['accuracy']:.1f}% | {r['best_head']} ({r['best_attention']:.1f}%) | "
             f"{r['best_drop_zero']:.1f} / {r['best_drop_mean']:.1f} | {r['median_drop_zero']:.1f} / "
             f"{r['median_drop_mean']:.1f} | {r['best_rank_zero']} / {r['best_rank_mean']} of {r['heads']} | "
             f"{r['harmful_zero']} ({r['harmful_drop_zero']:.1f}) / {r['harmful_mean']} ({r['harmful_drop_mean']:.1f}) | "
@@ -114,7 +124,8 @@ def main() -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--out", type=Path, help="keep each run's full probe output here")
     args = p.parse_args()
-    rows = [summary(probe_result(r, args.stories, args.device, args.out)) for r in args.runs]
+    rows = [summary(probe_result(r, label, args.stories, args.device, args.out))
+            for r, label in zip(args.runs, labels(args.runs))]
     text, figures = table(rows)
     print(text)
     print(json.dumps(figures))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Reruns every measurement quoted in the README, one after another (they compete for the CPU
-# otherwise), writing logs and JSON into $OUT (default out/experiments). About an hour on 2 cores.
-#   bash scripts/experiments.sh [all | foundation | attention | ablation | sweep | bench | speedrun]
+# Reruns every measurement quoted in docs/results.md, one after another (they compete for the CPU
+# otherwise), writing logs and JSON into $OUT (default out/experiments). On 2 cores: default
+# about 70 minutes, ablation 10, sweep about 8 hours (36 runs), the rest a few minutes each.
+#   bash scripts/experiments.sh [all | default | foundation | attention | ablation | sweep | bench | speedrun]
 # Tiny shakespeare is read from $SHAKESPEARE (default ../shared/data/tinyshakespeare.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,11 @@ OUT=${OUT:-out/experiments}
 SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}
 what=${1:-all}
 mkdir -p "$OUT"
+
+if [[ $what == all || $what == default ]]; then
+  # the default config over 3 seeds (probed), then the previous default, wall times in one run
+  python -m scripts.default_run --seeds 3 --out "$OUT/default_run" | tee "$OUT/default_run.txt"
+fi
 
 if [[ $what == all || $what == foundation ]]; then
   # the default config: wall time, then the share of 2,000 sampled words that occur in the corpus
@@ -28,23 +34,15 @@ if [[ $what == all || $what == attention ]]; then
 fi
 
 if [[ $what == all || $what == ablation ]]; then
-  # head ablation on the default config over 3 training seeds (docs/attention.md)
-  mkdir -p "$OUT/ablation"
-  python sweep.py configs/stories.yaml --quiet --grid train.seed=1337,1338,1339 --out "$OUT/ablation" \
-      | tee "$OUT/ablation/sweep.txt"
-  python -m scripts.ablation_table "$OUT"/ablation/seed=* --out "$OUT/ablation" | tee "$OUT/ablation/table.md"
+  # head ablation on the 3 seeds of the default (trained by `default` above, or here if missing)
+  [[ -d "$OUT/default_run/seed1339/run" ]] || python -m scripts.default_run --seeds 3 --skip-old --out "$OUT/default_run"
+  python -m scripts.ablation_table "$OUT"/default_run/seed*/run --out "$OUT/ablation" | tee "$OUT/ablation.md"
 fi
 
 if [[ $what == all || $what == sweep ]]; then
-  # head and layer counts at a fixed budget (1,500 steps: half the default), each probed for coreference
-  for grid in "model.n_head=1,2,4,8" "model.n_layer=1,2,4"; do
-    name=${grid%%=*}; name=${name#model.}
-    python sweep.py configs/stories.yaml --quiet --grid "$grid" --set train.max_iters=1500 \
-        --out "$OUT/sweep_$name" | tee "$OUT/sweep_$name.txt"
-    for run in "$OUT/sweep_$name"/*=*/; do
-      python probe.py "$run" | tail -n 1 | sed "s|^|$(basename "$run") |" >>"$OUT/sweep_${name}_probe.txt"
-    done
-  done
+  # heads x layers on the default at its own budget, 3 seeds each, every run probed for coreference
+  python sweep.py configs/stories.yaml --quiet --grid model.n_head=1,2,4,8 model.n_layer=1,2,4 --seeds 3 --probe \
+      --out "$OUT/heads_layers" | tee "$OUT/heads_layers.txt"
 fi
 
 if [[ $what == all || $what == bench ]]; then
@@ -54,6 +52,11 @@ if [[ $what == all || $what == bench ]]; then
   # float32 vs bfloat16 loss after 200 steps (the slow part: ~40 minutes on 2 cores)
   python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" train.device=cpu \
       model.dropout=0 --steps 0 --gen-tokens 0 --loss-steps 200 --json "$OUT/bench_loss.json" | tee "$OUT/bench_loss.txt"
+  # decoding and training with a busy process beside them; greedy decoding against transformers
+  python bench.py configs/stories.yaml --steps 0 --gen-tokens 0 --dtypes float32 --under-load \
+      --json "$OUT/bench_under_load.json" | tee "$OUT/bench_under_load.txt"
+  python bench.py configs/shakespeare_char.yaml --set data.dataset="$SHAKESPEARE" --steps 0 --gen-tokens 500 \
+      --dtypes float32 --vs-hf --json "$OUT/bench_vs_hf.json" | tee "$OUT/bench_vs_hf.txt"
 fi
 
 if [[ $what == all || $what == speedrun ]]; then

@@ -199,7 +199,7 @@ def test_probe_ablate_prints_the_drop_table(ablate_output):
 def test_ablation_table_over_saved_probe_outputs(ablate_output, tmp_path):
     text, result = ablate_output
     (tmp_path / "seed1.txt").write_text(text, encoding="utf-8")
-    row = ablation_table.summary(ablation_table.probe_result(str(tmp_path / "seed1.txt"), 3, "cpu", None))
+    row = ablation_table.summary(ablation_table.probe_result(str(tmp_path / "seed1.txt"), "seed1", 3, "cpu", None))
     ab = result["ablation"]
     assert row["accuracy"] == pytest.approx(100 * ab["baseline"])
     assert row["best_drop_zero"] == pytest.approx(100 * ab["most_attention"]["drop_zero"])
@@ -209,7 +209,12 @@ def test_ablation_table_over_saved_probe_outputs(ablate_output, tmp_path):
     assert len(lines) >= 2 + 2 + 1 + 2  # header, rule, two runs, mean ± sd, blank, the verdict, intervals
     accuracy = figures["mean_sd"]["accuracy"]
     assert (accuracy["mean"], accuracy["std"], accuracy["n"]) == pytest.approx((row["accuracy"] + 5, 10 / 2 ** 0.5, 2))
-    assert lines[4].startswith("| mean ± sd (2 runs) |")
+    assert lines[4].startswith("| mean ± sd (2 runs) |") and lines[2].startswith("| seed1 |")
+
+
+def test_ablation_table_labels_tell_runs_of_the_same_name_apart():
+    assert ablation_table.labels(["out/a/seed1337/run", "out/a/seed1338/run"]) == ["seed1337/run", "seed1338/run"]
+    assert ablation_table.labels(["x/seed=1", "x/seed=2.txt"]) == ["seed=1", "seed=2"]
 
 
 def test_probe_ablate_a_chosen_set(run):

@@ -40,4 +40,5 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     assert h["same_tokens"] and h["n_tokens"] == 16  # same weights, same greedy tokens: a fair race
     assert h["tinygpt_tokens_per_s"] > 0 and h["transformers_tokens_per_s"] > 0 and h["tinygpt_bf16_tokens_per_s"] > 0
     assert h["ratio"] == pytest.approx(h["tinygpt_tokens_per_s"] / h["transformers_tokens_per_s"])
+    assert h["ratio_bf16"] == pytest.approx(h["tinygpt_bf16_tokens_per_s"] / h["transformers_bf16_tokens_per_s"])
     assert 0 <= h["bf16_same_tokens_share"] <= 1 and h["bandwidth_limit_tokens_per_s"] > 0
