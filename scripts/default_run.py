@@ -1,6 +1,7 @@
 """The default run, old against new, in one run of this script: wall time and what the model learns.
 
-    python -m scripts.default_run [--seeds 3] [--old 802b8d0] [--out out/default_run] [--skip-old]
+    python -m scripts.default_run [--seeds 3] [--first-seed 1337] [--old 802b8d0] [--out out/default_run] [--skip-old]
+    python -m scripts.default_run --table SAVED_OUTPUT   # the table again, from the last line of a run's output
 
 (from the repository root, on a machine with nothing else running: the wall times are the point.)
 
@@ -25,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tinygpt.report import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = "802b8d0"  # the last commit of the previous default (configs/stories.yaml, word tokens, 4x4x128)
@@ -59,15 +62,20 @@ def train_and_probe(cwd: Path, out: Path, sets: list[str]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=3, help="runs of the current default (train.seed 1337, 1338, ...)")
+    p.add_argument("--first-seed", type=int, default=1337, help="the first of those seeds")
     p.add_argument("--old", default=OLD, help="the commit whose default is the baseline")
     p.add_argument("--skip-old", action="store_true", help="only the current default")
     p.add_argument("--out", type=Path, default=Path("out/default_run"))
+    p.add_argument("--table", type=Path, metavar="JSON", help="only print the table of a saved run's last line")
     args = p.parse_args()
+    if args.table:
+        print(table(json.loads(args.table.read_text(encoding="utf-8").strip().splitlines()[-1])["runs"]))
+        return
     out = (ROOT / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows = {}
     for i in range(args.seeds):  # the current default first: its figures are the point
-        seed = 1337 + i
+        seed = args.first_seed + i
         print(f"current default, seed {seed}: training ...", flush=True)
         rows[f"current default, seed {seed}"] = r = train_and_probe(ROOT, out / f"seed{seed}", [f"train.seed={seed}"])
         print(f"  {json.dumps(r)}", flush=True)
@@ -79,19 +87,37 @@ def main() -> None:
             rows["previous default"] = r = train_and_probe(Path(tmp), out / "old", [])
             print(f"  {json.dumps(r)}", flush=True)
 
+    print()
+    print(table(rows))
+    print(json.dumps({"date": time.strftime("%Y-%m-%d"), "old": args.old, "runs": rows}))
+
+
+def table(rows: dict[str, dict]) -> str:
+    """The markdown table: a row per run (marking each current run against the targets), then the
+    current runs' mean ± sd (tinygpt.report.stats)."""
     old = rows.get("previous default")
-    print(f"\n| run | wall s | vs previous | best val loss | antecedent | distractor | other | best head: "
-          f"antecedent / distractor | targets |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    lines = ["| run | wall s | vs previous | best val loss | antecedent | distractor | other | best head: "
+             "antecedent / distractor | targets |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for name, r in rows.items():
         ratio = r["wall_s"] / old["wall_s"] if old else None
         met = (r["antecedent"] >= TARGETS["antecedent"] and r["distractor"] <= TARGETS["distractor"]
                and r["ratio"] >= TARGETS["ratio"] and (ratio is None or ratio <= TARGETS["time"]))
         r["meets_targets"] = met if name != "previous default" else None
-        print(f"| {name} | {r['wall_s']:.0f} | {f'{ratio:.2f}x' if ratio else ''} | {r['best_val_loss']:.4f} | "
-              f"{100 * r['antecedent']:.1f}% | {100 * r['distractor']:.1f}% | {100 * r['other']:.1f}% | "
-              f"{r['head']}: {100 * r['head_antecedent']:.1f}% / {100 * r['head_distractor']:.1f}% "
-              f"({r['ratio']:.1f}x) | {'' if name == 'previous default' else 'met' if met else 'NOT met'} |")
-    print(json.dumps({"date": time.strftime("%Y-%m-%d"), "old": args.old, "runs": rows}))
+        lines.append(f"| {name} | {r['wall_s']:.0f} | {f'{ratio:.2f}x' if ratio else ''} | {r['best_val_loss']:.4f} | "
+                     f"{100 * r['antecedent']:.1f}% | {100 * r['distractor']:.1f}% | {100 * r['other']:.1f}% | "
+                     f"{r['head']}: {100 * r['head_antecedent']:.1f}% / {100 * r['head_distractor']:.1f}% "
+                     f"({r['ratio']:.1f}x) | {'' if name == 'previous default' else 'met' if met else 'NOT met'} |")
+    current = [r for name, r in rows.items() if name != "previous default"]
+    if len(current) > 1:
+        def pm(key: str, scale: float = 1.0, unit: str = "", digits: int = 1) -> str:
+            s = stats([scale * r[key] for r in current])
+            return f"{s['mean']:.{digits}f}{unit} ± {s['std']:.{digits}f}"
+        ratio = f"{pm('wall_s', 1 / old['wall_s'], 'x', 2)}" if old else ""
+        lines.append(f"| current default, mean ± sd ({len(current)} seeds) | {pm('wall_s', digits=0)} | {ratio} | "
+                     f"{pm('best_val_loss', digits=4)} | {pm('antecedent', 100, '%')} | {pm('distractor', 100, '%')} | "
+                     f"{pm('other', 100, '%')} | {pm('head_antecedent', 100, '%')} / {pm('head_distractor', 100, '%')} "
+                     f"({pm('ratio')}x) | {sum(bool(r['meets_targets']) for r in current)} of {len(current)} met |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

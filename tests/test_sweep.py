@@ -322,3 +322,16 @@ def test_loss_plot_is_not_squashed_by_the_step_0_loss(tmp_path, monkeypatch):
     assert 1.5 < high < 2.0 and low < 1.51  # the curve after the first 5% of the steps fills the axis
     notes = [t.get_text() for t in ax.texts]
     assert notes and notes[0].startswith("off the top: ") and "up to 6.90 at step 0" in notes[0]
+
+
+def test_default_run_table_marks_each_seed_against_the_targets():
+    from scripts import default_run
+    run = {"wall_s": 600.0, "best_val_loss": 0.8, "antecedent": 0.9, "distractor": 0.02, "other": 0.08,
+           "head": "L3H0", "head_antecedent": 0.8, "head_distractor": 0.01, "ratio": 80.0}
+    rows = {"current default, seed 1337": run, "current default, seed 1338": {**run, "antecedent": 0.8},
+            "previous default": {**run, "wall_s": 1000.0}}
+    lines = default_run.table(rows).splitlines()
+    assert lines[2].endswith("| met |") and "0.60x" in lines[2]
+    assert lines[3].endswith("| NOT met |")  # antecedent 80% < 85%
+    assert lines[-1].startswith("| current default, mean ± sd (2 seeds) | 600 ± 0 | 0.60x ± 0.00 |")
+    assert "85.0% ± 7.1" in lines[-1] and lines[-1].endswith("| 1 of 2 met |")

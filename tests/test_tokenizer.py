@@ -306,3 +306,10 @@ def test_learned_bpe_round_trips_any_text_and_its_plain_data():
     assert again.encode(text[:2000]) == tok.encode(text[:2000]) and again.vocab_size == 600
     with pytest.raises(UserError, match="merge"):
         tokenizer_from_dict({"kind": "bpe", "vocab_size": 257, "merges": [[0, 999]]})
+
+
+def test_tokenization_table_counts_the_words_a_tokenizer_splits():
+    from scripts.tokenization_table import split_words
+    from tinygpt.tokenizer import build_tokenizer
+    assert split_words(build_tokenizer("word", "a red kite, a red ball"), ["red", "kite"]) == 0
+    assert split_words(build_tokenizer("char", "a red kite"), ["red", "kite", "a"]) == 3  # " a" is 2 chars too
