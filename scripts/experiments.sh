@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reruns every measurement quoted in docs/results.md, one after another (they compete for the CPU
 # otherwise), writing logs and JSON into $OUT (default out/experiments). On 2 cores: default
-# about 70 minutes, ablation 10, sweep about 8 hours (36 runs), the rest a few minutes each.
+# about 70 minutes, ablation about 40, sweep about 8 hours (36 runs), the rest a few minutes each.
 #   bash scripts/experiments.sh [all | default | foundation | attention | ablation | sweep | bench | speedrun]
 # Tiny shakespeare is read from $SHAKESPEARE (default ../shared/data/tinyshakespeare.txt).
 set -euo pipefail
@@ -36,7 +36,7 @@ fi
 if [[ $what == all || $what == ablation ]]; then
   # head ablation on the 3 seeds of the default (trained by `default` above, or here if missing)
   [[ -d "$OUT/default_run/seed1339/run" ]] || python -m scripts.default_run --seeds 3 --skip-old --out "$OUT/default_run"
-  python -m scripts.ablation_table "$OUT"/default_run/seed*/run --out "$OUT/ablation" | tee "$OUT/ablation.md"
+  python -m scripts.ablation_table "$OUT"/default_run/seed*/run --stories 30 --out "$OUT/ablation" | tee "$OUT/ablation.md"
 fi
 
 if [[ $what == all || $what == sweep ]]; then
