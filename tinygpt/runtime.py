@@ -96,8 +96,9 @@ def keep_freed_memory() -> bool:
 
     Each training step allocates and frees the same large activations. By default glibc serves
     blocks over its mmap threshold with fresh pages and trims the heap's top when it is freed, so
-    every step faults its activations' pages in again: about 7,000 page faults a step for the
-    default model, 17x as many as with this setting (docs/results.md). Raising the mmap threshold
+    every step faults its activations' pages in again: about 9,000 page faults a step for the
+    default model, 27x as many as with this setting (`python -m scripts.page_faults`; on the
+    machine of docs/results.md the faults were cheap and the step time did not change). Raising the mmap threshold
     to its maximum (32 MiB) and the trim threshold keeps those pages mapped; the process then holds
     on to its peak memory. Returns False where it does not apply (not glibc)."""
     try:
@@ -215,8 +216,8 @@ class ThreadPolicy:
     """Intra-op CPU threads for the cores that other processes leave free, re-checked as it runs.
 
     A parallel op waits for its slowest thread. With 2 threads on 2 cores and another busy process,
-    one thread shares its core with that process, and every op waits for it: training ran at 10% of
-    its idle speed that way, decoding at 6%, while one thread keeps most of its speed
+    one thread shares its core with that process, and every op waits for it: training ran at a third
+    of its idle speed that way, decoding at a quarter, while the free cores keep most of it
     (docs/results.md). So every `interval_s` seconds `update()` measures how many cores the other
     processes kept busy since the last check (/proc/stat for this process's CPUs, minus this
     process's own CPU time) and sets torch's threads to the free cores, at least 1 and at most
