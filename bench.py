@@ -169,30 +169,23 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     idx = torch.zeros(1, 1, dtype=torch.long, device=device)
     outputs: dict[str, list[int]] = {}
 
-    def ours() -> None:
-        outputs["tinygpt"] = [int(t) for t in generate(model, idx, n_tokens, temperature=0)]
+    def ours(gpt: GPT, name: str) -> Callable[[], None]:
+        def run() -> None:
+            outputs[name] = [int(t) for t in generate(gpt, idx, n_tokens, temperature=0)]
+        return run
 
-    def theirs() -> None:
-        with torch.no_grad():
-            out = hf.generate(idx, max_new_tokens=n_tokens, min_new_tokens=n_tokens, do_sample=False,
-                              pad_token_id=0, eos_token_id=None)
-        outputs["transformers"] = out[0, 1:].tolist()
+    def theirs(hf_model, name: str) -> Callable[[], None]:
+        def run() -> None:
+            with torch.no_grad():
+                out = hf_model.generate(idx, max_new_tokens=n_tokens, min_new_tokens=n_tokens, do_sample=False,
+                                        pad_token_id=0, eos_token_id=None)
+            outputs[name] = out[0, 1:].tolist()
+        return run
 
-    low = GPT(mcfg).to(device).eval()  # the same weights in bfloat16, in both: half the bytes per token
-    low.load_state_dict(model.state_dict())
-    low = low.to(torch.bfloat16)
-    hf_low = copy.deepcopy(hf).to(torch.bfloat16)
-
-    def ours_bf16() -> None:
-        outputs["tinygpt bfloat16"] = [int(t) for t in generate(low, idx, n_tokens, temperature=0)]
-
-    def theirs_bf16() -> None:
-        with torch.no_grad():
-            out = hf_low.generate(idx, max_new_tokens=n_tokens, min_new_tokens=n_tokens, do_sample=False,
-                                  pad_token_id=0, eos_token_id=None)
-        outputs["transformers bfloat16"] = out[0, 1:].tolist()
-
-    runs = {"tinygpt": ours, "transformers": theirs, "tinygpt bfloat16": ours_bf16, "transformers bfloat16": theirs_bf16}
+    low = copy.deepcopy(model).to(torch.bfloat16)  # the same weights in bfloat16, in both: half the bytes per token
+    runs = {"tinygpt": ours(model, "tinygpt"), "transformers": theirs(hf, "transformers"),
+            "tinygpt bfloat16": ours(low, "tinygpt bfloat16"),
+            "transformers bfloat16": theirs(copy.deepcopy(hf).to(torch.bfloat16), "transformers bfloat16")}
     times: dict[str, list[float]] = {name: [] for name in runs}
     for rep in range(reps + 1):
         for name, fn in runs.items():
@@ -334,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         for d in dtypes:
             check_training_fits(cfg, d, device)
     m = cfg.model
+    gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
+                       n_embd=args.gen_embd, vocab_size=m.vocab_size)  # the decoding benches' model
     res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
                  "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "config": args.config, "overrides": args.set,
@@ -367,16 +362,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
             print(f"  {d:<10} SDPA {r['sdpa_ms']:8.2f} ms   two matmuls {r['matmul_ms']:8.2f} ms   "
                   f"SDPA / matmuls {r['sdpa_over_matmul']:.2f}")
     if args.gen_tokens:
-        gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
-                           n_embd=args.gen_embd, vocab_size=m.vocab_size)
         check_memory(model_memory(gcfg), device, "the --gen-* model", "lower --gen-layers, --gen-embd or --gen-block")
         g = bench_generation(gcfg, args.gen_tokens, device)
         res["generate"] = g
         print(f"generation {g['model']}, {g['n_tokens']} tokens: KV cache {g['cached_tokens_per_s']:,.0f} tok/s, "
               f"no cache {g['uncached_tokens_per_s']:,.0f} tok/s, {g['speedup']:.1f}x, same text: {g['same_text']}")
     if args.vs_hf:
-        gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
-                           n_embd=args.gen_embd, vocab_size=m.vocab_size)
         h = res["vs_hf"] = bench_vs_hf(gcfg, args.gen_tokens or 500, device)
         print(f"greedy decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd}, block {gcfg.block_size}, {h['n_tokens']} tokens, "
               f"same weights: tinygpt {h['tinygpt_tokens_per_s']:,.0f} tok/s, transformers {h['transformers']} generate "
@@ -388,8 +379,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(f"  memory bandwidth {h['bandwidth_gb_s']:.1f} GB/s over {h['weights_mb']:.1f} MB of weights read per "
               f"token: at most {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s")
     if args.under_load:
-        gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
-                           n_embd=args.gen_embd, vocab_size=m.vocab_size)
         res["under_load"] = bench_under_load(cfg, data, gcfg, device)
         print(f"under load: one busy process beside us; decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd} "
               f"(KV cache), training {res['model']}, float32; tokens/s, medians of 3 alternated rounds")
