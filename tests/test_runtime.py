@@ -95,6 +95,7 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
     """Per second of wall time: 2 cores, this process used `own` core-seconds, the machine `busy`."""
     clock = {"wall": 0.0, "own": 0.0, "busy": 0, "total": 0}
     monkeypatch.setattr(runtime, "_cpu_jiffies", lambda cpus: (clock["busy"], clock["total"]))
+    monkeypatch.setattr(runtime, "_runnable_tasks", lambda: 1)  # only us, at the start
     monkeypatch.setattr(runtime.time, "monotonic", lambda: clock["wall"])
     monkeypatch.setattr(runtime.time, "process_time", lambda: clock["own"])
     monkeypatch.setattr(runtime.time, "sleep", lambda s: None)
@@ -122,6 +123,27 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
         torch.set_num_threads(threads)
 
 
+def test_thread_policy_first_look_counts_the_threads_ready_to_run(monkeypatch):
+    """Before any window of ticks: the median of 5 instant counts of runnable threads, minus us."""
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(runtime.time, "sleep", lambda s: None)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    threads = torch.get_num_threads()
+    try:
+        for seen, expected in [([1, 1, 1, 1, 1], 2),  # alone
+                               ([1, 2, 1, 1, 1], 2),  # a passing task is not a busy core
+                               ([2, 2, 1, 2, 2], 1),  # a busy neighbour
+                               ([4, 3, 4, 4, 3], 1)]:  # more busy tasks than cores: still one thread
+            looks = iter(seen)
+            monkeypatch.setattr(runtime, "_runnable_tasks", lambda: next(looks))
+            assert runtime.ThreadPolicy().threads == expected, seen
+        monkeypatch.setattr(runtime, "_runnable_tasks", lambda: None)  # no /proc: torch's default
+        torch.set_num_threads(2)
+        assert runtime.ThreadPolicy().threads == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_thread_policy_leaves_a_busy_core_to_its_process():
     import os
     import subprocess
@@ -131,8 +153,10 @@ def test_thread_policy_leaves_a_busy_core_to_its_process():
     threads = torch.get_num_threads()
     busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 20\nwhile time.monotonic() < end: pass"])
     try:
-        policy = runtime.ThreadPolicy(interval_s=0.5)
         import time
+        time.sleep(0.3)  # its interpreter is up and spinning
+        policy = runtime.ThreadPolicy(interval_s=0.5)
+        assert policy.threads <= len(os.sched_getaffinity(0)) - 1  # the first look sees it
         time.sleep(1.0)
         assert policy.update(force=True) <= len(os.sched_getaffinity(0)) - 1
     finally:

@@ -212,6 +212,18 @@ def _cpu_jiffies(cpus: set[int]) -> tuple[int, int] | None:
     return (busy, total) if total else None
 
 
+def _runnable_tasks() -> int | None:
+    """Threads running or waiting for a CPU right now, machine-wide ('procs_running' in /proc/stat,
+    the caller included), else None."""
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("procs_running "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 class ThreadPolicy:
     """Intra-op CPU threads for the cores that other processes leave free, re-checked as it runs.
 
@@ -224,6 +236,12 @@ class ThreadPolicy:
     `max_threads` (default: the OMP_NUM_THREADS environment variable if set, else every core this
     process may use). `fixed` > 0 pins the count instead. Off /proc (macOS, Windows) it keeps torch's
     default.
+
+    The first count, before any window of ticks exists, is the number of other threads ready to run
+    (`procs_running` minus this one), the median of 5 looks 10 ms apart. /proc/stat counts CPU time in
+    ticks of 10 ms: over a first window short enough not to delay the start (it was 50 ms), one tick
+    of a passing process read as a fifth of a core busy, two as 0.4, enough to start on one core of
+    an idle machine for a whole second.
 
     Float sums split over a different number of threads round differently, so a run whose thread
     count moved is equal to float rounding, not bit for bit, to one that kept it: pin the count
@@ -244,9 +262,8 @@ class ThreadPolicy:
         if fixed:
             self._set(fixed)
         else:
-            self._sample()
-            time.sleep(0.05)  # a first look at the others' load while we are idle
-            self.update(force=True)
+            self._sample()  # the start of the first window of ticks
+            self._first_look()
 
     def _sample(self) -> tuple[float, float, int, int] | None:
         jiffies = _cpu_jiffies(self.cpus)
@@ -254,6 +271,23 @@ class ThreadPolicy:
             return None
         previous, self._last = self._last, (time.monotonic(), time.process_time(), *jiffies)
         return previous
+
+    def _first_look(self, looks: int = 5, apart_s: float = 0.01) -> None:
+        """Threads for the others' tasks ready to run now (see the class doc)."""
+        counts = []
+        for i in range(looks):
+            if i:
+                time.sleep(apart_s)
+            n = _runnable_tasks()
+            if n is None:
+                return
+            counts.append(n - 1)  # this thread is running while it reads
+        self._set(self._free(statistics.median_low(counts)))
+
+    def _free(self, others_busy: float) -> int:
+        """Threads for the cores the others leave free: a core counts as free if the others keep it
+        less than ~25% busy; at least 1, at most max_threads."""
+        return max(1, min(self.max_threads, int(len(self.cpus) - others_busy + 0.25)))
 
     def _set(self, n: int) -> None:
         if n != self.threads:
@@ -279,8 +313,7 @@ class ThreadPolicy:
             return self.threads
         busy = self.others_busy()
         if busy is not None:
-            # a core counts as free if the others keep it less than ~25% busy
-            self._set(max(1, min(self.max_threads, int(len(self.cpus) - busy + 0.25))))
+            self._set(self._free(busy))
         return self.threads
 
 
