@@ -6,9 +6,9 @@
 Reads each run's config.yaml and metrics.csv (nothing is trained or loaded onto a device) and
 prints a table: the config keys whose values differ between the runs, parameters, status, best val
 loss, final train loss, median tokens/s and wall time. The same table goes to DIR/results.md and
-DIR/results.csv, and the val-loss curves to DIR/val_loss.png (when matplotlib is installed), each
-run labelled by its differing config values. sweep.py writes its results with the same code
-(tinygpt/report.py). `--plot-only` draws each run's RUN_DIR/loss.png (train and val loss, as
+DIR/results.csv, the val-loss curves to DIR/val_loss.png and each setting's results to
+DIR/settings.png (when matplotlib is installed), each run labelled by its differing config
+values. sweep.py writes its results with the same code (tinygpt/report.py). `--plot-only` draws each run's RUN_DIR/loss.png (train and val loss, as
 train.py does) and, for several runs, DIR/val_loss.png, and writes no table: the way to (re)draw
 the pictures of an existing run.
 """
@@ -64,15 +64,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     varied = differing_keys(rows)
     if args.plot_only:
         return {"rows": rows, "varied": varied, "out": str(args.out), "plots": draw(args, rows, varied)}
-    table, png = write_report(rows, varied, args.out, title=f"Comparison of {len(rows)} runs")
+    table, pngs = write_report(rows, varied, args.out, title=f"Comparison of {len(rows)} runs")
     print(table, end="")
     if not varied and len(rows) > 1:
         print("(the runs' configs are identical apart from train.out_dir)")
-    print(f"wrote {args.out / 'results.md'}, {args.out / 'results.csv'}"
-          + (f", {png}" if png else ""))
-    if png is None:
-        print(MATPLOTLIB_NOTE.format(name="val_loss.png"))
-    return {"rows": rows, "varied": varied, "out": str(args.out), "plot": str(png) if png else None}
+    print(f"wrote {args.out / 'results.md'}, {args.out / 'results.csv'}" + "".join(f", {p}" for p in pngs))
+    if not pngs:
+        print(MATPLOTLIB_NOTE.format(name="val_loss.png and settings.png"))
+    return {"rows": rows, "varied": varied, "out": str(args.out), "plots": [str(p) for p in pngs]}
 
 
 if __name__ == "__main__":

@@ -9,13 +9,15 @@ under the sweep folder (default out/sweeps/<config stem>), named after its value
 `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at max_iters),
 resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
 checkpoint; a run directory trained with other settings (say, another --set) is reported, not
-reused. At the end it prints the table and writes results.md, results.csv, summary.csv and
-val_loss.png (with matplotlib) into the sweep folder: the same report as compare.py.
+reused. At the end it prints the table and writes results.md, results.csv, summary.csv,
+val_loss.png and settings.png (with matplotlib) into the sweep folder: the same report as compare.py.
 
 One run per setting says little: runs differ from seed to seed. `--seeds N` trains every setting
 with N seeds (a `train.seed` grid key: seed=1337, seed=1338, ...), and the report then gives, per
 setting, every metric's mean, standard deviation and 95% interval over the seeds, says which
-settings differ beyond their intervals, and plots the mean val-loss curves with a band. `--probe`
+settings differ beyond their intervals, and plots the mean val-loss curves with a band and each
+setting's results with their intervals (settings.png: against the first grid key, one line per value
+of the others). `--probe`
 adds the coreference probe (tinygpt/coreference.py) to every run trained on `stories`: the shares of
 references resolved to the antecedent, the distractor or neither, and the best heads' attention
 ratios; it is saved as probe.json in the run directory, so a rerun does not probe again.
@@ -303,16 +305,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
             sys.exit(128 + stop.args[0])
     failed = [r["run"] for r in rows if str(r.get("status", "")).startswith("failed")]
 
-    text, png = write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)}")
+    text, pngs = write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)}")
     print()
     print(text, end="")
-    print(f"wrote {out / 'results.md'}, {out / 'results.csv'}, {out / 'summary.csv'}" + (f", {png}" if png else ""))
-    if png is None:
-        print(MATPLOTLIB_NOTE.format(name="val_loss.png"))
+    print(f"wrote {out / 'results.md'}, {out / 'results.csv'}, {out / 'summary.csv'}" + "".join(f", {p}" for p in pngs))
+    if not pngs:
+        print(MATPLOTLIB_NOTE.format(name="val_loss.png and settings.png"))
     if failed:
         print(f"{len(failed)} of {len(plan)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
         sys.exit(1)
-    return {"out": str(out), "rows": rows, "runs": [str(run.run_dir) for run in plan], "plot": str(png) if png else None}
+    return {"out": str(out), "rows": rows, "runs": [str(run.run_dir) for run in plan], "plots": [str(p) for p in pngs]}
 
 
 if __name__ == "__main__":

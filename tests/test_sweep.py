@@ -256,6 +256,8 @@ def test_sweep_with_seeds_and_probe_summarizes_each_setting(tmp_path):
     assert "Per setting over seeds" in md and "| n_head=1 | 2 |" in md
     assert "Differences beyond the 95% intervals" in md or "No two settings differ" in md
     assert "probe: antecedent" in printed
+    if plots.can_plot():
+        assert result["plots"] == [str(out / "val_loss.png"), str(out / "settings.png")]
     # a rerun trains and probes nothing again
     _, again = run_sweep([CONFIG, "--grid", "model.n_head=1,2", "--seeds", "2", "--probe", "--probe-stories", "3",
                           *shrink(tmp_path / "prepared"), "data.tokenizer=char", "--out", str(out), "--quiet"])
@@ -322,6 +324,33 @@ def test_loss_plot_is_not_squashed_by_the_step_0_loss(tmp_path, monkeypatch):
     assert 1.5 < high < 2.0 and low < 1.51  # the curve after the first 5% of the steps fills the axis
     notes = [t.get_text() for t in ax.texts]
     assert notes and notes[0].startswith("off the top: ") and "up to 6.90 at step 0" in notes[0]
+
+
+def test_settings_plot_shows_each_setting_with_its_interval(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    rows = [{"model.n_head": h, "model.n_layer": L, "train.seed": s, "best_val_loss": 1.0 + h / 10 + L / 100 + s / 1000,
+             "antecedent": 0.5 + L / 10 + s / 100, "attribute_ratio": 2.0 * h + s}
+            for h in (1, 2, 4) for L in (1, 2) for s in (1, 2, 3)]
+    groups = report.group_by_setting(rows, ["model.n_head", "model.n_layer", "train.seed"])
+    plots.plot_settings(groups, tmp_path / "settings.png")
+    fig = figures["settings.png"]
+    assert [ax.get_ylabel() for ax in fig.axes] == [p[1] for p in plots.SETTING_PANELS]
+    ax = fig.axes[1]  # the antecedent share, in %
+    assert ax.get_legend_handles_labels()[1] == ["n_layer=1", "n_layer=2"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4"]
+    line = ax.lines[0]  # n_layer=1 against n_head: the mean of its 3 seeds
+    expected = report.stats([0.5 + 0.1 + s / 100 for s in (1, 2, 3)])
+    assert list(line.get_ydata()) == pytest.approx([100 * expected["mean"]] * 3)
+    bars = ax.containers[0][2][0].get_segments()  # the error bar of the first point: the 95% interval
+    assert bars[0][0][1] == pytest.approx(100 * expected["lo"]) and bars[0][1][1] == pytest.approx(100 * expected["hi"])
+    assert fig.axes[2].get_yscale() == "log"
+    unprobed = [{k: v for k, v in r.items() if k in ("model.n_head", "model.n_layer", "train.seed", "best_val_loss")}
+                for r in rows]
+    plots.plot_settings(report.group_by_setting(unprobed, ["model.n_head", "model.n_layer", "train.seed"]),
+                        tmp_path / "settings.png")
+    assert len(figures["settings.png"].axes) == 1  # no probe, no probe panels
+    assert plots.plot_settings(groups[:1], tmp_path / "one.png") is None  # one setting: nothing to compare
 
 
 def test_default_run_table_marks_each_seed_against_the_targets():

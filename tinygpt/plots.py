@@ -1,4 +1,5 @@
-"""Loss plots: a run's loss.png, and the val-loss curves of several runs (sweep.py, compare.py).
+"""Loss plots: a run's loss.png, and the val-loss curves and per-setting results of several runs
+(sweep.py, compare.py).
 
     python compare.py out/stories --plot-only   # -> out/stories/loss.png (train.py draws it too)
     from tinygpt.plots import plot_run
@@ -100,6 +101,51 @@ def plot_val_loss(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
     focus_y(ax, curves)
     if ax.lines:
         ax.legend(fontsize="small")
+    return _save(fig, Path(path))
+
+
+SETTING_PANELS = [("best_val_loss", "best val loss (nats/token)", 1.0),
+                  ("antecedent", "probe: antecedent share (%)", 100.0),
+                  ("attribute_ratio", "best head: antecedent / distractor attention", 1.0)]
+
+
+def plot_settings(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
+    """Each setting's result (report.group_by_setting) against the first varied key, one line per
+    value of the others: the mean with its 95% interval over seeds as an error bar, one panel per
+    metric in SETTING_PANELS that at least 2 settings have (the probe's only when probed) -> path,
+    or None without matplotlib or without 2 settings to compare."""
+    panels = [p for p in SETTING_PANELS if sum(g["stats"][p[0]]["mean"] is not None for g in groups) > 1]
+    fig = _new_figure() if panels else None
+    if fig is None:
+        return None
+    fig.set_size_inches(4.2 * len(panels), 4.2)
+    keys = list(groups[0]["setting"])
+    x_key, line_keys = keys[0], keys[1:]
+    xs = list(dict.fromkeys(str(g["setting"][x_key]) for g in groups))  # first-seen order
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for g in groups:
+        name = ", ".join(f"{k.split('.', 1)[1]}={g['setting'][k]}" for k in line_keys) or "mean"
+        lines.setdefault(name, []).append(g)
+    n = max(g["stats"][m]["n"] for g in groups for m, _, _ in panels)
+    for ax, (metric, ylabel, scale) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+        for i, (name, members) in enumerate(lines.items()):
+            shift = (i - (len(lines) - 1) / 2) * 0.06  # side by side, so the bars do not hide each other
+            pts = [(xs.index(str(g["setting"][x_key])) + shift, g["stats"][metric]) for g in members
+                   if g["stats"][metric]["mean"] is not None]
+            if not pts:
+                continue
+            x = [p for p, _ in pts]
+            mean = [st["mean"] * scale for _, st in pts]
+            err = [[(st["mean"] - st["lo"]) * scale if st["lo"] is not None else 0 for _, st in pts],
+                   [(st["hi"] - st["mean"]) * scale if st["hi"] is not None else 0 for _, st in pts]]
+            ax.errorbar(x, mean, yerr=err, marker="o", capsize=3, label=name)
+        ax.set_xticks(range(len(xs)), xs)
+        ax.set(xlabel=x_key.split(".", 1)[1], ylabel=ylabel)
+        if metric == "attribute_ratio":
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    fig.axes[0].legend(fontsize="small")
+    fig.suptitle(f"mean and 95% interval over {n} seeds" if n > 1 else "one run per setting", fontsize=10)
     return _save(fig, Path(path))
 
 

@@ -1,5 +1,6 @@
 """Results tables of several runs (sweep.py, compare.py): results.md, results.csv, the per-setting
-summary over seeds and the val-loss plot, written into one folder by `write_report`.
+summary over seeds and the plots (val-loss curves, each setting's results), written into one folder
+by `write_report`.
 
 Runs that differ only by `train.seed` are one *setting*: the summary gives, for every metric, the
 mean, the standard deviation, the 95% confidence interval of the mean (Student's t) and n, and
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tinygpt.checkpoint import atomic_write_text
-from tinygpt.plots import plot_val_loss
+from tinygpt.plots import plot_settings, plot_val_loss
 
 SEED = "train.seed"
 NEVER_COMPARED = {"train.out_dir"}  # differs between any two runs by construction
@@ -186,9 +187,10 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
 
 
 def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir: str | Path,
-                 title: str) -> tuple[str, Path | None]:
-    """Write results.md (per run, then per setting over seeds), results.csv, summary.csv and
-    val_loss.png into out_dir; return (the Markdown text printed, the plot path or None). Each row
+                 title: str) -> tuple[str, list[Path]]:
+    """Write results.md (per run, then per setting over seeds), results.csv, summary.csv,
+    val_loss.png and settings.png (each setting's result with its interval) into out_dir; return
+    (the Markdown text printed, the plots drawn: none without matplotlib). Each row
     holds 'run', the `varied` config keys, RESULT_COLUMNS and, when probed, the probe's columns."""
     out_dir = Path(out_dir)
     for r in rows:  # the varied values come from each run's config unless the row sets them
@@ -204,5 +206,5 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     atomic_write_text(out_dir / "results.md", f"# {title}\n\n{text}")
     atomic_write_text(out_dir / "results.csv", table_csv(rows, columns))
     atomic_write_text(out_dir / "summary.csv", summary_csv(groups, metrics))
-    png = plot_val_loss(groups, out_dir / "val_loss.png")
-    return text, png
+    pngs = [plot_val_loss(groups, out_dir / "val_loss.png"), plot_settings(groups, out_dir / "settings.png")]
+    return text, [p for p in pngs if p is not None]
