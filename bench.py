@@ -226,7 +226,9 @@ def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device,
                      steps: int = 8, reps: int = 3) -> dict[str, dict[str, float]]:
     """Greedy decoding (gcfg, KV cache) and training (cfg) tokens/s, idle and beside one busy process,
     with torch's default threads (one per core) and with the thread policy (runtime.ThreadPolicy:
-    the cores the other processes leave free). Medians of `reps` alternated rounds."""
+    the cores the other processes leave free), and the mean thread count per step each ran with.
+    Medians of `reps` alternated rounds; a fresh policy for each measurement, as each sample.py or
+    train.py run starts one."""
     torch.manual_seed(0)
     model = GPT(gcfg).to(device).eval()
     idx = torch.zeros(1, 1, dtype=torch.long, device=device)
@@ -234,33 +236,43 @@ def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device,
     tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum * cfg.model.block_size
     default_threads = torch.get_num_threads()
 
+    used: list[int] = []  # the thread count of every decoding or training step, as run
+
     def decode(policy: ThreadPolicy | None) -> float:
-        steps_ = following_free_cores(generate(model, idx, n_tokens, temperature=0), policy)
-        return n_tokens / timed(lambda: [int(t) for t in steps_], device)
+        def run() -> None:
+            for token in following_free_cores(generate(model, idx, n_tokens, temperature=0), policy):  # as sample.py
+                int(token)
+                used.append(torch.get_num_threads())
+        return n_tokens / timed(run, device)
 
     def train(policy: ThreadPolicy | None) -> float:
         def run() -> None:
             for _ in range(steps):
-                if policy is not None:
+                if policy is not None:  # as train.py
                     policy.update()
+                used.append(torch.get_num_threads())
                 trainer.step().item()
         return steps * tokens_per_step / timed(run, device)
 
     results: dict[str, list[float]] = {}
+    threads: dict[str, list[int]] = {}
     trainer.step()  # warm-up
     for _ in range(reps):
         for load in ("idle", "loaded"):
             with busy_process() if load == "loaded" else nullcontext():
                 for mode in ("default threads", "policy"):
                     torch.set_num_threads(default_threads)
-                    policy = ThreadPolicy() if mode == "policy" else None
-                    results.setdefault(f"decode|{mode}|{load}", []).append(decode(policy))
-                    results.setdefault(f"train|{mode}|{load}", []).append(train(policy))
+                    for work, fn in (("decode", decode), ("train", train)):
+                        policy = ThreadPolicy() if mode == "policy" else None
+                        used.clear()
+                        results.setdefault(f"{work}|{mode}|{load}", []).append(fn(policy))
+                        threads.setdefault(f"{work}|{mode}|{load}", []).extend(used)
     torch.set_num_threads(default_threads)
     out: dict[str, dict[str, float]] = {}
     for key, values in results.items():
         work, mode, load = key.split("|")
         out.setdefault(f"{work}|{mode}", {})[load] = statistics.median(values)
+        out[f"{work}|{mode}"][f"{load}_threads"] = statistics.fmean(threads[key])
     for r in out.values():
         r["loaded_over_idle"] = r["loaded"] / r["idle"]
     return out
@@ -382,10 +394,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
         res["under_load"] = bench_under_load(cfg, data, gcfg, device)
         print(f"under load: one busy process beside us; decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd} "
               f"(KV cache), training {res['model']}, float32; tokens/s, medians of 3 alternated rounds")
-        print(f"{'':<26}{'idle':>10}{'loaded':>10}{'loaded/idle':>13}")
+        print(f"{'':<26}{'idle':>10}{'loaded':>10}{'loaded/idle':>13}   threads used (mean per step): idle, loaded")
         for key, r in res["under_load"].items():
             work, mode = key.split("|")
-            print(f"{work + ', ' + mode:<26}{r['idle']:>10,.0f}{r['loaded']:>10,.0f}{r['loaded_over_idle']:>12.0%}")
+            print(f"{work + ', ' + mode:<26}{r['idle']:>10,.0f}{r['loaded']:>10,.0f}{r['loaded_over_idle']:>12.0%}"
+                  f"   {r['idle_threads']:.2f}, {r['loaded_threads']:.2f}")
     res["peak_memory_mb"] = peak_memory_mb(device)
     print(f"peak memory: {res['peak_memory_mb']:,.0f} MB")
     print(json.dumps(res))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -50,3 +51,21 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     assert h["ratio"] == pytest.approx(h["tinygpt_tokens_per_s"] / h["transformers_tokens_per_s"])
     assert h["ratio_bf16"] == pytest.approx(h["tinygpt_bf16_tokens_per_s"] / h["transformers_bf16_tokens_per_s"])
     assert 0 <= h["bf16_same_tokens_share"] <= 1 and h["bandwidth_limit_tokens_per_s"] > 0
+
+
+def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path, one_thread):
+    import bench
+    res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
+                      f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=2",
+                      "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
+                      "--steps", "0", "--gen-tokens", "0", "--dtypes", "float32", "--gen-layers", "1",
+                      "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64", "--under-load"])
+    u = res["under_load"]
+    assert sorted(u) == ["decode|default threads", "decode|policy", "train|default threads", "train|policy"]
+    cores = len(os.sched_getaffinity(0))
+    for key, r in u.items():
+        assert r["idle"] > 0 and r["loaded"] > 0 and r["loaded_over_idle"] == pytest.approx(r["loaded"] / r["idle"])
+        if key.endswith("default threads"):
+            assert r["idle_threads"] == r["loaded_threads"] == 1  # torch's count, as the test set it
+        else:  # the policy: the free cores, and one fewer beside the busy process
+            assert 1 <= r["idle_threads"] <= cores and 1 <= r["loaded_threads"] <= max(1, cores - 1)
