@@ -194,6 +194,7 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
                 times[name].append(t)
     weight_bytes = (model.num_params() - model.pos_emb.weight.numel()) * model.tok_emb.weight.element_size()
     bandwidth = memory_bandwidth(device)
+    matmul_share = matmul_time_share(runs["tinygpt"])
     tok_s = {name: n_tokens / statistics.median(ts) for name, ts in times.items()}
     return {"tinygpt_tokens_per_s": tok_s["tinygpt"], "transformers_tokens_per_s": tok_s["transformers"],
             "tinygpt_bf16_tokens_per_s": tok_s["tinygpt bfloat16"],
@@ -203,7 +204,19 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
             "bf16_same_tokens_share": sum(a == b for a, b in zip(outputs["tinygpt bfloat16"], outputs["tinygpt"])) / n_tokens,
             "ratio": tok_s["tinygpt"] / tok_s["transformers"], "same_tokens": outputs["tinygpt"] == outputs["transformers"],
             "n_tokens": n_tokens, "weights_mb": weight_bytes / 2**20, "bandwidth_gb_s": bandwidth / 1e9,
-            "bandwidth_limit_tokens_per_s": bandwidth / weight_bytes, "transformers": transformers.__version__}
+            "bandwidth_limit_tokens_per_s": bandwidth / weight_bytes, "matmul_share": matmul_share,
+            "transformers": transformers.__version__}
+
+
+def matmul_time_share(fn: Callable[[], None]) -> float:
+    """The share of fn's CPU time (torch.profiler, self time of every op) spent in matrix products:
+    for one-token decoding these are matrix-vector products, each reading a weight matrix once."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    ops = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in ops)
+    return sum(e.self_cpu_time_total for e in ops if e.key in ("aten::mm", "aten::addmm", "aten::bmm")) / total
 
 
 BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
@@ -390,6 +403,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
               f"float32 ones")
         print(f"  memory bandwidth {h['bandwidth_gb_s']:.1f} GB/s over {h['weights_mb']:.1f} MB of weights read per "
               f"token: at most {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s")
+        ms = 1e3 / h["tinygpt_tokens_per_s"]
+        print(f"  matrix products: {h['matmul_share']:.0%} of tinygpt's float32 decoding time (torch.profiler), "
+              f"{h['matmul_share'] * ms:.1f} of its {ms:.1f} ms per token; 2x transformers needs "
+              f"<= {500 / h['transformers_tokens_per_s']:.1f} ms per token for the same products")
     if args.under_load:
         res["under_load"] = bench_under_load(cfg, data, gcfg, device)
         print(f"under load: one busy process beside us; decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd} "
