@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reruns every measurement quoted in docs/results.md, one after another (they compete for the CPU
 # otherwise), writing logs and JSON into $OUT (default out/experiments). On 2 cores: default
-# about 70 minutes, ablation about 40, sweep about 8 hours (36 runs), the rest a few minutes each.
+# about 70 minutes, ablation about 40, sweep about 100 minutes (36 runs), the rest a few minutes each.
 #   bash scripts/experiments.sh [all | default | foundation | attention | ablation | sweep | bench | speedrun]
 # Tiny shakespeare is read from $SHAKESPEARE (default ../shared/data/tinyshakespeare.txt).
 set -euo pipefail
@@ -40,9 +40,15 @@ if [[ $what == all || $what == ablation ]]; then
 fi
 
 if [[ $what == all || $what == sweep ]]; then
-  # heads x layers on the default at its own budget, 3 seeds each, every run probed for coreference
-  python sweep.py configs/stories.yaml --quiet --grid model.n_head=1,2,4,8 model.n_layer=1,2,4 --seeds 3 --probe \
-      --out "$OUT/heads_layers" | tee "$OUT/heads_layers.txt"
+  # heads x layers on the default at a fixed budget of 500 steps, 3 seeds each, every run probed for
+  # coreference: two sweeps of one thread each side by side (half the grid each, one folder), then the
+  # whole grid once more, which finds every run finished and writes the report of all 36
+  HL=(configs/stories.yaml --quiet --seeds 3 --probe --set train.max_iters=500 train.eval_interval=125
+      --out "$OUT/heads_layers")
+  OMP_NUM_THREADS=1 python sweep.py "${HL[@]}" --grid model.n_head=1,8 model.n_layer=1,2,4 >"$OUT/heads_layers_1_8.txt" &
+  OMP_NUM_THREADS=1 python sweep.py "${HL[@]}" --grid model.n_head=2,4 model.n_layer=1,2,4 >"$OUT/heads_layers_2_4.txt" &
+  wait
+  python sweep.py "${HL[@]}" --grid model.n_head=1,2,4,8 model.n_layer=1,2,4 | tee "$OUT/heads_layers.txt"
 fi
 
 if [[ $what == all || $what == bench ]]; then

@@ -241,7 +241,8 @@ class ThreadPolicy:
     (`procs_running` minus this one), the median of 5 looks 10 ms apart. /proc/stat counts CPU time in
     ticks of 10 ms: over a first window short enough not to delay the start (it was 50 ms), one tick
     of a passing process read as a fifth of a core busy, two as 0.4, enough to start on one core of
-    an idle machine for a whole second.
+    an idle machine for a whole second. The count is machine-wide: a process pinned to a few CPUs
+    of a busy host may start on fewer threads, until the first window of its own CPUs' ticks.
 
     Float sums split over a different number of threads round differently, so a run whose thread
     count moved is equal to float rounding, not bit for bit, to one that kept it: pin the count
