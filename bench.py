@@ -249,23 +249,23 @@ def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device,
     tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum * cfg.model.block_size
     default_threads = torch.get_num_threads()
 
-    used: list[int] = []  # the thread count of every decoding or training step, as run
-
-    def decode(policy: ThreadPolicy | None) -> float:
+    def decode(policy: ThreadPolicy | None) -> tuple[float, list[int]]:
+        used = []
         def run() -> None:
             for token in following_free_cores(generate(model, idx, n_tokens, temperature=0), policy):  # as sample.py
                 int(token)
                 used.append(torch.get_num_threads())
-        return n_tokens / timed(run, device)
+        return n_tokens / timed(run, device), used
 
-    def train(policy: ThreadPolicy | None) -> float:
+    def train(policy: ThreadPolicy | None) -> tuple[float, list[int]]:
+        used = []
         def run() -> None:
             for _ in range(steps):
                 if policy is not None:  # as train.py
                     policy.update()
                 used.append(torch.get_num_threads())
                 trainer.step().item()
-        return steps * tokens_per_step / timed(run, device)
+        return steps * tokens_per_step / timed(run, device), used
 
     results: dict[str, list[float]] = {}
     threads: dict[str, list[int]] = {}
@@ -278,9 +278,8 @@ def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device,
                 for mode in ("default threads", "policy")[::1 if rep % 2 == 0 else -1]:
                     torch.set_num_threads(default_threads)
                     for work, fn in (("decode", decode), ("train", train)):
-                        policy = ThreadPolicy() if mode == "policy" else None
-                        used.clear()
-                        results.setdefault(f"{work}|{mode}|{load}", []).append(fn(policy))
+                        tokens_per_s, used = fn(ThreadPolicy() if mode == "policy" else None)
+                        results.setdefault(f"{work}|{mode}|{load}", []).append(tokens_per_s)
                         threads.setdefault(f"{work}|{mode}|{load}", []).extend(used)
     torch.set_num_threads(default_threads)
     out: dict[str, dict[str, float]] = {}
@@ -408,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         ms = 1e3 / h["tinygpt_tokens_per_s"]
         print(f"  matrix products: {h['matmul_share']:.0%} of tinygpt's float32 decoding time (torch.profiler), "
               f"{h['matmul_share'] * ms:.1f} of its {ms:.1f} ms per token; 2x transformers needs "
-              f"<= {500 / h['transformers_tokens_per_s']:.1f} ms per token for the same products")
+              f"<= {1e3 / (2 * h['transformers_tokens_per_s']):.1f} ms per token in all")
     if args.under_load:
         res["under_load"] = bench_under_load(cfg, data, gcfg, device)
         print(f"under load: one busy process beside us; decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd} "

@@ -8,9 +8,9 @@ prints a table: the config keys whose values differ between the runs, parameters
 loss, final train loss, median tokens/s and wall time. The same table goes to DIR/results.md and
 DIR/results.csv, the val-loss curves to DIR/val_loss.png and each setting's results to
 DIR/settings.png (when matplotlib is installed), each run labelled by its differing config
-values. sweep.py writes its results with the same code (tinygpt/report.py). `--plot-only` draws each run's RUN_DIR/loss.png (train and val loss, as
-train.py does) and, for several runs, DIR/val_loss.png, and writes no table: the way to (re)draw
-the pictures of an existing run.
+values. sweep.py writes its results with the same code (tinygpt/report.py). `--plot-only` draws
+each run's RUN_DIR/loss.png (train and val loss, as train.py does) and, for several runs,
+DIR/val_loss.png, and writes no table: the way to (re)draw the pictures of an existing run.
 """
 from __future__ import annotations
 

@@ -10,17 +10,18 @@ under the sweep folder (default out/sweeps/<config stem>), named after its value
 resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
 checkpoint; a run directory trained with other settings (say, another --set) is reported, not
 reused. At the end it prints the table and writes results.md, results.csv, summary.csv,
-val_loss.png and settings.png (with matplotlib) into the sweep folder: the same report as compare.py.
+val_loss.png and settings.png (with matplotlib) into the sweep folder: the same report as
+compare.py.
 
 One run per setting says little: runs differ from seed to seed. `--seeds N` trains every setting
 with N seeds (a `train.seed` grid key: seed=1337, seed=1338, ...), and the report then gives, per
 setting, every metric's mean, standard deviation and 95% interval over the seeds, says which
 settings differ beyond their intervals, and plots the mean val-loss curves with a band and each
-setting's results with their intervals (settings.png: against the first grid key, one line per value
-of the others). `--probe`
-adds the coreference probe (tinygpt/coreference.py) to every run trained on `stories`: the shares of
-references resolved to the antecedent, the distractor or neither, and the best heads' attention
-ratios; it is saved as probe.json in the run directory, so a rerun does not probe again.
+setting's results with their intervals (settings.png: against the first grid key, one line per
+value of the others). `--probe` adds the coreference probe (tinygpt/coreference.py) to every run
+trained on `stories`: the shares of references resolved to the antecedent, the distractor or
+neither, and the best heads' attention ratios; it is saved as probe.json in the run directory, so
+a rerun does not probe again.
 
 Each run is `python train.py ...` in a subprocess, not train.main() in this process: a crash, an
 out-of-memory kill or a user error in one run is reported and the sweep goes on with the next;

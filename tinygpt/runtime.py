@@ -98,9 +98,9 @@ def keep_freed_memory() -> bool:
     blocks over its mmap threshold with fresh pages and trims the heap's top when it is freed, so
     every step faults its activations' pages in again: about 9,000 page faults a step for the
     default model, 27x as many as with this setting (`python -m scripts.page_faults`; on the
-    machine of docs/results.md the faults were cheap and the step time did not change). Raising the mmap threshold
-    to its maximum (32 MiB) and the trim threshold keeps those pages mapped; the process then holds
-    on to its peak memory. Returns False where it does not apply (not glibc)."""
+    machine of docs/results.md the faults were cheap and the step time did not change). Raising
+    the mmap threshold to its maximum (32 MiB) and the trim threshold keeps those pages mapped; the
+    process then holds on to its peak memory. Returns False where it does not apply (not glibc)."""
     try:
         import ctypes
         libc = ctypes.CDLL("libc.so.6")
@@ -196,15 +196,18 @@ class StopFlag:
 # ---- CPU threads: as many as the cores other processes leave free ----
 
 
+def _proc_stat() -> list[list[str]]:
+    """/proc/stat's lines split into fields (Linux), else no lines."""
+    try:
+        return [fields for line in Path("/proc/stat").read_text().splitlines() if (fields := line.split())]
+    except OSError:
+        return []
+
+
 def _cpu_jiffies(cpus: set[int]) -> tuple[int, int] | None:
     """(busy, total) clock ticks since boot of the given CPUs, from /proc/stat (Linux), else None."""
-    try:
-        lines = Path("/proc/stat").read_text().splitlines()
-    except OSError:
-        return None
     busy = total = 0
-    for line in lines:
-        name, *fields = line.split()
+    for name, *fields in _proc_stat():
         if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
             ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
             total += sum(ticks)
@@ -215,12 +218,9 @@ def _cpu_jiffies(cpus: set[int]) -> tuple[int, int] | None:
 def _runnable_tasks() -> int | None:
     """Threads running or waiting for a CPU right now, machine-wide ('procs_running' in /proc/stat,
     the caller included), else None."""
-    try:
-        for line in Path("/proc/stat").read_text().splitlines():
-            if line.startswith("procs_running "):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
+    for name, *fields in _proc_stat():
+        if name == "procs_running" and fields and fields[0].isdigit():
+            return int(fields[0])
     return None
 
 
@@ -238,11 +238,11 @@ class ThreadPolicy:
     default.
 
     The first count, before any window of ticks exists, is the number of other threads ready to run
-    (`procs_running` minus this one), the median of 5 looks 10 ms apart. /proc/stat counts CPU time in
-    ticks of 10 ms: over a first window short enough not to delay the start (it was 50 ms), one tick
-    of a passing process read as a fifth of a core busy, two as 0.4, enough to start on one core of
-    an idle machine for a whole second. The count is machine-wide: a process pinned to a few CPUs
-    of a busy host may start on fewer threads, until the first window of its own CPUs' ticks.
+    (`procs_running` minus this one), the median of 5 looks 10 ms apart: /proc/stat counts CPU time
+    in ticks of 10 ms, and over a window short enough not to delay the start (say 50 ms) one tick
+    of a passing process reads as a fifth of a core busy, two as 0.4, enough to start an idle
+    machine on one core for a second. The count is machine-wide: a process pinned to a few CPUs of
+    a busy host may start on fewer threads, until the first window of its own CPUs' ticks.
 
     Float sums split over a different number of threads round differently, so a run whose thread
     count moved is equal to float rounding, not bit for bit, to one that kept it: pin the count
