@@ -576,7 +576,7 @@ def test_12_ctrl_c_while_sampling_preparing_and_training_twice(tmp, run):
     preparing data (the tokenizing bar shows), and training after a second Ctrl-C (the first asks
     for a save at the end of the step; the second stops inside the slow step): ckpt.pt stays whole."""
     big = tmp / "big.txt"
-    big.write_text(make_text(n_words=1_200_000, seed=5))  # > 4M characters: a progress bar, seconds of work
+    big.write_text(make_text(n_words=2_400_000, seed=5))  # 10M characters: a progress bar for about a second
     out = tmp / "twice"
     procs = {
         "sample": popen("sample.py", run, "--max-new-tokens", "1000000", "--prompt", "Anna"),
@@ -587,10 +587,12 @@ def test_12_ctrl_c_while_sampling_preparing_and_training_twice(tmp, run):
         "train": popen("train.py", *sets(tmp, out, "train.grad_accum=20000", "train.max_iters=1000"), "--quiet"),
     }
     try:
-        read_until(procs["sample"].stdout, b"Anna")
-        procs["sample"].send_signal(signal.SIGINT)
+        # preparing first: its work ends by itself (a signal while Python shuts down after it is not
+        # an interruption); sampling and the long step wait
         read_until(procs["prepare"].stderr, b"tokenizing")
         procs["prepare"].send_signal(signal.SIGINT)
+        read_until(procs["sample"].stdout, b"Anna")
+        procs["sample"].send_signal(signal.SIGINT)
         wait_for(lambda: (out / "ckpt.pt").exists() or procs["train"].poll() is not None)
         time.sleep(0.5)  # past step 0's save and the signal check after it: inside the long step
         procs["train"].send_signal(signal.SIGINT)
