@@ -1,21 +1,22 @@
 """The default run, old against new, in one run of this script: wall time and what the model learns.
 
-    python -m scripts.default_run [--seeds 3] [--first-seed 1337] [--old 802b8d0] [--out out/default_run] [--skip-old]
-    python -m scripts.default_run --table SAVED_OUTPUT   # the table again, from the last line of a run's output
+    python -m scripts.default_run [--seeds 3] [--old-seeds 1] [--first-seed 1337] [--old 802b8d0] [--out out/default_run]
+    python -m scripts.default_run --table SAVED_OUTPUT ...  # the table again, from the last lines of runs' outputs
 
 (from the repository root, on a machine with nothing else running: the wall times are the point.)
 
 1. The current default, once per seed (train.seed = 1337, 1338, ...): `python train.py
    configs/stories.yaml`, then `python probe.py`.
-2. The previous default: `git archive OLD` (the tinygpt and configs/stories.yaml of that commit) into
-   a temp folder, and `python train.py configs/stories.yaml` there, as a user of that version ran it;
-   then its own probe.py.
+2. The previous default, once per old seed (`--old-seeds`, the same seeds; 0 skips it): `git archive
+   OLD` (the code and configs/stories.yaml of that commit) into a temp folder, and `python train.py
+   configs/stories.yaml` there, as a user of that version ran it; then its own probe.py.
 
 Every run prepares its data afresh (generating and tokenizing the corpus counts, as it does on a
 new machine). It prints one table (wall time, val loss, the probe's shares, the best head on the
 antecedent's attribute and its ratio to the distractor's) and whether each new run meets the
-targets: antecedent >= 85%, distractor <= 10%, best head >= 5x, wall time <= 0.8x the old run's.
-The last line is JSON.
+targets: antecedent >= 85%, distractor <= 10%, best head >= 5x, wall time <= 0.8x the old runs'
+mean. The last line is JSON; `--table` merges the runs of several such outputs (e.g. seeds run as
+separate processes side by side, where only the figures, not the wall times, are the point).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from tinygpt.report import stats
 ROOT = Path(__file__).resolve().parents[1]
 OLD = "802b8d0"  # the last commit of the previous default (configs/stories.yaml, word tokens, 4x4x128)
 TARGETS = {"antecedent": 0.85, "distractor": 0.10, "ratio": 5.0, "time": 0.8}
+PREVIOUS = "previous default"  # the name of its rows ("previous default, seed 1337"; one run before: no seed)
 
 
 def timed_run(args: list[str], cwd: Path) -> tuple[float, str]:
@@ -62,14 +64,19 @@ def train_and_probe(cwd: Path, out: Path, sets: list[str]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=3, help="runs of the current default (train.seed 1337, 1338, ...)")
+    p.add_argument("--old-seeds", type=int, default=1, help="runs of the previous default, the same seeds (0: none)")
     p.add_argument("--first-seed", type=int, default=1337, help="the first of those seeds")
     p.add_argument("--old", default=OLD, help="the commit whose default is the baseline")
-    p.add_argument("--skip-old", action="store_true", help="only the current default")
+    p.add_argument("--skip-old", action="store_true", help="only the current default (--old-seeds 0)")
     p.add_argument("--out", type=Path, default=Path("out/default_run"))
-    p.add_argument("--table", type=Path, metavar="JSON", help="only print the table of a saved run's last line")
+    p.add_argument("--table", type=Path, nargs="+", metavar="OUTPUT",
+                   help="only print the table of saved outputs' last lines (their runs merged)")
     args = p.parse_args()
     if args.table:
-        print(table(json.loads(args.table.read_text(encoding="utf-8").strip().splitlines()[-1])["runs"]))
+        rows = {}
+        for path in args.table:
+            rows.update(json.loads(path.read_text(encoding="utf-8").strip().splitlines()[-1])["runs"])
+        print(table(rows))
         return
     out = (ROOT / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -79,13 +86,17 @@ def main() -> None:
         print(f"current default, seed {seed}: training ...", flush=True)
         rows[f"current default, seed {seed}"] = r = train_and_probe(ROOT, out / f"seed{seed}", [f"train.seed={seed}"])
         print(f"  {json.dumps(r)}", flush=True)
-    if not args.skip_old:
+    old_seeds = 0 if args.skip_old else args.old_seeds
+    if old_seeds:
         with tempfile.TemporaryDirectory(prefix="tinygpt-old-") as tmp:
             archive = subprocess.run(["git", "archive", args.old], cwd=ROOT, capture_output=True, check=True).stdout
             subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-            print(f"previous default ({args.old}): training ...", flush=True)
-            rows["previous default"] = r = train_and_probe(Path(tmp), out / "old", [])
-            print(f"  {json.dumps(r)}", flush=True)
+            for i in range(old_seeds):
+                seed = args.first_seed + i
+                print(f"previous default ({args.old}), seed {seed}: training ...", flush=True)
+                rows[f"{PREVIOUS}, seed {seed}"] = r = train_and_probe(Path(tmp), out / f"old{seed}",
+                                                                        [f"train.seed={seed}"])
+                print(f"  {json.dumps(r)}", flush=True)
 
     print()
     print(table(rows))
@@ -93,30 +104,37 @@ def main() -> None:
 
 
 def table(rows: dict[str, dict]) -> str:
-    """The markdown table: a row per run (marking each current run against the targets), then the
-    current runs' mean ± sd (tinygpt.report.stats)."""
-    old = rows.get("previous default")
+    """The markdown table: a row per run (marking each current run against the targets, its wall
+    time against the previous default's mean), then each group's mean ± sd where it has more than
+    one run (tinygpt.report.stats)."""
+    old = [r for name, r in rows.items() if name.startswith(PREVIOUS)]
+    current = [r for name, r in rows.items() if not name.startswith(PREVIOUS)]
+    old_wall = stats([r["wall_s"] for r in old])["mean"] if old else None
     lines = ["| run | wall s | vs previous | best val loss | antecedent | distractor | other | best head: "
              "antecedent / distractor | targets |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for name, r in rows.items():
-        ratio = r["wall_s"] / old["wall_s"] if old else None
+        ratio = r["wall_s"] / old_wall if old else None
+        is_old = name.startswith(PREVIOUS)
         met = (r["antecedent"] >= TARGETS["antecedent"] and r["distractor"] <= TARGETS["distractor"]
                and r["ratio"] >= TARGETS["ratio"] and (ratio is None or ratio <= TARGETS["time"]))
-        r["meets_targets"] = met if name != "previous default" else None
+        r["meets_targets"] = None if is_old else met
         lines.append(f"| {name} | {r['wall_s']:.0f} | {f'{ratio:.2f}x' if ratio else ''} | {r['best_val_loss']:.4f} | "
                      f"{100 * r['antecedent']:.1f}% | {100 * r['distractor']:.1f}% | {100 * r['other']:.1f}% | "
                      f"{r['head']}: {100 * r['head_antecedent']:.1f}% / {100 * r['head_distractor']:.1f}% "
-                     f"({r['ratio']:.1f}x) | {'' if name == 'previous default' else 'met' if met else 'NOT met'} |")
-    current = [r for name, r in rows.items() if name != "previous default"]
-    if len(current) > 1:
+                     f"({r['ratio']:.1f}x) | {'' if is_old else 'met' if met else 'NOT met'} |")
+    for label, group in (("current default", current), (PREVIOUS, old)):
+        if len(group) < 2:
+            continue
+
         def pm(key: str, scale: float = 1.0, unit: str = "", digits: int = 1) -> str:
-            s = stats([scale * r[key] for r in current])
+            s = stats([scale * r[key] for r in group])
             return f"{s['mean']:.{digits}f}{unit} ± {s['std']:.{digits}f}"
-        ratio = f"{pm('wall_s', 1 / old['wall_s'], 'x', 2)}" if old else ""
-        lines.append(f"| current default, mean ± sd ({len(current)} seeds) | {pm('wall_s', digits=0)} | {ratio} | "
+        ratio = f"{pm('wall_s', 1 / old_wall, 'x', 2)}" if old else ""
+        met = f"{sum(bool(r['meets_targets']) for r in group)} of {len(group)} met" if group is current else ""
+        lines.append(f"| {label}, mean ± sd ({len(group)} seeds) | {pm('wall_s', digits=0)} | {ratio} | "
                      f"{pm('best_val_loss', digits=4)} | {pm('antecedent', 100, '%')} | {pm('distractor', 100, '%')} | "
                      f"{pm('other', 100, '%')} | {pm('head_antecedent', 100, '%')} / {pm('head_distractor', 100, '%')} "
-                     f"({pm('ratio')}x) | {sum(bool(r['meets_targets']) for r in current)} of {len(current)} met |")
+                     f"({pm('ratio')}x) | {met} |")
     return "\n".join(lines)
 
 

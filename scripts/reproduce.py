@@ -1,5 +1,7 @@
-"""Reproduce the documented headline numbers (docs/results.md): train a shipped config through the real CLI, time it, and
-measure what the README claims about the result.
+"""Reproduce the documented headline numbers (docs/results.md): train, time and measure a shipped config.
+
+Each trains the config through the real CLI, times it, and measures what the README claims about
+the result.
 
     python -m scripts.reproduce stories [--out-dir DIR]        # default config: time, then % real words
     python -m scripts.reproduce shakespeare --text FILE [--config configs/shakespeare_char.yaml]

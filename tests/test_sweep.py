@@ -364,3 +364,17 @@ def test_default_run_table_marks_each_seed_against_the_targets():
     assert lines[3].endswith("| NOT met |")  # antecedent 80% < 85%
     assert lines[-1].startswith("| current default, mean ± sd (2 seeds) | 600 ± 0 | 0.60x ± 0.00 |")
     assert "85.0% ± 7.1" in lines[-1] and lines[-1].endswith("| 1 of 2 met |")
+
+
+def test_default_run_table_compares_with_the_previous_defaults_mean_over_its_seeds():
+    from scripts import default_run
+    run = {"wall_s": 660.0, "best_val_loss": 0.8, "antecedent": 0.9, "distractor": 0.02, "other": 0.08,
+           "head": "L3H0", "head_antecedent": 0.8, "head_distractor": 0.01, "ratio": 80.0}
+    rows = {"current default, seed 1337": run,
+            "previous default, seed 1337": {**run, "wall_s": 1000.0, "antecedent": 0.95},
+            "previous default, seed 1338": {**run, "wall_s": 1200.0, "antecedent": 0.85}}
+    lines = default_run.table(rows).splitlines()
+    assert "| 0.60x |" in lines[2] and lines[2].endswith("| met |")  # 660 s against the old runs' mean, 1,100
+    assert lines[3].endswith("|  |") and lines[4].endswith("|  |")  # old runs are not marked against targets
+    assert lines[-1].startswith("| previous default, mean ± sd (2 seeds) | 1100 ± 141 | 1.00x ± 0.13 |")
+    assert "90.0% ± 7.1" in lines[-1] and len(lines) == 6  # one current run: no mean row for it
