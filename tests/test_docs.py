@@ -1,0 +1,52 @@
+"""The docs stay true to the repository: every link lands, and the README's config table describes
+the configs as they are."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(markdown: Path) -> set[str]:
+    """The heading anchors GitHub makes: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"```.*?```", "", markdown.read_text(encoding="utf-8"), flags=re.S)  # no '#' comments
+    heads = re.findall(r"^#{1,6} (.+)$", text, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_relative_link_lands_on_a_file_and_heading(doc):
+    broken = []
+    for target in LINK.findall(doc.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target):  # https:, mailto: ...
+            continue
+        path, _, anchor = target.partition("#")
+        file = (doc.parent / path).resolve() if path else doc
+        if not file.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+            broken.append(f"{target}: no such heading in {file.name}")
+    assert not broken, f"{doc.name}: {broken}"
+
+
+def test_the_readme_config_table_describes_every_config_as_it_is():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(configs/[\w.]+\.yaml)` \| (.+) \|$", readme, flags=re.M))
+    configs = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob("*.yaml"))
+    assert sorted(rows) == configs
+    for name, text in rows.items():
+        cfg = yaml.safe_load((ROOT / name).read_text(encoding="utf-8"))
+        m, d = cfg.get("model", {}), cfg.get("data", {})
+        shape = re.search(r"(\d+)×(\d+)×(\d+)", text)
+        if shape is None:  # "the same ..." rows name no shape
+            continue
+        assert tuple(map(int, shape.groups())) == (m["n_layer"], m["n_head"], m["n_embd"]), (name, text)
+        vocab = re.search(r"([\d,]+)-token BPE", text)
+        if vocab:
+            assert int(vocab.group(1).replace(",", "")) == d["bpe_vocab_size"], (name, text)
