@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reruns every measurement quoted in docs/results.md, one after another (they compete for the CPU
 # otherwise), writing logs and JSON into $OUT (default out/experiments). On 2 cores: default
-# about 70 minutes, ablation about 40, sweep about 100 minutes (36 runs), the rest a few minutes each.
+# about 2 hours, ablation about 40, sweep about 100 minutes (36 runs), the rest a few minutes each.
 #   bash scripts/experiments.sh [all | default | foundation | attention | ablation | sweep | bench | speedrun]
 # Tiny shakespeare is read from $SHAKESPEARE (default ../shared/data/tinyshakespeare.txt).
 set -euo pipefail
@@ -12,8 +12,8 @@ what=${1:-all}
 mkdir -p "$OUT"
 
 if [[ $what == all || $what == default ]]; then
-  # the default config over 3 seeds (probed), then the previous default, wall times in one run
-  python -m scripts.default_run --seeds 3 --out "$OUT/default_run" | tee "$OUT/default_run.txt"
+  # the default config over 3 seeds (probed), then the previous default over the same 3, wall times in one run
+  python -m scripts.default_run --seeds 3 --old-seeds 3 --out "$OUT/default_run" | tee "$OUT/default_run.txt"
 fi
 
 if [[ $what == all || $what == foundation ]]; then

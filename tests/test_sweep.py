@@ -378,3 +378,20 @@ def test_default_run_table_compares_with_the_previous_defaults_mean_over_its_see
     assert lines[3].endswith("|  |") and lines[4].endswith("|  |")  # old runs are not marked against targets
     assert lines[-1].startswith("| previous default, mean ± sd (2 seeds) | 1100 ± 141 | 1.00x ± 0.13 |")
     assert "90.0% ± 7.1" in lines[-1] and len(lines) == 6  # one current run: no mean row for it
+
+
+def test_default_run_table_merges_outputs_and_names_the_old_unseeded_run(tmp_path, monkeypatch, capsys):
+    from scripts import default_run
+    run = {"wall_s": 600.0, "best_val_loss": 0.8, "antecedent": 0.9, "distractor": 0.02, "other": 0.08,
+           "head": "L3H0", "head_antecedent": 0.8, "head_distractor": 0.01, "ratio": 80.0}
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("training ...\n" + json.dumps({"runs": {"current default, seed 1337": run,
+                                                               "previous default": {**run, "wall_s": 1000.0}}}))
+    second.write_text(json.dumps({"runs": {"previous default, seed 1338": {**run, "wall_s": 1200.0}}}))
+    monkeypatch.setattr(sys, "argv", ["default_run", "--table", str(first), str(second)])
+    default_run.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" | ")[0] for line in lines[2:]] == [
+        "| current default, seed 1337", "| previous default, seed 1337", "| previous default, seed 1338",
+        "| previous default, mean ± sd (2 seeds)"]
+    assert "| 0.55x |" in lines[2]  # 600 s against the old runs' mean, 1,100
