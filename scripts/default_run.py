@@ -15,8 +15,7 @@ Every run prepares its data afresh (generating and tokenizing the corpus counts,
 new machine). It prints one table (wall time, val loss, the probe's shares, the best head on the
 antecedent's attribute and its ratio to the distractor's) and whether each new run meets the
 targets: antecedent >= 85%, distractor <= 10%, best head >= 5x, wall time <= 0.8x the old runs'
-mean. The last line is JSON; `--table` merges the runs of several such outputs (e.g. seeds run as
-separate processes side by side, where only the figures, not the wall times, are the point).
+mean. The last line is JSON; `--table` merges the runs of several such outputs.
 """
 from __future__ import annotations
 
@@ -67,7 +66,6 @@ def main() -> None:
     p.add_argument("--old-seeds", type=int, default=1, help="runs of the previous default, the same seeds (0: none)")
     p.add_argument("--first-seed", type=int, default=1337, help="the first of those seeds")
     p.add_argument("--old", default=OLD, help="the commit whose default is the baseline")
-    p.add_argument("--skip-old", action="store_true", help="only the current default (--old-seeds 0)")
     p.add_argument("--out", type=Path, default=Path("out/default_run"))
     p.add_argument("--table", type=Path, nargs="+", metavar="OUTPUT",
                    help="only print the table of saved outputs' last lines (their runs merged)")
@@ -88,12 +86,11 @@ def main() -> None:
         print(f"current default, seed {seed}: training ...", flush=True)
         rows[f"current default, seed {seed}"] = r = train_and_probe(ROOT, out / f"seed{seed}", [f"train.seed={seed}"])
         print(f"  {json.dumps(r)}", flush=True)
-    old_seeds = 0 if args.skip_old else args.old_seeds
-    if old_seeds:
+    if args.old_seeds:
         with tempfile.TemporaryDirectory(prefix="tinygpt-old-") as tmp:
             archive = subprocess.run(["git", "archive", args.old], cwd=ROOT, capture_output=True, check=True).stdout
             subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-            for i in range(old_seeds):
+            for i in range(args.old_seeds):
                 seed = args.first_seed + i
                 print(f"previous default ({args.old}), seed {seed}: training ...", flush=True)
                 rows[f"{PREVIOUS}, seed {seed}"] = r = train_and_probe(Path(tmp), out / f"old{seed}",

@@ -35,7 +35,7 @@ fi
 
 if [[ $what == all || $what == ablation ]]; then
   # head ablation on the 3 seeds of the default (trained by `default` above, or here if missing)
-  [[ -d "$OUT/default_run/seed1339/run" ]] || python -m scripts.default_run --seeds 3 --skip-old --out "$OUT/default_run"
+  [[ -d "$OUT/default_run/seed1339/run" ]] || python -m scripts.default_run --seeds 3 --old-seeds 0 --out "$OUT/default_run"
   python -m scripts.ablation_table "$OUT"/default_run/seed*/run --stories 30 --out "$OUT/ablation" | tee "$OUT/ablation.md"
 fi
 
