@@ -40,7 +40,7 @@ def shrink(prepared_dir) -> list[str]:
     """The --set list that makes configs/stories.yaml a CI-sized run."""
     return ["--set", "data.stories_chars=20000", f"data.prepared_dir={prepared_dir}", "model.n_layer=1",
             "model.n_embd=16", "model.block_size=32", "train.max_iters=10", "train.eval_interval=5",
-            "train.eval_iters=2", "train.batch_size=4", "train.device=cpu"]
+            "train.eval_iters=2", "train.batch_size=4", "train.device=cpu", "train.plot=never"]
 
 
 def run_sweep(argv: list[str]) -> tuple[dict, str]:
