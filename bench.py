@@ -146,6 +146,21 @@ def memory_bandwidth(device: torch.device, mbytes: int = 256, reps: int = 5) -> 
     return x.numel() * 4 / statistics.median(times)
 
 
+@torch.no_grad()
+def matvec_time(model: GPT, device: torch.device, reps: int = 21) -> tuple[float, int]:
+    """Seconds that one decoding step's matrix-vector products take alone, and the bytes they read:
+    every Linear weight of the model (the tied LM head included) times a one-row input, in the
+    model's order, as the step runs them; median of reps. The floor for a step with torch's kernel."""
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    xs = {n: torch.randn(1, n, device=device, dtype=weights[0].dtype) for n in {w.size(1) for w in weights}}
+
+    def products() -> None:
+        for w in weights:
+            torch.nn.functional.linear(xs[w.size(1)], w)  # (1, in) -> (1, out)
+    times = [timed(products, device) for _ in range(reps + 1)][1:]
+    return statistics.median(times), sum(w.numel() * w.element_size() for w in weights)
+
+
 def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: int = 5) -> dict:
     """Greedy decoding of the same weights by tinygpt (KV cache) and by Hugging Face transformers'
     GPT2LMHeadModel.generate (its KV cache), alternated, medians of `reps`; the tokens must be the
@@ -195,6 +210,7 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     weight_bytes = (model.num_params() - model.pos_emb.weight.numel()) * model.tok_emb.weight.element_size()
     bandwidth = memory_bandwidth(device)
     matmul_share = matmul_time_share(runs["tinygpt"])
+    matvec_s, matvec_bytes = matvec_time(model, device)
     tok_s = {name: n_tokens / statistics.median(ts) for name, ts in times.items()}
     return {"tinygpt_tokens_per_s": tok_s["tinygpt"], "transformers_tokens_per_s": tok_s["transformers"],
             "tinygpt_bf16_tokens_per_s": tok_s["tinygpt bfloat16"],
@@ -205,6 +221,7 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
             "ratio": tok_s["tinygpt"] / tok_s["transformers"], "same_tokens": outputs["tinygpt"] == outputs["transformers"],
             "n_tokens": n_tokens, "weights_mb": weight_bytes / 2**20, "bandwidth_gb_s": bandwidth / 1e9,
             "bandwidth_limit_tokens_per_s": bandwidth / weight_bytes, "matmul_share": matmul_share,
+            "matvec_ms": matvec_s * 1e3, "matvec_gb_s": matvec_bytes / matvec_s / 1e9,
             "transformers": transformers.__version__}
 
 
@@ -408,6 +425,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(f"  matrix products: {h['matmul_share']:.0%} of tinygpt's float32 decoding time (torch.profiler), "
               f"{h['matmul_share'] * ms:.1f} of its {ms:.1f} ms per token; 2x transformers needs "
               f"<= {1e3 / (2 * h['transformers_tokens_per_s']):.1f} ms per token in all")
+        print(f"  the same products timed alone (F.linear, one row): {h['matvec_ms']:.1f} ms per token, reading "
+              f"{h['matvec_gb_s']:.1f} GB/s: the floor with torch's matrix-vector kernel on this machine")
     if args.under_load:
         res["under_load"] = bench_under_load(cfg, data, gcfg, device)
         print(f"under load: one busy process beside us; decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd} "

@@ -52,6 +52,9 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     assert h["ratio_bf16"] == pytest.approx(h["tinygpt_bf16_tokens_per_s"] / h["transformers_bf16_tokens_per_s"])
     assert 0 <= h["bf16_same_tokens_share"] <= 1 and h["bandwidth_limit_tokens_per_s"] > 0
     assert 0 < h["matmul_share"] < 1
+    assert h["matvec_ms"] > 0 and h["matvec_gb_s"] > 0
+    per_token_ms = 1e3 / h["tinygpt_tokens_per_s"]
+    assert h["matvec_ms"] < per_token_ms  # the products alone take less than a whole decoding step
 
 
 def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path, one_thread):
