@@ -19,6 +19,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -232,8 +233,14 @@ def test_heatmap_figure_is_legible():
         assert ax.images[0].get_array().shape == (last, last)  # the real keys alone on the colour scale
         summed = 100 * weights[head, T - last:, :T - last].sum(-1)  # (last,) weight on the cut-off keys
         assert [t.get_text() for t in ax_e.texts] == [f"{v:.0f}" for v in summed.tolist()]
-        assert len(ax.patches) == last * (last - 1) // 2  # each masked cell hatched ...
-        assert all(p.get_hatch() == "///" for p in ax.patches)
+        # each masked cell is transparent over one hatched background behind the image ...
+        image = ax.images[0]
+        future = ~torch.ones(last, last, dtype=torch.bool).tril()  # the crop's last queries see its last keys
+        assert (np.ma.getmaskarray(image.get_array()) == future.numpy()).all()
+        assert image.get_cmap().get_bad()[3] == 0  # a masked cell shows what lies behind it
+        (hatched,) = ax.patches
+        assert hatched.get_hatch() == "///" and hatched.get_zorder() < image.get_zorder()
+        assert (hatched.get_x(), hatched.get_y(), hatched.get_width(), hatched.get_height()) == (-0.5, -0.5, last, last)
         assert len(ax.texts) == last * (last + 1) // 2  # ... and a number on every other cell
 
 

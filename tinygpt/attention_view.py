@@ -195,7 +195,7 @@ def _cell_numbers(ax, values: torch.Tensor, fontsize: float, dark_when_high: boo
             if value == value:  # not NaN
                 dark = value > 55 if dark_when_high else value < 55
                 ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=fontsize,
-                        color="white" if dark else "black")
+                        color="white" if dark else "black", in_layout=False)  # inside its cell: no layout work
 
 
 def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12, causal: bool = True,
@@ -242,12 +242,10 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
         r, c = divmod(head, cols)
         ax = fig.add_subplot(grid[r, c * per + per - 1])
         key_axes.append(ax)
-        image = ax.imshow(keys[head].numpy(), cmap=cmap, vmin=0, vmax=100)
-        for i in range(N):  # masked cells: hatched, unmistakably not a small weight
-            for j in range(N):
-                if keys[head, i, j] != keys[head, i, j]:
-                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.93", edgecolor="0.7",
-                                           hatch="///", linewidth=0))
+        # masked cells are NaN, drawn transparent over one hatched background: unmistakably not a small weight
+        ax.add_patch(Rectangle((-0.5, -0.5), N, N, facecolor="0.93", edgecolor="0.7", hatch="///", linewidth=0,
+                               zorder=0))
+        image = ax.imshow(keys[head].numpy(), cmap=cmap, vmin=0, vmax=100, zorder=1)
         ax.set_title(f"head {head}", fontsize=10)
         ax.set_xticks(range(N), key_labels, rotation=90, fontsize=8, family="monospace")
         ax.set_yticks(range(N), query_labels, fontsize=8, family="monospace")
