@@ -9,7 +9,8 @@
 # 2. nanoGPT's baby GPT (configs/shakespeare_char_gpu.yaml, bfloat16): time to nanoGPT's val loss 1.47;
 # 3. training tokens/s and MFU in float32 (TF32 off, then on), bfloat16, bfloat16 + torch.compile;
 # 4. KV-cache decoding tokens/s (6x6x384, block 512), and the same weights through transformers;
-# 5. a one-process torchrun run over NCCL.
+# 5. a one-process torchrun run over NCCL;
+# 6. the table, from what the stages left in $OUT (scripts/gpu_table.py; tests/test_bench.py checks it on CPU).
 #
 # Tiny shakespeare comes from $SHAKESPEARE (default ../shared/data/tinyshakespeare.txt; offline machines
 # need a local copy). Results land in $OUT (default out/gpu_check). Stages that fail are marked in the
@@ -56,41 +57,4 @@ timeout 120 torchrun --standalone --nproc_per_node=1 train.py configs/shakespear
     train.eval_iters=5 train.plot=never > "$OUT/ddp.txt" 2>&1
 status ddp "exit $?"
 
-python - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-status = dict(line.split("=", 1) for line in (out / "status").read_text().splitlines())
-def load(name):
-    try:
-        return json.loads((out / f"{name}.json").read_text())
-    except (OSError, ValueError):
-        return {}
-rows = []
-import torch
-rows.append(("device", torch.cuda.get_device_name(0) + f", torch {torch.__version__}"))
-rows.append(("test suite", status.get("tests", "?")))
-from tinygpt.runs import read_metrics
-metrics = read_metrics(out / "baby") if (out / "baby" / "metrics.csv").is_file() else []
-hit = next((r for r in metrics if r["val_loss"] is not None and r["val_loss"] <= 1.47), None)
-best = min((r["val_loss"] for r in metrics if r["val_loss"] is not None), default=None)
-rows.append(("baby GPT: time to val 1.47", f"{hit['elapsed_s']:.0f} s (step {hit['step']:.0f})" if hit else
-             f"not reached (best {best}; {status.get('baby')})"))
-for name, key, label in (("fp32", "float32", "float32, TF32 off"), ("tf32_bf16", "float32", "float32, TF32 on"),
-                         ("tf32_bf16", "bfloat16", "bfloat16"), ("compile", "bfloat16", "bfloat16 + torch.compile")):
-    r = load(name).get("train", {}).get(key)
-    rows.append((f"training, {label}", f"{r['tokens_per_s']:,.0f} tok/s, MFU {r['mfu']:.0%}" if r else
-                 f"failed ({status.get(name)})"))
-d = load("decode")
-g, h = d.get("generate"), d.get("vs_hf")
-rows.append(("decoding 6x6x384, KV cache", f"{g['cached_tokens_per_s']:,.0f} tok/s ({g['speedup']:.1f}x no cache)" if g else
-             f"failed ({status.get('decode')})"))
-if h:
-    rows.append(("  vs transformers generate", f"{h['ratio']:.2f}x ({h['transformers_tokens_per_s']:,.0f} tok/s), "
-                 f"same tokens: {h['same_tokens']}; bandwidth limit {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s"))
-rows.append(("torchrun, 1 process, NCCL", "ok" if status.get("ddp") == "exit 0" else f"failed ({status.get('ddp')})"))
-width = max(len(k) for k, _ in rows)
-print("\n| check | result |\n| --- | --- |")
-for k, v in rows:
-    print(f"| {k} | {v} |")
-PY
+python -m scripts.gpu_table "$OUT"

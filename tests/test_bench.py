@@ -5,19 +5,33 @@ import json
 import os
 
 import pytest
+import torch
 
 from conftest import ROOT
 
 
-def test_bench_reports_every_section(tmp_path, one_thread):
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory) -> tuple[dict, Path]:
+    """bench.py's every section on a tiny model: (its result, its --json file)."""
     import bench
-    out = tmp_path / "bench.json"
-    res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
-                      f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=2",
-                      "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
-                      "--dtypes", "float32,bfloat16", "--steps", "2", "--attention", "--gen-tokens", "20",
-                      "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64",
-                      "--json", str(out)])
+    tmp = tmp_path_factory.mktemp("bench")
+    out = tmp / "bench.json"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
+                          f"data.prepared_dir={tmp / 'prepared'}", "model.n_layer=1", "model.n_head=2",
+                          "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
+                          "--dtypes", "float32,bfloat16", "--steps", "2", "--attention", "--gen-tokens", "20",
+                          "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64",
+                          "--json", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    return res, out
+
+
+def test_bench_reports_every_section(bench_run):
+    res, out = bench_run
     assert json.loads(out.read_text()) == json.loads(json.dumps(res))
     flops_per_token = {}
     for d in ("float32", "bfloat16"):
@@ -44,7 +58,7 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
                       f"data.prepared_dir={tmp_path / 'prepared'}", "train.device=cpu", "--steps", "0",
                       "--gen-tokens", "16", "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32",
-                      "--gen-block", "32", "--vs-hf"])
+                      "--gen-block", "32", "--vs-hf", "--json", str(tmp_path / "decode.json")])
     h = res["vs_hf"]
     assert h["same_tokens"] and h["n_tokens"] == 16  # same weights, same greedy tokens: a fair race
     assert h["tinygpt_tokens_per_s"] > 0 and h["transformers_tokens_per_s"] > 0 and h["tinygpt_bf16_tokens_per_s"] > 0
@@ -55,6 +69,12 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     assert h["matvec_ms"] > 0 and h["matvec_gb_s"] > 0
     per_token_ms = 1e3 / h["tinygpt_tokens_per_s"]
     assert h["matvec_ms"] < per_token_ms  # the products alone take less than a whole decoding step
+    # scripts/gpu_check.sh's table reads this JSON as its decoding rows
+    from scripts import gpu_table
+    table = dict(gpu_table.rows(tmp_path, "cpu"))
+    assert table["  vs transformers generate"].startswith(f"{h['ratio']:.2f}x (")
+    assert "same tokens: True" in table["  vs transformers generate"]
+    assert table["decoding 1x2x32, block 32, KV cache"].endswith("x no cache)")
 
 
 def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path, one_thread):
@@ -73,3 +93,57 @@ def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path
             assert r["idle_threads"] == r["loaded_threads"] == 1  # torch's count, as the test set it
         else:  # the policy: the free cores, and one fewer beside the busy process
             assert 1 <= r["idle_threads"] <= cores and 1 <= r["loaded_threads"] <= max(1, cores - 1)
+
+
+def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, tmp_path):
+    """scripts/gpu_check.sh's last step, on the files its stages leave (bench.py's JSON, a run's
+    metrics.csv, the status lines), here from CPU runs: every row filled or marked failed."""
+    import shutil
+
+    from scripts import gpu_table
+    from tinygpt.runs import read_metrics
+    res, out = bench_run
+    for name in ("fp32", "tf32_bf16", "decode"):  # compile.json is missing: that stage timed out
+        shutil.copy(out, tmp_path / f"{name}.json")
+    (tmp_path / "baby").mkdir()
+    metrics = (tiny_stories_run / "metrics.csv").read_text()
+    (tmp_path / "baby" / "metrics.csv").write_text(metrics)
+    (tmp_path / "status").write_text("tests=433 passed, 13 skipped in 90s\nbaby=exit 0\nfp32=exit 0\n"
+                                     "tf32_bf16=exit 0\ncompile=exit 124\ndecode=exit 0\nddp=exit 1\n")
+    table = dict(gpu_table.rows(tmp_path, "cpu"))
+    best = min(r["val_loss"] for r in read_metrics(tiny_stories_run) if r["val_loss"] is not None)
+    f32, bf16 = res["train"]["float32"], res["train"]["bfloat16"]
+    assert table == {
+        "device": "cpu", "test suite": "433 passed, 13 skipped in 90s",
+        "baby GPT: time to val 1.47": f"not reached (best {best:.3f}; exit 0)",
+        "training, float32, TF32 off": f"{f32['tokens_per_s']:,.0f} tok/s, MFU {f32['mfu']:.0%}",
+        "training, float32, TF32 on": f"{f32['tokens_per_s']:,.0f} tok/s, MFU {f32['mfu']:.0%}",
+        "training, bfloat16": f"{bf16['tokens_per_s']:,.0f} tok/s, MFU {bf16['mfu']:.0%}",
+        "training, bfloat16 + torch.compile": "failed (exit 124)",
+        "decoding 1x2x32, block 64, KV cache": f"{res['generate']['cached_tokens_per_s']:,.0f} tok/s "
+                                               f"({res['generate']['speedup']:.1f}x no cache)",
+        "torchrun, 1 process, NCCL": "failed (exit 1)"}
+    # the first eval at or under 1.47 gives the time to it
+    lines = metrics.splitlines()
+    header = lines[0].split(",")
+    row = next(i for i, line in enumerate(lines[1:], 1) if line.split(",")[header.index("val_loss")])
+    cells = lines[row].split(",")
+    cells[header.index("val_loss")] = "1.4600"
+    lines[row] = ",".join(cells)
+    (tmp_path / "baby" / "metrics.csv").write_text("\n".join(lines) + "\n")
+    hit = dict(gpu_table.rows(tmp_path, "cpu"))["baby GPT: time to val 1.47"]
+    assert hit == f"{float(cells[header.index('elapsed_s')]):.0f} s (step {int(cells[0])}, val 1.460)"
+    # nothing there at all: every row says so, and the table still prints
+    empty = dict(gpu_table.rows(tmp_path / "nothing", "cpu"))
+    assert empty["test suite"] == "did not run" and empty["training, bfloat16"] == "failed (did not run)"
+    text = gpu_table.main([str(tmp_path / "nothing"), "--device", "cpu"])
+    assert text == gpu_table.markdown(list(empty.items())) and text.startswith("| check | result |\n| --- | --- |\n| device | cpu |")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the check runs for minutes")
+def test_gpu_check_without_a_gpu_is_one_line_exit_2(tmp_path):
+    import subprocess
+    r = subprocess.run(["bash", str(ROOT / "scripts/gpu_check.sh")], env={**os.environ, "OUT": str(tmp_path / "gc")},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr == "error: no CUDA device here: this check needs a GPU\n", r.stderr
+    assert r.stdout == ""

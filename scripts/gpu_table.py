@@ -1,0 +1,97 @@
+"""The table that scripts/gpu_check.sh ends with: one row per check, read from what its stages left
+in OUT (the `status` file of exit codes, bench.py's JSON files, the baby GPT's run directory).
+
+    python -m scripts.gpu_table OUT [--device NAME]
+
+(run from the repository root). A stage that failed or never ran shows as such in its row; the
+table itself never fails on a missing or damaged file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Sequence
+
+from tinygpt.errors import UserError
+from tinygpt.runs import read_metrics
+
+TARGET_VAL_LOSS = 1.47  # nanoGPT's baby GPT on tiny shakespeare (its README)
+TRAINING = (("fp32", "float32", "float32, TF32 off"), ("tf32_bf16", "float32", "float32, TF32 on"),
+            ("tf32_bf16", "bfloat16", "bfloat16"), ("compile", "bfloat16", "bfloat16 + torch.compile"))
+
+
+def read_status(out: Path) -> dict[str, str]:
+    """OUT/status: one `stage=result` line per stage that ran."""
+    try:
+        lines = (out / "status").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def rows(out: Path, device: str) -> list[tuple[str, str]]:
+    """(check, result) for every stage of the GPU check."""
+    status = read_status(out)
+    result = [("device", device), ("test suite", status.get("tests", "did not run"))]
+
+    try:
+        metrics = read_metrics(out / "baby")
+    except UserError as e:  # a damaged metrics.csv is a row, not a crash
+        metrics, status["baby"] = [], f"{status.get('baby', '?')}; {e}"
+    vals = [r for r in metrics if r.get("val_loss") is not None]
+    hit = next((r for r in vals if r["val_loss"] <= TARGET_VAL_LOSS), None)
+    if hit:
+        baby = f"{hit['elapsed_s']:.0f} s (step {hit['step']:.0f}, val {hit['val_loss']:.3f})"
+    else:
+        best = min((r["val_loss"] for r in vals), default=None)
+        baby = f"not reached (best {'none' if best is None else f'{best:.3f}'}; {status.get('baby', 'did not run')})"
+    result.append((f"baby GPT: time to val {TARGET_VAL_LOSS}", baby))
+
+    for name, dtype, label in TRAINING:
+        r = read_json(out / f"{name}.json").get("train", {}).get(dtype)
+        result.append((f"training, {label}", f"{r['tokens_per_s']:,.0f} tok/s, MFU {r['mfu']:.0%}" if r else
+                       f"failed ({status.get(name, 'did not run')})"))
+
+    decode = read_json(out / "decode.json")
+    g, h = decode.get("generate"), decode.get("vs_hf")
+    result.append((f"decoding {g['model']}, KV cache" if g else "decoding, KV cache",
+                   f"{g['cached_tokens_per_s']:,.0f} tok/s ({g['speedup']:.1f}x no cache)" if g else
+                   f"failed ({status.get('decode', 'did not run')})"))
+    if h:
+        result.append(("  vs transformers generate",
+                       f"{h['ratio']:.2f}x ({h['transformers_tokens_per_s']:,.0f} tok/s), same tokens: "
+                       f"{h['same_tokens']}; bandwidth limit {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s"))
+    ddp = status.get("ddp", "did not run")
+    result.append(("torchrun, 1 process, NCCL", "ok" if ddp == "exit 0" else f"failed ({ddp})"))
+    return result
+
+
+def markdown(table: Sequence[tuple[str, str]]) -> str:
+    return "\n".join(["| check | result |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in table)])
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out", type=Path, help="the folder scripts/gpu_check.sh wrote (its OUT)")
+    p.add_argument("--device", help="the device's name in the first row (default: CUDA device 0's)")
+    args = p.parse_args(argv)
+    device = args.device
+    if device is None:
+        import torch
+        device = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}" if torch.cuda.is_available()
+                  else f"no CUDA device, torch {torch.__version__}")
+    text = markdown(rows(args.out, device))
+    print("\n" + text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
