@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tinygpt.errors import UserError
 from tinygpt.runs import read_metrics
@@ -31,10 +31,20 @@ def read_status(out: Path) -> dict[str, str]:
 
 
 def read_json(path: Path) -> dict:
+    """A stage's JSON, or {} when it is missing or damaged."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
+
+
+def cell(result: Callable[[], str], failed: str) -> str:
+    """result(), or `failed` when the stage left nothing, or something other than bench.py writes."""
+    try:
+        return result()
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return failed
 
 
 def rows(out: Path, device: str) -> list[tuple[str, str]]:
@@ -56,19 +66,21 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
     result.append((f"baby GPT: time to val {TARGET_VAL_LOSS}", baby))
 
     for name, dtype, label in TRAINING:
-        r = read_json(out / f"{name}.json").get("train", {}).get(dtype)
-        result.append((f"training, {label}", f"{r['tokens_per_s']:,.0f} tok/s, MFU {r['mfu']:.0%}" if r else
-                       f"failed ({status.get(name, 'did not run')})"))
+        r = read_json(out / f"{name}.json")
+        result.append((f"training, {label}", cell(
+            lambda: f"{r['train'][dtype]['tokens_per_s']:,.0f} tok/s, MFU {r['train'][dtype]['mfu']:.0%}",
+            f"failed ({status.get(name, 'did not run')})")))
 
     decode = read_json(out / "decode.json")
     g, h = decode.get("generate"), decode.get("vs_hf")
-    result.append((f"decoding {g['model']}, KV cache" if g else "decoding, KV cache",
-                   f"{g['cached_tokens_per_s']:,.0f} tok/s ({g['speedup']:.1f}x no cache)" if g else
-                   f"failed ({status.get('decode', 'did not run')})"))
+    result.append((cell(lambda: f"decoding {g['model']}, KV cache", "decoding, KV cache"), cell(
+        lambda: f"{g['cached_tokens_per_s']:,.0f} tok/s ({g['speedup']:.1f}x no cache)",
+        f"failed ({status.get('decode', 'did not run')})")))
     if h:
-        result.append(("  vs transformers generate",
-                       f"{h['ratio']:.2f}x ({h['transformers_tokens_per_s']:,.0f} tok/s), same tokens: "
-                       f"{h['same_tokens']}; bandwidth limit {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s"))
+        result.append(("  vs transformers generate", cell(
+            lambda: f"{h['ratio']:.2f}x ({h['transformers_tokens_per_s']:,.0f} tok/s), same tokens: "
+                    f"{h['same_tokens']}; bandwidth limit {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s",
+            "unreadable")))
     ddp = status.get("ddp", "did not run")
     result.append(("torchrun, 1 process, NCCL", "ok" if ddp == "exit 0" else f"failed ({ddp})"))
     return result

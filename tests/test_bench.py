@@ -136,6 +136,12 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
     # nothing there at all: every row says so, and the table still prints
     empty = dict(gpu_table.rows(tmp_path / "nothing", "cpu"))
     assert empty["test suite"] == "did not run" and empty["training, bfloat16"] == "failed (did not run)"
+    # a stage that left something else than bench.py writes: its row says it failed, the rest stand
+    (tmp_path / "fp32.json").write_text('{"train": {"float32": {"tokens_per_s": "fast"}}}')
+    (tmp_path / "decode.json").write_text("[1, 2]")
+    odd = dict(gpu_table.rows(tmp_path, "cpu"))
+    assert odd["training, float32, TF32 off"] == "failed (exit 0)" and odd["decoding, KV cache"] == "failed (exit 0)"
+    assert odd["training, bfloat16"] == table["training, bfloat16"]
     text = gpu_table.main([str(tmp_path / "nothing"), "--device", "cpu"])
     assert text == gpu_table.markdown(list(empty.items())) and text.startswith("| check | result |\n| --- | --- |\n| device | cpu |")
 
