@@ -308,6 +308,20 @@ def test_rng_state_round_trip_through_a_checkpoint(tmp_path):
     assert _draw() == expected
 
 
+def test_gpu_rng_states_restore_onto_the_gpus_at_hand(monkeypatch):
+    """A run saved on 2 GPUs and resumed on 1 restores GPU 0's state (no invalid-device crash);
+    the same number restores every one. Faked here: no GPU needed."""
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, device: restored.append((device, s.tolist())))
+    state = {**capture_rng_state(), "cuda": [torch.tensor([1, 2], dtype=torch.uint8), torch.tensor([3], dtype=torch.uint8)]}
+    for gpus, expected in ((1, [(0, [1, 2])]), (2, [(0, [1, 2]), (1, [3])]), (4, [(0, [1, 2]), (1, [3])])):
+        restored.clear()
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+        restore_rng_state(state)
+        assert restored == expected, gpus
+
+
 # ---- resolve_checkpoint ----
 
 

@@ -368,4 +368,6 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+        # per GPU; a run resumed on fewer GPUs than it was saved on restores the ones it has
+        for i, s in enumerate(state["cuda"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(s.cpu(), i)
