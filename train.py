@@ -323,7 +323,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
         require_tensorboard()
     init_model, init_ckpt = load_init(cfg) if t.init_from else (None, None)
     ckpt = load_resume(cfg, out_dir) if args.resume else None
-    dtype = resolve_dtype(t.dtype, dist.device)  # "auto" -> bfloat16 where the hardware has it, else float32
+    dtype = resolve_dtype(t.dtype, dist.device)  # "auto" -> the fastest dtype the hardware computes natively
     check_training_fits(cfg, dtype, dist.device)  # before any allocation: memory and time per step
     if dist.device.type == "cuda":
         configure_cuda(t.tf32)

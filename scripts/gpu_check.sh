@@ -6,7 +6,7 @@
 #
 # 1. the test suite, GPU tests included (tests/test_gpu.py: fused kernels == the formula, KV cache,
 #    TF32 setting, a bfloat16 run);
-# 2. nanoGPT's baby GPT (configs/shakespeare_char_gpu.yaml, bfloat16): time to nanoGPT's val loss 1.47;
+# 2. nanoGPT's baby GPT (configs/shakespeare_char_gpu.yaml, dtype auto: bfloat16 from Ampere on): time to val 1.47;
 # 3. training tokens/s and MFU in float32 (TF32 off, then on), bfloat16, bfloat16 + torch.compile;
 # 4. KV-cache decoding tokens/s (6x6x384, block 512), and the same weights through transformers;
 # 5. a one-process torchrun run over NCCL;
@@ -31,7 +31,7 @@ echo "== 1. tests"
 python -m pytest -q -x 2>&1 | tee "$OUT/tests.txt" | tail -n 3
 status tests "$(tail -n 1 "$OUT/tests.txt" | tr -d '=' | xargs)"
 
-echo "== 2. baby GPT to val 1.47 (bfloat16)"
+echo "== 2. baby GPT to val 1.47 (dtype auto)"
 rm -rf "$OUT/baby"
 timeout 300 python train.py configs/shakespeare_char_gpu.yaml --quiet --set data.dataset="$SHAKESPEARE" \
     train.out_dir="$OUT/baby" train.eval_interval=250 train.plot=never > "$OUT/baby.txt" 2>&1

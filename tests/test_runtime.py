@@ -19,6 +19,15 @@ def test_dtype_auto_picks_bfloat16_only_where_the_hardware_has_it(monkeypatch):
         assert runtime.resolve_dtype(name, cpu) == name
 
 
+@pytest.mark.parametrize("capability, dtype", [((9, 0), "bfloat16"), ((8, 0), "bfloat16"), ((7, 5), "float16"),
+                                               ((7, 0), "float16"), ((6, 1), "float32")])
+def test_dtype_auto_on_a_gpu_follows_its_tensor_cores(monkeypatch, capability, dtype):
+    """Ampere on: bfloat16; Volta/Turing: float16 (their bfloat16 is emulated, and
+    torch.cuda.is_bf16_supported() says yes to emulation); older: float32. Faked: no GPU needed."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert runtime.resolve_dtype("auto", torch.device("cuda")) == dtype
+
+
 def test_cpu_bf16_detection_reads_the_cpu_flags(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     for flags, expected in (("fpu avx512f avx512_bf16 sse", True), ("fpu amx_bf16 amx_tile", True),

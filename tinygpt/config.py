@@ -57,7 +57,8 @@ class TrainConfig:
     log_interval: int = 10  # steps between progress-bar and metrics.csv updates
     device: str = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
     dtype: str = "float32"  # auto | float32 | bfloat16 | float16 (autocast; float16 adds a grad scaler);
-    # auto = bfloat16 where the hardware computes it natively (see resolve_dtype), else float32
+    # auto = bfloat16 where the hardware computes it natively, float16 on Volta/Turing GPUs, else float32
+    # (tinygpt/runtime.py resolve_dtype)
     compile: bool = False  # torch.compile the model
     tf32: bool = True  # CUDA: TF32 tensor cores for float32 matmuls (Ampere and later; no effect elsewhere)
     threads: int = 0  # CPU threads: 0 = the cores other processes leave free, re-checked every second; N = N

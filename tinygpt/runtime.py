@@ -64,12 +64,15 @@ def cpu_has_native_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
 
 
 def resolve_dtype(name: str, device: torch.device) -> str:
-    """train.dtype 'auto' -> 'bfloat16' on a CUDA GPU that supports it or a CPU that computes it
-    natively (there it is 2-4x faster than float32), else 'float32' (emulated bfloat16 is far
-    slower than float32). Any other name is checked against the device and returned."""
+    """train.dtype 'auto' -> 'bfloat16' where the hardware computes it natively: a CUDA GPU from
+    Ampere on (compute capability 8), a CPU with AVX-512 BF16 or AMX (there it is 2-4x faster than
+    float32); 'float16' on Volta and Turing GPUs (capability 7: float16 tensor cores, bfloat16 only
+    emulated); else 'float32' (emulated low precision is far slower than float32). Any other name
+    is checked against the device and returned."""
     if name == "auto":
         if device.type == "cuda":
-            return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+            major = torch.cuda.get_device_capability(device)[0]
+            return "bfloat16" if major >= 8 else "float16" if major == 7 else "float32"
         return "bfloat16" if device.type == "cpu" and cpu_has_native_bf16() else "float32"
     if name == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise UserError("train.dtype=bfloat16 is not supported by this GPU; use float16 or float32")
