@@ -42,6 +42,13 @@ def test_gpu_names_match_whole_words_most_specific_first():
     assert runtime.gpu_peak("NVIDIA L40", "bfloat16", tf32=True)[1] == "nominal L40 bfloat16"
     assert runtime.gpu_peak("NVIDIA L40S", "bfloat16", tf32=True)[1] == "nominal L40S bfloat16"
     assert runtime.gpu_peak("NVIDIA H100 PCIe", "bfloat16", tf32=True)[0] == 756e12
+    # Volta/Turing: float16 tensor cores; no TF32, so float32 is float32 either way; bfloat16 emulated
+    assert runtime.gpu_peak("Tesla T4", "float16", tf32=True) == (65e12, "nominal T4 float16")
+    assert runtime.gpu_peak("Tesla T4", "float32", tf32=True)[0] == runtime.gpu_peak("Tesla T4", "float32", tf32=False)[0] == 8.1e12
+    assert runtime.gpu_peak("Tesla T4", "bfloat16", tf32=True) == (8.1e12, "nominal T4 float32 (its bfloat16 is emulated)")
+    assert runtime.gpu_peak("Tesla V100-SXM2-16GB", "float16", tf32=True)[0] == 125e12
+    assert runtime.gpu_peak("Tesla V100-PCIE-32GB", "float16", tf32=True)[0] == 112e12
+    assert runtime.gpu_peak("Tesla V100S-PCIE-32GB", "float16", tf32=True)[0] == 130e12
     assert runtime.gpu_peak("NVIDIA H100 80GB HBM3", "bfloat16", tf32=True)[0] == 989e12
     assert runtime.gpu_peak("NVIDIA A100-SXM4-80GB", "float32", tf32=True)[0] == 156e12
     assert runtime.gpu_peak("NVIDIA A100-SXM4-80GB", "float32", tf32=False)[0] == 19.5e12

@@ -333,21 +333,26 @@ def following_free_cores(items: Iterable[T], policy: ThreadPolicy | None) -> Ite
 
 # nominal dense peaks in TFLOP/s: (bfloat16/float16 tensor cores, TF32 tensor cores, plain float32).
 # Matched against torch.cuda.get_device_name as whole words, most specific first ("L40S" before
-# "L40" before "L4"; "H100 PCIe" before "H100").
+# "L40" before "L4"; "H100 PCIe" before "H100"). Volta and Turing (V100, T4: Colab's free GPU) have
+# float16 tensor cores only: no TF32 (the float32 column twice), and bfloat16 runs emulated.
 GPU_PEAKS = {
     "H200": (989.0, 494.7, 66.9), "H100 PCIe": (756.0, 378.0, 51.2), "H100": (989.0, 494.7, 66.9),
     "A100": (312.0, 156.0, 19.5), "L40S": (362.1, 183.0, 91.6), "L40": (181.0, 90.5, 90.5),
     "L4": (121.0, 60.0, 30.3), "A10": (125.0, 62.5, 31.2), "RTX 4090": (165.2, 82.6, 82.6),
-    "RTX 3090": (71.0, 35.6, 35.6),
+    "RTX 3090": (71.0, 35.6, 35.6), "V100S": (130.0, 16.4, 16.4), "V100-PCIE": (112.0, 14.0, 14.0),
+    "V100": (125.0, 15.7, 15.7), "T4": (65.0, 8.1, 8.1),
 }
+NO_BFLOAT16 = {"V100S", "V100-PCIE", "V100", "T4"}  # bfloat16 emulated: no faster than float32
 
 
 def gpu_peak(name: str, dtype: str, tf32: bool) -> tuple[float, str] | None:
     """(FLOP/s, source) for a GPU named `name` (as CUDA reports it), or None if it is not known."""
     for key, (low, tf32_peak, fp32) in GPU_PEAKS.items():
         if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name):
-            if dtype in LOW_PRECISION:
+            if dtype == "float16" or (dtype == "bfloat16" and key not in NO_BFLOAT16):
                 return low * 1e12, f"nominal {key} {dtype}"
+            if dtype == "bfloat16":
+                return fp32 * 1e12, f"nominal {key} float32 (its bfloat16 is emulated)"
             return (tf32_peak * 1e12, f"nominal {key} TF32") if tf32 else (fp32 * 1e12, f"nominal {key} float32")
     return None
 
