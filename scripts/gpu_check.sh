@@ -4,8 +4,9 @@
 #
 #   bash scripts/gpu_check.sh            # from the repository root, with requirements installed
 #
-# 1. the test suite, GPU tests included (tests/test_gpu.py: fused kernels == the formula, KV cache,
-#    TF32 setting, a bfloat16 run);
+# 1. the tests that run on the GPU (tests/test_gpu.py: fused kernels == the formula, KV cache, TF32
+#    setting, a bfloat16 run) and the model's; TESTS=tests runs the whole suite (minutes more: the
+#    rest runs on the CPU, as CI does);
 # 2. nanoGPT's baby GPT (configs/shakespeare_char_gpu.yaml, dtype auto: bfloat16 from Ampere on): time to val 1.47;
 # 3. training tokens/s and MFU in float32 (TF32 off, then on), bfloat16, bfloat16 + torch.compile;
 # 4. KV-cache decoding tokens/s (6x6x384, block 512), and the same weights through transformers;
@@ -14,11 +15,12 @@
 #
 # Tiny shakespeare comes from $SHAKESPEARE (default ../shared/data/tinyshakespeare.txt; offline machines
 # need a local copy). Results land in $OUT (default out/gpu_check). Stages that fail are marked in the
-# table; the script goes on with the next.
+# table; the script goes on with the next. Each stage has a time limit, so the whole stays bounded.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
 SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}
+TESTS=${TESTS:-tests/test_gpu.py tests/test_model.py}
 mkdir -p "$OUT"
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
     || { echo "error: no CUDA device here: this check needs a GPU" >&2; exit 2; }
@@ -28,7 +30,8 @@ status() { echo "$1=$2" >> "$OUT/status"; }
 BENCH="python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset=$SHAKESPEARE model.dropout=0"
 
 echo "== 1. tests"
-python -m pytest -q -x 2>&1 | tee "$OUT/tests.txt" | tail -n 3
+# shellcheck disable=SC2086  # TESTS is a list of paths
+timeout 600 python -m pytest -q -x $TESTS 2>&1 | tee "$OUT/tests.txt" | tail -n 3
 status tests "$(tail -n 1 "$OUT/tests.txt" | tr -d '=' | xargs)"
 
 echo "== 2. baby GPT to val 1.47 (dtype auto)"
@@ -38,16 +41,16 @@ timeout 300 python train.py configs/shakespeare_char_gpu.yaml --quiet --set data
 status baby "exit $?"
 
 echo "== 3. training speed per dtype"
-$BENCH train.tf32=false --dtypes float32 --steps 20 --gen-tokens 0 --json "$OUT/fp32.json" > "$OUT/fp32.txt" 2>&1
+timeout 120 $BENCH train.tf32=false --dtypes float32 --steps 20 --gen-tokens 0 --json "$OUT/fp32.json" > "$OUT/fp32.txt" 2>&1
 status fp32 "exit $?"
-$BENCH --dtypes float32,bfloat16 --steps 20 --gen-tokens 0 --json "$OUT/tf32_bf16.json" > "$OUT/tf32_bf16.txt" 2>&1
+timeout 180 $BENCH --dtypes float32,bfloat16 --steps 20 --gen-tokens 0 --json "$OUT/tf32_bf16.json" > "$OUT/tf32_bf16.txt" 2>&1
 status tf32_bf16 "exit $?"
 timeout 240 $BENCH --dtypes bfloat16 --steps 20 --gen-tokens 0 --compile --json "$OUT/compile.json" \
     > "$OUT/compile.txt" 2>&1
 status compile "exit $?"
 
 echo "== 4. decoding"
-$BENCH --dtypes float32 --steps 0 --gen-tokens 500 --vs-hf --json "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
+timeout 240 $BENCH --dtypes float32 --steps 0 --gen-tokens 500 --vs-hf --json "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
 status decode "exit $?"
 
 echo "== 5. torchrun, NCCL, one process"
@@ -58,3 +61,4 @@ timeout 120 torchrun --standalone --nproc_per_node=1 train.py configs/shakespear
 status ddp "exit $?"
 
 python -m scripts.gpu_table "$OUT"
+echo "the check took ${SECONDS} s"

@@ -50,7 +50,7 @@ def cell(result: Callable[[], str], failed: str) -> str:
 def rows(out: Path, device: str) -> list[tuple[str, str]]:
     """(check, result) for every stage of the GPU check."""
     status = read_status(out)
-    result = [("device", device), ("test suite", status.get("tests", "did not run"))]
+    result = [("device", device), ("tests (TESTS)", status.get("tests", "did not run"))]
 
     try:
         metrics = read_metrics(out / "baby")

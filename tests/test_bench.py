@@ -114,7 +114,7 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
     best = min(r["val_loss"] for r in read_metrics(tiny_stories_run) if r["val_loss"] is not None)
     f32, bf16 = res["train"]["float32"], res["train"]["bfloat16"]
     assert table == {
-        "device": "cpu", "test suite": "433 passed, 13 skipped in 90s",
+        "device": "cpu", "tests (TESTS)": "433 passed, 13 skipped in 90s",
         "baby GPT: time to val 1.47": f"not reached (best {best:.3f}; exit 0)",
         "training, float32, TF32 off": f"{f32['tokens_per_s']:,.0f} tok/s, MFU {f32['mfu']:.0%}",
         "training, float32, TF32 on": f"{f32['tokens_per_s']:,.0f} tok/s, MFU {f32['mfu']:.0%}",
@@ -135,7 +135,7 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
     assert hit == f"{float(cells[header.index('elapsed_s')]):.0f} s (step {int(cells[0])}, val 1.460)"
     # nothing there at all: every row says so, and the table still prints
     empty = dict(gpu_table.rows(tmp_path / "nothing", "cpu"))
-    assert empty["test suite"] == "did not run" and empty["training, bfloat16"] == "failed (did not run)"
+    assert empty["tests (TESTS)"] == "did not run" and empty["training, bfloat16"] == "failed (did not run)"
     # a stage that left something else than bench.py writes: its row says it failed, the rest stand
     (tmp_path / "fp32.json").write_text('{"train": {"float32": {"tokens_per_s": "fast"}}}')
     (tmp_path / "decode.json").write_text("[1, 2]")
