@@ -345,7 +345,7 @@ def head_dict(head: Head) -> dict:
 
 def report(result: dict, n_layer: int, n_head: int) -> str:
     """The human-readable part of the output (the JSON line follows it)."""
-    b, a = result["behaviour"], result["attention"]
+    b = result["behaviour"]
     R = max(result["references"], 1)
     skipped = result["skipped_stories"]
     lines = [f"{result['references']} references in {result['stories']} held-out stories (seed {result['seed']}"
