@@ -25,7 +25,7 @@ def read_status(out: Path) -> dict[str, str]:
     """OUT/status: one `stage=result` line per stage that ran."""
     try:
         lines = (out / "status").read_text(encoding="utf-8").splitlines()
-    except OSError:
+    except (OSError, ValueError):  # missing, or not text
         return {}
     return dict(line.split("=", 1) for line in lines if "=" in line)
 
