@@ -12,22 +12,17 @@ from conftest import ROOT
 
 
 @pytest.fixture(scope="module")
-def bench_run(tmp_path_factory) -> tuple[dict, Path]:
+def bench_run(tmp_path_factory, one_thread) -> tuple[dict, Path]:
     """bench.py's every section on a tiny model: (its result, its --json file)."""
     import bench
     tmp = tmp_path_factory.mktemp("bench")
     out = tmp / "bench.json"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
-                          f"data.prepared_dir={tmp / 'prepared'}", "model.n_layer=1", "model.n_head=2",
-                          "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
-                          "--dtypes", "float32,bfloat16", "--steps", "2", "--attention", "--gen-tokens", "20",
-                          "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64",
-                          "--json", str(out)])
-    finally:
-        torch.set_num_threads(threads)
+    res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
+                      f"data.prepared_dir={tmp / 'prepared'}", "model.n_layer=1", "model.n_head=2",
+                      "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
+                      "--dtypes", "float32,bfloat16", "--steps", "2", "--attention", "--gen-tokens", "20",
+                      "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64",
+                      "--json", str(out)])
     return res, out
 
 
