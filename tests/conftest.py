@@ -3,6 +3,7 @@ repository root is importable through pyproject.toml's pytest `pythonpath`."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -10,12 +11,14 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+# tiny shakespeare (tinyshakespeare.txt) and GPT-2's BPE ranks (r50k_base.tiktoken), for the tests
+# that use them: the folder TINYGPT_TEST_DATA names, else ../shared/data; those tests skip without it
+SHARED_DATA = Path(os.environ.get("TINYGPT_TEST_DATA") or ROOT.parent / "shared" / "data")
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
 
 
 def r50k_cache(folder: Path) -> Path:
-    """A tiktoken cache folder holding GPT-2's ranks (../shared/data/r50k_base.tiktoken) under the sha1
+    """A tiktoken cache folder holding GPT-2's ranks (SHARED_DATA/r50k_base.tiktoken) under the sha1
     of their URL, for TIKTOKEN_CACHE_DIR: the r50k_base and gpt2 encodings offline. Skips without it."""
     source = SHARED_DATA / "r50k_base.tiktoken"
     if not source.is_file():

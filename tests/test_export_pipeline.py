@@ -4,7 +4,7 @@
 refuses), for a char, a word and a BPE run.
 
 The BPE run's encoding is learned here from the stories text (a few hundred byte-pair merges), so
-the test needs no encoding file; with ../shared/data/r50k_base.tiktoken present, GPT-2's own
+the test needs no encoding file; with r50k_base.tiktoken in the test data folder (conftest.SHARED_DATA), GPT-2's own
 vocabulary is tested too, compact (a vocabulary from a Shakespeare excerpt: unseen words use its
 kept merges, down to bytes) and full. Below the models, `tokenizer.json` is checked against our
 tokenizers directly: the word regex splits assigned Unicode characters as Python's `re` does,
@@ -201,7 +201,7 @@ CASES = ["char", "word", "bpe", "gpt2-compact", "gpt2-full"]
 
 def case(name: str, cases: dict) -> dict:
     if name not in cases:
-        pytest.skip("GPT-2's vocabulary needs ../shared/data/r50k_base.tiktoken and tinyshakespeare.txt")
+        pytest.skip(f"GPT-2's vocabulary needs r50k_base.tiktoken and tinyshakespeare.txt in {SHARED_DATA}")
     return cases[name]
 
 

@@ -3,7 +3,7 @@ under BPE merges, encoded by BPE restricted to it; the byte fallback of older vo
 closest-word suggestions for unknown words, stream decoding of characters split across tokens, plain-data save/load (also through
 JSON), and the one-line user errors (unknown characters, unknown encoding, encoding not loadable
 offline). BPE logic is tested on a hand-built tiktoken Encoding; the real GPT-2 ranks are used only
-when ../shared/data/r50k_base.tiktoken exists. No test touches the network.
+when the test data folder (conftest.SHARED_DATA) holds r50k_base.tiktoken. No test touches the network.
 """
 from __future__ import annotations
 
