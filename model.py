@@ -346,26 +346,24 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
 
     Each step feeds the context, reads the last position's logits, samples, appends. Positions are
     absolute and at most block_size, so the context is a window: when it is full, the window slides
-    forward by half a block (the newest block_size//2 tokens stay) and, with the cache, is computed
+    forward by half a block (the newest block_size//2 tokens stay, at least one) and, with the cache, is computed
     afresh once; both paths follow this policy, so cached and uncached logits stay equal."""
     block_size = model.config.block_size
-    tokens = idx
-    start = max(0, tokens.size(1) - block_size)  # first token of the window
+    window = idx[:, -block_size:]  # (B, W): the tokens the model sees, W <= block_size
     caches = None
     for _ in range(max_new_tokens):
-        L = tokens.size(1)
-        if L - start > block_size:  # window full: slide it, drop the cache
-            start, caches = L - block_size // 2, None
+        if window.size(1) > block_size:  # window full: slide it, drop the cache
+            window, caches = window[:, -max(1, block_size // 2):], None
         if not use_cache:
-            logits = model(tokens[:, start:])  # (B, L-start, V): the whole window every step
+            logits = model(window)  # (B, W, V): the whole window every step
         elif caches is None:
-            caches = model.new_kv_caches(tokens.size(0))
-            logits = model(tokens[:, start:], caches)  # prefill: the window's keys and values
+            caches = model.new_kv_caches(window.size(0))
+            logits = model(window, caches)  # prefill: the window's keys and values
         else:
-            logits = model(tokens[:, -1:], caches)  # (B, 1, V): only the newest token is new
+            logits = model(window[:, -1:], caches)  # (B, 1, V): only the newest token is new
         next_id = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)  # (B,)
-        yield Step(next_id, logits[:, -1, :], L - start)
-        tokens = torch.cat([tokens, next_id[:, None]], dim=1)  # (B, L+1)
+        yield Step(next_id, logits[:, -1, :], window.size(1))
+        window = torch.cat([window, next_id[:, None]], dim=1)  # (B, W+1)
 
 
 def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from model import (GPT, attention, causal_mask, cross_entropy, generate, masked_softmax, matmul_attention,
+from model import (GPT, attention, causal_mask, cross_entropy, generate, generate_steps, masked_softmax, matmul_attention,
                    sample_next)
 
 # the worked example: raw scores of "The cat sat on" (future keys are masked, their values never matter)
@@ -152,6 +152,20 @@ def test_generate_cached_equals_uncached_past_block_size(tiny_model_config):
     uncached = torch.stack(list(generate(model, idx, 60, temperature=0, use_cache=False)), 1)
     assert cached.shape == (2, 60)
     assert torch.equal(cached, uncached)
+
+
+def test_generate_window_slides_by_half_a_block_and_never_grows(tiny_model_config):
+    """The model sees at most block_size tokens; a full window keeps its newest half. Also for
+    block_size 1 (a bigram model), where half a block rounds to the one newest token."""
+    model = make_model(tiny_model_config)  # block_size 16
+    idx = torch.randint(0, model.config.vocab_size, (1, 5))
+    seen = [step.context for step in generate_steps(model, idx, 40, temperature=0)]
+    assert seen == list(range(5, 17)) + list(range(8, 17)) * 3 + [8]
+    bigram = make_model(replace(tiny_model_config, block_size=1))
+    for use_cache in (True, False):
+        steps = list(generate_steps(bigram, idx, 4, temperature=0, use_cache=use_cache))
+        assert [s.context for s in steps] == [1] * 4
+        assert steps[0].token.item() == bigram(idx[:, -1:])[0, -1].argmax().item()
 
 
 def test_generate_crops_long_prompts(tiny_model_config):
