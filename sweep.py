@@ -1,7 +1,7 @@
 """Train every combination of a grid of config values, then tabulate and plot them side by side.
 
     python sweep.py CONFIG.yaml --grid model.n_head=1,2,4,8 model.n_embd=64,128
-                    [--set KEY=VALUE ...] [--seeds N] [--probe] [--out DIR] [--quiet]
+                    [--set KEY=VALUE ...] [--seeds N] [--probe] [--jobs N] [--out DIR] [--quiet]
 
 Each combination is checked like a `--set` (values are YAML scalars); an impossible one (say
 n_embd=64 with n_head=3) is skipped with a note. Each valid one trains into its own run directory
@@ -25,25 +25,31 @@ a rerun does not probe again.
 
 Each run is `python train.py ...` in a subprocess, not train.main() in this process: a crash, an
 out-of-memory kill or a user error in one run is reported and the sweep goes on with the next;
-every run starts from a clean process (seeds, threads, device memory); and Ctrl-C is passed to the
-run once, so it saves its checkpoint before the sweep stops. The cost is ~2 s of start-up per run.
+every run starts from a clean process (seeds, threads, device memory); and Ctrl-C is passed to
+each running run once, so it saves its checkpoint before the sweep stops (no other run starts).
+The cost is ~2 s of start-up per run. `--jobs N` trains N runs at once, each on its share of the
+CPU cores, their output line by line behind each run's name: small models use several cores
+poorly, so on a CPU side by side is faster than one after the other.
 Exit code: 0 when every run finished, 1 when some run failed (the report is still written), 2 for
 a user error in the sweep's own arguments.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 
@@ -119,28 +125,70 @@ def run_names(keys: Sequence[str], combos: Sequence[tuple[str, ...]]) -> list[st
 # ---- running one training ----
 
 
-def run_training(cmd: list[str]) -> tuple[int, int | None]:
-    """Run train.py as a subprocess; return (exit code, the signal that interrupted the sweep or None).
+class Runner:
+    """Runs train.py subprocesses, up to `jobs` at once, and passes each Ctrl-C or SIGTERM the sweep
+    receives to every running one.
 
-    The child runs in its own session, so a Ctrl-C in the terminal reaches it only through us,
-    exactly once: it then saves ckpt.pt and exits, and a second Ctrl-C stops it at once."""
-    received: list[int] = []
-    sys.stdout.flush()  # our notes first, then the run's output
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    Each child runs in its own session, so a Ctrl-C in the terminal reaches it only through us,
+    exactly once: it then saves ckpt.pt and exits, and a second Ctrl-C stops it at once. After the
+    first, no new run starts. With jobs > 1 the runs' output (no progress bars) is relayed line by
+    line behind each run's tag, and each run gets OMP_NUM_THREADS = its share of the cores (unless
+    the environment sets it): small models train faster side by side on one thread each than one
+    after the other on all of them."""
 
-    def forward(signum: int, frame) -> None:
-        received.append(signum)
-        proc.send_signal(signum)
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self.running: set[subprocess.Popen] = set()
+        self.signum: int | None = None  # the first signal received
+        self.lock = threading.RLock()  # an RLock: the signal handler may run while the main thread holds it
+        self.env = None
+        if jobs > 1 and not os.environ.get("OMP_NUM_THREADS"):
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            self.env = {**os.environ, "OMP_NUM_THREADS": str(max(1, cores // jobs))}
 
-    old = {}
-    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
-        old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        rc = proc.wait()
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-    return rc, (received[0] if received else None)
+    def say(self, line: str) -> None:
+        with self.lock:
+            print(line, flush=True)
+
+    def forward(self, signum: int, frame) -> None:
+        with self.lock:
+            self.signum = signum if self.signum is None else self.signum
+            for proc in self.running:
+                proc.send_signal(signum)
+
+    @contextlib.contextmanager
+    def forwarding_signals(self) -> Iterator[None]:
+        """Install forward() for SIGINT and SIGTERM (signal handlers live in the main thread)."""
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            old = {s: signal.signal(s, self.forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+    def run(self, cmd: list[str], tag: str) -> int | None:
+        """Run one training to its end -> its exit code, or None when the sweep was interrupted
+        before it started."""
+        relay = self.jobs > 1
+        with self.lock:
+            if self.signum is not None:
+                return None
+            sys.stdout.flush()  # our notes first, then the run's output
+            pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") if relay else {}
+            proc = subprocess.Popen(cmd, start_new_session=True, env=self.env, **pipe)
+            self.running.add(proc)
+            if self.signum is not None:  # a signal came after the check above, before the line above
+                proc.send_signal(self.signum)
+        try:
+            if relay:
+                for line in proc.stdout:
+                    self.say(f"{tag}: {line.rstrip()}")
+            return proc.wait()
+        finally:
+            with self.lock:
+                self.running.discard(proc)
 
 
 def changed_settings(saved: dict, cfg: Config) -> list[str]:
@@ -206,7 +254,12 @@ def parse_args(argv: Sequence[str] | None):
     p.add_argument("--probe-stories", type=int, default=100, metavar="N", help="held-out stories the probe uses")
     p.add_argument("--out", type=Path, default=None, help="sweep folder (default: out/sweeps/<config stem>)")
     p.add_argument("--quiet", action="store_true", help="no progress bars from the runs")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="train N runs at once, each on its share of the CPU cores (no progress bars; each "
+                        "line of a run's output behind its name)")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        raise UserError(f"--jobs={args.jobs} must be >= 1")
     if args.seeds < 1:
         raise UserError(f"--seeds={args.seeds} must be >= 1")
     if args.probe_stories < 1:
@@ -222,10 +275,6 @@ class Planned:
     run_dir: Path
     overrides: list[str]  # the --set list that makes it
     cfg: Config
-
-
-class Interrupted(Exception):
-    """Ctrl-C or SIGTERM reached a run: it saved its checkpoint; the sweep reports and stops."""
 
 
 def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
@@ -253,26 +302,33 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
     return plan
 
 
-def train_one(args, tag: str, run: Planned) -> dict:
+def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
     """Train (or skip, or resume) one run and probe it if asked -> its results row ('failed' in
-    its status if it did not finish)."""
+    its status if it did not finish), or None when the sweep was interrupted before it started."""
+    if runner.signum is not None:
+        return None
     action, why = existing_run(run.run_dir, run.cfg)
-    print(f"{tag}: {why}")
+    runner.say(f"{tag}: {why}")
     if action == "refuse":
         return {"run": run.name, **run.varied, "status": "failed (not reusable)"}
     rc = 0
     if action != "skip":
         cmd = [sys.executable, str(TRAIN_PY), args.config, "--set", *run.overrides]
-        cmd += ["--resume"] * (action == "resume") + ["--quiet"] * args.quiet
+        cmd += ["--resume"] * (action == "resume") + ["--quiet"] * (args.quiet or args.jobs > 1)
         t0 = time.perf_counter()
-        rc, signum = run_training(cmd)
-        if signum is not None:
-            raise Interrupted(signum)
-        print(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else
-                            f"failed with exit code {rc} (its error is above); going on with the next run"))
+        rc = runner.run(cmd, tag)
+        if rc is None:
+            return None
+        if runner.signum is not None:  # it saved its checkpoint and stopped: resumable, not failed
+            runner.say(f"{tag}: interrupted")
+            row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else \
+                {"run": run.name, "status": "interrupted before its first checkpoint"}
+            return {**row, **run.varied}
+        runner.say(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else
+                                 f"failed with exit code {rc} (its error is above); going on with the next run"))
     if rc == 0 and args.probe and read_probe(run.run_dir) is None:
         b = probe_run(run.run_dir, args.probe_stories)["behaviour"]
-        print(f"{tag}: probe: antecedent {b['antecedent']}, distractor {b['distractor']}, other {b['other']}")
+        runner.say(f"{tag}: probe: antecedent {b['antecedent']}, distractor {b['distractor']}, other {b['other']}")
     row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else {"run": run.name}
     if rc != 0:
         row["status"] = f"failed (exit {rc})" + (f", {row['status']}" if row.get("status") else "")
@@ -293,17 +349,21 @@ def main(argv: Sequence[str] | None = None) -> dict:
     check_writable(out, "--out")  # before any training, not at the report
     plan = make_plan(args, grid, out)
 
-    rows: list[dict] = []
-    for i, run in enumerate(plan, 1):
-        try:
-            rows.append(train_one(args, f"[{i}/{len(plan)}] {run.name}", run))
-        except Interrupted as stop:
-            rows.append({**(summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file()
-                            else {"run": run.name}), **run.varied})
+    runner = Runner(args.jobs)
+    tags = [f"[{i}/{len(plan)}] {run.name}" for i, run in enumerate(plan, 1)]
+    with runner.forwarding_signals():
+        if args.jobs == 1:
+            results = [train_one(args, runner, tag, run) for tag, run in zip(tags, plan)]
+        else:
+            with ThreadPoolExecutor(args.jobs) as pool:
+                results = list(pool.map(lambda job: train_one(args, runner, *job), zip(tags, plan)))
+    rows = [row for row in results if row is not None]
+    if runner.signum is not None:
+        if rows:  # none when the signal came before the first run started
             write_report(rows, list(grid), out, title=f"Sweep of {args.config} (interrupted)")
-            print(f"[{i}/{len(plan)}] {run.name}: interrupted; rerun the same command to resume the sweep "
-                  f"(results so far: {out / 'results.md'})")
-            sys.exit(128 + stop.args[0])
+        print("sweep interrupted: every run it stopped saved its checkpoint; rerun the same command to resume"
+              + (f" (results so far: {out / 'results.md'})" if rows else ""))
+        sys.exit(128 + runner.signum)
     failed = [r["run"] for r in rows if str(r.get("status", "")).startswith("failed")]
 
     text, pngs = write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)}")

@@ -2,7 +2,7 @@
 # Reruns every measurement quoted in docs/results.md, one after another (they compete for the CPU
 # otherwise), writing logs and JSON into $OUT (default out/experiments). On 2 cores: default
 # about 2 hours, ablation about 40, sweep about 100 minutes (36 runs), the rest a few minutes each.
-#   bash scripts/experiments.sh [all | default | foundation | attention | ablation | sweep | bench | speedrun]
+#   bash scripts/experiments.sh [all | default | foundation | attention | ablation | sweep | jobs | bench | speedrun]
 # Tiny shakespeare is read from $SHAKESPEARE (default ../shared/data/tinyshakespeare.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,14 +41,24 @@ fi
 
 if [[ $what == all || $what == sweep ]]; then
   # heads x layers on the default at a fixed budget of 500 steps, 3 seeds each, every run probed for
-  # coreference: two sweeps of one thread each side by side (half the grid each, one folder), then the
-  # whole grid once more, which finds every run finished and writes the report of all 36
-  HL=(configs/stories.yaml --quiet --seeds 3 --probe --set train.max_iters=500 train.eval_interval=125
-      --out "$OUT/heads_layers")
-  OMP_NUM_THREADS=1 python sweep.py "${HL[@]}" --grid model.n_head=1,8 model.n_layer=1,2,4 >"$OUT/heads_layers_1_8.txt" &
-  OMP_NUM_THREADS=1 python sweep.py "${HL[@]}" --grid model.n_head=2,4 model.n_layer=1,2,4 >"$OUT/heads_layers_2_4.txt" &
-  wait
-  python sweep.py "${HL[@]}" --grid model.n_head=1,2,4,8 model.n_layer=1,2,4 | tee "$OUT/heads_layers.txt"
+  # coreference, two runs at a time (one thread each on 2 cores)
+  python sweep.py configs/stories.yaml --quiet --seeds 3 --probe --jobs 2 --grid model.n_head=1,2,4,8 \
+      model.n_layer=1,2,4 --set train.max_iters=500 train.eval_interval=125 --out "$OUT/heads_layers" \
+      | tee "$OUT/heads_layers.txt"
+fi
+
+if [[ $what == all || $what == jobs ]]; then
+  # sweep.py --jobs 1 against --jobs 2: four 80-step runs of the default, in the order 1 2 2 1
+  # (about 11 minutes); the data is prepared once, first
+  J=(configs/stories.yaml --quiet --grid model.n_head=1,2,4,8 --set train.max_iters=80 train.eval_interval=80
+     train.eval_iters=10 train.plot=never data.prepared_dir="$OUT/jobs_prepared")
+  python -m data.prepare configs/stories.yaml --set data.prepared_dir="$OUT/jobs_prepared" > /dev/null
+  for jobs in 1 2 2 1; do
+    rm -rf "$OUT/jobs_sweep"
+    start=$(date +%s.%N)
+    python sweep.py "${J[@]}" --jobs $jobs --out "$OUT/jobs_sweep" > "$OUT/jobs_$jobs.txt"
+    echo "--jobs $jobs: $(python -c "print(f'{$(date +%s.%N) - $start:.1f}')") s" | tee -a "$OUT/jobs.txt"
+  done
 fi
 
 if [[ $what == all || $what == bench ]]; then

@@ -8,7 +8,10 @@ nothing finished (ckpt.pt untouched) and resumes a run stopped with --stop-at; w
 it reuses nothing and exits 1. A bad grid key is one line and exit 2. compare.py shows the config
 column that differs; `compare.py --plot-only` draws each run's loss.png and the val-loss comparison,
 its legend naming the varied values; plot_run returns None without matplotlib and writes a PNG with
-it, its y-axis fitted below the step-0 loss. One sweep is shared by the module (the trainings dominate).
+it, its y-axis fitted below the step-0 loss. Ctrl-C reaches every running run once (a stand-in
+train.py, one run at a time and two) and starts no other; the seeds-and-probe sweep trains two runs
+at a time (--jobs 2), their lines relayed behind their names. One sweep is shared by the module
+(the trainings dominate).
 """
 from __future__ import annotations
 
@@ -146,6 +149,7 @@ def test_bad_grid_key_is_one_line_exit_2(tmp_path):
     (["--grid", "model.n_head=1", "--set", "train.out_dir=x"], "choose the sweep folder with --out"),
     (["--grid", "model.n_head=1", "--set", "train.max_iter=5"], "did you mean 'train.max_iters'"),
     (["--grid", "model.n_head=3,5", "--set", "model.n_embd=16"], "no valid combination"),
+    (["--grid", "model.n_head=1", "--jobs", "0"], "--jobs=0 must be >= 1"),
 ])
 def test_sweep_user_errors(tmp_path, argv, match):
     with pytest.raises(UserError, match=match), contextlib.redirect_stdout(io.StringIO()):
@@ -166,6 +170,57 @@ def test_failed_runs_are_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, c
     assert exit_info.value.code == 1 and "2 of 2 run(s) failed: n_head=1, n_head=2" in printed.err
     assert "n_head=1: failed with exit code 2" in printed.out and "n_head=2: failed with exit code 1" in printed.out
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["failed (exit 2)", "failed (exit 1)"]
+
+
+FAKE_LONG_RUN = """import json, os, pathlib, signal, sys, time
+out = pathlib.Path(json.loads([a.split('=', 1)[1] for a in sys.argv if a.startswith('train.out_dir=')][0]))
+out.mkdir(parents=True, exist_ok=True)
+def stop(signum, frame):
+    (out / 'stopped').write_text(str(signum))
+    sys.exit(130)
+signal.signal(signal.SIGINT, stop)
+(out / 'started').write_text(os.environ.get('OMP_NUM_THREADS', '') + ' ' + ' '.join(sys.argv[1:]))
+print('running', flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeypatch, capfd, jobs):
+    """A stand-in train.py (no torch) that runs until Ctrl-C: the sweep's Ctrl-C reaches every run
+    that is running (`jobs` of them, each on its share of the cores) exactly once, no other run
+    starts, the report is written and the sweep exits 130."""
+    import signal
+    import threading
+    import time
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(FAKE_LONG_RUN)
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    out = tmp_path / "sw"
+    names = ["n_head=1", "n_head=2", "n_head=4"]
+
+    def interrupt_when_running() -> None:
+        deadline = time.monotonic() + 60
+        while not all((out / n / "started").exists() for n in names[:jobs]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # let the runs install their handler
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=interrupt_when_running, daemon=True).start()
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2,4", "--jobs", str(jobs), *shrink(tmp_path / "prepared"),
+                    "--out", str(out)])
+    printed = capfd.readouterr().out
+    assert exit_info.value.code == 130 and "sweep interrupted" in printed
+    for name in names[:jobs]:
+        assert (out / name / "stopped").read_text() == str(int(signal.SIGINT)), name  # once, as SIGINT
+        threads, argv = (out / name / "started").read_text().split(" ", 1)
+        assert threads == ("" if jobs == 1 else str(max(1, len(os.sched_getaffinity(0)) // jobs)))
+        assert ("--quiet" in argv.split()) == (jobs > 1)  # no progress bars when runs share the terminal
+    assert not (out / names[-1]).exists()  # never started
+    if jobs > 1:
+        assert "[1/3] n_head=1: running" in printed and "[2/3] n_head=2: running" in printed
+    assert "(interrupted)" in (out / "results.md").read_text()
 
 
 def test_run_names_are_filesystem_safe_and_unique():
@@ -234,9 +289,9 @@ def test_sweep_with_seeds_and_probe_summarizes_each_setting(tmp_path):
     out = tmp_path / "sw"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMP_NUM_THREADS", "1")
-        result, printed = run_sweep([CONFIG, "--grid", "model.n_head=1,2", "--seeds", "2", "--probe",
+        result, printed = run_sweep([CONFIG, "--grid", "model.n_head=1,2", "--seeds", "2", "--probe", "--jobs", "2",
                                      "--probe-stories", "3", *shrink(tmp_path / "prepared"), "data.tokenizer=char",
-                                     "--out", str(out), "--quiet"])
+                                     "--out", str(out), "--quiet"])  # two runs at a time
     names = sorted(p.name for p in out.iterdir() if p.is_dir())
     assert names == ["n_head=1,seed=1337", "n_head=1,seed=1338", "n_head=2,seed=1337", "n_head=2,seed=1338"]
     summary = {r["setting"]: r for r in read_csv(out / "summary.csv")}
@@ -256,6 +311,8 @@ def test_sweep_with_seeds_and_probe_summarizes_each_setting(tmp_path):
     assert "Per setting over seeds" in md and "| n_head=1 | 2 |" in md
     assert "Differences beyond the 95% intervals" in md or "No two settings differ" in md
     assert "probe: antecedent" in printed
+    for i, name in enumerate(names, 1):
+        assert f"[{i}/4] {name}: done: step 10" in printed  # the run's own last line, behind its tag
     if plots.can_plot():
         assert result["plots"] == [str(out / "val_loss.png"), str(out / "settings.png")]
     # a rerun trains and probes nothing again
