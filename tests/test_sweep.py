@@ -157,7 +157,8 @@ def test_sweep_user_errors(tmp_path, argv, match):
     assert not (tmp_path / "sw").exists()
 
 
-def test_failed_runs_are_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_failed_runs_are_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, capfd, jobs):
     """A stand-in train.py (no torch: fast) fails with a user error for n_head=1 and crashes for 2."""
     fake = tmp_path / "fake_train.py"
     fake.write_text("import sys\nif 'model.n_head=1' in sys.argv:\n"
@@ -165,10 +166,13 @@ def test_failed_runs_are_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, c
                     "raise RuntimeError('a crash')\n")
     monkeypatch.setattr(sweep, "TRAIN_PY", fake)
     with pytest.raises(SystemExit) as exit_info:
-        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
-    printed = capsys.readouterr()
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw"),
+                    "--jobs", str(jobs)])
+    printed = capfd.readouterr()
     assert exit_info.value.code == 1 and "2 of 2 run(s) failed: n_head=1, n_head=2" in printed.err
     assert "n_head=1: failed with exit code 2" in printed.out and "n_head=2: failed with exit code 1" in printed.out
+    if jobs > 1:  # the runs' own errors, behind their names
+        assert "[1/2] n_head=1: error: a user error" in printed.out and "[2/2] n_head=2: RuntimeError: a crash" in printed.out
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["failed (exit 2)", "failed (exit 1)"]
 
 
