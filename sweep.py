@@ -314,7 +314,7 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
     rc = 0
     if action != "skip":
         cmd = [sys.executable, str(TRAIN_PY), args.config, "--set", *run.overrides]
-        cmd += ["--resume"] * (action == "resume") + ["--quiet"] * (args.quiet or args.jobs > 1)
+        cmd += ["--resume"] * (action == "resume") + ["--quiet"] * (args.quiet or runner.jobs > 1)
         t0 = time.perf_counter()
         rc = runner.run(cmd, tag)
         if rc is None:
@@ -349,13 +349,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     check_writable(out, "--out")  # before any training, not at the report
     plan = make_plan(args, grid, out)
 
-    runner = Runner(args.jobs)
+    runner = Runner(min(args.jobs, len(plan)))  # the cores are shared by the runs that can run at once
     tags = [f"[{i}/{len(plan)}] {run.name}" for i, run in enumerate(plan, 1)]
     with runner.forwarding_signals():
-        if args.jobs == 1:
+        if runner.jobs == 1:
             results = [train_one(args, runner, tag, run) for tag, run in zip(tags, plan)]
         else:
-            with ThreadPoolExecutor(args.jobs) as pool:
+            with ThreadPoolExecutor(runner.jobs) as pool:
                 results = list(pool.map(lambda job: train_one(args, runner, *job), zip(tags, plan)))
     rows = [row for row in results if row is not None]
     if runner.signum is not None:
