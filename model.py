@@ -346,8 +346,8 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
 
     Each step feeds the context, reads the last position's logits, samples, appends. Positions are
     absolute and at most block_size, so the context is a window: when it is full, the window slides
-    forward by half a block (the newest block_size//2 tokens stay, at least one) and, with the cache, is computed
-    afresh once; both paths follow this policy, so cached and uncached logits stay equal."""
+    forward by half a block (the newest block_size//2 tokens stay, at least one) and, with the cache,
+    is computed afresh once; both paths follow this policy, so cached and uncached logits stay equal."""
     block_size = model.config.block_size
     window = idx[:, -block_size:]  # (B, W): the tokens the model sees, W <= block_size
     caches = None
