@@ -21,8 +21,11 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -194,9 +197,6 @@ def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeyp
     """A stand-in train.py (no torch) that runs until Ctrl-C: the sweep's Ctrl-C reaches every run
     that is running exactly once, no other run starts, the report is written and the sweep exits
     130. Runs side by side share the cores (--jobs 5 with 2 runs: 2 at once, half the cores each)."""
-    import signal
-    import threading
-    import time
     fake = tmp_path / "fake_train.py"
     fake.write_text(FAKE_LONG_RUN)
     monkeypatch.setattr(sweep, "TRAIN_PY", fake)
