@@ -229,6 +229,28 @@ def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeyp
     assert "(interrupted)" in (out / "results.md").read_text()
 
 
+def test_a_crash_in_the_sweep_itself_starts_no_more_runs(tmp_path, monkeypatch):
+    """--jobs 2: when the sweep's own bookkeeping fails for one run, the runs already going finish,
+    none of those waiting starts, and the error surfaces (as with one run at a time)."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text("import json, pathlib, sys, time\n"
+                    "out = pathlib.Path(json.loads([a.split('=', 1)[1] for a in sys.argv if a.startswith('train.out_dir=')][0]))\n"
+                    "out.mkdir(parents=True)\n(out / 'started').touch()\ntime.sleep(1)\n")
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    real = sweep.existing_run
+
+    def broken(run_dir, cfg):
+        if run_dir.name == "n_head=1":
+            raise RuntimeError("a bug")
+        return real(run_dir, cfg)
+    monkeypatch.setattr(sweep, "existing_run", broken)
+    with pytest.raises(RuntimeError, match="a bug"), contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2,4,8", "--jobs", "2", *shrink(tmp_path / "prepared"),
+                    "--out", str(tmp_path / "sw")])
+    assert (tmp_path / "sw" / "n_head=2" / "started").exists()  # it was running: it finished
+    assert not (tmp_path / "sw" / "n_head=8").exists()  # it was waiting: it never started
+
+
 def test_run_names_are_filesystem_safe_and_unique():
     names = sweep.run_names(["data.dataset", "model.n_head"], [("a/b c.txt", "1"), ("a_b c.txt", "1")])
     assert names[0].startswith("dataset=a_b_c.txt,n_head=1-") and names[0] != names[1]
