@@ -247,19 +247,20 @@ def test_3_a_training_killed_before_its_first_checkpoint_can_be_started_again(tm
     a.wait()
     assert not (out / "ckpt.pt").exists() and (out / ".lock").exists()
     one_line(in_process("train.py", [*sets(tmp, out), "--resume", "--quiet"], capsys), "no checkpoint", "drop --resume")
-    again = cli("train.py", *sets(tmp, out), "--quiet")
+    again = in_process("train.py", [*sets(tmp, out), "--quiet"], capsys)  # takes the dead process's lock over
     assert again.code == 0 and "done: step 30" in again.out, again.err[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["best.pt", "ckpt.pt", "config.yaml", "metrics.csv"]
 
 
-def test_4_a_sweep_rerun_never_deletes_best_pt(tmp, run):
+def test_4_a_sweep_rerun_never_deletes_best_pt(tmp, run, capsys):
     """A finished sweep run whose ckpt.pt was deleted keeps its best.pt: reported, exit 1."""
     sweep_dir = tmp / "sw"
     (sweep_dir / "n_head=2").mkdir(parents=True)
     shutil.copy(run / "best.pt", sweep_dir / "n_head=2" / "best.pt")
     best = (sweep_dir / "n_head=2" / "best.pt").read_bytes()
-    result = cli("sweep.py", tmp / "config.yaml", "--grid", "model.n_head=2", "--out", sweep_dir, "--set",
-                 f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={tmp / 'prepared'}")
+    result = in_process("sweep.py", [tmp / "config.yaml", "--grid", "model.n_head=2", "--out", sweep_dir, "--set",
+                                     f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={tmp / 'prepared'}"],
+                        capsys)
     assert result.code == 1 and "Traceback" not in result.err, result.err
     assert "has best.pt but no ckpt.pt" in result.out and "left as it is" in result.out
     assert (sweep_dir / "n_head=2" / "best.pt").read_bytes() == best
