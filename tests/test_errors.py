@@ -2,10 +2,10 @@
 exit code (2 for the user's or the machine's refusal, 130 after Ctrl-C), never a traceback, and
 never a mixed, lost or silently wrong run.
 
-The four data cases run end to end through the real command line: two trainings on one out_dir,
---resume after the dataset changed, a restart after a training died before its first checkpoint,
-a sweep rerun after a finished run's ckpt.pt was deleted; so do the three Ctrl-C cases. The rest
-runs in this process through `errors.run_cli` (the very wrapper the scripts' `__main__` calls),
+The cases that need real processes run through the real command line: two trainings on one
+out_dir, --resume after the dataset changed, a training killed before its first checkpoint, and
+the three Ctrl-C cases. The rest (a restarted run, the sweep rerun after a finished run's ckpt.pt
+was deleted, ...) runs in this process through `errors.run_cli` (the very wrapper the scripts' `__main__` calls),
 which costs no start-up. One tiny char model (2 layers, 32 wide, block 32) is trained once for the
 module on a small generated text; every file lives in tmp, nothing touches the network.
 """
