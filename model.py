@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 import torch
 import torch.nn as nn
@@ -123,16 +123,13 @@ class CausalSelfAttention(nn.Module):
         positions and attends over the cached ones too."""
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
-        # 1) project: every position makes a query, a key and a value
-        q = self.q_proj(x)  # (B, T, C)
-        k = self.k_proj(x)  # (B, T, C)
-        v = self.v_proj(x)  # (B, T, C)
-        # 2) split heads
-        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        # 1) project: every position makes a query, a key and a value; 2) split them into heads
+        q = self.q_proj(x).view(B, T, nh, hs)  # (B, T, C) -> (B, T, nh, hs)
+        k = self.k_proj(x).view(B, T, nh, hs)  # (B, T, nh, hs)
+        v = self.v_proj(x).view(B, T, nh, hs)  # (B, T, nh, hs)
         if kv_cache is not None:
-            k, v = kv_cache.append(k, v)  # (B, nh, Tk, hs): the past keys and values, then ours
+            k, v = kv_cache.append(k, v)  # (B, Tk, nh, hs): the past keys and values, then ours
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs), k v (B, nh, Tk, hs)
         T_k = k.size(2)
         # 3) scores, mask, softmax  4) weight the values
         mask = self.causal_mask[T_k - T:T_k, :T_k] if self.causal else None  # (T, Tk)
@@ -288,18 +285,20 @@ class KVCache:
     key and value never change when tokens are appended and can be computed once and reused."""
 
     def __init__(self, B: int, nh: int, max_T: int, hs: int, device: torch.device, dtype: torch.dtype):
-        self.k = torch.empty(B, nh, max_T, hs, device=device, dtype=dtype)  # (B, nh, max_T, hs), filled as we go
-        self.v = torch.empty(B, nh, max_T, hs, device=device, dtype=dtype)  # (B, nh, max_T, hs)
+        # positions before heads, as the projections make them: for one sequence the filled part
+        # k[:, :length] is contiguous at every length (so a compiled decoding step keeps one graph)
+        self.k = torch.empty(B, max_T, nh, hs, device=device, dtype=dtype)  # (B, max_T, nh, hs), filled as we go
+        self.v = torch.empty(B, max_T, nh, hs, device=device, dtype=dtype)  # (B, max_T, nh, hs)
         self.length = 0  # positions filled
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k, v (B, nh, T, hs) after the cached ones; return all of them (B, nh, Tk, hs)."""
-        T = k.size(2)
-        assert self.length + T <= self.k.size(2), f"cache overflow: {self.length}+{T} > {self.k.size(2)}"
-        self.k[:, :, self.length:self.length + T] = k
-        self.v[:, :, self.length:self.length + T] = v
+        """Store k, v (B, T, nh, hs) after the cached ones; return all of them (B, Tk, nh, hs)."""
+        T = k.size(1)
+        assert self.length + T <= self.k.size(1), f"cache overflow: {self.length}+{T} > {self.k.size(1)}"
+        self.k[:, self.length:self.length + T] = k
+        self.v[:, self.length:self.length + T] = v
         self.length += T
-        return self.k[:, :, :self.length], self.v[:, :, :self.length]
+        return self.k[:, :self.length], self.v[:, :self.length]
 
 
 def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
@@ -341,14 +340,17 @@ class Step(NamedTuple):
 @torch.no_grad()
 def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                    top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
-                   generator: torch.Generator | None = None) -> Iterator[Step]:
+                   generator: torch.Generator | None = None, decode: Callable | None = None) -> Iterator[Step]:
     """Continue idx (B, T) by max_new_tokens tokens, one at a time, yielding each Step.
 
     Each step feeds the context, reads the last position's logits, samples, appends. Positions are
     absolute and at most block_size, so the context is a window: when it is full, the window slides
     forward by half a block (the newest block_size//2 tokens stay, at least one) and, with the cache,
-    is computed afresh once; both paths follow this policy, so cached and uncached logits stay equal."""
+    is computed afresh once; both paths follow this policy, so cached and uncached logits stay equal.
+    `decode` runs the one-token steps with the cache instead of the model (the same function,
+    compiled: tinygpt/runtime.py, compile_decoding)."""
     block_size = model.config.block_size
+    decode = model if decode is None else decode  # the one-token step with the cache
     window = idx[:, -block_size:]  # (B, W): the tokens the model sees, W <= block_size
     caches = None
     for _ in range(max_new_tokens):
@@ -360,7 +362,7 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
             caches = model.new_kv_caches(window.size(0))
             logits = model(window, caches)  # prefill: the window's keys and values
         else:
-            logits = model(window[:, -1:], caches)  # (B, 1, V): only the newest token is new
+            logits = decode(window[:, -1:], caches)  # (B, 1, V): only the newest token is new
         next_id = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)  # (B,)
         yield Step(next_id, logits[:, -1, :], window.size(1))
         window = torch.cat([window, next_id[:, None]], dim=1)  # (B, W+1)
@@ -368,7 +370,7 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
 
 def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
-             generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
+             generator: torch.Generator | None = None, decode: Callable | None = None) -> Iterator[torch.Tensor]:
     """Yield the max_new_tokens next tokens (B,) continuing idx (B, T), one at a time."""
-    for step in generate_steps(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator):
+    for step in generate_steps(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator, decode):
         yield step.token
