@@ -294,6 +294,27 @@ def test_dtype_bfloat16_generates_with_bfloat16_weights(run, monkeypatch):
     assert seen[-1] == torch.float32  # the default
 
 
+def test_compile_decodes_through_the_compiled_step(samples, run, monkeypatch):
+    """--compile hands generation the step compile_decoding returns (compiling itself is tested in
+    test_runtime.py); when it returns None (compiling failed), the model decodes: the same text."""
+    import sample
+    calls = []
+
+    def fake_compile(model):
+        def step(idx, caches):
+            calls.append(idx.shape)
+            return model(idx, caches)
+        return step
+    monkeypatch.setattr(sample, "compile_decoding", fake_compile)
+    args = [run, "--prompt", PROMPT, "--max-new-tokens", 40, "--temperature", 0]
+    greedy = ok(samples["greedy"]).stdout
+    assert sample_text(args + ["--compile"]) == greedy
+    # 40 tokens from an 8-token prompt, block_size 32: two prefills (the prompt, the slid window)
+    assert len(calls) == 40 - 2 and set(calls) == {torch.Size([1, 1])}
+    monkeypatch.setattr(sample, "compile_decoding", lambda model: None)
+    assert sample_text(args + ["--compile"]) == greedy
+
+
 # ---- stop and resume ----
 
 
@@ -437,6 +458,7 @@ def error_cases(tmp: Path, run: Path) -> dict[str, dict]:
         "non-integer flag": sample_case(["--max-new-tokens", "ten"], run, "--max-new-tokens", "ten"),
         "unknown flag (sample)": sample_case(["--beam-width"], run, "--beam-width", "4"),
         "missing prompt file": sample_case(["nope.txt"], run, "--prompt-file", tmp / "nope.txt"),
+        "--compile without the cache": sample_case(["--compile", "--no-kv-cache"], run, "--compile", "--no-kv-cache"),
         "unknown key (prepare)": {"script": "data.prepare", "culprits": ["data.tokeniser", "data.tokenizer"],
                                   "args": [config, "--set", "data.tokeniser=char"]},
     }
@@ -450,7 +472,7 @@ ERROR_CASES = ["unknown key (file)", "unknown key (--set)", "n_embd % n_head", "
                "--resume with another model", "prompt outside the vocabulary", "missing run dir",
                "run dir without checkpoint", "truncated checkpoint", "temperature -1", "top-p 0", "top-p 1.5",
                "top-k 0", "max-new-tokens -1", "num-samples 0", "non-integer flag", "unknown flag (sample)",
-               "missing prompt file", "unknown key (prepare)"]
+               "missing prompt file", "--compile without the cache", "unknown key (prepare)"]
 # also run as real subprocesses: each script, each kind of culprit (config, data, run dir, checkpoint, flag)
 SUBPROCESS_CASES = ["unknown key (file)", "non-UTF-8 dataset", "existing run without --resume",
                     "prompt outside the vocabulary", "truncated checkpoint", "unknown flag (sample)",

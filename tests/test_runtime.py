@@ -179,3 +179,55 @@ def test_thread_policy_leaves_a_busy_core_to_its_process():
         busy.kill()
         busy.wait()
         torch.set_num_threads(threads)
+
+
+# ---- compiled decoding (sample.py --compile) ----
+
+
+def test_compiled_decoding_gives_the_same_tokens_with_one_graph(tiny_model_config, monkeypatch):
+    """The compiled one-token step decodes the same greedy tokens as the model, through window
+    slides (each a fresh cache) and a full cache, without compiling a second graph: the cache
+    length is symbolic and the cache's filled part keeps one layout at every length. Without
+    max_autotune's search of matrix kernels here (12 s to compile cold instead of 34): `python
+    bench.py --vs-hf --compile` runs it, and checks its tokens against transformers'."""
+    monkeypatch.setattr(runtime, "COMPILE_OPTIONS", {})
+    import io
+    from dataclasses import replace
+
+    from model import GPT, generate
+    torch.manual_seed(0)
+    model = GPT(replace(tiny_model_config, n_layer=1)).eval()  # block_size 16
+    with torch.no_grad():
+        model.tok_emb.weight.mul_(50)  # clear margins between logits: float rounding cannot flip a token
+    idx = torch.randint(0, tiny_model_config.vocab_size, (1, 5))
+    want = [int(t) for t in generate(model, idx, 40, temperature=0)]  # the window slides 3 times
+    log = io.StringIO()
+    step = runtime.compile_decoding(model, log=log)
+    assert step is not None, log.getvalue()
+    assert "compiled in" in log.getvalue() and "warning" not in log.getvalue()
+    with torch.compiler.set_stance("fail_on_recompile"):
+        got = [int(t) for t in generate(model, idx, 40, temperature=0, decode=step)]
+    assert got == want
+
+
+def test_compiled_decoding_falls_back_to_the_model_with_one_warning(tiny_model_config, monkeypatch):
+    """No C++ compiler (or any failure of the compiler): one warning line, and None, so that the
+    caller decodes with the model itself."""
+    import io
+    from dataclasses import replace
+
+    from model import GPT
+
+    def no_compiler(*args, **kwargs):
+        def fail(*a, **k):
+            raise RuntimeError("no working C++ compiler found\n(the compiler's own long story)")
+        return fail
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    log = io.StringIO()
+    assert runtime.compile_decoding(GPT(tiny_model_config).eval(), log=log) is None
+    lines = log.getvalue().splitlines()
+    assert lines[-1] == ("warning: --compile failed (RuntimeError: no working C++ compiler found); "
+                         "decoding without it")
+    log = io.StringIO()  # block_size 1: every step refills the window, there is no step to compile
+    assert runtime.compile_decoding(GPT(replace(tiny_model_config, block_size=1)), log=log) is None
+    assert log.getvalue() == ""

@@ -16,10 +16,12 @@ import os
 import re
 import signal
 import statistics
+import sys
 import time
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import torch
 
@@ -327,6 +329,53 @@ def following_free_cores(items: Iterable[T], policy: ThreadPolicy | None) -> Ite
         if policy is not None:
             policy.update()
         yield item
+
+
+# ---- compiled decoding (sample.py --compile) ----
+
+# torch.compile's options for the one-token step. On a CPU, max_autotune lets inductor time its own
+# C++ matrix kernels against MKL's and keep the faster (for one row, its own: about twice the
+# bandwidth here, docs/results.md); its table of timings stays off the terminal. No CUDA graphs: the
+# cache grows every step, a new shape each time. Freezing (the weights become constants of the
+# graph, which those kernels pre-pack; without it they are not used) is set around the compile
+# itself: passed among these options it does not take effect (torch 2.13).
+COMPILE_OPTIONS = {"max_autotune": True, "max_autotune_report_choices_stats": False}
+
+
+def compile_decoding(model: GPT, log=None) -> Callable | None:
+    """`model`'s one-token decoding step with the KV cache, compiled: idx (B, 1), kv_caches ->
+    logits (B, 1, V), the same function as model(idx, kv_caches) and the same tokens (tested). The
+    cache length is a symbolic size (dynamic=True), so one graph serves every length.
+
+    Compiling takes a while (about a minute on 2 CPU cores for a 6x6x384 model; inductor caches
+    its work on disk, so the next process takes less) and happens here, on a one-token warm-up, so
+    a failure (no C++ compiler, an unsupported device) is one warning line on `log` (default
+    stderr) and None: the caller decodes with the model itself. The graph holds the weights as
+    they are now, and the thread count: change neither afterwards (each count compiles anew)."""
+    log = log or sys.stderr
+    if model.config.block_size < 2:  # every step refills a one-token window: there is no decoding step
+        return None
+    log.write("compiling the decoding step (torch.compile; about a minute the first time) ...\n")
+    log.flush()
+    start = time.perf_counter()
+    import torch._inductor.config as inductor_config  # (here: only --compile needs it)
+    step = torch.compile(model, dynamic=True, options=COMPILE_OPTIONS)
+    device = model.tok_emb.weight.device
+    try:
+        with torch.no_grad(), warnings.catch_warnings(), inductor_config.patch(freezing=True):
+            warnings.simplefilter("ignore")  # inductor's own deprecation notices
+            caches = model.new_kv_caches(1)
+            window = torch.zeros(1, min(3, model.config.block_size), dtype=torch.long, device=device)  # (1, W)
+            model(window[:, :-1], caches)  # the prompt, by the model itself (a cache length above 1:
+            step(window[:, -1:].clone(), caches)  # 0 and 1 would compile as constants); the step compiles
+    except Exception as e:  # noqa: BLE001 (whatever the compiler raised, decoding still works without it)
+        first_line = (str(e).strip().splitlines() or [""])[0][:200]
+        log.write(f"warning: --compile failed ({type(e).__name__}: {first_line}); decoding without it\n")
+        return None
+    log.write(f"compiled in {time.perf_counter() - start:.0f} s\n")
+    # a fresh (B, 1) tensor each step: the graph would otherwise depend on where the newest token
+    # sits in the window's storage (offsets 0 and 1 compile as constants, so a 1-token prompt recompiles)
+    return lambda idx, kv_caches: step(idx.clone(), kv_caches)
 
 
 # ---- peak FLOP/s for MFU ----
