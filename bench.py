@@ -30,7 +30,8 @@ from tinygpt.checkpoint import atomic_write_text
 from tinygpt.config import Config, load_config
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
-                             following_free_cores, keep_freed_memory, model_memory, peak_flops, resolve_device, sync)
+                             compile_decoding, following_free_cores, keep_freed_memory, model_memory, peak_flops,
+                             resolve_device, sync)
 from tinygpt.training import make_optimizer, train_step
 
 
@@ -150,7 +151,8 @@ def memory_bandwidth(device: torch.device, mbytes: int = 256, reps: int = 5) -> 
 def matvec_time(model: GPT, device: torch.device, reps: int = 21) -> tuple[float, int]:
     """Seconds that one decoding step's matrix-vector products take alone, and the bytes they read:
     every Linear weight of the model (the tied LM head included) times a one-row input, in the
-    model's order, as the step runs them; median of reps. The floor for a step with torch's kernel."""
+    model's order, as the step runs them; median of reps: what torch's own kernel (MKL's on a CPU)
+    takes, outside the step."""
     weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
     xs = {n: torch.randn(1, n, device=device, dtype=weights[0].dtype) for n in {w.size(1) for w in weights}}
 
@@ -161,11 +163,14 @@ def matvec_time(model: GPT, device: torch.device, reps: int = 21) -> tuple[float
     return statistics.median(times), sum(w.numel() * w.element_size() for w in weights)
 
 
-def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: int = 5) -> dict:
+def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: int = 5,
+                compile_decoding_step: bool = False) -> dict:
     """Greedy decoding of the same weights by tinygpt (KV cache) and by Hugging Face transformers'
     GPT2LMHeadModel.generate (its KV cache), alternated, medians of `reps`; the tokens must be the
     same. Beside them, the limit that memory bandwidth sets: decoding one token reads every weight
-    once (the embedding is a lookup, but the tied LM head reads the whole matrix)."""
+    once (the embedding is a lookup, but the tied LM head reads the whole matrix). With
+    compile_decoding_step, also tinygpt with its decoding step compiled (sample.py --compile), and
+    the seconds that compiling took."""
     import transformers  # optional: pip install -r requirements-dev.txt
 
     from tinygpt.hf import gpt2_state_dict
@@ -184,9 +189,9 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     idx = torch.zeros(1, 1, dtype=torch.long, device=device)
     outputs: dict[str, list[int]] = {}
 
-    def ours(gpt: GPT, name: str) -> Callable[[], None]:
+    def ours(gpt: GPT, name: str, decode: Callable | None = None) -> Callable[[], None]:
         def run() -> None:
-            outputs[name] = [int(t) for t in generate(gpt, idx, n_tokens, temperature=0)]
+            outputs[name] = [int(t) for t in generate(gpt, idx, n_tokens, temperature=0, decode=decode)]
         return run
 
     def theirs(hf_model, name: str) -> Callable[[], None]:
@@ -201,6 +206,13 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     runs = {"tinygpt": ours(model, "tinygpt"), "transformers": theirs(hf, "transformers"),
             "tinygpt bfloat16": ours(low, "tinygpt bfloat16"),
             "transformers bfloat16": theirs(copy.deepcopy(hf).to(torch.bfloat16), "transformers bfloat16")}
+    compile_s, step = None, None
+    if compile_decoding_step:
+        start = time.perf_counter()
+        step = compile_decoding(model)
+        compile_s = time.perf_counter() - start
+        if step is not None:
+            runs["tinygpt --compile"] = ours(model, "tinygpt --compile", step)
     times: dict[str, list[float]] = {name: [] for name in runs}
     for rep in range(reps + 1):
         for name, fn in runs.items():
@@ -212,7 +224,12 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     matmul_share = matmul_time_share(runs["tinygpt"])
     matvec_s, matvec_bytes = matvec_time(model, device)
     tok_s = {name: n_tokens / statistics.median(ts) for name, ts in times.items()}
-    return {"tinygpt_tokens_per_s": tok_s["tinygpt"], "transformers_tokens_per_s": tok_s["transformers"],
+    compiled = {}
+    if step is not None:
+        compiled = {"compiled_tokens_per_s": tok_s["tinygpt --compile"], "compile_s": compile_s,
+                    "ratio_compiled": tok_s["tinygpt --compile"] / tok_s["transformers"],
+                    "same_tokens_compiled": outputs["tinygpt --compile"] == outputs["transformers"]}
+    return {**compiled, "tinygpt_tokens_per_s": tok_s["tinygpt"], "transformers_tokens_per_s": tok_s["transformers"],
             "tinygpt_bf16_tokens_per_s": tok_s["tinygpt bfloat16"],
             "transformers_bf16_tokens_per_s": tok_s["transformers bfloat16"],
             "ratio_bf16": tok_s["tinygpt bfloat16"] / tok_s["transformers bfloat16"],
@@ -340,7 +357,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated training dtypes")
     p.add_argument("--steps", type=int, default=10, help="timed training steps per dtype (0 skips)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the training model")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the training model and, with --vs-hf, also race the compiled decoding step")
     p.add_argument("--loss-steps", type=int, default=0, help="also compare the loss after this many steps")
     p.add_argument("--gen-tokens", type=int, default=500, help="0 skips the generation benchmark")
     p.add_argument("--gen-layers", type=int, default=6)
@@ -411,10 +429,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(f"generation {g['model']}, {g['n_tokens']} tokens: KV cache {g['cached_tokens_per_s']:,.0f} tok/s, "
               f"no cache {g['uncached_tokens_per_s']:,.0f} tok/s, {g['speedup']:.1f}x, same text: {g['same_text']}")
     if args.vs_hf:
-        h = res["vs_hf"] = bench_vs_hf(gcfg, args.gen_tokens or 500, device)
+        h = res["vs_hf"] = bench_vs_hf(gcfg, args.gen_tokens or 500, device, compile_decoding_step=args.compile)
         print(f"greedy decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd}, block {gcfg.block_size}, {h['n_tokens']} tokens, "
               f"same weights: tinygpt {h['tinygpt_tokens_per_s']:,.0f} tok/s, transformers {h['transformers']} generate "
               f"{h['transformers_tokens_per_s']:,.0f} tok/s: {h['ratio']:.2f}x; same tokens: {h['same_tokens']}")
+        if "compiled_tokens_per_s" in h:
+            print(f"  tinygpt's decoding step compiled (sample.py --compile, {h['compile_s']:.0f} s to compile): "
+                  f"{h['compiled_tokens_per_s']:,.0f} tok/s: {h['ratio_compiled']:.2f}x transformers; same tokens: "
+                  f"{h['same_tokens_compiled']}")
         print(f"  bfloat16 weights in both (sample.py --dtype bfloat16): tinygpt {h['tinygpt_bf16_tokens_per_s']:,.0f} "
               f"tok/s, transformers {h['transformers_bf16_tokens_per_s']:,.0f} tok/s: {h['ratio_bf16']:.2f}x; same "
               f"tokens: {h['same_tokens_bf16']}; {h['bf16_same_tokens_share']:.0%} of tinygpt's tokens equal its "
@@ -426,7 +448,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
               f"{h['matmul_share'] * ms:.1f} of its {ms:.1f} ms per token; 2x transformers needs "
               f"<= {1e3 / (2 * h['transformers_tokens_per_s']):.1f} ms per token in all")
         print(f"  the same products timed alone (F.linear, one row): {h['matvec_ms']:.1f} ms per token, reading "
-              f"{h['matvec_gb_s']:.1f} GB/s: the floor with torch's matrix-vector kernel on this machine")
+              f"{h['matvec_gb_s']:.1f} GB/s: the floor with torch's own matrix-vector kernel")
     if args.under_load:
         res["under_load"] = bench_under_load(cfg, data, gcfg, device)
         print(f"under load: one busy process beside us; decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd} "

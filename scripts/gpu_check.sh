@@ -10,6 +10,7 @@
 # 2. nanoGPT's baby GPT (configs/shakespeare_char_gpu.yaml, dtype auto: bfloat16 from Ampere on): time to val 1.47;
 # 3. training tokens/s and MFU in float32 (TF32 off, then on), bfloat16, bfloat16 + torch.compile;
 # 4. KV-cache decoding tokens/s (6x6x384, block 512), and the same weights through transformers;
+#    then again with the decoding step compiled (sample.py --compile; its own stage and time limit);
 # 5. a one-process torchrun run over NCCL;
 # 6. the table, from what the stages left in $OUT (scripts/gpu_table.py; tests/test_bench.py checks it on CPU).
 #
@@ -52,6 +53,9 @@ status compile "exit $?"
 echo "== 4. decoding"
 timeout 240 $BENCH --dtypes float32 --steps 0 --gen-tokens 500 --vs-hf --json "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
 status decode "exit $?"
+timeout 300 $BENCH --dtypes float32 --steps 0 --gen-tokens 500 --vs-hf --compile --json "$OUT/decode_compiled.json" \
+    > "$OUT/decode_compiled.txt" 2>&1
+status decode_compiled "exit $?"
 
 echo "== 5. torchrun, NCCL, one process"
 rm -rf "$OUT/ddp"

@@ -81,6 +81,12 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
             lambda: f"{h['ratio']:.2f}x ({h['transformers_tokens_per_s']:,.0f} tok/s), same tokens: "
                     f"{h['same_tokens']}; bandwidth limit {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s",
             "unreadable")))
+    compiled = read_json(out / "decode_compiled.json").get("vs_hf", {})
+    result.append(("  decoding step compiled (--compile)", cell(
+        lambda: f"{compiled['compiled_tokens_per_s']:,.0f} tok/s ({compiled['ratio_compiled']:.2f}x transformers), "
+                f"{compiled['compile_s']:.0f} s to compile; same tokens: {compiled['same_tokens_compiled']}",
+        "compiling failed (decode_compiled.txt says why)" if compiled
+        else f"failed ({status.get('decode_compiled', 'did not run')})")))
     ddp = status.get("ddp", "did not run")
     result.append(("torchrun, 1 process, NCCL", "ok" if ddp == "exit 0" else f"failed ({ddp})"))
     return result

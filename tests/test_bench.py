@@ -118,6 +118,7 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
         "training, bfloat16 + torch.compile": "failed (exit 124)",
         "decoding 1x2x32, block 64, KV cache": f"{res['generate']['cached_tokens_per_s']:,.0f} tok/s "
                                                f"({res['generate']['speedup']:.1f}x no cache)",
+        "  decoding step compiled (--compile)": "failed (did not run)",
         "torchrun, 1 process, NCCL": "failed (exit 1)"}
     # the first eval at or under 1.47 gives the time to it
     lines = metrics.splitlines()
@@ -149,3 +150,20 @@ def test_gpu_check_without_a_gpu_is_one_line_exit_2(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr == "error: no CUDA device here: this check needs a GPU\n", r.stderr
     assert r.stdout == ""
+
+
+def test_gpu_table_shows_the_compiled_decoding_stage(tmp_path):
+    """The compiled-decoding row: bench.py --vs-hf --compile's figures, or why they are missing
+    (its stage failed, or compiling failed and bench.py wrote no compiled figures)."""
+    from scripts import gpu_table
+    label = "  decoding step compiled (--compile)"
+    (tmp_path / "decode_compiled.json").write_text(json.dumps({"vs_hf": {
+        "compiled_tokens_per_s": 1234.5, "ratio_compiled": 2.5, "compile_s": 61.2, "same_tokens_compiled": True}}))
+    assert dict(gpu_table.rows(tmp_path, "cuda"))[label] == \
+        "1,234 tok/s (2.50x transformers), 61 s to compile; same tokens: True"
+    (tmp_path / "decode_compiled.json").write_text(json.dumps({"vs_hf": {"ratio": 1.2}}))
+    (tmp_path / "status").write_text("decode_compiled=exit 0\n")
+    assert dict(gpu_table.rows(tmp_path, "cuda"))[label] == "compiling failed (decode_compiled.txt says why)"
+    (tmp_path / "decode_compiled.json").unlink()
+    (tmp_path / "status").write_text("decode_compiled=exit 124\n")
+    assert dict(gpu_table.rows(tmp_path, "cuda"))[label] == "failed (exit 124)"
