@@ -12,6 +12,7 @@ same dtype, in the same process.
 from __future__ import annotations
 
 import functools
+import io
 import os
 import re
 import signal
@@ -19,7 +20,7 @@ import statistics
 import sys
 import time
 import warnings
-from contextlib import nullcontext
+from contextlib import nullcontext, redirect_stderr
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
 
@@ -334,12 +335,12 @@ def following_free_cores(items: Iterable[T], policy: ThreadPolicy | None) -> Ite
 # ---- compiled decoding (sample.py --compile) ----
 
 # torch.compile's options for the one-token step. On a CPU, max_autotune lets inductor time its own
-# C++ matrix kernels against MKL's and keep the faster (for one row, its own: about twice the
-# bandwidth here, docs/results.md); its table of timings stays off the terminal. No CUDA graphs: the
-# cache grows every step, a new shape each time. Freezing (the weights become constants of the
-# graph, which those kernels pre-pack; without it they are not used) is set around the compile
-# itself: passed among these options it does not take effect (torch 2.13).
-COMPILE_OPTIONS = {"max_autotune": True, "max_autotune_report_choices_stats": False}
+# C++ matrix kernels against MKL's and keep the faster (for one row of input, its own: the step
+# decodes 2.1-2.4x faster, docs/results.md). No CUDA graphs: the cache grows every step, a new shape
+# each time. Freezing (the weights become constants of the graph, which those kernels pre-pack;
+# without it they are not used) is set around the compile itself: passed among these options it
+# does not take effect (torch 2.13).
+COMPILE_OPTIONS = {"max_autotune": True}
 
 
 def compile_decoding(model: GPT, log=None) -> Callable | None:
@@ -362,12 +363,15 @@ def compile_decoding(model: GPT, log=None) -> Callable | None:
     step = torch.compile(model, dynamic=True, options=COMPILE_OPTIONS)
     device = model.tok_emb.weight.device
     try:
-        with torch.no_grad(), warnings.catch_warnings(), inductor_config.patch(freezing=True):
-            warnings.simplefilter("ignore")  # inductor's own deprecation notices
+        with torch.no_grad(), warnings.catch_warnings(), inductor_config.patch(freezing=True), \
+                redirect_stderr(io.StringIO()):  # inductor's tables of kernel timings
+            warnings.simplefilter("ignore")  # and its own deprecation notices stay off the terminal
+            # a 2-token prompt through the model itself, then one step through the graph, which
+            # compiles it (at a cache length of 2: lengths 0 and 1 would compile as constants)
             caches = model.new_kv_caches(1)
-            window = torch.zeros(1, min(3, model.config.block_size), dtype=torch.long, device=device)  # (1, W)
-            model(window[:, :-1], caches)  # the prompt, by the model itself (a cache length above 1:
-            step(window[:, -1:].clone(), caches)  # 0 and 1 would compile as constants); the step compiles
+            tokens = torch.zeros(1, min(3, model.config.block_size), dtype=torch.long, device=device)  # (1, W)
+            model(tokens[:, :-1], caches)
+            step(tokens[:, -1:].clone(), caches)
     except Exception as e:  # noqa: BLE001 (whatever the compiler raised, decoding still works without it)
         first_line = (str(e).strip().splitlines() or [""])[0][:200]
         log.write(f"warning: --compile failed ({type(e).__name__}: {first_line}); decoding without it\n")
