@@ -222,8 +222,6 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     keep_freed_memory()
     decode = None
     if args.compile:
-        if threads is not None:  # a compiled graph keeps its thread count: keep the first one chosen
-            threads = ThreadPolicy(fixed=threads.threads)
         decode = compile_decoding(model)
     if args.interactive:
         return interactive(model, tokenizer, args, out, gen, threads, decode)

@@ -207,7 +207,13 @@ def test_compiled_decoding_gives_the_same_tokens_with_one_graph(tiny_model_confi
     assert "compiled in" in log.getvalue() and "warning" not in log.getvalue()
     with torch.compiler.set_stance("fail_on_recompile"):
         got = [int(t) for t in generate(model, idx, 40, temperature=0, decode=step)]
-    assert got == want
+        assert got == want
+        threads = torch.get_num_threads()  # the thread policy moves (a busy machine): the model
+        torch.set_num_threads(threads + 1)  # decodes while the count is not the compiled one
+        try:
+            assert [int(t) for t in generate(model, idx, 40, temperature=0, decode=step)] == want
+        finally:
+            torch.set_num_threads(threads)
 
 
 def test_compiled_decoding_falls_back_to_the_model_with_one_warning(tiny_model_config, monkeypatch):

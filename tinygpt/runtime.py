@@ -352,7 +352,8 @@ def compile_decoding(model: GPT, log=None) -> Callable | None:
     its work on disk, so the next process takes less) and happens here, on a one-token warm-up, so
     a failure (no C++ compiler, an unsupported device) is one warning line on `log` (default
     stderr) and None: the caller decodes with the model itself. The graph holds the weights as
-    they are now, and the thread count: change neither afterwards (each count compiles anew)."""
+    they are now (change them and compile again) and was compiled for the thread count of now:
+    while another count is set (the thread policy on a busy machine), the model itself decodes."""
     log = log or sys.stderr
     if model.config.block_size < 2:  # every step refills a one-token window: there is no decoding step
         return None
@@ -377,9 +378,15 @@ def compile_decoding(model: GPT, log=None) -> Callable | None:
         log.write(f"warning: --compile failed ({type(e).__name__}: {first_line}); decoding without it\n")
         return None
     log.write(f"compiled in {time.perf_counter() - start:.0f} s\n")
-    # a fresh (B, 1) tensor each step: the graph would otherwise depend on where the newest token
-    # sits in the window's storage (offsets 0 and 1 compile as constants, so a 1-token prompt recompiles)
-    return lambda idx, kv_caches: step(idx.clone(), kv_caches)
+    threads = torch.get_num_threads()
+
+    def decode(idx: torch.Tensor, kv_caches: list) -> torch.Tensor:
+        if torch.get_num_threads() != threads:  # the thread policy moved (a busy machine): the graph
+            return model(idx, kv_caches)  # would compile again for this count; the model runs meanwhile
+        # a fresh (B, 1) tensor: the graph would otherwise depend on where the newest token sits in
+        # the window's storage (offsets 0 and 1 compile as constants: a 1-token prompt would recompile)
+        return step(idx.clone(), kv_caches)
+    return decode
 
 
 # ---- peak FLOP/s for MFU ----
