@@ -441,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
               f"tok/s, transformers {h['transformers_bf16_tokens_per_s']:,.0f} tok/s: {h['ratio_bf16']:.2f}x; same "
               f"tokens: {h['same_tokens_bf16']}; {h['bf16_same_tokens_share']:.0%} of tinygpt's tokens equal its "
               f"float32 ones")
-        print(f"  memory bandwidth {h['bandwidth_gb_s']:.1f} GB/s over {h['weights_mb']:.1f} MB of weights read per "
+        print(f"  memory bandwidth {h['bandwidth_gb_s']:.1f} GB/s over {h['weights_mb']:.1f} MiB of weights read per "
               f"token: at most {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s")
         ms = 1e3 / h["tinygpt_tokens_per_s"]
         print(f"  matrix products: {h['matmul_share']:.0%} of tinygpt's float32 decoding time (torch.profiler), "
