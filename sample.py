@@ -67,8 +67,8 @@ def build_parser() -> ArgParser:
     p.add_argument("--seed", type=int, default=1337, help="random seed for sampling")
     p.add_argument("--no-kv-cache", action="store_true", help="recompute the whole context every step")
     p.add_argument("--compile", action="store_true",
-                   help="compile the one-token decoding step with torch.compile first (about a minute; then "
-                        "decoding runs 2-3x faster on a CPU: worth it for long or many samples)")
+                   help="compile the one-token decoding step with torch.compile first (about a minute; then a "
+                        "6x6x384 model decodes about 2x faster on a CPU: worth it for big models, long or many samples)")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                    help="the weights' precision while generating: bfloat16 halves the bytes each token reads "
