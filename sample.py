@@ -221,8 +221,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     threads = ThreadPolicy(fixed=args.threads) if device.type == "cpu" else None
     keep_freed_memory()
     decode = None
-    if args.compile:
-        decode = compile_decoding(model)
+    if args.compile:  # for the threads of an idle machine (a busy one decodes uncompiled, on fewer)
+        decode = compile_decoding(model, threads=None if threads is None else threads.fixed or threads.max_threads)
     if args.interactive:
         return interactive(model, tokenizer, args, out, gen, threads, decode)
     return generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode)

@@ -298,9 +298,12 @@ def test_compile_decodes_through_the_compiled_step(samples, run, monkeypatch):
     """--compile hands generation the step compile_decoding returns (compiling itself is tested in
     test_runtime.py); when it returns None (compiling failed), the model decodes: the same text."""
     import sample
-    calls = []
+    from tinygpt.runtime import ThreadPolicy
+    calls, compiled_for = [], []
 
-    def fake_compile(model):
+    def fake_compile(model, threads=None):
+        compiled_for.append(threads)
+
         def step(idx, caches):
             calls.append(idx.shape)
             return model(idx, caches)
@@ -311,7 +314,10 @@ def test_compile_decodes_through_the_compiled_step(samples, run, monkeypatch):
     assert sample_text(args + ["--compile"]) == greedy
     # 40 tokens from an 8-token prompt, block_size 32: two prefills (the prompt, the slid window)
     assert len(calls) == 40 - 2 and set(calls) == {torch.Size([1, 1])}
-    monkeypatch.setattr(sample, "compile_decoding", lambda model: None)
+    assert compiled_for == [ThreadPolicy(fixed=1).max_threads]  # the threads of an idle machine
+    sample_text(args + ["--compile", "--threads", 1])
+    assert compiled_for[-1] == 1  # or the count asked for
+    monkeypatch.setattr(sample, "compile_decoding", lambda model, threads=None: None)
     assert sample_text(args + ["--compile"]) == greedy
 
 

@@ -343,7 +343,7 @@ def following_free_cores(items: Iterable[T], policy: ThreadPolicy | None) -> Ite
 COMPILE_OPTIONS = {"max_autotune": True}
 
 
-def compile_decoding(model: GPT, log=None) -> Callable | None:
+def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callable | None:
     """`model`'s one-token decoding step with the KV cache, compiled: idx (B, 1), kv_caches ->
     logits (B, 1, V), the same function as model(idx, kv_caches) and the same tokens (tested). The
     cache length is a symbolic size (dynamic=True), so one graph serves every length.
@@ -352,8 +352,9 @@ def compile_decoding(model: GPT, log=None) -> Callable | None:
     its work on disk, so the next process takes less) and happens here, on a one-token warm-up, so
     a failure (no C++ compiler, an unsupported device) is one warning line on `log` (default
     stderr) and None: the caller decodes with the model itself. The graph holds the weights as
-    they are now (change them and compile again) and was compiled for the thread count of now:
-    while another count is set (the thread policy on a busy machine), the model itself decodes."""
+    they are now (change them and compile again) and is compiled for `threads` CPU threads (default:
+    the count set now): while another count is set (the thread policy on a busy machine), the model
+    itself decodes."""
     log = log or sys.stderr
     if model.config.block_size < 2:  # every step refills a one-token window: there is no decoding step
         return None
@@ -363,6 +364,9 @@ def compile_decoding(model: GPT, log=None) -> Callable | None:
     import torch._inductor.config as inductor_config  # (here: only --compile needs it)
     step = torch.compile(model, dynamic=True, options=COMPILE_OPTIONS)
     device = model.tok_emb.weight.device
+    threads_now = torch.get_num_threads()
+    threads = threads or threads_now
+    torch.set_num_threads(threads)
     try:
         with torch.no_grad(), warnings.catch_warnings(), inductor_config.patch(freezing=True), \
                 redirect_stderr(io.StringIO()):  # inductor's tables of kernel timings
@@ -377,8 +381,9 @@ def compile_decoding(model: GPT, log=None) -> Callable | None:
         first_line = (str(e).strip().splitlines() or [""])[0][:200]
         log.write(f"warning: --compile failed ({type(e).__name__}: {first_line}); decoding without it\n")
         return None
+    finally:
+        torch.set_num_threads(threads_now)
     log.write(f"compiled in {time.perf_counter() - start:.0f} s\n")
-    threads = torch.get_num_threads()
 
     def decode(idx: torch.Tensor, kv_caches: list) -> torch.Tensor:
         if torch.get_num_threads() != threads:  # the thread policy moved (a busy machine): the graph
