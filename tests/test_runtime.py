@@ -218,6 +218,11 @@ def test_compiled_decoding_gives_the_same_tokens_with_one_graph(tiny_model_confi
     with torch.compiler.set_stance("fail_on_recompile"):
         got = [int(t) for t in generate(model, idx, 40, temperature=0, decode=step)]
         assert got == want
+        with torch.no_grad():  # any (1, 1) tensor, after a 1-token prompt: the same graph
+            caches = model.new_kv_caches(1)
+            model(idx[:, :1], caches)
+            logits = step(torch.tensor([[int(idx[0, 1])]]), caches)
+            assert torch.allclose(logits, model(idx[:, :2])[:, -1:], atol=1e-4)
         threads = torch.get_num_threads()  # the thread policy moves (a busy machine): the model
         torch.set_num_threads(threads + 1)  # decodes while the count is not the compiled one
         try:

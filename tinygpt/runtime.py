@@ -376,7 +376,7 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
             caches = model.new_kv_caches(1)
             tokens = torch.zeros(1, min(3, model.config.block_size), dtype=torch.long, device=device)  # (1, W)
             model(tokens[:, :-1], caches)
-            step(tokens[:, -1:].clone(), caches)
+            step(tokens[:, -1:].clone(memory_format=torch.contiguous_format), caches)
     except Exception as e:  # noqa: BLE001 (whatever the compiler raised, decoding still works without it)
         first_line = (str(e).strip().splitlines() or [""])[0][:200]
         log.write(f"warning: --compile failed ({type(e).__name__}: {first_line}); decoding without it\n")
@@ -388,9 +388,11 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
     def decode(idx: torch.Tensor, kv_caches: list) -> torch.Tensor:
         if torch.get_num_threads() != threads:  # the thread policy moved (a busy machine): the graph
             return model(idx, kv_caches)  # would compile again for this count; the model runs meanwhile
-        # a fresh (B, 1) tensor: the graph would otherwise depend on where the newest token sits in
-        # the window's storage (offsets 0 and 1 compile as constants: a 1-token prompt would recompile)
-        return step(idx.clone(), kv_caches)
+        # a fresh contiguous (B, 1) tensor: the graph would otherwise depend on where the newest
+        # token sits in the window's storage (offsets and strides of 0 and 1 compile as constants).
+        # Freezing again around the call (20 us): a recompile, should one happen, keeps the fast kernels
+        with inductor_config.patch(freezing=True):
+            return step(idx.clone(memory_format=torch.contiguous_format), kv_caches)
     return decode
 
 
