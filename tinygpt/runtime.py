@@ -338,7 +338,7 @@ def following_free_cores(items: Iterable[T], policy: ThreadPolicy | None) -> Ite
 # C++ matrix kernels against MKL's and keep the faster (for one row of input, its own: the step
 # decodes 2.1-2.4x faster, docs/results.md). No CUDA graphs: the cache grows every step, a new shape
 # each time. Freezing (the weights become constants of the graph, which those kernels pre-pack;
-# without it they are not used) is set around the compile itself: passed among these options it
+# without it they are not used) is set around each call instead: passed among these options it
 # does not take effect (torch 2.13).
 COMPILE_OPTIONS = {"max_autotune": True}
 
@@ -366,17 +366,27 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
     device = model.tok_emb.weight.device
     threads_now = torch.get_num_threads()
     threads = threads or threads_now
+
+    def decode(idx: torch.Tensor, kv_caches: list) -> torch.Tensor:
+        if torch.get_num_threads() != threads:  # the thread policy moved (a busy machine): the graph
+            return model(idx, kv_caches)  # would compile again for this count; the model runs meanwhile
+        # a fresh contiguous (B, 1) tensor: the graph would otherwise depend on where the newest
+        # token sits in the window's storage (offsets and strides of 0 and 1 compile as constants).
+        # Freezing around every call (20 us), so that a recompile, should one happen, freezes too
+        with inductor_config.patch(freezing=True):
+            return step(idx.clone(memory_format=torch.contiguous_format), kv_caches)
+
     torch.set_num_threads(threads)
     try:
-        with torch.no_grad(), warnings.catch_warnings(), inductor_config.patch(freezing=True), \
-                redirect_stderr(io.StringIO()):  # inductor's tables of kernel timings
-            warnings.simplefilter("ignore")  # and its own deprecation notices stay off the terminal
+        # inductor's deprecation notices and its tables of kernel timings stay off the terminal
+        with torch.no_grad(), warnings.catch_warnings(), redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
             # a 2-token prompt through the model itself, then one step through the graph, which
             # compiles it (at a cache length of 2: lengths 0 and 1 would compile as constants)
             caches = model.new_kv_caches(1)
             tokens = torch.zeros(1, min(3, model.config.block_size), dtype=torch.long, device=device)  # (1, W)
             model(tokens[:, :-1], caches)
-            step(tokens[:, -1:].clone(memory_format=torch.contiguous_format), caches)
+            decode(tokens[:, -1:], caches)
     except Exception as e:  # noqa: BLE001 (whatever the compiler raised, decoding still works without it)
         first_line = (str(e).strip().splitlines() or [""])[0][:200]
         log.write(f"warning: --compile failed ({type(e).__name__}: {first_line}); decoding without it\n")
@@ -384,15 +394,6 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
     finally:
         torch.set_num_threads(threads_now)
     log.write(f"compiled in {time.perf_counter() - start:.0f} s\n")
-
-    def decode(idx: torch.Tensor, kv_caches: list) -> torch.Tensor:
-        if torch.get_num_threads() != threads:  # the thread policy moved (a busy machine): the graph
-            return model(idx, kv_caches)  # would compile again for this count; the model runs meanwhile
-        # a fresh contiguous (B, 1) tensor: the graph would otherwise depend on where the newest
-        # token sits in the window's storage (offsets and strides of 0 and 1 compile as constants).
-        # Freezing again around the call (20 us): a recompile, should one happen, keeps the fast kernels
-        with inductor_config.patch(freezing=True):
-            return step(idx.clone(memory_format=torch.contiguous_format), kv_caches)
     return decode
 
 
