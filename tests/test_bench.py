@@ -36,11 +36,11 @@ def test_bench_reports_every_section(bench_run):
         assert train["tokens_per_s"] == pytest.approx(4 * 32 / (train["step_ms"] / 1e3))
         assert train["mfu"] > 0
         flops_per_token[d] = train["mfu"] * res["peak_gflops"][d] * 1e9 / train["tokens_per_s"]
-    # the same model does the same FLOPs per token in either dtype: MFU is achieved / peak, no more.
-    # (No upper bound for bfloat16: on a CPU without native bfloat16 a big bfloat16 matmul, the peak's
-    # yardstick, is emulated and slow, while a tiny model's small ones are not.)
+    # the same model does the same FLOPs per token in either dtype: MFU is achieved / peak, no more
     assert flops_per_token["bfloat16"] == pytest.approx(flops_per_token["float32"], rel=1e-6)
-    assert res["train"]["float32"]["mfu"] < 1.5
+    # and the peak is measured in the model's own layout, x @ W^T: measured as x @ W, a bfloat16 peak
+    # on an AVX2 CPU came out 15x too low and this MFU at 230-330%
+    assert res["train"]["float32"]["mfu"] < 1.5 and res["train"]["bfloat16"]["mfu"] < 1.5
     for d in ("float32", "bfloat16"):
         att = res["attention"][d]
         assert att["sdpa_ms"] > 0 and att["matmul_ms"] > 0
