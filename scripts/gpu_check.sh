@@ -2,67 +2,100 @@
 # The GPU check: on a CUDA machine, in under 10 minutes, everything a GPU user relies on, ending in
 # one table (docs/results.md keeps the table of each GPU it ran on).
 #
-#   bash scripts/gpu_check.sh            # from the repository root, with requirements installed
+#   bash scripts/gpu_check.sh              # from the repository root, with requirements installed
+#   REHEARSE=1 bash scripts/gpu_check.sh   # every stage on the CPU with a tiny model: checks this
+#                                          # script itself where no GPU is at hand (a few minutes)
 #
 # 1. the tests that run on the GPU (tests/test_gpu.py: fused kernels == the formula, KV cache, TF32
 #    setting, a bfloat16 run) and the model's; TESTS=tests runs the whole suite (minutes more: the
-#    rest runs on the CPU, as CI does);
+#    rest runs on the CPU, as CI does; give it BUDGET=900);
 # 2. nanoGPT's baby GPT (configs/shakespeare_char_gpu.yaml, dtype auto: bfloat16 from Ampere on): time to val 1.47;
 # 3. training tokens/s and MFU in float32 (TF32 off, then on), bfloat16, bfloat16 + torch.compile;
 # 4. KV-cache decoding tokens/s (6x6x384, block 512), and the same weights through transformers;
-#    then again with the decoding step compiled (sample.py --compile; its own stage and time limit);
 # 5. a one-process torchrun run over NCCL;
-# 6. the table, from what the stages left in $OUT (scripts/gpu_table.py; tests/test_bench.py checks it on CPU).
+# 6. decoding again with the step compiled (sample.py --compile);
+# 7. the table, from what the stages left in $OUT (scripts/gpu_table.py; tests/test_bench.py checks it on CPU).
 #
 # Tiny shakespeare comes from $SHAKESPEARE (default ../shared/data/tinyshakespeare.txt; offline machines
-# need a local copy). Results land in $OUT (default out/gpu_check). Stages that fail are marked in the
-# table; the script goes on with the next. Each stage has a time limit, so the whole stays bounded.
+# need a local copy). Results land in $OUT (default out/gpu_check), each stage's output in
+# $OUT/STAGE.txt. Each stage has its own time limit and all of them share a budget ($BUDGET seconds,
+# default 540): a stage gets at most what is left, and one that no longer fits is skipped. A stage
+# that fails, times out or is skipped is marked in the table; the script goes on with the next.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
 SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}
-TESTS=${TESTS:-tests/test_gpu.py tests/test_model.py}
-mkdir -p "$OUT"
-python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
-    || { echo "error: no CUDA device here: this check needs a GPU" >&2; exit 2; }
+BUDGET=${BUDGET:-540}
+REHEARSE=${REHEARSE:-0}
+TESTS_LIMIT=240
+[ -n "${TESTS:-}" ] && TESTS_LIMIT=600  # a list of one's own, maybe the whole suite
+if [ "$REHEARSE" = 1 ]; then  # the same commands, on the CPU, at a size that takes seconds
+    TESTS=${TESTS:-tests/test_model.py}
+    SMALL="train.device=cpu model.n_layer=2 model.n_head=2 model.n_embd=64 model.block_size=64 train.batch_size=8 train.eval_iters=5"
+    BABY="train.max_iters=100 train.eval_interval=50"
+    GEN="--gen-layers 2 --gen-heads 2 --gen-embd 64 --gen-block 128 --gen-tokens 100"
+    DEVICE="cpu: a rehearsal with a tiny model, not a measurement"
+else
+    TESTS=${TESTS:-tests/test_gpu.py tests/test_model.py}
+    SMALL="" BABY="" GEN="--gen-tokens 500" DEVICE=""
+    python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
+        || { echo "error: no CUDA device here: this check needs a GPU (REHEARSE=1 runs it on the CPU)" >&2; exit 2; }
+fi
 [ -f "$SHAKESPEARE" ] || { echo "error: no tiny shakespeare at $SHAKESPEARE: set SHAKESPEARE=path" >&2; exit 2; }
-status() { echo "$1=$2" >> "$OUT/status"; }
+mkdir -p "$OUT"
 : > "$OUT/status"
-BENCH="python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset=$SHAKESPEARE model.dropout=0"
+status() { echo "$1=$2" >> "$OUT/status"; }
 
-echo "== 1. tests"
-# shellcheck disable=SC2086  # TESTS is a list of paths
-timeout 600 python -m pytest -q -x $TESTS 2>&1 | tee "$OUT/tests.txt" | tail -n 3
-status tests "$(tail -n 1 "$OUT/tests.txt" | tr -d '=' | xargs)"
+# stage NAME LIMIT COMMAND...: COMMAND under min(LIMIT, what is left of the budget), its output in
+# $OUT/NAME.txt, "exit N" (124: out of time) or "skipped" in $OUT/status.
+stage() {
+    local name=$1 limit=$2 left=$((BUDGET - SECONDS))
+    shift 2
+    if [ "$left" -lt 15 ]; then
+        status "$name" "skipped: the ${BUDGET} s budget was spent"
+        echo "   skipped: the ${BUDGET} s budget was spent"
+        return
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    timeout -k 10 "$limit" "$@" > "$OUT/$name.txt" 2>&1
+    local rc=$?
+    status "$name" "exit $rc"
+    echo "   exit $rc after ${SECONDS} s"
+}
+
+# shellcheck disable=SC2086  # TESTS, SMALL, BABY and GEN are lists of words
+BENCH=(python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" model.dropout=0 $SMALL)
+TRAIN=(python train.py configs/shakespeare_char_gpu.yaml --quiet --set data.dataset="$SHAKESPEARE" $SMALL)
+
+echo "== 1. tests: $TESTS"
+# shellcheck disable=SC2086
+stage tests "$TESTS_LIMIT" python -m pytest -q -x -p no:cacheprovider $TESTS
+summary=$(tail -n 1 "$OUT/tests.txt" 2> /dev/null | grep -E "passed|failed|error" | tr -d '=' | xargs)
+[ -n "$summary" ] && status tests "$summary"
 
 echo "== 2. baby GPT to val 1.47 (dtype auto)"
 rm -rf "$OUT/baby"
-timeout 300 python train.py configs/shakespeare_char_gpu.yaml --quiet --set data.dataset="$SHAKESPEARE" \
-    train.out_dir="$OUT/baby" train.eval_interval=250 train.plot=never > "$OUT/baby.txt" 2>&1
-status baby "exit $?"
+# shellcheck disable=SC2086
+stage baby 300 "${TRAIN[@]}" train.out_dir="$OUT/baby" train.eval_interval=250 train.plot=never $BABY
 
 echo "== 3. training speed per dtype"
-timeout 120 $BENCH train.tf32=false --dtypes float32 --steps 20 --gen-tokens 0 --json "$OUT/fp32.json" > "$OUT/fp32.txt" 2>&1
-status fp32 "exit $?"
-timeout 180 $BENCH --dtypes float32,bfloat16 --steps 20 --gen-tokens 0 --json "$OUT/tf32_bf16.json" > "$OUT/tf32_bf16.txt" 2>&1
-status tf32_bf16 "exit $?"
-timeout 240 $BENCH --dtypes bfloat16 --steps 20 --gen-tokens 0 --compile --json "$OUT/compile.json" \
-    > "$OUT/compile.txt" 2>&1
-status compile "exit $?"
+stage fp32 90 "${BENCH[@]}" train.tf32=false --dtypes float32 --steps 20 --gen-tokens 0 --json "$OUT/fp32.json"
+stage tf32_bf16 120 "${BENCH[@]}" --dtypes float32,bfloat16 --steps 20 --gen-tokens 0 --json "$OUT/tf32_bf16.json"
+stage compile 180 "${BENCH[@]}" --dtypes bfloat16 --steps 20 --gen-tokens 0 --compile --json "$OUT/compile.json"
 
-echo "== 4. decoding"
-timeout 240 $BENCH --dtypes float32 --steps 0 --gen-tokens 500 --vs-hf --json "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
-status decode "exit $?"
-timeout 300 $BENCH --dtypes float32 --steps 0 --gen-tokens 500 --vs-hf --compile --json "$OUT/decode_compiled.json" \
-    > "$OUT/decode_compiled.txt" 2>&1
-status decode_compiled "exit $?"
+echo "== 4. decoding, and the same weights through transformers"
+# shellcheck disable=SC2086
+stage decode 180 "${BENCH[@]}" --dtypes float32 --steps 0 $GEN --vs-hf --json "$OUT/decode.json"
 
 echo "== 5. torchrun, NCCL, one process"
 rm -rf "$OUT/ddp"
-timeout 120 torchrun --standalone --nproc_per_node=1 train.py configs/shakespeare_char_gpu.yaml --quiet \
-    --set data.dataset="$SHAKESPEARE" train.out_dir="$OUT/ddp" train.max_iters=50 train.eval_interval=50 \
-    train.eval_iters=5 train.plot=never > "$OUT/ddp.txt" 2>&1
-status ddp "exit $?"
+stage ddp 120 torchrun --standalone --nproc_per_node=1 "${TRAIN[@]:1}" train.out_dir="$OUT/ddp" \
+    train.max_iters=50 train.eval_interval=50 train.eval_iters=5 train.plot=never
 
-python -m scripts.gpu_table "$OUT"
+echo "== 6. decoding with the step compiled"
+# shellcheck disable=SC2086
+stage decode_compiled 240 "${BENCH[@]}" --dtypes float32 --steps 0 $GEN --vs-hf --compile \
+    --json "$OUT/decode_compiled.json"
+
+python -m scripts.gpu_table "$OUT" ${DEVICE:+--device "$DEVICE"}
 echo "the check took ${SECONDS} s"

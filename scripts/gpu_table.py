@@ -50,6 +50,14 @@ def cell(result: Callable[[], str], failed: str) -> str:
 def rows(out: Path, device: str) -> list[tuple[str, str]]:
     """(check, result) for every stage of the GPU check."""
     status = read_status(out)
+
+    def failed(stage: str) -> str:
+        """Why a stage left no figures: skipped (the budget was spent), out of time, or its exit code."""
+        why = status.get(stage, "did not run")
+        if why.startswith("skipped") or why == "did not run":
+            return why
+        return "out of time (exit 124)" if why == "exit 124" else f"failed ({why})"
+
     result = [("device", device), ("tests (TESTS)", status.get("tests", "did not run"))]
 
     try:
@@ -69,13 +77,13 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
         r = read_json(out / f"{name}.json")
         result.append((f"training, {label}", cell(
             lambda: f"{r['train'][dtype]['tokens_per_s']:,.0f} tok/s, MFU {r['train'][dtype]['mfu']:.0%}",
-            f"failed ({status.get(name, 'did not run')})")))
+            failed(name))))
 
     decode = read_json(out / "decode.json")
     g, h = decode.get("generate"), decode.get("vs_hf")
     result.append((cell(lambda: f"decoding {g['model']}, KV cache", "decoding, KV cache"), cell(
         lambda: f"{g['cached_tokens_per_s']:,.0f} tok/s ({g['speedup']:.1f}x no cache)",
-        f"failed ({status.get('decode', 'did not run')})")))
+        failed("decode"))))
     if h:
         result.append(("  vs transformers generate", cell(
             lambda: f"{h['ratio']:.2f}x ({h['transformers_tokens_per_s']:,.0f} tok/s), same tokens: "
@@ -86,9 +94,9 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
         lambda: f"{compiled['compiled_tokens_per_s']:,.0f} tok/s ({compiled['ratio_compiled']:.2f}x transformers), "
                 f"{compiled['compile_s']:.0f} s to compile; same tokens: {compiled['same_tokens_compiled']}",
         "compiling failed (decode_compiled.txt says why)" if compiled
-        else f"failed ({status.get('decode_compiled', 'did not run')})")))
+        else failed("decode_compiled"))))
     ddp = status.get("ddp", "did not run")
-    result.append(("torchrun, 1 process, NCCL", "ok" if ddp == "exit 0" else f"failed ({ddp})"))
+    result.append(("torchrun, 1 process, NCCL", "ok" if ddp == "exit 0" else failed("ddp")))
     return result
 
 

@@ -93,7 +93,8 @@ def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path
 
 def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, tmp_path):
     """scripts/gpu_check.sh's last step, on the files its stages leave (bench.py's JSON, a run's
-    metrics.csv, the status lines), here from CPU runs: every row filled or marked failed."""
+    metrics.csv, the status lines), here from CPU runs: every row filled, or marked failed, out of
+    time or not run."""
     import shutil
 
     from scripts import gpu_table
@@ -115,10 +116,10 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
         "training, float32, TF32 off": f"{f32['tokens_per_s']:,.0f} tok/s, MFU {f32['mfu']:.0%}",
         "training, float32, TF32 on": f"{f32['tokens_per_s']:,.0f} tok/s, MFU {f32['mfu']:.0%}",
         "training, bfloat16": f"{bf16['tokens_per_s']:,.0f} tok/s, MFU {bf16['mfu']:.0%}",
-        "training, bfloat16 + torch.compile": "failed (exit 124)",
+        "training, bfloat16 + torch.compile": "out of time (exit 124)",
         "decoding 1x2x32, block 64, KV cache": f"{res['generate']['cached_tokens_per_s']:,.0f} tok/s "
                                                f"({res['generate']['speedup']:.1f}x no cache)",
-        "  decoding step compiled (--compile)": "failed (did not run)",
+        "  decoding step compiled (--compile)": "did not run",
         "torchrun, 1 process, NCCL": "failed (exit 1)"}
     # the first eval at or under 1.47 gives the time to it
     lines = metrics.splitlines()
@@ -132,7 +133,7 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
     assert hit == f"{float(cells[header.index('elapsed_s')]):.0f} s (step {int(cells[0])}, val 1.460)"
     # nothing there at all: every row says so, and the table still prints
     empty = dict(gpu_table.rows(tmp_path / "nothing", "cpu"))
-    assert empty["tests (TESTS)"] == "did not run" and empty["training, bfloat16"] == "failed (did not run)"
+    assert empty["tests (TESTS)"] == "did not run" and empty["training, bfloat16"] == "did not run"
     # a stage that left something else than bench.py writes: its row says it failed, the rest stand
     (tmp_path / "fp32.json").write_text('{"train": {"float32": {"tokens_per_s": "fast"}}}')
     (tmp_path / "decode.json").write_text("[1, 2]")
@@ -148,8 +149,28 @@ def test_gpu_check_without_a_gpu_is_one_line_exit_2(tmp_path):
     import subprocess
     r = subprocess.run(["bash", str(ROOT / "scripts/gpu_check.sh")], env={**os.environ, "OUT": str(tmp_path / "gc")},
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr == "error: no CUDA device here: this check needs a GPU\n", r.stderr
+    assert r.returncode == 2 and r.stderr == \
+        "error: no CUDA device here: this check needs a GPU (REHEARSE=1 runs it on the CPU)\n", r.stderr
     assert r.stdout == ""
+
+
+def test_gpu_check_keeps_to_its_budget(tmp_path):
+    """The stages share one budget (the check must end within 10 minutes): a stage that no longer
+    fits is skipped and says so in the table, which still prints. (REHEARSE=1 with the whole budget,
+    every stage on the CPU with a tiny model, takes ~3 minutes: run by hand, not here.)"""
+    import subprocess
+    text = tmp_path / "shakespeare.txt"
+    text.write_text("To be, or not to be\n" * 50)
+    r = subprocess.run(["bash", str(ROOT / "scripts/gpu_check.sh")], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "OUT": str(tmp_path / "gc"), "REHEARSE": "1", "BUDGET": "10",
+                            "SHAKESPEARE": str(text)})
+    assert r.returncode == 0, r.stderr
+    status = (tmp_path / "gc/status").read_text().splitlines()
+    assert [line.split("=")[0] for line in status] == \
+        ["tests", "baby", "fp32", "tf32_bf16", "compile", "decode", "ddp", "decode_compiled"]
+    assert all(line.endswith("=skipped: the 10 s budget was spent") for line in status)
+    assert "| training, bfloat16 + torch.compile | skipped: the 10 s budget was spent |" in r.stdout
+    assert "| device | cpu: a rehearsal with a tiny model, not a measurement |" in r.stdout
 
 
 def test_gpu_table_shows_the_compiled_decoding_stage(tmp_path):
@@ -166,4 +187,6 @@ def test_gpu_table_shows_the_compiled_decoding_stage(tmp_path):
     assert dict(gpu_table.rows(tmp_path, "cuda"))[label] == "compiling failed (decode_compiled.txt says why)"
     (tmp_path / "decode_compiled.json").unlink()
     (tmp_path / "status").write_text("decode_compiled=exit 124\n")
-    assert dict(gpu_table.rows(tmp_path, "cuda"))[label] == "failed (exit 124)"
+    assert dict(gpu_table.rows(tmp_path, "cuda"))[label] == "out of time (exit 124)"
+    (tmp_path / "status").write_text("decode_compiled=exit 1\n")
+    assert dict(gpu_table.rows(tmp_path, "cuda"))[label] == "failed (exit 1)"
