@@ -272,16 +272,19 @@ def busy_process(seconds: float = 120.0) -> Iterator[None]:
 def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device, n_tokens: int = 200,
                      steps: int = 8, reps: int = 6) -> dict[str, dict[str, float]]:
     """Greedy decoding (gcfg, KV cache) and training (cfg) tokens/s, idle and beside one busy process,
-    with torch's default threads (one per core) and with the thread policy (runtime.ThreadPolicy:
-    the cores the other processes leave free), and the mean thread count per step each ran with.
-    Medians of `reps` rounds, the two modes taking turns to go first; a fresh policy for each
-    measurement, as each sample.py or train.py run starts one."""
+    with torch's default threads (one per core), with the thread policy (runtime.ThreadPolicy: the
+    cores the other processes leave free), and pinned to one core fewer than the default (its idle
+    figure is the ceiling beside a busy process: the most the cores it leaves can do), and the mean
+    thread count per step each ran with. Medians of `reps` rounds, the modes taking turns to go
+    first; a fresh policy for each measurement, as each sample.py or train.py run starts one."""
     torch.manual_seed(0)
     model = GPT(gcfg).to(device).eval()
     idx = torch.zeros(1, 1, dtype=torch.long, device=device)
     trainer = TrainBench(cfg, data, "float32", device, compile=False)
     tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum * cfg.model.block_size
     default_threads = torch.get_num_threads()
+    modes = {"default threads": default_threads, "policy": default_threads,
+             "one core fewer": max(1, default_threads - 1)}
 
     def decode(policy: ThreadPolicy | None) -> tuple[float, list[int]]:
         used = []
@@ -307,10 +310,11 @@ def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device,
     for rep in range(reps):
         for load in ("idle", "loaded"):
             with busy_process() if load == "loaded" else nullcontext():
-                # the mode that goes first alternates: in a fixed order the second ran 6-11% slower idle,
+                # the mode that goes first rotates: in a fixed order the second ran 6-11% slower idle,
                 # at the same thread count
-                for mode in ("default threads", "policy")[::1 if rep % 2 == 0 else -1]:
-                    torch.set_num_threads(default_threads)
+                order = list(modes)[rep % len(modes):] + list(modes)[:rep % len(modes)]
+                for mode in order:
+                    torch.set_num_threads(modes[mode])
                     for work, fn in (("decode", decode), ("train", train)):
                         tokens_per_s, used = fn(ThreadPolicy() if mode == "policy" else None)
                         results.setdefault(f"{work}|{mode}|{load}", []).append(tokens_per_s)
@@ -451,13 +455,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
               f"{h['matvec_gb_s']:.1f} GB/s: the floor with torch's own matrix-vector kernel")
     if args.under_load:
         res["under_load"] = bench_under_load(cfg, data, gcfg, device)
+        u = res["under_load"]
         print(f"under load: one busy process beside us; decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd} "
-              f"(KV cache), training {res['model']}, float32; tokens/s, medians of 6 rounds, each mode first in 3")
+              f"(KV cache), training {res['model']}, float32; tokens/s, medians of 6 rounds, each mode first in 2")
         print(f"{'':<26}{'idle':>10}{'loaded':>10}{'loaded/idle':>13}   threads used (mean per step): idle, loaded")
-        for key, r in res["under_load"].items():
+        for key, r in u.items():
             work, mode = key.split("|")
             print(f"{work + ', ' + mode:<26}{r['idle']:>10,.0f}{r['loaded']:>10,.0f}{r['loaded_over_idle']:>12.0%}"
                   f"   {r['idle_threads']:.2f}, {r['loaded_threads']:.2f}")
+        for work in ("decode", "train"):
+            ceiling = u[f"{work}|one core fewer"]["idle"]
+            print(f"{work}: the ceiling beside a busy process (one core fewer, idle) is "
+                  f"{ceiling / u[f'{work}|policy']['idle']:.0%} of the policy's idle figure; loaded, the policy "
+                  f"reaches {u[f'{work}|policy']['loaded'] / ceiling:.0%} of that ceiling")
     res["peak_memory_mb"] = peak_memory_mb(device)
     print(f"peak memory: {res['peak_memory_mb']:,.0f} MB")
     print(json.dumps(res))
