@@ -431,8 +431,9 @@ def measured_matmul_peak(dtype: torch.dtype, device: torch.device, budget_s: flo
     the time budget, median of 3 repeats; measured once per process. The product is x @ W^T, the
     layout of every nn.Linear the model runs: on some CPUs a bfloat16 x @ W without the transpose
     takes a path 10-15x slower (torch 2.13, AVX2), a peak no training step would be held to. A dtype
-    the hardware only emulates (bfloat16 on most older CPUs) is slower still, so the budget stops it
-    at a small n instead of spending a minute. Its own generator: the global random stream is untouched."""
+    the hardware only emulates (bfloat16 on most older CPUs) is ~10x slower than float32 even so,
+    so the budget stops it at a small n instead of spending a minute. Its own generator: the global
+    random stream is untouched."""
     gen = torch.Generator().manual_seed(0)
     best, best_n, spent, n = 0.0, 0, 0.0, 256
     while n <= 2048:
