@@ -34,7 +34,7 @@ from tinygpt.errors import ArgParser, UserError, run_cli, short
 from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
-                             keep_freed_memory, peak_flops, resolve_device, resolve_dtype)
+                             emulated_dtype_warning, keep_freed_memory, peak_flops, resolve_device, resolve_dtype)
 from tinygpt.tensorboard_log import PROMPT_TOKENS, TensorBoardLog, require_tensorboard
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step
 
@@ -349,6 +349,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
               f"block {m.block_size}, vocab {m.vocab_size}); data: {len(data.train):,} train / {len(data.val):,} val "
               f"tokens; {dist.world_size} x {dist.device}, {dtype}; {tokens_per_step:,} tokens/step; MFU against "
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
+        if warning := emulated_dtype_warning(dtype, dist.device):
+            print(warning, file=sys.stderr)
         out_dir.mkdir(parents=True, exist_ok=True)
         write_config(out_dir, cfg)
         if t.tensorboard:  # the attention images look at the first tokens of the training split

@@ -37,6 +37,23 @@ def test_cpu_bf16_detection_reads_the_cpu_flags(tmp_path):
     assert runtime.cpu_has_native_bf16(tmp_path / "missing") is False
 
 
+def test_training_in_an_emulated_dtype_is_warned_about(tmp_path):
+    """bfloat16 (or float16) asked for on a CPU without it: one warning line (training ran 16-18x
+    slower); never for float32, a CPU that has it, a GPU, or where the flags cannot be read."""
+    cpu, cpuinfo = torch.device("cpu"), tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 fma\n")
+    warning = runtime.emulated_dtype_warning("bfloat16", cpu, cpuinfo)
+    assert warning.startswith("warning: this CPU computes bfloat16 only by emulation (no avx512_bf16 or amx_bf16)")
+    assert "\n" not in warning and "train.dtype: auto" in warning
+    assert "avx512_fp16 or amx_fp16" in runtime.emulated_dtype_warning("float16", cpu, cpuinfo)
+    assert runtime.emulated_dtype_warning("float32", cpu, cpuinfo) is None
+    assert runtime.emulated_dtype_warning("bfloat16", torch.device("cuda"), cpuinfo) is None
+    assert runtime.emulated_dtype_warning("bfloat16", cpu, tmp_path / "missing") is None
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16 amx_tile amx_fp16\n")
+    assert runtime.emulated_dtype_warning("bfloat16", cpu, cpuinfo) is None
+    assert runtime.emulated_dtype_warning("float16", cpu, cpuinfo) is None
+
+
 def test_gpu_names_match_whole_words_most_specific_first():
     assert runtime.gpu_peak("NVIDIA L4", "bfloat16", tf32=True)[1] == "nominal L4 bfloat16"
     assert runtime.gpu_peak("NVIDIA L40", "bfloat16", tf32=True)[1] == "nominal L40 bfloat16"
