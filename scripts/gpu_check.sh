@@ -43,6 +43,7 @@ else
 fi
 [ -f "$SHAKESPEARE" ] || { echo "error: no tiny shakespeare at $SHAKESPEARE: set SHAKESPEARE=path" >&2; exit 2; }
 mkdir -p "$OUT"
+rm -rf "$OUT"/*.txt "$OUT"/*.json "$OUT/baby" "$OUT/ddp"  # an earlier check's figures never pass for this one's
 : > "$OUT/status"
 status() { echo "$1=$2" >> "$OUT/status"; }
 

@@ -163,6 +163,9 @@ def test_gpu_check_keeps_to_its_budget(tmp_path):
     import subprocess
     text = tmp_path / "shakespeare.txt"
     text.write_text("To be, or not to be\n" * 50)
+    (tmp_path / "gc").mkdir()  # an earlier check's output, in the same folder
+    (tmp_path / "gc/tests.txt").write_text("== 12 passed in 3.0s ==\n")
+    (tmp_path / "gc/compile.json").write_text(json.dumps({"train": {"bfloat16": {"tokens_per_s": 1e6, "mfu": 0.5}}}))
     r = subprocess.run(["bash", str(ROOT / "scripts/gpu_check.sh")], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "OUT": str(tmp_path / "gc"), "REHEARSE": "1", "BUDGET": "10",
                             "SHAKESPEARE": str(text)})
@@ -171,7 +174,9 @@ def test_gpu_check_keeps_to_its_budget(tmp_path):
     assert [line.split("=")[0] for line in status] == \
         ["tests", "baby", "fp32", "tf32_bf16", "compile", "decode", "ddp", "decode_compiled"]
     assert all(line.endswith("=skipped: the 10 s budget was spent") for line in status)
+    # (and an earlier check's figures are gone, not shown as this one's)
     assert "| training, bfloat16 + torch.compile | skipped: the 10 s budget was spent |" in r.stdout
+    assert "| tests (TESTS) | skipped: the 10 s budget was spent |" in r.stdout
     assert "| device | cpu: a rehearsal with a tiny model, not a measurement |" in r.stdout
 
 
