@@ -3,7 +3,10 @@ with and without the KV cache, the machine's matmul peak, peak memory. Prints a 
 
     python bench.py [CONFIG.yaml] [--set KEY=VALUE ...] [--dtypes float32,bfloat16] [--steps 10]
                     [--gen-layers 6 --gen-heads 6 --gen-embd 384 --gen-block 512 --gen-tokens 500]
-                    [--loss-steps 200] [--compile] [--attention] [--json FILE]
+                    [--loss-steps 200] [--compile] [--attention] [--vs-hf] [--under-load] [--json FILE]
+
+--vs-hf races greedy decoding against transformers' generate on the same weights (with --compile,
+the compiled step too); --under-load measures decoding and training idle and beside a busy process.
 
 Machines are shared and noisy, so every claim is a ratio of medians measured in the same run:
 repeated short measurements, alternated between the variants, median of each.
