@@ -95,8 +95,7 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
                 f"{compiled['compile_s']:.0f} s to compile; same tokens: {compiled['same_tokens_compiled']}",
         "compiling failed (decode_compiled.txt says why)" if compiled
         else failed("decode_compiled"))))
-    ddp = status.get("ddp", "did not run")
-    result.append(("torchrun, 1 process, NCCL", "ok" if ddp == "exit 0" else failed("ddp")))
+    result.append(("torchrun, 1 process, NCCL", "ok" if status.get("ddp") == "exit 0" else failed("ddp")))
     return result
 
 
