@@ -272,18 +272,18 @@ def busy_process(seconds: float = 120.0) -> Iterator[None]:
         proc.wait()
 
 
-def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device, n_tokens: int = 200,
-                     steps: int = 8, reps: int = 6) -> dict[str, dict[str, float]]:
-    """Greedy decoding (gcfg, KV cache) and training (cfg) tokens/s, idle and beside one busy process,
-    with torch's default threads (one per core), with the thread policy (runtime.ThreadPolicy: the
-    cores the other processes leave free), and pinned to one core fewer than the default (its idle
-    figure is the ceiling beside a busy process: the most the cores it leaves can do), and the mean
-    thread count per step each ran with. Medians of `reps` rounds, the modes taking turns to go
+def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device, dtype: str = "float32",
+                     n_tokens: int = 200, steps: int = 8, reps: int = 6) -> dict[str, dict[str, float]]:
+    """Greedy decoding (gcfg, KV cache, float32 weights) and training (cfg, in `dtype`) tokens/s, idle
+    and beside one busy process, with torch's default threads (one per core), with the thread policy
+    (runtime.ThreadPolicy: the cores the other processes leave free), and pinned to one core fewer
+    than the default (its idle figure is the ceiling beside a busy process: the most the cores it
+    leaves can do), and the mean thread count per step each ran with. Medians of `reps` rounds, the modes taking turns to go
     first; a fresh policy for each measurement, as each sample.py or train.py run starts one."""
     torch.manual_seed(0)
     model = GPT(gcfg).to(device).eval()
     idx = torch.zeros(1, 1, dtype=torch.long, device=device)
-    trainer = TrainBench(cfg, data, "float32", device, compile=False)
+    trainer = TrainBench(cfg, data, dtype, device, compile=False)
     tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum * cfg.model.block_size
     default_threads = torch.get_num_threads()
     modes = {"default threads": default_threads, "policy": default_threads,
@@ -378,8 +378,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
                    help="also decode the generation model's weights with Hugging Face transformers (needs it) "
                         "and compare tokens/s, beside the memory-bandwidth limit")
     p.add_argument("--under-load", action="store_true",
-                   help="also measure decoding and training idle and beside one busy process, with torch's "
-                        "default threads and with the thread policy")
+                   help="also measure decoding and training (in the first of --dtypes) idle and beside one busy "
+                        "process, with torch's default threads, the thread policy and one core fewer")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     dtypes = check_args(args)
@@ -401,13 +401,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
                  "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "config": args.config, "overrides": args.set,
                  "model": f"{m.n_layer}x{m.n_head}x{m.n_embd}, block {m.block_size}, batch {cfg.train.batch_size}"}
-    peaks, sources = {}, {}
-    for d in dtypes:
-        peaks[d], sources[d] = peak_flops(d, device, budget_s=2.0)
-    res["peak_source"] = sources
-    res["peak_gflops"] = {d: v / 1e9 for d, v in peaks.items()}
-
-    if args.steps:
+    if args.steps:  # MFU = achieved / peak, the peak measured here for each dtype (2 s each on a CPU)
+        peaks, sources = {}, {}
+        for d in dtypes:
+            peaks[d], sources[d] = peak_flops(d, device, budget_s=2.0)
+        res["peak_source"] = sources
+        res["peak_gflops"] = {d: v / 1e9 for d, v in peaks.items()}
         train = bench_training(cfg, data, dtypes, device, args.steps, args.compile)
         for d, r in train.items():
             r["mfu"] = r.pop("achieved_flops") / peaks[d]
@@ -457,10 +456,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(f"  the same products timed alone (F.linear, one row): {h['matvec_ms']:.1f} ms per token, reading "
               f"{h['matvec_gb_s']:.1f} GB/s: the floor with torch's own matrix-vector kernel")
     if args.under_load:
-        res["under_load"] = bench_under_load(cfg, data, gcfg, device)
+        res["under_load_dtype"] = dtypes[0]
+        res["under_load"] = bench_under_load(cfg, data, gcfg, device, dtypes[0])
         u = res["under_load"]
         print(f"under load: one busy process beside us; decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd} "
-              f"(KV cache), training {res['model']}, float32; tokens/s, medians of 6 rounds, each mode first in 2")
+              f"(KV cache, float32), training {res['model']}, {dtypes[0]}; tokens/s, medians of 6 rounds, each mode first in 2")
         print(f"{'':<26}{'idle':>10}{'loaded':>10}{'loaded/idle':>13}   threads used (mean per step): idle, loaded")
         for key, r in u.items():
             work, mode = key.split("|")

@@ -73,13 +73,20 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     assert table["decoding 1x2x32, block 32, KV cache"].endswith("x no cache)")
 
 
-def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path, one_thread):
+def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path, one_thread, monkeypatch):
     import bench
+    trained_in = []
+    real_trainer = bench.TrainBench
+    def spy(cfg, data, dtype, device, compile):
+        trained_in.append(dtype)
+        return real_trainer(cfg, data, dtype, device, compile)
+    monkeypatch.setattr(bench, "TrainBench", spy)
     res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
                       f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=2",
                       "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
-                      "--steps", "0", "--gen-tokens", "0", "--dtypes", "float32", "--gen-layers", "1",
+                      "--steps", "0", "--gen-tokens", "0", "--dtypes", "bfloat16", "--gen-layers", "1",
                       "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64", "--under-load"])
+    assert trained_in == ["bfloat16"] and res["under_load_dtype"] == "bfloat16"  # the first of --dtypes
     u = res["under_load"]
     assert sorted(u) == ["decode|default threads", "decode|one core fewer", "decode|policy",
                          "train|default threads", "train|one core fewer", "train|policy"]
