@@ -6,7 +6,8 @@ with and without the KV cache, the machine's matmul peak, peak memory. Prints a 
                     [--loss-steps 200] [--compile] [--attention] [--vs-hf] [--under-load] [--json FILE]
 
 --vs-hf races greedy decoding against transformers' generate on the same weights (with --compile,
-the compiled step too); --under-load measures decoding and training idle and beside a busy process.
+the compiled step too); --under-load measures decoding and training (in the first of --dtypes)
+idle and beside a busy process.
 
 Machines are shared and noisy, so every claim is a ratio of medians measured in the same run:
 repeated short measurements, alternated between the variants, median of each.

@@ -356,7 +356,7 @@ def following_free_cores(items: Iterable[T], policy: ThreadPolicy | None) -> Ite
 
 # torch.compile's options for the one-token step. On a CPU, max_autotune lets inductor time its own
 # C++ matrix kernels against MKL's and keep the faster (for one row of input, its own: the step
-# decodes 2.1-2.4x faster, docs/results.md). No CUDA graphs: the cache grows every step, a new shape
+# decodes 2.1-2.8x faster, docs/results.md). No CUDA graphs: the cache grows every step, a new shape
 # each time. Freezing (the weights become constants of the graph, which those kernels pre-pack;
 # without it they are not used) is set around each call instead: passed among these options it
 # does not take effect (torch 2.13).
