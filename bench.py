@@ -279,8 +279,9 @@ def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device,
     and beside one busy process, with torch's default threads (one per core), with the thread policy
     (runtime.ThreadPolicy: the cores the other processes leave free), and pinned to one core fewer
     than the default (its idle figure is the ceiling beside a busy process: the most the cores it
-    leaves can do), and the mean thread count per step each ran with. Medians of `reps` rounds, the modes taking turns to go
-    first; a fresh policy for each measurement, as each sample.py or train.py run starts one."""
+    leaves can do), and the mean thread count per step each ran with. Medians of `reps` rounds, the
+    modes taking turns to go first; a fresh policy for each measurement, as each sample.py or
+    train.py run starts one."""
     torch.manual_seed(0)
     model = GPT(gcfg).to(device).eval()
     idx = torch.zeros(1, 1, dtype=torch.long, device=device)
