@@ -75,7 +75,6 @@ summary=$(tail -n 1 "$OUT/tests.txt" 2> /dev/null | grep -E "passed|failed|error
 [ -n "$summary" ] && status tests "$summary"
 
 echo "== 2. baby GPT to val 1.47 (dtype auto)"
-rm -rf "$OUT/baby"
 # shellcheck disable=SC2086
 stage baby 300 "${TRAIN[@]}" train.out_dir="$OUT/baby" train.eval_interval=250 train.plot=never $BABY
 
@@ -89,7 +88,6 @@ echo "== 4. decoding, and the same weights through transformers"
 stage decode 180 "${BENCH[@]}" --dtypes float32 --steps 0 $GEN --vs-hf --json "$OUT/decode.json"
 
 echo "== 5. torchrun, NCCL, one process"
-rm -rf "$OUT/ddp"
 stage ddp 120 torchrun --standalone --nproc_per_node=1 "${TRAIN[@]:1}" train.out_dir="$OUT/ddp" \
     train.max_iters=50 train.eval_interval=50 train.eval_iters=5 train.plot=never
 

@@ -10,9 +10,9 @@ from tinygpt.errors import UserError
 
 def test_dtype_auto_picks_bfloat16_only_where_the_hardware_has_it(monkeypatch):
     cpu = torch.device("cpu")
-    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(runtime, "cpu_computes", lambda dtype: dtype == "bfloat16")
     assert runtime.resolve_dtype("auto", cpu) == "bfloat16"
-    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(runtime, "cpu_computes", lambda dtype: None)  # flags unreadable
     assert runtime.resolve_dtype("auto", cpu) == "float32"
     assert runtime.resolve_dtype("auto", torch.device("mps")) == "float32"
     for name in ("float32", "bfloat16", "float16"):  # an explicit choice is never second-guessed
@@ -33,8 +33,8 @@ def test_cpu_bf16_detection_reads_the_cpu_flags(tmp_path):
     for flags, expected in (("fpu avx512f avx512_bf16 sse", True), ("fpu amx_bf16 amx_tile", True),
                             ("fpu avx512f avx512_bf16x sse", False), ("fpu avx2", False)):
         cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
-        assert runtime.cpu_has_native_bf16(cpuinfo) is expected
-    assert runtime.cpu_has_native_bf16(tmp_path / "missing") is False
+        assert runtime.cpu_computes("bfloat16", cpuinfo) is expected
+    assert runtime.cpu_computes("bfloat16", tmp_path / "missing") is None  # unknown
 
 
 def test_training_in_an_emulated_dtype_is_warned_about(tmp_path):

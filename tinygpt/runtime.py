@@ -69,11 +69,6 @@ def cpu_computes(dtype: str, cpuinfo: str | Path = "/proc/cpuinfo") -> bool | No
     return re.search(rf"\b({'|'.join(NATIVE_FLAGS[dtype])})\b", info) is not None
 
 
-def cpu_has_native_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
-    """Does this CPU compute bfloat16 natively (x86 AVX-512 BF16 or AMX)? Unknown counts as no."""
-    return bool(cpu_computes("bfloat16", cpuinfo))
-
-
 def emulated_dtype_warning(dtype: str, device: torch.device, cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
     """A warning line when training in `dtype` was asked for on a CPU that only emulates it, else
     None. bfloat16 without AVX-512 BF16 or AMX trained the default model 16-18x slower than float32
@@ -96,7 +91,7 @@ def resolve_dtype(name: str, device: torch.device) -> str:
         if device.type == "cuda":
             major = torch.cuda.get_device_capability(device)[0]
             return "bfloat16" if major >= 8 else "float16" if major == 7 else "float32"
-        return "bfloat16" if device.type == "cpu" and cpu_has_native_bf16() else "float32"
+        return "bfloat16" if device.type == "cpu" and cpu_computes("bfloat16") else "float32"  # unknown: no
     if name == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise UserError("train.dtype=bfloat16 is not supported by this GPU; use float16 or float32")
     return name
