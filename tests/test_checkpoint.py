@@ -207,6 +207,19 @@ def test_corrupted_file_is_refused(saved, tmp_path, where):
     refusal(bad)
 
 
+def test_an_archive_with_compressed_entries_is_refused_unread(saved, tmp_path, monkeypatch):
+    # torch.save stores its entries; a deflated one is inflated in full before any check, so a
+    # 0.6 MB file could hold a 2 GB pickle: refused before torch.load sees it
+    path, *_ = saved
+    packed = tmp_path / "packed.pt"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was reached"))
+    message = refusal(packed)
+    assert "compressed" in message and "data.pkl" in message and "packed.pt" in message
+
+
 @pytest.mark.parametrize("content", [
     "hello world\nthis is not a checkpoint\n",
     "The cat sat on the mat.\n",

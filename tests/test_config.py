@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import pytest
 import yaml
 
 from model import ModelConfig
 from tinygpt.config import (Config, DataConfig, TrainConfig, all_keys, config_from_dict,
-                    config_to_dict, config_to_yaml, load_config, parse_overrides)
+                    config_to_dict, config_to_yaml, load_config, parse_overrides, yaml_load)
 from tinygpt.errors import UserError
 
 
@@ -258,7 +259,6 @@ def test_missing_config_file(tmp_path):
     path = tmp_path / "nope.yaml"
     message = user_error(path)
     assert "not found" in message and str(path) in message
-    assert "not found" in user_error(tmp_path)  # a directory is not a config file
 
 
 @pytest.mark.parametrize("text", ["model: {n_layer: [1, 2\n", "model:\n  n_layer: 2\n n_head: 3\n",
@@ -352,3 +352,56 @@ def test_yaml_beyond_the_limits_is_refused(tmp_path, text, expected):
 ])
 def test_values_beyond_what_the_machine_represents_are_refused(tmp_path, override, expected):
     assert expected in user_error(write(tmp_path, ""), [override])
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("model: {n_layer: !!int abc}\n", "a value cannot be read"),
+    ("train: {lr: !!float abc}\n", "a value cannot be read"),
+    ("train: {out_dir: !!timestamp foo}\n", "a value cannot be read"),
+    ("model: {n_layer: " + "9" * 5000 + "}\n", "a value cannot be read"),
+], ids=["int", "float", "timestamp", "5000 digits"])
+def test_a_value_pyyaml_cannot_build_is_a_one_line_error(tmp_path, text, expected):
+    assert expected in user_error(write(tmp_path, text))
+
+
+def test_a_key_given_twice_is_refused_not_silently_dropped(tmp_path):
+    # PyYAML keeps the last of two `model:` sections: n_layer 2 would have been lost
+    message = user_error(write(tmp_path, "model:\n  n_layer: 2\ntrain:\n  lr: 0.01\nmodel:\n  n_head: 2\n"))
+    assert "'model' appears twice" in message and "line 5" in message
+
+
+def test_a_merge_key_may_be_overridden(tmp_path):
+    cfg = load_config(write(tmp_path, "model:\n  <<: {n_layer: 2, n_head: 2}\n  n_layer: 3\n"))
+    assert (cfg.model.n_layer, cfg.model.n_head) == (3, 2)
+
+
+def test_dates_and_base_60_are_not_guessed(tmp_path):
+    cfg = load_config(write(tmp_path, "train: {out_dir: 2024-12-01}\n"))
+    assert cfg.train.out_dir == "2024-12-01"  # not a datetime.date, refused as "not str" before
+    assert yaml_load("a: 1:30\nb: 12\nc: 0x10\nd: 1.5\n") == {"a": "1:30", "b": 12, "c": 16, "d": 1.5}
+
+
+def test_a_string_key_set_from_the_command_line_keeps_the_text(tmp_path):
+    cfg = load_config(write(tmp_path, ""), ["train.out_dir=2024", "data.dataset=2001-02-29", "train.init_from=null"])
+    assert (cfg.train.out_dir, cfg.data.dataset, cfg.train.init_from) == ("2024", "2001-02-29", "null")
+    assert load_config(write(tmp_path, ""), ["train.out_dir=~"]).train.out_dir == os.path.expanduser("~")
+
+
+def test_a_yaml_syntax_error_says_what_and_where(tmp_path):
+    message = user_error(write(tmp_path, "model:\n\tn_layer: 2\n"))
+    assert "'\\t'" in message and "line 2, column 1" in message
+
+
+def test_a_malformed_section_is_refused_with_set_too(tmp_path):
+    message = user_error(write(tmp_path, "model: [1, 2]\n"), ["model.n_layer=2"])
+    assert "'model'" in message and "mapping" in message
+
+
+def test_a_directory_is_not_a_config_file(tmp_path):
+    assert "is a directory" in user_error(tmp_path)
+
+
+def test_a_thread_count_beyond_any_cpu_is_refused(tmp_path):
+    # libgomp segfaulted (no message, exit 139) when asked for 100,000 threads
+    assert "train.threads=100000" in user_error(write(tmp_path, ""), ["train.threads=100000"])
+    assert load_config(write(tmp_path, ""), ["train.threads=64"]).train.threads == 64

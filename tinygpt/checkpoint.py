@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import time
 import warnings
+import zipfile
 import zlib
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -222,9 +223,28 @@ def checksum(state: dict[str, Any]) -> str:
 # ---- loading ----
 
 
+def check_archive(path: Path) -> None:
+    """torch.save writes a zip archive whose entries are stored, not compressed. A compressed entry
+    would be inflated in full before any check (a 0.6 MB file with a 2 GB pickle inside), so an
+    archive that holds one, or claims more bytes than the file has, is refused unread."""
+    if not zipfile.is_zipfile(path):
+        return  # not an archive: torch.load refuses it, or reads the legacy format within its size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, EOFError):
+        raise UserError(f"{path} is truncated, corrupted or not a checkpoint") from None
+    packed = [e.filename for e in entries if e.compress_type != zipfile.ZIP_STORED]
+    if packed or sum(e.file_size for e in entries) > path.stat().st_size:
+        raise UserError(f"{path} is not a checkpoint torch.save wrote: it holds compressed entries "
+                        f"({short(packed[0]) if packed else 'sizes beyond the file'}) that could unpack to "
+                        f"any size; it was not loaded")
+
+
 def torch_load(path: Path, map_location: str | torch.device = "cpu") -> Any:
     """torch.load with weights_only=True; a refused or unreadable file is a one-line UserError
     naming it (a pickled Python object is said to be one: it was refused, never run)."""
+    check_archive(path)
     try:
         with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error says enough
             warnings.simplefilter("ignore")

@@ -84,18 +84,35 @@ MAX_INT = 2**63 - 1  # every integer setting fits in 64 bits (torch's seeds, siz
 # ---- safe YAML with limits ----
 
 MAX_DEPTH = 50  # nesting levels; a config needs 2
+MAX_THREADS = 1024  # train.threads: libgomp crashes (a segfault, no message) asked for 100,000
 MAX_NODES = 10_000  # values after expanding aliases; a config has ~50
 
 
-class YAMLTooLarge(yaml.YAMLError):
-    """A YAML document beyond MAX_DEPTH or MAX_NODES."""
+class YAMLRefused(yaml.YAMLError):
+    """A YAML document LimitedSafeLoader refuses: beyond MAX_DEPTH or MAX_NODES, a key given twice,
+    or a value that cannot be built (`!!int abc`, an integer of thousands of digits)."""
+
+
+# YAML 1.1's implicit int and float patterns (yaml/resolver.py) without their base-60 forms, in
+# which 1:30 reads as 90
+PLAIN_INT = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$")
+PLAIN_FLOAT = re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+                         r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+TAG = "tag:yaml.org,2002:"
 
 
 class LimitedSafeLoader(yaml.SafeLoader):
     """yaml.SafeLoader (plain data only, never Python objects) that refuses documents nested deeper
     than MAX_DEPTH or expanding to more than MAX_NODES values through aliases: PyYAML shares an
     aliased value, so a 300-byte file can stand for 10^8 values, which any walk (a message, a copy)
-    would expand."""
+    would expand. A key given twice in one mapping is refused (PyYAML keeps the last silently, so a
+    second `model:` section would drop the first), and YAML 1.1's surprises are not guessed: a
+    date stays a string (an out_dir named 2024-12-01) and 1:30 is not the base-60 number 90."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, PLAIN_INT if tag == TAG + "int" else PLAIN_FLOAT if tag == TAG + "float" else regexp)
+                for tag, regexp in resolvers if tag != TAG + "timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -105,7 +122,7 @@ class LimitedSafeLoader(yaml.SafeLoader):
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise YAMLTooLarge(f"it nests deeper than {MAX_DEPTH} levels")
+                raise YAMLRefused(f"it nests deeper than {MAX_DEPTH} levels (a config needs 2)")
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -113,6 +130,22 @@ class LimitedSafeLoader(yaml.SafeLoader):
     def construct_document(self, node):
         _check_expanded_size(node)
         return super().construct_document(node)
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == TAG + "merge":  # `<<: *base` then a key of its own overrides it, as meant
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in seen:
+                        raise YAMLRefused(f"the key {short(key)} appears twice in one mapping (line "
+                                          f"{key_node.start_mark.line + 1}); the second would silently replace the first")
+                    seen.add(key)
+                except TypeError:  # a list or a mapping as a key: SafeLoader's own error says so
+                    pass
+        return super().construct_mapping(node, deep)
 
 
 def _check_expanded_size(root: yaml.Node) -> None:
@@ -129,10 +162,10 @@ def _check_expanded_size(root: yaml.Node) -> None:
             entered.discard(id(node))
             sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
             if sizes[id(node)] > MAX_NODES:
-                raise YAMLTooLarge(f"its aliases expand to more than {MAX_NODES:,} values")
+                raise YAMLRefused(f"its aliases expand to more than {MAX_NODES:,} values (a config has ~50)")
         elif id(node) not in sizes:
             if id(node) in entered:
-                raise YAMLTooLarge("an alias refers to the value that holds it (a cycle)")
+                raise YAMLRefused("an alias refers to the value that holds it (a cycle)")
             entered.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in children)
@@ -143,6 +176,8 @@ def yaml_load(text: str) -> Any:
     loader = LimitedSafeLoader(text)
     try:
         return loader.get_single_data()
+    except (ValueError, TypeError, AttributeError, OverflowError) as e:  # PyYAML building a value: `!!int abc`
+        raise YAMLRefused(f"a value cannot be read ({str(e).splitlines()[0].split(';')[0][:120]})") from None
     finally:
         loader.dispose()
 
@@ -226,7 +261,9 @@ def config_from_dict(raw: Any, source: str) -> Config:
 def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
     """['model.n_head=8', 'train.lr=3e-4'] -> {'model': {'n_head': 8}, 'train': {'lr': '3e-4'}}.
 
-    Values are parsed as YAML scalars, so 8 is an int, true a bool, and 'abc' a string."""
+    Values are parsed as YAML scalars, so 8 is an int, true a bool, and 'abc' a string; a key
+    that takes a string (a path, a name) keeps the text as typed: out_dir=~ is the home folder,
+    not YAML's null, and out_dir=2024 the folder 2024, not a number."""
     nested: dict[str, dict] = {}
     for item in overrides:
         key, sep, text = item.partition("=")
@@ -236,18 +273,32 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
         section, name = key.split(".")
         try:
             value = yaml_load(text) if text.strip() else ""
-        except YAMLTooLarge as e:
+        except YAMLRefused as e:
             raise UserError(f"{source} {short(item)}: the value is refused: {e}") from None
         except (yaml.YAMLError, RecursionError):
             raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar") from None
+        types = _field_types(SECTIONS[section]) if section in SECTIONS else {}
+        if types.get(name) is str and not isinstance(value, str):
+            value = text.strip()
         nested.setdefault(section, {})[name] = value
     return nested
 
 
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """What PyYAML found and where ('found character '\\t' that cannot start any token, line 2,
+    column 1'), not only its first line ('while scanning for the next token')."""
+    mark = getattr(e, "problem_mark", None)
+    where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return f"{problem[:200]}{where}"
+
+
 def read_yaml(path: str | Path) -> Any:
     """Read a YAML file safely (LimitedSafeLoader); a missing or unreadable file, a syntax error, a
-    Python tag or a document beyond the limits is a UserError naming the file."""
+    Python tag or a document the loader refuses is a UserError naming the file."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a directory; give a config file (.yaml), e.g. configs/stories.yaml")
     if not path.is_file():
         raise UserError(f"config file not found: {path}")
     try:
@@ -258,8 +309,8 @@ def read_yaml(path: str | Path) -> Any:
         raise UserError(f"{path} is not valid YAML: it is not UTF-8 text ({e.reason} at byte {e.start})") from None
     try:
         return yaml_load(text)
-    except YAMLTooLarge as e:
-        raise UserError(f"{path} is refused: {e}; a config is a few plain keys") from None
+    except YAMLRefused as e:
+        raise UserError(f"{path} is refused: {e}") from None
     except RecursionError:
         raise UserError(f"{path} is refused: it nests too deeply") from None
     except yaml.constructor.ConstructorError as e:
@@ -270,21 +321,23 @@ def read_yaml(path: str | Path) -> Any:
         raise UserError(f"{path}: unsupported YAML tag {short(e.problem.split()[-1]) if e.problem else ''}"
                         f" (only plain YAML is read, never Python objects)") from None
     except yaml.YAMLError as e:
-        raise UserError(f"{path} is not valid YAML: {str(e).splitlines()[0][:200]}") from None
+        raise UserError(f"{path} is not valid YAML: {_yaml_problem(e)}") from None
 
 
 def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     """YAML file + dotted overrides -> validated Config."""
     raw = read_yaml(path)
     if raw is not None and not isinstance(raw, dict):
-        raise UserError(f"{path} must hold a mapping with sections {', '.join(SECTIONS)}")
+        raise UserError(f"{path} must hold a mapping with sections {', '.join(SECTIONS)}, not {type(raw).__name__}")
     merged = {k: dict(v) if isinstance(v, dict) else v for k, v in (raw or {}).items()}
     overrides = list(overrides)
     for section, values in parse_overrides(overrides).items():
         if section not in SECTIONS:
             raise _unknown_key(f"{section}.{next(iter(values))}", "--set")
         base = merged.get(section)
-        merged[section] = {**(base if isinstance(base, dict) else {}), **values}
+        if base is not None and not isinstance(base, dict):  # config_from_dict would say so without --set
+            raise UserError(f"section '{section}' ({path}) must be a mapping of keys to values")
+        merged[section] = {**(base or {}), **values}
     source = f"{path}" + (" with --set" if overrides else "")
     return config_from_dict(merged, source)
 
@@ -343,7 +396,8 @@ def validate(cfg: Config, source: str) -> None:
     need(t.dtype in DTYPES, "train.dtype", t.dtype, f"must be one of {', '.join(DTYPES)}")
     need(bool(t.out_dir.strip()), "train.out_dir", t.out_dir, "must be a directory path")
     need(t.plot in ("end", "eval", "never"), "train.plot", t.plot, "must be end, eval or never")
-    need(t.threads >= 0, "train.threads", t.threads, "must be >= 0 (0 = the free cores)")
+    need(0 <= t.threads <= MAX_THREADS, "train.threads", t.threads,
+         f"must be in 0..{MAX_THREADS} (0 = the free cores; more threads than cores only slow it down)")
 
 
 def flat_config(cfg: Config) -> dict[str, Any]:

@@ -273,7 +273,7 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
 
     known = tiktoken.list_encoding_names()
     if name not in known:
-        raise UserError(f"unknown tokenizer {name!r}: use 'char', 'word' or a tiktoken encoding: {', '.join(known)}")
+        raise UserError(f"unknown tokenizer {name!r}: use 'char', 'word', 'bpe' or a tiktoken encoding: {', '.join(known)}")
     canonical = _ALIASES.get(name, name)
     try:
         return tiktoken.get_encoding(canonical)
