@@ -404,3 +404,40 @@ def test_a_saved_checkpoint_carries_its_checksum(saved):
     assert ckpt["checksum"] == checkpoint.checksum(contents)
     contents["step"] += 1
     assert checkpoint.checksum(contents) != ckpt["checksum"]
+
+
+def test_non_finite_weights_are_refused_by_name(tmp_path):
+    state, _, _ = tiny_state()
+    state["model"]["pos_emb.weight"][0, 0] = float("nan")
+    path = tmp_path / "nan.pt"
+    save_checkpoint(path, state)  # a valid checksum: only the values are wrong
+    with pytest.raises(UserError, match="NaN or infinite"):
+        load_model(path, with_tokenizer=False)
+
+
+def test_a_checkpoint_cut_short_is_called_truncated(saved, tmp_path):
+    # torch's reader said "cannot read ...: Invalid argument" of a file cut to 20-50 KB
+    data = saved[0].read_bytes()
+    for size in (20_000, 35_000):
+        cut = tmp_path / f"cut{size}.pt"
+        cut.write_bytes(data[:size])
+        assert "truncated" in refusal(cut)
+
+
+def test_atomic_write_through_a_symlink_writes_its_target(tmp_path):
+    real = tmp_path / "real.html"
+    real.write_text("old")
+    link = tmp_path / "link.html"
+    link.symlink_to(real)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+
+
+def test_atomic_write_never_replaces_a_pipe_or_a_folder(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    (tmp_path / "folder").mkdir()
+    for target in (fifo, tmp_path / "folder"):
+        with pytest.raises(UserError, match="give the path of a file"):
+            atomic_write_text(target, "x")
+    assert not fifo.is_file() and fifo.exists() and (tmp_path / "folder").is_dir()

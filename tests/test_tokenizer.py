@@ -313,3 +313,29 @@ def test_tokenization_table_counts_the_words_a_tokenizer_splits():
     from tinygpt.tokenizer import build_tokenizer
     assert split_words(build_tokenizer("word", "a red kite, a red ball"), ["red", "kite"]) == 0
     assert split_words(build_tokenizer("char", "a red kite"), ["red", "kite", "a"]) == 3  # " a" is 2 chars too
+
+
+@pytest.mark.parametrize("space", [" ", "\n"])
+def test_a_million_whitespace_characters_in_a_row_encode(space):
+    # tiktoken's pre-tokenizer panicked (a Rust stack overflow, past `except Exception`) here
+    tok = tk.LearnedBPETokenizer([(32, 32), (10, 10)])
+    text = "a" + space * 1_000_000 + "b"
+    assert tok.decode(tok.encode(text)) == text
+    short = "a" + space * 1000 + "b"  # below the limit nothing changes
+    assert tok.encode(short) == tok.encoding.encode_ordinary(short)
+
+
+def test_merges_that_double_a_token_forty_times_are_refused():
+    # a 188 KB checkpoint asked for 2**40 bytes this way
+    merges = [[32, 32]] + [[256 + i, 256 + i] for i in range(39)]
+    with pytest.raises(UserError, match="beyond 1024"):
+        tk.tokenizer_from_dict({"kind": "bpe", "merges": merges})
+    with pytest.raises(UserError, match="more than 65,280"):
+        tk.tokenizer_from_dict({"kind": "bpe", "merges": [[32, 32]] * 65_281})
+
+
+def test_learning_never_makes_a_token_beyond_the_limit():
+    text = ("=" * 5000 + "\n") * 20 + "the cat sat on the mat\n" * 20
+    tok = tk.LearnedBPETokenizer(tk.learn_bpe_merges(text, 200))
+    assert max(len(t) for t in tok.encoding.token_byte_values()) == tk.MAX_TOKEN_BYTES
+    assert tok.decode(tok.encode(text)) == text

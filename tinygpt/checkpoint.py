@@ -48,7 +48,7 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
     """Write `path` via write(fileobj) into a temp file beside it, fsync, then rename over it. An
     OSError (disk full, permission, a path through a file) is a UserError naming the file; the
     old file, if any, is untouched."""
-    path = Path(path)
+    path = regular_file_target(Path(path))
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,6 +69,18 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
             kept = "the previous file is intact" if path.is_file() else "nothing was written"
             raise UserError(f"cannot write {path}: {e.strerror or type(e).__name__} ({kept})") from None
         raise
+
+
+def regular_file_target(path: Path) -> Path:
+    """The file a write to `path` means: a symlink's target (the rename would replace the link
+    itself); a device, a pipe or a folder is refused (the rename would replace /dev/full with a
+    plain file, or a reader's pipe)."""
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file (a device, a pipe or a socket)"
+        raise UserError(f"cannot write {path}: it is {kind}; give the path of a file")
+    return path
 
 
 STALE_UNTAGGED_S = 3600  # a temp file without a writer's pid (older tinygpt) is stale after an hour
@@ -250,7 +262,10 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu") -> Any:
             warnings.simplefilter("ignore")
             return torch.load(path, map_location=map_location, weights_only=True)
     except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror or type(e).__name__}") from None
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EIO, errno.EISDIR):
+            raise UserError(f"cannot read {path}: {e.strerror}") from None
+        # torch's reader says "Invalid argument" (EINVAL) of an archive cut short
+        raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({e.strerror or type(e).__name__})") from None
     except pickle.UnpicklingError as e:
         if re.search(r"unsupported global", str(e), re.IGNORECASE):  # a class or function: code could run
             raise UserError(f"{path} holds pickled Python objects (code could run when they load); "
@@ -349,6 +364,10 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], path:
     if extra:
         raise UserError(f"{path}: the weights hold {short(extra[0])}, which its model has not; the checkpoint "
                         f"is damaged")
+    for name, t in weights.items():  # a diverged run, or a damaged file: sampling would fail on NaN probabilities
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise UserError(f"{path}: weight {name!r} holds NaN or infinite values (a diverged run or a damaged "
+                            f"file); nothing can be computed with it")
     model.load_state_dict(weights)
 
 

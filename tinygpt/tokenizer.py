@@ -266,6 +266,22 @@ class WordTokenizer(_TableTokenizer):
         return {"kind": self.kind, "vocab_size": self.vocab_size, "words": list(self.words)}
 
 
+LONG_SPACE_RUN = 100_000  # whitespace characters in a row that tiktoken's encoder is given at once
+LONG_SPACE = re.compile(r"\s{%d,}" % (LONG_SPACE_RUN + 1))
+
+
+def encode_ordinary(encoding: "tiktoken.Encoding", text: str) -> list[int]:
+    """encoding.encode_ordinary(text), with "<|endoftext|>" in the text as plain text. tiktoken's
+    pre-tokenizer overflows its stack (a Rust panic, which no except Exception catches) on a run of
+    ~1,000,000 whitespace characters, so a longer run than LONG_SPACE_RUN is encoded in parts of
+    that length: the same tokens except where a part ends."""
+    if not LONG_SPACE.search(text):
+        return encoding.encode_ordinary(text)
+    cuts = [c for m in LONG_SPACE.finditer(text) for c in range(m.start() + LONG_SPACE_RUN, m.end(), LONG_SPACE_RUN)]
+    bounds = [0, *cuts, len(text)]
+    return [i for a, b in zip(bounds, bounds[1:]) for i in encoding.encode_ordinary(text[a:b])]
+
+
 @functools.lru_cache(maxsize=None)
 def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
     """Load (once per process) the tiktoken encoding `name`; `gpt2` loads the identical r50k_base."""
@@ -373,7 +389,7 @@ class TiktokenTokenizer(Tokenizer):
         encoding = encoding if encoding is not None else get_tiktoken_encoding(name)
         if not compact:
             return cls(name, None, encoding)
-        seen = np.unique(np.asarray(encoding.encode_ordinary(text), dtype=np.int64))
+        seen = np.unique(np.asarray(encode_ordinary(encoding, text), dtype=np.int64))
         single_bytes = []
         for b in range(256):
             try:
@@ -408,12 +424,11 @@ class TiktokenTokenizer(Tokenizer):
             return "\ufffd".encode()
 
     def encode(self, text: str) -> list[int]:
-        # encode_ordinary == encode(disallowed_special=()): "<|endoftext|>" in the text is plain text
         if self.ids is None:
-            return self.encoding.encode_ordinary(text)
+            return encode_ordinary(self.encoding, text)
         if self.closed:
-            return self.lookup[np.asarray(self.compact_encoding.encode_ordinary(text), dtype=np.int64)].tolist()
-        original = np.asarray(self.encoding.encode_ordinary(text), dtype=np.int64)
+            return self.lookup[np.asarray(encode_ordinary(self.compact_encoding, text), dtype=np.int64)].tolist()
+        original = np.asarray(encode_ordinary(self.encoding, text), dtype=np.int64)
         compact = self.lookup[original]
         missing = np.flatnonzero(compact < 0)
         if missing.size == 0:
@@ -463,6 +478,8 @@ class TiktokenTokenizer(Tokenizer):
         return f"TiktokenTokenizer({self.name!r}, {compact}, vocab_size={self.vocab_size})"
 
 
+MAX_TOKEN_BYTES = 1024  # a learned token's length: GPT-2's longest is 128 bytes
+MAX_MERGES = 65536 - 256  # data.bpe_vocab_size is at most 65536
 GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""  # GPT-2's pre-tokenization
 
 
@@ -478,23 +495,31 @@ def learn_bpe_merges(text: str, n_merges: int) -> list[tuple[int, int]]:
     counts = Counter(regex.findall(GPT2_SPLIT, text))
     pieces = [list(piece.encode("utf-8")) for piece in counts]  # each piece as its token ids
     weight = list(counts.values())
-    pairs: Counter = Counter()  # (left, right) -> weighted count
+    length = [1] * 256  # bytes of each token
+    pairs: Counter = Counter()  # (left, right) -> weighted count, of the pairs short enough to merge
     where: dict[tuple[int, int], set[int]] = defaultdict(set)  # pair -> pieces that hold it
-    for i, ids in enumerate(pieces):
+
+    def count(i: int, ids: list[int]) -> None:
         for pair in zip(ids, ids[1:]):
-            pairs[pair] += weight[i]
-            where[pair].add(i)
+            if length[pair[0]] + length[pair[1]] <= MAX_TOKEN_BYTES:
+                pairs[pair] += weight[i]
+                where[pair].add(i)
+
+    for i, ids in enumerate(pieces):
+        count(i, ids)
     merges: list[tuple[int, int]] = []
     while len(merges) < n_merges and pairs:
         best = max(pairs.items(), key=lambda item: (item[1], -item[0][0], -item[0][1]))[0]
         new = 256 + len(merges)
         merges.append(best)
+        length.append(length[best[0]] + length[best[1]])
         for i in where.pop(best, ()):
             ids = pieces[i]
             for pair in zip(ids, ids[1:]):  # forget this piece's pairs, merge, count them again
-                pairs[pair] -= weight[i]
-                if pairs[pair] <= 0:
-                    del pairs[pair]
+                if pair in pairs:
+                    pairs[pair] -= weight[i]
+                    if pairs[pair] <= 0:
+                        del pairs[pair]
             out, j = [], 0
             while j < len(ids):
                 if j + 1 < len(ids) and (ids[j], ids[j + 1]) == best:
@@ -504,9 +529,7 @@ def learn_bpe_merges(text: str, n_merges: int) -> list[tuple[int, int]]:
                     out.append(ids[j])
                     j += 1
             pieces[i] = out
-            for pair in zip(out, out[1:]):
-                pairs[pair] += weight[i]
-                where[pair].add(i)
+            count(i, out)
     return merges
 
 
@@ -520,11 +543,18 @@ class LearnedBPETokenizer(TiktokenTokenizer):
 
     def __init__(self, merges: Sequence[tuple[int, int]]) -> None:
         import tiktoken
+        if len(merges) > MAX_MERGES:
+            raise UserError(f"the learned BPE has {len(merges):,} merges, more than {MAX_MERGES:,} (a vocabulary "
+                            f"beyond 65536 tokens); it is damaged: re-run python -m data.prepare")
         tokens = [bytes([b]) for b in range(256)]
         for left, right in merges:
             if not (0 <= left < len(tokens) and 0 <= right < len(tokens)):
                 raise UserError(f"the learned BPE's merge ({left}, {right}) names a token that does not exist yet; "
                                 f"re-run python -m data.prepare")
+            if len(tokens[left]) + len(tokens[right]) > MAX_TOKEN_BYTES:  # 40 doubling merges: 2**40 bytes
+                raise UserError(f"the learned BPE's merge ({left}, {right}) makes a token of "
+                                f"{len(tokens[left]) + len(tokens[right]):,} bytes, beyond {MAX_TOKEN_BYTES}; it is "
+                                f"damaged: re-run python -m data.prepare")
             tokens.append(tokens[left] + tokens[right])
         if len(set(tokens)) != len(tokens):
             raise UserError("the learned BPE's merges make the same token twice; re-run python -m data.prepare")
