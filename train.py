@@ -6,7 +6,8 @@ Reads top to bottom: config and run directory -> processes -> data -> model and 
 loop. Every `train.eval_interval` steps it estimates train/val loss, writes ckpt.pt (latest, with
 everything needed to resume exactly) and best.pt (lowest val loss); metrics.csv gets a row per log
 and eval. Ctrl-C or SIGTERM saves ckpt.pt and stops; `--resume` continues from it (on the same data:
-the checkpoint records its digest). A second training on the same train.out_dir is refused while
+the checkpoint records its digest). A closed stdout (`train.py | head`) stops nothing: the training
+goes on without printing there. A second training on the same train.out_dir is refused while
 this one holds it (tinygpt/runs.py, run_lock); what cannot fit in memory is refused before any
 allocation (tinygpt/runtime.py, check_training_fits). One optimizer step (`train_step`), the
 schedule and the loss estimate live in tinygpt/training.py, shared with bench.py so that the
@@ -30,7 +31,7 @@ from model import GPT
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_to_dict, load_config
-from tinygpt.errors import ArgParser, UserError, run_cli, short
+from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli, short
 from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
@@ -48,7 +49,10 @@ def parse_args(argv: Sequence[str] | None):
     p.add_argument("--stop-at", type=int, default=None, metavar="STEP",
                    help="save a checkpoint and stop once STEP steps are done (resume later)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.stop_at is not None and args.stop_at < 0:  # 0 is a step: stop after step 0's checkpoint
+        raise UserError(f"--stop-at={short(args.stop_at)} must be >= 0 (the step to save at and stop)")
+    return args
 
 
 # ---- setup: each step checks what it reads before any work is done ----
@@ -361,7 +365,9 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
     finally:
         if run.board is not None:
             run.board.close()
-    if run.exit_code:
+    if run.exit_code:  # the note above went to stdout; stderr gets run_cli's line for Ctrl-C
+        if dist.master:
+            print("interrupted", file=sys.stderr)
         sys.exit(run.exit_code)
     if dist.master:
         print(f"{why}: step {run.step}, best val loss {run.best_val:.4f}, "
@@ -370,4 +376,6 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
 
 
 if __name__ == "__main__":
+    # its work is the run directory: a reader of its output that leaves must not end it
+    sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
     run_cli(main)

@@ -405,3 +405,9 @@ def test_a_thread_count_beyond_any_cpu_is_refused(tmp_path):
     # libgomp segfaulted (no message, exit 139) when asked for 100,000 threads
     assert "train.threads=100000" in user_error(write(tmp_path, ""), ["train.threads=100000"])
     assert load_config(write(tmp_path, ""), ["train.threads=64"]).train.threads == 64
+
+
+def test_a_tilde_of_no_user_is_refused_not_made_a_folder(tmp_path):
+    # os.path.expanduser leaves '~nosuchuser/x' as it is: a run made a folder named '~nosuchuser'
+    message = user_error(write(tmp_path, ""), ["train.out_dir=~nosuchuser_tinygpt/x"])
+    assert "~nosuchuser_tinygpt names no user" in message

@@ -209,6 +209,68 @@ def test_1_temp_files_of_a_live_writer_are_never_swept(tmp_path):
         live.wait()
 
 
+STALL = """\
+import pathlib, runpy, sys, time
+write_text = pathlib.Path.write_text
+def stall(self, *args, **kwargs):  # the temp folder holds train.bin and val.bin: stop before tokenizer.json
+    if self.parent.name.endswith(".tmp"):
+        print("writing", flush=True)
+        time.sleep(120)
+    return write_text(self, *args, **kwargs)
+pathlib.Path.write_text = stall
+sys.argv[0] = "data.prepare"
+runpy.run_module("data.prepare", run_name="__main__")
+"""
+
+
+def stalled_prepare(tmp: Path, prepared: Path) -> subprocess.Popen:
+    """`python -m data.prepare` of the module's data into `prepared`, stopped halfway through writing
+    its temp folder (it prints 'writing' then) until a signal ends it."""
+    return subprocess.Popen([sys.executable, "-c", STALL, tmp / "config.yaml", "--set",
+                             f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={prepared}"],
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def temp_folders(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_1_a_killed_preparation_leaves_no_temp_folder(tmp):
+    """A preparation killed (SIGKILL) while writing leaves its temp folder (the QA run found 52 MB for
+    a 30 MB text): the next preparation removes it, even one that finds the data prepared already,
+    and never the temp folder of a preparation still running."""
+    from data.prepare import prepare
+    from tinygpt.config import load_config
+    prepared = tmp / "prepared_killed"
+    cfg = load_config(tmp / "config.yaml", [f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={prepared}"])
+    running = stalled_prepare(tmp, prepared)
+    try:
+        read_until(running.stdout, b"writing")
+        folder = prepare(cfg, show_progress=False)  # while the other one is still writing
+        assert len(temp_folders(prepared)) == 1  # the live one's: kept
+    finally:
+        running.kill()
+        running.wait()
+    assert prepare(cfg, show_progress=False) == folder  # prepared already: only the sweep
+    assert [p.name for p in prepared.iterdir()] == [folder.name]
+
+
+def test_1_sigterm_while_preparing_is_one_line_and_leaves_nothing(tmp):
+    """SIGTERM (kill) stops a preparation as Ctrl-C does, with its own exit code: it used to die
+    silently, 143, its temp folder left behind."""
+    prepared = tmp / "prepared_terminated"
+    proc = stalled_prepare(tmp, prepared)
+    try:
+        read_until(proc.stdout, b"writing")
+        proc.send_signal(signal.SIGTERM)
+        result = Result(proc.wait(timeout=120), "", proc.stderr.read().decode())
+    finally:
+        proc.kill()
+        proc.wait()
+    one_line(result, code=128 + signal.SIGTERM)  # `interrupted`, exit 143
+    assert temp_folders(prepared) == []
+
+
 def test_2_resume_after_the_dataset_changed_is_refused(tmp, capsys):
     """The checkpoint records a digest of the prepared tokens and tokenizer: a changed dataset file
     is refused on --resume (same vocabulary size, a bigger one, or more text of the same characters),
@@ -330,6 +392,16 @@ def test_7_absurd_sizes_are_refused_with_what_they_need(tmp, capsys, override, c
     assert not out.exists()
 
 
+def test_7_a_16000_bit_integer_is_described_by_its_size(tmp, capsys):
+    """Python refuses to write an int of more than 4300 digits (ValueError): a message names its size."""
+    from tinygpt.errors import short
+    line = one_line(in_process("train.py", [tmp / "config.yaml", "--set", "model.n_layer=0x" + "f" * 4000], capsys),
+                    "model.n_layer=an integer of 16000 bits", "64 bits")
+    assert len(line) < 200
+    assert short({"n": [-(2**20000)]}) == "{'n': [a negative integer of 20001 bits]}"
+    assert short(2**128 - 1) == str(2**128 - 1)  # up to 128 bits, the digits
+
+
 @pytest.mark.parametrize("key, value", [("vocab_size", 10**12), ("block_size", 10**11)])
 def test_7_a_checkpoint_claiming_an_absurd_size_is_refused(tmp, run, capsys, key, value):
     def claim(ckpt):
@@ -379,6 +451,30 @@ def test_8_a_path_below_a_file_is_refused(tmp, capsys, key):
     below = tmp / "notes.txt" / "sub"
     args = sets(tmp, below if key == "train.out_dir" else tmp / "refused" / "below", f"{key}={below}")
     one_line(in_process("train.py", [*args, "--quiet"], capsys), key, "notes.txt is a file")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc (no folder can be made in it)")
+@pytest.mark.parametrize("key", ["train.out_dir", "data.prepared_dir"])
+def test_8_a_folder_that_cannot_be_made_is_one_line(tmp, capsys, key):
+    out = tmp / "refused" / "in_proc"
+    result = in_process("train.py", [*sets(tmp, out, f"{key}=/proc/tinygpt/x"), "--quiet"], capsys)
+    one_line(result, f"{key}='/proc/tinygpt/x'")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("key", ["train.out_dir", "data.prepared_dir"])
+def test_8_a_path_the_file_system_cannot_encode_is_one_line(tmp, capsys, key):
+    """A lone surrogate (YAML's "\\ud800") is a str no file name can hold."""
+    out = tmp / "refused" / "surrogate"
+    result = in_process("train.py", [*sets(tmp, out, f'{key}="{tmp}/x\\ud800"'), "--quiet"], capsys)
+    one_line(result, f"{key}='{tmp}/x\\ud800'", "cannot encode")
+    assert not out.exists()
+
+
+def test_8_a_tilde_of_no_user_in_the_dataset_is_one_line(tmp, capsys):
+    result = in_process("train.py", [*sets(tmp, tmp / "refused" / "tilde"), "--quiet", "--set",
+                                     "data.dataset=~tinygpt_no_such_user/corpus.txt"], capsys)
+    one_line(result, "data.dataset='~tinygpt_no_such_user/corpus.txt'", "names no user")
 
 
 def test_8_a_nul_in_a_path_is_refused(tmp, capsys):
@@ -515,6 +611,12 @@ def test_11_a_tiny_top_p_keeps_the_most_likely_token(run, capsys):
     tiny = in_process("sample.py", [run, "--top-p", "1e-300", "--max-new-tokens", "20", "--prompt", "Anna"], capsys)
     greedy = in_process("sample.py", [run, "--temperature", "0", "--max-new-tokens", "20", "--prompt", "Anna"], capsys)
     assert tiny.code == 0 and tiny.out == greedy.out, tiny.err
+
+
+def test_11_a_negative_stop_at_is_refused(tmp, capsys):
+    out = tmp / "refused" / "stop_at"
+    one_line(in_process("train.py", [*sets(tmp, out), "--stop-at", "-5", "--quiet"], capsys), "--stop-at=-5", ">= 0")
+    assert not out.exists()
 
 
 def test_11_a_train_seed_beyond_64_bits_is_refused(tmp, capsys):
@@ -664,6 +766,22 @@ def test_15_a_users_loss_png_is_never_overwritten(tmp, capsys):
     (folder / "loss.png").write_bytes(b"\x89PNG my own plot")
     one_line(in_process("train.py", [*sets(tmp, folder), "--quiet"], capsys), "loss.png", "not from a tinygpt run")
     assert files(folder) == {"loss.png": b"\x89PNG my own plot"}
+
+
+def test_15_a_users_config_yaml_is_never_overwritten(tmp, run, capsys):
+    """A config.yaml in train.out_dir that no run wrote (no resolved-config header) is the user's, even
+    a valid one, even the very config being trained: refused, named, untouched. A run's own resumes."""
+    folder = tmp / "my_configs"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(CONFIG, encoding="utf-8")
+    args = [folder / "config.yaml", *sets(tmp, folder)[1:], "--quiet"]  # out_dir: the config's own folder
+    one_line(in_process("train.py", args, capsys), str(folder), "config.yaml", "not from a tinygpt run")
+    assert files(folder) == {"config.yaml": CONFIG.encode()}
+    own = tmp / "own_config"
+    shutil.copytree(run, own)
+    resumed = in_process("train.py", [own / "config.yaml", "--resume", "--quiet", "--set", f"train.out_dir={own}",
+                                      "train.max_iters=32", "train.eval_interval=32"], capsys)
+    assert resumed.code == 0 and "done: step 32" in resumed.out, resumed.err
 
 
 def test_15_tilde_in_out_dir_is_the_home_folder(tmp, capsys, monkeypatch):

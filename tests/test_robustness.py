@@ -1,6 +1,7 @@
 """Guards issue 5 (scale out, never lose work): two-process DDP equals one process with the same
 global batch, resume is exact even with dropout, a checkpoint survives SIGKILL at any moment of
-saving, SIGINT/SIGTERM save and stop, and a diverging run stops keeping its last good checkpoint."""
+saving, SIGINT/SIGTERM save and stop, a closed stdout stops nothing, and a diverging run stops keeping
+its last good checkpoint."""
 from __future__ import annotations
 
 import csv
@@ -125,13 +126,34 @@ def test_signal_saves_a_checkpoint_and_stops(corpus, tmp_path, signum):
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, err[-2000:]
-    assert "Traceback" not in err
+    assert err == "interrupted\n"  # docs/errors.md: the line on stderr, as after any Ctrl-C
     assert "continue with --resume" in out
     step = load_checkpoint(run / "ckpt.pt")["step"]
     assert step > 0
     import train
     train.main(args + ["--resume", "--stop-at", str(step + 3)])
     assert load_checkpoint(run / "ckpt.pt")["step"] == step + 3
+
+
+@pytest.mark.parametrize("buffered", [False, True])
+def test_a_closed_stdout_does_not_stop_training(corpus, tmp_path, buffered):
+    """`train.py | head -1`: the reader of stdout leaves early, and the training goes on to its end,
+    saying so once on stderr. (It used to end at its next print with exit 0, the steps since the last
+    checkpoint lost; with a buffered stdout it failed at exit, 120.)"""
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    if buffered:  # the usual case: stdout is a pipe, so Python writes it in blocks, the first one at exit
+        del env["PYTHONUNBUFFERED"]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"),
+                             *train_args(corpus, run, "train.max_iters=100", "train.eval_interval=10")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if not buffered:
+        assert proc.stdout.readline().startswith("model:")
+    proc.stdout.close()  # the reader leaves: every later write to stdout meets a closed pipe
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0, err[-2000:]
+    assert load_checkpoint(run / "ckpt.pt")["step"] == 100 and metrics(run)[-1]["step"] == "100"
+    assert err == "warning: stdout was closed (its reader left); going on without printing there\n"
 
 
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):

@@ -87,8 +87,9 @@ STALE_UNTAGGED_S = 3600  # a temp file without a writer's pid (older tinygpt) is
 
 
 def sweep_temp_files(path: Path) -> None:
-    """Remove the temp files of `path` left by writers that died mid-write; a live writer's file
-    (its pid is running: another process writing the same file) is never touched."""
+    """Remove the temp files (or atomic_dir's temp folders) of `path` left by writers that died
+    mid-write; a live writer's (its pid is running: another process writing the same path) is
+    never touched."""
     prefix = f".{path.name}."
     for stale in path.parent.glob(f"{glob_escape(prefix)}*.tmp"):
         pid = stale.name[len(prefix):].split(".", 1)[0]
@@ -98,7 +99,10 @@ def sweep_temp_files(path: Path) -> None:
                     continue
             elif time.time() - stale.stat().st_mtime < STALE_UNTAGGED_S:
                 continue
-            stale.unlink(missing_ok=True)
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink(missing_ok=True)
         except OSError:  # vanished meanwhile, or not ours to remove: leave it
             pass
 
@@ -161,7 +165,8 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     replaced. On an error the temp folder is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    # the writer's pid in the name: sweep_temp_files removes the folder once its writer is dead
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent))
     try:
         tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; give what a plain mkdir would
         yield tmp

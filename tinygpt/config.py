@@ -228,7 +228,12 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
     if typ is str and isinstance(value, str):
         if "\0" in value:
             raise UserError(f"{key}={short(value)} ({source}) holds a NUL character")
-        return os.path.expanduser(value) if key in PATHS else value
+        if key in PATHS:
+            value = os.path.expanduser(value)
+            if value.startswith("~") and value.split("/", 1)[0] != "~":  # '~name' of no user was left as it was
+                raise UserError(f"{key}={short(value)} ({source}): {value.split('/', 1)[0]} names no user of this "
+                                f"machine (no home folder to expand it to)")
+        return value
     raise UserError(f"{key}={short(value)} ({source}) must be of type {typ.__name__}, "
                     f"not {type(value).__name__}")
 

@@ -5,15 +5,20 @@ Every entry point (train.py, sample.py, data/prepare.py, ...) calls `run_cli(mai
 - the machine refusing (disk full, permission denied, read-only file system, out of memory)
   prints one `error: ...` line too, exit 2: nothing half-written is left, every write is atomic;
 - Ctrl-C prints `interrupted`, exit 130 (train.py saves its checkpoint at the first Ctrl-C itself);
+  after `stop_on_sigterm()`, SIGTERM does the same with exit 143;
 - anything else is a bug and keeps its traceback (exit 1).
+A reader of the output that leaves (`| head`) ends a command quietly, exit 0, unless its work is
+its files (train.py): `ReaderMayLeave` then drops the output and the work goes on.
 The lines go to stderr. Values quoted in messages are cut by `short`, so that a huge value (a YAML
-alias bomb, a damaged checkpoint) never makes a huge message.
+alias bomb, a damaged checkpoint, a 16,000-bit integer) never makes a huge message.
 """
 from __future__ import annotations
 
 import argparse
 import errno
+import os
 import reprlib
+import signal
 import sys
 from typing import Any, Callable, Sequence
 
@@ -22,13 +27,31 @@ ENVIRONMENT_ERRNOS = {getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "ERO
                                                      "ENOTDIR", "EISDIR", "ELOOP", "EMFILE") if hasattr(errno, name)}
 MAX_VALUE = 80  # characters of a value quoted in a message
 
-_repr = reprlib.Repr()  # bounded work as well as bounded text: a few items per level, a few levels
+MAX_INT_BITS = 128  # a longer integer is described by its size (see _Repr)
+
+
+class _Repr(reprlib.Repr):
+    """reprlib's Repr, but an integer of more than MAX_INT_BITS is described by its size: its digits
+    would say nothing, and Python refuses to write more than 4300 of them (ValueError)."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > MAX_INT_BITS:
+            return f"{'a negative' if x < 0 else 'an'} integer of {x.bit_length()} bits"
+        return super().repr_int(x, level)
+
+
+_repr = _Repr()  # bounded work as well as bounded text: a few items per level, a few levels
 _repr.maxlevel, _repr.maxlist, _repr.maxtuple, _repr.maxdict, _repr.maxset = 3, 4, 4, 4, 4
 _repr.maxstring, _repr.maxother, _repr.maxlong = MAX_VALUE, MAX_VALUE, 40
 
 
 class UserError(Exception):
     """A mistake the user can fix: the message names the culprit (key, file, value) and the fix."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is (stop_on_sigterm): it unwinds like Ctrl-C's
+    KeyboardInterrupt, so the same cleanups run (a temp folder is removed, a lock released)."""
 
 
 def short(value: Any, limit: int = MAX_VALUE) -> str:
@@ -54,8 +77,8 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
     except BrokenPipeError:  # `python sample.py run | head`: the reader left, not an error
         sys.stderr.close()
         sys.exit(0)
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
+    except KeyboardInterrupt as e:
+        _fail("interrupted", 128 + signal.SIGTERM if isinstance(e, Terminated) else 130)
     except OSError as e:
         if e.errno not in ENVIRONMENT_ERRNOS:
             raise
@@ -68,6 +91,51 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
         _fail(f"error: out of device memory ({str(e).splitlines()[0][:MAX_VALUE]}...); use a smaller model or "
               f"batch", 2)
     sys.exit(0)
+
+
+def stop_on_sigterm() -> None:
+    """From now on SIGTERM (kill, a job scheduler) stops this process as Ctrl-C does, cleanups and
+    the one line `interrupted` included, but with SIGTERM's exit code, 143. (Without it, Python
+    dies at once, silently, leaving its temp files.) For commands with nothing to save first:
+    train.py saves its checkpoint on SIGTERM itself (runtime.StopFlag)."""
+    def raise_terminated(signum, frame) -> None:
+        raise Terminated
+    signal.signal(signal.SIGTERM, raise_terminated)
+
+
+class ReaderMayLeave:
+    """sys.stdout or sys.stderr for a command whose work is its files, not its output (train.py):
+    when the reader leaves (`train.py | head`, a `tee` that died), a write would raise
+    BrokenPipeError and end the work early. This drops the output instead (its file descriptor
+    now points at os.devnull, so buffered text and later writes vanish) and the work goes on; a
+    closed stdout is said once on stderr. (For sample.py the output is the work: `sample.py |
+    head` ends there, exit 0; see run_cli.)"""
+
+    def __init__(self, stream, name: str) -> None:
+        self.stream, self.name = stream, name
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def _drop(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.stream.fileno())
+        os.close(devnull)
+        if self.name == "stdout":
+            print("warning: stdout was closed (its reader left); going on without printing there", file=sys.stderr)
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, ...: the stream's own
+        return getattr(self.stream, name)
 
 
 def _fail(line: str, code: int) -> None:

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import atomic_write_text, check_writable
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
-from tinygpt.errors import UserError
+from tinygpt.errors import UserError, short
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
     import fcntl
@@ -49,7 +49,12 @@ def run_lock(out_dir: Path) -> Iterator[None]:
     over. Folders this creates are removed again if the run wrote nothing into them."""
     check_writable(out_dir, "train.out_dir")
     created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except (OSError, UnicodeEncodeError) as e:  # e.g. under /proc, or a lone surrogate ('\ud800') in the name
+        _remove_empty(created)
+        why = "a character the file system cannot encode" if isinstance(e, UnicodeEncodeError) else e.strerror
+        raise UserError(f"train.out_dir={short(str(out_dir))} cannot be created: {why}") from None
     fd = _acquire(out_dir / LOCK, out_dir)
     try:
         yield
@@ -57,11 +62,16 @@ def run_lock(out_dir: Path) -> Iterator[None]:
         with suppress(OSError):  # (Windows cannot remove an open file: it stays, and is taken over)
             (out_dir / LOCK).unlink(missing_ok=True)  # before releasing it: see _acquire
         os.close(fd)
-        for folder in created:  # innermost first; stops at the first that is not empty
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        _remove_empty(created)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders (innermost first) a run created; stop at the first that is not empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except (OSError, UnicodeEncodeError):  # (a name the file system cannot encode was never created)
+            break
 
 
 def _acquire(path: Path, out_dir: Path) -> int:
@@ -114,8 +124,12 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
 
 
 def _foreign_file(out_dir: Path) -> Path | None:
-    """The first run file in out_dir that a tinygpt run did not write: a config.yaml or metrics.csv
-    that does not read as ours, or a loss.png with neither beside it."""
+    """The first run file in out_dir that a tinygpt run did not write: a config.yaml without the
+    header of a run's resolved config (a valid config of the user's is theirs, maybe the very
+    config being trained), a config.yaml or metrics.csv that does not read as ours, or a loss.png
+    with neither beside it."""
+    if (out_dir / "config.yaml").exists() and not _is_resolved_config(out_dir / "config.yaml"):
+        return out_dir / "config.yaml"
     for name, read in (("config.yaml", read_config), ("metrics.csv", read_metrics)):
         if (out_dir / name).exists():
             try:
@@ -129,6 +143,19 @@ def _foreign_file(out_dir: Path) -> Path | None:
 
 def write_config(out_dir: Path, cfg: Config) -> None:
     atomic_write_text(out_dir / "config.yaml", config_to_yaml(cfg))
+
+
+RESOLVED_HEADER = config_to_yaml(Config()).split("\n", 1)[0]  # the first line of every config.yaml a run writes
+
+
+def _is_resolved_config(path: Path) -> bool:
+    """Does `path` start with RESOLVED_HEADER, as a config.yaml written by write_config does?"""
+    expected = (RESOLVED_HEADER + "\n").encode()
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(expected)) == expected
+    except OSError:
+        return False
 
 
 def read_config(run_dir: str | Path) -> Config:
