@@ -59,6 +59,8 @@ def parse_args(argv: Sequence[str] | None):
 
 
 RESUME_KEYS = ("optimizer", "scaler", "batch_rng", "rng", "loss_sum", "loss_count", "best_val_loss", "elapsed_s")
+RESUME_TYPES = {"optimizer": dict, "scaler": dict, "rng": dict, "loss_sum": (int, float), "loss_count": int,
+                "best_val_loss": (int, float), "elapsed_s": (int, float)}
 
 
 def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
@@ -73,6 +75,11 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     if missing:
         raise UserError(f"{path} cannot be resumed: it is damaged (missing {', '.join(missing)}); "
                         f"start a new run from its weights with --set train.init_from={out_dir}")
+    for key, types in RESUME_TYPES.items():  # a hand-made or damaged file fails here, not deep in the loop
+        value = ckpt[key]
+        if not isinstance(value, types) or isinstance(value, bool) or (isinstance(value, float) and math.isnan(value)):
+            raise UserError(f"{path} cannot be resumed: it is damaged (its {key} is {short(value)}); "
+                            f"start a new run from its weights with --set train.init_from={out_dir}")
     current = config_to_dict(cfg)
     for section in ("model", "data"):
         saved = ckpt["config"].get(section)

@@ -529,6 +529,8 @@ def test_8_a_full_disk_is_one_line_and_keeps_the_checkpoints(tmp, run, capsys, m
     ("step a string", {"step": "ten"}, "export.py", "its step is 'ten'"),
     ("rng missing", {"rng": None}, "train.py", "missing rng"),
     ("optimizer damaged", {"optimizer": {"state": {}, "param_groups": "x"}}, "train.py", "cannot be resumed"),
+    ("best_val_loss a string", {"best_val_loss": "low"}, "train.py", "its best_val_loss is 'low'"),
+    ("elapsed_s a list", {"elapsed_s": [1.0]}, "train.py", "its elapsed_s is [1.0]"),
 ])
 def test_9_a_damaged_checkpoint_is_one_line(tmp, run, capsys, name, changes, script, culprit):
     folder = tmp / "damaged" / name.replace(" ", "_")
