@@ -30,7 +30,7 @@ import torch
 
 from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
-from tinygpt.checkpoint import atomic_write_text
+from tinygpt.checkpoint import atomic_write_text, check_writable
 from tinygpt.config import Config, load_config
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
@@ -341,15 +341,19 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+# the most each count may ask for: 20-1000x the defaults, so a benchmark ends within hours, not never
+MAX_COUNTS = {"steps": 10_000, "loss_steps": 10_000, "gen_tokens": 10_000}
+
+
 def check_args(args) -> list[str]:
     """Flags out of range are user errors, found before any work; returns the dtypes."""
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     bad = [d for d in dtypes if d not in ("float32", "bfloat16", "float16")]
     if bad or not dtypes:
         raise UserError(f"--dtypes={args.dtypes!r}: use float32, bfloat16 and/or float16")
-    for flag in ("steps", "loss_steps", "gen_tokens"):
-        if getattr(args, flag) < 0:
-            raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be >= 0 (0 skips it)")
+    for flag, most in MAX_COUNTS.items():
+        if not 0 <= getattr(args, flag) <= most:
+            raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be in [0, {most:,}] (0 skips it)")
     for flag in ("gen_layers", "gen_heads", "gen_embd", "gen_block"):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be >= 1")
@@ -357,6 +361,8 @@ def check_args(args) -> list[str]:
         raise UserError(f"--gen-embd={args.gen_embd} is not divisible by --gen-heads={args.gen_heads}")
     if args.json is not None and Path(args.json).is_dir():
         raise UserError(f"--json {args.json} is a folder; give a file name, e.g. {Path(args.json) / 'bench.json'}")
+    if args.json:  # the folder it goes in, checked now: a refusal after the benchmark loses its results
+        check_writable(Path(args.json).parent, "folder of --json")
     return dtypes
 
 

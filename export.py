@@ -7,6 +7,8 @@ The export holds the weights (model.safetensors), config.json, generation_config
 tokenizer (tokenizer.json), so `transformers.pipeline("text-generation", model=OUT_DIR)` works
 without tinygpt. The mapping between the two (tinygpt's GPT *is* GPT-2's architecture) is in
 tinygpt/hf.py; both directions need the optional `safetensors` and `tokenizers` packages.
+The output folder appears whole or not at all; it must be new, empty or an earlier output (which
+--force replaces), outside the source.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.errors import ArgParser, run_cli
+from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.hf import HF_FILES, export_hf, import_hf
 
 
@@ -29,8 +31,11 @@ def main(argv: Sequence[str] | None = None) -> Path:
     p.add_argument("out", help="output folder: the GPT-2 checkpoint; with --from-hf the new run directory")
     p.add_argument("--format", choices=["hf"], default="hf", help="export format: hf (GPT-2 for transformers)")
     p.add_argument("--from-hf", action="store_true", help="import: GPT-2 folder -> tinygpt run directory")
-    p.add_argument("--force", action="store_true", help="overwrite the files already in the output folder")
+    p.add_argument("--force", action="store_true", help="replace an earlier export (or run) in the output folder")
     args = p.parse_args(argv)
+    for name, value in (("src", args.src), ("out", args.out)):
+        if not value:  # Path("") is ".": the current folder, which nobody means by an empty argument
+            raise UserError(f"the {name} argument is an empty path ''; name it (. for the current folder)")
 
     if args.from_hf:
         path = import_hf(args.src, args.out, args.force)

@@ -1,6 +1,6 @@
 """Coreference probe: does the model resolve "she"/"he" to the right character, and which heads look?
 
-    python probe.py RUN_DIR [--stories N] [--seed S] [--device D] [--ablate [L.H[,L.H...]]]
+    python probe.py RUN_DIR [--stories N] [--seed S] [--device D] [--ablate [L.H[,L.H...]]] [--force]
 
 On held-out stories (a seed the training corpus did not use) it cuts each story where a pronoun's
 attribute is due ("... Then she picked up her ▮"), decodes greedily and counts the antecedent's
@@ -10,7 +10,9 @@ distractor's (tinygpt/coreference.py explains each measure). `--ablate` also mea
 with each head's output removed (zero and mean ablation: tinygpt/ablation.py), a layer x head table
 of the drop beside the attention, and the top two heads removed together; `--ablate 3.2,3.1`
 removes the given heads together. It prints the tables and ends with one JSON line. A run not
-trained on `stories` is refused (exit 2).
+trained on `stories` is refused (exit 2), as is one trained with model.causal=false (without --force,
+as sample.py), and held-out stories that leave no reference to measure (their words outside the
+vocabulary of a word-level run, say).
 """
 from __future__ import annotations
 
@@ -19,13 +21,18 @@ import sys
 import time
 from typing import Sequence
 
+import torch
+
 from tinygpt.checkpoint import load_model
 from tinygpt.ablation import parse_heads
 from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, probe, report
 from tinygpt.errors import ArgParser, UserError, run_cli
-from tinygpt.runtime import resolve_device
+from tinygpt.runtime import check_memory, resolve_device
 
 EACH = "each"  # --ablate without a list: every head in turn
+MAX_STORIES = 10_000  # 100x the default: about 110,000 references, hours of decoding on a CPU
+REFERENCES_PER_STORY = 12  # a little over the mean (11), for the memory estimate
+BYTES_PER_TOKEN = 40  # a window token held as a Python int in a list (pointer + int object)
 
 
 def main(argv: Sequence[str] | None = None, out=None) -> dict:
@@ -40,15 +47,25 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     p.add_argument("--ablate", nargs="?", const=EACH, default=None, metavar="L.H[,L.H...]",
                    help="also measure the accuracy with heads removed (zero and mean ablation): alone, every "
                         "head in turn; with a list (layer.head, from 0), those heads together")
+    p.add_argument("--force", action="store_true", help="probe even a model trained without the causal mask")
     args = p.parse_args(argv)
-    if args.stories < 1:
-        raise UserError(f"--stories={args.stories} must be >= 1")
+    if not 1 <= args.stories <= MAX_STORIES:
+        raise UserError(f"--stories={args.stories} must be in [1, {MAX_STORIES:,}]")
+    if args.seed is not None and not 0 <= args.seed < 2**63:  # as sample.py: random.Random(-s) is Random(s)
+        raise UserError(f"--seed={args.seed} must be in [0, 2**63)")
     device = resolve_device(args.device)
     model, cfg, tokenizer, _ = load_model(args.run, device)
     if cfg.data.dataset != "stories":
         raise UserError(f"{args.run} was trained on data.dataset={cfg.data.dataset!r}; the probe needs a run "
                         f"trained on the stories corpus, whose pronoun references it measures "
                         f"(e.g. python train.py configs/stories.yaml)")
+    if not cfg.model.causal and not args.force:  # the probe decodes greedily: sample.py refuses the same
+        raise UserError(f"{args.run} was trained with model.causal=false: every position saw the token it had "
+                        f"to predict, so its greedy continuations are garbage; retrain with causal: true (or "
+                        f"pass --force to probe it)")
+    windows = REFERENCES_PER_STORY * args.stories * cfg.model.block_size * BYTES_PER_TOKEN
+    check_memory({"the held-out windows": windows * (2 if args.ablate is not None else 1)}, torch.device("cpu"),
+                 f"--stories={args.stories}", "lower --stories")
     heads = None
     if args.ablate not in (None, EACH):  # checked before the slow part
         heads = parse_heads(args.ablate, cfg.model.n_layer, cfg.model.n_head)
@@ -60,6 +77,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     result = {"run": str(args.run), "tokenizer": cfg.data.tokenizer, "n_layer": cfg.model.n_layer,
               "n_head": cfg.model.n_head, "block_size": cfg.model.block_size,
               **probe(model, tokenizer, args.stories, seed, device)}
+    if not result["references"]:  # nothing to measure: empty tables would read as a result
+        raise UserError(no_reference(args.stories, seed, result["skipped_stories"], cfg.data.tokenizer))
     if args.ablate is not None:
         result["ablation"] = ablation(model, tokenizer, args.stories, seed, device, heads,
                                       result["attention_attribute"]["antecedent"])
@@ -73,6 +92,14 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     out.write(json.dumps(result) + "\n")
     out.flush()
     return result
+
+
+def no_reference(n_stories: int, seed: int, skipped: int, tokenizer: str) -> str:
+    """Why the held-out stories gave no reference to probe, and what to try."""
+    units = "words" if tokenizer == "word" else "characters"
+    return (f"no usable reference in {n_stories} held-out stories (seed {seed}): {skipped} of them use {units} "
+            f"outside this model's vocabulary and were skipped (a vocabulary from a small corpus lacks rare "
+            f"ones); try more --stories, or another --seed")
 
 
 if __name__ == "__main__":

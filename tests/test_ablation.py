@@ -7,7 +7,8 @@ input leaves a one-token input's logits unchanged (so the columns are the right 
 model built by hand so that head 0 of its one layer copies the answer and head 1 adds noise,
 removing head 0 (zero or mean) drops the accuracy to chance and removing head 1 changes nothing.
 No hook outlives the `with`, also on an error. `probe.py --ablate` prints the drop table and its
-JSON; `--ablate L.H,...` removes a set together; a bad head exits 2 with one line.
+JSON; `--ablate L.H,...` removes a set together; a bad head exits 2 with one line, as do held-out
+stories for the heads' means that give no window (every one skipped for unknown words).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import torch
 
 import probe
 from scripts import ablation_table
+from tinygpt import coreference
 from conftest import TINY_STORIES
 from model import GPT, ModelConfig
 from tinygpt.ablation import ablated, head_means, parse_heads
@@ -233,3 +235,22 @@ def test_probe_refuses_a_head_the_model_lacks(run, capsys):
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and "0.7" in err[0] and captured.out == ""
+
+
+def test_probe_ablate_without_windows_for_the_means_is_one_line(run, capsys, monkeypatch):
+    """The mean-ablation stories (seed + 1) all skipped, as a word-level vocabulary skips stories
+    with a word it lacks, while the probe's own stories are kept."""
+    stories = coreference.held_out_stories
+
+    def skip_the_mean_stories(n_stories, seed, tokenizer):
+        if seed == 5 + coreference.MEAN_SEED_OFFSET:
+            return "", [], n_stories
+        return stories(n_stories, seed, tokenizer)
+    monkeypatch.setattr(coreference, "held_out_stories", skip_the_mean_stories)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(probe.main, [run, "--stories", "1", "--seed", "5", "--ablate"])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "mean ablation" in err[0] and "seed 6" in err[0] and "--stories" in err[0]
+    assert captured.out == ""

@@ -1,4 +1,5 @@
-"""bench.py end to end on a tiny model: every section runs and reports sane, self-consistent figures."""
+"""bench.py end to end on a tiny model: every section runs and reports sane, self-consistent figures.
+Flags out of range (counts beyond their bound, a --json path through a file) are refused before any work."""
 from __future__ import annotations
 
 import json
@@ -46,6 +47,20 @@ def test_bench_reports_every_section(bench_run):
         assert att["sdpa_ms"] > 0 and att["matmul_ms"] > 0
     g = res["generate"]
     assert g["same_text"] and g["n_tokens"] == 20 and g["cached_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("flags, match", [
+    (["--json", "{tmp}/afile/x.json"], "folder of --json .*afile is a file"),
+    (["--gen-tokens", "1000000000000"], r"--gen-tokens=1000000000000 must be in \[0, 10,000\]"),
+    (["--loss-steps", "1000000000000"], r"--loss-steps=1000000000000 must be in \[0, 10,000\]"),
+    (["--steps", "10001"], r"--steps=10001 must be in \[0, 10,000\]")])
+def test_bench_refuses_flags_before_any_work(tmp_path, monkeypatch, flags, match):
+    import bench
+    from tinygpt.errors import UserError
+    (tmp_path / "afile").write_text("a file, not a folder")
+    monkeypatch.setattr(bench, "prepare", lambda cfg: pytest.fail("the benchmark started"))
+    with pytest.raises(UserError, match=match):
+        bench.main([str(ROOT / "configs/stories.yaml"), *[f.format(tmp=tmp_path) for f in flags]])
 
 
 def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):

@@ -441,3 +441,14 @@ def test_atomic_write_never_replaces_a_pipe_or_a_folder(tmp_path):
         with pytest.raises(UserError, match="give the path of a file"):
             atomic_write_text(target, "x")
     assert not fifo.is_file() and fifo.exists() and (tmp_path / "folder").is_dir()
+
+
+def test_atomic_dir_sweeps_the_temp_folder_of_a_dead_writer(tmp_path):
+    dead = tmp_path / ".out.99999999.abcd.tmp"  # pid 99999999: beyond Linux's pid_max, never alive
+    live = tmp_path / f".out.{os.getpid()}.efgh.tmp"
+    for folder in (dead, live):
+        folder.mkdir()
+        (folder / "half.bin").write_bytes(b"x")
+    with checkpoint.atomic_dir(tmp_path / "out") as tmp:
+        (tmp / "whole.bin").write_bytes(b"y")
+    assert not dead.exists() and live.exists() and (tmp_path / "out" / "whole.bin").read_bytes() == b"y"

@@ -3,7 +3,11 @@
 With the optional `safetensors` and `tokenizers` packages (the module skips without them): reading a
 malformed safetensors file is a one-line error; export -> import gives back exactly the same model
 (bias false and true), tokenizer and config, through model.safetensors and through
-pytorch_model.bin; a non-causal model is refused and nothing is overwritten without --force. With
+pytorch_model.bin; a non-causal model is refused and nothing is overwritten without --force. The
+output folder appears whole or not at all: Ctrl-C mid-export leaves nothing (or the previous export),
+two exports into one folder leave one of them whole; the source folder, a folder inside it, an
+empty path and a folder with other files are refused; a damaged config.json is refused before
+anything is written. With
 `transformers` installed: GPT2LMHeadModel loads our export and gives our logits to 1e-4, and a GPT-2
 saved by transformers imports with its logits. Models are tiny and random, with every parameter
 perturbed so that biases and LayerNorm weights are not trivial. That the export generates on its
@@ -39,14 +43,14 @@ def perturb(model: torch.nn.Module, seed: int = 0) -> None:
             p.add_(0.1 * torch.randn(p.shape, generator=gen))
 
 
-def make_run(tmp_path, bias: bool = True, causal: bool = True) -> tuple[str, GPT, Config]:
+def make_run(tmp_path, bias: bool = True, causal: bool = True, seed: int = 0) -> tuple[str, GPT, Config]:
     """A tiny run directory holding a random (perturbed) model in ckpt.pt."""
     cfg = Config(model=ModelConfig(block_size=16, n_layer=2, n_head=4, n_embd=32, vocab_size=len(CHARS),
                                    bias=bias, causal=causal))
     cfg.train.out_dir = str(tmp_path / "run")
     torch.manual_seed(0)
     model = GPT(cfg.model)
-    perturb(model)
+    perturb(model, seed)
     save_checkpoint(tmp_path / "run" / "ckpt.pt", {
         "config": config_to_dict(cfg), "tokenizer": {"kind": "char", "vocab_size": len(CHARS), "chars": CHARS},
         "model": model.state_dict(), "step": 7, "best_val_loss": 1.0, "elapsed_s": 0.0})
@@ -123,6 +127,134 @@ def test_non_causal_model_is_refused(tmp_path):
     with pytest.raises(UserError, match="causal=false"):
         export.main([run, "--format", "hf", str(tmp_path / "hf")])
     assert not (tmp_path / "hf").exists()
+
+
+# ---- the output folder: whole or not at all ----
+
+
+def exported_from(folder) -> tuple[str, torch.Tensor]:
+    """The checkpoint an export's config.json names, and its model.safetensors' wte."""
+    source = json.loads((folder / "config.json").read_text())["tinygpt"]["source"]
+    return source, hf.load_safetensors(folder / "model.safetensors")["transformer.wte.weight"]
+
+
+def interrupt_at_the_second_file(monkeypatch, action) -> None:
+    """Run action() when an export writes its second file (model.safetensors is the first)."""
+    write = hf.atomic_write_text
+    calls = []
+
+    def hooked(path, text):
+        if not calls:
+            calls.append(path)
+            action()
+        write(path, text)
+    monkeypatch.setattr(hf, "atomic_write_text", hooked)
+
+
+def test_an_interrupted_export_leaves_nothing_or_the_previous_one(tmp_path, monkeypatch):
+    run, _, _ = make_run(tmp_path)
+    out = tmp_path / "hf"
+
+    def ctrl_c():
+        raise KeyboardInterrupt
+    interrupt_at_the_second_file(monkeypatch, ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        export.main([run, str(out)])
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temp folder left
+    monkeypatch.undo()
+    export.main([run, str(out)])  # a rerun needs no --force: nothing was written
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(before) == sorted(hf.HF_FILES)
+
+    other, _, _ = make_run(tmp_path / "other", seed=1)
+    interrupt_at_the_second_file(monkeypatch, ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        export.main([other, str(out), "--force"])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the previous export, untouched
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_two_exports_into_one_folder_never_mix(tmp_path, monkeypatch, force):
+    """Export `b` runs whole while export `a` is between its files: one of the two ends up there whole."""
+    a, _, _ = make_run(tmp_path / "a", seed=1)
+    b, _, _ = make_run(tmp_path / "b", seed=2)
+    out = tmp_path / "hf"
+    interrupt_at_the_second_file(monkeypatch, lambda: hf.export_hf(b, out, force))
+    if force:  # the last to finish replaces the other's export
+        export.main([a, str(out), "--force"])
+        winner = a
+    else:  # the folder b filled meanwhile is refused, as it would have been at the start
+        with pytest.raises(UserError, match="already holds"):
+            export.main([a, str(out)])
+        winner = b
+    source, wte = exported_from(out)
+    assert source == str(hf.resolve_checkpoint(winner))
+    assert torch.equal(wte, load_model(winner)[0].tok_emb.weight)
+    assert sorted(p.name for p in out.iterdir()) == sorted(hf.HF_FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "hf"]  # no temp folder left
+
+
+def test_the_output_folder_must_be_new_or_an_earlier_export(tmp_path):
+    run, _, _ = make_run(tmp_path)
+    for out, match in [(run, "is the run directory"), (f"{run}/hf", "is inside the run directory"),
+                       (f"{run}/ckpt.pt", "is inside the run directory"), ("", "empty path")]:
+        with pytest.raises(UserError, match=match):
+            export.main([run, out])
+    with pytest.raises(UserError, match="empty path"):
+        export.main(["", str(tmp_path / "x")])
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["ckpt.pt"]
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")  # the export replaces the folder: refused, even with --force
+    for force in ([], ["--force"]):
+        with pytest.raises(UserError, match="holds 'notes.txt'"):
+            export.main([run, str(mine), *force])
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    (mine / "notes.txt").unlink()
+    export.main([run, str(mine)])  # an empty folder is fine
+    assert sorted(p.name for p in mine.iterdir()) == sorted(hf.HF_FILES)
+
+    # the import, too: into its own source, or over files of a run's that are not its own
+    with pytest.raises(UserError, match="is the Hugging Face folder"):
+        export.main(["--from-hf", str(mine), str(mine)])
+    (tmp_path / "back").mkdir()
+    (tmp_path / "back" / "data.txt").write_text("keep me")
+    with pytest.raises(UserError, match="holds 'data.txt'"):
+        export.main(["--from-hf", str(mine), str(tmp_path / "back"), "--force"])
+
+
+def test_import_with_force_replaces_the_whole_run(tmp_path):
+    """Over a trained run, the import's ckpt.pt must not sit beside the old best.pt (which sample.py
+    would pick): --force replaces the run directory whole."""
+    run, model, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    other, _, _ = make_run(tmp_path / "other", seed=1)
+    shutil.copy(tmp_path / "other" / "run" / "ckpt.pt", tmp_path / "other" / "run" / "best.pt")
+    with pytest.raises(UserError, match="already holds best.pt, ckpt.pt"):
+        export.main(["--from-hf", str(tmp_path / "hf"), other])
+    export.main(["--from-hf", str(tmp_path / "hf"), other, "--force"])
+    assert sorted(p.name for p in (tmp_path / "other" / "run").iterdir()) == ["ckpt.pt", "config.yaml"]
+    assert torch.equal(logits(load_model(other)[0], 37), logits(model, 37))
+
+
+def test_import_refuses_a_damaged_config_json_before_writing(tmp_path):
+    run, _, _ = make_run(tmp_path)
+    hf_dir, back = tmp_path / "hf", tmp_path / "back"
+    export.main([run, str(hf_dir)])
+    config = json.loads((hf_dir / "config.json").read_text())
+    tokenizer = {"kind": "char", "vocab_size": 37, "chars": "ab"}  # 37 ids, 2 characters: sample.py would fail
+    damaged = {**config, "tinygpt": {**config["tinygpt"], "tokenizer": tokenizer}}
+    (hf_dir / "config.json").write_text(json.dumps(damaged))
+    with pytest.raises(UserError, match="tinygpt.tokenizer it records is damaged") as err:
+        export.main(["--from-hf", str(hf_dir), str(back)])
+    assert "config.json" in str(err.value) and not back.exists()
+    for text, match in [("[" * 100_000, "nested too deeply"), ('{"n_embd": 1' + "0" * 5000 + "}", "not valid JSON"),
+                        ("{,}", "not valid JSON")]:
+        (hf_dir / "config.json").write_text(text)
+        with pytest.raises(UserError, match=match) as err:
+            export.main(["--from-hf", str(hf_dir), str(back)])
+        assert "config.json" in str(err.value) and "\n" not in str(err.value) and not back.exists()
 
 
 def test_import_refuses_what_gpt2_cannot_say(tmp_path):

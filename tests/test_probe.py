@@ -7,8 +7,9 @@ antecedent positions spell the antecedent's name; the first decoded word is clas
 antecedent's attribute, the distractor's or something else. On a tiny model trained in-process:
 the behaviour counts add up to the number of references in the held-out stories, the JSON line
 equals the returned figures, and with every query projection zeroed (uniform attention) the weight
-on the antecedent's name equals the uniform baseline in every head. A run not trained on `stories`
-exits 2 with one line.
+on the antecedent's name equals the uniform baseline in every head. Exit 2 with one line: a run not
+trained on `stories`, a non-causal run without --force, a negative --seed, --stories beyond its
+bound or beyond memory, and held-out stories that give no reference at all.
 """
 from __future__ import annotations
 
@@ -224,3 +225,41 @@ def test_probe_refuses_a_run_not_trained_on_stories(run, tmp_path, capsys):
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and "shakespeare" in err[0] and "stories" in err[0]
     assert captured.out == ""
+
+
+def one_line_exit_2(capsys, argv) -> str:
+    """probe.py argv through run_cli: exit 2, one line on stderr, nothing on stdout -> the line."""
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(probe.main, argv)
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and captured.out == ""
+    return err[0]
+
+
+def test_probe_refuses_flags_out_of_range(run, capsys, monkeypatch):
+    # random.Random(-s) is Random(s): a negative seed would probe stories of another seed
+    assert "--seed=-1337" in one_line_exit_2(capsys, [str(run), "--seed", "-1337"])
+    assert "--stories=1000000000000" in one_line_exit_2(capsys, [str(run), "--stories", "1000000000000"])
+    # within the bound, the windows must still fit in memory (the model itself does)
+    monkeypatch.setattr("tinygpt.runtime.available_memory", lambda device: 100 * 2**20)
+    assert "lower --stories" in one_line_exit_2(capsys, [str(run), "--stories", str(probe.MAX_STORIES)])
+
+
+def test_probe_without_a_usable_reference_says_why(run, capsys, monkeypatch):
+    """A word-level run lacks the rare words of some stories; when every story is skipped there is
+    nothing to measure, and empty tables must not read as a result."""
+    monkeypatch.setattr(coreference, "encodable", lambda tokenizer, text: False)
+    line = one_line_exit_2(capsys, [str(run), "--stories", "2", "--seed", "6"])
+    assert "no usable reference in 2 held-out stories (seed 6): 2 of them" in line and "--stories" in line
+
+
+def test_probe_refuses_a_non_causal_run_without_force(run, tmp_path, capsys):
+    ckpt = load_checkpoint(run / "best.pt")
+    ckpt["config"]["model"]["causal"] = False
+    save_checkpoint(tmp_path / "bidirectional.pt", {k: v for k, v in ckpt.items() if k not in ("format", "version")})
+    line = one_line_exit_2(capsys, [str(tmp_path / "bidirectional.pt"), "--stories", "1"])
+    assert "causal=false" in line and "--force" in line
+    result = probe.main([str(tmp_path / "bidirectional.pt"), "--stories", "1", "--force"], out=io.StringIO())
+    assert result["references"] > 0

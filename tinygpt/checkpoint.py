@@ -165,6 +165,7 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     replaced. On an error the temp folder is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_temp_files(path)  # the temp folders of writers killed mid-write
     # the writer's pid in the name: sweep_temp_files removes the folder once its writer is dead
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent))
     try:

@@ -284,7 +284,11 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
     held-out stories (seed + MEAN_SEED_OFFSET)."""
     cfg = model.config
     cases, n_refs, _ = held_out_cases(tokenizer, n_stories, seed, cfg.block_size)
-    mean_cases, _, _ = held_out_cases(tokenizer, n_stories, seed + MEAN_SEED_OFFSET, cfg.block_size)
+    mean_cases, _, skipped = held_out_cases(tokenizer, n_stories, seed + MEAN_SEED_OFFSET, cfg.block_size)
+    if not mean_cases:  # e.g. a word-level vocabulary that lacks a word of each story
+        raise UserError(f"no window to average the heads' outputs over for mean ablation: the {n_stories} held-out "
+                        f"stories of seed {seed + MEAN_SEED_OFFSET} gave no reference ({skipped} skipped: words or "
+                        f"characters outside this model's vocabulary); try more --stories, or another --seed")
     windows = (torch.tensor([c.ids for c in b], device=device) for b in batches(mean_cases, batch_size))
     means, positions = head_means(model, windows)  # (n_layer, nh, hs)
 

@@ -35,6 +35,11 @@ e.g. the original GPT-2 weights, into a GPT with bias=True, and writes a checkpo
 tiktoken `gpt2` tokenizer that sample.py uses (tiktoken needs its encoding file: offline, set
 TIKTOKEN_CACHE_DIR). Importing our own export restores the exact model, tokenizer and config.
 
+Both directions write their output folder whole: built in a temp folder beside it, then renamed into
+place (`whole_folder`), so Ctrl-C leaves nothing behind and two runs into one folder never mix their
+files. So the folder must be new, empty, or hold only an earlier output (replaced with --force): a
+file of the user's there would be lost with it, and is refused; so is the source folder or one inside it.
+
 The `safetensors` and `tokenizers` packages (both come with transformers) are optional
 dependencies of the export and the import alone; they are imported when needed.
 """
@@ -43,20 +48,21 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
 from model import GPT
-from tinygpt.checkpoint import (atomic_write, atomic_write_text, check_writable, load_model, resolve_checkpoint,
-                                save_checkpoint, torch_load)
+from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, load_model,
+                                resolve_checkpoint, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, short
 from tinygpt.runs import RUN_FILES, write_config
 from tinygpt.runtime import check_memory, model_memory
-from tinygpt.tokenizer import Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt
+from tinygpt.tokenizer import Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt, tokenizer_from_dict
 
 GPT2_VOCAB = 50257  # the gpt2 / r50k_base encoding, <|endoftext|> = 50256
 # GPT2Config's defaults (the 124M GPT-2) for keys a config.json leaves out
@@ -65,6 +71,7 @@ GPT2_DEFAULTS = {"vocab_size": GPT2_VOCAB, "n_positions": 1024, "n_embd": 768, "
                  "layer_norm_epsilon": 1e-5, "scale_attn_weights": True}
 HF_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
             "tokenizer_config.json", "README_EXPORT.md")
+IMPORT_FILES = (*RUN_FILES, "tensorboard")  # what a run directory may hold, for --force to replace
 
 
 def need(module: str, package: str, what: str) -> ModuleType:
@@ -253,21 +260,58 @@ def tokenizer_config(cfg: Config) -> dict[str, Any]:
 
 
 def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
+    """Refuse an output folder the result cannot replace whole (it is written in a temp folder that
+    then takes its place): a file, an unwritable folder, a folder holding anything but `names`
+    (it would be lost with the folder), or one holding `names` (an earlier result) without force."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} is a file, not a folder")
     check_writable(out_dir, "output folder")
-    present = [n for n in names if (out_dir / n).exists()]
+    if not out_dir.is_dir():
+        return
+    present = []
+    for entry in out_dir.iterdir():  # stops at the first stranger: a huge folder is not listed whole
+        if entry.name not in names:
+            raise UserError(f"{out_dir} holds {short(entry.name)}, which is not one of the files written here; "
+                            f"the output replaces the folder whole, so choose a new or empty folder")
+        present.append(entry.name)
     if present and not force:
-        raise UserError(f"{out_dir} already holds {', '.join(present)}; choose another folder or pass --force")
+        raise UserError(f"{out_dir} already holds {', '.join(sorted(present))}; choose another folder or pass --force")
+
+
+def refuse_inside(out_dir: Path, source: Path, what: str) -> None:
+    """Refuse an output folder that is the source folder or inside it: the output would mix with
+    (or, replacing the folder, destroy) the source's files."""
+    out, src = out_dir.resolve(), source.resolve()
+    if out == src or src in out.parents:
+        raise UserError(f"output folder {out_dir} is {'' if out == src else 'inside '}the {what} {source}, "
+                        f"the source: its files would mix with the output; choose a folder outside it")
+
+
+@contextmanager
+def whole_folder(out_dir: Path, names: Sequence[str], force: bool) -> Iterator[Path]:
+    """A temp folder to write the output in, which then replaces out_dir in one rename (atomic_dir):
+    an interrupted run leaves out_dir as it was, and two runs into one folder never mix their files.
+    The folder is checked again just before the rename, so if another run filled it meanwhile,
+    this one is refused as it would have been at the start (with force, the last to finish wins)."""
+    def keep_existing(_: Path) -> bool:
+        refuse_overwrite(out_dir, names, force)  # raises: atomic_dir then drops our temp folder
+        return False
+
+    # resolved: "." has no name to put a temp folder beside, and a symlinked folder stays a link
+    with atomic_dir(out_dir.resolve(), keep_existing) as tmp:
+        yield tmp
 
 
 def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path:
-    """Write HF_FILES into out_dir for a tinygpt run: a folder transformers generates from alone."""
+    """Write HF_FILES as the folder out_dir for a tinygpt run: a folder transformers generates from
+    alone. It appears whole or not at all (whole_folder); --force replaces an earlier export."""
     out_dir = Path(out_dir)
+    ckpt_path = resolve_checkpoint(run)
+    refuse_inside(out_dir, ckpt_path.parent, "run directory")
     refuse_overwrite(out_dir, HF_FILES, force)
     model, cfg, tokenizer, ckpt = load_model(run)
     tok = ckpt["tokenizer"]
-    source = str(resolve_checkpoint(run))
+    source = str(ckpt_path)
     if not cfg.model.causal:
         raise UserError(f"{source} was trained with model.causal=false (bidirectional attention), which GPT-2 "
                         f"cannot express: its attention is always causal; retrain with causal: true")
@@ -280,13 +324,14 @@ def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path
                    "its tokens, and the two differ on some words; prepare the data again and retrain for an "
                    "exact tokenizer.json")
         print(f"note: {caution}", file=sys.stderr)
-    save_safetensors(out_dir / "model.safetensors", gpt2_state_dict(model), {"format": "pt"})
-    atomic_write_text(out_dir / "tokenizer.json", hf_tok.to_str())
-    atomic_write_text(out_dir / "tokenizer_config.json", json.dumps(tokenizer_config(cfg), indent=2) + "\n")
-    atomic_write_text(out_dir / "generation_config.json", json.dumps(generation_config(bos, eos), indent=2) + "\n")
     config = hf_config(cfg, tok, source, int(ckpt["step"]), bos, eos)
-    atomic_write_text(out_dir / "config.json", json.dumps(config, indent=2) + "\n")
-    atomic_write_text(out_dir / "README_EXPORT.md", f"""\
+    with whole_folder(out_dir, HF_FILES, force) as tmp:  # in place only once every file is written
+        save_safetensors(tmp / "model.safetensors", gpt2_state_dict(model), {"format": "pt"})
+        atomic_write_text(tmp / "tokenizer.json", hf_tok.to_str())
+        atomic_write_text(tmp / "tokenizer_config.json", json.dumps(tokenizer_config(cfg), indent=2) + "\n")
+        atomic_write_text(tmp / "generation_config.json", json.dumps(generation_config(bos, eos), indent=2) + "\n")
+        atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
+        atomic_write_text(tmp / "README_EXPORT.md", f"""\
 # GPT-2 export of a tinygpt run
 
 Exported from `{source}` (step {ckpt['step']}) by `python export.py {run} --format hf {out_dir}`.
@@ -317,8 +362,10 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
         raise UserError(f"{folder} has no config.json: not a Hugging Face model folder")
     try:
         hf = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON ({e})") from None
+    except RecursionError:  # '[' * 100000: json nests by recursion
+        raise UserError(f"{path} is not a model config: its JSON is nested too deeply") from None
+    except ValueError as e:  # malformed JSON, not UTF-8, an integer of 5000 digits
+        raise UserError(f"{path} is not valid JSON ({' '.join(str(e).split())[:160]})") from None
     if not isinstance(hf, dict):
         raise UserError(f"{path} must hold a JSON object")
     hf = {**GPT2_DEFAULTS, **hf}  # transformers may leave out values equal to GPT2Config's defaults
@@ -446,14 +493,17 @@ def load_hf_gpt2(folder: str | Path) -> GPT:
 
 
 def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> Path:
-    """Write a tinygpt run (ckpt.pt, config.yaml) from a GPT-2 folder; returns the checkpoint path."""
+    """Write a tinygpt run (ckpt.pt, config.yaml) from a GPT-2 folder; returns the checkpoint path.
+    The run directory appears whole or not at all (whole_folder); --force replaces an earlier run."""
     folder, out_dir = Path(folder), Path(out_dir)
-    refuse_overwrite(out_dir, RUN_FILES, force)  # what a run directory holds
+    refuse_inside(out_dir, folder, "Hugging Face folder")
+    refuse_overwrite(out_dir, IMPORT_FILES, force)
     model, hf = _read_hf(folder)
     m = model.config
     meta = hf.get("tinygpt") if isinstance(hf.get("tinygpt"), dict) else {}
     tok = meta.get("tokenizer")
     if isinstance(tok, dict) and tok.get("vocab_size") == m.vocab_size and isinstance(meta.get("config"), dict):
+        check_recorded_tokenizer(tok, folder / "config.json")
         raw = {s: dict(v) for s, v in meta["config"].items() if isinstance(v, dict)}  # our own export
     elif m.vocab_size == GPT2_VOCAB:
         # not instantiated here (tiktoken may be offline); sample.py builds it from this dict
@@ -467,6 +517,20 @@ def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> P
     cfg = config_from_dict(raw, str(folder / "config.json"))
     state = {"config": config_to_dict(cfg), "tokenizer": tok, "model": model.state_dict(), "step": 0,
              "best_val_loss": float("inf"), "elapsed_s": 0.0}
-    save_checkpoint(out_dir / "ckpt.pt", state)
-    write_config(out_dir, cfg)
+    with whole_folder(out_dir, IMPORT_FILES, force) as tmp:
+        save_checkpoint(tmp / "ckpt.pt", state)
+        write_config(tmp, cfg)
     return out_dir / "ckpt.pt"
+
+
+def check_recorded_tokenizer(tok: dict[str, Any], path: Path) -> None:
+    """Build the tokenizer config.json records (tinygpt.tokenizer), so that a damaged one is refused
+    here rather than by sample.py on the imported run. A tiktoken one is left to sample.py: building
+    it needs its encoding file, which an offline import does not."""
+    if tok.get("kind") == "tiktoken":
+        return
+    try:
+        tokenizer_from_dict(tok)
+    except UserError as e:
+        what = str(e).split(";")[0]  # its advice (re-run data/prepare.py) is not this file's fix
+        raise UserError(f"{path}: the tinygpt.tokenizer it records is damaged ({what}); export the run again") from None

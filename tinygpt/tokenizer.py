@@ -636,6 +636,7 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
         raise UserError(f"tokenizer data has unknown kind {kind!r} (expected 'char', 'word', 'bpe' or 'tiktoken'); {fix}")
     vocab_size = d.get("vocab_size")
     if vocab_size is not None and vocab_size != tok.vocab_size:
+        hint = " (a different tiktoken version?)" if kind == "tiktoken" else ""
         raise UserError(f"tokenizer data says vocab_size={vocab_size} but rebuilds with "
-                        f"{tok.vocab_size} tokens (a different tiktoken version?); {fix}")
+                        f"{tok.vocab_size} tokens{hint}; {fix}")
     return tok
