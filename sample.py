@@ -12,16 +12,17 @@ else ckpt.pt). Each step feeds the context to the model, reads the logits at the
 samples one token, prints it at once and appends it. That is only sound because the model was
 trained under the causal mask: see docs/design.md, "Why generation needs the causal mask".
 
-A prompt comes from --prompt, a file, standard input (`--prompt-file -`), or, with `--interactive`,
-from each line typed (or piped) in turn, answered with the model kept loaded until end of input. A
-char or word model knows only its training text's characters or words: an unknown word is refused
-with the closest words it knows, and `--list-vocab` prints them all.
+A prompt comes from --prompt, a file (or a pipe, `--prompt-file <(...)`), standard input
+(`--prompt-file -`), at most 1 MiB, or, with `--interactive`, from each line typed (or piped) in
+turn, answered with the model kept loaded until end of input. A char or word model knows only its
+training text's characters or words: an unknown word is refused with the closest words it knows,
+and `--list-vocab` prints them all.
 
 Two teaching views (tables on stdout, see tinygpt/attention_view.py for their conventions):
 - `--show-attention` prints every layer's and head's attention weights over the prompt (or, with
   `--attention-of all`, over the prompt plus each sample's generated text) as query x key percent
   tables of the last `--attention-last` tokens; `--attention-png DIR` also saves one heatmap per
-  layer (needs matplotlib).
+  layer (needs matplotlib) of at most the last 64 of them (attention_view.MAX_HEATMAP).
 - `--attention-html FILE` writes the attention explorer (tinygpt/attention_html.py): one offline
   page over the prompt and the generated text, every layer and head, hover a token to see where
   it looks, with each generated token's top-5 candidates.
@@ -31,7 +32,10 @@ Two teaching views (tables on stdout, see tinygpt/attention_view.py for their co
 """
 from __future__ import annotations
 
+import argparse
 import math
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -40,14 +44,24 @@ import torch
 
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
-from tinygpt.checkpoint import load_model
-from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.checkpoint import check_writable, load_model
+from tinygpt.config import MAX_THREADS
+from tinygpt.errors import ArgParser, UserError, run_cli, short
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device)
 from tinygpt.tokenizer import encode_prompt
 
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
 MIN_TEMPERATURE = 1e-6  # below it logits / temperature overflows float32 (use 0: greedy)
+MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 tokens): the model sees only
+# the last block_size tokens, and a 40 MB prompt cost 900 MB to encode and was echoed whole
+
+
+def path_arg(text: str) -> Path:
+    """A path flag's value; an empty one is refused (Path("") is ".": the current folder)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no file or folder")
+    return Path(text)
 
 
 def build_parser() -> ArgParser:
@@ -55,7 +69,7 @@ def build_parser() -> ArgParser:
     p.add_argument("run", help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default="", help="text to continue (default: a newline)")
-    src.add_argument("--prompt-file", type=Path, help="read the prompt from this UTF-8 file; - = standard input")
+    src.add_argument("--prompt-file", type=path_arg, help="read the prompt from this UTF-8 file; - = standard input")
     src.add_argument("--interactive", action="store_true",
                      help="keep the model loaded and answer each line of standard input as a prompt, until EOF")
     p.add_argument("--list-vocab", action="store_true", help="print the vocabulary (id and token) and exit")
@@ -89,10 +103,10 @@ def build_parser() -> ArgParser:
     view.add_argument("--attention-last", type=int, default=None, metavar="N",
                       help="show the last N tokens (default 12); the weight on earlier keys is summed into "
                            "an 'earlier' column (implies --show-attention)")
-    view.add_argument("--attention-png", type=Path, default=None, metavar="DIR",
+    view.add_argument("--attention-png", type=path_arg, default=None, metavar="DIR",
                       help="also save one heatmap PNG per layer into DIR, heads as subplots (needs "
                            "matplotlib; implies --show-attention)")
-    view.add_argument("--attention-html", type=Path, default=None, metavar="FILE",
+    view.add_argument("--attention-html", type=path_arg, default=None, metavar="FILE",
                       help="write an interactive attention explorer over the prompt and the generated text: "
                            "one self-contained HTML page (FILE_sampleN.html for several samples)")
     return p
@@ -113,35 +127,108 @@ def check_args(args) -> None:
         raise UserError(f"--top-k={args.top_k} must be >= 1")
     if args.top_p is not None and not 0 < args.top_p <= 1:  # (a NaN is refused too)
         raise UserError(f"--top-p={args.top_p} must be in (0, 1]")
-    if args.threads < 0:
-        raise UserError(f"--threads={args.threads} must be >= 0 (0 = the free cores)")
+    if not 0 <= args.threads <= MAX_THREADS:  # libgomp fails, or segfaults, asked for tens of thousands
+        raise UserError(f"--threads={short(args.threads)} must be in 0..{MAX_THREADS} (0 = the free cores; "
+                        f"more threads than cores only slow it down)")
     if args.compile and args.no_kv_cache:
         raise UserError("--compile compiles the decoding step with the KV cache: drop --no-kv-cache")
     if args.num_samples < 1:
         raise UserError(f"--num-samples={args.num_samples} must be >= 1")
     if args.attention_last is not None and args.attention_last < 1:
         raise UserError(f"--attention-last={args.attention_last} must be >= 1")
-    if args.attention_png is not None and args.attention_png.exists() and not args.attention_png.is_dir():
-        raise UserError(f"--attention-png {args.attention_png} is a file, not a directory")
-    if args.attention_html is not None and args.attention_html.is_dir():
-        raise UserError(f"--attention-html {args.attention_html} is a directory, not a file")
+    check_output_folders(args)
     if args.attention_of is not None or args.attention_last is not None or args.attention_png is not None:
         args.show_attention = True
     args.attention_of = args.attention_of or "prompt"
     args.attention_last = args.attention_last or 12
 
 
+# ---- output paths, checked before any work ----
+
+
+def check_output_folders(args) -> None:
+    """Refuse the folders --attention-png and --attention-html cannot write into (a file, a path
+    through a file, no permission, /proc), before the model is even loaded."""
+    if args.attention_png is not None:
+        check_writable(args.attention_png, "--attention-png")
+    if args.attention_html is not None:
+        page = args.attention_html
+        named = f"--attention-html={short(str(page))}"
+        if page.is_dir():
+            raise UserError(f"{named} is a directory, not a file")
+        try:
+            check_writable(page.parent, "its folder")
+        except UserError as e:
+            raise UserError(f"{named}: {e}") from None
+
+
+def png_prefixes(args) -> list[str]:
+    """The heatmaps' file name prefixes: one set for the prompt or a single sample, else one per sample."""
+    if args.attention_of == "prompt" or args.num_samples == 1:
+        return ["attention"]
+    return [f"attention_sample{i + 1}" for i in range(args.num_samples)]
+
+
+def check_output_files(args, n_layer: int) -> None:
+    """No file this run will write may be a folder: writing it would fail only after the generation."""
+    files = []
+    if args.attention_png is not None:
+        files += [("--attention-png", args.attention_png / f"{prefix}_layer{layer}.png")
+                  for prefix in png_prefixes(args) for layer in range(n_layer)]
+    if args.attention_html is not None:
+        files += [("--attention-html", attention_html.numbered(args.attention_html, i, args.num_samples))
+                  for i in range(args.num_samples)]
+    for flag, path in files:
+        if path.is_dir():
+            raise UserError(f"{flag}: it would write {short(str(path))}, which is a directory")
+
+
+# ---- the prompt ----
+
+
 def read_prompt(args) -> str:
+    """--prompt, or the UTF-8 text of --prompt-file: a file, a pipe or a device, - = standard input;
+    at most MAX_PROMPT_BYTES, never read whole when longer."""
     if args.prompt_file is None:
         return args.prompt
     if str(args.prompt_file) == "-":
-        return sys.stdin.read()
-    if not args.prompt_file.is_file():
-        raise UserError(f"--prompt-file not found: {args.prompt_file}")
+        named = "--prompt-file - (standard input)"
+        stdin = getattr(sys.stdin, "buffer", None)  # its bytes: text mode passes bad bytes on as surrogates
+        data = (stdin.read(MAX_PROMPT_BYTES + 1) if stdin is not None  # (a StringIO in tests has no bytes)
+                else sys.stdin.read(MAX_PROMPT_BYTES + 1).encode("utf-8", "surrogateescape"))
+    else:
+        named = f"--prompt-file {short(str(args.prompt_file))}"
+        data = read_prompt_file(args.prompt_file, named)
+    if len(data) > MAX_PROMPT_BYTES:
+        raise prompt_too_long(named)
     try:
-        return args.prompt_file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"--prompt-file {args.prompt_file} is not UTF-8 text") from None
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{named} is not UTF-8 text (byte {e.start} is {data[e.start]:#04x})") from None
+
+
+def read_prompt_file(path: Path, named: str) -> bytes:
+    """At most MAX_PROMPT_BYTES + 1 bytes of `path`, which may be a pipe (<(...)) or a device
+    (/dev/stdin, /dev/null); a regular file over the limit is refused by its size, unread."""
+    if not path.exists():
+        raise UserError(f"--prompt-file not found: {short(str(path))}")
+    if path.is_dir():
+        raise UserError(f"{named} is a directory, not a file")
+    try:
+        with open(path, "rb") as f:
+            info = os.fstat(f.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size > MAX_PROMPT_BYTES:
+                raise prompt_too_long(named, info.st_size)
+            return f.read(MAX_PROMPT_BYTES + 1)
+    except OSError as e:
+        raise UserError(f"{named} cannot be read: {e.strerror or type(e).__name__}") from None
+
+
+def prompt_too_long(named: str, size: int | None = None) -> UserError:
+    """The refusal of a prompt over MAX_PROMPT_BYTES, of `size` bytes (None: unknown, a pipe read to the limit)."""
+    what = f"is {size:,} bytes, over" if size is not None else "has more than"
+    return UserError(f"{named} {what} the {MAX_PROMPT_BYTES:,} bytes a prompt may have (the model sees only its "
+                     f"last block_size tokens: keep the end, e.g. with tail -c 10000)")
 
 
 # ---- --show-attention ----
@@ -172,6 +259,9 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
             args.attention_png = None  # say it once
         else:
             out.write(f"saved {', '.join(str(p) for p in paths)}\n")
+            if min(args.attention_last, len(window)) > attention_view.MAX_HEATMAP:
+                out.write(f"(the heatmaps show the last {attention_view.MAX_HEATMAP} tokens, the most that stay "
+                          f"readable; the tables above show {min(args.attention_last, len(window))})\n")
 
 
 # ---- --show-steps ----
@@ -213,6 +303,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     model = model.to(getattr(torch, args.dtype))
     if args.list_vocab:
         return list_vocab(tokenizer, out)
+    check_output_files(args, cfg.model.n_layer)
     if not cfg.model.causal and not args.force:
         raise UserError(f"{args.run} was trained with model.causal=false: every position saw the token it "
                         f"had to predict, so it never learned to predict from the past alone and generates "
@@ -238,7 +329,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         raise UserError(f"{e}; see the whole vocabulary with: python sample.py {args.run} --list-vocab") from None
     idx = torch.tensor([ids], dtype=torch.long, device=gen.device)  # (1, T)
     if args.show_attention and args.attention_of == "prompt":
-        show_attention(model, tokenizer, ids, args, out, "the prompt", "attention")
+        show_attention(model, tokenizer, ids, args, out, "the prompt", png_prefixes(args)[0])
         out.write("\n")
     samples = []
     for i in range(args.num_samples):
@@ -281,9 +372,8 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             out.write(f"saved {path}\n")
         if args.show_attention and args.attention_of == "all":
             out.write("\n")
-            prefix = "attention" if args.num_samples == 1 else f"attention_sample{i + 1}"
             show_attention(model, tokenizer, ids + new_ids, args, out,
-                           f"the prompt and sample {i + 1}'s generated text", prefix)
+                           f"the prompt and sample {i + 1}'s generated text", png_prefixes(args)[i])
     return samples
 
 

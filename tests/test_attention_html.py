@@ -7,7 +7,8 @@ In a real headless browser (Chromium from the system's packages; skipped when th
 page as rendered after its scripts ran, with a query picked through the address (the click's code
 path), shows for every earlier key the weight of forward_with_attention to the displayed
 precision, shows no weight on the future (masked) keys, one bar per head in the "all heads" view,
-and each generated token's top-5 candidates.
+and each generated token's top-5 candidates. A page path that cannot be written is refused before
+the generation.
 """
 from __future__ import annotations
 
@@ -132,6 +133,25 @@ def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
     assert (tmp_path / "two_sample1.html").is_file() and (tmp_path / "two_sample2.html").is_file()
     with pytest.raises(UserError, match="is a directory"):
         sample.main([run, "--attention-html", str(tmp_path)], out=io.StringIO())
+
+
+def test_sample_checks_the_page_paths_before_generating(run, tmp_path, monkeypatch):
+    """A page that cannot be written is refused before the generation, naming the flag and path."""
+    monkeypatch.setattr(sample, "generate_steps", lambda *a, **k: pytest.fail("generated before refusing"))
+
+    def refused(extra: list, match: str) -> None:
+        out = io.StringIO()
+        with pytest.raises(UserError, match=match):
+            sample.main([run, "--prompt", "Mia", "--max-new-tokens", "2", *map(str, extra)], out=out)
+        assert out.getvalue() == ""
+
+    (tmp_path / "afile").write_text("")
+    refused(["--attention-html", tmp_path / "afile" / "x.html"],
+            "--attention-html=.*x.html': its folder .*afile is a file")
+    (tmp_path / "two_sample2.html").mkdir()
+    refused(["--attention-html", tmp_path / "two.html", "--num-samples", 2], "--attention-html: .*two_sample2.html")
+    if Path("/proc/self").is_dir():  # even root cannot create a file in /proc
+        refused(["--attention-html", "/proc/tinygpt.html"], "--attention-html=.*/proc")
 
 
 # ---- in a real browser ----

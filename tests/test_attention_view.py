@@ -10,7 +10,10 @@ chosen tokens are exactly the plain run's, with the context length of model.gene
 `--attention-png` saves one PNG per layer (skipped without matplotlib), titled with the run and the
 prompt, and without matplotlib says so on one stderr line while the tables still print. A heatmap
 figure puts each cell's number on it, hatches the masked cells, quotes punctuation tokens and draws
-the summed "earlier" column on its own axes and grey scale.
+the summed "earlier" column on its own axes and grey scale. '$' in a token or title is drawn as
+text, not as mathtext; a long window draws at most MAX_HEATMAP tokens (sample.py says so); a Ctrl-C
+while a PNG is written leaves the previous one whole; --attention-png folders that cannot be
+written are refused before the generation.
 """
 from __future__ import annotations
 
@@ -242,6 +245,89 @@ def test_heatmap_figure_is_legible():
         assert hatched.get_hatch() == "///" and hatched.get_zorder() < image.get_zorder()
         assert (hatched.get_x(), hatched.get_y(), hatched.get_width(), hatched.get_height()) == (-0.5, -0.5, last, last)
         assert len(ax.texts) == last * (last + 1) // 2  # ... and a number on every other cell
+
+
+def test_dollar_signs_are_drawn_as_text():
+    """Two '$' in a prompt ("It cost $5 and $6") would start matplotlib's mathtext: a formula, or a
+    ParseException on "a $ b $ c $$ d"."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.cbook import is_math_text
+    T = 6
+    weights = masked_softmax(torch.randn(2, T, T), causal_mask(T, T))
+    labels = ["a", "␣$", "5", "$$", "␣$\\alpha$", "$"]
+    fig = attention_view.heatmap_figure(weights, labels, title="run: 'a $ b $ c $$ d', layer 0")
+    fig.savefig(io.BytesIO(), format="png")  # draws every text
+    texts = [fig._suptitle] + [t for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    assert not any(is_math_text(t.get_text()) for t in texts)
+    # as matplotlib draws text that is no math: each escaped '$' as '$', the rest as typed
+    assert [t.get_text().replace("\\$", "$") for t in fig.axes[0].get_xticklabels()] == \
+        ["a", "'␣$'", "5", "'$$'", "␣$\\alpha$", "'$'"]
+    assert fig._suptitle.get_text().replace("\\$", "$") == "run: 'a $ b $ c $$ d', layer 0"
+
+
+def test_a_long_window_draws_at_most_max_heatmap_tokens():
+    """The PNG's pixels grow with the square of the tokens (128 took 2 GB): at most MAX_HEATMAP."""
+    pytest.importorskip("matplotlib")
+    T, cap = 100, attention_view.MAX_HEATMAP
+    weights = masked_softmax(torch.randn(4, T, T), causal_mask(T, T))
+    fig = attention_view.heatmap_figure(weights, [f"t{i}" for i in range(T)], last=T)
+    heads = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    assert len(heads) == 4 and all(ax.images[0].get_array().shape == (cap, cap) for ax in heads)
+    assert all(not ax.texts for ax in heads)  # no numbers when crowded
+    assert max(fig.get_size_inches()) < 30  # 2 x 2 heads of 64 tokens: about 2700 pixels at 100 dpi
+
+
+def test_sample_says_when_the_heatmaps_show_fewer_tokens(run, prompt, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(attention_view, "MAX_HEATMAP", 8)
+    text = run_sample([run, "--prompt", prompt[:20], "--max-new-tokens", 0, "--attention-last", 12,
+                       "--attention-png", tmp_path / "png"])
+    assert "(the heatmaps show the last 8 tokens" in text and "show 12)" in text
+    assert len(parse_tables(text)[0, 0][1]) == 12  # the tables keep all 12
+
+
+def test_an_interrupted_heatmap_leaves_the_old_png(run, prompt, tmp_path, monkeypatch):
+    """Ctrl-C while a PNG is written: the previous file stays whole, no temp file is left."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+    folder = tmp_path / "png"
+    run_sample([run, "--prompt", prompt[:8], "--max-new-tokens", 0, "--attention-png", folder])
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def interrupted(self, fname, **kwargs):
+        (fname.write if hasattr(fname, "write") else open(fname, "wb").write)(b"\x89PNG half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "savefig", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_sample([run, "--prompt", prompt[:9], "--max-new-tokens", 0, "--attention-png", folder])
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def refused_before_generating(args, match: str, monkeypatch) -> None:
+    """sample.main refuses args with a UserError matching `match` before printing or generating anything."""
+    monkeypatch.setattr(sample, "generate_steps", lambda *a, **k: pytest.fail("generated before refusing"))
+    out = io.StringIO()
+    with pytest.raises(UserError, match=match):
+        sample.main([str(a) for a in args], out=out)
+    assert out.getvalue() == ""
+
+
+def test_attention_png_paths_are_checked_before_generating(run, prompt, tmp_path, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    args = [run, "--prompt", prompt[:8], "--max-new-tokens", 2, "--attention-png"]
+    refused_before_generating(args + [afile / "sub"], "--attention-png=.*sub' cannot be created: .*afile is a file",
+                              monkeypatch)
+    (tmp_path / "png" / "attention_layer1.png").mkdir(parents=True)
+    refused_before_generating(args + [tmp_path / "png"], "--attention-png: .*attention_layer1.png.* is a directory",
+                              monkeypatch)
+    (tmp_path / "all" / "attention_sample2_layer0.png").mkdir(parents=True)
+    refused_before_generating(args + [tmp_path / "all", "--attention-of", "all", "--num-samples", 2],
+                              "attention_sample2_layer0.png", monkeypatch)
+    if Path("/proc/self").is_dir():  # even root cannot create a file in /proc
+        refused_before_generating(args + ["/proc/tinygpt_png"], "--attention-png=.*/proc", monkeypatch)
+    refused_before_generating(args + [afile], "--attention-png=.*afile' is a file", monkeypatch)
 
 
 # ---- sample.py --show-steps ----

@@ -1,7 +1,10 @@
 """Guards sample.py's ways in: `--list-vocab` prints every token with its id; `--prompt-file -`
 reads standard input; `--interactive` loads the model once and answers each input line, streaming,
 until EOF (through the real CLI too), a prompt outside the vocabulary costing one stderr line and not
-the session; a refused prompt names the closest vocabulary entries and points at --list-vocab."""
+the session; a refused prompt names the closest vocabulary entries and points at --list-vocab.
+Refused before any output: --threads over config.MAX_THREADS, an empty path flag, a prompt file or
+standard input over MAX_PROMPT_BYTES (read no further), standard input that is not UTF-8 (like a
+file); a pipe (`<(...)`) or a device is a prompt file like any other."""
 from __future__ import annotations
 
 import io
@@ -71,3 +74,77 @@ def test_a_refused_prompt_points_at_the_vocabulary(tiny_stories_run):
         run_sample([tiny_stories_run, "--prompt", "Mia~", *GREEDY])
     msg = str(err.value)
     assert "'~'" in msg and f"python sample.py {tiny_stories_run} --list-vocab" in msg and "\n" not in msg
+
+
+# ---- refusals: threads, empty paths, prompt files ----
+
+
+def refused(args: list, match: str, stdin=None, monkeypatch=None) -> str:
+    """sample.main refuses `args` with a UserError matching `match`, before printing anything."""
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", stdin)
+    out = io.StringIO()
+    with pytest.raises(UserError, match=match) as err:
+        sample.main([str(a) for a in args], out=out)
+    assert out.getvalue() == "" and "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_threads_are_capped(tiny_stories_run):
+    """libgomp fails (16384) or segfaults (65536) asked for too many threads: refused, naming the value."""
+    from tinygpt.config import MAX_THREADS
+    refused([tiny_stories_run, "--list-vocab", "--threads", MAX_THREADS + 1],
+            f"--threads={MAX_THREADS + 1} must be in 0..{MAX_THREADS}")
+    refused([tiny_stories_run, "--list-vocab", "--threads", 65536], "--threads=65536")
+    run_sample([tiny_stories_run, "--list-vocab", "--threads", MAX_THREADS])  # the cap itself is allowed
+
+
+@pytest.mark.parametrize("flag", ["--prompt-file", "--attention-png", "--attention-html"])
+def test_an_empty_path_is_refused(tiny_stories_run, flag, tmp_path, monkeypatch):
+    """Path("") is ".": the PNGs would land in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    refused([tiny_stories_run, "--list-vocab", flag, ""], f"{flag}: an empty path")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_prompt_file_over_the_limit_is_refused_by_its_size(tiny_stories_run, tmp_path):
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.truncate(sample.MAX_PROMPT_BYTES + 1)  # sparse: no disk used
+    msg = refused([tiny_stories_run, "--prompt-file", big, *GREEDY], "big.txt")
+    assert f"{sample.MAX_PROMPT_BYTES + 1:,} bytes" in msg and f"{sample.MAX_PROMPT_BYTES:,}" in msg
+
+
+def test_standard_input_is_read_up_to_the_limit_only(tiny_stories_run, monkeypatch):
+    stdin = io.TextIOWrapper(io.BytesIO(b"a" * (2 * sample.MAX_PROMPT_BYTES)), encoding="utf-8")
+    msg = refused([tiny_stories_run, "--prompt-file", "-", *GREEDY], "standard input", stdin, monkeypatch)
+    assert f"more than the {sample.MAX_PROMPT_BYTES:,} bytes" in msg
+    assert stdin.buffer.tell() == sample.MAX_PROMPT_BYTES + 1  # never read whole
+
+
+def test_non_utf8_standard_input_is_refused_like_a_file(tiny_stories_run, tmp_path, monkeypatch):
+    """Python's real stdin turns bad bytes into surrogates (errors='surrogateescape'), silently."""
+    bad = b"Mia \xff\xfe"
+    stdin = io.TextIOWrapper(io.BytesIO(bad), encoding="utf-8", errors="surrogateescape")
+    refused([tiny_stories_run, "--prompt-file", "-", *GREEDY], r"standard input\) is not UTF-8 .*byte 4", stdin,
+            monkeypatch)
+    (tmp_path / "bad.txt").write_bytes(bad)
+    refused([tiny_stories_run, "--prompt-file", tmp_path / "bad.txt", *GREEDY], r"bad.txt' is not UTF-8 .*byte 4")
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="needs /dev/fd")
+def test_a_prompt_file_may_be_a_pipe_or_a_device(tiny_stories_run, tmp_path):
+    """`--prompt-file <(echo Mia had)` is /dev/fd/N, a pipe; /dev/null an empty prompt."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, "Mia had".encode())
+    os.close(write_end)
+    try:
+        from_pipe, _ = run_sample([tiny_stories_run, "--prompt-file", f"/dev/fd/{read_end}", *GREEDY])
+    finally:
+        os.close(read_end)
+    assert from_pipe == run_sample([tiny_stories_run, "--prompt", "Mia had", *GREEDY])[0]
+    assert run_sample([tiny_stories_run, "--prompt-file", os.devnull, *GREEDY])[0] == \
+        run_sample([tiny_stories_run, *GREEDY])[0]
+    refused([tiny_stories_run, "--prompt-file", tmp_path, *GREEDY], "is a directory")
+    refused([tiny_stories_run, "--prompt-file", tmp_path / "nope.txt", *GREEDY],
+            "--prompt-file not found: .*nope.txt")

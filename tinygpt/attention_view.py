@@ -22,6 +22,7 @@ Conventions (stated once here, printed by `legend`):
 """
 from __future__ import annotations
 
+import io
 import math
 import textwrap
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Sequence
 import torch
 
 from model import HeadTrace, Step, causal_mask, next_token_probs
+from tinygpt.checkpoint import atomic_write
 
 MASKED = "."  # a future key, masked to weight exactly 0
 SPACE = "␣"  # a space inside a token label
@@ -37,6 +39,9 @@ EARLIER = "earlier"  # the column summing every key before the shown window
 CORNER = "query \\ key"
 MAX_LABEL = 10  # longer token labels are cut with "…"
 TOP_N = 5  # candidates shown per generation step
+MAX_HEATMAP = 64  # tokens a heatmap draws at most: its pixels (and matplotlib's time and memory) grow
+# with the square of the tokens; 128 took 2 GB and minutes for 11,000-pixel PNGs nobody can read
+NUMBERED = 24  # tokens up to which a heatmap writes each cell's percent on it (more: too crowded)
 
 
 # ---- labels ----
@@ -181,10 +186,16 @@ def attention_tables(traces: Sequence[HeadTrace], labels: Sequence[str], last: i
     return "\n\n".join(blocks) + "\n"
 
 
+def plain_text(text: str) -> str:
+    """`text` for matplotlib as it is: each '$' escaped, else two of them (a prompt "It cost $5 and $6")
+    start mathtext, which draws garbage or raises on what is no formula."""
+    return text.replace("$", r"\$")
+
+
 def heatmap_label(label: str) -> str:
     """A token label for a heatmap axis: a token with no letter or digit (".", ",", "␣") is quoted,
-    so that a small mark still reads as a token."""
-    return label if any(ch.isalnum() for ch in label) else f"'{label}'"
+    so that a small mark still reads as a token; '$' is escaped (plain_text)."""
+    return plain_text(label if any(ch.isalnum() for ch in label) else f"'{label}'")
 
 
 def _cell_numbers(ax, values: torch.Tensor, fontsize: float, dark_when_high: bool) -> None:
@@ -201,17 +212,18 @@ def _cell_numbers(ax, values: torch.Tensor, fontsize: float, dark_when_high: boo
 def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12, causal: bool = True,
                    title: str = "", pyplot: bool = False):
     """One layer's weights (nh, T, T) as a matplotlib Figure: a heatmap per head on a near-square
-    grid, cropped like the tables, percent colour scale with each cell's number on it, masked
-    (future) cells hatched grey, and the summed EARLIER column as its own grey column beside the
-    real keys, off their colour scale. pyplot=True builds it through pyplot, whose inline backend
-    shows it under a Jupyter cell; else no pyplot (no global state, no GUI backend). Needs
-    matplotlib (raises ImportError without it)."""
+    grid, cropped like the tables but to at most MAX_HEATMAP tokens, percent colour scale with each
+    cell's number on it (up to NUMBERED tokens), masked (future) cells hatched grey, and the summed
+    EARLIER column as its own grey column beside the real keys, off their colour scale.
+    pyplot=True builds it through pyplot, whose inline backend shows it under a Jupyter cell; else
+    no pyplot (no global state, no GUI backend). Needs matplotlib (raises ImportError without it)."""
     import matplotlib
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     nh, T = weights.size(0), weights.size(-1)
     mask = causal_mask(T, T) if causal else None
+    last = min(last, MAX_HEATMAP)
     view, view_mask, query_labels, key_labels = crop_last(weights.detach().float().cpu(), labels, last, mask)
     percent = view * 100  # (nh, N, K)
     if view_mask is not None:
@@ -221,11 +233,11 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
     keys = percent[..., 1:] if earlier is not None else percent  # (nh, N, N)
     key_labels = [heatmap_label(k) for k in key_labels[1 if earlier is not None else 0:]]
     query_labels = [heatmap_label(q) for q in query_labels]
-    numbers = 7.5 if N <= 16 else 6 if N <= 24 else 0  # font size of the cell numbers; none when crowded
+    numbers = 7.5 if N <= 16 else 6 if N <= NUMBERED else 0  # font size of the cell numbers; none when crowded
 
     cols = math.ceil(math.sqrt(nh))  # heads on a near-square grid: 4 heads -> 2 x 2
     rows = math.ceil(nh / cols)
-    cell = 0.42  # inches per matrix cell: room for a two-digit number
+    cell = 0.42 if numbers else 0.16  # inches per matrix cell: room for a two-digit number, else for a label
     extra = 1.4 if earlier is not None else 0  # the earlier column and its gap
     size = (cols * (cell * N + extra + 1.3) + 1.4, rows * (cell * N + 1.5) + 1.3)
     if pyplot:
@@ -267,23 +279,24 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
     fig.supylabel("query (the position looking)", fontsize=9)
     fig.colorbar(image, ax=key_axes, label="% of the query's attention", shrink=0.8)
     if title:
-        fig.suptitle(title, fontsize=11)
+        fig.suptitle(plain_text(title), fontsize=11)
     return fig
 
 
 def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: str | Path, last: int = 12,
                   causal: bool = True, prefix: str = "attention", title: str = "") -> list[Path]:
     """One PNG per layer, `out_dir/{prefix}_layer{L}.png`, heads as subplots, titled
-    "{title}, layer L". Needs matplotlib (raises ImportError before writing anything without it)."""
+    "{title}, layer L", each written atomically (a Ctrl-C leaves the old file or none, never half
+    a PNG). Needs matplotlib (raises ImportError before writing anything without it)."""
     import matplotlib  # noqa: F401  (fail before creating the folder)
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for layer, trace in enumerate(traces):
         fig = heatmap_figure(trace.weights[0], labels, last, causal,
                              title=f"{title}, layer {layer}" if title else f"layer {layer}")
-        path = out_dir / f"{prefix}_layer{layer}.png"
-        fig.savefig(path, dpi=100)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=100)
+        path = Path(out_dir) / f"{prefix}_layer{layer}.png"
+        atomic_write(path, lambda f: f.write(png.getvalue()))  # creates out_dir the first time
         paths.append(path)
     return paths

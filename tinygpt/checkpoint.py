@@ -143,6 +143,10 @@ def check_writable(path: str | Path, what: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"{named} is not writable: {existing} denies writing (permissions or a read-only "
                         f"file system)")
+    try:  # root passes that test everywhere, yet /proc and /sys take no new file
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as e:
+        raise UserError(f"{named} is not writable: {existing} takes no new file ({e.strerror})") from None
 
 
 def fsync_dir(folder: Path) -> None:
