@@ -191,14 +191,14 @@ def read_prompt(args) -> str:
     at most MAX_PROMPT_BYTES, never read whole when longer."""
     if args.prompt_file is None:
         return args.prompt
-    if str(args.prompt_file) == "-":
-        named = "--prompt-file - (standard input)"
-        stdin = getattr(sys.stdin, "buffer", None)  # its bytes: text mode passes bad bytes on as surrogates
-        data = (stdin.read(MAX_PROMPT_BYTES + 1) if stdin is not None  # (a StringIO in tests has no bytes)
-                else sys.stdin.read(MAX_PROMPT_BYTES + 1).encode("utf-8", "surrogateescape"))
-    else:
-        named = f"--prompt-file {short(str(args.prompt_file))}"
-        data = read_prompt_file(args.prompt_file, named)
+    if str(args.prompt_file) == "-":  # its bytes: text mode would pass bad bytes on as surrogates
+        return decode_prompt(sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1), "--prompt-file - (standard input)")
+    named = f"--prompt-file {short(str(args.prompt_file))}"
+    return decode_prompt(read_prompt_file(args.prompt_file, named), named)
+
+
+def decode_prompt(data: bytes, named: str) -> str:
+    """A prompt's bytes as text: refused beyond MAX_PROMPT_BYTES or when not UTF-8."""
     if len(data) > MAX_PROMPT_BYTES:
         raise prompt_too_long(named)
     try:
@@ -377,12 +377,17 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
     return samples
 
 
-def read_prompts() -> Iterator[str]:
-    """The lines of standard input, without their newline; at a terminal with a "> " prompt (and
-    line editing) and a one-line greeting on stderr."""
+def read_prompts() -> Iterator[str | bytes]:
+    """The lines of standard input, without their newline: at a terminal, typed (str) after a "> "
+    prompt, with line editing and a one-line greeting on stderr; piped, each line's bytes, at most
+    MAX_PROMPT_BYTES + 1 of them (a longer line's rest is skipped; decode_prompt refuses it)."""
     if not sys.stdin.isatty():
-        for line in sys.stdin:
-            yield line.removesuffix("\n")
+        stdin = sys.stdin.buffer
+        while line := stdin.readline(MAX_PROMPT_BYTES + 1):
+            rest = line
+            while len(rest) > MAX_PROMPT_BYTES and not rest.endswith(b"\n"):
+                rest = stdin.readline(MAX_PROMPT_BYTES + 1)
+            yield line.removesuffix(b"\n")
         return
     print("type a prompt and press Enter; Ctrl-D to quit", file=sys.stderr)
     while True:
@@ -395,11 +400,13 @@ def read_prompts() -> Iterator[str]:
 
 def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads: ThreadPolicy | None,
                 decode: Callable | None = None) -> list[str]:
-    """Answer prompt after prompt, the model loaded once, until EOF; a prompt the vocabulary
-    cannot encode gets its one-line error on stderr and the next prompt is read."""
+    """Answer prompt after prompt, the model loaded once, until EOF; a prompt that is too long, not
+    UTF-8, or that the vocabulary cannot encode gets its one-line error on stderr and the next
+    prompt is read."""
     samples = []
-    for prompt in read_prompts():
+    for line in read_prompts():
         try:
+            prompt = line if isinstance(line, str) else decode_prompt(line, "a line of standard input")
             samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode)
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)

@@ -25,7 +25,7 @@ GREEDY = ["--temperature", "0", "--max-new-tokens", "12", "--device", "cpu"]
 def run_sample(args: list, stdin: str | None = None, monkeypatch=None) -> tuple[list[str], str]:
     """sample.main in-process -> (its returned texts, what it printed)."""
     if stdin is not None:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8"))
     out = io.StringIO()
     texts = sample.main([str(a) for a in args], out=out)
     return texts, out.getvalue()
@@ -57,6 +57,17 @@ def test_interactive_answers_each_line_with_one_model(tiny_stories_run, monkeypa
     assert printed == "".join(p + t + "\n" for p, t in zip([p for p in prompts if "~" not in p], texts))
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "'~'" in err[0] and "--list-vocab" in err[0]
+
+
+def test_interactive_refuses_an_overlong_or_non_utf8_line_and_goes_on(tiny_stories_run, monkeypatch, capsys):
+    # each line was read whole (a 1 GB line, 1 GB) and bad bytes passed on as surrogates
+    monkeypatch.setattr(sample, "MAX_PROMPT_BYTES", 64)
+    data = b"Mia had\n" + b"a" * 500 + b"\n" + b"\xff\xfe\n" + b"Then she\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    texts = sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=io.StringIO())
+    assert len(texts) == 2  # the first and the last line answered
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "more than the 64 bytes" in err[0] and "not UTF-8 text (byte 0 is 0xff)" in err[1]
 
 
 def test_interactive_through_the_real_cli(tiny_stories_run, tmp_path):
