@@ -8,8 +8,9 @@ n_embd=64 with n_head=3) is skipped with a note. Each valid one trains into its 
 under the sweep folder (default out/sweeps/<config stem>), named after its values, e.g.
 `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at max_iters),
 resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
-checkpoint; a run directory trained with other settings (say, another --set) is reported, not
-reused. At the end it prints the table and writes results.md, results.csv, summary.csv,
+checkpoint. A run directory it cannot reuse (trained with other settings, say another --set, or
+holding best.pt but no ckpt.pt) refuses the sweep before anything is trained, the folder's report
+left as it was. At the end it prints the table and writes results.md, results.csv, summary.csv,
 val_loss.png and settings.png (with matplotlib) into the sweep folder: the same report as
 compare.py.
 
@@ -30,15 +31,20 @@ each running run once, so it saves its checkpoint before the sweep stops (no oth
 The cost is ~2 s of start-up per run. `--jobs N` trains N runs at once, each on its share of the
 CPU cores, their output line by line behind each run's name: small models use several cores
 poorly, so on a CPU side by side is faster than one after the other.
+A sweep plans at most 1,000 runs (combinations x seeds), and --jobs at most one run per CPU core
+this process may use. On Linux, a sweep that dies (even by SIGKILL) sends its running runs SIGTERM
+(prctl's PR_SET_PDEATHSIG): each saves its checkpoint and exits, and the rerun resumes it.
 Exit code: 0 when every run finished, 1 when some run failed (the report is still written), 2 for
-a user error in the sweep's own arguments.
+a user error in the sweep's own arguments or a run directory it cannot reuse.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import signal
@@ -46,6 +52,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +63,7 @@ import torch
 from tinygpt.checkpoint import check_writable, load_checkpoint, load_model
 from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
 from tinygpt.coreference import HELD_OUT_OFFSET, probe
-from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
 from tinygpt.runs import read_probe, summarize_run, write_probe
@@ -64,6 +71,10 @@ from tinygpt.runs import read_probe, summarize_run, write_probe
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
 MAX_NAME = 120
+# runs in one sweep (combinations x seeds): planning reads the config file once per run (2-3 ms,
+# so 10,000 took 30 s just to plan), and each run takes seconds to hours: more is a typo
+# (--seeds 100000000), not an experiment
+MAX_RUNS = 1_000
 # a rerun may change these and still reuse a run: the step count decides skip or resume, the rest
 # does not change what is computed
 REUSABLE_ACROSS = {"train.out_dir", "train.max_iters", "train.device", "train.compile", "train.threads", "train.plot",
@@ -91,7 +102,8 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
 def check_keys(config: str, grid: dict[str, list[str]], sets: Sequence[str]) -> None:
     """Refuse unknown keys in --grid and --set up front (with config's own message), and the keys
     the sweep sets itself; a bad *value* only makes its combinations invalid."""
-    read_yaml(config)  # a missing or broken config file: its one-line error
+    if not isinstance(read_yaml(config), (dict, type(None))):  # a missing or broken file: its one-line error
+        load_config(config)  # a list, say: config's error, once, not as a note on every combination
     known = set(all_keys())
     for key in (f"{s}.{k}" for s, d in parse_overrides(sets).items() for k in d):
         if key == "train.out_dir":
@@ -116,13 +128,41 @@ def run_names(keys: Sequence[str], combos: Sequence[tuple[str, ...]]) -> list[st
         short = list(keys)
     raw = [",".join(f"{k}={v}" for k, v in zip(short, combo)) for combo in combos]
     names = [UNSAFE.sub("_", r) for r in raw]
-    for i, (name, r) in enumerate(zip(names, raw)):
-        if len(name) > MAX_NAME or names.count(name) > 1:  # too long, or two values that sanitize alike
-            names[i] = f"{name[:MAX_NAME]}-{hashlib.sha1(r.encode()).hexdigest()[:8]}"
-    return names
+    counts = Counter(names)  # not names.count(): quadratic, seconds for a large grid
+    return [f"{name[:MAX_NAME]}-{hashlib.sha1(r.encode()).hexdigest()[:8]}"
+            if len(name) > MAX_NAME or counts[name] > 1 else name  # too long, or two values that sanitize alike
+            for name, r in zip(names, raw)]
 
 
 # ---- running one training ----
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, where the system has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def parent_death_signal():
+    """On Linux, a preexec_fn that makes the kernel send SIGTERM to a run when the sweep dies, even
+    by SIGKILL, when no handler of ours runs: the run then saves its checkpoint and exits instead of
+    training on alone, holding its run directory (a rerun would find it in use). None elsewhere (or
+    without prctl): there a run outlives a killed sweep.
+
+    The signal comes when the *thread* that started the run ends: the main thread, or a pool
+    thread, which lives until every run has ended."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    sweep_pid = os.getpid()
+
+    def die_with_the_sweep() -> None:
+        prctl(1, ctypes.c_ulong(signal.SIGTERM))  # PR_SET_PDEATHSIG (linux/prctl.h)
+        if os.getppid() != sweep_pid:  # the sweep died before the line above: no signal will come
+            os._exit(1)
+    return die_with_the_sweep
 
 
 class Runner:
@@ -143,8 +183,8 @@ class Runner:
         self.lock = threading.RLock()  # an RLock: the signal handler may run while the main thread holds it
         self.env = None
         if jobs > 1 and not os.environ.get("OMP_NUM_THREADS"):
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-            self.env = {**os.environ, "OMP_NUM_THREADS": str(max(1, cores // jobs))}
+            self.env = {**os.environ, "OMP_NUM_THREADS": str(max(1, usable_cores() // jobs))}
+        self.preexec_fn = parent_death_signal()
 
     def say(self, line: str) -> None:
         with self.lock:
@@ -177,7 +217,7 @@ class Runner:
                 return None
             sys.stdout.flush()  # our notes first, then the run's output
             pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") if relay else {}
-            proc = subprocess.Popen(cmd, start_new_session=True, env=self.env, **pipe)
+            proc = subprocess.Popen(cmd, start_new_session=True, env=self.env, preexec_fn=self.preexec_fn, **pipe)
             self.running.add(proc)
             if self.signum is not None:  # a signal came after the check above, before the line above
                 proc.send_signal(self.signum)
@@ -207,16 +247,16 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
         try:
             ckpt = load_checkpoint(run_dir / "ckpt.pt")
         except UserError as e:
-            return "refuse", f"failed: {e}"
+            return "refuse", str(e)
         changed = changed_settings(ckpt["config"], cfg)
         if changed:  # e.g. the same grid rerun with another --set: not the run asked for
-            return "refuse", (f"failed: {run_dir} holds a run with other settings ({', '.join(changed)}); it is "
+            return "refuse", (f"{run_dir} holds a run with other settings ({', '.join(changed)}); it is "
                               f"not reused: choose another --out, or delete it to retrain")
         if ckpt["step"] >= cfg.train.max_iters:
             return "skip", f"finished earlier (step {ckpt['step']}), skipped"
         return "resume", f"resuming from step {ckpt['step']} of {cfg.train.max_iters}"
     if (run_dir / "best.pt").is_file():
-        return "refuse", (f"failed: {run_dir} has best.pt but no ckpt.pt to resume from; it is left as it is: "
+        return "refuse", (f"{run_dir} has best.pt but no ckpt.pt to resume from; it is left as it is: "
                           f"move it away (or delete it) to retrain, or choose another --out")
     if run_dir.is_dir() and any(run_dir.iterdir()):
         return "train", f"{run_dir} has no checkpoint (it stopped before its first); starting it again"
@@ -260,11 +300,22 @@ def parse_args(argv: Sequence[str] | None):
     args = p.parse_args(argv)
     if args.jobs < 1:
         raise UserError(f"--jobs={args.jobs} must be >= 1")
+    if args.jobs > usable_cores():  # each run is a process of ~230 MB and wants a core of its own
+        raise UserError(f"--jobs={args.jobs} is more than the {usable_cores()} CPU core(s) this process may use; "
+                        f"use --jobs {usable_cores()} or fewer")
     if args.seeds < 1:
         raise UserError(f"--seeds={args.seeds} must be >= 1")
     if args.probe_stories < 1:
         raise UserError(f"--probe-stories={args.probe_stories} must be >= 1")
     return args
+
+
+def check_size(grid: dict[str, list[str]], seeds: int) -> None:
+    """Refuse more than MAX_RUNS runs before listing any."""
+    combos = math.prod(len(values) for values in grid.values())
+    if combos * seeds > MAX_RUNS:
+        raise UserError(f"--grid and --seeds ask for {combos * seeds:,} runs ({combos:,} combination(s) x {seeds:,} "
+                        f"seed(s)); a sweep trains at most {MAX_RUNS:,}")
 
 
 @dataclass
@@ -275,6 +326,8 @@ class Planned:
     run_dir: Path
     overrides: list[str]  # the --set list that makes it
     cfg: Config
+    action: str = "train"  # what to do with its run directory, and why (existing_run)
+    why: str = "training"
 
 
 def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
@@ -283,6 +336,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
     keys = list(grid)
     combos = list(itertools.product(*grid.values()))
     plan = []
+    texts: dict[str, dict] = {k: {} for k in keys}  # each key's values as the config reads them -> their text
     for name, combo in zip(run_names(keys, combos), combos):
         run_dir = out / name
         # json.dumps quotes the path as a YAML string, whatever characters it holds
@@ -292,6 +346,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
         except UserError as e:
             print(f"skip {name}: {e}")
             continue
+        check_distinct(texts, flat_config(cfg), combo)
         if args.probe and cfg.data.dataset != "stories":
             raise UserError(f"--probe measures coreference in the stories corpus, but {name} trains on "
                             f"data.dataset={cfg.data.dataset!r}; drop --probe or use data.dataset=stories")
@@ -302,19 +357,42 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
     return plan
 
 
+def check_distinct(texts: dict[str, dict], flat: dict, combo: tuple[str, ...]) -> None:
+    """Refuse two values of one grid key that the config reads as the same (1, 01 and 0x1; 1e-3
+    and 0.001): the same run would be trained twice as two settings. `texts` collects, per key,
+    each value read so far -> its text."""
+    for (key, seen), text in zip(texts.items(), combo):
+        first = seen.setdefault(flat[key], text)
+        if first != text:
+            raise UserError(f"--grid {key}: {first} and {text} are the same value ({flat[key]!r}); give each "
+                            f"value once")
+
+
+def check_reusable(plan: list[Planned]) -> None:
+    """Decide what to do with each run's directory before training any (existing_run). One that
+    cannot be reused (another run's settings, say the same grid with another --set) refuses the
+    sweep, before anything is trained or the folder's report is rewritten."""
+    refused = []
+    for run in plan:
+        run.action, run.why = existing_run(run.run_dir, run.cfg)
+        if run.action == "refuse":
+            print(f"not reusable {run.name}: {run.why}")
+            refused.append(run.why)
+    if refused:
+        more = f" (and {len(refused) - 1} more run folder(s), see the notes above)" if len(refused) > 1 else ""
+        raise UserError(refused[0] + more)
+
+
 def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
     """Train (or skip, or resume) one run and probe it if asked -> its results row ('failed' in
     its status if it did not finish), or None when the sweep was interrupted before it started."""
     if runner.signum is not None:
         return None
-    action, why = existing_run(run.run_dir, run.cfg)
-    runner.say(f"{tag}: {why}")
-    if action == "refuse":
-        return {"run": run.name, **run.varied, "status": "failed (not reusable)"}
+    runner.say(f"{tag}: {run.why}")
     rc = 0
-    if action != "skip":
+    if run.action != "skip":
         cmd = [sys.executable, str(TRAIN_PY), args.config, "--set", *run.overrides]
-        cmd += ["--resume"] * (action == "resume") + ["--quiet"] * (args.quiet or runner.jobs > 1)
+        cmd += ["--resume"] * (run.action == "resume") + ["--quiet"] * (args.quiet or runner.jobs > 1)
         t0 = time.perf_counter()
         rc = runner.run(cmd, tag)
         if rc is None:
@@ -339,6 +417,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Train the grid's valid combinations (skipping finished runs), then report; see the module doc."""
     args = parse_args(argv)
     grid = parse_grid(args.grid)
+    check_size(grid, args.seeds)
     check_keys(args.config, grid, args.set)
     if args.seeds > 1:
         if SEED in grid:
@@ -348,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     out = args.out if args.out is not None else Path("out/sweeps") / Path(args.config).stem
     check_writable(out, "--out")  # before any training, not at the report
     plan = make_plan(args, grid, out)
+    check_reusable(plan)
 
     runner = Runner(min(args.jobs, len(plan)))  # the cores are shared by the runs that can run at once
     tags = [f"[{i}/{len(plan)}] {run.name}" for i, run in enumerate(plan, 1)]
@@ -379,4 +459,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    # its work is its runs: a reader of its output that leaves (`sweep.py ... | head`) must not end them
+    sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
     run_cli(main)

@@ -5,10 +5,11 @@ combinations (n_embd=16 is not divisible by 3: skipped with a note) through trai
 restarting the one whose directory has no checkpoint yet, and writes results.md / results.csv
 with one row per valid run and the documented columns. Running it again over n_head=1,2,4 retrains
 nothing finished (ckpt.pt untouched) and resumes a run stopped with --stop-at; with another --set
-it reuses nothing and exits 1. A bad grid key is one line and exit 2. compare.py shows the config
-column that differs; `compare.py --plot-only` draws each run's loss.png and the val-loss comparison,
-its legend naming the varied values; plot_run returns None without matplotlib and writes a PNG with
-it, its y-axis fitted below the step-0 loss. Ctrl-C reaches every running run once (a stand-in
+it is refused before training anything, its report left as it was. A bad grid key is one line and
+exit 2, as are too many runs, equal grid values and --jobs beyond the cores; a SIGKILLed sweep's
+run gets SIGTERM. compare.py shows the config column that differs; `compare.py --plot-only` draws
+each run's loss.png and the val-loss comparison, its legend naming the varied values; plot_run
+returns None without matplotlib and writes a PNG with it, its y-axis fitted below the step-0 loss. Ctrl-C reaches every running run once (a stand-in
 train.py, one run at a time and two) and starts no other; the seeds-and-probe sweep trains two runs
 at a time (--jobs 2), their lines relayed behind their names. One sweep is shared by the module
 (the trainings dominate).
@@ -20,6 +21,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -126,13 +128,15 @@ def test_rerun_skips_finished_and_resumes_unfinished(first_sweep):
     assert [r["run"] for r in rows] == ["n_head=1", "n_head=2", "n_head=4"]
     assert all(r["status"] == "done" for r in rows)
 
-    # the same grid with another --set is not the run asked for: reported, not reused, exit 1
-    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stdout(io.StringIO()) as printed:
-        sweep.main([CONFIG, "--grid", "model.n_head=1", *shrink(tmp / "prepared"), "train.lr=5e-3",
+    # the same grid with another --set is not the run asked for: refused before anything is
+    # trained (n_head=8 is new), and the folder's report of the runs it holds is left as it is
+    report_before = (out / "results.md").read_bytes()
+    with pytest.raises(UserError, match=r"holds a run with other settings \(train.lr=0.002 \(now 0.005\)\)"), \
+            contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, "--grid", "model.n_head=1,8", *shrink(tmp / "prepared"), "train.lr=5e-3",
                     "--out", str(out)])
-    assert exit_info.value.code == 1
-    assert "holds a run with other settings (train.lr=0.002 (now 0.005))" in printed.getvalue()
     assert (out / "n_head=1" / "ckpt.pt").stat().st_mtime_ns == mtimes["n_head=1"]
+    assert (out / "results.md").read_bytes() == report_before and not (out / "n_head=8").exists()
 
 
 def test_bad_grid_key_is_one_line_exit_2(tmp_path):
@@ -144,6 +148,21 @@ def test_bad_grid_key_is_one_line_exit_2(tmp_path):
     assert result.stderr.startswith("error: --grid model.n_heads:") and not (tmp_path / "sw").exists()
 
 
+def test_a_closed_stdout_does_not_stop_the_sweep(tmp_path):
+    """`sweep.py ... | head -1`: every run still trains to its end and the report is written (the
+    sweep ended at its next print, exit 0, the rest of the grid never trained)."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), CONFIG, "--grid", "model.n_head=1,2",
+                             "--out", str(tmp_path / "sw"), *shrink(tmp_path / "prepared")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0, err[-2000:]
+    assert "stdout was closed" in err and (tmp_path / "sw" / "results.md").is_file()
+    assert all(load_checkpoint(tmp_path / "sw" / name / "ckpt.pt")["step"] == 10 for name in ("n_head=1", "n_head=2"))
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--grid", "model.n_head"], "must look like SECTION.KEY=V1,V2"),
     (["--grid", "model.n_head=1,,2"], "must look like SECTION.KEY=V1,V2"),
@@ -153,8 +172,10 @@ def test_bad_grid_key_is_one_line_exit_2(tmp_path):
     (["--grid", "model.n_head=1", "--set", "train.max_iter=5"], "did you mean 'train.max_iters'"),
     (["--grid", "model.n_head=3,5", "--set", "model.n_embd=16"], "no valid combination"),
     (["--grid", "model.n_head=1", "--jobs", "0"], "--jobs=0 must be >= 1"),
+    (["--grid", "model.n_head=1", "--jobs", "3"], "--jobs=3 is more than the 2 CPU core"),
 ])
-def test_sweep_user_errors(tmp_path, argv, match):
+def test_sweep_user_errors(tmp_path, monkeypatch, argv, match):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # 2 cores
     with pytest.raises(UserError, match=match), contextlib.redirect_stdout(io.StringIO()):
         sweep.main([CONFIG, *argv, "--out", str(tmp_path / "sw")])
     assert not (tmp_path / "sw").exists()
@@ -163,6 +184,7 @@ def test_sweep_user_errors(tmp_path, argv, match):
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_failed_runs_are_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, capfd, jobs):
     """A stand-in train.py (no torch: fast) fails with a user error for n_head=1 and crashes for 2."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # --jobs 2 on any machine
     fake = tmp_path / "fake_train.py"
     fake.write_text("import sys\nif 'model.n_head=1' in sys.argv:\n"
                     "    print('error: a user error', file=sys.stderr)\n    sys.exit(2)\n"
@@ -238,21 +260,22 @@ def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeyp
 def test_a_crash_in_the_sweep_itself_starts_no_more_runs(tmp_path, monkeypatch):
     """--jobs 2: when the sweep's own bookkeeping fails for one run, the runs already going finish,
     none of those waiting starts, and the error surfaces (as with one run at a time)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # --jobs 2 on any machine
     fake = tmp_path / "fake_train.py"
     fake.write_text("import json, pathlib, sys, time\n"
                     "out = pathlib.Path(json.loads([a.split('=', 1)[1] for a in sys.argv if a.startswith('train.out_dir=')][0]))\n"
-                    "out.mkdir(parents=True)\n(out / 'started').touch()\ntime.sleep(1)\n")
+                    "out.mkdir(parents=True)\n(out / 'started').touch()\n(out / 'config.yaml').touch()\ntime.sleep(1)\n")
     monkeypatch.setattr(sweep, "TRAIN_PY", fake)
-    real = sweep.existing_run
 
-    def broken(run_dir, cfg):
+    def broken(run_dir, label):  # reading n_head=1's results, after its run
         if run_dir.name == "n_head=1":
             raise RuntimeError("a bug")
-        return real(run_dir, cfg)
-    monkeypatch.setattr(sweep, "existing_run", broken)
+        return {"run": label}
+    monkeypatch.setattr(sweep, "summarize_run", broken)
     with pytest.raises(RuntimeError, match="a bug"), contextlib.redirect_stdout(io.StringIO()):
         sweep.main([CONFIG, "--grid", "model.n_head=1,2,4,8", "--jobs", "2", *shrink(tmp_path / "prepared"),
                     "--out", str(tmp_path / "sw")])
+    assert (tmp_path / "sw" / "n_head=1" / "started").exists()  # it failed after its run
     assert (tmp_path / "sw" / "n_head=2" / "started").exists()  # it was running: it finished
     assert not (tmp_path / "sw" / "n_head=8").exists()  # it was waiting: it never started
 
@@ -261,6 +284,83 @@ def test_run_names_are_filesystem_safe_and_unique():
     names = sweep.run_names(["data.dataset", "model.n_head"], [("a/b c.txt", "1"), ("a_b c.txt", "1")])
     assert names[0].startswith("dataset=a_b_c.txt,n_head=1-") and names[0] != names[1]
     assert sweep.run_names(["model.dropout", "train.lr"], [("0.1", "3e-4")]) == ["dropout=0.1,lr=3e-4"]
+    combos = [(str(i), d) for i in range(10_000) for d in ("a/b", "a_b")]  # every name twice: all hashed
+    t0 = time.perf_counter()
+    names = sweep.run_names(["model.n_head", "data.dataset"], combos)
+    assert time.perf_counter() - t0 < 1.0  # in linear time (it took 2.3 s for 20,000)
+    assert len(set(names)) == len(combos) and all("-" in n for n in names)
+
+
+@pytest.mark.parametrize("argv, count", [
+    (["--grid", "model.n_head=3", "--seeds", "100000000"], "100,000,000 runs (1 combination(s) x 100,000,000"),
+    (["--grid", f"model.n_layer={','.join(map(str, range(1, 42)))}",
+      f"model.n_head={','.join(map(str, range(1, 26)))}"], "1,025 runs (1,025 combination(s) x 1 seed"),
+])
+def test_a_sweep_of_too_many_runs_is_refused_before_planning(tmp_path, monkeypatch, argv, count):
+    def planned(*args, **kwargs):
+        raise AssertionError("a combination was planned")
+    monkeypatch.setattr(sweep, "load_config", planned)
+    with pytest.raises(UserError, match=rf"--grid and --seeds ask for {re.escape(count)}.*at most 1,000"):
+        sweep.main([CONFIG, *argv, "--out", str(tmp_path / "sw")])
+
+
+def test_grid_values_the_config_reads_as_one_are_refused(tmp_path, monkeypatch):
+    fake = tmp_path / "fake_train.py"
+    fake.write_text("")  # nothing should run
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    for grid, match in (("model.n_layer=1,01,0x1", "--grid model.n_layer: 1 and 01 are the same value"),
+                        ("train.lr=1e-3,2e-3,0.001", "--grid train.lr: 1e-3 and 0.001 are the same value")):
+        with pytest.raises(UserError, match=match), contextlib.redirect_stdout(io.StringIO()):
+            sweep.main([CONFIG, "--grid", grid, *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
+        assert not (tmp_path / "sw").exists()
+
+
+def test_a_config_that_is_not_a_mapping_is_named(tmp_path):
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(UserError, match="list.yaml must hold a mapping"), contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([str(tmp_path / "list.yaml"), "--grid", "model.n_head=1,2", "--out", str(tmp_path / "sw")])
+
+
+FAKE_RUN_UNTIL_SIGTERM = """import json, os, pathlib, signal, sys, time
+out = pathlib.Path(json.loads([a.split('=', 1)[1] for a in sys.argv if a.startswith('train.out_dir=')][0]))
+out.mkdir(parents=True, exist_ok=True)
+def stop(signum, frame):  # train.py saves its checkpoint here
+    (out / 'stopped').write_text(str(signum))
+    sys.exit(128 + signum)
+signal.signal(signal.SIGTERM, stop)
+(out / 'pid').write_text(str(os.getpid()))
+time.sleep(30)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_sweep_stops_its_runs(tmp_path):
+    """SIGKILL leaves the sweep no handler to pass it on: the kernel sends its run SIGTERM, so the
+    run saves its checkpoint and exits instead of holding its folder (the rerun found it in use)."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(FAKE_RUN_UNTIL_SIGTERM)
+    driver = tmp_path / "driver.py"  # sweep.py with the stand-in train.py
+    driver.write_text(f"import pathlib, sys\nsys.path.insert(0, {str(ROOT)!r})\nimport sweep\n"
+                      f"sweep.TRAIN_PY = pathlib.Path({str(fake)!r})\nsweep.main(sys.argv[1:])\n")
+    run = tmp_path / "sw" / "n_head=1"
+    proc = subprocess.Popen([sys.executable, str(driver), CONFIG, "--grid", "model.n_head=1", *shrink(tmp_path / "p"),
+                             "--out", str(tmp_path / "sw")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (run / "pid").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (run / "pid").exists(), "the run never started"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while not (run / "stopped").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (run / "stopped").read_text() == str(int(signal.SIGTERM))
+    finally:
+        proc.kill()
+        if (run / "pid").exists() and not (run / "stopped").exists():  # do not leave it behind
+            with contextlib.suppress(OSError):
+                os.kill(int((run / "pid").read_text()), signal.SIGKILL)
 
 
 def test_compare_shows_the_differing_config_column(first_sweep, tmp_path):
@@ -309,6 +409,20 @@ def test_stats_mean_spread_and_interval():
     assert report.stats([5.0]) == {"mean": 5.0, "std": None, "lo": None, "hi": None, "n": 1}
 
 
+def test_a_diverged_seed_makes_its_settings_mean_nan_not_a_crash():
+    rows = [{"model.n_head": 1, "train.seed": 1, "best_val_loss": float("nan")},
+            {"model.n_head": 1, "train.seed": 2, "best_val_loss": 2.0},
+            {"model.n_head": 2, "train.seed": 1, "best_val_loss": float("inf")},
+            {"model.n_head": 2, "train.seed": 2, "best_val_loss": 1.0}]
+    groups = report.group_by_setting(rows, ["model.n_head", "train.seed"])
+    first, second = (g["stats"]["best_val_loss"] for g in groups)
+    assert first["mean"] != first["mean"] and first["n"] == 2 and first["std"] is None  # nan: no spread
+    assert second["mean"] == float("inf") and second["lo"] is None
+    table = report.summary_markdown(groups, ["best_val_loss"])
+    assert "| n_head=1 | 2 | nan |" in table and "| n_head=2 | 2 | inf |" in table
+    assert report.differences(groups) == []
+
+
 def test_only_intervals_that_do_not_overlap_are_called_different():
     rows = [{"model.n_head": h, "train.seed": s, "best_val_loss": v}
             for h, vals in ((1, [2.0, 2.1, 2.2]), (2, [1.0, 1.1, 1.2]), (4, [1.9, 2.3, 1.0]))
@@ -323,6 +437,7 @@ def test_sweep_with_seeds_and_probe_summarizes_each_setting(tmp_path):
     out = tmp_path / "sw"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMP_NUM_THREADS", "1")
+        mp.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # --jobs 2 on any machine
         result, printed = run_sweep([CONFIG, "--grid", "model.n_head=1,2", "--seeds", "2", "--probe", "--jobs", "2",
                                      "--probe-stories", "3", *shrink(tmp_path / "prepared"), "data.tokenizer=char",
                                      "--out", str(out), "--quiet"])  # two runs at a time

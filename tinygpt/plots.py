@@ -14,6 +14,7 @@ matplotlib is optional: without it the plot functions return None and the tables
 from __future__ import annotations
 
 import io
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Sequence
@@ -53,8 +54,11 @@ EARLY = 0.05  # the first 5% of the steps are left out when choosing the y-range
 def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> None:
     """Fit the y-axis to the curves (steps, losses), each after the first EARLY share of its steps,
     so that the step-0 loss (about ln(vocab)) does not squash the rest into a flat line; the
-    points left above the axis are counted in a note at its top."""
-    after = [y for steps, ys in curves if len(steps) for x, y in zip(steps, ys) if x > 0 and x >= EARLY * max(steps)]
+    points left above the axis are counted in a note at its top. A nan or inf loss (a diverged
+    run) is left out: matplotlib draws it as a gap."""
+    curves = [(steps, [y if math.isfinite(y) else math.nan for y in ys]) for steps, ys in curves]
+    after = [y for steps, ys in curves if len(steps) for x, y in zip(steps, ys)
+             if x > 0 and x >= EARLY * max(steps) and not math.isnan(y)]
     if not after:
         return
     low, high = min(after), max(after)
@@ -81,7 +85,7 @@ def plot_val_loss(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
         by_step: dict[float, list[float]] = {}
         for r in g["runs"]:
             for m in r.get("metrics", []):
-                if m.get("val_loss") is not None:
+                if m.get("val_loss") is not None and math.isfinite(m["val_loss"]):  # a diverged run: a gap
                     by_step.setdefault(m["step"], []).append(m["val_loss"])
         if not by_step:
             continue

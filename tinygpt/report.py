@@ -50,13 +50,14 @@ def differing_keys(summaries: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def stats(values: Sequence[float]) -> dict[str, float | int | None]:
-    """mean, std (n-1), the 95% interval of the mean and n; std and interval are None for n = 1."""
+    """mean, std (n-1), the 95% interval of the mean and n; std and interval are None for n = 1,
+    and when a value is nan or inf (a diverged run: its mean says so, a spread would not)."""
     n = len(values)
     if n == 0:
         return {"mean": None, "std": None, "lo": None, "hi": None, "n": 0}
     mean = statistics.fmean(values)
-    if n == 1:
-        return {"mean": mean, "std": None, "lo": None, "hi": None, "n": 1}
+    if n == 1 or not all(map(math.isfinite, values)):  # (statistics.stdev fails on nan and inf)
+        return {"mean": mean, "std": None, "lo": None, "hi": None, "n": n}
     std = statistics.stdev(values)
     half = (T95[n - 2] if n - 1 <= len(T95) else 1.96) * std / math.sqrt(n)
     return {"mean": mean, "std": std, "lo": mean - half, "hi": mean + half, "n": n}

@@ -216,12 +216,30 @@ def read_probe(run_dir: str | Path) -> dict[str, Any] | None:
         return None
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: '[' x 100,000
         raise UserError(f"{path} is damaged ({e}); delete it and probe again") from None
+    if not _is_probe(result):
+        raise UserError(f"{path} does not hold the probe's figures (sweep.py --probe writes them); delete it and "
+                        f"probe again")
     best = Path(run_dir) / "best.pt"
     if best.is_file() and result.get("checkpoint_mtime_ns") != best.stat().st_mtime_ns:
         return None  # a stale probe of older weights
     return result
+
+
+def _is_probe(result: Any) -> bool:
+    """Does `result` have the shape probe_columns reads (numbers where it takes numbers)?"""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    try:
+        attr, name = result["attention_attribute"]["best"], result["attention"]["best"]
+        return (number(result["references"])
+                and all(number(result["behaviour"][k]) for k in ("antecedent", "distractor", "other"))
+                and all(number(best[k]) for best in (attr, name) for k in ("layer", "head"))
+                and all(best["ratio"] is None or number(best["ratio"]) for best in (attr, name))  # None: no distractor seen
+                and number(attr["antecedent"]) and number(result.get("checkpoint_mtime_ns", 0)))
+    except (KeyError, TypeError, AttributeError):  # not a mapping, or a key missing at some level
+        return False
 
 
 # ---- summaries (sweep.py, compare.py) ----
@@ -261,7 +279,7 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         "run": label if label is not None else str(run_dir),
         "params": count_params(cfg.model),
         "status": status,
-        "best_val_loss": min(val) if val else None,
+        "best_val_loss": min((v for v in val if math.isfinite(v)), default=None),  # a diverged run's nan is no best
         "final_train_loss": train[-1] if train else None,  # the last row: the final eval's estimate
         "tokens_per_s": statistics.median(tok_s) if tok_s else None,
         "wall_s": max(elapsed) if elapsed else None,  # train.py's elapsed_s carries over a resume

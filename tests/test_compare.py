@@ -1,0 +1,46 @@
+"""Guards compare.py against what a run directory may hold besides a sound run: a diverged run's
+nan and inf losses (shown in the tables, left out of the plots), and a probe.json that is not the
+probe's figures (one line naming it)."""
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+
+import compare
+from tinygpt import runs
+from tinygpt.config import Config
+from tinygpt.errors import UserError
+
+
+def fake_run(path, seed: int, rows: list[tuple]) -> str:
+    """A run directory with config.yaml and metrics.csv (step, train_loss, val_loss), nothing trained."""
+    cfg = Config()
+    cfg.train.seed, cfg.train.max_iters = seed, rows[-1][0]
+    path.mkdir()
+    runs.write_config(path, cfg)
+    runs.write_metrics(path, [{"step": s, "train_loss": t, "val_loss": v} for s, t, v in rows])
+    return str(path)
+
+
+def test_a_diverged_run_is_tabulated_and_plotted_not_a_crash(tmp_path):
+    pytest.importorskip("matplotlib")
+    diverged = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9"), (20, "nan", "nan"), (21, "inf", "-inf")])
+    sound = fake_run(tmp_path / "b", 2, [(0, "4.1", "4.1"), (10, "3.8", "3.8"), (21, "3.7", "3.6")])
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        result = compare.main([diverged, sound, "--out", str(tmp_path / "cmp")])
+    assert "| a | 1 |" in printed.getvalue() and "| inf |" in printed.getvalue()  # final train loss: diverged
+    assert str(tmp_path / "cmp" / "val_loss.png") in result["plots"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        drawn = compare.main([diverged, sound, "--plot-only", "--out", str(tmp_path / "cmp")])
+    assert drawn["plots"][0] == str(tmp_path / "a" / "loss.png")
+
+
+@pytest.mark.parametrize("text", ['{"behaviour": 1}', "1e999999", "[" * 100_000, "[]", "{not json"],
+                         ids=["no references", "a number", "deep", "a list", "not json"])
+def test_a_probe_json_that_is_not_the_probes_figures_is_one_line(tmp_path, text):
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    (tmp_path / "a" / "probe.json").write_text(text)
+    with pytest.raises(UserError, match=r"a/probe.json (is damaged|does not hold the probe's figures)"):
+        compare.main([run, "--out", str(tmp_path / "cmp")])
