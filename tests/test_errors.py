@@ -781,6 +781,8 @@ def test_15_a_users_config_yaml_is_never_overwritten(tmp, run, capsys):
     assert files(folder) == {"config.yaml": CONFIG.encode()}
     own = tmp / "own_config"
     shutil.copytree(run, own)
+    text = (own / "config.yaml").read_text(encoding="utf-8")  # the header of tinygpt before 2026-11-29
+    (own / "config.yaml").write_text("# model.vocab_size = 60 (from the tokenizer)\n" + text.split("\n", 1)[1])
     resumed = in_process("train.py", [own / "config.yaml", "--resume", "--quiet", "--set", f"train.out_dir={own}",
                                       "train.max_iters=32", "train.eval_interval=32"], capsys)
     assert resumed.code == 0 and "done: step 32" in resumed.out, resumed.err

@@ -17,6 +17,7 @@ import csv
 import json
 import math
 import os
+import re
 import statistics
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -146,16 +147,17 @@ def write_config(out_dir: Path, cfg: Config) -> None:
 
 
 RESOLVED_HEADER = config_to_yaml(Config()).split("\n", 1)[0]  # the first line of every config.yaml a run writes
+OLD_HEADER = re.compile(r"# model\.vocab_size = \d+ \(from the tokenizer\)")  # the same, before 2026-11-29
 
 
 def _is_resolved_config(path: Path) -> bool:
-    """Does `path` start with RESOLVED_HEADER, as a config.yaml written by write_config does?"""
-    expected = (RESOLVED_HEADER + "\n").encode()
+    """Does `path` start with the header write_config gives a run's config.yaml (or gave it)?"""
     try:
         with open(path, "rb") as f:
-            return f.read(len(expected)) == expected
+            first = f.readline(200).decode("utf-8", "replace").rstrip("\n")
     except OSError:
         return False
+    return first == RESOLVED_HEADER or OLD_HEADER.fullmatch(first) is not None
 
 
 def read_config(run_dir: str | Path) -> Config:
