@@ -31,7 +31,7 @@ from model import GPT
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_to_dict, load_config
-from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli, short
+from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli, short, stop_on_sigterm
 from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
@@ -112,7 +112,8 @@ def load_init(cfg: Config) -> tuple[GPT, dict[str, Any]]:
     path = resolve_checkpoint(cfg.train.init_from)
     ckpt = load_checkpoint(path)
     model, init_cfg = model_from_checkpoint(ckpt, path)
-    cfg.model = replace(init_cfg.model, dropout=cfg.model.dropout)
+    # the vocabulary size comes from the data, as always: check_init_tokenizer then says whether it is theirs
+    cfg.model = replace(init_cfg.model, dropout=cfg.model.dropout, vocab_size=0)
     print(f"train.init_from: starting from {path} (step {ckpt['step']}), with its model config")
     return model, ckpt
 
@@ -332,6 +333,9 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
     check_run_dir(out_dir, args.resume)
     if t.tensorboard:
         require_tensorboard()
+        if (out_dir / "tensorboard").exists() and not (out_dir / "tensorboard").is_dir():
+            raise UserError(f"train.tensorboard: {out_dir / 'tensorboard'} is a file, and the logs go in a folder of "
+                            f"that name; move it, or choose another out_dir")
     init_model, init_ckpt = load_init(cfg) if t.init_from else (None, None)
     ckpt = load_resume(cfg, out_dir) if args.resume else None
     dtype = resolve_dtype(t.dtype, dist.device)  # "auto" -> the fastest dtype the hardware computes natively
@@ -383,6 +387,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
 
 
 if __name__ == "__main__":
+    stop_on_sigterm()  # before the loop (preparing data, building the model) a kill stops as Ctrl-C does
     # its work is the run directory: a reader of its output that leaves must not end it
     sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
     run_cli(main)

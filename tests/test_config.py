@@ -411,3 +411,20 @@ def test_a_tilde_of_no_user_is_refused_not_made_a_folder(tmp_path):
     # os.path.expanduser leaves '~nosuchuser/x' as it is: a run made a folder named '~nosuchuser'
     message = user_error(write(tmp_path, ""), ["train.out_dir=~nosuchuser_tinygpt/x"])
     assert "~nosuchuser_tinygpt names no user" in message
+
+
+def test_a_config_may_come_through_a_pipe_but_not_without_end(tmp_path):
+    read, write_end = os.pipe()
+    os.write(write_end, b"model: {n_layer: 3}\n")
+    os.close(write_end)
+    try:
+        assert load_config(f"/dev/fd/{read}").model.n_layer == 3  # train.py <(...): it said "not found"
+    finally:
+        os.close(read)
+    big = write(tmp_path, "# " + "x" * (2 << 20) + "\n")
+    assert "over 1,048,576 bytes" in user_error(big)
+
+
+def test_an_empty_prepared_dir_is_refused(tmp_path):
+    # it prepared into the current folder
+    assert "data.prepared_dir=''" in user_error(write(tmp_path, ""), ["data.prepared_dir="])

@@ -218,8 +218,12 @@ def stall(self, *args, **kwargs):  # the temp folder holds train.bin and val.bin
         time.sleep(120)
     return write_text(self, *args, **kwargs)
 pathlib.Path.write_text = stall
-sys.argv[0] = "data.prepare"
-runpy.run_module("data.prepare", run_name="__main__")
+if sys.argv[1] == "train.py":  # train.py, which prepares its data itself
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+else:
+    sys.argv[0] = "data.prepare"
+    runpy.run_module("data.prepare", run_name="__main__")
 """
 
 
@@ -269,6 +273,24 @@ def test_1_sigterm_while_preparing_is_one_line_and_leaves_nothing(tmp):
         proc.wait()
     one_line(result, code=128 + signal.SIGTERM)  # `interrupted`, exit 143
     assert temp_folders(prepared) == []
+
+
+def test_1_sigterm_while_train_py_prepares_its_data_leaves_nothing(tmp):
+    """Before its loop (preparing data, building the model) train.py died silently at SIGTERM, its
+    out_dir left holding a .lock; now it stops as Ctrl-C does."""
+    prepared, out = tmp / "prepared_train_terminated", tmp / "refused" / "terminated"
+    proc = subprocess.Popen([sys.executable, "-c", STALL, "train.py", tmp / "config.yaml", "--quiet", "--set",
+                             f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={prepared}",
+                             f"train.out_dir={out}"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        read_until(proc.stdout, b"writing")
+        proc.send_signal(signal.SIGTERM)
+        result = Result(proc.wait(timeout=120), "", proc.stderr.read().decode())
+    finally:
+        proc.kill()
+        proc.wait()
+    one_line(result, code=128 + signal.SIGTERM)
+    assert temp_folders(prepared) == [] and not out.exists()
 
 
 def test_2_resume_after_the_dataset_changed_is_refused(tmp, capsys):
@@ -701,7 +723,7 @@ def test_12_ctrl_c_while_sampling_preparing_and_training_twice(tmp, run):
         wait_for(lambda: (out / "ckpt.pt").exists() or procs["train"].poll() is not None)
         time.sleep(0.5)  # past step 0's save and the signal check after it: inside the long step
         procs["train"].send_signal(signal.SIGINT)
-        time.sleep(0.2)
+        time.sleep(1.5)  # past StopFlag.GRACE_S: a second Ctrl-C, not a duplicate of the first
         procs["train"].send_signal(signal.SIGINT)
         results = {name: Result(p.wait(timeout=120), "", p.stderr.read().decode()) for name, p in procs.items()}
     finally:
@@ -760,6 +782,23 @@ def test_14_a_list_used_as_a_yaml_key(tmp, capsys):
 
 
 # ======== 15-16: small things ========
+
+
+def test_9_init_from_with_another_tokenizer_names_it(tmp, run, capsys):
+    """It blamed model.vocab_size, a key the config does not hold."""
+    out = tmp / "refused" / "init_word"
+    result = in_process("train.py", [*sets(tmp, out, f"train.init_from={run}", "data.tokenizer=word"), "--quiet"], capsys)
+    one_line(result, f"train.init_from='{run}' was trained with another tokenizer")
+
+
+def test_15_a_file_named_tensorboard_in_out_dir_is_one_line(tmp, capsys):
+    pytest.importorskip("tensorboard")
+    folder = tmp / "refused" / "tb_file"
+    folder.mkdir(parents=True)
+    (folder / "tensorboard").write_text("mine")
+    result = in_process("train.py", [*sets(tmp, folder, "train.tensorboard=true"), "--quiet"], capsys)
+    one_line(result, "tensorboard is a file")
+    assert [p.name for p in folder.iterdir()] == ["tensorboard"]
 
 
 def test_15_a_users_loss_png_is_never_overwritten(tmp, capsys):

@@ -135,6 +135,27 @@ def test_signal_saves_a_checkpoint_and_stops(corpus, tmp_path, signum):
     assert load_checkpoint(run / "ckpt.pt")["step"] == step + 3
 
 
+def test_a_second_sigterm_during_the_step_still_saves(corpus, tmp_path):
+    """torchrun, a job scheduler or a process-group kill signals the launcher and the worker
+    together, and the launcher passes its signal on: the worker got two SIGTERMs at once, stopped
+    unsaved (exit 130) and lost the steps since its last checkpoint. A duplicate is now ignored."""
+    run = tmp_path / "run"
+    # 400 micro-steps per step: the step after step 0's save lasts long enough for both signals
+    args = train_args(corpus, run, "train.max_iters=100000", "train.eval_interval=100000", "train.grad_accum=400")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "ckpt.pt").exists():
+        time.sleep(0.05)
+    time.sleep(0.3)  # inside step 1
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)  # the first handler has run (Python merges a signal that is pending twice)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and err == "interrupted\n", err[-2000:]
+    assert load_checkpoint(run / "ckpt.pt")["step"] >= 1  # the step under way finished and saved
+
+
 @pytest.mark.parametrize("buffered", [False, True])
 def test_a_closed_stdout_does_not_stop_training(corpus, tmp_path, buffered):
     """`train.py | head -1`: the reader of stdout leaves early, and the training goes on to its end,

@@ -85,6 +85,7 @@ MAX_INT = 2**63 - 1  # every integer setting fits in 64 bits (torch's seeds, siz
 
 MAX_DEPTH = 50  # nesting levels; a config needs 2
 MAX_THREADS = 1024  # train.threads: libgomp crashes (a segfault, no message) asked for 100,000
+MAX_CONFIG_BYTES = 1 << 20  # a config file; ours are under 1 KB
 MAX_NODES = 10_000  # values after expanding aliases; a config has ~50
 
 
@@ -304,12 +305,17 @@ def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path} is a directory; give a config file (.yaml), e.g. configs/stories.yaml")
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"config file not found: {path}")
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:  # a file, or a pipe (train.py <(...)): read to the limit, never whole
+            data = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise UserError(f"cannot read config file {path}: {e.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise UserError(f"{path} is refused: it is over {MAX_CONFIG_BYTES:,} bytes, and a config is a few plain keys")
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not valid YAML: it is not UTF-8 text ({e.reason} at byte {e.start})") from None
     try:
@@ -400,6 +406,7 @@ def validate(cfg: Config, source: str) -> None:
     need(bool(DEVICES.match(t.device)), "train.device", t.device, "must be auto, cpu, cuda, cuda:N or mps")
     need(t.dtype in DTYPES, "train.dtype", t.dtype, f"must be one of {', '.join(DTYPES)}")
     need(bool(t.out_dir.strip()), "train.out_dir", t.out_dir, "must be a directory path")
+    need(bool(d.prepared_dir.strip()), "data.prepared_dir", d.prepared_dir, "must be a directory path")
     need(t.plot in ("end", "eval", "never"), "train.plot", t.plot, "must be end, eval or never")
     need(0 <= t.threads <= MAX_THREADS, "train.threads", t.threads,
          f"must be in 0..{MAX_THREADS} (0 = the free cores; more threads than cores only slow it down)")

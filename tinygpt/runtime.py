@@ -198,16 +198,23 @@ class Distributed:
 
 class StopFlag:
     """Turns SIGINT/SIGTERM into a flag the training loop checks between steps (it then saves and
-    exits); a second signal stops at once (KeyboardInterrupt)."""
+    exits). A second Ctrl-C more than GRACE_S later stops at once (KeyboardInterrupt), unsaved;
+    any other second signal is a duplicate and is ignored: torchrun, a job scheduler or a process
+    group kill signals the launcher and the worker together, and the launcher passes its signal on,
+    so the worker gets two within milliseconds and must still save."""
+
+    GRACE_S = 1.0
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self._at = 0.0
         self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def _handle(self, signum: int, frame) -> None:
-        if self.signum is not None:  # a second Ctrl-C: stop now
+        if self.signum is None:
+            self.signum, self._at = signum, time.monotonic()
+        elif signum == signal.SIGINT and time.monotonic() - self._at > self.GRACE_S:  # a second Ctrl-C: stop now
             raise KeyboardInterrupt
-        self.signum = signum
 
     def restore(self) -> None:
         for s, handler in self._old.items():
