@@ -13,8 +13,9 @@ the data settings) holds train.bin and val.bin (uint16 token ids when the vocabu
 uint32; read with np.memmap), tokenizer.json and meta.json (counts, and a digest of the tokens and
 the tokenizer: a checkpoint records it, so `--resume` on changed data is refused). It is built in a
 temp folder and renamed into place, so an interrupted preparation leaves nothing half-written; a
-damaged folder (a truncated array, a broken JSON file) is rebuilt. train.py calls `prepare` itself,
-so running this script first is optional.
+damaged folder (a truncated array, a broken JSON file) is rebuilt; a source file that changes while
+it is prepared is refused (its size and mtime, taken before and after). train.py calls `prepare`
+itself, so running this script first is optional.
 """
 from __future__ import annotations
 
@@ -67,6 +68,9 @@ def source_files(dataset: str) -> list[Path]:
         if not files:
             raise UserError(f"data.dataset={dataset!r}: the folder holds no .txt files")
         return files
+    if path.exists():  # a FIFO would block the read forever, a device never ends
+        raise UserError(f"data.dataset={dataset!r} is not a regular file (a device, a pipe or a socket); "
+                        f"give a .txt file or a folder of them")
     raise UserError(f"data.dataset={dataset!r} is neither {' nor '.join(BUILTIN)} nor an existing "
                     f".txt file or folder")
 
@@ -134,6 +138,20 @@ def _fingerprint(d: DataConfig) -> dict:
         settings["files"] = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
                              for f in source_files(d.dataset)]
     return settings
+
+
+def _check_unchanged(d: DataConfig, before: dict) -> None:
+    """Refuse a source file that changed while it was read and tokenized: meta.json would record
+    its new size and mtime beside the tokens of its old text, and that folder would be reused."""
+    try:
+        after = _fingerprint(d)
+    except (UserError, OSError):  # deleted meanwhile
+        after = {}
+    old = {f[0]: f[1:] for f in before.get("files", [])}
+    new = {f[0]: f[1:] for f in after.get("files", [])}
+    changed = [path for path in sorted(old.keys() | new.keys()) if old.get(path) != new.get(path)]
+    if changed:
+        raise UserError(f"data.dataset: {changed[0]} changed while it was being prepared; run again")
 
 
 def prepared_dir(d: DataConfig) -> Path:
@@ -217,13 +235,14 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
         raise UserError(f"data.prepared_dir={short(d.prepared_dir)} cannot be created: {why}") from None
     check_memory({"corpus": corpus_memory(d)}, torch.device("cpu"), f"preparing data.dataset={short(d.dataset)}",
                  "use a smaller dataset" + (" (data.stories_chars)" if d.dataset == "stories" else ""))
+    settings = _fingerprint(d)  # before reading: what the tokens are of
     text = load_text(d)
     tokenizer = build_tokenizer(d.tokenizer, text, compact=d.compact_vocab, bpe_vocab_size=d.bpe_vocab_size)
     ids = _encode(tokenizer, text, show_progress)
     n_val = int(len(ids) * d.val_fraction)
     dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
     train, val = ids[: len(ids) - n_val].astype(dtype), ids[len(ids) - n_val:].astype(dtype)
-    meta = {"settings": _fingerprint(d), "vocab_size": tokenizer.vocab_size, "dtype": np.dtype(dtype).name,
+    meta = {"settings": settings, "vocab_size": tokenizer.vocab_size, "dtype": np.dtype(dtype).name,
             "train_tokens": int(len(train)), "val_tokens": int(len(val)), "chars": len(text),
             "digest": _digest(tokenizer, train, val)}
     # another process preparing the same data at the same time: whichever finishes first stays
@@ -232,6 +251,7 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
         val.tofile(tmp / "val.bin")
         (tmp / "tokenizer.json").write_text(json.dumps(tokenizer.to_dict()))
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        _check_unchanged(d, settings)  # last, before the folder is renamed into place
     return out
 
 

@@ -339,3 +339,105 @@ def test_learning_never_makes_a_token_beyond_the_limit():
     tok = tk.LearnedBPETokenizer(tk.learn_bpe_merges(text, 200))
     assert max(len(t) for t in tok.encoding.token_byte_values()) == tk.MAX_TOKEN_BYTES
     assert tok.decode(tok.encode(text)) == text
+
+
+def _rescanning_learn_bpe_merges(text: str, n_merges: int) -> list[tuple[int, int]]:
+    """learn_bpe_merges as it was until 2026-12 (commit 56e5381), which rescanned every piece
+    holding the merged pair: minutes for a text without spaces (one piece). The faster learner
+    must make exactly its merges."""
+    import regex
+    from collections import Counter, defaultdict
+    counts = Counter(regex.findall(tk.GPT2_SPLIT, text))
+    pieces = [list(piece.encode("utf-8")) for piece in counts]
+    weight = list(counts.values())
+    length = [1] * 256
+    pairs: Counter = Counter()
+    where: dict = defaultdict(set)
+
+    def count(i, ids):
+        for pair in zip(ids, ids[1:]):
+            if length[pair[0]] + length[pair[1]] <= tk.MAX_TOKEN_BYTES:
+                pairs[pair] += weight[i]
+                where[pair].add(i)
+
+    for i, ids in enumerate(pieces):
+        count(i, ids)
+    merges = []
+    while len(merges) < n_merges and pairs:
+        best = max(pairs.items(), key=lambda item: (item[1], -item[0][0], -item[0][1]))[0]
+        new = 256 + len(merges)
+        merges.append(best)
+        length.append(length[best[0]] + length[best[1]])
+        for i in where.pop(best, ()):
+            ids = pieces[i]
+            for pair in zip(ids, ids[1:]):
+                if pair in pairs:
+                    pairs[pair] -= weight[i]
+                    if pairs[pair] <= 0:
+                        del pairs[pair]
+            out, j = [], 0
+            while j < len(ids):
+                if j + 1 < len(ids) and (ids[j], ids[j + 1]) == best:
+                    out.append(new)
+                    j += 2
+                else:
+                    out.append(ids[j])
+                    j += 1
+            pieces[i] = out
+            count(i, out)
+    return merges
+
+
+def _random_text(n: int, alphabet: str, seed: int = 0) -> str:
+    import random
+    rng = random.Random(seed)
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def _shakespeare() -> str:
+    from conftest import SHARED_DATA
+    path = SHARED_DATA / "tinyshakespeare.txt"
+    if not path.is_file():
+        pytest.skip(f"no tiny shakespeare ({path})")
+    return path.read_text(encoding="utf-8")
+
+
+def _stories() -> str:
+    from data.stories import generate_stories
+    return generate_stories()[0]
+
+
+@pytest.mark.parametrize("text, n_merges", [
+    pytest.param(_shakespeare, 768, id="shakespeare"),
+    pytest.param(_stories, 1024 - 256, id="stories"),
+    pytest.param(_random_text(4_000, "abcdefghij"), 768, id="letters without spaces"),
+    pytest.param(_random_text(6_000, "ab"), 300, id="two letters"),
+    pytest.param(_random_text(30_000, "abcde  \n"), 768, id="letters and spaces"),
+    pytest.param(_random_text(10_000, "aé東🙂 ,.\n1'"), 500, id="unicode and punctuation"),
+    pytest.param(" ".join("a" * k for k in range(1, 60)) + " " + "b" * 33 + "\n" * 9, 200, id="runs"),
+    pytest.param("aaaaaaa", 10, id="aaaaaaa"),
+    pytest.param(("=" * 5000 + "\n") * 20 + "the cat sat on the mat\n" * 20, 300, id="5000 ="),
+    pytest.param(UNICODE_PARAGRAPH * 40 + "🙂" * 300, 300, id="unicode paragraph"),
+])
+def test_learned_merges_are_exactly_the_rescanning_learners(text, n_merges):
+    # the same counts (overlapping pairs: "aaa" holds (a, a) twice), ties, merges left to right
+    text = text() if callable(text) else text
+    assert tk.learn_bpe_merges(text, n_merges) == _rescanning_learn_bpe_merges(text, n_merges)
+
+
+def test_learned_merges_are_exactly_the_rescanning_learners_under_a_small_length_limit(monkeypatch):
+    for limit in (2, 3, 5):
+        monkeypatch.setattr(tk, "MAX_TOKEN_BYTES", limit)
+        for seed, alphabet in enumerate(["a", "ab", "abc ", "é🙂a ", "=\n"]):
+            text = _random_text(3000, alphabet, seed)
+            assert tk.learn_bpe_merges(text, 200) == _rescanning_learn_bpe_merges(text, 200), (limit, alphabet)
+
+
+def test_learning_a_text_without_spaces_takes_a_moment():
+    # one 100 KB piece: the rescanning learner took ~30 s (200 KB 66 s, 1 MB 6 minutes), as each
+    # merge read the whole piece again; a merge now costs the occurrences it merges (~0.3 s)
+    import time
+    text = _random_text(100_000, "abcdefghij")
+    t0 = time.perf_counter()
+    merges = tk.learn_bpe_merges(text, 768)
+    assert len(merges) == 768 and time.perf_counter() - t0 < 5

@@ -486,50 +486,90 @@ GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s
 def learn_bpe_merges(text: str, n_merges: int) -> list[tuple[int, int]]:
     """Byte-level BPE learned on `text`, as GPT-2's was: split the text with GPT-2's regex, start
     from single bytes, and merge the most frequent adjacent pair of tokens (counted over the
-    pieces, weighted by how often each piece occurs; the lowest new token on a tie) until n_merges
-    merges are made or no pair is left. Returns the merges in order: merge i makes token 256 + i
-    from the tokens (left, right). Pair counts are updated incrementally, only for the pieces a
-    merge touches, so a corpus of a few megabytes learns in seconds."""
+    pieces, weighted by how often each piece occurs; on a tie the lowest left token, then the
+    lowest right one) until n_merges merges are made or no pair is left. Returns the merges in
+    order: merge i makes token 256 + i from the tokens (left, right).
+
+    A merge costs what it changes, not the length of the pieces it touches (a megabyte without a
+    space is one piece): every distinct piece is a linked list of tokens, every pair keeps the
+    nodes where it starts, and a merge visits only those nodes, updating the counts of the pairs
+    beside them. The most frequent pair comes off a heap of (-count, pair), which breaks ties by
+    the lowest pair; an entry whose count is no longer its pair's is stale and skipped."""
     import regex  # tiktoken's own dependency: GPT-2's pattern needs Unicode classes (\p{L})
-    from collections import Counter, defaultdict
-    counts = Counter(regex.findall(GPT2_SPLIT, text))
-    pieces = [list(piece.encode("utf-8")) for piece in counts]  # each piece as its token ids
-    weight = list(counts.values())
+    from array import array
+    from collections import Counter
+    from heapq import heappop, heappush
+    # one node per byte of each distinct piece; arrays, not lists, as a piece can be the whole text
+    token = array("i")  # node -> its token; -1 once merged into the node before it
+    weight = array("q")  # node -> how often its piece occurs in the text
+    nxt, prv = array("q"), array("q")  # node -> the next and the previous node of its piece, or -1
+    for piece, n in Counter(regex.findall(GPT2_SPLIT, text)).items():
+        ids, start = piece.encode("utf-8"), len(token)
+        token.extend(ids)
+        weight.extend([n] * len(ids))
+        nxt.extend(range(start + 1, start + len(ids)))
+        nxt.append(-1)
+        prv.append(-1)
+        prv.extend(range(start, start + len(ids) - 1))
     length = [1] * 256  # bytes of each token
-    pairs: Counter = Counter()  # (left, right) -> weighted count, of the pairs short enough to merge
-    where: dict[tuple[int, int], set[int]] = defaultdict(set)  # pair -> pieces that hold it
+    pairs: dict[tuple[int, int], int] = {}  # (left, right) -> weighted count, of the pairs short enough to merge
+    where: dict[tuple[int, int], array] = {}  # pair -> the nodes where it starts (or once did)
+    changed: set[tuple[int, int]] = set()  # pairs whose count changed since the heap last heard
 
-    def count(i: int, ids: list[int]) -> None:
-        for pair in zip(ids, ids[1:]):
-            if length[pair[0]] + length[pair[1]] <= MAX_TOKEN_BYTES:
-                pairs[pair] += weight[i]
-                where[pair].add(i)
+    def count(node: int, sign: int) -> None:
+        """Add (sign 1) or remove (-1) the pair that starts at node, if it has one."""
+        right = nxt[node]
+        if right < 0:
+            return
+        pair = (token[node], token[right])
+        if length[pair[0]] + length[pair[1]] <= MAX_TOKEN_BYTES:
+            pairs[pair] = pairs.get(pair, 0) + sign * weight[node]
+            changed.add(pair)
+            if sign > 0:
+                where.setdefault(pair, array("q")).append(node)
 
-    for i, ids in enumerate(pieces):
-        count(i, ids)
+    heap: list[tuple[int, tuple[int, int]]] = []  # (-count, pair): the most frequent, then the lowest pair first
+
+    def settle() -> None:
+        """Tell the heap the new counts; a pair counted 0 is gone for good (pairs appear only beside
+        the token just made)."""
+        for pair in changed:
+            if pairs[pair] > 0:
+                heappush(heap, (-pairs[pair], pair))
+            else:
+                del pairs[pair]
+                where.pop(pair, None)
+        changed.clear()
+
+    for node in range(len(token)):
+        count(node, 1)
+    settle()
     merges: list[tuple[int, int]] = []
-    while len(merges) < n_merges and pairs:
-        best = max(pairs.items(), key=lambda item: (item[1], -item[0][0], -item[0][1]))[0]
+    while len(merges) < n_merges and heap:
+        minus_count, best = heappop(heap)
+        if pairs.get(best) != -minus_count:
+            continue  # stale: the pair's count changed since, or it is gone
         new = 256 + len(merges)
         merges.append(best)
         length.append(length[best[0]] + length[best[1]])
-        for i in where.pop(best, ()):
-            ids = pieces[i]
-            for pair in zip(ids, ids[1:]):  # forget this piece's pairs, merge, count them again
-                if pair in pairs:
-                    pairs[pair] -= weight[i]
-                    if pairs[pair] <= 0:
-                        del pairs[pair]
-            out, j = [], 0
-            while j < len(ids):
-                if j + 1 < len(ids) and (ids[j], ids[j + 1]) == best:
-                    out.append(new)
-                    j += 2
-                else:
-                    out.append(ids[j])
-                    j += 1
-            pieces[i] = out
-            count(i, out)
+        # left to right within a piece, so "aaa" merges its first two a's, as a scan would
+        for node in sorted(where[best]):
+            right = nxt[node]
+            if right < 0 or (token[node], token[right]) != best:
+                continue  # no longer here: e.g. the middle a of "aaa", taken by the merge before
+            before, after = prv[node], nxt[right]
+            if before >= 0:
+                count(before, -1)
+            count(node, -1)
+            count(right, -1)
+            token[node], token[right] = new, -1
+            nxt[node] = after
+            if after >= 0:
+                prv[after] = node
+            if before >= 0:
+                count(before, 1)
+            count(node, 1)
+        settle()
     return merges
 
 
