@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import platform
 import resource
 import statistics
@@ -30,12 +31,12 @@ import torch
 
 from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
-from tinygpt.checkpoint import atomic_write_text, check_writable
+from tinygpt.checkpoint import atomic_write_text, check_writable, regular_file_target
 from tinygpt.config import Config, load_config
-from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.errors import ArgParser, UserError, run_cli, stop_on_sigterm
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
-                             compile_decoding, following_free_cores, keep_freed_memory, model_memory, peak_flops,
-                             resolve_device, sync)
+                             compile_decoding, following_free_cores, keep_freed_memory, model_memory,
+                             parent_death_signal, peak_flops, resolve_device, sync)
 from tinygpt.training import make_optimizer, train_step
 
 
@@ -263,10 +264,13 @@ BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monoton
 @contextmanager
 def busy_process(seconds: float = 120.0) -> Iterator[None]:
     """One competing busy process beside the benchmark (a Python spin loop, like a busy browser tab),
-    stopped on exit and ending by itself after `seconds` whatever happens to us."""
-    proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(seconds=seconds)])
-    time.sleep(0.3)  # let it get going
+    stopped on exit (Ctrl-C and SIGTERM included), killed with us on Linux (even by SIGKILL), and
+    ending by itself after `seconds` whatever happens to us. In its own session, so that a Ctrl-C in
+    the terminal reaches only us (it would print the loop's KeyboardInterrupt traceback)."""
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(seconds=seconds)], start_new_session=True,
+                            preexec_fn=parent_death_signal())
     try:
+        time.sleep(0.3)  # let it get going (a SIGTERM here, too, must not leave it spinning)
         yield
     finally:
         proc.kill()
@@ -359,11 +363,23 @@ def check_args(args) -> list[str]:
             raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be >= 1")
     if args.gen_embd % args.gen_heads:
         raise UserError(f"--gen-embd={args.gen_embd} is not divisible by --gen-heads={args.gen_heads}")
-    if args.json is not None and Path(args.json).is_dir():
-        raise UserError(f"--json {args.json} is a folder; give a file name, e.g. {Path(args.json) / 'bench.json'}")
-    if args.json:  # the folder it goes in, checked now: a refusal after the benchmark loses its results
-        check_writable(Path(args.json).parent, "folder of --json")
+    if args.json is not None:
+        check_json_target(args.json)
     return dtypes
+
+
+def check_json_target(text: str) -> None:
+    """Refuse a --json path the results cannot be written to now: a refusal after the benchmark
+    loses its results (minutes of measurement)."""
+    if not text:  # Path('') is '.', the current folder
+        raise UserError("--json '' is an empty path; give a file name, e.g. --json bench.json")
+    if Path(text).is_dir():
+        raise UserError(f"--json {text} is a folder; give a file name, e.g. {Path(text) / 'bench.json'}")
+    try:
+        target = regular_file_target(Path(text))  # /dev/null or a pipe: the write would replace it
+    except UserError as e:
+        raise UserError(f"--json: {e}") from None
+    check_writable(target.parent, "folder of --json")
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -488,4 +504,5 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    stop_on_sigterm()  # a kill stops it as Ctrl-C does: the busy process is stopped, one line says so
     run_cli(main)

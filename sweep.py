@@ -8,11 +8,12 @@ n_embd=64 with n_head=3) is skipped with a note. Each valid one trains into its 
 under the sweep folder (default out/sweeps/<config stem>), named after its values, e.g.
 `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at max_iters),
 resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
-checkpoint. A run directory it cannot reuse (trained with other settings, say another --set, or
-holding best.pt but no ckpt.pt) refuses the sweep before anything is trained, the folder's report
-left as it was. At the end it prints the table and writes results.md, results.csv, summary.csv,
-val_loss.png and settings.png (with matplotlib) into the sweep folder: the same report as
-compare.py.
+checkpoint. A second sweep on the same folder while one runs is refused at once, one line naming
+the other's process id (the sweep folder is locked for the whole sweep). A run directory it cannot
+reuse (trained with other settings, say another --set, or holding best.pt but no ckpt.pt) refuses
+the sweep before anything is trained, the folder's report left as it was. At the end it prints
+the table and writes results.md, results.csv, summary.csv, val_loss.png and settings.png (with
+matplotlib) into the sweep folder: the same report as compare.py.
 
 One run per setting says little: runs differ from seed to seed. `--seeds N` trains every setting
 with N seeds (a `train.seed` grid key: seed=1337, seed=1338, ...), and the report then gives, per
@@ -40,7 +41,6 @@ a user error in the sweep's own arguments or a run directory it cannot reuse.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import itertools
 import json
@@ -66,7 +66,8 @@ from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
-from tinygpt.runs import read_probe, summarize_run, write_probe
+from tinygpt.runs import read_probe, run_lock, summarize_run, write_probe
+from tinygpt.runtime import parent_death_signal
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
@@ -80,6 +81,7 @@ MAX_RUNS = 1_000
 REUSABLE_ACROSS = {"train.out_dir", "train.max_iters", "train.device", "train.compile", "train.threads", "train.plot",
                    "train.tf32",
                    "model.vocab_size"}
+SWEEP_LOCK = ".sweep.lock"  # in the sweep folder while a sweep uses it (runs.run_lock)
 
 # ---- the grid ----
 
@@ -142,29 +144,6 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def parent_death_signal():
-    """On Linux, a preexec_fn that makes the kernel send SIGTERM to a run when the sweep dies, even
-    by SIGKILL, when no handler of ours runs: the run then saves its checkpoint and exits instead of
-    training on alone, holding its run directory (a rerun would find it in use). None elsewhere (or
-    without prctl): there a run outlives a killed sweep.
-
-    The signal comes when the *thread* that started the run ends: the main thread, or a pool
-    thread, which lives until every run has ended."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here: the child only calls it
-    except (OSError, AttributeError):
-        return None
-    sweep_pid = os.getpid()
-
-    def die_with_the_sweep() -> None:
-        prctl(1, ctypes.c_ulong(signal.SIGTERM))  # PR_SET_PDEATHSIG (linux/prctl.h)
-        if os.getppid() != sweep_pid:  # the sweep died before the line above: no signal will come
-            os._exit(1)
-    return die_with_the_sweep
-
-
 class Runner:
     """Runs train.py subprocesses, up to `jobs` at once, and passes each Ctrl-C or SIGTERM the sweep
     receives to every running one.
@@ -184,7 +163,7 @@ class Runner:
         self.env = None
         if jobs > 1 and not os.environ.get("OMP_NUM_THREADS"):
             self.env = {**os.environ, "OMP_NUM_THREADS": str(max(1, usable_cores() // jobs))}
-        self.preexec_fn = parent_death_signal()
+        self.preexec_fn = parent_death_signal()  # a run gets SIGTERM if the sweep dies
 
     def say(self, line: str) -> None:
         with self.lock:
@@ -425,7 +404,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
         first = load_config(args.config, args.set).train.seed
         grid[SEED] = [str(first + i) for i in range(args.seeds)]
     out = args.out if args.out is not None else Path("out/sweeps") / Path(args.config).stem
-    check_writable(out, "--out")  # before any training, not at the report
+    # the folder checked (writable) and held before any training: a second sweep on it is refused at once
+    with run_lock(out, "--out", "sweep", SWEEP_LOCK):
+        return train_grid(args, grid, out)
+
+
+def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
+    """Plan the grid's runs, train them and write the report, the sweep folder held."""
     plan = make_plan(args, grid, out)
     check_reusable(plan)
 

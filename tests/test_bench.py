@@ -1,9 +1,15 @@
 """bench.py end to end on a tiny model: every section runs and reports sane, self-consistent figures.
-Flags out of range (counts beyond their bound, a --json path through a file) are refused before any work."""
+Flags out of range (counts beyond their bound, a --json path through a file, to a device or a pipe,
+or empty) are refused before any work. A stopped bench stops its busy process (--under-load)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,8 +55,14 @@ def test_bench_reports_every_section(bench_run):
     assert g["same_text"] and g["n_tokens"] == 20 and g["cached_tokens_per_s"] > 0
 
 
+POSIX = pytest.mark.skipif(os.name != "posix", reason="a device and a named pipe by their POSIX paths")
+
+
 @pytest.mark.parametrize("flags, match", [
     (["--json", "{tmp}/afile/x.json"], "folder of --json .*afile is a file"),
+    pytest.param(["--json", "/dev/null"], "--json: cannot write /dev/null: it is not a regular file", marks=POSIX),
+    pytest.param(["--json", "{tmp}/fifo"], "--json: cannot write .*fifo: it is not a regular file", marks=POSIX),
+    (["--json", ""], "--json '' is an empty path; give a file name"),
     (["--gen-tokens", "1000000000000"], r"--gen-tokens=1000000000000 must be in \[0, 10,000\]"),
     (["--loss-steps", "1000000000000"], r"--loss-steps=1000000000000 must be in \[0, 10,000\]"),
     (["--steps", "10001"], r"--steps=10001 must be in \[0, 10,000\]")])
@@ -58,6 +70,8 @@ def test_bench_refuses_flags_before_any_work(tmp_path, monkeypatch, flags, match
     import bench
     from tinygpt.errors import UserError
     (tmp_path / "afile").write_text("a file, not a folder")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "fifo")
     monkeypatch.setattr(bench, "prepare", lambda cfg: pytest.fail("the benchmark started"))
     with pytest.raises(UserError, match=match):
         bench.main([str(ROOT / "configs/stories.yaml"), *[f.format(tmp=tmp_path) for f in flags]])
@@ -113,6 +127,58 @@ def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path
             assert r["idle_threads"] == r["loaded_threads"] == 1
         else:  # the policy: the free cores, and one fewer beside the busy process
             assert 1 <= r["idle_threads"] <= cores and 1 <= r["loaded_threads"] <= max(1, cores - 1)
+
+
+def busy_child(pid: int) -> int | None:
+    """The pid of bench.busy_process's spin loop among pid's children, or None."""
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):  # each thread's
+        with contextlib.suppress(OSError):  # (a thread or child that ended meanwhile)
+            for child in children.read_text().split():
+                if "time.monotonic()" in Path(f"/proc/{child}/cmdline").read_text():
+                    return int(child)
+    return None
+
+
+def running(pid: int) -> bool:
+    """Is pid a live process (not gone, not a zombie that nobody reaped yet)?"""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("signum, code, stderr", [(signal.SIGTERM, 143, "interrupted\n"), (signal.SIGKILL, -9, "")],
+                         ids=["SIGTERM", "SIGKILL"])
+def test_a_stopped_bench_stops_its_busy_process(tmp_path, signum, code, stderr):
+    """bench.py --under-load stopped beside its busy process: SIGTERM is one line, exit 143, and the
+    busy process stopped on the way out; after a SIGKILL, when nothing of bench's runs, the kernel
+    stops it (it spun on for 2 minutes)."""
+    with (tmp_path / "stderr").open("w") as err:  # not a pipe: the busy process holds it too
+        proc = subprocess.Popen([sys.executable, str(ROOT / "bench.py"), str(ROOT / "configs/stories.yaml"), "--set",
+                                 "data.stories_chars=20000", f"data.prepared_dir={tmp_path / 'prepared'}",
+                                 "model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32",
+                                 "train.batch_size=4", "train.device=cpu", "--steps", "0", "--gen-tokens", "0",
+                                 "--dtypes", "float32", "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32",
+                                 "--gen-block", "64", "--under-load"], stdout=subprocess.DEVNULL,
+                                stderr=err, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    busy = None
+    try:
+        deadline = time.monotonic() + 120
+        while busy is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            busy = busy_child(proc.pid)
+        assert busy is not None, "no busy process started"
+        proc.send_signal(signum)
+        assert proc.wait(timeout=60) == code and (tmp_path / "stderr").read_text() == stderr
+        deadline = time.monotonic() + 5
+        while running(busy) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not running(busy), "the busy process spins on"
+    finally:
+        proc.kill()
+        if busy is not None and running(busy):  # do not leave it behind
+            os.kill(busy, signal.SIGKILL)
 
 
 def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, tmp_path):

@@ -509,7 +509,7 @@ def test_8_an_unreadable_file_is_refused(tmp, capsys, monkeypatch, what):
     target = tmp / "config.yaml" if what == "config" else tmp / "corpus_unreadable.txt"
     if what == "dataset":
         target.write_text(make_text(seed=3))
-    method = "read_text" if what == "config" else "read_bytes"
+    method = "open" if what == "config" else "read_bytes"
     real = getattr(Path, method)
 
     def deny(self, *a, **kw):

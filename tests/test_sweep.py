@@ -7,7 +7,8 @@ with one row per valid run and the documented columns. Running it again over n_h
 nothing finished (ckpt.pt untouched) and resumes a run stopped with --stop-at; with another --set
 it is refused before training anything, its report left as it was. A bad grid key is one line and
 exit 2, as are too many runs, equal grid values and --jobs beyond the cores; a SIGKILLed sweep's
-run gets SIGTERM. compare.py shows the config column that differs; `compare.py --plot-only` draws
+run gets SIGTERM; a second sweep on a folder a live sweep holds is refused before it plans.
+compare.py shows the config column that differs; `compare.py --plot-only` draws
 each run's loss.png and the val-loss comparison, its legend naming the varied values; plot_run
 returns None without matplotlib and writes a PNG with it, its y-axis fitted below the step-0 loss. Ctrl-C reaches every running run once (a stand-in
 train.py, one run at a time and two) and starts no other; the seeds-and-probe sweep trains two runs
@@ -333,6 +334,15 @@ time.sleep(30)
 """
 
 
+def written(path: Path) -> str:
+    """What the stand-in run wrote into `path` so far ('' before it made the file, and until it
+    wrote into it: polled, it can be seen empty)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_killed_sweep_stops_its_runs(tmp_path):
     """SIGKILL leaves the sweep no handler to pass it on: the kernel sends its run SIGTERM, so the
@@ -347,20 +357,61 @@ def test_a_killed_sweep_stops_its_runs(tmp_path):
                              "--out", str(tmp_path / "sw")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
-        while not (run / "pid").exists() and proc.poll() is None and time.monotonic() < deadline:
+        while not written(run / "pid") and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert (run / "pid").exists(), "the run never started"
+        assert written(run / "pid"), "the run never started"
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 5
-        while not (run / "stopped").exists() and time.monotonic() < deadline:
+        while not written(run / "stopped") and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert (run / "stopped").read_text() == str(int(signal.SIGTERM))
+        assert written(run / "stopped") == str(int(signal.SIGTERM))
     finally:
         proc.kill()
-        if (run / "pid").exists() and not (run / "stopped").exists():  # do not leave it behind
+        if written(run / "pid") and not (run / "stopped").exists():  # do not leave it behind
             with contextlib.suppress(OSError):
-                os.kill(int((run / "pid").read_text()), signal.SIGKILL)
+                os.kill(int(written(run / "pid")), signal.SIGKILL)
+
+
+def test_a_second_sweep_on_the_same_folder_is_refused_at_once(tmp_path, monkeypatch):
+    """Two sweeps on one --out each failed the runs the other was training and restarted its live
+    ones: while one runs (a real process, its run a stand-in waiting for SIGTERM), the second is
+    refused before it plans anything, naming the first's pid, the folder untouched. The lock dies
+    with the first sweep, even by SIGKILL: then the folder can be taken."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(FAKE_RUN_UNTIL_SIGTERM)
+    driver = tmp_path / "driver.py"  # sweep.py with the stand-in train.py
+    driver.write_text(f"import pathlib, sys\nsys.path.insert(0, {str(ROOT)!r})\nimport sweep\n"
+                      f"sweep.TRAIN_PY = pathlib.Path({str(fake)!r})\nsweep.main(sys.argv[1:])\n")
+    out, run = tmp_path / "sw", tmp_path / "sw" / "n_head=1"
+    argv = [CONFIG, "--grid", "model.n_head=1", *shrink(tmp_path / "p"), "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, str(driver), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not written(run / "pid") and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert written(run / "pid"), "the first sweep's run never started"
+        monkeypatch.setattr(sweep, "TRAIN_PY", tmp_path / "nothing.py")  # (were it not refused: no real training)
+        with pytest.raises(UserError) as refused, contextlib.redirect_stdout(io.StringIO()) as printed:
+            sweep.main(argv)
+        assert str(refused.value) == (f"--out={str(out)!r} is in use by another sweep (process {proc.pid}); "
+                                      f"wait for it to end, or choose another --out")
+        assert printed.getvalue() == ""  # not even planned
+        assert sorted(p.name for p in out.iterdir()) == [".sweep.lock", "n_head=1"]
+        assert sorted(p.name for p in run.iterdir()) == ["pid"]  # its live run untouched
+        proc.kill()
+        proc.wait()
+        with runs.run_lock(out, "--out", "sweep", sweep.SWEEP_LOCK):  # the killed sweep's lock is gone with it
+            assert (out / sweep.SWEEP_LOCK).read_text() == f"{os.getpid()}\n"
+        assert not (out / sweep.SWEEP_LOCK).exists()
+    finally:
+        proc.kill()
+        deadline = time.monotonic() + 5  # its run gets SIGTERM (PR_SET_PDEATHSIG): let it go first
+        while written(run / "pid") and not (run / "stopped").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if written(run / "pid") and not (run / "stopped").exists():  # do not leave it behind
+            with contextlib.suppress(OSError):
+                os.kill(int(written(run / "pid")), signal.SIGKILL)
 
 
 def test_compare_shows_the_differing_config_column(first_sweep, tmp_path):

@@ -308,7 +308,7 @@ def read_yaml(path: str | Path) -> Any:
     if not path.exists():
         raise UserError(f"config file not found: {path}")
     try:
-        with open(path, "rb") as f:  # a file, or a pipe (train.py <(...)): read to the limit, never whole
+        with path.open("rb") as f:  # a file, or a pipe (train.py <(...)): read to the limit, never whole
             data = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise UserError(f"cannot read config file {path}: {e.strerror}") from None

@@ -43,25 +43,29 @@ LOCK = ".lock"
 
 
 @contextmanager
-def run_lock(out_dir: Path) -> Iterator[None]:
-    """Hold out_dir for one training: a second train.py on the same folder is refused with one
-    line instead of mixing two runs' files. The lock is the operating system's (flock), so a
-    process that dies, even by SIGKILL, releases it, and the stale .lock file it leaves is taken
-    over. Folders this creates are removed again if the run wrote nothing into them."""
-    check_writable(out_dir, "train.out_dir")
+def run_lock(out_dir: Path, setting: str = "train.out_dir", user: str = "training",
+             name: str = LOCK) -> Iterator[None]:
+    """Hold out_dir for one training (or, with sweep.py's arguments, one sweep: `setting` names
+    the folder in messages, `user` the kind of holder, `name` the lock file): a second one on the
+    same folder is refused with one line instead of mixing two runs' files. The lock is the
+    operating system's (flock), so a process that dies, even by SIGKILL, releases it, and the
+    stale lock file it leaves is taken over. Folders this creates are removed again if nothing
+    was written into them."""
+    check_writable(out_dir, setting)
     created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except (OSError, UnicodeEncodeError) as e:  # e.g. under /proc, or a lone surrogate ('\ud800') in the name
         _remove_empty(created)
         why = "a character the file system cannot encode" if isinstance(e, UnicodeEncodeError) else e.strerror
-        raise UserError(f"train.out_dir={short(str(out_dir))} cannot be created: {why}") from None
-    fd = _acquire(out_dir / LOCK, out_dir)
+        raise UserError(f"{setting}={short(str(out_dir))} cannot be created: {why}") from None
+    fd = _acquire(out_dir / name, f"{setting}={str(out_dir)!r} is in use by another {user}",
+                  setting.removeprefix("train."))
     try:
         yield
     finally:
         with suppress(OSError):  # (Windows cannot remove an open file: it stays, and is taken over)
-            (out_dir / LOCK).unlink(missing_ok=True)  # before releasing it: see _acquire
+            (out_dir / name).unlink(missing_ok=True)  # before releasing it: see _acquire
         os.close(fd)
         _remove_empty(created)
 
@@ -75,7 +79,7 @@ def _remove_empty(folders: list[Path]) -> None:
             break
 
 
-def _acquire(path: Path, out_dir: Path) -> int:
+def _acquire(path: Path, in_use: str, setting: str) -> int:
     """Open and lock `path` without waiting; the file holds the holder's pid for the message."""
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -87,8 +91,7 @@ def _acquire(path: Path, out_dir: Path) -> int:
         except OSError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise UserError(f"train.out_dir={str(out_dir)!r} is in use by another training (process {holder}); "
-                            f"wait for it to end, or choose another out_dir") from None
+            raise UserError(f"{in_use} (process {holder}); wait for it to end, or choose another {setting}") from None
         # the holder removes the file just before releasing it: if ours is no longer the file at
         # `path`, another process may lock the new one, so start again
         try:

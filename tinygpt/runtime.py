@@ -11,6 +11,7 @@ same dtype, in the same process.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import io
 import os
@@ -219,6 +220,29 @@ class StopFlag:
     def restore(self) -> None:
         for s, handler in self._old.items():
             signal.signal(s, handler)
+
+
+def parent_death_signal() -> Callable[[], None] | None:
+    """On Linux, a subprocess preexec_fn that makes the kernel send the child SIGTERM when this
+    process dies, even by SIGKILL, when no cleanup of ours runs: a sweep's train.py then saves its
+    checkpoint and exits instead of training on alone, holding its run directory; bench's busy
+    process stops spinning. None elsewhere (or without prctl): there a child outlives us.
+
+    The signal comes when the *thread* that started the child ends: start children from a thread
+    that outlives them (the main thread, or a pool thread that lives until every run has ended)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def die_with_the_parent() -> None:
+        prctl(1, ctypes.c_ulong(signal.SIGTERM))  # PR_SET_PDEATHSIG (linux/prctl.h)
+        if os.getppid() != parent:  # the parent died before the line above: no signal will come
+            os._exit(1)
+    return die_with_the_parent
 
 
 # ---- CPU threads: as many as the cores other processes leave free ----
