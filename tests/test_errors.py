@@ -263,16 +263,19 @@ def test_1_sigterm_while_preparing_is_one_line_and_leaves_nothing(tmp):
     """SIGTERM (kill) stops a preparation as Ctrl-C does, with its own exit code: it used to die
     silently, 143, its temp folder left behind."""
     prepared = tmp / "prepared_terminated"
-    proc = stalled_prepare(tmp, prepared)
+    one_line(terminated_while_writing(stalled_prepare(tmp, prepared)), code=128 + signal.SIGTERM)  # `interrupted`
+    assert temp_folders(prepared) == []
+
+
+def terminated_while_writing(proc: subprocess.Popen) -> Result:
+    """SIGTERM to a stalled preparation (STALL) once it writes: its exit code and stderr."""
     try:
         read_until(proc.stdout, b"writing")
         proc.send_signal(signal.SIGTERM)
-        result = Result(proc.wait(timeout=120), "", proc.stderr.read().decode())
+        return Result(proc.wait(timeout=120), "", proc.stderr.read().decode())
     finally:
         proc.kill()
         proc.wait()
-    one_line(result, code=128 + signal.SIGTERM)  # `interrupted`, exit 143
-    assert temp_folders(prepared) == []
 
 
 def test_1_sigterm_while_train_py_prepares_its_data_leaves_nothing(tmp):
@@ -282,14 +285,7 @@ def test_1_sigterm_while_train_py_prepares_its_data_leaves_nothing(tmp):
     proc = subprocess.Popen([sys.executable, "-c", STALL, "train.py", tmp / "config.yaml", "--quiet", "--set",
                              f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={prepared}",
                              f"train.out_dir={out}"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        read_until(proc.stdout, b"writing")
-        proc.send_signal(signal.SIGTERM)
-        result = Result(proc.wait(timeout=120), "", proc.stderr.read().decode())
-    finally:
-        proc.kill()
-        proc.wait()
-    one_line(result, code=128 + signal.SIGTERM)
+    one_line(terminated_while_writing(proc), code=128 + signal.SIGTERM)
     assert temp_folders(prepared) == [] and not out.exists()
 
 
