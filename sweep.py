@@ -60,7 +60,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from tinygpt.checkpoint import check_writable, load_checkpoint, load_model
+from tinygpt.checkpoint import load_checkpoint, load_model
 from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
 from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli
