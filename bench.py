@@ -372,6 +372,8 @@ def check_json_target(text: str) -> None:
     loses its results (minutes of measurement)."""
     if not text:  # Path('') is '.', the current folder
         raise UserError("--json '' is an empty path; give a file name, e.g. --json bench.json")
+    if text.endswith("/"):  # Path drops the slash: it would write a file named like the folder
+        raise UserError(f"--json {text} names a folder (it ends in /); give a file name, e.g. {text}bench.json")
     if Path(text).is_dir():
         raise UserError(f"--json {text} is a folder; give a file name, e.g. {Path(text) / 'bench.json'}")
     try:

@@ -64,6 +64,15 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
+def file_arg(text: str) -> Path:
+    """A file's path flag: path_arg's, and no trailing '/' (Path drops it: a file would be written
+    under the name of the folder meant)."""
+    if text.endswith("/"):
+        raise argparse.ArgumentTypeError(f"{text} ends in '/', which names a folder; give a file name, e.g. "
+                                         f"{text}page.html")
+    return path_arg(text)
+
+
 def build_parser() -> ArgParser:
     p = ArgParser(prog="sample.py", description="Generate text from a trained tinygpt run.")
     p.add_argument("run", help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
@@ -106,7 +115,7 @@ def build_parser() -> ArgParser:
     view.add_argument("--attention-png", type=path_arg, default=None, metavar="DIR",
                       help="also save one heatmap PNG per layer into DIR, heads as subplots (needs "
                            "matplotlib; implies --show-attention)")
-    view.add_argument("--attention-html", type=path_arg, default=None, metavar="FILE",
+    view.add_argument("--attention-html", type=file_arg, default=None, metavar="FILE",
                       help="write an interactive attention explorer over the prompt and the generated text: "
                            "one self-contained HTML page (FILE_sampleN.html for several samples)")
     return p

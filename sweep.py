@@ -404,6 +404,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         first = load_config(args.config, args.set).train.seed
         grid[SEED] = [str(first + i) for i in range(args.seeds)]
     out = args.out if args.out is not None else Path("out/sweeps") / Path(args.config).stem
+    if any((out / name).is_file() for name in ("ckpt.pt", "best.pt")):  # its report would mix with a run's files
+        raise UserError(f"--out={str(out)!r} holds a training run (its ckpt.pt); a sweep writes its runs and its "
+                        f"report into --out: choose another folder")
     # the folder checked (writable) and held before any training: a second sweep on it is refused at once
     with run_lock(out, "--out", "sweep", SWEEP_LOCK):
         return train_grid(args, grid, out)

@@ -63,6 +63,7 @@ POSIX = pytest.mark.skipif(os.name != "posix", reason="a device and a named pipe
     pytest.param(["--json", "/dev/null"], "--json: cannot write /dev/null: it is not a regular file", marks=POSIX),
     pytest.param(["--json", "{tmp}/fifo"], "--json: cannot write .*fifo: it is not a regular file", marks=POSIX),
     (["--json", ""], "--json '' is an empty path; give a file name"),
+    (["--json", "{tmp}/newdir/"], "names a folder"),  # it wrote a file named newdir
     (["--gen-tokens", "1000000000000"], r"--gen-tokens=1000000000000 must be in \[0, 10,000\]"),
     (["--loss-steps", "1000000000000"], r"--loss-steps=1000000000000 must be in \[0, 10,000\]"),
     (["--steps", "10001"], r"--steps=10001 must be in \[0, 10,000\]")])

@@ -16,6 +16,7 @@ own, tokenizer included, is tests/test_export_pipeline.py.
 from __future__ import annotations
 
 import json
+import stat
 import shutil
 
 import pytest
@@ -318,3 +319,19 @@ def test_gpt2_saved_by_transformers_imports(tmp_path, capsys):
     (tmp_path / "hf" / "config.json").write_text(json.dumps({**config_json, "activation_function": "gelu_new"}))
     hf.load_hf_gpt2(tmp_path / "hf")
     assert "tanh-approximated GELU" in capsys.readouterr().err
+
+
+def test_the_current_folder_is_never_replaced_and_a_folder_keeps_its_mode(tmp_path, monkeypatch):
+    # `export.py RUN .` replaced the folder the shell stood in; an existing folder lost its setgid mode
+    run, _, _ = make_run(tmp_path)
+    here = tmp_path / "here"
+    (here / "sub").mkdir(parents=True)
+    monkeypatch.chdir(here / "sub")
+    with pytest.raises(UserError, match="holds the current folder"):
+        export.main([run, "."])
+    assert (here / "sub").is_dir() and list((here / "sub").iterdir()) == []
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o2770)
+    export.main([run, str(shared)])
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o2770 and sorted(p.name for p in shared.iterdir()) == sorted(hf.HF_FILES)

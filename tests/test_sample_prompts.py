@@ -118,6 +118,12 @@ def test_an_empty_path_is_refused(tiny_stories_run, flag, tmp_path, monkeypatch)
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_html_path_ending_in_a_slash_is_refused(tiny_stories_run, tmp_path):
+    # Path drops the slash: a page was written as a file named like the folder meant
+    refused([tiny_stories_run, "--list-vocab", "--attention-html", f"{tmp_path}/newhtml/"], "ends in '/'")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_prompt_file_over_the_limit_is_refused_by_its_size(tiny_stories_run, tmp_path):
     big = tmp_path / "big.txt"
     with open(big, "wb") as f:

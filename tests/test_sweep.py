@@ -149,6 +149,15 @@ def test_bad_grid_key_is_one_line_exit_2(tmp_path):
     assert result.stderr.startswith("error: --grid model.n_heads:") and not (tmp_path / "sw").exists()
 
 
+def test_an_out_folder_holding_a_training_run_is_refused(tmp_path, monkeypatch):
+    # the sweep's report and runs were mixed into the run's own folder
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ckpt.pt").write_bytes(b"a run's checkpoint")
+    with pytest.raises(UserError, match="holds a training run"):
+        sweep.main([CONFIG, "--grid", "model.n_head=1", "--out", str(tmp_path / "run"), *shrink(tmp_path / "p")])
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["ckpt.pt"]
+
+
 def test_a_closed_stdout_does_not_stop_the_sweep(tmp_path):
     """`sweep.py ... | head -1`: every run still trains to its end and the report is written (the
     sweep ended at its next print, exit 0, the rest of the grid never trained)."""

@@ -268,8 +268,9 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
     """['model.n_head=8', 'train.lr=3e-4'] -> {'model': {'n_head': 8}, 'train': {'lr': '3e-4'}}.
 
     Values are parsed as YAML scalars, so 8 is an int, true a bool, and 'abc' a string; a key
-    that takes a string (a path, a name) keeps the text as typed: out_dir=~ is the home folder,
-    not YAML's null, and out_dir=2024 the folder 2024, not a number."""
+    that takes a string (a path, a name) keeps its text where YAML would read another type:
+    out_dir=~ is the home folder, not YAML's null, and out_dir=2024 the folder 2024, not a number
+    (the text is still YAML: ' #' starts a comment, quotes are taken off)."""
     nested: dict[str, dict] = {}
     for item in overrides:
         key, sep, text = item.partition("=")

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import stat
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -298,7 +299,14 @@ def whole_folder(out_dir: Path, names: Sequence[str], force: bool) -> Iterator[P
         return False
 
     # resolved: "." has no name to put a temp folder beside, and a symlinked folder stays a link
-    with atomic_dir(out_dir.resolve(), keep_existing) as tmp:
+    target = out_dir.resolve()
+    if target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
+        raise UserError(f"output folder {out_dir} holds the current folder, and the output replaces it whole: "
+                        f"name a new folder, e.g. {out_dir / 'hf'}")
+    mode = stat.S_IMODE(target.stat().st_mode) if target.is_dir() else None
+    with atomic_dir(target, keep_existing) as tmp:
+        if mode is not None:  # the folder it replaces keeps its permissions (a group's setgid folder, say)
+            tmp.chmod(mode)
         yield tmp
 
 
