@@ -46,7 +46,7 @@ from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import check_writable, load_model
 from tinygpt.config import MAX_THREADS
-from tinygpt.errors import ArgParser, UserError, run_cli, short
+from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli, short
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device)
 from tinygpt.tokenizer import encode_prompt
@@ -303,9 +303,11 @@ def steps_rows(tokenizer, steps: Iterator[Step], args) -> Iterator[tuple[int, st
 def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     """Print num_samples continuations, streaming each token (or, with --show-steps, a table of the
     steps then the text), and the attention tables asked for; return the generated texts."""
-    out = out or sys.stdout
     args = build_parser().parse_args(argv)
     check_args(args)
+    if out is None and (args.attention_html or args.attention_png):  # files asked for: a reader that
+        out = ReaderMayLeave(sys.stdout, "stdout")  # leaves (| head) must not end their writing
+    out = out or sys.stdout
     prompt = read_prompt(args)
     device = resolve_device(args.device)
     model, cfg, tokenizer, _ = load_model(args.run, device)
