@@ -287,7 +287,9 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                     run.elapsed = time.perf_counter() - speed["t_start"]
                     run.save("ckpt.pt")
                     why = "interrupted" if stop.signum is not None else "stopped"
-                    bar.write(f"{why} at step {run.step}: saved {run.out_dir / 'ckpt.pt'}; continue with --resume")
+                    # on stderr if stdout's reader left (| head): how to continue must still be read
+                    bar.write(f"{why} at step {run.step}: saved {run.out_dir / 'ckpt.pt'}; continue with --resume",
+                              file=sys.stderr if getattr(sys.stdout, "left", False) else None)
                     return why
             if run.threads is not None:
                 run.threads.update()  # follow the cores other processes leave free (checked once a second)

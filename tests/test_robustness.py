@@ -177,6 +177,27 @@ def test_a_closed_stdout_does_not_stop_training(corpus, tmp_path, buffered):
     assert err == "warning: stdout was closed (its reader left); going on without printing there\n"
 
 
+def test_after_a_closed_stdout_ctrl_c_says_how_to_continue_on_stderr(corpus, tmp_path):
+    """The note "saved ...; continue with --resume" went to the closed stdout: nobody read it."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"),
+                             *train_args(corpus, run, "train.max_iters=100000", "train.eval_interval=100000")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout.readline().startswith("model:")
+    proc.stdout.close()
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "ckpt.pt").exists():  # step 0's eval: stdout written, found closed
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, err[-2000:]
+    lines = err.splitlines()
+    assert lines[0].startswith("warning: stdout was closed") and "continue with --resume" in lines[1]
+    assert lines[-1] == "interrupted"
+
+
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     run = tmp_path / "run"
     done = subprocess.run([sys.executable, str(ROOT / "train.py"),

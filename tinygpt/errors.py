@@ -113,6 +113,7 @@ class ReaderMayLeave:
 
     def __init__(self, stream, name: str) -> None:
         self.stream, self.name = stream, name
+        self.left = False  # the reader left: what must still be read goes to stderr
 
     def write(self, text: str) -> int:
         try:
@@ -128,6 +129,7 @@ class ReaderMayLeave:
             self._drop()
 
     def _drop(self) -> None:
+        self.left = True
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, self.stream.fileno())
         os.close(devnull)
