@@ -378,7 +378,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
     finally:
         if run.board is not None:
             run.board.close()
-    if run.exit_code:  # the note above went to stdout; stderr gets run_cli's line for Ctrl-C
+    if run.exit_code:  # a signal stopped it (saved): the one line run_cli prints for Ctrl-C, with its exit code
         if dist.master:
             print("interrupted", file=sys.stderr)
         sys.exit(run.exit_code)

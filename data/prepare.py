@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # `python data/prepare.py`: the repository root i
 import numpy as np
 import torch
 
-from tinygpt.checkpoint import atomic_dir, atomic_write, check_writable, sweep_temp_files
+from tinygpt.checkpoint import atomic_dir, atomic_write, check_writable, make_folder, sweep_temp_files
 from tinygpt.config import Config, DataConfig, load_config
 from tinygpt.errors import ArgParser, UserError, run_cli, short, stop_on_sigterm
 from tinygpt.runtime import check_memory
@@ -56,11 +56,7 @@ def _is_builtin(dataset: str) -> bool:
 
 def source_files(dataset: str) -> list[Path]:
     """The .txt files a path dataset stands for; a UserError if there are none."""
-    try:
-        path = Path(dataset).expanduser()
-    except RuntimeError:  # '~name' of no user (config.py's expansion left it as it was)
-        raise UserError(f"data.dataset={short(dataset)}: its '~' names no user of this machine (no home folder "
-                        f"to expand it to)") from None
+    path = Path(dataset).expanduser()  # ('~name' of no user is refused by config.py before this)
     if path.is_file():
         return [path]
     if path.is_dir():
@@ -228,11 +224,7 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     if _is_current(out, d):
         return out
     check_writable(out.parent, "data.prepared_dir")  # before the work, not after it
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except (OSError, UnicodeEncodeError) as e:  # e.g. under /proc, or a lone surrogate ('\ud800') in the name
-        why = "a character the file system cannot encode" if isinstance(e, UnicodeEncodeError) else e.strerror
-        raise UserError(f"data.prepared_dir={short(d.prepared_dir)} cannot be created: {why}") from None
+    make_folder(out.parent, "data.prepared_dir")
     check_memory({"corpus": corpus_memory(d)}, torch.device("cpu"), f"preparing data.dataset={short(d.dataset)}",
                  "use a smaller dataset" + (" (data.stories_chars)" if d.dataset == "stories" else ""))
     settings = _fingerprint(d)  # before reading: what the tokens are of

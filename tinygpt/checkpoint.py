@@ -149,6 +149,29 @@ def check_writable(path: str | Path, what: str) -> None:
         raise UserError(f"{named} is not writable: {existing} takes no new file ({e.strerror})") from None
 
 
+def make_folder(path: Path, what: str) -> list[Path]:
+    """mkdir -p `path`; returns the folders it created, innermost first (remove_empty takes them
+    away again). One that cannot be made (under /proc, a lone surrogate in its name) is a one-line
+    UserError naming the setting `what`, and nothing made is left behind."""
+    created = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (OSError, UnicodeEncodeError) as e:
+        remove_empty(created)
+        why = "a character the file system cannot encode" if isinstance(e, UnicodeEncodeError) else e.strerror
+        raise UserError(f"{what}={short(str(path))} cannot be created: {why}") from None
+    return created
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove the folders (innermost first) that make_folder created; stop at the first that is not empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except (OSError, UnicodeEncodeError):  # (a name the file system cannot encode was never created)
+            break
+
+
 def fsync_dir(folder: Path) -> None:
     try:
         dir_fd = os.open(folder, os.O_RDONLY)

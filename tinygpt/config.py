@@ -231,9 +231,10 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
             raise UserError(f"{key}={short(value)} ({source}) holds a NUL character")
         if key in PATHS:
             value = os.path.expanduser(value)
-            if value.startswith("~") and value.split("/", 1)[0] != "~":  # '~name' of no user was left as it was
-                raise UserError(f"{key}={short(value)} ({source}): {value.split('/', 1)[0]} names no user of this "
-                                f"machine (no home folder to expand it to)")
+            user = value.split("/", 1)[0]
+            if user.startswith("~") and user != "~":  # '~name' of no user: expanduser left it as it was
+                raise UserError(f"{key}={short(value)} ({source}): {user} names no user of this machine (no home "
+                                f"folder to expand it to)")
         return value
     raise UserError(f"{key}={short(value)} ({source}) must be of type {typ.__name__}, "
                     f"not {type(value).__name__}")

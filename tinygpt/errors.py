@@ -104,12 +104,13 @@ def stop_on_sigterm() -> None:
 
 
 class ReaderMayLeave:
-    """sys.stdout or sys.stderr for a command whose work is its files, not its output (train.py):
-    when the reader leaves (`train.py | head`, a `tee` that died), a write would raise
-    BrokenPipeError and end the work early. This drops the output instead (its file descriptor
-    now points at os.devnull, so buffered text and later writes vanish) and the work goes on; a
-    closed stdout is said once on stderr. (For sample.py the output is the work: `sample.py |
-    head` ends there, exit 0; see run_cli.)"""
+    """sys.stdout or sys.stderr for a command whose work is its files, not its output (train.py,
+    sweep.py, sample.py writing attention pages): when the reader leaves (`train.py | head`, a
+    `tee` that died), a write would raise BrokenPipeError and end the work early. This drops the
+    output instead (its file descriptor now points at os.devnull, so buffered text and later writes
+    vanish) and the work goes on; a closed stdout is said once on stderr, and `left` tells what
+    must still be read to go to stderr. (When the output is the work, `sample.py | head` ends there,
+    exit 0; see run_cli.)"""
 
     def __init__(self, stream, name: str) -> None:
         self.stream, self.name = stream, name

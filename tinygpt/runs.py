@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import atomic_write_text, check_writable
+from tinygpt.checkpoint import atomic_write_text, check_writable, make_folder, remove_empty
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
-from tinygpt.errors import UserError, short
+from tinygpt.errors import UserError
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
     import fcntl
@@ -52,13 +52,7 @@ def run_lock(out_dir: Path, setting: str = "train.out_dir", user: str = "trainin
     stale lock file it leaves is taken over. Folders this creates are removed again if nothing
     was written into them."""
     check_writable(out_dir, setting)
-    created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except (OSError, UnicodeEncodeError) as e:  # e.g. under /proc, or a lone surrogate ('\ud800') in the name
-        _remove_empty(created)
-        why = "a character the file system cannot encode" if isinstance(e, UnicodeEncodeError) else e.strerror
-        raise UserError(f"{setting}={short(str(out_dir))} cannot be created: {why}") from None
+    created = make_folder(out_dir, setting)
     fd = _acquire(out_dir / name, f"{setting}={str(out_dir)!r} is in use by another {user}",
                   setting.removeprefix("train."))
     try:
@@ -67,16 +61,7 @@ def run_lock(out_dir: Path, setting: str = "train.out_dir", user: str = "trainin
         with suppress(OSError):  # (Windows cannot remove an open file: it stays, and is taken over)
             (out_dir / name).unlink(missing_ok=True)  # before releasing it: see _acquire
         os.close(fd)
-        _remove_empty(created)
-
-
-def _remove_empty(folders: list[Path]) -> None:
-    """Remove the folders (innermost first) a run created; stop at the first that is not empty."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except (OSError, UnicodeEncodeError):  # (a name the file system cannot encode was never created)
-            break
+        remove_empty(created)
 
 
 def _acquire(path: Path, in_use: str, setting: str) -> int:

@@ -248,6 +248,14 @@ def parent_death_signal() -> Callable[[], None] | None:
 # ---- CPU threads: as many as the cores other processes leave free ----
 
 
+def usable_cpus() -> set[int]:
+    """The CPUs this process may run on: its affinity mask on Linux, else every CPU."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return set(range(os.cpu_count() or 1))
+
+
 def _proc_stat() -> list[list[str]]:
     """/proc/stat's lines split into fields (Linux), else no lines."""
     try:
@@ -301,10 +309,7 @@ class ThreadPolicy:
     (`fixed`, train.threads: N, or OMP_NUM_THREADS=N) for bit-identical repeats and resumes."""
 
     def __init__(self, max_threads: int | None = None, fixed: int = 0, interval_s: float = 1.0):
-        try:
-            self.cpus = set(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            self.cpus = set(range(os.cpu_count() or 1))
+        self.cpus = usable_cpus()
         if max_threads is None:
             env = os.environ.get("OMP_NUM_THREADS", "")
             max_threads = int(env) if env.isdigit() and int(env) > 0 else len(self.cpus)
