@@ -35,7 +35,8 @@ from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli, short,
 from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
-                             emulated_dtype_warning, keep_freed_memory, peak_flops, resolve_device, resolve_dtype)
+                             emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory, peak_flops,
+                             resolve_device, resolve_dtype)
 from tinygpt.tensorboard_log import PROMPT_TOKENS, TensorBoardLog, require_tensorboard
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step
 
@@ -278,7 +279,8 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
         while True:
             if (run.step % t.eval_interval == 0 or run.step == t.max_iters) and run.step != run.resumed_at:
                 losses = evaluate(run, metrics, speed["t_start"])
-                bar.write(f"step {run.step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+                if dist.master:  # (tqdm's write prints even where its bar is off)
+                    bar.write(f"step {run.step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             if run.step >= t.max_iters:
                 return "done"
             # a signal is checked every step alone, at log steps under DDP (all processes stop together)
@@ -288,8 +290,9 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                     run.save("ckpt.pt")
                     why = "interrupted" if stop.signum is not None else "stopped"
                     # on stderr if stdout's reader left (| head): how to continue must still be read
-                    bar.write(f"{why} at step {run.step}: saved {run.out_dir / 'ckpt.pt'}; continue with --resume",
-                              file=sys.stderr if getattr(sys.stdout, "left", False) else None)
+                    if dist.master:
+                        bar.write(f"{why} at step {run.step}: saved {run.out_dir / 'ckpt.pt'}; continue with --resume",
+                                  file=sys.stderr if getattr(sys.stdout, "left", False) else None)
                     return why
             if run.threads is not None:
                 run.threads.update()  # follow the cores other processes leave free (checked once a second)
@@ -392,4 +395,4 @@ if __name__ == "__main__":
     stop_on_sigterm()  # before the loop (preparing data, building the model) a kill stops as Ctrl-C does
     # its work is the run directory: a reader of its output that leaves must not end it
     sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
-    run_cli(main)
+    exit_as_torchrun_worker(lambda: run_cli(main))  # under torchrun, without Python's shutdown (see there)

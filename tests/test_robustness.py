@@ -58,7 +58,8 @@ def test_ddp_two_processes_match_one_process(corpus, tmp_path):
                            str(ROOT / "train.py"), *train_args(corpus, ddp, "train.max_iters=20", "train.batch_size=4")],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.count("parameters") == 1  # only rank 0 prints
+    assert done.stdout.count("parameters") == 1  # only rank 0 prints: the model line, each eval, the end
+    assert done.stdout.count("step 20: train loss") == 1 and done.stdout.count("done: step 20") == 1, done.stdout
     a, b = metrics(single), metrics(ddp)
     assert [r["step"] for r in a] == [r["step"] for r in b]
     for ra, rb in zip(a, b):  # stated tolerance: 1e-3 (float summation order differs across processes)

@@ -269,3 +269,27 @@ def test_compiled_decoding_falls_back_to_the_model_with_one_warning(tiny_model_c
     log = io.StringIO()  # block_size 1: every step refills the window, there is no step to compile
     assert runtime.compile_decoding(GPT(replace(tiny_model_config, block_size=1)), log=log) is None
     assert log.getvalue() == ""
+
+
+@pytest.mark.parametrize("ending, code, said", [("sys.exit(3)", 3, ""), ("None", 0, ""),
+                                                 ("sys.exit('why')", 1, "why"), ("1 / 0", 1, "ZeroDivisionError")])
+def test_a_torchrun_worker_exits_with_its_code_without_pythons_shutdown(ending, code, said):
+    """Under torchrun (RANK set) train.py ends without Python's shutdown, where gloo's threads can abort
+    the process (exit_as_torchrun_worker's doc): the exit code, buffered output and a bug's traceback
+    survive; atexit handlers (part of the shutdown) do not run. Without RANK, a plain run."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = ("import atexit, sys\nfrom tinygpt.runtime import exit_as_torchrun_worker\n"
+              "atexit.register(lambda: print(' shutdown ran'))\n"
+              f"def main():\n    print('buffered', end='')\n    {ending}\n"
+              "exit_as_torchrun_worker(main)\n")
+    root = Path(__file__).resolve().parents[1]
+    for rank, shutdown in (("0", False), (None, True)) if code == 3 else (("0", False),):
+        env = {k: v for k, v in os.environ.items() if k != "RANK"} | ({"RANK": rank} if rank else {})
+        done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == code, (rank, done.stderr)
+        assert done.stdout.startswith("buffered") and ("shutdown ran" in done.stdout) is shutdown, (rank, done.stdout)
+        assert said in done.stderr
