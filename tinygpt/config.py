@@ -204,7 +204,8 @@ def _unknown_key(key: str, source: str) -> UserError:
 
 def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
     """Check one value against its field type; ints are accepted for floats. Integers must fit
-    in 64 bits, floats must be finite, strings must not hold a NUL; a path has '~' expanded."""
+    in 64 bits, floats must be finite, strings must not hold a NUL; a path must be encodable as a
+    file name and has '~' expanded."""
     if typ is bool and isinstance(value, bool):
         return value
     if typ is int and isinstance(value, int) and not isinstance(value, bool):
@@ -230,6 +231,11 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
         if "\0" in value:
             raise UserError(f"{key}={short(value)} ({source}) holds a NUL character")
         if key in PATHS:
+            try:
+                os.fsencode(value)
+            except UnicodeEncodeError:  # a lone surrogate ("\ud800" in YAML): no file name holds it
+                raise UserError(f"{key}={short(value)} ({source}) holds a character the file system cannot "
+                                f"encode") from None
             value = os.path.expanduser(value)
             user = value.split("/", 1)[0]
             if user.startswith("~") and user != "~":  # '~name' of no user: expanduser left it as it was
