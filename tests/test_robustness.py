@@ -72,6 +72,22 @@ def test_ddp_two_processes_match_one_process(corpus, tmp_path):
     assert sample.returncode == 0 and len(sample.stdout) >= 20
 
 
+def test_ddp_a_refusal_on_rank_0_is_one_line_on_every_rank(tmp_path):
+    """Rank 0 refuses the dataset while preparing it; rank 1, waiting at the barrier, stops with one
+    line too (or `interrupted`, if torchrun's SIGTERM comes first), not gloo's traceback. The only
+    traceback left is torchrun's own report (docs/design.md)."""
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"caf\xe9 " * 100)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(ROOT / "train.py"), *train_args(bad, tmp_path / "run")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode != 0
+    assert "error: " in done.stderr and "is not UTF-8" in done.stderr, done.stderr[-3000:]
+    assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr[-3000:]  # torchrun's
+    assert "ChildFailedError" in done.stderr and "by peer" not in done.stderr
+
+
 def test_resume_is_exact_with_dropout(corpus, tmp_path):
     """40 steps straight == 20 steps, stop, --resume to 40: bit-identical losses (dropout uses the RNG)."""
     import train

@@ -170,13 +170,13 @@ class Distributed:
 
     def barrier(self) -> None:
         if self.world_size > 1:
-            torch.distributed.barrier()
+            self._collective(torch.distributed.barrier)
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         """The mean of x over processes (for logging the loss)."""
         if self.world_size > 1:
             x = x.clone()
-            torch.distributed.all_reduce(x)
+            self._collective(torch.distributed.all_reduce, x)
             x /= self.world_size
         return x
 
@@ -186,8 +186,20 @@ class Distributed:
         if self.world_size == 1:
             return flag
         x = torch.tensor([float(flag)], device=self.device)
-        torch.distributed.all_reduce(x)
+        self._collective(torch.distributed.all_reduce, x)
         return bool(x.item())
+
+    def _collective(self, op: Callable, *args) -> None:
+        """op(*args), where a process that already stopped (rank 0 refusing a dataset while the
+        others wait at the barrier) is one line, not gloo's traceback: the line of the process that
+        stopped says why."""
+        try:
+            op(*args)
+        except RuntimeError as e:
+            if "by peer" not in str(e):  # gloo: "Connection closed by peer", "... reset by peer"
+                raise
+            raise UserError(f"process {self.rank}: another process of this torchrun run stopped (its own "
+                            f"message says why)") from None
 
     def close(self) -> None:
         if self.world_size > 1 and torch.distributed.is_initialized():
