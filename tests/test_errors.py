@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import json
+import importlib.util
 import os
 import shutil
 import signal
@@ -487,6 +488,39 @@ def test_8_a_path_the_file_system_cannot_encode_is_one_line(tmp, capsys, key):
     result = in_process("train.py", [*sets(tmp, out, f'{key}="{tmp}/x\\ud800"'), "--quiet"], capsys)
     one_line(result, f"{key}='{tmp}/x\\ud800'", "cannot encode")
     assert not out.exists()
+
+
+def test_8_a_run_folder_whose_name_is_not_utf8_works_everywhere(tmp, run, capsys):
+    """A folder name holding the byte 0xff (Python's str has the surrogate \\udcff): compare's report
+    and plots, the loss plot's title, heatmap titles, an attention page and an export's README used
+    to be tracebacks (UnicodeEncodeError); the bytes now go into text files as they are, and plots
+    draw them as U+FFFD."""
+    import shutil
+    odd = Path(os.fsdecode(bytes(tmp) + b"/odd\xff"))
+    shutil.copytree(run, odd)
+    report = tmp / "odd_report"
+    assert in_process("compare.py", [odd, "--out", report], capsys).code == 0
+    assert b"odd\xff" in (report / "results.md").read_bytes()
+    assert in_process("compare.py", [odd, "--plot-only"], capsys).code == 0
+    pngs = tmp / "odd_png"
+    done = in_process("sample.py", [odd, "--prompt", "the", "--max-new-tokens", "2", "--attention-png", pngs,
+                                    "--attention-html", tmp / "odd.html"], capsys)
+    assert done.code == 0, done.err
+    assert (pngs / "attention_layer0.png").exists() and (tmp / "odd.html").exists()
+    if importlib.util.find_spec("safetensors") and importlib.util.find_spec("tokenizers"):
+        done = in_process("export.py", [odd, "--format", "hf", tmp / "odd_hf"], capsys)
+        assert done.code == 0, done.err
+        assert b"odd\xff" in (tmp / "odd_hf" / "README_EXPORT.md").read_bytes()
+
+
+def test_8_an_ascii_terminal_gets_escapes_not_a_traceback(run):
+    """The tables' '\u2423' (a space) on a terminal that cannot show it (PYTHONIOENCODING=ascii, a Latin-1
+    locale, a Windows console) was a UnicodeEncodeError; it is printed escaped, as stderr does."""
+    done = subprocess.run([sys.executable, str(ROOT / "sample.py"), str(run), "--prompt", "the he", "--show-attention",
+                           "--max-new-tokens", "2"], cwd=ROOT, env={**ENV, "PYTHONIOENCODING": "ascii"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "\\u2423" in done.stdout
 
 
 def test_8_a_tilde_of_no_user_in_the_dataset_is_one_line(tmp, capsys):

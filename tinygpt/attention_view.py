@@ -32,6 +32,7 @@ import torch
 
 from model import HeadTrace, Step, causal_mask, next_token_probs
 from tinygpt.checkpoint import atomic_write
+from tinygpt.plots import plain_text
 
 MASKED = "."  # a future key, masked to weight exactly 0
 SPACE = "␣"  # a space inside a token label
@@ -184,12 +185,6 @@ def attention_tables(traces: Sequence[HeadTrace], labels: Sequence[str], last: i
             blocks.append(f"layer {layer} head {head}\n"
                           + percent_table(view[head], query_labels, key_labels, view_mask))
     return "\n\n".join(blocks) + "\n"
-
-
-def plain_text(text: str) -> str:
-    """`text` for matplotlib as it is: each '$' escaped, else two of them (a prompt "It cost $5 and $6")
-    start mathtext, which draws garbage or raises on what is no formula."""
-    return text.replace("$", r"\$")
 
 
 def heatmap_label(label: str) -> str:

@@ -230,7 +230,9 @@ def current_umask() -> int:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+    """`text` as UTF-8, atomically. A path in it that is not UTF-8 (a file name's byte 0xff, which
+    Python holds as the surrogate \\udcff) is written as its own bytes, as the file system has it."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8", "surrogateescape")))
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ Every entry point (train.py, sample.py, data/prepare.py, ...) calls `run_cli(mai
 - anything else is a bug and keeps its traceback (exit 1).
 A reader of the output that leaves (`| head`) ends a command quietly, exit 0, unless its work is
 its files (train.py): `ReaderMayLeave` then drops the output and the work goes on.
+Text the output's encoding cannot hold is printed escaped (`print_anything`), never a traceback.
 The lines go to stderr. Values quoted in messages are cut by `short`, so that a huge value (a YAML
 alias bomb, a damaged checkpoint, a 16,000-bit integer) never makes a huge message.
 """
@@ -70,6 +71,7 @@ def environment_error(e: OSError) -> str:
 def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None) -> None:
     """Run `main(argv)` and exit: 0 on success, one line on stderr and 2 for a user's (or the
     machine's) refusal, 130 after Ctrl-C; see the module doc."""
+    print_anything()
     try:
         main(argv)
     except UserError as e:
@@ -91,6 +93,19 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
         _fail(f"error: out of device memory ({str(e).splitlines()[0][:MAX_VALUE]}...); use a smaller model or "
               f"batch", 2)
     sys.exit(0)
+
+
+def print_anything() -> None:
+    """Let stdout print what its encoding cannot hold as an escape (\\u2423, \\udcff), as Python's
+    stderr does, instead of ending the command in a UnicodeEncodeError: a table's '\u2423' on an
+    ASCII or Latin-1 terminal (PYTHONIOENCODING=ascii, a Windows console), a file name that is
+    not UTF-8 in a UTF-8 locale. A stream set otherwise (surrogateescape in the C locale) is kept."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # closed, or not reconfigurable after all
+                pass
 
 
 def stop_on_sigterm() -> None:

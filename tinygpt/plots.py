@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any, Sequence
@@ -25,6 +26,13 @@ from tinygpt.runs import read_metrics
 MATPLOTLIB_NOTE = "matplotlib is not installed: no {name} (pip install matplotlib); the tables are complete"
 
 # ---- plots (matplotlib optional) ----
+
+
+def plain_text(text: str) -> str:
+    """`text` for matplotlib as it is: each '$' escaped, else two of them (a prompt "It cost $5 and $6")
+    start mathtext, which draws garbage or raises on what is no formula; a byte of a file name that is
+    not UTF-8 (a surrogate, as Python holds it, which matplotlib refuses) drawn as '\ufffd'."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text).replace("$", r"\$")
 
 
 def _new_figure():
@@ -93,7 +101,7 @@ def plot_val_loss(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
         mean = [statistics.fmean(by_step[s]) for s in steps]
         std = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
         n = len(g["runs"])
-        line, = ax.plot(steps, mean, marker=".", label=g["label"] + (f" (mean of {n})" if n > 1 else ""))
+        line, = ax.plot(steps, mean, marker=".", label=plain_text(g["label"]) + (f" (mean of {n})" if n > 1 else ""))
         if n > 1:
             ax.fill_between(steps, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)],
                             color=line.get_color(), alpha=0.2, linewidth=0)
@@ -142,7 +150,7 @@ def plot_settings(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
             mean = [st["mean"] * scale for _, st in pts]
             err = [[(st["mean"] - st["lo"]) * scale if st["lo"] is not None else 0 for _, st in pts],
                    [(st["hi"] - st["mean"]) * scale if st["hi"] is not None else 0 for _, st in pts]]
-            ax.errorbar(x, mean, yerr=err, marker="o", capsize=3, label=name)
+            ax.errorbar(x, mean, yerr=err, marker="o", capsize=3, label=plain_text(name))
         ax.set_xticks(range(len(xs)), xs)
         ax.set(xlabel=x_key.split(".", 1)[1], ylabel=ylabel)
         if metric == "attribute_ratio":
@@ -173,7 +181,7 @@ def plot_run(run_dir: str | Path) -> Path | None:
         ax.plot(*curves[-1], marker=".", label="train (eval)")
     curves.append(([m["step"] for m in evals], [m["val_loss"] for m in evals]))
     ax.plot(*curves[-1], marker="o", label="val")
-    ax.set(xlabel="step", ylabel="loss (nats/token)", title=f"{run_dir.resolve().name}: loss")
+    ax.set(xlabel="step", ylabel="loss (nats/token)", title=plain_text(f"{run_dir.resolve().name}: loss"))
     ax.grid(alpha=0.3)
     focus_y(ax, curves)
     ax.legend(loc="center right")
