@@ -89,13 +89,14 @@ def test_ddp_a_refusal_on_rank_0_is_one_line_on_every_rank(tmp_path):
 
 
 def test_resume_is_exact_with_dropout(corpus, tmp_path):
-    """40 steps straight == 20 steps, stop, --resume to 40: bit-identical losses (dropout uses the RNG)."""
+    """40 steps straight == 20 steps, stop, --resume to 40: bit-identical losses (dropout uses the RNG).
+    Bit for bit with the thread count pinned (README): a busy neighbour would change it otherwise."""
     import train
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    train.main(train_args(corpus, straight, "model.dropout=0.1"))
-    train.main(train_args(corpus, resumed, "model.dropout=0.1") + ["--stop-at", "15"])
+    train.main(train_args(corpus, straight, "model.dropout=0.1", "train.threads=1"))
+    train.main(train_args(corpus, resumed, "model.dropout=0.1", "train.threads=1") + ["--stop-at", "15"])
     assert load_checkpoint(resumed / "ckpt.pt")["step"] == 15
-    train.main(train_args(corpus, resumed, "model.dropout=0.1") + ["--resume"])
+    train.main(train_args(corpus, resumed, "model.dropout=0.1", "train.threads=1") + ["--resume"])
     assert losses(straight) == losses(resumed)
     a, b = load_checkpoint(straight / "ckpt.pt"), load_checkpoint(resumed / "ckpt.pt")
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

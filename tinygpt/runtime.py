@@ -202,20 +202,24 @@ class Distributed:
                             f"message says why)") from None
 
     def close(self) -> None:
-        if self.world_size > 1 and torch.distributed.is_initialized():
+        """Shut NCCL down as PyTorch asks. A gloo process group (CPUs) is left to the process's end
+        (exit_as_torchrun_worker): destroying it can hang for good (torch 2.4: its destructor, run
+        holding the GIL, joins threads that wait for the GIL to free an all-reduce's tensors)."""
+        if self.world_size > 1 and torch.distributed.is_initialized() and self.device.type == "cuda":
             torch.distributed.destroy_process_group()
 
 
 def exit_as_torchrun_worker(run: Callable[[], None]) -> None:
     """run() (a command's main, which ends in sys.exit), then, in a process torchrun launched, end
     with its exit code *without* Python's shutdown. With gloo (DDP on CPUs), the backend's threads
-    outlive destroy_process_group (DDP keeps the process group alive, torch 2.13) and free each
-    finished all-reduce's tensors later, which takes the GIL; if that comes while the interpreter
-    shuts down, the thread is stopped inside a destructor and C++ aborts the process ("terminate
-    called without an active exception", SIGABRT): 6 of 70 two-process CPU runs, after their last
-    step, and torchrun then stopped the other rank and reported a failure. Skipping the shutdown
-    is safe here: by then every file is written and closed, and stdout and stderr are flushed.
-    Outside torchrun it is just run()."""
+    live to the end (Distributed.close leaves the group be, and in torch 2.13 DDP would keep it
+    alive past destroy_process_group anyway) and free each finished all-reduce's tensors later,
+    which takes the GIL; if that comes while the interpreter shuts down, the thread is stopped
+    inside a destructor and C++ aborts the process ("terminate called without an active
+    exception", SIGABRT): 6 of 70 two-process CPU runs, after their last step, and torchrun then
+    stopped the other rank and reported a failure. Skipping the shutdown is safe here: by then
+    every file is written and closed, and stdout and stderr are flushed. Outside torchrun it is
+    just run()."""
     if "RANK" not in os.environ:  # not launched by torchrun
         run()
         return
