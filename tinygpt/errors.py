@@ -97,7 +97,7 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
 
 def print_anything() -> None:
     """Let stdout print what its encoding cannot hold as an escape (\\u2423, \\udcff), as Python's
-    stderr does, instead of ending the command in a UnicodeEncodeError: a table's '\u2423' on an
+    stderr does, instead of ending the command in a UnicodeEncodeError: a table's '␣' on an
     ASCII or Latin-1 terminal (PYTHONIOENCODING=ascii, a Windows console), a file name that is
     not UTF-8 in a UTF-8 locale. A stream set otherwise (surrogateescape in the C locale) is kept."""
     for stream in (sys.stdout, sys.stderr):

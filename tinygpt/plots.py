@@ -151,7 +151,7 @@ def plot_settings(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
             err = [[(st["mean"] - st["lo"]) * scale if st["lo"] is not None else 0 for _, st in pts],
                    [(st["hi"] - st["mean"]) * scale if st["hi"] is not None else 0 for _, st in pts]]
             ax.errorbar(x, mean, yerr=err, marker="o", capsize=3, label=plain_text(name))
-        ax.set_xticks(range(len(xs)), xs)
+        ax.set_xticks(range(len(xs)), [plain_text(x) for x in xs])
         ax.set(xlabel=x_key.split(".", 1)[1], ylabel=ylabel)
         if metric == "attribute_ratio":
             ax.set_yscale("log")
