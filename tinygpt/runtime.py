@@ -141,6 +141,11 @@ def sync(device: torch.device) -> None:
 # ---- processes: one, or several under torchrun (DDP) ----
 
 
+def launched_by_torchrun() -> bool:
+    """torchrun (or another launcher of the same protocol) sets RANK for each process it starts."""
+    return "RANK" in os.environ
+
+
 class Distributed:
     """One process, or one of several launched by torchrun (PyTorch DDP). The single-process run
     goes through the same calls; they do nothing when world_size == 1."""
@@ -151,7 +156,7 @@ class Distributed:
 
     @classmethod
     def from_env(cls, device: torch.device) -> "Distributed":
-        if "RANK" not in os.environ:  # not launched by torchrun
+        if not launched_by_torchrun():
             return cls(0, 1, device)
         import torch.distributed as tdist
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -220,7 +225,7 @@ def exit_as_torchrun_worker(run: Callable[[], None]) -> None:
     stopped the other rank and reported a failure. Skipping the shutdown is safe here: by then
     every file is written and closed, and stdout and stderr are flushed. Outside torchrun it is
     just run()."""
-    if "RANK" not in os.environ:  # not launched by torchrun
+    if not launched_by_torchrun():
         run()
         return
     try:
