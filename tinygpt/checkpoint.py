@@ -151,15 +151,15 @@ def check_writable(path: str | Path, what: str) -> None:
 
 def make_folder(path: Path, what: str) -> list[Path]:
     """mkdir -p `path`; returns the folders it created, innermost first (remove_empty takes them
-    away again). One that cannot be made (under /proc, a lone surrogate in its name) is a one-line
-    UserError naming the setting `what`, and nothing made is left behind."""
+    away again). One that cannot be made (under /proc, say) is a one-line UserError naming the
+    setting `what`, and nothing made is left behind. (A name no file system can encode never gets
+    here: config.py refuses it when the config is read.)"""
     created = [p for p in (path, *path.parents) if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except (OSError, UnicodeEncodeError) as e:
+    except OSError as e:
         remove_empty(created)
-        why = "a character the file system cannot encode" if isinstance(e, UnicodeEncodeError) else e.strerror
-        raise UserError(f"{what}={short(str(path))} cannot be created: {why}") from None
+        raise UserError(f"{what}={short(str(path))} cannot be created: {e.strerror}") from None
     return created
 
 
@@ -168,7 +168,7 @@ def remove_empty(folders: list[Path]) -> None:
     for folder in folders:
         try:
             folder.rmdir()
-        except (OSError, UnicodeEncodeError):  # (a name the file system cannot encode was never created)
+        except OSError:
             break
 
 
