@@ -67,7 +67,7 @@ from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
 from tinygpt.runs import read_probe, run_lock, summarize_run, write_probe
-from tinygpt.runtime import parent_death_signal, usable_cpus
+from tinygpt.runtime import parent_death_signal, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
@@ -157,7 +157,7 @@ class Runner:
         self.lock = threading.RLock()  # an RLock: the signal handler may run while the main thread holds it
         self.env = None
         if jobs > 1 and not os.environ.get("OMP_NUM_THREADS"):
-            self.env = {**os.environ, "OMP_NUM_THREADS": str(max(1, len(usable_cpus()) // jobs))}
+            self.env = {**os.environ, "OMP_NUM_THREADS": str(max(1, usable_cores() // jobs))}
         self.preexec_fn = parent_death_signal()  # a run gets SIGTERM if the sweep dies
 
     def say(self, line: str) -> None:
@@ -274,9 +274,9 @@ def parse_args(argv: Sequence[str] | None):
     args = p.parse_args(argv)
     if args.jobs < 1:
         raise UserError(f"--jobs={args.jobs} must be >= 1")
-    if args.jobs > len(usable_cpus()):  # each run is a process of ~230 MB and wants a core of its own
-        raise UserError(f"--jobs={args.jobs} is more than the {len(usable_cpus())} CPU core(s) this process may use; "
-                        f"use --jobs {len(usable_cpus())} or fewer")
+    if args.jobs > usable_cores():  # each run is a process of ~230 MB and wants a core of its own
+        raise UserError(f"--jobs={args.jobs} is more than the {usable_cores()} CPU core(s) this process may use; "
+                        f"use --jobs {usable_cores()} or fewer")
     if args.seeds < 1:
         raise UserError(f"--seeds={args.seeds} must be >= 1")
     if args.probe_stories < 1:

@@ -1,6 +1,8 @@
 """Guards tinygpt/runtime.py: dtype and device choice, peak FLOP/s for MFU."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -133,6 +135,7 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
     monkeypatch.setattr(runtime.time, "process_time", lambda: clock["own"])
     monkeypatch.setattr(runtime.time, "sleep", lambda s: None)
     monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     threads = torch.get_num_threads()
 
@@ -152,6 +155,10 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
         monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the user's cap: one thread even on idle cores,
         policy = runtime.ThreadPolicy(interval_s=1.0)  # so a run repeats bit for bit
         assert second(own=1.0, others=0.0) == 1
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: 1.0)  # a container allowed 1 CPU:
+        policy = runtime.ThreadPolicy(interval_s=1.0)  # one thread on idle cores (2 are throttled together)
+        assert policy.threads == 1 and second(own=1.0, others=0.0) == 1
     finally:
         torch.set_num_threads(threads)
 
@@ -159,6 +166,7 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
 def test_thread_policy_first_look_counts_the_threads_ready_to_run(monkeypatch):
     """Before any window of ticks: the median of 5 instant counts of runnable threads, minus us."""
     monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)
     monkeypatch.setattr(runtime.time, "sleep", lambda s: None)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     threads = torch.get_num_threads()
@@ -175,6 +183,72 @@ def test_thread_policy_first_look_counts_the_threads_ready_to_run(monkeypatch):
         assert runtime.ThreadPolicy().threads == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def test_cgroup_limits_are_read_from_v1_and_v2_files(tmp_path, monkeypatch):
+    def tree(files: dict[str, str]) -> Path:
+        root = tmp_path / f"root{len(list(tmp_path.iterdir()))}"
+        for name, text in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        return root
+    # cgroup v2: the lowest quota along the path counts (here the parent's 1.5 CPUs)
+    root = tree({"cgroup.controllers": "cpu memory", "a/b/cpu.max": "max 100000\n", "a/cpu.max": "150000 100000\n",
+                 "proc": "0::/a/b\n"})
+    dirs = runtime.cgroup_dirs("cpu", root, root / "proc")
+    assert dirs == [root / "a/b", root / "a", root] and runtime.cpu_quota(dirs) == 1.5
+    # cgroup v1 in a container: /proc names a path the container's mount does not have; its root
+    # holds the container's limits. -1 = no quota.
+    root = tree({"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+                 "memory/memory.limit_in_bytes": "9223372036854771712\n",
+                 "proc": "12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\nnot a cgroup line\n"})
+    dirs = runtime.cgroup_dirs("cpu", root, root / "proc")
+    assert dirs == [root / "cpu,cpuacct"] and runtime.cpu_quota(dirs) is None
+    (root / "cpu,cpuacct/cpu.cfs_quota_us").write_text("50000\n")
+    assert runtime.cpu_quota(dirs) == 0.5
+    assert runtime.cgroup_dirs("memory", root, root / "proc") == [root / "memory"]
+    assert runtime.cgroup_dirs("cpu", root, root / "absent") == []  # not Linux
+    (root / "cpu,cpuacct/cpu.cfs_period_us").write_text("garbage")
+    assert runtime.cpu_quota(dirs) is None  # unreadable: no limit assumed
+    # usable cores: the CPUs, capped by the quota (a core counts from ~75% of it), at least 1
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    for quota, cores in [(None, 4), (8.0, 4), (2.0, 2), (1.8, 2), (1.5, 1), (1.0, 1), (0.5, 1)]:
+        monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: quota)
+        assert runtime.usable_cores() == cores, quota
+
+
+def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path, monkeypatch):
+    cpu = torch.device("cpu")
+    machine = runtime.available_memory(cpu)
+    if machine is None:
+        pytest.skip("no /proc/meminfo")
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    v1.mkdir(), v2.mkdir()
+    (v1 / "memory.limit_in_bytes").write_text(f"{2 ** 30}\n")
+    (v1 / "memory.usage_in_bytes").write_text(f"{2 ** 28}\n")
+    (v2 / "memory.max").write_text("max\n")
+    (v2 / "memory.current").write_text("123\n")
+    monkeypatch.setattr(runtime, "cgroup_dirs", lambda controller: [v2, v1])
+    assert runtime.available_memory(cpu) == min(machine, 2 ** 30 - 2 ** 28)  # v2's "max": no cap
+    (v2 / "memory.max").write_text(f"{2 ** 29}\n")
+    assert runtime.available_memory(cpu) == min(machine, 2 ** 29 - 123)  # the tighter of the two
+
+
+def test_a_real_cgroup_limit_reaches_the_thread_count_and_the_memory_check():
+    """scripts/in_cgroup.sh runs a process as `docker run --cpus=1 --memory=1g` would (root and
+    Linux cgroups needed: it skips elsewhere)."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    probe = ("import torch\nfrom tinygpt import runtime\n"
+             "print(runtime.usable_cores(), runtime.ThreadPolicy().threads, runtime.available_memory(torch.device('cpu')))")
+    r = subprocess.run(["bash", "scripts/in_cgroup.sh", "1", "1024", sys.executable, "-c", probe], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode == 77:
+        pytest.skip(f"cannot make a cgroup here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    cores, threads, memory = map(int, r.stdout.split())
+    assert cores == threads == 1 and memory <= 2 ** 30
 
 
 def test_thread_policy_leaves_a_busy_core_to_its_process():

@@ -309,6 +309,68 @@ def usable_cpus() -> set[int]:
         return set(range(os.cpu_count() or 1))
 
 
+def cgroup_dirs(controller: str, root: Path = Path("/sys/fs/cgroup"),
+                proc_cgroup: Path = Path("/proc/self/cgroup")) -> list[Path]:
+    """The folders of this process's cgroup and of its ancestors that hold `controller`'s files
+    (e.g. "cpu", "memory"), innermost first: in cgroup v1 under root/<controller>, in v2 under the one
+    hierarchy (root, or root/unified beside v1). Inside a container the root is the container's own
+    cgroup, and the path /proc shows may not exist there: the folders that exist are returned.
+    Empty off Linux."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return []
+    dirs: list[Path] = []
+    for line in lines:
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        hierarchy, controllers, path = fields
+        if hierarchy == "0" and not controllers:  # cgroup v2
+            base = root if (root / "cgroup.controllers").exists() else root / "unified"
+        elif controller in controllers.split(","):  # cgroup v1: "cpu,cpuacct" or "cpu"
+            base = next((root / name for name in (controllers, controller) if (root / name).is_dir()), None)
+            if base is None:
+                continue
+        else:
+            continue
+        folder = base / path.lstrip("/")
+        for d in [folder, *folder.parents]:  # up to base
+            if d.is_dir() and d not in dirs:
+                dirs.append(d)
+            if d == base:
+                break
+    return dirs
+
+
+def cpu_quota(dirs: list[Path] | None = None) -> float | None:
+    """The CPUs' worth of time per period that this process's cgroups allow (the lowest along its
+    path: `docker run --cpus=1`, a Kubernetes CPU limit, systemd's CPUQuota), or None if unlimited
+    or unknown. Threads beyond it are throttled together at every period's end."""
+    quotas = []
+    for d in cgroup_dirs("cpu") if dirs is None else dirs:
+        try:
+            if (d / "cpu.max").exists():  # v2: "max 100000" or "150000 100000"
+                quota, period = (d / "cpu.max").read_text().split()[:2]
+            else:  # v1: -1 = no quota
+                quota = (d / "cpu.cfs_quota_us").read_text().strip()
+                period = (d / "cpu.cfs_period_us").read_text().strip()
+            if quota != "max" and int(quota) > 0 and int(period) > 0:
+                quotas.append(int(quota) / int(period))
+        except (OSError, ValueError):
+            continue
+    return min(quotas) if quotas else None
+
+
+def usable_cores() -> int:
+    """How many cores this process can keep busy at once: the CPUs it may run on, capped by its
+    cgroup's CPU quota (a core counts if the quota grants at least ~75% of it, as in ThreadPolicy);
+    at least 1. In a container allowed 1 CPU of 2, two intra-op threads ran training 17% and
+    decoding 2x slower than one (docs/results.md)."""
+    n, quota = len(usable_cpus()), cpu_quota()
+    return n if quota is None else max(1, min(n, int(quota + 0.25)))
+
+
 def _proc_stat() -> list[list[str]]:
     """/proc/stat's lines split into fields (Linux), else no lines."""
     try:
@@ -346,8 +408,9 @@ class ThreadPolicy:
     (docs/results.md). So every `interval_s` seconds `update()` measures how many cores the other
     processes kept busy since the last check (/proc/stat for this process's CPUs, minus this
     process's own CPU time) and sets torch's threads to the free cores, at least 1 and at most
-    `max_threads` (default: the OMP_NUM_THREADS environment variable if set, else every core this
-    process may use). `fixed` > 0 pins the count instead. Off /proc (macOS, Windows) it keeps torch's
+    `max_threads` (default: the OMP_NUM_THREADS environment variable if set, else usable_cores(): the
+    cores this process may use, as many as its container's CPU quota allows). `fixed` > 0 pins the
+    count instead. Off /proc (macOS, Windows) it keeps torch's
     default.
 
     The first count, before any window of ticks exists, is the number of other threads ready to run
@@ -365,7 +428,7 @@ class ThreadPolicy:
         self.cpus = usable_cpus()
         if max_threads is None:
             env = os.environ.get("OMP_NUM_THREADS", "")
-            max_threads = int(env) if env.isdigit() and int(env) > 0 else len(self.cpus)
+            max_threads = int(env) if env.isdigit() and int(env) > 0 else usable_cores()
         self.max_threads = max(1, min(max_threads, len(self.cpus)))
         self.fixed, self.interval_s = fixed, interval_s
         self.threads = torch.get_num_threads()
@@ -603,13 +666,15 @@ def available_memory(device: torch.device) -> int | None:
             free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (ValueError, OSError):
             pass
-    try:  # cgroup v2: a container may allow far less than the machine has
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max" and free is not None:
-            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-            free = min(free, max(int(limit) - used, 0))
-    except (OSError, ValueError):
-        pass
+    for d in cgroup_dirs("memory"):  # a container may allow far less than the machine has
+        try:
+            v2 = (d / "memory.max").exists()
+            limit = (d / ("memory.max" if v2 else "memory.limit_in_bytes")).read_text().strip()
+            if limit != "max" and free is not None:  # (v1's "no limit" is a number above any free memory)
+                used = int((d / ("memory.current" if v2 else "memory.usage_in_bytes")).read_text())
+                free = min(free, max(int(limit) - used, 0))
+        except (OSError, ValueError):
+            continue
     return free
 
 
