@@ -5,8 +5,9 @@
 #   sudo bash scripts/in_cgroup.sh 1 0 python bench.py configs/stories.yaml --steps 0 --gen-tokens 0 --under-load
 #   sudo bash scripts/in_cgroup.sh 0 2048 python train.py configs/stories.yaml
 #
-# Needs root (or a delegated cgroup) and Linux cgroups, v1 or v2; exits 77 without touching anything
-# where it cannot make the cgroup. The cgroup is removed when the command ends; its exit code is ours.
+# Needs root (or a delegated cgroup) and Linux cgroups, v1 or v2 (on v2 it enables the cpu and memory
+# controllers for the root's children, as container runtimes do); where it cannot make the cgroup it
+# exits 77 and leaves none behind. The cgroup is removed when the command ends; its exit code is ours.
 set -uo pipefail
 if [ $# -lt 3 ]; then
   echo "usage: $0 CPUS MEMORY_MB COMMAND [ARG ...]" >&2

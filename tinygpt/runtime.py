@@ -365,8 +365,8 @@ def cpu_quota(dirs: list[Path] | None = None) -> float | None:
 def usable_cores() -> int:
     """How many cores this process can keep busy at once: the CPUs it may run on, capped by its
     cgroup's CPU quota (a core counts if the quota grants at least ~75% of it, as in ThreadPolicy);
-    at least 1. In a container allowed 1 CPU of 2, two intra-op threads ran training 17% and
-    decoding 2x slower than one (docs/results.md)."""
+    at least 1. In a container allowed 1 CPU of 2, two intra-op threads trained 14% slower than one
+    and decoded at half its speed (docs/results.md)."""
     n, quota = len(usable_cpus()), cpu_quota()
     return n if quota is None else max(1, min(n, int(quota + 0.25)))
 
@@ -410,8 +410,7 @@ class ThreadPolicy:
     process's own CPU time) and sets torch's threads to the free cores, at least 1 and at most
     `max_threads` (default: the OMP_NUM_THREADS environment variable if set, else usable_cores(): the
     cores this process may use, as many as its container's CPU quota allows). `fixed` > 0 pins the
-    count instead. Off /proc (macOS, Windows) it keeps torch's
-    default.
+    count instead. Off /proc (macOS, Windows) it keeps torch's default.
 
     The first count, before any window of ticks exists, is the number of other threads ready to run
     (`procs_running` minus this one), the median of 5 looks 10 ms apart: /proc/stat counts CPU time
