@@ -27,7 +27,7 @@ from tinygpt.checkpoint import load_model
 from tinygpt.ablation import parse_heads
 from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, probe, report
 from tinygpt.errors import ArgParser, UserError, run_cli
-from tinygpt.runtime import check_memory, resolve_device
+from tinygpt.runtime import ThreadPolicy, check_memory, resolve_device
 
 EACH = "each"  # --ablate without a list: every head in turn
 MAX_STORIES = 10_000  # 100x the default: about 110,000 references, hours of decoding on a CPU
@@ -73,15 +73,18 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     if seed == cfg.data.stories_seed:
         print(f"note: --seed {seed} is the training corpus's data.stories_seed: these stories are not held out",
               file=sys.stderr)
+    # threads for the cores other processes leave free: with a busy process beside it, torch's one
+    # thread per core probed 5x slower than one thread (docs/results.md)
+    threads = ThreadPolicy() if device.type == "cpu" else None
     t0 = time.perf_counter()
     result = {"run": str(args.run), "tokenizer": cfg.data.tokenizer, "n_layer": cfg.model.n_layer,
               "n_head": cfg.model.n_head, "block_size": cfg.model.block_size,
-              **probe(model, tokenizer, args.stories, seed, device)}
+              **probe(model, tokenizer, args.stories, seed, device, threads=threads)}
     if not result["references"]:  # nothing to measure: empty tables would read as a result
         raise UserError(no_reference(args.stories, seed, result["skipped_stories"], cfg.data.tokenizer))
     if args.ablate is not None:
         result["ablation"] = ablation(model, tokenizer, args.stories, seed, device, heads,
-                                      result["attention_attribute"]["antecedent"])
+                                      result["attention_attribute"]["antecedent"], threads=threads)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     out.write(f"probe of {args.run}: {cfg.model.n_layer} layers x {cfg.model.n_head} heads, block_size "
               f"{cfg.model.block_size}, {cfg.data.tokenizer} tokens\n")

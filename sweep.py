@@ -67,7 +67,7 @@ from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
 from tinygpt.runs import read_probe, run_lock, summarize_run, write_probe
-from tinygpt.runtime import parent_death_signal, usable_cores
+from tinygpt.runtime import ThreadPolicy, parent_death_signal, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
@@ -240,11 +240,13 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
 # ---- the probe (--probe) ----
 
 
-def probe_run(run_dir: Path, n_stories: int) -> dict:
-    """The coreference probe of a finished run (its best.pt), saved as probe.json beside it."""
+def probe_run(run_dir: Path, n_stories: int, jobs: int) -> dict:
+    """The coreference probe of a finished run (its best.pt), saved as probe.json beside it; in
+    this process, on its share of the cores (the others train the other jobs' runs)."""
     model, cfg, tokenizer, _ = load_model(run_dir)
     seed = cfg.data.stories_seed + HELD_OUT_OFFSET  # the same held-out stories for every run
-    result = probe(model, tokenizer, n_stories, seed, torch.device("cpu"))
+    threads = ThreadPolicy(max_threads=max(1, usable_cores() // jobs))
+    result = probe(model, tokenizer, n_stories, seed, torch.device("cpu"), threads=threads)
     result["checkpoint_mtime_ns"] = (run_dir / "best.pt").stat().st_mtime_ns  # which weights it measured
     write_probe(run_dir, result)
     return result
@@ -379,7 +381,7 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
         runner.say(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else
                                  f"failed with exit code {rc} (its error is above); going on with the next run"))
     if rc == 0 and args.probe and read_probe(run.run_dir) is None:
-        b = probe_run(run.run_dir, args.probe_stories)["behaviour"]
+        b = probe_run(run.run_dir, args.probe_stories, runner.jobs)["behaviour"]
         runner.say(f"{tag}: probe: antecedent {b['antecedent']}, distractor {b['distractor']}, other {b['other']}")
     row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else {"run": run.name}
     if rc != 0:

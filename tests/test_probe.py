@@ -23,7 +23,8 @@ import tiktoken
 import torch
 
 import probe
-from tinygpt import coreference
+import sweep
+from tinygpt import coreference, runtime
 from tinygpt.checkpoint import load_checkpoint, load_model, save_checkpoint
 from conftest import TINY_STORIES, r50k_cache
 from data.stories import Reference, generate_story
@@ -197,6 +198,46 @@ def test_probe_counts_add_up(run):
         best = a["best"]
         assert a["antecedent"][best["layer"]][best["head"]] == max(max(row) for row in a["antecedent"])
         assert any(line.startswith(f"best head: layer {best['layer']} head {best['head']}") for line in lines)
+
+
+def recording_policies(monkeypatch, module) -> list:
+    """Replace module.ThreadPolicy by one that counts its re-checks; returns the policies made."""
+    made = []
+
+    class Recording(runtime.ThreadPolicy):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.checks = 0
+            made.append(self)
+
+        def update(self, force: bool = False) -> int:
+            self.checks += 1
+            return super().update(force)
+    monkeypatch.setattr(module, "ThreadPolicy", Recording)
+    return made
+
+
+def test_the_probe_follows_the_free_cores_batch_by_batch(run, monkeypatch):
+    """probe.py runs on the thread policy's cores, re-checked before each batch it decodes, --ablate's
+    too: with a busy process beside it, torch's one thread per core probed 5x slower than one thread.
+    sweep.py --probe runs it on the sweep's share of the cores."""
+    threads = torch.get_num_threads()
+    try:
+        made = recording_policies(monkeypatch, probe)
+        probe.main([str(run), "--stories", "12", "--ablate", "0.0"], out=io.StringIO())
+        model, cfg, tok, _ = load_model(run)
+        seed = cfg.data.stories_seed + coreference.HELD_OUT_OFFSET
+        cases, _, _ = coreference.held_out_cases(tok, 12, seed, cfg.model.block_size)
+        n_batches = len(list(coreference.batches(cases, coreference.BATCH)))
+        # the probe, then the ablation's baseline and the chosen head zeroed and mean-ablated
+        assert len(made) == 1 and made[0].checks == 4 * n_batches > 0
+        made = recording_policies(monkeypatch, sweep)
+        monkeypatch.setattr(sweep, "usable_cores", lambda: 2)
+        monkeypatch.setattr(sweep, "write_probe", lambda run_dir, result: None)
+        sweep.probe_run(run, 12, jobs=2)  # beside another job's training: one of the 2 cores
+        assert len(made) == 1 and made[0].max_threads == 1 and made[0].checks == n_batches
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_uniform_attention_gives_the_uniform_baseline(run):

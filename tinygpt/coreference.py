@@ -40,6 +40,7 @@ from data.stories import Reference, generate_story, join_stories
 from model import GPT
 from tinygpt.ablation import Head, ablated, head_means, head_name
 from tinygpt.errors import UserError
+from tinygpt.runtime import ThreadPolicy, following_free_cores
 
 HELD_OUT_OFFSET = 1_000_003  # default seed = data.stories_seed + this: never the training corpus
 SLACK = 8  # extra tokens encoded before the window, so its first token is cut as in the full text
@@ -204,22 +205,24 @@ def tally(outcomes: Sequence[str]) -> dict:
 
 
 def behaviour(model: GPT, tokenizer, cases: Sequence[Case], device: torch.device,
-              batch_size: int = BATCH) -> dict:
-    """Greedy decoding of every case on the fast path (no attention weights) -> tally."""
+              batch_size: int = BATCH, threads: ThreadPolicy | None = None) -> dict:
+    """Greedy decoding of every case on the fast path (no attention weights) -> tally. `threads`:
+    the CPU thread policy, re-checked before each batch (runtime.ThreadPolicy), as in sample.py."""
     outcomes = []
-    for batch in batches(cases, batch_size):
+    for batch in following_free_cores(batches(cases, batch_size), threads):
         new, _ = run_batch(model, batch, device, need_attention=False)
         outcomes += [classify(tokenizer.decode(ids), case.reference) for case, ids in zip(batch, new)]
     return tally(outcomes)
 
 
 def probe(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device,
-          batch_size: int = BATCH) -> dict:
-    """Run the probe; returns the figures (weights as fractions of the position's attention)."""
+          batch_size: int = BATCH, threads: ThreadPolicy | None = None) -> dict:
+    """Run the probe; returns the figures (weights as fractions of the position's attention).
+    `threads`: as in behaviour."""
     cfg = model.config
     cases, n_refs, skipped = held_out_cases(tokenizer, n_stories, seed, cfg.block_size)
     results = []  # (case, decoded ids, last_row (n_layer, nh, T))
-    for batch in batches(cases, batch_size):
+    for batch in following_free_cores(batches(cases, batch_size), threads):
         new, last_rows = run_batch(model, batch, device)
         results.extend(zip(batch, new, last_rows))
     outcomes = [classify(tokenizer.decode(new), case.reference) for case, new, _ in results]
@@ -276,7 +279,7 @@ MEAN_SEED_OFFSET = 1  # the mean-ablation stories: the probe's held-out seed + 1
 
 def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device,
              heads: Sequence[Head] | None = None, attention: Sequence[Sequence[float]] | None = None,
-             batch_size: int = BATCH) -> dict:
+             batch_size: int = BATCH, threads: ThreadPolicy | None = None) -> dict:
     """The probe's accuracy with heads removed (zero and mean ablation, tinygpt/ablation.py).
     heads None: every head alone (an n_layer x nh table), then together the top two by `attention`
     (n_layer x nh, e.g. the weight on the antecedent's attribute) and the top two by zero-ablation
@@ -296,10 +299,10 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
         out = {}
         for mode, values in (("zero", None), ("mean", means)):
             with ablated(model, removed, values):
-                out[mode] = behaviour(model, tokenizer, cases, device, batch_size)["accuracy"]
+                out[mode] = behaviour(model, tokenizer, cases, device, batch_size, threads)["accuracy"]
         return out
 
-    baseline = behaviour(model, tokenizer, cases, device, batch_size)["accuracy"]
+    baseline = behaviour(model, tokenizer, cases, device, batch_size, threads)["accuracy"]
     result = {"references": n_refs, "seed": seed, "baseline": baseline,
               "mean_over": {"stories": n_stories, "seed": seed + MEAN_SEED_OFFSET, "positions": positions}}
     together: list[tuple[str, list[Head]]] = []
