@@ -135,6 +135,7 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
     monkeypatch.setattr(runtime.time, "process_time", lambda: clock["own"])
     monkeypatch.setattr(runtime.time, "sleep", lambda s: None)
     monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT
     monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     threads = torch.get_num_threads()
@@ -166,6 +167,7 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
 def test_thread_policy_first_look_counts_the_threads_ready_to_run(monkeypatch):
     """Before any window of ticks: the median of 5 instant counts of runnable threads, minus us."""
     monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT
     monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)
     monkeypatch.setattr(runtime.time, "sleep", lambda s: None)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -212,9 +214,37 @@ def test_cgroup_limits_are_read_from_v1_and_v2_files(tmp_path, monkeypatch):
     assert runtime.cpu_quota(dirs) is None  # unreadable: no limit assumed
     # usable cores: the CPUs, capped by the quota (a core counts from ~75% of it), at least 1
     monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT
     for quota, cores in [(None, 4), (8.0, 4), (2.0, 2), (1.8, 2), (1.5, 1), (1.0, 1), (0.5, 1)]:
         monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: quota)
         assert runtime.usable_cores() == cores, quota
+
+
+def test_cores_are_physical_cores_as_torch_counts_them(tmp_path):
+    """With SMT two CPUs share a core: the policy would otherwise run twice torch's own default."""
+    for cpu, siblings in enumerate(["0,2", "1,3", "0,2", "1,3"]):  # 2 cores, 2 threads each
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(siblings + "\n")
+    assert runtime.physical_cores({0, 1, 2, 3}, tmp_path) == 2
+    assert runtime.physical_cores({0, 2}, tmp_path) == 1  # pinned to one core's two CPUs
+    assert runtime.physical_cores({0, 1, 2, 3, 4}, tmp_path) == 5  # no topology for cpu4: count CPUs
+    # and on this machine, as torch counts them in a fresh process (its default: one thread per
+    # physical core), unless an affinity mask or a CPU quota leaves fewer
+    import json
+    import os
+    import subprocess
+    import sys
+    from conftest import ROOT
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    code = ("import json, os, torch\nfrom tinygpt import runtime\n"
+            "print(json.dumps([torch.get_num_threads(), runtime.usable_cores(), runtime.cpu_quota(), "
+            "len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count(), os.cpu_count()]))")
+    torch_default, ours, quota, affinity, cpus = json.loads(subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout)
+    if quota is None and affinity == cpus:
+        assert ours == torch_default
+    else:
+        assert 1 <= ours <= torch_default
 
 
 def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path, monkeypatch):

@@ -362,13 +362,26 @@ def cpu_quota(dirs: list[Path] | None = None) -> float | None:
     return min(quotas) if quotas else None
 
 
+def physical_cores(cpus: set[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> int:
+    """How many physical cores the logical CPUs `cpus` sit on: with SMT (hyper-threading) two CPUs
+    share a core, and torch, too, starts one thread per core, not per CPU. From Linux's topology
+    files (the CPUs sharing each one's core); where they are missing, every CPU counts as a core."""
+    cores = set()
+    for cpu in cpus:
+        try:
+            cores.add((sysfs / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text().strip())
+        except OSError:
+            return len(cpus)
+    return len(cores)
+
+
 def usable_cores() -> int:
-    """How many cores this process can keep busy at once: the CPUs it may run on, capped by its
-    cgroup's CPU quota (a core counts if the quota grants at least ~75% of it, as in ThreadPolicy);
-    at least 1. In a container allowed 1 CPU of 2, two intra-op threads trained 14% slower than one
-    and decoded at half its speed (docs/results.md)."""
-    n, quota = len(usable_cpus()), cpu_quota()
-    return n if quota is None else max(1, min(n, int(quota + 0.25)))
+    """How many cores this process can keep busy at once: the physical cores of the CPUs it may run
+    on, capped by its cgroup's CPU quota (a core counts if the quota grants at least ~75% of it, as
+    in ThreadPolicy); at least 1. In a container allowed 1 CPU of 2, two intra-op threads trained
+    14% slower than one and decoded at half its speed (docs/results.md)."""
+    n, quota = physical_cores(usable_cpus()), cpu_quota()
+    return max(1, n if quota is None else min(n, int(quota + 0.25)))
 
 
 def _proc_stat() -> list[list[str]]:
@@ -409,8 +422,9 @@ class ThreadPolicy:
     processes kept busy since the last check (/proc/stat for this process's CPUs, minus this
     process's own CPU time) and sets torch's threads to the free cores, at least 1 and at most
     `max_threads` (default: the OMP_NUM_THREADS environment variable if set, else usable_cores(): the
-    cores this process may use, as many as its container's CPU quota allows). `fixed` > 0 pins the
-    count instead. Off /proc (macOS, Windows) it keeps torch's default.
+    physical cores this process may use, as many as its container's CPU quota allows; torch's own
+    default is one thread per physical core). `fixed` > 0 pins the count instead. Off /proc (macOS,
+    Windows) it keeps torch's default.
 
     The first count, before any window of ticks exists, is the number of other threads ready to run
     (`procs_running` minus this one), the median of 5 looks 10 ms apart: /proc/stat counts CPU time
