@@ -15,6 +15,10 @@ if [ $# -lt 3 ]; then
 fi
 CPUS=$1 MEMORY_MB=$2
 shift 2
+if ! [[ $CPUS =~ ^[0-9]+(\.[0-9]+)?$ && $MEMORY_MB =~ ^[0-9]+$ ]]; then
+  echo "$0: CPUS must be a number of cores (e.g. 1 or 1.5) and MEMORY_MB a whole number, 0 for no limit" >&2
+  exit 2
+fi
 ROOT=/sys/fs/cgroup
 NAME=tinygpt-limits-$$
 QUOTA=$(awk -v c="$CPUS" 'BEGIN { printf "%d", c * 100000 + 0.5 }')  # microseconds per 100 ms period
