@@ -97,7 +97,8 @@ def build_parser() -> ArgParser:
                    help="the weights' precision while generating: bfloat16 halves the bytes each token reads "
                         "(faster where decoding waits on memory; the greedy text may differ slightly)")
     p.add_argument("--threads", type=int, default=0,
-                   help="CPU threads: 0 (default) = the cores other processes leave free, re-checked as it runs")
+                   help="CPU threads: 0 (default) = the cores other processes leave free and a CPU quota "
+                        "allows, re-checked as it runs")
     p.add_argument("--force", action="store_true", help="sample even from a model trained without the causal mask")
     view = p.add_argument_group("seeing inside (tables on stdout)")
     view.add_argument("--show-steps", action="store_true",

@@ -61,7 +61,8 @@ class TrainConfig:
     # (tinygpt/runtime.py resolve_dtype)
     compile: bool = False  # torch.compile the model
     tf32: bool = True  # CUDA: TF32 tensor cores for float32 matmuls (Ampere and later; no effect elsewhere)
-    threads: int = 0  # CPU threads: 0 = the cores other processes leave free, re-checked every second; N = N
+    # CPU threads: 0 = the cores other processes leave free and a CPU quota allows, re-checked every second; N = N
+    threads: int = 0
     seed: int = 1337  # seeds initialisation, batch sampling and dropout
     init_from: str = ""  # run dir or checkpoint whose weights start this run (fine-tuning); its model config is used
     plot: str = "end"  # loss.png in the run directory: end (of the run) | eval (at every eval) | never; needs matplotlib
