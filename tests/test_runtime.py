@@ -156,6 +156,7 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
         monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the user's cap: one thread even on idle cores,
         policy = runtime.ThreadPolicy(interval_s=1.0)  # so a run repeats bit for bit
         assert second(own=1.0, others=0.0) == 1
+        assert runtime.ThreadPolicy(max_threads=2).max_threads == 1  # a share never lifts the user's cap
         monkeypatch.delenv("OMP_NUM_THREADS")
         monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: 1.0)  # a container allowed 1 CPU:
         policy = runtime.ThreadPolicy(interval_s=1.0)  # one thread on idle cores (2 are throttled together)

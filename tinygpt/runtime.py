@@ -420,11 +420,11 @@ class ThreadPolicy:
     of its idle speed that way, decoding at a quarter, while the free cores keep most of it
     (docs/results.md). So every `interval_s` seconds `update()` measures how many cores the other
     processes kept busy since the last check (/proc/stat for this process's CPUs, minus this
-    process's own CPU time) and sets torch's threads to the free cores, at least 1 and at most
-    `max_threads` (default: the OMP_NUM_THREADS environment variable if set, else usable_cores(): the
-    physical cores this process may use, as many as its container's CPU quota allows; torch's own
-    default is one thread per physical core). `fixed` > 0 pins the count instead. Off /proc (macOS,
-    Windows) it keeps torch's default.
+    process's own CPU time) and sets torch's threads to the free cores, at least 1 and at most the
+    OMP_NUM_THREADS environment variable if set, else usable_cores() (the physical cores this process
+    may use, as many as its container's CPU quota allows; torch's own default is one thread per
+    physical core), and at most `max_threads` if given (a share of the cores). `fixed` > 0 pins the
+    count instead. Off /proc (macOS, Windows) it keeps torch's default.
 
     The first count, before any window of ticks exists, is the number of other threads ready to run
     (`procs_running` minus this one), the median of 5 looks 10 ms apart: /proc/stat counts CPU time
@@ -439,10 +439,9 @@ class ThreadPolicy:
 
     def __init__(self, max_threads: int | None = None, fixed: int = 0, interval_s: float = 1.0):
         self.cpus = usable_cpus()
-        if max_threads is None:
-            env = os.environ.get("OMP_NUM_THREADS", "")
-            max_threads = int(env) if env.isdigit() and int(env) > 0 else usable_cores()
-        self.max_threads = max(1, min(max_threads, len(self.cpus)))
+        env = os.environ.get("OMP_NUM_THREADS", "")
+        limits = [len(self.cpus), int(env) if env.isdigit() and int(env) > 0 else usable_cores()]
+        self.max_threads = max(1, min(limits + ([max_threads] if max_threads is not None else [])))
         self.fixed, self.interval_s = fixed, interval_s
         self.threads = torch.get_num_threads()
         self._last: tuple[float, float, int, int] | None = None  # (wall, own cpu, busy, total)
