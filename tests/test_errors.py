@@ -411,6 +411,32 @@ def test_7_absurd_sizes_are_refused_with_what_they_need(tmp, capsys, override, c
     assert not out.exists()
 
 
+ULIMIT = """
+import re, resource
+from pathlib import Path
+import torch
+from tinygpt import runtime
+from tinygpt.errors import run_cli
+used = int(re.search(r"VmSize:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (used + 2 ** 28, resource.RLIM_INFINITY))  # 256 MB more address space
+print(runtime.available_memory(torch.device("cpu")), flush=True)
+run_cli(lambda argv: torch.ones(2 ** 31, dtype=torch.uint8))  # 2 GB
+"""
+
+
+def test_7_ulimit_v_counts_as_memory_and_a_refused_allocation_is_one_line():
+    """`ulimit -v` (clusters set it): the memory check sees the address space left, and an
+    allocation the kernel refuses anyway (torch's CPU allocator raises a RuntimeError) is one line,
+    exit 2, not a traceback."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs Linux's /proc")
+    done = subprocess.run([sys.executable, "-c", ULIMIT], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    available = int(done.stdout.split()[0])
+    assert 0 <= available <= 2 ** 28
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: out of memory") and len(done.stderr.strip().splitlines()) == 1
+
+
 def test_7_a_16000_bit_integer_is_described_by_its_size(tmp, capsys):
     """Python refuses to write an int of more than 4300 digits (ValueError): a message names its size."""
     from tinygpt.errors import short

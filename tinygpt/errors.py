@@ -88,6 +88,9 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
     except MemoryError:
         _fail("error: out of memory; use a smaller model, batch or dataset", 2)
     except RuntimeError as e:
+        if "DefaultCPUAllocator: can't allocate memory" in str(e):  # torch's CPU allocator, refused
+            _fail("error: out of memory (an allocation was refused: the machine's memory, a container's limit or "
+                  "ulimit -v); use a smaller model, batch or dataset", 2)
         if type(e).__name__ != "OutOfMemoryError":  # torch's (CUDA) out-of-memory error
             raise
         _fail(f"error: out of device memory ({str(e).splitlines()[0][:MAX_VALUE]}...); use a smaller model or "

@@ -661,7 +661,8 @@ FAST_FLOPS = 1e15
 
 def available_memory(device: torch.device) -> int | None:
     """Bytes that can still be allocated on `device`: a GPU's free memory; on a CPU the kernel's
-    MemAvailable, capped by the cgroup limit of a container; None where unknown (nothing refused)."""
+    MemAvailable, capped by the cgroup limit of a container and by the address space `ulimit -v`
+    leaves this process (clusters set it); None where unknown (nothing refused)."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     if device.type != "cpu":
@@ -687,6 +688,15 @@ def available_memory(device: torch.device) -> int | None:
                 free = min(free, max(int(limit) - used, 0))
         except (OSError, ValueError):
             continue
+    try:  # ulimit -v: every allocation takes address space, whatever memory is free
+        import resource
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        status = Path("/proc/self/status").read_text()
+        match = re.search(r"^VmSize:\s+(\d+) kB", status, re.MULTILINE)
+        if limit != resource.RLIM_INFINITY and match and free is not None:
+            free = min(free, max(limit - int(match.group(1)) * 1024, 0))
+    except (ImportError, OSError, ValueError):  # not Unix, or no /proc
+        pass
     return free
 
 
