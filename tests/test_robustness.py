@@ -174,6 +174,39 @@ def test_a_second_sigterm_during_the_step_still_saves(corpus, tmp_path):
     assert load_checkpoint(run / "ckpt.pt")["step"] >= 1  # the step under way finished and saved
 
 
+def test_a_terminal_that_hangs_up_saves_and_stops(corpus, tmp_path):
+    """An SSH connection that drops: the terminal hangs up, the kernel sends SIGHUP, and every later
+    write to it fails (EIO). Training died at once, the steps since its last checkpoint lost; now it
+    saves and exits 129, as after SIGTERM, its output dropped."""
+    pty = pytest.importorskip("pty")
+    import fcntl
+    import select
+    import termios
+    run = tmp_path / "run"
+    args = train_args(corpus, run, "train.max_iters=100000", "train.eval_interval=100000")
+    args.remove("--quiet")  # the progress bar writes to the terminal too
+    master, slave = pty.openpty()
+
+    def own_terminal() -> None:  # a session whose controlling terminal is the pty, as a login's
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], stdin=slave, stdout=slave,
+                            stderr=slave, preexec_fn=own_terminal)
+    os.close(slave)
+    seen, deadline = b"", time.time() + 120
+    while b"step 0:" not in seen and time.time() < deadline and proc.poll() is None:
+        if select.select([master], [], [], 0.5)[0]:
+            seen += os.read(master, 65536)
+    time.sleep(1.0)  # let it train some steps (and write to the terminal)
+    os.close(master)  # the hang-up
+    assert proc.wait(timeout=120) == 128 + signal.SIGHUP, seen[-2000:]
+    step = load_checkpoint(run / "ckpt.pt")["step"]
+    assert step > 0  # saved where it stopped, not only step 0's checkpoint
+    import train
+    train.main(args + ["--quiet", "--resume", "--stop-at", str(step + 3)])
+    assert load_checkpoint(run / "ckpt.pt")["step"] == step + 3
+
+
 @pytest.mark.parametrize("buffered", [False, True])
 def test_a_closed_stdout_does_not_stop_training(corpus, tmp_path, buffered):
     """`train.py | head -1`: the reader of stdout leaves early, and the training goes on to its end,

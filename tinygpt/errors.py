@@ -124,11 +124,11 @@ def stop_on_sigterm() -> None:
 class ReaderMayLeave:
     """sys.stdout or sys.stderr for a command whose work is its files, not its output (train.py,
     sweep.py, sample.py writing attention pages): when the reader leaves (`train.py | head`, a
-    `tee` that died), a write would raise BrokenPipeError and end the work early. This drops the
-    output instead (its file descriptor now points at os.devnull, so buffered text and later writes
-    vanish) and the work goes on; a closed stdout is said once on stderr, and `left` tells what
-    must still be read to go to stderr. (When the output is the work, `sample.py | head` ends there,
-    exit 0; see run_cli.)"""
+    `tee` that died, a terminal that hung up), a write would raise BrokenPipeError (or EIO) and end
+    the work early. This drops the output instead (its file descriptor now points at os.devnull, so
+    buffered text and later writes vanish) and the work goes on; a closed stdout is said once on
+    stderr, and `left` tells what must still be read to go to stderr. (When the output is the work,
+    `sample.py | head` ends there, exit 0; see run_cli.)"""
 
     def __init__(self, stream, name: str) -> None:
         self.stream, self.name = stream, name
@@ -137,15 +137,24 @@ class ReaderMayLeave:
     def write(self, text: str) -> int:
         try:
             return self.stream.write(text)
-        except BrokenPipeError:
+        except OSError as e:
+            if not self._gone(e):
+                raise
             self._drop()
             return len(text)
 
     def flush(self) -> None:
         try:
             self.stream.flush()
-        except BrokenPipeError:
+        except OSError as e:
+            if not self._gone(e):
+                raise
             self._drop()
+
+    @staticmethod
+    def _gone(e: OSError) -> bool:
+        """The reader left: a broken pipe, or EIO from a terminal that hung up (SSH dropped)."""
+        return isinstance(e, BrokenPipeError) or e.errno == errno.EIO
 
     def _drop(self) -> None:
         self.left = True

@@ -251,8 +251,10 @@ def exit_as_torchrun_worker(run: Callable[[], None]) -> None:
 
 
 class StopFlag:
-    """Turns SIGINT/SIGTERM into a flag the training loop checks between steps (it then saves and
-    exits). A second Ctrl-C more than GRACE_S later stops at once (KeyboardInterrupt), unsaved;
+    """Turns SIGINT/SIGTERM, and SIGHUP (the terminal closed: an SSH connection dropped), into a flag
+    the training loop checks between steps (it then saves and exits with 128 + the signal; output to
+    a terminal that hung up is dropped, errors.ReaderMayLeave). A second Ctrl-C more than GRACE_S
+    later stops at once (KeyboardInterrupt), unsaved;
     any other second signal is a duplicate and is ignored: torchrun, a job scheduler or a process
     group kill signals the launcher and the worker together, and the launcher passes its signal on,
     so the worker gets two within milliseconds and must still save."""
@@ -262,7 +264,8 @@ class StopFlag:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._at = 0.0
-        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        signals = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+        self._old = {s: signal.signal(s, self._handle) for s in signals}
 
     def _handle(self, signum: int, frame) -> None:
         if self.signum is None:
