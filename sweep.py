@@ -172,10 +172,12 @@ class Runner:
 
     @contextlib.contextmanager
     def forwarding_signals(self) -> Iterator[None]:
-        """Install forward() for SIGINT and SIGTERM (signal handlers live in the main thread)."""
+        """Install forward() for SIGINT, SIGTERM and SIGHUP (a terminal that hung up: the runs, in
+        their own sessions, would not get it), in the main thread, where signal handlers live."""
         old = {}
         if threading.current_thread() is threading.main_thread():
-            old = {s: signal.signal(s, self.forward) for s in (signal.SIGINT, signal.SIGTERM)}
+            signals = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+            old = {s: signal.signal(s, self.forward) for s in signals}
         try:
             yield
         finally:

@@ -224,6 +224,7 @@ def note(signum, frame):  # every signal that arrives, one line each
     with open(out / 'signals', 'a') as f:
         f.write(f'{signum}\\n')
 signal.signal(signal.SIGINT, note)
+signal.signal(signal.SIGHUP, note)
 (out / 'started').write_text(os.environ.get('OMP_NUM_THREADS', '') + ' ' + ' '.join(sys.argv[1:]))
 print('running', flush=True)
 deadline = time.monotonic() + 60
@@ -234,11 +235,14 @@ sys.exit(130)
 """
 
 
-@pytest.mark.parametrize("jobs, heads", [(1, "1,2,4"), (2, "1,2,4"), (5, "1,2")])
-def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeypatch, capfd, jobs, heads):
+@pytest.mark.parametrize("jobs, heads, signum", [(1, "1,2,4", signal.SIGINT), (2, "1,2,4", signal.SIGINT),
+                                                 (5, "1,2", signal.SIGINT), (2, "1,2", signal.SIGHUP)])
+def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeypatch, capfd, jobs, heads, signum):
     """A stand-in train.py (no torch) that runs until Ctrl-C: the sweep's Ctrl-C reaches every run
     that is running exactly once, no other run starts, the report is written and the sweep exits
-    130. Runs side by side share the cores (--jobs 5 with 2 runs: 2 at once, half the cores each)."""
+    130. Runs side by side share the cores (--jobs 5 with 2 runs: 2 at once, half the cores each).
+    A terminal that hangs up (SIGHUP) does the same, exit 129: the runs, in their own sessions,
+    hear of it only from the sweep."""
     fake = tmp_path / "fake_train.py"
     fake.write_text(FAKE_LONG_RUN)
     monkeypatch.setattr(sweep, "TRAIN_PY", fake)
@@ -255,15 +259,15 @@ def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeyp
         while not all((out / n / "started").exists() for n in names[:running]) and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.2)  # let the runs install their handler
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signum)
     threading.Thread(target=interrupt_when_running, daemon=True).start()
     with pytest.raises(SystemExit) as exit_info:
         sweep.main([CONFIG, "--grid", f"model.n_head={heads}", "--jobs", str(jobs), *shrink(tmp_path / "prepared"),
                     "--out", str(out)])
     printed = capfd.readouterr().out
-    assert exit_info.value.code == 130 and "sweep interrupted" in printed
+    assert exit_info.value.code == 128 + signum and "sweep interrupted" in printed
     for name in names[:running]:
-        assert (out / name / "signals").read_text() == f"{int(signal.SIGINT)}\n", name  # once, as SIGINT
+        assert (out / name / "signals").read_text() == f"{int(signum)}\n", name  # once, the same signal
         threads, argv = (out / name / "started").read_text().split(" ", 1)
         assert threads == ("" if running == 1 else str(8 // running))
         assert ("--quiet" in argv.split()) == (running > 1)  # no progress bars when runs share the terminal
