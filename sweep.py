@@ -67,7 +67,7 @@ from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
 from tinygpt.runs import read_probe, run_lock, summarize_run, write_probe
-from tinygpt.runtime import ThreadPolicy, parent_death_signal, usable_cores
+from tinygpt.runtime import STOP_SIGNALS, ThreadPolicy, parent_death_signal, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
@@ -176,8 +176,7 @@ class Runner:
         their own sessions, would not get it), in the main thread, where signal handlers live."""
         old = {}
         if threading.current_thread() is threading.main_thread():
-            signals = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
-            old = {s: signal.signal(s, self.forward) for s in signals}
+            old = {s: signal.signal(s, self.forward) for s in STOP_SIGNALS}
         try:
             yield
         finally:
@@ -278,9 +277,10 @@ def parse_args(argv: Sequence[str] | None):
     args = p.parse_args(argv)
     if args.jobs < 1:
         raise UserError(f"--jobs={args.jobs} must be >= 1")
-    if args.jobs > usable_cores():  # each run is a process of ~230 MB and wants a core of its own
-        raise UserError(f"--jobs={args.jobs} is more than the {usable_cores()} CPU core(s) this process may use; "
-                        f"use --jobs {usable_cores()} or fewer")
+    cores = usable_cores()
+    if args.jobs > cores:  # each run is a process of ~230 MB and wants a core of its own
+        raise UserError(f"--jobs={args.jobs} is more than the {cores} CPU core(s) this process may use; "
+                        f"use --jobs {cores} or fewer")
     if args.seeds < 1:
         raise UserError(f"--seeds={args.seeds} must be >= 1")
     if args.probe_stories < 1:

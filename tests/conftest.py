@@ -17,6 +17,15 @@ SHARED_DATA = Path(os.environ.get("TINYGPT_TEST_DATA") or ROOT.parent / "shared"
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
 
 
+def fake_cores(monkeypatch, cpus: set[int]) -> None:
+    """Make this process see exactly the CPUs `cpus`, one core each (no SMT) and no container CPU
+    quota, whatever machine runs the test (tinygpt.runtime.usable_cores)."""
+    from tinygpt import runtime
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(cpus), raising=False)
+    monkeypatch.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))
+    monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)
+
+
 def r50k_cache(folder: Path) -> Path:
     """A tiktoken cache folder holding GPT-2's ranks (SHARED_DATA/r50k_base.tiktoken) under the sha1
     of their URL, for TIKTOKEN_CACHE_DIR: the r50k_base and gpt2 encodings offline. Skips without it."""

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import fake_cores
 from tinygpt import runtime
 from tinygpt.errors import UserError
 
@@ -134,9 +135,7 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
     monkeypatch.setattr(runtime.time, "monotonic", lambda: clock["wall"])
     monkeypatch.setattr(runtime.time, "process_time", lambda: clock["own"])
     monkeypatch.setattr(runtime.time, "sleep", lambda s: None)
-    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT
-    monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)
+    fake_cores(monkeypatch, {0, 1})  # 2 cores, no SMT, no CPU quota
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     threads = torch.get_num_threads()
 
@@ -167,9 +166,7 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
 
 def test_thread_policy_first_look_counts_the_threads_ready_to_run(monkeypatch):
     """Before any window of ticks: the median of 5 instant counts of runnable threads, minus us."""
-    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT
-    monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)
+    fake_cores(monkeypatch, {0, 1})  # 2 cores, no SMT, no CPU quota
     monkeypatch.setattr(runtime.time, "sleep", lambda s: None)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     threads = torch.get_num_threads()
@@ -214,8 +211,7 @@ def test_cgroup_limits_are_read_from_v1_and_v2_files(tmp_path, monkeypatch):
     (root / "cpu,cpuacct/cpu.cfs_period_us").write_text("garbage")
     assert runtime.cpu_quota(dirs) is None  # unreadable: no limit assumed
     # usable cores: the CPUs, capped by the quota (a core counts from ~75% of it), at least 1
-    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    monkeypatch.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT
+    fake_cores(monkeypatch, {0, 1, 2, 3})
     for quota, cores in [(None, 4), (8.0, 4), (2.0, 2), (1.8, 2), (1.5, 1), (1.0, 1), (0.5, 1)]:
         monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: quota)
         assert runtime.usable_cores() == cores, quota

@@ -34,11 +34,11 @@ from pathlib import Path
 import pytest
 
 import compare
-from tinygpt import plots, report, runs, runtime
+from tinygpt import plots, report, runs
 import sweep
 import train
 from tinygpt.checkpoint import load_checkpoint
-from conftest import ROOT
+from conftest import ROOT, fake_cores
 from tinygpt.errors import UserError
 
 CONFIG = str(ROOT / "configs" / "stories.yaml")
@@ -185,9 +185,7 @@ def test_a_closed_stdout_does_not_stop_the_sweep(tmp_path):
     (["--grid", "model.n_head=1", "--jobs", "3"], "--jobs=3 is more than the 2 CPU core"),
 ])
 def test_sweep_user_errors(tmp_path, monkeypatch, argv, match):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # 2 cores
-    monkeypatch.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT
-    monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)  # nor a container's CPU quota
+    fake_cores(monkeypatch, {0, 1})  # 2 cores
     with pytest.raises(UserError, match=match), contextlib.redirect_stdout(io.StringIO()):
         sweep.main([CONFIG, *argv, "--out", str(tmp_path / "sw")])
     assert not (tmp_path / "sw").exists()
@@ -196,9 +194,7 @@ def test_sweep_user_errors(tmp_path, monkeypatch, argv, match):
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_failed_runs_are_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, capfd, jobs):
     """A stand-in train.py (no torch: fast) fails with a user error for n_head=1 and crashes for 2."""
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # --jobs 2 on any machine
-    monkeypatch.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT
-    monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)  # nor a container's CPU quota
+    fake_cores(monkeypatch, {0, 1})  # --jobs 2 on any machine
     fake = tmp_path / "fake_train.py"
     fake.write_text("import sys\nif 'model.n_head=1' in sys.argv:\n"
                     "    print('error: a user error', file=sys.stderr)\n    sys.exit(2)\n"
@@ -247,9 +243,7 @@ def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeyp
     fake.write_text(FAKE_LONG_RUN)
     monkeypatch.setattr(sweep, "TRAIN_PY", fake)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)  # 8 cores
-    monkeypatch.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT
-    monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)  # nor a container's CPU quota
+    fake_cores(monkeypatch, set(range(8)))  # 8 cores
     out = tmp_path / "sw"
     names = [f"n_head={h}" for h in heads.split(",")]
     running = min(jobs, len(names))
@@ -280,9 +274,7 @@ def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeyp
 def test_a_crash_in_the_sweep_itself_starts_no_more_runs(tmp_path, monkeypatch):
     """--jobs 2: when the sweep's own bookkeeping fails for one run, the runs already going finish,
     none of those waiting starts, and the error surfaces (as with one run at a time)."""
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # --jobs 2 on any machine
-    monkeypatch.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT
-    monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)  # nor a container's CPU quota
+    fake_cores(monkeypatch, {0, 1})  # --jobs 2 on any machine
     fake = tmp_path / "fake_train.py"
     fake.write_text("import json, pathlib, sys, time\n"
                     "out = pathlib.Path(json.loads([a.split('=', 1)[1] for a in sys.argv if a.startswith('train.out_dir=')][0]))\n"
@@ -509,9 +501,7 @@ def test_sweep_with_seeds_and_probe_summarizes_each_setting(tmp_path):
     out = tmp_path / "sw"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMP_NUM_THREADS", "1")
-        mp.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # --jobs 2 on any machine
-        mp.setattr(runtime, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT
-        mp.setattr(runtime, "cpu_quota", lambda dirs=None: None)  # nor a container's CPU quota
+        fake_cores(mp, {0, 1})  # --jobs 2 on any machine
         result, printed = run_sweep([CONFIG, "--grid", "model.n_head=1,2", "--seeds", "2", "--probe", "--jobs", "2",
                                      "--probe-stories", "3", *shrink(tmp_path / "prepared"), "data.tokenizer=char",
                                      "--out", str(out), "--quiet"])  # two runs at a time

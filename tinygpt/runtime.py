@@ -250,6 +250,10 @@ def exit_as_torchrun_worker(run: Callable[[], None]) -> None:
 # ---- signals ----
 
 
+# what stops a run with its work saved: Ctrl-C, kill (SIGTERM), a terminal that hung up (SIGHUP; not on Windows)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+
+
 class StopFlag:
     """Turns SIGINT/SIGTERM, and SIGHUP (the terminal closed: an SSH connection dropped), into a flag
     the training loop checks between steps (it then saves and exits with 128 + the signal; output to
@@ -264,8 +268,7 @@ class StopFlag:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._at = 0.0
-        signals = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
-        self._old = {s: signal.signal(s, self._handle) for s in signals}
+        self._old = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
 
     def _handle(self, signum: int, frame) -> None:
         if self.signum is None:
@@ -378,13 +381,20 @@ def physical_cores(cpus: set[int], sysfs: Path = Path("/sys/devices/system/cpu")
     return len(cores)
 
 
+def whole_cores(cores: float) -> int:
+    """The whole cores in `cores` cores' worth of CPU time: a core counts from ~75% of it (a thread
+    on a core kept a quarter busy, or throttled a quarter of the time, waits little; on half, every
+    parallel op waits for it)."""
+    return int(cores + 0.25)
+
+
 def usable_cores() -> int:
     """How many cores this process can keep busy at once: the physical cores of the CPUs it may run
-    on, capped by its cgroup's CPU quota (a core counts if the quota grants at least ~75% of it, as
-    in ThreadPolicy); at least 1. In a container allowed 1 CPU of 2, two intra-op threads trained
-    14% slower than one and decoded at half its speed (docs/results.md)."""
+    on, capped by its cgroup's CPU quota (whole_cores); at least 1. In a container allowed 1 CPU of
+    2, two intra-op threads trained 14% slower than one and decoded at half its speed
+    (docs/results.md)."""
     n, quota = physical_cores(usable_cpus()), cpu_quota()
-    return max(1, n if quota is None else min(n, int(quota + 0.25)))
+    return max(1, n if quota is None else min(n, whole_cores(quota)))
 
 
 def _proc_stat() -> list[list[str]]:
@@ -443,8 +453,8 @@ class ThreadPolicy:
     def __init__(self, max_threads: int | None = None, fixed: int = 0, interval_s: float = 1.0):
         self.cpus = usable_cpus()
         env = os.environ.get("OMP_NUM_THREADS", "")
-        limits = [len(self.cpus), int(env) if env.isdigit() and int(env) > 0 else usable_cores()]
-        self.max_threads = max(1, min(limits + ([max_threads] if max_threads is not None else [])))
+        cap = int(env) if env.isdigit() and int(env) > 0 else usable_cores()
+        self.max_threads = max(1, min(cap, len(self.cpus), max_threads or cap))
         self.fixed, self.interval_s = fixed, interval_s
         self.threads = torch.get_num_threads()
         self._last: tuple[float, float, int, int] | None = None  # (wall, own cpu, busy, total)
@@ -476,7 +486,7 @@ class ThreadPolicy:
     def _free(self, others_busy: float) -> int:
         """Threads for the cores the others leave free: a core counts as free if the others keep it
         less than ~25% busy; at least 1, at most max_threads."""
-        return max(1, min(self.max_threads, int(len(self.cpus) - others_busy + 0.25)))
+        return max(1, min(self.max_threads, whole_cores(len(self.cpus) - others_busy)))
 
     def _set(self, n: int) -> None:
         if n != self.threads:
