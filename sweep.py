@@ -63,11 +63,11 @@ import torch
 from tinygpt.checkpoint import load_checkpoint, load_model
 from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
 from tinygpt.coreference import HELD_OUT_OFFSET, probe
-from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli
+from tinygpt.errors import STOP_SIGNALS, ArgParser, ReaderMayLeave, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
 from tinygpt.runs import read_probe, run_lock, summarize_run, write_probe
-from tinygpt.runtime import STOP_SIGNALS, ThreadPolicy, parent_death_signal, usable_cores
+from tinygpt.runtime import ThreadPolicy, parent_death_signal, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'

@@ -5,13 +5,13 @@
 Reads top to bottom: config and run directory -> processes -> data -> model and optimizer -> the
 loop. Every `train.eval_interval` steps it estimates train/val loss, writes ckpt.pt (latest, with
 everything needed to resume exactly) and best.pt (lowest val loss); metrics.csv gets a row per log
-and eval. Ctrl-C or SIGTERM saves ckpt.pt and stops; `--resume` continues from it (on the same data:
-the checkpoint records its digest). A closed stdout (`train.py | head`) stops nothing: the training
-goes on without printing there. A second training on the same train.out_dir is refused while
-this one holds it (tinygpt/runs.py, run_lock); what cannot fit in memory is refused before any
-allocation (tinygpt/runtime.py, check_training_fits). One optimizer step (`train_step`), the
-schedule and the loss estimate live in tinygpt/training.py, shared with bench.py so that the
-benchmark times exactly this step.
+and eval. Ctrl-C, SIGTERM or SIGHUP (a closed terminal) saves ckpt.pt and stops; `--resume`
+continues from it (on the same data: the checkpoint records its digest). A closed stdout
+(`train.py | head`) stops nothing: the training goes on without printing there. A second training
+on the same train.out_dir is refused while this one holds it (tinygpt/runs.py, run_lock); what
+cannot fit in memory is refused before any allocation (tinygpt/runtime.py, check_training_fits).
+One optimizer step (`train_step`), the schedule and the loss estimate live in tinygpt/training.py,
+shared with bench.py so that the benchmark times exactly this step.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from model import GPT
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_to_dict, load_config
-from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli, short, stop_on_sigterm
+from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli, short, stop_on_signals
 from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
@@ -392,7 +392,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
 
 
 if __name__ == "__main__":
-    stop_on_sigterm()  # before the loop (preparing data, building the model) a kill stops as Ctrl-C does
+    stop_on_signals()  # before the loop (preparing data, building the model) kill or hang-up stop as Ctrl-C does
     # its work is the run directory: a reader of its output that leaves must not end it
     sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
     exit_as_torchrun_worker(lambda: run_cli(main))  # under torchrun, without Python's shutdown (see there)

@@ -260,33 +260,39 @@ def test_1_a_killed_preparation_leaves_no_temp_folder(tmp):
     assert [p.name for p in prepared.iterdir()] == [folder.name]
 
 
-def test_1_sigterm_while_preparing_is_one_line_and_leaves_nothing(tmp):
+KILL_OR_HANGUP = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+
+
+@pytest.mark.parametrize("signum", KILL_OR_HANGUP, ids=lambda s: signal.Signals(s).name)
+def test_1_sigterm_or_sighup_while_preparing_is_one_line_and_leaves_nothing(tmp, signum):
     """SIGTERM (kill) stops a preparation as Ctrl-C does, with its own exit code: it used to die
-    silently, 143, its temp folder left behind."""
-    prepared = tmp / "prepared_terminated"
-    one_line(terminated_while_writing(stalled_prepare(tmp, prepared)), code=128 + signal.SIGTERM)  # `interrupted`
+    silently, 143, its temp folder left behind. SIGHUP (the terminal closed) likewise, exit 129."""
+    prepared = tmp / f"prepared_terminated_{signum}"
+    one_line(terminated_while_writing(stalled_prepare(tmp, prepared), signum), code=128 + signum)  # `interrupted`
     assert temp_folders(prepared) == []
 
 
-def terminated_while_writing(proc: subprocess.Popen) -> Result:
-    """SIGTERM to a stalled preparation (STALL) once it writes: its exit code and stderr."""
+def terminated_while_writing(proc: subprocess.Popen, signum: int = signal.SIGTERM) -> Result:
+    """`signum` to a stalled preparation (STALL) once it writes: its exit code and stderr."""
     try:
         read_until(proc.stdout, b"writing")
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         return Result(proc.wait(timeout=120), "", proc.stderr.read().decode())
     finally:
         proc.kill()
         proc.wait()
 
 
-def test_1_sigterm_while_train_py_prepares_its_data_leaves_nothing(tmp):
+@pytest.mark.parametrize("signum", KILL_OR_HANGUP, ids=lambda s: signal.Signals(s).name)
+def test_1_sigterm_or_sighup_while_train_py_prepares_its_data_leaves_nothing(tmp, signum):
     """Before its loop (preparing data, building the model) train.py died silently at SIGTERM, its
-    out_dir left holding a .lock; now it stops as Ctrl-C does."""
-    prepared, out = tmp / "prepared_train_terminated", tmp / "refused" / "terminated"
+    out_dir left holding a .lock; now it stops as Ctrl-C does. SIGHUP (an SSH connection that drops
+    while a big dataset is prepared) did the same until it was handled here too."""
+    prepared, out = tmp / f"prepared_train_terminated_{signum}", tmp / "refused" / f"terminated_{signum}"
     proc = subprocess.Popen([sys.executable, "-c", STALL, "train.py", tmp / "config.yaml", "--quiet", "--set",
                              f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={prepared}",
                              f"train.out_dir={out}"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    one_line(terminated_while_writing(proc), code=128 + signal.SIGTERM)
+    one_line(terminated_while_writing(proc, signum), code=128 + signum)
     assert temp_folders(prepared) == [] and not out.exists()
 
 

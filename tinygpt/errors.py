@@ -5,7 +5,7 @@ Every entry point (train.py, sample.py, data/prepare.py, ...) calls `run_cli(mai
 - the machine refusing (disk full, permission denied, read-only file system, out of memory)
   prints one `error: ...` line too, exit 2: nothing half-written is left, every write is atomic;
 - Ctrl-C prints `interrupted`, exit 130 (train.py saves its checkpoint at the first Ctrl-C itself);
-  after `stop_on_sigterm()`, SIGTERM does the same with exit 143;
+  after `stop_on_signals()`, SIGTERM and SIGHUP do the same with exit 143 and 129;
 - anything else is a bug and keeps its traceback (exit 1).
 A reader of the output that leaves (`| head`) ends a command quietly, exit 0, unless its work is
 its files (train.py): `ReaderMayLeave` then drops the output and the work goes on.
@@ -50,9 +50,18 @@ class UserError(Exception):
     """A mistake the user can fix: the message names the culprit (key, file, value) and the fix."""
 
 
+# what stops a command as Ctrl-C does: Ctrl-C, kill (SIGTERM), a terminal that hung up (SIGHUP, as
+# when an SSH connection drops; not on Windows)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+
+
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is (stop_on_sigterm): it unwinds like Ctrl-C's
+    """SIGTERM or SIGHUP, raised where the process is (stop_on_signals): it unwinds like Ctrl-C's
     KeyboardInterrupt, so the same cleanups run (a temp folder is removed, a lock released)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def short(value: Any, limit: int = MAX_VALUE) -> str:
@@ -80,7 +89,7 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
         sys.stderr.close()
         sys.exit(0)
     except KeyboardInterrupt as e:
-        _fail("interrupted", 128 + signal.SIGTERM if isinstance(e, Terminated) else 130)
+        _fail("interrupted", 128 + e.signum if isinstance(e, Terminated) else 130)
     except OSError as e:
         if e.errno not in ENVIRONMENT_ERRNOS:
             raise
@@ -111,14 +120,17 @@ def print_anything() -> None:
                 pass
 
 
-def stop_on_sigterm() -> None:
-    """From now on SIGTERM (kill, a job scheduler) stops this process as Ctrl-C does, cleanups and
-    the one line `interrupted` included, but with SIGTERM's exit code, 143. (Without it, Python
-    dies at once, silently, leaving its temp files.) For commands with nothing to save first:
-    train.py saves its checkpoint on SIGTERM itself (runtime.StopFlag)."""
+def stop_on_signals() -> None:
+    """From now on SIGTERM (kill, a job scheduler) and SIGHUP (a terminal that hung up) stop this
+    process as Ctrl-C does, cleanups and the one line `interrupted` included, but with the signal's
+    exit code, 128 + its number (143, 129). (Without it, Python dies at once, silently, leaving its
+    temp files and locks.) For commands with nothing to save first: train.py's loop saves its
+    checkpoint on these itself (runtime.StopFlag)."""
     def raise_terminated(signum, frame) -> None:
-        raise Terminated
-    signal.signal(signal.SIGTERM, raise_terminated)
+        raise Terminated(signum)
+    for signum in STOP_SIGNALS:
+        if signum != signal.SIGINT:
+            signal.signal(signum, raise_terminated)
 
 
 class ReaderMayLeave:

@@ -29,7 +29,7 @@ import torch
 
 from model import GPT, ModelConfig
 from tinygpt.config import Config
-from tinygpt.errors import UserError
+from tinygpt.errors import STOP_SIGNALS, UserError
 
 T = TypeVar("T")
 DEVICES = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -248,10 +248,6 @@ def exit_as_torchrun_worker(run: Callable[[], None]) -> None:
 
 
 # ---- signals ----
-
-
-# what stops a run with its work saved: Ctrl-C, kill (SIGTERM), a terminal that hung up (SIGHUP; not on Windows)
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 
 
 class StopFlag:
