@@ -108,9 +108,16 @@ def autocast(dtype: str, device: torch.device):
 
 def configure_cuda(tf32: bool) -> None:
     """TF32 tensor cores for float32 matmuls and convolutions (Ampere and later): ~8x the float32
-    throughput with a 10-bit mantissa, which training does not notice (nanoGPT turns it on too)."""
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
+    throughput with a 10-bit mantissa, which training does not notice (nanoGPT turns it on too).
+    Set through torch's fp32_precision settings where they exist (torch >= 2.9): they replace
+    allow_tf32, and once both are used, reading allow_tf32 raises a RuntimeError."""
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        mode = "tf32" if tf32 else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = mode
+        torch.backends.cudnn.conv.fp32_precision = mode
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
 
 
 def keep_freed_memory() -> bool:
@@ -645,6 +652,9 @@ def measured_matmul_peak(dtype: torch.dtype, device: torch.device, budget_s: flo
 
 
 def tf32_enabled() -> bool:
+    """Whether float32 matmuls on CUDA run on TF32 tensor cores (read as configure_cuda sets it)."""
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        return torch.backends.cuda.matmul.fp32_precision == "tf32"
     return torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
 
 
