@@ -98,6 +98,17 @@ def test_tf32_follows_the_config_after_any_earlier_setting():
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr[-2000:]
 
 
+def test_the_barrier_names_its_gpu_to_nccl(monkeypatch):
+    """Under torchrun on GPUs, NCCL's barrier is given the process's GPU (else it guesses one from
+    the rank and warns of a possible hang); gloo's (CPUs) takes no device."""
+    calls = []
+    monkeypatch.setattr(torch.distributed, "barrier", lambda **kw: calls.append(kw))
+    runtime.Distributed(1, 2, torch.device("cuda", 1)).barrier()
+    runtime.Distributed(1, 2, torch.device("cpu")).barrier()
+    runtime.Distributed(0, 1, torch.device("cuda", 0)).barrier()  # one process: no collective at all
+    assert calls == [{"device_ids": [1]}, {}]
+
+
 def test_measured_peak_stays_within_its_budget():
     import time
     runtime.measured_matmul_peak.cache_clear()

@@ -181,8 +181,9 @@ class Distributed:
         return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
     def barrier(self) -> None:
-        if self.world_size > 1:
-            self._collective(torch.distributed.barrier)
+        if self.world_size > 1:  # NCCL is told its GPU: else it guesses one from the rank, and warns
+            gpu = {"device_ids": [self.device.index]} if self.device.type == "cuda" else {}
+            self._collective(functools.partial(torch.distributed.barrier, **gpu))
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         """The mean of x over processes (for logging the loss)."""
