@@ -48,12 +48,18 @@ def losses(run: Path) -> list[tuple[str, str, str]]:
     return [(r["step"], r["train_loss"], r["val_loss"]) for r in metrics(run)]
 
 
+def torchrun_env(tmp_path: Path) -> dict[str, str]:
+    """One thread per process (2 processes on 2 cores), and torchrun's log folder (a new
+    torchelastic_* folder it leaves in the temp folder at every launch) inside the test's own."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
+
+
 def test_ddp_two_processes_match_one_process(corpus, tmp_path):
     """2 gloo processes with batch 4 each == 1 process with batch 8 (same global batch)."""
     single, ddp = tmp_path / "single", tmp_path / "ddp"
     import train
     train.main(train_args(corpus, single, "train.max_iters=20"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = torchrun_env(tmp_path)
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(ROOT / "train.py"), *train_args(corpus, ddp, "train.max_iters=20", "train.batch_size=4")],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -78,7 +84,7 @@ def test_ddp_a_refusal_on_rank_0_is_one_line_on_every_rank(tmp_path):
     traceback left is torchrun's own report (docs/design.md)."""
     bad = tmp_path / "latin1.txt"
     bad.write_bytes(b"caf\xe9 " * 100)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = torchrun_env(tmp_path)
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(ROOT / "train.py"), *train_args(bad, tmp_path / "run")],
                           capture_output=True, text=True, env=env, timeout=300)
