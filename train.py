@@ -165,7 +165,7 @@ class Run:
              "elapsed_s": self.elapsed, "data_digest": self.data.meta["digest"]}
         if with_optimizer:  # + everything that makes a resumed run continue exactly
             s.update(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
-                     batch_rng=self.batch_gen.get_state(), rng=capture_rng_state(),
+                     batch_rng=self.batch_gen.get_state(), rng=capture_rng_state(self.dist.device),
                      loss_sum=self.loss_sum.item(), loss_count=self.loss_count)
         return s
 
@@ -175,7 +175,7 @@ class Run:
         if ckpt["scaler"] and self.scaler.is_enabled():  # empty: saved without float16 (train.dtype may change)
             self.scaler.load_state_dict(ckpt["scaler"])
         self.batch_gen.set_state(ckpt["batch_rng"])
-        restore_rng_state(ckpt["rng"])
+        restore_rng_state(ckpt["rng"], self.dist.device)
         self.step, self.best_val, self.elapsed = ckpt["step"], ckpt["best_val_loss"], ckpt["elapsed_s"]
         self.loss_sum.fill_(ckpt["loss_sum"])
         self.loss_count = ckpt["loss_count"]

@@ -321,17 +321,35 @@ def test_rng_state_round_trip_through_a_checkpoint(tmp_path):
     assert _draw() == expected
 
 
-def test_gpu_rng_states_restore_onto_the_gpus_at_hand(monkeypatch):
-    """A run saved on 2 GPUs and resumed on 1 restores GPU 0's state (no invalid-device crash);
-    the same number restores every one. Faked here: no GPU needed."""
+def test_the_gpu_rng_state_is_the_training_gpus_and_goes_back_to_each_ranks_gpu(monkeypatch):
+    """The checkpoint keeps the RNG state of the GPU the process trains on, and a resume puts it
+    into the GPU of the process resuming: under DDP on GPUs rank r trains on cuda:r, and every rank
+    draws as rank 0 does, so each gets rank 0's state (it used to get rank 0's process's state of
+    cuda:r, a generator that process never used: dropout after a resume differed). A CPU run
+    touches no GPU. An older checkpoint's list (every GPU's state by index) is restored as then.
+    Faked here: no GPU needed."""
+    states = {0: torch.tensor([1, 2], dtype=torch.uint8), 1: torch.tensor([3], dtype=torch.uint8)}
     restored = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, device: restored.append((device, s.tolist())))
-    state = {**capture_rng_state(), "cuda": [torch.tensor([1, 2], dtype=torch.uint8), torch.tensor([3], dtype=torch.uint8)]}
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: states[torch.device(device).index])
+    monkeypatch.setattr(torch.cuda, "set_rng_state",
+                        lambda s, device: restored.append((torch.device("cuda", device).index if isinstance(device, int)
+                                                           else device.index, s.tolist())))
+    assert "cuda" not in capture_rng_state(torch.device("cpu")) and "cuda" not in capture_rng_state()
+    saved = capture_rng_state(torch.device("cuda", 0))  # rank 0 saves
+    assert saved["cuda"].tolist() == [1, 2]
+    for rank in (0, 1, 3):
+        restored.clear()
+        restore_rng_state(saved, torch.device("cuda", rank))
+        assert restored == [(rank, [1, 2])], rank
+    restored.clear()
+    restore_rng_state(saved, torch.device("cpu"))
+    assert restored == []
+    old = {**saved, "cuda": [states[0], states[1]]}  # an older checkpoint, saved on 2 GPUs
     for gpus, expected in ((1, [(0, [1, 2])]), (2, [(0, [1, 2]), (1, [3])]), (4, [(0, [1, 2]), (1, [3])])):
         restored.clear()
         monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
-        restore_rng_state(state)
+        restore_rng_state(old, torch.device("cuda", 0))
         assert restored == expected, gpus
 
 

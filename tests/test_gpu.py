@@ -58,3 +58,23 @@ def test_a_short_bfloat16_run_learns_on_the_gpu(tmp_path):
     vals = [r["val_loss"] for r in rows if r["val_loss"] is not None]
     assert result["step"] == 60 and vals[-1] < vals[0] - 1.0
     assert all(0 < r["mfu"] < 1 for r in rows if r["mfu"] is not None)  # against the GPU's nominal peak
+
+
+def test_a_resumed_run_with_dropout_continues_as_if_never_stopped_on_the_gpu(tmp_path):
+    """Stopped at step 10 and resumed == 20 steps straight, with dropout: the GPU's RNG state is
+    saved and restored (a different dropout mask would move the losses in the third decimal; the
+    tolerance allows for the GPU's non-deterministic sums)."""
+    import train
+    from conftest import ROOT
+    from tinygpt.runs import read_metrics
+    base = [str(ROOT / "configs/stories.yaml"), "--quiet", "--set", "data.stories_chars=50000",
+            f"data.prepared_dir={tmp_path / 'prepared'}", "train.device=cuda", "train.dtype=float32", "train.tf32=false",
+            "model.dropout=0.2", "model.block_size=64", "train.max_iters=20", "train.eval_interval=10",
+            "train.eval_iters=4", "train.log_interval=1", "train.plot=never"]
+    train.main(base + [f"train.out_dir={tmp_path / 'straight'}"])
+    train.main(base + [f"train.out_dir={tmp_path / 'split'}", "--stop-at", "10"])
+    train.main(base + [f"train.out_dir={tmp_path / 'split'}", "--resume"])
+    losses = [{r["step"]: r["train_loss"] for r in read_metrics(tmp_path / run) if r["train_loss"] is not None}
+              for run in ("straight", "split")]
+    after = [step for step in losses[0] if step > 10]
+    assert len(after) == 10 and all(abs(losses[0][s] - losses[1][s]) < 2e-4 for s in after), losses

@@ -421,8 +421,10 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokeni
 # ---- random-number state (so that a resumed run continues exactly) ----
 
 
-def capture_rng_state() -> dict[str, Any]:
-    """The python, numpy, torch (and cuda) RNG states as checkpoint-safe data."""
+def capture_rng_state(device: torch.device | None = None) -> dict[str, Any]:
+    """The python, numpy and torch RNG states, and that of the GPU `device` (the one this process
+    trains on), as checkpoint-safe data. Under DDP every process seeds alike and draws alike
+    (dropout masks of the same shapes), so the GPU state rank 0 saves is every rank's."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state = {
         "python": random.getstate(),
@@ -430,18 +432,24 @@ def capture_rng_state() -> dict[str, Any]:
                   "has_gauss": int(has_gauss), "gauss": float(gauss)},
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def restore_rng_state(state: dict[str, Any]) -> None:
+def restore_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
+    """Set the states capture_rng_state saved; the GPU's into `device`'s generator (this process's
+    GPU: under DDP each rank's)."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     n = state["numpy"]
     np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     torch.set_rng_state(state["torch"].cpu())
-    if "cuda" in state and torch.cuda.is_available():
-        # per GPU; a run resumed on fewer GPUs than it was saved on restores the ones it has
-        for i, s in enumerate(state["cuda"][:torch.cuda.device_count()]):
+    saved = state.get("cuda")
+    if saved is None or device is None or device.type != "cuda":
+        return
+    if isinstance(saved, torch.Tensor):
+        torch.cuda.set_rng_state(saved.cpu(), device)
+    else:  # an older checkpoint: every GPU's state by index, restored as it was then
+        for i, s in enumerate(saved[:torch.cuda.device_count()]):
             torch.cuda.set_rng_state(s.cpu(), i)
