@@ -7,8 +7,8 @@
 #                                          # script itself where no GPU is at hand (a few minutes)
 #
 # 1. the tests that run on the GPU (tests/test_gpu.py: fused kernels == the formula, KV cache, TF32
-#    setting, a bfloat16 run) and the model's; TESTS=tests runs the whole suite (minutes more: the
-#    rest runs on the CPU, as CI does; give it BUDGET=900);
+#    setting, a bfloat16 run, an exact resume with dropout) and the model's; TESTS=tests runs the
+#    whole suite (minutes more: the rest runs on the CPU, as CI does; give it BUDGET=900);
 # 2. nanoGPT's baby GPT (configs/shakespeare_char_gpu.yaml, dtype auto: bfloat16 from Ampere on): time to val 1.47;
 # 3. training tokens/s and MFU in float32 (TF32 off, then on), bfloat16, bfloat16 + torch.compile;
 # 4. KV-cache decoding tokens/s (6x6x384, block 512), and the same weights through transformers;

@@ -1,6 +1,7 @@
 """Guards the CUDA path (skipped without a GPU; scripts/gpu_check.sh runs it on one): the fused
 attention kernels equal the formula, the KV cache equals recomputation, TF32 follows train.tf32,
-and a short bfloat16 training run on the GPU learns and reports MFU against the chip's peak."""
+a short bfloat16 training run on the GPU learns and reports MFU against the chip's peak, and a run
+with dropout resumes as if never stopped."""
 from __future__ import annotations
 
 import pytest
