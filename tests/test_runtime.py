@@ -109,6 +109,18 @@ def test_the_barrier_names_its_gpu_to_nccl(monkeypatch):
     assert calls == [{"device_ids": [1]}, {}]
 
 
+def test_timing_waits_for_the_gpu_on_cuda_and_on_apples_mps(monkeypatch):
+    """sync (which every timing of bench.py and the measured peak behind MFU go through) waits for
+    a CUDA GPU and for Apple's MPS: without it a matmul timed on a Mac measured its launch alone,
+    a peak thousands of times too high and an MFU near 0. Faked here: no GPU needed."""
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(("cuda", device)))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: waited.append(("mps", None)))
+    for name in ("cpu", "cuda:1", "mps"):
+        runtime.sync(torch.device(name))
+    assert waited == [("cuda", torch.device("cuda", 1)), ("mps", None)]
+
+
 def test_measured_peak_stays_within_its_budget():
     import time
     runtime.measured_matmul_peak.cache_clear()

@@ -140,9 +140,12 @@ def keep_freed_memory() -> bool:
 
 
 def sync(device: torch.device) -> None:
-    """Wait for the device's queued work (timing needs it on a GPU)."""
+    """Wait for the device's queued work (timing needs it on a GPU: CUDA or Apple's MPS, where a
+    matmul timed without it measures only its launch, and MFU comes out near 0)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 
 # ---- processes: one, or several under torchrun (DDP) ----
