@@ -428,3 +428,16 @@ def test_a_config_may_come_through_a_pipe_but_not_without_end(tmp_path):
 def test_an_empty_prepared_dir_is_refused(tmp_path):
     # it prepared into the current folder
     assert "data.prepared_dir=''" in user_error(write(tmp_path, ""), ["data.prepared_dir="])
+
+
+def test_the_schema_in_design_md_is_the_code_s_defaults():
+    """docs/design.md's config schema lists every key with its default, as the dataclasses have
+    them (model.vocab_size, set from the tokenizer, aside): a default changed in the code changes
+    the doc, or this fails."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
+    block = text.split("## Config schema", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    documented = yaml.safe_load(block)
+    defaults = config_to_dict(Config())
+    del defaults["model"]["vocab_size"]
+    assert documented == defaults
