@@ -23,6 +23,9 @@
 # that fails, times out or is skipped is marked in the table; the script goes on with the next.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# the Python that holds torch: `python`, else `python3` (machines with only the latter), or $PYTHON
+PY=${PYTHON:-$(command -v python || command -v python3)}
+[ -n "$PY" ] || { echo "error: no python or python3 on PATH (set PYTHON=path)" >&2; exit 2; }
 OUT=${OUT:-out/gpu_check}
 SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}
 BUDGET=${BUDGET:-540}
@@ -38,7 +41,7 @@ if [ "$REHEARSE" = 1 ]; then  # the same commands, on the CPU, at a size that ta
 else
     TESTS=${TESTS:-tests/test_gpu.py tests/test_model.py}
     SMALL="" BABY="" GEN="--gen-tokens 500" DEVICE=""
-    python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
+    "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
         || { echo "error: no CUDA device here: this check needs a GPU (REHEARSE=1 runs it on the CPU)" >&2; exit 2; }
 fi
 [ -f "$SHAKESPEARE" ] || { echo "error: no tiny shakespeare at $SHAKESPEARE: set SHAKESPEARE=path" >&2; exit 2; }
@@ -65,12 +68,12 @@ stage() {
 }
 
 # shellcheck disable=SC2086  # TESTS, SMALL, BABY and GEN are lists of words
-BENCH=(python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" model.dropout=0 $SMALL)
-TRAIN=(python train.py configs/shakespeare_char_gpu.yaml --quiet --set data.dataset="$SHAKESPEARE" $SMALL)
+BENCH=("$PY" bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" model.dropout=0 $SMALL)
+TRAIN=("$PY" train.py configs/shakespeare_char_gpu.yaml --quiet --set data.dataset="$SHAKESPEARE" $SMALL)
 
 echo "== 1. tests: $TESTS"
 # shellcheck disable=SC2086
-stage tests "$TESTS_LIMIT" python -m pytest -q -x -p no:cacheprovider $TESTS
+stage tests "$TESTS_LIMIT" "$PY" -m pytest -q -x -p no:cacheprovider $TESTS
 summary=$(tail -n 1 "$OUT/tests.txt" 2> /dev/null | grep -E "passed|failed|error" | tr -d '=' | xargs)
 [ -n "$summary" ] && status tests "$summary"
 
@@ -88,7 +91,7 @@ echo "== 4. decoding, and the same weights through transformers"
 stage decode 180 "${BENCH[@]}" --dtypes float32 --steps 0 $GEN --vs-hf --json "$OUT/decode.json"
 
 echo "== 5. torchrun, NCCL, one process"
-stage ddp 120 torchrun --standalone --nproc_per_node=1 "${TRAIN[@]:1}" train.out_dir="$OUT/ddp" \
+stage ddp 120 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 "${TRAIN[@]:1}" train.out_dir="$OUT/ddp" \
     train.max_iters=50 train.eval_interval=50 train.eval_iters=5 train.plot=never
 
 echo "== 6. decoding with the step compiled"
@@ -96,5 +99,5 @@ echo "== 6. decoding with the step compiled"
 stage decode_compiled 240 "${BENCH[@]}" --dtypes float32 --steps 0 $GEN --vs-hf --compile \
     --json "$OUT/decode_compiled.json"
 
-python -m scripts.gpu_table "$OUT" ${DEVICE:+--device "$DEVICE"}
+"$PY" -m scripts.gpu_table "$OUT" ${DEVICE:+--device "$DEVICE"}
 echo "the check took ${SECONDS} s"
