@@ -159,14 +159,18 @@ class Run:
     exit_code: int = 0  # 128 + the signal that stopped the run, else 0
     board: TensorBoardLog | None = None  # train.tensorboard, on the main process
 
-    def state(self, with_optimizer: bool = True) -> dict[str, Any]:
+    def state(self, rngs: list[dict] | None = None) -> dict[str, Any]:
+        """The checkpoint; with every process's RNG states (rngs, in rank order), all that a resumed
+        run needs to continue exactly."""
         s = {"config": config_to_dict(self.cfg), "tokenizer": self.data.tokenizer.to_dict(),
              "model": self.model.state_dict(), "step": self.step, "best_val_loss": self.best_val,
              "elapsed_s": self.elapsed, "data_digest": self.data.meta["digest"]}
-        if with_optimizer:  # + everything that makes a resumed run continue exactly
+        if rngs is not None:
             s.update(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
-                     batch_rng=self.batch_gen.get_state(), rng=capture_rng_state(self.dist.device),
-                     loss_sum=self.loss_sum.item(), loss_count=self.loss_count)
+                     batch_rng=self.batch_gen.get_state(), rng=rngs[0], loss_sum=self.loss_sum.item(),
+                     loss_count=self.loss_count)
+            if len(rngs) > 1:  # DDP: each rank draws its own dropout masks
+                s["rng_ranks"] = rngs
         return s
 
     def restore(self, ckpt: dict[str, Any]) -> None:
@@ -175,15 +179,20 @@ class Run:
         if ckpt["scaler"] and self.scaler.is_enabled():  # empty: saved without float16 (train.dtype may change)
             self.scaler.load_state_dict(ckpt["scaler"])
         self.batch_gen.set_state(ckpt["batch_rng"])
-        restore_rng_state(ckpt["rng"], self.dist.device)
+        ranks = ckpt.get("rng_ranks")  # under DDP each rank's; on another number of processes, rank 0's for all
+        mine = ranks[self.dist.rank] if isinstance(ranks, list) and len(ranks) == self.dist.world_size else ckpt["rng"]
+        restore_rng_state(mine, self.dist.device)
         self.step, self.best_val, self.elapsed = ckpt["step"], ckpt["best_val_loss"], ckpt["elapsed_s"]
         self.loss_sum.fill_(ckpt["loss_sum"])
         self.loss_count = ckpt["loss_count"]
         self.resumed_at = self.step
 
     def save(self, name: str, with_optimizer: bool = True) -> None:
+        """Rank 0 writes the file; with the optimizer, every rank sends its RNG states (a collective:
+        all ranks save together)."""
+        rngs = self.dist.gather(capture_rng_state(self.dist.device)) if with_optimizer else None
         if self.dist.master:
-            save_checkpoint(self.out_dir / name, self.state(with_optimizer))
+            save_checkpoint(self.out_dir / name, self.state(rngs))
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         t, d = self.cfg.train, self.dist
@@ -349,7 +358,9 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
         configure_cuda(t.tf32)
     keep_freed_memory()  # no page faults for the activations of every step
 
-    torch.manual_seed(t.seed)  # the same initial weights on every rank
+    # under DDP each rank its own random stream, so that dropout masks differ across ranks as within one
+    # batch (DDP copies rank 0's initial weights to the others); one process: train.seed itself
+    torch.manual_seed(t.seed + dist.rank)
     data = load_data(cfg, dist, args.config)  # sets cfg.model.vocab_size from the tokenizer
     if init_ckpt is not None:
         check_init_tokenizer(cfg, init_ckpt, data)

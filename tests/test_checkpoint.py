@@ -321,11 +321,11 @@ def test_rng_state_round_trip_through_a_checkpoint(tmp_path):
     assert _draw() == expected
 
 
-def test_the_gpu_rng_state_is_the_training_gpus_and_goes_back_to_each_ranks_gpu(monkeypatch):
-    """The checkpoint keeps the RNG state of the GPU the process trains on, and a resume puts it
-    into the GPU of the process resuming: under DDP on GPUs rank r trains on cuda:r, and every rank
-    draws as rank 0 does, so each gets rank 0's state (it used to get rank 0's process's state of
-    cuda:r, a generator that process never used: dropout after a resume differed). A CPU run
+def test_the_gpu_rng_state_is_the_training_gpus_and_goes_back_to_the_resuming_gpu(monkeypatch):
+    """The RNG states keep those of the GPU the process trains on, and a restore puts them into
+    the GPU of the process resuming, whatever its index (under DDP rank r trains on cuda:r, and
+    train.py hands each rank its own states). Before, every GPU's state was saved by index from
+    rank 0's process, so rank r got that process's cuda:r generator, one it never used. A CPU run
     touches no GPU. An older checkpoint's list (every GPU's state by index) is restored as then.
     Faked here: no GPU needed."""
     states = {0: torch.tensor([1, 2], dtype=torch.uint8), 1: torch.tensor([3], dtype=torch.uint8)}

@@ -108,6 +108,30 @@ def test_resume_is_exact_with_dropout(corpus, tmp_path):
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 
+def test_ddp_ranks_draw_their_own_dropout_and_resume_exactly(corpus, tmp_path):
+    """Under DDP each rank has its own random stream (seeded train.seed + rank), so its dropout
+    masks differ from the other ranks' as they would within one batch (they used to be the same),
+    and the checkpoint keeps every rank's RNG states: 2 processes stopped at step 15 and resumed ==
+    20 steps straight, bit for bit (one thread each)."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+
+    def torchrun(run: Path, *extra: str) -> None:
+        args = train_args(corpus, run, "model.dropout=0.1", "train.max_iters=20", "train.batch_size=4")
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                               str(ROOT / "train.py"), *args, *extra],
+                              capture_output=True, text=True, env=torchrun_env(tmp_path), timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    torchrun(straight)
+    torchrun(resumed, "--stop-at", "15")
+    ranks = load_checkpoint(resumed / "ckpt.pt")["rng_ranks"]
+    assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])
+    torchrun(resumed, "--resume")
+    assert losses(straight) == losses(resumed)
+    a, b = load_checkpoint(straight / "ckpt.pt"), load_checkpoint(resumed / "ckpt.pt")
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
 def test_sigkill_while_saving_never_breaks_the_checkpoint(tmp_path):
     """20 kills at random moments of saving: what is left always loads, old or new."""
     path = tmp_path / "ckpt.pt"

@@ -423,8 +423,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokeni
 
 def capture_rng_state(device: torch.device | None = None) -> dict[str, Any]:
     """The python, numpy and torch RNG states, and that of the GPU `device` (the one this process
-    trains on), as checkpoint-safe data. Under DDP every process seeds alike and draws alike
-    (dropout masks of the same shapes), so the GPU state rank 0 saves is every rank's."""
+    trains on), as checkpoint-safe data. (Under DDP train.py saves every rank's.)"""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state = {
         "python": random.getstate(),
@@ -438,8 +437,8 @@ def capture_rng_state(device: torch.device | None = None) -> dict[str, Any]:
 
 
 def restore_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
-    """Set the states capture_rng_state saved; the GPU's into `device`'s generator (this process's
-    GPU: under DDP each rank's)."""
+    """Set the states capture_rng_state saved; the GPU's into `device`'s generator (the GPU this
+    process trains on, whichever it was saved from)."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     n = state["numpy"]

@@ -196,6 +196,14 @@ class Distributed:
             x /= self.world_size
         return x
 
+    def gather(self, obj: object) -> list:
+        """Every process's obj, in rank order (a collective: every process calls it)."""
+        if self.world_size == 1:
+            return [obj]
+        out = [None] * self.world_size
+        self._collective(torch.distributed.all_gather_object, out, obj)
+        return out
+
     def any(self, flag: bool) -> bool:
         """True if flag is true on any process, so that all stop together (a host sync under DDP:
         call it at log and eval steps only)."""
