@@ -62,6 +62,8 @@ def test_gpu_names_match_whole_words_most_specific_first():
     assert runtime.gpu_peak("NVIDIA L40", "bfloat16", tf32=True)[1] == "nominal L40 bfloat16"
     assert runtime.gpu_peak("NVIDIA L40S", "bfloat16", tf32=True)[1] == "nominal L40S bfloat16"
     assert runtime.gpu_peak("NVIDIA H100 PCIe", "bfloat16", tf32=True)[0] == 756e12
+    assert runtime.gpu_peak("NVIDIA H200", "bfloat16", tf32=True)[0] == 989e12
+    assert runtime.gpu_peak("NVIDIA H200 NVL", "bfloat16", tf32=True)[0] == 835.5e12  # the PCIe card
     # Volta/Turing: float16 tensor cores; no TF32, so float32 is float32 either way; bfloat16 emulated
     assert runtime.gpu_peak("Tesla T4", "float16", tf32=True) == (65e12, "nominal T4 float16")
     assert runtime.gpu_peak("Tesla T4", "float32", tf32=True)[0] == runtime.gpu_peak("Tesla T4", "float32", tf32=False)[0] == 8.1e12
