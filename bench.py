@@ -32,7 +32,7 @@ from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
 from tinygpt.checkpoint import atomic_write_text, check_writable, regular_file_target
 from tinygpt.config import Config, load_config
-from tinygpt.errors import ArgParser, UserError, run_cli, stop_on_signals
+from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, following_free_cores, keep_freed_memory, model_memory,
                              parent_death_signal, peak_flops, resolve_device, sync)
@@ -505,5 +505,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    stop_on_signals()  # a kill stops it as Ctrl-C does: the busy process is stopped, one line says so
     run_cli(main)

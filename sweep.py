@@ -63,7 +63,7 @@ import torch
 from tinygpt.checkpoint import load_checkpoint, load_model
 from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
 from tinygpt.coreference import HELD_OUT_OFFSET, probe
-from tinygpt.errors import STOP_SIGNALS, ArgParser, ReaderMayLeave, UserError, run_cli, stop_on_signals
+from tinygpt.errors import STOP_SIGNALS, ArgParser, ReaderMayLeave, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
 from tinygpt.runs import read_probe, run_lock, summarize_run, write_probe
@@ -448,5 +448,4 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
 if __name__ == "__main__":
     # its work is its runs: a reader of its output that leaves (`sweep.py ... | head`) must not end them
     sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
-    stop_on_signals()  # outside the runs (planning, the report) a kill or a hang-up stops as Ctrl-C does
     run_cli(main)

@@ -31,7 +31,7 @@ from model import GPT
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_to_dict, load_config
-from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli, short, stop_on_signals
+from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli, short
 from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
@@ -403,7 +403,6 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
 
 
 if __name__ == "__main__":
-    stop_on_signals()  # before the loop (preparing data, building the model) kill or hang-up stop as Ctrl-C does
     # its work is the run directory: a reader of its output that leaves must not end it
     sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
     exit_as_torchrun_worker(lambda: run_cli(main))  # under torchrun, without Python's shutdown (see there)

@@ -36,7 +36,7 @@ import torch
 
 from tinygpt.checkpoint import atomic_dir, atomic_write, check_writable, make_folder, sweep_temp_files
 from tinygpt.config import Config, DataConfig, load_config
-from tinygpt.errors import ArgParser, UserError, run_cli, short, stop_on_signals
+from tinygpt.errors import ArgParser, UserError, run_cli, short
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import Tokenizer, build_tokenizer, tokenizer_from_dict
 
@@ -327,5 +327,4 @@ def main(argv: Sequence[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    stop_on_signals()  # a kill stops it as Ctrl-C does: the temp folder is removed, one line says so
     run_cli(main)

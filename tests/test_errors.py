@@ -760,6 +760,22 @@ def read_until(stream, marker: bytes, timeout: float = 120) -> bytes:
     return bytes(seen)
 
 
+@pytest.mark.parametrize("signum", KILL_OR_HANGUP, ids=lambda s: signal.Signals(s).name)
+def test_12_every_command_stops_on_sigterm_and_sighup_with_one_line(tmp, run, signum):
+    """run_cli, which every command runs through, turns SIGTERM and SIGHUP into the one line
+    `interrupted` and exit 143 or 129, as Ctrl-C's 130: here sample.py while its text streams out
+    (it used to die silently, its exit status the signal's)."""
+    proc = popen("sample.py", run, "--max-new-tokens", "1000000", "--prompt", "Anna")
+    try:
+        read_until(proc.stdout, b"Anna")
+        proc.send_signal(signum)
+        code, err = proc.wait(timeout=120), proc.stderr.read().decode()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (code, err) == (128 + signum, "interrupted\n"), err[-2000:]
+
+
 def test_12_ctrl_c_while_sampling_preparing_and_training_twice(tmp, run):
     """One 'interrupted' line and exit 130, in the middle of each: sampling (text streams out),
     preparing data (the tokenizing bar shows), and training after a second Ctrl-C (the first asks

@@ -5,7 +5,7 @@ Every entry point (train.py, sample.py, data/prepare.py, ...) calls `run_cli(mai
 - the machine refusing (disk full, permission denied, read-only file system, out of memory)
   prints one `error: ...` line too, exit 2: nothing half-written is left, every write is atomic;
 - Ctrl-C prints `interrupted`, exit 130 (train.py saves its checkpoint at the first Ctrl-C itself);
-  after `stop_on_signals()`, SIGTERM and SIGHUP do the same with exit 143 and 129;
+  SIGTERM and SIGHUP do the same with exit 143 and 129 (`stop_on_signals`);
 - anything else is a bug and keeps its traceback (exit 1).
 A reader of the output that leaves (`| head`) ends a command quietly, exit 0, unless its work is
 its files (train.py): `ReaderMayLeave` then drops the output and the work goes on.
@@ -21,6 +21,7 @@ import os
 import reprlib
 import signal
 import sys
+import threading
 from typing import Any, Callable, Sequence
 
 # OSErrors that mean "the machine refuses", not "tinygpt has a bug" (a FileNotFoundError can be a bug)
@@ -79,8 +80,9 @@ def environment_error(e: OSError) -> str:
 
 def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None) -> None:
     """Run `main(argv)` and exit: 0 on success, one line on stderr and 2 for a user's (or the
-    machine's) refusal, 130 after Ctrl-C; see the module doc."""
+    machine's) refusal, 130 after Ctrl-C, 143 and 129 after SIGTERM and SIGHUP; see the module doc."""
     print_anything()
+    previous = stop_on_signals()
     try:
         main(argv)
     except UserError as e:
@@ -104,6 +106,9 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
             raise
         _fail(f"error: out of device memory ({str(e).splitlines()[0][:MAX_VALUE]}...); use a smaller model or "
               f"batch", 2)
+    finally:
+        for signum, handler in previous.items():  # (for a caller in the same process: the tests)
+            signal.signal(signum, handler)
     sys.exit(0)
 
 
@@ -120,17 +125,18 @@ def print_anything() -> None:
                 pass
 
 
-def stop_on_signals() -> None:
+def stop_on_signals() -> dict[int, Any]:
     """From now on SIGTERM (kill, a job scheduler) and SIGHUP (a terminal that hung up) stop this
     process as Ctrl-C does, cleanups and the one line `interrupted` included, but with the signal's
-    exit code, 128 + its number (143, 129). (Without it, Python dies at once, silently, leaving its
-    temp files and locks.) For commands with nothing to save first: train.py's loop saves its
-    checkpoint on these itself (runtime.StopFlag)."""
+    exit code, 128 + its number (143, 129): run_cli does this for every command. (Without it,
+    Python dies at once, silently, leaving its temp files and locks.) train.py's loop and sweep.py's
+    runs handle these signals themselves meanwhile (runtime.StopFlag, sweep.Runner). Returns the
+    handlers replaced; outside the main thread, where Python cannot set handlers, nothing."""
     def raise_terminated(signum, frame) -> None:
         raise Terminated(signum)
-    for signum in STOP_SIGNALS:
-        if signum != signal.SIGINT:
-            signal.signal(signum, raise_terminated)
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, raise_terminated) for signum in STOP_SIGNALS if signum != signal.SIGINT}
 
 
 class ReaderMayLeave:
