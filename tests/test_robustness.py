@@ -36,7 +36,8 @@ def train_args(corpus: Path, run: Path, *extra: str) -> list[str]:
             f"data.prepared_dir={run.parent / 'prepared'}", f"train.out_dir={run}", "model.n_layer=2",
             "model.n_head=2", "model.n_embd=32", "model.block_size=32", "train.batch_size=8",
             "train.max_iters=40", "train.eval_interval=10", "train.eval_iters=4", "train.log_interval=5",
-            "train.warmup_iters=5", "train.dtype=float32", *extra]  # float32: losses compared to 1e-3
+            "train.warmup_iters=5", "train.dtype=float32", "train.plot=never",  # float32: losses compared to 1e-3
+            *extra]
 
 
 def metrics(run: Path) -> list[dict]:
