@@ -760,6 +760,27 @@ def read_until(stream, marker: bytes, timeout: float = 120) -> bytes:
     return bytes(seen)
 
 
+def test_12_the_exit_code_survives_a_stderr_that_is_gone(monkeypatch):
+    """After a hang-up the terminal is gone, and writing `interrupted` there fails (EIO): the
+    command still exits with the signal's code (it became 1, with a traceback nobody could read)."""
+    from tinygpt.errors import Terminated, run_cli
+
+    class Gone:
+        def write(self, text):
+            raise OSError(errno.EIO, "Input/output error")
+
+        def flush(self):
+            raise OSError(errno.EIO, "Input/output error")
+
+    def hung_up(argv):
+        raise Terminated(signal.SIGHUP)
+
+    monkeypatch.setattr(sys, "stderr", Gone())
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(hung_up, [])
+    assert stopped.value.code == 128 + signal.SIGHUP
+
+
 @pytest.mark.parametrize("signum", KILL_OR_HANGUP, ids=lambda s: signal.Signals(s).name)
 def test_12_every_command_stops_on_sigterm_and_sighup_with_one_line(tmp, run, signum):
     """run_cli, which every command runs through, turns SIGTERM and SIGHUP into the one line

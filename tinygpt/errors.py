@@ -187,7 +187,10 @@ class ReaderMayLeave:
 
 
 def _fail(line: str, code: int) -> None:
-    print(line, file=sys.stderr)
+    try:
+        print(line, file=sys.stderr)
+    except OSError:  # stderr gone (a terminal that hung up, a closed pipe): the exit code still tells
+        pass
     sys.exit(code)
 
 
