@@ -49,10 +49,13 @@ def losses(run: Path) -> list[tuple[str, str, str]]:
     return [(r["step"], r["train_loss"], r["val_loss"]) for r in metrics(run)]
 
 
-def torchrun_env(tmp_path: Path) -> dict[str, str]:
-    """One thread per process (2 processes on 2 cores), and torchrun's log folder (a new
-    torchelastic_* folder it leaves in the temp folder at every launch) inside the test's own."""
-    return {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
+def torchrun(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess:
+    """train.py under torchrun, 2 processes of one thread each (2 cores), its output captured;
+    torchrun's log folder (a new torchelastic_* folder it leaves in the temp folder at every
+    launch) goes inside the test's own."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(ROOT / "train.py"), *args], capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_ddp_two_processes_match_one_process(corpus, tmp_path):
@@ -60,10 +63,7 @@ def test_ddp_two_processes_match_one_process(corpus, tmp_path):
     single, ddp = tmp_path / "single", tmp_path / "ddp"
     import train
     train.main(train_args(corpus, single, "train.max_iters=20"))
-    env = torchrun_env(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(ROOT / "train.py"), *train_args(corpus, ddp, "train.max_iters=20", "train.batch_size=4")],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = torchrun(tmp_path, train_args(corpus, ddp, "train.max_iters=20", "train.batch_size=4"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("parameters") == 1  # only rank 0 prints: the model line, each eval, the end
     assert done.stdout.count("step 20: train loss") == 1 and done.stdout.count("done: step 20") == 1, done.stdout
@@ -85,10 +85,7 @@ def test_ddp_a_refusal_on_rank_0_is_one_line_on_every_rank(tmp_path):
     traceback left is torchrun's own report (docs/design.md)."""
     bad = tmp_path / "latin1.txt"
     bad.write_bytes(b"caf\xe9 " * 100)
-    env = torchrun_env(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(ROOT / "train.py"), *train_args(bad, tmp_path / "run")],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = torchrun(tmp_path, train_args(bad, tmp_path / "run"))
     assert done.returncode != 0
     assert "error: " in done.stderr and "is not UTF-8" in done.stderr, done.stderr[-3000:]
     assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr[-3000:]  # torchrun's
@@ -116,18 +113,16 @@ def test_ddp_ranks_draw_their_own_dropout_and_resume_exactly(corpus, tmp_path):
     20 steps straight, bit for bit (one thread each)."""
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
 
-    def torchrun(run: Path, *extra: str) -> None:
+    def ddp(run: Path, *extra: str) -> None:
         args = train_args(corpus, run, "model.dropout=0.1", "train.max_iters=20", "train.batch_size=4")
-        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                               str(ROOT / "train.py"), *args, *extra],
-                              capture_output=True, text=True, env=torchrun_env(tmp_path), timeout=300)
+        done = torchrun(tmp_path, [*args, *extra])
         assert done.returncode == 0, done.stderr[-2000:]
 
-    torchrun(straight)
-    torchrun(resumed, "--stop-at", "15")
+    ddp(straight)
+    ddp(resumed, "--stop-at", "15")
     ranks = load_checkpoint(resumed / "ckpt.pt")["rng_ranks"]
     assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])
-    torchrun(resumed, "--resume")
+    ddp(resumed, "--resume")
     assert losses(straight) == losses(resumed)
     a, b = load_checkpoint(straight / "ckpt.pt"), load_checkpoint(resumed / "ckpt.pt")
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

@@ -106,12 +106,15 @@ def autocast(dtype: str, device: torch.device):
     return torch.autocast(device.type, dtype=getattr(torch, dtype))
 
 
+# torch >= 2.9 sets TF32 through fp32_precision, which replaces allow_tf32; once both are used,
+# reading allow_tf32 raises a RuntimeError, so configure_cuda and tf32_enabled use the same one
+FP32_PRECISION_API = hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
 def configure_cuda(tf32: bool) -> None:
     """TF32 tensor cores for float32 matmuls and convolutions (Ampere and later): ~8x the float32
-    throughput with a 10-bit mantissa, which training does not notice (nanoGPT turns it on too).
-    Set through torch's fp32_precision settings where they exist (torch >= 2.9): they replace
-    allow_tf32, and once both are used, reading allow_tf32 raises a RuntimeError."""
-    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+    throughput with a 10-bit mantissa, which training does not notice (nanoGPT turns it on too)."""
+    if FP32_PRECISION_API:
         mode = "tf32" if tf32 else "ieee"
         torch.backends.cuda.matmul.fp32_precision = mode
         torch.backends.cudnn.conv.fp32_precision = mode
@@ -614,9 +617,9 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
 GPU_PEAKS = {
     "H200 NVL": (835.5, 417.5, 60.0), "H200": (989.0, 494.7, 66.9), "H100 PCIe": (756.0, 378.0, 51.2),
     "H100": (989.0, 494.7, 66.9), "A100": (312.0, 156.0, 19.5), "L40S": (362.1, 183.0, 91.6),
-    "L40": (181.0, 90.5, 90.5), "L4": (121.0, 60.0, 30.3), "A10": (125.0, 62.5, 31.2), "RTX 4090": (165.2, 82.6, 82.6),
-    "RTX 3090": (71.0, 35.6, 35.6), "V100S": (130.0, 16.4, 16.4), "V100-PCIE": (112.0, 14.0, 14.0),
-    "V100": (125.0, 15.7, 15.7), "T4": (65.0, 8.1, 8.1),
+    "L40": (181.0, 90.5, 90.5), "L4": (121.0, 60.0, 30.3), "A10": (125.0, 62.5, 31.2),
+    "RTX 4090": (165.2, 82.6, 82.6), "RTX 3090": (71.0, 35.6, 35.6), "V100S": (130.0, 16.4, 16.4),
+    "V100-PCIE": (112.0, 14.0, 14.0), "V100": (125.0, 15.7, 15.7), "T4": (65.0, 8.1, 8.1),
 }
 NO_BFLOAT16 = {"V100S", "V100-PCIE", "V100", "T4"}  # bfloat16 emulated: no faster than float32
 
@@ -666,7 +669,7 @@ def measured_matmul_peak(dtype: torch.dtype, device: torch.device, budget_s: flo
 
 def tf32_enabled() -> bool:
     """Whether float32 matmuls on CUDA run on TF32 tensor cores (read as configure_cuda sets it)."""
-    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+    if FP32_PRECISION_API:
         return torch.backends.cuda.matmul.fp32_precision == "tf32"
     return torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
 
