@@ -31,7 +31,7 @@ import torch
 
 from conftest import ROOT
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
 WORDS = "Anna Ben Clara saw a lazy dog by the zoo and a red kite in the park while it rained".split()
 CONFIG = """\
 model: {block_size: 32, n_layer: 2, n_head: 2, n_embd: 32}
@@ -277,7 +277,7 @@ def terminated_while_writing(proc: subprocess.Popen, signum: int = signal.SIGTER
     try:
         read_until(proc.stdout, b"writing")
         proc.send_signal(signum)
-        return Result(proc.wait(timeout=120), "", proc.stderr.read().decode())
+        return wait_or_dump(proc)
     finally:
         proc.kill()
         proc.wait()
@@ -743,21 +743,37 @@ def test_12_ctrl_c_is_one_line_exit_130(capsys):
     assert info.value.code == 130 and capsys.readouterr().err == "interrupted\n"
 
 
-def read_until(stream, marker: bytes, timeout: float = 120) -> bytes:
-    """Read a child's pipe until `marker` appears (a thread: the read blocks)."""
-    seen = bytearray()
+def read_until(stream, marker: bytes, timeout: float = 120, drain: bool = False) -> bytes:
+    """Read a child's pipe until `marker` appears (a thread: the read blocks). `drain`: then go on
+    reading it to its end, as a terminal would, so that a child streaming text never waits on a full
+    pipe (the rest is not kept: without `drain` the caller reads it)."""
+    seen, found = bytearray(), threading.Event()
 
     def reader():
-        while marker not in seen:
+        while not found.is_set() or drain:
             chunk = os.read(stream.fileno(), 4096)
             if not chunk:
-                return
-            seen.extend(chunk)
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    t.join(timeout)
+                break
+            if not found.is_set():
+                seen.extend(chunk)
+                if marker in seen:
+                    found.set()
+        found.set()  # the end of the output (the marker never came, or it did and was drained)
+    threading.Thread(target=reader, daemon=True).start()
+    found.wait(timeout)
     assert marker in seen, seen[-2000:]
     return bytes(seen)
+
+
+def wait_or_dump(proc: subprocess.Popen, timeout: float = 120) -> Result:
+    """The child's exit code and stderr; if it has not ended within `timeout`, a failure showing
+    where it was stuck (SIGABRT makes its faulthandler, on through ENV, print every thread's stack)."""
+    try:
+        return Result(proc.wait(timeout=timeout), "", proc.stderr.read().decode())
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        proc.wait()
+    pytest.fail(f"{proc.args[1:3]} still running after {timeout} s:\n{proc.stderr.read().decode()[-4000:]}")
 
 
 def test_12_the_exit_code_survives_a_stderr_that_is_gone(monkeypatch):
@@ -788,13 +804,13 @@ def test_12_every_command_stops_on_sigterm_and_sighup_with_one_line(tmp, run, si
     (it used to die silently, its exit status the signal's)."""
     proc = popen("sample.py", run, "--max-new-tokens", "1000000", "--prompt", "Anna")
     try:
-        read_until(proc.stdout, b"Anna")
+        read_until(proc.stdout, b"Anna", drain=True)
         proc.send_signal(signum)
-        code, err = proc.wait(timeout=120), proc.stderr.read().decode()
+        result = wait_or_dump(proc)
     finally:
         proc.kill()
         proc.wait()
-    assert (code, err) == (128 + signum, "interrupted\n"), err[-2000:]
+    assert (result.code, result.err) == (128 + signum, "interrupted\n"), result.err[-2000:]
 
 
 def test_12_ctrl_c_while_sampling_preparing_and_training_twice(tmp, run):
@@ -817,14 +833,14 @@ def test_12_ctrl_c_while_sampling_preparing_and_training_twice(tmp, run):
         # an interruption); sampling and the long step wait
         read_until(procs["prepare"].stderr, b"tokenizing")
         procs["prepare"].send_signal(signal.SIGINT)
-        read_until(procs["sample"].stdout, b"Anna")
+        read_until(procs["sample"].stdout, b"Anna", drain=True)
         procs["sample"].send_signal(signal.SIGINT)
         wait_for(lambda: (out / "ckpt.pt").exists() or procs["train"].poll() is not None)
         time.sleep(0.5)  # past step 0's save and the signal check after it: inside the long step
         procs["train"].send_signal(signal.SIGINT)
         time.sleep(1.5)  # past StopFlag.GRACE_S: a second Ctrl-C, not a duplicate of the first
         procs["train"].send_signal(signal.SIGINT)
-        results = {name: Result(p.wait(timeout=120), "", p.stderr.read().decode()) for name, p in procs.items()}
+        results = {name: wait_or_dump(p) for name, p in procs.items()}
     finally:
         for p in procs.values():
             p.kill()
