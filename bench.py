@@ -26,6 +26,10 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+if __name__ == "__main__":  # first: while the imports below load torch (a second or two), Ctrl-C ends
+    from tinygpt.errors import stop_while_starting  # in `interrupted`, not a traceback from inside them
+    stop_while_starting()
+
 import torch
 
 from data.prepare import get_batch, load_for_training, prepare

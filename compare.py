@@ -17,6 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+if __name__ == "__main__":  # first: while the imports below load torch (a second or two), Ctrl-C ends
+    from tinygpt.errors import stop_while_starting  # in `interrupted`, not a traceback from inside them
+    stop_while_starting()
+
 from tinygpt.checkpoint import check_writable
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE, can_plot, plot_run, plot_val_loss

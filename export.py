@@ -15,6 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+if __name__ == "__main__":  # first: while the imports below load torch (a second or two), Ctrl-C ends
+    from tinygpt.errors import stop_while_starting  # in `interrupted`, not a traceback from inside them
+    stop_while_starting()
+
 from tinygpt.checkpoint import load_checkpoint
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.hf import HF_FILES, export_hf, import_hf

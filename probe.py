@@ -21,6 +21,10 @@ import sys
 import time
 from typing import Sequence
 
+if __name__ == "__main__":  # first: while the imports below load torch (a second or two), Ctrl-C ends
+    from tinygpt.errors import stop_while_starting  # in `interrupted`, not a traceback from inside them
+    stop_while_starting()
+
 import torch
 
 from tinygpt.checkpoint import load_model

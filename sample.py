@@ -40,6 +40,10 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+if __name__ == "__main__":  # first: while the imports below load torch (a second or two), Ctrl-C ends
+    from tinygpt.errors import stop_while_starting  # in `interrupted`, not a traceback from inside them
+    stop_while_starting()
+
 import torch
 
 from model import GPT, Step, generate_steps

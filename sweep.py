@@ -47,7 +47,6 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -58,12 +57,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+if __name__ == "__main__":  # first: while the imports below load torch (a second or two), Ctrl-C ends
+    from tinygpt.errors import stop_while_starting  # in `interrupted`, not a traceback from inside them
+    stop_while_starting()
+
 import torch
 
 from tinygpt.checkpoint import load_checkpoint, load_model
 from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
 from tinygpt.coreference import HELD_OUT_OFFSET, probe
-from tinygpt.errors import STOP_SIGNALS, ArgParser, ReaderMayLeave, UserError, run_cli
+from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, handle_signals, restore_signals, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
 from tinygpt.runs import read_probe, run_lock, summarize_run, write_probe
@@ -174,14 +177,11 @@ class Runner:
     def forwarding_signals(self) -> Iterator[None]:
         """Install forward() for SIGINT, SIGTERM and SIGHUP (a terminal that hung up: the runs, in
         their own sessions, would not get it), in the main thread, where signal handlers live."""
-        old = {}
-        if threading.current_thread() is threading.main_thread():
-            old = {s: signal.signal(s, self.forward) for s in STOP_SIGNALS}
+        old = handle_signals(self.forward)  # those not ignored: a sweep under nohup outlives the terminal
         try:
             yield
         finally:
-            for s, handler in old.items():
-                signal.signal(s, handler)
+            restore_signals(old)
 
     def run(self, cmd: list[str], tag: str) -> int | None:
         """Run one training to its end -> its exit code, or None when the sweep was interrupted

@@ -733,6 +733,62 @@ def test_13_an_output_folder_that_is_a_file(tmp, run, capsys):
 # ======== 12: Ctrl-C ========
 
 
+# Loaded by Python at start-up (sitecustomize, from PYTHONPATH): the signal arrives the moment the
+# command starts importing torch, the slow import (a second or two) in which a Ctrl-C is likeliest
+SIGNAL_AT_IMPORT = """
+import importlib.abc, os, signal, sys
+class SignalAtImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            signal.raise_signal(int(os.environ["SIGNAL_AT_IMPORT"]))
+        return None
+sys.meta_path.insert(0, SignalAtImport())
+"""
+COMMANDS = [["train.py", "configs/stories.yaml"], ["sample.py", "out/none"], ["probe.py", "out/none"],
+            ["sweep.py", "configs/stories.yaml", "--grid", "model.n_head=1,2"], ["compare.py", "out/none"],
+            ["export.py", "out/none", "--format", "hf", "out/none-hf"], ["bench.py"], ["-m", "data.prepare", "configs/stories.yaml"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0] if c[0] != "-m" else c[1])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=lambda s: signal.Signals(s).name)
+def test_12_a_signal_while_a_command_starts_is_one_line(tmp_path, command, signum):
+    """Ctrl-C (or kill) while a command still imports torch, before run_cli is in charge: one line
+    `interrupted` and 128 + the signal, as later on (a Ctrl-C printed a traceback from inside torch's
+    import, and exit 1 or the signal's death)."""
+    (tmp_path / "sitecustomize.py").write_text(SIGNAL_AT_IMPORT)
+    env = {**ENV, "PYTHONPATH": str(tmp_path), "SIGNAL_AT_IMPORT": str(int(signum))}
+    done = subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (128 + signum, "interrupted\n"), done.stderr[-2000:]
+    assert not (ROOT / "out" / "none-hf").exists()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP (Windows)")
+def test_12_signals_the_process_ignores_stay_ignored():
+    """`nohup` ignores SIGHUP so that a run outlives the terminal, and a script's background job
+    (`cmd &`) ignores SIGINT: every command's handlers (run_cli's, train.py's StopFlag, sweep.py's
+    forwarding) leave an ignored signal ignored, and take the others (they replaced all three)."""
+    import sweep
+    from tinygpt.errors import restore_signals, stop_on_signals
+    from tinygpt.runtime import StopFlag
+    ignored = (signal.SIGINT, signal.SIGHUP)
+    before = {s: signal.signal(s, signal.SIG_IGN) for s in ignored}
+    try:
+        def handled() -> set[int]:
+            return {s for s in (*ignored, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN}
+        previous = stop_on_signals()
+        assert handled() == {signal.SIGTERM} and set(previous) == {signal.SIGTERM}
+        restore_signals(previous)
+        flag = StopFlag()
+        assert handled() == {signal.SIGTERM}
+        flag.restore()
+        with sweep.Runner(jobs=1).forwarding_signals():
+            assert handled() == {signal.SIGTERM} and signal.getsignal(signal.SIGTERM) != signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        restore_signals(before)
+
+
 def test_12_ctrl_c_is_one_line_exit_130(capsys):
     from tinygpt.errors import run_cli
 

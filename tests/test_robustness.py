@@ -200,10 +200,12 @@ def test_a_second_sigterm_during_the_step_still_saves(corpus, tmp_path):
     assert load_checkpoint(run / "ckpt.pt")["step"] >= 1  # the step under way finished and saved
 
 
-def test_a_terminal_that_hangs_up_saves_and_stops(corpus, tmp_path):
+@pytest.mark.parametrize("nohup", [False, True], ids=["hang-up", "nohup"])
+def test_a_terminal_that_hangs_up_saves_and_stops(corpus, tmp_path, nohup):
     """An SSH connection that drops: the terminal hangs up, the kernel sends SIGHUP, and every later
     write to it fails (EIO). Training died at once, the steps since its last checkpoint lost; now it
-    saves and exits 129, as after SIGTERM, its output dropped."""
+    saves and exits 129, as after SIGTERM, its output dropped. Under `nohup` (SIGHUP ignored, so that
+    the run outlives the terminal) it trains on: it used to stop all the same."""
     pty = pytest.importorskip("pty")
     import fcntl
     import select
@@ -216,6 +218,8 @@ def test_a_terminal_that_hangs_up_saves_and_stops(corpus, tmp_path):
     def own_terminal() -> None:  # a session whose controlling terminal is the pty, as a login's
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        if nohup:
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
     proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], stdin=slave, stdout=slave,
                             stderr=slave, preexec_fn=own_terminal)
     os.close(slave)
@@ -225,7 +229,11 @@ def test_a_terminal_that_hangs_up_saves_and_stops(corpus, tmp_path):
             seen += os.read(master, 65536)
     time.sleep(1.0)  # let it train some steps (and write to the terminal)
     os.close(master)  # the hang-up
-    assert proc.wait(timeout=120) == 128 + signal.SIGHUP, seen[-2000:]
+    if nohup:
+        time.sleep(1.5)
+        assert proc.poll() is None, seen[-2000:]  # still training, its output dropped
+        proc.send_signal(signal.SIGTERM)  # (to end the test: saved, 143)
+    assert proc.wait(timeout=120) == 128 + (signal.SIGTERM if nohup else signal.SIGHUP), seen[-2000:]
     step = load_checkpoint(run / "ckpt.pt")["step"]
     assert step > 0  # saved where it stopped, not only step 0's checkpoint
     import train

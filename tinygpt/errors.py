@@ -5,7 +5,9 @@ Every entry point (train.py, sample.py, data/prepare.py, ...) calls `run_cli(mai
 - the machine refusing (disk full, permission denied, read-only file system, out of memory)
   prints one `error: ...` line too, exit 2: nothing half-written is left, every write is atomic;
 - Ctrl-C prints `interrupted`, exit 130 (train.py saves its checkpoint at the first Ctrl-C itself);
-  SIGTERM and SIGHUP do the same with exit 143 and 129 (`stop_on_signals`);
+  SIGTERM and SIGHUP do the same with exit 143 and 129 (`stop_on_signals`), and before run_cli
+  is reached, while the command imports torch, `stop_while_starting` (its first lines) does;
+  a signal the process inherited ignored (`nohup`: SIGHUP) stays ignored (`handle_signals`);
 - anything else is a bug and keeps its traceback (exit 1).
 A reader of the output that leaves (`| head`) ends a command quietly, exit 0, unless its work is
 its files (train.py): `ReaderMayLeave` then drops the output and the work goes on.
@@ -107,8 +109,7 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
         _fail(f"error: out of device memory ({str(e).splitlines()[0][:MAX_VALUE]}...); use a smaller model or "
               f"batch", 2)
     finally:
-        for signum, handler in previous.items():  # (for a caller in the same process: the tests)
-            signal.signal(signum, handler)
+        restore_signals(previous)  # (for a caller in the same process: the tests)
     sys.exit(0)
 
 
@@ -125,18 +126,48 @@ def print_anything() -> None:
                 pass
 
 
-def stop_on_signals() -> dict[int, Any]:
-    """From now on SIGTERM (kill, a job scheduler) and SIGHUP (a terminal that hung up) stop this
-    process as Ctrl-C does, cleanups and the one line `interrupted` included, but with the signal's
-    exit code, 128 + its number (143, 129): run_cli does this for every command. (Without it,
-    Python dies at once, silently, leaving its temp files and locks.) train.py's loop and sweep.py's
-    runs handle these signals themselves meanwhile (runtime.StopFlag, sweep.Runner). Returns the
-    handlers replaced; outside the main thread, where Python cannot set handlers, nothing."""
-    def raise_terminated(signum, frame) -> None:
-        raise Terminated(signum)
+def handle_signals(handler: Callable[..., Any], signals: Sequence[int] = STOP_SIGNALS) -> dict[int, Any]:
+    """Install `handler` for each of `signals` this process does not ignore; returns the handlers
+    replaced (for restore_signals). One it inherited ignored stays ignored: `nohup` ignores SIGHUP so
+    that a run outlives the terminal, and a shell script's background job (`cmd &`) ignores SIGINT so
+    that a Ctrl-C meant for the script does not reach it. Outside the main thread, where Python
+    cannot set handlers, nothing."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {signum: signal.signal(signum, raise_terminated) for signum in STOP_SIGNALS if signum != signal.SIGINT}
+    return {s: signal.signal(s, handler) for s in signals if signal.getsignal(s) is not signal.SIG_IGN}
+
+
+def restore_signals(previous: dict[int, Any]) -> None:
+    """Put back the handlers handle_signals replaced."""
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def stop_on_signals() -> dict[int, Any]:
+    """From now on SIGTERM (kill, a job scheduler) and SIGHUP (a terminal that hung up) stop this
+    process as Ctrl-C (KeyboardInterrupt) does, cleanups and the one line `interrupted` included, but
+    with the signal's exit code, 128 + its number (143, 129): run_cli does this for every command.
+    (Without it, Python dies at once, silently, leaving its temp files and locks.) train.py's loop
+    and sweep.py's runs handle these signals themselves meanwhile (runtime.StopFlag, sweep.Runner).
+    Returns the handlers replaced."""
+    def raise_terminated(signum, frame) -> None:
+        raise Terminated(signum)
+    previous = handle_signals(signal.default_int_handler, [signal.SIGINT])  # after stop_while_starting
+    return {**previous, **handle_signals(raise_terminated, [s for s in STOP_SIGNALS if s != signal.SIGINT])}
+
+
+def stop_while_starting() -> None:
+    """For a command's first lines, before its imports: until run_cli takes over, Ctrl-C, SIGTERM
+    and SIGHUP end the process at once with the one line `interrupted` and 128 + the signal's number,
+    instead of a traceback from inside torch's import (a second or two in which nothing has been
+    written yet, so nothing needs cleaning up)."""
+    def stop_now(signum, frame) -> None:
+        try:
+            os.write(2, b"interrupted\n")
+        except OSError:  # stderr gone (a terminal that hung up): the exit code still tells
+            pass
+        os._exit(128 + signum)
+    handle_signals(stop_now)
 
 
 class ReaderMayLeave:

@@ -29,7 +29,7 @@ import torch
 
 from model import GPT, ModelConfig
 from tinygpt.config import Config
-from tinygpt.errors import STOP_SIGNALS, UserError
+from tinygpt.errors import UserError, handle_signals, restore_signals
 
 T = TypeVar("T")
 DEVICES = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -286,7 +286,7 @@ class StopFlag:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._at = 0.0
-        self._old = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        self._old = handle_signals(self._handle)  # those not ignored (nohup: SIGHUP)
 
     def _handle(self, signum: int, frame) -> None:
         if self.signum is None:
@@ -295,8 +295,7 @@ class StopFlag:
             raise KeyboardInterrupt
 
     def restore(self) -> None:
-        for s, handler in self._old.items():
-            signal.signal(s, handler)
+        restore_signals(self._old)
 
 
 def parent_death_signal() -> Callable[[], None] | None:
