@@ -168,16 +168,16 @@ def damaged_copy(run: Path, dest: Path, name: str = "best.pt", **changes) -> Pat
 # ======== 1-4: work mixed, lost or silently wrong (end to end) ========
 
 
-def test_1_a_second_training_on_one_out_dir_is_refused(tmp):
-    """A trains (its step-0 checkpoint is written); B on the same folder, new or --resume, is refused
-    with one line; A then stops on Ctrl-C with its checkpoint; the folder holds A's run alone."""
+def test_1_a_second_training_on_one_out_dir_is_refused(tmp, capsys):
+    """A trains (its step-0 checkpoint is written); B on the same folder (this process), new or
+    --resume, is refused with one line; A then stops on Ctrl-C with its checkpoint; the folder holds
+    A's run alone."""
     out = tmp / "shared"
     a = popen("train.py", *sets(tmp, out, "train.max_iters=100000", "train.eval_interval=100000"), "--quiet")
     try:
         wait_for(lambda: (out / "ckpt.pt").exists() or a.poll() is not None)
         assert a.poll() is None, a.communicate()[1][-2000:]
-        with ThreadPoolExecutor(2) as pool:
-            new, resumed = pool.map(lambda extra: cli("train.py", *sets(tmp, out), *extra), (["--quiet"], ["--resume"]))
+        new, resumed = (in_process("train.py", [*sets(tmp, out), *extra], capsys) for extra in (["--quiet"], ["--resume"]))
         assert a.poll() is None  # A was running all along
     finally:
         a.send_signal(signal.SIGINT)
