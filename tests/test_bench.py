@@ -111,6 +111,8 @@ def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path
         trained_in.append(dtype)
         return real_trainer(cfg, data, dtype, device, compile)
     monkeypatch.setattr(bench, "TrainBench", spy)
+    real_under_load = bench.bench_under_load  # 3 rounds, not 6: each mode still goes first once
+    monkeypatch.setattr(bench, "bench_under_load", lambda *a, **k: real_under_load(*a, **k, reps=3))
     res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
                       f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=2",
                       "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
