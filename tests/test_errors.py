@@ -803,17 +803,21 @@ def read_until(stream, marker: bytes, timeout: float = 120, drain: bool = False)
     reading it to its end, as a terminal would, so that a child streaming text never waits on a full
     pipe (the rest is not kept: without `drain` the caller reads it)."""
     seen, found = bytearray(), threading.Event()
+    fd = os.dup(stream.fileno())  # the thread's own: the test may close the pipe while it still reads
 
     def reader():
-        while not found.is_set() or drain:
-            chunk = os.read(stream.fileno(), 4096)
-            if not chunk:
-                break
-            if not found.is_set():
-                seen.extend(chunk)
-                if marker in seen:
-                    found.set()
-        found.set()  # the end of the output (the marker never came, or it did and was drained)
+        try:
+            while not found.is_set() or drain:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                if not found.is_set():
+                    seen.extend(chunk)
+                    if marker in seen:
+                        found.set()
+        finally:
+            os.close(fd)
+            found.set()  # the end of the output (the marker never came, or it did and was drained)
     threading.Thread(target=reader, daemon=True).start()
     found.wait(timeout)
     assert marker in seen, seen[-2000:]
