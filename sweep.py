@@ -376,7 +376,8 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
         if rc is None:
             return None
         if runner.signum is not None:  # it saved its checkpoint and stopped: resumable, not failed
-            runner.say(f"{tag}: interrupted")
+            runner.say(f"{tag}: stopped, " + ("its checkpoint saved" if (run.run_dir / "ckpt.pt").is_file() else
+                                              "before its first checkpoint (it will start again)"))
             row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else \
                 {"run": run.name, "status": "interrupted before its first checkpoint"}
             return {**row, **run.varied}
@@ -428,7 +429,7 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     if runner.signum is not None:
         if rows:  # none when the signal came before the first run started
             write_report(rows, list(grid), out, title=f"Sweep of {args.config} (interrupted)")
-        print("sweep interrupted: every run it stopped saved its checkpoint; rerun the same command to resume"
+        print("sweep interrupted: rerun the same command to resume it"
               + (f" (results so far: {out / 'results.md'})" if rows else ""))
         sys.exit(128 + runner.signum)
     failed = [r["run"] for r in rows if str(r.get("status", "")).startswith("failed")]

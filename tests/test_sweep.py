@@ -260,6 +260,8 @@ def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeyp
                     "--out", str(out)])
     printed = capfd.readouterr().out
     assert exit_info.value.code == 128 + signum and "sweep interrupted" in printed
+    # the stand-in saves no checkpoint: the sweep says so, and claims none
+    assert printed.count("stopped, before its first checkpoint") == running and "saved" not in printed
     for name in names[:running]:
         assert (out / name / "signals").read_text() == f"{int(signum)}\n", name  # once, the same signal
         threads, argv = (out / name / "started").read_text().split(" ", 1)
