@@ -152,7 +152,8 @@ def stop_on_signals() -> dict[int, Any]:
     Returns the handlers replaced."""
     def raise_terminated(signum, frame) -> None:
         raise Terminated(signum)
-    previous = handle_signals(signal.default_int_handler, [signal.SIGINT])  # KeyboardInterrupt again, after stop_while_starting
+    # Ctrl-C raises KeyboardInterrupt again (stop_while_starting replaced that while the command started)
+    previous = handle_signals(signal.default_int_handler, [signal.SIGINT])
     return {**previous, **handle_signals(raise_terminated, [s for s in STOP_SIGNALS if s != signal.SIGINT])}
 
 
