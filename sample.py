@@ -40,8 +40,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-if __name__ == "__main__":  # first: while the imports below load torch (a second or two), Ctrl-C ends
-    from tinygpt.errors import stop_while_starting  # in `interrupted`, not a traceback from inside them
+if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then is `interrupted`, not a traceback
+    from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
 import torch

@@ -57,8 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-if __name__ == "__main__":  # first: while the imports below load torch (a second or two), Ctrl-C ends
-    from tinygpt.errors import stop_while_starting  # in `interrupted`, not a traceback from inside them
+if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then is `interrupted`, not a traceback
+    from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
 import torch
@@ -375,7 +375,7 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
         rc = runner.run(cmd, tag)
         if rc is None:
             return None
-        if runner.signum is not None:  # it saved its checkpoint and stopped: resumable, not failed
+        if runner.signum is not None:  # it stopped (saving its checkpoint if it had begun): resumable, not failed
             runner.say(f"{tag}: stopped, " + ("its checkpoint saved" if (run.run_dir / "ckpt.pt").is_file() else
                                               "before its first checkpoint (it will start again)"))
             row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else \

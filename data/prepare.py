@@ -31,8 +31,8 @@ if __package__ in (None, ""):  # `python data/prepare.py`: the repository root i
     print("error: run it from the repository root as a module: python -m data.prepare CONFIG.yaml", file=sys.stderr)
     sys.exit(2)
 
-if __name__ == "__main__":  # first: while the imports below load torch (a second or two), Ctrl-C ends
-    from tinygpt.errors import stop_while_starting  # in `interrupted`, not a traceback from inside them
+if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then is `interrupted`, not a traceback
+    from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
 import numpy as np
