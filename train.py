@@ -35,7 +35,7 @@ from model import GPT
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_to_dict, load_config
-from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli, short
+from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, reason, run_cli, short
 from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
@@ -223,9 +223,8 @@ def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: 
         try:
             run.restore(ckpt)
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as e:
-            detail = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
             raise UserError(f"{run.out_dir / 'ckpt.pt'} cannot be resumed: its saved training state is damaged "
-                            f"({detail}); start a new run from its weights with --set train.init_from="
+                            f"({reason(e)}); start a new run from its weights with --set train.init_from="
                             f"{run.out_dir}") from None
     return run
 

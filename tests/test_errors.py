@@ -452,6 +452,15 @@ def test_7_a_16000_bit_integer_is_described_by_its_size(tmp, capsys):
     assert short(2**128 - 1) == str(2**128 - 1)  # up to 128 bits, the digits
 
 
+def test_7_an_exceptions_own_words_are_one_bounded_line():
+    """What a library's exception says goes into an error line on one line, elided, never empty."""
+    from tinygpt.errors import reason
+    assert reason(ValueError("no\n   such\tthing")) == "no such thing"
+    assert reason(ValueError("")) == "ValueError"
+    long = reason(OSError("x" * 500), limit=120)
+    assert len(long) == 120 and long.endswith("...")
+
+
 @pytest.mark.parametrize("key, value", [("vocab_size", 10**12), ("block_size", 10**11)])
 def test_7_a_checkpoint_claiming_an_absurd_size_is_refused(tmp, run, capsys, key, value):
     def claim(ckpt):

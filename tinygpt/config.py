@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import yaml
 
 from model import ModelConfig
-from tinygpt.errors import UserError, short
+from tinygpt.errors import UserError, reason, short
 
 # ---- the schema ----
 
@@ -179,7 +179,7 @@ def yaml_load(text: str) -> Any:
     try:
         return loader.get_single_data()
     except (ValueError, TypeError, AttributeError, OverflowError) as e:  # PyYAML building a value: `!!int abc`
-        raise YAMLRefused(f"a value cannot be read ({str(e).splitlines()[0].split(';')[0][:120]})") from None
+        raise YAMLRefused(f"a value cannot be read ({reason(e).split(';')[0]})") from None
     finally:
         loader.dispose()
 

@@ -74,6 +74,13 @@ def short(value: Any, limit: int = MAX_VALUE) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def reason(e: BaseException, limit: int = 120) -> str:
+    """What an exception says, for a one-line message: on one line, at most `limit` characters
+    (elided with '...'), or the exception's type where it says nothing."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def environment_error(e: OSError) -> str:
     """One line for an OSError the machine raised: what, and on which file."""
     where = f": {e.filename}" if e.filename is not None else ""

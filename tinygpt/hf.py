@@ -60,7 +60,7 @@ from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, load_model,
                                 resolve_checkpoint, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
-from tinygpt.errors import UserError, short
+from tinygpt.errors import UserError, reason, short
 from tinygpt.runs import RUN_FILES, write_config
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt, tokenizer_from_dict
@@ -103,7 +103,7 @@ def load_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
     try:
         return st.load_file(str(path))
     except Exception as e:  # safetensors reports damage as SafetensorError, OSError, ...
-        raise UserError(f"{path} is not a valid safetensors file ({' '.join(str(e).split())[:160]})") from None
+        raise UserError(f"{path} is not a valid safetensors file ({reason(e, 160)})") from None
 
 
 # ---- tokenizer.json ----
@@ -373,7 +373,7 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     except RecursionError:  # '[' * 100000: json nests by recursion
         raise UserError(f"{path} is not a model config: its JSON is nested too deeply") from None
     except ValueError as e:  # malformed JSON, not UTF-8, an integer of 5000 digits
-        raise UserError(f"{path} is not valid JSON ({' '.join(str(e).split())[:160]})") from None
+        raise UserError(f"{path} is not valid JSON ({reason(e, 160)})") from None
     if not isinstance(hf, dict):
         raise UserError(f"{path} must hold a JSON object")
     hf = {**GPT2_DEFAULTS, **hf}  # transformers may leave out values equal to GPT2Config's defaults

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from tinygpt.errors import UserError
+from tinygpt.errors import UserError, reason
 
 if TYPE_CHECKING:  # tiktoken is imported lazily: char-level runs do not need it
     import tiktoken
@@ -300,9 +300,8 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
             how = f"e.g. cp {file}.tiktoken $TIKTOKEN_CACHE_DIR/{hashlib.sha1(url.encode()).hexdigest()}, file from {url}"
         else:
             how = "URLs in tiktoken_ext/openai_public.py"
-        cause = " ".join(str(e).split())[:120]
         raise UserError(
-            f"the tiktoken encoding {name!r} could not be loaded ({type(e).__name__}: {cause}); offline, "
+            f"the tiktoken encoding {name!r} could not be loaded ({type(e).__name__}: {reason(e)}); offline, "
             "set TIKTOKEN_CACHE_DIR to a folder holding the encoding file named by the sha1 of its URL "
             f"({how}), or use data.tokenizer=char or word") from e
 
