@@ -21,11 +21,10 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
-from tinygpt.checkpoint import check_writable
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE, can_plot, plot_run, plot_val_loss
 from tinygpt.report import differing_keys, group_by_setting, write_report
-from tinygpt.runs import summarize_run
+from tinygpt.runs import REPORT_LOCK, check_report_folder, run_lock, summarize_run
 
 
 def run_labels(run_dirs: Sequence[Path]) -> list[str]:
@@ -60,10 +59,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
                    help="only draw: each RUN_DIR/loss.png, and for several runs --out/val_loss.png")
     args = p.parse_args(argv)
 
+    given: dict[Path, Path] = {}
     for run in args.runs:
         if not run.is_dir():
             raise UserError(f"run directory not found: {run}")
-    check_writable(args.out, "--out")
+        first = given.setdefault(run.resolve(), run)
+        if first is not run:
+            raise UserError(f"run directory {run} is given twice" + (f" (also as {first})" if first != run else ""))
+    check_report_folder(args.out)
+    with run_lock(args.out, "--out", "sweep or comparison", REPORT_LOCK):  # a sweep or another comparison writing there: refused
+        return compare(args)
+
+
+def compare(args) -> dict:
     rows = [summarize_run(run, label) for run, label in zip(args.runs, run_labels(args.runs))]
     varied = differing_keys(rows)
     if args.plot_only:

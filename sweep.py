@@ -69,7 +69,7 @@ from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, handle_signals, restore_signals, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
-from tinygpt.runs import read_probe, run_lock, summarize_run, write_probe
+from tinygpt.runs import REPORT_LOCK, check_report_folder, read_probe, run_lock, summarize_run, write_probe
 from tinygpt.runtime import ThreadPolicy, parent_death_signal, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
@@ -84,7 +84,6 @@ MAX_RUNS = 1_000
 REUSABLE_ACROSS = {"train.out_dir", "train.max_iters", "train.device", "train.compile", "train.threads", "train.plot",
                    "train.tf32",
                    "model.vocab_size"}
-SWEEP_LOCK = ".sweep.lock"  # in the sweep folder while a sweep uses it (runs.run_lock)
 
 # ---- the grid ----
 
@@ -404,11 +403,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         first = load_config(args.config, args.set).train.seed
         grid[SEED] = [str(first + i) for i in range(args.seeds)]
     out = args.out if args.out is not None else Path("out/sweeps") / Path(args.config).stem
-    if any((out / name).is_file() for name in ("ckpt.pt", "best.pt")):  # its report would mix with a run's files
-        raise UserError(f"--out={str(out)!r} holds a training run (its ckpt.pt); a sweep writes its runs and its "
-                        f"report into --out: choose another folder")
+    check_report_folder(out)
     # the folder checked (writable) and held before any training: a second sweep on it is refused at once
-    with run_lock(out, "--out", "sweep", SWEEP_LOCK):
+    with run_lock(out, "--out", "sweep or comparison", REPORT_LOCK):
         return train_grid(args, grid, out)
 
 

@@ -44,3 +44,25 @@ def test_a_probe_json_that_is_not_the_probes_figures_is_one_line(tmp_path, text)
     (tmp_path / "a" / "probe.json").write_text(text)
     with pytest.raises(UserError, match=r"a/probe.json (is damaged|does not hold the probe's figures)"):
         compare.main([run, "--out", str(tmp_path / "cmp")])
+
+
+def test_a_run_given_twice_or_an_out_holding_a_run_is_refused_before_writing(tmp_path, monkeypatch):
+    """The same run under two spellings would be two identical rows; a report written into a run's
+    folder would mix with its files (sweep.py refuses the same)."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"run directory a is given twice \(also as .*/a\)"):
+        compare.main([run, "a/", "--out", "cmp"])
+    (tmp_path / "a" / "ckpt.pt").write_bytes(b"")
+    with pytest.raises(UserError, match=r"--out='a' holds a training run"):
+        compare.main([run, "--out", "a"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"] and len(list((tmp_path / "a").iterdir())) == 3
+
+
+def test_a_comparison_into_a_folder_a_sweep_is_writing_is_refused(tmp_path):
+    """sweep.py holds its --out while it runs; a comparison written there would mix two reports."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    with runs.run_lock(tmp_path / "sw", "--out", "sweep", runs.REPORT_LOCK):
+        with pytest.raises(UserError, match=r"--out='.*sw' is in use by another sweep or comparison"):
+            compare.main([run, "--out", str(tmp_path / "sw")])
+    assert not (tmp_path / "sw").exists()

@@ -409,16 +409,16 @@ def test_a_second_sweep_on_the_same_folder_is_refused_at_once(tmp_path, monkeypa
         monkeypatch.setattr(sweep, "TRAIN_PY", tmp_path / "nothing.py")  # (were it not refused: no real training)
         with pytest.raises(UserError) as refused, contextlib.redirect_stdout(io.StringIO()) as printed:
             sweep.main(argv)
-        assert str(refused.value) == (f"--out={str(out)!r} is in use by another sweep (process {proc.pid}); "
+        assert str(refused.value) == (f"--out={str(out)!r} is in use by another sweep or comparison (process {proc.pid}); "
                                       f"wait for it to end, or choose another --out")
         assert printed.getvalue() == ""  # not even planned
         assert sorted(p.name for p in out.iterdir()) == [".sweep.lock", "n_head=1"]
         assert sorted(p.name for p in run.iterdir()) == ["pid"]  # its live run untouched
         proc.kill()
         proc.wait()
-        with runs.run_lock(out, "--out", "sweep", sweep.SWEEP_LOCK):  # the killed sweep's lock is gone with it
-            assert (out / sweep.SWEEP_LOCK).read_text() == f"{os.getpid()}\n"
-        assert not (out / sweep.SWEEP_LOCK).exists()
+        with runs.run_lock(out, "--out", "sweep", runs.REPORT_LOCK):  # the killed sweep's lock is gone with it
+            assert (out / runs.REPORT_LOCK).read_text() == f"{os.getpid()}\n"
+        assert not (out / runs.REPORT_LOCK).exists()
     finally:
         proc.kill()
         deadline = time.monotonic() + 5  # its run gets SIGTERM (PR_SET_PDEATHSIG): let it go first

@@ -38,6 +38,7 @@ METRICS = ["step", "train_loss", "val_loss", "lr", "tokens_per_s", "mfu", "elaps
 CHECKPOINTS = ("ckpt.pt", "best.pt")
 RUN_FILES = ("config.yaml", *CHECKPOINTS, "metrics.csv", "loss.png", "probe.json")
 LOCK = ".lock"
+REPORT_LOCK = ".sweep.lock"  # in a sweep's or a comparison's --out while one writes there (run_lock)
 
 # ---- one training per run directory ----
 
@@ -87,6 +88,14 @@ def _acquire(path: Path, in_use: str, setting: str) -> int:
         except FileNotFoundError:
             pass
         os.close(fd)
+
+
+def check_report_folder(out: Path) -> None:
+    """Refuse, as the --out of a report (sweep.py, compare.py), a folder holding a training run:
+    the report's files would mix with the run's."""
+    if any((out / name).is_file() for name in CHECKPOINTS):
+        raise UserError(f"--out={str(out)!r} holds a training run (its ckpt.pt); a report written there would "
+                        f"mix with the run's files: choose another folder")
 
 
 # ---- starting or resuming ----
