@@ -114,7 +114,10 @@ def check_resume_data(cfg: Config, ckpt: dict[str, Any], data: Prepared) -> None
 
 def load_init(cfg: Config) -> tuple[GPT, dict[str, Any]]:
     """train.init_from (fine-tuning): the starting weights; the model config becomes theirs."""
-    path = resolve_checkpoint(cfg.train.init_from)
+    try:
+        path = resolve_checkpoint(cfg.train.init_from)
+    except UserError as e:  # not found, or a config given for a run: the message names the key
+        raise UserError(f"train.init_from: {e}") from None
     ckpt = load_checkpoint(path)
     model, init_cfg = model_from_checkpoint(ckpt, path)
     # the vocabulary size comes from the data, as always: check_init_tokenizer then says whether it is theirs

@@ -364,6 +364,15 @@ def test_run_dir_prefers_best_over_ckpt(tmp_path):
     assert resolve_checkpoint(tmp_path / "ckpt.pt") == tmp_path / "ckpt.pt"  # a file is itself
 
 
+def test_a_config_given_for_a_run_says_so(tmp_path):
+    """`sample.py configs/stories.yaml`: the config, not the run it trains into (was: 'truncated,
+    corrupted or not a checkpoint')."""
+    (tmp_path / "stories.yaml").write_text("model:\n  n_layer: 2\n")
+    with pytest.raises(UserError, match=r"stories.yaml is a config, not a run: give the run directory it "
+                                        r"trained into \(its train.out_dir\)"):
+        resolve_checkpoint(tmp_path / "stories.yaml")
+
+
 def test_load_model_reads_best_pt_of_a_run_dir(tmp_path):
     best, _, _ = tiny_state(step=3)
     latest, _, _ = tiny_state(step=9)
@@ -392,7 +401,8 @@ def test_a_gpt2_name_says_how_to_bring_gpt2_in(tmp_path, monkeypatch):
         train.main([str(ROOT / "configs/stories.yaml"), "--set", "train.init_from=gpt2",
                     f"train.out_dir={tmp_path / 'run'}"])
     message = str(info.value)
-    assert "not found: gpt2" in message and "python export.py --from-hf DIR out/gpt2" in message
+    assert message.startswith("train.init_from: run directory or checkpoint not found: gpt2")
+    assert "python export.py --from-hf DIR out/gpt2" in message
     assert "train.init_from=out/gpt2" not in message and "\n" not in message
     with pytest.raises(UserError, match="export.py --from-hf DIR out/gpt2-medium"):
         resolve_checkpoint("openai-community/gpt2-medium")

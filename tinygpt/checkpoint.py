@@ -365,6 +365,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
                     f"e.g. huggingface-cli download {path} --local-dir DIR, bring it in with "
                     f"python export.py --from-hf DIR out/{path.name}, then use out/{path.name}")
         raise UserError(f"run directory or checkpoint not found: {path}{hint}")
+    if path.suffix.lower() in (".yaml", ".yml"):  # `sample.py configs/stories.yaml`
+        raise UserError(f"{path} is a config, not a run: give the run directory it trained into (its "
+                        f"train.out_dir) or a checkpoint (.pt)")
     return path
 
 
