@@ -21,6 +21,7 @@ import contextlib
 import csv
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -596,6 +597,13 @@ def test_loss_plot_is_not_squashed_by_the_step_0_loss(tmp_path, monkeypatch):
     assert 1.5 < high < 2.0 and low < 1.51  # the curve after the first 5% of the steps fills the axis
     notes = [t.get_text() for t in ax.texts]
     assert notes and notes[0].startswith("off the top: ") and "up to 6.90 at step 0" in notes[0]
+    short = [{"step": 0, "train_loss": "6.9", "val_loss": "6.9"}]  # a short run: the early points hardly stand out
+    short += [{"step": s, "train_loss": f"{1.1 + 5.8 * math.exp(-s / 80):.4f}", "tokens_per_s": "1", "mfu": "0.1"}
+              for s in range(10, 401, 10)]
+    runs.write_metrics(tmp_path, short)
+    plots.plot_run(tmp_path)
+    ax = figures[f"{tmp_path.name}/loss.png"].axes[0]
+    assert ax.get_ylim()[1] > 6.9 and not ax.texts  # drawn whole, no note
 
 
 def test_settings_plot_shows_each_setting_with_its_interval(tmp_path, monkeypatch):

@@ -56,13 +56,15 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-EARLY = 0.05  # the first 5% of the steps are left out when choosing the y-range
+EARLY = 0.05  # the first 5% of the steps are left out when choosing the y-range...
+SQUASH = 0.5  # ...if the points there would stretch it by more than half its height
 
 
 def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> None:
     """Fit the y-axis to the curves (steps, losses), each after the first EARLY share of its steps,
-    so that the step-0 loss (about ln(vocab)) does not squash the rest into a flat line; the
-    points left above the axis are counted in a note at its top. A nan or inf loss (a diverged
+    so that the step-0 loss (about ln(vocab)) does not squash the rest into a flat line (when it
+    would stretch the axis by more than SQUASH of its height: a short run's curve is drawn whole);
+    the points left above the axis are counted in a note at its top. A nan or inf loss (a diverged
     run) is left out: matplotlib draws it as a gap."""
     curves = [(steps, [y if math.isfinite(y) else math.nan for y in ys]) for steps, ys in curves]
     after = [y for steps, ys in curves if len(steps) for x, y in zip(steps, ys)
@@ -70,6 +72,9 @@ def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> No
     if not after:
         return
     low, high = min(after), max(after)
+    highest = max(y for _, ys in curves for y in ys if not math.isnan(y))
+    if highest <= high + SQUASH * (high - low):
+        high = highest
     pad = 0.08 * (high - low or abs(high) or 1.0)
     top = high + pad
     hidden = [(x, y) for steps, ys in curves for x, y in zip(steps, ys) if y > top]
