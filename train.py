@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 import time
 from contextlib import nullcontext
@@ -404,7 +405,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
         sys.exit(run.exit_code)
     if dist.master:
         print(f"{why}: step {run.step}, best val loss {run.best_val:.4f}, "
-              f"{time.perf_counter() - speed['t_start']:.1f} s; sample with: python sample.py {out_dir}")
+              f"{time.perf_counter() - speed['t_start']:.1f} s; sample with: python sample.py {shlex.quote(str(out_dir))}")
     return {"step": run.step, "best_val_loss": run.best_val, "out_dir": str(out_dir)}
 
 

@@ -23,6 +23,7 @@ import math
 import os
 import random
 import re
+import shlex
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -189,7 +190,7 @@ def runs(tmp) -> dict:
     from tinygpt.config import load_config
     from data.prepare import prepare
     prepare(load_config(tmp / "config.yaml", settings(tmp, tmp / "unused")[1:]), show_progress=False)
-    main, split = tmp / "run", tmp / "run_split"
+    main, split = tmp / "the run", tmp / "run_split"  # a space: the commands printed for it must still paste
     results = cli_many({
         "main": ("train.py", tmp / "config.yaml", *settings(tmp, main)),
         "stop": ("train.py", tmp / "config.yaml", *settings(tmp, split), "--stop-at", STOP_AT),
@@ -224,7 +225,9 @@ def test_train_writes_a_complete_run(run):
 
 def test_train_prints_a_summary(runs, run):
     out = runs["results"]["main"].stdout
-    assert f"vocab {len(VOCAB)}" in out and f"done: step {STEPS}" in out and str(run) in out
+    assert f"vocab {len(VOCAB)}" in out and f"done: step {STEPS}" in out
+    hint = out.split("sample with: ")[1].splitlines()[0]
+    assert shlex.split(hint) == ["python", "sample.py", str(run)]  # quoted: a shell pastes it whole
 
 
 def test_loss_starts_at_ln_vocab_and_falls(run):
