@@ -69,23 +69,28 @@ RESUME_TYPES = {"optimizer": dict, "scaler": dict, "rng": dict, "loss_sum": (int
                 "best_val_loss": (int, float), "elapsed_s": (int, float)}
 
 
+def init_from(run_dir: str | Path) -> str:
+    """The setting that starts a new run from run_dir's weights, quoted for the shell to paste."""
+    return shlex.quote(f"train.init_from={run_dir}")
+
+
 def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     """ckpt.pt of the run to continue; its model and data settings must be this config's."""
     path = out_dir / "ckpt.pt"
     ckpt = load_checkpoint(path)
     if "optimizer" not in ckpt:
         raise UserError(f"{path} holds weights only (e.g. from export.py --from-hf): it cannot be resumed; "
-                        f"start a new run from it with --set train.init_from={out_dir}")
+                        f"start a new run from it with --set {init_from(out_dir)}")
     read_metrics(out_dir)  # a damaged metrics.csv is refused now, before anything is written
     missing = [k for k in RESUME_KEYS if k not in ckpt]
     if missing:
         raise UserError(f"{path} cannot be resumed: it is damaged (missing {', '.join(missing)}); "
-                        f"start a new run from its weights with --set train.init_from={out_dir}")
+                        f"start a new run from its weights with --set {init_from(out_dir)}")
     for key, types in RESUME_TYPES.items():  # a hand-made or damaged file fails here, not deep in the loop
         value = ckpt[key]
         if not isinstance(value, types) or isinstance(value, bool) or (isinstance(value, float) and math.isnan(value)):
             raise UserError(f"{path} cannot be resumed: it is damaged (its {key} is {short(value)}); "
-                            f"start a new run from its weights with --set train.init_from={out_dir}")
+                            f"start a new run from its weights with --set {init_from(out_dir)}")
     current = config_to_dict(cfg)
     for section in ("model", "data"):
         saved = ckpt["config"].get(section)
@@ -110,7 +115,7 @@ def check_resume_data(cfg: Config, ckpt: dict[str, Any], data: Prepared) -> None
         raise UserError(f"{what}: it changed since, and its vocabulary changed with it (token ids would mean "
                         f"other tokens); restore the file, or train a new run on the new data")
     raise UserError(f"{what}: it changed since; restore it, or train on the new data as a new run from these "
-                    f"weights: --set train.out_dir=NEW_DIR train.init_from={out_dir}")
+                    f"weights: --set train.out_dir=NEW_DIR {init_from(out_dir)}")
 
 
 def load_init(cfg: Config) -> tuple[GPT, dict[str, Any]]:
@@ -228,8 +233,8 @@ def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: 
             run.restore(ckpt)
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as e:
             raise UserError(f"{run.out_dir / 'ckpt.pt'} cannot be resumed: its saved training state is damaged "
-                            f"({reason(e)}); start a new run from its weights with --set train.init_from="
-                            f"{run.out_dir}") from None
+                            f"({reason(e)}); start a new run from its weights with "
+                            f"--set {init_from(run.out_dir)}") from None
     return run
 
 

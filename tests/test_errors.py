@@ -303,7 +303,7 @@ def test_2_resume_after_the_dataset_changed_is_refused(tmp, capsys):
     data = tmp / "changing.txt"
     text = make_text(seed=1)
     data.write_text(text, encoding="utf-8")
-    out = tmp / "run_data"
+    out = tmp / "run data"  # a space: the setting the message suggests is quoted to paste whole
     train.main([*map(str, sets(tmp, out, dataset=data)), "--stop-at", "10", "--quiet"])
     before = files(out)
 
@@ -315,7 +315,7 @@ def test_2_resume_after_the_dataset_changed_is_refused(tmp, capsys):
     one_line(bigger, "changing.txt", "vocabulary changed")
     data.write_text(text + text[:500], encoding="utf-8")  # more text, the same characters
     more = in_process("train.py", [*sets(tmp, out, dataset=data), "--resume"], capsys)
-    one_line(more, "changing.txt", f"train.init_from={out}")
+    one_line(more, "changing.txt", f"--set train.out_dir=NEW_DIR '{f'train.init_from={out}'}'")
     assert files(out) == before  # nothing was written
 
     tuned = in_process("train.py", [*sets(tmp, tmp / "run_data_2", f"train.init_from={out}", dataset=data),
