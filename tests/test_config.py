@@ -269,6 +269,12 @@ def test_invalid_yaml_syntax(tmp_path, text):
     assert str(path) in message and "not valid YAML" in message
 
 
+def test_two_yaml_documents_say_what_was_expected(tmp_path):
+    path = write(tmp_path, "model: {n_layer: 2}\n---\nmodel: {n_layer: 3}\n")
+    assert user_error(path).endswith("is not valid YAML: expected a single document in the stream, but found "
+                                     "another document, line 2, column 1")
+
+
 def test_non_utf8_config_is_refused(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes("data: {dataset: caf\u00e9.txt}\n".encode("latin-1"))

@@ -305,6 +305,8 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     mark = getattr(e, "problem_mark", None)
     where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
     problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    if problem.startswith("but ") and getattr(e, "context", None):  # "but found another document"
+        problem = f"{e.context}, {problem}"
     return f"{problem[:200]}{where}"
 
 
