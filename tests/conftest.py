@@ -5,12 +5,28 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 import torch
 
+from tinygpt.errors import STOP_SIGNALS
+
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _still_ignored(signum, frame) -> None:
+    """What the suite does with a signal it inherited ignored: nothing, as before."""
+
+
+# A suite started as a script's background job (`python -m pytest &`: SIGINT ignored) or under
+# nohup (SIGHUP) would pass SIG_IGN on to every command its tests start, and the commands keep an
+# inherited SIG_IGN on purpose (errors.handle_signals): a test's Ctrl-C would then be lost and the
+# test wait out its timeout. A Python handler, unlike SIG_IGN, is not inherited across exec.
+for _signum in STOP_SIGNALS:
+    if signal.getsignal(_signum) is signal.SIG_IGN:
+        signal.signal(_signum, _still_ignored)
 # tiny shakespeare (tinyshakespeare.txt) and GPT-2's BPE ranks (r50k_base.tiktoken), for the tests
 # that use them: the folder TINYGPT_TEST_DATA names, else ../shared/data; those tests skip without it
 SHARED_DATA = Path(os.environ.get("TINYGPT_TEST_DATA") or ROOT.parent / "shared" / "data")

@@ -772,6 +772,15 @@ def test_12_a_signal_while_a_command_starts_is_one_line(tmp_path, command, signu
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP (Windows)")
+def test_12_the_suites_commands_never_inherit_an_ignored_stop_signal():
+    """A suite started as a background job (SIGINT ignored) or under nohup (SIGHUP) still gives
+    the commands its tests start the default dispositions (conftest.py), or their Ctrl-C tests
+    would wait out their timeouts."""
+    probe = "import signal; print(*(signal.getsignal(s) is signal.SIG_IGN for s in (signal.SIGINT, signal.SIGHUP)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "False"], done.stderr
+
+
 def test_12_signals_the_process_ignores_stay_ignored():
     """`nohup` ignores SIGHUP so that a run outlives the terminal, and a script's background job
     (`cmd &`) ignores SIGINT: every command's handlers (run_cli's, train.py's StopFlag, sweep.py's
