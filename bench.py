@@ -5,6 +5,7 @@ with and without the KV cache, the machine's matmul peak, peak memory. Prints a 
                     [--gen-layers 6 --gen-heads 6 --gen-embd 384 --gen-block 512 --gen-tokens 500]
                     [--loss-steps 200] [--compile] [--attention] [--vs-hf] [--under-load] [--json FILE]
 
+CONFIG defaults to configs/stories.yaml (the default model on its generated data: no download).
 --vs-hf races greedy decoding against transformers' generate on the same weights (with --compile,
 the compiled step too); --under-load measures decoding and training (in the first of --dtypes)
 idle and beside a busy process.
@@ -389,18 +390,20 @@ def check_json_target(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     p = ArgParser(prog="bench.py", description="Measure training and generation speed (ratios in one run).")
-    p.add_argument("config", nargs="?", default="configs/shakespeare_char.yaml")
-    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    p.add_argument("config", nargs="?", default="configs/stories.yaml",
+                   help="YAML config of the model and data to train (default: configs/stories.yaml, offline)")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                   help="override config keys, as train.py does")
     p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated training dtypes")
     p.add_argument("--steps", type=int, default=10, help="timed training steps per dtype (0 skips)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the training model and, with --vs-hf, also race the compiled decoding step")
     p.add_argument("--loss-steps", type=int, default=0, help="also compare the loss after this many steps")
     p.add_argument("--gen-tokens", type=int, default=500, help="0 skips the generation benchmark")
-    p.add_argument("--gen-layers", type=int, default=6)
-    p.add_argument("--gen-heads", type=int, default=6)
-    p.add_argument("--gen-embd", type=int, default=384)
-    p.add_argument("--gen-block", type=int, default=512)
+    p.add_argument("--gen-layers", type=int, default=6, help="layers of the decoding benchmark's model (random weights)")
+    p.add_argument("--gen-heads", type=int, default=6, help="its heads")
+    p.add_argument("--gen-embd", type=int, default=384, help="its width (n_embd)")
+    p.add_argument("--gen-block", type=int, default=512, help="its context (block_size)")
     p.add_argument("--attention", action="store_true",
                    help="also time one layer's attention, SDPA vs two matmuls, at the config's shape")
     p.add_argument("--vs-hf", action="store_true",

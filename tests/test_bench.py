@@ -24,12 +24,18 @@ def bench_run(tmp_path_factory, one_thread) -> tuple[dict, Path]:
     import bench
     tmp = tmp_path_factory.mktemp("bench")
     out = tmp / "bench.json"
-    res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
-                      f"data.prepared_dir={tmp / 'prepared'}", "model.n_layer=1", "model.n_head=2",
-                      "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
-                      "--dtypes", "float32,bfloat16", "--steps", "2", "--attention", "--gen-tokens", "20",
-                      "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64",
-                      "--json", str(out)])
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # no config given: the default, configs/stories.yaml, which needs no download
+    try:
+        res = bench.main(["--set", "data.stories_chars=20000",
+                          f"data.prepared_dir={tmp / 'prepared'}", "model.n_layer=1", "model.n_head=2",
+                          "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
+                          "--dtypes", "float32,bfloat16", "--steps", "2", "--attention", "--gen-tokens", "20",
+                          "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64",
+                          "--json", str(out)])
+    finally:
+        os.chdir(cwd)
+    assert res["config"] == "configs/stories.yaml"
     return res, out
 
 
