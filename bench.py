@@ -400,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                    help="torch.compile the training model and, with --vs-hf, also race the compiled decoding step")
     p.add_argument("--loss-steps", type=int, default=0, help="also compare the loss after this many steps")
     p.add_argument("--gen-tokens", type=int, default=500, help="0 skips the generation benchmark")
-    p.add_argument("--gen-layers", type=int, default=6, help="layers of the decoding benchmark's model (random weights)")
+    p.add_argument("--gen-layers", type=int, default=6, help="layers of the decoding benchmark's model (random)")
     p.add_argument("--gen-heads", type=int, default=6, help="its heads")
     p.add_argument("--gen-embd", type=int, default=384, help="its width (n_embd)")
     p.add_argument("--gen-block", type=int, default=512, help="its context (block_size)")

@@ -67,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         if first is not run:
             raise UserError(f"run directory {run} is given twice" + (f" (also as {first})" if first != run else ""))
     check_report_folder(args.out)
-    with run_lock(args.out, "--out", "sweep or comparison", REPORT_LOCK):  # a sweep or another comparison writing there: refused
+    # held while it writes: a sweep or another comparison writing the same folder is refused
+    with run_lock(args.out, "--out", "sweep or comparison", REPORT_LOCK):
         return compare(args)
 
 
