@@ -51,7 +51,7 @@ from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import check_writable, load_model
 from tinygpt.config import MAX_THREADS
-from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli, short
+from tinygpt.errors import ArgParser, ReaderMayLeave, Terminated, UserError, run_cli, short
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device)
 from tinygpt.tokenizer import encode_prompt
@@ -407,20 +407,25 @@ def read_prompts() -> Iterator[str | bytes]:
                 rest = stdin.readline(MAX_PROMPT_BYTES + 1)
             yield line.removesuffix(b"\n")
         return
-    print("type a prompt and press Enter; Ctrl-D to quit", file=sys.stderr)
+    print("type a prompt and press Enter; Ctrl-C stops an answer, Ctrl-D quits", file=sys.stderr)
     while True:
         try:
             yield input("> ")
         except EOFError:
             print(file=sys.stderr)
             return
+        except KeyboardInterrupt as e:  # Ctrl-C at the prompt drops the line typed, as a shell does
+            if isinstance(e, Terminated):  # kill or a hang-up: stop
+                raise
+            print(file=sys.stderr)
 
 
 def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads: ThreadPolicy | None,
                 decode: Callable | None = None) -> list[str]:
     """Answer prompt after prompt, the model loaded once, until EOF; a prompt that is too long, not
     UTF-8, or that the vocabulary cannot encode gets its one-line error on stderr and the next
-    prompt is read."""
+    prompt is read. At a terminal, Ctrl-C stops the answer under way and the next prompt is read
+    (piped, it stops the command, as everywhere)."""
     samples = []
     for line in read_prompts():
         try:
@@ -428,6 +433,12 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
             samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode)
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
+        except KeyboardInterrupt as e:
+            if isinstance(e, Terminated) or not isinstance(line, str):  # kill, a hang-up, or piped input
+                raise
+            out.write("\n")
+            out.flush()
+            print("(stopped)", file=sys.stderr)
     return samples
 
 

@@ -1,16 +1,19 @@
 """Guards sample.py's ways in: `--list-vocab` prints every token with its id; `--prompt-file -`
 reads standard input; `--interactive` loads the model once and answers each input line, streaming,
 until EOF (through the real CLI too), a prompt outside the vocabulary costing one stderr line and not
-the session; a refused prompt names the closest vocabulary entries and points at --list-vocab.
+the session, and at a terminal a Ctrl-C stopping the answer, not the session; a refused prompt names the closest vocabulary entries and points at --list-vocab.
 Refused before any output: --threads over config.MAX_THREADS, an empty path flag, a prompt file or
 standard input over MAX_PROMPT_BYTES (read no further), standard input that is not UTF-8 (like a
 file); a pipe (`<(...)`) or a device is a prompt file like any other."""
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -78,6 +81,52 @@ def test_interactive_through_the_real_cli(tiny_stories_run, tmp_path):
     lines = result.stdout.splitlines()
     assert len(lines) >= 2 and lines[0].startswith("Mia had") and "Then she" in result.stdout
     assert result.stderr == ""  # not a terminal: no greeting, no "> " prompts
+
+
+def test_at_a_terminal_ctrl_c_stops_the_answer_not_the_session(tiny_stories_run):
+    """As in a shell: Ctrl-C during an answer stops it and the next prompt comes; at the prompt it
+    drops the line typed; Ctrl-D quits (exit 0). The model stays loaded throughout."""
+    pty = pytest.importorskip("pty")
+    import select
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: sample.py at a terminal, answering at length
+        os.environ["OMP_NUM_THREADS"] = "1"
+        os.execv(sys.executable, [sys.executable, str(ROOT / "sample.py"), str(tiny_stories_run), "--interactive",
+                                  "--temperature", "0", "--max-new-tokens", "100000", "--device", "cpu"])
+    seen = b""
+
+    def read_until(marker: bytes, after: int = 0) -> None:
+        """Read the terminal until `marker` shows up past offset `after` of what it printed."""
+        nonlocal seen
+        deadline = time.time() + 120
+        while seen.find(marker, after) < 0:
+            assert time.time() < deadline, seen[-500:]
+            if select.select([fd], [], [], 0.5)[0]:
+                try:
+                    seen += os.read(fd, 65536)
+                except OSError:  # EIO: the terminal's other end closed, sample.py ended
+                    pytest.fail(f"sample.py ended before {marker!r}: {seen[-500:]!r}")
+
+    try:
+        read_until(b"> ")
+        os.write(fd, b"Mia had\n")
+        read_until(b"Mia had", len(seen))  # the echo, then the answer streams...
+        start = len(seen)
+        read_until(b"", start + 200)  # (b"" is found once that much was printed)
+        os.write(fd, b"\x03")  # ...until Ctrl-C
+        read_until(b"(stopped)\r\n> ", start)
+        start = len(seen)
+        os.write(fd, b"half a prompt\x03")  # Ctrl-C at the prompt: a fresh prompt, nothing answered
+        read_until(b"^C\r\n> ", start)
+        os.write(fd, b"\x04")  # Ctrl-D
+        _, status = os.waitpid(pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, seen[-500:]
+    assert b"interrupted" not in seen and b"Traceback" not in seen
 
 
 def test_a_refused_prompt_points_at_the_vocabulary(tiny_stories_run):
