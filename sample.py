@@ -57,6 +57,7 @@ from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_core
 from tinygpt.tokenizer import encode_prompt
 
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
+ATTENTION_LAST = 16  # tokens in the attention tables by default: the README's example prompt (13) whole
 MIN_TEMPERATURE = 1e-6  # below it logits / temperature overflows float32 (use 0: greedy)
 MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 tokens): the model sees only
 # the last block_size tokens, and a 40 MB prompt cost 900 MB to encode and was echoed whole
@@ -116,7 +117,7 @@ def build_parser() -> ArgParser:
                       help="prompt (default): the prompt's tokens; all: the prompt plus each sample's "
                            "generated text (implies --show-attention)")
     view.add_argument("--attention-last", type=int, default=None, metavar="N",
-                      help="show the last N tokens (default 12); the weight on earlier keys is summed into "
+                      help="show the last N tokens (default 16); the weight on earlier keys is summed into "
                            "an 'earlier' column (implies --show-attention)")
     view.add_argument("--attention-png", type=path_arg, default=None, metavar="DIR",
                       help="also save one heatmap PNG per layer into DIR, heads as subplots (needs "
@@ -155,7 +156,7 @@ def check_args(args) -> None:
     if args.attention_of is not None or args.attention_last is not None or args.attention_png is not None:
         args.show_attention = True
     args.attention_of = args.attention_of or "prompt"
-    args.attention_last = args.attention_last or 12
+    args.attention_last = args.attention_last or ATTENTION_LAST
 
 
 # ---- output paths, checked before any work ----

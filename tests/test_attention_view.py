@@ -150,6 +150,14 @@ def sample_greedy(run, prompt, n) -> str:
     return sample.main(args, out=io.StringIO())[0]
 
 
+def test_the_tables_show_16_tokens_by_default(run, prompt):
+    """Enough for the README's example prompt (13 tokens of the default model) to show whole."""
+    for n in (16, 17):
+        tables = parse_tables(run_sample([run, "--prompt", prompt[:n], "--max-new-tokens", 0, "--show-attention"]))
+        keys, rows = tables[0, 0]
+        assert len(rows) == 16 and (keys[0] == EARLIER) == (n > 16)
+
+
 def test_attention_last_crops(run, prompt):
     text = run_sample([run, "--prompt", prompt, "--max-new-tokens", 0, "--attention-last", 5])
     assert f"{len(prompt)} tokens, showing the last 5" in text
