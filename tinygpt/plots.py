@@ -57,13 +57,13 @@ def _save(fig, path: Path) -> Path:
 
 
 EARLY = 0.05  # the first 5% of the steps are left out when choosing the y-range...
-SQUASH = 0.5  # ...if the points there would stretch it by more than half its height
+SQUASH = 1.0  # ...if the points there would more than double its height
 
 
 def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> None:
     """Fit the y-axis to the curves (steps, losses), each after the first EARLY share of its steps,
     so that the step-0 loss (about ln(vocab)) does not squash the rest into a flat line (when it
-    would stretch the axis by more than SQUASH of its height: a short run's curve is drawn whole);
+    would more than double the axis's height, SQUASH: a short run's curve is drawn whole);
     the points left above the axis are counted in a note at its top. A nan or inf loss (a diverged
     run) is left out: matplotlib draws it as a gap."""
     curves = [(steps, [y if math.isfinite(y) else math.nan for y in ys]) for steps, ys in curves]
