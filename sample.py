@@ -345,7 +345,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         ids = encode_prompt(tokenizer, prompt)
     except UserError as e:
         raise UserError(f"{e}; see the whole vocabulary with: "
-                        f"python sample.py {shlex.quote(str(args.run))} --list-vocab") from None
+                        f"{shlex.join(['python', 'sample.py', str(args.run), '--list-vocab'])}") from None
     idx = torch.tensor([ids], dtype=torch.long, device=gen.device)  # (1, T)
     if args.show_attention and args.attention_of == "prompt":
         show_attention(model, tokenizer, ids, args, out, "the prompt", png_prefixes(args)[0])

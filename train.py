@@ -411,7 +411,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
     if dist.master:
         print(f"{why}: step {run.step}, best val loss {run.best_val:.4f}, "
               f"{time.perf_counter() - speed['t_start']:.1f} s; "
-              f"sample with: python sample.py {shlex.quote(str(out_dir))}")
+              f"sample with: {shlex.join(['python', 'sample.py', str(out_dir)])}")
     return {"step": run.step, "best_val_loss": run.best_val, "out_dir": str(out_dir)}
 
 

@@ -461,6 +461,21 @@ def test_7_an_exceptions_own_words_are_one_bounded_line():
     assert len(long) == 120 and long.endswith("...")
 
 
+@pytest.mark.parametrize("message", ["CUDA out of memory. Tried to allocate 20.00 GiB\nmore lines", ""])
+def test_7_a_device_out_of_memory_is_one_line(message, capsys):
+    """torch's OutOfMemoryError (a GPU's): one line with what it said, even when it said nothing."""
+    from tinygpt.errors import run_cli
+    class OutOfMemoryError(RuntimeError):
+        pass
+    def main(argv):
+        raise OutOfMemoryError(message)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(main, [])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("error: out of device memory (" + (message.split("\n")[0] if message else "OutOfMemoryError"))
+
+
 @pytest.mark.parametrize("key, value", [("vocab_size", 10**12), ("block_size", 10**11)])
 def test_7_a_checkpoint_claiming_an_absurd_size_is_refused(tmp, run, capsys, key, value):
     def claim(ckpt):

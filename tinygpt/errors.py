@@ -113,8 +113,7 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
                   "ulimit -v); use a smaller model, batch or dataset", 2)
         if type(e).__name__ != "OutOfMemoryError":  # torch's (CUDA) out-of-memory error
             raise
-        _fail(f"error: out of device memory ({str(e).splitlines()[0][:MAX_VALUE]}...); use a smaller model or "
-              f"batch", 2)
+        _fail(f"error: out of device memory ({reason(e, MAX_VALUE)}); use a smaller model or batch", 2)
     finally:
         restore_signals(previous)  # (for a caller in the same process: the tests)
     sys.exit(0)
