@@ -91,6 +91,9 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
         if not isinstance(value, types) or isinstance(value, bool) or (isinstance(value, float) and math.isnan(value)):
             raise UserError(f"{path} cannot be resumed: it is damaged (its {key} is {short(value)}); "
                             f"start a new run from its weights with --set {init_from(out_dir)}")
+    if cfg.train.max_iters < ckpt["step"]:  # its config.yaml would no longer describe the run
+        raise UserError(f"--resume: train.max_iters={cfg.train.max_iters} is below step {ckpt['step']}, where {path} "
+                        f"already is; give train.max_iters >= {ckpt['step']} (more steps train on)")
     current = config_to_dict(cfg)
     for section in ("model", "data"):
         saved = ckpt["config"].get(section)

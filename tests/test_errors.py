@@ -701,6 +701,18 @@ def test_10_resume_may_change_the_dtype_to_float16(tmp, run, capsys):
     assert load_checkpoint(out / "ckpt.pt")["scaler"]  # float16's scaler state is saved now
 
 
+def test_10_resume_below_the_runs_step_is_refused(tmp, run, capsys):
+    """train.max_iters under the step a run is at: its config.yaml would no longer describe it."""
+    out = tmp / "shorter"
+    shutil.copytree(run, out)
+    before = files(out)
+    one_line(in_process("train.py", [*sets(tmp, out, "train.max_iters=20"), "--resume", "--quiet"], capsys),
+             "--resume", "train.max_iters=20", "step 30")
+    assert files(out) == before
+    again = in_process("train.py", [*sets(tmp, out), "--resume", "--quiet"], capsys)  # its own max_iters: done
+    assert again.code == 0 and "done: step 30" in again.out, again.err
+
+
 # ======== 11-13: flags ========
 
 
