@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import json
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -343,10 +342,16 @@ def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device,
     return out
 
 
-def peak_memory_mb(device: torch.device) -> float:
+def peak_memory_mb(device: torch.device) -> float | None:
+    """The device's peak allocation (CUDA), else this process's peak resident memory; None on Windows."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024  # macOS counts bytes, Linux KiB
 
 
 # the most each count may ask for: 20-1000x the defaults, so a benchmark ends within hours, not never
@@ -504,7 +509,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
                   f"{ceiling / u[f'{work}|policy']['idle']:.0%} of the policy's idle figure; loaded, the policy "
                   f"reaches {u[f'{work}|policy']['loaded'] / ceiling:.0%} of that ceiling")
     res["peak_memory_mb"] = peak_memory_mb(device)
-    print(f"peak memory: {res['peak_memory_mb']:,.0f} MB")
+    if res["peak_memory_mb"] is not None:
+        print(f"peak memory: {res['peak_memory_mb']:,.0f} MB")
     print(json.dumps(res))
     if args.json:
         atomic_write_text(args.json, json.dumps(res, indent=1))

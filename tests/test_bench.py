@@ -59,6 +59,18 @@ def test_bench_reports_every_section(bench_run):
         assert att["sdpa_ms"] > 0 and att["matmul_ms"] > 0
     g = res["generate"]
     assert g["same_text"] and g["n_tokens"] == 20 and g["cached_tokens_per_s"] > 0
+    assert 20 < res["peak_memory_mb"] < 64 * 1024  # this process's peak resident set, in MB
+
+
+def test_peak_memory_is_in_mb_on_each_system(monkeypatch):
+    """ru_maxrss counts KiB on Linux and bytes on macOS; Windows has no resource module."""
+    import bench
+    cpu = torch.device("cpu")
+    linux = bench.peak_memory_mb(cpu)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert bench.peak_memory_mb(cpu) == pytest.approx(linux / 1024, rel=0.05)
+    monkeypatch.setitem(sys.modules, "resource", None)  # import resource fails, as on Windows
+    assert bench.peak_memory_mb(cpu) is None
 
 
 POSIX = pytest.mark.skipif(os.name != "posix", reason="a device and a named pipe by their POSIX paths")
