@@ -459,6 +459,11 @@ def test_7_an_exceptions_own_words_are_one_bounded_line():
     assert reason(ValueError("")) == "ValueError"
     long = reason(OSError("x" * 500), limit=120)
     assert len(long) == 120 and long.endswith("...")
+    import yaml
+    from tinygpt.config import _yaml_problem  # PyYAML's words: the problem, elided, and where
+    assert _yaml_problem(yaml.YAMLError()) == "YAMLError"  # (it was an IndexError: no first line)
+    assert _yaml_problem(yaml.YAMLError("first line\nsecond")) == "first line"
+    assert len(_yaml_problem(yaml.YAMLError("y " * 300))) == 200
 
 
 @pytest.mark.parametrize("message", ["CUDA out of memory. Tried to allocate 20.00 GiB\nmore lines", ""])

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import yaml
 
 from model import ModelConfig
-from tinygpt.errors import UserError, reason, short
+from tinygpt.errors import UserError, elide, reason, short
 
 # ---- the schema ----
 
@@ -304,10 +304,10 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     column 1'), not only its first line ('while scanning for the next token')."""
     mark = getattr(e, "problem_mark", None)
     where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    problem = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
     if problem.startswith("but ") and getattr(e, "context", None):  # "but found another document"
         problem = f"{e.context}, {problem}"
-    return f"{problem[:200]}{where}"
+    return f"{elide(problem, 200)}{where}"
 
 
 def read_yaml(path: str | Path) -> Any:

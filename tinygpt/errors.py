@@ -74,11 +74,15 @@ def short(value: Any, limit: int = MAX_VALUE) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def reason(e: BaseException, limit: int = 120) -> str:
-    """What an exception says, for a one-line message: on one line, at most `limit` characters
-    (elided with '...'), or the exception's type where it says nothing."""
-    text = " ".join(str(e).split()) or type(e).__name__
+def elide(text: str, limit: int = 120) -> str:
+    """`text` on one line, at most `limit` characters (elided with '...')."""
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def reason(e: BaseException, limit: int = 120) -> str:
+    """What an exception says, for a one-line message (elide), or its type where it says nothing."""
+    return elide(str(e), limit) or type(e).__name__
 
 
 def environment_error(e: OSError) -> str:

@@ -29,7 +29,7 @@ import torch
 
 from model import GPT, ModelConfig
 from tinygpt.config import Config
-from tinygpt.errors import UserError, handle_signals, restore_signals
+from tinygpt.errors import UserError, handle_signals, reason, restore_signals
 
 T = TypeVar("T")
 DEVICES = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -597,8 +597,7 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
             model(tokens[:, :-1], caches)
             decode(tokens[:, -1:], caches)
     except Exception as e:  # noqa: BLE001 (whatever the compiler raised, decoding still works without it)
-        first_line = (str(e).strip().splitlines() or [""])[0][:200]
-        log.write(f"warning: --compile failed ({type(e).__name__}: {first_line}); decoding without it\n")
+        log.write(f"warning: --compile failed ({type(e).__name__}: {reason(e, 200)}); decoding without it\n")
         return None
     finally:
         torch.set_num_threads(threads_now)
