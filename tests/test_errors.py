@@ -611,24 +611,63 @@ def test_8_an_unreadable_file_is_refused(tmp, capsys, monkeypatch, what):
     one_line(result, str(target), "Permission denied")
 
 
+class FullDisk:
+    """A file that takes `room` bytes, then fails as a full disk does (ENOSPC)."""
+
+    def __init__(self, f, room: int):
+        self.f, self.room = f, room
+
+    def write(self, data) -> int:
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= len(data)
+        return self.f.write(data)
+
+    def __getattr__(self, name):  # flush, fileno, close
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.f.close()
+
+
 def test_8_a_full_disk_is_one_line_and_keeps_the_checkpoints(tmp, run, capsys, monkeypatch):
-    """ENOSPC while saving a checkpoint (train.max_iters raised, then --resume): one line, exit 2;
-    ckpt.pt and best.pt are byte for byte what they were, and no temp file is left."""
+    """The disk fills up 10 kB into saving a checkpoint (train.max_iters raised, then --resume): one
+    line, exit 2; ckpt.pt and best.pt are byte for byte what they were, and no temp file is left.
+    (torch.save reports it as its zip writer's RuntimeError, raised while handling the OSError: that
+    was a traceback.)"""
     out = tmp / "disk_full"
     shutil.copytree(run, out)
     before = files(out)
-    real_save = torch.save
-
-    def full_disk(obj, f, *a, **kw):
-        f.write(b"PK\x03\x04 half a checkpoint")
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(torch, "save", full_disk)
+    from tinygpt import checkpoint
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(checkpoint.os, "fdopen", lambda fd, *a, **kw: FullDisk(real_fdopen(fd, *a, **kw), 10_000))
     result = in_process("train.py", [*sets(tmp, out, "train.max_iters=45"), "--resume", "--quiet"], capsys)
-    monkeypatch.setattr(torch, "save", real_save)
+    monkeypatch.setattr(checkpoint.os, "fdopen", real_fdopen)
     one_line(result, "No space left on device", "the previous file is intact")
     after = files(out)
     assert after["ckpt.pt"] == before["ckpt.pt"] and after["best.pt"] == before["best.pt"]
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="a file size limit (ulimit -f) is POSIX")
+def test_8_a_file_size_limit_while_preparing_is_one_line(tmp):
+    """ulimit -f (or a full disk) while the token arrays are written: numpy's short write is an
+    OSError without an errno (that was a traceback); one line, and no folder left behind."""
+    import resource
+    prepared = tmp / "prepared_limited"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    done = subprocess.run([sys.executable, "-m", "data.prepare", tmp / "config.yaml", "--set",
+                           "data.dataset=stories", "data.stories_chars=200000", "data.tokenizer=char",
+                           f"data.prepared_dir={prepared}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, preexec_fn=limit)
+    result = Result(done.returncode, done.stdout, done.stderr)
+    one_line(result, "cannot write", str(prepared), "nothing was written")
+    assert list(prepared.iterdir()) == []
 
 
 # ======== 9-10: damaged files, resuming with another dtype ========

@@ -30,7 +30,7 @@ import torch
 
 from model import GPT
 from tinygpt.config import Config, config_from_dict
-from tinygpt.errors import UserError, short
+from tinygpt.errors import UserError, reason, short
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import Tokenizer, tokenizer_from_dict
 
@@ -65,10 +65,22 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
     except BaseException as e:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
+        if (cause := os_error_behind(e)) is not None:
             kept = "the previous file is intact" if path.is_file() else "nothing was written"
-            raise UserError(f"cannot write {path}: {e.strerror or type(e).__name__} ({kept})") from None
+            raise UserError(f"cannot write {path}: {cause.strerror or reason(cause)} ({kept})") from None
         raise
+
+
+def os_error_behind(e: BaseException) -> OSError | None:
+    """The OSError that e is, or that it was raised from or while handling: torch.save reports a
+    full disk as its zip writer's RuntimeError ("unexpected pos"), raised while handling the OSError."""
+    seen = set()
+    while e is not None and not isinstance(e, UserError) and id(e) not in seen:
+        if isinstance(e, OSError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+    return None
 
 
 def regular_file_target(path: Path) -> Path:
@@ -217,8 +229,11 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
                 if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                     raise
         fsync_dir(path.parent)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if (cause := os_error_behind(e)) is not None:  # a full disk (numpy's short write has no errno)
+            kept = "the previous folder is intact" if path.is_dir() else "nothing was written"
+            raise UserError(f"cannot write {path}: {cause.strerror or reason(cause)} ({kept})") from None
         raise
 
 

@@ -27,8 +27,9 @@ import threading
 from typing import Any, Callable, Sequence
 
 # OSErrors that mean "the machine refuses", not "tinygpt has a bug" (a FileNotFoundError can be a bug)
-ENVIRONMENT_ERRNOS = {getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "ENAMETOOLONG",
-                                                     "ENOTDIR", "EISDIR", "ELOOP", "EMFILE") if hasattr(errno, name)}
+ENVIRONMENT_ERRNOS = {getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM",
+                                                     "ENAMETOOLONG", "ENOTDIR", "EISDIR", "ELOOP", "EMFILE")
+                      if hasattr(errno, name)}
 MAX_VALUE = 80  # characters of a value quoted in a message
 
 MAX_INT_BITS = 128  # a longer integer is described by its size (see _Repr)
