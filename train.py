@@ -35,7 +35,7 @@ from data.prepare import Prepared, get_batch, load_for_training, prepare
 from model import GPT
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
-from tinygpt.config import Config, config_to_dict, load_config
+from tinygpt.config import Config, config_from_dict, config_to_dict, load_config
 from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, reason, run_cli, short
 from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
@@ -94,6 +94,8 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     if cfg.train.max_iters < ckpt["step"]:  # its config.yaml would no longer describe the run
         raise UserError(f"--resume: train.max_iters={cfg.train.max_iters} is below step {ckpt['step']}, where {path} "
                         f"already is; give train.max_iters >= {ckpt['step']} (more steps train on)")
+    if cfg.train.init_from:  # a run started from other weights: its model config is theirs, as saved here
+        cfg.model = replace(config_from_dict(ckpt["config"], str(path)).model, dropout=cfg.model.dropout, vocab_size=0)
     current = config_to_dict(cfg)
     for section in ("model", "data"):
         saved = ckpt["config"].get(section)
@@ -171,7 +173,8 @@ class Run:
     loss_sum: torch.Tensor | None = None  # train loss summed on the device since the last log
     loss_count: int = 0
     threads: ThreadPolicy | None = None  # CPU threads for the free cores (None on a GPU)
-    resumed_at: int | None = None  # the step a resumed run started from (its eval is not repeated)
+    resumed_at: int | None = None  # the step a resumed run started from
+    evaluated: int | None = None  # the last step whose losses were estimated (saved: a resume does not repeat it)
     exit_code: int = 0  # 128 + the signal that stopped the run, else 0
     board: TensorBoardLog | None = None  # train.tensorboard, on the main process
 
@@ -180,7 +183,7 @@ class Run:
         run needs to continue exactly."""
         s = {"config": config_to_dict(self.cfg), "tokenizer": self.data.tokenizer.to_dict(),
              "model": self.model.state_dict(), "step": self.step, "best_val_loss": self.best_val,
-             "elapsed_s": self.elapsed, "data_digest": self.data.meta["digest"]}
+             "elapsed_s": self.elapsed, "data_digest": self.data.meta["digest"], "evaluated_step": self.evaluated}
         if rngs is not None:
             s.update(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
                      batch_rng=self.batch_gen.get_state(), rng=rngs[0], loss_sum=self.loss_sum.item(),
@@ -202,6 +205,8 @@ class Run:
         self.loss_sum.fill_(ckpt["loss_sum"])
         self.loss_count = ckpt["loss_count"]
         self.resumed_at = self.step
+        # a run stopped between evals (Ctrl-C, --stop-at) was not evaluated at its step; older checkpoints say nothing
+        self.evaluated = ckpt.get("evaluated_step", self.step)
 
     def save(self, name: str, with_optimizer: bool = True) -> None:
         """Rank 0 writes the file; with the optimizer, every rank sends its RNG states (a collective:
@@ -265,6 +270,7 @@ def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
             plot_run(run.out_dir)  # loss.png; returns None (no plot) without matplotlib
         if run.board is not None:
             run.board.eval(run.step, losses, run.model)
+    run.evaluated = run.step
     if losses["val"] < run.best_val:
         run.best_val = losses["val"]
         run.save("best.pt", with_optimizer=False)
@@ -295,14 +301,18 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
     """Step until max_iters (or a signal, or --stop-at); returns why it ended."""
     from tqdm import tqdm
     t, dist = run.cfg.train, run.dist
-    metrics = [r for r in read_metrics(run.out_dir, as_text=True) if int(r["step"]) <= run.step] if dist.master else []
+    # a resumed run's rows up to its step (a new run's folder may hold those of one killed before its first save)
+    metrics = ([r for r in read_metrics(run.out_dir, as_text=True) if int(r["step"]) <= run.step]
+               if dist.master and run.resumed_at is not None else [])
     stop = StopFlag()
     bar = tqdm(total=t.max_iters, initial=run.step, disable=quiet or not dist.master, dynamic_ncols=True,
                file=sys.stderr)
     try:
         while True:
-            if (run.step % t.eval_interval == 0 or run.step == t.max_iters) and run.step != run.resumed_at:
+            if (run.step % t.eval_interval == 0 or run.step == t.max_iters) and run.step != run.evaluated:
+                eval_start = time.perf_counter()
                 losses = evaluate(run, metrics, speed["t_start"])
+                speed["t_last"] += time.perf_counter() - eval_start  # tokens/s and MFU: training steps only
                 if dist.master:  # (tqdm's write prints even where its bar is off)
                     bar.write(f"step {run.step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             if run.step >= t.max_iters:
@@ -365,8 +375,9 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
         if (out_dir / "tensorboard").exists() and not (out_dir / "tensorboard").is_dir():
             raise UserError(f"train.tensorboard: {out_dir / 'tensorboard'} is a file, and the logs go in a folder of "
                             f"that name; move it, or choose another out_dir")
-    init_model, init_ckpt = load_init(cfg) if t.init_from else (None, None)
     ckpt = load_resume(cfg, out_dir) if args.resume else None
+    # train.init_from starts a new run; a resumed one continues from its own checkpoint
+    init_model, init_ckpt = load_init(cfg) if t.init_from and ckpt is None else (None, None)
     dtype = resolve_dtype(t.dtype, dist.device)  # "auto" -> the fastest dtype the hardware computes natively
     check_training_fits(cfg, dtype, dist.device)  # before any allocation: memory and time per step
     if dist.device.type == "cuda":
@@ -382,7 +393,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
     if ckpt is not None:
         check_resume_data(cfg, ckpt, data)
     check_training_fits(cfg, dtype, dist.device)  # again, now with the vocabulary's embedding and logits
-    run = build_run(cfg, data, dist, dtype, ckpt, init_model if ckpt is None else None)
+    run = build_run(cfg, data, dist, dtype, ckpt, init_model)
 
     tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size * dist.world_size
     peak, peak_source = peak_flops(dtype, dist.device)

@@ -369,6 +369,60 @@ def test_resume_between_log_steps_logs_the_same_train_loss(tmp):
     assert [(r["step"], r["train_loss"]) for r in resumed] == [(r["step"], r["train_loss"]) for r in straight]
 
 
+def inproc_base(tmp: Path, *extra: str) -> list[str]:
+    """train.py's arguments for an in-process run on this module's data (one thread, pinned)."""
+    return [str(tmp / "config.yaml"), "--quiet", "--set", f"data.dataset={tmp / 'corpus.txt'}",
+            f"data.prepared_dir={tmp / 'prepared'}", "train.threads=1", *extra]
+
+
+def test_resume_at_max_iters_between_evals_evaluates_the_end(tmp):
+    """Stopped at step 7 (no eval there), resumed with train.max_iters=7: the run's end is evaluated
+    (metrics row, best.pt, the final line); it ended as "done" with step 0's weights as best.pt."""
+    import train
+    out = tmp / "finish_early"
+    train.main(inproc_base(tmp, f"train.out_dir={out}", "train.eval_interval=20") + ["--stop-at", "7"])
+    assert val_losses(read_metrics(out)).keys() == {0}
+    summary = train.main(inproc_base(tmp, f"train.out_dir={out}", "train.eval_interval=20", "train.max_iters=7")
+                         + ["--resume"])
+    losses = {step: float(v) for step, v in val_losses(read_metrics(out)).items()}
+    assert losses.keys() == {0, 7} and losses[7] < losses[0]
+    assert round(summary["best_val_loss"], 4) == losses[7] and load(out / "best.pt")["step"] == 7
+    assert load(out / "ckpt.pt")["evaluated_step"] == 7
+    again = train.main(inproc_base(tmp, f"train.out_dir={out}", "train.eval_interval=20", "train.max_iters=7")
+                       + ["--resume"])  # evaluated already: not again
+    assert again["step"] == 7 and val_losses(read_metrics(out)).keys() == {0, 7}
+
+
+def test_a_fine_tuned_run_resumes_without_its_starting_weights(tmp):
+    """A run started from train.init_from resumes from its own ckpt.pt, with the model config it
+    was trained with (its starting weights'), even after those weights are gone; the YAML's own
+    model settings (another width) do not matter to it."""
+    import shutil
+    import train
+    source, tuned = tmp / "init_source", tmp / "init_tuned"
+    train.main(inproc_base(tmp, f"train.out_dir={source}", "model.n_embd=16", "train.max_iters=5"))
+    train.main(inproc_base(tmp, f"train.out_dir={tuned}", f"train.init_from={source}", "train.max_iters=10",
+                           "train.eval_interval=5") + ["--stop-at", "5"])
+    shutil.rmtree(source)
+    done = train.main(inproc_base(tmp, f"train.out_dir={tuned}", f"train.init_from={source}", "train.max_iters=10",
+                                  "train.eval_interval=5") + ["--resume"])
+    assert done["step"] == 10
+    assert load(tuned / "ckpt.pt")["config"]["model"]["n_embd"] == 16
+
+
+def test_tokens_per_s_counts_training_steps_only(tmp):
+    """An eval between two logs is not training time: with a slow eval every 10 steps, the logged
+    tokens/s stays near a run without evals (it was 7x lower)."""
+    import train
+    speeds = {}
+    for name, evals in (("no_evals", "train.eval_interval=1000"), ("slow_evals", "train.eval_interval=10")):
+        train.main(inproc_base(tmp, f"train.out_dir={tmp / ('speed_' + name)}", evals, "train.eval_iters=100",
+                               "train.max_iters=40", "train.log_interval=10", "train.warmup_iters=0"))
+        rows = [r for r in read_metrics(tmp / ("speed_" + name)) if r["tokens_per_s"]]
+        speeds[name] = sorted(float(r["tokens_per_s"]) for r in rows[1:])[len(rows[1:]) // 2]  # median after the first
+    assert speeds["slow_evals"] > 0.5 * speeds["no_evals"], speeds
+
+
 # ---- data/prepare.py ----
 
 

@@ -333,8 +333,12 @@ def test_3_a_training_killed_before_its_first_checkpoint_can_be_started_again(tm
     a.wait()
     assert not (out / "ckpt.pt").exists() and (out / ".lock").exists()
     one_line(in_process("train.py", [*sets(tmp, out), "--resume", "--quiet"], capsys), "no checkpoint", "drop --resume")
+    # the dead run's metrics row (it died saving best.pt, after its first eval): not mixed into the new run's
+    (out / "metrics.csv").write_text("step,train_loss,val_loss,lr,tokens_per_s,mfu,elapsed_s\n0,9.9,9.9,,,,0.1\n")
     again = in_process("train.py", [*sets(tmp, out), "--quiet"], capsys)  # takes the dead process's lock over
     assert again.code == 0 and "done: step 30" in again.out, again.err[-2000:]
+    steps = [line.split(",")[0] for line in (out / "metrics.csv").read_text().splitlines()[1:]]
+    assert steps.count("0") == 1 and ",9.9," not in (out / "metrics.csv").read_text()
     assert sorted(p.name for p in out.iterdir()) == ["best.pt", "ckpt.pt", "config.yaml", "metrics.csv"]
 
 

@@ -64,7 +64,7 @@ class TrainConfig:
     # CPU threads: 0 = the cores other processes leave free and a CPU quota allows, re-checked every second; N = N
     threads: int = 0
     seed: int = 1337  # seeds initialisation, batch sampling and dropout
-    init_from: str = ""  # run dir or checkpoint whose weights start this run (fine-tuning); its model config is used
+    init_from: str = ""  # run dir or checkpoint whose weights start a new run (fine-tuning); its model config is used
     plot: str = "end"  # loss.png in the run directory: end (of the run) | eval (at every eval) | never; needs matplotlib
     tensorboard: bool = False  # TensorBoard scalars and attention images in out_dir/tensorboard; needs tensorboard
 
