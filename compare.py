@@ -61,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     given: dict[Path, Path] = {}
     for run in args.runs:
+        if run.is_file():  # a checkpoint or a config: the run is the folder that holds them
+            raise UserError(f"{run} is a file; give the run directory (train.out_dir) that holds config.yaml and "
+                            f"metrics.csv")
         if not run.is_dir():
             raise UserError(f"run directory not found: {run}")
         first = given.setdefault(run.resolve(), run)
@@ -77,11 +80,12 @@ def compare(args) -> dict:
     varied = differing_keys(rows)
     if args.plot_only:
         return {"rows": rows, "varied": varied, "out": str(args.out), "plots": draw(args, rows, varied)}
-    table, pngs = write_report(rows, varied, args.out, title=f"Comparison of {len(rows)} runs")
+    table, pngs = write_report(rows, varied, args.out, title=f"Comparison of {len(rows)} run{'s' * (len(rows) > 1)}")
     print(table, end="")
     if not varied and len(rows) > 1:
         print("(the runs' configs are identical apart from train.out_dir)")
-    print(f"wrote {args.out / 'results.md'}, {args.out / 'results.csv'}" + "".join(f", {p}" for p in pngs))
+    print(f"wrote {args.out / 'results.md'}, {args.out / 'results.csv'}, {args.out / 'summary.csv'}"
+          + "".join(f", {p}" for p in pngs))
     if not pngs:
         print(MATPLOTLIB_NOTE.format(name="val_loss.png and settings.png"))
     return {"rows": rows, "varied": varied, "out": str(args.out), "plots": [str(p) for p in pngs]}

@@ -10,8 +10,9 @@ under the sweep folder (default out/sweeps/<config stem>), named after its value
 resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
 checkpoint. A second sweep on the same folder while one runs is refused at once, one line naming
 the other's process id (the sweep folder is locked for the whole sweep). A run directory it cannot
-reuse (trained with other settings, say another --set, or holding best.pt but no ckpt.pt) refuses
-the sweep before anything is trained, the folder's report left as it was. At the end it prints
+reuse (trained with other settings, say another --set or train.max_iters, over which the learning
+rate decays; holding best.pt but no ckpt.pt; a finished run whose metrics.csv is damaged or gone)
+refuses the sweep before anything is trained, the folder's report left as it was. At the end it prints
 the table and writes results.md, results.csv, summary.csv, val_loss.png and settings.png (with
 matplotlib) into the sweep folder: the same report as compare.py.
 
@@ -20,10 +21,11 @@ with N seeds (a `train.seed` grid key: seed=1337, seed=1338, ...), and the repor
 setting, every metric's mean, standard deviation and 95% interval over the seeds, says which
 settings differ beyond their intervals, and plots the mean val-loss curves with a band and each
 setting's results with their intervals (settings.png: against the first grid key, one line per
-value of the others). `--probe` adds the coreference probe (tinygpt/coreference.py) to every run
+value of the others); a run that failed or did not finish is listed but not averaged. `--probe`
+adds the coreference probe (tinygpt/coreference.py) to every run
 trained on `stories`: the shares of references resolved to the antecedent, the distractor or
 neither, and the best heads' attention ratios; it is saved as probe.json in the run directory, so
-a rerun does not probe again.
+a rerun does not probe again (unless --probe-stories changed).
 
 Each run is `python train.py ...` in a subprocess, not train.main() in this process: a crash, an
 out-of-memory kill or a user error in one run is reported and the sweep goes on with the next;
@@ -63,13 +65,14 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from tinygpt.checkpoint import load_checkpoint, load_model
+from tinygpt.checkpoint import load_checkpoint, load_model, resolve_checkpoint
 from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
 from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, handle_signals, restore_signals, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
-from tinygpt.runs import REPORT_LOCK, check_report_folder, read_probe, run_lock, summarize_run, write_probe
+from tinygpt.runs import (REPORT_LOCK, check_report_folder, read_metrics, read_probe, run_lock, summarize_run,
+                         write_probe)
 from tinygpt.runtime import ThreadPolicy, parent_death_signal, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
@@ -79,11 +82,10 @@ MAX_NAME = 120
 # so 10,000 took 30 s just to plan), and each run takes seconds to hours: more is a typo
 # (--seeds 100000000), not an experiment
 MAX_RUNS = 1_000
-# a rerun may change these and still reuse a run: the step count decides skip or resume, the rest
-# does not change what is computed
-REUSABLE_ACROSS = {"train.out_dir", "train.max_iters", "train.device", "train.compile", "train.threads", "train.plot",
-                   "train.tf32",
-                   "model.vocab_size"}
+# a rerun may change these and still reuse a run: they do not change what is computed (train.max_iters
+# does: the learning rate's cosine decays over it, so a run resumed to more steps is not the run asked for)
+REUSABLE_ACROSS = {"train.out_dir", "train.device", "train.compile", "train.threads", "train.plot", "train.tf32",
+                   "data.prepared_dir", "model.vocab_size"}
 
 # ---- the grid ----
 
@@ -110,6 +112,9 @@ def check_keys(config: str, grid: dict[str, list[str]], sets: Sequence[str]) -> 
         load_config(config)  # a list, say: config's error, once, not as a note on every combination
     known = set(all_keys())
     for key in (f"{s}.{k}" for s, d in parse_overrides(sets).items() for k in d):
+        if key in grid:
+            raise UserError(f"--set {key} and --grid {key} both give it: the grid's values would win; give it in "
+                            f"one of them")
         if key == "train.out_dir":
             raise UserError("--set train.out_dir: the sweep gives each run its own out_dir; choose the "
                             "sweep folder with --out")
@@ -118,7 +123,10 @@ def check_keys(config: str, grid: dict[str, list[str]], sets: Sequence[str]) -> 
     for key, values in grid.items():
         if key == "train.out_dir":
             raise UserError("--grid train.out_dir: the sweep gives each run its own out_dir under --out")
-        if key not in known or key == "model.vocab_size":
+        if key == "model.vocab_size":
+            raise UserError("--grid model.vocab_size: the vocabulary size comes from the tokenizer; vary "
+                            "data.tokenizer or data.bpe_vocab_size instead")
+        if key not in known:
             try:
                 load_config(config, [f"{key}={values[0]}"])
             except UserError as e:
@@ -156,6 +164,7 @@ class Runner:
         self.jobs = jobs
         self.running: set[subprocess.Popen] = set()
         self.signum: int | None = None  # the first signal received
+        self.told_a_run = False  # whether a run was running to hear it
         self.lock = threading.RLock()  # an RLock: the signal handler may run while the main thread holds it
         self.env = None
         if jobs > 1 and not os.environ.get("OMP_NUM_THREADS"):
@@ -168,7 +177,9 @@ class Runner:
 
     def forward(self, signum: int, frame) -> None:
         with self.lock:
-            self.signum = signum if self.signum is None else self.signum
+            if self.signum is None:
+                self.signum = signum
+                self.told_a_run = bool(self.running)  # a run then prints `interrupted` itself (one at a time)
             for proc in self.running:
                 proc.send_signal(signum)
 
@@ -226,9 +237,18 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
         if changed:  # e.g. the same grid rerun with another --set: not the run asked for
             return "refuse", (f"{run_dir} holds a run with other settings ({', '.join(changed)}); it is "
                               f"not reused: choose another --out, or delete it to retrain")
-        if ckpt["step"] >= cfg.train.max_iters:
-            return "skip", f"finished earlier (step {ckpt['step']}), skipped"
-        return "resume", f"resuming from step {ckpt['step']} of {cfg.train.max_iters}"
+        try:  # what the report reads (train.py --resume reads metrics.csv too): refused now, before any training
+            if ckpt["step"] < cfg.train.max_iters:
+                read_metrics(run_dir)
+                return "resume", f"resuming from step {ckpt['step']} of {cfg.train.max_iters}"
+            missing = [name for name in ("config.yaml", "metrics.csv") if not (run_dir / name).is_file()]
+            if missing:
+                return "refuse", (f"{run_dir} holds a finished run without its {' and '.join(missing)}, which the "
+                                  f"report reads; restore it, or move the folder away to retrain")
+            summarize_run(run_dir)
+        except UserError as e:
+            return "refuse", str(e)
+        return "skip", f"finished earlier (step {ckpt['step']}), skipped"
     if (run_dir / "best.pt").is_file():
         return "refuse", (f"{run_dir} has best.pt but no ckpt.pt to resume from; it is left as it is: "
                           f"move it away (or delete it) to retrain, or choose another --out")
@@ -240,16 +260,27 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
 # ---- the probe (--probe) ----
 
 
-def probe_run(run_dir: Path, n_stories: int, jobs: int) -> dict:
-    """The coreference probe of a finished run (its best.pt), saved as probe.json beside it; in
-    this process, on its share of the cores (the others train the other jobs' runs)."""
-    model, cfg, tokenizer, _ = load_model(run_dir)
+def probe_run(run_dir: Path, n_stories: int, runner: Runner) -> dict | None:
+    """The coreference probe of a finished run (its best.pt, else ckpt.pt), saved as probe.json
+    beside it; in this process, on its share of the cores (the others train the other jobs' runs).
+    None when the sweep was stopped meanwhile (nothing saved: the rerun probes it)."""
+    path = resolve_checkpoint(run_dir)
+    model, cfg, tokenizer, _ = load_model(path)
     seed = cfg.data.stories_seed + HELD_OUT_OFFSET  # the same held-out stories for every run
-    threads = ThreadPolicy(max_threads=max(1, usable_cores() // jobs))
-    result = probe(model, tokenizer, n_stories, seed, torch.device("cpu"), threads=threads)
-    result["checkpoint_mtime_ns"] = (run_dir / "best.pt").stat().st_mtime_ns  # which weights it measured
+    threads = ThreadPolicy(max_threads=max(1, usable_cores() // runner.jobs))
+    result = probe(model, tokenizer, n_stories, seed, torch.device("cpu"), threads=threads,
+                   stop=lambda: runner.signum is not None)
+    if result is None:
+        return None
+    result["checkpoint_mtime_ns"] = path.stat().st_mtime_ns  # which weights it measured
     write_probe(run_dir, result)
     return result
+
+
+def probed(run_dir: Path, n_stories: int) -> bool:
+    """Whether probe.json holds a probe of this run's weights over n_stories held-out stories."""
+    result = read_probe(run_dir)
+    return result is not None and result["stories"] + result["skipped_stories"] == n_stories
 
 
 # ---- main ----
@@ -314,6 +345,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
     combos = list(itertools.product(*grid.values()))
     plan = []
     texts: dict[str, dict] = {k: {} for k in keys}  # each key's values as the config reads them -> their text
+    reasons = []  # why each invalid combination is
     for name, combo in zip(run_names(keys, combos), combos):
         run_dir = out / name
         # json.dumps quotes the path as a YAML string, whatever characters it holds
@@ -322,6 +354,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
             cfg = load_config(args.config, overrides)
         except UserError as e:
             print(f"skip {name}: {e}")
+            reasons.append(str(e))
             continue
         check_distinct(texts, flat_config(cfg), combo)
         if args.probe and cfg.data.dataset != "stories":
@@ -329,6 +362,8 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
                             f"data.dataset={cfg.data.dataset!r}; drop --probe or use data.dataset=stories")
         plan.append(Planned(name, dict(zip(keys, combo)), run_dir, overrides, cfg))
     if not plan:
+        if len(set(reasons)) == 1:  # every combination fails alike: a bad --set value, say
+            raise UserError(f"no valid combination in --grid {' '.join(args.grid)}: {reasons[0]}")
         raise UserError(f"no valid combination in --grid {' '.join(args.grid)} (see the notes above)")
     print(f"sweep: {len(plan)} run(s) of {len(combos)} combination(s) into {out}")
     return plan
@@ -382,9 +417,17 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
             return {**row, **run.varied}
         runner.say(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else
                                  f"failed with exit code {rc} (its error is above); going on with the next run"))
-    if rc == 0 and args.probe and read_probe(run.run_dir) is None:
-        b = probe_run(run.run_dir, args.probe_stories, runner.jobs)["behaviour"]
-        runner.say(f"{tag}: probe: antecedent {b['antecedent']}, distractor {b['distractor']}, other {b['other']}")
+    if rc == 0 and args.probe and not probed(run.run_dir, args.probe_stories):
+        result = probe_run(run.run_dir, args.probe_stories, runner)
+        if result is None:
+            runner.say(f"{tag}: probe stopped (the rerun probes it)")
+        elif not result["references"]:  # empty cells, not shares of nothing
+            runner.say(f"{tag}: probe: no usable reference in {args.probe_stories} held-out stories (their words "
+                       f"are outside this model's vocabulary); try more --probe-stories")
+        else:
+            b = result["behaviour"]
+            runner.say(f"{tag}: probe: antecedent {b['antecedent']}, distractor {b['distractor']}, "
+                       f"other {b['other']}")
     row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else {"run": run.name}
     if rc != 0:
         row["status"] = f"failed (exit {rc})" + (f", {row['status']}" if row.get("status") else "")
@@ -428,6 +471,8 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
             write_report(rows, list(grid), out, title=f"Sweep of {args.config} (interrupted)")
         print("sweep interrupted: rerun the same command to resume it"
               + (f" (results so far: {out / 'results.md'})" if rows else ""))
+        if runner.jobs > 1 or not runner.told_a_run:  # (one run at a time prints it on the terminal itself)
+            print("interrupted", file=sys.stderr)
         sys.exit(128 + runner.signum)
     failed = [r["run"] for r in rows if str(r.get("status", "")).startswith("failed")]
 

@@ -234,10 +234,30 @@ def test_the_probe_follows_the_free_cores_batch_by_batch(run, monkeypatch):
         made = recording_policies(monkeypatch, sweep)
         monkeypatch.setattr(sweep, "usable_cores", lambda: 2)
         monkeypatch.setattr(sweep, "write_probe", lambda run_dir, result: None)
-        sweep.probe_run(run, 12, jobs=2)  # beside another job's training: one of the 2 cores
+        sweep.probe_run(run, 12, sweep.Runner(2))  # beside another job's training: one of the 2 cores
         assert len(made) == 1 and made[0].max_threads == 1 and made[0].checks == n_batches
     finally:
         torch.set_num_threads(threads)
+
+
+def test_sweeps_probe_stops_with_the_sweep_and_probes_what_it_is_asked(run, tmp_path, monkeypatch):
+    """sweep.py --probe: Ctrl-C stops the probe at its next batch (it ran to its end first) and
+    nothing is saved; a probe.json of another --probe-stories is probed again (it was reused); a run
+    without best.pt is probed from its ckpt.pt (a traceback); no reference found gives empty cells,
+    not 0% (and a 'best head')."""
+    import shutil
+    from tinygpt import runs
+    folder = tmp_path / "run"
+    shutil.copytree(run, folder)
+    runner = sweep.Runner(1)
+    runner.signum = 2  # Ctrl-C came
+    assert sweep.probe_run(folder, 12, runner) is None and not (folder / "probe.json").exists()
+    (folder / "best.pt").unlink()
+    result = sweep.probe_run(folder, 12, sweep.Runner(1))
+    assert result["checkpoint_mtime_ns"] == (folder / "ckpt.pt").stat().st_mtime_ns
+    assert sweep.probed(folder, 12) and not sweep.probed(folder, 20)
+    assert runs.probe_columns(result)["antecedent"] >= 0
+    assert runs.probe_columns({**result, "references": 0}) == {}
 
 
 def test_uniform_attention_gives_the_uniform_baseline(run):

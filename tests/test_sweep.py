@@ -141,6 +141,29 @@ def test_rerun_skips_finished_and_resumes_unfinished(first_sweep):
     assert (out / "results.md").read_bytes() == report_before and not (out / "n_head=8").exists()
 
 
+def test_a_rerun_that_cannot_report_or_reproduce_a_run_is_refused_before_training(first_sweep, tmp_path):
+    """Refused before anything trains (n_head=8 is new): a finished run whose metrics.csv is damaged
+    or gone (its row would be blank or the sweep would fail after training the others), and more
+    train.max_iters (the cosine schedule decays over it: the resumed run is not a run of that length)."""
+    def refused(folder: Path, match: str, *more: str) -> None:
+        with pytest.raises(UserError, match=match), contextlib.redirect_stdout(io.StringIO()):
+            sweep.main([CONFIG, "--grid", "model.n_head=1,8", *shrink(tmp_path / "prepared"), *more,
+                        "--out", str(folder)])
+        assert not (folder / "n_head=8").exists()
+
+    for case in ("damaged", "missing", "longer"):
+        folder = tmp_path / case
+        shutil.copytree(first_sweep["out"] / "n_head=1", folder / "n_head=1")
+        if case == "damaged":
+            (folder / "n_head=1" / "metrics.csv").write_text("garbage\n")
+            refused(folder, r"metrics.csv is damaged")
+        elif case == "missing":
+            (folder / "n_head=1" / "metrics.csv").unlink()
+            refused(folder, r"holds a finished run without its metrics.csv")
+        else:
+            refused(folder, r"other settings \(train.max_iters=10 \(now 15\)\)", "train.max_iters=15")
+
+
 def test_bad_grid_key_is_one_line_exit_2(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), CONFIG, "--grid", "model.n_heads=1,2",
                              "--out", str(tmp_path / "sw")], capture_output=True, text=True, cwd=tmp_path,
@@ -178,6 +201,10 @@ def test_a_closed_stdout_does_not_stop_the_sweep(tmp_path):
     (["--grid", "model.n_head"], "must look like SECTION.KEY=V1,V2"),
     (["--grid", "model.n_head=1,,2"], "must look like SECTION.KEY=V1,V2"),
     (["--grid", "model.n_head=1", "model.n_head=2"], "given twice"),
+    (["--grid", "model.vocab_size=100,200"], "comes from the tokenizer"),
+    (["--grid", "model.n_head=1,2", "--set", "model.n_head=4"], "--set model.n_head and --grid model.n_head both"),
+    (["--grid", "model.n_head=1,2", "--set", "model.n_layer=abc"],
+     "no valid combination in --grid model.n_head=1,2: model.n_layer='abc'"),  # the cause, not "see the notes"
     (["--grid", "train.out_dir=a,b"], "its own out_dir"),
     (["--grid", "model.n_head=1", "--set", "train.out_dir=x"], "choose the sweep folder with --out"),
     (["--grid", "model.n_head=1", "--set", "train.max_iter=5"], "did you mean 'train.max_iters'"),
@@ -259,8 +286,11 @@ def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeyp
     with pytest.raises(SystemExit) as exit_info:
         sweep.main([CONFIG, "--grid", f"model.n_head={heads}", "--jobs", str(jobs), *shrink(tmp_path / "prepared"),
                     "--out", str(out)])
-    printed = capfd.readouterr().out
+    printed, err = capfd.readouterr()
     assert exit_info.value.code == 128 + signum and "sweep interrupted" in printed
+    # `interrupted` on stderr, as every command says it: the sweep's own line where its runs' output is
+    # relayed (one run at a time, the run says it on the terminal: the stand-in here says nothing)
+    assert err == ("interrupted\n" if running > 1 else ""), err
     # the stand-in saves no checkpoint: the sweep says so, and claims none
     assert printed.count("stopped, before its first checkpoint") == running and "saved" not in printed
     for name in names[:running]:
@@ -325,7 +355,7 @@ def test_grid_values_the_config_reads_as_one_are_refused(tmp_path, monkeypatch):
     fake = tmp_path / "fake_train.py"
     fake.write_text("")  # nothing should run
     monkeypatch.setattr(sweep, "TRAIN_PY", fake)
-    for grid, match in (("model.n_layer=1,01,0x1", "--grid model.n_layer: 1 and 01 are the same value"),
+    for grid, match in (("model.n_head=1,01,0x1", "--grid model.n_head: 1 and 01 are the same value"),
                         ("train.lr=1e-3,2e-3,0.001", "--grid train.lr: 1e-3 and 0.001 are the same value")):
         with pytest.raises(UserError, match=match), contextlib.redirect_stdout(io.StringIO()):
             sweep.main([CONFIG, "--grid", grid, *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
@@ -474,6 +504,32 @@ def test_stats_mean_spread_and_interval():
     half = 4.303 / 3 ** 0.5  # Student's t, 2 degrees of freedom
     assert abs(s["lo"] - (2 - half)) < 1e-9 and abs(s["hi"] - (2 + half)) < 1e-9
     assert report.stats([5.0]) == {"mean": 5.0, "std": None, "lo": None, "hi": None, "n": 1}
+
+
+def test_runs_that_did_not_finish_are_left_out_of_the_summary(tmp_path):
+    """A failed or unfinished seed is listed with its status but not averaged with the finished
+    ones (its loss is of fewer steps), n counts the finished runs, and the report says so."""
+    rows = [{"run": "a", "model.n_head": 1, "train.seed": 1, "status": "done", "best_val_loss": 2.0},
+            {"run": "b", "model.n_head": 1, "train.seed": 2, "status": "done", "best_val_loss": 2.2},
+            {"run": "c", "model.n_head": 1, "train.seed": 3, "status": "failed (exit 143), step 970/1500",
+             "best_val_loss": 4.8},
+            {"run": "d", "model.n_head": 2, "train.seed": 1, "status": "step 5/10", "best_val_loss": 5.0}]
+    groups = report.group_by_setting(rows, ["model.n_head", "train.seed"])
+    assert groups[0]["stats"]["best_val_loss"]["mean"] == pytest.approx(2.1) and groups[0]["left_out"] == 1
+    assert groups[1]["stats"]["best_val_loss"]["n"] == 0
+    text, _ = report.write_report(rows, ["model.n_head", "train.seed"], tmp_path, title="t")
+    assert "| n_head=1 | 2 | 2.1000 ± 0.1414" in text and "| n_head=2 | 0 |" in text
+    assert "2 run(s) that did not finish" in text
+
+
+def test_a_picture_not_drawn_again_is_removed(tmp_path):
+    """A report over one setting draws no settings.png: an earlier report's would pass for this one's."""
+    pytest.importorskip("matplotlib")
+    (tmp_path / "settings.png").write_bytes(b"an earlier sweep's picture")
+    rows = [{"run": "a", "model.n_head": 1, "status": "done", "best_val_loss": 2.0,
+             "metrics": [{"step": 0.0, "val_loss": 3.0}, {"step": 10.0, "val_loss": 2.0}]}]
+    _, pngs = report.write_report(rows, ["model.n_head"], tmp_path, title="t")
+    assert [p.name for p in pngs] == ["val_loss.png"] and not (tmp_path / "settings.png").exists()
 
 
 def test_a_diverged_seed_makes_its_settings_mean_nan_not_a_crash():

@@ -32,7 +32,7 @@ import os
 import random
 import re
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -216,13 +216,17 @@ def behaviour(model: GPT, tokenizer, cases: Sequence[Case], device: torch.device
 
 
 def probe(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device,
-          batch_size: int = BATCH, threads: ThreadPolicy | None = None) -> dict:
+          batch_size: int = BATCH, threads: ThreadPolicy | None = None,
+          stop: Callable[[], bool] | None = None) -> dict | None:
     """Run the probe; returns the figures (weights as fractions of the position's attention).
-    `threads`: as in behaviour."""
+    `threads`: as in behaviour. `stop`, asked before each batch: True ends it early, returning None
+    (sweep.py after Ctrl-C)."""
     cfg = model.config
     cases, n_refs, skipped = held_out_cases(tokenizer, n_stories, seed, cfg.block_size)
     results = []  # (case, decoded ids, last_row (n_layer, nh, T))
     for batch in following_free_cores(batches(cases, batch_size), threads):
+        if stop is not None and stop():
+            return None
         new, last_rows = run_batch(model, batch, device)
         results.extend(zip(batch, new, last_rows))
     outcomes = [classify(tokenizer.decode(new), case.reference) for case, new, _ in results]

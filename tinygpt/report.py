@@ -5,7 +5,8 @@ by `write_report`.
 Runs that differ only by `train.seed` are one *setting*: the summary gives, for every metric, the
 mean, the standard deviation, the 95% confidence interval of the mean (Student's t) and n, and
 lists the pairs of settings whose intervals do not overlap, the differences one can trust at that
-level. A single run per setting is reported as such (n = 1, no interval).
+level. A single run per setting is reported as such (n = 1, no interval). Only finished runs
+(status `done`) enter the summary: a failed or unfinished run's figures are those of fewer steps.
 """
 from __future__ import annotations
 
@@ -63,9 +64,15 @@ def stats(values: Sequence[float]) -> dict[str, float | int | None]:
     return {"mean": mean, "std": std, "lo": mean - half, "hi": mean + half, "n": n}
 
 
+def finished_run(row: dict[str, Any]) -> bool:
+    """Whether a results row is of a run that reached its train.max_iters (a row without a status: yes)."""
+    return row.get("status", "done") == "done"
+
+
 def group_by_setting(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> list[dict[str, Any]]:
     """Rows of runs -> one group per setting (the varied keys but train.seed), in first-seen order:
-    {'setting': {key: value}, 'label': 'n_head=4', 'runs': [rows], 'stats': {metric: stats}}."""
+    {'setting': {key: value}, 'label': 'n_head=4', 'runs': [rows], 'stats': {metric: stats}, 'left_out': n};
+    the stats are over the finished runs, `left_out` counts the others."""
     keys = [k for k in varied if k != SEED]
     groups: dict[tuple, dict[str, Any]] = {}
     for r in rows:
@@ -74,7 +81,9 @@ def group_by_setting(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> l
         group["runs"].append(r)
     for g in groups.values():
         g["label"] = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in g["setting"].items()) or "all runs"
-        g["stats"] = {m: stats([r[m] for r in g["runs"] if isinstance(r.get(m), (int, float))])
+        finished = [r for r in g["runs"] if finished_run(r)]
+        g["left_out"] = len(g["runs"]) - len(finished)
+        g["stats"] = {m: stats([r[m] for r in finished if isinstance(r.get(m), (int, float))])
                       for m in SUMMARY_METRICS}
         heads = Counter(r["attribute_head"] for r in g["runs"] if r.get("attribute_head"))
         g["attribute_heads"] = ", ".join(f"{h}×{c}" if c > 1 else h for h, c in heads.most_common())
@@ -158,7 +167,7 @@ def summary_markdown(groups: Sequence[dict[str, Any]], metrics: Sequence[str]) -
                 cells.append(_num(m, s["mean"]))
             else:
                 cells.append(f"{_num(m, s['mean'])} ± {_num(m, s['std'])} [{_num(m, s['lo'])}, {_num(m, s['hi'])}]")
-        n = max(s["n"] for s in g["stats"].values())
+        n = sum(map(finished_run, g["runs"]))
         lines.append(f"| {g['label']} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -175,14 +184,20 @@ def summary_csv(groups: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str
 
 def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probed: bool) -> str:
     """The per-setting table over seeds, the best heads, and the differences one can trust."""
-    text = "Per setting over seeds: mean ± std [95% interval of the mean]; n runs.\n\n"
+    text = "Per setting over seeds: mean ± std [95% interval of the mean]; n finished runs.\n\n"
     text += summary_markdown(groups, metrics)
+    left_out = sum(g["left_out"] for g in groups)
+    if left_out:
+        text += (f"\n{left_out} run(s) that did not finish (see their status above) are left out of these "
+                 f"figures: rerun the same command to finish them.\n")
     if probed:
         text += "\nBest head on the antecedent's attribute, per run: " + "; ".join(
             f"{g['label']}: {g['attribute_heads']}" for g in groups) + "\n"
     diffs = differences(groups)
     if diffs:
         return text + "\nDifferences beyond the 95% intervals:\n" + "".join(f"- {d}\n" for d in diffs)
+    if len(groups) < 2:
+        return text
     shown = ", ".join(m for m in DIFFERENCES_IN if m in metrics)
     return text + f"\nNo two settings differ beyond their 95% intervals in {shown}.\n"
 
@@ -208,4 +223,7 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     atomic_write_text(out_dir / "results.csv", table_csv(rows, columns))
     atomic_write_text(out_dir / "summary.csv", summary_csv(groups, metrics))
     pngs = [plot_val_loss(groups, out_dir / "val_loss.png"), plot_settings(groups, out_dir / "settings.png")]
+    for name, png in zip(("val_loss.png", "settings.png"), pngs):
+        if png is None:  # not drawn this time: an earlier report's picture would pass for this one's
+            (out_dir / name).unlink(missing_ok=True)
     return text, [p for p in pngs if p is not None]

@@ -245,8 +245,9 @@ def _is_probe(result: Any) -> bool:
 
 
 def probe_columns(result: dict[str, Any] | None) -> dict[str, Any]:
-    """The probe's figures (tinygpt.coreference.probe) -> the results tables' probe columns."""
-    if not result:
+    """The probe's figures (tinygpt.coreference.probe) -> the results tables' probe columns; none
+    when it found no reference to measure (shares of nothing would read as 0%)."""
+    if not result or not result["references"]:
         return {}
     b, n = result["behaviour"], max(result["references"], 1)
     attr, name = result["attention_attribute"]["best"], result["attention"]["best"]
