@@ -47,8 +47,9 @@ def main(argv: Sequence[str] | None = None) -> Path:
         ckpt = load_checkpoint(path)
         m = ckpt["config"]["model"]
         print(f"wrote {path} and config.yaml ({m['n_layer']} layers, {m['n_head']} heads, n_embd {m['n_embd']}, "
-              f"vocab {ckpt['tokenizer']['vocab_size']}); sample with: {shlex.join(['python', 'sample.py', str(args.out)])} "
-              f"(a gpt2 tokenizer needs tiktoken's encoding file: offline, set TIKTOKEN_CACHE_DIR)")
+              f"vocab {ckpt['tokenizer']['vocab_size']}); sample with: {shlex.join(['python', 'sample.py', str(args.out)])}"
+              + (" (its tiktoken tokenizer needs the encoding's file: offline, set TIKTOKEN_CACHE_DIR)"
+                 if ckpt["tokenizer"].get("kind") == "tiktoken" else ""))
         return path
     out = export_hf(args.src, args.out, args.force)
     print(f"wrote {', '.join(HF_FILES)} into {out}; generate with transformers alone: "

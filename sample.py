@@ -54,7 +54,7 @@ from tinygpt.config import MAX_THREADS
 from tinygpt.errors import ArgParser, ReaderMayLeave, Terminated, UserError, run_cli, short
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device)
-from tinygpt.tokenizer import encode_prompt
+from tinygpt.tokenizer import clean_text, encode_prompt
 
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
 ATTENTION_LAST = 16  # tokens in the attention tables by default: the README's example prompt (13) whole
@@ -206,19 +206,29 @@ def read_prompt(args) -> str:
     """--prompt, or the UTF-8 text of --prompt-file: a file, a pipe or a device, - = standard input;
     at most MAX_PROMPT_BYTES, never read whole when longer."""
     if args.prompt_file is None:
-        return args.prompt
+        return decode_prompt(text_bytes(args.prompt, "--prompt"), "--prompt")
     if str(args.prompt_file) == "-":  # its bytes: text mode would pass bad bytes on as surrogates
         return decode_prompt(sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1), "--prompt-file - (standard input)")
     named = f"--prompt-file {short(str(args.prompt_file))}"
     return decode_prompt(read_prompt_file(args.prompt_file, named), named)
 
 
+def text_bytes(text: str, named: str) -> bytes:
+    """The bytes of a prompt given as text (an argument, a line typed): Python hands on bytes that
+    are not UTF-8 as surrogates, which BPE would have read as U+FFFD without a word."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that stands for no byte
+        raise UserError(f"{named} is not UTF-8 text") from None
+
+
 def decode_prompt(data: bytes, named: str) -> str:
-    """A prompt's bytes as text: refused beyond MAX_PROMPT_BYTES or when not UTF-8."""
+    """A prompt's bytes as text, cleaned as training text is (no byte order mark, '\n' line ends):
+    refused beyond MAX_PROMPT_BYTES or when not UTF-8."""
     if len(data) > MAX_PROMPT_BYTES:
         raise prompt_too_long(named)
     try:
-        return data.decode("utf-8")
+        return clean_text(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise UserError(f"{named} is not UTF-8 text (byte {e.start} is {data[e.start]:#04x})") from None
 
@@ -430,7 +440,8 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
     samples = []
     for line in read_prompts():
         try:
-            prompt = line if isinstance(line, str) else decode_prompt(line, "a line of standard input")
+            named = "a line of standard input"
+            prompt = decode_prompt(text_bytes(line, named) if isinstance(line, str) else line, named)
             samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode)
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)

@@ -42,7 +42,7 @@ from tinygpt.checkpoint import atomic_dir, atomic_write, check_writable, make_fo
 from tinygpt.config import Config, DataConfig, load_config
 from tinygpt.errors import ArgParser, UserError, run_cli, short
 from tinygpt.runtime import check_memory
-from tinygpt.tokenizer import Tokenizer, build_tokenizer, tokenizer_from_dict
+from tinygpt.tokenizer import Tokenizer, build_tokenizer, clean_text, tokenizer_from_dict
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -86,7 +86,7 @@ def read_text_file(path: Path) -> str:
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); "
                         f"convert it first, e.g. iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8.txt") from None
-    return text.removeprefix("\ufeff").replace("\r\n", "\n")
+    return clean_text(text)
 
 
 def download_shakespeare(folder: Path) -> Path:

@@ -275,6 +275,31 @@ def test_import_refuses_what_gpt2_cannot_say(tmp_path):
         export.main([run, "--format", "onnx", str(tmp_path / "x")])
 
 
+def test_import_refuses_weights_its_config_does_not_describe(tmp_path):
+    """config.json with a layer less than the weights (they were dropped without a word), a vocabulary
+    of 0 (an AssertionError traceback) and NaN weights (written as a run sample.py then refused):
+    one line each, nothing written."""
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    weights = hf.load_safetensors(tmp_path / "hf" / "model.safetensors")
+    back = tmp_path / "back"
+    with pytest.raises(UserError, match="is a Hugging Face model folder, not a run: .* export.py --from-hf"):
+        load_model(tmp_path / "hf")  # sample.py HF_DIR said "no checkpoint ...: train first"
+    for change, match in [({"n_layer": config["n_layer"] - 1}, r"the weights hold 'h\.1\..*which config.json's model"),
+                          ({"vocab_size": 0}, "vocab_size=0 must be >= 1")]:
+        (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(UserError, match=match):
+            export.main(["--from-hf", str(tmp_path / "hf"), str(back)])
+        assert not back.exists()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    nan = {**weights, "transformer.wte.weight": torch.full_like(weights["transformer.wte.weight"], float("nan"))}
+    hf.save_safetensors(tmp_path / "hf" / "model.safetensors", nan, {"format": "pt"})
+    with pytest.raises(UserError, match="'tok_emb.weight' holds NaN or infinite values"):
+        export.main(["--from-hf", str(tmp_path / "hf"), str(back)])
+    assert not back.exists()
+
+
 def test_tokenizer_notes_say_what_the_ids_are():
     note = hf.tokenizer_note({"kind": "tiktoken", "vocab_size": 3, "encoding": "gpt2", "ids": [0, 5, 9]})
     assert "remapped" in note and "tokenizer.json" in note

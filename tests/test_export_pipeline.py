@@ -177,7 +177,12 @@ for name, job in json.load(open(sys.argv[1])).items():
             ids.append("refused")
     generate = pipeline("text-generation", model=job["dir"], tokenizer=tok, device="cpu")
     texts = [generate(p, max_new_tokens=job["n"], do_sample=False)[0]["generated_text"] for p in job["prompts"]]
-    result[name] = {"ids": ids, "generated": texts, "tokenizer": type(tok).__name__}
+    prompt = next(p for p in job["prompts"] if p)
+    try:  # the simplest call, every setting the export's own
+        default = generate(prompt)[0]["generated_text"]
+    except Exception as e:
+        default = f"{type(e).__name__}: {e}"
+    result[name] = {"ids": ids, "generated": texts, "tokenizer": type(tok).__name__, "default": [prompt, default]}
 print(json.dumps(result))
 """
 
@@ -212,6 +217,15 @@ def test_pipeline_greedy_equals_sample_py(name, cases, hf_side):
         # an empty prompt: both start from the export's bos, the newline, which the pipeline shows
         assert theirs == (prompt + ours if prompt else "\n" + ours), f"prompt {prompt!r}"
         assert len(ours) > 0
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_pipelines_defaults_fit_the_context(name, cases, hf_side):
+    """pipeline(...)(prompt) with no length given: up to the context's 64 tokens in all (transformers'
+    own default, 256 new tokens, overran them with an IndexError)."""
+    case(name, cases)
+    prompt, default = hf_side[name]["default"]
+    assert default.startswith(prompt) and len(default) > len(prompt), default
 
 
 @pytest.mark.parametrize("name", CASES)

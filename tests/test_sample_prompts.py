@@ -211,6 +211,22 @@ def test_non_utf8_standard_input_is_refused_like_a_file(tiny_stories_run, tmp_pa
     refused([tiny_stories_run, "--prompt-file", tmp_path / "bad.txt", *GREEDY], r"bad.txt' is not UTF-8 .*byte 4")
 
 
+def test_non_utf8_bytes_in_the_prompt_argument_are_refused_too(tiny_stories_run):
+    """`--prompt $'Mia \\xff'`: Python hands the byte on as a surrogate, which the BPE read as U+FFFD,
+    silently (the text printed was not the text the model saw); a char model named the surrogate."""
+    refused([tiny_stories_run, "--prompt", "Mia \udcff", *GREEDY], r"--prompt is not UTF-8 text \(byte 4 is 0xff\)")
+    refused([tiny_stories_run, "--prompt", "Mia \ud800", *GREEDY], r"--prompt is not UTF-8 text")
+
+
+def test_a_prompt_file_is_read_as_training_text_is(tiny_stories_run, tmp_path):
+    """A Windows file (a byte order mark, CRLF line ends) gives the prompt its text gives on Linux."""
+    (tmp_path / "windows.txt").write_bytes("\ufeffMia had a red kite.\r\nThen she".encode("utf-8"))
+    (tmp_path / "linux.txt").write_bytes(b"Mia had a red kite.\nThen she")
+    windows = run_sample([tiny_stories_run, "--prompt-file", tmp_path / "windows.txt", *GREEDY])
+    assert windows == run_sample([tiny_stories_run, "--prompt-file", tmp_path / "linux.txt", *GREEDY])
+    assert windows[1].startswith("Mia had a red kite.\nThen she")
+
+
 @pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="needs /dev/fd")
 def test_a_prompt_file_may_be_a_pipe_or_a_device(tiny_stories_run, tmp_path):
     """`--prompt-file <(echo Mia had)` is /dev/fd/N, a pipe; /dev/null an empty prompt."""

@@ -15,6 +15,7 @@ import os
 import pickle
 import random
 import re
+import shlex
 import shutil
 import tempfile
 import time
@@ -371,6 +372,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
         for name in ("best.pt", "ckpt.pt"):
             if (path / name).is_file():
                 return path / name
+        if (path / "config.json").is_file():  # export.py's output, or a GPT-2 from the Hub
+            raise UserError(f"{path} is a Hugging Face model folder, not a run: bring it in as one with "
+                            f"{shlex.join(['python', 'export.py', '--from-hf', str(path), 'NEW_RUN_DIR'])}")
         raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "
                         f"e.g. python train.py configs/stories.yaml")
     if not path.exists():

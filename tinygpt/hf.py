@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import shlex
 import stat
 import sys
 from contextlib import contextmanager
@@ -58,7 +59,7 @@ import torch
 
 from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, load_model,
-                                resolve_checkpoint, save_checkpoint, torch_load)
+                                load_weights, resolve_checkpoint, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, reason, short
 from tinygpt.runs import RUN_FILES, write_config
@@ -246,11 +247,13 @@ def hf_config(cfg: Config, tok: dict[str, Any], source: str, step: int, bos: int
     }
 
 
-def generation_config(bos: int, eos: int | None) -> dict[str, Any]:
-    """generation_config.json: sample.py's default sampling (temperature 0.8, no top-k). No length:
-    transformers' default applies, and a prompt plus max_new_tokens must fit in the context, where
-    GPT-2's positions end (sample.py slides its window instead)."""
-    return {"bos_token_id": bos, "eos_token_id": eos, "do_sample": True, "temperature": 0.8, "top_k": 0}
+def generation_config(bos: int, eos: int | None, block_size: int) -> dict[str, Any]:
+    """generation_config.json: sample.py's default sampling (temperature 0.8, no top-k), and at most
+    the context in all (max_length): GPT-2's positions end there (sample.py slides its window
+    instead), and transformers' own default, 256 new tokens, overran a 128-token context with an
+    IndexError. A max_new_tokens given takes precedence (transformers notes that both are set)."""
+    return {"bos_token_id": bos, "eos_token_id": eos, "do_sample": True, "temperature": 0.8, "top_k": 0,
+            "max_length": block_size}
 
 
 def tokenizer_config(cfg: Config) -> dict[str, Any]:
@@ -337,25 +340,26 @@ def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path
         save_safetensors(tmp / "model.safetensors", gpt2_state_dict(model), {"format": "pt"})
         atomic_write_text(tmp / "tokenizer.json", hf_tok.to_str())
         atomic_write_text(tmp / "tokenizer_config.json", json.dumps(tokenizer_config(cfg), indent=2) + "\n")
-        atomic_write_text(tmp / "generation_config.json", json.dumps(generation_config(bos, eos), indent=2) + "\n")
+        atomic_write_text(tmp / "generation_config.json", json.dumps(generation_config(bos, eos, cfg.model.block_size), indent=2) + "\n")
         atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
         atomic_write_text(tmp / "README_EXPORT.md", f"""\
 # GPT-2 export of a tinygpt run
 
-Exported from `{source}` (step {ckpt['step']}) by `python export.py {run} --format hf {out_dir}`.
+Exported from `{source}` (step {ckpt['step']}) by `{shlex.join(['python', 'export.py', str(run), '--format', 'hf',
+                                                                str(out_dir)])}`.
 It needs transformers only, not tinygpt:
 
     from transformers import pipeline
-    generate = pipeline("text-generation", model="{out_dir}")
-    print(generate("PROMPT", max_new_tokens=40)[0]["generated_text"])   # do_sample=False: greedy
+    generate = pipeline("text-generation", model={json.dumps(str(out_dir))})
+    print(generate("PROMPT")[0]["generated_text"])   # do_sample=False: greedy; max_new_tokens=N: N tokens
 
 - Model: {cfg.model.n_layer} layers, {cfg.model.n_head} heads, n_embd {cfg.model.n_embd}, context \
 {cfg.model.block_size}, vocabulary {cfg.model.vocab_size}; exact GELU (`activation_function: gelu`).
 - Tokens: {tokenizer_note(tok)}. The tokenizer is also recorded in config.json under `tinygpt.tokenizer`.
 - Generation (generation_config.json): sampling at temperature 0.8 with no top-k, like sample.py; \
-prompt and continuation together at most {cfg.model.block_size} tokens, the context length.
+prompt and continuation together at most {cfg.model.block_size} tokens, the context length (max_length).
 - {"Biases are zeros: the tinygpt model had none (bias: false)." if not cfg.model.bias else "Biases as trained."}
-- Back to tinygpt, exactly: `python export.py --from-hf {out_dir} OUT_RUN_DIR`.
+- Back to tinygpt, exactly: `{shlex.join(['python', 'export.py', '--from-hf', str(out_dir), 'OUT_RUN_DIR'])}`.
 """ + (f"- Caution: {caution}.\n" if caution else ""))
     return out_dir
 
@@ -382,6 +386,8 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size", "layer_norm_epsilon"):
         if not isinstance(hf[key], (int, float)) or isinstance(hf[key], bool):
             raise UserError(f"{path}: {key}={short(hf[key])} must be a number")
+    if hf["vocab_size"] < 1:  # (tinygpt's own model.vocab_size=0 means "from the tokenizer": not here)
+        raise UserError(f"{path}: vocab_size={short(hf['vocab_size'])} must be >= 1")
     n_embd = hf["n_embd"]
     checks = [
         (hf.get("n_inner") in (None, 4 * n_embd), f"n_inner={hf.get('n_inner')} (tinygpt's MLP is 4*n_embd wide)"),
@@ -425,8 +431,10 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
 def _hf_to_tinygpt(hf: dict[str, Any], w: dict[str, torch.Tensor], folder: Path, bias: bool) -> dict[str, torch.Tensor]:
     """GPT-2 tensors -> our state dict (nn.Linear layouts, q/k/v split), float32."""
     L, C = hf["n_layer"], hf["n_embd"]
+    used = {"lm_head.weight"}  # (checked below: it must be wte itself)
 
     def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        used.add(name)
         if name not in w:
             raise UserError(f"{folder}: the weights have no {name!r}; is this a GPT-2 checkpoint?")
         t = w[name]
@@ -457,11 +465,17 @@ def _hf_to_tinygpt(hf: dict[str, Any], w: dict[str, torch.Tensor], folder: Path,
             if kind is None or bias:
                 sd[o + name] = t.contiguous()
     sd["ln_f.weight"] = get("ln_f.weight", (C,))
+    ln_f_bias = get("ln_f.bias", (C,))  # (zeros where the tinygpt model had no biases, as every bias then)
     if bias:
-        sd["ln_f.bias"] = get("ln_f.bias", (C,))
+        sd["ln_f.bias"] = ln_f_bias
     if "lm_head.weight" in w and not torch.equal(w["lm_head.weight"].float(), sd["tok_emb.weight"]):
         raise UserError(f"{folder}: lm_head.weight is not tied to wte, but tinygpt's LM head is the embedding")
     sd["lm_head.weight"] = sd["tok_emb.weight"]
+    extra = sorted(set(w) - used)  # e.g. the weights of layers config.json does not have: they would be dropped
+    if extra:
+        raise UserError(f"{folder}: the weights hold {short(extra[0])}" + (f" (and {len(extra) - 1} more)" if
+                        len(extra) > 1 else "") + f", which config.json's model ({L} layers, n_embd {C}) has not; "
+                        f"config.json and the weights disagree")
     return sd
 
 
@@ -491,7 +505,7 @@ def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
     check_memory(model_memory(cfg), torch.device("cpu"), f"the model of {folder}", "its config.json is damaged, or it "
                  "needs a bigger machine")
     model = GPT(cfg)
-    model.load_state_dict(_hf_to_tinygpt(hf, weights, folder, bias))
+    load_weights(model, _hf_to_tinygpt(hf, weights, folder, bias), folder)  # (NaN or infinite weights refused)
     return model.eval(), hf
 
 

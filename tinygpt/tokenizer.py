@@ -235,7 +235,7 @@ class CharTokenizer(_TableTokenizer):
         return list(text)
 
     def _unknown_hint(self, unknown: list[str]) -> str:
-        return " or train with a BPE tokenizer (data.tokenizer=gpt2)"
+        return " or train with a byte-level BPE tokenizer, which spells any text (data.tokenizer=bpe)"
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "vocab_size": self.vocab_size, "chars": self.chars}
@@ -614,6 +614,13 @@ class LearnedBPETokenizer(TiktokenTokenizer):
 
     def __repr__(self) -> str:
         return f"LearnedBPETokenizer(vocab_size={self.vocab_size})"
+
+
+def clean_text(text: str) -> str:
+    """A text file's text as tinygpt reads it, for training and for prompts alike: without a byte
+    order mark, with '\n' line ends (a Windows file's '\r\n' would be two tokens, '\r' one no
+    other file has)."""
+    return text.removeprefix("\ufeff").replace("\r\n", "\n")
 
 
 def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
