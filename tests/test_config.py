@@ -387,6 +387,27 @@ def test_dates_and_base_60_are_not_guessed(tmp_path):
     assert yaml_load("a: 1:30\nb: 12\nc: 0x10\nd: 1.5\n") == {"a": "1:30", "b": 12, "c": 16, "d": 1.5}
 
 
+def test_octal_is_not_guessed_and_number_texts_say_how_to_write_them(tmp_path):
+    """YAML 1.1 read 0500 as octal 320 (a max_iters of 320 without a word); 1e3 is text there."""
+    assert yaml_load("a: 0500\nb: 0\nc: -7\n") == {"a": "0500", "b": 0, "c": -7}
+    for value, plain in (("0500", "500"), ("1e3", "1000")):
+        with pytest.raises(UserError, match=rf"train.max_iters='{value}' .* must be of type int, not str: write it in "
+                                            rf"plain digits, {plain}$"):
+            load_config(write(tmp_path, ""), [f"train.max_iters={value}"])
+
+
+def test_a_negative_stories_seed_is_refused(tmp_path):
+    """random.Random(-5) is Random(5): the corpus of -5 would be the corpus of 5 under another name."""
+    with pytest.raises(UserError, match=r"data.stories_seed=-5 .* must be in \[0, 2\*\*63 - 1\)"):
+        load_config(write(tmp_path, ""), ["data.stories_seed=-5"])
+
+
+def test_a_value_yaml_reads_only_in_quotes_says_so(tmp_path):
+    with pytest.raises(UserError, match=r"not a valid YAML scalar \(YAML reads a text that starts with @"):
+        load_config(write(tmp_path, ""), ["train.out_dir=@runs"])
+    assert load_config(write(tmp_path, ""), ['train.out_dir="@runs"']).train.out_dir == "@runs"
+
+
 def test_a_string_key_set_from_the_command_line_keeps_the_text(tmp_path):
     cfg = load_config(write(tmp_path, ""), ["train.out_dir=2024", "data.dataset=2001-02-29", "train.init_from=null"])
     assert (cfg.train.out_dir, cfg.data.dataset, cfg.train.init_from) == ("2024", "2001-02-29", "null")

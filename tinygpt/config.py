@@ -9,6 +9,7 @@ file can ask for: nesting depth, and the values aliases expand to (a "billion la
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import math
@@ -97,7 +98,8 @@ class YAMLRefused(yaml.YAMLError):
 
 # YAML 1.1's implicit int and float patterns (yaml/resolver.py) without their base-60 forms, in
 # which 1:30 reads as 90
-PLAIN_INT = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$")
+# no YAML 1.1 octal: 0500 is not 320 (it stays text, and an integer key says how to write it)
+PLAIN_INT = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$")
 PLAIN_FLOAT = re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
                          r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 TAG = "tag:yaml.org,2002:"
@@ -109,7 +111,8 @@ class LimitedSafeLoader(yaml.SafeLoader):
     aliased value, so a 300-byte file can stand for 10^8 values, which any walk (a message, a copy)
     would expand. A key given twice in one mapping is refused (PyYAML keeps the last silently, so a
     second `model:` section would drop the first), and YAML 1.1's surprises are not guessed: a
-    date stays a string (an out_dir named 2024-12-01) and 1:30 is not the base-60 number 90."""
+    date stays a string (an out_dir named 2024-12-01), 1:30 is not the base-60 number 90 and 0500
+    not the octal 320."""
 
     yaml_implicit_resolvers = {
         first: [(tag, PLAIN_INT if tag == TAG + "int" else PLAIN_FLOAT if tag == TAG + "float" else regexp)
@@ -243,8 +246,14 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
                 raise UserError(f"{key}={short(value)} ({source}): {user} names no user of this machine (no home "
                                 f"folder to expand it to)")
         return value
+    hint = ""
+    if typ is int and isinstance(value, str):  # 0500, 1e3: numbers YAML reads as text
+        with contextlib.suppress(ValueError, OverflowError):
+            number = float(value)
+            if number.is_integer():
+                hint = f": write it in plain digits, {int(number)}"
     raise UserError(f"{key}={short(value)} ({source}) must be of type {typ.__name__}, "
-                    f"not {type(value).__name__}")
+                    f"not {type(value).__name__}{hint}")
 
 
 def config_from_dict(raw: Any, source: str) -> Config:
@@ -291,7 +300,9 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
         except YAMLRefused as e:
             raise UserError(f"{source} {short(item)}: the value is refused: {e}") from None
         except (yaml.YAMLError, RecursionError):
-            raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar") from None
+            raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar (YAML reads a text "
+                            f"that starts with @, *, !, &, % or a quote only in quotes, e.g. "
+                            f"--set 'train.out_dir=\"@runs\"')") from None
         types = _field_types(SECTIONS[section]) if section in SECTIONS else {}
         if types.get(name) is str and not isinstance(value, str):
             value = text.strip()
@@ -403,6 +414,8 @@ def validate(cfg: Config, source: str) -> None:
     need(257 <= d.bpe_vocab_size <= 65536, "data.bpe_vocab_size", d.bpe_vocab_size, "must be in 257..65536")
     need(0.0 < d.val_fraction < 1.0, "data.val_fraction", d.val_fraction, "must be in (0, 1)")
     need(d.stories_chars >= 10_000, "data.stories_chars", d.stories_chars, "must be >= 10000")
+    # (Python's random.Random(-5) is Random(5): a negative seed would repeat a positive one's corpus)
+    need(0 <= d.stories_seed < MAX_INT, "data.stories_seed", d.stories_seed, "must be in [0, 2**63 - 1)")
     for name in ("batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
         need(getattr(t, name) >= 1, f"train.{name}", getattr(t, name), "must be >= 1")
     need(t.max_iters >= 0, "train.max_iters", t.max_iters, "must be >= 0")
