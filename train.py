@@ -250,8 +250,10 @@ def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: 
 
 
 def diverged(what: str, value: float, run: Run) -> UserError:
-    return UserError(f"training diverged: {what} is {value} at step {run.step}; lower train.lr or set "
-                     f"train.grad_clip; {run.out_dir / 'ckpt.pt'} keeps the last good state")
+    t = run.cfg.train
+    fix = f"lower train.lr (train.grad_clip={t.grad_clip} is on)" if t.grad_clip else "lower train.lr or set train.grad_clip"
+    return UserError(f"training diverged: {what} is {value} at step {run.step}; {fix}; {run.out_dir / 'ckpt.pt'} "
+                     f"keeps the last good state")
 
 
 def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
@@ -264,7 +266,8 @@ def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
         raise diverged("the val loss", losses["val"], run)
     if run.dist.master:
         metrics.append({"step": run.step, "train_loss": f"{losses['train']:.4f}", "val_loss": f"{losses['val']:.4f}",
-                        "lr": f"{lr_at(run.step, t):.3e}", "elapsed_s": f"{run.elapsed:.1f}"})
+                        # the lr of the step that led here, as the log row of this step gives it
+                        "lr": f"{lr_at(max(run.step - 1, 0), t):.3e}", "elapsed_s": f"{run.elapsed:.1f}"})
         write_metrics(run.out_dir, metrics)
         if t.plot == "eval" or (t.plot == "end" and run.step == t.max_iters):
             plot_run(run.out_dir)  # loss.png; returns None (no plot) without matplotlib

@@ -369,6 +369,16 @@ def test_resume_between_log_steps_logs_the_same_train_loss(tmp):
     assert [(r["step"], r["train_loss"]) for r in resumed] == [(r["step"], r["train_loss"]) for r in straight]
 
 
+def test_an_eval_row_and_a_log_row_of_one_step_give_the_same_lr(run):
+    """Both give the lr of the step that led there (the eval row gave the next step's)."""
+    rows = read_metrics(run)
+    lr = {}
+    for r in rows:
+        lr.setdefault(r["step"], set()).add(r["lr"])
+    both = [step for step in lr if sum(r["step"] == step for r in rows) == 2]
+    assert both and all(len(lr[step]) == 1 for step in both), {s: lr[s] for s in both}
+
+
 def inproc_base(tmp: Path, *extra: str) -> list[str]:
     """train.py's arguments for an in-process run on this module's data (one thread, pinned)."""
     return [str(tmp / "config.yaml"), "--quiet", "--set", f"data.dataset={tmp / 'corpus.txt'}",

@@ -298,6 +298,16 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     assert load_checkpoint(run / "ckpt.pt")["step"] == 0  # the state evaluated at step 0
 
 
+def test_the_divergence_hint_does_not_suggest_clipping_already_on():
+    from types import SimpleNamespace
+    import train
+    from tinygpt.config import TrainConfig
+    run = SimpleNamespace(cfg=SimpleNamespace(train=TrainConfig(grad_clip=1.0)), step=7, out_dir=Path("out/x"))
+    assert "lower train.lr (train.grad_clip=1.0 is on)" in str(train.diverged("the val loss", float("nan"), run))
+    run.cfg.train.grad_clip = 0.0
+    assert "lower train.lr or set train.grad_clip" in str(train.diverged("the val loss", float("nan"), run))
+
+
 def test_init_from_starts_from_the_saved_weights(corpus, tmp_path):
     """Fine-tuning: a new run from another run's weights starts at that run's loss, with its model."""
     import train
