@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
         raise UserError(f"--stories={args.stories} must be in [1, {MAX_STORIES:,}]")
     if args.seed is not None and not 0 <= args.seed < 2**63:  # as sample.py: random.Random(-s) is Random(s)
         raise UserError(f"--seed={args.seed} must be in [0, 2**63)")
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, "--device")
     model, cfg, tokenizer, _ = load_model(args.run, device)
     if cfg.data.dataset != "stories":
         raise UserError(f"{args.run} was trained on data.dataset={cfg.data.dataset!r}; the probe needs a run "

@@ -326,7 +326,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
         out = ReaderMayLeave(sys.stdout, "stdout")  # leaves (| head) must not end their writing
     out = out or sys.stdout
     prompt = read_prompt(args)
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, "--device")
     model, cfg, tokenizer, _ = load_model(args.run, device)
     model = model.to(getattr(torch, args.dtype))
     if args.list_vocab:

@@ -133,11 +133,11 @@ def test_measured_peak_stays_within_its_budget():
 
 
 def test_unknown_devices_are_user_errors():
-    with pytest.raises(UserError, match="must be auto"):
+    with pytest.raises(UserError, match="train.device='tpu' must be auto"):
         runtime.resolve_device("tpu")
     if not torch.cuda.is_available():
-        with pytest.raises(UserError, match="CUDA is not available"):
-            runtime.resolve_device("cuda:0")
+        with pytest.raises(UserError, match="--device='cuda:0': CUDA is not available"):
+            runtime.resolve_device("cuda:0", "--device")
 
 
 FAULTS = """

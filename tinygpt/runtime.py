@@ -38,10 +38,12 @@ LOW_PRECISION = ("bfloat16", "float16")
 # ---- device and dtype ----
 
 
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda, then mps, then cpu; an unknown or unavailable device is a UserError."""
+def resolve_device(name: str, setting: str = "train.device") -> torch.device:
+    """'auto' -> cuda, then mps, then cpu; an unknown or unavailable device is a UserError naming
+    `setting` (the config key, or sample.py's --device)."""
+    named = f"{setting}={name!r}"
     if not DEVICES.match(name):
-        raise UserError(f"device {name!r} must be auto, cpu, cuda, cuda:N or mps")
+        raise UserError(f"{named} must be auto, cpu, cuda, cuda:N or mps")
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -49,11 +51,11 @@ def resolve_device(name: str) -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"device {name!r} was asked for but CUDA is not available here; use auto or cpu")
+        raise UserError(f"{named}: CUDA is not available here; use auto or cpu")
     if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
-        raise UserError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        raise UserError(f"{named}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     if name == "mps" and not torch.backends.mps.is_available():
-        raise UserError("device 'mps' was asked for but MPS is not available here; use auto or cpu")
+        raise UserError(f"{named}: MPS is not available here; use auto or cpu")
     return torch.device(name)
 
 
