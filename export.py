@@ -47,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
         ckpt = load_checkpoint(path)
         m = ckpt["config"]["model"]
         print(f"wrote {path} and config.yaml ({m['n_layer']} layers, {m['n_head']} heads, n_embd {m['n_embd']}, "
-              f"vocab {ckpt['tokenizer']['vocab_size']}); sample with: {shlex.join(['python', 'sample.py', str(args.out)])}"
+              f"vocab {ckpt['tokenizer']['vocab_size']}); "
+              f"sample with: {shlex.join(['python', 'sample.py', str(args.out)])}"
               + (" (its tiktoken tokenizer needs the encoding's file: offline, set TIKTOKEN_CACHE_DIR)"
                  if ckpt["tokenizer"].get("kind") == "tiktoken" else ""))
         return path

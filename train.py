@@ -251,7 +251,8 @@ def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: 
 
 def diverged(what: str, value: float, run: Run) -> UserError:
     t = run.cfg.train
-    fix = f"lower train.lr (train.grad_clip={t.grad_clip} is on)" if t.grad_clip else "lower train.lr or set train.grad_clip"
+    fix = (f"lower train.lr (train.grad_clip={t.grad_clip} is on)" if t.grad_clip else
+           "lower train.lr or set train.grad_clip")
     return UserError(f"training diverged: {what} is {value} at step {run.step}; {fix}; {run.out_dir / 'ckpt.pt'} "
                      f"keeps the last good state")
 

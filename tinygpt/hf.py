@@ -340,7 +340,8 @@ def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path
         save_safetensors(tmp / "model.safetensors", gpt2_state_dict(model), {"format": "pt"})
         atomic_write_text(tmp / "tokenizer.json", hf_tok.to_str())
         atomic_write_text(tmp / "tokenizer_config.json", json.dumps(tokenizer_config(cfg), indent=2) + "\n")
-        atomic_write_text(tmp / "generation_config.json", json.dumps(generation_config(bos, eos, cfg.model.block_size), indent=2) + "\n")
+        generation = generation_config(bos, eos, cfg.model.block_size)
+        atomic_write_text(tmp / "generation_config.json", json.dumps(generation, indent=2) + "\n")
         atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
         atomic_write_text(tmp / "README_EXPORT.md", f"""\
 # GPT-2 export of a tinygpt run
