@@ -66,3 +66,30 @@ def test_a_comparison_into_a_folder_a_sweep_is_writing_is_refused(tmp_path):
         with pytest.raises(UserError, match=r"--out='.*sw' is in use by another sweep or comparison"):
             compare.main([run, "--out", str(tmp_path / "sw")])
     assert not (tmp_path / "sw").exists()
+
+
+def test_a_sweeps_folder_a_checkpoint_or_a_config_is_refused(tmp_path):
+    """--out a sweep's folder: its report would be replaced by a comparison; a checkpoint or a config
+    given for a run said "run directory not found" of a file that is there."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    (tmp_path / "sw" / "n_head=1").mkdir(parents=True)
+    (tmp_path / "sw" / "n_head=1" / "ckpt.pt").write_bytes(b"a sweep's run")
+    with pytest.raises(UserError, match=r"--out='.*sw' holds a sweep's runs"):
+        compare.main([run, "--out", str(tmp_path / "sw")])
+    (tmp_path / "a" / "ckpt.pt").write_bytes(b"")
+    with pytest.raises(UserError, match=r"a/ckpt.pt is a file; give the run directory"):
+        compare.main([str(tmp_path / "a" / "ckpt.pt"), "--out", str(tmp_path / "cmp")])
+
+
+def test_losses_of_other_tokenizers_are_said_not_to_compare(tmp_path):
+    a = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    b = tmp_path / "b"
+    cfg = Config()
+    cfg.data.tokenizer, cfg.train.max_iters = "word", 10  # (a default Config is char)
+    b.mkdir()
+    runs.write_config(b, cfg)
+    runs.write_metrics(b, [{"step": 0, "train_loss": "3.0", "val_loss": "3.0"}, {"step": 10, "train_loss": "2.0",
+                                                                                 "val_loss": "2.0"}])
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        compare.main([a, str(b), "--out", str(tmp_path / "cmp")])
+    assert "differ in data.tokenizer: their losses are per token" in printed.getvalue()

@@ -217,6 +217,10 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     metrics = [m for m in SUMMARY_METRICS if probed or m in RESULT_COLUMNS]
     groups = group_by_setting(rows, varied)
     text = table_markdown(rows, columns)
+    per_token = [k for k in varied if k in ("data.dataset", "data.tokenizer", "data.bpe_vocab_size")]
+    if per_token:  # a loss is per token: a character's and a word's do not compare
+        text += (f"\nThe runs differ in {', '.join(per_token)}: their losses are per token of different "
+                 f"vocabularies or texts, and do not compare as numbers.\n")
     if max(len(g["runs"]) for g in groups) > 1:  # several seeds per setting
         text += "\n" + summary_text(groups, metrics, probed)
     atomic_write_text(out_dir / "results.md", f"# {title}\n\n{text}")
