@@ -387,6 +387,9 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size", "layer_norm_epsilon"):
         if not isinstance(hf[key], (int, float)) or isinstance(hf[key], bool):
             raise UserError(f"{path}: {key}={short(hf[key])} must be a number")
+    for key in ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention"):
+        if key in hf and not isinstance(hf[key], bool):  # "false", a string, would read as true
+            raise UserError(f"{path}: {key}={short(hf[key])} must be true or false")
     if hf["vocab_size"] < 1:  # (tinygpt's own model.vocab_size=0 means "from the tokenizer": not here)
         raise UserError(f"{path}: vocab_size={short(hf['vocab_size'])} must be >= 1")
     n_embd = hf["n_embd"]
@@ -534,7 +537,7 @@ def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> P
         raw = {"data": {"tokenizer": "gpt2", "compact_vocab": False}}
     else:
         raise UserError(f"{folder}: vocab_size={m.vocab_size} is not GPT-2's {GPT2_VOCAB} tokens and config.json "
-                        f"records no tinygpt tokenizer, so the token ids cannot be decoded")
+                        f"records no tinygpt tokenizer of {m.vocab_size} tokens, so the token ids cannot be decoded")
     raw["model"] = config_to_dict(Config(model=m))["model"]  # vocab_size included: a saved config
     raw.setdefault("train", {})["out_dir"] = str(out_dir)
     cfg = config_from_dict(raw, str(folder / "config.json"))
