@@ -370,7 +370,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
 
 
 def check_distinct(texts: dict[str, dict], flat: dict, combo: tuple[str, ...]) -> None:
-    """Refuse two values of one grid key that the config reads as the same (1, 01 and 0x1; 1e-3
+    """Refuse two values of one grid key that the config reads as the same (1 and 0x1; 1e-3
     and 0.001): the same run would be trained twice as two settings. `texts` collects, per key,
     each value read so far -> its text."""
     for (key, seen), text in zip(texts.items(), combo):
