@@ -35,7 +35,7 @@ import torch
 from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
 from tinygpt.checkpoint import atomic_write_text, check_writable, regular_file_target
-from tinygpt.config import Config, load_config
+from tinygpt.config import Config, config_source, load_config
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, following_free_cores, keep_freed_memory, model_memory,
@@ -427,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         configure_cuda(cfg.train.tf32)
     keep_freed_memory()  # as train.py does
     prepare(cfg)
-    data = load_for_training(cfg, args.config)  # sets cfg.model.vocab_size
+    data = load_for_training(cfg, config_source(args.config, args.set))  # sets cfg.model.vocab_size
     if args.steps or args.loss_steps:
         for d in dtypes:
             check_training_fits(cfg, d, device)

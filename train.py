@@ -35,7 +35,7 @@ from data.prepare import Prepared, get_batch, load_for_training, prepare
 from model import GPT
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
-from tinygpt.config import Config, config_from_dict, config_to_dict, load_config
+from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config
 from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, reason, run_cli, short
 from tinygpt.plots import plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
@@ -391,7 +391,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
     # under DDP each rank its own random stream, so that dropout masks differ across ranks as within one
     # batch (DDP copies rank 0's initial weights to the others); one process: train.seed itself
     torch.manual_seed(t.seed + dist.rank)
-    data = load_data(cfg, dist, args.config)  # sets cfg.model.vocab_size from the tokenizer
+    data = load_data(cfg, dist, config_source(args.config, args.set))  # sets cfg.model.vocab_size from the tokenizer
     if init_ckpt is not None:
         check_init_tokenizer(cfg, init_ckpt, data)
     if ckpt is not None:

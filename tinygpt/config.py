@@ -371,8 +371,12 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
         if base is not None and not isinstance(base, dict):  # config_from_dict would say so without --set
             raise UserError(f"section '{section}' ({path}) must be a mapping of keys to values")
         merged[section] = {**(base or {}), **values}
-    source = f"{path}" + (" with --set" if overrides else "")
-    return config_from_dict(merged, source)
+    return config_from_dict(merged, config_source(path, overrides))
+
+
+def config_source(path: str | Path, overrides: Iterable[str] = ()) -> str:
+    """Where a config's values came from, for messages: 'configs/stories.yaml with --set'."""
+    return f"{path}" + (" with --set" if overrides else "")
 
 
 def config_to_dict(cfg: Config) -> dict:
