@@ -184,17 +184,21 @@ def _encode(tokenizer: Tokenizer, text: str, show_progress: bool) -> np.ndarray:
 
 def _is_current(folder: Path, d: DataConfig) -> bool:
     """Does `folder` hold a complete, undamaged preparation of these data settings? (The arrays
-    have the sizes meta.json gives, tokenizer.json reads as a tokenizer's data.)"""
+    have the sizes meta.json gives, and the arrays and tokenizer.json the digest it records: a
+    changed byte gave out-of-range token ids, a traceback, or silently wrong losses.)"""
     try:
         meta = json.loads((folder / "meta.json").read_text())
         if meta["settings"] != json.loads(json.dumps(_fingerprint(d))):
             return False
         itemsize = np.dtype(meta["dtype"]).itemsize
+        arrays = []
         for split in ("train", "val"):
             if (folder / f"{split}.bin").stat().st_size != meta[f"{split}_tokens"] * itemsize:
                 return False
+            arrays.append(np.fromfile(folder / f"{split}.bin", dtype=meta["dtype"]))
         tok = json.loads((folder / "tokenizer.json").read_text())
-        return isinstance(tok, dict) and tok.get("vocab_size") == meta["vocab_size"] and isinstance(meta["digest"], str)
+        return isinstance(tok, dict) and tok.get("vocab_size") == meta["vocab_size"] and \
+            meta["digest"] == _digest(tok, *arrays)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False  # missing, unreadable or damaged: (re)build
 
@@ -212,9 +216,11 @@ def corpus_memory(d: DataConfig) -> int:
     return chars + 16 * tokens
 
 
-def _digest(tokenizer: Tokenizer, train: np.ndarray, val: np.ndarray) -> str:
-    """sha256 of the tokenizer's data and the token arrays: what a checkpoint was trained on."""
-    h = hashlib.sha256(json.dumps(tokenizer.to_dict(), sort_keys=True).encode())
+def _digest(tokenizer: Tokenizer | dict, train: np.ndarray, val: np.ndarray) -> str:
+    """sha256 of the tokenizer's data (to_dict(), as tokenizer.json holds it) and the token arrays:
+    what a checkpoint was trained on."""
+    data = tokenizer if isinstance(tokenizer, dict) else tokenizer.to_dict()
+    h = hashlib.sha256(json.dumps(data, sort_keys=True).encode())
     for ids in (train, val):
         h.update(np.ascontiguousarray(ids).tobytes())
     return h.hexdigest()

@@ -472,11 +472,15 @@ def test_atomic_write_never_replaces_a_pipe_or_a_folder(tmp_path):
 
 
 def test_atomic_dir_sweeps_the_temp_folder_of_a_dead_writer(tmp_path):
+    """A writer killed mid-write leaves its temp folder, or, killed while it replaced the folder, the
+    old folder it was removing (a whole dataset's preparation, never removed before)."""
     dead = tmp_path / ".out.99999999.abcd.tmp"  # pid 99999999: beyond Linux's pid_max, never alive
+    dead_old = tmp_path / ".out.99999999.ijkl.old"
     live = tmp_path / f".out.{os.getpid()}.efgh.tmp"
-    for folder in (dead, live):
+    for folder in (dead, dead_old, live):
         folder.mkdir()
         (folder / "half.bin").write_bytes(b"x")
     with checkpoint.atomic_dir(tmp_path / "out") as tmp:
         (tmp / "whole.bin").write_bytes(b"y")
-    assert not dead.exists() and live.exists() and (tmp_path / "out" / "whole.bin").read_bytes() == b"y"
+    assert not dead.exists() and not dead_old.exists() and live.exists()
+    assert (tmp_path / "out" / "whole.bin").read_bytes() == b"y"

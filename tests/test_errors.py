@@ -704,11 +704,15 @@ def test_9_a_gpt2_config_json_with_a_string_size_is_one_line(tmp, capsys):
              "config.json", "vocab_size='many'")
 
 
-@pytest.mark.parametrize("damage", ["empty train.bin", "broken tokenizer.json"])
+@pytest.mark.parametrize("damage", ["empty train.bin", "broken tokenizer.json", "overwritten train.bin",
+                                    "stub tokenizer.json"])
 def test_9_a_damaged_prepared_folder_is_rebuilt(tmp, run, capsys, damage):
+    """Damage of any kind, the size kept too (40 bytes of 0xff in train.bin: token ids out of range, an
+    IndexError traceback; a tokenizer.json of the right vocab_size that is not a tokenizer: refused
+    again and again, since data.prepare kept it), is rebuilt: the digest meta.json records is checked."""
     from data.prepare import prepared_dir
     from tinygpt.config import load_config
-    prep = tmp / f"prepared_{damage.split()[-1]}"
+    prep = tmp / f"prepared_{damage.replace(' ', '_')}"
     cfg = load_config(tmp / "config.yaml", [f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={prep}"])
     ok = in_process("data.prepare", [tmp / "config.yaml", "--set", f"data.dataset={tmp / 'corpus.txt'}",
                                      f"data.prepared_dir={prep}"], capsys)
@@ -717,9 +721,15 @@ def test_9_a_damaged_prepared_folder_is_rebuilt(tmp, run, capsys, damage):
     good = files(folder)
     if damage == "empty train.bin":
         (folder / "train.bin").write_bytes(b"")
+    elif damage == "overwritten train.bin":
+        data = bytearray(good["train.bin"])
+        data[100:140] = b"\xff" * 40
+        (folder / "train.bin").write_bytes(bytes(data))
+    elif damage == "stub tokenizer.json":
+        (folder / "tokenizer.json").write_text(json.dumps({"vocab_size": json.loads(good["meta.json"])["vocab_size"]}))
     else:
         (folder / "tokenizer.json").write_text('{"kind": "char", "chars": "ab')
-    result = in_process("train.py", [*sets(tmp, tmp / f"run_{damage.split()[-1]}", f"data.prepared_dir={prep}",
+    result = in_process("train.py", [*sets(tmp, tmp / f"run_{damage.replace(' ', '_')}", f"data.prepared_dir={prep}",
                                            "train.max_iters=2"), "--quiet"], capsys)
     assert result.code == 0 and "Traceback" not in result.err, result.err
     assert files(folder) == good  # rebuilt, the same

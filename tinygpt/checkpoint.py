@@ -100,11 +100,12 @@ STALE_UNTAGGED_S = 3600  # a temp file without a writer's pid (older tinygpt) is
 
 
 def sweep_temp_files(path: Path) -> None:
-    """Remove the temp files (or atomic_dir's temp folders) of `path` left by writers that died
-    mid-write; a live writer's (its pid is running: another process writing the same path) is
-    never touched."""
+    """Remove the temp files (or atomic_dir's temp folders, and the old folders it was replacing)
+    of `path` left by writers that died mid-write; a live writer's (its pid is running: another
+    process writing the same path) is never touched."""
     prefix = f".{path.name}."
-    for stale in path.parent.glob(f"{glob_escape(prefix)}*.tmp"):
+    stale_ones = [*path.parent.glob(f"{glob_escape(prefix)}*.tmp"), *path.parent.glob(f"{glob_escape(prefix)}*.old")]
+    for stale in stale_ones:
         pid = stale.name[len(prefix):].split(".", 1)[0]
         try:
             if pid.isdigit():
@@ -219,7 +220,7 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
                 if keep_existing(path):
                     shutil.rmtree(tmp, ignore_errors=True)
                     return
-                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".old", dir=path.parent))
                 with suppress(FileNotFoundError):  # another process may have moved it first
                     os.replace(path, old / path.name)
                 shutil.rmtree(old, ignore_errors=True)
