@@ -71,8 +71,8 @@ from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, handle_signals, restore_signals, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
-from tinygpt.runs import (REPORT_LOCK, check_report_folder, read_metrics, read_probe, run_lock, summarize_run,
-                         write_probe)
+from tinygpt.runs import (REPORT_LOCK, check_report_folder, died_at_its_first_save, read_metrics, read_probe,
+                         run_lock, summarize_run, write_probe)
 from tinygpt.runtime import ThreadPolicy, parent_death_signal, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
@@ -249,7 +249,7 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
         except UserError as e:
             return "refuse", str(e)
         return "skip", f"finished earlier (step {ckpt['step']}), skipped"
-    if (run_dir / "best.pt").is_file():
+    if (run_dir / "best.pt").is_file() and not died_at_its_first_save(run_dir):
         return "refuse", (f"{run_dir} has best.pt but no ckpt.pt to resume from; it is left as it is: "
                           f"move it away (or delete it) to retrain, or choose another --out")
     if run_dir.is_dir() and any(run_dir.iterdir()):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -323,10 +324,13 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                 return "done"
             # a signal is checked every step alone, at log steps under DDP (all processes stop together)
             if dist.world_size == 1 or run.step % t.log_interval == 0:
-                if dist.any(stop.signum is not None) or (stop_at is not None and run.step >= stop_at):
+                signalled = dist.any(stop.signum is not None)  # here, or in another process of the run
+                if signalled or (stop_at is not None and run.step >= stop_at):
                     run.elapsed = time.perf_counter() - speed["t_start"]
                     run.save("ckpt.pt")
-                    why = "interrupted" if stop.signum is not None else "stopped"
+                    why = "interrupted" if signalled else "stopped"
+                    if signalled and stop.signum is None:  # (SIGTERM: what torchrun sends its workers)
+                        run.exit_code = 128 + signal.SIGTERM
                     # on stderr if stdout's reader left (| head): how to continue must still be read
                     if dist.master:
                         bar.write(f"{why} at step {run.step}: saved {run.out_dir / 'ckpt.pt'}; continue with --resume",
@@ -335,8 +339,9 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
             if run.threads is not None:
                 run.threads.update()  # follow the cores other processes leave free (checked once a second)
             lr = lr_at(run.step, t)
-            run.loss_sum += train_step(run.train_model, run.optimizer, run.scaler, run.autocast, run.next_batch,
-                                       t.grad_accum, t.grad_clip, lr)
+            with dist.peers():  # under DDP a worker killed mid-step: one line, not gloo's traceback
+                run.loss_sum += train_step(run.train_model, run.optimizer, run.scaler, run.autocast, run.next_batch,
+                                           t.grad_accum, t.grad_clip, lr)
             run.loss_count += 1
             run.step += 1
             bar.update(1)

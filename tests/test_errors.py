@@ -342,6 +342,26 @@ def test_3_a_training_killed_before_its_first_checkpoint_can_be_started_again(tm
     assert sorted(p.name for p in out.iterdir()) == ["best.pt", "ckpt.pt", "config.yaml", "metrics.csv"]
 
 
+def test_3_a_training_killed_between_its_first_two_saves_can_be_started_again(tmp, run, capsys):
+    """SIGKILL after step 0's best.pt, before its ckpt.pt: a new run said "already holds a run;
+    continue it with --resume", --resume said "no checkpoint; drop --resume". best.pt of step 0 holds
+    the starting weights: the run starts again. A best.pt of a later step is kept, with one line."""
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    out = tmp / "died_at_first_save"
+    out.mkdir()
+    shutil.copy(run / "config.yaml", out / "config.yaml")
+    best = load_checkpoint(run / "best.pt")
+    save_checkpoint(out / "best.pt", {**best, "step": 0})
+    again = in_process("train.py", [*sets(tmp, out), "--quiet"], capsys)
+    assert again.code == 0 and "done: step 30" in again.out, again.err[-2000:]
+    (out / "ckpt.pt").unlink()
+    save_checkpoint(out / "best.pt", {**best, "step": 15})
+    kept = (out / "best.pt").read_bytes()
+    one_line(in_process("train.py", [*sets(tmp, out), "--quiet"], capsys), "holds best.pt but no ckpt.pt",
+             "move best.pt away")
+    assert (out / "best.pt").read_bytes() == kept
+
+
 def test_4_a_sweep_rerun_never_deletes_best_pt(tmp, run, capsys):
     """A finished sweep run whose ckpt.pt was deleted keeps its best.pt: the sweep is refused before
     any training, exit 2, the folder named (it was exit 1, after the other runs)."""

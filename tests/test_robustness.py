@@ -79,6 +79,49 @@ def test_ddp_two_processes_match_one_process(corpus, tmp_path):
     assert sample.returncode == 0 and len(sample.stdout) >= 20
 
 
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the workers' ranks in /proc")
+def test_ddp_a_signal_to_one_worker_stops_every_process_as_interrupted(corpus, tmp_path):
+    """SIGTERM to rank 1 alone: every process saves and stops together, and rank 0 says
+    `interrupted` too (it said "stopped", as after --stop-at, and exited 0)."""
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(ROOT / "train.py"), *train_args(corpus, run, "train.max_iters=100000",
+                                                                 "train.eval_interval=100000")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "ckpt.pt").exists():  # step 0's eval saves one
+        time.sleep(0.2)
+    time.sleep(1.0)  # some steps
+    workers = {}
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == proc.pid:
+            workers.update({int(e[5:]): pid for e in environ if e.startswith(b"RANK=")})
+    os.kill(workers[1], signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert "interrupted at step" in out and "stopped at step" not in out, out[-2000:]
+    assert err.count("interrupted\n") == 1, err[-3000:]  # rank 0 speaks for the run, as it prints the rest
+    assert load_checkpoint(run / "ckpt.pt")["step"] > 0
+
+
+def test_a_worker_that_loses_its_peer_mid_step_says_so_in_one_line():
+    """A worker killed mid-step: the other's backward pass fails in gloo ("Connection closed by
+    peer"); that is one line naming what happened, not gloo's traceback."""
+    from tinygpt.errors import UserError
+    from tinygpt.runtime import Distributed
+    with pytest.raises(UserError, match="process 1: another process of this torchrun run stopped"):
+        with Distributed(1, 2, torch.device("cpu")).peers():
+            raise RuntimeError("[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:3456")
+    with pytest.raises(RuntimeError, match="a bug"):  # anything else is not hidden
+        with Distributed(1, 2, torch.device("cpu")).peers():
+            raise RuntimeError("a bug")
+
+
 def test_ddp_a_refusal_on_rank_0_is_one_line_on_every_rank(tmp_path):
     """Rank 0 refuses the dataset while preparing it; rank 1, waiting at the barrier, stops with one
     line too (or `interrupted`, if torchrun's SIGTERM comes first), not gloo's traceback. The only

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import atomic_write_text, check_writable, make_folder, remove_empty
+from tinygpt.checkpoint import atomic_write_text, check_writable, load_checkpoint, make_folder, remove_empty
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
 from tinygpt.errors import UserError
 
@@ -105,20 +105,38 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     """Refuse what would mix two runs or overwrite a user's file: a new run into a folder holding a
     run's checkpoints, or holding a config.yaml, metrics.csv or loss.png that no tinygpt run wrote;
     a resume with nothing to resume from. A folder whose run died before its first checkpoint
-    holds only config.yaml and metrics.csv: it may be started again (they are rewritten)."""
+    holds only config.yaml and metrics.csv (and, killed between its first two saves, best.pt of
+    step 0): it may be started again (they are rewritten)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is a file, not a directory")
     if resume:
         if not (out_dir / "ckpt.pt").is_file():
             raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; drop --resume to start a new run")
         return
-    if any((out_dir / f).exists() for f in CHECKPOINTS):
+    if (out_dir / "ckpt.pt").exists():
         raise UserError(f"train.out_dir={str(out_dir)!r} already holds a run; continue it with --resume, "
                         f"or choose another: --set train.out_dir=out/new_run")
+    if (out_dir / "best.pt").exists() and not died_at_its_first_save(out_dir):
+        raise UserError(f"train.out_dir={str(out_dir)!r} holds best.pt but no ckpt.pt to resume from; move best.pt "
+                        f"away to start a run there, or choose another out_dir")
     foreign = _foreign_file(out_dir)
     if foreign is not None:
         raise UserError(f"train.out_dir={str(out_dir)!r} holds {foreign.name}, which is not from a tinygpt run: "
                         f"a run would overwrite it; choose another out_dir")
+
+
+def died_at_its_first_save(out_dir: Path) -> bool:
+    """Was out_dir's run killed between its first two saves (best.pt, then ckpt.pt, at step 0's
+    eval)? Its best.pt then holds step 0's weights, the starting point, and nothing is lost by
+    starting the run again."""
+    if (out_dir / "ckpt.pt").exists() or not (out_dir / "best.pt").is_file():
+        return False
+    if not _is_resolved_config(out_dir / "config.yaml"):
+        return False
+    try:
+        return load_checkpoint(out_dir / "best.pt").get("step") == 0
+    except UserError:  # damaged: left as it is
+        return False
 
 
 def _foreign_file(out_dir: Path) -> Path | None:

@@ -11,6 +11,7 @@ same dtype, in the same process.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import io
@@ -219,13 +220,19 @@ class Distributed:
         return bool(x.item())
 
     def _collective(self, op: Callable, *args) -> None:
-        """op(*args), where a process that already stopped (rank 0 refusing a dataset while the
-        others wait at the barrier) is one line, not gloo's traceback: the line of the process that
+        with self.peers():
+            op(*args)
+
+    @contextlib.contextmanager
+    def peers(self) -> Iterator[None]:
+        """Around collectives (and a DDP step, whose backward pass all-reduces the gradients): a
+        process that already stopped (rank 0 refusing a dataset while the others wait at the barrier;
+        a worker killed mid-step) is one line, not gloo's traceback; the line of the process that
         stopped says why."""
         try:
-            op(*args)
+            yield
         except RuntimeError as e:
-            if "by peer" not in str(e):  # gloo: "Connection closed by peer", "... reset by peer"
+            if self.world_size == 1 or "by peer" not in str(e):  # gloo: "Connection closed by peer", "reset by peer"
                 raise
             raise UserError(f"process {self.rank}: another process of this torchrun run stopped (its own "
                             f"message says why)") from None
