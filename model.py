@@ -305,8 +305,11 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
                      top_p: float | None = None) -> torch.Tensor:
     """logits (B, V) -> the probabilities the next token is drawn from (B, V): softmax of
     logits / temperature, keeping only the top_k tokens and the top_p nucleus. Temperature 0
-    (greedy) takes the argmax; its probabilities are shown at temperature 1."""
-    logits = logits.float() / (temperature if temperature > 0 else 1.0)
+    (greedy) takes the argmax, whatever top_k and top_p say; its probabilities are shown at
+    temperature 1, unfiltered."""
+    if temperature == 0:
+        return torch.softmax(logits.float(), dim=-1)  # (B, V)
+    logits = logits.float() / temperature
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest
         logits = logits.masked_fill(logits < kth, float("-inf"))

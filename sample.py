@@ -49,7 +49,7 @@ import torch
 
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
-from tinygpt.checkpoint import check_writable, load_model
+from tinygpt.checkpoint import check_writable, load_model, regular_file_target
 from tinygpt.config import MAX_THREADS
 from tinygpt.errors import ArgParser, ReaderMayLeave, Terminated, UserError, run_cli, short
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
@@ -172,6 +172,10 @@ def check_output_folders(args) -> None:
         named = f"--attention-html={short(str(page))}"
         if page.is_dir():
             raise UserError(f"{named} is a directory, not a file")
+        try:  # a device or a pipe: the page would be refused only after the whole generation
+            regular_file_target(page)
+        except UserError as e:
+            raise UserError(f"{named}: {e}") from None
         try:
             check_writable(page.parent, "its folder")
         except UserError as e:
@@ -416,7 +420,7 @@ def read_prompts() -> Iterator[str | bytes]:
             rest = line
             while len(rest) > MAX_PROMPT_BYTES and not rest.endswith(b"\n"):
                 rest = stdin.readline(MAX_PROMPT_BYTES + 1)
-            yield line.removesuffix(b"\n")
+            yield line[:-2] if line.endswith(b"\r\n") else line.removesuffix(b"\n")  # (a Windows file's lines too)
         return
     print("type a prompt and press Enter; Ctrl-C stops an answer, Ctrl-D quits", file=sys.stderr)
     while True:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from model import (GPT, attention, causal_mask, cross_entropy, generate, generate_steps, masked_softmax, matmul_attention,
-                   sample_next)
+                   next_token_probs, sample_next)
 
 # the worked example: raw scores of "The cat sat on" (future keys are masked, their values never matter)
 WORKED_SCORES = [[0.8, 9.9, 9.9, 9.9],
@@ -212,6 +212,9 @@ def test_sample_next_rules():
     assert drawn == {1, 2}
     drawn = {sample_next(logits, 1.0, generator=gen).item() for _ in range(500)}
     assert drawn == {0, 1, 2, 3}
+    # greedy ignores top_k and top_p, and so do the probabilities shown for it (temperature 1, unfiltered)
+    for top_k, top_p in ((None, None), (2, None), (None, 0.5), (2, 0.5)):
+        assert torch.equal(next_token_probs(logits, 0, top_k, top_p), torch.softmax(logits, dim=-1))
 
 
 def test_sequence_longer_than_block_size_is_refused(tiny_model_config):

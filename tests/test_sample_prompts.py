@@ -73,6 +73,17 @@ def test_interactive_refuses_an_overlong_or_non_utf8_line_and_goes_on(tiny_stori
     assert len(err) == 2 and "more than the 64 bytes" in err[0] and "not UTF-8 text (byte 0 is 0xff)" in err[1]
 
 
+def test_interactive_reads_windows_lines_as_lines(tiny_stories_run, monkeypatch):
+    """Piped lines ending in CRLF: the '\r' stayed in each prompt (a char model refused every line)."""
+    windows, _ = run_sample([tiny_stories_run, "--interactive", *GREEDY], "Mia had\r\nThen she\r\n", monkeypatch)
+    assert windows == run_sample([tiny_stories_run, "--interactive", *GREEDY], "Mia had\nThen she\n", monkeypatch)[0]
+
+
+def test_an_html_page_that_is_a_device_is_refused_before_generating(tiny_stories_run):
+    refused([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-html", "/dev/null"],
+            r"--attention-html='/dev/null': cannot write /dev/null: it is not a regular file")
+
+
 def test_interactive_through_the_real_cli(tiny_stories_run, tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "sample.py"), str(tiny_stories_run), "--interactive", *GREEDY],
                             input="Mia had\nThen she\n", capture_output=True, text=True, cwd=tmp_path, timeout=300,
