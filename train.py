@@ -259,7 +259,7 @@ def diverged(what: str, value: float, run: Run) -> UserError:
 
 
 def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
-    """Estimate the losses; log them; save best.pt (a new lowest val loss) and ckpt.pt."""
+    """Estimate the losses; log them; save best.pt (a new lowest val loss) and ckpt.pt; draw."""
     cfg, t = run.cfg, run.cfg.train
     losses = estimate_loss(run.model, {"train": run.data.train, "val": run.data.val}, t.batch_size,
                            cfg.model.block_size, t.eval_iters, t.seed, run.dist.device, run.autocast, run.dist)
@@ -271,15 +271,16 @@ def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
                         # the lr of the step that led here, as the log row of this step gives it
                         "lr": f"{lr_at(max(run.step - 1, 0), t):.3e}", "elapsed_s": f"{run.elapsed:.1f}"})
         write_metrics(run.out_dir, metrics)
-        if t.plot == "eval" or (t.plot == "end" and run.step == t.max_iters):
-            plot_run(run.out_dir)  # loss.png; returns None (no plot) without matplotlib
-        if run.board is not None:
-            run.board.eval(run.step, losses, run.model)
     run.evaluated = run.step
     if losses["val"] < run.best_val:
         run.best_val = losses["val"]
         run.save("best.pt", with_optimizer=False)
     run.save("ckpt.pt")
+    if run.dist.master:  # the pictures after the checkpoints: a picture that fails loses no training
+        if t.plot == "eval" or (t.plot == "end" and run.step == t.max_iters):
+            plot_run(run.out_dir)  # loss.png; returns None (no plot) without matplotlib
+        if run.board is not None:
+            run.board.eval(run.step, losses, run.model)
     return losses
 
 

@@ -342,6 +342,21 @@ def test_3_a_training_killed_before_its_first_checkpoint_can_be_started_again(tm
     assert sorted(p.name for p in out.iterdir()) == ["best.pt", "ckpt.pt", "config.yaml", "metrics.csv"]
 
 
+@pytest.mark.skipif(not hasattr(os, "O_NOFOLLOW"), reason="O_NOFOLLOW is POSIX")
+def test_1_a_lock_file_that_is_a_symlink_or_a_folder_is_refused(tmp, capsys):
+    """The lock was opened through a symlink: the user's file it pointed to was overwritten with a pid."""
+    out = tmp / "odd_lock"
+    out.mkdir()
+    precious = tmp / "precious.txt"
+    precious.write_text("mine\n")
+    (out / ".lock").symlink_to(precious)
+    one_line(in_process("train.py", [*sets(tmp, out), "--quiet"], capsys), "lock file", "remove it")
+    assert precious.read_text() == "mine\n"
+    (out / ".lock").unlink()
+    (out / ".lock").mkdir()
+    one_line(in_process("train.py", [*sets(tmp, out), "--quiet"], capsys), "lock file", "Is a directory")
+
+
 def test_3_a_training_killed_between_its_first_two_saves_can_be_started_again(tmp, run, capsys):
     """SIGKILL after step 0's best.pt, before its ckpt.pt: a new run said "already holds a run;
     continue it with --resume", --resume said "no checkpoint; drop --resume". best.pt of step 0 holds
@@ -753,6 +768,19 @@ def test_9_a_damaged_prepared_folder_is_rebuilt(tmp, run, capsys, damage):
                                            "train.max_iters=2"), "--quiet"], capsys)
     assert result.code == 0 and "Traceback" not in result.err, result.err
     assert files(folder) == good  # rebuilt, the same
+
+
+def test_9_a_picture_that_cannot_be_drawn_loses_no_checkpoint(tmp, run, capsys):
+    """loss.png a folder: the final eval's ckpt.pt was lost, since the plot came before the save."""
+    pytest.importorskip("matplotlib")
+    out = tmp / "png_folder"
+    shutil.copytree(run, out)
+    (out / "loss.png").unlink(missing_ok=True)
+    (out / "loss.png").mkdir()
+    one_line(in_process("train.py", [*sets(tmp, out, "train.max_iters=45", "train.plot=end"), "--resume", "--quiet"],
+                        capsys), "loss.png", "it is a folder")
+    from tinygpt.checkpoint import load_checkpoint
+    assert load_checkpoint(out / "ckpt.pt")["step"] == 45
 
 
 def test_9_a_damaged_metrics_csv_is_one_line(tmp, run, capsys):

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import atomic_write_text, check_writable, load_checkpoint, make_folder, remove_empty
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
-from tinygpt.errors import UserError
+from tinygpt.errors import UserError, reason
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
     import fcntl
@@ -66,9 +66,14 @@ def run_lock(out_dir: Path, setting: str = "train.out_dir", user: str = "trainin
 
 
 def _acquire(path: Path, in_use: str, setting: str) -> int:
-    """Open and lock `path` without waiting; the file holds the holder's pid for the message."""
+    """Open and lock `path` without waiting; the file holds the holder's pid for the message. A
+    lock that is not a plain file (a folder, a symlink: its target would be overwritten) is refused."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as e:
+            raise UserError(f"{setting}: its lock file {path} cannot be used ({e.strerror or reason(e)}: not a plain "
+                            f"file); remove it, or choose another {setting}") from None
         try:
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
