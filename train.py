@@ -355,7 +355,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
         stop.restore()
         if dist.master and metrics:
             write_metrics(run.out_dir, metrics)
-        if stop.signum is not None:
+        if stop.signum is not None and run.step < t.max_iters:  # (after the last save, the run is done)
             run.exit_code = 128 + stop.signum
 
 

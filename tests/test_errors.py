@@ -783,6 +783,21 @@ def test_9_a_picture_that_cannot_be_drawn_loses_no_checkpoint(tmp, run, capsys):
     assert load_checkpoint(out / "ckpt.pt")["step"] == 45
 
 
+def test_12_a_signal_after_the_last_save_leaves_the_run_done(tmp, run, capsys, monkeypatch):
+    """SIGTERM while the final picture is drawn, every checkpoint saved: the run is done, exit 0 (it
+    said `interrupted`, 143, and a --resume then said done)."""
+    import train
+    out = tmp / "late_signal"
+    shutil.copytree(run, out)
+
+    def plot_and_signal(run_dir):
+        os.kill(os.getpid(), signal.SIGTERM)
+    monkeypatch.setattr(train, "plot_run", plot_and_signal)
+    result = in_process("train.py", [*sets(tmp, out, "train.max_iters=45", "train.plot=end"), "--resume", "--quiet"],
+                        capsys)
+    assert result.code == 0 and "done: step 45" in result.out and result.err == "", result.err
+
+
 def test_9_a_damaged_metrics_csv_is_one_line(tmp, run, capsys):
     out = tmp / "bad_metrics"
     shutil.copytree(run, out)
