@@ -106,17 +106,21 @@ def test_at_a_terminal_ctrl_c_stops_the_answer_not_the_session(tiny_stories_run)
                                   "--temperature", "0", "--max-new-tokens", "100000", "--device", "cpu"])
     seen = b""
 
-    def read_until(marker: bytes, after: int = 0) -> None:
-        """Read the terminal until `marker` shows up past offset `after` of what it printed."""
+    def read_until(marker: bytes, after: int = 0, wait_s: float = 120) -> bool:
+        """Read the terminal until `marker` shows up past offset `after` of what it printed (True),
+        or, given a shorter wait_s, until that passed (False)."""
         nonlocal seen
-        deadline = time.time() + 120
+        deadline = time.time() + wait_s
         while seen.find(marker, after) < 0:
+            if wait_s < 120 and time.time() > deadline:
+                return False
             assert time.time() < deadline, seen[-500:]
             if select.select([fd], [], [], 0.5)[0]:
                 try:
                     seen += os.read(fd, 65536)
                 except OSError:  # EIO: the terminal's other end closed, sample.py ended
                     pytest.fail(f"sample.py ended before {marker!r}: {seen[-500:]!r}")
+        return True
 
     try:
         read_until(b"> ")
@@ -128,7 +132,12 @@ def test_at_a_terminal_ctrl_c_stops_the_answer_not_the_session(tiny_stories_run)
         read_until(b"(stopped)\r\n> ", start)
         start = len(seen)
         os.write(fd, b"half a prompt\x03")  # Ctrl-C at the prompt: a fresh prompt, nothing answered
-        read_until(b"^C\r\n> ", start)
+        if not read_until(b"^C\r\n> ", start, wait_s=10):
+            # CPython's readline misses a signal that lands between its prompt and its wait for a key
+            # (seen once under load: the prompt comes at the next key, as at a real terminal); Ctrl-U,
+            # which changes nothing on an empty line, is that key
+            os.write(fd, b"\x15")
+            read_until(b"^C\r\n> ", start)
         os.write(fd, b"\x04")  # Ctrl-D
         _, status = os.waitpid(pid, 0)
     finally:
