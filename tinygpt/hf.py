@@ -477,9 +477,9 @@ def _hf_to_tinygpt(hf: dict[str, Any], w: dict[str, torch.Tensor], folder: Path,
     sd["lm_head.weight"] = sd["tok_emb.weight"]
     extra = sorted(set(w) - used)  # e.g. the weights of layers config.json does not have: they would be dropped
     if extra:
-        raise UserError(f"{folder}: the weights hold {short(extra[0])}" + (f" (and {len(extra) - 1} more)" if
-                        len(extra) > 1 else "") + f", which config.json's model ({L} layers, n_embd {C}) has not; "
-                        f"config.json and the weights disagree")
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise UserError(f"{folder}: the weights hold {short(extra[0])}{more}, which config.json's model ({L} layers, "
+                        f"n_embd {C}) has not; config.json and the weights disagree")
     return sd
 
 

@@ -11,7 +11,6 @@ same dtype, in the same process.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import io
@@ -22,7 +21,7 @@ import statistics
 import sys
 import time
 import warnings
-from contextlib import nullcontext, redirect_stderr
+from contextlib import contextmanager, nullcontext, redirect_stderr
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
 
@@ -223,7 +222,7 @@ class Distributed:
         with self.peers():
             op(*args)
 
-    @contextlib.contextmanager
+    @contextmanager
     def peers(self) -> Iterator[None]:
         """Around collectives (and a DDP step, whose backward pass all-reduces the gradients): a
         process that already stopped (rank 0 refusing a dataset while the others wait at the barrier;
