@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shlex
 import stat
 import sys
@@ -265,8 +266,8 @@ def prompt_too_long(named: str, size: int | None = None) -> UserError:
 
 
 @torch.no_grad()
-def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, png_prefix: str) -> None:
-    """Print the attention tables of the last block_size tokens of `ids` (and save heatmaps)."""
+def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, png_prefix: str) -> list[Path]:
+    """Print the attention tables of the last block_size tokens of `ids` (and save heatmaps: their paths)."""
     cfg = model.config
     window = ids[-cfg.block_size:]  # the most the model can see at once
     idx = torch.tensor([window], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
@@ -287,11 +288,25 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
             print("note: --attention-png needs matplotlib (pip install matplotlib); printed the text "
                   "tables only", file=sys.stderr)
             args.attention_png = None  # say it once
+            return []
         else:
             out.write(f"saved {', '.join(str(p) for p in paths)}\n")
             if min(args.attention_last, len(window)) > attention_view.MAX_HEATMAP:
                 out.write(f"(the heatmaps show the last {attention_view.MAX_HEATMAP} tokens, the most that stay "
                           f"readable; the tables above show {min(args.attention_last, len(window))})\n")
+            return paths
+    return []
+
+
+HEATMAP_NAME = re.compile(r"attention(_sample\d+)?_layer\d+\.png")  # the names save_heatmaps gives
+
+
+def remove_other_heatmaps(folder: Path, written: list[Path]) -> None:
+    """The heatmaps an earlier call left in `folder` (a model with more layers, more samples) would
+    pass for this one's: remove those this call did not write."""
+    for path in folder.iterdir():
+        if HEATMAP_NAME.fullmatch(path.name) and path not in written and path.is_file():
+            path.unlink(missing_ok=True)
 
 
 # ---- --show-steps ----
@@ -361,8 +376,9 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         raise UserError(f"{e}; see the whole vocabulary with: "
                         f"{shlex.join(['python', 'sample.py', str(args.run), '--list-vocab'])}") from None
     idx = torch.tensor([ids], dtype=torch.long, device=gen.device)  # (1, T)
+    heatmaps = []
     if args.show_attention and args.attention_of == "prompt":
-        show_attention(model, tokenizer, ids, args, out, "the prompt", png_prefixes(args)[0])
+        heatmaps += show_attention(model, tokenizer, ids, args, out, "the prompt", png_prefixes(args)[0])
         out.write("\n")
     samples = []
     for i in range(args.num_samples):
@@ -405,8 +421,10 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             out.write(f"saved {path}\n")
         if args.show_attention and args.attention_of == "all":
             out.write("\n")
-            show_attention(model, tokenizer, ids + new_ids, args, out,
-                           f"the prompt and sample {i + 1}'s generated text", png_prefixes(args)[i])
+            heatmaps += show_attention(model, tokenizer, ids + new_ids, args, out,
+                                       f"the prompt and sample {i + 1}'s generated text", png_prefixes(args)[i])
+    if heatmaps:
+        remove_other_heatmaps(args.attention_png, heatmaps)
     return samples
 
 

@@ -84,6 +84,21 @@ def test_an_html_page_that_is_a_device_is_refused_before_generating(tiny_stories
             r"--attention-html='/dev/null': cannot write /dev/null: it is not a regular file")
 
 
+def test_heatmaps_of_an_earlier_call_do_not_stay_beside_new_ones(tiny_stories_run, tmp_path):
+    """--attention-png DIR reused: the earlier call's per-sample heatmaps (or a deeper model's layers)
+    passed for this call's; they are removed, and nothing else in DIR is."""
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "heatmaps"
+    run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", folder, "--attention-of", "all",
+                "--num-samples", "2"])
+    assert any(p.name.startswith("attention_sample2_") for p in folder.iterdir())
+    (folder / "notes.txt").write_text("mine")
+    run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", folder])
+    n_layer = load_model(tiny_stories_run)[1].model.n_layer
+    assert sorted(p.name for p in folder.iterdir()) == sorted([f"attention_layer{i}.png" for i in range(n_layer)]
+                                                              + ["notes.txt"])
+
+
 def test_interactive_through_the_real_cli(tiny_stories_run, tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "sample.py"), str(tiny_stories_run), "--interactive", *GREEDY],
                             input="Mia had\nThen she\n", capture_output=True, text=True, cwd=tmp_path, timeout=300,
