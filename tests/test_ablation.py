@@ -219,6 +219,17 @@ def test_ablation_table_labels_tell_runs_of_the_same_name_apart():
     assert ablation_table.labels(["x/seed=1", "x/seed=2.txt"]) == ["seed=1", "seed=2"]
 
 
+def test_when_no_head_hurts_none_is_named():
+    """Every drop 0: the first head among equals was named as the one whose removal "hurts most"."""
+    zeros = [[0.0, 0.0], [0.0, 0.0]]
+    ab = {"baseline": 0.5, "references": 10, "mean_over": {"stories": 3, "seed": 1, "positions": 90},
+          "drop": {"zero": zeros, "mean": zeros}, "median_drop": {"zero": 0.0, "mean": 0.0},
+          "most_harmful": {m: {"layer": 0, "head": 0, "drop": 0.0} for m in ("zero", "mean")}, "together": []}
+    text = coreference.ablation_report(ab, None, 2, 2)
+    assert "hurts most when removed (zero): none, no head's removal lowers the accuracy" in text
+    assert "head 0.0" not in text
+
+
 def test_probe_ablate_a_chosen_set(run):
     out = io.StringIO()
     result = probe.main([run, "--stories", "2", "--ablate", "0.1,1.0"], out=out)

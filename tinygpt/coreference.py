@@ -415,9 +415,14 @@ def ablation_report(ab: dict, attention: dict | None, n_layer: int, n_head: int)
         lines += [f"{'layer ' + str(i):<9}" + "".join(f"  {c:>{width}}" for c in row) for i, row in enumerate(cells)]
         for mode in MODES:
             worst = ab["most_harmful"][mode]
+            median = f"the median head's drop: {100 * ab['median_drop'][mode]:.1f}"
+            if worst["drop"] <= 0:  # (a first head among equals would read as a finding)
+                lines.append(f"hurts most when removed ({mode}): none, no head's removal lowers the accuracy "
+                             f"({median})")
+                continue
             lines.append(f"hurts most when removed ({mode}): head {worst['layer']}.{worst['head']}, accuracy "
                          f"{100 * base:.1f}% -> {100 * (base - worst['drop']):.1f}% (drop {100 * worst['drop']:.1f} "
-                         f"points; the median head's drop: {100 * ab['median_drop'][mode]:.1f})")
+                         f"points; {median})")
         if "most_attention" in ab:
             a = ab["most_attention"]
             lines.append(f"most attention on the antecedent's attribute: head {a['layer']}.{a['head']} "
