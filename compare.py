@@ -70,9 +70,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         if first is not run:
             raise UserError(f"run directory {run} is given twice" + (f" (also as {first})" if first != run else ""))
     check_report_folder(args.out)
-    if args.out.is_dir() and any((d / "ckpt.pt").is_file() for d in args.out.iterdir() if d.is_dir()):
-        raise UserError(f"--out={str(args.out)!r} holds a sweep's runs, whose report this one would replace; "
-                        f"choose another --out")
     # held while it writes: a sweep or another comparison writing the same folder is refused
     with run_lock(args.out, "--out", "sweep or comparison", REPORT_LOCK):
         return compare(args)

@@ -446,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         first = load_config(args.config, args.set).train.seed
         grid[SEED] = [str(first + i) for i in range(args.seeds)]
     out = args.out if args.out is not None else Path("out/sweeps") / Path(args.config).stem
-    check_report_folder(out)
+    check_report_folder(out, its_runs=True)
     # the folder checked (writable) and held before any training: a second sweep on it is refused at once
     with run_lock(out, "--out", "sweep or comparison", REPORT_LOCK):
         return train_grid(args, grid, out)

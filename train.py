@@ -340,9 +340,8 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
             if run.threads is not None:
                 run.threads.update()  # follow the cores other processes leave free (checked once a second)
             lr = lr_at(run.step, t)
-            with dist.peers():  # under DDP a worker killed mid-step: one line, not gloo's traceback
-                run.loss_sum += train_step(run.train_model, run.optimizer, run.scaler, run.autocast, run.next_batch,
-                                           t.grad_accum, t.grad_clip, lr)
+            run.loss_sum += train_step(run.train_model, run.optimizer, run.scaler, run.autocast, run.next_batch,
+                                       t.grad_accum, t.grad_clip, lr)
             run.loss_count += 1
             run.step += 1
             bar.update(1)
@@ -424,7 +423,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
             run.board = TensorBoardLog(out_dir, data.tokenizer, data.train[:min(PROMPT_TOKENS, cfg.model.block_size)],
                                        run.resumed_at)
     try:
-        why = train_loop(run, speed, args.stop_at, args.quiet)
+        with dist.peers():  # under DDP a worker killed mid-step: one line, not gloo's traceback from backward
+            why = train_loop(run, speed, args.stop_at, args.quiet)
     finally:
         if run.board is not None:
             run.board.close()

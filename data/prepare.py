@@ -191,14 +191,12 @@ def _is_current(folder: Path, d: DataConfig) -> bool:
         if meta["settings"] != json.loads(json.dumps(_fingerprint(d))):
             return False
         itemsize = np.dtype(meta["dtype"]).itemsize
-        arrays = []
         for split in ("train", "val"):
             if (folder / f"{split}.bin").stat().st_size != meta[f"{split}_tokens"] * itemsize:
                 return False
-            arrays.append(np.fromfile(folder / f"{split}.bin", dtype=meta["dtype"]))
         tok = json.loads((folder / "tokenizer.json").read_text())
         return isinstance(tok, dict) and tok.get("vocab_size") == meta["vocab_size"] and \
-            meta["digest"] == _digest(tok, *arrays)
+            meta["digest"] == _digest(tok, *token_arrays(folder, meta))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False  # missing, unreadable or damaged: (re)build
 
@@ -222,7 +220,7 @@ def _digest(tokenizer: Tokenizer | dict, train: np.ndarray, val: np.ndarray) -> 
     data = tokenizer if isinstance(tokenizer, dict) else tokenizer.to_dict()
     h = hashlib.sha256(json.dumps(data, sort_keys=True).encode())
     for ids in (train, val):
-        h.update(np.ascontiguousarray(ids).tobytes())
+        h.update(np.ascontiguousarray(ids))  # (its buffer: a memory-mapped array is read, not copied)
     return h.hexdigest()
 
 
@@ -283,6 +281,16 @@ def load_for_training(cfg: Config, source: str) -> Prepared:
     return data
 
 
+def token_arrays(folder: Path, meta: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The train and val token ids of a prepared folder, memory-mapped (read as they are used)."""
+    def arr(name: str) -> np.ndarray:
+        n = meta[f"{name}_tokens"]
+        if not n:
+            return np.zeros(0, meta["dtype"])
+        return np.memmap(folder / f"{name}.bin", dtype=meta["dtype"], mode="r", shape=(n,))
+    return arr("train"), arr("val")
+
+
 def load_prepared(folder: str | Path) -> Prepared:
     """A prepared folder -> its memory-mapped token arrays, tokenizer and counts; a folder damaged
     beyond what prepare() detects is a UserError saying to delete it (it is then rebuilt)."""
@@ -290,13 +298,7 @@ def load_prepared(folder: str | Path) -> Prepared:
     try:
         meta = json.loads((folder / "meta.json").read_text())
         tokenizer = tokenizer_from_dict(json.loads((folder / "tokenizer.json").read_text()))
-
-        def arr(name: str) -> np.ndarray:
-            n = meta[f"{name}_tokens"]
-            if not n:
-                return np.zeros(0, meta["dtype"])
-            return np.memmap(folder / f"{name}.bin", dtype=meta["dtype"], mode="r", shape=(n,))
-        return Prepared(arr("train"), arr("val"), tokenizer, meta)
+        return Prepared(*token_arrays(folder, meta), tokenizer, meta)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UserError(f"the prepared data in {folder} is damaged ({type(e).__name__}); delete the folder "
                         f"and it is prepared again") from None

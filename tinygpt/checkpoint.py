@@ -67,9 +67,13 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         if (cause := os_error_behind(e)) is not None:
-            kept = "the previous file is intact" if path.is_file() else "nothing was written"
-            raise UserError(f"cannot write {path}: {cause.strerror or reason(cause)} ({kept})") from None
+            raise cannot_write(path, cause, "the previous file is intact" if path.is_file() else None) from None
         raise
+
+
+def cannot_write(path: Path, cause: OSError, kept: str | None) -> UserError:
+    """The refusal of a write the machine refused: what it said, and what is left on disk."""
+    return UserError(f"cannot write {path}: {cause.strerror or reason(cause)} ({kept or 'nothing was written'})")
 
 
 def os_error_behind(e: BaseException) -> OSError | None:
@@ -234,8 +238,7 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if (cause := os_error_behind(e)) is not None:  # a full disk (numpy's short write has no errno)
-            kept = "the previous folder is intact" if path.is_dir() else "nothing was written"
-            raise UserError(f"cannot write {path}: {cause.strerror or reason(cause)} ({kept})") from None
+            raise cannot_write(path, cause, "the previous folder is intact" if path.is_dir() else None) from None
         raise
 
 

@@ -224,7 +224,7 @@ class Distributed:
 
     @contextmanager
     def peers(self) -> Iterator[None]:
-        """Around collectives (and a DDP step, whose backward pass all-reduces the gradients): a
+        """Around collectives (and train.py's loop, whose backward passes all-reduce gradients): a
         process that already stopped (rank 0 refusing a dataset while the others wait at the barrier;
         a worker killed mid-step) is one line, not gloo's traceback; the line of the process that
         stopped says why."""
