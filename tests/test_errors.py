@@ -215,7 +215,8 @@ write_text = pathlib.Path.write_text
 def stall(self, *args, **kwargs):  # the temp folder holds train.bin and val.bin: stop before tokenizer.json
     if self.parent.name.endswith(".tmp"):
         print("writing", flush=True)
-        time.sleep(120)
+        for _ in range(1200):  # 120 s in short naps: the signal may reach another thread (tqdm's
+            time.sleep(0.1)    # monitor), and Python runs its handler only once this one wakes
     return write_text(self, *args, **kwargs)
 pathlib.Path.write_text = stall
 if sys.argv[1] == "train.py":  # train.py, which prepares its data itself
