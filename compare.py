@@ -23,7 +23,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.plots import MATPLOTLIB_NOTE, can_plot, plot_run, plot_val_loss
-from tinygpt.report import differing_keys, group_by_setting, write_report
+from tinygpt.report import NEVER_COMPARED, differing_keys, group_by_setting, write_report
 from tinygpt.runs import REPORT_LOCK, check_report_folder, run_lock, summarize_run
 
 
@@ -54,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p = ArgParser(prog="compare.py", description="Tabulate and plot existing tinygpt runs side by side.")
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (train.out_dir)")
     p.add_argument("--out", type=Path, default=Path("out/compare"),
-                   help="folder for results.md, results.csv, val_loss.png (default: out/compare)")
+                   help="folder for results.md, results.csv, summary.csv, val_loss.png and settings.png "
+                        "(default: out/compare)")
     p.add_argument("--plot-only", action="store_true",
                    help="only draw: each RUN_DIR/loss.png, and for several runs --out/val_loss.png")
     args = p.parse_args(argv)
@@ -83,7 +84,7 @@ def compare(args) -> dict:
     table, pngs = write_report(rows, varied, args.out, title=f"Comparison of {len(rows)} run{'s' * (len(rows) > 1)}")
     print(table, end="")
     if not varied and len(rows) > 1:
-        print("(the runs' configs are identical apart from train.out_dir)")
+        print(f"(the runs' configs are identical apart from {', '.join(sorted(NEVER_COMPARED))}, which change no result)")
     print(f"wrote {args.out / 'results.md'}, {args.out / 'results.csv'}, {args.out / 'summary.csv'}"
           + "".join(f", {p}" for p in pngs))
     if not pngs:

@@ -93,3 +93,21 @@ def test_losses_of_other_tokenizers_are_said_not_to_compare(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         compare.main([a, str(b), "--out", str(tmp_path / "cmp")])
     assert "differ in data.tokenizer: their losses are per token" in printed.getvalue()
+
+
+def test_runs_that_differ_only_in_where_their_files_go_are_one_setting(tmp_path):
+    """Two seeds whose data was prepared in different folders (or one drew loss.png and the other
+    not) computed the same: one setting, averaged, not two settings labelled by folder paths."""
+    a = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    b = tmp_path / "b"
+    cfg = Config()
+    cfg.train.seed, cfg.train.max_iters, cfg.train.plot = 2, 10, "never"
+    cfg.data.prepared_dir = str(tmp_path / "elsewhere")
+    b.mkdir()
+    runs.write_config(b, cfg)
+    runs.write_metrics(b, [{"step": 0, "train_loss": "4.0", "val_loss": "4.0"}, {"step": 10, "train_loss": "3.7",
+                                                                                 "val_loss": "3.7"}])
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        result = compare.main([a, str(b), "--out", str(tmp_path / "cmp")])
+    assert result["varied"] == ["train.seed"]
+    assert "| all runs | 2 | 3.8000 ± 0.1414" in printed.getvalue(), printed.getvalue()

@@ -662,6 +662,26 @@ def test_loss_plot_is_not_squashed_by_the_step_0_loss(tmp_path, monkeypatch):
     assert ax.get_ylim()[1] > 6.9 and not ax.texts  # drawn whole, no note
 
 
+def test_the_off_the_top_note_is_outside_the_axes_where_no_legend_covers_it(tmp_path, monkeypatch):
+    """Long legend labels took the axes' top right corner, where the note was, and hid it."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    figures = capture_figures(monkeypatch)
+    long = "a long label, " * 4
+    groups = [{"label": f"{long}{h}", "runs": [{"metrics": [{"step": s, "val_loss": 6.9 if s == 0 else 1.5 + h / 10 + 1 / s}
+                                                          for s in range(0, 1001, 50)]}]} for h in (1, 2)]
+    plots.plot_val_loss(groups, tmp_path / "val_loss.png")
+    fig = figures["val_loss.png"]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    ax = fig.axes[0]
+    (note,) = ax.texts
+    assert note.get_text().startswith("off the top: ") and note.get_text().endswith("up to 6.90 at step 0")
+    box, legend = note.get_window_extent(renderer), ax.get_legend().get_window_extent(renderer)
+    assert not box.overlaps(legend) and box.y1 < ax.get_window_extent(renderer).y0  # below the axes
+    assert box.y0 >= 0 and box.x1 <= fig.bbox.x1  # and inside the picture
+
+
 def test_settings_plot_shows_each_setting_with_its_interval(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     figures = capture_figures(monkeypatch)

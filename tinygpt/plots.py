@@ -64,7 +64,8 @@ def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> No
     """Fit the y-axis to the curves (steps, losses), each after the first EARLY share of its steps,
     so that the step-0 loss (about ln(vocab)) does not squash the rest into a flat line (when it
     would more than double the axis's height, SQUASH: a short run's curve is drawn whole);
-    the points left above the axis are counted in a note at its top. A nan or inf loss (a diverged
+    the points left above the axis are counted in a note below its right end (outside the axes, where
+    no legend can cover it). A nan or inf loss (a diverged
     run) is left out: matplotlib draws it as a gap."""
     curves = [(steps, [y if math.isfinite(y) else math.nan for y in ys]) for steps, ys in curves]
     after = [y for steps, ys in curves if len(steps) for x, y in zip(steps, ys)
@@ -82,7 +83,8 @@ def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> No
     if hidden:
         step, loss = max(hidden, key=lambda p: p[1])
         ax.annotate(f"off the top: {len(hidden)} early point(s), up to {loss:.2f} at step {step:.0f}",
-                    xy=(0.99, 0.98), xycoords="axes fraction", ha="right", va="top", fontsize=8, color="0.35")
+                    xy=(1.0, 0.0), xycoords="axes fraction", xytext=(0, -34), textcoords="offset points",
+                    ha="right", va="top", fontsize=8, color="0.35")
 
 
 def plot_val_loss(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | None:

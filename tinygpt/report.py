@@ -22,7 +22,8 @@ from tinygpt.checkpoint import atomic_write_text
 from tinygpt.plots import plot_settings, plot_val_loss
 
 SEED = "train.seed"
-NEVER_COMPARED = {"train.out_dir"}  # differs between any two runs by construction
+# where a run's files go and whether it draws loss.png: runs that differ only there computed the same
+NEVER_COMPARED = {"train.out_dir", "data.prepared_dir", "train.plot"}
 # what every per-run table shows after the run name and the varied config values
 RESULT_COLUMNS = ["params", "status", "best_val_loss", "final_train_loss", "tokens_per_s", "wall_s"]
 # the probe's figures (sweep.py --probe): shares of the references, the best heads and their ratios
@@ -39,7 +40,7 @@ T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.
 
 
 def differing_keys(summaries: Sequence[dict[str, Any]]) -> list[str]:
-    """Config keys whose values are not the same in all runs (train.out_dir excepted), in schema order."""
+    """Config keys whose values are not the same in all runs (NEVER_COMPARED excepted), in schema order."""
     configs = [s["config"] for s in summaries if s.get("config")]
     if len(configs) < 2:
         return []
