@@ -16,6 +16,7 @@ repeated short measurements, alternated between the variants, median of each.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import platform
 import statistics
@@ -374,6 +375,9 @@ def check_args(args) -> list[str]:
         raise UserError(f"--gen-embd={args.gen_embd} is not divisible by --gen-heads={args.gen_heads}")
     if args.json is not None:
         check_json_target(args.json)
+    if args.vs_hf and importlib.util.find_spec("transformers") is None:  # found after the other benchmarks ran
+        raise UserError("--vs-hf needs Hugging Face transformers: pip install transformers "
+                        "(or pip install -r requirements-dev.txt)")
     return dtypes
 
 
@@ -434,6 +438,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     m = cfg.model
     gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
                        n_embd=args.gen_embd, vocab_size=m.vocab_size)  # the decoding benches' model
+    if args.gen_tokens or args.vs_hf or args.under_load:
+        check_memory(model_memory(gcfg), device, "the --gen-* model", "lower --gen-layers, --gen-embd or --gen-block")
     res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
                  "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "config": args.config, "overrides": args.set,
@@ -456,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                   f"{r['tokens_per_s'] / train[base]['tokens_per_s']:>11.2f}x{r['mfu']:>8.1%}{peaks[d] / 1e9:>14.0f}")
     if args.loss_steps:
         res["loss_after_steps"] = {"steps": args.loss_steps, **loss_parity(cfg, data, dtypes, device, args.loss_steps)}
-        print(f"loss after {args.loss_steps} steps: " +
+        print(f"loss after {args.loss_steps} steps (the mean of the last {min(10, args.loss_steps)}): " +
               ", ".join(f"{d} {res['loss_after_steps'][d]:.4f}" for d in dtypes))
     if args.attention:
         res["attention"] = bench_attention(cfg, dtypes, device)
@@ -466,7 +472,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
             print(f"  {d:<10} SDPA {r['sdpa_ms']:8.2f} ms   two matmuls {r['matmul_ms']:8.2f} ms   "
                   f"SDPA / matmuls {r['sdpa_over_matmul']:.2f}")
     if args.gen_tokens:
-        check_memory(model_memory(gcfg), device, "the --gen-* model", "lower --gen-layers, --gen-embd or --gen-block")
         g = bench_generation(gcfg, args.gen_tokens, device)
         res["generate"] = g
         print(f"generation {g['model']}, {g['n_tokens']} tokens: KV cache {g['cached_tokens_per_s']:,.0f} tok/s, "
@@ -510,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                   f"reaches {u[f'{work}|policy']['loaded'] / ceiling:.0%} of that ceiling")
     res["peak_memory_mb"] = peak_memory_mb(device)
     if res["peak_memory_mb"] is not None:
-        print(f"peak memory: {res['peak_memory_mb']:,.0f} MB")
+        print(f"peak memory: {res['peak_memory_mb']:,.0f} MiB")
     print(json.dumps(res))
     if args.json:
         atomic_write_text(args.json, json.dumps(res, indent=1))

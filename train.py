@@ -380,10 +380,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
     out_dir = Path(t.out_dir)
     check_run_dir(out_dir, args.resume)
     if t.tensorboard:
-        require_tensorboard()
-        if (out_dir / "tensorboard").exists() and not (out_dir / "tensorboard").is_dir():
-            raise UserError(f"train.tensorboard: {out_dir / 'tensorboard'} is a file, and the logs go in a folder of "
-                            f"that name; move it, or choose another out_dir")
+        require_tensorboard(out_dir)
     ckpt = load_resume(cfg, out_dir) if args.resume else None
     # train.init_from starts a new run; a resumed one continues from its own checkpoint
     init_model, init_ckpt = load_init(cfg) if t.init_from and ckpt is None else (None, None)

@@ -9,6 +9,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-out/experiments}
 SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}
 what=${1:-all}
+parts="all default foundation attention ablation sweep jobs bench speedrun"
+if [[ $# -gt 1 || " $parts " != *" $what "* ]]; then
+  echo "usage: bash scripts/experiments.sh [${parts// / | }] (one of them; default: all, one after another, for hours)" >&2
+  exit 2
+fi
 mkdir -p "$OUT"
 
 if [[ $what == all || $what == default ]]; then

@@ -29,6 +29,7 @@ PY=${PYTHON:-$(command -v python || command -v python3)}
 OUT=${OUT:-out/gpu_check}
 SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}
 BUDGET=${BUDGET:-540}
+[[ $BUDGET =~ ^[0-9]+$ ]] || { echo "error: BUDGET=$BUDGET must be a whole number of seconds" >&2; exit 2; }
 REHEARSE=${REHEARSE:-0}
 TESTS_LIMIT=240
 [ -n "${TESTS:-}" ] && TESTS_LIMIT=600  # a list of one's own, maybe the whole suite

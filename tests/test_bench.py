@@ -96,6 +96,31 @@ def test_bench_refuses_flags_before_any_work(tmp_path, monkeypatch, flags, match
         bench.main([str(ROOT / "configs/stories.yaml"), *[f.format(tmp=tmp_path) for f in flags]])
 
 
+def test_vs_hf_without_transformers_is_refused_before_any_work(monkeypatch):
+    """It was a traceback at the end, after every other benchmark had run, their results lost."""
+    import bench
+    from tinygpt.errors import UserError
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import -> ImportError
+    monkeypatch.setattr(bench, "prepare", lambda cfg: pytest.fail("the benchmark started"))
+    with pytest.raises(UserError, match="--vs-hf needs Hugging Face transformers: pip install transformers"):
+        bench.main([str(ROOT / "configs/stories.yaml"), "--vs-hf"])
+
+
+@pytest.mark.parametrize("flag", ["--under-load", "--vs-hf"])
+def test_a_decoding_model_too_big_is_refused_before_any_benchmark(tmp_path, monkeypatch, flag):
+    """The --gen-* model's memory was checked only with --gen-tokens: --under-load or --vs-hf alone
+    built it after the training benchmarks, and the kernel killed the process."""
+    import bench
+    from tinygpt.errors import UserError
+    if flag == "--vs-hf":
+        pytest.importorskip("transformers")
+    monkeypatch.setattr(bench, "bench_training", lambda *a, **k: pytest.fail("the benchmark started"))
+    with pytest.raises(UserError, match=r"the --gen-\* model needs"):
+        bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "train.device=cpu",
+                    f"data.prepared_dir={tmp_path / 'prepared'}", "--gen-tokens", "0", "--gen-layers", "200",
+                    "--gen-heads", "1", "--gen-embd", "65536", flag])
+
+
 def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     pytest.importorskip("transformers")
     import bench
@@ -263,6 +288,22 @@ def test_gpu_check_without_a_gpu_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2 and r.stderr == \
         "error: no CUDA device here: this check needs a GPU (REHEARSE=1 runs it on the CPU)\n", r.stderr
     assert r.stdout == ""
+
+
+@pytest.mark.parametrize("script, env, args, message", [
+    ("gpu_check.sh", {"BUDGET": "abc"}, [], "error: BUDGET=abc must be a whole number of seconds\n"),
+    ("experiments.sh", {}, ["bogus"], "usage: bash scripts/experiments.sh [all | default | "),
+    ("experiments.sh", {}, ["bench", "extra"], "usage: bash scripts/experiments.sh [all | default | ")])
+def test_the_scripts_refuse_what_they_do_not_know(tmp_path, script, env, args, message):
+    """gpu_check.sh failed on `unbound variable` after clearing its earlier output; experiments.sh
+    did nothing with an unknown part, exit 0 (and `bench extra` ran bench)."""
+    import subprocess
+    (tmp_path / "gc").mkdir()
+    (tmp_path / "gc" / "status").write_text("an earlier check's")
+    r = subprocess.run(["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "OUT": str(tmp_path / "gc"), **env})
+    assert r.returncode == 2 and r.stderr.startswith(message) and r.stderr.count("\n") == 1, r.stderr
+    assert r.stdout == "" and [p.name for p in (tmp_path / "gc").iterdir()] == ["status"]
 
 
 def test_gpu_check_keeps_to_its_budget(tmp_path):

@@ -56,6 +56,57 @@ def test_event_file_holds_the_scalars_and_attention_images(tmp_path, one_thread)
         assert len(np.unique(pixels, axis=0)) > 10  # a heatmap, not a blank canvas
 
 
+def test_a_resumed_run_keeps_the_checkpoints_step(tmp_path, one_thread):
+    """Stopped at step 15 and resumed: the events are those of metrics.csv, step 15 included (the
+    resumed writer purged from the checkpoint's step on, which the resumed run never logs again)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    run = tmp_path / "run"
+    args = [str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS, "train.max_iters=30",
+            f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"]
+    train.main([*args, "--stop-at", "15"])
+    train.main([*args, "--resume"])
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    logged = [int(r["step"]) for r in rows if r["tokens_per_s"]]
+    assert [e.step for e in events.Scalars("train/loss")] == logged == [5, 10, 15, 20, 25, 30]
+    assert [e.step for e in events.Scalars("eval/val_loss")] == [int(r["step"]) for r in rows if r["val_loss"]]
+
+
+@pytest.mark.parametrize("kind", ["file", "link to nothing", "read-only folder"])
+def test_a_tensorboard_folder_that_cannot_take_the_logs_is_one_line(tmp_path, kind, capsys):
+    """tensorboard's writer thread printed its traceback (a folder that takes no file) or train.py
+    ended in one (a link to nothing), after config.yaml was written."""
+    import os
+    import subprocess
+    pytest.importorskip("tensorboard")
+    folder = tmp_path / "run" / "tensorboard"
+    folder.parent.mkdir()
+    immutable = False
+    if kind == "file":
+        folder.write_text("mine")
+    elif kind == "link to nothing":
+        folder.symlink_to(tmp_path / "gone")
+    else:
+        folder.mkdir()
+        folder.chmod(0o500)
+        if os.access(folder, os.W_OK):  # root: an immutable folder (Linux, where chattr works) takes no file
+            immutable = subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0
+            if not immutable:
+                pytest.skip("root writes into read-only folders, and chattr +i failed")
+    try:
+        with pytest.raises(UserError, match=f"the TensorBoard folder {folder} is"):
+            train.main([str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS,
+                        f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={folder.parent}"])
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+    assert [p.name for p in folder.parent.iterdir()] == ["tensorboard"]  # nothing else written
+    assert not (tmp_path / "prepared").exists()
+
+
 def test_without_the_package_it_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import -> ImportError
     with pytest.raises(UserError, match="needs the tensorboard package: pip install tensorboard"):

@@ -153,6 +153,8 @@ def check_writable(path: str | Path, what: str) -> None:
     named = f"{what}={short(str(path))}" if what.startswith("-") or "." in what else f"{what} {path}"
     if path.exists() and not path.is_dir():
         raise UserError(f"{named} is a file, not a directory")
+    if path.is_symlink() and not path.exists():
+        raise UserError(f"{named} is a link to {os.readlink(path)}, which does not exist")
     existing = path
     while not existing.exists():  # a path through a file does not exist either
         existing = existing.parent

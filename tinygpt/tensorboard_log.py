@@ -22,6 +22,7 @@ import torch
 
 from model import GPT
 from tinygpt import attention_view
+from tinygpt.checkpoint import check_writable
 from tinygpt.errors import UserError
 
 LOG_DIR = "tensorboard"  # inside the run directory
@@ -29,13 +30,16 @@ PROMPT_TOKENS = 12  # the fixed prompt of the attention images: as many tokens a
 SCALARS = {"train_loss": "train/loss", "lr": "train/lr", "tokens_per_s": "speed/tokens_per_s", "mfu": "speed/mfu"}
 
 
-def require_tensorboard() -> None:
-    """A one-line UserError, before any work, when the tensorboard package is missing."""
+def require_tensorboard(run_dir: Path) -> None:
+    """A one-line UserError, before any work, when the tensorboard package is missing or
+    RUN_DIR/tensorboard cannot take its files (a file of that name, a link to nothing, a folder
+    that takes no new file): tensorboard's writer thread would print a traceback."""
     try:
         importlib.import_module("torch.utils.tensorboard")  # imports the tensorboard package
     except ImportError:
         raise UserError("train.tensorboard=true needs the tensorboard package: pip install tensorboard "
                         "(or set train.tensorboard=false)") from None
+    check_writable(Path(run_dir) / LOG_DIR, "the TensorBoard folder")
 
 
 def figure_pixels(fig) -> np.ndarray:
@@ -51,8 +55,10 @@ class TensorBoardLog:
 
     def __init__(self, run_dir: Path, tokenizer, prompt: Sequence[int], resumed_at: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
-        # purge_step: a resumed run drops what an interrupted session wrote after its checkpoint
-        self.writer = SummaryWriter(str(Path(run_dir) / LOG_DIR), purge_step=resumed_at)
+        # purge_step: a resumed run drops what an interrupted session wrote after its checkpoint (the
+        # steps after it; metrics.csv keeps the checkpoint's own step, and so does this)
+        self.writer = SummaryWriter(str(Path(run_dir) / LOG_DIR),
+                                    purge_step=None if resumed_at is None else resumed_at + 1)
         self.prompt = [int(i) for i in prompt]
         self.labels = attention_view.token_labels(tokenizer, self.prompt)
         self.text = tokenizer.decode(self.prompt)
