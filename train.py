@@ -38,7 +38,7 @@ from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config
 from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, reason, run_cli, short
-from tinygpt.plots import plot_run
+from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
                              emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory, peak_flops,
@@ -414,6 +414,9 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
         if warning := emulated_dtype_warning(dtype, dist.device):
             print(warning, file=sys.stderr)
+        if t.plot != "never" and not can_plot():
+            print("note: matplotlib is not installed: no loss.png (pip install matplotlib, or set "
+                  "train.plot=never)", file=sys.stderr)
         out_dir.mkdir(parents=True, exist_ok=True)
         write_config(out_dir, cfg)
         if t.tensorboard:  # the attention images look at the first tokens of the training split

@@ -351,6 +351,18 @@ def test_the_divergence_hint_does_not_suggest_clipping_already_on():
     assert "lower train.lr or set train.grad_clip" in str(train.diverged("the val loss", float("nan"), run))
 
 
+def test_without_matplotlib_the_missing_loss_png_is_said_once(corpus, tmp_path, monkeypatch, capsys):
+    """train.plot=eval (or end, the default) without matplotlib drew nothing and said nothing."""
+    import train
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import -> ImportError
+    train.main(train_args(corpus, tmp_path / "run", "train.plot=eval", "train.max_iters=20"))
+    assert capsys.readouterr().err == ("note: matplotlib is not installed: no loss.png (pip install matplotlib, "
+                                       "or set train.plot=never)\n")
+    assert not (tmp_path / "run" / "loss.png").exists()
+    train.main(train_args(corpus, tmp_path / "never", "train.max_iters=5"))  # train.plot=never: nothing to say
+    assert capsys.readouterr().err == ""
+
+
 def test_init_from_starts_from_the_saved_weights(corpus, tmp_path):
     """Fine-tuning: a new run from another run's weights starts at that run's loss, with its model."""
     import train
