@@ -54,7 +54,7 @@ def summary(result: dict) -> dict:
     ab = result["ablation"]
     best, together = ab["most_attention"], {t["what"]: t for t in ab["together"]}
     pair = together.get("top two by attention")
-    by_drop = together["top two by zero-ablation drop"]
+    by_drop = together.get("top two by zero-ablation drop")  # none where fewer than two heads matter
     harmful = ab["most_harmful"]
     return {
         "run": result["label"], "references": ab["references"], "accuracy": 100 * ab["baseline"],
@@ -68,8 +68,9 @@ def summary(result: dict) -> dict:
         "pair": "+".join(pair["heads"]) if pair else "",
         "pair_drop_zero": 100 * pair["drop"]["zero"] if pair else None,
         "pair_drop_mean": 100 * pair["drop"]["mean"] if pair else None,
-        "pair_by_drop": "+".join(by_drop["heads"]),
-        "pair_by_drop_zero": 100 * by_drop["drop"]["zero"], "pair_by_drop_mean": 100 * by_drop["drop"]["mean"],
+        "pair_by_drop": "+".join(by_drop["heads"]) if by_drop else "",
+        "pair_by_drop_zero": 100 * by_drop["drop"]["zero"] if by_drop else None,
+        "pair_by_drop_mean": 100 * by_drop["drop"]["mean"] if by_drop else None,
         "heads": result["n_layer"] * result["n_head"],
     }
 
@@ -95,12 +96,14 @@ def table(rows: list[dict]) -> tuple[str, dict]:
              "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
     for r in rows:
         pair = f"{r['pair']}: {r['pair_drop_zero']:.1f} / {r['pair_drop_mean']:.1f}" if r["pair"] else "-"
+        by_drop = (f"{r['pair_by_drop']}: {r['pair_by_drop_zero']:.1f} / {r['pair_by_drop_mean']:.1f}"
+                   if r["pair_by_drop"] else "-")
         lines.append(
             f"| {r['run']} | {r['accuracy']:.1f}% | {r['best_head']} ({r['best_attention']:.1f}%) | "
             f"{r['best_drop_zero']:.1f} / {r['best_drop_mean']:.1f} | {r['median_drop_zero']:.1f} / "
             f"{r['median_drop_mean']:.1f} | {r['best_rank_zero']} / {r['best_rank_mean']} of {r['heads']} | "
             f"{r['harmful_zero']} ({r['harmful_drop_zero']:.1f}) / {r['harmful_mean']} ({r['harmful_drop_mean']:.1f}) | "
-            f"{pair} | {r['pair_by_drop']}: {r['pair_by_drop_zero']:.1f} / {r['pair_by_drop_mean']:.1f} |")
+            f"{pair} | {by_drop} |")
     lines.append(f"| mean ± sd ({len(rows)} runs) | {pm('accuracy')} | {pm('best_attention')} | "
                  f"{pm('best_drop_zero')} / {pm('best_drop_mean')} | {pm('median_drop_zero')} / "
                  f"{pm('median_drop_mean')} | | {pm('harmful_drop_zero')} / {pm('harmful_drop_mean')} | "

@@ -326,13 +326,13 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
                                         **{f"drop_{m}": r4(drop[m][best]) for m in MODES},
                                         **{f"rank_{m}": order[m].index(best) + 1 for m in MODES}}
             together.append(("top two by attention", top_heads(looks, 2)))
-        together.append(("top two by zero-ablation drop", top_heads(drop["zero"], 2)))
+        together.append(("top two by zero-ablation drop", harmful_heads(drop["zero"], 2)))
     else:
         together.append(("chosen", list(heads)))
     result["together"] = []
     for what, removed in together:
         if len(removed) < 2 and what != "chosen":
-            continue  # a model with a single head has no top two
+            continue  # a model with a single head, or fewer than two heads that matter, has no top two
         acc = accuracy(removed)
         result["together"].append({"what": what, "heads": [head_name(h) for h in removed], "accuracy": acc,
                                    "drop": {m: r4(baseline - acc[m]) for m in MODES}})
@@ -345,6 +345,12 @@ def top_heads(values: torch.Tensor, k: int) -> list[Head]:
     n_head = values.size(1)
     order = sorted(range(values.numel()), key=lambda i: -float(values.view(-1)[i]))
     return [divmod(i, n_head) for i in order[:k]]
+
+
+def harmful_heads(drop: torch.Tensor, k: int) -> list[Head]:
+    """Of the k heads whose removal lowers the accuracy most (drop: n_layer x nh), those whose removal
+    lowers it at all: where nothing drops, the first of equals would read as a finding."""
+    return [h for h in top_heads(drop, k) if drop[h] > 0]
 
 
 def head_dict(head: Head) -> dict:
