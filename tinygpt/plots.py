@@ -65,8 +65,8 @@ def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> No
     so that the step-0 loss (about ln(vocab)) does not squash the rest into a flat line (when it
     would more than double the axis's height, SQUASH: a short run's curve is drawn whole);
     the points left above the axis are counted in a note below its right end (outside the axes, where
-    no legend can cover it). A nan or inf loss (a diverged
-    run) is left out: matplotlib draws it as a gap."""
+    no legend can cover it). A nan or inf loss (a diverged run) is left out: matplotlib draws it as a
+    gap."""
     curves = [(steps, [y if math.isfinite(y) else math.nan for y in ys]) for steps, ys in curves]
     after = [y for steps, ys in curves if len(steps) for x, y in zip(steps, ys)
              if x > 0 and x >= EARLY * max(steps) and not math.isnan(y)]
