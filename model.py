@@ -1,10 +1,9 @@
 """tinygpt: a decoder-only GPT built on causal multi-head attention, in plain PyTorch.
 
 Shape legend: B batch, T time (tokens), C n_embd, nh n_head, hs head_size = C // nh, V vocab_size.
-Read top to bottom: masked_softmax -> attention (the formula) -> matmul_attention (the same, fast on
-CPU in bfloat16) -> CausalSelfAttention (heads) ->
-MLP -> Block -> GPT -> KVCache -> next_token_probs, sample_next -> generate_steps, generate
-(token by token).
+Read top to bottom: masked_softmax, causal_mask -> attention (the formula) -> matmul_attention (the
+same, fast on CPU in bfloat16) -> CausalSelfAttention (heads) -> MLP -> Block -> GPT -> KVCache ->
+next_token_probs, sample_next -> generate_steps, generate (token by token).
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(hs)) V,   with Q = X W_Q, K = X W_K, V = X W_V
 
@@ -30,12 +29,14 @@ class ModelConfig:
     n_layer: int = 4  # transformer blocks
     n_head: int = 4  # attention heads per block; head_size = n_embd // n_head
     n_embd: int = 128  # residual stream width C
-    dropout: float = 0.0  # dropout probability on attention weights and residual branches
+    dropout: float = 0.0  # dropout probability on the embeddings, attention weights and residual branches
     bias: bool = False  # bias in Linear layers and LayerNorms
     causal: bool = True  # mask future keys; false = bidirectional (an experiment: generation fails)
     vocab_size: int = 0  # number of token ids: always the tokenizer's (train.py sets it)
 
-# ---- the attention math (one place: the model, the notebook and the tests all call these) ----
+# ---- the attention math: `attention` is the formula, which the model runs whenever it shows its weights
+# and the notebook and the tests call; training and generation run the same maths in fused kernels
+# (matmul_attention below, or torch's scaled_dot_product_attention), tested equal to it ----
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -304,9 +305,9 @@ class KVCache:
 def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                      top_p: float | None = None) -> torch.Tensor:
     """logits (B, V) -> the probabilities the next token is drawn from (B, V): softmax of
-    logits / temperature, keeping only the top_k tokens and the top_p nucleus. Temperature 0
-    (greedy) takes the argmax, whatever top_k and top_p say; its probabilities are shown at
-    temperature 1, unfiltered."""
+    logits / temperature, keeping only the top_k tokens and the top_p nucleus. At temperature 0
+    (greedy: sample_next takes the argmax, whatever top_k and top_p say) they are the softmax of
+    the logits, unfiltered."""
     if temperature == 0:
         return torch.softmax(logits.float(), dim=-1)  # (B, V)
     logits = logits.float() / temperature

@@ -114,6 +114,7 @@ def test_notebook_real_heads_mask_exactly_and_match_the_model(printed):
     heads = [line for line in printed.splitlines() if "masked cells exactly 0:" in line]
     assert len(heads) >= 2
     assert all(line.endswith("masked cells exactly 0: True; every row sums to 1: True") for line in heads)
+    assert "model.attention gives the same weights and outputs: True" in printed  # model.py's one formula
     assert "weights equal the model's layer 0: True" in printed
     assert "head outputs equal the model's layer 0: True" in printed
     assert "masked weights exactly 0: True" in printed
