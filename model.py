@@ -63,9 +63,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     -> y (B, nh, Tq, hs), att (B, nh, Tq, Tk) the weights before dropout."""
     hs = q.size(-1)
     # 1/sqrt(hs) keeps the scores' variance ~1 so the softmax does not saturate: Vaswani et al. 2017, §3.2.1
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, Tq, Tk)
-    att = masked_softmax(scores, mask)  # (B, nh, Tq, Tk)
-    y = F.dropout(att, dropout_p) @ v  # (B, nh, Tq, hs)
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # 3) scores (B, nh, Tq, Tk)
+    att = masked_softmax(scores, mask)  # 3) mask, softmax: (B, nh, Tq, Tk)
+    y = F.dropout(att, dropout_p) @ v  # 4) weight the values: (B, nh, Tq, hs)
     return y, att
 
 
@@ -147,7 +147,7 @@ class CausalSelfAttention(nn.Module):
                 y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
             else:
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            trace = None  # (y is (B, nh, T, hs))
+            trace = None  # the fused kernels return no weights
         # 5) merge heads (concatenate), project
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.resid_dropout(self.out_proj(y)), trace
