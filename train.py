@@ -138,11 +138,11 @@ def load_init(cfg: Config) -> tuple[GPT, dict[str, Any]]:
     return model, ckpt
 
 
-def load_data(cfg: Config, dist: Distributed, source: str) -> Prepared:
-    """Prepare the dataset (rank 0; the others wait), then memory-map it; this sets
-    cfg.model.vocab_size from the tokenizer."""
+def load_data(cfg: Config, dist: Distributed, source: str, quiet: bool = False) -> Prepared:
+    """Prepare the dataset (rank 0; the others wait; `quiet`: without its progress bar), then
+    memory-map it; this sets cfg.model.vocab_size from the tokenizer."""
     if dist.master:
-        prepare(cfg)
+        prepare(cfg, show_progress=not quiet)
     dist.barrier()
     return load_for_training(cfg, source)
 
@@ -393,7 +393,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
     # under DDP each rank its own random stream, so that dropout masks differ across ranks as within one
     # batch (DDP copies rank 0's initial weights to the others); one process: train.seed itself
     torch.manual_seed(t.seed + dist.rank)
-    data = load_data(cfg, dist, config_source(args.config, args.set))  # sets cfg.model.vocab_size from the tokenizer
+    data = load_data(cfg, dist, config_source(args.config, args.set), args.quiet)  # sets cfg.model.vocab_size from the tokenizer
     if init_ckpt is not None:
         check_init_tokenizer(cfg, init_ckpt, data)
     if ckpt is not None:

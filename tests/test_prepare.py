@@ -34,7 +34,7 @@ def test_a_file_changed_while_it_is_prepared_is_refused_and_leaves_no_folder(tmp
     cfg = config(text, tmp_path / "prepared")
     with pytest.raises(UserError, match=f"{text}.* changed while it was being prepared; run again"):
         prep.prepare(cfg, show_progress=False)
-    assert list((tmp_path / "prepared").iterdir()) == []  # not even the temp folder
+    assert not (tmp_path / "prepared").exists()  # not even the temp folder, nor the empty folder made for it
     monkeypatch.setattr(prep, "_encode", encode)
     data = prep.load_prepared(prep.prepare(cfg, show_progress=False))  # run again: the new text
     assert data.meta["chars"] == len(text.read_text()) == 2300
@@ -62,3 +62,84 @@ def test_a_fifo_or_a_device_as_dataset_is_not_a_regular_file(tmp_path):
             prep.source_files(str(path))
     with pytest.raises(UserError, match="neither stories nor shakespeare"):  # a missing file still says so
         prep.source_files(str(tmp_path / "missing.txt"))
+
+
+def test_a_folder_nested_a_thousand_deep_is_read(tmp_path):
+    """Path.rglob recursed once per level: ~990 levels deep was a RecursionError traceback."""
+    deep = bottom = tmp_path / "books"
+    deep.mkdir()
+    for _ in range(1200):  # (os.makedirs recurses too)
+        bottom = bottom / "a"
+        bottom.mkdir()
+    (bottom / "x.txt").write_text("deep down\n")
+    (deep / "top.txt").write_text("at the top\n")
+    try:
+        assert [p.name for p in prep.source_files(str(deep))] == ["x.txt", "top.txt"]  # sorted by path
+    finally:  # bottom up: pytest's own clean-up (shutil.rmtree) recurses as deep as the tree
+        (bottom / "x.txt").unlink()
+        while bottom != deep:
+            bottom.rmdir()
+            bottom = bottom.parent
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no FIFOs")
+def test_what_a_folder_dataset_cannot_read_is_refused_not_left_out(tmp_path, monkeypatch):
+    """A .txt that is a pipe or a link to nothing, or a subfolder that cannot be read, was skipped
+    without a word: the run trained on part of the data. A link to a folder is not followed."""
+    books = tmp_path / "books"
+    (books / "sub").mkdir(parents=True)
+    (books / "a.txt").write_text("one\n")
+    (books / "sub" / "b.txt").write_text("two\n")
+    (books / "more").symlink_to(tmp_path)  # a loop, were it followed
+    assert [p.name for p in prep.source_files(str(books))] == ["a.txt", "b.txt"]
+    (books / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
+    with pytest.raises(UserError, match="gone.txt is not a regular file"):
+        prep.source_files(str(books))
+    (books / "gone.txt").unlink()
+    os.mkfifo(books / "sub" / "fifo.txt")
+    with pytest.raises(UserError, match="fifo.txt is not a regular file"):
+        prep.source_files(str(books))
+    (books / "sub" / "fifo.txt").unlink()
+    scandir = os.scandir
+
+    def unreadable_sub(path):  # mode 000, as root cannot see it (root reads any folder)
+        if Path(path).name == "sub":
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+    monkeypatch.setattr(os, "scandir", unreadable_sub)
+    with pytest.raises(UserError, match="cannot read the folder .*sub: Permission denied"):
+        prep.source_files(str(books))
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_utf16_text_is_refused_with_the_conversion_that_works(tmp_path, encoding):
+    """UTF-16 without a byte order mark is valid UTF-8 (Latin letters and NULs): it trained on text
+    of which every other character was NUL; with a mark it was refused with a hint to convert from
+    latin1, which gave that same text."""
+    path = tmp_path / "u16.txt"
+    path.write_bytes("the cat sat on the mat\n".encode(encoding) * 50)
+    with pytest.raises(UserError, match=r"looks like UTF-16 or UTF-32 text.* iconv -f utf-16 -t utf-8 u16.txt > "
+                                        r"u16.tmp && mv u16.tmp u16.txt$"):
+        prep.read_text_file(path)
+    path.write_bytes(b"caf\xe9\n")  # Latin-1
+    with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe9 at offset 3\).* iconv -f latin1"):
+        prep.read_text_file(path)
+    path.write_bytes(b"a few NULs\x00 in text\x00 are text\n")
+    assert prep.read_text_file(path).count("\x00") == 2
+
+
+def test_a_long_file_name_gets_a_prepared_folder_within_name_max(tmp_path):
+    """A 251-character stem (a legal name) made a prepared folder name, with its temp suffix, past
+    255 bytes: `File name too long`, an empty data.prepared_dir left behind."""
+    text = tmp_path / ("é" * 120 + ".txt")  # 240 bytes
+    text.write_text("the cat sat on the mat\n" * 20)
+    folder = prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
+    assert folder.name.startswith("é" * 32 + "-char-") and len(os.fsencode(folder.name)) < 100
+
+
+def test_a_refused_preparation_leaves_no_empty_prepared_dir(tmp_path):
+    text = tmp_path / "latin1.txt"
+    text.write_bytes(b"caf\xe9\n" * 10)
+    with pytest.raises(UserError, match="is not UTF-8"):
+        prep.prepare(config(text, tmp_path / "new" / "prepared"), show_progress=False)
+    assert not (tmp_path / "new").exists()

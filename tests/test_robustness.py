@@ -363,6 +363,19 @@ def test_without_matplotlib_the_missing_loss_png_is_said_once(corpus, tmp_path, 
     assert capsys.readouterr().err == ""
 
 
+def test_quiet_prepares_the_data_without_its_progress_bar(corpus, tmp_path, monkeypatch):
+    """--quiet ("no progress bar") still drew the tokenizing bar of a big dataset."""
+    import train
+    calls, prepare = [], train.prepare
+
+    def spy(cfg, show_progress=True):
+        calls.append(show_progress)
+        return prepare(cfg, show_progress=show_progress)
+    monkeypatch.setattr(train, "prepare", spy)
+    train.main(train_args(corpus, tmp_path / "run", "train.max_iters=2"))  # (train_args has --quiet)
+    assert calls == [False]
+
+
 def test_init_from_starts_from_the_saved_weights(corpus, tmp_path):
     """Fine-tuning: a new run from another run's weights starts at that run's loss, with its model."""
     import train
