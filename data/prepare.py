@@ -316,7 +316,7 @@ def load_for_training(cfg: Config, source: str) -> Prepared:
     for split in ("train", "val"):
         n = len(getattr(data, split))
         if n <= cfg.model.block_size:
-            raise UserError(f"the {split} split has {n} tokens, not more than model.block_size="
+            raise UserError(f"the {split} split has {n:,} token{'s' * (n != 1)}, not more than model.block_size="
                             f"{cfg.model.block_size} ({source}): use a smaller block_size, more text, "
                             f"or another data.val_fraction")
     if cfg.model.vocab_size not in (0, data.tokenizer.vocab_size):  # e.g. a run's config.yaml, other data
