@@ -73,8 +73,12 @@ def source_files(dataset: str) -> list[Path]:
     if path.exists():  # a FIFO would block the read forever, a device never ends
         raise UserError(f"data.dataset={dataset!r} is not a regular file (a device, a pipe or a socket); "
                         f"give a .txt file or a folder of them")
+    if path.is_symlink():  # a link to nothing, or a loop of links
+        raise UserError(f"data.dataset={dataset!r} is a link ({path} -> {os.readlink(path)}) that leads to no "
+                        f"file or folder")
+    hint = f"; did you mean {dataset.lower()!r}?" if dataset.lower() in BUILTIN else ""
     raise UserError(f"data.dataset={dataset!r} is neither {' nor '.join(BUILTIN)} nor an existing "
-                    f".txt file or folder")
+                    f".txt file or folder{hint}")
 
 
 def folder_files(folder: Path, dataset: str) -> list[Path]:

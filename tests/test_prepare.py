@@ -143,3 +143,15 @@ def test_a_refused_preparation_leaves_no_empty_prepared_dir(tmp_path):
     with pytest.raises(UserError, match="is not UTF-8"):
         prep.prepare(config(text, tmp_path / "new" / "prepared"), show_progress=False)
     assert not (tmp_path / "new").exists()
+
+
+def test_a_dataset_link_to_nothing_or_a_builtin_in_capitals_is_named(tmp_path):
+    (tmp_path / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
+    (tmp_path / "loop.txt").symlink_to(tmp_path / "loop.txt")
+    for name, target in (("gone.txt", "nowhere.txt"), ("loop.txt", "loop.txt")):
+        with pytest.raises(UserError, match=rf"is a link \(.*{name} -> .*{target}\) that leads to no file or folder"):
+            prep.source_files(str(tmp_path / name))
+    with pytest.raises(UserError, match="nor an existing .txt file or folder; did you mean 'stories'"):
+        prep.source_files("Stories")
+    with pytest.raises(UserError, match="nor an existing .txt file or folder$"):
+        prep.source_files("novels")
