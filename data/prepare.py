@@ -114,8 +114,9 @@ def read_text_file(path: Path) -> str:
     convert = f"iconv -f {{}} -t utf-8 {path.name} > {path.stem}.tmp && mv {path.stem}.tmp {path.name}"
     # UTF-16 (Windows' "Unicode") of Latin text is valid UTF-8 with every other byte 0: it would train on NULs
     if data[:2] in (b"\xff\xfe", b"\xfe\xff") or data.count(0) > len(data) // 4:
+        wide = "utf-32" if data[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff") else "utf-16"
         raise UserError(f"{path} looks like UTF-16 or UTF-32 text, not UTF-8 ({data.count(0):,} of its "
-                        f"{len(data):,} bytes are 0); convert it first, e.g. {convert.format('utf-16')}")
+                        f"{len(data):,} bytes are 0); convert it first, e.g. {convert.format(wide)}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
