@@ -393,7 +393,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
     # under DDP each rank its own random stream, so that dropout masks differ across ranks as within one
     # batch (DDP copies rank 0's initial weights to the others); one process: train.seed itself
     torch.manual_seed(t.seed + dist.rank)
-    data = load_data(cfg, dist, config_source(args.config, args.set), args.quiet)  # sets cfg.model.vocab_size from the tokenizer
+    # (this sets cfg.model.vocab_size from the tokenizer)
+    data = load_data(cfg, dist, config_source(args.config, args.set), args.quiet)
     if init_ckpt is not None:
         check_init_tokenizer(cfg, init_ckpt, data)
     if ckpt is not None:

@@ -40,7 +40,8 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 import numpy as np
 import torch
 
-from tinygpt.checkpoint import atomic_dir, atomic_write, check_writable, make_folder, remove_empty, sweep_temp_files
+from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, remove_empty,
+                                sweep_temp_files)
 from tinygpt.config import Config, DataConfig, load_config
 from tinygpt.errors import ArgParser, UserError, run_cli, short
 from tinygpt.runtime import check_memory
@@ -73,9 +74,8 @@ def source_files(dataset: str) -> list[Path]:
     if path.exists():  # a FIFO would block the read forever, a device never ends
         raise UserError(f"data.dataset={dataset!r} is not a regular file (a device, a pipe or a socket); "
                         f"give a .txt file or a folder of them")
-    if path.is_symlink():  # a link to nothing, or a loop of links
-        raise UserError(f"data.dataset={dataset!r} is a link ({path} -> {os.readlink(path)}) that leads to no "
-                        f"file or folder")
+    if (dead := dead_link(path)) is not None:
+        raise UserError(f"data.dataset={dataset!r} is {dead}")
     hint = f"; did you mean {dataset.lower()!r}?" if dataset.lower() in BUILTIN else ""
     raise UserError(f"data.dataset={dataset!r} is neither {' nor '.join(BUILTIN)} nor an existing "
                     f".txt file or folder{hint}")
@@ -113,9 +113,10 @@ def read_text_file(path: Path) -> str:
         raise UserError(f"cannot read dataset file {path}: {e.strerror}") from None
     convert = f"iconv -f {{}} -t utf-8 {path.name} > {path.stem}.tmp && mv {path.stem}.tmp {path.name}"
     # UTF-16 (Windows' "Unicode") of Latin text is valid UTF-8 with every other byte 0: it would train on NULs
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or data.count(0) > len(data) // 4:
+    zeros = data.count(0)
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or zeros > len(data) // 4:
         wide = "utf-32" if data[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff") else "utf-16"
-        raise UserError(f"{path} looks like UTF-16 or UTF-32 text, not UTF-8 ({data.count(0):,} of its "
+        raise UserError(f"{path} looks like UTF-16 or UTF-32 text, not UTF-8 ({zeros:,} of its "
                         f"{len(data):,} bytes are 0); convert it first, e.g. {convert.format(wide)}")
     try:
         text = data.decode("utf-8")

@@ -145,6 +145,14 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def dead_link(path: Path) -> str | None:
+    """'a link (PATH -> TARGET) that leads to no file or folder' where `path` is a link to nothing
+    (or a loop of links), else None: for messages, which would otherwise say it does not exist."""
+    if path.is_symlink() and not path.exists():
+        return f"a link ({path} -> {os.readlink(path)}) that leads to no file or folder"
+    return None
+
+
 def check_writable(path: str | Path, what: str) -> None:
     """Refuse, before any work, a folder that cannot be created or written into: a file, a path
     through a file, or a folder (or its nearest existing parent) without write permission or on
@@ -153,8 +161,8 @@ def check_writable(path: str | Path, what: str) -> None:
     named = f"{what}={short(str(path))}" if what.startswith("-") or "." in what else f"{what} {path}"
     if path.exists() and not path.is_dir():
         raise UserError(f"{named} is a file, not a directory")
-    if path.is_symlink() and not path.exists():
-        raise UserError(f"{named} is a link to {os.readlink(path)}, which does not exist")
+    if (dead := dead_link(path)) is not None:
+        raise UserError(f"{named} is {dead}")
     existing = path
     while not existing.exists():  # a path through a file does not exist either
         existing = existing.parent
