@@ -1,9 +1,10 @@
 """tinygpt: a decoder-only GPT built on causal multi-head attention, in plain PyTorch.
 
 Shape legend: B batch, T time (tokens), C n_embd, nh n_head, hs head_size = C // nh, V vocab_size.
-Read top to bottom: masked_softmax, causal_mask -> attention (the formula) -> matmul_attention (the
-same, fast on CPU in bfloat16) -> CausalSelfAttention (heads) -> MLP -> Block -> GPT -> KVCache ->
-next_token_probs, sample_next -> generate_steps, generate (token by token).
+Read top to bottom: masked_softmax, causal_mask -> attention (the formula) -> matmul_attention,
+fast_attention (the same maths in faster kernels) -> HeadTrace -> CausalSelfAttention (heads) -> MLP
+-> Block -> GPT -> cross_entropy -> KVCache -> next_token_probs, sample_next -> generate_steps,
+generate (token by token).
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(hs)) V,   with Q = X W_Q, K = X W_K, V = X W_V
 
@@ -25,18 +26,19 @@ import torch.nn.functional as F
 @dataclass
 class ModelConfig:
     """The model's shape. tinygpt/config.py builds it from the `model:` section of a YAML config."""
-    block_size: int = 128  # context length in tokens: the most a position can attend back
+    block_size: int = 128  # context length: the most tokens the model sees at once (positions 0 .. block_size-1)
     n_layer: int = 4  # transformer blocks
     n_head: int = 4  # attention heads per block; head_size = n_embd // n_head
     n_embd: int = 128  # residual stream width C
     dropout: float = 0.0  # dropout probability on the embeddings, attention weights and residual branches
     bias: bool = False  # bias in Linear layers and LayerNorms
     causal: bool = True  # mask future keys; false = bidirectional (an experiment: generation fails)
-    vocab_size: int = 0  # number of token ids: always the tokenizer's (train.py sets it)
+    vocab_size: int = 0  # number of token ids: always the tokenizer's (set when the data is loaded)
 
 # ---- the attention math: `attention` is the formula, which the model runs whenever it shows its weights
-# and the notebook and the tests call; training and generation run the same maths in fused kernels
-# (matmul_attention below, or torch's scaled_dot_product_attention), tested equal to it ----
+# and the notebook and the tests call; training and generation run the same maths in faster kernels
+# (fast_attention below picks one: two batched matmuls, or torch's fused scaled_dot_product_attention),
+# tested equal to it ----
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -63,8 +65,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     -> y (B, nh, Tq, hs), att (B, nh, Tq, Tk) the weights before dropout."""
     hs = q.size(-1)
     # 1/sqrt(hs) keeps the scores' variance ~1 so the softmax does not saturate: Vaswani et al. 2017, §3.2.1
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # 3) scores (B, nh, Tq, Tk)
-    att = masked_softmax(scores, mask)  # 3) mask, softmax: (B, nh, Tq, Tk)
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # 3a) scores (B, nh, Tq, Tk)
+    att = masked_softmax(scores, mask)  # 3b) mask, softmax: (B, nh, Tq, Tk)
     y = F.dropout(att, dropout_p) @ v  # 4) weight the values: (B, nh, Tq, hs)
     return y, att
 
@@ -73,8 +75,8 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
                      dropout_p: float = 0.0) -> torch.Tensor:
     """The same formula as `attention`, as two batched matmuls with the scale and the mask fused
     into the first (baddbmm: -inf/0 bias + QK^T / sqrt(hs)). It runs the CPU's low-precision fast
-    path: there, in bfloat16, PyTorch's fused SDPA kernel is 3-5x slower than this (bench.py
-    --attention), while on GPUs and in float32 SDPA is as fast or faster.
+    path: there, in bfloat16, PyTorch's fused SDPA kernel is slower than this (docs/results.md,
+    bench.py --attention), while on GPUs and in float32 SDPA is as fast or faster.
 
     q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend, or None
     -> y (B, nh, Tq, hs)"""
@@ -89,6 +91,25 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     return (att @ v.reshape(B * nh, Tk, hs)).view(B, nh, Tq, hs)
 
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                   dropout_p: float = 0.0) -> torch.Tensor:
+    """The formula in the fastest kernel for the case (tested equal to `attention`); no weights.
+
+    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend, or None
+    -> y (B, nh, Tq, hs)"""
+    Tq, Tk = q.size(2), k.size(2)
+    if Tq > 1 and q.device.type == "cpu" and q.dtype in LOW_PRECISION:
+        return matmul_attention(q, k, v, mask, dropout_p)  # CPU + bfloat16: see its docstring
+    if mask is None or Tq == 1:  # no mask (causal=false), or one new query, which sees every cached key
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    if Tq == Tk:  # no cache: the plain lower-triangular mask
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
 class HeadTrace(NamedTuple):
     """What one layer's heads did, returned by GPT.forward_with_attention."""
     weights: torch.Tensor  # (B, nh, T, Tk) attention weights per head; rows sum to 1
@@ -96,8 +117,6 @@ class HeadTrace(NamedTuple):
 
 
 # ---- the transformer ----
-
-LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 class CausalSelfAttention(nn.Module):
@@ -138,16 +157,8 @@ class CausalSelfAttention(nn.Module):
         if need_weights:  # the readable path, exactly the formula
             y, att = attention(q, k, v, mask, dropout_p)  # (B, nh, T, hs), (B, nh, T, Tk)
             trace = HeadTrace(att, y)
-        else:  # the fast path: fused kernels, same maths (tested equal)
-            if T > 1 and q.device.type == "cpu" and q.dtype in LOW_PRECISION:
-                y = matmul_attention(q, k, v, mask, dropout_p)  # CPU + bfloat16: see its docstring
-            elif mask is None or T == 1:  # one new query may see every cached key
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
-            elif T == T_k:  # no cache: the plain lower-triangular mask
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-            else:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            trace = None  # the fused kernels return no weights
+        else:  # the fast path: same maths, no weights
+            y, trace = fast_attention(q, k, v, mask, dropout_p), None  # (B, nh, T, hs)
         # 5) merge heads (concatenate), project
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.resid_dropout(self.out_proj(y)), trace
@@ -223,7 +234,7 @@ class GPT(nn.Module):
     @staticmethod
     def count_params(cfg: ModelConfig) -> int:
         """num_params() of GPT(cfg), computed from the config without building it (so a size
-        check can run before any allocation): embeddings V*C + T*C, 12*C*C + 2*C per block
+        check can run before any allocation): embeddings V*C + block_size*C, 12*C*C + 2*C per block
         (4 attention and 2 MLP matrices, 2 LayerNorms), a final LayerNorm; biases add 11*C per
         block and C at the end."""
         C, L = cfg.n_embd, cfg.n_layer
@@ -307,10 +318,12 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
     """logits (B, V) -> the probabilities the next token is drawn from (B, V): softmax of
     logits / temperature, keeping only the top_k tokens and the top_p nucleus. At temperature 0
     (greedy: sample_next takes the argmax, whatever top_k and top_p say) they are the softmax of
-    the logits, unfiltered."""
+    the logits, unfiltered. Tokens tied with the k-th largest logit are kept too."""
+    logits = logits.float()
     if temperature == 0:
-        return torch.softmax(logits.float(), dim=-1)  # (B, V)
-    logits = logits.float() / temperature
+        return torch.softmax(logits, dim=-1)  # (B, V)
+    # the largest logit becomes 0 before dividing, so a tiny temperature cannot overflow to inf
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature  # (B, V), all <= 0
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -348,12 +361,15 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
     """Continue idx (B, T) by max_new_tokens tokens, one at a time, yielding each Step.
 
     Each step feeds the context, reads the last position's logits, samples, appends. Positions are
-    absolute and at most block_size, so the context is a window: when it is full, the window slides
+    absolute and below block_size, so the context is a window: when it is full, the window slides
     forward by half a block (the newest block_size//2 tokens stay, at least one) and, with the cache,
     is computed afresh once; both paths follow this policy, so cached and uncached logits stay equal.
     `decode` runs the one-token steps with the cache instead of the model (the same function,
-    compiled: tinygpt/runtime.py, compile_decoding)."""
+    compiled: tinygpt/runtime.py, compile_decoding). A model trained without the causal mask never
+    uses the cache: its earlier positions attend to later ones, so their keys and values change with
+    every new token."""
     block_size = model.config.block_size
+    use_cache = use_cache and model.config.causal
     decode = model if decode is None else decode  # the one-token step with the cache
     window = idx[:, -block_size:]  # (B, W): the tokens the model sees, W <= block_size
     caches = None

@@ -59,7 +59,7 @@ from tinygpt.tokenizer import clean_text, encode_prompt
 
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
 ATTENTION_LAST = 16  # tokens in the attention tables by default: the README's example prompt (13) whole
-MIN_TEMPERATURE = 1e-6  # below it logits / temperature overflows float32 (use 0: greedy)
+MIN_TEMPERATURE = 1e-6  # below it sampling is greedy in all but name, and float32 cannot hold 1e-46 (use 0)
 MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 tokens): the model sees only
 # the last block_size tokens, and a 40 MB prompt cost 900 MB to encode and was echoed whole
 
@@ -136,8 +136,9 @@ def check_args(args) -> None:
     if not math.isfinite(args.temperature) or args.temperature < 0:
         raise UserError(f"--temperature={args.temperature} must be a number >= 0 (0 = greedy)")
     if 0 < args.temperature < MIN_TEMPERATURE:
-        raise UserError(f"--temperature={args.temperature} is too small to compute (logits / temperature "
-                        f"overflows); use 0 for greedy, or >= {MIN_TEMPERATURE:g}")
+        raise UserError(f"--temperature={args.temperature} is too small to mean anything (below "
+                        f"{MIN_TEMPERATURE:g} it is greedy in all but name); use 0 for greedy, "
+                        f"or >= {MIN_TEMPERATURE:g}")
     if not 0 <= args.seed < 2**63:
         raise UserError(f"--seed={args.seed} must be in [0, 2**63)")
     if args.top_k is not None and args.top_k < 1:
@@ -269,9 +270,7 @@ def prompt_too_long(named: str, size: int | None = None) -> UserError:
 def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, png_prefix: str) -> list[Path]:
     """Print the attention tables of the last block_size tokens of `ids` (and save heatmaps: their paths)."""
     cfg = model.config
-    window = ids[-cfg.block_size:]  # the most the model can see at once
-    idx = torch.tensor([window], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
-    _, traces = model.forward_with_attention(idx)  # per layer: weights (1, nh, T, T)
+    window, traces = attention_view.window_traces(model, ids)  # per layer: weights (1, nh, T, T)
     labels = attention_view.token_labels(tokenizer, window)
     cut = f" (the last {len(window)} of {len(ids)}: block_size={cfg.block_size})" if len(window) < len(ids) else ""
     out.write(f"=== attention over {what}{cut} ===\n")

@@ -217,6 +217,27 @@ def test_sample_next_rules():
         assert torch.equal(next_token_probs(logits, 0, top_k, top_p), torch.softmax(logits, dim=-1))
 
 
+def test_tiny_temperature_is_near_greedy_not_nan():
+    """logits / 1e-38 would overflow float32 to inf (and the softmax to NaN); the largest logit is
+    subtracted first, so any temperature > 0 gives probabilities, all mass on the argmax."""
+    logits = torch.tensor([[10.0, 30.0, 20.0, 30.0 - 1e-5]])
+    for temperature in (1e-38, 1e-20, 1e-7):
+        probs = next_token_probs(logits, temperature)
+        assert torch.isfinite(probs).all(), temperature
+        assert probs[0, 1].item() > 0.99 and abs(probs.sum().item() - 1) < 1e-6
+    assert torch.allclose(next_token_probs(logits, 2.0), torch.softmax(logits / 2.0, dim=-1))
+
+
+def test_a_model_without_the_causal_mask_generates_without_the_cache(tiny_model_config):
+    """Its earlier positions attend to later ones, so cached keys go stale: generate recomputes
+    the window each step whatever use_cache says (what `sample.py --force` shows)."""
+    model = make_model(tiny_model_config, causal=False)  # block_size 16: the window slides too
+    idx = torch.randint(0, model.config.vocab_size, (2, 5))
+    cached = [step.logits for step in generate_steps(model, idx, 30, temperature=0)]
+    uncached = [step.logits for step in generate_steps(model, idx, 30, temperature=0, use_cache=False)]
+    assert max((a - b).abs().max().item() for a, b in zip(cached, uncached)) < 1e-5
+
+
 def test_sequence_longer_than_block_size_is_refused(tiny_model_config):
     model = make_model(tiny_model_config)
     with pytest.raises(ValueError, match="block_size=16"):
