@@ -2,16 +2,14 @@
 
     python train.py CONFIG.yaml [--set KEY=VALUE ...] [--resume] [--stop-at STEP] [--quiet]
 
-Reads top to bottom: config and run directory -> processes -> data -> model and optimizer -> the
-loop. Every `train.eval_interval` steps it estimates train/val loss, writes ckpt.pt (latest, with
-everything needed to resume exactly) and best.pt (lowest val loss); metrics.csv gets a row per log
-and eval. Ctrl-C, SIGTERM or SIGHUP (a closed terminal) saves ckpt.pt and stops; `--resume`
-continues from it (on the same data: the checkpoint records its digest). A closed stdout
-(`train.py | head`) stops nothing: the training goes on without printing there. A second training
-on the same train.out_dir is refused while this one holds it (tinygpt/runs.py, run_lock); what
-cannot fit in memory is refused before any allocation (tinygpt/runtime.py, check_training_fits).
-One optimizer step (`train_step`), the schedule and the loss estimate live in tinygpt/training.py,
-shared with bench.py so that the benchmark times exactly this step.
+`train()`, at the bottom, goes: config and run directory -> processes -> data -> model and
+optimizer -> the loop; the file above it holds the setup steps, then the loop. Every
+`train.eval_interval` steps the loop estimates train/val loss and writes ckpt.pt (everything needed
+to resume exactly) and best.pt (lowest val loss); metrics.csv gets a row per log and eval. One
+optimizer step (`train_step`), the schedule and the loss estimate live in tinygpt/training.py,
+shared with bench.py so that the benchmark times exactly this step. How a run stops (Ctrl-C,
+SIGTERM, a closed terminal) and resumes: docs/design.md, "The run directory"; what it refuses (a
+second training on its folder, a model that cannot fit in memory, ...): docs/errors.md.
 """
 from __future__ import annotations
 
@@ -33,7 +31,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 import torch
 
 from data.prepare import Prepared, get_batch, load_for_training, prepare
-from model import GPT
+from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config
@@ -75,6 +73,12 @@ def init_from(run_dir: str | Path) -> str:
     return shlex.quote(f"train.init_from={run_dir}")
 
 
+def adopt_model(cfg: Config, theirs: ModelConfig) -> None:
+    """A run started from other weights (train.init_from) takes their model config, with this run's
+    dropout; the vocabulary size comes from the data, as always."""
+    cfg.model = replace(theirs, dropout=cfg.model.dropout, vocab_size=0)
+
+
 def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     """ckpt.pt of the run to continue; its model and data settings must be this config's."""
     path = out_dir / "ckpt.pt"
@@ -96,7 +100,7 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
         raise UserError(f"--resume: train.max_iters={cfg.train.max_iters} is below step {ckpt['step']}, where {path} "
                         f"already is; give train.max_iters >= {ckpt['step']} (more steps train on)")
     if cfg.train.init_from:  # a run started from other weights: its model config is theirs, as saved here
-        cfg.model = replace(config_from_dict(ckpt["config"], str(path)).model, dropout=cfg.model.dropout, vocab_size=0)
+        adopt_model(cfg, config_from_dict(ckpt["config"], str(path)).model)
     current = config_to_dict(cfg)
     for section in ("model", "data"):
         saved = ckpt["config"].get(section)
@@ -132,8 +136,7 @@ def load_init(cfg: Config) -> tuple[GPT, dict[str, Any]]:
         raise UserError(f"train.init_from: {e}") from None
     ckpt = load_checkpoint(path)
     model, init_cfg = model_from_checkpoint(ckpt, path)
-    # the vocabulary size comes from the data, as always: check_init_tokenizer then says whether it is theirs
-    cfg.model = replace(init_cfg.model, dropout=cfg.model.dropout, vocab_size=0)
+    adopt_model(cfg, init_cfg.model)  # check_init_tokenizer then says whether the data's vocabulary is theirs
     print(f"train.init_from: starting from {path} (step {ckpt['step']}), with its model config")
     return model, ckpt
 
@@ -156,8 +159,9 @@ def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data: Prepared)
 
 @dataclass
 class Run:
-    """Everything the loop works on. What changes (step, best_val, elapsed and the train loss
-    summed since the last log) is saved in ckpt.pt with the model, optimizer and RNG states."""
+    """Everything the loop works on. What changes (step, best_val, elapsed, the last step evaluated
+    and the train loss summed since the last log, with its count) is saved in ckpt.pt with the
+    model, optimizer and RNG states."""
     cfg: Config
     out_dir: Path
     data: Prepared
@@ -339,7 +343,9 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                     return why
             if run.threads is not None:
                 run.threads.update()  # follow the cores other processes leave free (checked once a second)
-            lr = lr_at(run.step, t)
+            lr = lr_at(run.step, t)  # warmup, then cosine decay
+            # one optimizer step (tinygpt/training.py): for each of grad_accum micro-batches, forward,
+            # next-token cross-entropy, backward; then clip the gradients, step, zero them
             run.loss_sum += train_step(run.train_model, run.optimizer, run.scaler, run.autocast, run.next_batch,
                                        t.grad_accum, t.grad_clip, lr)
             run.loss_count += 1
