@@ -73,21 +73,6 @@ class Reference:
     distractor_attribute: str  # the distractor's attribute of the same kind (always different)
 
 
-def reference_to_dict(r: Reference) -> dict:
-    """Plain JSON-able data (spans become lists of two ints)."""
-    d = {k: getattr(r, k) for k in Reference.__dataclass_fields__}
-    d["antecedent_spans"] = [[s, e] for s, e in r.antecedent_spans]
-    d["distractor_spans"] = [[s, e] for s, e in r.distractor_spans]
-    return d
-
-
-def reference_from_dict(d: dict) -> Reference:
-    """Inverse of `reference_to_dict` (also accepts its output after a JSON round trip)."""
-    keys = ("antecedent_spans", "distractor_spans")
-    spans = {k: [(int(s), int(e)) for s, e in d[k]] for k in keys}
-    return Reference(**{**d, **spans})
-
-
 def _shifted(r: Reference, offset: int) -> Reference:
     """The same reference with every offset moved by `offset`."""
     return replace(

@@ -14,7 +14,6 @@ pronoun's gender must be used).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 import re
@@ -29,7 +28,6 @@ import pytest
 
 from data.stories import (
     REFERENCES_PER_STORY, Reference, _named, corpus_stats, generate_stories, generate_story,
-    reference_from_dict, reference_to_dict,
 )
 from data.story_words import (
     ALL_TEMPLATES, ATTRIBUTE_POOLS, FEMALE_NAMES, GENERIC_SLOTS, MALE_NAMES, PET_NAMES,
@@ -158,14 +156,6 @@ def test_rich_enough_not_to_be_memorised(corpus):
     # references reach back past the nearby words, yet most stay inside a 128-char context
     assert stats["share_reach_back_100+"] >= 0.25, stats
     assert stats["share_in_128_window"] >= 0.65, stats
-
-
-def test_reference_dict_round_trip_through_json(corpus):
-    _, refs = corpus
-    for r in refs[:200]:
-        d = json.loads(json.dumps(reference_to_dict(r)))
-        assert reference_from_dict(d) == r
-        assert reference_from_dict(reference_to_dict(r)) == r
 
 
 def test_a_pronoun_never_directly_follows_a_sentence_about_the_third_character(corpus):

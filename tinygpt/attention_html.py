@@ -22,7 +22,7 @@ from typing import Iterable, Iterator, Sequence
 import torch
 
 from model import GPT, Step
-from tinygpt.attention_view import step_candidates, token_label
+from tinygpt.attention_view import step_candidates, token_label, window_traces
 from tinygpt.checkpoint import atomic_write_text
 
 SCALE = 1000  # weights stored as integers in units of 1/SCALE (0.1 %)
@@ -45,10 +45,8 @@ def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 
     generated (`steps`: their `recorded` data, one per generated token, drawn by `rule`, e.g.
     attention_view.sampling_rule's)."""
     cfg = model.config
-    window = [int(i) for i in ids[-cfg.block_size:]]
+    window, traces = window_traces(model, ids)  # per layer weights (1, nh, T, T)
     T = len(window)
-    idx = torch.tensor([window], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
-    _, traces = model.forward_with_attention(idx)  # per layer weights (1, nh, T, T)
     att = torch.stack([t.weights[0] for t in traces]).float().cpu()  # (n_layer, nh, T, T)
     stored = (att * SCALE).round().int()
     if cfg.causal:  # keep each query's allowed keys only: row q holds keys 0..q

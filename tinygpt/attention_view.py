@@ -30,7 +30,7 @@ from typing import Sequence
 
 import torch
 
-from model import HeadTrace, Step, causal_mask, next_token_probs
+from model import GPT, HeadTrace, Step, causal_mask, next_token_probs
 from tinygpt.checkpoint import atomic_write
 from tinygpt.plots import plain_text
 
@@ -43,6 +43,15 @@ TOP_N = 5  # candidates shown per generation step
 MAX_HEATMAP = 64  # tokens a heatmap draws at most: its pixels (and matplotlib's time and memory) grow
 # with the square of the tokens; 128 took 2 GB and minutes for 11,000-pixel PNGs nobody can read
 NUMBERED = 24  # tokens up to which a heatmap writes each cell's percent on it (more: too crowded)
+
+
+@torch.no_grad()
+def window_traces(model: GPT, ids: Sequence[int]) -> tuple[list[int], list[HeadTrace]]:
+    """The last block_size tokens of `ids` (the most the model sees at once) and every layer's
+    HeadTrace over them, through the readable path: weights (1, nh, T, T), outputs (1, nh, T, hs)."""
+    window = [int(i) for i in ids[-model.config.block_size:]]
+    idx = torch.tensor([window], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
+    return window, model.forward_with_attention(idx)[1]
 
 
 # ---- labels ----

@@ -80,8 +80,7 @@ class TensorBoardLog:
         if self.images:
             was_training = model.training
             model.eval()  # no dropout in the weights shown
-            idx = torch.tensor([self.prompt], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
-            _, traces = model.forward_with_attention(idx)  # per layer: weights (1, nh, T, T)
+            _, traces = attention_view.window_traces(model, self.prompt)  # per layer: weights (1, nh, T, T)
             model.train(was_training)
             try:
                 for layer, trace in enumerate(traces):
