@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Reruns every measurement quoted in docs/results.md, one after another (they compete for the CPU
-# otherwise), writing logs and JSON into $OUT (default out/experiments). On 2 cores: default
-# about 2 hours, ablation about 40, sweep about 100 minutes (36 runs), the rest a few minutes each.
+# Reruns the measurements of docs/results.md (and docs/attention.md's ablation) that were made with
+# it, one part after another (they compete for the CPU otherwise), writing logs and JSON into $OUT
+# (default out/experiments); the other figures there are rerun by the commands written beside them.
+# On 2 cores: default about 2 hours, ablation about 40 minutes, sweep about 100 (36 runs), bench
+# about 40 (nearly all of it the 200-step loss comparison), jobs about 11; foundation trains the
+# default and nanoGPT's recipe, attention one 500-step run, speedrun three runs of about a minute.
 #   bash scripts/experiments.sh [all | default | foundation | attention | ablation | sweep | jobs | bench | speedrun]
-# Tiny shakespeare is read from $SHAKESPEARE (default ../shared/data/tinyshakespeare.txt).
+# foundation, bench and speedrun read tiny shakespeare from SHAKESPEARE=PATH/tinyshakespeare.txt
+# (unset: ../shared/data/tinyshakespeare.txt); they stop at once, naming SHAKESPEARE, without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/experiments}
 SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}
+if [[ $# -le 1 && " all foundation bench speedrun " == *" ${1:-all} "* && ! -f $SHAKESPEARE ]]; then
+  echo "error: no tiny shakespeare at $SHAKESPEARE (part ${1:-all} reads it): set SHAKESPEARE=PATH/tinyshakespeare.txt" >&2
+  exit 2
+fi
 what=${1:-all}
 parts="all default foundation attention ablation sweep jobs bench speedrun"
 if [[ $# -gt 1 || " $parts " != *" $what "* ]]; then

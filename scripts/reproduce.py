@@ -100,10 +100,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=["stories", "shakespeare"])
     p.add_argument("--out-dir", type=Path, help="run directory (default: a fresh temp folder)")
-    p.add_argument("--text", type=Path, default=ROOT.parent / "shared/data/tinyshakespeare.txt")
+    p.add_argument("--text", type=Path, default=ROOT.parent / "shared/data/tinyshakespeare.txt",
+                   help="shakespeare: a local copy of tiny shakespeare (default: %(default)s)")
     p.add_argument("--config", default="configs/shakespeare_char.yaml")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
+    if args.what == "shakespeare" and not args.text.is_file():
+        p.error(f"no tiny shakespeare at {args.text}: give --text PATH/tinyshakespeare.txt")
     out_dir = (args.out_dir or Path(tempfile.mkdtemp(prefix="tinygpt-"))).resolve() / "run"
     if args.what == "stories":
         result = stories(out_dir, args.set)

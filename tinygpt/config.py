@@ -33,7 +33,7 @@ class DataConfig:
     dataset: str = "stories"  # stories | shakespeare | path/to/file.txt | path/to/folder of .txt
     tokenizer: str = "char"  # char | word | bpe (learned from the text) | a tiktoken encoding: gpt2, cl100k_base, ...
     bpe_vocab_size: int = 1024  # bpe only: tokens of the learned vocabulary (256 bytes + merges)
-    compact_vocab: bool = True  # tiktoken only: keep just the token ids seen in the data (+256 byte tokens)
+    compact_vocab: bool = True  # tiktoken only: keep the ids the data uses, the 256 bytes, what BPE builds them from
     val_fraction: float = 0.1  # share of the tokens held out (the end of the text) for validation
     stories_chars: int = 1_500_000  # stories only: size of the generated corpus, in characters
     stories_seed: int = 1337  # stories only: the corpus is a pure function of this seed
