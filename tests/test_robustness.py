@@ -308,6 +308,24 @@ def test_a_closed_stdout_does_not_stop_training(corpus, tmp_path, buffered):
     assert err == "warning: stdout was closed (its reader left); going on without printing there\n"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a file whose disk is always full)")
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_log_on_a_full_disk_does_not_stop_the_training(corpus, tmp_path, stream):
+    """`train.py > log.txt` on a full disk (out_dir on another): ENOSPC on every write to the log
+    ended the run at once, unsaved (stderr: with its error line lost). The output is dropped."""
+    run = tmp_path / "run"
+    args = train_args(corpus, run, "train.max_iters=20")
+    args.remove("--quiet")  # the progress bar writes to stderr too
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, str(ROOT / "train.py"), *args], text=True, timeout=300,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"},
+                              **{stream: full, "stdout" if stream == "stderr" else "stderr": subprocess.PIPE})
+    assert done.returncode == 0, (done.stdout or done.stderr)[-2000:]
+    assert load_checkpoint(run / "ckpt.pt")["step"] == 20 and metrics(run)[-1]["step"] == "20"
+    if stream == "stdout":  # said where it can be read
+        assert done.stderr.startswith("warning: stdout cannot be written (No space left on device); going on")
+
+
 def test_after_a_closed_stdout_ctrl_c_says_how_to_continue_on_stderr(corpus, tmp_path):
     """The note "saved ...; continue with --resume" went to the closed stdout: nobody read it."""
     run = tmp_path / "run"

@@ -186,9 +186,10 @@ class ReaderMayLeave:
     """sys.stdout or sys.stderr for a command whose work is its files, not its output (train.py,
     sweep.py, sample.py writing attention pages): when the reader leaves (`train.py | head`, a
     `tee` that died, a terminal that hung up), a write would raise BrokenPipeError (or EIO) and end
-    the work early. This drops the output instead (its file descriptor now points at os.devnull, so
-    buffered text and later writes vanish) and the work goes on; a closed stdout is said once on
-    stderr, and `left` tells what must still be read to go to stderr. (When the output is the work,
+    the work early, as would a log file on a full disk (`train.py > log.txt`, ENOSPC) while the run
+    directory lies on another. This drops the output instead (its file descriptor now points at
+    os.devnull, so buffered text and later writes vanish) and the work goes on; a lost stdout is
+    said once on stderr, and `left` tells what must still be read to go to stderr. (When the output is the work,
     `sample.py | head` ends there, exit 0; see run_cli.)"""
 
     def __init__(self, stream, name: str) -> None:
@@ -199,31 +200,39 @@ class ReaderMayLeave:
         try:
             return self.stream.write(text)
         except OSError as e:
-            if not self._gone(e):
+            why = self._gone(e)
+            if why is None:
                 raise
-            self._drop()
+            self._drop(why)
             return len(text)
 
     def flush(self) -> None:
         try:
             self.stream.flush()
         except OSError as e:
-            if not self._gone(e):
+            why = self._gone(e)
+            if why is None:
                 raise
-            self._drop()
+            self._drop(why)
 
     @staticmethod
-    def _gone(e: OSError) -> bool:
-        """The reader left: a broken pipe, or EIO from a terminal that hung up (SSH dropped)."""
-        return isinstance(e, BrokenPipeError) or e.errno == errno.EIO
+    def _gone(e: OSError) -> str | None:
+        """Why the output takes no more: a broken pipe or EIO from a terminal that hung up (SSH
+        dropped) mean its reader left; ENOSPC, EDQUOT or EFBIG that its file's disk is full.
+        None for any other error."""
+        if isinstance(e, BrokenPipeError) or e.errno == errno.EIO:
+            return "was closed (its reader left)"
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return f"cannot be written ({os.strerror(e.errno)})"
+        return None
 
-    def _drop(self) -> None:
+    def _drop(self, why: str) -> None:
         self.left = True
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, self.stream.fileno())
         os.close(devnull)
-        if self.name == "stdout":
-            print("warning: stdout was closed (its reader left); going on without printing there", file=sys.stderr)
+        if self.name == "stdout":  # (stderr's own loss cannot be told)
+            print(f"warning: stdout {why}; going on without printing there", file=sys.stderr)
 
     def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, ...: the stream's own
         return getattr(self.stream, name)
