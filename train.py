@@ -356,10 +356,15 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                 bar.set_postfix(loss=row["train_loss"], lr=row["lr"], tok_s=f"{float(row['tokens_per_s']):,.0f}",
                                 mfu=f"{float(row['mfu']):.0%}")
     finally:
+        failing = sys.exc_info()[1] is not None  # an error on its way out: the clean-up must not hide it
         bar.close()
         stop.restore()
         if dist.master and metrics:
-            write_metrics(run.out_dir, metrics)
+            try:
+                write_metrics(run.out_dir, metrics)
+            except UserError:
+                if not failing:
+                    raise
         if stop.signum is not None and run.step < t.max_iters:  # (after the last save, the run is done)
             run.exit_code = 128 + stop.signum
 
@@ -433,8 +438,13 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
         with dist.peers():  # under DDP a worker killed mid-step: one line, not gloo's traceback from backward
             why = train_loop(run, speed, args.stop_at, args.quiet)
     finally:
+        failing = sys.exc_info()[1] is not None  # (as in train_loop: the clean-up must not hide it)
         if run.board is not None:
-            run.board.close()
+            try:
+                run.board.close()
+            except UserError:
+                if not failing:
+                    raise
     if run.exit_code:  # a signal stopped it (saved): the one line run_cli prints for Ctrl-C, with its exit code
         if dist.master:
             print("interrupted", file=sys.stderr)

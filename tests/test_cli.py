@@ -385,6 +385,32 @@ def inproc_base(tmp: Path, *extra: str) -> list[str]:
             f"data.prepared_dir={tmp / 'prepared'}", "train.threads=1", *extra]
 
 
+def test_the_failed_save_is_the_error_told_not_the_clean_up_after_it(tmp, monkeypatch):
+    """--stop-at's save of ckpt.pt fails (a full disk), then so does the write of metrics.csv on the
+    way out: the error told was metrics.csv's, and nothing said that the stop was not saved."""
+    import train
+    from tinygpt.errors import UserError
+    out, failed = tmp / "full_disk", []
+    real_save, real_write = train.save_checkpoint, train.write_metrics
+
+    def save(path, state):
+        if state["step"] == 3:
+            failed.append(path)
+            raise UserError(f"cannot write {path}: No space left on device (the previous file is intact)")
+        real_save(path, state)
+
+    def write(run_dir, rows):
+        if failed:
+            raise UserError(f"cannot write {run_dir / 'metrics.csv'}: No space left on device")
+        real_write(run_dir, rows)
+
+    monkeypatch.setattr(train, "save_checkpoint", save)
+    monkeypatch.setattr(train, "write_metrics", write)
+    with pytest.raises(UserError, match=r"ckpt\.pt: No space left on device \(the previous file is intact\)"):
+        train.main(inproc_base(tmp, f"train.out_dir={out}") + ["--stop-at", "3"])
+    assert failed == [out / "ckpt.pt"]
+
+
 def test_resume_at_max_iters_between_evals_evaluates_the_end(tmp):
     """Stopped at step 7 (no eval there), resumed with train.max_iters=7: the run's end is evaluated
     (metrics row, best.pt, the final line); it ended as "done" with step 0's weights as best.pt."""

@@ -107,6 +107,30 @@ def test_a_tensorboard_folder_that_cannot_take_the_logs_is_one_line(tmp_path, ki
     assert not (tmp_path / "prepared").exists()
 
 
+def test_a_full_disk_under_the_log_is_one_line_without_the_threads_traceback(tmp_path, capfd):
+    """ENOSPC in tensorboard's writer thread printed that thread's traceback, then train.py ended
+    with `error: No space left on device`, naming no file."""
+    import errno
+    import threading
+    pytest.importorskip("tensorboard")
+    from tinygpt.tensorboard_log import TensorBoardLog
+    from tinygpt.tokenizer import CharTokenizer
+    board = TensorBoardLog(tmp_path, CharTokenizer.from_text("abc"), [0, 1, 2])
+    full = OSError(errno.ENOSPC, "No space left on device")
+
+    class _AsyncWriterThread(threading.Thread):  # named as tensorboard's: its error is raised again in log()
+        def run(self):
+            raise full
+
+    thread = _AsyncWriterThread()
+    thread.start()
+    thread.join()
+    board.writer.flush = lambda: (_ for _ in ()).throw(full)
+    with pytest.raises(UserError, match=f"cannot write the TensorBoard log {tmp_path / 'tensorboard'}: No space left"):
+        board.log(10, {"train_loss": "1.0"})
+    assert capfd.readouterr().err == ""
+
+
 def test_without_the_package_it_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import -> ImportError
     with pytest.raises(UserError, match="needs the tensorboard package: pip install tensorboard"):

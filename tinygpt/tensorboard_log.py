@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -23,7 +25,7 @@ import torch
 from model import GPT
 from tinygpt import attention_view
 from tinygpt.checkpoint import check_writable
-from tinygpt.errors import UserError
+from tinygpt.errors import UserError, environment_error
 
 LOG_DIR = "tensorboard"  # inside the run directory
 PROMPT_TOKENS = 12  # the fixed prompt of the attention images: as many tokens as the tables show
@@ -57,26 +59,41 @@ class TensorBoardLog:
         from torch.utils.tensorboard import SummaryWriter
         # purge_step: a resumed run drops what an interrupted session wrote after its checkpoint (the
         # steps after it; metrics.csv keeps the checkpoint's own step, and so does this)
-        self.writer = SummaryWriter(str(Path(run_dir) / LOG_DIR),
-                                    purge_step=None if resumed_at is None else resumed_at + 1)
+        self.dir = Path(run_dir) / LOG_DIR
+        threading.excepthook = _quiet_writer_thread
+        with self._writing():
+            self.writer = SummaryWriter(str(self.dir), purge_step=None if resumed_at is None else resumed_at + 1)
         self.prompt = [int(i) for i in prompt]
         self.labels = attention_view.token_labels(tokenizer, self.prompt)
         self.text = tokenizer.decode(self.prompt)
         self.run_name = Path(run_dir).name
         self.images = True
 
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A file the writer cannot write (a full disk) is the user's to fix: one line naming the
+        folder. (tensorboard writes from a thread of its own, whose error the writer raises again
+        here at its next call; that thread's traceback is not printed.)"""
+        try:
+            yield
+        except OSError as e:
+            raise UserError(f"cannot write the TensorBoard log {self.dir}: {environment_error(e)}; make room, or "
+                            f"set train.tensorboard=false, and continue with --resume") from None
+
     def log(self, step: int, row: dict[str, Any]) -> None:
         """A log row of metrics.csv (values as written) -> scalars."""
-        for column, tag in SCALARS.items():
-            if row.get(column) not in (None, ""):
-                self.writer.add_scalar(tag, float(row[column]), step)
-        self.writer.flush()
+        with self._writing():
+            for column, tag in SCALARS.items():
+                if row.get(column) not in (None, ""):
+                    self.writer.add_scalar(tag, float(row[column]), step)
+            self.writer.flush()
 
     @torch.no_grad()
     def eval(self, step: int, losses: dict[str, float], model: GPT) -> None:
         """The eval's loss estimates -> scalars; every layer's attention over the prompt -> an image."""
-        self.writer.add_scalar("eval/train_loss", losses["train"], step)
-        self.writer.add_scalar("eval/val_loss", losses["val"], step)
+        with self._writing():
+            self.writer.add_scalar("eval/train_loss", losses["train"], step)
+            self.writer.add_scalar("eval/val_loss", losses["val"], step)
         if self.images:
             was_training = model.training
             model.eval()  # no dropout in the weights shown
@@ -87,12 +104,24 @@ class TensorBoardLog:
                     fig = attention_view.heatmap_figure(
                         trace.weights[0], self.labels, len(self.prompt), model.config.causal,
                         title=f"{self.run_name}, step {step}, layer {layer}: {self.text!r}")
-                    self.writer.add_image(f"attention/layer{layer}", figure_pixels(fig), step, dataformats="HWC")
+                    with self._writing():
+                        self.writer.add_image(f"attention/layer{layer}", figure_pixels(fig), step, dataformats="HWC")
             except ImportError:
                 print("note: train.tensorboard draws the attention images with matplotlib, which is not "
                       "installed (pip install matplotlib); logging the scalars only", file=sys.stderr)
                 self.images = False
-        self.writer.flush()
+        with self._writing():
+            self.writer.flush()
 
     def close(self) -> None:
-        self.writer.close()
+        with self._writing():
+            self.writer.close()
+
+
+def _quiet_writer_thread(args: threading.ExceptHookArgs, prior=threading.excepthook) -> None:
+    """threading.excepthook: an OSError of tensorboard's writer thread prints nothing (TensorBoardLog
+    says it in one line when the writer raises it again); anything else as before."""
+    if type(args.thread).__name__ == "_AsyncWriterThread" and issubclass(args.exc_type, OSError):
+        return
+    prior(args)
+
