@@ -13,6 +13,7 @@ The output folder appears whole or not at all; it must be new, empty or an earli
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -21,7 +22,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     stop_while_starting()
 
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli
 from tinygpt.hf import HF_FILES, export_hf, import_hf
 
 
@@ -59,4 +60,6 @@ def main(argv: Sequence[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
+    # its work is the folder it writes: a stdout that takes no more (| head, a full disk) must not fail it
+    sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
     run_cli(main)

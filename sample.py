@@ -60,6 +60,7 @@ from tinygpt.tokenizer import clean_text, encode_prompt
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
 ATTENTION_LAST = 16  # tokens in the attention tables by default: the README's example prompt (13) whole
 MIN_TEMPERATURE = 1e-6  # below it sampling is greedy in all but name, and float32 cannot hold 1e-46 (use 0)
+MAX_TEMPERATURE = 1e6  # above it every token is about as likely (float32: 4e38 is inf, and every logit ties)
 MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 tokens): the model sees only
 # the last block_size tokens, and a 40 MB prompt cost 900 MB to encode and was echoed whole
 
@@ -90,7 +91,7 @@ def build_parser() -> ArgParser:
                      help="keep the model loaded and answer each line of standard input as a prompt, until EOF")
     p.add_argument("--list-vocab", action="store_true", help="print the vocabulary (id and token) and exit")
     p.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate per sample")
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy; <1 sharper, >1 flatter")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy; <1 sharper, >1 flatter (else 1e-6 to 1e6)")
     p.add_argument("--top-k", type=int, default=None, help="sample only among the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="nucleus: the smallest set with mass >= p")
     p.add_argument("--num-samples", type=int, default=1, help="independent samples to draw")
@@ -139,6 +140,9 @@ def check_args(args) -> None:
         raise UserError(f"--temperature={args.temperature} is too small to mean anything (below "
                         f"{MIN_TEMPERATURE:g} it is greedy in all but name); use 0 for greedy, "
                         f"or >= {MIN_TEMPERATURE:g}")
+    if args.temperature > MAX_TEMPERATURE:
+        raise UserError(f"--temperature={args.temperature:g} is too large to mean anything (above {MAX_TEMPERATURE:g} "
+                        f"every token is about as likely, and --top-k/--top-p cannot tell them apart)")
     if not 0 <= args.seed < 2**63:
         raise UserError(f"--seed={args.seed} must be in [0, 2**63)")
     if args.top_k is not None and args.top_k < 1:

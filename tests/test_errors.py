@@ -842,6 +842,7 @@ def test_10_resume_below_the_runs_step_is_refused(tmp, run, capsys):
     (["--temperature", "nan"], "--temperature=nan"),
     (["--temperature", "inf"], "--temperature=inf"),
     (["--temperature", "1e-45"], "too small"),
+    (["--temperature", "4e38"], "too large"),
     (["--seed", str(2**63)], "--seed"),
     (["--seed", "-1"], "--seed"),
 ])
@@ -1215,3 +1216,24 @@ def test_16_a_flipped_byte_in_tensor_data_is_refused(tmp, run, capsys):
     raw[info.header_offset + 30 + name_len + extra_len + info.file_size // 2] ^= 0x01
     path.write_bytes(bytes(raw))
     one_line(in_process("sample.py", [path], capsys), str(path), "checksum")
+
+
+def test_a_closed_standard_stream_reads_or_writes_nothing(run, tmp):
+    """Started with stdout or stdin closed (`>&-`, `<&-`), Python sets sys.stdout (sys.stdin) to None:
+    sample.py ended in an AttributeError traceback at its first print, writing no page; export.py's
+    closing line on a full disk (`> /dev/full`) failed an export it had written whole."""
+    import shlex
+    page, hf = tmp / "closed_stdout.html", tmp / "closed_stdout_hf"
+    cases = [(">&-", "sample.py", run, "--max-new-tokens", 3, "--attention-html", page),
+             ("<&-", "sample.py", run, "--max-new-tokens", 3, "--interactive"),
+             ("<&-", "sample.py", run, "--max-new-tokens", 3, "--prompt-file", "-"),
+             (">&-", "export.py", run, "--format", "hf", hf)]
+    if os.path.exists("/dev/full"):
+        cases.append(("> /dev/full", "export.py", run, "--format", "hf", tmp / "full_stdout_hf"))
+    for redirect, script, *args in cases:
+        command = shlex.join([sys.executable, str(ROOT / script), *map(str, args)]) + " " + redirect
+        done = subprocess.run(command, shell=True, cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True, timeout=300)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
+    assert page.is_file() and (hf / "config.json").is_file()
+    if os.path.exists("/dev/full"):
+        assert (tmp / "full_stdout_hf" / "config.json").is_file()

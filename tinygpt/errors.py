@@ -172,7 +172,9 @@ def stop_while_starting() -> None:
     """For a command's first lines, before its imports: until run_cli takes over, Ctrl-C, SIGTERM
     and SIGHUP end the process at once with the one line `interrupted` and 128 + the signal's number,
     instead of a traceback from inside torch's import (a second or two in which nothing has been
-    written yet, so nothing needs cleaning up)."""
+    written yet, so nothing needs cleaning up). Also gives a closed standard stream os.devnull."""
+    open_closed_streams()
+
     def stop_now(signum, frame) -> None:
         try:
             os.write(2, b"interrupted\n")
@@ -180,6 +182,20 @@ def stop_while_starting() -> None:
             pass
         os._exit(128 + signum)
     handle_signals(stop_now)
+
+
+def open_closed_streams() -> None:
+    """A command started with stdin, stdout or stderr closed (`>&-`, `<&-`): Python sets the stream
+    to None, so its first print ended in a traceback, and the next file opened would take the
+    stream's number. Each closed one reads from or writes to os.devnull instead, as with
+    `</dev/null` or `>/dev/null`."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one, if closed
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, mode, closefd=False))
 
 
 class ReaderMayLeave:
