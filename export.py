@@ -22,7 +22,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     stop_while_starting()
 
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, run_cli
+from tinygpt.errors import ArgParser, ReaderMayLeave, path_arg, run_cli
 from tinygpt.hf import HF_FILES, export_hf, import_hf
 
 
@@ -33,15 +33,12 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Export a run to GPT-2 format, or (--from-hf) import a GPT-2 folder as a run; see the module doc."""
     p = ArgParser(prog="export.py", description="Export a tinygpt run as a Hugging Face GPT-2 checkpoint, "
                                                 "or import one (--from-hf).")
-    p.add_argument("src", help="run directory or checkpoint; with --from-hf a GPT-2 folder")
-    p.add_argument("out", help="output folder: the GPT-2 checkpoint; with --from-hf the new run directory")
+    p.add_argument("src", type=path_arg, help="run directory or checkpoint; with --from-hf a GPT-2 folder")
+    p.add_argument("out", type=path_arg, help="output folder: the GPT-2 checkpoint; with --from-hf the new run directory")
     p.add_argument("--format", choices=["hf"], default="hf", help="export format: hf (GPT-2 for transformers)")
     p.add_argument("--from-hf", action="store_true", help="import: GPT-2 folder -> tinygpt run directory")
     p.add_argument("--force", action="store_true", help="replace an earlier export (or run) in the output folder")
     args = p.parse_args(argv)
-    for name, value in (("src", args.src), ("out", args.out)):
-        if not value:  # Path("") is ".": the current folder, which nobody means by an empty argument
-            raise UserError(f"the {name} argument is an empty path ''; name it (. for the current folder)")
 
     if args.from_hf:
         path = import_hf(args.src, args.out, args.force)

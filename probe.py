@@ -30,7 +30,7 @@ import torch
 from tinygpt.checkpoint import load_model
 from tinygpt.ablation import parse_heads
 from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, probe, report
-from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.errors import ArgParser, UserError, path_arg, run_cli
 from tinygpt.runtime import ThreadPolicy, check_memory, resolve_device
 
 EACH = "each"  # --ablate without a list: every head in turn
@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     """Probe a run; print the tables and a final JSON line; return the figures."""
     out = out or sys.stdout
     p = ArgParser(prog="probe.py", description="Coreference probe of a run trained on the stories corpus.")
-    p.add_argument("run", help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
+    p.add_argument("run", type=path_arg, help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
     p.add_argument("--stories", type=int, default=100, help="held-out stories to generate (about 11 references each)")
     p.add_argument("--seed", type=int, default=None,
                    help=f"seed of the held-out stories (default: the run's data.stories_seed + {HELD_OUT_OFFSET})")

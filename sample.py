@@ -52,7 +52,7 @@ from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import check_writable, load_model, regular_file_target
 from tinygpt.config import MAX_THREADS
-from tinygpt.errors import ArgParser, ReaderMayLeave, Terminated, UserError, run_cli, short
+from tinygpt.errors import ArgParser, ReaderMayLeave, Terminated, UserError, path_arg, run_cli, short
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device)
 from tinygpt.tokenizer import clean_text, encode_prompt
@@ -63,13 +63,6 @@ MIN_TEMPERATURE = 1e-6  # below it sampling is greedy in all but name, and float
 MAX_TEMPERATURE = 1e6  # above it every token is about as likely (float32: 4e38 is inf, and every logit ties)
 MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 tokens): the model sees only
 # the last block_size tokens, and a 40 MB prompt cost 900 MB to encode and was echoed whole
-
-
-def path_arg(text: str) -> Path:
-    """A path flag's value; an empty one is refused (Path("") is ".": the current folder)."""
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path names no file or folder")
-    return Path(text)
 
 
 def file_arg(text: str) -> Path:
@@ -83,7 +76,7 @@ def file_arg(text: str) -> Path:
 
 def build_parser() -> ArgParser:
     p = ArgParser(prog="sample.py", description="Generate text from a trained tinygpt run.")
-    p.add_argument("run", help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
+    p.add_argument("run", type=path_arg, help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default="", help="text to continue (default: a newline)")
     src.add_argument("--prompt-file", type=path_arg, help="read the prompt from this UTF-8 file; - = standard input")

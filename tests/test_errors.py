@@ -613,6 +613,27 @@ def test_8_a_run_folder_whose_name_is_not_utf8_works_everywhere(tmp, run, capsys
         assert b"odd\xff" in (tmp / "odd_hf" / "README_EXPORT.md").read_bytes()
 
 
+def test_an_export_readme_quotes_its_folder_as_python_reads_it(run, tmp, capsys):
+    """README_EXPORT.md's `pipeline(..., model=...)` line wrote the folder as JSON, where an emoji is
+    two surrogate escapes: pasted into Python, a string transformers takes for a repo id."""
+    import ast
+    import re
+    pytest.importorskip("safetensors")
+    pytest.importorskip("tokenizers")
+    out = tmp / "hf \U0001f600 'x'"
+    assert in_process("export.py", [run, "--format", "hf", out], capsys).code == 0
+    line = re.search(r"model=(.*)\)$", (out / "README_EXPORT.md").read_text(encoding="utf-8"), re.M).group(1)
+    assert ast.literal_eval(line) == str(out)
+
+
+@pytest.mark.parametrize("script", ["sample.py", "probe.py", "export.py"])
+def test_an_empty_run_argument_is_refused_not_read_as_the_current_folder(run, script):
+    """`python sample.py "$RUN"` with $RUN unset sampled from the current folder, if it held a run."""
+    done = subprocess.run([sys.executable, str(ROOT / script), "", *(["out"] if script == "export.py" else [])],
+                          cwd=run, env=ENV, capture_output=True, text=True, timeout=120)
+    one_line(Result(done.returncode, done.stdout, done.stderr), "an empty path")
+
+
 def test_8_an_ascii_terminal_gets_escapes_not_a_traceback(run):
     """The tables' '\u2423' (a space) on a terminal that cannot show it (PYTHONIOENCODING=ascii, a Latin-1
     locale, a Windows console) was a UnicodeEncodeError; it is printed escaped, as stderr does."""

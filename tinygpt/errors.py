@@ -24,6 +24,7 @@ import reprlib
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 # OSErrors that mean "the machine refuses", not "tinygpt has a bug" (a FileNotFoundError can be a bug)
@@ -260,6 +261,14 @@ def _fail(line: str, code: int) -> None:
     except OSError:  # stderr gone (a terminal that hung up, a closed pipe): the exit code still tells
         pass
     sys.exit(code)
+
+
+def path_arg(text: str) -> Path:
+    """argparse's type for a path argument: an empty one is refused (Path("") is ".", the current
+    folder, which nobody means by an empty argument: an unset $RUN)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no file or folder (. is the current folder)")
+    return Path(text)
 
 
 class ArgParser(argparse.ArgumentParser):

@@ -351,7 +351,7 @@ Exported from `{source}` (step {ckpt['step']}) by `{shlex.join(['python', 'expor
 It needs transformers only, not tinygpt:
 
     from transformers import pipeline
-    generate = pipeline("text-generation", model={json.dumps(str(out_dir))})
+    generate = pipeline("text-generation", model={str(out_dir)!r})
     print(generate("PROMPT")[0]["generated_text"])   # do_sample=False: greedy; max_new_tokens=N: N tokens
 
 - Model: {cfg.model.n_layer} layers, {cfg.model.n_head} heads, n_embd {cfg.model.n_embd}, context \
