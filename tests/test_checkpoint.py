@@ -484,3 +484,34 @@ def test_atomic_dir_sweeps_the_temp_folder_of_a_dead_writer(tmp_path):
         (tmp / "whole.bin").write_bytes(b"y")
     assert not dead.exists() and not dead_old.exists() and live.exists()
     assert (tmp_path / "out" / "whole.bin").read_bytes() == b"y"
+
+
+def test_a_temp_file_of_an_earlier_process_with_this_pid_is_swept(tmp_path):
+    """In a container every restart is pid 1: a checkpoint's temp file left by a killed run had the
+    pid of the run that resumed it, which took it for its own and kept it, for good."""
+    earlier = tmp_path / f".ckpt.pt.{os.getpid()}.k2j3.tmp"  # this pid, written before this process started
+    earlier.write_bytes(b"half")
+    os.utime(earlier, (checkpoint.STARTED - 60, checkpoint.STARTED - 60))
+    now = tmp_path / f".ckpt.pt.{os.getpid()}.m5n6.tmp"  # this pid, this process (another thread's write)
+    now.write_bytes(b"half")
+    atomic_write_text(tmp_path / "ckpt.pt", "whole")
+    assert not earlier.exists() and now.exists()
+
+
+def test_a_lock_file_on_a_full_disk_still_locks_and_leaves_nothing(tmp_path, monkeypatch):
+    """Writing the holder's pid into .lock failed (ENOSPC): `error: No space left on device`,
+    naming no file, and the .lock and the folders made for the run were left behind."""
+    import errno
+    from tinygpt import runs
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runs.os, "write", full)
+    out = tmp_path / "new" / "run"
+    with runs.run_lock(out):
+        assert (out / ".lock").exists()
+        with pytest.raises(UserError, match="in use by another training"):
+            with runs.run_lock(out):
+                pass
+    assert list(tmp_path.iterdir()) == []

@@ -101,19 +101,24 @@ def regular_file_target(path: Path) -> Path:
 
 
 STALE_UNTAGGED_S = 3600  # a temp file without a writer's pid (older tinygpt) is stale after an hour
+STARTED = time.time()  # about when this process started (this module is among its first imports)
 
 
 def sweep_temp_files(path: Path) -> None:
     """Remove the temp files (or atomic_dir's temp folders, and the old folders it was replacing)
     of `path` left by writers that died mid-write; a live writer's (its pid is running: another
-    process writing the same path) is never touched."""
+    process writing the same path) is never touched. One with this process's own pid from before
+    it started was left by an earlier process with the same pid (in a container, every restart
+    is pid 1)."""
     prefix = f".{path.name}."
     stale_ones = [*path.parent.glob(f"{glob_escape(prefix)}*.tmp"), *path.parent.glob(f"{glob_escape(prefix)}*.old")]
     for stale in stale_ones:
         pid = stale.name[len(prefix):].split(".", 1)[0]
         try:
             if pid.isdigit():
-                if pid_alive(int(pid)):
+                if int(pid) == os.getpid() and stale.stat().st_mtime < STARTED:
+                    pass  # an earlier process's
+                elif pid_alive(int(pid)):
                     continue
             elif time.time() - stale.stat().st_mtime < STALE_UNTAGGED_S:
                 continue

@@ -88,7 +88,10 @@ def _acquire(path: Path, in_use: str, setting: str) -> int:
         try:
             if os.path.samestat(os.fstat(fd), os.stat(path)):
                 os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
+                # the pid only names the holder to a second process: on a full disk the lock holds all
+                # the same, and the first file the work writes says that the disk is full, naming it
+                with suppress(OSError):
+                    os.write(fd, f"{os.getpid()}\n".encode())
                 return fd
         except FileNotFoundError:
             pass
