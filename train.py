@@ -22,7 +22,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then is `interrupted`, not a traceback
     from tinygpt.errors import stop_while_starting
@@ -182,6 +182,7 @@ class Run:
     evaluated: int | None = None  # the last step whose losses were estimated (saved: a resume does not repeat it)
     exit_code: int = 0  # 128 + the signal that stopped the run, else 0
     board: TensorBoardLog | None = None  # train.tensorboard, on the main process
+    held: Callable[[], bool] | None = None  # is out_dir's lock still ours (runs.run_lock; the main process)
 
     def state(self, rngs: list[dict] | None = None) -> dict[str, Any]:
         """The checkpoint; with every process's RNG states (rngs, in rank order), all that a resumed
@@ -218,7 +219,16 @@ class Run:
         all ranks save together)."""
         rngs = self.dist.gather(capture_rng_state(self.dist.device)) if with_optimizer else None
         if self.dist.master:
+            self.check_folder()
             save_checkpoint(self.out_dir / name, self.state(rngs))
+
+    def check_folder(self) -> None:
+        """Before a write: out_dir is still this training's. Removed while it ran (rm -rf, then
+        perhaps a new training under the same name), writing on would make it again, or write into
+        the new run's files."""
+        if self.held is not None and not self.held():
+            raise UserError(f"train.out_dir={str(self.out_dir)!r} was removed (or its .lock) while this training "
+                            f"ran: stopped at step {self.step} without writing there")
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         t, d = self.cfg.train, self.dist
@@ -274,6 +284,7 @@ def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
         metrics.append({"step": run.step, "train_loss": f"{losses['train']:.4f}", "val_loss": f"{losses['val']:.4f}",
                         # the lr of the step that led here, as the log row of this step gives it
                         "lr": f"{lr_at(max(run.step - 1, 0), t):.3e}", "elapsed_s": f"{run.elapsed:.1f}"})
+        run.check_folder()
         write_metrics(run.out_dir, metrics)
     run.evaluated = run.step
     if losses["val"] < run.best_val:
@@ -361,6 +372,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
         stop.restore()
         if dist.master and metrics:
             try:
+                run.check_folder()
                 write_metrics(run.out_dir, metrics)
             except UserError:
                 if not failing:
@@ -379,13 +391,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     dist = Distributed.from_env(device)  # one process, or one of several under torchrun
     try:
         # one training per run directory (rank 0 writes it): a second one is refused, not mixed in
-        with run_lock(Path(cfg.train.out_dir)) if dist.master else nullcontext():
-            return train(args, cfg, dist)
+        with run_lock(Path(cfg.train.out_dir)) if dist.master else nullcontext() as held:
+            return train(args, cfg, dist, held)
     finally:
         dist.close()
 
 
-def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
+def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callable[[], bool] | None = None) -> dict:
     """Check, prepare, build, then run the loop; returns the run's summary."""
     t = cfg.train
     out_dir = Path(t.out_dir)
@@ -412,6 +424,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed) -> dict:
         check_resume_data(cfg, ckpt, data)
     check_training_fits(cfg, dtype, dist.device)  # again, now with the vocabulary's embedding and logits
     run = build_run(cfg, data, dist, dtype, ckpt, init_model)
+    run.held = held
 
     tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size * dist.world_size
     peak, peak_source = peak_flops(dtype, dist.device)

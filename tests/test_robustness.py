@@ -326,6 +326,25 @@ def test_a_log_on_a_full_disk_does_not_stop_the_training(corpus, tmp_path, strea
         assert done.stderr.startswith("warning: stdout cannot be written (No space left on device); going on")
 
 
+def test_a_run_folder_removed_while_training_is_not_made_again(corpus, tmp_path):
+    """`rm -rf` of a live run's folder: its next save made the folder again (no config.yaml, no
+    lock), and a second training started there meanwhile wrote into the same files."""
+    import shutil
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"),
+                             *train_args(corpus, run, "train.max_iters=3000", "train.eval_interval=20")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "ckpt.pt").exists():
+        time.sleep(0.05)
+    shutil.rmtree(run)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 2, err[-2000:]
+    assert err.startswith(f"error: train.out_dir={str(run)!r} was removed (or its .lock) while this training ran")
+    assert not run.exists()
+
+
 def test_after_a_closed_stdout_ctrl_c_says_how_to_continue_on_stderr(corpus, tmp_path):
     """The note "saved ...; continue with --resume" went to the closed stdout: nobody read it."""
     run = tmp_path / "run"

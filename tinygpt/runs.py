@@ -21,7 +21,7 @@ import re
 import statistics
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import atomic_write_text, check_writable, load_checkpoint, make_folder, remove_empty
@@ -45,19 +45,26 @@ REPORT_LOCK = ".sweep.lock"  # in a sweep's or a comparison's --out while one wr
 
 @contextmanager
 def run_lock(out_dir: Path, setting: str = "train.out_dir", user: str = "training",
-             name: str = LOCK) -> Iterator[None]:
+             name: str = LOCK) -> Iterator[Callable[[], bool]]:
     """Hold out_dir for one training (or, with sweep.py's arguments, one sweep: `setting` names
     the folder in messages, `user` the kind of holder, `name` the lock file): a second one on the
     same folder is refused with one line instead of mixing two runs' files. The lock is the
     operating system's (flock), so a process that dies, even by SIGKILL, releases it, and the
     stale lock file it leaves is taken over. Folders this creates are removed again if nothing
-    was written into them."""
+    was written into them. Yields `held()`: is the lock file at its place still the one held here
+    (False once the folder was removed, and perhaps made again by a new training)?"""
     check_writable(out_dir, setting)
     created = make_folder(out_dir, setting)
     fd = _acquire(out_dir / name, f"{setting}={str(out_dir)!r} is in use by another {user}",
                   setting.removeprefix("train."))
+    def held() -> bool:
+        try:
+            return os.path.samestat(os.fstat(fd), os.stat(out_dir / name))
+        except OSError:
+            return False
+
     try:
-        yield
+        yield held
     finally:
         with suppress(OSError):  # (Windows cannot remove an open file: it stays, and is taken over)
             (out_dir / name).unlink(missing_ok=True)  # before releasing it: see _acquire
