@@ -82,7 +82,12 @@ def adopt_model(cfg: Config, theirs: ModelConfig) -> None:
 def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     """ckpt.pt of the run to continue; its model and data settings must be this config's."""
     path = out_dir / "ckpt.pt"
-    ckpt = load_checkpoint(path)
+    try:
+        ckpt = load_checkpoint(path)
+    except UserError as e:  # damaged: its best.pt (weights only) may still be whole
+        hint = (f"; start a new run from its best.pt with --set {init_from(out_dir / 'best.pt')} "
+                f"train.out_dir=NEW_DIR" if (out_dir / "best.pt").is_file() else "")
+        raise UserError(f"--resume: {e}{hint}") from None
     if "optimizer" not in ckpt:
         raise UserError(f"{path} holds weights only (e.g. from export.py --from-hf): it cannot be resumed; "
                         f"start a new run from it with --set {init_from(out_dir)}")

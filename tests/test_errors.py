@@ -1258,3 +1258,40 @@ def test_a_closed_standard_stream_reads_or_writes_nothing(run, tmp):
     assert page.is_file() and (hf / "config.json").is_file()
     if os.path.exists("/dev/full"):
         assert (tmp / "full_stdout_hf" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("kind", ["link to nothing", "folder", "pipe"])
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_run_file_that_is_no_regular_file_is_named(tmp, capsys, kind, resume):
+    """A ckpt.pt that is a link to nothing: the run wrote its checkpoints outside its folder (making
+    the link target's folders); a folder or a pipe: "already holds a run; continue it with --resume",
+    and --resume: "no checkpoint ... drop --resume"."""
+    out = tmp / f"odd_ckpt_{kind.replace(' ', '_')}_{resume}"
+    out.mkdir()
+    if kind == "link to nothing":
+        (out / "ckpt.pt").symlink_to(tmp / "gone" / "x.pt")
+    elif kind == "folder":
+        (out / "ckpt.pt").mkdir()
+    else:
+        os.mkfifo(out / "ckpt.pt")
+    result = in_process("train.py", [*sets(tmp, out, "train.max_iters=2"), *(["--resume"] if resume else [])], capsys)
+    one_line(result, "holds ckpt.pt", {"link to nothing": "leads to no file", "folder": "a folder",
+                                        "pipe": "not a regular file"}[kind])
+    assert not (tmp / "gone").exists() and sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]
+
+
+def test_resume_from_a_damaged_checkpoint_offers_its_best_weights(run, tmp, capsys):
+    import shutil
+    out = tmp / "damaged_ckpt"
+    shutil.copytree(run, out)
+    (out / "ckpt.pt").write_bytes((out / "ckpt.pt").read_bytes()[:1000])
+    line = one_line(in_process("train.py", [*sets(tmp, out), "--resume"], capsys), "ckpt.pt")
+    assert f"--set train.init_from={out / 'best.pt'} train.out_dir=NEW_DIR" in line
+
+
+def test_a_path_too_long_is_told_in_one_short_line():
+    """train.out_dir of 5,000 characters: `error: File name too long: ` and the whole path, one 5 KB line."""
+    from tinygpt.errors import environment_error
+    path = "/tmp/" + "/".join(["y" * 200] * 25) + "/end"
+    line = environment_error(OSError(errno.ENAMETOOLONG, "File name too long", path))
+    assert line.startswith("File name too long: /tmp/yyy") and line.endswith("yyy/end") and len(line) < 240

@@ -88,9 +88,12 @@ def reason(e: BaseException, limit: int = 120) -> str:
 
 
 def environment_error(e: OSError) -> str:
-    """One line for an OSError the machine raised: what, and on which file."""
-    where = f": {e.filename}" if e.filename is not None else ""
-    return f"{e.strerror or type(e).__name__}{where}"
+    """One line for an OSError the machine raised: what, and on which file (a path over 200
+    characters, say 5,000 refused as too long, keeps its first 100 and its last 97)."""
+    name = "" if e.filename is None else str(e.filename)
+    if len(name) > 200:
+        name = f"{name[:100]}...{name[-97:]}"
+    return f"{e.strerror or type(e).__name__}{': ' + name if name else ''}"
 
 
 def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None) -> None:

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import atomic_write_text, check_writable, load_checkpoint, make_folder, remove_empty
+from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, load_checkpoint, make_folder,
+                                remove_empty)
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
 from tinygpt.errors import UserError, reason
 
@@ -128,6 +129,13 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     step 0): it may be started again (they are rewritten)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is a file, not a directory")
+    for name in RUN_FILES:  # where a run writes a file: a link to nothing would be written outside the folder
+        path = out_dir / name
+        odd = dead_link(path) or (None if not path.exists() or path.is_file() else
+                                  "a folder" if path.is_dir() else "not a regular file (a pipe, a device)")
+        if odd:
+            raise UserError(f"train.out_dir={str(out_dir)!r} holds {name}, {odd}, where a run writes its {name}; "
+                            f"remove it, or choose another out_dir")
     if resume:
         if not (out_dir / "ckpt.pt").is_file():
             raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; drop --resume to start a new run")
