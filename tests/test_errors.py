@@ -1295,3 +1295,12 @@ def test_a_path_too_long_is_told_in_one_short_line():
     path = "/tmp/" + "/".join(["y" * 200] * 25) + "/end"
     line = environment_error(OSError(errno.ENAMETOOLONG, "File name too long", path))
     assert line.startswith("File name too long: /tmp/yyy") and line.endswith("yyy/end") and len(line) < 240
+
+
+def test_a_hint_names_a_dash_path_so_that_it_is_not_a_flag(tmp, capsys, monkeypatch):
+    """train.out_dir=-rf ended with `sample with: python sample.py -rf`, which sample.py reads as a flag."""
+    from tinygpt.errors import path_word
+    assert path_word("-rf") == "./-rf" and path_word("/tmp/-rf") == "/tmp/-rf" and path_word("out/a") == "out/a"
+    monkeypatch.chdir(tmp)
+    result = in_process("train.py", [*sets(tmp, Path("-dash_run"), "train.max_iters=2")], capsys)
+    assert result.code == 0 and result.out.rstrip().endswith("sample with: python sample.py ./-dash_run"), result

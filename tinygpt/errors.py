@@ -274,6 +274,13 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
+def path_word(path: str | Path) -> str:
+    """A path as a command's argument in a hint: one that starts with '-' gets './', which a
+    command line would read as a flag."""
+    text = str(path)
+    return f"./{text}" if text.startswith("-") else text
+
+
 class ArgParser(argparse.ArgumentParser):
     """argparse, but a bad flag is a UserError: one line, exit code 2, no usage dump."""
 
