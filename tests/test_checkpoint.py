@@ -515,3 +515,18 @@ def test_a_lock_file_on_a_full_disk_still_locks_and_leaves_nothing(tmp_path, mon
             with runs.run_lock(out):
                 pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_inside_atomic_dir_names_the_folder_not_its_temp_folder(tmp_path):
+    """export.py on a full disk: `cannot write OUT/.hf.1234.x.tmp/model.safetensors: ...`, a folder
+    the user never named (and that was removed)."""
+    import errno
+
+    def full(f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(UserError) as info:
+        with checkpoint.atomic_dir(tmp_path / "hf") as tmp:
+            atomic_write(tmp / "model.safetensors", full)
+    assert str(info.value) == f"cannot write {tmp_path / 'hf'}: No space left on device (nothing was written)"
+    assert list(tmp_path.iterdir()) == []

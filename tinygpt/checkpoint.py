@@ -67,7 +67,8 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         if (cause := os_error_behind(e)) is not None:
-            raise cannot_write(path, cause, "the previous file is intact" if path.is_file() else None) from None
+            # (from cause: inside atomic_dir, the refusal names the folder being made, not its temp folder)
+            raise cannot_write(path, cause, "the previous file is intact" if path.is_file() else None) from cause
         raise
 
 
