@@ -4,7 +4,7 @@
 # (default out/experiments); the other figures there are rerun by the commands written beside them.
 # On 2 cores: default about 2 hours, ablation about 40 minutes, sweep about 100 (36 runs), bench
 # about 40 (nearly all of it the 200-step loss comparison), jobs about 11; foundation trains the
-# default and nanoGPT's recipe, attention one 500-step run, speedrun three runs of about a minute.
+# default and nanoGPT's recipe, attention two 500-step runs, speedrun three runs of about a minute.
 #   bash scripts/experiments.sh [all | default | foundation | attention | ablation | sweep | jobs | bench | speedrun]
 # foundation, bench and speedrun read tiny shakespeare from SHAKESPEARE=PATH/tinyshakespeare.txt
 # (unset: ../shared/data/tinyshakespeare.txt); they stop at once, naming SHAKESPEARE, without it.
@@ -37,13 +37,20 @@ if [[ $what == all || $what == foundation ]]; then
 fi
 
 if [[ $what == all || $what == attention ]]; then
-  # the coreference probe on the default model, and the bidirectional experiment
-  python probe.py "$OUT/stories/run" | tee "$OUT/probe_default.txt"
-  rm -rf "$OUT/bidirectional"
-  python train.py configs/stories.yaml --quiet --set model.causal=false train.max_iters=500 \
-      train.out_dir="$OUT/bidirectional" | tee "$OUT/bidirectional.txt"
-  python sample.py "$OUT/bidirectional" --max-new-tokens 1 >>"$OUT/bidirectional.txt" 2>&1 || true
-  python sample.py "$OUT/bidirectional" --force --max-new-tokens 200 --seed 1 >>"$OUT/bidirectional.txt" 2>&1
+  # causal vs bidirectional: the default config for 500 steps with and without the mask (single runs),
+  # then what each generates from the same prompt (the bidirectional model: refused, then --force)
+  if [[ -f $OUT/stories/run/best.pt ]]; then  # the coreference probe on foundation's default model
+    python probe.py "$OUT/stories/run" | tee "$OUT/probe_default.txt"
+  fi
+  for causal in true false; do
+    rm -rf "$OUT/causal_$causal"
+    python train.py configs/stories.yaml --quiet --set model.causal=$causal train.max_iters=500 \
+        train.out_dir="$OUT/causal_$causal" | tee "$OUT/causal_$causal.txt"
+  done
+  python sample.py "$OUT/causal_true" --prompt "Once upon a time" --max-new-tokens 40 --seed 1 >>"$OUT/causal_true.txt"
+  python sample.py "$OUT/causal_false" --max-new-tokens 1 >>"$OUT/causal_false.txt" 2>&1 || true
+  python sample.py "$OUT/causal_false" --force --prompt "Once upon a time" --max-new-tokens 40 --seed 1 \
+      >>"$OUT/causal_false.txt" 2>&1
 fi
 
 if [[ $what == all || $what == ablation ]]; then

@@ -67,7 +67,7 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         if (cause := os_error_behind(e)) is not None:
-            # (from cause: inside atomic_dir, the refusal names the folder being made, not its temp folder)
+            # (from cause: inside atomic_dir, the refusal then names the folder made, not its temp folder)
             raise cannot_write(path, cause, "the previous file is intact" if path.is_file() else None) from cause
         raise
 
@@ -253,7 +253,10 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
         fsync_dir(path.parent)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if (cause := os_error_behind(e)) is not None:  # a full disk (numpy's short write has no errno)
+        # a full disk (numpy's short write has no errno), or atomic_write's refusal of a file in tmp,
+        # which would name a temp folder the user never named
+        cause = os_error_behind(e) or (e.__cause__ if isinstance(e.__cause__, OSError) else None)
+        if cause is not None:
             raise cannot_write(path, cause, "the previous folder is intact" if path.is_dir() else None) from None
         raise
 
