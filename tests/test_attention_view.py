@@ -393,3 +393,8 @@ def test_step_context_is_what_the_model_saw(tiny_model_config):
     assert [s.context for s in steps] == seen
     assert min(seen) == tiny_model_config.block_size // 2  # it slid
     assert all(torch.equal(s.token, s.logits.argmax(-1)) for s in steps)
+
+
+def test_the_legend_counts_one_earlier_key_in_the_singular():
+    from tinygpt.attention_view import legend
+    assert "on the 1 key before" in legend(12, 13, True) and "on the 5 keys before" in legend(12, 17, True)

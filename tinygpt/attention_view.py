@@ -176,7 +176,8 @@ def legend(shown: int, total: int, causal: bool) -> str:
         parts.append("no causal mask: every position sees every other")
     parts.append(f"'{SPACE}' = space")
     if shown < total:
-        parts.append(f"'{EARLIER}' = summed weight on the {total - shown} keys before")
+        earlier = total - shown
+        parts.append(f"'{EARLIER}' = summed weight on the {earlier} key{'s' if earlier > 1 else ''} before")
     return textwrap.fill("; ".join(parts), width=100)
 
 
