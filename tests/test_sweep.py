@@ -709,6 +709,31 @@ def test_settings_plot_shows_each_setting_with_its_interval(tmp_path, monkeypatc
     assert plots.plot_settings(groups[:1], tmp_path / "one.png") is None  # one setting: nothing to compare
 
 
+def test_the_settings_plot_neither_magnifies_nor_hides(tmp_path, monkeypatch):
+    """Two single runs 0.0001 apart filled the whole height (ticks 0.00030-0.00040 under an offset
+    +5.774) with a legend "mean"; with several lines the legend sat over the y label."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    figures = capture_figures(monkeypatch)
+    rows = [{"model.n_head": h, "best_val_loss": 5.7743 + h / 10_000} for h in (1, 2)]
+    plots.plot_settings(report.group_by_setting(rows, ["model.n_head"]), tmp_path / "settings.png")
+    fig = figures["settings.png"]
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    assert high - low >= 0.01 * 5.77 and not fig.legends and ax.get_legend() is None
+    FigureCanvasAgg(fig).draw()
+    assert ax.yaxis.get_offset_text().get_text() == ""  # no offset: the ticks read as losses
+    rows = [{"model.n_head": h, "model.n_layer": L, "best_val_loss": 1 + h / 10 + L / 100} for h in (1, 2) for L in (1, 2)]
+    plots.plot_settings(report.group_by_setting(rows, ["model.n_head", "model.n_layer"]), tmp_path / "settings.png")
+    fig = figures["settings.png"]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    (legend,) = fig.legends
+    box = legend.get_window_extent(renderer)
+    assert not box.overlaps(fig.axes[0].yaxis.label.get_window_extent(renderer))
+    assert box.y1 <= fig.axes[0].get_window_extent(renderer).y0  # below the panel
+
+
 def test_default_run_table_marks_each_seed_against_the_targets():
     from scripts import default_run
     run = {"wall_s": 600.0, "best_val_loss": 0.8, "antecedent": 0.9, "distractor": 0.02, "other": 0.08,

@@ -138,6 +138,7 @@ def plot_settings(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
     if fig is None:
         return None
     fig.set_size_inches(4.2 * len(panels), 4.2)
+    fig.set_layout_engine("constrained")  # (a legend "outside" the panels needs it)
     keys = list(groups[0]["setting"])
     x_key, line_keys = keys[0], keys[1:]
     xs = list(dict.fromkeys(str(g["setting"][x_key]) for g in groups))  # first-seen order
@@ -146,7 +147,10 @@ def plot_settings(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
         name = ", ".join(f"{k.split('.', 1)[1]}={g['setting'][k]}" for k in line_keys) or "mean"
         lines.setdefault(name, []).append(g)
     n = max(g["stats"][m]["n"] for g in groups for m, _, _ in panels)
+    from matplotlib.ticker import FuncFormatter
+    plain = FuncFormatter(lambda v, _: f"{v:g}")  # 1.25, not 1.25x10^0 (log axis) or an offset +5.774
     for ax, (metric, ylabel, scale) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+        values = []
         for i, (name, members) in enumerate(lines.items()):
             shift = (i - (len(lines) - 1) / 2) * 0.06  # side by side, so the bars do not hide each other
             pts = [(xs.index(str(g["setting"][x_key])) + shift, g["stats"][metric]) for g in members
@@ -158,12 +162,23 @@ def plot_settings(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
             err = [[(st["mean"] - st["lo"]) * scale if st["lo"] is not None else 0 for _, st in pts],
                    [(st["hi"] - st["mean"]) * scale if st["hi"] is not None else 0 for _, st in pts]]
             ax.errorbar(x, mean, yerr=err, marker="o", capsize=3, label=plain_text(name))
+            values += [m - lo for m, lo in zip(mean, err[0])] + [m + hi for m, hi in zip(mean, err[1])]
         ax.set_xticks(range(len(xs)), [plain_text(x) for x in xs])
         ax.set(xlabel=x_key.split(".", 1)[1], ylabel=ylabel)
         if metric == "attribute_ratio":
             ax.set_yscale("log")
+            ax.yaxis.set_minor_formatter(plain)
+        elif scale == 100.0 and values:  # a share in %: from 0 (all 0: not -0.04 to 0.04)
+            ax.set_ylim(0, max(1.0, 1.1 * max(values)))
+        elif values:  # differences under 1% of the values would fill the whole height: show at least that span
+            middle, half = (max(values) + min(values)) / 2, (max(values) - min(values)) / 2
+            if half < 0.005 * abs(middle):
+                ax.set_ylim(middle - 0.005 * abs(middle), middle + 0.005 * abs(middle))
+        ax.yaxis.set_major_formatter(plain)
         ax.grid(alpha=0.3)
-    fig.axes[0].legend(fontsize="small")
+    if len(lines) > 1:  # below the panels, where it covers no axis label
+        fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center", fontsize="small",
+                   ncol=min(len(lines), 4))
     fig.suptitle(f"mean and 95% interval over {n} seeds" if n > 1 else "one run per setting", fontsize=10)
     return _save(fig, Path(path))
 
