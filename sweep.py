@@ -12,7 +12,9 @@ checkpoint. A second sweep on the same folder while one runs is refused at once,
 the other's process id (the sweep folder is locked for the whole sweep). A run directory it cannot
 reuse (trained with other settings, say another --set or train.max_iters, over which the learning
 rate decays; holding best.pt but no ckpt.pt; a finished run whose metrics.csv is damaged or gone)
-refuses the sweep before anything is trained, the folder's report left as it was. At the end it prints
+refuses the sweep before anything is trained, the folder's report left as it was. Runs of another
+grid in the folder stay, but are not in this sweep's report, which replaces the folder's: a note
+says so before any training (--out keeps two sweeps' reports apart). At the end it prints
 the table and writes results.md, results.csv, summary.csv, val_loss.png and settings.png (with
 matplotlib) into the sweep folder: the same report as compare.py.
 
@@ -452,10 +454,20 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return train_grid(args, grid, out)
 
 
+def other_runs(out: Path, plan: Sequence[Planned]) -> list[str]:
+    """The runs in the sweep folder that this sweep's plan does not name (another grid's, sorted)."""
+    mine = {run.run_dir.name for run in plan}
+    return sorted(d.name for d in out.iterdir() if d.name not in mine and (d / "ckpt.pt").is_file()) if out.is_dir() else []
+
+
 def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     """Plan the grid's runs, train them and write the report, the sweep folder held."""
     plan = make_plan(args, grid, out)
     check_reusable(plan)
+    if others := other_runs(out, plan):
+        print(f"note: --out={str(out)!r} also holds {len(others)} run(s) that are not in this grid ({', '.join(others[:3])}"
+              f"{', ...' if len(others) > 3 else ''}): they stay, but this sweep's report replaces the folder's "
+              f"results.md (give this sweep another --out to keep both reports)", file=sys.stderr)
 
     runner = Runner(min(args.jobs, len(plan)))  # the cores are shared by the runs that can run at once
     tags = [f"[{i}/{len(plan)}] {run.name}" for i, run in enumerate(plan, 1)]

@@ -792,15 +792,19 @@ def test_9_a_damaged_prepared_folder_is_rebuilt(tmp, run, capsys, damage):
     assert files(folder) == good  # rebuilt, the same
 
 
-def test_9_a_picture_that_cannot_be_drawn_loses_no_checkpoint(tmp, run, capsys):
-    """loss.png a folder: the final eval's ckpt.pt was lost, since the plot came before the save."""
-    pytest.importorskip("matplotlib")
-    out = tmp / "png_folder"
+def test_9_a_picture_that_cannot_be_drawn_loses_no_checkpoint(tmp, run, capsys, monkeypatch):
+    """loss.png that cannot be written: the final eval's ckpt.pt was lost, since the plot came before
+    the save. (A loss.png that is a folder is now refused before any work: test_a_run_file_...)"""
+    import train
+    from tinygpt.errors import UserError
+    out = tmp / "png_refused"
     shutil.copytree(run, out)
-    (out / "loss.png").unlink(missing_ok=True)
-    (out / "loss.png").mkdir()
+
+    def refused(run_dir):
+        raise UserError(f"cannot write {run_dir / 'loss.png'}: Permission denied (nothing was written)")
+    monkeypatch.setattr(train, "plot_run", refused)
     one_line(in_process("train.py", [*sets(tmp, out, "train.max_iters=45", "train.plot=end"), "--resume", "--quiet"],
-                        capsys), "loss.png", "it is a folder")
+                        capsys), "loss.png", "Permission denied")
     from tinygpt.checkpoint import load_checkpoint
     assert load_checkpoint(out / "ckpt.pt")["step"] == 45
 

@@ -107,6 +107,22 @@ def test_sweep_runs_valid_combinations_and_reports(first_sweep):
         assert "matplotlib is not installed" in printed and not (out / "val_loss.png").exists()
 
 
+def test_a_sweep_on_a_folder_holding_another_grids_runs_says_so(first_sweep, tmp_path, capsys):
+    """A second sweep with another grid on the default folder replaced the first's report without a
+    word, the folder then mixing both sweeps' runs."""
+    import shutil
+    out = tmp_path / "sw"
+    shutil.copytree(first_sweep["out"], out)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        _, printed = run_sweep([CONFIG, "--grid", "model.n_head=1", *shrink(first_sweep["tmp"] / "prepared"),
+                                "--out", str(out), "--quiet"])
+    assert "n_head=1: finished earlier (step 10), skipped" in printed
+    assert (f"note: --out={str(out)!r} also holds 1 run(s) that are not in this grid (n_head=2): they stay, but this "
+            f"sweep's report replaces the folder's results.md") in capsys.readouterr().err
+    assert (out / "n_head=2" / "ckpt.pt").is_file()
+
+
 def test_rerun_skips_finished_and_resumes_unfinished(first_sweep):
     tmp, out = first_sweep["tmp"], first_sweep["out"]
     mtimes = {n: (out / n / "ckpt.pt").stat().st_mtime_ns for n in ("n_head=1", "n_head=2")}
