@@ -441,3 +441,11 @@ def test_learning_a_text_without_spaces_takes_a_moment():
     t0 = time.perf_counter()
     merges = tk.learn_bpe_merges(text, 768)
     assert len(merges) == 768 and time.perf_counter() - t0 < 5
+
+
+def test_an_unknown_combining_mark_is_shown_as_its_escape():
+    """'e\u0301' to a char model: the message showed the accent bare, drawn over the quote before it."""
+    from tinygpt.tokenizer import CharTokenizer
+    from tinygpt.errors import UserError
+    with pytest.raises(UserError, match=r"not in the char vocabulary: '\\u0301'"):
+        CharTokenizer.from_text("abe").encode("e\u0301")

@@ -26,6 +26,7 @@ import difflib
 import functools
 import hashlib
 import re
+import unicodedata
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -67,6 +68,12 @@ def _escape(text: str) -> str:
         else:
             out.append(repr(ch)[1:-1])
     return "".join(out)
+
+
+def quoted(piece: str) -> str:
+    """repr(piece) for a message, a combining mark (U+0301, ...) as its escape: bare, it would draw
+    over the quote before it."""
+    return "".join(f"\\u{ord(c):04x}" if unicodedata.combining(c) else c for c in repr(piece))
 
 
 # ---- stream decoding ----
@@ -202,7 +209,7 @@ class _TableTokenizer(Tokenizer):
             shown = []
             for p in unknown[:10]:
                 near = self.closest(p)
-                shown.append(repr(p) + (f" (closest: {', '.join(map(repr, near))})" if near else ""))
+                shown.append(quoted(p) + (f" (closest: {', '.join(map(quoted, near))})" if near else ""))
             more = ", ..." if len(unknown) > 10 else ""
             raise UserError(
                 f"text has {len(unknown)} {self.unit}(s) not in the {self.kind} vocabulary: {', '.join(shown)}{more}; "
