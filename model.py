@@ -98,8 +98,9 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
                    dropout_p: float = 0.0) -> torch.Tensor:
     """The formula in the fastest kernel for the case (tested equal to `attention`); no weights.
 
-    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend, or None
-    -> y (B, nh, Tq, hs)"""
+    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask the causal mask (Tq, Tk) of the last Tq of Tk
+    positions, as the model slices it, or None -> y (B, nh, Tq, hs). (Only that mask: a square one is
+    taken for the plain lower triangle, one query for one that sees every key.)"""
     Tq, Tk = q.size(2), k.size(2)
     if Tq > 1 and q.device.type == "cpu" and q.dtype in LOW_PRECISION:
         return matmul_attention(q, k, v, mask, dropout_p)  # CPU + bfloat16: see its docstring

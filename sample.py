@@ -134,7 +134,7 @@ def check_args(args) -> None:
                         f"{MIN_TEMPERATURE:g} it is greedy in all but name); use 0 for greedy, "
                         f"or >= {MIN_TEMPERATURE:g}")
     if args.temperature > MAX_TEMPERATURE:
-        raise UserError(f"--temperature={args.temperature:g} is too large to mean anything (above {MAX_TEMPERATURE:g} "
+        raise UserError(f"--temperature={args.temperature} is too large to mean anything (above {MAX_TEMPERATURE:g} "
                         f"every token is about as likely, and --top-k/--top-p cannot tell them apart)")
     if not 0 <= args.seed < 2**63:
         raise UserError(f"--seed={args.seed} must be in [0, 2**63)")
@@ -338,7 +338,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     args = build_parser().parse_args(argv)
     check_args(args)
     if out is None and (args.attention_html or args.attention_png):  # files asked for: a reader that
-        out = ReaderMayLeave(sys.stdout, "stdout")  # leaves (| head) must not end their writing
+        out = ReaderMayLeave(sys.stdout, "stdout", full_disk_too=False)  # leaves (| head) must not end their writing
     out = out or sys.stdout
     prompt = read_prompt(args)
     device = resolve_device(args.device, "--device")

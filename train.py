@@ -79,15 +79,22 @@ def adopt_model(cfg: Config, theirs: ModelConfig) -> None:
     cfg.model = replace(theirs, dropout=cfg.model.dropout, vocab_size=0)
 
 
+def whole_best(out_dir: Path) -> str:
+    """'; start a new run from its best.pt ...' where out_dir's best.pt loads, else ''."""
+    try:
+        load_checkpoint(out_dir / "best.pt")
+    except UserError:
+        return ""
+    return f"; start a new run from its best.pt with --set {init_from(out_dir / 'best.pt')} train.out_dir=NEW_DIR"
+
+
 def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     """ckpt.pt of the run to continue; its model and data settings must be this config's."""
     path = out_dir / "ckpt.pt"
     try:
         ckpt = load_checkpoint(path)
     except UserError as e:  # damaged: its best.pt (weights only) may still be whole
-        hint = (f"; start a new run from its best.pt with --set {init_from(out_dir / 'best.pt')} "
-                f"train.out_dir=NEW_DIR" if (out_dir / "best.pt").is_file() else "")
-        raise UserError(f"--resume: {e}{hint}") from None
+        raise UserError(f"--resume: {e}{whole_best(out_dir)}") from None
     if "optimizer" not in ckpt:
         raise UserError(f"{path} holds weights only (e.g. from export.py --from-hf): it cannot be resumed; "
                         f"start a new run from it with --set {init_from(out_dir)}")
@@ -333,6 +340,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
     stop = StopFlag()
     bar = tqdm(total=t.max_iters, initial=run.step, disable=quiet or not dist.master, dynamic_ncols=True,
                file=sys.stderr)
+    failing = False  # an error on its way out: the clean-up below must not hide it
     try:
         while True:
             if (run.step % t.eval_interval == 0 or run.step == t.max_iters) and run.step != run.evaluated:
@@ -371,8 +379,10 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                 row = log(run, metrics, lr, speed)
                 bar.set_postfix(loss=row["train_loss"], lr=row["lr"], tok_s=f"{float(row['tokens_per_s']):,.0f}",
                                 mfu=f"{float(row['mfu']):.0%}")
+    except BaseException:
+        failing = True
+        raise
     finally:
-        failing = sys.exc_info()[1] is not None  # an error on its way out: the clean-up must not hide it
         bar.close()
         stop.restore()
         if dist.master and metrics:
@@ -452,11 +462,14 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         if t.tensorboard:  # the attention images look at the first tokens of the training split
             run.board = TensorBoardLog(out_dir, data.tokenizer, data.train[:min(PROMPT_TOKENS, cfg.model.block_size)],
                                        run.resumed_at)
+    failing = False  # (as in train_loop: the clean-up must not hide an error on its way out)
     try:
         with dist.peers():  # under DDP a worker killed mid-step: one line, not gloo's traceback from backward
             why = train_loop(run, speed, args.stop_at, args.quiet)
+    except BaseException:
+        failing = True
+        raise
     finally:
-        failing = sys.exc_info()[1] is not None  # (as in train_loop: the clean-up must not hide it)
         if run.board is not None:
             try:
                 run.board.close()

@@ -530,3 +530,24 @@ def test_a_full_disk_inside_atomic_dir_names_the_folder_not_its_temp_folder(tmp_
             atomic_write(tmp / "model.safetensors", full)
     assert str(info.value) == f"cannot write {tmp_path / 'hf'}: No space left on device (nothing was written)"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_training_whose_folder_was_removed_leaves_the_next_ones_lock(tmp_path):
+    """A's folder removed, B started there, then A stopped: A's clean-up removed B's .lock, and a
+    third training could take the folder while B ran."""
+    import shutil
+    from tinygpt import runs
+    out = tmp_path / "run"
+    a = runs.run_lock(out)
+    held_a = a.__enter__()
+    shutil.rmtree(out)
+    b = runs.run_lock(out)
+    held_b = b.__enter__()
+    assert not held_a() and held_b()
+    a.__exit__(None, None, None)
+    assert held_b() and (out / ".lock").is_file()
+    with pytest.raises(UserError, match="in use by another training"):
+        with runs.run_lock(out):
+            pass
+    b.__exit__(None, None, None)
+    assert not (out / ".lock").exists()

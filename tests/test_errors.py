@@ -1262,6 +1262,11 @@ def test_a_closed_standard_stream_reads_or_writes_nothing(run, tmp):
     assert page.is_file() and (hf / "config.json").is_file()
     if os.path.exists("/dev/full"):
         assert (tmp / "full_stdout_hf" / "config.json").is_file()
+        # sample.py's text is its work: lost to a full disk, it fails, even while it writes a page too
+        done = subprocess.run(shlex.join([sys.executable, str(ROOT / "sample.py"), str(run), "--max-new-tokens", "3",
+                                          "--attention-html", str(page)]) + " > /dev/full", shell=True, cwd=ROOT,
+                              env=ENV, stderr=subprocess.PIPE, text=True, timeout=300)
+        assert done.returncode == 2 and done.stderr.startswith("error: No space left on device"), done.stderr
 
 
 @pytest.mark.parametrize("kind", ["link to nothing", "folder", "pipe"])

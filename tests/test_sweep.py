@@ -702,7 +702,7 @@ def test_settings_plot_shows_each_setting_with_its_interval(tmp_path, monkeypatc
     pytest.importorskip("matplotlib")
     figures = capture_figures(monkeypatch)
     rows = [{"model.n_head": h, "model.n_layer": L, "train.seed": s, "best_val_loss": 1.0 + h / 10 + L / 100 + s / 1000,
-             "antecedent": 0.5 + L / 10 + s / 100, "attribute_ratio": 2.0 * h + s}
+             "antecedent": 0.5 + L / 10 + s / 100, "attribute_ratio": 2.0 * h ** 3 + s}  # 3 to 131: log axis
             for h in (1, 2, 4) for L in (1, 2) for s in (1, 2, 3)]
     groups = report.group_by_setting(rows, ["model.n_head", "model.n_layer", "train.seed"])
     plots.plot_settings(groups, tmp_path / "settings.png")
@@ -717,6 +717,11 @@ def test_settings_plot_shows_each_setting_with_its_interval(tmp_path, monkeypatc
     bars = ax.containers[0][2][0].get_segments()  # the error bar of the first point: the 95% interval
     assert bars[0][0][1] == pytest.approx(100 * expected["lo"]) and bars[0][1][1] == pytest.approx(100 * expected["hi"])
     assert fig.axes[2].get_yscale() == "log"
+    assert not any(t.get_text() for t in fig.axes[2].get_yticklabels(minor=True))  # minor ticks unlabelled
+    small = [{**r, "attribute_ratio": 1.2 + r["model.n_head"] / 100} for r in rows]  # within a decade: linear
+    plots.plot_settings(report.group_by_setting(small, ["model.n_head", "model.n_layer", "train.seed"]),
+                        tmp_path / "settings.png")
+    assert figures["settings.png"].axes[2].get_yscale() == "linear"
     unprobed = [{k: v for k, v in r.items() if k in ("model.n_head", "model.n_layer", "train.seed", "best_val_loss")}
                 for r in rows]
     plots.plot_settings(report.group_by_setting(unprobed, ["model.n_head", "model.n_layer", "train.seed"]),

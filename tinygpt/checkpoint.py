@@ -31,7 +31,7 @@ import torch
 
 from model import GPT
 from tinygpt.config import Config, config_from_dict
-from tinygpt.errors import UserError, reason, short
+from tinygpt.errors import UserError, path_word, reason, short
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import Tokenizer, tokenizer_from_dict
 
@@ -397,7 +397,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
                 return path / name
         if (path / "config.json").is_file():  # export.py's output, or a GPT-2 from the Hub
             raise UserError(f"{path} is a Hugging Face model folder, not a run: bring it in as one with "
-                            f"{shlex.join(['python', 'export.py', '--from-hf', str(path), 'NEW_RUN_DIR'])}")
+                            f"{shlex.join(['python', 'export.py', '--from-hf', path_word(path), 'NEW_RUN_DIR'])}")
         raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "
                         f"e.g. python train.py configs/stories.yaml")
     if not path.exists():

@@ -194,12 +194,16 @@ def open_closed_streams() -> None:
     stream's number. Each closed one reads from or writes to os.devnull instead, as with
     `</dev/null` or `>/dev/null`."""
     for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
-        if getattr(sys, name) is None:
-            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one, if closed
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)  # open after all: Python just did not take it
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
-            setattr(sys, name, open(fd, mode, closefd=False))
+        setattr(sys, name, open(fd, mode, closefd=False))
 
 
 class ReaderMayLeave:
@@ -212,8 +216,9 @@ class ReaderMayLeave:
     said once on stderr, and `left` tells what must still be read to go to stderr. (When the output is the work,
     `sample.py | head` ends there, exit 0; see run_cli.)"""
 
-    def __init__(self, stream, name: str) -> None:
+    def __init__(self, stream, name: str, full_disk_too: bool = True) -> None:
         self.stream, self.name = stream, name
+        self.full_disk_too = full_disk_too  # False where the output is the work (sample.py's text)
         self.left = False  # the reader left: what must still be read goes to stderr
 
     def write(self, text: str) -> int:
@@ -235,14 +240,13 @@ class ReaderMayLeave:
                 raise
             self._drop(why)
 
-    @staticmethod
-    def _gone(e: OSError) -> str | None:
+    def _gone(self, e: OSError) -> str | None:
         """Why the output takes no more: a broken pipe or EIO from a terminal that hung up (SSH
         dropped) mean its reader left; ENOSPC, EDQUOT or EFBIG that its file's disk is full.
         None for any other error."""
         if isinstance(e, BrokenPipeError) or e.errno == errno.EIO:
             return "was closed (its reader left)"
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        if self.full_disk_too and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             return f"cannot be written ({os.strerror(e.errno)})"
         return None
 
@@ -270,7 +274,7 @@ def path_arg(text: str) -> Path:
     """argparse's type for a path argument: an empty one is refused (Path("") is ".", the current
     folder, which nobody means by an empty argument: an unset $RUN)."""
     if not text:
-        raise argparse.ArgumentTypeError("an empty path names no file or folder (. is the current folder)")
+        raise argparse.ArgumentTypeError("an empty path names no file or folder; name one (. for the current folder)")
     return Path(text)
 
 

@@ -61,7 +61,7 @@ from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, load_model,
                                 load_weights, resolve_checkpoint, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
-from tinygpt.errors import UserError, reason, short
+from tinygpt.errors import UserError, path_word, reason, short
 from tinygpt.runs import RUN_FILES, write_config
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt, tokenizer_from_dict
@@ -360,7 +360,7 @@ It needs transformers only, not tinygpt:
 - Generation (generation_config.json): sampling at temperature 0.8 with no top-k, like sample.py; \
 prompt and continuation together at most {cfg.model.block_size} tokens, the context length (max_length).
 - {"Biases are zeros: the tinygpt model had none (bias: false)." if not cfg.model.bias else "Biases as trained."}
-- Back to tinygpt, exactly: `{shlex.join(['python', 'export.py', '--from-hf', str(out_dir), 'OUT_RUN_DIR'])}`.
+- Back to tinygpt, exactly: `{shlex.join(['python', 'export.py', '--from-hf', path_word(out_dir), 'OUT_RUN_DIR'])}`.
 """ + (f"- Caution: {caution}.\n" if caution else ""))
     return out_dir
 

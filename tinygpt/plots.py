@@ -147,7 +147,7 @@ def plot_settings(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
         name = ", ".join(f"{k.split('.', 1)[1]}={g['setting'][k]}" for k in line_keys) or "mean"
         lines.setdefault(name, []).append(g)
     n = max(g["stats"][m]["n"] for g in groups for m, _, _ in panels)
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter
     plain = FuncFormatter(lambda v, _: f"{v:g}")  # 1.25, not 1.25x10^0 (log axis) or an offset +5.774
     for ax, (metric, ylabel, scale) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
         values = []
@@ -165,11 +165,11 @@ def plot_settings(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
             values += [m - lo for m, lo in zip(mean, err[0])] + [m + hi for m, hi in zip(mean, err[1])]
         ax.set_xticks(range(len(xs)), [plain_text(x) for x in xs])
         ax.set(xlabel=x_key.split(".", 1)[1], ylabel=ylabel)
-        if metric == "attribute_ratio":
-            ax.set_yscale("log")
-            ax.yaxis.set_minor_formatter(plain)
-        elif scale == 100.0 and values:  # a share in %: from 0 (all 0: not -0.04 to 0.04)
-            ax.set_ylim(0, max(1.0, 1.1 * max(values)))
+        if metric == "attribute_ratio" and values and min(values) > 0 and max(values) > 10 * min(values):
+            ax.set_yscale("log")  # ratios over more than a decade (a tenfold is as far as a tenth)
+            ax.yaxis.set_minor_formatter(NullFormatter())  # (labelled, minor ticks pile up)
+        elif scale == 100.0 and values:  # a share in %: 0 to at most 100 (all 0: not -0.04 to 0.04)
+            ax.set_ylim(0, min(105.0, max(1.0, 1.1 * max(values))))
         elif values:  # differences under 1% of the values would fill the whole height: show at least that span
             middle, half = (max(values) + min(values)) / 2, (max(values) - min(values)) / 2
             if half < 0.005 * abs(middle):

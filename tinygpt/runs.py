@@ -37,7 +37,8 @@ except ImportError:  # pragma: no cover - Windows
 
 METRICS = ["step", "train_loss", "val_loss", "lr", "tokens_per_s", "mfu", "elapsed_s"]
 CHECKPOINTS = ("ckpt.pt", "best.pt")
-RUN_FILES = ("config.yaml", *CHECKPOINTS, "metrics.csv", "loss.png", "probe.json")
+TRAIN_FILES = ("config.yaml", *CHECKPOINTS, "metrics.csv", "loss.png")  # what train.py writes
+RUN_FILES = (*TRAIN_FILES, "probe.json")
 LOCK = ".lock"
 REPORT_LOCK = ".sweep.lock"  # in a sweep's or a comparison's --out while one writes there (run_lock)
 
@@ -67,8 +68,9 @@ def run_lock(out_dir: Path, setting: str = "train.out_dir", user: str = "trainin
     try:
         yield held
     finally:
-        with suppress(OSError):  # (Windows cannot remove an open file: it stays, and is taken over)
-            (out_dir / name).unlink(missing_ok=True)  # before releasing it: see _acquire
+        if held():  # (not another training's, made after this one's folder was removed)
+            with suppress(OSError):  # (Windows cannot remove an open file: it stays, and is taken over)
+                (out_dir / name).unlink(missing_ok=True)  # before releasing it: see _acquire
         os.close(fd)
         remove_empty(created)
 
@@ -129,7 +131,7 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     step 0): it may be started again (they are rewritten)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is a file, not a directory")
-    for name in RUN_FILES:  # where a run writes a file: a link to nothing would be written outside the folder
+    for name in TRAIN_FILES:  # where train.py writes: a link to nothing would be written outside the folder
         path = out_dir / name
         odd = dead_link(path) or (None if not path.exists() or path.is_file() else
                                   "a folder" if path.is_dir() else "not a regular file (a pipe, a device)")

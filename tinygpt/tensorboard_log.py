@@ -60,7 +60,9 @@ class TensorBoardLog:
         # purge_step: a resumed run drops what an interrupted session wrote after its checkpoint (the
         # steps after it; metrics.csv keeps the checkpoint's own step, and so does this)
         self.dir = Path(run_dir) / LOG_DIR
-        threading.excepthook = _quiet_writer_thread
+        if threading.excepthook is not _quiet_writer_thread:
+            global _prior_hook
+            _prior_hook, threading.excepthook = threading.excepthook, _quiet_writer_thread
         with self._writing():
             self.writer = SummaryWriter(str(self.dir), purge_step=None if resumed_at is None else resumed_at + 1)
         self.prompt = [int(i) for i in prompt]
@@ -73,9 +75,12 @@ class TensorBoardLog:
     def _writing(self) -> Iterator[None]:
         """A file the writer cannot write (a full disk) is the user's to fix: one line naming the
         folder. (tensorboard writes from a thread of its own, whose error the writer raises again
-        here at its next call; that thread's traceback is not printed.)"""
+        at its next call, but not at close(); _quiet_writer_thread keeps it for here, without that
+        thread's traceback.)"""
         try:
             yield
+            if WRITER_ERRORS:
+                raise WRITER_ERRORS.pop()
         except OSError as e:
             raise UserError(f"cannot write the TensorBoard log {self.dir}: {environment_error(e)}; make room, or "
                             f"set train.tensorboard=false, and continue with --resume") from None
@@ -118,10 +123,15 @@ class TensorBoardLog:
             self.writer.close()
 
 
-def _quiet_writer_thread(args: threading.ExceptHookArgs, prior=threading.excepthook) -> None:
-    """threading.excepthook: an OSError of tensorboard's writer thread prints nothing (TensorBoardLog
-    says it in one line when the writer raises it again); anything else as before."""
+WRITER_ERRORS: list[OSError] = []  # the writer thread's, for TensorBoardLog to raise in one line
+_prior_hook = threading.excepthook
+
+
+def _quiet_writer_thread(args: threading.ExceptHookArgs) -> None:
+    """threading.excepthook: an OSError of tensorboard's writer thread is kept for TensorBoardLog to
+    say in one line, its traceback not printed; anything else goes to the hook there was before."""
     if type(args.thread).__name__ == "_AsyncWriterThread" and issubclass(args.exc_type, OSError):
+        WRITER_ERRORS.append(args.exc_value)
         return
-    prior(args)
+    _prior_hook(args)
 
