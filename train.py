@@ -148,8 +148,12 @@ def load_init(cfg: Config) -> tuple[GPT, dict[str, Any]]:
         raise UserError(f"train.init_from: {e}") from None
     ckpt = load_checkpoint(path)
     model, init_cfg = model_from_checkpoint(ckpt, path)
+    ours = cfg.model
     adopt_model(cfg, init_cfg.model)  # check_init_tokenizer then says whether the data's vocabulary is theirs
-    print(f"train.init_from: starting from {path} (step {ckpt['step']}), with its model config")
+    replaced = [f"model.{k}={getattr(ours, k)}" for k in ("block_size", "n_layer", "n_head", "n_embd", "bias", "causal")
+                if getattr(ours, k) != getattr(cfg.model, k)]
+    print(f"train.init_from: starting from {path} (step {ckpt['step']}), with its model config"
+          + (f", not this config's {', '.join(replaced)}" if replaced else ""))
     return model, ckpt
 
 

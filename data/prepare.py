@@ -227,10 +227,14 @@ def _encode(tokenizer: Tokenizer, text: str, show_progress: bool) -> np.ndarray:
 def _is_current(folder: Path, d: DataConfig) -> bool:
     """Does `folder` hold a complete, undamaged preparation of these data settings? (The arrays
     have the sizes meta.json gives, and the arrays and tokenizer.json the digest it records: a
-    changed byte gave out-of-range token ids, a traceback, or silently wrong losses.)"""
+    changed byte gave out-of-range token ids, a traceback, or silently wrong losses; the digest is of
+    the bytes, so meta.json's dtype must also be the one its vocabulary takes, else an edited one
+    would read the same bytes as other numbers.)"""
     try:
         meta = json.loads((folder / "meta.json").read_text())
         if meta["settings"] != json.loads(json.dumps(_fingerprint(d))):
+            return False
+        if np.dtype(meta["dtype"]) != np.dtype(token_dtype(meta["vocab_size"])):
             return False
         itemsize = np.dtype(meta["dtype"]).itemsize
         for split in ("train", "val"):
@@ -291,7 +295,7 @@ def _prepare(d: DataConfig, out: Path, show_progress: bool) -> Path:
     tokenizer = build_tokenizer(d.tokenizer, text, compact=d.compact_vocab, bpe_vocab_size=d.bpe_vocab_size)
     ids = _encode(tokenizer, text, show_progress)
     n_val = int(len(ids) * d.val_fraction)
-    dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+    dtype = token_dtype(tokenizer.vocab_size)
     train, val = ids[: len(ids) - n_val].astype(dtype), ids[len(ids) - n_val:].astype(dtype)
     meta = {"settings": settings, "vocab_size": tokenizer.vocab_size, "dtype": np.dtype(dtype).name,
             "train_tokens": int(len(train)), "val_tokens": int(len(val)), "chars": len(text),
@@ -330,6 +334,11 @@ def load_for_training(cfg: Config, source: str) -> Prepared:
                         f"{data.tokenizer.vocab_size}: the vocabulary comes from the data; remove the key")
     cfg.model.vocab_size = data.tokenizer.vocab_size
     return data
+
+
+def token_dtype(vocab_size: int) -> type:
+    """The smallest unsigned type that holds every token id."""
+    return np.uint16 if vocab_size <= 2**16 else np.uint32
 
 
 def token_arrays(folder: Path, meta: dict) -> tuple[np.ndarray, np.ndarray]:

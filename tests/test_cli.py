@@ -429,16 +429,19 @@ def test_resume_at_max_iters_between_evals_evaluates_the_end(tmp):
     assert again["step"] == 7 and val_losses(read_metrics(out)).keys() == {0, 7}
 
 
-def test_a_fine_tuned_run_resumes_without_its_starting_weights(tmp):
+def test_a_fine_tuned_run_resumes_without_its_starting_weights(tmp, capsys):
     """A run started from train.init_from resumes from its own ckpt.pt, with the model config it
     was trained with (its starting weights'), even after those weights are gone; the YAML's own
-    model settings (another width) do not matter to it."""
+    model settings (another width) do not matter to it, and the start says which it replaced."""
     import shutil
     import train
     source, tuned = tmp / "init_source", tmp / "init_tuned"
     train.main(inproc_base(tmp, f"train.out_dir={source}", "model.n_embd=16", "train.max_iters=5"))
+    capsys.readouterr()
     train.main(inproc_base(tmp, f"train.out_dir={tuned}", f"train.init_from={source}", "train.max_iters=10",
                            "train.eval_interval=5") + ["--stop-at", "5"])
+    n_embd = yaml.safe_load((tmp / "config.yaml").read_text())["model"]["n_embd"]
+    assert f"with its model config, not this config's model.n_embd={n_embd}\n" in capsys.readouterr().out
     shutil.rmtree(source)
     done = train.main(inproc_base(tmp, f"train.out_dir={tuned}", f"train.init_from={source}", "train.max_iters=10",
                                   "train.eval_interval=5") + ["--resume"])

@@ -365,7 +365,10 @@ def test_values_beyond_what_the_machine_represents_are_refused(tmp_path, overrid
     ("train: {lr: !!float abc}\n", "a value cannot be read"),
     ("train: {out_dir: !!timestamp foo}\n", "a value cannot be read"),
     ("model: {n_layer: " + "9" * 5000 + "}\n", "a value cannot be read"),
-], ids=["int", "float", "timestamp", "5000 digits"])
+    ("model: {n_layer: !!int }\n", "a !!tag with no value after it"),  # an IndexError, a traceback
+    ("model: {bias: !!bool }\n", "a !!tag with no value after it"),  # a KeyError, a traceback
+    ("model.n_layer: 2\n", "is written dotted, as --set takes it; in a file, nest it"),  # "did you mean itself?"
+], ids=["int", "float", "timestamp", "5000 digits", "bare !!int", "bare !!bool", "dotted key"])
 def test_a_value_pyyaml_cannot_build_is_a_one_line_error(tmp_path, text, expected):
     assert expected in user_error(write(tmp_path, text))
 
@@ -468,3 +471,18 @@ def test_the_schema_in_design_md_is_the_code_s_defaults():
     defaults = config_to_dict(Config())
     del defaults["model"]["vocab_size"]
     assert documented == defaults
+
+
+def test_set_before_the_config_says_that_set_took_it():
+    """`train.py --set model.n_layer=2 CONFIG`: "the following arguments are required: config", with
+    the config right there on the line (--set takes every word after it)."""
+    import train
+    with pytest.raises(UserError, match="--set takes every word after it, the config too: give the config first"):
+        train.parse_args(["--set", "model.n_layer=2", "configs/stories.yaml"])
+
+
+def test_an_unknown_tokenizer_is_refused_with_the_config_not_after_reading_the_data(tmp_path):
+    """It was refused only when the data was prepared, after the dataset was read, and a name with
+    a '/' left a prepared folder behind."""
+    message = user_error(write(tmp_path, ""), ["data.tokenizer=../../evil"])
+    assert message.startswith("data.tokenizer='../../evil'") and "char, word, bpe or a tiktoken encoding: gpt2" in message

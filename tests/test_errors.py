@@ -762,7 +762,7 @@ def test_9_a_gpt2_config_json_with_a_string_size_is_one_line(tmp, capsys):
 
 
 @pytest.mark.parametrize("damage", ["empty train.bin", "broken tokenizer.json", "overwritten train.bin",
-                                    "stub tokenizer.json"])
+                                    "stub tokenizer.json", "meta.json's dtype"])
 def test_9_a_damaged_prepared_folder_is_rebuilt(tmp, run, capsys, damage):
     """Damage of any kind, the size kept too (40 bytes of 0xff in train.bin: token ids out of range, an
     IndexError traceback; a tokenizer.json of the right vocab_size that is not a tokenizer: refused
@@ -784,6 +784,10 @@ def test_9_a_damaged_prepared_folder_is_rebuilt(tmp, run, capsys, damage):
         (folder / "train.bin").write_bytes(bytes(data))
     elif damage == "stub tokenizer.json":
         (folder / "tokenizer.json").write_text(json.dumps({"vocab_size": json.loads(good["meta.json"])["vocab_size"]}))
+    elif damage == "meta.json's dtype":  # the same bytes read as uint8: every token id split in two
+        meta = json.loads(good["meta.json"])
+        meta.update(dtype="uint8", train_tokens=2 * meta["train_tokens"], val_tokens=2 * meta["val_tokens"])
+        (folder / "meta.json").write_text(json.dumps(meta))
     else:
         (folder / "tokenizer.json").write_text('{"kind": "char", "chars": "ab')
     result = in_process("train.py", [*sets(tmp, tmp / f"run_{damage.replace(' ', '_')}", f"data.prepared_dir={prep}",

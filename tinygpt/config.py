@@ -181,6 +181,8 @@ def yaml_load(text: str) -> Any:
     loader = LimitedSafeLoader(text)
     try:
         return loader.get_single_data()
+    except (IndexError, KeyError):  # PyYAML's `!!int` or `!!bool` with nothing after it
+        raise YAMLRefused("a value cannot be read (a !!tag with no value after it)") from None
     except (ValueError, TypeError, AttributeError, OverflowError) as e:  # PyYAML building a value: `!!int abc`
         raise YAMLRefused(f"a value cannot be read ({reason(e).split(';')[0]})") from None
     finally:
@@ -200,6 +202,10 @@ def all_keys() -> list[str]:
 
 def _unknown_key(key: str, source: str) -> UserError:
     """'did you mean' the closest valid key (a bare section name is matched against sections)."""
+    if key in all_keys():  # `model.n_layer: 2` at the top of a file: a dotted key is --set's spelling
+        section, name = key.split(".", 1)
+        return UserError(f"config key {short(key)} ({source}) is written dotted, as --set takes it; in a file, "
+                         f"nest it: '{section}:' with '{name}: ...' indented under it")
     candidates = all_keys() if "." in key else list(SECTIONS)
     near = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
     hint = f"; did you mean '{near[0]}'?" if near else f"; valid sections: {', '.join(SECTIONS)}"
@@ -414,7 +420,10 @@ def validate(cfg: Config, source: str) -> None:
                         f"({source}); valid n_head: {_divisors(m.n_embd)}")
     need(0.0 <= m.dropout < 1.0, "model.dropout", m.dropout, "must be in [0, 1)")
     need(bool(d.dataset.strip()), "data.dataset", d.dataset, "must name a dataset or a path")
-    need(bool(d.tokenizer.strip()), "data.tokenizer", d.tokenizer, "must be char, word, bpe or a tiktoken encoding")
+    import tiktoken  # (its names only: an encoding is loaded, or downloaded, when the data is prepared)
+    encodings = tiktoken.list_encoding_names()
+    need(d.tokenizer in ("char", "word", "bpe", *encodings), "data.tokenizer", d.tokenizer,
+         f"must be char, word, bpe or a tiktoken encoding: {', '.join(encodings)}")
     need(257 <= d.bpe_vocab_size <= 65536, "data.bpe_vocab_size", d.bpe_vocab_size, "must be in 257..65536")
     need(0.0 < d.val_fraction < 1.0, "data.val_fraction", d.val_fraction, "must be in (0, 1)")
     need(d.stories_chars >= 10_000, "data.stories_chars", d.stories_chars, "must be >= 10000")

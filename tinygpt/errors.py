@@ -288,5 +288,14 @@ def path_word(path: str | Path) -> str:
 class ArgParser(argparse.ArgumentParser):
     """argparse, but a bad flag is a UserError: one line, exit code 2, no usage dump."""
 
+    def parse_args(self, args: Sequence[str] | None = None, namespace=None):  # type: ignore[override]
+        self.words = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
     def error(self, message: str) -> None:  # type: ignore[override]
+        words = getattr(self, "words", [])
+        if "arguments are required" in message and any(w.startswith("--set") for w in words):
+            # `train.py --set a=1 CONFIG`: --set takes every word after it, the config too
+            message += ("; --set takes every word after it, the config too: give the config first, "
+                        "CONFIG --set KEY=VALUE ...")
         raise UserError(f"{message} (see {self.prog} --help)")
