@@ -200,18 +200,18 @@ class Run:
     board: TensorBoardLog | None = None  # train.tensorboard, on the main process
     held: Callable[[], bool] | None = None  # is out_dir's lock still ours (runs.run_lock; the main process)
 
-    def state(self, rngs: list[dict] | None = None) -> dict[str, Any]:
-        """The checkpoint; with every process's RNG states (rngs, in rank order), all that a resumed
-        run needs to continue exactly."""
+    def state(self, ranks: list[tuple[dict, float]] | None = None) -> dict[str, Any]:
+        """The checkpoint; with every process's RNG states and train-loss sum since the last log
+        (ranks, in rank order), all that a resumed run needs to continue exactly."""
         s = {"config": config_to_dict(self.cfg), "tokenizer": self.data.tokenizer.to_dict(),
              "model": self.model.state_dict(), "step": self.step, "best_val_loss": self.best_val,
              "elapsed_s": self.elapsed, "data_digest": self.data.meta["digest"], "evaluated_step": self.evaluated}
-        if rngs is not None:
+        if ranks is not None:
+            rngs, sums = [rng for rng, _ in ranks], [loss_sum for _, loss_sum in ranks]
             s.update(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
-                     batch_rng=self.batch_gen.get_state(), rng=rngs[0], loss_sum=self.loss_sum.item(),
-                     loss_count=self.loss_count)
-            if len(rngs) > 1:  # DDP: each rank draws its own dropout masks
-                s["rng_ranks"] = rngs
+                     batch_rng=self.batch_gen.get_state(), rng=rngs[0], loss_sum=sums[0], loss_count=self.loss_count)
+            if len(ranks) > 1:  # DDP: each rank draws its own dropout masks and sums its own losses
+                s.update(rng_ranks=rngs, loss_sum_ranks=sums)
         return s
 
     def restore(self, ckpt: dict[str, Any]) -> None:
@@ -220,23 +220,31 @@ class Run:
         if ckpt["scaler"] and self.scaler.is_enabled():  # empty: saved without float16 (train.dtype may change)
             self.scaler.load_state_dict(ckpt["scaler"])
         self.batch_gen.set_state(ckpt["batch_rng"])
-        ranks = ckpt.get("rng_ranks")  # under DDP each rank's; on another number of processes, rank 0's for all
-        mine = ranks[self.dist.rank] if isinstance(ranks, list) and len(ranks) == self.dist.world_size else ckpt["rng"]
-        restore_rng_state(mine, self.dist.device)
+        restore_rng_state(self.own(ckpt, "rng"), self.dist.device)
         self.step, self.best_val, self.elapsed = ckpt["step"], ckpt["best_val_loss"], ckpt["elapsed_s"]
-        self.loss_sum.fill_(ckpt["loss_sum"])
+        self.loss_sum.fill_(self.own(ckpt, "loss_sum"))
         self.loss_count = ckpt["loss_count"]
         self.resumed_at = self.step
         # a run stopped between evals (Ctrl-C, --stop-at) was not evaluated at its step; older checkpoints say nothing
         self.evaluated = ckpt.get("evaluated_step", self.step)
 
+    def own(self, ckpt: dict[str, Any], key: str) -> Any:
+        """This process's `key` (rng, loss_sum): under DDP each rank's own, saved as KEY_ranks; on
+        another number of processes (or from a checkpoint without them) rank 0's, `key`, for all."""
+        ranks = ckpt.get(f"{key}_ranks")
+        rank = self.dist.rank
+        if isinstance(ranks, list) and len(ranks) == self.dist.world_size and type(ranks[rank]) is type(ckpt[key]):
+            return ranks[rank]
+        return ckpt[key]
+
     def save(self, name: str, with_optimizer: bool = True) -> None:
-        """Rank 0 writes the file; with the optimizer, every rank sends its RNG states (a collective:
-        all ranks save together)."""
-        rngs = self.dist.gather(capture_rng_state(self.dist.device)) if with_optimizer else None
+        """Rank 0 writes the file; with the optimizer, every rank sends its RNG states and loss sum
+        (a collective: all ranks save together)."""
+        ranks = (self.dist.gather((capture_rng_state(self.dist.device), self.loss_sum.item())) if with_optimizer
+                 else None)
         if self.dist.master:
             self.check_folder()
-            save_checkpoint(self.out_dir / name, self.state(rngs))
+            save_checkpoint(self.out_dir / name, self.state(ranks))
 
     def check_folder(self) -> None:
         """Before a write: out_dir is still this training's. Removed while it ran (rm -rf, then
@@ -355,20 +363,24 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                     bar.write(f"step {run.step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             if run.step >= t.max_iters:
                 return "done"
-            # a signal is checked every step alone, at log steps under DDP (all processes stop together)
-            if dist.world_size == 1 or run.step % t.log_interval == 0:
-                signalled = dist.any(stop.signum is not None)  # here, or in another process of the run
-                if signalled or (stop_at is not None and run.step >= stop_at):
-                    run.elapsed = time.perf_counter() - speed["t_start"]
-                    run.save("ckpt.pt")
-                    why = "interrupted" if signalled else "stopped"
-                    if signalled and stop.signum is None:  # (SIGTERM: what torchrun sends its workers)
-                        run.exit_code = 128 + signal.SIGTERM
-                    # on stderr if stdout's reader left (| head): how to continue must still be read
-                    if dist.master:
-                        bar.write(f"{why} at step {run.step}: saved {run.out_dir / 'ckpt.pt'}; continue with --resume",
-                                  file=sys.stderr if getattr(sys.stdout, "left", False) else None)
-                    return why
+            # all processes stop together: --stop-at is the same step on each; a signal (here, or in
+            # another process of the run) is agreed on every step, but under DDP with NCCL (GPUs) only at
+            # log steps, where the loop syncs the host anyway (on CPUs, gloo's agreement is cheap beside
+            # the gradients' all-reduce; torchrun kills a worker 30 s after passing a signal on)
+            signalled = False
+            if dist.world_size == 1 or dist.device.type == "cpu" or run.step % t.log_interval == 0:
+                signalled = dist.any(stop.signum is not None)
+            if signalled or (stop_at is not None and run.step >= stop_at):
+                run.elapsed = time.perf_counter() - speed["t_start"]
+                run.save("ckpt.pt")
+                why = "interrupted" if signalled else "stopped"
+                if signalled and stop.signum is None:  # (SIGTERM: what torchrun sends its workers)
+                    run.exit_code = 128 + signal.SIGTERM
+                # on stderr if stdout's reader left (| head): how to continue must still be read
+                if dist.master:
+                    bar.write(f"{why} at step {run.step}: saved {run.out_dir / 'ckpt.pt'}; continue with --resume",
+                              file=sys.stderr if getattr(sys.stdout, "left", False) else None)
+                return why
             if run.threads is not None:
                 run.threads.update()  # follow the cores other processes leave free (checked once a second)
             lr = lr_at(run.step, t)  # warmup, then cosine decay

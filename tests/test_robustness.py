@@ -152,8 +152,9 @@ def test_resume_is_exact_with_dropout(corpus, tmp_path):
 def test_ddp_ranks_draw_their_own_dropout_and_resume_exactly(corpus, tmp_path):
     """Under DDP each rank has its own random stream (seeded train.seed + rank), so its dropout
     masks differ from the other ranks' as they would within one batch (they used to be the same),
-    and the checkpoint keeps every rank's RNG states: 2 processes stopped at step 15 and resumed ==
-    20 steps straight, bit for bit (one thread each)."""
+    and the checkpoint keeps every rank's RNG states: 2 processes stopped at step 13 and resumed ==
+    20 steps straight, bit for bit (one thread each). (--stop-at stops at its step, not at the next
+    log step, 15: under DDP it waited for one, and with a log_interval beyond it never stopped.)"""
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
 
     def ddp(run: Path, *extra: str) -> None:
@@ -162,7 +163,8 @@ def test_ddp_ranks_draw_their_own_dropout_and_resume_exactly(corpus, tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
 
     ddp(straight)
-    ddp(resumed, "--stop-at", "15")
+    ddp(resumed, "--stop-at", "13")
+    assert load_checkpoint(resumed / "ckpt.pt")["step"] == 13
     ranks = load_checkpoint(resumed / "ckpt.pt")["rng_ranks"]
     assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])
     ddp(resumed, "--resume")

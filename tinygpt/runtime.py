@@ -210,8 +210,8 @@ class Distributed:
         return out
 
     def any(self, flag: bool) -> bool:
-        """True if flag is true on any process, so that all stop together (a host sync under DDP:
-        call it at log and eval steps only)."""
+        """True if flag is true on any process, so that all stop together (under DDP a collective
+        and a host sync with the device: train.py calls it every step on CPUs, at log steps on GPUs)."""
         if self.world_size == 1:
             return flag
         x = torch.tensor([float(flag)], device=self.device)
