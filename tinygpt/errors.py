@@ -213,8 +213,8 @@ class ReaderMayLeave:
     the work early, as would a log file on a full disk (`train.py > log.txt`, ENOSPC) while the run
     directory lies on another. This drops the output instead (its file descriptor now points at
     os.devnull, so buffered text and later writes vanish) and the work goes on; a lost stdout is
-    said once on stderr, and `left` tells what must still be read to go to stderr. (When the output is the work,
-    `sample.py | head` ends there, exit 0; see run_cli.)"""
+    said once on stderr, and `left` tells what must still be read to go to stderr. (When the output
+    is the work, `sample.py | head` ends there, exit 0, and a full disk is an error; see run_cli.)"""
 
     def __init__(self, stream, name: str, full_disk_too: bool = True) -> None:
         self.stream, self.name = stream, name
