@@ -225,6 +225,13 @@ class Run:
         self.loss_sum.fill_(self.own(ckpt, "loss_sum"))
         self.loss_count = ckpt["loss_count"]
         self.resumed_at = self.step
+        ranks = ckpt.get("rng_ranks")
+        saved_on = len(ranks) if isinstance(ranks, list) else 1  # processes the checkpoint was trained on
+        if saved_on != self.dist.world_size and self.dist.master:  # train.batch_size is per process
+            t, then = self.cfg.train, config_from_dict(ckpt["config"], "ckpt.pt").train
+            print(f"note: resumed on {self.dist.world_size} process(es), trained on {saved_on}: the global batch is "
+                  f"now {t.batch_size * t.grad_accum * self.dist.world_size} sequences, was "
+                  f"{then.batch_size * then.grad_accum * saved_on} (train.batch_size is per process)", file=sys.stderr)
         # a run stopped between evals (Ctrl-C, --stop-at) was not evaluated at its step; older checkpoints say nothing
         self.evaluated = ckpt.get("evaluated_step", self.step)
 

@@ -135,6 +135,21 @@ def test_ddp_a_refusal_on_rank_0_is_one_line_on_every_rank(tmp_path):
     assert "ChildFailedError" in done.stderr and "by peer" not in done.stderr
 
 
+def test_a_resume_on_another_number_of_processes_says_the_global_batch_changed(corpus, tmp_path, capsys):
+    """A run trained on 2 processes and resumed on 1 halved its global batch (train.batch_size is per
+    process) without a word."""
+    import train
+    run = tmp_path / "run"
+    train.main(train_args(corpus, run, "train.threads=1") + ["--stop-at", "5"])
+    ckpt = load_checkpoint(run / "ckpt.pt")
+    ckpt.update(rng_ranks=[ckpt["rng"], ckpt["rng"]], loss_sum_ranks=[ckpt["loss_sum"]] * 2)  # as 2 processes save it
+    save_checkpoint(run / "ckpt.pt", ckpt)
+    capsys.readouterr()
+    train.main(train_args(corpus, run, "train.threads=1", "train.max_iters=10") + ["--resume"])
+    assert ("note: resumed on 1 process(es), trained on 2: the global batch is now 8 sequences, was 16 "
+            "(train.batch_size is per process)") in capsys.readouterr().err
+
+
 def test_resume_is_exact_with_dropout(corpus, tmp_path):
     """40 steps straight == 20 steps, stop, --resume to 40: bit-identical losses (dropout uses the RNG).
     Bit for bit with the thread count pinned (README): a busy neighbour would change it otherwise."""
