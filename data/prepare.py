@@ -163,15 +163,21 @@ def load_text(d: DataConfig) -> str:
 # ---- where a preparation lives ----
 
 
+def token_keys(d: DataConfig) -> list[str]:
+    """The data settings the tokens depend on; the others change nothing for d (bpe_vocab_size for
+    another tokenizer, the stories_* of a file), so a --resume may change them."""
+    keys = ["dataset", "tokenizer", "compact_vocab", "val_fraction"]
+    if d.tokenizer == "bpe":
+        keys.append("bpe_vocab_size")
+    if d.dataset == "stories":
+        keys += ["stories_chars", "stories_seed"]
+    return keys
+
+
 def _fingerprint(d: DataConfig) -> dict:
     """What the prepared arrays depend on; any change gives a new folder or a rebuild."""
-    settings = {"version": PREP_VERSION, "dataset": d.dataset, "tokenizer": d.tokenizer,
-                "compact_vocab": d.compact_vocab, "val_fraction": d.val_fraction}
-    if d.tokenizer == "bpe":
-        settings["bpe_vocab_size"] = d.bpe_vocab_size
-    if d.dataset == "stories":
-        settings.update(stories_chars=d.stories_chars, stories_seed=d.stories_seed)
-    elif d.dataset != "shakespeare":
+    settings = {"version": PREP_VERSION, **{key: getattr(d, key) for key in token_keys(d)}}
+    if d.dataset not in ("stories", "shakespeare"):
         settings["files"] = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
                              for f in source_files(d.dataset)]
     return settings

@@ -411,6 +411,20 @@ def test_the_failed_save_is_the_error_told_not_the_clean_up_after_it(tmp, monkey
     assert failed == [out / "ckpt.pt"]
 
 
+def test_resume_may_change_data_settings_that_change_no_token(tmp):
+    """A char run on a file: --resume with another data.bpe_vocab_size or data.stories_seed was refused
+    ("differs from the checkpoint's"), though neither touches its tokens; data.tokenizer still is."""
+    import train
+    from tinygpt.errors import UserError
+    out = tmp / "resume_unused_keys"
+    train.main(inproc_base(tmp, f"train.out_dir={out}") + ["--stop-at", "5"])
+    done = train.main(inproc_base(tmp, f"train.out_dir={out}", "data.bpe_vocab_size=300", "data.stories_seed=5",
+                                  "train.max_iters=10") + ["--resume"])
+    assert done["step"] == 10
+    with pytest.raises(UserError, match="--resume: data.tokenizer='word' differs from the checkpoint's 'char'"):
+        train.main(inproc_base(tmp, f"train.out_dir={out}", "data.tokenizer=word", "train.max_iters=12") + ["--resume"])
+
+
 def test_resume_at_max_iters_between_evals_evaluates_the_end(tmp):
     """Stopped at step 7 (no eval there), resumed with train.max_iters=7: the run's end is evaluated
     (metrics row, best.pt, the final line); it ended as "done" with step 0's weights as best.pt."""
