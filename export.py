@@ -13,7 +13,6 @@ The output folder appears whole or not at all; it must be new, empty or an earli
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -22,7 +21,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     stop_while_starting()
 
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.errors import ArgParser, ReaderMayLeave, path_arg, path_word, run_cli
+from tinygpt.errors import ArgParser, path_arg, path_word, run_cli, work_is_files
 from tinygpt.hf import HF_FILES, export_hf, import_hf
 
 
@@ -34,7 +33,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     p = ArgParser(prog="export.py", description="Export a tinygpt run as a Hugging Face GPT-2 checkpoint, "
                                                 "or import one (--from-hf).")
     p.add_argument("src", type=path_arg, help="run directory or checkpoint; with --from-hf a GPT-2 folder")
-    p.add_argument("out", type=path_arg, help="output folder: the GPT-2 checkpoint; with --from-hf the new run directory")
+    p.add_argument("out", type=path_arg,
+                   help="output folder: the GPT-2 checkpoint; with --from-hf the new run directory")
     p.add_argument("--format", choices=["hf"], default="hf", help="export format: hf (GPT-2 for transformers)")
     p.add_argument("--from-hf", action="store_true", help="import: GPT-2 folder -> tinygpt run directory")
     p.add_argument("--force", action="store_true", help="replace an earlier export (or run) in the output folder")
@@ -58,5 +58,5 @@ def main(argv: Sequence[str] | None = None) -> Path:
 
 if __name__ == "__main__":
     # its work is the folder it writes: a stdout that takes no more (| head, a full disk) must not fail it
-    sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
+    work_is_files()
     run_cli(main)

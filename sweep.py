@@ -70,7 +70,7 @@ import torch
 from tinygpt.checkpoint import load_checkpoint, load_model, resolve_checkpoint
 from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
 from tinygpt.coreference import HELD_OUT_OFFSET, probe
-from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, handle_signals, restore_signals, run_cli
+from tinygpt.errors import ArgParser, UserError, handle_signals, restore_signals, run_cli, work_is_files
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
 from tinygpt.runs import (REPORT_LOCK, check_report_folder, died_at_its_first_save, read_metrics, read_probe,
@@ -456,8 +456,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 def other_runs(out: Path, plan: Sequence[Planned]) -> list[str]:
     """The runs in the sweep folder that this sweep's plan does not name (another grid's, sorted)."""
+    if not out.is_dir():
+        return []
     mine = {run.run_dir.name for run in plan}
-    return sorted(d.name for d in out.iterdir() if d.name not in mine and (d / "ckpt.pt").is_file()) if out.is_dir() else []
+    return sorted(d.name for d in out.iterdir() if d.name not in mine and (d / "ckpt.pt").is_file())
 
 
 def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
@@ -465,9 +467,9 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     plan = make_plan(args, grid, out)
     check_reusable(plan)
     if others := other_runs(out, plan):
-        print(f"note: --out={str(out)!r} also holds {len(others)} run(s) that are not in this grid ({', '.join(others[:3])}"
-              f"{', ...' if len(others) > 3 else ''}): they stay, but this sweep's report replaces the folder's "
-              f"results.md (give this sweep another --out to keep both reports)", file=sys.stderr)
+        print(f"note: --out={str(out)!r} also holds {len(others)} run(s) that are not in this grid "
+              f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): they stay, but this sweep's report "
+              f"replaces the folder's results.md (give this sweep another --out to keep both reports)", file=sys.stderr)
 
     runner = Runner(min(args.jobs, len(plan)))  # the cores are shared by the runs that can run at once
     tags = [f"[{i}/{len(plan)}] {run.name}" for i, run in enumerate(plan, 1)]
@@ -502,5 +504,5 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
 
 if __name__ == "__main__":
     # its work is its runs: a reader of its output that leaves (`sweep.py ... | head`) must not end them
-    sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
+    work_is_files()
     run_cli(main)

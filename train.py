@@ -35,7 +35,7 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config
-from tinygpt.errors import ArgParser, ReaderMayLeave, UserError, path_word, reason, run_cli, short
+from tinygpt.errors import ArgParser, UserError, clean_up, path_word, reason, run_cli, short, work_is_files
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
@@ -255,6 +255,11 @@ class Run:
             self.check_folder()
             save_checkpoint(self.out_dir / name, self.state(ranks))
 
+    def save_metrics(self, metrics: list[dict]) -> None:
+        """metrics.csv, on the main process (after check_folder)."""
+        self.check_folder()
+        write_metrics(self.out_dir, metrics)
+
     def check_folder(self) -> None:
         """Before a write: out_dir is still this training's. Removed while it ran (rm -rf, then
         perhaps a new training under the same name), writing on would make it again, or write into
@@ -317,8 +322,7 @@ def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
         metrics.append({"step": run.step, "train_loss": f"{losses['train']:.4f}", "val_loss": f"{losses['val']:.4f}",
                         # the lr of the step that led here, as the log row of this step gives it
                         "lr": f"{lr_at(max(run.step - 1, 0), t):.3e}", "elapsed_s": f"{run.elapsed:.1f}"})
-        run.check_folder()
-        write_metrics(run.out_dir, metrics)
+        run.save_metrics(metrics)
     run.evaluated = run.step
     if losses["val"] < run.best_val:
         run.best_val = losses["val"]
@@ -411,12 +415,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
         bar.close()
         stop.restore()
         if dist.master and metrics:
-            try:
-                run.check_folder()
-                write_metrics(run.out_dir, metrics)
-            except UserError:
-                if not failing:
-                    raise
+            clean_up(lambda: run.save_metrics(metrics), failing)
         if stop.signum is not None and run.step < t.max_iters:  # (after the last save, the run is done)
             run.exit_code = 128 + stop.signum
 
@@ -487,7 +486,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         if t.tensorboard:  # the attention images look at the first tokens of the training split
             run.board = TensorBoardLog(out_dir, data.tokenizer, data.train[:min(PROMPT_TOKENS, cfg.model.block_size)],
                                        run.resumed_at)
-    failing = False  # (as in train_loop: the clean-up must not hide an error on its way out)
+    failing = False  # (as in train_loop)
     try:
         with dist.peers():  # under DDP a worker killed mid-step: one line, not gloo's traceback from backward
             why = train_loop(run, speed, args.stop_at, args.quiet)
@@ -496,11 +495,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         raise
     finally:
         if run.board is not None:
-            try:
-                run.board.close()
-            except UserError:
-                if not failing:
-                    raise
+            clean_up(run.board.close, failing)
     if run.exit_code:  # a signal stopped it (saved): the one line run_cli prints for Ctrl-C, with its exit code
         if dist.master:
             print("interrupted", file=sys.stderr)
@@ -514,5 +509,5 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
 
 if __name__ == "__main__":
     # its work is the run directory: a reader of its output that leaves must not end it
-    sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
+    work_is_files()
     exit_as_torchrun_worker(lambda: run_cli(main))  # under torchrun, without Python's shutdown (see there)

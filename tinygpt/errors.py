@@ -262,12 +262,28 @@ class ReaderMayLeave:
         return getattr(self.stream, name)
 
 
+def work_is_files() -> None:
+    """For a command whose work is its files (train.py, sweep.py, export.py): stdout and stderr
+    become ReaderMayLeave, so that a reader who leaves or a log on a full disk ends no work."""
+    sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
+
+
 def _fail(line: str, code: int) -> None:
     try:
         print(line, file=sys.stderr)
     except OSError:  # stderr gone (a terminal that hung up, a closed pipe): the exit code still tells
         pass
     sys.exit(code)
+
+
+def clean_up(step: Callable[[], object], failing: bool) -> None:
+    """A clean-up step on the way out (a `finally`): while an error is on its way out (`failing`), a
+    refusal of the clean-up itself (the same full disk, say) must not replace it: it is dropped."""
+    try:
+        step()
+    except UserError:
+        if not failing:
+            raise
 
 
 def path_arg(text: str) -> Path:
