@@ -136,6 +136,8 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     assert 0 <= h["bf16_same_tokens_share"] <= 1 and h["bandwidth_limit_tokens_per_s"] > 0
     assert 0 < h["matmul_share"] < 1
     assert h["matvec_ms"] > 0 and h["matvec_gb_s"] > 0
+    # the limit reads at the faster of the two rates measured, so no measured read exceeds it
+    assert h["bandwidth_gb_s"] == pytest.approx(max(h["streaming_gb_s"], h["matvec_gb_s"]))
     per_token_ms = 1e3 / h["tinygpt_tokens_per_s"]
     assert h["matvec_ms"] < per_token_ms  # the products alone take less than a whole decoding step
     # scripts/gpu_check.sh's table reads this JSON as its decoding rows
