@@ -180,11 +180,14 @@ class Tokens(HTMLParser):
         classes = (a.get("class") or "").split()
         if "tok" in classes:
             self.current = int(a["data-i"])
-            self.tokens[self.current] = {"class": classes, "title": a.get("title", ""), "t": "", "w": "", "bars": 0}
+            self.tokens[self.current] = {"class": classes, "title": a.get("title", ""), "t": "", "w": "", "bars": 0,
+                                         "colours": []}
         elif self.current is not None and classes and classes[0] in ("t", "w"):
             self.part = classes[0]
         elif self.current is not None and tag == "i":
             self.tokens[self.current]["bars"] += 1
+            style = dict(attrs).get("style") or ""
+            self.tokens[self.current]["colours"].append(re.search(r"background(?:-color)?:\s*([^;]+)", style)[1])
 
     def handle_endtag(self, tag):
         if tag == "span":  # the end of a label or weight (nothing nests inside them)
@@ -257,3 +260,25 @@ def test_the_page_stays_small_at_block_128_with_4x4_heads():
     step = {"ctx": 128, "p": 0.5, "top": [(0, 0.5)] * TOP_N}
     page = attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode(text)[:128], 28, [step] * 28))
     assert len(page.encode("utf-8")) < 500_000
+
+
+def test_each_of_16_heads_has_its_own_colour_and_a_slid_window_is_said(tmp_path):
+    browser()  # skip early without one
+    tok = CharTokenizer.from_text(TEXT)
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=16, n_layer=1, n_head=16, n_embd=32, vocab_size=tok.vocab_size)).eval()
+    ids, steps = tok.encode(TEXT[:15]), []  # 15 tokens, 6 new: the window slides at the third
+    new = [int(s.token[0]) for s in attention_html.recorded(
+        generate_steps(model, torch.tensor([ids]), N_NEW, temperature=1.0, generator=torch.Generator().manual_seed(1)),
+        steps, 1.0, None, None)]
+    data = attention_html.explorer_data(model, tok, ids + new, N_NEW, steps, "16 heads")
+    path = tmp_path / "explorer.html"
+    path.write_text(attention_html.explorer_html(data), encoding="utf-8")
+    tokens = rendered(path, "layer=0&head=all&query=15")
+    assert len(set(tokens[0]["colours"])) == 16  # the ten fixed colours repeated from head 10 on
+    first = data["first_generated"]
+    slid = [k for k in range(first, 16) if data["steps"][k - first]["ctx"] != k]
+    assert any(data["steps"][k - first]["ctx"] < k for k in slid)  # drawn from fewer tokens than the page shows
+    for k in range(first, 16):  # the page's one pass differs from the step's context: said on the token
+        said = f"its weights here come from the page's one pass, where it has {k} before it" in tokens[k]["title"]
+        assert said == (k in slid), (k, tokens[k]["title"])

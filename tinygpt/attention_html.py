@@ -151,7 +151,9 @@ function weight(layer, head, q, k) {
   return D.weights[layer][head][start + k] / D.scale;
 }
 const pct = w => (100 * w).toFixed(1);
-const rgba = (head, alpha) => `rgba(${COLORS[head % COLORS.length].join(",")},${alpha})`;
+// a colour per head: the ten above while they last, else hues spread evenly (no two heads alike)
+const rgba = (head, alpha) => D.n_head <= COLORS.length ? `rgba(${COLORS[head].join(",")},${alpha})`
+  : `hsla(${Math.round(360 * head / D.n_head)},70%,42%,${alpha})`;
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -164,14 +166,17 @@ function candidates(i) {  // the --show-steps data of generated token i, as text
   const s = D.steps[i - D.first_generated];
   if (!s) return "no step data";
   const top = s.top.map(([t, p]) => `${t} ${pct(p)}%`).join(", ");
-  return `drawn with p = ${pct(s.p)}% from a context of ${s.ctx} tokens; top ${s.top.length}: ${top}`;
+  // the page is one pass over the tokens shown, where token i has i before it; when it was drawn the
+  // model saw s.ctx (fewer after the window slid, more when earlier tokens are not shown)
+  const pass = s.ctx === i ? "" : `; its weights here come from the page's one pass, where it has ${i} before it`;
+  return `drawn with p = ${pct(s.p)}% from a context of ${s.ctx} tokens${pass}; top ${s.top.length}: ${top}`;
 }
 
 // ---- the page, built once ----
 document.getElementById("title").textContent = D.title || "attention";
 document.title = D.title || "attention";
 document.getElementById("legend").textContent =
-  `${T} tokens` + (D.earlier ? ` (the last ${T} the model saw at once; ${D.earlier} earlier tokens not shown)` : "") +
+  `${T} tokens, in one forward pass` + (D.earlier ? ` (the last ${T}; ${D.earlier} earlier tokens not shown)` : "") +
   `; ${D.n_layer} layers x ${D.n_head} heads. Hover a token to see where it looks (click to pin it, then hover ` +
   `the others for their weight in every head); shading = weight (square-root scale), number = % of the ` +
   `query's attention` + (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
