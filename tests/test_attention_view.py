@@ -398,3 +398,19 @@ def test_step_context_is_what_the_model_saw(tiny_model_config):
 def test_the_legend_counts_one_earlier_key_in_the_singular():
     from tinygpt.attention_view import legend
     assert "on the 1 key before" in legend(12, 13, True) and "on the 5 keys before" in legend(12, 17, True)
+
+
+def test_one_token_and_a_full_stop_read_right():
+    """'1 tokens'; a '.' token read like a masked cell in the tables; a 1-token heatmap spoke of
+    hatched cells it did not have."""
+    from tinygpt.attention_view import legend
+    assert legend(1, 1, True).startswith("1 token;") and legend(2, 2, True).startswith("2 tokens;")
+    mask = causal_mask(3, 3)
+    table = percent_table(masked_softmax(torch.zeros(3, 3), mask), ["a", MASKED, "b"], mask=mask).splitlines()
+    assert table[0].split()[-3:] == ["a", f"'{MASKED}'", "b"] and table[2].split()[:2] == [f"'{MASKED}'", "50"]
+    assert [row.split()[1:].count(MASKED) for row in table[1:]] == [2, 1, 0]  # the masked cells alone are bare
+    pytest.importorskip("matplotlib")
+    fig = attention_view.heatmap_figure(torch.ones(1, 1, 1), ["a"])
+    assert "hatched" not in fig._supxlabel.get_text()
+    fig = attention_view.heatmap_figure(masked_softmax(torch.zeros(1, 2, 2), causal_mask(2, 2)), ["a", "b"])
+    assert "hatched" in fig._supxlabel.get_text()

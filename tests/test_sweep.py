@@ -797,3 +797,14 @@ def test_default_run_table_merges_outputs_and_names_the_old_unseeded_run(tmp_pat
         "| current default, seed 1337", "| previous default, seed 1337", "| previous default, seed 1338",
         "| previous default, mean ± sd (2 seeds)"]
     assert "| 0.55x |" in lines[2]  # 600 s against the old runs' mean, 1,100
+
+
+def test_a_single_log_row_is_drawn_as_a_point(tmp_path, monkeypatch):
+    """A one-step run's train curve was a line through one point: drawn, but nothing to see."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    runs.write_metrics(tmp_path, [{"step": 0, "train_loss": "6.9", "val_loss": "6.9"},
+                                  {"step": 1, "train_loss": "6.8", "tokens_per_s": "1", "mfu": "0.1"}])
+    plots.plot_run(tmp_path)
+    train = [line for line in figures[f"{tmp_path.name}/loss.png"].axes[0].get_lines() if line.get_label() == "train"]
+    assert len(train) == 1 and len(train[0].get_xdata()) == 1 and train[0].get_marker() not in ("None", None, "")

@@ -134,11 +134,13 @@ def scores_table(scores: torch.Tensor, query_labels: Sequence[str], key_labels: 
 
 def percent_table(weights: torch.Tensor, query_labels: Sequence[str], key_labels: Sequence[str] | None = None,
                   mask: torch.Tensor | None = None) -> str:
-    """Attention weights (Tq, Tk), rows summing to 1 -> whole percents, MASKED where mask is False."""
+    """Attention weights (Tq, Tk), rows summing to 1 -> whole percents, MASKED where mask is False.
+    A token whose label is MASKED itself (".") is quoted, so that it does not read as a masked cell."""
     key_labels, mask = _square(weights, query_labels, key_labels, mask)
     percent = (weights.detach().float().cpu() * 100).round().int().tolist()
     cells = [[str(p) if m else MASKED for p, m in zip(prow, mrow)] for prow, mrow in zip(percent, mask.tolist())]
-    return format_grid(cells, query_labels, key_labels)
+    quoted = [[f"'{label}'" if label == MASKED else label for label in labels] for labels in (query_labels, key_labels)]
+    return format_grid(cells, *quoted)
 
 
 # ---- real models: crop, tables for every head, heatmaps ----
@@ -167,7 +169,7 @@ def crop_last(weights: torch.Tensor, labels: Sequence[str], last: int, mask: tor
 
 def legend(shown: int, total: int, causal: bool) -> str:
     """The conventions of the tables, as a paragraph wrapped at 100 characters."""
-    parts = [f"{total} tokens" + (f", showing the last {shown}" if shown < total else ""),
+    parts = [f"{total} token{'s' * (total != 1)}" + (f", showing the last {shown}" if shown < total else ""),
              "rows: queries (the position predicting the next token), columns: keys",
              "cells: % of the row's attention (rows sum to 100 up to rounding)"]
     if causal:
@@ -276,7 +278,7 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
             ax.set_yticks(range(N), [])  # the labels are on the earlier column, left of both
             if numbers:
                 _cell_numbers(ax_e, earlier[head, :, None], numbers, dark_when_high=True)
-    notes = ["hatched: a future key, masked (weight exactly 0)"] if causal else []
+    notes = ["hatched: a future key, masked (weight exactly 0)"] if causal and N > 1 else []  # 1 token: none
     if earlier is not None:
         notes.append(f"grey column '{EARLIER}': the summed weight on the {T - N} key{'s' * (T - N > 1)} before "
                      f"these {N}, on its own grey scale")

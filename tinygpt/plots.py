@@ -197,7 +197,7 @@ def plot_run(run_dir: str | Path) -> Path | None:
     curves = []
     if logs:  # the running mean over each log interval, in training mode
         curves.append(([m["step"] for m in logs], [m["train_loss"] for m in logs]))
-        ax.plot(*curves[-1], label="train", alpha=0.8)
+        ax.plot(*curves[-1], marker="." if len(logs) == 1 else None, label="train", alpha=0.8)  # 1 point: no line
     else:  # no log rows (log_interval > max_iters): the eval estimates
         curves.append(([m["step"] for m in evals], [m["train_loss"] for m in evals]))
         ax.plot(*curves[-1], marker=".", label="train (eval)")
