@@ -274,3 +274,25 @@ def test_probe_ablate_without_windows_for_the_means_is_one_line(run, capsys, mon
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and "mean ablation" in err[0] and "seed 6" in err[0] and "--stories" in err[0]
     assert captured.out == ""
+
+
+def test_the_report_of_a_model_that_resolves_nothing_says_so():
+    """A 0% model's ablation printed drops that say nothing, as if they did, ranked a head tied with
+    every other first, and left out the 'top two by drop' line without a word."""
+    zeros = [[0.0, 0.0], [0.0, 0.0]]
+    ab = {"baseline": 0.0, "references": 10, "mean_over": {"stories": 4, "seed": 6, "positions": 100},
+          "accuracy": {"zero": zeros, "mean": zeros}, "drop": {"zero": zeros, "mean": zeros},
+          "most_harmful": {m: {"layer": 0, "head": 0, "drop": 0.0} for m in ("zero", "mean")},
+          "median_drop": {"zero": 0.0, "mean": 0.0},
+          "most_attention": {"layer": 1, "head": 1, "attention": 0.4, "drop_zero": 0.0, "drop_mean": 0.0,
+                             "rank_zero": 1, "rank_mean": 1},
+          "together": [{"what": "top two by attention", "heads": ["1.1", "0.0"], "accuracy": {"zero": 0.0, "mean": 0.0},
+                        "drop": {"zero": 0.0, "mean": 0.0}}]}
+    text = coreference.ablation_report(ab, None, 2, 2)
+    assert "resolves no reference with every head" in text
+    assert "(rank 1-4 / 1-4 of 4 by drop)" in text
+    assert "removed together (top two by zero-ablation drop): none, fewer than two heads lower" in text
+    ab["baseline"], ab["drop"]["zero"] = 0.5, [[0.1, 0.0], [0.0, 0.3]]
+    ab["most_attention"]["drop_zero"] = 0.3
+    text = coreference.ablation_report(ab, None, 2, 2)
+    assert "resolves no reference" not in text and "(rank 1 / 1-4 of 4 by drop)" in text

@@ -410,6 +410,9 @@ def ablation_report(ab: dict, attention: dict | None, n_layer: int, n_head: int)
     lines = [f"ablation: accuracy {100 * base:.1f}% with every head ({ab['references']} references, the fast "
              f"path); a head removed: its output set to 0 (zero) or to its mean over every position of the "
              f"windows of {m['stories']} other held-out stories (seed {m['seed']}, {m['positions']} positions)"]
+    if base == 0:
+        lines.append("the model resolves no reference with every head, so no removal can lower that: the drops "
+                     "below say nothing about its heads (train it longer)")
     if "drop" in ab:
         looks = attention["antecedent"] if attention and attention["references"] else None
         lines += ["", "drop in accuracy, points, zero / mean ablation"
@@ -431,12 +434,22 @@ def ablation_report(ab: dict, attention: dict | None, n_layer: int, n_head: int)
                          f"points; {median})")
         if "most_attention" in ab:
             a = ab["most_attention"]
+            ranks = " / ".join(rank_among(ab["drop"][mode], a[f"drop_{mode}"]) for mode in MODES)
             lines.append(f"most attention on the antecedent's attribute: head {a['layer']}.{a['head']} "
                          f"({100 * a['attention']:.1f}%): removing it costs {100 * a['drop_zero']:.1f} / "
-                         f"{100 * a['drop_mean']:.1f} points (rank {a['rank_zero']} / {a['rank_mean']} of "
-                         f"{n_layer * n_head} by drop)")
+                         f"{100 * a['drop_mean']:.1f} points (rank {ranks} of {n_layer * n_head} by drop)")
     for t in ab["together"]:
         lines.append(f"removed together ({t['what']}): {' + '.join(t['heads'])}: accuracy "
                      f"{100 * t['accuracy']['zero']:.1f}% / {100 * t['accuracy']['mean']:.1f}% (zero / mean), "
                      f"drop {100 * t['drop']['zero']:.1f} / {100 * t['drop']['mean']:.1f} points")
+    if "drop" in ab and not any(t["what"] == "top two by zero-ablation drop" for t in ab["together"]):
+        why = "the model has one head" if n_layer * n_head == 1 else "fewer than two heads lower the accuracy when removed"
+        lines.append(f"removed together (top two by zero-ablation drop): none, {why}")
     return "\n".join(lines)
+
+
+def rank_among(drops: Sequence[Sequence[float]], drop: float) -> str:
+    """A head's rank by drop among every head (drops: n_layer x nh), "3", or "1-15" when tied."""
+    flat = [d for row in drops for d in row]
+    higher, equal = sum(d > drop for d in flat), sum(d == drop for d in flat)
+    return f"{higher + 1}" if equal <= 1 else f"{higher + 1}-{higher + equal}"
