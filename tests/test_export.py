@@ -239,6 +239,19 @@ def test_import_with_force_replaces_the_whole_run(tmp_path):
     assert torch.equal(logits(load_model(other)[0], 37), logits(model, 37))
 
 
+def test_import_never_replaces_a_folder_that_holds_its_source(tmp_path):
+    """The source folder named like a run file (tensorboard) inside the output: --force replaced the
+    output folder whole, the source with it."""
+    run, _, _ = make_run(tmp_path)
+    source = tmp_path / "out" / "tensorboard"
+    export.main([run, str(source)])
+    with pytest.raises(UserError, match="holds the Hugging Face folder"):
+        export.main(["--from-hf", str(source), str(tmp_path / "out"), "--force"])
+    assert sorted(p.name for p in source.iterdir()) == sorted(hf.HF_FILES)
+    with pytest.raises(UserError, match="config.json is a file; --from-hf takes the folder"):
+        export.main(["--from-hf", str(source / "config.json"), str(tmp_path / "back")])
+
+
 def test_import_refuses_a_damaged_config_json_before_writing(tmp_path):
     run, _, _ = make_run(tmp_path)
     hf_dir, back = tmp_path / "hf", tmp_path / "back"
@@ -353,8 +366,10 @@ def test_the_current_folder_is_never_replaced_and_a_folder_keeps_its_mode(tmp_pa
     here = tmp_path / "here"
     (here / "sub").mkdir(parents=True)
     monkeypatch.chdir(here / "sub")
-    with pytest.raises(UserError, match="holds the current folder"):
+    with pytest.raises(UserError, match="is the current folder"):
         export.main([run, "."])
+    with pytest.raises(UserError, match="holds 'sub'"):  # the folder around it, refused too
+        export.main([run, ".."])
     assert (here / "sub").is_dir() and list((here / "sub").iterdir()) == []
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shlex
 import stat
 import sys
@@ -225,7 +226,8 @@ def tokenizer_note(tok: dict[str, Any]) -> str:
                 f"id i = {encoding} id tinygpt.tokenizer.ids[i]; tokenizer.json gives these ids, a stock "
                 f"GPT-2 tokenizer gives wrong ones")
     if encoding in ("gpt2", "r50k_base"):
-        return "token ids are GPT-2's own (tiktoken gpt2 = r50k_base): tokenizer.json and a stock GPT-2 tokenizer agree"
+        return ("token ids are GPT-2's own (tiktoken gpt2 = r50k_base): tokenizer.json and a stock GPT-2 tokenizer "
+                "agree, but on `<|endoftext|>` written in the text: plain text here, id 50256 to a stock tokenizer")
     return f"token ids are those of the tiktoken {encoding!r} encoding, not GPT-2's; tokenizer.json gives them"
 
 
@@ -283,12 +285,15 @@ def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
 
 
 def refuse_inside(out_dir: Path, source: Path, what: str) -> None:
-    """Refuse an output folder that is the source folder or inside it: the output would mix with
-    (or, replacing the folder, destroy) the source's files."""
+    """Refuse an output folder that is the source folder, inside it or around it: the output would mix
+    with the source's files, or, replacing the folder whole, destroy them."""
     out, src = out_dir.resolve(), source.resolve()
     if out == src or src in out.parents:
         raise UserError(f"output folder {out_dir} is {'' if out == src else 'inside '}the {what} {source}, "
                         f"the source: its files would mix with the output; choose a folder outside it")
+    if out in src.parents:
+        raise UserError(f"output folder {out_dir} holds the {what} {source}, the source, and the output replaces "
+                        f"the folder whole: choose a folder outside it")
 
 
 @contextmanager
@@ -304,7 +309,8 @@ def whole_folder(out_dir: Path, names: Sequence[str], force: bool) -> Iterator[P
     # resolved: "." has no name to put a temp folder beside, and a symlinked folder stays a link
     target = out_dir.resolve()
     if target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
-        raise UserError(f"output folder {out_dir} holds the current folder, and the output replaces it whole: "
+        where = "is" if target == Path.cwd().resolve() else "holds"
+        raise UserError(f"output folder {out_dir} {where} the current folder, and the output replaces it whole: "
                         f"name a new folder, e.g. {out_dir / 'hf'}")
     mode = stat.S_IMODE(target.stat().st_mode) if target.is_dir() else None
     with atomic_dir(target, keep_existing) as tmp:
@@ -351,14 +357,19 @@ Exported from `{source}` (step {ckpt['step']}) by `{shlex.join(['python', 'expor
 It needs transformers only, not tinygpt:
 
     from transformers import pipeline
-    generate = pipeline("text-generation", model={str(out_dir)!r})
-    print(generate("PROMPT")[0]["generated_text"])   # do_sample=False: greedy; max_new_tokens=N: N tokens
+    generate = pipeline("text-generation", model={os.path.abspath(out_dir)!r})
+    print(generate("PROMPT")[0]["generated_text"])   # do_sample=False: greedy; max_new_tokens=N: N more tokens
 
-- Model: {cfg.model.n_layer} layers, {cfg.model.n_head} heads, n_embd {cfg.model.n_embd}, context \
-{cfg.model.block_size}, vocabulary {cfg.model.vocab_size}; exact GELU (`activation_function: gelu`).
+- Model: {cfg.model.n_layer} layer{'s' * (cfg.model.n_layer != 1)}, {cfg.model.n_head} head{'s' * (cfg.model.n_head != 1)}, n_embd {cfg.model.n_embd}, \
+context {cfg.model.block_size}, vocabulary {cfg.model.vocab_size}; exact GELU (`activation_function: gelu`).
 - Tokens: {tokenizer_note(tok)}. The tokenizer is also recorded in config.json under `tinygpt.tokenizer`.
 - Generation (generation_config.json): sampling at temperature 0.8 with no top-k, like sample.py; \
-prompt and continuation together at most {cfg.model.block_size} tokens, the context length (max_length).
+prompt and continuation together at most {cfg.model.block_size} tokens, the context length (max_length)\
+{f"; it stops early at token {eos} (end of text)" if eos is not None else ""}. GPT-2's positions end there: \
+a longer prompt, or a `max_new_tokens` that runs past it, ends in transformers' IndexError, where \
+tinygpt's sample.py slides its window and goes on (the two give the same tokens up to the context).
+- tokenizer.json takes text as it is (sample.py first drops a byte-order mark and turns CRLF into LF)\
+{"; a character or word outside the vocabulary fails in the tokenizer with `Missing [UNK] token` (sample.py names it)" if tok.get("kind") in ("char", "word") else ""}.
 - {"Biases are zeros: the tinygpt model had none (bias: false)." if not cfg.model.bias else "Biases as trained."}
 - Back to tinygpt, exactly: `{shlex.join(['python', 'export.py', '--from-hf', path_word(out_dir), 'OUT_RUN_DIR'])}`.
 """ + (f"- Caution: {caution}.\n" if caution else ""))
@@ -490,7 +501,8 @@ def _all_biases_zero(w: dict[str, torch.Tensor]) -> bool:
 def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
     folder = Path(folder)
     if not folder.is_dir():
-        raise UserError(f"Hugging Face model folder not found: {folder}")
+        raise UserError(f"{folder} is a file; --from-hf takes the folder that holds config.json" if folder.exists()
+                        else f"Hugging Face model folder not found: {folder}")
     hf = read_hf_config(folder)
     meta = hf.get("tinygpt") if isinstance(hf.get("tinygpt"), dict) else {}
     weights = read_hf_weights(folder)
