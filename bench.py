@@ -37,7 +37,7 @@ from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
 from tinygpt.checkpoint import atomic_write_text, check_writable, regular_file_target
 from tinygpt.config import Config, config_source, load_config
-from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.errors import ArgParser, UserError, run_cli, work_is_files
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, following_free_cores, keep_freed_memory, model_memory,
                              parent_death_signal, peak_flops, resolve_device, sync)
@@ -429,6 +429,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     dtypes = check_args(args)
+    if args.json is not None:  # the results are a file too: a reader of the output who leaves must not lose them
+        work_is_files()
 
     cfg = load_config(args.config, args.set)
     device = resolve_device(cfg.train.device)

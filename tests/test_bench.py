@@ -349,3 +349,17 @@ def test_gpu_table_shows_the_compiled_decoding_stage(tmp_path):
     assert dict(gpu_table.rows(tmp_path, "cuda"))[label] == "out of time (exit 124)"
     (tmp_path / "status").write_text("decode_compiled=exit 1\n")
     assert dict(gpu_table.rows(tmp_path, "cuda"))[label] == "failed (exit 1)"
+
+
+def test_json_results_survive_a_reader_who_leaves(tmp_path):
+    """`bench.py ... --json F | head -1` exited 0 at the first print after head left, without F."""
+    out = tmp_path / "bench.json"
+    with open("/dev/full", "w") as full:  # a stdout that takes nothing, as a reader who left
+        done = subprocess.run([sys.executable, str(ROOT / "bench.py"), str(ROOT / "configs/stories.yaml"), "--set",
+                               "data.stories_chars=20000", f"data.prepared_dir={tmp_path / 'prepared'}",
+                               "train.device=cpu", "--steps", "1", "--gen-tokens", "4", "--gen-layers", "1",
+                               "--gen-heads", "2", "--gen-embd", "16", "--gen-block", "16", "--dtypes", "float32",
+                               "--json", str(out)], stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(out.read_text())["generate"]["n_tokens"] == 4
