@@ -6,9 +6,9 @@
 Reads each run's config.yaml and metrics.csv (nothing is trained or loaded onto a device) and
 prints a table: the config keys whose values differ between the runs, parameters, status, best val
 loss, final train loss, median tokens/s and wall time. The same table goes to DIR/results.md and
-DIR/results.csv, the val-loss curves to DIR/val_loss.png and each setting's results to
-DIR/settings.png (when matplotlib is installed), each run labelled by its differing config
-values. sweep.py writes its results with the same code (tinygpt/report.py). `--plot-only` draws
+DIR/results.csv, the val-loss curves to DIR/val_loss.png and, for two settings or more, each
+setting's results to DIR/settings.png (when matplotlib is installed), each run labelled by its
+differing config values. sweep.py writes its results with the same code (tinygpt/report.py). `--plot-only` draws
 each run's RUN_DIR/loss.png (train and val loss, as train.py does) and, for several runs,
 DIR/val_loss.png, and writes no table: the way to (re)draw the pictures of an existing run.
 """
@@ -54,8 +54,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p = ArgParser(prog="compare.py", description="Tabulate and plot existing tinygpt runs side by side.")
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (train.out_dir)")
     p.add_argument("--out", type=Path, default=Path("out/compare"),
-                   help="folder for results.md, results.csv, summary.csv, val_loss.png and settings.png "
-                        "(default: out/compare)")
+                   help="folder for results.md, results.csv, summary.csv, val_loss.png and (two settings or "
+                        "more) settings.png (default: out/compare)")
     p.add_argument("--plot-only", action="store_true",
                    help="only draw: each RUN_DIR/loss.png, and for several runs --out/val_loss.png")
     args = p.parse_args(argv)

@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     out = out or sys.stdout
     p = ArgParser(prog="probe.py", description="Coreference probe of a run trained on the stories corpus.")
     p.add_argument("run", type=path_arg, help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
-    p.add_argument("--stories", type=int, default=100, help="held-out stories to generate (about 11 references each)")
+    p.add_argument("--stories", type=int, default=100, help="held-out stories to generate (about 11 references each; default: 100)")
     p.add_argument("--seed", type=int, default=None,
                    help=f"seed of the held-out stories (default: the run's data.stories_seed + {HELD_OUT_OFFSET})")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")

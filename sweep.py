@@ -16,7 +16,7 @@ refuses the sweep before anything is trained, the folder's report left as it was
 grid in the folder stay, but are not in this sweep's report, which replaces the folder's: a note
 says so before any training (--out keeps two sweeps' reports apart). At the end it prints
 the table and writes results.md, results.csv, summary.csv, val_loss.png and settings.png (with
-matplotlib) into the sweep folder: the same report as compare.py.
+matplotlib; settings.png for two settings or more) into the sweep folder: the same report as compare.py.
 
 One run per setting says little: runs differ from seed to seed. `--seeds N` trains every setting
 with N seeds (a `train.seed` grid key: seed=1337, seed=1338, ...), and the report then gives, per
@@ -300,7 +300,7 @@ def parse_args(argv: Sequence[str] | None):
                         "spread and 95%% interval of each metric over them")
     p.add_argument("--probe", action="store_true",
                    help="also run the coreference probe on every run (models trained on stories)")
-    p.add_argument("--probe-stories", type=int, default=100, metavar="N", help="held-out stories the probe uses")
+    p.add_argument("--probe-stories", type=int, default=100, metavar="N", help="held-out stories the probe uses (default: 100)")
     p.add_argument("--out", type=Path, default=None, help="sweep folder (default: out/sweeps/<config stem>)")
     p.add_argument("--quiet", action="store_true", help="no progress bars from the runs")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
@@ -469,7 +469,8 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     if others := other_runs(out, plan):
         print(f"note: --out={str(out)!r} also holds {len(others)} run(s) that are not in this grid "
               f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): they stay, but this sweep's report "
-              f"replaces the folder's results.md (give this sweep another --out to keep both reports)", file=sys.stderr)
+              f"replaces the folder's (results.md and the files beside it; give this sweep another --out to keep "
+              f"both)", file=sys.stderr)
 
     runner = Runner(min(args.jobs, len(plan)))  # the cores are shared by the runs that can run at once
     tags = [f"[{i}/{len(plan)}] {run.name}" for i, run in enumerate(plan, 1)]

@@ -50,3 +50,18 @@ def test_the_readme_config_table_describes_every_config_as_it_is():
         vocab = re.search(r"([\d,]+)-token BPE", text)
         if vocab:
             assert int(vocab.group(1).replace(",", "")) == d["bpe_vocab_size"], (name, text)
+
+
+SECTION_REF = re.compile(r"\b(README|[a-z]+\.md)[,:] \"([^\"]+)\"")  # README, "Configs" / results.md: "Compiled ..."
+
+
+def test_every_quoted_section_name_is_a_heading():
+    """A comment or message that sends the reader to `README, "Data"` must find that section."""
+    files = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".yaml", ".md", ".txt", ".sh", ".ipynb")
+             and not {"tests", ".git", "out", "prepared"} & set(p.relative_to(ROOT).parts)]
+    heads = {doc.stem if doc.name != "README.md" else "README":
+             re.findall(r"^#{1,6} (.+)$", doc.read_text(encoding="utf-8"), flags=re.M) for doc in DOCS}
+    missing = [f"{p.relative_to(ROOT)}: {doc}, {title!r}" for p in files
+               for doc, title in SECTION_REF.findall(p.read_text(encoding="utf-8", errors="replace"))
+               if not any(h.startswith(re.sub(r"\s*\n[\s#]*", " ", title)) for h in heads[doc.removesuffix(".md")])]
+    assert not missing

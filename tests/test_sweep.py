@@ -119,7 +119,7 @@ def test_a_sweep_on_a_folder_holding_another_grids_runs_says_so(first_sweep, tmp
                                 "--out", str(out), "--quiet"])
     assert "n_head=1: finished earlier (step 10), skipped" in printed
     assert (f"note: --out={str(out)!r} also holds 1 run(s) that are not in this grid (n_head=2): they stay, but this "
-            f"sweep's report replaces the folder's results.md") in capsys.readouterr().err
+            f"sweep's report replaces the folder's (results.md and the files beside it") in capsys.readouterr().err
     assert (out / "n_head=2" / "ckpt.pt").is_file()
 
 
