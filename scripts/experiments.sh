@@ -6,23 +6,39 @@
 # about 40 (nearly all of it the 200-step loss comparison), jobs about 11; foundation trains the
 # default and nanoGPT's recipe, attention two 500-step runs, speedrun three runs of about a minute.
 #   bash scripts/experiments.sh [all | default | foundation | attention | ablation | sweep | jobs | bench | speedrun]
+# One part, exactly as written here; none runs all. An empty or unknown part, or more than one,
+# prints the usage line and exits 2 before anything is made.
 # foundation, bench and speedrun read tiny shakespeare from SHAKESPEARE=PATH/tinyshakespeare.txt
 # (unset: ../shared/data/tinyshakespeare.txt); they stop at once, naming SHAKESPEARE, without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/experiments}
 SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}
-if [[ $# -le 1 && " all foundation bench speedrun " == *" ${1:-all} "* && ! -f $SHAKESPEARE ]]; then
-  echo "error: no tiny shakespeare at $SHAKESPEARE (part ${1:-all} reads it): set SHAKESPEARE=PATH/tinyshakespeare.txt" >&2
-  exit 2
-fi
-what=${1:-all}
 parts="all default foundation attention ablation sweep jobs bench speedrun"
-if [[ $# -gt 1 || " $parts " != *" $what "* ]]; then
-  echo "usage: bash scripts/experiments.sh [${parts// / | }] (one of them; default: all, one after another, for hours)" >&2
+
+usage() {  # usage WHAT: the usage line, ending with what was given instead; exit 2
+  echo "usage: bash scripts/experiments.sh [${parts// / | }] (one of them; none: all, one after another, for hours); not $1" >&2
+  exit 2
+}
+
+is_part() {  # is_part WORD: WORD is exactly one of $parts (a piece of the list, 'default foundation', is not)
+  local part
+  for part in $parts; do [[ $1 == "$part" ]] && return 0; done
+  return 1
+}
+
+# no argument means all; an empty one is refused (an unset variable, not a wish for hours of work)
+[[ $# -le 1 ]] || usage "$# arguments"
+what=${1-all}
+is_part "$what" || usage "'$what'"
+if [[ " all foundation bench speedrun " == *" $what "* && ! -f $SHAKESPEARE ]]; then
+  echo "error: no tiny shakespeare at $SHAKESPEARE (part $what reads it): set SHAKESPEARE=PATH/tinyshakespeare.txt" >&2
   exit 2
 fi
-mkdir -p "$OUT"
+if ! why=$(mkdir -p "$OUT" 2>&1); then  # a file in the way, no permission: one line, before any work
+  echo "error: cannot make the folder OUT=$OUT: ${why##*: }" >&2
+  exit 2
+fi
 
 if [[ $what == all || $what == default ]]; then
   # the default config over 3 seeds (probed), then the previous default over the same 3, wall times in one run

@@ -21,16 +21,58 @@
 # $OUT/STAGE.txt. Each stage has its own time limit and all of them share a budget ($BUDGET seconds,
 # default 540): a stage gets at most what is left, and one that no longer fits is skipped. A stage
 # that fails, times out or is skipped is marked in the table; the script goes on with the next.
+#
+# Exit code: 0 when every stage that ran passed (one skipped for lack of budget is no failure, only
+# a row that says so); 1 when one failed or ran out of time: the table still prints, then one line
+# naming them; 2, with one line and before any stage, for a bad setting: BUDGET not 1 to 86400
+# seconds, REHEARSE not 0 or 1 (empty: 0), a PYTHON that cannot import torch, no tiny shakespeare,
+# an OUT that cannot be made or written, or no GPU without REHEARSE=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+die() { echo "error: $*" >&2; exit 2; }
 # the Python that holds torch: `python`, else `python3` (machines with only the latter), or $PYTHON
 PY=${PYTHON:-$(command -v python || command -v python3)}
-[ -n "$PY" ] || { echo "error: no python or python3 on PATH (set PYTHON=path)" >&2; exit 2; }
+[ -n "$PY" ] || die "no python or python3 on PATH (set PYTHON=path)"
 OUT=${OUT:-out/gpu_check}
 SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}
 BUDGET=${BUDGET:-540}
-[[ $BUDGET =~ ^[0-9]+$ ]] || { echo "error: BUDGET=$BUDGET must be a whole number of seconds" >&2; exit 2; }
 REHEARSE=${REHEARSE:-0}
+
+# check_budget: whole seconds, 1 to a day. Leading zeros go (bash arithmetic reads 010 as octal)
+# and the length is bounded first (9223372036854775808 wraps to a negative there).
+check_budget() {
+    [[ $BUDGET =~ ^[0-9]+$ ]] || die "BUDGET=$BUDGET must be a whole number of seconds"
+    local seconds=${BUDGET#"${BUDGET%%[!0]*}"}
+    if [ -z "$seconds" ] || [ ${#seconds} -gt 5 ] || [ "$seconds" -gt 86400 ]; then
+        die "BUDGET=$BUDGET is out of range: 1 to 86400 seconds (default 540)"
+    fi
+    BUDGET=$seconds
+}
+
+# check_python: $PY runs and imports torch; else every stage failed (exit 127) under an exit 0, and
+# without REHEARSE the missing command was blamed on a missing GPU
+check_python() {
+    local who="PYTHON=$PY"
+    [ -n "${PYTHON:-}" ] || who="$PY (found on PATH; set PYTHON=path)"
+    command -v "$PY" > /dev/null || die "$who is not a command that runs here"
+    "$PY" -c "import torch" 2> /dev/null \
+        || die "$who cannot import torch: set PYTHON to the Python that holds the requirements"
+}
+
+# prepare_out: OUT made and writable, an earlier check's figures gone (never passed off as this one's)
+prepare_out() {
+    local why
+    why=$(mkdir -p "$OUT" 2>&1) || die "cannot make the folder OUT=$OUT: ${why##*: }"
+    ( : > "$OUT/status" ) 2> /dev/null || die "cannot write in the folder OUT=$OUT"
+    rm -rf "$OUT"/*.txt "$OUT"/*.json "$OUT/baby" "$OUT/ddp"
+}
+
+case $REHEARSE in
+    0|1) ;;
+    *) die "REHEARSE=$REHEARSE must be 1 (every stage on the CPU with a tiny model) or 0 (the check on a GPU)" ;;
+esac
+check_budget
+check_python
 TESTS_LIMIT=240
 [ -n "${TESTS:-}" ] && TESTS_LIMIT=600  # a list of one's own, maybe the whole suite
 if [ "$REHEARSE" = 1 ]; then  # the same commands, on the CPU, at a size that takes seconds
@@ -43,16 +85,16 @@ else
     TESTS=${TESTS:-tests/test_gpu.py tests/test_model.py}
     SMALL="" BABY="" GEN="--gen-tokens 500" DEVICE=""
     "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
-        || { echo "error: no CUDA device here: this check needs a GPU (REHEARSE=1 runs it on the CPU)" >&2; exit 2; }
+        || die "no CUDA device here: this check needs a GPU (REHEARSE=1 runs it on the CPU)"
 fi
-[ -f "$SHAKESPEARE" ] || { echo "error: no tiny shakespeare at $SHAKESPEARE: set SHAKESPEARE=path" >&2; exit 2; }
-mkdir -p "$OUT"
-rm -rf "$OUT"/*.txt "$OUT"/*.json "$OUT/baby" "$OUT/ddp"  # an earlier check's figures never pass for this one's
-: > "$OUT/status"
+[ -f "$SHAKESPEARE" ] || die "no tiny shakespeare at $SHAKESPEARE: set SHAKESPEARE=path"
+prepare_out
 status() { echo "$1=$2" >> "$OUT/status"; }
 
 # stage NAME LIMIT COMMAND...: COMMAND under min(LIMIT, what is left of the budget), its output in
-# $OUT/NAME.txt, "exit N" (124: out of time) or "skipped" in $OUT/status.
+# $OUT/NAME.txt, "exit N" (124: out of time) or "skipped" in $OUT/status; NAME joins `failed` unless
+# it passed or was skipped.
+failed=()
 stage() {
     local name=$1 limit=$2 left=$((BUDGET - SECONDS))
     shift 2
@@ -65,6 +107,7 @@ stage() {
     timeout -k 10 "$limit" "$@" > "$OUT/$name.txt" 2>&1
     local rc=$?
     status "$name" "exit $rc"
+    [ "$rc" = 0 ] || failed+=("$name")
     echo "   exit $rc after ${SECONDS} s"
 }
 
@@ -100,5 +143,9 @@ echo "== 6. decoding with the step compiled"
 stage decode_compiled 240 "${BENCH[@]}" --dtypes float32 --steps 0 $GEN --vs-hf --compile \
     --json "$OUT/decode_compiled.json"
 
-"$PY" -m scripts.gpu_table "$OUT" ${DEVICE:+--device "$DEVICE"}
+"$PY" -m scripts.gpu_table "$OUT" ${DEVICE:+--device "$DEVICE"} || failed+=(table)
 echo "the check took ${SECONDS} s"
+if [ ${#failed[@]} -gt 0 ]; then  # the table shows how each failed; this line is for the exit code's reader
+    echo "error: ${#failed[@]} stage(s) failed: ${failed[*]} (each one's output: $OUT/STAGE.txt)" >&2
+    exit 1
+fi

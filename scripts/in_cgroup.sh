@@ -5,9 +5,13 @@
 #   sudo bash scripts/in_cgroup.sh 1 0 python bench.py configs/stories.yaml --steps 0 --gen-tokens 0 --under-load
 #   sudo bash scripts/in_cgroup.sh 0 2048 python train.py configs/stories.yaml
 #
+# CPUS is 0 or from 0.01 (the kernel's least quota, 1 ms per 100 ms) to the cores this process may
+# use; MEMORY_MB is 0 or a whole number from 6 (docker's least) to the machine's memory. Any other
+# value: one line naming it, exit 2, nothing made or run.
 # Needs root (or a delegated cgroup) and Linux cgroups, v1 or v2 (on v2 it enables the cpu and memory
 # controllers for the root's children, as container runtimes do); where it cannot make the cgroup it
-# exits 77 and leaves none behind. The cgroup is removed when the command ends; its exit code is ours.
+# exits 77 and leaves none behind. The cgroup is removed when the command ends; its exit code is ours
+# (a command killed by SIGKILL, as the kernel kills one over MEMORY_MB, is reported in one line).
 set -uo pipefail
 if [ $# -lt 3 ]; then
   echo "usage: $0 CPUS MEMORY_MB COMMAND [ARG ...]" >&2
@@ -15,13 +19,65 @@ if [ $# -lt 3 ]; then
 fi
 CPUS=$1 MEMORY_MB=$2
 shift 2
-if ! [[ $CPUS =~ ^[0-9]+(\.[0-9]+)?$ && $MEMORY_MB =~ ^[0-9]+$ ]]; then
-  echo "$0: CPUS must be a number of cores (e.g. 1 or 1.5) and MEMORY_MB a whole number, 0 for no limit" >&2
-  exit 2
-fi
+
+die() { echo "error: $*" >&2; exit 2; }
+
+# check_cpus: refuse a CPUS the kernel or the machine cannot honour; set QUOTA, the microseconds per
+# 100 ms period (0: no limit). awk reads CPUS, as bash arithmetic has no fractions.
+check_cpus() {
+  local cores
+  cores=$(nproc)
+  [[ $CPUS =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "CPUS=$CPUS must be a number of cores (e.g. 1 or 1.5), 0 for no limit"
+  if awk -v c="$CPUS" 'BEGIN { exit !(c == 0) }'; then  # 0, 00, 0.0: no limit
+    QUOTA=0
+  elif awk -v c="$CPUS" -v n="$cores" 'BEGIN { exit !(c >= 0.01 && c <= n) }'; then
+    QUOTA=$(awk -v c="$CPUS" 'BEGIN { printf "%d", c * 100000 + 0.5 }')
+  else
+    die "CPUS=$CPUS is out of range: from 0.01 to $cores (the cores here), or 0 for no limit"
+  fi
+}
+
+# check_memory: refuse a MEMORY_MB outside 0 or 6..the machine's memory; set BYTES (0: no limit).
+check_memory() {
+  local mb total_mb
+  [[ $MEMORY_MB =~ ^[0-9]+$ ]] || die "MEMORY_MB=$MEMORY_MB must be a whole number of megabytes, 0 for no limit"
+  # leading zeros off (bash arithmetic reads 010 as octal), and a length bound (20 digits wrap)
+  mb=${MEMORY_MB#"${MEMORY_MB%%[!0]*}"}
+  mb=${mb:-0}
+  total_mb=$(( $(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) / 1024 ))
+  if [ "$mb" = 0 ]; then
+    BYTES=0
+  elif [ ${#mb} -le 12 ] && (( mb >= 6 && mb <= total_mb )); then
+    BYTES=$(( mb * 1024 * 1024 ))
+  else
+    die "MEMORY_MB=$MEMORY_MB is out of range: from 6 to $total_mb (the memory here), or 0 for no limit"
+  fi
+}
+
+# report_signal RC: one line for a command that a signal ended, in place of bash's report (`Killed`
+# and the whole subshell's source); Ctrl-C, kill, a hang-up or a closed reader go unremarked, as in
+# a shell. The exit code stays RC.
+report_signal() {
+  [ "$1" -gt 128 ] || return 0
+  local sig
+  sig=$(kill -l $(($1 - 128)) 2>/dev/null) || return 0
+  case $sig in
+    INT|TERM|HUP|PIPE) ;;
+    KILL)
+      if [ "$BYTES" != 0 ]; then
+        echo "error: the command was killed (SIGKILL, exit $1): the kernel kills one over MEMORY_MB=$MEMORY_MB" >&2
+      else
+        echo "error: the command was killed (SIGKILL, exit $1)" >&2
+      fi ;;
+    *) echo "error: the command died of SIG$sig (exit $1)" >&2 ;;
+  esac
+}
+
+check_cpus
+check_memory
+
 ROOT=/sys/fs/cgroup
 NAME=tinygpt-limits-$$
-QUOTA=$(awk -v c="$CPUS" 'BEGIN { printf "%d", c * 100000 + 0.5 }')  # microseconds per 100 ms period
 made=()
 trap 'for d in "${made[@]}"; do rmdir "$d" 2>/dev/null; done' EXIT
 
@@ -35,14 +91,20 @@ group() {  # group FOLDER FILE VALUE: make FOLDER/$NAME (once) and write VALUE t
 
 if [ -f $ROOT/cgroup.controllers ]; then  # cgroup v2: one group holds both limits
   for c in cpu memory; do echo "+$c" > $ROOT/cgroup.subtree_control 2>/dev/null; done
-  [ "$CPUS" != 0 ] && group $ROOT cpu.max "$QUOTA 100000"
-  [ "$MEMORY_MB" != 0 ] && group $ROOT memory.max $((MEMORY_MB * 1024 * 1024))
+  [ "$QUOTA" != 0 ] && group $ROOT cpu.max "$QUOTA 100000"
+  [ "$BYTES" != 0 ] && group $ROOT memory.max "$BYTES"
   dirs=($ROOT)
 else  # cgroup v1: a group in each controller's hierarchy
-  [ "$CPUS" != 0 ] && group $ROOT/cpu cpu.cfs_quota_us "$QUOTA"
-  [ "$MEMORY_MB" != 0 ] && group $ROOT/memory memory.limit_in_bytes $((MEMORY_MB * 1024 * 1024))
+  [ "$QUOTA" != 0 ] && group $ROOT/cpu cpu.cfs_quota_us "$QUOTA"
+  [ "$BYTES" != 0 ] && group $ROOT/memory memory.limit_in_bytes "$BYTES"
   dirs=($ROOT/cpu $ROOT/memory)
 fi
-# the command runs in a subshell that joins the groups first; this shell stays outside to remove them
-(for d in "${dirs[@]}"; do [ -d "$d/$NAME" ] && { echo $BASHPID > "$d/$NAME/cgroup.procs" || exit 77; }; done
- exec "$@")
+# the command runs in a subshell that joins the groups first; this shell stays outside to remove them.
+# Its stderr goes to the command (fd 3); this shell's own, where bash reports a killed job, to /dev/null.
+{
+  (for d in "${dirs[@]}"; do [ -d "$d/$NAME" ] && { echo $BASHPID > "$d/$NAME/cgroup.procs" || exit 77; }; done
+   exec "$@") 2>&3 3>&-
+  rc=$?
+} 3>&2 2>/dev/null
+report_signal "$rc"
+exit "$rc"
