@@ -12,20 +12,28 @@ keeps each run's full probe output (the layer x head tables) as DIR/probe_<name>
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Sequence
 
-from scripts.reproduce import run
+if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    from tinygpt.errors import stop_while_starting
+    stop_while_starting()
+
+from scripts.reproduce import run, saved_json
+from tinygpt.checkpoint import check_writable
+from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
 from tinygpt.report import stats
 
 SAVED = (".json", ".txt")  # a saved probe output, read instead of probing again
+MAX_SAVED_BYTES = 1 << 20  # a saved probe output is a few KB; /dev/zero would be read forever
 
 
 def labels(targets: list[str]) -> list[str]:
     """The shortest path tails that tell the runs apart: seed1337/run, seed1338/run, not run, run."""
-    parts = [Path(t).resolve().with_suffix("").parts for t in targets]
+    paths = [Path(t).resolve() for t in targets]
+    parts = [(p.with_suffix("") if p.suffix in SAVED else p).parts for p in paths]  # ('/' has no suffix to drop)
     for k in range(1, max(map(len, parts)) + 1):
         tails = ["/".join(p[-k:]) for p in parts]
         if len(set(tails)) == len(tails):
@@ -34,18 +42,38 @@ def labels(targets: list[str]) -> list[str]:
 
 
 def probe_result(target: str, label: str, stories: int, device: str, out: Path | None) -> dict:
-    """The probe.py --ablate figures of one run (its final JSON line), labelled."""
+    """The probe.py --ablate figures of one run (its final JSON line), labelled and checked."""
     if Path(target).suffix in SAVED:
-        text = Path(target).read_text(encoding="utf-8")
+        result = saved_json(target, MAX_SAVED_BYTES, target, "probe.py --ablate")
     else:
         print(f"probing {target} ...", file=sys.stderr, flush=True)
         _, text = run(["probe.py", target, "--ablate", "--stories", str(stories), "--device", device])
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / f"probe_{label.replace('/', '_')}.txt").write_text(text, encoding="utf-8")
-    result = {**json.loads(text.strip().splitlines()[-1]), "label": label}
-    if "drop" not in result.get("ablation", {}):
-        raise SystemExit(f"{target}: no per-head ablation in this probe output (run probe.py RUN --ablate)")
+        result = json.loads(text.strip().splitlines()[-1])  # probe.py's own last line
+    if not isinstance(result, dict):
+        raise UserError(f"{target}: its last line is not the JSON line probe.py --ablate ends with")
+    if not isinstance(result.get("ablation"), dict) or "drop" not in result["ablation"]:
+        raise UserError(f"{target}: no per-head ablation in this probe output (run probe.py RUN --ablate)")
+    return checked({**result, "label": label}, target)
+
+
+def checked(result: dict, target: str) -> dict:
+    """`result` if summary() reads every figure of it as a number; a UserError naming `target` and
+    the figure otherwise (a damaged or hand-edited output): the table never meets a bad value."""
+    try:
+        figures = summary(result)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise UserError(f"{target}: this probe output lacks a figure the table needs ({type(e).__name__}: "
+                        f"{short(e.args[0] if e.args else '')}); give one that probe.py RUN --ablate printed") from None
+    for key in NUMERIC:
+        value = figures[key]
+        if value is None and key.startswith("pair"):  # (no pair where fewer than two heads matter)
+            continue
+        # (a number beyond ±1e12, or NaN, is no probe's figure, and one over 1e308 overflows the mean)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e12 <= value <= 1e12:
+            raise UserError(f"{target}: this probe output's {key} is {short(value)}, not a number in [-1e12, 1e12]")
     return result
 
 
@@ -120,13 +148,15 @@ def table(rows: list[dict]) -> tuple[str, dict]:
     return "\n".join(lines), {"runs": rows, "mean_sd": agg, "most_attention_is_most_harmful": same}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    p = ArgParser(prog="python -m scripts.ablation_table", description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="run directories (or saved probe.py --ablate outputs, .json/.txt)")
     p.add_argument("--stories", type=int, default=100, help="held-out stories per probe (probe.py --stories)")
     p.add_argument("--device", default="auto")
-    p.add_argument("--out", type=Path, help="keep each run's full probe output here")
-    args = p.parse_args()
+    p.add_argument("--out", type=path_arg, help="keep each run's full probe output here")
+    args = p.parse_args(argv)
+    if args.out is not None:
+        check_writable(args.out, "--out")  # before the probes (minutes), not after the first
     rows = [summary(probe_result(r, label, args.stories, args.device, args.out))
             for r, label in zip(args.runs, labels(args.runs))]
     text, figures = table(rows)
@@ -135,4 +165,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -19,36 +19,38 @@ mean. The last line is JSON; `--table` merges the runs of several such outputs.
 """
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
+if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    from tinygpt.errors import stop_while_starting
+    stop_while_starting()
+
+from scripts.reproduce import error_line, run, saved_json
+from tinygpt.checkpoint import check_writable
+from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
 from tinygpt.report import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = "802b8d0"  # the last commit of the previous default (configs/stories.yaml, word tokens, 4x4x128)
 TARGETS = {"antecedent": 0.85, "distractor": 0.10, "ratio": 5.0, "time": 0.8}
 PREVIOUS = "previous default"  # the name of its rows ("previous default, seed 1337"; one run before: no seed)
-
-
-def timed_run(args: list[str], cwd: Path) -> tuple[float, str]:
-    """Run `python ARGS` in cwd; (seconds, stdout); a failure stops the script with its error."""
-    t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed in {cwd} ({done.returncode}):\n{done.stderr[-2000:]}")
-    return time.perf_counter() - t0, done.stdout
+MAX_SEEDS = 100  # runs of one group: each takes minutes
+MAX_SAVED_BYTES = 4 << 20  # a saved output (--table) is a few KB; /dev/zero would be read forever
+NUMBERS = ("wall_s", "best_val_loss", "antecedent", "distractor", "other", "head_antecedent", "head_distractor",
+           "ratio")  # a run's figures in the table; "head" is its name, L<layer>H<head>
 
 
 def train_and_probe(cwd: Path, out: Path, sets: list[str]) -> dict:
     """Train configs/stories.yaml in cwd into out (fresh data), probe it; the figures."""
-    seconds, _ = timed_run(["train.py", "configs/stories.yaml", "--quiet", "--set", f"train.out_dir={out / 'run'}",
+    seconds, _ = run(["train.py", "configs/stories.yaml", "--quiet", "--set", f"train.out_dir={out / 'run'}",
                             f"data.prepared_dir={out / 'prepared'}", "train.plot=never", *sets], cwd)
-    _, printed = timed_run(["probe.py", str(out / "run"), "--device", "cpu"], cwd)
+    _, printed = run(["probe.py", str(out / "run"), "--device", "cpu"], cwd)
     probe = json.loads(printed.strip().splitlines()[-1])
     b, best = probe["behaviour"], probe["attention_attribute"]["best"]
     n = max(probe["references"], 1)
@@ -60,24 +62,83 @@ def train_and_probe(cwd: Path, out: Path, sets: list[str]) -> dict:
             "head_distractor": best["distractor"], "ratio": best["ratio"] or float("inf")}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def saved_runs(path: Path) -> dict[str, dict]:
+    """The runs of a saved output's last line (--table), checked: a UserError names the file and
+    what is wrong with it, so that table() only ever sees the figures it prints."""
+    named = f"--table {path}"
+    saved = saved_json(path, MAX_SAVED_BYTES, named, "a default_run (its last line is the JSON of its runs)")
+    if saved is None:
+        raise UserError(f"{named}: its last line is not the JSON line a default_run ends with")
+    runs = saved.get("runs") if isinstance(saved, dict) else None
+    if not isinstance(runs, dict) or not runs:
+        raise UserError(f"{named}: its last line has no \"runs\" (an object of runs by name), as a default_run's has")
+    for name, r in runs.items():
+        if not isinstance(r, dict):
+            raise UserError(f"{named}: run {short(name)} is {short(r)}, not an object of its figures")
+        for key in NUMBERS:
+            value = r.get(key)
+            if key not in r:
+                raise UserError(f"{named}: run {short(name)} has no {key!r}")
+            # a number table() can print and average: within ±1e12 (one over 1e308 overflows the mean; NaN
+            # compares false), a ratio also inf (no attention on the distractor), a wall time above 0 (the
+            # previous default's mean wall time divides the others')
+            low = 0 if key == "wall_s" else -1e12
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not ((key == "ratio" and value == math.inf) or low < value <= 1e12)):
+                raise UserError(f"{named}: run {short(name)} has {key}={short(value)}; it must be a number "
+                                f"{'above 0' if key == 'wall_s' else 'from -1e12'} up to 1e12")
+        if not isinstance(r.get("head"), str):
+            raise UserError(f"{named}: run {short(name)} has head={short(r.get('head'))}; it must be a name like L3H3")
+    return runs
+
+
+def check_args(args) -> None:
+    """Refuse, before any training (minutes each), what would stop the script later; --old is
+    resolved to its commit's hash (args.old_commit)."""
+    for flag in ("seeds", "old_seeds"):
+        if not 0 <= getattr(args, flag) <= MAX_SEEDS:
+            raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be in [0, {MAX_SEEDS}] "
+                            "(0 skips it)")
+    if args.seeds == 0 and args.old_seeds == 0:
+        raise UserError("--seeds 0 --old-seeds 0 leaves nothing to run; give at least one run")
+    if not 0 <= args.first_seed <= 2**63 - 2 - MAX_SEEDS:  # train.seed's range (tinygpt.config)
+        raise UserError(f"--first-seed={short(args.first_seed)} must be in [0, 2**63 - {2 + MAX_SEEDS}]")
+    check_writable(ROOT / args.out, "--out")
+    if not args.old_seeds:
+        return
+    rev, done = args.old, None
+    if rev and not rev.startswith("-"):  # '' names nothing; '-x' would be read by git as an option
+        try:
+            done = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=ROOT,
+                                  capture_output=True, text=True)
+        except OSError as e:
+            raise UserError(f"--old {rev}: git cannot be run ({e.strerror}); the previous default is a git commit, "
+                            "so install git, or skip it: --old-seeds 0") from None
+    if done is None or done.returncode != 0:
+        raise UserError(f"--old={short(rev)} is not a commit of the repository at {ROOT} (git rev-parse --verify); "
+                        f"give one, e.g. --old {OLD}, or skip it: --old-seeds 0")
+    args.old_commit = done.stdout.strip()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = ArgParser(prog="python -m scripts.default_run", description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=3, help="runs of the current default (train.seed 1337, 1338, ...)")
     p.add_argument("--old-seeds", type=int, default=1, help="runs of the previous default, the same seeds (0: none)")
     p.add_argument("--first-seed", type=int, default=1337, help="the first of those seeds")
     p.add_argument("--old", default=OLD, help="the commit whose default is the baseline")
-    p.add_argument("--out", type=Path, default=Path("out/default_run"))
-    p.add_argument("--table", type=Path, nargs="+", metavar="OUTPUT",
+    p.add_argument("--out", type=path_arg, default=Path("out/default_run"))
+    p.add_argument("--table", type=path_arg, nargs="+", metavar="OUTPUT",
                    help="only print the table of saved outputs' last lines (their runs merged)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.table:
         rows = {}
         for path in args.table:
-            runs = json.loads(path.read_text(encoding="utf-8").strip().splitlines()[-1])["runs"]
             # an output from before --old-seeds: its one old run trained with that config's seed, 1337
-            rows.update({f"{PREVIOUS}, seed 1337" if name == PREVIOUS else name: r for name, r in runs.items()})
+            rows.update({f"{PREVIOUS}, seed 1337" if name == PREVIOUS else name: r
+                         for name, r in saved_runs(path).items()})
         print(table(rows))
         return
+    check_args(args)
     out = (ROOT / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows = {}
@@ -88,8 +149,12 @@ def main() -> None:
         print(f"  {json.dumps(r)}", flush=True)
     if args.old_seeds:
         with tempfile.TemporaryDirectory(prefix="tinygpt-old-") as tmp:
-            archive = subprocess.run(["git", "archive", args.old], cwd=ROOT, capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            try:  # (the commit was verified before the training: what fails here is the machine, a full disk)
+                archive = subprocess.run(["git", "archive", args.old_commit], cwd=ROOT, capture_output=True,
+                                         check=True).stdout
+                subprocess.run(["tar", "-x", "-C", tmp], input=archive, capture_output=True, check=True)
+            except subprocess.CalledProcessError as e:
+                raise UserError(f"{e.cmd[0]} {e.cmd[1]} failed (exit {e.returncode}): {error_line(e.stderr)}") from None
             for i in range(args.old_seeds):
                 seed = args.first_seed + i
                 print(f"previous default ({args.old}), seed {seed}: training ...", flush=True)
@@ -138,4 +203,4 @@ def table(rows: dict[str, dict]) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

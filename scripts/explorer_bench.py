@@ -10,19 +10,25 @@ Ends with one JSON line.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Sequence
+
+if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    from tinygpt.errors import stop_while_starting
+    stop_while_starting()
 
 import torch
 
 from data.stories import generate_stories
 from model import GPT, ModelConfig
 from tinygpt import attention_html
+from tinygpt.checkpoint import check_writable
+from tinygpt.errors import ArgParser, path_arg, run_cli
 from tinygpt.tokenizer import WordTokenizer
 
 TIMING = """<script>
@@ -46,10 +52,12 @@ def render_ms(page: str, out: Path) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, help="where to write the pages (default: a temp folder)")
-    args = p.parse_args()
+def main(argv: Sequence[str] | None = None) -> None:
+    p = ArgParser(prog="python -m scripts.explorer_bench", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=path_arg, help="where to write the pages (default: a temp folder)")
+    args = p.parse_args(argv)
+    if args.out is not None:
+        check_writable(args.out, "--out")  # a file, or a path through one: one line, not a traceback
     out = args.out or Path(tempfile.mkdtemp(prefix="tinygpt-explorer-"))
     out.mkdir(parents=True, exist_ok=True)
     text = generate_stories(20_000, 1)[0]
@@ -71,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

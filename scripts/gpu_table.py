@@ -8,12 +8,15 @@ table itself never fails on a missing or damaged file.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tinygpt.errors import UserError
+if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    from tinygpt.errors import stop_while_starting
+    stop_while_starting()
+
+from tinygpt.errors import ArgParser, UserError, path_arg, run_cli
 from tinygpt.runs import read_metrics
 
 TARGET_VAL_LOSS = 1.47  # nanoGPT's baby GPT on tiny shakespeare (its README)
@@ -66,8 +69,10 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
         metrics, status["baby"] = [], f"{status.get('baby', '?')}; {e}"
     vals = [r for r in metrics if r.get("val_loss") is not None]
     hit = next((r for r in vals if r["val_loss"] <= TARGET_VAL_LOSS), None)
-    if hit:
-        baby = f"{hit['elapsed_s']:.0f} s (step {hit['step']:.0f}, val {hit['val_loss']:.3f})"
+    if hit:  # (a metrics.csv without an elapsed_s column, or with an empty cell, is damaged: a row still)
+        baby = cell(lambda: f"{hit['elapsed_s']:.0f} s (step {hit['step']:.0f}, val {hit['val_loss']:.3f})",
+                    f"damaged: {out / 'baby' / 'metrics.csv'} has no elapsed time at val {hit['val_loss']:.3f} "
+                    f"({status.get('baby', 'did not run')})")
     else:
         best = min((r["val_loss"] for r in vals), default=None)
         baby = f"not reached (best {'none' if best is None else f'{best:.3f}'}; {status.get('baby', 'did not run')})"
@@ -104,8 +109,8 @@ def markdown(table: Sequence[tuple[str, str]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> str:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("out", type=Path, help="the folder scripts/gpu_check.sh wrote (its OUT)")
+    p = ArgParser(prog="python -m scripts.gpu_table", description=__doc__.split("\n\n")[0])
+    p.add_argument("out", type=path_arg, help="the folder scripts/gpu_check.sh wrote (its OUT)")
     p.add_argument("--device", help="the device's name in the first row (default: CUDA device 0's)")
     args = p.parse_args(argv)
     device = args.device
@@ -119,4 +124,4 @@ def main(argv: Sequence[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

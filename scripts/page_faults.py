@@ -10,14 +10,22 @@ defaults. Alternated --reps times; prints the medians and the ratio, then one JS
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
+
+if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    from tinygpt.errors import stop_while_starting
+    stop_while_starting()
+
+from scripts.reproduce import error_line
+from tinygpt.errors import ArgParser, UserError, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
+MAX_COUNTS = {"steps": 10_000, "reps": 100}  # (as bench.py's): a step takes ~0.1 s, each rep two processes
 CHILD = """
 import resource, sys, time, torch
 from tinygpt import runtime
@@ -42,16 +50,21 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / steps, (ti
 
 def measure(mode: str, steps: int) -> tuple[float, float]:
     """(faults per step, seconds per step) of one fresh process."""
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(steps)], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.split()
+    done = subprocess.run([sys.executable, "-c", CHILD, mode, str(steps)], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:  # (not glibc, or the machine refusing: out of memory)
+        raise UserError(f"the {mode!r} measurement failed (exit {done.returncode}): {error_line(done.stderr)}")
+    out = done.stdout.split()
     return float(out[0]), float(out[1])
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    p = ArgParser(prog="python -m scripts.page_faults", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--reps", type=int, default=3)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    for flag, most in MAX_COUNTS.items():  # before the first process: 0 steps divide by zero, 0 reps have no median
+        if not 1 <= getattr(args, flag) <= most:
+            raise UserError(f"--{flag}={getattr(args, flag)} must be in [1, {most:,}]")
     runs: dict[str, list[tuple[float, float]]] = {"keep": [], "glibc defaults": []}
     for _ in range(args.reps):
         for mode in runs:
@@ -70,4 +83,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

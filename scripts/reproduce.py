@@ -14,7 +14,6 @@ tiny shakespeare and reports the best val loss. Both print one JSON line at the 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
@@ -22,18 +21,54 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
+
+if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    from tinygpt.errors import stop_while_starting
+    stop_while_starting()
+
+from tinygpt.checkpoint import check_writable
+from tinygpt.errors import ArgParser, UserError, elide, path_arg, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 WORD = re.compile(r"[A-Za-z]+")
+SAMPLES = 10  # sample.py runs for 2,000 words: a model that writes words needs 2; one that never does, forever
 
 
-def run(args: list[str]) -> tuple[float, str]:
-    """Run a repo script with this Python from the repo root; return (seconds, stdout)."""
+def error_line(stderr: str | bytes) -> str:
+    """A failed command's own one line (its last on stderr, `error: ` dropped), for ours."""
+    text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr
+    lines = [line for line in text.splitlines() if line.strip()]
+    return elide(lines[-1].removeprefix("error: "), 300) if lines else "no message"
+
+
+def saved_json(path: str | Path, limit: int, named: str, what: str):
+    """The JSON of the last line of a saved output (a command's stdout, kept in a file), read up to
+    `limit` bytes (/dev/zero would be read forever); a UserError naming it (`named`) otherwise, whose
+    `what` wrote it. The caller checks what the JSON holds."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise UserError(f"{named}: cannot read it ({e.strerror or type(e).__name__})") from None
+    if len(data) > limit:
+        raise UserError(f"{named} is over {limit:,} bytes; give the saved output of {what}")
+    try:
+        lines = data.decode("utf-8").strip().splitlines()
+        return json.loads(lines[-1]) if lines else None
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or JSON nested thousands deep
+        return None
+
+
+def run(args: list[str], cwd: Path = ROOT) -> tuple[float, str]:
+    """Run a repo script with this Python from the repo root (or cwd); return (seconds, stdout).
+    A failure is a UserError with the script's own error line (exit 2), not a traceback."""
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        where = "" if cwd == ROOT else f" in {cwd}"
+        raise UserError(f"{elide(' '.join(args))} failed{where} (exit {done.returncode}): {error_line(done.stderr)}")
     return time.perf_counter() - t0, done.stdout
 
 
@@ -52,11 +87,14 @@ def stories(out_dir: Path, extra: list[str]) -> dict:
 
     seconds, _ = run(["train.py", "configs/stories.yaml", "--quiet", "--set", f"train.out_dir={out_dir}", *extra])
     words: list[str] = []
-    seed = 0
-    while len(words) < 2000:  # 2,000 words from as many samples as it takes
+    for seed in range(SAMPLES):  # 2,000 words from as many samples as it takes, up to SAMPLES
         _, text = run(["sample.py", str(out_dir), "--max-new-tokens", "2000", "--seed", str(seed)])
         words += WORD.findall(text)
-        seed += 1
+        if len(words) >= 2000:
+            break
+    else:
+        raise UserError(f"the model of {out_dir} wrote {len(words)} words in {SAMPLES} samples of 2,000 tokens "
+                        "(sample.py), not the 2,000 to measure: it has not learned to write words")
     words = words[:2000]
     cfg = load_config(ROOT / "configs/stories.yaml", extra)
     corpus = set(WORD.findall(generate_stories(cfg.data.stories_chars, cfg.data.stories_seed)[0]))
@@ -96,17 +134,23 @@ def shakespeare(out_dir: Path, text: Path, config: str, extra: list[str]) -> dic
             "whole_val_split_loss": round(whole_val_loss(out_dir), 4)}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    p = ArgParser(prog="python -m scripts.reproduce", description=__doc__.splitlines()[0])
     p.add_argument("what", choices=["stories", "shakespeare"])
-    p.add_argument("--out-dir", type=Path, help="run directory (default: a fresh temp folder)")
-    p.add_argument("--text", type=Path, default=ROOT.parent / "shared/data/tinyshakespeare.txt",
+    p.add_argument("--out-dir", type=path_arg, help="run directory (default: a fresh temp folder)")
+    p.add_argument("--text", type=path_arg, default=ROOT.parent / "shared/data/tinyshakespeare.txt",
                    help="shakespeare: a local copy of tiny shakespeare (default: %(default)s)")
     p.add_argument("--config", default="configs/shakespeare_char.yaml")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.what == "shakespeare" and not args.text.is_file():
         p.error(f"no tiny shakespeare at {args.text}: give --text PATH/tinyshakespeare.txt")
+    # the run folder is --out-dir/run: a train.out_dir of --set would train elsewhere, and the
+    # metrics and samples be read from a folder with no run in it
+    if any(s.partition("=")[0].strip() == "train.out_dir" for s in args.set):
+        p.error("--set train.out_dir=... is not taken: the run folder is --out-dir DIR (DIR/run)")
+    if args.out_dir is not None:
+        check_writable(args.out_dir, "--out-dir")  # before the training, not after it
     out_dir = (args.out_dir or Path(tempfile.mkdtemp(prefix="tinygpt-"))).resolve() / "run"
     if args.what == "stories":
         result = stories(out_dir, args.set)
@@ -117,4 +161,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

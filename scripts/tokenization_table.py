@@ -5,17 +5,25 @@
 (from the repository root). For the default corpus (`data.stories_chars` characters, the default
 seed) it prints, per tokenizer, the vocabulary, the corpus's length in tokens, and how many of the
 attribute values (the words the probe asks for) and of the character names take more than one
-token. The learned BPEs are learned from the training split, as `python -m data.prepare` does;
-GPT-2's (`gpt2`, compact) is added when tiktoken can load it (offline: TIKTOKEN_CACHE_DIR).
+token. The tokenizers are learned from the whole corpus, as `python -m data.prepare` does; GPT-2's
+(`gpt2`, compact) is added when tiktoken can load it (offline: TIKTOKEN_CACHE_DIR). A corpus smaller
+than the default may lack some of the names and values: those are left out of the counts (and said).
 """
 from __future__ import annotations
 
-import argparse
+from typing import Sequence
+
+if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    from tinygpt.errors import stop_while_starting
+    stop_while_starting()
 
 from data import stories
 from tinygpt.config import DataConfig
-from tinygpt.errors import UserError
-from tinygpt.tokenizer import Tokenizer, build_tokenizer
+from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.tokenizer import Tokenizer, WordTokenizer, build_tokenizer
+
+MAX_CHARS = 20_000_000  # 13x the default corpus (2 s): the corpus and its tokens are held in memory
+BPE_SIZES = (257, 65536)  # data.bpe_vocab_size's range (tinygpt.config): the 256 bytes and at least one merge
 
 
 def split_words(tokenizer: Tokenizer, words: list[str]) -> int:
@@ -23,19 +31,41 @@ def split_words(tokenizer: Tokenizer, words: list[str]) -> int:
     return sum(len(tokenizer.encode(" " + w)) > 1 for w in words)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def check_args(args) -> list[int]:
+    """Refuse, before the corpus is generated, a --chars or --sizes out of range; the sizes."""
+    if not 1 <= args.chars <= MAX_CHARS:
+        raise UserError(f"--chars={args.chars} must be in [1, {MAX_CHARS:,}] (the default corpus has "
+                        f"{DataConfig.stories_chars:,})")
+    try:
+        sizes = [int(n) for n in args.sizes.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or not all(BPE_SIZES[0] <= n <= BPE_SIZES[1] for n in sizes):
+        raise UserError(f"--sizes={args.sizes!r} must be comma-separated vocabulary sizes in "
+                        f"{BPE_SIZES[0]}..{BPE_SIZES[1]} (256 bytes + the merges), e.g. 1024,1536")
+    return sizes
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = ArgParser(prog="python -m scripts.tokenization_table", description=__doc__.splitlines()[0])
     p.add_argument("--chars", type=int, default=DataConfig.stories_chars)
     p.add_argument("--sizes", default="1024,1152,1280,1536", help="learned BPE vocabulary sizes")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    sizes = check_args(args)
     text, _ = stories.generate_stories(args.chars, DataConfig.stories_seed)
-    train = text[: int(len(text) * (1 - DataConfig.val_fraction))]
-    attributes = [w for pool in stories.ATTRIBUTE_POOLS.values() for w in pool]
-    names = stories.FEMALE_NAMES + stories.MALE_NAMES
-    rows = [("word", build_tokenizer("word", train))]
-    rows += [(f"bpe, {n}", build_tokenizer("bpe", train, bpe_vocab_size=int(n))) for n in args.sizes.split(",")]
+    # learned from the text they encode, as data.prepare learns them: one learned from the training
+    # split alone cannot encode a word only the validation split holds (a word tokenizer refuses it)
+    present = set(WordTokenizer.split(text))  # the probe's words that this corpus holds (all, by default)
+    attributes = [w for pool in stories.ATTRIBUTE_POOLS.values() for w in pool if " " + w in present]
+    names = [w for w in stories.FEMALE_NAMES + stories.MALE_NAMES if " " + w in present]
+    missing = (sum(map(len, stories.ATTRIBUTE_POOLS.values())) - len(attributes),
+               len(stories.FEMALE_NAMES + stories.MALE_NAMES) - len(names))
+    if any(missing):
+        print(f"({missing[0]} attribute values and {missing[1]} names do not occur in this corpus: left out)")
+    rows = [("word", build_tokenizer("word", text))]
+    rows += [(f"bpe, {n}", build_tokenizer("bpe", text, bpe_vocab_size=n)) for n in sizes]
     try:
-        rows.append(("gpt2 (compact)", build_tokenizer("gpt2", train)))
+        rows.append(("gpt2 (compact)", build_tokenizer("gpt2", text)))
     except UserError as e:
         print(f"(gpt2 left out: {e})")
     print(f"| tokenizer | vocab | tokens in the corpus | attribute values in > 1 token (of {len(attributes)}) | "
@@ -46,4 +76,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

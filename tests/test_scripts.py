@@ -1,0 +1,325 @@
+"""The helper scripts under scripts/ keep the commands' rules (docs/errors.md): bad input is one line
+`error: ...` naming the flag, file or value, exit 2, found before any long work (a training, a probe,
+a measurement), never a traceback; Ctrl-C is `interrupted`, exit 130; no small input reads, loops or
+grows without end. Each runs its `main` in this process through `errors.run_cli`, as its `__main__`
+does, with the long work (`run`, the children) replaced by a stand-in that fails the test if reached;
+only the Ctrl-C case starts a real process. Nothing trains, nothing touches the network.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from tinygpt.errors import UserError, run_cli
+
+SCRIPTS = ("default_run", "reproduce", "tokenization_table", "ablation_table", "page_faults", "explorer_bench",
+           "gpu_table")
+RUN = {"wall_s": 600.0, "best_val_loss": 0.8, "antecedent": 0.9, "distractor": 0.02, "other": 0.08,
+       "head": "L3H0", "head_antecedent": 0.8, "head_distractor": 0.01, "ratio": 80.0}
+
+
+def script(name: str):
+    import importlib
+    return importlib.import_module(f"scripts.{name}")
+
+
+def cli(main, args, capsys) -> tuple[int, str, str]:
+    """main(args) through run_cli: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        run_cli(main, [str(a) for a in args])
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def one_line(result: tuple[int, str, str], *culprits: str) -> str:
+    """Exit 2, stderr exactly one `error: ...` line naming every culprit, no traceback."""
+    code, out, err = result
+    report = f"exit {code}\nstdout:\n{out[-2000:]}\nstderr:\n{err[-2000:]}"
+    assert code == 2 and "Traceback" not in err, report
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), report
+    for culprit in culprits:
+        assert culprit in lines[0], f"{culprit!r} not named in: {lines[0]}"
+    return lines[0]
+
+
+def no_long_work(*args, **kwargs):
+    raise AssertionError("long work started before the input was checked")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_runs_through_run_cli_and_keeps_its_help(name, capsys):
+    module = script(name)
+    assert "run_cli(main)" in Path(module.__file__).read_text(encoding="utf-8")
+    code, out, err = cli(module.main, ["--help"], capsys)
+    assert code == 0 and out.startswith(f"usage: python -m scripts.{name}") and not err
+    positional = {"reproduce": ["stories"], "ablation_table": ["RUN"], "gpu_table": ["OUT"]}.get(name, [])
+    one_line(cli(module.main, [*positional, "--no-such-flag"], capsys), "--no-such-flag")
+
+
+def test_ctrl_c_in_a_script_is_interrupted_exit_130(tmp_path):
+    """Ctrl-C while a script waits on its child (page_faults' measurement): one line, exit 130."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.page_faults", "--steps", "10000", "--reps", "1"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")  # (Linux; elsewhere: at once)
+        deadline = time.time() + 60
+        while children.exists() and not children.read_text().strip():  # until it waits on its measurement
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and err.splitlines() == ["interrupted"], err
+
+
+# ---- default_run ----
+
+
+@pytest.mark.parametrize("content, culprit", [
+    (None, "cannot read it"),  # missing
+    ("folder", "cannot read it"),
+    (b"", "not the JSON line"),
+    (b"\xff\xfe\x00binary", "not the JSON line"),
+    (b"training ...\nnot json", "not the JSON line"),
+    (b"[" * 100_000, "not the JSON line"),  # nested deeper than Python's recursion limit
+    ('{"a": 1}', '"runs"'),
+    ("[1, 2]", '"runs"'),
+    ('{"runs": []}', '"runs"'),
+    ('{"runs": {}}', '"runs"'),
+    ('{"runs": {"cur": 5}}', "run 'cur' is 5"),
+    (json.dumps({"runs": {"cur": {k: v for k, v in RUN.items() if k != "other"}}}), "no 'other'"),
+    (json.dumps({"runs": {"cur": {**RUN, "wall_s": "10"}}}), "wall_s='10'"),
+    (json.dumps({"runs": {"cur": RUN, "previous default": {**RUN, "wall_s": 0}}}), "wall_s=0"),
+    (json.dumps({"runs": {"cur": {**RUN, "antecedent": 10 ** 400}}}), "antecedent="),
+    (json.dumps({"runs": {"cur": {**RUN, "distractor": float("nan")}}}), "distractor=nan"),
+    (json.dumps({"runs": {"cur": {**RUN, "head": 3}}}), "head=3"),
+], ids=lambda v: v[:24] if isinstance(v, str) else None)
+def test_default_run_table_refuses_a_bad_saved_output(tmp_path, capsys, content, culprit):
+    path = tmp_path / "saved.txt"
+    if content == "folder":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    one_line(cli(script("default_run").main, ["--table", path], capsys), f"--table {path}", culprit)
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+def test_default_run_table_reads_a_bounded_amount(capsys):
+    t0 = time.perf_counter()
+    one_line(cli(script("default_run").main, ["--table", "/dev/zero"], capsys), "/dev/zero", "bytes")
+    assert time.perf_counter() - t0 < 5
+
+
+def test_default_run_table_still_reads_a_real_output(tmp_path, capsys):
+    path = tmp_path / "saved.txt"
+    path.write_text("training ...\n" + json.dumps({"runs": {"current default, seed 1337": {**RUN, "ratio": float("inf")},
+                                                           "previous default": {**RUN, "wall_s": 1000}}}))
+    code, out, err = cli(script("default_run").main, ["--table", path], capsys)
+    assert code == 0 and not err and "| previous default, seed 1337 |" in out and "(infx)" in out
+
+
+@pytest.mark.parametrize("args, culprits", [
+    (["--old", "no-such-commit-xyz"], ["--old='no-such-commit-xyz'", "not a commit"]),
+    (["--old", ""], ["--old=''"]),
+    (["--old=-x"], ["--old='-x'"]),
+    (["--out", "FILE"], ["--out=", "is a file"]),
+    (["--out", ""], ["--out", "empty path"]),
+    (["--seeds", "-1"], ["--seeds=-1"]),
+    (["--old-seeds", "-3"], ["--old-seeds=-3"]),
+    (["--seeds", "1000000"], ["--seeds=1000000"]),
+    (["--seeds", "0", "--old-seeds", "0"], ["nothing to run"]),
+    (["--first-seed", "-5"], ["--first-seed=-5"]),
+])
+def test_default_run_refuses_bad_flags_before_any_training(tmp_path, capsys, monkeypatch, args, culprits):
+    module = script("default_run")
+    monkeypatch.setattr(module, "run", no_long_work)
+    (tmp_path / "FILE").write_text("x")
+    args = [str(tmp_path / "FILE") if a == "FILE" else a for a in args]
+    if "--out" not in args:
+        args += ["--out", tmp_path / "out"]
+    one_line(cli(module.main, args, capsys), *culprits)
+    assert not (tmp_path / "out").exists()
+
+
+# ---- reproduce (and every script that runs a child through its `run`) ----
+
+
+def test_a_failing_child_ends_the_script_with_its_own_error_line(capsys, tmp_path):
+    from scripts import reproduce
+    child = ["-c", "import sys; print('some', file=sys.stderr); sys.exit('error: no run at out/x (probe.py)')"]
+    line = one_line(cli(lambda argv: reproduce.run(child), [], capsys), "failed (exit 1): no run at out/x (probe.py)")
+    assert "error: error:" not in line
+    one_line(cli(lambda argv: reproduce.run(child, tmp_path), [], capsys), f"failed in {tmp_path}")
+
+
+def test_reproduce_stories_gives_up_on_a_model_that_writes_no_words(tmp_path, capsys, monkeypatch):
+    from scripts import reproduce
+    calls = []
+
+    def silent_model(args, cwd=ROOT):  # train.py succeeds; sample.py writes no word, ever
+        calls.append(args[0])
+        if len(calls) > 100:
+            raise AssertionError("sampled without end")
+        return 1.0, "" if args[0] == "sample.py" else "trained"
+    monkeypatch.setattr(reproduce, "run", silent_model)
+    one_line(cli(lambda argv: reproduce.stories(tmp_path / "run", []), [], capsys), "0 words in 10 samples")
+    assert calls.count("sample.py") == reproduce.SAMPLES
+
+
+@pytest.mark.parametrize("args, culprits", [
+    (["--set", "train.out_dir=elsewhere"], ["train.out_dir", "--out-dir"]),
+    (["--set", "train.max_iters=5", " train.out_dir =x"], ["train.out_dir"]),
+    (["--out-dir", ""], ["--out-dir", "empty path"]),
+    (["--out-dir", "FILE"], ["--out-dir=", "is a file"]),
+])
+def test_reproduce_refuses_bad_flags_before_training(tmp_path, capsys, monkeypatch, args, culprits):
+    from scripts import reproduce
+    monkeypatch.setattr(reproduce, "run", no_long_work)
+    (tmp_path / "FILE").write_text("x")
+    args = [str(tmp_path / "FILE") if a == "FILE" else a for a in args]
+    if "--out-dir" not in args:
+        args += ["--out-dir", tmp_path / "out"]
+    one_line(cli(reproduce.main, ["stories", *args], capsys), *culprits)
+
+
+# ---- tokenization_table ----
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (["--chars", "0"], "--chars=0"), (["--chars", "-1"], "--chars=-1"),
+    (["--chars", "10000000000"], "--chars=10000000000"),  # grew memory without bound
+    (["--sizes", "abc"], "--sizes='abc'"), (["--sizes", ""], "--sizes=''"), (["--sizes", "1024,,"], "--sizes='1024,,'"),
+    (["--sizes", "0"], "--sizes='0'"), (["--sizes", "-5"], "--sizes='-5'"), (["--sizes", "256"], "--sizes='256'"),
+    (["--sizes", "1024,100"], "--sizes='1024,100'"), (["--sizes", "70000"], "--sizes='70000'"),
+])
+def test_tokenization_table_refuses_bad_flags_before_generating(capsys, monkeypatch, args, culprit):
+    module = script("tokenization_table")
+    monkeypatch.setattr(module.stories, "generate_stories", no_long_work)
+    one_line(cli(module.main, args, capsys), culprit)
+
+
+def test_tokenization_table_of_a_small_corpus(capsys, monkeypatch):
+    """--chars 5000 ended in 'text has 13 word(s) not in the word vocabulary': the word tokenizer was
+    learned from the training split, then encoded the whole text. Now every tokenizer is learned from
+    the whole text (as data.prepare does), and the probe's words the corpus lacks are left out."""
+    module = script("tokenization_table")
+    real = module.build_tokenizer
+
+    def offline(name, text, **kwargs):  # no download of GPT-2's file in a test
+        if name == "gpt2":
+            raise UserError("offline")
+        return real(name, text, **kwargs)
+    monkeypatch.setattr(module, "build_tokenizer", offline)
+    code, out, err = cli(module.main, ["--chars", "5000", "--sizes", "300"], capsys)
+    assert code == 0 and not err, err
+    assert "do not occur in this corpus: left out" in out and "| word |" in out and "| bpe, 300 | 300 |" in out
+
+
+# ---- ablation_table ----
+
+
+def ablation_result() -> dict:
+    """The figures of a probe.py --ablate output that ablation_table reads (2 layers x 2 heads)."""
+    head = {"layer": 1, "head": 0, "drop": 0.2}
+    return {"n_layer": 2, "n_head": 2, "ablation": {
+        "drop": {"zero": [[0, 0], [0.2, 0]], "mean": [[0, 0], [0.1, 0]]}, "references": 10, "baseline": 0.9,
+        "most_attention": {"layer": 1, "head": 0, "attention": 0.7, "drop_zero": 0.2, "drop_mean": 0.1,
+                           "rank_zero": 1, "rank_mean": "1-2"},
+        "median_drop": {"zero": 0.0, "mean": 0.0}, "most_harmful": {"zero": head, "mean": head},
+        "together": [{"what": "top two by attention", "heads": ["1.0", "0.1"], "drop": {"zero": 0.3, "mean": 0.2}}]}}
+
+
+def damaged(**changes) -> dict:
+    result = ablation_result()
+    result["ablation"].update(changes)
+    return result
+
+
+@pytest.mark.parametrize("content, culprit", [
+    (None, "cannot read it"),
+    ("", "not the JSON line"),
+    ("probe tables\nnot json", "not the JSON line"),
+    ("[" * 100_000, "not the JSON line"),
+    ("[1, 2]", "not the JSON line"),
+    ('{"ablation": 5}', "no per-head ablation"),
+    ('{"ablation": {"drop": 1}}', "lacks a figure"),
+    (json.dumps(damaged(baseline="0.9")), "accuracy"),
+    (json.dumps(damaged(baseline=[0.9])), "accuracy"),
+    (json.dumps(damaged(baseline=10 ** 400)), "accuracy"),
+    (json.dumps(damaged(together=[{"what": "top two by attention", "heads": [1, 2]}])), "lacks a figure"),
+    (json.dumps(damaged(most_harmful=None)), "lacks a figure"),
+], ids=lambda v: v[:24] if isinstance(v, str) else None)
+def test_ablation_table_refuses_a_bad_saved_output(tmp_path, capsys, monkeypatch, content, culprit):
+    module = script("ablation_table")
+    monkeypatch.setattr(module, "run", no_long_work)
+    path = tmp_path / "seed1.json"
+    if content is not None:
+        path.write_text(content)
+    one_line(cli(module.main, [path], capsys), str(path), culprit)
+
+
+def test_ablation_table_reads_a_good_saved_output(tmp_path, capsys):
+    (tmp_path / "seed1.json").write_text("tables\n" + json.dumps(ablation_result()))
+    code, out, err = cli(script("ablation_table").main, [tmp_path / "seed1.json"], capsys)
+    assert code == 0 and not err and "| seed1 | 90.0% | 1.0 (70.0%) |" in out
+
+
+@pytest.mark.parametrize("out", ["FILE", ""])
+def test_ablation_table_refuses_an_out_that_is_a_file_before_probing(tmp_path, capsys, monkeypatch, out):
+    module = script("ablation_table")
+    monkeypatch.setattr(module, "run", no_long_work)
+    (tmp_path / "FILE").write_text("x")
+    out = str(tmp_path / "FILE") if out == "FILE" else out
+    one_line(cli(module.main, [tmp_path / "run", "--out", out], capsys), "--out")
+    assert (tmp_path / "FILE").read_text() == "x"
+
+
+# ---- page_faults, explorer_bench, gpu_table ----
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (["--steps", "0", "--reps", "1"], "--steps=0"), (["--steps", "-1"], "--steps=-1"),
+    (["--reps", "0"], "--reps=0"), (["--reps", "-2"], "--reps=-2"), (["--steps", "10000000"], "--steps=10000000"),
+    (["--reps", "1000000"], "--reps=1000000"),
+])
+def test_page_faults_refuses_counts_out_of_range_at_once(capsys, monkeypatch, args, culprit):
+    module = script("page_faults")
+    monkeypatch.setattr(module, "measure", no_long_work)
+    one_line(cli(module.main, args, capsys), culprit)
+
+
+@pytest.mark.parametrize("out, culprit", [("FILE", "is a file"), ("FILE/sub", "cannot be created"),
+                                          ("", "empty path")])
+def test_explorer_bench_refuses_an_out_that_is_no_folder(tmp_path, capsys, monkeypatch, out, culprit):
+    module = script("explorer_bench")
+    monkeypatch.setattr(module, "generate_stories", no_long_work)
+    (tmp_path / "FILE").write_text("x")
+    out = out.replace("FILE", str(tmp_path / "FILE"))
+    one_line(cli(module.main, ["--out", out], capsys), "--out", culprit)
+
+
+@pytest.mark.parametrize("csv", ["step,val_loss\n100,1.4\n", "step,val_loss,elapsed_s\n100,1.4,\n"],
+                         ids=["no elapsed_s column", "an empty elapsed_s cell"])
+def test_gpu_table_reports_a_damaged_baby_run_as_a_row(tmp_path, capsys, csv):
+    from scripts import gpu_table
+    (tmp_path / "baby").mkdir()
+    (tmp_path / "baby" / "metrics.csv").write_text(csv)
+    (tmp_path / "status").write_text("baby=exit 0\n")
+    code, out, err = cli(gpu_table.main, [tmp_path, "--device", "cpu"], capsys)
+    assert code == 0 and not err
+    assert f"| baby GPT: time to val 1.47 | damaged: {tmp_path / 'baby' / 'metrics.csv'} has no elapsed time" in out
