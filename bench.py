@@ -233,7 +233,7 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     matmul_share = matmul_time_share(runs["tinygpt"])
     matvec_s, matvec_bytes = matvec_time(model, device)
     # a streaming sum can read slower than the products do (an Intel Xeon whose 480 MiB L3 holds the
-    # weights: 25 GB/s against 48, docs/results.md), and a limit must not lie below a measured rate
+    # weights: 25 GB/s against 48, docs/results.md): the limit takes the faster of the two rates
     streaming = memory_bandwidth(device)
     bandwidth = max(streaming, matvec_bytes / matvec_s)
     tok_s = {name: n_tokens / statistics.median(ts) for name, ts in times.items()}

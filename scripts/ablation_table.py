@@ -21,13 +21,12 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
-from scripts.reproduce import run, saved_json
+from scripts.reproduce import is_figure, run, saved_json
 from tinygpt.checkpoint import check_writable
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
 from tinygpt.report import stats
 
 SAVED = (".json", ".txt")  # a saved probe output, read instead of probing again
-MAX_SAVED_BYTES = 1 << 20  # a saved probe output is a few KB; /dev/zero would be read forever
 
 
 def labels(targets: list[str]) -> list[str]:
@@ -44,7 +43,7 @@ def labels(targets: list[str]) -> list[str]:
 def probe_result(target: str, label: str, stories: int, device: str, out: Path | None) -> dict:
     """The probe.py --ablate figures of one run (its final JSON line), labelled and checked."""
     if Path(target).suffix in SAVED:
-        result = saved_json(target, MAX_SAVED_BYTES, target, "probe.py --ablate")
+        result = saved_json(target, target, "probe.py --ablate")
     else:
         print(f"probing {target} ...", file=sys.stderr, flush=True)
         _, text = run(["probe.py", target, "--ablate", "--stories", str(stories), "--device", device])
@@ -71,8 +70,7 @@ def checked(result: dict, target: str) -> dict:
         value = figures[key]
         if value is None and key.startswith("pair"):  # (no pair where fewer than two heads matter)
             continue
-        # (a number beyond ±1e12, or NaN, is no probe's figure, and one over 1e308 overflows the mean)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e12 <= value <= 1e12:
+        if not is_figure(value):
             raise UserError(f"{target}: this probe output's {key} is {short(value)}, not a number in [-1e12, 1e12]")
     return result
 

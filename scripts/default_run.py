@@ -31,7 +31,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
-from scripts.reproduce import error_line, run, saved_json
+from scripts.reproduce import error_line, is_figure, run, saved_json
 from tinygpt.checkpoint import check_writable
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
 from tinygpt.report import stats
@@ -41,7 +41,6 @@ OLD = "802b8d0"  # the last commit of the previous default (configs/stories.yaml
 TARGETS = {"antecedent": 0.85, "distractor": 0.10, "ratio": 5.0, "time": 0.8}
 PREVIOUS = "previous default"  # the name of its rows ("previous default, seed 1337"; one run before: no seed)
 MAX_SEEDS = 100  # runs of one group: each takes minutes
-MAX_SAVED_BYTES = 4 << 20  # a saved output (--table) is a few KB; /dev/zero would be read forever
 NUMBERS = ("wall_s", "best_val_loss", "antecedent", "distractor", "other", "head_antecedent", "head_distractor",
            "ratio")  # a run's figures in the table; "head" is its name, L<layer>H<head>
 
@@ -49,7 +48,7 @@ NUMBERS = ("wall_s", "best_val_loss", "antecedent", "distractor", "other", "head
 def train_and_probe(cwd: Path, out: Path, sets: list[str]) -> dict:
     """Train configs/stories.yaml in cwd into out (fresh data), probe it; the figures."""
     seconds, _ = run(["train.py", "configs/stories.yaml", "--quiet", "--set", f"train.out_dir={out / 'run'}",
-                            f"data.prepared_dir={out / 'prepared'}", "train.plot=never", *sets], cwd)
+                      f"data.prepared_dir={out / 'prepared'}", "train.plot=never", *sets], cwd)
     _, printed = run(["probe.py", str(out / "run"), "--device", "cpu"], cwd)
     probe = json.loads(printed.strip().splitlines()[-1])
     b, best = probe["behaviour"], probe["attention_attribute"]["best"]
@@ -66,7 +65,7 @@ def saved_runs(path: Path) -> dict[str, dict]:
     """The runs of a saved output's last line (--table), checked: a UserError names the file and
     what is wrong with it, so that table() only ever sees the figures it prints."""
     named = f"--table {path}"
-    saved = saved_json(path, MAX_SAVED_BYTES, named, "a default_run (its last line is the JSON of its runs)")
+    saved = saved_json(path, named, "a default_run (its last line is the JSON of its runs)")
     if saved is None:
         raise UserError(f"{named}: its last line is not the JSON line a default_run ends with")
     runs = saved.get("runs") if isinstance(saved, dict) else None
@@ -79,22 +78,22 @@ def saved_runs(path: Path) -> dict[str, dict]:
             value = r.get(key)
             if key not in r:
                 raise UserError(f"{named}: run {short(name)} has no {key!r}")
-            # a number table() can print and average: within ±1e12 (one over 1e308 overflows the mean; NaN
-            # compares false), a ratio also inf (no attention on the distractor), a wall time above 0 (the
+            # a ratio may be inf (no attention on the distractor); a wall time must be above 0 (the
             # previous default's mean wall time divides the others')
-            low = 0 if key == "wall_s" else -1e12
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not ((key == "ratio" and value == math.inf) or low < value <= 1e12)):
-                raise UserError(f"{named}: run {short(name)} has {key}={short(value)}; it must be a number "
-                                f"{'above 0' if key == 'wall_s' else 'from -1e12'} up to 1e12")
+            if key == "wall_s" and not (is_figure(value) and value > 0):
+                raise UserError(f"{named}: run {short(name)} has wall_s={short(value)}; it must be a number above 0 "
+                                "up to 1e12")
+            if not (is_figure(value) or (key == "ratio" and value == math.inf)):
+                raise UserError(f"{named}: run {short(name)} has {key}={short(value)}; it must be a number in "
+                                "[-1e12, 1e12]")
         if not isinstance(r.get("head"), str):
             raise UserError(f"{named}: run {short(name)} has head={short(r.get('head'))}; it must be a name like L3H3")
     return runs
 
 
-def check_args(args) -> None:
+def check_args(args) -> str | None:
     """Refuse, before any training (minutes each), what would stop the script later; --old is
-    resolved to its commit's hash (args.old_commit)."""
+    returns its commit's hash (None without --old-seeds)."""
     for flag in ("seeds", "old_seeds"):
         if not 0 <= getattr(args, flag) <= MAX_SEEDS:
             raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be in [0, {MAX_SEEDS}] "
@@ -117,7 +116,7 @@ def check_args(args) -> None:
     if done is None or done.returncode != 0:
         raise UserError(f"--old={short(rev)} is not a commit of the repository at {ROOT} (git rev-parse --verify); "
                         f"give one, e.g. --old {OLD}, or skip it: --old-seeds 0")
-    args.old_commit = done.stdout.strip()
+    return done.stdout.strip()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -138,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                          for name, r in saved_runs(path).items()})
         print(table(rows))
         return
-    check_args(args)
+    old_commit = check_args(args)
     out = (ROOT / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows = {}
@@ -150,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.old_seeds:
         with tempfile.TemporaryDirectory(prefix="tinygpt-old-") as tmp:
             try:  # (the commit was verified before the training: what fails here is the machine, a full disk)
-                archive = subprocess.run(["git", "archive", args.old_commit], cwd=ROOT, capture_output=True,
+                archive = subprocess.run(["git", "archive", old_commit], cwd=ROOT, capture_output=True,
                                          check=True).stdout
                 subprocess.run(["tar", "-x", "-C", tmp], input=archive, capture_output=True, check=True)
             except subprocess.CalledProcessError as e:

@@ -26,7 +26,7 @@ die() { echo "error: $*" >&2; exit 2; }
 # 100 ms period (0: no limit). awk reads CPUS, as bash arithmetic has no fractions.
 check_cpus() {
   local cores
-  cores=$(nproc)
+  cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # (GNU nproc obeys those: the machine's cores)
   [[ $CPUS =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "CPUS=$CPUS must be a number of cores (e.g. 1 or 1.5), 0 for no limit"
   if awk -v c="$CPUS" 'BEGIN { exit !(c == 0) }'; then  # 0, 00, 0.0: no limit
     QUOTA=0
@@ -56,7 +56,8 @@ check_memory() {
 
 # report_signal RC: one line for a command that a signal ended, in place of bash's report (`Killed`
 # and the whole subshell's source); Ctrl-C, kill, a hang-up or a closed reader go unremarked, as in
-# a shell. The exit code stays RC.
+# a shell. The exit code stays RC. (As in a shell, a command that exits 129-159 itself reads as one
+# that a signal ended.)
 report_signal() {
   [ "$1" -gt 128 ] || return 0
   local sig

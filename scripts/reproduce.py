@@ -43,10 +43,19 @@ def error_line(stderr: str | bytes) -> str:
     return elide(lines[-1].removeprefix("error: "), 300) if lines else "no message"
 
 
-def saved_json(path: str | Path, limit: int, named: str, what: str):
+SAVED_BYTES = 4 << 20  # a saved output is a few KB; /dev/zero would be read forever
+
+
+def is_figure(value, low: float = -1e12, high: float = 1e12) -> bool:
+    """A number a table can print and average: not a bool, not NaN, within [low, high] (one over
+    1e308 would overflow a mean)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and low <= value <= high
+
+
+def saved_json(path: str | Path, named: str, what: str, limit: int = SAVED_BYTES):
     """The JSON of the last line of a saved output (a command's stdout, kept in a file), read up to
-    `limit` bytes (/dev/zero would be read forever); a UserError naming it (`named`) otherwise, whose
-    `what` wrote it. The caller checks what the JSON holds."""
+    `limit` bytes; a UserError naming it (`named`) otherwise, whose `what` wrote it. The caller
+    checks what the JSON holds (is_figure)."""
     try:
         with open(path, "rb") as f:
             data = f.read(limit + 1)

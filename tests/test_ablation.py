@@ -193,6 +193,9 @@ def test_probe_ablate_prints_the_drop_table(ablate_output):
     looks = result["attention_attribute"]["antecedent"]
     best = ab["most_attention"]
     assert looks[best["layer"]][best["head"]] == max(max(row) for row in looks)
+    for mode in ("zero", "mean"):  # the JSON's rank is the range among equals the text prints
+        assert best[f"rank_{mode}"] == coreference.rank_among(ab["drop"][mode], best[f"drop_{mode}"])
+        assert f"{best['rank_zero']} / {best['rank_mean']} of" in text
     harmful = sum(d > 0 for row in ab["drop"]["zero"] for d in row)  # a tiny model's heads may all matter nothing
     assert [t["what"] for t in ab["together"]] == ["top two by attention"] + ["top two by zero-ablation drop"] * (harmful >= 2)
     assert "drop in accuracy, points, zero / mean ablation" in text
@@ -285,7 +288,7 @@ def test_the_report_of_a_model_that_resolves_nothing_says_so():
           "most_harmful": {m: {"layer": 0, "head": 0, "drop": 0.0} for m in ("zero", "mean")},
           "median_drop": {"zero": 0.0, "mean": 0.0},
           "most_attention": {"layer": 1, "head": 1, "attention": 0.4, "drop_zero": 0.0, "drop_mean": 0.0,
-                             "rank_zero": 1, "rank_mean": 1},
+                             "rank_zero": coreference.rank_among(zeros, 0.0), "rank_mean": coreference.rank_among(zeros, 0.0)},
           "together": [{"what": "top two by attention", "heads": ["1.1", "0.0"], "accuracy": {"zero": 0.0, "mean": 0.0},
                         "drop": {"zero": 0.0, "mean": 0.0}}]}
     text = coreference.ablation_report(ab, None, 2, 2)
@@ -294,5 +297,7 @@ def test_the_report_of_a_model_that_resolves_nothing_says_so():
     assert "removed together (top two by zero-ablation drop): none, fewer than two heads lower" in text
     ab["baseline"], ab["drop"]["zero"] = 0.5, [[0.1, 0.0], [0.0, 0.3]]
     ab["most_attention"]["drop_zero"] = 0.3
+    ab["most_attention"]["rank_zero"] = coreference.rank_among(ab["drop"]["zero"], 0.3)
     text = coreference.ablation_report(ab, None, 2, 2)
     assert "resolves no reference" not in text and "(rank 1 / 1-4 of 4 by drop)" in text
+    assert [coreference.rank_among(ab["drop"]["zero"], d) for d in (0.3, 0.1, 0.0)] == ["1", "2", "3-4"]

@@ -235,6 +235,7 @@ def test_the_browser_shows_the_models_weights(tmp_path):
         shown = re.search(rf"top {TOP_N}: {re.escape(token_label(tok, top[0]))} (\d+\.\d)%", tokens[k]["title"])
         # shown to 0.1% from p kept to 4 digits: off by at most 0.05 + 0.005 percentage points
         assert shown and abs(float(shown[1]) - 100 * top[1]) <= 0.0551, (tokens[k]["title"], top)
+        assert "page's one pass" not in tokens[k]["title"]  # no slide here: drawn from the context shown
     assert all("gen" not in tokens[k]["class"] for k in range(data["first_generated"]))
     # all heads of the layer at once: one bar per head on each key it may see, none on the future
     tokens = rendered(path, f"layer=0&head=all&query={T - 1}")

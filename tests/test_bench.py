@@ -136,8 +136,10 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     assert 0 <= h["bf16_same_tokens_share"] <= 1 and h["bandwidth_limit_tokens_per_s"] > 0
     assert 0 < h["matmul_share"] < 1
     assert h["matvec_ms"] > 0 and h["matvec_gb_s"] > 0
-    # the limit reads at the faster of the two rates measured, so no measured read exceeds it
-    assert h["bandwidth_gb_s"] == pytest.approx(max(h["streaming_gb_s"], h["matvec_gb_s"]))
+    # no read measured here is faster than the one the limit assumes, and the limit is that rate over
+    # the weights read per token
+    assert h["bandwidth_gb_s"] >= max(h["streaming_gb_s"], h["matvec_gb_s"]) * (1 - 1e-9)
+    assert h["bandwidth_limit_tokens_per_s"] == pytest.approx(h["bandwidth_gb_s"] * 1e9 / (h["weights_mb"] * 2**20))
     per_token_ms = 1e3 / h["tinygpt_tokens_per_s"]
     assert h["matvec_ms"] < per_token_ms  # the products alone take less than a whole decoding step
     # scripts/gpu_check.sh's table reads this JSON as its decoding rows

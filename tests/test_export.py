@@ -250,6 +250,10 @@ def test_import_never_replaces_a_folder_that_holds_its_source(tmp_path):
     assert sorted(p.name for p in source.iterdir()) == sorted(hf.HF_FILES)
     with pytest.raises(UserError, match="config.json is a file; --from-hf takes the folder"):
         export.main(["--from-hf", str(source / "config.json"), str(tmp_path / "back")])
+    with pytest.raises(UserError, match="config.json is a file; --from-hf takes the folder"):  # not "holds the source"
+        export.main(["--from-hf", str(source / "config.json"), str(source)])
+    with pytest.raises(UserError, match="Hugging Face model folder not found"):
+        export.main(["--from-hf", str(tmp_path / "out" / "gone"), str(tmp_path / "out")])
 
 
 def test_import_refuses_a_damaged_config_json_before_writing(tmp_path):

@@ -176,7 +176,7 @@ function candidates(i) {  // the --show-steps data of generated token i, as text
 document.getElementById("title").textContent = D.title || "attention";
 document.title = D.title || "attention";
 document.getElementById("legend").textContent =
-  `${T} tokens, in one forward pass` + (D.earlier ? ` (the last ${T}; ${D.earlier} earlier tokens not shown)` : "") +
+  `${T} token${T === 1 ? "" : "s"}, in one forward pass` + (D.earlier ? ` (the last ${T}; ${D.earlier} earlier tokens not shown)` : "") +
   `; ${D.n_layer} layers x ${D.n_head} heads. Hover a token to see where it looks (click to pin it, then hover ` +
   `the others for their weight in every head); shading = weight (square-root scale), number = % of the ` +
   `query's attention` + (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +

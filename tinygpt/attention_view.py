@@ -94,7 +94,10 @@ def step_candidates(step: Step, temperature: float, top_k: int | None, top_p: fl
 
 def format_grid(cells: Sequence[Sequence[str]], row_labels: Sequence[str], col_labels: Sequence[str],
                 corner: str = CORNER) -> str:
-    """A grid of strings: row labels left-aligned, cells right-aligned under their column label."""
+    """A grid of strings: row labels left-aligned, cells right-aligned under their column label. A
+    token whose label is MASKED itself (".") is quoted, so that it does not read as a masked cell."""
+    row_labels, col_labels = ([f"'{label}'" if label == MASKED else label for label in labels]
+                              for labels in (row_labels, col_labels))
     assert len(cells) == len(row_labels), f"{len(cells)} rows but {len(row_labels)} row labels"
     assert all(len(row) == len(col_labels) for row in cells), f"rows must have {len(col_labels)} cells"
     first = max([len(corner), *map(len, row_labels)])
@@ -134,13 +137,11 @@ def scores_table(scores: torch.Tensor, query_labels: Sequence[str], key_labels: 
 
 def percent_table(weights: torch.Tensor, query_labels: Sequence[str], key_labels: Sequence[str] | None = None,
                   mask: torch.Tensor | None = None) -> str:
-    """Attention weights (Tq, Tk), rows summing to 1 -> whole percents, MASKED where mask is False.
-    A token whose label is MASKED itself (".") is quoted, so that it does not read as a masked cell."""
+    """Attention weights (Tq, Tk), rows summing to 1 -> whole percents, MASKED where mask is False."""
     key_labels, mask = _square(weights, query_labels, key_labels, mask)
     percent = (weights.detach().float().cpu() * 100).round().int().tolist()
     cells = [[str(p) if m else MASKED for p, m in zip(prow, mrow)] for prow, mrow in zip(percent, mask.tolist())]
-    quoted = [[f"'{label}'" if label == MASKED else label for label in labels] for labels in (query_labels, key_labels)]
-    return format_grid(cells, *quoted)
+    return format_grid(cells, query_labels, key_labels)
 
 
 # ---- real models: crop, tables for every head, heatmaps ----

@@ -321,10 +321,10 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
         if attention is not None:
             looks = torch.tensor(attention, dtype=torch.float)  # (n_layer, nh)
             best = top_heads(looks, 1)[0]
-            order = {mode: top_heads(drop[mode], looks.numel()) for mode in MODES}  # every head, most harmful first
             result["most_attention"] = {**head_dict(best), "attention": r4(looks[best]),
                                         **{f"drop_{m}": r4(drop[m][best]) for m in MODES},
-                                        **{f"rank_{m}": order[m].index(best) + 1 for m in MODES}}
+                                        **{f"rank_{m}": rank_among(result["drop"][m], r4(drop[m][best]))
+                                           for m in MODES}}
             together.append(("top two by attention", top_heads(looks, 2)))
         together.append(("top two by zero-ablation drop", harmful_heads(drop["zero"], 2)))
     else:
@@ -434,10 +434,10 @@ def ablation_report(ab: dict, attention: dict | None, n_layer: int, n_head: int)
                          f"points; {median})")
         if "most_attention" in ab:
             a = ab["most_attention"]
-            ranks = " / ".join(rank_among(ab["drop"][mode], a[f"drop_{mode}"]) for mode in MODES)
             lines.append(f"most attention on the antecedent's attribute: head {a['layer']}.{a['head']} "
                          f"({100 * a['attention']:.1f}%): removing it costs {100 * a['drop_zero']:.1f} / "
-                         f"{100 * a['drop_mean']:.1f} points (rank {ranks} of {n_layer * n_head} by drop)")
+                         f"{100 * a['drop_mean']:.1f} points (rank {a['rank_zero']} / {a['rank_mean']} of "
+                         f"{n_layer * n_head} by drop)")
     for t in ab["together"]:
         lines.append(f"removed together ({t['what']}): {' + '.join(t['heads'])}: accuracy "
                      f"{100 * t['accuracy']['zero']:.1f}% / {100 * t['accuracy']['mean']:.1f}% (zero / mean), "
@@ -449,7 +449,8 @@ def ablation_report(ab: dict, attention: dict | None, n_layer: int, n_head: int)
 
 
 def rank_among(drops: Sequence[Sequence[float]], drop: float) -> str:
-    """A head's rank by drop among every head (drops: n_layer x nh), "3", or "1-15" when tied."""
+    """A head's rank by drop among every head (drops: n_layer x nh), "3", or "1-15" when tied (the
+    first of equals would read as a finding)."""
     flat = [d for row in drops for d in row]
     higher, equal = sum(d > drop for d in flat), sum(d == drop for d in flat)
     return f"{higher + 1}" if equal <= 1 else f"{higher + 1}-{higher + equal}"

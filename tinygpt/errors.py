@@ -263,7 +263,7 @@ class ReaderMayLeave:
 
 
 def work_is_files() -> None:
-    """For a command whose work is its files (train.py, sweep.py, export.py): stdout and stderr
+    """For a command whose work is its files (train.py, sweep.py, export.py, bench.py --json): stdout and stderr
     become ReaderMayLeave, so that a reader who leaves or a log on a full disk ends no work."""
     sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
 

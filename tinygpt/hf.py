@@ -367,11 +367,13 @@ context {cfg.model.block_size}, vocabulary {cfg.model.vocab_size}; exact GELU (`
 prompt and continuation together at most {cfg.model.block_size} tokens, the context length (max_length)\
 {f"; it stops early at token {eos} (end of text)" if eos is not None else ""}. GPT-2's positions end there: \
 a longer prompt, or a `max_new_tokens` that runs past it, ends in transformers' IndexError, where \
-tinygpt's sample.py slides its window and goes on (the two give the same tokens up to the context).
+tinygpt's sample.py slides its window and goes on (greedy, `do_sample=False` and `--temperature 0`, the \
+two give the same tokens up to the context).
 - tokenizer.json takes text as it is (sample.py first drops a byte-order mark and turns CRLF into LF)\
 {"; a character or word outside the vocabulary fails in the tokenizer with `Missing [UNK] token` (sample.py names it)" if tok.get("kind") in ("char", "word") else ""}.
 - {"Biases are zeros: the tinygpt model had none (bias: false)." if not cfg.model.bias else "Biases as trained."}
-- Back to tinygpt, exactly: `{shlex.join(['python', 'export.py', '--from-hf', path_word(out_dir), 'OUT_RUN_DIR'])}`.
+- Back to tinygpt, exactly: `{shlex.join(['python', 'export.py', '--from-hf', path_word(os.path.abspath(out_dir)),
+                                           'OUT_RUN_DIR'])}`.
 """ + (f"- Caution: {caution}.\n" if caution else ""))
     return out_dir
 
@@ -498,11 +500,16 @@ def _all_biases_zero(w: dict[str, torch.Tensor]) -> bool:
     return all(not t.any() for name, t in w.items() if name.endswith(".bias") and t.dim() == 1)
 
 
-def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
-    folder = Path(folder)
+def hf_folder(folder: Path) -> None:
+    """Refuse a --from-hf source that is no folder."""
     if not folder.is_dir():
         raise UserError(f"{folder} is a file; --from-hf takes the folder that holds config.json" if folder.exists()
                         else f"Hugging Face model folder not found: {folder}")
+
+
+def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
+    folder = Path(folder)
+    hf_folder(folder)
     hf = read_hf_config(folder)
     meta = hf.get("tinygpt") if isinstance(hf.get("tinygpt"), dict) else {}
     weights = read_hf_weights(folder)
@@ -534,6 +541,7 @@ def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> P
     """Write a tinygpt run (ckpt.pt, config.yaml) from a GPT-2 folder; returns the checkpoint path.
     The run directory appears whole or not at all (whole_folder); --force replaces an earlier run."""
     folder, out_dir = Path(folder), Path(out_dir)
+    hf_folder(folder)  # first: a file or a missing folder is no source for refuse_inside to protect
     refuse_inside(out_dir, folder, "Hugging Face folder")
     refuse_overwrite(out_dir, IMPORT_FILES, force)
     model, hf = _read_hf(folder)
