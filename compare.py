@@ -70,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         first = given.setdefault(run.resolve(), run)
         if first is not run:
             raise UserError(f"run directory {run} is given twice" + (f" (also as {first})" if first != run else ""))
+    if args.plot_only and len(args.runs) == 1:  # only RUN/loss.png: --out is not written (a read-only checkout)
+        return compare(args)
     check_report_folder(args.out)
     # held while it writes: a sweep or another comparison writing the same folder is refused
     with run_lock(args.out, "--out", "sweep or comparison", REPORT_LOCK):

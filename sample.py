@@ -52,7 +52,7 @@ from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import check_writable, load_model, regular_file_target
 from tinygpt.config import MAX_THREADS
-from tinygpt.errors import ArgParser, ReaderMayLeave, Terminated, UserError, path_arg, path_word, run_cli, short
+from tinygpt.errors import ArgParser, ReaderMayLeave, Terminated, UserError, path_arg, path_word, run_cli, script_word, short
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device)
 from tinygpt.tokenizer import clean_text, encode_prompt
@@ -370,7 +370,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         ids = encode_prompt(tokenizer, prompt)
     except UserError as e:
         raise UserError(f"{e}; see the whole vocabulary with: "
-                        f"{shlex.join(['python', 'sample.py', path_word(args.run), '--list-vocab'])}") from None
+                        f"{shlex.join(['python', script_word('sample.py'), path_word(args.run), '--list-vocab'])}") from None
     idx = torch.tensor([ids], dtype=torch.long, device=gen.device)  # (1, T)
     heatmaps = []
     if args.show_attention and args.attention_of == "prompt":

@@ -292,7 +292,8 @@ def parse_args(argv: Sequence[str] | None):
     p = ArgParser(prog="sweep.py", description="Train every combination of a grid of config values.")
     p.add_argument("config", help="YAML config, e.g. configs/stories.yaml")
     p.add_argument("--grid", nargs="+", action="extend", required=True, metavar="KEY=V1,V2",
-                   help="values to combine, e.g. --grid model.n_head=1,2,4 model.n_embd=64,128")
+                   help="values to combine, e.g. --grid model.n_head=1,2,4 model.n_embd=64,128 (commas part "
+                        "the values: a value cannot hold one, so name such a file through a link)")
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="overrides shared by every run, e.g. --set train.max_iters=500")
     p.add_argument("--seeds", type=int, default=1, metavar="N",

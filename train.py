@@ -35,7 +35,7 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config
-from tinygpt.errors import ArgParser, UserError, clean_up, path_word, reason, run_cli, short, work_is_files
+from tinygpt.errors import ArgParser, UserError, clean_up, path_word, reason, run_cli, script_word, short, work_is_files
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
@@ -503,7 +503,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     if dist.master:
         print(f"{why}: step {run.step}, best val loss {run.best_val:.4f}, "
               f"{time.perf_counter() - speed['t_start']:.1f} s; "
-              f"sample with: {shlex.join(['python', 'sample.py', path_word(out_dir)])}")
+              f"sample with: {shlex.join(['python', script_word('sample.py'), path_word(out_dir)])}")
     return {"step": run.step, "best_val_loss": run.best_val, "out_dir": str(out_dir)}
 
 

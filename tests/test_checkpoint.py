@@ -551,3 +551,14 @@ def test_a_training_whose_folder_was_removed_leaves_the_next_ones_lock(tmp_path)
             pass
     b.__exit__(None, None, None)
     assert not (out / ".lock").exists()
+
+
+def test_an_unwritable_setting_names_the_fix(tmp_path, monkeypatch):
+    """A read-only checkout: 'train.out_dir='out/stories' is not writable' gave no way out."""
+    from tinygpt.checkpoint import check_writable
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)
+    with pytest.raises(UserError, match=r"denies writing .*; give a folder you can write, e\.g\. --set "
+                                        r"train\.out_dir=/tmp/tinygpt$"):
+        check_writable(tmp_path / "out", "train.out_dir")
+    with pytest.raises(UserError, match=r"--out=.* denies writing \(permissions or a read-only file system\)$"):
+        check_writable(tmp_path / "out", "--out")

@@ -227,7 +227,8 @@ def test_train_prints_a_summary(runs, run):
     out = runs["results"]["main"].stdout
     assert f"vocab {len(VOCAB)}" in out and f"done: step {STEPS}" in out
     hint = out.split("sample with: ")[1].splitlines()[0]
-    assert shlex.split(hint) == ["python", "sample.py", str(run)]  # quoted: a shell pastes it whole
+    # quoted: a shell pastes it whole; trained from a folder outside the repository, it names sample.py's path
+    assert shlex.split(hint) == ["python", str(ROOT / "sample.py"), str(run)]
 
 
 def test_loss_starts_at_ln_vocab_and_falls(run):
@@ -633,3 +634,15 @@ def subprocess_errors(cases, tmp, run) -> dict:
 @pytest.mark.parametrize("name", SUBPROCESS_CASES)
 def test_user_error_through_the_real_cli(cases, subprocess_errors, name):
     check_refusal(cases[name], subprocess_errors["results"][name], subprocess_errors["before"])
+
+
+def test_the_pasted_hint_finds_sample_py_from_where_the_user_stands(tmp_path, monkeypatch):
+    """`cd /tmp && python REPO/train.py ...` ended with `sample with: python sample.py out/stories`,
+    which /tmp has no sample.py for."""
+    from tinygpt.errors import script_word
+    for cwd in (ROOT, ROOT.parent, tmp_path):
+        monkeypatch.chdir(cwd)
+        word = script_word("sample.py")
+        assert (cwd / word).resolve() == ROOT / "sample.py" and not word.startswith("..")
+    monkeypatch.chdir(ROOT)
+    assert script_word("sample.py") == "sample.py"

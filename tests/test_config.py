@@ -411,6 +411,19 @@ def test_a_value_yaml_reads_only_in_quotes_says_so(tmp_path):
     assert load_config(write(tmp_path, ""), ['train.out_dir="@runs"']).train.out_dir == "@runs"
 
 
+def test_a_bare_tilde_in_a_file_is_told_apart_from_the_home_folder(tmp_path):
+    with pytest.raises(UserError, match=r"train.out_dir=None .* not NoneType: ~, null or an empty value is YAML's null"):
+        load_config(write(tmp_path, "train:\n  out_dir: ~\n"))
+
+
+def test_a_path_with_bytes_that_are_not_utf8_is_taken_as_it_is(tmp_path):
+    """A folder named with a byte that is not UTF-8 (the shell passes it as a surrogate escape) was
+    "not a valid YAML scalar (... starts with @ ...)": PyYAML refuses the surrogate."""
+    assert load_config(write(tmp_path, ""), ["train.out_dir=/tmp/bad\udcffdir/run"]).train.out_dir == "/tmp/bad\udcffdir/run"
+    with pytest.raises(UserError, match="holds bytes that are not UTF-8 text"):
+        load_config(write(tmp_path, ""), ["train.lr=1\udcff"])
+
+
 def test_a_string_key_set_from_the_command_line_keeps_the_text(tmp_path):
     cfg = load_config(write(tmp_path, ""), ["train.out_dir=2024", "data.dataset=2001-02-29", "train.init_from=null"])
     assert (cfg.train.out_dir, cfg.data.dataset, cfg.train.init_from) == ("2024", "2001-02-29", "null")

@@ -634,14 +634,23 @@ def test_an_empty_run_argument_is_refused_not_read_as_the_current_folder(run, sc
     one_line(Result(done.returncode, done.stdout, done.stderr), "an empty path")
 
 
-def test_8_an_ascii_terminal_gets_escapes_not_a_traceback(run):
+@pytest.mark.parametrize("terminal", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0"}],
+                         ids=["ascii", "C locale, no UTF-8 mode"])
+def test_8_an_ascii_terminal_gets_escapes_not_a_traceback(run, terminal):
     """The tables' '\u2423' (a space) on a terminal that cannot show it (PYTHONIOENCODING=ascii, a Latin-1
-    locale, a Windows console) was a UnicodeEncodeError; it is printed escaped, as stderr does."""
+    locale, a Windows console) was a UnicodeEncodeError; it is printed escaped, as stderr does. In the C
+    locale without UTF-8 mode the streams are surrogateescape, which failed the same way."""
+    env = {k: v for k, v in ENV.items() if k not in ("PYTHONIOENCODING", "PYTHONUTF8", "LANG", "LC_ALL", "LC_CTYPE")}
     done = subprocess.run([sys.executable, str(ROOT / "sample.py"), str(run), "--prompt", "the he", "--show-attention",
-                           "--max-new-tokens", "2"], cwd=ROOT, env={**ENV, "PYTHONIOENCODING": "ascii"},
+                           "--max-new-tokens", "2"], cwd=ROOT, env={**env, **terminal},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "\\u2423" in done.stdout
+
+
+def test_the_c_locale_keeps_a_names_bytes_and_escapes_the_rest():
+    import tinygpt.errors  # noqa: F401 (registers the handler)
+    assert "a\udcff\u00e9\u2423".encode("ascii", "tinygpt_bytes_or_escape") == b"a\xff\\xe9\\u2423"
 
 
 def test_8_a_tilde_of_no_user_in_the_dataset_is_one_line(tmp, capsys):
@@ -1316,4 +1325,5 @@ def test_a_hint_names_a_dash_path_so_that_it_is_not_a_flag(tmp, capsys, monkeypa
     assert path_word("-rf") == "./-rf" and path_word("/tmp/-rf") == "/tmp/-rf" and path_word("out/a") == "out/a"
     monkeypatch.chdir(tmp)
     result = in_process("train.py", [*sets(tmp, Path("-dash_run"), "train.max_iters=2")], capsys)
-    assert result.code == 0 and result.out.rstrip().endswith("sample with: python sample.py ./-dash_run"), result
+    hint = f"sample with: python {ROOT / 'sample.py'} ./-dash_run"  # (from tmp: sample.py's own path)
+    assert result.code == 0 and result.out.rstrip().endswith(hint), result

@@ -651,6 +651,10 @@ def test_compare_plot_only_draws_each_run_labelled_by_its_values(first_sweep, tm
     with contextlib.redirect_stdout(io.StringIO()):
         one = compare.main([str(runs[0]), "--plot-only", "--out", str(tmp_path / "one")])
     assert one["plots"] == [str(runs[0] / "loss.png")] and not (tmp_path / "one").exists()
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")  # an --out that cannot be made (as in a read-only checkout): one run's plot needs none
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert compare.main([str(runs[0]), "--plot-only", "--out", str(blocker / "cmp")])["plots"] == one["plots"]
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(UserError, match="--plot-only needs matplotlib"):
         compare.main([str(runs[0]), "--plot-only"])

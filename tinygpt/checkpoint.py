@@ -159,12 +159,17 @@ def dead_link(path: Path) -> str | None:
     return None
 
 
+def is_config_key(what: str) -> bool:
+    """'train.out_dir' (set with --set), not '--out' or 'output folder'."""
+    return "." in what and not what.startswith("-") and " " not in what
+
+
 def check_writable(path: str | Path, what: str) -> None:
     """Refuse, before any work, a folder that cannot be created or written into: a file, a path
     through a file, or a folder (or its nearest existing parent) without write permission or on
     a read-only file system. `what` names the setting: 'train.out_dir', '--out', 'output folder'."""
     path = Path(path)
-    named = f"{what}={short(str(path))}" if what.startswith("-") or "." in what else f"{what} {path}"
+    named = f"{what}={short(str(path))}" if what.startswith("-") or is_config_key(what) else f"{what} {path}"
     if path.exists() and not path.is_dir():
         raise UserError(f"{named} is a file, not a directory")
     if (dead := dead_link(path)) is not None:
@@ -175,8 +180,9 @@ def check_writable(path: str | Path, what: str) -> None:
     if not existing.is_dir():
         raise UserError(f"{named} cannot be created: {existing} is a file")
     if not os.access(existing, os.W_OK | os.X_OK):
+        fix = f"; give a folder you can write, e.g. --set {what}=/tmp/tinygpt" if is_config_key(what) else ""
         raise UserError(f"{named} is not writable: {existing} denies writing (permissions or a read-only "
-                        f"file system)")
+                        f"file system){fix}")
     try:  # root passes that test everywhere, yet /proc and /sys take no new file
         tempfile.TemporaryFile(dir=existing).close()
     except OSError as e:

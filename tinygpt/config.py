@@ -258,6 +258,8 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
             number = float(value)
             if number.is_integer():
                 hint = f": write it in plain digits, {int(number)}"
+    if typ is str and value is None:  # `out_dir: ~` meant the home folder
+        hint = ": ~, null or an empty value is YAML's null; quote a path, e.g. '~' or '~/runs'"
     raise UserError(f"{key}={short(value)} ({source}) must be of type {typ.__name__}, "
                     f"not {type(value).__name__}{hint}")
 
@@ -301,15 +303,18 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
         if not sep or key.count(".") != 1:
             raise UserError(f"{source} {short(item)} must look like SECTION.KEY=VALUE, e.g. model.n_head=8")
         section, name = key.split(".")
+        types = _field_types(SECTIONS[section]) if section in SECTIONS else {}
+        not_utf8 = any("\udc80" <= ch <= "\udcff" for ch in text)  # a byte the shell passed that is not UTF-8
+        if not_utf8 and types.get(name) is not str:
+            raise UserError(f"{source} {short(item)}: the value holds bytes that are not UTF-8 text")
         try:
-            value = yaml_load(text) if text.strip() else ""
+            value = text.strip() if not_utf8 else yaml_load(text) if text.strip() else ""  # (YAML refuses them)
         except YAMLRefused as e:
             raise UserError(f"{source} {short(item)}: the value is refused: {e}") from None
         except (yaml.YAMLError, RecursionError):
             raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar (YAML reads a text "
                             f"that starts with @, *, !, &, % or a quote only in quotes, e.g. "
                             f"--set 'train.out_dir=\"@runs\"')") from None
-        types = _field_types(SECTIONS[section]) if section in SECTIONS else {}
         if types.get(name) is str and not isinstance(value, str):
             value = text.strip()
         nested.setdefault(section, {})[name] = value

@@ -18,6 +18,7 @@ alias bomb, a damaged checkpoint, a 16,000-bit integer) never makes a huge messa
 from __future__ import annotations
 
 import argparse
+import codecs
 import errno
 import os
 import reprlib
@@ -128,15 +129,30 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
     sys.exit(0)
 
 
+def _bytes_back_or_escape(e: UnicodeError) -> tuple[bytes, int]:
+    """An encoding error handler: surrogateescape's for the bytes of a name that is not UTF-8 (written
+    back as they were), backslashreplace's for any other character the encoding lacks."""
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    return b"".join(bytes([ord(ch) - 0xDC00]) if "\udc80" <= ch <= "\udcff" else ch.encode("ascii", "backslashreplace")
+                    for ch in e.object[e.start:e.end]), e.end
+
+
+codecs.register_error("tinygpt_bytes_or_escape", _bytes_back_or_escape)
+
+
 def print_anything() -> None:
     """Let stdout print what its encoding cannot hold as an escape (\\u2423, \\udcff), as Python's
     stderr does, instead of ending the command in a UnicodeEncodeError: a table's '␣' on an
     ASCII or Latin-1 terminal (PYTHONIOENCODING=ascii, a Windows console), a file name that is
-    not UTF-8 in a UTF-8 locale. A stream set otherwise (surrogateescape in the C locale) is kept."""
+    not UTF-8 in a UTF-8 locale. In the C locale without UTF-8 mode (LC_ALL=C PYTHONUTF8=0) the
+    streams are surrogateescape, which writes a file name's bytes back but fails on any other
+    character (a sample's text): there the name's bytes still go out as they were, the rest escaped."""
     for stream in (sys.stdout, sys.stderr):
-        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        errors = getattr(stream, "errors", None)
+        if errors in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
             try:
-                stream.reconfigure(errors="backslashreplace")
+                stream.reconfigure(errors="backslashreplace" if errors == "strict" else "tinygpt_bytes_or_escape")
             except (ValueError, OSError):  # closed, or not reconfigurable after all
                 pass
 
@@ -299,6 +315,15 @@ def path_word(path: str | Path) -> str:
     command line would read as a flag."""
     text = str(path)
     return f"./{text}" if text.startswith("-") else text
+
+
+def script_word(name: str) -> str:
+    """The repository's command `name` (sample.py) as typed from the current folder, for a hint the
+    user pastes: `sample.py` from the repository root, else its path (relative below the current
+    folder, absolute elsewhere)."""
+    script = Path(__file__).resolve().parents[1] / name
+    relative = os.path.relpath(script)
+    return path_word(relative if not relative.startswith(os.pardir) else script)
 
 
 class ArgParser(argparse.ArgumentParser):
