@@ -30,7 +30,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from data.prepare import Prepared, get_batch, load_for_training, prepare, token_keys
+from data.prepare import Prepared, get_batch, load_for_training, prepare, token_keys, vocab_note
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
@@ -473,7 +473,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     if dist.master:
         m = cfg.model
         print(f"model: {run.model.num_params():,} parameters ({m.n_layer} layers, {m.n_head} heads, {m.n_embd} wide, "
-              f"block {m.block_size}, vocab {m.vocab_size}); data: {len(data.train):,} train / {len(data.val):,} val "
+              f"block {m.block_size}, vocab {m.vocab_size}{vocab_note(cfg.data, m.vocab_size)}); data: {len(data.train):,} train / {len(data.val):,} val "
               f"tokens; {dist.world_size} x {dist.device}, {dtype}; {tokens_per_step:,} tokens/step; MFU against "
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
         if warning := emulated_dtype_warning(dtype, dist.device):

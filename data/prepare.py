@@ -82,7 +82,8 @@ def source_files(dataset: str) -> list[Path]:
 
 
 def folder_files(folder: Path, dataset: str) -> list[Path]:
-    """The .txt files under `folder`, at any depth, sorted. Walked with a list, not recursion (a folder
+    """The .txt files under `folder`, at any depth, sorted, hidden ones (and hidden folders) left out.
+    Walked with a list, not recursion (a folder
     nested a thousand deep overflowed Python's stack); links to folders are not followed (a loop would
     never end). A folder that cannot be read, or a .txt that is no regular file (a device or a pipe
     would block or never end, a link to nothing has no text), is refused: left out, the run would
@@ -93,6 +94,8 @@ def folder_files(folder: Path, dataset: str) -> list[Path]:
         try:
             with os.scandir(current) as entries:
                 for entry in entries:
+                    if entry.name.startswith("."):  # .git, .ipynb_checkpoints, an editor's backup: not the text
+                        continue
                     if entry.is_dir(follow_symlinks=False):
                         folders.append(Path(entry.path))
                     elif entry.name.endswith(".txt"):
@@ -178,14 +181,16 @@ def _fingerprint(d: DataConfig) -> dict:
     """What the prepared arrays depend on; any change gives a new folder or a rebuild."""
     settings = {"version": PREP_VERSION, **{key: getattr(d, key) for key in token_keys(d)}}
     if d.dataset not in ("stories", "shakespeare"):
-        settings["files"] = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
+        # ctime too: a file rewritten with its size and mtime kept (cp -p, rsync -t, an archive) has a
+        # new ctime, which no tool sets back
+        settings["files"] = [(str(f.resolve()), (s := f.stat()).st_size, s.st_mtime_ns, s.st_ctime_ns)
                              for f in source_files(d.dataset)]
     return settings
 
 
 def _check_unchanged(d: DataConfig, before: dict) -> None:
     """Refuse a source file that changed while it was read and tokenized: meta.json would record
-    its new size and mtime beside the tokens of its old text, and that folder would be reused."""
+    its new size and times beside the tokens of its old text, and that folder would be reused."""
     try:
         after = _fingerprint(d)
     except (UserError, OSError):  # deleted meanwhile
@@ -253,9 +258,22 @@ def _is_current(folder: Path, d: DataConfig) -> bool:
         return False  # missing, unreadable or damaged: (re)build
 
 
+def vocab_note(d: DataConfig, vocab_size: int) -> str:
+    """' (of data.bpe_vocab_size=65,536: ...)' where the learned BPE ran out of pairs before its size,
+    else '': said beside the vocabulary's size."""
+    if d.tokenizer != "bpe" or vocab_size >= d.bpe_vocab_size:
+        return ""
+    return f" (of data.bpe_vocab_size={d.bpe_vocab_size:,}: the text has no more pairs to merge)"
+
+
+GENERATING = 24  # bytes a character of data/stories.py's corpus takes at its peak, while it is generated
+# (its pieces and references; measured: 494 MB for 20 million characters, 4.9 GB for 200 million)
+
+
 def corpus_memory(d: DataConfig) -> int:
     """A lower bound of the bytes preparing d takes: the text, and its token ids as int64 (twice,
-    while the chunks are joined); BPE and word tokens are counted as >= 1 per 8 characters."""
+    while the chunks are joined); BPE and word tokens are counted as >= 1 per 8 characters. The
+    stories are generated first, which takes more (GENERATING)."""
     if d.dataset == "stories":
         chars = d.stories_chars
     elif d.dataset == "shakespeare":
@@ -263,7 +281,7 @@ def corpus_memory(d: DataConfig) -> int:
     else:
         chars = sum(f.stat().st_size for f in source_files(d.dataset))
     tokens = chars if d.tokenizer == "char" else chars // 8
-    return chars + 16 * tokens
+    return max(chars + 16 * tokens, GENERATING * chars if d.dataset == "stories" else 0)
 
 
 def _digest(tokenizer: Tokenizer | dict, train: np.ndarray, val: np.ndarray) -> str:
@@ -400,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     out = prepare(cfg)
     meta = json.loads((out / "meta.json").read_text())
     print(f"{out}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, "
-          f"vocab {meta['vocab_size']:,} ({meta['dtype']})")
+          f"vocab {meta['vocab_size']:,}{vocab_note(cfg.data, meta['vocab_size'])} ({meta['dtype']})")
     return out
 
 

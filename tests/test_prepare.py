@@ -156,3 +156,50 @@ def test_a_dataset_link_to_nothing_or_a_builtin_in_capitals_is_named(tmp_path):
         prep.source_files("Stories")
     with pytest.raises(UserError, match="nor an existing .txt file or folder$"):
         prep.source_files("novels")
+
+
+def test_hidden_files_and_folders_are_not_text(tmp_path):
+    """.git/x.txt, .ipynb_checkpoints/*.txt and .secret.txt were trained on without a word."""
+    books = tmp_path / "books"
+    for name in ("a.txt", ".secret.txt", ".git/x.txt", ".ipynb_checkpoints/a-checkpoint.txt", "sub/b.txt"):
+        (books / name).parent.mkdir(parents=True, exist_ok=True)
+        (books / name).write_text("text\n")
+    assert [p.relative_to(books).as_posix() for p in prep.source_files(str(books))] == ["a.txt", "sub/b.txt"]
+
+
+def test_a_file_rewritten_with_its_size_and_mtime_kept_is_prepared_again(tmp_path):
+    """cp -p, rsync -t or an archive keep the mtime: the old preparation was reused for the new text."""
+    text = tmp_path / "t.txt"
+    text.write_text("aaaa bbbb\n" * 50)
+    first = prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
+    stat = text.stat()
+    text.write_text("xxxx yyyy\n" * 50)  # the same size
+    os.utime(text, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same mtime
+    again = prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
+    assert again == first and set((again / "tokenizer.json").read_text()) >= set("xy")
+
+
+def test_a_stories_corpus_too_big_to_generate_is_refused_at_once(tmp_path, monkeypatch):
+    """10**9 characters passed the check (3 GB for its tokens) and the generator then took ~24 GB."""
+    from data import stories
+    from tinygpt import runtime
+    monkeypatch.setattr(runtime, "available_memory", lambda device: 20 * 2**30)
+
+    def too_late(*args, **kwargs):  # (a regression must fail here, not fill the memory)
+        raise AssertionError("the corpus was generated before the memory check refused it")
+    monkeypatch.setattr(stories, "generate_stories", too_late)
+    cfg = load_config(ROOT / "configs/stories.yaml", ["data.stories_chars=1000000000",
+                                                      f"data.prepared_dir={tmp_path / 'prepared'}"])
+    with pytest.raises(UserError, match=r"preparing data.dataset='stories' needs at least 2[0-9]\.\d GB"):
+        prep.prepare(cfg, show_progress=False)
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_a_bpe_that_runs_out_of_pairs_says_so(tmp_path, capsys):
+    """bpe_vocab_size=65536 on a small text gave a vocabulary of 278 without a word."""
+    text = tmp_path / "t.txt"
+    text.write_text("ab ab ab\n" * 20)
+    sets = [f"data.dataset={text}", "data.tokenizer=bpe", "data.bpe_vocab_size=1024", f"data.prepared_dir={tmp_path}"]
+    vocab = prep.load_prepared(prep.main([str(ROOT / "configs/stories.yaml"), "--set", *sets])).tokenizer.vocab_size
+    assert vocab < 1024
+    assert f"vocab {vocab:,} (of data.bpe_vocab_size=1,024: the text has no more pairs" in capsys.readouterr().out

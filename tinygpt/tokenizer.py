@@ -242,7 +242,7 @@ class CharTokenizer(_TableTokenizer):
         return list(text)
 
     def _unknown_hint(self, unknown: list[str]) -> str:
-        return " or train with a byte-level BPE tokenizer, which spells any text (data.tokenizer=bpe)"
+        return "; or train with a byte-level BPE tokenizer, which spells any text (data.tokenizer=bpe)"
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "vocab_size": self.vocab_size, "chars": self.chars}
