@@ -92,8 +92,8 @@ def saved_runs(path: Path) -> dict[str, dict]:
 
 
 def check_args(args) -> str | None:
-    """Refuse, before any training (minutes each), what would stop the script later; --old is
-    returns its commit's hash (None without --old-seeds)."""
+    """Refuse, before any training (minutes each), what would stop the script later; return --old's
+    commit hash (None with --old-seeds 0)."""
     for flag in ("seeds", "old_seeds"):
         if not 0 <= getattr(args, flag) <= MAX_SEEDS:
             raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be in [0, {MAX_SEEDS}] "
@@ -104,7 +104,7 @@ def check_args(args) -> str | None:
         raise UserError(f"--first-seed={short(args.first_seed)} must be in [0, 2**63 - {2 + MAX_SEEDS}]")
     check_writable(ROOT / args.out, "--out")
     if not args.old_seeds:
-        return
+        return None
     rev, done = args.old, None
     if rev and not rev.startswith("-"):  # '' names nothing; '-x' would be read by git as an option
         try:

@@ -23,8 +23,8 @@
 # that fails, times out or is skipped is marked in the table; the script goes on with the next.
 #
 # Exit code: 0 when every stage that ran passed (one skipped for lack of budget is no failure, only
-# a row that says so); 1 when one failed or ran out of time: the table still prints, then one line
-# naming them; 2, with one line and before any stage, for a bad setting: BUDGET not 1 to 86400
+# a row that says so); 1 when one failed or ran out of time (the table still prints, then one line
+# naming them) or the table itself failed; 2, with one line and before any stage, for a bad setting: BUDGET not 1 to 86400
 # seconds, REHEARSE not 0 or 1 (empty: 0), a PYTHON that cannot import torch, no tiny shakespeare,
 # an OUT that cannot be made or written, or no GPU without REHEARSE=1.
 set -uo pipefail

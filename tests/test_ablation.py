@@ -195,7 +195,7 @@ def test_probe_ablate_prints_the_drop_table(ablate_output):
     assert looks[best["layer"]][best["head"]] == max(max(row) for row in looks)
     for mode in ("zero", "mean"):  # the JSON's rank is the range among equals the text prints
         assert best[f"rank_{mode}"] == coreference.rank_among(ab["drop"][mode], best[f"drop_{mode}"])
-        assert f"{best['rank_zero']} / {best['rank_mean']} of" in text
+    assert f"{best['rank_zero']} / {best['rank_mean']} of" in text
     harmful = sum(d > 0 for row in ab["drop"]["zero"] for d in row)  # a tiny model's heads may all matter nothing
     assert [t["what"] for t in ab["together"]] == ["top two by attention"] + ["top two by zero-ablation drop"] * (harmful >= 2)
     assert "drop in accuracy, points, zero / mean ablation" in text

@@ -646,3 +646,13 @@ def test_the_pasted_hint_finds_sample_py_from_where_the_user_stands(tmp_path, mo
         assert (cwd / word).resolve() == ROOT / "sample.py" and not word.startswith("..")
     monkeypatch.chdir(ROOT)
     assert script_word("sample.py") == "sample.py"
+
+
+def test_the_hint_survives_a_deleted_current_folder(tmp_path, monkeypatch):
+    """relpath asks for the current folder: deleted during a training, the closing hint raised."""
+    from tinygpt.errors import script_word
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert script_word("sample.py") == str(ROOT / "sample.py")

@@ -419,9 +419,12 @@ def test_a_bare_tilde_in_a_file_is_told_apart_from_the_home_folder(tmp_path):
 def test_a_path_with_bytes_that_are_not_utf8_is_taken_as_it_is(tmp_path):
     """A folder named with a byte that is not UTF-8 (the shell passes it as a surrogate escape) was
     "not a valid YAML scalar (... starts with @ ...)": PyYAML refuses the surrogate."""
-    assert load_config(write(tmp_path, ""), ["train.out_dir=/tmp/bad\udcffdir/run"]).train.out_dir == "/tmp/bad\udcffdir/run"
+    for given in ("/tmp/bad\udcffdir/run", '"/tmp/bad\udcffdir/run"', "/tmp/bad\udcffdir/run # a note"):
+        assert load_config(write(tmp_path, ""), [f"train.out_dir={given}"]).train.out_dir == "/tmp/bad\udcffdir/run"
     with pytest.raises(UserError, match="holds bytes that are not UTF-8 text"):
         load_config(write(tmp_path, ""), ["train.lr=1\udcff"])
+    with pytest.raises(UserError, match="did you mean 'train.out_dir'"):  # a misspelt key is told as one
+        load_config(write(tmp_path, ""), ["train.outdir=/tmp/bad\udcffdir"])
 
 
 def test_a_string_key_set_from_the_command_line_keeps_the_text(tmp_path):

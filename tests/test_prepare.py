@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,10 @@ def test_hidden_files_and_folders_are_not_text(tmp_path):
         (books / name).parent.mkdir(parents=True, exist_ok=True)
         (books / name).write_text("text\n")
     assert [p.relative_to(books).as_posix() for p in prep.source_files(str(books))] == ["a.txt", "sub/b.txt"]
+    for name in ("a.txt", "sub/b.txt"):
+        (books / name).unlink()
+    with pytest.raises(UserError, match=r"holds no .txt files \(hidden ones, named with a leading '.', are left out\)"):
+        prep.source_files(str(books))
 
 
 def test_a_file_rewritten_with_its_size_and_mtime_kept_is_prepared_again(tmp_path):
@@ -173,6 +178,7 @@ def test_a_file_rewritten_with_its_size_and_mtime_kept_is_prepared_again(tmp_pat
     text.write_text("aaaa bbbb\n" * 50)
     first = prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
     stat = text.stat()
+    time.sleep(0.05)  # (a file system's clock may tick coarsely: the change time must move)
     text.write_text("xxxx yyyy\n" * 50)  # the same size
     os.utime(text, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same mtime
     again = prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
@@ -202,4 +208,4 @@ def test_a_bpe_that_runs_out_of_pairs_says_so(tmp_path, capsys):
     sets = [f"data.dataset={text}", "data.tokenizer=bpe", "data.bpe_vocab_size=1024", f"data.prepared_dir={tmp_path}"]
     vocab = prep.load_prepared(prep.main([str(ROOT / "configs/stories.yaml"), "--set", *sets])).tokenizer.vocab_size
     assert vocab < 1024
-    assert f"vocab {vocab:,} (of data.bpe_vocab_size=1,024: the text has no more pairs" in capsys.readouterr().out
+    assert f"vocab {vocab:,} (of data.bpe_vocab_size=1024: the text has no more pairs" in capsys.readouterr().out

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from model import GPT
-from tinygpt.config import Config, config_from_dict
-from tinygpt.errors import UserError, path_word, reason, short
+from tinygpt.config import Config, all_keys, config_from_dict
+from tinygpt.errors import UserError, path_word, reason, script_word, short
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import Tokenizer, tokenizer_from_dict
 
@@ -159,17 +159,12 @@ def dead_link(path: Path) -> str | None:
     return None
 
 
-def is_config_key(what: str) -> bool:
-    """'train.out_dir' (set with --set), not '--out' or 'output folder'."""
-    return "." in what and not what.startswith("-") and " " not in what
-
-
 def check_writable(path: str | Path, what: str) -> None:
     """Refuse, before any work, a folder that cannot be created or written into: a file, a path
     through a file, or a folder (or its nearest existing parent) without write permission or on
     a read-only file system. `what` names the setting: 'train.out_dir', '--out', 'output folder'."""
     path = Path(path)
-    named = f"{what}={short(str(path))}" if what.startswith("-") or is_config_key(what) else f"{what} {path}"
+    named = f"{what}={short(str(path))}" if what.startswith("-") or "." in what else f"{what} {path}"
     if path.exists() and not path.is_dir():
         raise UserError(f"{named} is a file, not a directory")
     if (dead := dead_link(path)) is not None:
@@ -180,7 +175,7 @@ def check_writable(path: str | Path, what: str) -> None:
     if not existing.is_dir():
         raise UserError(f"{named} cannot be created: {existing} is a file")
     if not os.access(existing, os.W_OK | os.X_OK):
-        fix = f"; give a folder you can write, e.g. --set {what}=/tmp/tinygpt" if is_config_key(what) else ""
+        fix = f"; give a folder you can write, e.g. --set {what}=/tmp/tinygpt" if what in all_keys() else ""
         raise UserError(f"{named} is not writable: {existing} denies writing (permissions or a read-only "
                         f"file system){fix}")
     try:  # root passes that test everywhere, yet /proc and /sys take no new file
@@ -403,7 +398,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
                 return path / name
         if (path / "config.json").is_file():  # export.py's output, or a GPT-2 from the Hub
             raise UserError(f"{path} is a Hugging Face model folder, not a run: bring it in as one with "
-                            f"{shlex.join(['python', 'export.py', '--from-hf', path_word(path), 'NEW_RUN_DIR'])}")
+                            f"{shlex.join(['python', script_word('export.py'), '--from-hf', path_word(path), 'NEW_RUN_DIR'])}")
         raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "
                         f"e.g. python train.py configs/stories.yaml")
     if not path.exists():

@@ -258,7 +258,7 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
             number = float(value)
             if number.is_integer():
                 hint = f": write it in plain digits, {int(number)}"
-    if typ is str and value is None:  # `out_dir: ~` meant the home folder
+    if typ is str and value is None and key in PATHS:  # `out_dir: ~` meant the home folder
         hint = ": ~, null or an empty value is YAML's null; quote a path, e.g. '~' or '~/runs'"
     raise UserError(f"{key}={short(value)} ({source}) must be of type {typ.__name__}, "
                     f"not {type(value).__name__}{hint}")
@@ -304,11 +304,15 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
             raise UserError(f"{source} {short(item)} must look like SECTION.KEY=VALUE, e.g. model.n_head=8")
         section, name = key.split(".")
         types = _field_types(SECTIONS[section]) if section in SECTIONS else {}
-        not_utf8 = any("\udc80" <= ch <= "\udcff" for ch in text)  # a byte the shell passed that is not UTF-8
-        if not_utf8 and types.get(name) is not str:
+        # bytes the shell passed that are not UTF-8 (a folder's name) come as surrogates, which YAML refuses:
+        # they are read as private-use characters and put back in the text YAML gives
+        surrogates = {ch: chr(0xF0000 + ord(ch) - 0xDC80) for ch in set(text) if "\udc80" <= ch <= "\udcff"}
+        if surrogates and name in types and types[name] is not str:
             raise UserError(f"{source} {short(item)}: the value holds bytes that are not UTF-8 text")
         try:
-            value = text.strip() if not_utf8 else yaml_load(text) if text.strip() else ""  # (YAML refuses them)
+            value = yaml_load(text.translate({ord(s): p for s, p in surrogates.items()})) if text.strip() else ""
+            if surrogates and isinstance(value, str):
+                value = value.translate({ord(p): s for s, p in surrogates.items()})
         except YAMLRefused as e:
             raise UserError(f"{source} {short(item)}: the value is refused: {e}") from None
         except (yaml.YAMLError, RecursionError):

@@ -145,9 +145,9 @@ def print_anything() -> None:
     """Let stdout print what its encoding cannot hold as an escape (\\u2423, \\udcff), as Python's
     stderr does, instead of ending the command in a UnicodeEncodeError: a table's '␣' on an
     ASCII or Latin-1 terminal (PYTHONIOENCODING=ascii, a Windows console), a file name that is
-    not UTF-8 in a UTF-8 locale. In the C locale without UTF-8 mode (LC_ALL=C PYTHONUTF8=0) the
-    streams are surrogateescape, which writes a file name's bytes back but fails on any other
-    character (a sample's text): there the name's bytes still go out as they were, the rest escaped."""
+    not UTF-8 in a UTF-8 locale. In the C locale without UTF-8 mode (LC_ALL=C PYTHONUTF8=0) stdout
+    is surrogateescape, which writes a file name's bytes back but fails on any other character (a
+    sample's text): there the name's bytes still go out as they were, the rest escaped."""
     for stream in (sys.stdout, sys.stderr):
         errors = getattr(stream, "errors", None)
         if errors in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
@@ -322,8 +322,12 @@ def script_word(name: str) -> str:
     user pastes: `sample.py` from the repository root, else its path (relative below the current
     folder, absolute elsewhere)."""
     script = Path(__file__).resolve().parents[1] / name
-    relative = os.path.relpath(script)
-    return path_word(relative if not relative.startswith(os.pardir) else script)
+    try:
+        relative = os.path.relpath(script)
+    except (ValueError, OSError):  # another drive (Windows); the current folder deleted meanwhile
+        return path_word(script)
+    above = relative == os.pardir or relative.startswith(os.pardir + os.sep)
+    return path_word(script if above else relative)
 
 
 class ArgParser(argparse.ArgumentParser):
