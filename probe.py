@@ -87,8 +87,9 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     if not result["references"]:  # nothing to measure: empty tables would read as a result
         raise UserError(no_reference(args.stories, seed, result["skipped_stories"], cfg.data.tokenizer))
     if args.ablate is not None:
+        looks = result["attention_attribute"]  # (none measured: no reference had its attribute in the window)
         result["ablation"] = ablation(model, tokenizer, args.stories, seed, device, heads,
-                                      result["attention_attribute"]["antecedent"], threads=threads)
+                                      looks["antecedent"] if looks["references"] else None, threads=threads)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     out.write(f"probe of {args.run}: {cfg.model.n_layer} layers x {cfg.model.n_head} heads, block_size "
               f"{cfg.model.block_size}, {cfg.data.tokenizer} tokens\n")

@@ -301,3 +301,40 @@ def test_the_report_of_a_model_that_resolves_nothing_says_so():
     text = coreference.ablation_report(ab, None, 2, 2)
     assert "resolves no reference" not in text and "(rank 1 / 1-4 of 4 by drop)" in text
     assert [coreference.rank_among(ab["drop"]["zero"], d) for d in (0.3, 0.1, 0.0)] == ["1", "2", "3-4"]
+    # no reference had its attribute in the window: no attention measured, so no head "has the most"
+    del ab["most_attention"]
+    ab["together"] = []
+    text = coreference.ablation_report(ab, {"references": 0}, 2, 2)
+    assert "most attention on the antecedent's attribute: none, no reference had its attribute inside" in text
+    assert "removed together (top two by attention): none, no reference had its attribute inside" in text
+    assert "removed together (top two by zero-ablation drop): none, fewer than two" in text
+    assert "removed together (top two by attention): none, the model has one head" in coreference.ablation_report(
+        {**ab, "drop": {m: [[0.0]] for m in ("zero", "mean")}}, None, 1, 1)
+
+
+def test_probe_ablate_without_any_attention_measured_names_no_head(run, capsys, monkeypatch):
+    """No reference had its attribute in the window: the ablation named head 0.0 "most attention"
+    (0.0%) and ablated "the top two by attention", 0.0 + 0.1, as if they were findings."""
+    real = coreference.probe
+
+    def nothing_in_the_window(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result["attention_attribute"]["references"] = 0
+        return result
+    monkeypatch.setattr(probe, "probe", nothing_in_the_window)
+    out = io.StringIO()
+    ab = probe.main([run, "--stories", "2", "--ablate"], out=out)["ablation"]
+    assert "most_attention" not in ab and [t["what"] for t in ab["together"]] in ([], ["top two by zero-ablation drop"])
+    assert "most attention on the antecedent's attribute: none" in out.getvalue()
+
+
+def test_a_head_number_of_5000_digits_is_one_line():
+    with pytest.raises(UserError, match="is not LAYER.HEAD"):  # int() of 5,000 digits raised ValueError
+        parse_heads("9" * 5000 + ".0", 4, 4)
+
+
+def test_the_skipped_stories_are_said_in_the_tokenizers_units(run):
+    result = probe.main([run, "--stories", "2"], out=io.StringIO())
+    for tokenizer, units in (("word", "words"), ("char", "characters")):
+        text = coreference.report({**result, "tokenizer": tokenizer, "skipped_stories": 1}, 2, 2)
+        assert f"1 skipped: {units} outside the vocabulary" in text.splitlines()[0]

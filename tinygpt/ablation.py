@@ -25,7 +25,7 @@ from model import GPT
 from tinygpt.errors import UserError
 
 Head = tuple[int, int]  # (layer, head)
-HEAD_SPEC = re.compile(r"(\d+)\.(\d+)")
+HEAD_SPEC = re.compile(r"([0-9]{1,6})\.([0-9]{1,6})")  # (no model has a million layers; int() of 5,000 digits fails)
 
 
 def parse_heads(spec: str, n_layer: int, n_head: int, flag: str = "--ablate") -> list[Head]:

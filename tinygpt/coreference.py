@@ -291,10 +291,10 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
     held-out stories (seed + MEAN_SEED_OFFSET)."""
     cfg = model.config
     cases, n_refs, _ = held_out_cases(tokenizer, n_stories, seed, cfg.block_size)
-    mean_cases, _, skipped = held_out_cases(tokenizer, n_stories, seed + MEAN_SEED_OFFSET, cfg.block_size)
+    mean_cases, _, mean_skipped = held_out_cases(tokenizer, n_stories, seed + MEAN_SEED_OFFSET, cfg.block_size)
     if not mean_cases:  # e.g. a word-level vocabulary that lacks a word of each story
         raise UserError(f"no window to average the heads' outputs over for mean ablation: the {n_stories} held-out "
-                        f"stories of seed {seed + MEAN_SEED_OFFSET} gave no reference ({skipped} skipped: words or "
+                        f"stories of seed {seed + MEAN_SEED_OFFSET} gave no reference ({mean_skipped} skipped: words or "
                         f"characters outside this model's vocabulary); try more --stories, or another --seed")
     windows = (torch.tensor([c.ids for c in b], device=device) for b in batches(mean_cases, batch_size))
     means, positions = head_means(model, windows)  # (n_layer, nh, hs)
@@ -308,7 +308,7 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
 
     baseline = behaviour(model, tokenizer, cases, device, batch_size, threads)["accuracy"]
     result = {"references": n_refs, "seed": seed, "baseline": baseline,
-              "mean_over": {"stories": n_stories, "seed": seed + MEAN_SEED_OFFSET, "positions": positions}}
+              "mean_over": {"stories": n_stories - mean_skipped, "seed": seed + MEAN_SEED_OFFSET, "positions": positions}}
     together: list[tuple[str, list[Head]]] = []
     if heads is None:
         grid = [[accuracy([(layer, head)]) for head in range(cfg.n_head)] for layer in range(cfg.n_layer)]
@@ -366,7 +366,8 @@ def report(result: dict, n_layer: int, n_head: int) -> str:
     R = max(result["references"], 1)
     skipped = result["skipped_stories"]
     lines = [f"{result['references']} references in {result['stories']} held-out stories (seed {result['seed']}"
-             + (f"; {skipped} skipped: characters outside the vocabulary" if skipped else "") + ")", "",
+             + (f"; {skipped} skipped: {'words' if result.get('tokenizer') == 'word' else 'characters'} outside the "
+                f"vocabulary" if skipped else "") + ")", "",
              "behaviour: greedy decoding where the attribute is due produces",
              f"  the antecedent's attribute  {b['antecedent']:5d}  {100 * b['antecedent'] / R:5.1f}%",
              f"  the distractor's attribute  {b['distractor']:5d}  {100 * b['distractor'] / R:5.1f}%",
@@ -432,7 +433,10 @@ def ablation_report(ab: dict, attention: dict | None, n_layer: int, n_head: int)
             lines.append(f"hurts most when removed ({mode}): head {worst['layer']}.{worst['head']}, accuracy "
                          f"{100 * base:.1f}% -> {100 * (base - worst['drop']):.1f}% (drop {100 * worst['drop']:.1f} "
                          f"points; {median})")
-        if "most_attention" in ab:
+        if "most_attention" not in ab:  # (a first head among zeros would read as a finding)
+            lines.append("most attention on the antecedent's attribute: none, no reference had its attribute "
+                         "inside the window")
+        else:
             a = ab["most_attention"]
             lines.append(f"most attention on the antecedent's attribute: head {a['layer']}.{a['head']} "
                          f"({100 * a['attention']:.1f}%): removing it costs {100 * a['drop_zero']:.1f} / "
@@ -442,9 +446,13 @@ def ablation_report(ab: dict, attention: dict | None, n_layer: int, n_head: int)
         lines.append(f"removed together ({t['what']}): {' + '.join(t['heads'])}: accuracy "
                      f"{100 * t['accuracy']['zero']:.1f}% / {100 * t['accuracy']['mean']:.1f}% (zero / mean), "
                      f"drop {100 * t['drop']['zero']:.1f} / {100 * t['drop']['mean']:.1f} points")
-    if "drop" in ab and not any(t["what"] == "top two by zero-ablation drop" for t in ab["together"]):
-        why = "the model has one head" if n_layer * n_head == 1 else "fewer than two heads lower the accuracy when removed"
-        lines.append(f"removed together (top two by zero-ablation drop): none, {why}")
+    if "drop" in ab:  # a pair the docs promise, said missing rather than left out
+        one_head = "the model has one head" if n_layer * n_head == 1 else ""
+        for what, why in (("top two by attention", one_head or "no reference had its attribute inside the window"),
+                          ("top two by zero-ablation drop",
+                           one_head or "fewer than two heads lower the accuracy when removed")):
+            if not any(t["what"] == what for t in ab["together"]):
+                lines.append(f"removed together ({what}): none, {why}")
     return "\n".join(lines)
 
 
