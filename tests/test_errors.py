@@ -649,7 +649,10 @@ def test_8_an_ascii_terminal_gets_escapes_not_a_traceback(run, terminal):
 
 
 def test_the_c_locale_keeps_a_names_bytes_and_escapes_the_rest():
-    import tinygpt.errors  # noqa: F401 (registers the handler)
+    import codecs
+
+    import tinygpt.errors
+    assert codecs.lookup_error("tinygpt_bytes_or_escape") is tinygpt.errors._bytes_back_or_escape  # registered
     assert "a\udcff\u00e9\u2423".encode("ascii", "tinygpt_bytes_or_escape") == b"a\xff\\xe9\\u2423"
 
 
