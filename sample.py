@@ -63,6 +63,7 @@ MIN_TEMPERATURE = 1e-6  # below it sampling is greedy in all but name, and float
 MAX_TEMPERATURE = 1e6  # above it every token is about as likely (float32: 4e38 is inf, and every logit ties)
 MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 tokens): the model sees only
 # the last block_size tokens, and a 40 MB prompt cost 900 MB to encode and was echoed whole
+MAX_SAMPLE_FILES = 10_000  # samples that each write a page or heatmaps (a million files is no one's wish)
 
 
 def file_arg(text: str) -> Path:
@@ -149,6 +150,10 @@ def check_args(args) -> None:
         raise UserError("--compile compiles the decoding step with the KV cache: drop --no-kv-cache")
     if args.num_samples < 1:
         raise UserError(f"--num-samples={args.num_samples} must be >= 1")
+    per_sample = args.attention_html is not None or (args.attention_png is not None and args.attention_of == "all")
+    if per_sample and args.num_samples > MAX_SAMPLE_FILES:  # (their names were listed, and checked, first)
+        raise UserError(f"--num-samples={args.num_samples:,} with --attention-html, or --attention-png and "
+                        f"--attention-of all, writes files for each sample: at most {MAX_SAMPLE_FILES:,}")
     if args.attention_last is not None and args.attention_last < 1:
         raise UserError(f"--attention-last={args.attention_last} must be >= 1")
     check_output_folders(args)
@@ -181,11 +186,12 @@ def check_output_folders(args) -> None:
             raise UserError(f"{named}: {e}") from None
 
 
-def png_prefixes(args) -> list[str]:
-    """The heatmaps' file name prefixes: one set for the prompt or a single sample, else one per sample."""
+def png_prefix(args, sample: int) -> str:
+    """The heatmaps' file name prefix for `sample` (from 0): one set for the prompt or a single
+    sample, else one per sample."""
     if args.attention_of == "prompt" or args.num_samples == 1:
-        return ["attention"]
-    return [f"attention_sample{i + 1}" for i in range(args.num_samples)]
+        return "attention"
+    return f"attention_sample{sample + 1}"
 
 
 def check_output_files(args, n_layer: int) -> None:
@@ -193,7 +199,8 @@ def check_output_files(args, n_layer: int) -> None:
     files = []
     if args.attention_png is not None:
         files += [("--attention-png", args.attention_png / f"{prefix}_layer{layer}.png")
-                  for prefix in png_prefixes(args) for layer in range(n_layer)]
+                  for prefix in {png_prefix(args, i) for i in range(args.num_samples if args.attention_of == "all" else 1)}
+                  for layer in range(n_layer)]
     if args.attention_html is not None:
         files += [("--attention-html", attention_html.numbered(args.attention_html, i, args.num_samples))
                   for i in range(args.num_samples)]
@@ -374,7 +381,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
     idx = torch.tensor([ids], dtype=torch.long, device=gen.device)  # (1, T)
     heatmaps = []
     if args.show_attention and args.attention_of == "prompt":
-        heatmaps += show_attention(model, tokenizer, ids, args, out, "the prompt", png_prefixes(args)[0])
+        heatmaps += show_attention(model, tokenizer, ids, args, out, "the prompt", png_prefix(args, 0))
         out.write("\n")
     samples = []
     for i in range(args.num_samples):
@@ -418,7 +425,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         if args.show_attention and args.attention_of == "all":
             out.write("\n")
             heatmaps += show_attention(model, tokenizer, ids + new_ids, args, out,
-                                       f"the prompt and sample {i + 1}'s generated text", png_prefixes(args)[i])
+                                       f"the prompt and sample {i + 1}'s generated text", png_prefix(args, i))
     if heatmaps:
         remove_other_heatmaps(args.attention_png, heatmaps)
     return samples

@@ -336,6 +336,9 @@ def test_attention_png_paths_are_checked_before_generating(run, prompt, tmp_path
     if Path("/proc/self").is_dir():  # even root cannot create a file in /proc
         refused_before_generating(args + ["/proc/tinygpt_png"], "--attention-png=.*/proc", monkeypatch)
     refused_before_generating(args + [afile], "--attention-png=.*afile' is a file", monkeypatch)
+    # a hundred million samples, each with its heatmaps: their names were listed first, until memory ran out
+    refused_before_generating(args + [tmp_path / "many", "--attention-of", "all", "--num-samples", 10**8],
+                              r"--num-samples=100,000,000 with .* at most 10,000", monkeypatch)
 
 
 # ---- sample.py --show-steps ----

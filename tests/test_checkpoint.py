@@ -562,3 +562,12 @@ def test_an_unwritable_setting_names_the_fix(tmp_path, monkeypatch):
         check_writable(tmp_path / "out", "train.out_dir")
     with pytest.raises(UserError, match=r"--out=.* denies writing \(permissions or a read-only file system\)$"):
         check_writable(tmp_path / "out", "--out")
+
+
+def test_a_device_as_the_run_is_named_as_one():
+    """`sample.py /dev/null` said "checkpoint not found", though /dev/null is there."""
+    from tinygpt.checkpoint import load_checkpoint
+    if not os.path.exists("/dev/null"):
+        pytest.skip("no /dev/null")
+    with pytest.raises(UserError, match=r"/dev/null is not a regular file \(a device"):
+        load_checkpoint("/dev/null")

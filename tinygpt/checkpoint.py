@@ -355,7 +355,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     failure is a one-line UserError naming the file."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"checkpoint not found: {path}")
+        raise UserError(f"{path} is not a regular file (a device, a pipe or a socket); give a run directory or a "
+                        f"checkpoint (.pt)" if path.exists() and not path.is_dir() else f"checkpoint not found: {path}")
     ckpt = torch_load(path, map_location)
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise UserError(f"{path} is not a tinygpt checkpoint")
