@@ -1305,6 +1305,16 @@ def test_a_run_file_that_is_no_regular_file_is_named(tmp, capsys, kind, resume):
     assert not (tmp / "gone").exists() and sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]
 
 
+def test_resume_without_ckpt_but_with_best_weights_gives_advice_that_works(run, tmp, capsys):
+    """--resume said "drop --resume to start a new run", which the next run refused: "holds best.pt
+    but no ckpt.pt"."""
+    out = tmp / "only_best"
+    out.mkdir()
+    shutil.copy(Path(run) / "best.pt", out / "best.pt")
+    one_line(in_process("train.py", [*sets(tmp, out), "--resume", "--quiet"], capsys), "no checkpoint",
+             f"train.init_from={out / 'best.pt'}")
+
+
 def test_resume_from_a_damaged_checkpoint_offers_its_best_weights(run, tmp, capsys):
     import shutil
     out = tmp / "damaged_ckpt"

@@ -140,7 +140,10 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
                             f"remove it, or choose another out_dir")
     if resume:
         if not (out_dir / "ckpt.pt").is_file():
-            raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; drop --resume to start a new run")
+            fix = ("best.pt holds the weights but not the optimizer's state a resume needs: start from its weights "
+                   f"with --set train.init_from={out_dir / 'best.pt'} and another out_dir"
+                   if (out_dir / "best.pt").is_file() else "drop --resume to start a new run")
+            raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; {fix}")
         return
     if (out_dir / "ckpt.pt").exists():
         raise UserError(f"train.out_dir={str(out_dir)!r} already holds a run; continue it with --resume, "
