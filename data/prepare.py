@@ -69,8 +69,8 @@ def source_files(dataset: str) -> list[Path]:
     if path.is_dir():
         files = folder_files(path, dataset)
         if not files:
-            hidden = " (hidden ones, named with a leading '.', are left out)" if any(path.rglob(".*.txt")) else ""
-            raise UserError(f"data.dataset={dataset!r}: the folder holds no .txt files{hidden}")
+            raise UserError(f"data.dataset={dataset!r}: the folder holds no .txt files (hidden ones, named with a "
+                            f"leading '.', are left out)")
         return files
     if path.exists():  # a FIFO would block the read forever, a device never ends
         raise UserError(f"data.dataset={dataset!r} is not a regular file (a device, a pipe or a socket); "
