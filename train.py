@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -37,7 +37,7 @@ from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights
 from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config
 from tinygpt.errors import ArgParser, UserError, clean_up, path_word, reason, run_cli, script_word, short, work_is_files
 from tinygpt.plots import can_plot, plot_run
-from tinygpt.runs import check_run_dir, read_metrics, run_lock, write_config, write_metrics
+from tinygpt.runs import check_run_dir, metrics_text, resumed_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
                              emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory, peak_flops,
                              resolve_device, resolve_dtype)
@@ -98,7 +98,6 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     if "optimizer" not in ckpt:
         raise UserError(f"{path} holds weights only (e.g. from export.py --from-hf): it cannot be resumed; "
                         f"start a new run from it with --set {init_from(out_dir)}")
-    read_metrics(out_dir)  # a damaged metrics.csv is refused now, before anything is written
     missing = [k for k in RESUME_KEYS if k not in ckpt]
     if missing:
         raise UserError(f"{path} cannot be resumed: it is damaged (missing {', '.join(missing)}); "
@@ -201,13 +200,15 @@ class Run:
     exit_code: int = 0  # 128 + the signal that stopped the run, else 0
     board: TensorBoardLog | None = None  # train.tensorboard, on the main process
     held: Callable[[], bool] | None = None  # is out_dir's lock still ours (runs.run_lock; the main process)
+    metrics: list[dict] = field(default_factory=list)  # metrics.csv's rows so far (kept on the main process)
 
     def state(self, ranks: list[tuple[dict, float]] | None = None) -> dict[str, Any]:
         """The checkpoint; with every process's RNG states and train-loss sum since the last log
         (ranks, in rank order), all that a resumed run needs to continue exactly."""
         s = {"config": config_to_dict(self.cfg), "tokenizer": self.data.tokenizer.to_dict(),
              "model": self.model.state_dict(), "step": self.step, "best_val_loss": self.best_val,
-             "elapsed_s": self.elapsed, "data_digest": self.data.meta["digest"], "evaluated_step": self.evaluated}
+             "elapsed_s": self.elapsed, "data_digest": self.data.meta["digest"], "evaluated_step": self.evaluated,
+             "metrics_csv": metrics_text(self.metrics)}  # its rows are its own (runs.resumed_metrics)
         if ranks is not None:
             rngs, sums = [rng for rng, _ in ranks], [loss_sum for _, loss_sum in ranks]
             s.update(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
@@ -359,9 +360,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
     """Step until max_iters (or a signal, or --stop-at); returns why it ended."""
     from tqdm import tqdm
     t, dist = run.cfg.train, run.dist
-    # a resumed run's rows up to its step (a new run's folder may hold those of one killed before its first save)
-    metrics = ([r for r in read_metrics(run.out_dir, as_text=True) if int(r["step"]) <= run.step]
-               if dist.master and run.resumed_at is not None else [])
+    metrics = run.metrics  # a resumed run's rows up to its step (a new run rewrites a killed one's)
     stop = StopFlag()
     bar = tqdm(total=t.max_iters, initial=run.step, disable=quiet or not dist.master, dynamic_ncols=True,
                file=sys.stderr)
@@ -444,6 +443,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     if t.tensorboard:
         require_tensorboard(out_dir)
     ckpt = load_resume(cfg, out_dir) if args.resume else None
+    metrics, note = resumed_metrics(out_dir, ckpt) if ckpt is not None else ([], None)  # before anything is written
     # train.init_from starts a new run; a resumed one continues from its own checkpoint
     init_model, init_ckpt = load_init(cfg) if t.init_from and ckpt is None else (None, None)
     dtype = resolve_dtype(t.dtype, dist.device)  # "auto" -> the fastest dtype the hardware computes natively
@@ -463,7 +463,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         check_resume_data(cfg, ckpt, data)
     check_training_fits(cfg, dtype, dist.device)  # again, now with the vocabulary's embedding and logits
     run = build_run(cfg, data, dist, dtype, ckpt, init_model)
-    run.held = held
+    run.held, run.metrics = held, metrics
 
     tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size * dist.world_size
     peak, peak_source = peak_flops(dtype, dist.device)
@@ -476,8 +476,9 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
               f"block {m.block_size}, vocab {m.vocab_size}{vocab_note(cfg.data, m.vocab_size)}); data: {len(data.train):,} train / {len(data.val):,} val "
               f"tokens; {dist.world_size} x {dist.device}, {dtype}; {tokens_per_step:,} tokens/step; MFU against "
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
-        if warning := emulated_dtype_warning(dtype, dist.device):
-            print(warning, file=sys.stderr)
+        for warning in (emulated_dtype_warning(dtype, dist.device), note):
+            if warning:
+                print(warning, file=sys.stderr)
         if t.plot != "never" and not can_plot():
             print("note: matplotlib is not installed: no loss.png (pip install matplotlib, or set "
                   "train.plot=never)", file=sys.stderr)

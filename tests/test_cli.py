@@ -444,6 +444,61 @@ def test_resume_at_max_iters_between_evals_evaluates_the_end(tmp):
     assert again["step"] == 7 and val_losses(read_metrics(out)).keys() == {0, 7}
 
 
+def test_metrics_rows_lost_from_the_folder_come_back_from_the_checkpoint(tmp, capsys):
+    """metrics.csv deleted, cut short or damaged before a --resume: its rows up to the checkpoint's
+    step come back from ckpt.pt (with a note naming the file and the steps), so the resumed run's
+    file equals an uninterrupted run's; they were lost (a deleted file: the curve began at the
+    resume)."""
+    import train
+    base = inproc_base(tmp, "train.max_iters=30", "train.eval_interval=10", "train.log_interval=5")
+    straight = tmp / "rows_straight"
+    train.main(base + [f"train.out_dir={straight}"])
+    keys = ("step", "train_loss", "val_loss", "lr")
+    want = [tuple(r[k] for k in keys) for r in read_metrics(straight)]
+    for damage, said in (("delete", "was missing: its 5 row(s), of steps 0 to 15,"),
+                         ("cut", "lacked 2 row(s), of steps 10 to 15 (cut short"),
+                         ("garble", "was damaged: its 5 row(s), of steps 0 to 15,")):
+        out = tmp / f"rows_{damage}"
+        train.main(base + [f"train.out_dir={out}", "--stop-at", "15"])
+        path = out / "metrics.csv"
+        if damage == "delete":
+            path.unlink()
+        elif damage == "cut":
+            path.write_text("".join(path.read_text().splitlines(keepends=True)[:4]))
+        else:
+            path.write_text("no metrics here\n\x00")
+        capsys.readouterr()
+        train.main(base + [f"train.out_dir={out}", "--resume"])
+        assert f"note: {path} {said}" in capsys.readouterr().err
+        assert [tuple(r[k] for k in keys) for r in read_metrics(out)] == want, damage
+
+
+def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(tmp, capsys):
+    """ckpt.pt of run A copied into run B's folder: --resume continued A's run there, and B's
+    metrics.csv then held both runs' rows (B's up to the step, A's after it), beside B's best.pt.
+    It is refused, naming both files, and nothing in B changes; with B's metrics.csv and best.pt
+    moved away, A's run continues there with A's own rows."""
+    import shutil
+    import train
+    from tinygpt.errors import UserError
+    base = inproc_base(tmp, "train.max_iters=20", "train.eval_interval=10")
+    a, b = tmp / "copied_a", tmp / "copied_b"
+    train.main(base + [f"train.out_dir={a}", "train.seed=1", "--stop-at", "10"])
+    train.main(base + [f"train.out_dir={b}", "train.seed=2", "--stop-at", "10"])
+    shutil.copy(a / "ckpt.pt", b / "ckpt.pt")
+    before = snapshot(b)
+    with pytest.raises(UserError, match=r"ckpt\.pt is not the run of metrics\.csv \(its row of step 0 differs\) and "
+                                        r"best\.pt \(its saved row of step 0 differs\)"):
+        train.main(base + [f"train.out_dir={b}", "train.seed=1", "--resume"])
+    assert snapshot(b) == before
+    for name in ("metrics.csv", "best.pt"):
+        (b / name).rename(tmp / f"copied_b_{name}")
+    train.main(base + [f"train.out_dir={b}", "train.seed=1", "--resume"])
+    train.main(base + [f"train.out_dir={a}", "train.seed=1", "--resume"])
+    keys = ("step", "train_loss", "val_loss", "lr")  # (tokens/s and the time differ)
+    assert [[r[k] for k in keys] for r in read_metrics(b)] == [[r[k] for k in keys] for r in read_metrics(a)]
+
+
 def test_a_fine_tuned_run_resumes_without_its_starting_weights(tmp, capsys):
     """A run started from train.init_from resumes from its own ckpt.pt, with the model config it
     was trained with (its starting weights'), even after those weights are gone; the YAML's own

@@ -1,7 +1,7 @@
 """The run directory: what a training run writes into `train.out_dir`, and every reader of it.
 
     config.yaml   the resolved config (model.vocab_size included)
-    ckpt.pt       the latest state, enough to resume exactly        (tinygpt/checkpoint.py)
+    ckpt.pt       the latest state, enough to resume exactly, metrics rows too (tinygpt/checkpoint.py)
     best.pt       the weights with the lowest val loss (sample.py's choice)
     metrics.csv   one row per log step and per eval (METRICS)
     loss.png      train and val loss curves                          (tinygpt/plots.py)
@@ -21,7 +21,7 @@ import re
 import statistics
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, load_checkpoint, make_folder,
@@ -219,10 +219,15 @@ def read_config(run_dir: str | Path) -> Config:
 # ---- metrics.csv ----
 
 
-def write_metrics(out_dir: Path, rows: list[dict[str, Any]]) -> None:
-    """Rewrite metrics.csv with `rows` (dicts keyed by METRICS; missing keys stay empty)."""
+def metrics_text(rows: list[dict[str, Any]]) -> str:
+    """metrics.csv's text for `rows` (dicts keyed by METRICS; missing keys stay empty)."""
     lines = [",".join(METRICS)] + [",".join(str(r.get(k, "")) for k in METRICS) for r in rows]
-    atomic_write_text(out_dir / "metrics.csv", "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write_metrics(out_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """Rewrite metrics.csv with `rows`."""
+    atomic_write_text(out_dir / "metrics.csv", metrics_text(rows))
 
 
 def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, Any]]:
@@ -234,20 +239,80 @@ def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, A
         return []
     try:
         with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames is None or "step" not in reader.fieldnames:
-                raise ValueError("it has no step column")
-            texts, rows = [], []
-            for raw in reader:
-                text = {k: v or "" for k, v in raw.items() if k in METRICS}
-                row = {k: float(v) if v else None for k, v in text.items()}
-                if row.get("step") is None or not math.isfinite(row["step"]):
-                    raise ValueError("a row has no step")
-                texts.append(text)
-                rows.append(row)
+            return parse_metrics(f, as_text)
     except (ValueError, UnicodeDecodeError, csv.Error) as e:
         raise UserError(f"{path} is damaged or not a tinygpt metrics file ({e})") from None
+
+
+def parse_metrics(lines: Iterable[str], as_text: bool = False) -> list[dict[str, Any]]:
+    """read_metrics' rows from the lines of a metrics.csv; ValueError or csv.Error if damaged."""
+    reader = csv.DictReader(lines)
+    if reader.fieldnames is None or "step" not in reader.fieldnames:
+        raise ValueError("it has no step column")
+    texts, rows = [], []
+    for raw in reader:
+        text = {k: v or "" for k, v in raw.items() if k in METRICS}
+        row = {k: float(v) if v else None for k, v in text.items()}
+        if row.get("step") is None or not math.isfinite(row["step"]):
+            raise ValueError("a row has no step")
+        texts.append(text)
+        rows.append(row)
     return texts if as_text else rows
+
+
+def resumed_metrics(out_dir: Path, ckpt: dict[str, Any]) -> tuple[list[dict[str, str]], str | None]:
+    """The metrics rows a resumed run continues from, and a note for the user (or None).
+
+    A checkpoint carries the rows written up to its step (`metrics_csv`), so that they belong to
+    it: rows missing from metrics.csv (a file deleted or cut short, or a run killed between
+    saving ckpt.pt and metrics.csv) come back from it, with a note. Rows that differ, in
+    metrics.csv or in best.pt's copy, are another run's (a ckpt.pt copied in from another folder):
+    resuming would mix the two runs, so it is refused. A checkpoint from before it carried its rows
+    takes metrics.csv's rows up to its step, as they are."""
+    step, ckpt_path, path = ckpt["step"], out_dir / "ckpt.pt", out_dir / "metrics.csv"
+    saved = ckpt.get("metrics_csv")
+    if not isinstance(saved, str):
+        return [r for r in read_metrics(out_dir, as_text=True) if float(r["step"]) <= step], None
+    ours = saved.splitlines()
+    try:
+        rows = parse_metrics(ours, as_text=True)
+    except (ValueError, csv.Error) as e:
+        raise UserError(f"{ckpt_path} cannot be resumed: its copy of metrics.csv is damaged ({e})") from None
+    try:
+        kept = [r for r in read_metrics(out_dir, as_text=True) if float(r["step"]) <= step]
+        theirs, state = (metrics_text(kept).splitlines(), "lacked") if path.is_file() else ([], "was missing")
+    except UserError:  # the checkpoint has the rows: take them
+        theirs, state = [], "was damaged"
+    foreign = []
+    if at := _first_difference(ours, theirs):
+        foreign.append(f"metrics.csv (its {at} differs)")
+    with suppress(UserError):  # a damaged best.pt is no other run's: the resumed run replaces it
+        best = load_checkpoint(out_dir / "best.pt") if (out_dir / "best.pt").is_file() else {}
+        if isinstance(best.get("metrics_csv"), str):
+            if at := _first_difference(ours, best["metrics_csv"].splitlines()):
+                foreign.append(f"best.pt (its saved {at} differs)")
+    if foreign:
+        raise UserError(f"--resume: {ckpt_path} is not the run of {' and '.join(foreign)} in {str(out_dir)!r}: "
+                        f"resuming would mix two runs (a ckpt.pt copied in from another run?); resume each run in "
+                        f"its own folder, or move those files away to continue ckpt.pt's run here")
+    missing = rows[max(len(theirs) - 1, 0):]  # (theirs[0] is the header)
+    if not missing:
+        return rows, None
+    steps = missing[0]["step"] + (f" to {missing[-1]['step']}" if len(missing) > 1 else "")
+    rows_of = f"{len(missing)} row(s), of steps {steps}"
+    if state == "lacked":
+        return rows, (f"note: {path} lacked {rows_of} (cut short, or not yet written when the run stopped): "
+                      f"restored from ckpt.pt")
+    return rows, f"note: {path} {state}: its {rows_of}, restored from ckpt.pt"
+
+
+def _first_difference(ours: list[str], theirs: list[str]) -> str | None:
+    """Where two copies of metrics.csv's lines disagree ("row of step 10", "columns"); None when
+    one is the start of the other (one was written later)."""
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        if a != b:
+            return f"row of step {a.split(',')[0]}" if i else "columns"
+    return None
 
 
 # ---- probe.json ----
