@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then is `interrupted`, not a traceback
@@ -28,9 +29,9 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 import torch
 
 from tinygpt.checkpoint import load_model
-from tinygpt.ablation import parse_heads
-from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, probe, report
-from tinygpt.errors import ArgParser, UserError, path_arg, run_cli
+from tinygpt.ablation import looks_like_heads, parse_heads
+from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, count, probe, report
+from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
 from tinygpt.runtime import ThreadPolicy, check_memory, resolve_device
 
 EACH = "each"  # --ablate without a list: every head in turn
@@ -42,7 +43,7 @@ BYTES_PER_TOKEN = 40  # a window token held as a Python int in a list (pointer +
 def main(argv: Sequence[str] | None = None, out=None) -> dict:
     """Probe a run; print the tables and a final JSON line; return the figures."""
     out = out or sys.stdout
-    p = ArgParser(prog="probe.py", description="Coreference probe of a run trained on the stories corpus.")
+    p = ProbeParser(prog="probe.py", description="Coreference probe of a run trained on the stories corpus.")
     p.add_argument("run", type=path_arg, help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
     p.add_argument("--stories", type=int, default=100, help="held-out stories to generate (about 11 references each; default: 100)")
     p.add_argument("--seed", type=int, default=None,
@@ -91,8 +92,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
         result["ablation"] = ablation(model, tokenizer, args.stories, seed, device, heads,
                                       looks["antecedent"] if looks["references"] else None, threads=threads)
     result["seconds"] = round(time.perf_counter() - t0, 1)
-    out.write(f"probe of {args.run}: {cfg.model.n_layer} layers x {cfg.model.n_head} heads, block_size "
-              f"{cfg.model.block_size}, {cfg.data.tokenizer} tokens\n")
+    out.write(f"probe of {args.run}: {count(cfg.model.n_layer, 'layer')} x {count(cfg.model.n_head, 'head')}, "
+              f"block_size {cfg.model.block_size}, {cfg.data.tokenizer} tokens\n")
     out.write(report(result, cfg.model.n_layer, cfg.model.n_head) + "\n")
     if "ablation" in result:
         out.write("\n" + ablation_report(result["ablation"], result["attention_attribute"], cfg.model.n_layer,
@@ -105,9 +106,35 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
 def no_reference(n_stories: int, seed: int, skipped: int, tokenizer: str) -> str:
     """Why the held-out stories gave no reference to probe, and what to try."""
     units = "words" if tokenizer == "word" else "characters"
-    return (f"no usable reference in {n_stories} held-out stories (seed {seed}): {skipped} of them use {units} "
-            f"outside this model's vocabulary and were skipped (a vocabulary from a small corpus lacks rare "
-            f"ones); try more --stories, or another --seed")
+    which = ("it uses" if n_stories == skipped == 1 else f"{skipped} of them {'uses' if skipped == 1 else 'use'}")
+    were = "was" if skipped == 1 else "were"
+    return (f"no usable reference in {count(n_stories, 'held-out story', 'held-out stories')} (seed {seed}): "
+            f"{which} {units} outside this model's vocabulary and {were} skipped (a vocabulary from a small corpus "
+            f"lacks rare ones); try more --stories, or another --seed")
+
+
+class ProbeParser(ArgParser):
+    """ArgParser, but `probe.py --ablate RUN` says what happened: --ablate's list is optional, so
+    argparse takes RUN as the heads and then finds no run ("arguments are required: run")."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        value = ablate_value(getattr(self, "words", []))
+        if "arguments are required: run" in message and value is not None and not looks_like_heads(value):
+            looks = "is a folder (the run?)" if Path(value).is_dir() else "looks like the run"
+            raise UserError(f"--ablate {short(value)}: that {looks}, not heads: --ablate takes nothing (every head "
+                            f"in turn) or heads LAYER.HEAD[,LAYER.HEAD...] (e.g. --ablate 3.2,1.0); give the run "
+                            f"first: {self.prog} RUN --ablate (see {self.prog} --help)")
+        super().error(message)
+
+
+def ablate_value(words: Sequence[str]) -> str | None:
+    """The word argparse took as --ablate's list (`--ablate X` or `--ablate=X`), or None."""
+    for i, word in enumerate(words):
+        if word.startswith("--ablate="):
+            return word.split("=", 1)[1]
+        if word == "--ablate" and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            return words[i + 1]
+    return None
 
 
 if __name__ == "__main__":

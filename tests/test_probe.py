@@ -9,7 +9,10 @@ the behaviour counts add up to the number of references in the held-out stories,
 equals the returned figures, and with every query projection zeroed (uniform attention) the weight
 on the antecedent's name equals the uniform baseline in every head. Exit 2 with one line: a run not
 trained on `stories`, a non-causal run without --force, a negative --seed, --stories beyond its
-bound or beyond memory, and held-out stories that give no reference at all.
+bound or beyond memory, and held-out stories that give no reference at all. The output says what
+it measures: the best head's ratio to the distractor beside the one over references with both in
+the window, a ratio under 1 never as "1.0x", counts of one in the singular, and `--ablate RUN` (the
+run after the flag) names what --ablate takes.
 """
 from __future__ import annotations
 
@@ -28,7 +31,10 @@ from tinygpt import coreference, runtime
 from tinygpt.checkpoint import load_checkpoint, load_model, save_checkpoint
 from conftest import TINY_STORIES, r50k_cache
 from data.stories import Reference, generate_story
+from model import GPT, ModelConfig
+from tinygpt.ablation import parse_heads
 from tinygpt.errors import UserError, run_cli
+from tinygpt.report import times
 from tinygpt.tokenizer import CharTokenizer, TiktokenTokenizer, WordTokenizer, tokenizer_from_dict
 
 N_LAYER, N_HEAD, BLOCK = TINY_STORIES["n_layer"], TINY_STORIES["n_head"], TINY_STORIES["block_size"]
@@ -324,3 +330,101 @@ def test_probe_refuses_a_non_causal_run_without_force(run, tmp_path, capsys):
     assert "causal=false" in line and "--force" in line
     result = probe.main([str(tmp_path / "bidirectional.pt"), "--stories", "1", "--force"], out=io.StringIO())
     assert result["references"] > 0
+
+
+
+def last_row(*weights: float) -> torch.Tensor:
+    """The predicting position's attention over T = len(weights) keys, one layer of one head."""
+    return torch.tensor(weights).view(1, 1, -1)
+
+
+def best_head_line(a: dict) -> str:
+    lines = coreference.attention_table(a, "its name", 1, 1)
+    return next(line for line in lines if line.startswith("best head:"))
+
+
+# ---- what the output says ----
+
+
+def test_the_ratio_over_the_references_with_both_in_the_window_is_said_beside_the_means():
+    """Where both are in the window the head weighs them alike (0.4 / 0.4); in the second reference
+    the distractor is out of the window. Its table mean counts that as 0 (0.2), and 0.6 / 0.2 said
+    only 3x; the ratio of the means stays (sweeps and docs quote it), the fair one is said beside it."""
+    a = coreference.attention_on([([0], [1], last_row(0.4, 0.4, 0.1, 0.1)),
+                                  ([0], [], last_row(0.8, 0.1, 0.05, 0.05))], 1, 1)
+    assert (a["best"]["antecedent"], a["best"]["distractor"]) == pytest.approx((0.6, 0.2))  # the table, as before
+    assert a["best"]["ratio"] == pytest.approx(3.0) and a["best"]["ratio_in_window"] == pytest.approx(1.0)
+    assert best_head_line(a).endswith("(3.0x the distractor's; 1.0x over the 1 reference with both in the window)")
+    # always both in the window: one ratio, as before
+    both = coreference.attention_on([([0], [1], last_row(0.6, 0.2, 0.2))] * 2, 1, 1)
+    assert best_head_line(both).endswith("(3.0x the distractor's)")
+
+
+def test_a_ratio_under_one_is_printed_under_one():
+    """0.48 / 0.5 = 0.96 printed as "1.0x": a head that prefers the distractor read as even."""
+    for weights, shown in (((0.48, 0.5, 0.02), "0.96x"), ((0.3, 0.5, 0.2), "0.6x"), ((0.498, 0.5, 0.002), "0.99x")):
+        line = best_head_line(coreference.attention_on([([0], [1], last_row(*weights))], 1, 1))
+        assert line.endswith(f"({shown} the distractor's)") and "1.0x" not in line
+    assert times(0.9996) == "0.99x" and times(0.031) == "0.031x" and times(1.64) == "1.6x"
+    from tinygpt.report import _num
+    assert _num("attribute_ratio", 0.96) == "0.96x"  # the sweep and compare tables said 1.0x
+
+
+def test_no_ratio_when_the_distractor_is_never_in_the_window():
+    """No reference with both in the window: no ratio at all (before: "the distractor: 0", read as
+    a head that ignores the distractor)."""
+    a = coreference.attention_on([([0], [], last_row(0.5, 0.5)), ([1], [], last_row(0.2, 0.8))], 1, 1)
+    assert a["best"]["ratio"] is None and a["distractor_visible"] == 0
+    assert best_head_line(a).endswith("(the distractor's never in the window: no ratio)")
+
+
+def test_ablate_before_the_run_says_what_ablate_takes(tmp_path, capsys):
+    """argparse took the run folder as --ablate's heads, then said only "arguments are required: run"."""
+    for argv in (["--ablate", str(tmp_path)], ["--ablate", str(tmp_path), "--stories", "2"], [f"--ablate={tmp_path}"]):
+        line = one_line_exit_2(capsys, argv)
+        assert line.startswith(f"error: --ablate '{tmp_path}': that is a folder (the run?), not heads")
+        assert "LAYER.HEAD[,LAYER.HEAD...] (e.g. --ablate 3.2,1.0)" in line and "probe.py RUN --ablate" in line
+    assert "looks like the run, not heads" in one_line_exit_2(capsys, ["--ablate", str(tmp_path / "missing")])
+    # heads and no run: argparse's own line is the right one
+    assert "arguments are required: run" in one_line_exit_2(capsys, ["--ablate", "3.2"])
+
+
+@pytest.fixture(scope="module")
+def one_head_run(tiny_stories_run, tmp_path_factory):
+    """A run of 1 layer x 1 head: the tiny stories run's tokenizer and config, fresh weights."""
+    ckpt = load_checkpoint(tiny_stories_run / "best.pt")
+    ckpt["config"]["model"].update(n_layer=1, n_head=1)
+    torch.manual_seed(0)
+    ckpt["model"] = GPT(ModelConfig(**ckpt["config"]["model"])).state_dict()
+    path = tmp_path_factory.mktemp("one_head") / "one_head.pt"
+    save_checkpoint(path, ckpt)
+    return path
+
+
+def test_counts_of_one_are_singular(one_head_run, capsys, monkeypatch):
+    out = io.StringIO()
+    probe.main([str(one_head_run), "--stories", "1", "--ablate"], out=out)
+    text = out.getvalue()
+    assert ": 1 layer x 1 head, block_size" in text and "1 layers" not in text and "1 heads" not in text
+    assert " in 1 held-out story (seed " in text and "windows of 1 other held-out story (seed" in text
+    assert "1 held-out stories" not in text
+    assert "no head 0.3 (the model has layer 0 and head 0)" in one_line_exit_2(
+        capsys, [str(one_head_run), "--ablate", "0.3"])
+    # every story skipped (a word-level vocabulary lacking a word): the one story is "it"
+    monkeypatch.setattr(coreference, "encodable", lambda tokenizer, text: False)
+    line = one_line_exit_2(capsys, [str(one_head_run), "--stories", "1", "--seed", "6"])
+    assert "no usable reference in 1 held-out story (seed 6): it uses characters outside" in line
+    assert "and was skipped" in line
+
+
+def test_a_single_reference_or_position_is_singular():
+    a = coreference.attention_on([([0], [1], last_row(0.6, 0.4))], 1, 1)
+    assert "mean over the 1 reference with it in the window:" in coreference.attention_table(a, "its name", 1, 1)[1]
+    assert "the distractor's are in the window for 1 of 1\n" in "\n".join(coreference.attention_table(a, "x", 1, 1)) + "\n"
+    ab = {"baseline": 1.0, "references": 1, "mean_over": {"stories": 1, "seed": 7, "positions": 1}, "together": []}
+    text = coreference.ablation_report(ab, None, 1, 1)
+    assert "(1 reference, the fast path)" in text and "1 other held-out story (seed 7, 1 position)" in text
+    assert probe.no_reference(2, 6, 1, "word").startswith(
+        "no usable reference in 2 held-out stories (seed 6): 1 of them uses words outside")
+    with pytest.raises(UserError, match=r"the model has layers 0-1 and head 0\)"):
+        parse_heads("0.1", 2, 1)

@@ -38,12 +38,23 @@ def parse_heads(spec: str, n_layer: int, n_head: int, flag: str = "--ablate") ->
             raise UserError(f"{flag} {spec!r}: {part.strip()!r} is not LAYER.HEAD (e.g. {flag} 3.2,1.0)")
         layer, head = int(match.group(1)), int(match.group(2))
         if layer >= n_layer or head >= n_head:
-            raise UserError(f"{flag} {spec!r}: no head {layer}.{head} (the model has layers 0-{n_layer - 1} "
-                            f"and heads 0-{n_head - 1})")
+            raise UserError(f"{flag} {spec!r}: no head {layer}.{head} (the model has {numbered('layer', n_layer)} "
+                            f"and {numbered('head', n_head)})")
         if (layer, head) in heads:
             raise UserError(f"{flag} {spec!r}: head {layer}.{head} is named twice")
         heads.append((layer, head))
     return heads
+
+
+def numbered(noun: str, n: int) -> str:
+    """The numbers of n things counted from 0: ('layer', 1) -> 'layer 0' (not 'layers 0-0'),
+    ('layer', 4) -> 'layers 0-3'."""
+    return f"{noun} 0" if n == 1 else f"{noun}s 0-{n - 1}"
+
+
+def looks_like_heads(spec: str) -> bool:
+    """Is spec a list of LAYER.HEAD, whatever the model (parse_heads checks the ranges)?"""
+    return all(HEAD_SPEC.fullmatch(part.strip()) for part in spec.split(","))
 
 
 def head_name(head: Head) -> str:

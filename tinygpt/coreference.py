@@ -18,7 +18,9 @@ measures:
     Each counts the references with at least one whole such mention inside the window.
 
 `report` prints both and names the best head of each measure (highest mean weight on the
-antecedent, with its ratio to the distractor).
+antecedent, with its ratio to the distractor's: the ratio of the two means, and, where the
+distractor is out of the window for some references (it then counts 0, which inflates that
+ratio), the ratio over the references that have both in the window).
 
 (c) ablation (`probe.py --ablate`): attention on the antecedent is a correlation; `ablation` removes
     each head in turn (tinygpt/ablation.py: its output set to 0, or to its mean over every position
@@ -40,6 +42,7 @@ from data.stories import Reference, generate_story, join_stories
 from model import GPT
 from tinygpt.ablation import Head, ablated, head_means, head_name
 from tinygpt.errors import UserError
+from tinygpt.report import times
 from tinygpt.runtime import ThreadPolicy, following_free_cores
 
 HELD_OUT_OFFSET = 1_000_003  # default seed = data.stories_seed + this: never the training corpus
@@ -246,8 +249,11 @@ def probe(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device
 def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer: int, n_head: int) -> dict:
     """cases: (antecedent's window positions, distractor's, the predicting position's weights
     (n_layer, nh, T)) -> the mean weight per layer and head on each side, over the cases whose
-    antecedent positions are not empty; the uniform baseline; the best head."""
+    antecedent positions are not empty (the distractor counting 0 where its positions are empty);
+    the uniform baseline; the best head, with the ratio of its two means and that ratio over the
+    cases where both are in the window (`ratio_in_window`; each None without weight on the distractor)."""
     ant_sum, dis_sum = torch.zeros(n_layer, n_head), torch.zeros(n_layer, n_head)
+    ant_paired_sum = torch.zeros(n_layer, n_head)  # the antecedent's weight where the distractor's is measured too
     counted = distractor_visible = 0
     uniform_sum = per_key_sum = 0.0
     for ant, dis, last_row in cases:
@@ -255,23 +261,27 @@ def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer
             continue
         counted += 1
         T = last_row.size(-1)
-        ant_sum += last_row[..., ant].sum(dim=-1)  # (n_layer, nh)
+        on_antecedent = last_row[..., ant].sum(dim=-1)  # (n_layer, nh)
+        ant_sum += on_antecedent
         if dis:
             distractor_visible += 1
             dis_sum += last_row[..., dis].sum(dim=-1)
+            ant_paired_sum += on_antecedent
         uniform_sum += len(ant) / T  # what 1/T on every key puts on these tokens
         per_key_sum += 1 / T
     n = max(counted, 1)
     ant_mean, dis_mean = ant_sum / n, dis_sum / n  # (n_layer, nh)
     layer, head = divmod(int(ant_mean.argmax()), n_head)
     best_ant, best_dis = float(ant_mean[layer, head]), float(dis_mean[layer, head])
+    # over the same references on both sides (a ratio of sums is the ratio of means)
+    paired_ant, paired_dis = float(ant_paired_sum[layer, head]), float(dis_sum[layer, head])
     return {
         "references": counted, "distractor_visible": distractor_visible,
         "uniform": r4(uniform_sum / n), "per_key": r4(per_key_sum / n),
         "antecedent": [[r4(x) for x in row] for row in ant_mean.tolist()],
         "distractor": [[r4(x) for x in row] for row in dis_mean.tolist()],
         "best": {"layer": layer, "head": head, "antecedent": r4(best_ant), "distractor": r4(best_dis),
-                 "ratio": round(best_ant / best_dis, 2) if best_dis > 0 else None},
+                 "ratio": ratio(best_ant, best_dis), "ratio_in_window": ratio(paired_ant, paired_dis)},
     }
 
 
@@ -293,8 +303,9 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
     cases, n_refs, _ = held_out_cases(tokenizer, n_stories, seed, cfg.block_size)
     mean_cases, _, mean_skipped = held_out_cases(tokenizer, n_stories, seed + MEAN_SEED_OFFSET, cfg.block_size)
     if not mean_cases:  # e.g. a word-level vocabulary that lacks a word of each story
-        raise UserError(f"no window to average the heads' outputs over for mean ablation: the {n_stories} held-out "
-                        f"stories of seed {seed + MEAN_SEED_OFFSET} gave no reference ({mean_skipped} skipped: words or "
+        raise UserError(f"no window to average the heads' outputs over for mean ablation: the "
+                        f"{count(n_stories, 'held-out story', 'held-out stories')} of seed "
+                        f"{seed + MEAN_SEED_OFFSET} gave no reference ({mean_skipped} skipped: words or "
                         f"characters outside this model's vocabulary); try more --stories, or another --seed")
     windows = (torch.tensor([c.ids for c in b], device=device) for b in batches(mean_cases, batch_size))
     means, positions = head_means(model, windows)  # (n_layer, nh, hs)
@@ -365,7 +376,8 @@ def report(result: dict, n_layer: int, n_head: int) -> str:
     b = result["behaviour"]
     R = max(result["references"], 1)
     skipped = result["skipped_stories"]
-    lines = [f"{result['references']} references in {result['stories']} held-out stories (seed {result['seed']}"
+    lines = [f"{count(result['references'], 'reference')} in "
+             f"{count(result['stories'], 'held-out story', 'held-out stories')} (seed {result['seed']}"
              + (f"; {skipped} skipped: {'words' if result.get('tokenizer') == 'word' else 'characters'} outside the "
                 f"vocabulary" if skipped else "") + ")", "",
              "behaviour: greedy decoding where the attribute is due produces",
@@ -388,19 +400,45 @@ def attention_table(a: dict, what: str, n_layer: int, n_head: int) -> list[str]:
     """One attention table of the report: mean weight per layer x head on the antecedent's `what`."""
     if not a["references"]:
         return ["", f"on {what}: no reference had one inside the window"]
-    lines = ["", f"on {what}, mean over the {a['references']} references with it in the window:"]
+    lines = ["", f"on {what}, mean over the {count(a['references'], 'reference')} with it in the window:"]
     cells = [[f"{100 * a['antecedent'][i][h]:5.1f} / {100 * a['distractor'][i][h]:4.1f}" for h in range(n_head)]
              for i in range(n_layer)]
     width = max(len(c) for row in cells for c in row)
     lines.append(" " * 9 + "".join(f"  {'head ' + str(h):>{width}}" for h in range(n_head)))
     lines += [f"{'layer ' + str(i):<9}" + "".join(f"  {c:>{width}}" for c in row) for i, row in enumerate(cells)]
     best = a["best"]
-    ratio = f"{best['ratio']:.1f}x the distractor's" if best["ratio"] is not None else "the distractor: 0"
     lines += [f"uniform attention would put {100 * a['uniform']:.1f}% there (1/keys = {100 * a['per_key']:.2f}% "
               f"per key); the distractor's are in the window for {a['distractor_visible']} of {a['references']}",
               f"best head: layer {best['layer']} head {best['head']}: {100 * best['antecedent']:.1f}% on the "
-              f"antecedent's, {100 * best['distractor']:.1f}% on the distractor's ({ratio})"]
+              f"antecedent's, {100 * best['distractor']:.1f}% on the distractor's ({best_ratio(a)})"]
     return lines
+
+
+def ratio(a: float, b: float) -> float | None:
+    """a / b to 2 decimals, under 1 to 4 (0.996 must not read as 1); None where b is 0."""
+    if b <= 0:
+        return None
+    return round(a / b, 2) if a >= b else r4(a / b)
+
+
+def best_ratio(a: dict) -> str:
+    """The best head's antecedent / distractor ratio; where the distractor is out of the window for
+    some references (its mean counts 0 there), also the ratio over those with both in it."""
+    both, best = a["distractor_visible"], a["best"]
+    if not both:
+        return "the distractor's never in the window: no ratio"
+    if best["ratio"] is None:
+        return "no weight on the distractor's"
+    said = f"{times(best['ratio'])} the distractor's"
+    if both == a["references"] or best.get("ratio_in_window") is None:  # (a probe.json from before it)
+        return said
+    return (f"{said}; {times(best['ratio_in_window'])} over the {count(both, 'reference')} with both in the "
+            f"window")
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """(1, 'layer') -> '1 layer', (2, 'layer') -> '2 layers'; `plural` for other forms ('stories')."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def ablation_report(ab: dict, attention: dict | None, n_layer: int, n_head: int) -> str:
@@ -408,9 +446,10 @@ def ablation_report(ab: dict, attention: dict | None, n_layer: int, n_head: int)
     attention on the antecedent's attribute (`attention`: the probe's attention_attribute)."""
     base = ab["baseline"]
     m = ab["mean_over"]
-    lines = [f"ablation: accuracy {100 * base:.1f}% with every head ({ab['references']} references, the fast "
-             f"path); a head removed: its output set to 0 (zero) or to its mean over every position of the "
-             f"windows of {m['stories']} other held-out stories (seed {m['seed']}, {m['positions']} positions)"]
+    lines = [f"ablation: accuracy {100 * base:.1f}% with every head ({count(ab['references'], 'reference')}, the "
+             f"fast path); a head removed: its output set to 0 (zero) or to its mean over every position of the "
+             f"windows of {count(m['stories'], 'other held-out story', 'other held-out stories')} (seed {m['seed']}, "
+             f"{count(m['positions'], 'position')})"]
     if base == 0:
         lines.append("the model resolves no reference with every head, so no removal can lower that: the drops "
                      "below say nothing about its heads (train it longer)")

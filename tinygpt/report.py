@@ -110,6 +110,15 @@ def differences(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = DIFFE
 # ---- tables ----
 
 
+def times(x: float) -> str:
+    """A ratio: 1.64 -> '1.6x'; under 1 to two significant digits, never '1.0x' ('0.96x', '0.6x',
+    '0.031x'): a head that looks more at the distractor must not read as even."""
+    if x >= 1:
+        return f"{x:.1f}x"
+    shown = f"{x:.2g}"
+    return ("0.99" if shown == "1" else shown) + "x"
+
+
 def _num(column: str, value: Any) -> str:
     """A number as the column shows it: shares in percent, losses to 4 decimals, ratios to 1."""
     if column in ("antecedent", "distractor", "other", "attribute_share"):
@@ -117,7 +126,7 @@ def _num(column: str, value: Any) -> str:
     if column in ("best_val_loss", "final_train_loss"):
         return f"{value:.4f}"
     if column in ("attribute_ratio", "name_ratio"):
-        return f"{value:.1f}x"
+        return times(value)
     if column in ("params", "tokens_per_s"):
         return f"{value:,.0f}"
     if column == "wall_s":
