@@ -28,7 +28,7 @@ from data.stories import generate_stories
 from model import GPT, ModelConfig
 from tinygpt import attention_html
 from tinygpt.checkpoint import check_writable
-from tinygpt.errors import ArgParser, path_arg, run_cli
+from tinygpt.errors import ArgParser, UserError, path_arg, run_cli
 from tinygpt.tokenizer import WordTokenizer
 
 TIMING = """<script>
@@ -39,6 +39,9 @@ document.getElementById("title").textContent = "RENDER_MS=" + ((performance.now(
 </body>"""
 
 
+BROWSER_TIMEOUT_S = 120
+
+
 def render_ms(page: str, out: Path) -> float | None:
     """Mean ms of one render() of the page in headless Chromium, or None without a browser."""
     browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
@@ -46,8 +49,12 @@ def render_ms(page: str, out: Path) -> float | None:
         return None
     path = out / "explorer_bench.html"
     path.write_text(page.replace("</body>", TIMING), encoding="utf-8")
-    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.resolve().as_uri()],
-                          capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                               path.resolve().as_uri()], capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{browser} did not render {path} within {BROWSER_TIMEOUT_S} s (a busy machine?); "
+                        f"run it again when the machine is quieter") from None
     match = re.search(r"RENDER_MS=([\d.]+)", done.stdout)
     return float(match.group(1)) if match else None
 

@@ -313,6 +313,19 @@ def test_explorer_bench_refuses_an_out_that_is_no_folder(tmp_path, capsys, monke
     one_line(cli(module.main, ["--out", out], capsys), "--out", culprit)
 
 
+def test_explorer_bench_says_when_the_browser_times_out(tmp_path, monkeypatch):
+    """A browser that does not finish the page (a busy machine): one line, not subprocess's traceback."""
+    module = script("explorer_bench")
+    monkeypatch.setattr(module.shutil, "which", lambda name: f"/usr/bin/{name}")
+
+    def slow(command, **kwargs):
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(module.subprocess, "run", slow)
+    with pytest.raises(UserError, match=r"^/usr/bin/chromium did not render .*explorer_bench\.html within 120 s"):
+        module.render_ms("<body></body>", tmp_path)
+
+
 @pytest.mark.parametrize("csv", ["step,val_loss\n100,1.4\n", "step,val_loss,elapsed_s\n100,1.4,\n"],
                          ids=["no elapsed_s column", "an empty elapsed_s cell"])
 def test_gpu_table_reports_a_damaged_baby_run_as_a_row(tmp_path, capsys, csv):
