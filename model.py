@@ -1,12 +1,13 @@
 """tinygpt: a decoder-only GPT built on causal multi-head attention, in plain PyTorch.
 
-Shape legend: B batch, T time (tokens), C n_embd, nh n_head, hs head_size = C // nh, V vocab_size.
+Shape legend: B batch, T time (tokens), C n_embd, nh n_head, hs head_size = C // nh, V vocab_size;
+Tq queries and Tk keys (T_q, T_k as arguments): Tk = cached + new positions, Tq = Tk = T without a cache.
 Read top to bottom: masked_softmax, causal_mask -> attention (the formula) -> matmul_attention,
 fast_attention (the same maths in faster kernels) -> HeadTrace -> CausalSelfAttention (heads) -> MLP
 -> Block -> GPT -> cross_entropy -> KVCache -> next_token_probs, sample_next -> generate_steps,
 generate (token by token).
 
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(hs)) V,   with Q = X W_Q, K = X W_K, V = X W_V
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V,   Q = X W_Q, K = X W_K, V = X W_V, d_k = hs
 
 Under the causal mask the score of every future key is set to -inf *before* the softmax, so its
 weight is exactly 0 and position t depends only on tokens <= t. That is what makes next-token
@@ -31,21 +32,21 @@ class ModelConfig:
     n_head: int = 4  # attention heads per block; head_size = n_embd // n_head
     n_embd: int = 128  # residual stream width C
     dropout: float = 0.0  # dropout probability on the embeddings, attention weights and residual branches
-    bias: bool = False  # bias in Linear layers and LayerNorms
+    bias: bool = False  # bias in Linear layers and LayerNorms (never in the LM head: it is the tied embedding)
     causal: bool = True  # mask future keys; false = bidirectional (an experiment: generation fails)
     vocab_size: int = 0  # number of token ids: always the tokenizer's (set when the data is loaded)
 
-# ---- the attention math: `attention` is the formula, which the model runs whenever it shows its weights
-# and the notebook and the tests call; training and generation run the same maths in faster kernels
-# (fast_attention below picks one: two batched matmuls, or torch's fused scaled_dot_product_attention),
-# tested equal to it ----
+# ---- the attention math. `attention` is the formula: the notebook and the tests call it, and the model
+# runs it whenever it shows its weights. Training and generation run the same maths in faster kernels
+# (fast_attention), tested equal to it ----
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Softmax over the last dim after setting scores where `mask` is False to -inf.
 
     scores (..., Tq, Tk), mask (Tq, Tk) bool, True = may attend -> weights (..., Tq, Tk), rows sum to 1
-    and masked weights are exactly 0 (exp(-inf) = 0)."""
+    and masked weights are exactly 0 (exp(-inf) = 0). Each row must allow a key (a row of -inf
+    alone gives NaN); the causal mask always allows the query's own position."""
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1)
@@ -59,10 +60,12 @@ def causal_mask(T_q: int, T_k: int, device: torch.device | None = None) -> torch
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
               dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference path, exactly the formula: returns (y, att).
+    """The reference path, exactly the formula: returns (y, att). Steps 3-4 of
+    CausalSelfAttention.forward below, after 1) projecting and 2) splitting the heads.
 
     q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend or None
-    -> y (B, nh, Tq, hs), att (B, nh, Tq, Tk) the weights before dropout."""
+    -> y (B, nh, Tq, hs), att (B, nh, Tq, Tk) the weights before dropout. dropout_p: 0.0 outside
+    training (F.dropout drops whenever it is above 0)."""
     hs = q.size(-1)
     # 1/sqrt(hs) keeps the scores' variance ~1 so the softmax does not saturate: Vaswani et al. 2017, §3.2.1
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # 3a) scores (B, nh, Tq, Tk)
@@ -71,10 +74,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return y, att
 
 
+# ---- the same maths in faster kernels (what training and generation run): skip on a first reading ----
+
+
 def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                      dropout_p: float = 0.0) -> torch.Tensor:
     """The same formula as `attention`, as two batched matmuls with the scale and the mask fused
-    into the first (baddbmm: -inf/0 bias + QK^T / sqrt(hs)). It runs the CPU's low-precision fast
+    into the first (baddbmm: an additive -inf/0 mask + QK^T / sqrt(hs)). It runs the CPU's low-precision fast
     path: there, in bfloat16, PyTorch's fused SDPA kernel is slower than this (docs/results.md,
     bench.py --attention), while on GPUs and in float32 SDPA is as fast or faster.
 
@@ -82,10 +88,10 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     -> y (B, nh, Tq, hs)"""
     B, nh, Tq, hs = q.shape
     Tk = k.size(2)
-    bias = torch.zeros((Tq, Tk), dtype=q.dtype, device=q.device)  # (Tq, Tk): 0 = may attend
+    additive_mask = torch.zeros((Tq, Tk), dtype=q.dtype, device=q.device)  # (Tq, Tk): 0 = may attend
     if mask is not None:
-        bias.masked_fill_(~mask, float("-inf"))
-    scores = torch.baddbmm(bias.expand(B * nh, Tq, Tk), q.reshape(B * nh, Tq, hs),
+        additive_mask.masked_fill_(~mask, float("-inf"))
+    scores = torch.baddbmm(additive_mask.expand(B * nh, Tq, Tk), q.reshape(B * nh, Tq, hs),
                            k.reshape(B * nh, Tk, hs).transpose(1, 2), alpha=1.0 / math.sqrt(hs))  # (B*nh, Tq, Tk)
     att = F.dropout(torch.softmax(scores, dim=-1), dropout_p)  # (B*nh, Tq, Tk)
     return (att @ v.reshape(B * nh, Tk, hs)).view(B, nh, Tq, hs)
@@ -98,9 +104,10 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
                    dropout_p: float = 0.0) -> torch.Tensor:
     """The formula in the fastest kernel for the case (tested equal to `attention`); no weights.
 
-    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask the causal mask (Tq, Tk) of the last Tq of Tk
-    positions, as the model slices it, or None -> y (B, nh, Tq, hs). (Only that mask: a square one is
-    taken for the plain lower triangle, one query for one that sees every key.)"""
+    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs) -> y (B, nh, Tq, hs). mask must be None or the causal
+    mask (Tq, Tk) of the last Tq of Tk positions, as CausalSelfAttention slices it: the fused kernels
+    do not read it (a square one is taken for the plain lower triangle, one query sees every key),
+    so for any other mask call `attention`."""
     Tq, Tk = q.size(2), k.size(2)
     if Tq > 1 and q.device.type == "cpu" and q.dtype in LOW_PRECISION:
         return matmul_attention(q, k, v, mask, dropout_p)  # CPU + bfloat16: see its docstring
@@ -135,8 +142,8 @@ class CausalSelfAttention(nn.Module):
         self.v_proj = nn.Linear(C, C, bias=cfg.bias)
         self.out_proj = nn.Linear(C, C, bias=cfg.bias)  # mixes the concatenated heads
         self.resid_dropout = nn.Dropout(cfg.dropout)
-        # True = may attend (key position <= query position); sliced per call, never saved
-        self.register_buffer("causal_mask", causal_mask(cfg.block_size, cfg.block_size), persistent=False)
+        # (block_size, block_size) True = may attend (key <= query position); sliced per call, never saved
+        self.register_buffer("mask", causal_mask(cfg.block_size, cfg.block_size), persistent=False)
 
     def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None,
                 need_weights: bool = False) -> tuple[torch.Tensor, HeadTrace | None]:
@@ -149,11 +156,12 @@ class CausalSelfAttention(nn.Module):
         k = self.k_proj(x).view(B, T, nh, hs)  # (B, T, nh, hs)
         v = self.v_proj(x).view(B, T, nh, hs)  # (B, T, nh, hs)
         if kv_cache is not None:
-            k, v = kv_cache.append(k, v)  # (B, Tk, nh, hs): the past keys and values, then ours
+            k, v = kv_cache.append(k, v)  # (B, Tk, nh, hs): the past keys and values, then ours (KVCache, below)
+        # 2) continued: heads first, (B, nh, T, hs), so that every head's matmuls run as one batch
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs), k v (B, nh, Tk, hs)
-        T_k = k.size(2)
+        Tk = k.size(2)
         # 3) scores, mask, softmax  4) weight the values
-        mask = self.causal_mask[T_k - T:T_k, :T_k] if self.causal else None  # (T, Tk)
+        mask = self.mask[Tk - T:Tk, :Tk] if self.causal else None  # (T, Tk): our T are the last of the Tk
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:  # the readable path, exactly the formula
             y, att = attention(q, k, v, mask, dropout_p)  # (B, nh, T, hs), (B, nh, T, Tk)
@@ -192,8 +200,8 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None,
                 need_weights: bool = False) -> tuple[torch.Tensor, HeadTrace | None]:
         """x (B, T, C) -> (B, T, C) and the attention trace when asked."""
-        a, trace = self.attn(self.ln_1(x), kv_cache, need_weights)
-        x = x + a  # (B, T, C)
+        attn_out, trace = self.attn(self.ln_1(x), kv_cache, need_weights)  # (B, T, C)
+        x = x + attn_out  # (B, T, C)
         x = x + self.mlp(self.ln_2(x))  # (B, T, C)
         return x, trace
 
@@ -228,6 +236,8 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    # ---- sizes (the memory check before training, MFU): not needed to follow the forward pass ----
+
     def num_params(self) -> int:
         """Number of parameters (the tied embedding/LM-head matrix counted once)."""
         return sum(p.numel() for p in self.parameters())
@@ -252,6 +262,7 @@ class GPT(nn.Module):
 
     def _run(self, idx: torch.Tensor, kv_caches: list[KVCache] | None,
              need_weights: bool) -> tuple[torch.Tensor, list[HeadTrace]]:
+        """The forward pass: idx (B, T) -> logits (B, T, V) and one HeadTrace (or None) per layer."""
         B, T = idx.shape
         start = kv_caches[0].length if kv_caches else 0  # absolute position of idx[:, 0]
         if start + T > self.config.block_size:
@@ -284,7 +295,8 @@ class GPT(nn.Module):
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token loss: logits (B, T, V), targets (B, T) -> scalar."""
+    """Mean next-token loss: logits (B, T, V), targets (B, T) the next tokens (idx shifted by one)
+    -> scalar. In float32 even when the model runs in bfloat16: a softmax over V needs the precision."""
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
@@ -298,8 +310,8 @@ class KVCache:
     key and value never change when tokens are appended and can be computed once and reused."""
 
     def __init__(self, B: int, nh: int, max_T: int, hs: int, device: torch.device, dtype: torch.dtype):
-        # positions before heads, as the projections make them: for one sequence the filled part
-        # k[:, :length] is contiguous at every length (so a compiled decoding step keeps one graph)
+        # laid out (B, max_T, nh, hs) as the projections make them, so append is a plain slice copy
+        # (and for one sequence the filled part stays contiguous: one compiled graph for every length)
         self.k = torch.empty(B, max_T, nh, hs, device=device, dtype=dtype)  # (B, max_T, nh, hs), filled as we go
         self.v = torch.empty(B, max_T, nh, hs, device=device, dtype=dtype)  # (B, max_T, nh, hs)
         self.length = 0  # positions filled
@@ -368,7 +380,7 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
     `decode` runs the one-token steps with the cache instead of the model (the same function,
     compiled: tinygpt/runtime.py, compile_decoding). A model trained without the causal mask never
     uses the cache: its earlier positions attend to later ones, so their keys and values change with
-    every new token."""
+    every new token. Call model.eval() first (checkpoint loading does): dropout would change the tokens."""
     block_size = model.config.block_size
     use_cache = use_cache and model.config.causal
     decode = model if decode is None else decode  # the one-token step with the cache
