@@ -854,6 +854,20 @@ def test_9_a_damaged_metrics_csv_is_one_line(tmp, run, capsys):
     one_line(in_process("compare.py", [out, "--out", tmp / "cmp_bad"], capsys), "metrics.csv", "no step column")
 
 
+def test_9_a_metrics_csv_cut_off_mid_row_is_damaged(tmp, run, capsys):
+    """A row with fewer fields than the header (a file cut off mid-row) was read as a row whose
+    missing cells are empty, and a last row without its line end as whole: compare.py showed the
+    run at that step. tinygpt ends every row with a line end and writes every field."""
+    out = tmp / "cut_metrics"
+    shutil.copytree(run, out)
+    whole = (out / "metrics.csv").read_text()
+    for text, said in ((whole + "40,2.6861,2.6937,7.039e-04\n", "row 7 has another number of fields than the header"),
+                       (whole[:-3], "its last row is cut short: no line end"),
+                       (whole + "40,1,2,3,4,5,6,7\n", "row 7 has another number of fields")):
+        (out / "metrics.csv").write_text(text)
+        one_line(in_process("compare.py", [out, "--out", tmp / "cmp_cut"], capsys), "metrics.csv", "damaged", said)
+
+
 def test_10_resume_may_change_the_dtype_to_float16(tmp, run, capsys):
     """train settings may change on --resume: float32 -> float16 starts a fresh gradient scaler."""
     out = tmp / "to_float16"

@@ -14,6 +14,7 @@ train.py writes them; sweep.py, compare.py, plots and export read them through t
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -239,7 +240,10 @@ def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, A
         return []
     try:
         with open(path, newline="", encoding="utf-8") as f:
-            return parse_metrics(f, as_text)
+            text = f.read()
+        if text and not text.endswith("\n"):  # tinygpt ends every row with one: a file cut off mid-row
+            raise ValueError("its last row is cut short: no line end")
+        return parse_metrics(io.StringIO(text), as_text)
     except (ValueError, UnicodeDecodeError, csv.Error) as e:
         raise UserError(f"{path} is damaged or not a tinygpt metrics file ({e})") from None
 
@@ -251,6 +255,8 @@ def parse_metrics(lines: Iterable[str], as_text: bool = False) -> list[dict[str,
         raise ValueError("it has no step column")
     texts, rows = [], []
     for raw in reader:
+        if None in raw or None in raw.values():  # (DictReader's keys for extra fields, values for missing ones)
+            raise ValueError(f"row {reader.line_num - 1} has another number of fields than the header")
         text = {k: v or "" for k, v in raw.items() if k in METRICS}
         row = {k: float(v) if v else None for k, v in text.items()}
         if row.get("step") is None or not math.isfinite(row["step"]):
