@@ -8,15 +8,20 @@ n_embd=64 with n_head=3) is skipped with a note. Each valid one trains into its 
 under the sweep folder (default out/sweeps/<config stem>), named after its values, e.g.
 `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at max_iters),
 resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
-checkpoint. A second sweep on the same folder while one runs is refused at once, one line naming
-the other's process id (the sweep folder is locked for the whole sweep). A run directory it cannot
-reuse (trained with other settings, say another --set or train.max_iters, over which the learning
-rate decays; holding best.pt but no ckpt.pt; a finished run whose metrics.csv is damaged or gone)
-refuses the sweep before anything is trained, the folder's report left as it was. Runs of another
-grid in the folder stay, but are not in this sweep's report, which replaces the folder's: a note
-says so before any training (--out keeps two sweeps' reports apart). At the end it prints
-the table and writes results.md, results.csv, summary.csv, val_loss.png and settings.png (with
-matplotlib; settings.png for two settings or more) into the sweep folder: the same report as compare.py.
+checkpoint; a run the folder holds under another name with the same settings (the grid's keys given
+in another order, --seeds added to a sweep without it: its run is seed=1337's) is skipped or
+resumed there, a line saying so (new runs keep their names). A second sweep on the same folder
+while one runs is refused at once, one line naming the other's process id (the sweep folder is
+locked for the whole sweep). A run directory it cannot reuse (trained with other settings, say
+another --set or train.max_iters, over which the learning rate decays; holding best.pt but no
+ckpt.pt; a finished run whose metrics.csv is damaged or gone) refuses the sweep before anything is
+trained, the folder's report left as it was; so does a run train.py would refuse at its start (a
+train.device this machine lacks, a data.dataset that is not there), one line naming the run and the
+key. Runs of another grid in the folder stay, but are not in this sweep's report, which replaces
+the folder's: a note says so before any training (--out keeps two sweeps' reports apart). At the
+end it prints the table and writes results.md, results.csv, summary.csv, val_loss.png and
+settings.png (with matplotlib; settings.png for two settings or more) into the sweep folder: the
+same report as compare.py.
 
 One run per setting says little: runs differ from seed to seed. `--seeds N` trains every setting
 with N seeds (a `train.seed` grid key: seed=1337, seed=1338, ...), and the report then gives, per
@@ -30,17 +35,18 @@ neither, and the best heads' attention ratios; it is saved as probe.json in the 
 a rerun does not probe again (unless --probe-stories changed).
 
 Each run is `python train.py ...` in a subprocess, not train.main() in this process: a crash, an
-out-of-memory kill or a user error in one run is reported and the sweep goes on with the next;
-every run starts from a clean process (seeds, threads, device memory); and Ctrl-C is passed to
-each running run once, so it saves its checkpoint before the sweep stops (no other run starts).
-The cost is ~2 s of start-up per run. `--jobs N` trains N runs at once, each on its share of the
-CPU cores, their output line by line behind each run's name: small models use several cores
-poorly, so on a CPU side by side is faster than one after the other.
+out-of-memory kill or a user error in one run is reported (a signal by its name, `killed by
+SIGKILL`; with --jobs, the run's `error:` line in its report row) and the sweep goes on with the
+next; every run starts from a clean process (seeds, threads, device memory); and Ctrl-C is passed
+to each running run once, so it saves its checkpoint before the sweep stops (no other run starts;
+the report lists those as `not started`). The cost is ~2 s of start-up per run. `--jobs N` trains N
+runs at once, each on its share of the CPU cores, their output line by line behind each run's name:
+small models use several cores poorly, so on a CPU side by side is faster than one after the other.
 A sweep plans at most 1,000 runs (combinations x seeds), and --jobs at most one run per CPU core
 this process may use. On Linux, a sweep that dies (even by SIGKILL) sends its running runs SIGTERM
-(prctl's PR_SET_PDEATHSIG): each saves its checkpoint and exits, and the rerun resumes it.
-Exit code: 0 when every run finished, 1 when some run failed (the report is still written), 2 for
-a user error in the sweep's own arguments or a run directory it cannot reuse.
+(prctl's PR_SET_PDEATHSIG): each saves its checkpoint and exits, and the rerun resumes it. Exit
+code: 0 when every run finished, 1 when some run failed (the report is still written), 2 for a user
+error in the sweep's own arguments, a run directory it cannot reuse or a run train.py would refuse.
 """
 from __future__ import annotations
 
@@ -51,6 +57,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -59,7 +66,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then is `interrupted`, not a traceback
     from tinygpt.errors import stop_while_starting
@@ -67,15 +74,17 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
+from data.prepare import prepared_dir
 from tinygpt.checkpoint import load_checkpoint, load_model, resolve_checkpoint
 from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
 from tinygpt.coreference import HELD_OUT_OFFSET, probe
-from tinygpt.errors import ArgParser, UserError, handle_signals, restore_signals, run_cli, work_is_files
+from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_arg, restore_signals, run_cli,
+                             work_is_files)
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import SEED, write_report
-from tinygpt.runs import (REPORT_LOCK, check_report_folder, died_at_its_first_save, read_metrics, read_probe,
-                         run_lock, summarize_run, write_probe)
-from tinygpt.runtime import ThreadPolicy, parent_death_signal, usable_cores
+from tinygpt.runs import (REPORT_LOCK, check_report_folder, died_at_its_first_save, read_config, read_metrics,
+                         read_probe, run_lock, summarize_run, write_probe)
+from tinygpt.runtime import ThreadPolicy, parent_death_signal, resolve_device, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
@@ -151,6 +160,44 @@ def run_names(keys: Sequence[str], combos: Sequence[tuple[str, ...]]) -> list[st
 # ---- running one training ----
 
 
+@dataclass
+class Ended:
+    """How a run's train.py ended: its exit code (negative: the signal that killed it) and what the
+    sweep saw of its output, which it sees only when it relays it (--jobs > 1; one run at a time
+    writes straight to the terminal, its progress bar as it draws it)."""
+    code: int
+    seen: bool  # whether its output came through the sweep
+    printed: bool = False  # whether it printed any line (where seen)
+    error: str | None = None  # its last `error: ...` line, without `error: ` (where seen)
+
+
+def signal_name(signum: int) -> str:
+    """9 -> 'SIGKILL (signal 9; out of memory?)': the kernel's out-of-memory killer sends SIGKILL,
+    and the killed run prints nothing to say so."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:  # a real-time signal, say: no name
+        return f"signal {signum}"
+    return f"{name} (signal {signum}" + ("; out of memory?)" if signum == signal.SIGKILL else ")")
+
+
+def how_it_failed(ended: Ended) -> str:
+    """The sweep's line on a run that failed: a signal by its name (the run printed nothing), else its
+    exit code, pointing at its error only where it printed one (or may have: unseen)."""
+    if ended.code < 0:
+        return f"killed by {signal_name(-ended.code)}"
+    above = "its error is above" if ended.printed or not ended.seen else "it printed no error"
+    return f"failed with exit code {ended.code} ({above})"
+
+
+def failed_status(ended: Ended) -> str:
+    """A failed run's status in the report: 'failed (exit 2: its error, shortened)' where the sweep saw its
+    error line, 'failed (killed by SIGKILL)' for a signal."""
+    if ended.code < 0:
+        return f"failed (killed by {signal_name(-ended.code).split(' ')[0]})"
+    return f"failed (exit {ended.code}" + (f": {elide(ended.error, 100)})" if ended.error else ")")
+
+
 class Runner:
     """Runs train.py subprocesses, up to `jobs` at once, and passes each Ctrl-C or SIGTERM the sweep
     receives to every running one.
@@ -195,8 +242,8 @@ class Runner:
         finally:
             restore_signals(old)
 
-    def run(self, cmd: list[str], tag: str) -> int | None:
-        """Run one training to its end -> its exit code, or None when the sweep was interrupted
+    def run(self, cmd: list[str], tag: str) -> Ended | None:
+        """Run one training to its end -> how it ended, or None when the sweep was interrupted
         before it started."""
         relay = self.jobs > 1
         with self.lock:
@@ -208,11 +255,17 @@ class Runner:
             self.running.add(proc)
             if self.signum is not None:  # a signal came after the check above, before the line above
                 proc.send_signal(self.signum)
+        ended = Ended(0, seen=relay)
         try:
             if relay:
                 for line in proc.stdout:
-                    self.say(f"{tag}: {line.rstrip()}")
-            return proc.wait()
+                    line = line.rstrip()
+                    self.say(f"{tag}: {line}")
+                    ended.printed = True
+                    if line.startswith("error: "):  # run_cli's one line: the report row says it too
+                        ended.error = line.removeprefix("error: ")
+            ended.code = proc.wait()
+            return ended
         finally:
             with self.lock:
                 self.running.discard(proc)
@@ -302,7 +355,7 @@ def parse_args(argv: Sequence[str] | None):
     p.add_argument("--probe", action="store_true",
                    help="also run the coreference probe on every run (models trained on stories)")
     p.add_argument("--probe-stories", type=int, default=100, metavar="N", help="held-out stories the probe uses (default: 100)")
-    p.add_argument("--out", type=Path, default=None, help="sweep folder (default: out/sweeps/<config stem>)")
+    p.add_argument("--out", type=path_arg, default=None, help="sweep folder (default: out/sweeps/<config stem>)")
     p.add_argument("--quiet", action="store_true", help="no progress bars from the runs")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="train N runs at once, each on its share of the CPU cores (no progress bars; each "
@@ -383,19 +436,98 @@ def check_distinct(texts: dict[str, dict], flat: dict, combo: tuple[str, ...]) -
                             f"value once")
 
 
-def check_reusable(plan: list[Planned]) -> None:
-    """Decide what to do with each run's directory before training any (existing_run). One that
-    cannot be reused (another run's settings, say the same grid with another --set) refuses the
-    sweep, before anything is trained or the folder's report is rewritten."""
+def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
+    """Decide what to do with each run's directory before training any (existing_run; a run to
+    train may be in --out under another name: reuse_elsewhere). One that cannot be reused (another
+    run's settings, say the same grid with another --set), or a run that train.py would refuse at
+    its start (cannot_start), refuses the sweep, before anything is trained or the folder's report
+    is rewritten: not after the runs before it trained for hours."""
     refused = []
     for run in plan:
         run.action, run.why = existing_run(run.run_dir, run.cfg)
         if run.action == "refuse":
             print(f"not reusable {run.name}: {run.why}")
             refused.append(run.why)
+    reuse_elsewhere(config, plan, out)
+    checked: dict[tuple[str, str], str | None] = {}
+    for run in plan:
+        if run.action in ("train", "resume") and (problem := cannot_start(run.cfg, checked)):
+            print(f"cannot train {run.name}: {problem}")
+            refused.append(f"{run.name}: {problem}")
     if refused:
-        more = f" (and {len(refused) - 1} more run folder(s), see the notes above)" if len(refused) > 1 else ""
+        more = f" (and {len(refused) - 1} more run(s), see the notes above)" if len(refused) > 1 else ""
         raise UserError(refused[0] + more)
+
+
+def cannot_start(cfg: Config, checked: dict[tuple[str, str], str | None]) -> str | None:
+    """What train.py would refuse cfg for at its start, where that is cheap and certain now: a device
+    this machine lacks, a data.dataset file or folder that is not there (train.py's own functions,
+    so its own message naming the key), else None. `checked` keeps each value's answer: a grid of
+    many runs on one dataset folder walks it once."""
+    checks = (("train.device", cfg.train.device, lambda: resolve_device(cfg.train.device)),
+              # prepare() -> prepared_dir() lists a path dataset's files (source_files) before any work
+              ("data.dataset", cfg.data.dataset, lambda: prepared_dir(cfg.data)))
+    for key, value, check in checks:
+        if (key, value) not in checked:
+            try:
+                check()
+                checked[key, value] = None
+            except UserError as e:
+                checked[key, value] = str(e)
+        if checked[key, value]:
+            return checked[key, value]
+    return None
+
+
+def same_run(flat: dict, cfg: Config, grid_keys: Iterable[str]) -> bool:
+    """Whether a run of the settings `flat` (flat_config) is the run cfg asks for: the same in every
+    setting but those a rerun may change (REUSABLE_ACROSS, as existing_run reuses a run), and in
+    the grid's own keys even so (a grid over train.compile asks for a run of each)."""
+    keys = set(grid_keys)
+    return all(flat.get(k) == v for k, v in flat_config(cfg).items() if k not in REUSABLE_ACROSS or k in keys)
+
+
+def runs_elsewhere(out: Path, names: set[str]) -> list[tuple[Path, dict]]:
+    """The runs in --out in folders the plan does not name, with their resolved settings (config.yaml,
+    flat): only those with a ckpt.pt (nothing else can be skipped or resumed) whose config.yaml
+    reads; the others are left alone, as before."""
+    found = []
+    for folder in sorted(out.iterdir()) if out.is_dir() else []:
+        if folder.name in names or not (folder / "ckpt.pt").is_file():
+            continue
+        try:
+            found.append((folder, flat_config(read_config(folder))))
+        except UserError:
+            continue
+    return found
+
+
+def reuse_elsewhere(config: str, plan: list[Planned], out: Path) -> None:
+    """Point each run to train at a run of the same settings that --out holds under another name,
+    finished (skipped) or resumable (resumed there), and say so: the grid's keys in another order
+    (n_layer=1,n_head=1 is n_head=1,n_layer=1), or --seeds added (n_head=1,seed=1337 is n_head=1).
+    Trained again under its new name, it would be trained twice and its first copy listed as
+    another grid's. New runs keep their names, so existing sweeps keep theirs."""
+    todo = [run for run in plan if run.action == "train"]
+    others = runs_elsewhere(out, {run.run_dir.name for run in plan}) if todo else []
+    taken: set[str] = set()
+    for run in todo:
+        found = []
+        for folder, flat in others:
+            if folder.name not in taken and same_run(flat, run.cfg, run.varied):
+                overrides = [*(o for o in run.overrides if not o.startswith("train.out_dir=")),
+                             f"train.out_dir={json.dumps(str(folder))}"]
+                cfg = load_config(config, overrides)
+                action, why = existing_run(folder, cfg)
+                if action in ("skip", "resume"):  # (one it could not reuse: trained anew, as before)
+                    found.append((folder, overrides, cfg, action, why))
+        if not found:
+            continue
+        found.sort(key=lambda f: f[3] != "skip")  # a finished one first
+        folder, run.overrides, run.cfg, run.action, run.why = found[0]
+        print(f"{run.name}: the same settings as the run in {folder.name}, under another name: reused there")
+        run.name, run.run_dir = folder.name, folder
+        taken.add(folder.name)
 
 
 def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
@@ -409,9 +541,10 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
         cmd = [sys.executable, str(TRAIN_PY), args.config, "--set", *run.overrides]
         cmd += ["--resume"] * (run.action == "resume") + ["--quiet"] * (args.quiet or runner.jobs > 1)
         t0 = time.perf_counter()
-        rc = runner.run(cmd, tag)
-        if rc is None:
+        ended = runner.run(cmd, tag)
+        if ended is None:
             return None
+        rc = ended.code
         if runner.signum is not None:  # it stopped (saving its checkpoint if it had begun): resumable, not failed
             runner.say(f"{tag}: stopped, " + ("its checkpoint saved" if (run.run_dir / "ckpt.pt").is_file() else
                                               "before its first checkpoint (it will start again)"))
@@ -419,7 +552,7 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
                 {"run": run.name, "status": "interrupted before its first checkpoint"}
             return {**row, **run.varied}
         runner.say(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else
-                                 f"failed with exit code {rc} (its error is above); going on with the next run"))
+                                 f"{how_it_failed(ended)}; going on with the next run"))
     if rc == 0 and args.probe and not probed(run.run_dir, args.probe_stories):
         result = probe_run(run.run_dir, args.probe_stories, runner)
         if result is None:
@@ -433,7 +566,7 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
                        f"other {b['other']}")
     row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else {"run": run.name}
     if rc != 0:
-        row["status"] = f"failed (exit {rc})" + (f", {row['status']}" if row.get("status") else "")
+        row["status"] = failed_status(ended) + (f", {row['status']}" if row.get("status") else "")
     return {**row, **run.varied}
 
 
@@ -466,7 +599,7 @@ def other_runs(out: Path, plan: Sequence[Planned]) -> list[str]:
 def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     """Plan the grid's runs, train them and write the report, the sweep folder held."""
     plan = make_plan(args, grid, out)
-    check_reusable(plan)
+    check_reusable(args.config, plan, out)
     if others := other_runs(out, plan):
         print(f"note: --out={str(out)!r} also holds {len(others)} run(s) that are not in this grid "
               f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): they stay, but this sweep's report "
@@ -481,12 +614,15 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
         else:
             with ThreadPoolExecutor(runner.jobs) as pool:
                 results = list(pool.map(lambda job: train_one(args, runner, *job), zip(tags, plan)))
-    rows = [row for row in results if row is not None]
+    started = any(row is not None for row in results)
+    # a run the interruption kept from starting is listed too: without it the grid looks smaller
+    rows = [row if row is not None else {"run": run.name, "status": "not started", **run.varied}
+            for row, run in zip(results, plan)]
     if runner.signum is not None:
-        if rows:  # none when the signal came before the first run started
+        if started:  # none when the signal came before the first run started
             write_report(rows, list(grid), out, title=f"Sweep of {args.config} (interrupted)")
         print("sweep interrupted: rerun the same command to resume it"
-              + (f" (results so far: {out / 'results.md'})" if rows else ""))
+              + (f" (results so far: {out / 'results.md'})" if started else ""))
         if runner.jobs > 1 or not runner.told_a_run:  # (one run at a time prints it on the terminal itself)
             print("interrupted", file=sys.stderr)
         sys.exit(128 + runner.signum)

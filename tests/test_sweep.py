@@ -11,9 +11,12 @@ run gets SIGTERM; a second sweep on a folder a live sweep holds is refused befor
 compare.py shows the config column that differs; `compare.py --plot-only` draws
 each run's loss.png and the val-loss comparison, its legend naming the varied values; plot_run
 returns None without matplotlib and writes a PNG with it, its y-axis fitted below the step-0 loss. Ctrl-C reaches every running run once (a stand-in
-train.py, one run at a time and two) and starts no other; the seeds-and-probe sweep trains two runs
-at a time (--jobs 2), their lines relayed behind their names. One sweep is shared by the module
-(the trainings dominate).
+train.py, one run at a time and two) and starts no other, the report listing the runs not started;
+the seeds-and-probe sweep trains two runs at a time (--jobs 2), their lines relayed behind their
+names. A rerun with the grid's keys in another order, or with --seeds added, finds its finished or
+stopped runs by their settings under their old names; a run killed by a signal is said to be; a
+missing dataset or device is refused before any training. One sweep is shared by the module (the
+trainings dominate); the tests of what is done with a run use a stand-in train.py.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import compare
 from tinygpt import plots, report, runs
@@ -180,6 +184,118 @@ def test_a_rerun_that_cannot_report_or_reproduce_a_run_is_refused_before_trainin
             refused(folder, r"other settings \(train.max_iters=10 \(now 15\)\)", "train.max_iters=15")
 
 
+def recording_train(tmp_path: Path, monkeypatch) -> Path:
+    """A stand-in train.py that trains nothing and notes each run it was started for (its out_dir's
+    name, and --resume if given) in the file it returns, one line each."""
+    log = tmp_path / "started"
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(f"import json, pathlib, sys\nout = [json.loads(a.split('=', 1)[1]) for a in sys.argv "
+                    f"if a.startswith('train.out_dir=')][0]\nwith open({str(log)!r}, 'a') as f:\n"
+                    f"    f.write(pathlib.Path(out).name + ' --resume' * ('--resume' in sys.argv) + '\\n')\n")
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    return log
+
+
+def without(argv: list[str], *dropped: str) -> list[str]:
+    return [a for a in argv if a not in dropped]
+
+
+def test_a_rerun_with_the_grid_keys_in_another_order_reuses_its_runs(first_sweep, tmp_path, monkeypatch, capsys):
+    """--grid model.n_head=1,2 model.n_layer=1, then the same keys the other way round: the names
+    differ (n_layer=1,n_head=1), and both finished runs were trained again beside the first, which
+    a note called another grid's. Now each is found by its settings and skipped in its folder."""
+    out = tmp_path / "sw"
+    for head in (1, 2):  # the first sweep's runs, as the first order names them
+        shutil.copytree(first_sweep["out"] / f"n_head={head}", out / f"n_head={head},n_layer=1")
+    mtimes = {d.name: (d / "ckpt.pt").stat().st_mtime_ns for d in out.iterdir()}
+    started = recording_train(tmp_path, monkeypatch)
+    _, printed = run_sweep([CONFIG, "--grid", "model.n_layer=1", "model.n_head=1,2",
+                            *without(shrink(first_sweep["tmp"] / "prepared"), "model.n_layer=1"), "--out", str(out)])
+    assert not started.exists()  # nothing trained
+    assert "n_layer=1,n_head=1: the same settings as the run in n_head=1,n_layer=1, under another name: reused " \
+           "there" in printed
+    assert "[1/2] n_head=1,n_layer=1: finished earlier (step 10), skipped" in printed
+    assert sorted(d.name for d in out.iterdir() if d.is_dir()) == sorted(mtimes)  # no new folder
+    assert {d: (out / d / "ckpt.pt").stat().st_mtime_ns for d in mtimes} == mtimes
+    assert "not in this grid" not in capsys.readouterr().err
+    rows = read_csv(out / "results.csv")
+    assert [(r["run"], r["model.n_head"], r["status"]) for r in rows] == [("n_head=1,n_layer=1", "1", "done"),
+                                                                          ("n_head=2,n_layer=1", "2", "done")]
+
+
+def test_adding_seeds_to_a_finished_sweep_reuses_its_run_as_the_first_seed(first_sweep, tmp_path, monkeypatch, capsys):
+    """--seeds 2 on a finished sweep named its runs n_head=1,seed=1337 and trained the seed that
+    n_head=1 already is again. Only the whole config makes two runs one: with another --set the
+    run in n_head=1 is not this sweep's (trained anew, the note naming it another grid's)."""
+    prepared = first_sweep["tmp"] / "prepared"
+    for case, more in (("same", []), ("other lr", ["train.lr=5e-3"])):
+        out = tmp_path / case
+        shutil.copytree(first_sweep["out"] / "n_head=1", out / "n_head=1")
+        started = recording_train(tmp_path / case, monkeypatch)
+        _, printed = run_sweep([CONFIG, "--grid", "model.n_head=1", "--seeds", "2", *shrink(prepared), *more,
+                                "--out", str(out)])
+        note = capsys.readouterr().err
+        rows = read_csv(out / "results.csv")
+        if case == "same":
+            assert "n_head=1,seed=1337: the same settings as the run in n_head=1, under another name" in printed
+            assert "[1/2] n_head=1: finished earlier (step 10), skipped" in printed
+            assert started.read_text() == "n_head=1,seed=1338\n" and "not in this grid" not in note
+            assert [(r["run"], r["train.seed"], r["status"]) for r in rows] == [("n_head=1", "1337", "done"),
+                                                                               ("n_head=1,seed=1338", "1338", "")]
+        else:
+            assert "same settings" not in printed
+            assert started.read_text() == "n_head=1,seed=1337\nn_head=1,seed=1338\n"
+            assert "also holds 1 run(s) that are not in this grid (n_head=1)" in note
+            assert [r["run"] for r in rows] == ["n_head=1,seed=1337", "n_head=1,seed=1338"]
+
+
+def test_a_run_stopped_under_another_name_is_resumed_in_its_folder(first_sweep, tmp_path, monkeypatch):
+    """An unfinished run of the same settings under another name (the grid's keys in another order)
+    is resumed where it is, not started again beside it."""
+    out, prepared = tmp_path / "sw", first_sweep["tmp"] / "prepared"
+    run = out / "n_head=1,n_layer=1"  # stopped at step 5, as the sweep runs it
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main([CONFIG, "--set", *shrink(prepared)[1:], "model.n_head=1",
+                    f"train.out_dir={json.dumps(str(run))}", "--stop-at", "5", "--quiet"])
+    started = recording_train(tmp_path, monkeypatch)
+    _, printed = run_sweep([CONFIG, "--grid", "model.n_layer=1", "model.n_head=1",
+                            *without(shrink(prepared), "model.n_layer=1"), "--out", str(out)])
+    assert "[1/1] n_head=1,n_layer=1: resuming from step 5 of 10" in printed
+    assert started.read_text() == "n_head=1,n_layer=1 --resume\n"
+    assert sorted(d.name for d in out.iterdir() if d.is_dir()) == ["n_head=1,n_layer=1"]
+
+
+@pytest.mark.parametrize("case", ["dataset", "device"])
+def test_a_value_that_train_py_would_refuse_at_its_start_is_refused_before_any_training(first_sweep, tmp_path,
+                                                                                         monkeypatch, case):
+    """A grid's dataset file that is not there, or train.device=cuda without CUDA, failed only when
+    that run started, after the runs before it trained (hours, at full size): now the sweep is
+    refused up front, one line naming the run and the key."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    started = recording_train(tmp_path, monkeypatch)
+    (tmp_path / "a.txt").write_text("hello world. " * 400)
+    grid, match = {"dataset": (f"data.dataset={tmp_path / 'a.txt'},{tmp_path / 'gone.txt'}",
+                               r"^dataset=\S+: data.dataset='.*gone.txt' is neither stories nor shakespeare"),
+                   "device": ("train.device=cpu,cuda",
+                              r"^device=cuda: train.device='cuda': CUDA is not available here; use auto or cpu$")}[case]
+    with pytest.raises(UserError, match=match) as refused, contextlib.redirect_stdout(io.StringIO()) as printed:
+        sweep.main([CONFIG, "--grid", grid, *without(shrink(first_sweep["tmp"] / "prepared"), "train.device=cpu"),
+                    "--out", str(tmp_path / "sw")])
+    assert "\n" not in str(refused.value) and "cannot train " in printed.getvalue()
+    assert not started.exists() and not (tmp_path / "sw").exists()  # nothing trained, nothing written
+
+
+def test_a_finished_run_is_reported_whatever_device_this_machine_has(first_sweep, tmp_path, monkeypatch):
+    """Only a run that will train is checked up front: a finished one needs its device no more."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    started = recording_train(tmp_path, monkeypatch)
+    out = tmp_path / "sw"
+    shutil.copytree(first_sweep["out"] / "n_head=1", out / "n_head=1")
+    _, printed = run_sweep([CONFIG, "--grid", "model.n_head=1", *shrink(first_sweep["tmp"] / "prepared"),
+                            "train.device=cuda", "--out", str(out)])
+    assert "[1/1] n_head=1: finished earlier (step 10), skipped" in printed and not started.exists()
+
+
 def test_bad_grid_key_is_one_line_exit_2(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), CONFIG, "--grid", "model.n_heads=1,2",
                              "--out", str(tmp_path / "sw")], capture_output=True, text=True, cwd=tmp_path,
@@ -252,7 +368,32 @@ def test_failed_runs_are_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, c
     assert "n_head=1: failed with exit code 2" in printed.out and "n_head=2: failed with exit code 1" in printed.out
     if jobs > 1:  # the runs' own errors, behind their names
         assert "[1/2] n_head=1: error: a user error" in printed.out and "[2/2] n_head=2: RuntimeError: a crash" in printed.out
-    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["failed (exit 2)", "failed (exit 1)"]
+    # the row says the run's own error where the sweep relayed it (--jobs 2); it said only `failed (exit 2)`
+    first = "failed (exit 2: a user error)" if jobs > 1 else "failed (exit 2)"
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == [first, "failed (exit 1)"]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_killed_run_is_said_to_be_killed_not_to_have_printed_an_error(tmp_path, monkeypatch, capfd, jobs):
+    """`kill -9` of a run (the kernel's out-of-memory killer sends SIGKILL) was `failed with exit code
+    -9 (its error is above)`, with nothing above; a run that printed nothing is said to have printed
+    nothing where the sweep sees its output (--jobs 2)."""
+    fake_cores(monkeypatch, {0, 1})  # --jobs 2 on any machine
+    fake = tmp_path / "fake_train.py"
+    fake.write_text("import os, signal, sys\nif 'model.n_head=1' in sys.argv:\n"
+                    "    os.kill(os.getpid(), signal.SIGKILL)\nsys.exit(3)\n")
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw"),
+                    "--jobs", str(jobs)])
+    out = capfd.readouterr().out
+    assert exit_info.value.code == 1
+    assert "[1/2] n_head=1: killed by SIGKILL (signal 9; out of memory?); going on with the next run" in out
+    assert "exit code -9" not in out
+    silent = "it printed no error" if jobs > 1 else "its error is above"  # one at a time: unseen, on the terminal
+    assert f"[2/2] n_head=2: failed with exit code 3 ({silent}); going on with the next run" in out
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["failed (killed by SIGKILL)",
+                                                                                 "failed (exit 3)"]
 
 
 FAKE_LONG_RUN = """import json, os, pathlib, signal, sys, time
@@ -318,6 +459,10 @@ def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeyp
             assert f"] {name}: running" in printed  # its output, behind its tag
     assert not any((out / name).exists() for name in names[running:])  # never started
     assert "(interrupted)" in (out / "results.md").read_text()
+    # ...but listed: the report of 3 planned runs listed only the 2 that started, the grid looking smaller
+    rows = read_csv(out / "results.csv")
+    assert [r["run"] for r in rows] == names and [r["model.n_head"] for r in rows] == heads.split(",")
+    assert [r["status"] for r in rows[running:]] == ["not started"] * (len(names) - running)
 
 
 def test_a_crash_in_the_sweep_itself_starts_no_more_runs(tmp_path, monkeypatch):
