@@ -11,6 +11,9 @@ setting's results to DIR/settings.png (when matplotlib is installed), each run l
 differing config values. sweep.py writes its results with the same code (tinygpt/report.py). `--plot-only` draws
 each run's RUN_DIR/loss.png (train and val loss, as train.py does) and, for several runs,
 DIR/val_loss.png, and writes no table: the way to (re)draw the pictures of an existing run.
+The report's files are replaced together or not at all (a full disk leaves the earlier report
+whole); a file of theirs in DIR that no report wrote (the user's own results.md) is refused, not
+overwritten. Runs of one setting with the same train.seed are one seed in the statistics.
 """
 from __future__ import annotations
 
@@ -21,16 +24,28 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
-from tinygpt.errors import ArgParser, UserError, run_cli
-from tinygpt.plots import MATPLOTLIB_NOTE, can_plot, plot_run, plot_val_loss
-from tinygpt.report import NEVER_COMPARED, differing_keys, group_by_setting, write_report
-from tinygpt.runs import REPORT_LOCK, check_report_folder, run_lock, summarize_run
+from tinygpt.errors import ArgParser, UserError, path_arg, path_word, run_cli, script_word
+from tinygpt.plots import MATPLOTLIB_NOTE, can_plot, plot_run
+from tinygpt.report import (NEVER_COMPARED, check_report_folder, differing_keys, group_by_setting, write_report,
+                            write_val_loss)
+from tinygpt.runs import REPORT_LOCK, run_lock, summarize_run
 
 
 def run_labels(run_dirs: Sequence[Path]) -> list[str]:
     """Short unique labels: the folder names when they are distinct, else the paths as given."""
     names = [p.name or str(p) for p in run_dirs]
     return names if len(set(names)) == len(names) else [str(p) for p in run_dirs]
+
+
+def check_not_a_sweep(run: Path) -> None:
+    """Refuse a sweep's folder given for a run (it has no config.yaml but holds runs): name the runs."""
+    if (run / "config.yaml").exists():
+        return
+    inner = sorted(d.name for d in run.iterdir() if d.is_dir() and (d / "config.yaml").is_file())
+    if inner:  # (`DIR/*/`: the folders only, not the sweep's report files beside them)
+        shown = ", ".join(inner[:3]) + (", ..." if len(inner) > 3 else "")
+        raise UserError(f"{run} is not a run directory: it holds {len(inner)} run(s) ({shown}), as a sweep's folder "
+                        f"does; give them: {script_word('compare.py')} {path_word(run)}/*/")
 
 
 def draw(args, rows: list[dict], varied: list[str]) -> list[str]:
@@ -45,7 +60,7 @@ def draw(args, rows: list[dict], varied: list[str]) -> list[str]:
         else:
             paths.append(str(path))
     if len(rows) > 1:
-        paths.append(str(plot_val_loss(group_by_setting(rows, varied), args.out / "val_loss.png")))
+        paths.append(str(write_val_loss(group_by_setting(rows, varied), args.out)))
     print(f"wrote {', '.join(paths)}" if paths else "wrote nothing")
     return paths
 
@@ -53,7 +68,7 @@ def draw(args, rows: list[dict], varied: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> dict:
     p = ArgParser(prog="compare.py", description="Tabulate and plot existing tinygpt runs side by side.")
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (train.out_dir)")
-    p.add_argument("--out", type=Path, default=Path("out/compare"),
+    p.add_argument("--out", type=path_arg, default=Path("out/compare"),
                    help="folder for results.md, results.csv, summary.csv, val_loss.png and (two settings or "
                         "more) settings.png (default: out/compare)")
     p.add_argument("--plot-only", action="store_true",
@@ -67,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                             f"metrics.csv")
         if not run.is_dir():
             raise UserError(f"run directory not found: {run}")
+        check_not_a_sweep(run)
         first = given.setdefault(run.resolve(), run)
         if first is not run:
             raise UserError(f"run directory {run} is given twice" + (f" (also as {first})" if first != run else ""))

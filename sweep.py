@@ -81,8 +81,8 @@ from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_arg, restore_signals, run_cli,
                              work_is_files)
 from tinygpt.plots import MATPLOTLIB_NOTE
-from tinygpt.report import SEED, write_report
-from tinygpt.runs import (REPORT_LOCK, check_report_folder, died_at_its_first_save, read_config, read_metrics,
+from tinygpt.report import SEED, check_report_folder, write_report
+from tinygpt.runs import (REPORT_LOCK, died_at_its_first_save, read_config, read_metrics,
                          read_probe, run_lock, summarize_run, write_probe)
 from tinygpt.runtime import ThreadPolicy, parent_death_signal, resolve_device, usable_cores
 

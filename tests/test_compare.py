@@ -4,14 +4,24 @@ probe's figures (one line naming it)."""
 from __future__ import annotations
 
 import contextlib
+import csv
+import errno
 import io
+import struct
+import zlib
+from pathlib import Path
 
 import pytest
 
 import compare
-from tinygpt import runs
+import sweep
+from tinygpt import checkpoint, plots, report, runs
+from tinygpt.checkpoint import cannot_write
 from tinygpt.config import Config
 from tinygpt.errors import UserError
+
+
+SWEEP_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "stories.yaml")
 
 
 def fake_run(path, seed: int, rows: list[tuple]) -> str:
@@ -111,3 +121,176 @@ def test_runs_that_differ_only_in_where_their_files_go_are_one_setting(tmp_path)
         result = compare.main([a, str(b), "--out", str(tmp_path / "cmp")])
     assert result["varied"] == ["train.seed"]
     assert "| all runs | 2 | 3.8000 ± 0.1414" in printed.getvalue(), printed.getvalue()
+
+
+# ---- seeds trained twice, a report replaced whole or not at all, a user's files, odd --out and runs ----
+
+
+def config_run(path, rows: list[tuple], **settings) -> str:
+    """fake_run with config values set, e.g. config_run(p, rows, **{"model.n_head": 2, "train.seed": 1})."""
+    cfg = Config()
+    cfg.train.max_iters = rows[-1][0]
+    for key, value in settings.items():
+        section, name = key.split(".")
+        setattr(getattr(cfg, section), name, value)
+    path.mkdir()
+    runs.write_config(path, cfg)
+    runs.write_metrics(path, [{"step": s, "train_loss": t, "val_loss": v} for s, t, v in rows])
+    return str(path)
+
+
+def compared(argv: list[str]) -> tuple[dict, str]:
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        result = compare.main(argv)
+    return result, printed.getvalue()
+
+
+def test_runs_of_one_setting_and_one_seed_count_as_one_seed(tmp_path, monkeypatch):
+    """The same config trained twice is one seed, not two: no spread of 0 and interval of nothing
+    between settings, no 'differences beyond the intervals' resting on one seed each, no 'mean of 2'
+    in the plot; every run is still listed."""
+    labels = []
+    monkeypatch.setattr(plots, "_png", lambda fig, name: labels.extend(  # (nothing drawn without matplotlib)
+        t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()) or b"")
+    rows = [(0, "4.1", "4.1"), (10, "0.8169", "0.8169")]
+    same = [config_run(tmp_path / f"h{h}_{i}", rows, **{"model.n_head": h, "train.seed": 1})
+            for h in (1, 2) for i in (1, 2)]
+    _, printed = compared([*same, "--out", str(tmp_path / "cmp")])
+    assert "note: h1_1 and h1_2 (n_head=1) share train.seed=1: the same training twice, counted as one seed" in printed
+    assert "note: h2_1 and h2_2 (n_head=2)" in printed
+    assert "±" not in printed and "Differences beyond" not in printed and "interval" not in printed, printed
+    assert (tmp_path / "cmp" / "results.csv").read_text().count("\nh") == 4  # every run listed
+    summary = list(csv.DictReader(io.StringIO((tmp_path / "cmp" / "summary.csv").read_text())))
+    assert [r["best_val_loss_n"] for r in summary] == ["1", "1"] and summary[0]["best_val_loss_std"] == ""
+    assert labels in ([], ["n_head=1", "n_head=2"]), labels  # (val_loss.png's legend)
+    # two seeds, one of them trained twice: n = 2, the mean over seeds (the repeat's mean, then the other seed)
+    again = config_run(tmp_path / "h1_again", [(0, "4.1", "4.1"), (10, "0.6", "0.6")], **{"model.n_head": 1,
+                                                                                          "train.seed": 1})
+    seed2 = config_run(tmp_path / "h1_seed2", [(0, "4.1", "4.1"), (10, "1.0", "1.0")], **{"model.n_head": 1,
+                                                                                          "train.seed": 2})
+    _, printed = compared([same[0], again, seed2, "--out", str(tmp_path / "cmp2")])
+    assert "| all runs | 2 | 0.8542 ± 0.2062" in printed, printed  # seed 1: (0.8169 + 0.6) / 2; seed 2: 1.0
+
+
+def full_disk_on(name: str, real):
+    """A write (atomic_write's signature) that the disk refuses for a path whose file name holds `name`."""
+    def write(path, fill):
+        if name in Path(path).name:
+            cause = OSError(errno.ENOSPC, "No space left on device")
+            raise cannot_write(Path(path), cause, None) from cause
+        return real(path, fill)
+    return write
+
+
+@pytest.mark.parametrize("name", ["val_loss.png", "results.csv"])
+def test_a_full_disk_while_writing_the_report_leaves_the_old_one_whole(tmp_path, monkeypatch, name):
+    """A report is replaced whole or not at all: a picture refused on a full disk left the new tables
+    beside the old pictures (and the old settings.png, which the new report would remove)."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "cmp"
+    rows = [(0, "4.1", "4.1"), (10, "3.9", "3.9")]
+    two = [config_run(tmp_path / f"h{h}", rows, **{"model.n_head": h}) for h in (1, 2)]
+    compared([*two, "--out", str(out)])  # two settings: settings.png too
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert "settings.png" in before
+    # another seed of n_head=1: one setting, so this report draws no settings.png and would remove the old one
+    one = config_run(tmp_path / "other", [(0, "4.0", "4.0"), (10, "3.0", "3.0")], **{"model.n_head": 1,
+                                                                                      "train.seed": 7})
+    monkeypatch.setattr(report, "atomic_write", full_disk_on(name, checkpoint.atomic_write), raising=False)
+    monkeypatch.setattr(report, "atomic_write_text", lambda path, text: full_disk_on(name, checkpoint.atomic_write)(
+        path, lambda f: f.write(text.encode())), raising=False)  # (what wrote the tables before)
+    monkeypatch.setattr(plots, "atomic_write", full_disk_on(name, plots.atomic_write))  # (the pictures before)
+    with pytest.raises(UserError, match="No space left on device") as refused:
+        compared([two[0], one, "--out", str(out)])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # every file as it was, no temp file left
+    assert refused.match(r"^cannot write .*cmp/(val_loss.png|results.csv): No space left on device \(the previous "
+                         r"report is intact\)$")  # the file's own name, not a temp file's
+
+
+def png(*texts: tuple[bytes, bytes]) -> bytes:
+    """A 1x1 PNG carrying tEXt chunks (keyword, text): a user's picture, or one from matplotlib."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+            + b"".join(chunk(b"tEXt", k + b"\0" + v) for k, v in texts)
+            + chunk(b"IDAT", zlib.compress(b"\0\0")) + chunk(b"IEND", b""))
+
+
+MATPLOTLIB_PNG = png((b"Software", b"Matplotlib version3.9.0, https://matplotlib.org/"))
+
+
+@pytest.mark.parametrize("name, content", [("results.md", b"# My notes\n"), ("results.csv", b"name,score\nx,1\n"),
+                                           ("summary.csv", b"run,params\n"), ("val_loss.png", png()),
+                                           ("settings.png", MATPLOTLIB_PNG)],
+                         ids=["results.md", "results.csv", "summary.csv", "a picture", "a matplotlib picture"])
+def test_a_users_file_of_a_reports_name_is_refused_not_overwritten(tmp_path, monkeypatch, name, content):
+    """compare.py and sweep.py overwrote a results.md (or a picture) of the user's in --out without a word;
+    a report's own files are replaced, pictures from before the report marked them too (beside its results.md)."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / name).write_bytes(content)
+    with pytest.raises(UserError, match=rf"--out='.*mine' holds {name}, which is not from a tinygpt report: the "
+                                        rf"report would overwrite it; move it away, or choose another --out"):
+        compare.main([run, "--out", str(mine)])
+    monkeypatch.setattr(sweep, "train_grid", lambda *a: pytest.fail("the sweep went on"))
+    with pytest.raises(UserError, match=rf"holds {name}, which is not from a tinygpt report"):
+        sweep.main([SWEEP_CONFIG, "--grid", "model.n_head=1,2", "--out", str(mine)])
+    assert [p.name for p in mine.iterdir()] == [name] and (mine / name).read_bytes() == content
+    # a report's files are its own: replaced by the next report, as are the pictures of one from before the mark
+    compared([run, "--out", str(tmp_path / "cmp")])
+    (tmp_path / "cmp" / "settings.png").write_bytes(MATPLOTLIB_PNG)
+    compared([run, "--out", str(tmp_path / "cmp")])
+    assert not (tmp_path / "cmp" / "settings.png").exists()  # (one run draws none: the old one is removed)
+
+
+def test_a_sweep_into_a_comparisons_folder_is_refused(tmp_path, monkeypatch):
+    """compare.py refuses a sweep's folder (its report would be replaced); the sweep replaced a comparison's."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    compared([run, "--out", str(tmp_path / "cmp")])
+    before = {p.name: p.read_bytes() for p in (tmp_path / "cmp").iterdir()}
+    monkeypatch.setattr(sweep, "train_grid", lambda *a: pytest.fail("the sweep went on"))
+    with pytest.raises(UserError, match=r"--out='.*cmp' holds a comparison's report \(compare.py's results.md\), "
+                                        r"which this sweep's would replace; choose another --out"):
+        sweep.main([SWEEP_CONFIG, "--grid", "model.n_head=1,2", "--out", str(tmp_path / "cmp")])
+    assert {p.name: p.read_bytes() for p in (tmp_path / "cmp").iterdir()} == before
+
+
+def test_an_empty_out_is_refused_not_the_current_folder(tmp_path, monkeypatch):
+    """--out '' (an unset variable) wrote the report, and a sweep's runs, into the current folder."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sweep, "train_grid", lambda *a: pytest.fail("the sweep went on"))
+    with pytest.raises(UserError, match=r"argument --out: an empty path names no file or folder"):
+        compare.main([run, "--out", ""])
+    with pytest.raises(UserError, match=r"argument --out: an empty path names no file or folder"):
+        sweep.main([SWEEP_CONFIG, "--grid", "model.n_head=1,2", "--out", ""])
+    assert [p.name for p in tmp_path.iterdir()] == ["a"]
+
+
+def test_a_setting_that_does_not_apply_to_a_runs_tokenizer_is_not_compared(tmp_path):
+    """A char and a word run have no bpe_vocab_size: 'differ in data.tokenizer, data.bpe_vocab_size' and
+    1024 in their rows said otherwise."""
+    rows = [(0, "4.1", "4.1"), (10, "3.9", "3.9")]
+    char = config_run(tmp_path / "char", rows)
+    word = config_run(tmp_path / "word", rows, **{"data.tokenizer": "word"})
+    bpe = config_run(tmp_path / "bpe512", rows, **{"data.tokenizer": "bpe", "data.bpe_vocab_size": 512})
+    result, printed = compared([char, word, bpe, "--out", str(tmp_path / "cmp")])
+    assert result["varied"] == ["data.tokenizer"] and "differ in data.tokenizer: their losses" in printed
+    bpe1024 = config_run(tmp_path / "bpe1024", rows, **{"data.tokenizer": "bpe"})
+    result, _ = compared([char, word, bpe, bpe1024, "--out", str(tmp_path / "cmp")])  # two bpe runs: it differs
+    assert result["varied"] == ["data.tokenizer", "data.bpe_vocab_size"]
+    table = list(csv.DictReader(io.StringIO((tmp_path / "cmp" / "results.csv").read_text())))
+    assert [r["data.bpe_vocab_size"] for r in table] == ["", "", "512", "1024"]
+
+
+def test_a_sweeps_folder_given_for_a_run_names_its_runs(tmp_path):
+    """compare.py SWEEP_DIR said `it has no config.yaml (train into it first)` of a folder of runs."""
+    (tmp_path / "sw").mkdir()
+    for h in (1, 2):
+        fake_run(tmp_path / "sw" / f"n_head={h}", h, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    (tmp_path / "sw" / "results.md").write_text("# Sweep of x.yaml over model.n_head\n")
+    with pytest.raises(UserError, match=r"sw is not a run directory: it holds 2 run\(s\) \(n_head=1, n_head=2\), as "
+                                        r"a sweep's folder does; give them: .*compare.py .*sw/\*/$"):
+        compare.main([str(tmp_path / "sw"), "--out", str(tmp_path / "cmp")])
+    assert not (tmp_path / "cmp").exists()

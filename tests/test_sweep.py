@@ -771,14 +771,14 @@ def test_probe_refuses_a_sweep_not_on_stories(tmp_path):
 
 
 def capture_figures(monkeypatch) -> dict[str, object]:
-    """File name -> the matplotlib Figure each plot saved, as plots.py draws them."""
+    """File name -> the matplotlib Figure each plot drew last, as plots.py draws them."""
     figures = {}
-    real = plots._save
+    real = plots._png
 
-    def save(fig, path):
-        figures[Path(path).name if Path(path).name != "loss.png" else f"{Path(path).parent.name}/loss.png"] = fig
-        return real(fig, path)
-    monkeypatch.setattr(plots, "_save", save)
+    def png(fig, name):
+        figures[name] = fig
+        return real(fig, name)
+    monkeypatch.setattr(plots, "_png", png)
     return figures
 
 
@@ -813,7 +813,7 @@ def test_loss_plot_is_not_squashed_by_the_step_0_loss(tmp_path, monkeypatch):
     rows += [{"step": s, "train_loss": "1.55", "val_loss": f"{1.6 + 1 / s:.4f}"} for s in (500, 1000)]
     runs.write_metrics(tmp_path, rows)
     plots.plot_run(tmp_path)
-    ax = figures[f"{tmp_path.name}/loss.png"].axes[0]
+    ax = figures["loss.png"].axes[0]
     low, high = ax.get_ylim()
     assert 1.5 < high < 2.0 and low < 1.51  # the curve after the first 5% of the steps fills the axis
     notes = [t.get_text() for t in ax.texts]
@@ -823,7 +823,7 @@ def test_loss_plot_is_not_squashed_by_the_step_0_loss(tmp_path, monkeypatch):
               for s in range(10, 401, 10)]
     runs.write_metrics(tmp_path, short)
     plots.plot_run(tmp_path)
-    ax = figures[f"{tmp_path.name}/loss.png"].axes[0]
+    ax = figures["loss.png"].axes[0]
     assert ax.get_ylim()[1] > 6.9 and not ax.texts  # drawn whole, no note
 
 
@@ -835,7 +835,7 @@ def test_the_off_the_top_note_is_outside_the_axes_where_no_legend_covers_it(tmp_
     long = "a long label, " * 4
     groups = [{"label": f"{long}{h}", "runs": [{"metrics": [{"step": s, "val_loss": 6.9 if s == 0 else 1.5 + h / 10 + 1 / s}
                                                           for s in range(0, 1001, 50)]}]} for h in (1, 2)]
-    plots.plot_val_loss(groups, tmp_path / "val_loss.png")
+    plots.val_loss_png(groups)
     fig = figures["val_loss.png"]
     renderer = FigureCanvasAgg(fig).get_renderer()
     fig.draw(renderer)
@@ -854,7 +854,7 @@ def test_settings_plot_shows_each_setting_with_its_interval(tmp_path, monkeypatc
              "antecedent": 0.5 + L / 10 + s / 100, "attribute_ratio": 2.0 * h ** 3 + s}  # 3 to 131: log axis
             for h in (1, 2, 4) for L in (1, 2) for s in (1, 2, 3)]
     groups = report.group_by_setting(rows, ["model.n_head", "model.n_layer", "train.seed"])
-    plots.plot_settings(groups, tmp_path / "settings.png")
+    plots.settings_png(groups)
     fig = figures["settings.png"]
     assert [ax.get_ylabel() for ax in fig.axes] == [p[1] for p in plots.SETTING_PANELS]
     ax = fig.axes[1]  # the antecedent share, in %
@@ -868,15 +868,13 @@ def test_settings_plot_shows_each_setting_with_its_interval(tmp_path, monkeypatc
     assert fig.axes[2].get_yscale() == "log"
     assert not any(t.get_text() for t in fig.axes[2].get_yticklabels(minor=True))  # minor ticks unlabelled
     small = [{**r, "attribute_ratio": 1.2 + r["model.n_head"] / 100} for r in rows]  # within a decade: linear
-    plots.plot_settings(report.group_by_setting(small, ["model.n_head", "model.n_layer", "train.seed"]),
-                        tmp_path / "settings.png")
+    plots.settings_png(report.group_by_setting(small, ["model.n_head", "model.n_layer", "train.seed"]))
     assert figures["settings.png"].axes[2].get_yscale() == "linear"
     unprobed = [{k: v for k, v in r.items() if k in ("model.n_head", "model.n_layer", "train.seed", "best_val_loss")}
                 for r in rows]
-    plots.plot_settings(report.group_by_setting(unprobed, ["model.n_head", "model.n_layer", "train.seed"]),
-                        tmp_path / "settings.png")
+    plots.settings_png(report.group_by_setting(unprobed, ["model.n_head", "model.n_layer", "train.seed"]))
     assert len(figures["settings.png"].axes) == 1  # no probe, no probe panels
-    assert plots.plot_settings(groups[:1], tmp_path / "one.png") is None  # one setting: nothing to compare
+    assert plots.settings_png(groups[:1]) is None  # one setting: nothing to compare
 
 
 def test_the_settings_plot_neither_magnifies_nor_hides(tmp_path, monkeypatch):
@@ -886,7 +884,7 @@ def test_the_settings_plot_neither_magnifies_nor_hides(tmp_path, monkeypatch):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     figures = capture_figures(monkeypatch)
     rows = [{"model.n_head": h, "best_val_loss": 5.7743 + h / 10_000} for h in (1, 2)]
-    plots.plot_settings(report.group_by_setting(rows, ["model.n_head"]), tmp_path / "settings.png")
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head"]))
     fig = figures["settings.png"]
     ax = fig.axes[0]
     low, high = ax.get_ylim()
@@ -894,7 +892,7 @@ def test_the_settings_plot_neither_magnifies_nor_hides(tmp_path, monkeypatch):
     FigureCanvasAgg(fig).draw()
     assert ax.yaxis.get_offset_text().get_text() == ""  # no offset: the ticks read as losses
     rows = [{"model.n_head": h, "model.n_layer": L, "best_val_loss": 1 + h / 10 + L / 100} for h in (1, 2) for L in (1, 2)]
-    plots.plot_settings(report.group_by_setting(rows, ["model.n_head", "model.n_layer"]), tmp_path / "settings.png")
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "model.n_layer"]))
     fig = figures["settings.png"]
     renderer = FigureCanvasAgg(fig).get_renderer()
     fig.draw(renderer)
@@ -955,5 +953,5 @@ def test_a_single_log_row_is_drawn_as_a_point(tmp_path, monkeypatch):
     runs.write_metrics(tmp_path, [{"step": 0, "train_loss": "6.9", "val_loss": "6.9"},
                                   {"step": 1, "train_loss": "6.8", "tokens_per_s": "1", "mfu": "0.1"}])
     plots.plot_run(tmp_path)
-    train = [line for line in figures[f"{tmp_path.name}/loss.png"].axes[0].get_lines() if line.get_label() == "train"]
+    train = [line for line in figures["loss.png"].axes[0].get_lines() if line.get_label() == "train"]
     assert len(train) == 1 and len(train[0].get_xdata()) == 1 and train[0].get_marker() not in ("None", None, "")

@@ -49,11 +49,16 @@ def can_plot() -> bool:
     return _new_figure() is not None
 
 
-def _save(fig, path: Path) -> Path:
+PNG_MARK = {"tinygpt": "report"}  # a tEXt entry in every picture drawn here: a report's is told from a user's file
+
+
+def _png(fig, name: str) -> bytes:
+    """The figure as PNG bytes, with its file's name (as its title) and PNG_MARK in its metadata."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    atomic_write(path, lambda f: f.write(buf.getvalue()))
-    return path
+    fig.savefig(buf, format="png", metadata={"Title": name, **PNG_MARK})
+    return buf.getvalue()
+
+
 
 
 EARLY = 0.05  # the first 5% of the steps are left out when choosing the y-range...
@@ -87,9 +92,9 @@ def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> No
                     ha="right", va="top", fontsize=8, color="0.35")
 
 
-def plot_val_loss(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
+def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     """Val loss vs step, one line per setting (report.group_by_setting): the mean over its runs
-    (seeds) with a band of ± one standard deviation, labelled by the varied values -> path, or None
+    (seeds) with a band of ± one standard deviation, labelled by the varied values: the PNG, or None
     without matplotlib."""
     fig = _new_figure()
     if fig is None:
@@ -120,7 +125,7 @@ def plot_val_loss(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
     focus_y(ax, curves)
     if ax.lines:
         ax.legend(fontsize="small")
-    return _save(fig, Path(path))
+    return _png(fig, "val_loss.png")
 
 
 SETTING_PANELS = [("best_val_loss", "best val loss (nats/token)", 1.0),
@@ -128,10 +133,10 @@ SETTING_PANELS = [("best_val_loss", "best val loss (nats/token)", 1.0),
                   ("attribute_ratio", "best head: antecedent / distractor attention", 1.0)]
 
 
-def plot_settings(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
+def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     """Each setting's result (report.group_by_setting) against the first varied key, one line per
     value of the others: the mean with its 95% interval over seeds as an error bar, one panel per
-    metric in SETTING_PANELS that at least 2 settings have (the probe's only when probed) -> path,
+    metric in SETTING_PANELS that at least 2 settings have (the probe's only when probed): the PNG,
     or None without matplotlib or without 2 settings to compare."""
     panels = [p for p in SETTING_PANELS if sum(g["stats"][p[0]]["mean"] is not None for g in groups) > 1]
     fig = _new_figure() if panels else None
@@ -180,7 +185,7 @@ def plot_settings(groups: Sequence[dict[str, Any]], path: str | Path) -> Path | 
         fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center", fontsize="small",
                    ncol=min(len(lines), 4))
     fig.suptitle(f"mean and 95% interval over {n} seeds" if n > 1 else "one run per setting", fontsize=10)
-    return _save(fig, Path(path))
+    return _png(fig, "settings.png")
 
 
 def plot_run(run_dir: str | Path) -> Path | None:
@@ -207,4 +212,6 @@ def plot_run(run_dir: str | Path) -> Path | None:
     ax.grid(alpha=0.3)
     focus_y(ax, curves)
     ax.legend(loc="center right")
-    return _save(fig, run_dir / "loss.png")
+    png = _png(fig, "loss.png")
+    atomic_write(run_dir / "loss.png", lambda f: f.write(png))
+    return run_dir / "loss.png"

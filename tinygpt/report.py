@@ -5,21 +5,34 @@ by `write_report`.
 Runs that differ only by `train.seed` are one *setting*: the summary gives, for every metric, the
 mean, the standard deviation, the 95% confidence interval of the mean (Student's t) and n, and
 lists the pairs of settings whose intervals do not overlap, the differences one can trust at that
-level. A single run per setting is reported as such (n = 1, no interval). Only finished runs
+level. A single run per setting is reported as such (n = 1, no interval), and so are runs of one
+setting that share their seed (the same training repeated): one seed, their mean. Only finished runs
 (status `done`) enter the summary: a failed or unfinished run's figures are those of fewer steps.
+
+The report's files are all made first, then put in place together (`write_files`): a refusal (a
+full disk) leaves the folder's earlier report whole. Each is recognisable as a report's (results.md's
+title, the CSV headers, a tEXt chunk in the pictures: `is_report_file`), so that a sweep or a
+comparison refuses to overwrite a file of the user's of the same name (check_report_folder).
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
+import os
 import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from tinygpt.checkpoint import atomic_write_text
-from tinygpt.plots import plot_settings, plot_val_loss
+from data.prepare import token_keys
+from tinygpt.checkpoint import (atomic_write, cannot_write, fsync_dir, os_error_behind, regular_file_target,
+                                sweep_temp_files)
+from tinygpt.config import DataConfig
+from tinygpt.errors import UserError
+from tinygpt.plots import PNG_MARK, settings_png, val_loss_png
+from tinygpt.runs import CHECKPOINTS
 
 SEED = "train.seed"
 # where a run's files go and whether it draws loss.png: runs that differ only there computed the same
@@ -40,12 +53,26 @@ T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.
 
 
 def differing_keys(summaries: Sequence[dict[str, Any]]) -> list[str]:
-    """Config keys whose values are not the same in all runs (NEVER_COMPARED excepted), in schema order."""
+    """Config keys whose values are not the same in all runs (NEVER_COMPARED excepted), in schema
+    order; a key compared only between the runs it applies to (a char run's bpe_vocab_size is none)."""
     configs = [s["config"] for s in summaries if s.get("config")]
     if len(configs) < 2:
         return []
-    keys = [k for k in configs[0] if k not in NEVER_COMPARED]
-    return [k for k in keys if any(c.get(k) != configs[0].get(k) for c in configs[1:])]
+
+    def differs(key: str) -> bool:
+        values = [c.get(key) for c in configs if applies(c, key)]
+        return any(v != values[0] for v in values[1:])
+    return [k for k in configs[0] if k not in NEVER_COMPARED and differs(k)]
+
+
+def applies(config: dict[str, Any], key: str) -> bool:
+    """Does the flat config's `key` change anything in its run? A data setting its tokens do not
+    depend on does not (train.py's --resume ignores the same ones: data.prepare.token_keys)."""
+    if not key.startswith("data."):
+        return True
+    names = {f.name for f in dataclasses.fields(DataConfig)}
+    data = DataConfig(**{n: config[f"data.{n}"] for n in names if f"data.{n}" in config})
+    return key.split(".", 1)[1] in token_keys(data)
 
 
 # ---- statistics over seeds ----
@@ -70,22 +97,50 @@ def finished_run(row: dict[str, Any]) -> bool:
     return row.get("status", "done") == "done"
 
 
+def seed_of(row: dict[str, Any]) -> str | None:
+    """A results row's train.seed (as text: a sweep's grid gives it as text), None where unknown."""
+    seed = row[SEED] if SEED in row else row.get("config", {}).get(SEED)
+    return None if seed is None else str(seed)
+
+
+def runs_by_seed(runs: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Runs -> lists of the runs of one seed, in first-seen order (a run of unknown seed alone)."""
+    by_seed: dict[Any, list[dict[str, Any]]] = {}
+    for r in runs:
+        seed = seed_of(r)
+        by_seed.setdefault(("seed", seed) if seed is not None else ("run", id(r)), []).append(r)
+    return list(by_seed.values())
+
+
+def seed_means(runs: Sequence[dict[str, Any]], metric: str) -> list[float]:
+    """One value of `metric` per seed: the mean of that seed's runs (the same training repeated is
+    one sample of the seed's luck, not several)."""
+    values = [[r[metric] for r in same if isinstance(r.get(metric), (int, float))] for same in runs_by_seed(runs)]
+    return [statistics.fmean(v) for v in values if v]
+
+
 def group_by_setting(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> list[dict[str, Any]]:
     """Rows of runs -> one group per setting (the varied keys but train.seed), in first-seen order:
-    {'setting': {key: value}, 'label': 'n_head=4', 'runs': [rows], 'stats': {metric: stats}, 'left_out': n};
-    the stats are over the finished runs, `left_out` counts the others."""
+    {'setting': {key: value}, 'label': 'n_head=4', 'runs': [rows], 'stats': {metric: stats}, 'left_out': n,
+    'n': seeds, 'repeats': [[rows of one seed]]}; the stats are over the finished runs, one value per
+    seed (the mean of its runs: `repeats` lists the seeds trained more than once), `left_out` counts
+    the others. A key that does not apply to a run (applies) is None in its setting, and not labelled."""
     keys = [k for k in varied if k != SEED]
     groups: dict[tuple, dict[str, Any]] = {}
     for r in rows:
-        setting = {k: r[k] if k in r else r.get("config", {}).get(k) for k in keys}
+        config = r.get("config", {})
+        setting = {k: r[k] if k in r else config.get(k) if applies(config, k) else None for k in keys}
         group = groups.setdefault(tuple(map(str, setting.values())), {"setting": setting, "runs": []})
         group["runs"].append(r)
     for g in groups.values():
-        g["label"] = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in g["setting"].items()) or "all runs"
+        g["label"] = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in g["setting"].items()
+                               if v is not None) or "all runs"
         finished = [r for r in g["runs"] if finished_run(r)]
         g["left_out"] = len(g["runs"]) - len(finished)
-        g["stats"] = {m: stats([r[m] for r in finished if isinstance(r.get(m), (int, float))])
-                      for m in SUMMARY_METRICS}
+        seeds = runs_by_seed(finished)
+        g["n"] = len(seeds)
+        g["repeats"] = [same for same in seeds if len(same) > 1]
+        g["stats"] = {m: stats(seed_means(finished, m)) for m in SUMMARY_METRICS}
         heads = Counter(r["attribute_head"] for r in g["runs"] if r.get("attribute_head"))
         g["attribute_heads"] = ", ".join(f"{h}×{c}" if c > 1 else h for h, c in heads.most_common())
     return list(groups.values())
@@ -177,8 +232,7 @@ def summary_markdown(groups: Sequence[dict[str, Any]], metrics: Sequence[str]) -
                 cells.append(_num(m, s["mean"]))
             else:
                 cells.append(f"{_num(m, s['mean'])} ± {_num(m, s['std'])} [{_num(m, s['lo'])}, {_num(m, s['hi'])}]")
-        n = sum(map(finished_run, g["runs"]))
-        lines.append(f"| {g['label']} | {n} | " + " | ".join(cells) + " |")
+        lines.append(f"| {g['label']} | {g['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -194,7 +248,7 @@ def summary_csv(groups: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str
 
 def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probed: bool) -> str:
     """The per-setting table over seeds, the best heads, and the differences one can trust."""
-    text = "Per setting over seeds: mean ± std [95% interval of the mean]; n finished runs.\n\n"
+    text = "Per setting over seeds: mean ± std [95% interval of the mean]; n finished runs' seeds.\n\n"
     text += summary_markdown(groups, metrics)
     left_out = sum(g["left_out"] for g in groups)
     if left_out:
@@ -212,16 +266,52 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
     return text + f"\nNo two settings differ beyond their 95% intervals in {shown}.\n"
 
 
+def repeats_note(groups: Sequence[dict[str, Any]]) -> str:
+    """A note for each seed trained more than once in a setting (the same config twice): its runs
+    count as one seed, their mean; two would be a spread of 0 and an interval that is no interval."""
+    notes = ""
+    for g in groups:
+        for same in g["repeats"]:
+            names = [str(r.get("run", "?")) for r in same]
+            times_ = "twice" if len(same) == 2 else f"{len(same)} times"
+            notes += (f"note: {', '.join(names[:-1])} and {names[-1]} ({g['label']}) share train.seed="
+                      f"{seed_of(same[0])}: the same training {times_}, counted as one seed (their mean), not "
+                      f"{len(same)}\n")
+    return notes
+
+
+def one_run_per_seed(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs with each seed's repeats merged into one whose val loss is their mean at each step:
+    the val-loss plot's mean and band are over seeds."""
+    merged = []
+    for same in runs_by_seed(runs):
+        by_step: dict[float, list[float]] = {}
+        for r in same:
+            for m in r.get("metrics", []):
+                if m.get("val_loss") is not None and math.isfinite(m["val_loss"]):  # (the plot's gaps)
+                    by_step.setdefault(m["step"], []).append(m["val_loss"])
+        merged.append(same[0] if len(same) == 1 else
+                      {"metrics": [{"step": s, "val_loss": statistics.fmean(v)} for s, v in sorted(by_step.items())]})
+    return merged
+
+
+def seeds_val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
+    """plots.val_loss_png over one run per seed (one_run_per_seed)."""
+    return val_loss_png([{**g, "runs": one_run_per_seed(g["runs"])} for g in groups])
+
+
 def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir: str | Path,
                  title: str) -> tuple[str, list[Path]]:
     """Write results.md (per run, then per setting over seeds), results.csv, summary.csv,
-    val_loss.png and settings.png (each setting's result with its interval) into out_dir; return
-    (the Markdown text printed, the plots drawn: none without matplotlib). Each row
-    holds 'run', the `varied` config keys, RESULT_COLUMNS and, when probed, the probe's columns."""
+    val_loss.png and settings.png (each setting's result with its interval) into out_dir, all or
+    none of them (write_files); return (the Markdown text printed, the plots drawn: none without
+    matplotlib). Each row holds 'run', the `varied` config keys, RESULT_COLUMNS and, when probed,
+    the probe's columns."""
     out_dir = Path(out_dir)
     for r in rows:  # the varied values come from each run's config unless the row sets them
-        for k in varied:
-            r.setdefault(k, r.get("config", {}).get(k))
+        config = r.get("config", {})
+        for k in varied:  # (none where the key does not apply: a char run's bpe_vocab_size)
+            r.setdefault(k, config.get(k) if applies(config, k) else None)
     probed = any(r.get("antecedent") is not None for r in rows)
     columns = ["run", *varied, *RESULT_COLUMNS, *(PROBE_COLUMNS if probed else [])]
     metrics = [m for m in SUMMARY_METRICS if probed or m in RESULT_COLUMNS]
@@ -231,13 +321,145 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     if per_token:  # a loss is per token: a character's and a word's do not compare
         text += (f"\nThe runs differ in {', '.join(per_token)}: their losses are per token of different "
                  f"vocabularies or texts, and do not compare as numbers.\n")
-    if max(len(g["runs"]) for g in groups) > 1:  # several seeds per setting
+    if notes := repeats_note(groups):
+        text += "\n" + notes
+    if max(len(runs_by_seed(g["runs"])) for g in groups) > 1:  # several seeds per setting
         text += "\n" + summary_text(groups, metrics, probed)
-    atomic_write_text(out_dir / "results.md", f"# {title}\n\n{text}")
-    atomic_write_text(out_dir / "results.csv", table_csv(rows, columns))
-    atomic_write_text(out_dir / "summary.csv", summary_csv(groups, metrics))
-    pngs = [plot_val_loss(groups, out_dir / "val_loss.png"), plot_settings(groups, out_dir / "settings.png")]
-    for name, png in zip(("val_loss.png", "settings.png"), pngs):
-        if png is None:  # not drawn this time: an earlier report's picture would pass for this one's
-            (out_dir / name).unlink(missing_ok=True)
-    return text, [p for p in pngs if p is not None]
+    pictures = {"val_loss.png": seeds_val_loss_png(groups), "settings.png": settings_png(groups)}
+    drawn = {name: png for name, png in pictures.items() if png is not None}
+    files = {"results.md": f"# {title}\n\n{text}", "results.csv": table_csv(rows, columns),
+             "summary.csv": summary_csv(groups, metrics)}
+    # (a path in the text that is not UTF-8, a name's byte 0xff, is written as its own bytes: atomic_write_text)
+    write_files(out_dir, {**{n: t.encode("utf-8", "surrogateescape") for n, t in files.items()}, **drawn},
+                drop=[name for name in pictures if name not in drawn])  # an earlier report's would pass for this one's
+    return text, [out_dir / name for name in drawn]
+
+
+# ---- writing a report's files together ----
+
+
+REPORT_FILES = ("results.md", "results.csv", "summary.csv", "val_loss.png", "settings.png")
+TITLES = {"# Sweep of ": "sweep", "# Comparison of ": "comparison"}  # results.md's first line, by its writer
+MARK = b"\x00".join(s.encode() for s in next(iter(PNG_MARK.items())))  # its tEXt entry: keyword NUL text
+
+
+def write_val_loss(groups: Sequence[dict[str, Any]], out_dir: Path) -> Path | None:
+    """The val-loss picture alone (compare.py --plot-only), or None without matplotlib."""
+    png = seeds_val_loss_png(groups)
+    if png is None:
+        return None
+    write_files(out_dir, {"val_loss.png": png})
+    return out_dir / "val_loss.png"
+
+
+def write_files(out_dir: Path, files: dict[str, bytes], drop: Sequence[str] = ()) -> None:
+    """Put `files` (name -> bytes) into out_dir together and remove the `drop` ones (an earlier
+    report's that this one lacks): each is written to a temp file beside its place (atomic_write,
+    fsynced) and, only once all are, renamed into place; a refusal (a full disk) removes the temp
+    files and leaves every earlier file as it was: never new tables beside an old picture."""
+    staged: list[tuple[Path, Path]] = []
+    name, renamed = "", False
+    try:
+        for name, data in files.items():
+            target = regular_file_target(out_dir / name)  # (a link: its target, as atomic_write writes)
+            sweep_temp_files(target)  # a killed writer's temp files
+            staged.append((target.parent / f".{target.name}.{os.getpid()}.report.tmp", target))
+            atomic_write(staged[-1][0], lambda f, data=data: f.write(data))
+        for temp, target in staged:  # (a rename fails only if the folder is meddled with meanwhile)
+            os.replace(temp, target)
+            renamed = True
+        for folder in {target.parent for _, target in staged}:
+            fsync_dir(folder)
+        for stale in drop:
+            (out_dir / stale).unlink(missing_ok=True)
+    except BaseException as e:
+        for temp, _ in staged:
+            temp.unlink(missing_ok=True)
+        if (refusal := _refusal(out_dir / name, e, renamed)) is None:
+            raise
+        raise refusal from refusal.__cause__
+
+
+def _refusal(path: Path, e: BaseException, renamed: bool = False) -> UserError | None:
+    """The machine's refusal (an OSError, or atomic_write's UserError raised from one) met while
+    making `path` in a temp place, as one line naming `path`, not a temp name the user never gave;
+    None for any other error."""
+    cause = os_error_behind(e) or (e.__cause__ if isinstance(e.__cause__, OSError) else None)
+    if cause is None:
+        return None
+    kept = ("the report is part new, part old: write it again" if renamed else
+            "the previous report is intact" if any((path.parent / n).exists() for n in REPORT_FILES) else None)
+    refusal = cannot_write(path, cause, kept)
+    refusal.__cause__ = cause
+    return refusal
+
+
+# ---- telling a report's files from a user's ----
+
+
+def check_report_folder(out: Path, its_runs: bool = False) -> None:
+    """Refuse, as the --out of a report (sweep.py, compare.py), a folder holding a training run:
+    the report's files would mix with the run's; a file of a report's names that no report wrote
+    (the user's own results.md or val_loss.png), which it would overwrite; and what holds a report of
+    the other kind: for a comparison, a sweep's runs, whose report it would replace; for a sweep
+    (`its_runs`: its own runs are there), a comparison's report."""
+    if any((out / name).is_file() for name in CHECKPOINTS):
+        raise UserError(f"--out={str(out)!r} holds a training run (its ckpt.pt); a report written there would "
+                        f"mix with the run's files: choose another folder")
+    if not its_runs and out.is_dir() and any((d / "ckpt.pt").is_file() for d in out.iterdir() if d.is_dir()):
+        raise UserError(f"--out={str(out)!r} holds a sweep's runs, whose report this one would replace; "
+                        f"choose another --out")
+    if out.is_dir() and (foreign := foreign_report_file(out)) is not None:
+        raise UserError(f"--out={str(out)!r} holds {foreign}, which is not from a tinygpt report: the report would "
+                        f"overwrite it; move it away, or choose another --out")
+    if its_runs and out.is_dir() and report_maker(out) == "comparison":
+        raise UserError(f"--out={str(out)!r} holds a comparison's report (compare.py's results.md), which this "
+                        f"sweep's would replace; choose another --out")
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(65536)
+
+
+def _first_line(path: Path) -> str:
+    with open(path, "rb") as f:
+        return f.readline(65536).decode("utf-8", "replace").rstrip("\r\n")
+
+
+def report_maker(out_dir: Path) -> str | None:
+    """What wrote out_dir's results.md, by its title: 'sweep', 'comparison', or None (no report's)."""
+    try:
+        first = _first_line(out_dir / "results.md")
+    except OSError:
+        return None
+    return next((maker for title, maker in TITLES.items() if first.startswith(title)), None)
+
+
+def is_report_file(out_dir: Path, name: str) -> bool:
+    """Did a report write out_dir's file `name` (one of REPORT_FILES)? By its content: results.md's
+    title, the CSV's header, the picture's mark; a picture from before the mark by matplotlib's
+    name in it, beside a report's results.md."""
+    path = out_dir / name
+    try:
+        if name == "results.md":
+            return report_maker(out_dir) is not None
+        if name.endswith(".csv"):
+            header = next(csv.reader([_first_line(path)]), [])
+            first, wanted = ("run", RESULT_COLUMNS) if name == "results.csv" else ("setting", ["best_val_loss_mean"])
+            return header[:1] == [first] and set(wanted) <= set(header)
+        head = _head(path)  # (matplotlib writes its tEXt entries before the image data)
+    except (OSError, csv.Error):  # unreadable: it cannot be told ours
+        return False
+    return (head.startswith(b"\x89PNG") and MARK in head
+            or b"Software\x00Matplotlib" in head and report_maker(out_dir) is not None)
+
+
+def foreign_report_file(out_dir: Path) -> str | None:
+    """The name of the first file in out_dir where a report writes (REPORT_FILES) that no report
+    wrote (a user's results.md, picture or folder of that name), or None."""
+    for name in REPORT_FILES:
+        path = out_dir / name
+        if path.exists() and not (path.is_file() and is_report_file(out_dir, name)):
+            return name
+    return None

@@ -109,18 +109,6 @@ def _acquire(path: Path, in_use: str, setting: str) -> int:
         os.close(fd)
 
 
-def check_report_folder(out: Path, its_runs: bool = False) -> None:
-    """Refuse, as the --out of a report (sweep.py, compare.py), a folder holding a training run:
-    the report's files would mix with the run's; and, unless `its_runs` (a sweep's own folder),
-    one holding a sweep's runs, whose report a comparison would replace."""
-    if any((out / name).is_file() for name in CHECKPOINTS):
-        raise UserError(f"--out={str(out)!r} holds a training run (its ckpt.pt); a report written there would "
-                        f"mix with the run's files: choose another folder")
-    if not its_runs and out.is_dir() and any((d / "ckpt.pt").is_file() for d in out.iterdir() if d.is_dir()):
-        raise UserError(f"--out={str(out)!r} holds a sweep's runs, whose report this one would replace; "
-                        f"choose another --out")
-
-
 # ---- starting or resuming ----
 
 
