@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import secrets
 import shlex
 import signal
 import sys
@@ -201,6 +202,8 @@ class Run:
     board: TensorBoardLog | None = None  # train.tensorboard, on the main process
     held: Callable[[], bool] | None = None  # is out_dir's lock still ours (runs.run_lock; the main process)
     metrics: list[dict] = field(default_factory=list)  # metrics.csv's rows so far (kept on the main process)
+    # names the run in its checkpoints, kept over resumes: a best.pt of another run is told (runs.resumed_metrics)
+    run_id: str = field(default_factory=lambda: secrets.token_hex(8))
 
     def state(self, ranks: list[tuple[dict, float]] | None = None) -> dict[str, Any]:
         """The checkpoint; with every process's RNG states and train-loss sum since the last log
@@ -208,11 +211,12 @@ class Run:
         s = {"config": config_to_dict(self.cfg), "tokenizer": self.data.tokenizer.to_dict(),
              "model": self.model.state_dict(), "step": self.step, "best_val_loss": self.best_val,
              "elapsed_s": self.elapsed, "data_digest": self.data.meta["digest"], "evaluated_step": self.evaluated,
-             "metrics_csv": metrics_text(self.metrics)}  # its rows are its own (runs.resumed_metrics)
+             "run_id": self.run_id}
         if ranks is not None:
             rngs, sums = [rng for rng, _ in ranks], [loss_sum for _, loss_sum in ranks]
             s.update(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
-                     batch_rng=self.batch_gen.get_state(), rng=rngs[0], loss_sum=sums[0], loss_count=self.loss_count)
+                     batch_rng=self.batch_gen.get_state(), rng=rngs[0], loss_sum=sums[0], loss_count=self.loss_count,
+                     metrics_csv=metrics_text(self.metrics))  # its rows are its own (runs.resumed_metrics)
             if len(ranks) > 1:  # DDP: each rank draws its own dropout masks and sums its own losses
                 s.update(rng_ranks=rngs, loss_sum_ranks=sums)
         return s
@@ -228,6 +232,8 @@ class Run:
         self.loss_sum.fill_(self.own(ckpt, "loss_sum"))
         self.loss_count = ckpt["loss_count"]
         self.resumed_at = self.step
+        if isinstance(ckpt.get("run_id"), str):  # (a checkpoint from before it: this resume names the run)
+            self.run_id = ckpt["run_id"]
         ranks = ckpt.get("rng_ranks")
         saved_on = len(ranks) if isinstance(ranks, list) else 1  # processes the checkpoint was trained on
         if saved_on != self.dist.world_size and self.dist.master:  # train.batch_size is per process

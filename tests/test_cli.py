@@ -476,8 +476,8 @@ def test_metrics_rows_lost_from_the_folder_come_back_from_the_checkpoint(tmp, ca
 def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(tmp, capsys):
     """ckpt.pt of run A copied into run B's folder: --resume continued A's run there, and B's
     metrics.csv then held both runs' rows (B's up to the step, A's after it), beside B's best.pt.
-    It is refused, naming both files, and nothing in B changes; with B's metrics.csv and best.pt
-    moved away, A's run continues there with A's own rows."""
+    It is refused (best.pt: another run's id; metrics.csv: other rows), and nothing in B changes;
+    with B's best.pt and metrics.csv moved away, A's run continues there with A's own rows."""
     import shutil
     import train
     from tinygpt.errors import UserError
@@ -487,16 +487,36 @@ def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(tmp, capsys):
     train.main(base + [f"train.out_dir={b}", "train.seed=2", "--stop-at", "10"])
     shutil.copy(a / "ckpt.pt", b / "ckpt.pt")
     before = snapshot(b)
-    with pytest.raises(UserError, match=r"ckpt\.pt is not the run of metrics\.csv \(its row of step 0 differs\) and "
-                                        r"best\.pt \(its saved row of step 0 differs\)"):
-        train.main(base + [f"train.out_dir={b}", "train.seed=1", "--resume"])
-    assert snapshot(b) == before
-    for name in ("metrics.csv", "best.pt"):
+    refusals = {"best.pt": r"best\.pt and .*ckpt\.pt are of two runs \(one copied in from another folder\?\)",
+                "metrics.csv": r"metrics\.csv and .*ckpt\.pt's copy of it differ in the row of step 0: metrics\.csv "
+                               r"was edited, or ckpt\.pt is another run's"}
+    for name, refusal in refusals.items():
+        with pytest.raises(UserError, match=refusal):
+            train.main(base + [f"train.out_dir={b}", "train.seed=1", "--resume"])
+        assert snapshot(b) == before
         (b / name).rename(tmp / f"copied_b_{name}")
+        del before[name]
     train.main(base + [f"train.out_dir={b}", "train.seed=1", "--resume"])
     train.main(base + [f"train.out_dir={a}", "train.seed=1", "--resume"])
     keys = ("step", "train_loss", "val_loss", "lr")  # (tokens/s and the time differ)
     assert [[r[k] for k in keys] for r in read_metrics(b)] == [[r[k] for k in keys] for r in read_metrics(a)]
+
+
+def test_a_best_pt_ahead_of_its_checkpoint_is_the_same_run(tmp):
+    """Killed between saving best.pt and ckpt.pt (or an older ckpt.pt put back), a run's best.pt is
+    ahead of its checkpoint; resumed and stopped before that step, its new rows (other tokens/s)
+    differ from best.pt's: that is no other run, and the next --resume goes on."""
+    import shutil
+    import train
+    base = inproc_base(tmp, "train.max_iters=30", "train.eval_interval=10", "train.log_interval=5")
+    out = tmp / "best_ahead"
+    train.main(base + [f"train.out_dir={out}", "--stop-at", "10"])
+    shutil.copy(out / "ckpt.pt", tmp / "best_ahead_ckpt_10.pt")
+    train.main(base + [f"train.out_dir={out}", "--resume", "--stop-at", "20"])
+    assert load(out / "best.pt")["step"] == 20
+    shutil.copy(tmp / "best_ahead_ckpt_10.pt", out / "ckpt.pt")  # best.pt now ahead of the checkpoint
+    train.main(base + [f"train.out_dir={out}", "--resume", "--stop-at", "15"])
+    assert train.main(base + [f"train.out_dir={out}", "--resume"])["step"] == 30
 
 
 def test_a_fine_tuned_run_resumes_without_its_starting_weights(tmp, capsys):

@@ -259,12 +259,13 @@ def resumed_metrics(out_dir: Path, ckpt: dict[str, Any]) -> tuple[list[dict[str,
 
     A checkpoint carries the rows written up to its step (`metrics_csv`), so that they belong to
     it: rows missing from metrics.csv (a file deleted or cut short, or a run killed between
-    saving ckpt.pt and metrics.csv) come back from it, with a note. Rows that differ, in
-    metrics.csv or in best.pt's copy, are another run's (a ckpt.pt copied in from another folder):
-    resuming would mix the two runs, so it is refused. A checkpoint from before it carried its rows
-    takes metrics.csv's rows up to its step, as they are."""
+    saving ckpt.pt and metrics.csv) come back from it, with a note. Rows that differ (an edited
+    metrics.csv, or a ckpt.pt copied in from another run), or a best.pt of another run (its
+    run_id), would mix two runs' files: refused. A checkpoint from before it carried its rows takes
+    metrics.csv's rows up to its step, as they are."""
     step, ckpt_path, path = ckpt["step"], out_dir / "ckpt.pt", out_dir / "metrics.csv"
     saved = ckpt.get("metrics_csv")
+    check_best_pt(out_dir, ckpt)
     if not isinstance(saved, str):
         return [r for r in read_metrics(out_dir, as_text=True) if float(r["step"]) <= step], None
     ours = saved.splitlines()
@@ -277,18 +278,10 @@ def resumed_metrics(out_dir: Path, ckpt: dict[str, Any]) -> tuple[list[dict[str,
         theirs, state = (metrics_text(kept).splitlines(), "lacked") if path.is_file() else ([], "was missing")
     except UserError:  # the checkpoint has the rows: take them
         theirs, state = [], "was damaged"
-    foreign = []
     if at := _first_difference(ours, theirs):
-        foreign.append(f"metrics.csv (its {at} differs)")
-    with suppress(UserError):  # a damaged best.pt is no other run's: the resumed run replaces it
-        best = load_checkpoint(out_dir / "best.pt") if (out_dir / "best.pt").is_file() else {}
-        if isinstance(best.get("metrics_csv"), str):
-            if at := _first_difference(ours, best["metrics_csv"].splitlines()):
-                foreign.append(f"best.pt (its saved {at} differs)")
-    if foreign:
-        raise UserError(f"--resume: {ckpt_path} is not the run of {' and '.join(foreign)} in {str(out_dir)!r}: "
-                        f"resuming would mix two runs (a ckpt.pt copied in from another run?); resume each run in "
-                        f"its own folder, or move those files away to continue ckpt.pt's run here")
+        raise UserError(f"--resume: {path} and {ckpt_path}'s copy of it differ in the {at}: metrics.csv was "
+                        f"edited, or ckpt.pt is another run's (copied in); move metrics.csv away to continue from "
+                        f"ckpt.pt's rows, or put this run's ckpt.pt back")
     missing = rows[max(len(theirs) - 1, 0):]  # (theirs[0] is the header)
     if not missing:
         return rows, None
@@ -298,6 +291,22 @@ def resumed_metrics(out_dir: Path, ckpt: dict[str, Any]) -> tuple[list[dict[str,
         return rows, (f"note: {path} lacked {rows_of} (cut short, or not yet written when the run stopped): "
                       f"restored from ckpt.pt")
     return rows, f"note: {path} {state}: its {rows_of}, restored from ckpt.pt"
+
+
+def check_best_pt(out_dir: Path, ckpt: dict[str, Any]) -> None:
+    """Refuse a resume whose best.pt is another run's (its run_id: a checkpoint copied in from
+    another folder), which the resumed run would keep as its best weights. A damaged best.pt, or
+    one from before run ids, is no other run's: the resumed run replaces it."""
+    if not isinstance(ckpt.get("run_id"), str) or not (out_dir / "best.pt").is_file():
+        return
+    try:
+        best = load_checkpoint(out_dir / "best.pt")
+    except UserError:
+        return
+    if isinstance(best.get("run_id"), str) and best["run_id"] != ckpt["run_id"]:
+        raise UserError(f"--resume: {out_dir / 'best.pt'} and {out_dir / 'ckpt.pt'} are of two runs (one copied in "
+                        f"from another folder?): resuming would mix them; resume each run in its own folder, or "
+                        f"move best.pt away to continue ckpt.pt's run here")
 
 
 def _first_difference(ours: list[str], theirs: list[str]) -> str | None:
