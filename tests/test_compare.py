@@ -230,8 +230,9 @@ def test_a_users_file_of_a_reports_name_is_refused_not_overwritten(tmp_path, mon
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / name).write_bytes(content)
-    with pytest.raises(UserError, match=rf"--out='.*mine' holds {name}, which is not from a tinygpt report: the "
-                                        rf"report would overwrite it; move it away, or choose another --out"):
+    picture = r" \(a picture of yours, or one drawn before reports marked theirs\)" if name.endswith(".png") else ""
+    with pytest.raises(UserError, match=rf"--out='.*mine' holds {name}, which is not from a tinygpt report{picture}: "
+                                        rf"the report would overwrite it; move it away, or choose another --out"):
         compare.main([run, "--out", str(mine)])
     monkeypatch.setattr(sweep, "train_grid", lambda *a: pytest.fail("the sweep went on"))
     with pytest.raises(UserError, match=rf"holds {name}, which is not from a tinygpt report"):
@@ -242,6 +243,22 @@ def test_a_users_file_of_a_reports_name_is_refused_not_overwritten(tmp_path, mon
     (tmp_path / "cmp" / "settings.png").write_bytes(MATPLOTLIB_PNG)
     compared([run, "--out", str(tmp_path / "cmp")])
     assert not (tmp_path / "cmp" / "settings.png").exists()  # (one run draws none: the old one is removed)
+
+
+def test_plot_only_minds_only_the_picture_it_writes(tmp_path):
+    """compare.py --plot-only writes val_loss.png alone: a results.md of the user's beside it stays, and
+    is no reason to refuse; a val_loss.png of the user's still is."""
+    pytest.importorskip("matplotlib")
+    runs_ = [fake_run(tmp_path / n, s, [(0, "4.1", "4.1"), (10, "3.9", "3.9")]) for n, s in (("a", 1), ("b", 2))]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.md").write_text("# my notes\n")
+    compared([*runs_, "--plot-only", "--out", str(mine)])
+    assert sorted(p.name for p in mine.iterdir()) == ["results.md", "val_loss.png"]
+    assert (mine / "results.md").read_text() == "# my notes\n"
+    (mine / "val_loss.png").write_bytes(b"my picture")
+    with pytest.raises(UserError, match=r"holds val_loss.png, which is not from a tinygpt report"):
+        compare.main([*runs_, "--plot-only", "--out", str(mine)])
 
 
 def test_a_sweep_into_a_comparisons_folder_is_refused(tmp_path, monkeypatch):

@@ -397,21 +397,23 @@ def _refusal(path: Path, e: BaseException, renamed: bool = False) -> UserError |
 # ---- telling a report's files from a user's ----
 
 
-def check_report_folder(out: Path, its_runs: bool = False) -> None:
+def check_report_folder(out: Path, its_runs: bool = False, writes: Sequence[str] = REPORT_FILES) -> None:
     """Refuse, as the --out of a report (sweep.py, compare.py), a folder holding a training run:
     the report's files would mix with the run's; a file of a report's names that no report wrote
     (the user's own results.md or val_loss.png), which it would overwrite; and what holds a report of
     the other kind: for a comparison, a sweep's runs, whose report it would replace; for a sweep
-    (`its_runs`: its own runs are there), a comparison's report."""
+    (`its_runs`: its own runs are there), a comparison's report. `writes`: the files it will write
+    (compare.py --plot-only: val_loss.png alone)."""
     if any((out / name).is_file() for name in CHECKPOINTS):
         raise UserError(f"--out={str(out)!r} holds a training run (its ckpt.pt); a report written there would "
                         f"mix with the run's files: choose another folder")
     if not its_runs and out.is_dir() and any((d / "ckpt.pt").is_file() for d in out.iterdir() if d.is_dir()):
         raise UserError(f"--out={str(out)!r} holds a sweep's runs, whose report this one would replace; "
                         f"choose another --out")
-    if out.is_dir() and (foreign := foreign_report_file(out)) is not None:
-        raise UserError(f"--out={str(out)!r} holds {foreign}, which is not from a tinygpt report: the report would "
-                        f"overwrite it; move it away, or choose another --out")
+    if out.is_dir() and (foreign := foreign_report_file(out, writes)) is not None:
+        picture = " (a picture of yours, or one drawn before reports marked theirs)" if foreign.endswith(".png") else ""
+        raise UserError(f"--out={str(out)!r} holds {foreign}, which is not from a tinygpt report{picture}: the report "
+                        f"would overwrite it; move it away, or choose another --out")
     if its_runs and out.is_dir() and report_maker(out) == "comparison":
         raise UserError(f"--out={str(out)!r} holds a comparison's report (compare.py's results.md), which this "
                         f"sweep's would replace; choose another --out")
@@ -455,10 +457,10 @@ def is_report_file(out_dir: Path, name: str) -> bool:
             or b"Software\x00Matplotlib" in head and report_maker(out_dir) is not None)
 
 
-def foreign_report_file(out_dir: Path) -> str | None:
-    """The name of the first file in out_dir where a report writes (REPORT_FILES) that no report
-    wrote (a user's results.md, picture or folder of that name), or None."""
-    for name in REPORT_FILES:
+def foreign_report_file(out_dir: Path, names: Sequence[str] = REPORT_FILES) -> str | None:
+    """The first of `names` (REPORT_FILES: where a report writes) in out_dir that no report wrote
+    (a user's results.md, picture or folder of that name), or None."""
+    for name in names:
         path = out_dir / name
         if path.exists() and not (path.is_file() and is_report_file(out_dir, name)):
             return name
