@@ -311,3 +311,16 @@ def test_a_sweeps_folder_given_for_a_run_names_its_runs(tmp_path):
                                         r"a sweep's folder does; give them: .*compare.py .*sw/\*/$"):
         compare.main([str(tmp_path / "sw"), "--out", str(tmp_path / "cmp")])
     assert not (tmp_path / "cmp").exists()
+
+
+def test_a_run_without_metrics_rows_says_so_and_how_to_finish_it(tmp_path):
+    """A run whose metrics.csv holds no row read as `step 0/10`, as if it had not begun, and the advice
+    for unfinished runs was a sweep's ("rerun the same command") in a comparison too."""
+    done = [(0, "4.1", "4.1"), (10, "3.9", "3.9")]
+    runs_ = [fake_run(tmp_path / f"a{s}", s, done) for s in (1, 2)]
+    empty = config_run(tmp_path / "empty", done, **{"train.seed": 3})
+    runs.write_metrics(Path(empty), [])
+    result, printed = compared([*runs_, empty, "--out", str(tmp_path / "cmp")])
+    assert [r["status"] for r in result["rows"]] == ["done", "done", "no metrics.csv rows"]
+    assert "finish them (train.py --resume, or the sweep's command again)" in printed
+    assert "rerun the same command" not in printed

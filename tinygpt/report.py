@@ -253,7 +253,7 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
     left_out = sum(g["left_out"] for g in groups)
     if left_out:
         text += (f"\n{left_out} run(s) that did not finish (see their status above) are left out of these "
-                 f"figures: rerun the same command to finish them.\n")
+                 f"figures: finish them (train.py --resume, or the sweep's command again).\n")
     if probed:
         text += "\nBest head on the antecedent's attribute, per run: " + "; ".join(
             f"{g['label']}: {g['attribute_heads']}" for g in groups) + "\n"

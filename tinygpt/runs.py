@@ -392,7 +392,8 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
     tok_s = [r["tokens_per_s"] for r in metrics if r.get("tokens_per_s") is not None]
     elapsed = [r["elapsed_s"] for r in metrics if r.get("elapsed_s") is not None]
     last_step = int(metrics[-1]["step"]) if metrics else 0
-    status = "done" if metrics and last_step >= cfg.train.max_iters else f"step {last_step}/{cfg.train.max_iters}"
+    status = ("done" if metrics and last_step >= cfg.train.max_iters else
+              f"step {last_step}/{cfg.train.max_iters}" if metrics else "no metrics.csv rows")
     return {
         "run": label if label is not None else str(run_dir),
         "params": count_params(cfg.model),
