@@ -29,6 +29,12 @@ Two teaching views (tables on stdout, see tinygpt/attention_view.py for their co
 - `--show-steps` prints, instead of the streamed text, one row per generated token: the step, how
   many tokens of context the model saw, the token chosen and the top-5 candidates with their
   probabilities after temperature/top-k/top-p.
+
+At a terminal, the control characters a model can write (ESC, '\\r', '\\b', BEL, the other C0 and
+C1 controls, the bidi overrides U+202A-U+202E and isolates U+2066-U+2069) are shown as their
+escapes, `\\x1b`, `\\r`, `\\u202e`, as --show-steps and --list-vocab write tokens, instead of moving
+the cursor, recolouring, clearing the screen or reordering the text; '\\n' and '\\t' stay as they
+are. Written to a file or a pipe (`> out.txt`, `| grep ...`), the text is exact, byte for byte.
 """
 from __future__ import annotations
 
@@ -40,7 +46,7 @@ import shlex
 import stat
 import sys
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then is `interrupted`, not a traceback
     from tinygpt.errors import stop_while_starting
@@ -76,7 +82,9 @@ def file_arg(text: str) -> Path:
 
 
 def build_parser() -> ArgParser:
-    p = ArgParser(prog="sample.py", description="Generate text from a trained tinygpt run.")
+    p = ArgParser(prog="sample.py", description="Generate text from a trained tinygpt run.",
+                  epilog="At a terminal, control characters in the text (ESC, \\r, BEL, bidi overrides) are "
+                         "shown as escapes (\\x1b); a file or a pipe gets the exact text.")
     p.add_argument("run", type=path_arg, help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default="", help="text to continue (default: a newline)")
@@ -207,6 +215,48 @@ def check_output_files(args, n_layer: int) -> None:
     for flag, path in files:
         if path.is_dir():
             raise UserError(f"{flag}: it would write {short(str(path))}, which is a directory")
+
+
+# ---- a terminal: control characters shown, not obeyed ----
+
+# What a terminal obeys instead of showing: the C0 controls but '\t' and '\n' (ESC starts the
+# sequences that move the cursor, recolour and clear the screen; '\r' and '\b' overwrite; BEL
+# rings), DEL, the C1 controls (0x9b is ESC [ to many terminals), and the bidi embeddings, overrides
+# and isolates, which reorder the text after them. A toy model writes such tokens easily.
+CONTROLS = [*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0), *range(0x202a, 0x202f),
+            *range(0x2066, 0x206a)]
+SHOWN = {code: repr(chr(code))[1:-1] for code in CONTROLS}  # '\x1b', '\r', '\u202e': as token_str writes them
+
+
+class ControlsShown:
+    """A terminal's stdout: the control characters written are shown as their escapes (SHOWN).
+    A decoded piece is whole characters (the stream decoders hold a split one back), so each
+    write is translated alone; an escape sequence split across writes is shown all the same (its
+    ESC is)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(text.translate(SHOWN))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, ...: the stream's own
+        return getattr(self.stream, name)
+
+
+def shown_safely(out):
+    """`out` wrapped in ControlsShown at a terminal; a file or a pipe (scripts, `> out.txt`) gets
+    the exact text, and so does a stream without isatty or a closed one."""
+    try:
+        terminal = out.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    return ControlsShown(out) if terminal else out
 
 
 # ---- the prompt ----
@@ -346,7 +396,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     check_args(args)
     if out is None and (args.attention_html or args.attention_png):  # files asked for: a reader that
         out = ReaderMayLeave(sys.stdout, "stdout", full_disk_too=False)  # leaves (| head) must not end their writing
-    out = out or sys.stdout
+    out = shown_safely(out or sys.stdout)  # every mode's text and echoed prompt goes through `out`
     prompt = read_prompt(args)
     device = resolve_device(args.device, "--device")
     model, cfg, tokenizer, _ = load_model(args.run, device)

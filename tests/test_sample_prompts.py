@@ -4,7 +4,10 @@ until EOF (through the real CLI too), a prompt outside the vocabulary costing on
 the session, and at a terminal a Ctrl-C stopping the answer, not the session; a refused prompt names the closest vocabulary entries and points at --list-vocab.
 Refused before any output: --threads over config.MAX_THREADS, an empty path flag, a prompt file or
 standard input over MAX_PROMPT_BYTES (read no further), standard input that is not UTF-8 (like a
-file); a pipe (`<(...)`) or a device is a prompt file like any other."""
+file); a pipe (`<(...)`) or a device is a prompt file like any other.
+At a terminal, the control characters a model writes (ESC, '\\r', BEL, C1, bidi overrides) are shown
+as escapes, in every mode and through the real CLI (a pseudo-terminal); a file or a pipe gets the
+exact bytes, and a character split across byte-level tokens still comes out whole."""
 from __future__ import annotations
 
 import contextlib
@@ -280,3 +283,140 @@ def test_a_prompt_file_may_be_a_pipe_or_a_device(tiny_stories_run, tmp_path):
     refused([tiny_stories_run, "--prompt-file", tmp_path, *GREEDY], "is a directory")
     refused([tiny_stories_run, "--prompt-file", tmp_path / "nope.txt", *GREEDY],
             "--prompt-file not found: .*nope.txt")
+
+
+# ---- control characters: shown at a terminal, exact in a file or a pipe ----
+
+# Common characters of the stories, replaced (same ids: the model writes what it did) by what a
+# terminal obeys: ESC (which starts the cursor, colour and clear-screen sequences), '\r', BEL, the C1
+# CSI, the bidi override RLO, DEL; and a tab, which a terminal shows as it is.
+CONTROLLED = {" ": "\x1b", "e": "\r", "a": "\x07", "o": "\x9b", "t": "\u202e", "h": "\x7f", "n": "\t"}
+SAMPLED = ["--temperature", "1", "--seed", "1", "--max-new-tokens", "40", "--device", "cpu"]  # (greedy: spaces)
+PROMPT = "Mia had".translate(str.maketrans(CONTROLLED))  # ESC, BEL, DEL: the prompt echoed has them
+
+
+class Terminal(io.StringIO):
+    """What sample.py writes to, as a terminal: isatty() is what it asks."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def with_controls(module) -> None:
+    """Make `module`.load_model's char tokenizer spell CONTROLLED's characters as its controls (in
+    place: the ids, and so the text the model writes, stay). In-process, monkeypatch first saves
+    the original load_model, which it puts back after the test."""
+    load = module.load_model
+
+    def load_controlled(*args, **kwargs):
+        model, cfg, tokenizer, ckpt = load(*args, **kwargs)
+        tokenizer.pieces = [CONTROLLED.get(p, p) for p in tokenizer.pieces]
+        tokenizer.stoi = {p: i for i, p in enumerate(tokenizer.pieces)}
+        return model, cfg, tokenizer, ckpt
+    module.load_model = load_controlled
+
+
+def shown(text: str) -> str:
+    """`text` as a terminal should show it: each control as its escape, '\\t' and '\\n' kept."""
+    return "".join(repr(c)[1:-1] if (not c.isprintable() and c not in "\t\n") else c for c in text)
+
+
+def test_control_characters_shown_as_escapes(tiny_stories_run, monkeypatch):
+    """A toy model's ESC, '\\r', BEL, C1 and bidi tokens moved the cursor, cleared the screen or
+    reordered the text of the terminal: there, each is shown as its escape; the texts returned stay exact."""
+    plain, _ = run_sample([tiny_stories_run, "--prompt", "Mia had", *SAMPLED])
+    raw = PROMPT + plain[0].translate(str.maketrans(CONTROLLED))
+    assert any(c in plain[0] for c in CONTROLLED)  # the model's own text has some too
+    monkeypatch.setattr(sample, "load_model", sample.load_model)
+    with_controls(sample)
+    terminal = Terminal()
+    texts = sample.main([str(tiny_stories_run), "--prompt", PROMPT, *SAMPLED], out=terminal)
+    assert PROMPT + texts[0] == raw  # the text itself is exact
+    assert terminal.getvalue() == shown(raw) + "\n" and "\\x1b" in terminal.getvalue()
+    assert not any(c in terminal.getvalue() for c in "\x1b\r\x07\x9b\u202e\x7f")
+
+
+@pytest.mark.parametrize("mode", [["--show-steps"], ["--interactive"], ["--num-samples", "2"]])
+def test_every_mode_shows_control_characters_at_a_terminal(tiny_stories_run, monkeypatch, mode):
+    """--show-steps' text after its table, --interactive's echoed prompt and answer, every sample."""
+    monkeypatch.setattr(sample, "load_model", sample.load_model)
+    with_controls(sample)
+    args = [str(tiny_stories_run), *mode, *SAMPLED] + ([] if mode == ["--interactive"] else ["--prompt", PROMPT])
+    texts = {}
+    for out in (exact := io.StringIO()), (terminal := Terminal()):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(f"{PROMPT}\n".encode()), encoding="utf-8"))
+        texts[type(out)] = sample.main(args, out=out)
+    assert texts[io.StringIO] == texts[Terminal]
+    assert "\x1b" in exact.getvalue()  # the prompt, echoed
+    assert terminal.getvalue() == shown(exact.getvalue()) != exact.getvalue()
+
+
+def test_stdout_is_asked_whether_it_is_a_terminal(tiny_stories_run, monkeypatch):
+    """sample.py's own stdout (no `out`): a terminal gets the escapes, a file or a pipe the exact bytes."""
+    monkeypatch.setattr(sample, "load_model", sample.load_model)
+    with_controls(sample)
+    args = [str(tiny_stories_run), "--prompt", PROMPT, *SAMPLED]
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    sample.main(args)
+    at_terminal = sys.stdout.getvalue()
+    piped = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(piped, encoding="utf-8", write_through=True))
+    texts = sample.main(args)
+    assert piped.getvalue() == (PROMPT + texts[0] + "\n").encode()
+    assert at_terminal == shown(piped.getvalue().decode()) != piped.getvalue().decode()
+
+
+def test_a_character_split_across_byte_tokens_is_shown_whole(tiny_stories_run, monkeypatch):
+    """Byte-level BPE tokens split characters (RLO's 3 bytes, an emoji's 4) and escape sequences:
+    each character comes out whole, once its last byte came, controls shown, the rest as it is."""
+    from tinygpt.tokenizer import _ByteStreamDecoder
+    chunks = [b"caf\xc3", b"\xa9 \xe2\x80", b"\xae", b"txet\x1b", b"[2J\xf0\x9f", b"\x98", b"\x80\r\x07", b"\n\tok"]
+    load = sample.load_model
+
+    def byte_level(*args, **kwargs):  # a byte-level BPE's pieces, whatever the ids (the char model has none)
+        model, cfg, tokenizer, ckpt = load(*args, **kwargs)
+        tokenizer.stream_decoder = lambda: _ByteStreamDecoder(lambda id, rest=iter(chunks): next(rest, b""))
+        return model, cfg, tokenizer, ckpt
+    monkeypatch.setattr(sample, "load_model", byte_level)
+    terminal = Terminal()
+    texts = sample.main([str(tiny_stories_run), "--prompt", "Mia", *GREEDY], out=terminal)
+    assert texts == [b"".join(chunks).decode()]
+    assert terminal.getvalue() == "Miacafé \\u202etxet\\x1b[2J😀\\r\\x07\n\tok\n"
+
+
+def test_a_terminal_and_a_pipe_from_the_real_cli(tiny_stories_run, tmp_path):
+    """sample.py's real stdout: a pseudo-terminal shows the controls as escapes; a pipe gets every byte."""
+    pty = pytest.importorskip("pty")
+    cli = [sys.executable, "-c", f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]; "
+           "import sample, test_sample_prompts as t; t.with_controls(sample); "
+           "from tinygpt.errors import run_cli; run_cli(sample.main)",
+           str(tiny_stories_run), "--prompt", PROMPT, *SAMPLED]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    piped = subprocess.run(cli, capture_output=True, cwd=tmp_path, timeout=300, env=env)
+    assert piped.returncode == 0, piped.stderr
+    raw = piped.stdout.decode()
+    assert raw.startswith(PROMPT) and "\x1b" in raw
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ.update(env)
+        os.execv(sys.executable, cli)
+    import select
+    seen, deadline = b"", time.time() + 120
+    try:
+        while time.time() < deadline:
+            if select.select([fd], [], [], 0.5)[0]:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:  # EIO: sample.py ended, its terminal closed
+                    break
+                if not data:
+                    break
+                seen += data
+        _, status = os.waitpid(pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, seen[-500:]
+    assert seen.decode().replace("\r\n", "\n") == shown(raw)  # (the terminal's own "\n" -> "\r\n")
