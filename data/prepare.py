@@ -139,8 +139,9 @@ def download_shakespeare(folder: Path) -> Path:
         with urllib.request.urlopen(SHAKESPEARE_URL, timeout=30) as r:
             data = r.read()
     except OSError as e:
-        raise UserError(f"could not download tiny shakespeare ({e.__class__.__name__}); offline, point "
-                        f"data.dataset at a local copy: --set data.dataset=path/to/tinyshakespeare.txt") from None
+        raise UserError(f"could not download tiny shakespeare ({e.__class__.__name__}) from {SHAKESPEARE_URL}; "
+                        f"offline, point data.dataset at a local copy: --set data.dataset=path/to/tinyshakespeare.txt"
+                        ) from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != SHAKESPEARE_SHA256:
         raise UserError(f"downloaded tiny shakespeare has sha256 {digest[:12]}..., expected "

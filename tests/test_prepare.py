@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -209,3 +210,18 @@ def test_a_bpe_that_runs_out_of_pairs_says_so(tmp_path, capsys):
     vocab = prep.load_prepared(prep.main([str(ROOT / "configs/stories.yaml"), "--set", *sets])).tokenizer.vocab_size
     assert vocab < 1024
     assert f"vocab {vocab:,} (of data.bpe_vocab_size=1024: the text has no more pairs" in capsys.readouterr().out
+
+
+def test_offline_shakespeare_names_its_address_and_the_way_round(tmp_path, monkeypatch):
+    """No network: the error gave the way round (a local copy) but not the address to fetch the file
+    from on another machine (it was only in this module); now both."""
+    import urllib.error
+
+    def offline(url, timeout):
+        raise urllib.error.URLError("no network")
+    monkeypatch.setattr(prep.urllib.request, "urlopen", offline)
+    with pytest.raises(UserError, match=rf"could not download tiny shakespeare \(URLError\) from "
+                                        rf"{re.escape(prep.SHAKESPEARE_URL)}; offline, point data.dataset at a "
+                                        rf"local copy: --set data.dataset=path/to/tinyshakespeare.txt"):
+        prep.download_shakespeare(tmp_path)
+    assert list(tmp_path.iterdir()) == []

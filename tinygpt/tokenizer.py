@@ -310,7 +310,7 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
         raise UserError(
             f"the tiktoken encoding {name!r} could not be loaded ({type(e).__name__}: {reason(e)}); offline, "
             "set TIKTOKEN_CACHE_DIR to a folder holding the encoding file named by the sha1 of its URL "
-            f"({how}); or train with data.tokenizer=bpe, char or word, which need no download") from e
+            f"({how}); a new run can use data.tokenizer=bpe, char or word instead, which need no download") from e
 
 
 def bpe_merges(piece: bytes, ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
