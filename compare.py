@@ -26,7 +26,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 from tinygpt.errors import ArgParser, UserError, path_arg, path_word, run_cli, script_word
 from tinygpt.plots import MATPLOTLIB_NOTE, can_plot, plot_run
-from tinygpt.report import (NEVER_COMPARED, REPORT_FILES, check_report_folder, differing_keys, group_by_setting,
+from tinygpt.report import (NEVER_COMPARED, check_report_folder, differing_keys, group_by_setting,
                             write_report, write_val_loss)
 from tinygpt.runs import REPORT_LOCK, run_lock, summarize_run
 
@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             raise UserError(f"run directory {run} is given twice" + (f" (also as {first})" if first != run else ""))
     if args.plot_only and len(args.runs) == 1:  # only RUN/loss.png: --out is not written (a read-only checkout)
         return compare(args)
-    check_report_folder(args.out, writes=["val_loss.png"] if args.plot_only else REPORT_FILES)
+    check_report_folder(args.out, plotted=run_labels(args.runs) if args.plot_only else None)
     # held while it writes: a sweep or another comparison writing the same folder is refused
     with run_lock(args.out, "--out", "sweep or comparison", REPORT_LOCK):
         return compare(args)

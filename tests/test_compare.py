@@ -259,6 +259,16 @@ def test_plot_only_minds_only_the_picture_it_writes(tmp_path):
     (mine / "val_loss.png").write_bytes(b"my picture")
     with pytest.raises(UserError, match=r"holds val_loss.png, which is not from a tinygpt report"):
         compare.main([*runs_, "--plot-only", "--out", str(mine)])
+    # a report of other runs (out/compare is the default of both): the new picture beside its tables would
+    # mix two reports; the same runs' report may have its picture drawn again
+    other = fake_run(tmp_path / "c", 3, [(0, "4.1", "4.1"), (10, "3.7", "3.7")])
+    compared([runs_[0], other, "--out", str(tmp_path / "cmp")])
+    before = {p.name: p.read_bytes() for p in (tmp_path / "cmp").iterdir()}
+    with pytest.raises(UserError, match=r"holds a report of other runs \(results.md\): --plot-only would replace "
+                                        r"its val_loss.png alone"):
+        compare.main([*runs_, "--plot-only", "--out", str(tmp_path / "cmp")])
+    assert {p.name: p.read_bytes() for p in (tmp_path / "cmp").iterdir()} == before
+    compared([runs_[0], other, "--plot-only", "--out", str(tmp_path / "cmp")])
 
 
 def test_a_sweep_into_a_comparisons_folder_is_refused(tmp_path, monkeypatch):

@@ -397,13 +397,15 @@ def _refusal(path: Path, e: BaseException, renamed: bool = False) -> UserError |
 # ---- telling a report's files from a user's ----
 
 
-def check_report_folder(out: Path, its_runs: bool = False, writes: Sequence[str] = REPORT_FILES) -> None:
+def check_report_folder(out: Path, its_runs: bool = False, plotted: Sequence[str] | None = None) -> None:
     """Refuse, as the --out of a report (sweep.py, compare.py), a folder holding a training run:
     the report's files would mix with the run's; a file of a report's names that no report wrote
     (the user's own results.md or val_loss.png), which it would overwrite; and what holds a report of
     the other kind: for a comparison, a sweep's runs, whose report it would replace; for a sweep
-    (`its_runs`: its own runs are there), a comparison's report. `writes`: the files it will write
-    (compare.py --plot-only: val_loss.png alone)."""
+    (`its_runs`: its own runs are there), a comparison's report. `plotted`: compare.py --plot-only's
+    runs (their labels), which write val_loss.png alone: into the folder of a report of other runs,
+    that would mix the two."""
+    writes = REPORT_FILES if plotted is None else ["val_loss.png"]
     if any((out / name).is_file() for name in CHECKPOINTS):
         raise UserError(f"--out={str(out)!r} holds a training run (its ckpt.pt); a report written there would "
                         f"mix with the run's files: choose another folder")
@@ -417,6 +419,10 @@ def check_report_folder(out: Path, its_runs: bool = False, writes: Sequence[str]
     if its_runs and out.is_dir() and report_maker(out) == "comparison":
         raise UserError(f"--out={str(out)!r} holds a comparison's report (compare.py's results.md), which this "
                         f"sweep's would replace; choose another --out")
+    if plotted is not None and out.is_dir() and report_maker(out) is not None and report_runs(out) != list(plotted):
+        raise UserError(f"--out={str(out)!r} holds a report of other runs (results.md): --plot-only would replace "
+                        f"its val_loss.png alone, beside that report's tables; choose another --out, or leave out "
+                        f"--plot-only to replace the whole report")
 
 
 def _head(path: Path) -> bytes:
@@ -427,6 +433,15 @@ def _head(path: Path) -> bytes:
 def _first_line(path: Path) -> str:
     with open(path, "rb") as f:
         return f.readline(65536).decode("utf-8", "replace").rstrip("\r\n")
+
+
+def report_runs(out_dir: Path) -> list[str] | None:
+    """The runs a report's results.csv lists (its `run` column), or None where it cannot be read."""
+    try:
+        with open(out_dir / "results.csv", newline="", encoding="utf-8") as f:
+            return [row.get("run") for row in csv.DictReader(f)]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
 
 
 def report_maker(out_dir: Path) -> str | None:
