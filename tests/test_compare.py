@@ -15,8 +15,7 @@ import pytest
 
 import compare
 import sweep
-from tinygpt import checkpoint, plots, report, runs
-from tinygpt.checkpoint import cannot_write
+from tinygpt import plots, runs
 from tinygpt.config import Config
 from tinygpt.errors import UserError
 
@@ -172,14 +171,17 @@ def test_runs_of_one_setting_and_one_seed_count_as_one_seed(tmp_path, monkeypatc
     assert "| all runs | 2 | 0.8542 ± 0.2062" in printed, printed  # seed 1: (0.8169 + 0.6) / 2; seed 2: 1.0
 
 
-def full_disk_on(name: str, real):
-    """A write (atomic_write's signature) that the disk refuses for a path whose file name holds `name`."""
-    def write(path, fill):
-        if name in Path(path).name:
-            cause = OSError(errno.ENOSPC, "No space left on device")
-            raise cannot_write(Path(path), cause, None) from cause
-        return real(path, fill)
-    return write
+def full_disk_on(name: str, monkeypatch) -> None:
+    """The disk refuses the temp file of a write to a file whose name holds `name` (every atomic write
+    makes one with tempfile.mkstemp, named after the file)."""
+    import tempfile
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, prefix="", **kwargs):
+        if name in prefix:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, prefix=prefix, **kwargs)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
 
 
 @pytest.mark.parametrize("name", ["val_loss.png", "results.csv"])
@@ -196,10 +198,7 @@ def test_a_full_disk_while_writing_the_report_leaves_the_old_one_whole(tmp_path,
     # another seed of n_head=1: one setting, so this report draws no settings.png and would remove the old one
     one = config_run(tmp_path / "other", [(0, "4.0", "4.0"), (10, "3.0", "3.0")], **{"model.n_head": 1,
                                                                                       "train.seed": 7})
-    monkeypatch.setattr(report, "atomic_write", full_disk_on(name, checkpoint.atomic_write), raising=False)
-    monkeypatch.setattr(report, "atomic_write_text", lambda path, text: full_disk_on(name, checkpoint.atomic_write)(
-        path, lambda f: f.write(text.encode())), raising=False)  # (what wrote the tables before)
-    monkeypatch.setattr(plots, "atomic_write", full_disk_on(name, plots.atomic_write))  # (the pictures before)
+    full_disk_on(name, monkeypatch)
     with pytest.raises(UserError, match="No space left on device") as refused:
         compared([two[0], one, "--out", str(out)])
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # every file as it was, no temp file left

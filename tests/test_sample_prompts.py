@@ -102,6 +102,14 @@ def test_heatmaps_of_an_earlier_call_do_not_stay_beside_new_ones(tiny_stories_ru
                                                               + ["notes.txt"])
 
 
+def end_child(pid: int, fd: int) -> None:
+    """After a pseudo-terminal's child: kill it if it still runs, reap it, close its terminal."""
+    with contextlib.suppress(ProcessLookupError, ChildProcessError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    os.close(fd)
+
+
 def test_interactive_through_the_real_cli(tiny_stories_run, tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "sample.py"), str(tiny_stories_run), "--interactive", *GREEDY],
                             input="Mia had\nThen she\n", capture_output=True, text=True, cwd=tmp_path, timeout=300,
@@ -161,10 +169,7 @@ def test_at_a_terminal_ctrl_c_stops_the_answer_not_the_session(tiny_stories_run)
         os.write(fd, b"\x04")  # Ctrl-D
         _, status = os.waitpid(pid, 0)
     finally:
-        with contextlib.suppress(ProcessLookupError, ChildProcessError):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        os.close(fd)
+        end_child(pid, fd)
     assert os.waitstatus_to_exitcode(status) == 0, seen[-500:]
     assert b"interrupted" not in seen and b"Traceback" not in seen
 
@@ -414,9 +419,6 @@ def test_a_terminal_and_a_pipe_from_the_real_cli(tiny_stories_run, tmp_path):
                 seen += data
         _, status = os.waitpid(pid, 0)
     finally:
-        with contextlib.suppress(ProcessLookupError, ChildProcessError):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        os.close(fd)
+        end_child(pid, fd)
     assert os.waitstatus_to_exitcode(status) == 0, seen[-500:]
     assert seen.decode().replace("\r\n", "\n") == shown(raw)  # (the terminal's own "\n" -> "\r\n")

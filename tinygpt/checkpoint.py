@@ -24,7 +24,7 @@ import zipfile
 import zlib
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -54,22 +54,65 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         sweep_temp_files(path)
-        # the writer's pid in the name tells a later sweep whether the file is still being written
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give what a plain open() would
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        tmp = temp_beside(path, write)
         os.replace(tmp, path)  # atomic on POSIX and Windows
         fsync_dir(path.parent)  # make the rename itself durable
     except BaseException as e:
         if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
         if (cause := os_error_behind(e)) is not None:
             # (from cause: inside atomic_dir, the refusal then names the folder made, not its temp folder)
             raise cannot_write(path, cause, "the previous file is intact" if path.is_file() else None) from cause
         raise
+
+
+def atomic_write_all(folder: Path, files: dict[str, bytes], drop: Sequence[str] = (), what: str = "set of files") -> None:
+    """Replace several files in `folder` together (a report's tables and pictures): each is written
+    to a temp file beside its place, and only once all are are they renamed into place; then the
+    `drop` ones (an earlier set's that this one lacks) are removed. A refusal (a full disk) while
+    writing removes the temp files and leaves every earlier file as it was, never new tables beside
+    an old picture; the message names the file, and says what is left (`what`: "report"). The
+    renames are not one atomic step, but only a folder changed meanwhile makes one fail."""
+    targets = {name: regular_file_target(folder / name) for name in files}
+    existed = any(t.is_file() for t in targets.values())
+    staged: list[tuple[Path, Path]] = []
+    name, renamed = "", False
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            sweep_temp_files(targets[name])
+            staged.append((temp_beside(targets[name], lambda f, data=data: f.write(data)), targets[name]))
+        for tmp, target in staged:
+            os.replace(tmp, target)
+            renamed = True
+        for parent in {target.parent for _, target in staged}:
+            fsync_dir(parent)
+        for stale in drop:
+            (folder / stale).unlink(missing_ok=True)
+    except BaseException as e:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        if (cause := os_error_behind(e)) is None:
+            raise
+        kept = (f"the {what} is part new, part old: write it again" if renamed else
+                f"the previous {what} is intact" if existed else None)
+        raise cannot_write(folder / name, cause, kept) from cause
+
+
+def temp_beside(path: Path, write: Callable[[BinaryIO], None]) -> Path:
+    """A temp file beside `path` holding what write(fileobj) wrote, fsynced. Its name carries this
+    process's pid: a later sweep (sweep_temp_files) tells a live writer's from a dead one's."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give what a plain open() would
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
 
 
 def cannot_write(path: Path, cause: OSError, kept: str | None) -> UserError:

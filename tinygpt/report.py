@@ -9,7 +9,7 @@ level. A single run per setting is reported as such (n = 1, no interval), and so
 setting that share their seed (the same training repeated): one seed, their mean. Only finished runs
 (status `done`) enter the summary: a failed or unfinished run's figures are those of fewer steps.
 
-The report's files are all made first, then put in place together (`write_files`): a refusal (a
+The report's files are all made first, then put in place together (`atomic_write_all`): a refusal (a
 full disk) leaves the folder's earlier report whole. Each is recognisable as a report's (results.md's
 title, the CSV headers, a tEXt chunk in the pictures: `is_report_file`), so that a sweep or a
 comparison refuses to overwrite a file of the user's of the same name (check_report_folder).
@@ -20,15 +20,13 @@ import csv
 import dataclasses
 import io
 import math
-import os
 import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
 from data.prepare import token_keys
-from tinygpt.checkpoint import (atomic_write, cannot_write, fsync_dir, os_error_behind, regular_file_target,
-                                sweep_temp_files)
+from tinygpt.checkpoint import atomic_write_all
 from tinygpt.config import DataConfig
 from tinygpt.errors import UserError
 from tinygpt.plots import PNG_MARK, settings_png, val_loss_png
@@ -304,7 +302,7 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
                  title: str) -> tuple[str, list[Path]]:
     """Write results.md (per run, then per setting over seeds), results.csv, summary.csv,
     val_loss.png and settings.png (each setting's result with its interval) into out_dir, all or
-    none of them (write_files); return (the Markdown text printed, the plots drawn: none without
+    none of them (checkpoint.atomic_write_all); return (the Markdown text printed, the plots drawn: none without
     matplotlib). Each row holds 'run', the `varied` config keys, RESULT_COLUMNS and, when probed,
     the probe's columns."""
     out_dir = Path(out_dir)
@@ -330,8 +328,9 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     files = {"results.md": f"# {title}\n\n{text}", "results.csv": table_csv(rows, columns),
              "summary.csv": summary_csv(groups, metrics)}
     # (a path in the text that is not UTF-8, a name's byte 0xff, is written as its own bytes: atomic_write_text)
-    write_files(out_dir, {**{n: t.encode("utf-8", "surrogateescape") for n, t in files.items()}, **drawn},
-                drop=[name for name in pictures if name not in drawn])  # an earlier report's would pass for this one's
+    atomic_write_all(out_dir, {**{n: t.encode("utf-8", "surrogateescape") for n, t in files.items()}, **drawn},
+                     drop=[name for name in pictures if name not in drawn],  # an earlier report's would pass for this one's
+                     what="report")
     return text, [out_dir / name for name in drawn]
 
 
@@ -348,50 +347,8 @@ def write_val_loss(groups: Sequence[dict[str, Any]], out_dir: Path) -> Path | No
     png = seeds_val_loss_png(groups)
     if png is None:
         return None
-    write_files(out_dir, {"val_loss.png": png})
+    atomic_write_all(out_dir, {"val_loss.png": png}, what="report")
     return out_dir / "val_loss.png"
-
-
-def write_files(out_dir: Path, files: dict[str, bytes], drop: Sequence[str] = ()) -> None:
-    """Put `files` (name -> bytes) into out_dir together and remove the `drop` ones (an earlier
-    report's that this one lacks): each is written to a temp file beside its place (atomic_write,
-    fsynced) and, only once all are, renamed into place; a refusal (a full disk) removes the temp
-    files and leaves every earlier file as it was: never new tables beside an old picture."""
-    staged: list[tuple[Path, Path]] = []
-    name, renamed = "", False
-    try:
-        for name, data in files.items():
-            target = regular_file_target(out_dir / name)  # (a link: its target, as atomic_write writes)
-            sweep_temp_files(target)  # a killed writer's temp files
-            staged.append((target.parent / f".{target.name}.{os.getpid()}.report.tmp", target))
-            atomic_write(staged[-1][0], lambda f, data=data: f.write(data))
-        for temp, target in staged:  # (a rename fails only if the folder is meddled with meanwhile)
-            os.replace(temp, target)
-            renamed = True
-        for folder in {target.parent for _, target in staged}:
-            fsync_dir(folder)
-        for stale in drop:
-            (out_dir / stale).unlink(missing_ok=True)
-    except BaseException as e:
-        for temp, _ in staged:
-            temp.unlink(missing_ok=True)
-        if (refusal := _refusal(out_dir / name, e, renamed)) is None:
-            raise
-        raise refusal from refusal.__cause__
-
-
-def _refusal(path: Path, e: BaseException, renamed: bool = False) -> UserError | None:
-    """The machine's refusal (an OSError, or atomic_write's UserError raised from one) met while
-    making `path` in a temp place, as one line naming `path`, not a temp name the user never gave;
-    None for any other error."""
-    cause = os_error_behind(e) or (e.__cause__ if isinstance(e.__cause__, OSError) else None)
-    if cause is None:
-        return None
-    kept = ("the report is part new, part old: write it again" if renamed else
-            "the previous report is intact" if any((path.parent / n).exists() for n in REPORT_FILES) else None)
-    refusal = cannot_write(path, cause, kept)
-    refusal.__cause__ = cause
-    return refusal
 
 
 # ---- telling a report's files from a user's ----
