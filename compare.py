@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             raise UserError(f"run directory {run} is given twice" + (f" (also as {first})" if first != run else ""))
     if args.plot_only and len(args.runs) == 1:  # only RUN/loss.png: --out is not written (a read-only checkout)
         return compare(args)
-    check_report_folder(args.out, plotted=run_labels(args.runs) if args.plot_only else None)
+    check_report_folder(args.out, plot_only=args.plot_only)
     # held while it writes: a sweep or another comparison writing the same folder is refused
     with run_lock(args.out, "--out", "sweep or comparison", REPORT_LOCK):
         return compare(args)

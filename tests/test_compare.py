@@ -42,7 +42,7 @@ def test_a_diverged_run_is_tabulated_and_plotted_not_a_crash(tmp_path):
     assert "| a | 1 |" in printed.getvalue() and "| inf |" in printed.getvalue()  # final train loss: diverged
     assert str(tmp_path / "cmp" / "val_loss.png") in result["plots"]
     with contextlib.redirect_stdout(io.StringIO()):
-        drawn = compare.main([diverged, sound, "--plot-only", "--out", str(tmp_path / "cmp")])
+        drawn = compare.main([diverged, sound, "--plot-only", "--out", str(tmp_path / "plots")])
     assert drawn["plots"][0] == str(tmp_path / "a" / "loss.png")
 
 
@@ -258,16 +258,16 @@ def test_plot_only_minds_only_the_picture_it_writes(tmp_path):
     (mine / "val_loss.png").write_bytes(b"my picture")
     with pytest.raises(UserError, match=r"holds val_loss.png, which is not from a tinygpt report"):
         compare.main([*runs_, "--plot-only", "--out", str(mine)])
-    # a report of other runs (out/compare is the default of both): the new picture beside its tables would
-    # mix two reports; the same runs' report may have its picture drawn again
+    # a report's folder (out/compare is the default of both): the new picture beside its tables would mix
+    # two reports (runs of the same names, another sweep's, look alike); compare.py redraws a whole report
     other = fake_run(tmp_path / "c", 3, [(0, "4.1", "4.1"), (10, "3.7", "3.7")])
     compared([runs_[0], other, "--out", str(tmp_path / "cmp")])
     before = {p.name: p.read_bytes() for p in (tmp_path / "cmp").iterdir()}
-    with pytest.raises(UserError, match=r"holds a report of other runs \(results.md\): --plot-only would replace "
-                                        r"its val_loss.png alone"):
-        compare.main([*runs_, "--plot-only", "--out", str(tmp_path / "cmp")])
+    for plotted in (runs_, [runs_[0], other]):
+        with pytest.raises(UserError, match=r"holds a report \(results.md\): --plot-only would replace its "
+                                            r"val_loss.png alone"):
+            compare.main([*plotted, "--plot-only", "--out", str(tmp_path / "cmp")])
     assert {p.name: p.read_bytes() for p in (tmp_path / "cmp").iterdir()} == before
-    compared([runs_[0], other, "--plot-only", "--out", str(tmp_path / "cmp")])
 
 
 def test_a_sweep_into_a_comparisons_folder_is_refused(tmp_path, monkeypatch):

@@ -354,21 +354,21 @@ def write_val_loss(groups: Sequence[dict[str, Any]], out_dir: Path) -> Path | No
 # ---- telling a report's files from a user's ----
 
 
-def check_report_folder(out: Path, its_runs: bool = False, plotted: Sequence[str] | None = None) -> None:
+def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = False) -> None:
     """Refuse, as the --out of a report (sweep.py, compare.py), a folder holding a training run:
     the report's files would mix with the run's; a file of a report's names that no report wrote
     (the user's own results.md or val_loss.png), which it would overwrite; and what holds a report of
     the other kind: for a comparison, a sweep's runs, whose report it would replace; for a sweep
-    (`its_runs`: its own runs are there), a comparison's report. `plotted`: compare.py --plot-only's
-    runs (their labels), which write val_loss.png alone: into the folder of a report of other runs,
-    that would mix the two."""
-    writes = REPORT_FILES if plotted is None else ["val_loss.png"]
+    (`its_runs`: its own runs are there), a comparison's report. `plot_only`: compare.py --plot-only,
+    which writes val_loss.png alone: into a report's folder, that would mix two reports (a report
+    of the same runs is drawn again by compare.py without --plot-only)."""
+    writes = ["val_loss.png"] if plot_only else REPORT_FILES
     if any((out / name).is_file() for name in CHECKPOINTS):
         raise UserError(f"--out={str(out)!r} holds a training run (its ckpt.pt); a report written there would "
                         f"mix with the run's files: choose another folder")
     if not its_runs and out.is_dir() and any((d / "ckpt.pt").is_file() for d in out.iterdir() if d.is_dir()):
-        raise UserError(f"--out={str(out)!r} holds a sweep's runs, whose report this one would replace; "
-                        f"choose another --out")
+        raise UserError(f"--out={str(out)!r} holds a sweep's runs, whose report this one would "
+                        f"{'mix with its val_loss.png' if plot_only else 'replace'}; choose another --out")
     if out.is_dir() and (foreign := foreign_report_file(out, writes)) is not None:
         picture = " (a picture of yours, or one drawn before reports marked theirs)" if foreign.endswith(".png") else ""
         raise UserError(f"--out={str(out)!r} holds {foreign}, which is not from a tinygpt report{picture}: the report "
@@ -376,10 +376,10 @@ def check_report_folder(out: Path, its_runs: bool = False, plotted: Sequence[str
     if its_runs and out.is_dir() and report_maker(out) == "comparison":
         raise UserError(f"--out={str(out)!r} holds a comparison's report (compare.py's results.md), which this "
                         f"sweep's would replace; choose another --out")
-    if plotted is not None and out.is_dir() and report_maker(out) is not None and report_runs(out) != list(plotted):
-        raise UserError(f"--out={str(out)!r} holds a report of other runs (results.md): --plot-only would replace "
-                        f"its val_loss.png alone, beside that report's tables; choose another --out, or leave out "
-                        f"--plot-only to replace the whole report")
+    if plot_only and out.is_dir() and report_maker(out) is not None:
+        raise UserError(f"--out={str(out)!r} holds a report (results.md): --plot-only would replace its val_loss.png "
+                        f"alone, beside that report's tables; choose another --out, or leave out --plot-only to "
+                        f"replace the whole report")
 
 
 def _head(path: Path) -> bytes:
@@ -390,15 +390,6 @@ def _head(path: Path) -> bytes:
 def _first_line(path: Path) -> str:
     with open(path, "rb") as f:
         return f.readline(65536).decode("utf-8", "replace").rstrip("\r\n")
-
-
-def report_runs(out_dir: Path) -> list[str] | None:
-    """The runs a report's results.csv lists (its `run` column), or None where it cannot be read."""
-    try:
-        with open(out_dir / "results.csv", newline="", encoding="utf-8") as f:
-            return [row.get("run") for row in csv.DictReader(f)]
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return None
 
 
 def report_maker(out_dir: Path) -> str | None:
