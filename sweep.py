@@ -81,7 +81,7 @@ from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_arg, restore_signals, run_cli,
                              work_is_files)
 from tinygpt.plots import MATPLOTLIB_NOTE
-from tinygpt.report import SEED, check_report_folder, write_report
+from tinygpt.report import NEVER_COMPARED, SEED, applies, check_report_folder, write_report
 from tinygpt.runs import (REPORT_LOCK, died_at_its_first_save, read_config, read_metrics,
                          read_probe, run_lock, summarize_run, write_probe)
 from tinygpt.runtime import ThreadPolicy, parent_death_signal, resolve_device, usable_cores
@@ -401,6 +401,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
     combos = list(itertools.product(*grid.values()))
     plan = []
     texts: dict[str, dict] = {k: {} for k in keys}  # each key's values as the config reads them -> their text
+    runs: dict[tuple, str] = {}  # each planned run's settings (those that change it) -> its name
     reasons = []  # why each invalid combination is
     for name, combo in zip(run_names(keys, combos), combos):
         run_dir = out / name
@@ -412,7 +413,13 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
             print(f"skip {name}: {e}")
             reasons.append(str(e))
             continue
-        check_distinct(texts, flat_config(cfg), combo)
+        flat = flat_config(cfg)
+        check_distinct(texts, flat, combo)
+        if (same := same_as_planned(runs, flat, name)) is not None:
+            unused = ", ".join(k for k in keys if not applies(flat, k))
+            print(f"skip {name}: the same run as {same} ({unused} does not change the tokens of a "
+                  f"data.tokenizer={cfg.data.tokenizer!r} run)")
+            continue
         if args.probe and cfg.data.dataset != "stories":
             raise UserError(f"--probe measures coreference in the stories corpus, but {name} trains on "
                             f"data.dataset={cfg.data.dataset!r}; drop --probe or use data.dataset=stories")
@@ -423,6 +430,14 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
         raise UserError(f"no valid combination in --grid {' '.join(args.grid)} (see the notes above)")
     print(f"sweep: {len(plan)} run(s) of {len(combos)} combination(s) into {out}")
     return plan
+
+
+def same_as_planned(runs: dict[tuple, str], flat: dict, name: str) -> str | None:
+    """The name of a planned run that `flat` (a point's config) is the same run as, where the grid
+    varies a data key its tokenizer does not use (data.bpe_vocab_size of a char run); else None,
+    and the point is noted in `runs`."""
+    settings = tuple((k, repr(v)) for k, v in flat.items() if k not in NEVER_COMPARED and applies(flat, k))
+    return runs.get(settings) or runs.setdefault(settings, name) and None
 
 
 def check_distinct(texts: dict[str, dict], flat: dict, combo: tuple[str, ...]) -> None:

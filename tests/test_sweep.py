@@ -523,6 +523,29 @@ def test_grid_values_the_config_reads_as_one_are_refused(tmp_path, monkeypatch):
         assert not (tmp_path / "sw").exists()
 
 
+def test_a_grid_point_that_a_data_key_does_not_change_is_one_run(tmp_path, monkeypatch):
+    """--grid data.bpe_vocab_size over char runs trained the same run twice, and the report said the
+    runs differ in their vocabularies: a point whose only difference is a data key its tokenizer does
+    not use is the run planned before it, skipped with a note."""
+    started = recording_train(tmp_path, monkeypatch)
+    _, printed = run_sweep([CONFIG, "--grid", "data.tokenizer=char,bpe", "data.bpe_vocab_size=300,400",
+                            *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
+    assert ("skip tokenizer=char,bpe_vocab_size=400: the same run as tokenizer=char,bpe_vocab_size=300 "
+            "(data.bpe_vocab_size does not change the tokens of a data.tokenizer='char' run)") in printed
+    assert started.read_text().splitlines() == ["tokenizer=char,bpe_vocab_size=300", "tokenizer=bpe,bpe_vocab_size=300",
+                                                "tokenizer=bpe,bpe_vocab_size=400"]
+
+
+def test_a_report_leaves_out_a_grid_value_that_does_not_apply(tmp_path):
+    """A sweep's rows carry each grid value as text: a char run's data.bpe_vocab_size showed as a
+    setting, and the report said the runs' losses were per token of different vocabularies."""
+    rows = [{"run": f"v{v}", "data.bpe_vocab_size": str(v), "status": "done", "best_val_loss": 1.0,
+             "config": {"data.tokenizer": "char", "data.bpe_vocab_size": v, "train.seed": 1}} for v in (300, 400)]
+    text, _ = report.write_report(rows, ["data.bpe_vocab_size"], tmp_path, title="Sweep of x")
+    assert "differ in data.bpe_vocab_size" not in text
+    assert [r["data.bpe_vocab_size"] for r in read_csv(tmp_path / "results.csv")] == ["", ""]
+
+
 def test_a_config_that_is_not_a_mapping_is_named(tmp_path):
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     with pytest.raises(UserError, match="list.yaml must hold a mapping"), contextlib.redirect_stdout(io.StringIO()):

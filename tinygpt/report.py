@@ -309,13 +309,14 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     for r in rows:  # the varied values come from each run's config unless the row sets them
         config = r.get("config", {})
         for k in varied:  # (none where the key does not apply: a char run's bpe_vocab_size)
-            r.setdefault(k, config.get(k) if applies(config, k) else None)
+            r[k] = r.get(k, config.get(k)) if applies(config, k) else None
     probed = any(r.get("antecedent") is not None for r in rows)
     columns = ["run", *varied, *RESULT_COLUMNS, *(PROBE_COLUMNS if probed else [])]
     metrics = [m for m in SUMMARY_METRICS if probed or m in RESULT_COLUMNS]
     groups = group_by_setting(rows, varied)
     text = table_markdown(rows, columns)
-    per_token = [k for k in varied if k in ("data.dataset", "data.tokenizer", "data.bpe_vocab_size")]
+    per_token = [k for k in varied if k in ("data.dataset", "data.tokenizer", "data.bpe_vocab_size")
+                 and len({str(r[k]) for r in rows if r[k] is not None}) > 1]
     if per_token:  # a loss is per token: a character's and a word's do not compare
         text += (f"\nThe runs differ in {', '.join(per_token)}: their losses are per token of different "
                  f"vocabularies or texts, and do not compare as numbers.\n")
