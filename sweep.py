@@ -9,8 +9,8 @@ under the sweep folder (default out/sweeps/<config stem>), named after its value
 `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at max_iters),
 resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
 checkpoint; a run the folder holds under another name with the same settings (the grid's keys given
-in another order, --seeds added to a sweep without it: its run is seed=1337's) is skipped or
-resumed there, a line saying so (new runs keep their names). A second sweep on the same folder
+in another order, --seeds added to a sweep without it: its run is that of the config's train.seed) is
+skipped or resumed there, a line saying so (new runs keep their names). A second sweep on the same folder
 while one runs is refused at once, one line naming the other's process id (the sweep folder is
 locked for the whole sweep). A run directory it cannot reuse (trained with other settings, say
 another --set or train.max_iters, over which the learning rate decays; holding best.pt but no
@@ -181,11 +181,17 @@ def signal_name(signum: int) -> str:
     return f"{name} (signal {signum}" + ("; out of memory?)" if signum == signal.SIGKILL else ")")
 
 
+STOPPED = {128 + s: s.name for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)}  # train.py's exits after saving
+
+
 def how_it_failed(ended: Ended) -> str:
-    """The sweep's line on a run that failed: a signal by its name (the run printed nothing), else its
-    exit code, pointing at its error only where it printed one (or may have: unseen)."""
+    """The sweep's line on a run that failed: a signal by its name (the run printed nothing), a stop
+    by a signal sent to the run alone (train.py saved its checkpoint and exits 128 + the signal),
+    else its exit code, pointing at its error only where it printed one (or may have: unseen)."""
     if ended.code < 0:
         return f"killed by {signal_name(-ended.code)}"
+    if ended.code in STOPPED:
+        return f"stopped by {STOPPED[ended.code]} (exit {ended.code}), its checkpoint saved: a rerun resumes it"
     above = "its error is above" if ended.printed or not ended.seen else "it printed no error"
     return f"failed with exit code {ended.code} ({above})"
 
@@ -195,6 +201,8 @@ def failed_status(ended: Ended) -> str:
     error line, 'failed (killed by SIGKILL)' for a signal."""
     if ended.code < 0:
         return f"failed (killed by {signal_name(-ended.code).split(' ')[0]})"
+    if ended.code in STOPPED:
+        return f"failed (stopped by {STOPPED[ended.code]})"
     return f"failed (exit {ended.code}" + (f": {elide(ended.error, 100)})" if ended.error else ")")
 
 
@@ -508,8 +516,8 @@ def runs_elsewhere(out: Path, names: set[str]) -> list[tuple[Path, dict]]:
     reads; the others are left alone, as before."""
     found = []
     for folder in sorted(out.iterdir()) if out.is_dir() else []:
-        if folder.name in names or not (folder / "ckpt.pt").is_file():
-            continue
+        if folder.name in names or folder.is_symlink() or not (folder / "ckpt.pt").is_file():
+            continue  # (a link to a run is that run under a second name: its own folder is found)
         try:
             found.append((folder, flat_config(read_config(folder))))
         except UserError:

@@ -396,6 +396,32 @@ def test_a_killed_run_is_said_to_be_killed_not_to_have_printed_an_error(tmp_path
                                                                                  "failed (exit 3)"]
 
 
+def test_a_run_stopped_by_a_signal_of_its_own_is_said_to_be_stopped(tmp_path, monkeypatch, capfd):
+    """A SIGTERM sent to one run (not the sweep): train.py saves and exits 143, and the sweep said
+    `failed with exit code 143 (its error is above)` above its `interrupted` line."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text("import sys\nprint('interrupted at step 5: saved ckpt.pt', file=sys.stderr)\nsys.exit(143)\n")
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    with pytest.raises(SystemExit):
+        sweep.main([CONFIG, "--grid", "model.n_head=1", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
+    out = capfd.readouterr().out
+    assert "[1/1] n_head=1: stopped by SIGTERM (exit 143), its checkpoint saved: a rerun resumes it" in out
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["failed (stopped by SIGTERM)"]
+
+
+def test_a_link_to_a_run_is_not_taken_for_the_run(first_sweep, tmp_path, monkeypatch):
+    """A symlink in --out to a run folder was reused as the run under its own name (the report's row
+    named the link, the real folder was 'not in this grid')."""
+    out = tmp_path / "sw"
+    shutil.copytree(first_sweep["out"] / "n_head=1", out / "n_head=1,n_layer=1")
+    (out / "a_link").symlink_to("n_head=1,n_layer=1")
+    recording_train(tmp_path, monkeypatch)
+    _, printed = run_sweep([CONFIG, "--grid", "model.n_layer=1", "model.n_head=1",
+                            *without(shrink(first_sweep["tmp"] / "prepared"), "model.n_layer=1"), "--out", str(out)])
+    assert "the same settings as the run in n_head=1,n_layer=1, under another name" in printed
+    assert [r["run"] for r in read_csv(out / "results.csv")] == ["n_head=1,n_layer=1"]
+
+
 FAKE_LONG_RUN = """import json, os, pathlib, signal, sys, time
 out = pathlib.Path(json.loads([a.split('=', 1)[1] for a in sys.argv if a.startswith('train.out_dir=')][0]))
 out.mkdir(parents=True, exist_ok=True)
