@@ -21,7 +21,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     stop_while_starting()
 
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.errors import ArgParser, path_arg, path_word, run_cli, script_word, work_is_files
+from tinygpt.errors import ArgParser, count, path_arg, path_word, run_cli, script_word, work_is_files
 from tinygpt.hf import HF_FILES, export_hf, import_hf
 
 
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
         path = import_hf(args.src, args.out, args.force)
         ckpt = load_checkpoint(path)
         m = ckpt["config"]["model"]
-        print(f"wrote {path} and config.yaml ({m['n_layer']} layers, {m['n_head']} heads, n_embd {m['n_embd']}, "
+        print(f"wrote {path} and config.yaml ({count(m['n_layer'], 'layer')}, {count(m['n_head'], 'head')}, n_embd {m['n_embd']}, "
               f"vocab {ckpt['tokenizer']['vocab_size']}); "
               f"sample with: {shlex.join(['python', script_word('sample.py'), path_word(args.out)])}"
               + (" (its tiktoken tokenizer needs the encoding's file: offline, set TIKTOKEN_CACHE_DIR)"

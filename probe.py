@@ -30,8 +30,8 @@ import torch
 
 from tinygpt.checkpoint import load_model
 from tinygpt.ablation import looks_like_heads, parse_heads
-from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, count, probe, report
-from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
+from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, probe, report
+from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, short
 from tinygpt.runtime import ThreadPolicy, check_memory, resolve_device
 
 EACH = "each"  # --ablate without a list: every head in turn

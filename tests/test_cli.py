@@ -455,9 +455,9 @@ def test_metrics_rows_lost_from_the_folder_come_back_from_the_checkpoint(tmp, ca
     train.main(base + [f"train.out_dir={straight}"])
     keys = ("step", "train_loss", "val_loss", "lr")
     want = [tuple(r[k] for k in keys) for r in read_metrics(straight)]
-    for damage, said in (("delete", "was missing: its 5 row(s), of steps 0 to 15,"),
-                         ("cut", "lacked 2 row(s), of steps 10 to 15 (cut short"),
-                         ("garble", "was damaged: its 5 row(s), of steps 0 to 15,")):
+    for damage, said in (("delete", "was missing: its 5 rows, of steps 0 to 15,"),
+                         ("cut", "lacked 2 rows, of steps 10 to 15 (cut short"),
+                         ("garble", "was damaged: its 5 rows, of steps 0 to 15,")):
         out = tmp / f"rows_{damage}"
         train.main(base + [f"train.out_dir={out}", "--stop-at", "15"])
         path = out / "metrics.csv"
@@ -488,7 +488,7 @@ def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(tmp, capsys):
     shutil.copy(a / "ckpt.pt", b / "ckpt.pt")
     before = snapshot(b)
     refusals = {"best.pt": r"best\.pt and .*ckpt\.pt are of two runs \(one copied in from another folder\?\)",
-                "metrics.csv": r"metrics\.csv and .*ckpt\.pt's copy of it differ in the row of step 0: metrics\.csv "
+                "metrics.csv": r"metrics\.csv and .*ckpt\.pt's copy of it differ in the eval row of step 0: metrics\.csv "
                                r"was edited, or ckpt\.pt is another run's"}
     for name, refusal in refusals.items():
         with pytest.raises(UserError, match=refusal):
@@ -500,6 +500,19 @@ def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(tmp, capsys):
     train.main(base + [f"train.out_dir={a}", "train.seed=1", "--resume"])
     keys = ("step", "train_loss", "val_loss", "lr")  # (tokens/s and the time differ)
     assert [[r[k] for k in keys] for r in read_metrics(b)] == [[r[k] for k in keys] for r in read_metrics(a)]
+
+
+def test_counts_of_one_are_singular_in_what_train_py_says(tmp, capsys):
+    """A 1-layer, 1-head model started as `(1 layers, 1 heads, ...)`; a restored row as `1 row(s)`."""
+    import train
+    out = tmp / "one_layer"
+    train.main(inproc_base(tmp, f"train.out_dir={out}", "model.n_layer=1", "model.n_head=1", "train.max_iters=5",
+                           "train.eval_interval=5", "train.log_interval=5") + ["--stop-at", "5"])
+    assert " parameters (1 layer, 1 head, 32 wide, " in capsys.readouterr().out
+    (out / "metrics.csv").write_text("".join((out / "metrics.csv").read_text().splitlines(keepends=True)[:3]))
+    train.main(inproc_base(tmp, f"train.out_dir={out}", "model.n_layer=1", "model.n_head=1", "train.max_iters=5",
+                           "train.eval_interval=5", "train.log_interval=5") + ["--resume"])
+    assert f"note: {out / 'metrics.csv'} lacked 1 row, of step 5 (cut short" in capsys.readouterr().err
 
 
 def test_a_best_pt_ahead_of_its_checkpoint_is_the_same_run(tmp):

@@ -792,6 +792,8 @@ def test_sweep_with_seeds_and_probe_summarizes_each_setting(tmp_path):
     md = (out / "results.md").read_text()
     assert "Per setting over seeds" in md and "| n_head=1 | 2 |" in md
     assert "Differences beyond the 95% intervals" in md or "No two settings differ" in md
+    # the ratio columns say what they are: probe.py qualifies the same figure where the distractor is out of sight
+    assert "which counts 0 where the distractor is outside the window" in md
     assert "probe: antecedent" in printed
     for i, name in enumerate(names, 1):
         assert f"[{i}/4] {name}: done: step 10" in printed  # the run's own last line, behind its tag

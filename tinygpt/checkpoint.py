@@ -31,7 +31,7 @@ import torch
 
 from model import GPT
 from tinygpt.config import Config, all_keys, config_from_dict
-from tinygpt.errors import UserError, path_word, reason, script_word, short
+from tinygpt.errors import UserError, count, path_word, reason, script_word, short
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import Tokenizer, tokenizer_from_dict
 
@@ -468,7 +468,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, 
         raise UserError(f"{path}: model.vocab_size={cfg.model.vocab_size} does not match its tokenizer's "
                         f"{short(tok_size)}; the checkpoint is damaged")
     m = cfg.model
-    check_memory(model_memory(m), torch.device("cpu"), f"the model of {path} ({m.n_layer} layers, n_embd {m.n_embd}, "
+    check_memory(model_memory(m), torch.device("cpu"), f"the model of {path} ({count(m.n_layer, 'layer')}, n_embd {m.n_embd}, "
                  f"block {m.block_size}, vocab {m.vocab_size})", "its config is damaged, or it needs a bigger machine")
     model = GPT(m)
     load_weights(model, ckpt["model"], path)

@@ -41,7 +41,7 @@ import torch
 from data.stories import Reference, generate_story, join_stories
 from model import GPT
 from tinygpt.ablation import Head, ablated, head_means, head_name
-from tinygpt.errors import UserError
+from tinygpt.errors import UserError, count
 from tinygpt.report import times
 from tinygpt.runtime import ThreadPolicy, following_free_cores
 
@@ -415,10 +415,11 @@ def attention_table(a: dict, what: str, n_layer: int, n_head: int) -> list[str]:
 
 
 def ratio(a: float, b: float) -> float | None:
-    """a / b to 2 decimals, under 1 to 4 (0.996 must not read as 1); None where b is 0."""
+    """a / b to 2 decimals, under 1 to 4 and never rounded up to 1 (0.99996 must not read as 1);
+    None where b is 0."""
     if b <= 0:
         return None
-    return round(a / b, 2) if a >= b else r4(a / b)
+    return round(a / b, 2) if a >= b else min(r4(a / b), 0.9999)
 
 
 def best_ratio(a: dict) -> str:
@@ -434,11 +435,6 @@ def best_ratio(a: dict) -> str:
         return said
     return (f"{said}; {times(best['ratio_in_window'])} over the {count(both, 'reference')} with both in the "
             f"window")
-
-
-def count(n: int, noun: str, plural: str | None = None) -> str:
-    """(1, 'layer') -> '1 layer', (2, 'layer') -> '2 layers'; `plural` for other forms ('stories')."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def ablation_report(ab: dict, attention: dict | None, n_layer: int, n_head: int) -> str:

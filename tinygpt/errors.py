@@ -77,6 +77,11 @@ def short(value: Any, limit: int = MAX_VALUE) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """(1, 'layer') -> '1 layer', (2, 'layer') -> '2 layers'; `plural` for other forms ('stories')."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def elide(text: str, limit: int = 120) -> str:
     """`text` on one line, at most `limit` characters (elided with '...')."""
     text = " ".join(text.split())

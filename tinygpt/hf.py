@@ -62,7 +62,7 @@ from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, load_model,
                                 load_weights, resolve_checkpoint, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
-from tinygpt.errors import UserError, path_word, reason, short
+from tinygpt.errors import UserError, count, path_word, reason, short
 from tinygpt.runs import RUN_FILES, write_config
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt, tokenizer_from_dict
@@ -491,7 +491,7 @@ def _hf_to_tinygpt(hf: dict[str, Any], w: dict[str, torch.Tensor], folder: Path,
     extra = sorted(set(w) - used)  # e.g. the weights of layers config.json does not have: they would be dropped
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
-        raise UserError(f"{folder}: the weights hold {short(extra[0])}{more}, which config.json's model ({L} layers, "
+        raise UserError(f"{folder}: the weights hold {short(extra[0])}{more}, which config.json's model ({count(L, 'layer')}, "
                         f"n_embd {C}) has not; config.json and the weights disagree")
     return sd
 

@@ -320,6 +320,10 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     if per_token:  # a loss is per token: a character's and a word's do not compare
         text += (f"\nThe runs differ in {', '.join(per_token)}: their losses are per token of different "
                  f"vocabularies or texts, and do not compare as numbers.\n")
+    if probed:  # what the ratio columns are, and what they are not
+        text += ("\nattribute_ratio, name_ratio: the best head's mean weight on the antecedent's tokens over its mean "
+                 "weight on the distractor's, which counts 0 where the distractor is outside the window; probe.py "
+                 "RUN also gives the ratio over the references with both in the window.\n")
     if notes := repeats_note(groups):
         text += "\n" + notes
     if max(len(runs_by_seed(g["runs"])) for g in groups) > 1:  # several seeds per setting

@@ -28,7 +28,7 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, load_checkpoint, make_folder,
                                 remove_empty)
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
-from tinygpt.errors import UserError, reason
+from tinygpt.errors import UserError, count, reason
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
     import fcntl
@@ -286,7 +286,7 @@ def resumed_metrics(out_dir: Path, ckpt: dict[str, Any]) -> tuple[list[dict[str,
     if not missing:
         return rows, None
     steps = missing[0]["step"] + (f" to {missing[-1]['step']}" if len(missing) > 1 else "")
-    rows_of = f"{len(missing)} row(s), of steps {steps}"
+    rows_of = f"{count(len(missing), 'row')}, of step{'s' * (len(missing) > 1)} {steps}"
     if state == "lacked":
         return rows, (f"note: {path} lacked {rows_of} (cut short, or not yet written when the run stopped): "
                       f"restored from ckpt.pt")
@@ -310,11 +310,14 @@ def check_best_pt(out_dir: Path, ckpt: dict[str, Any]) -> None:
 
 
 def _first_difference(ours: list[str], theirs: list[str]) -> str | None:
-    """Where two copies of metrics.csv's lines disagree ("row of step 10", "columns"); None when
-    one is the start of the other (one was written later)."""
+    """Where two copies of metrics.csv's lines disagree ("eval row of step 10", "columns"); None
+    when one is the start of the other (one was written later)."""
     for i, (a, b) in enumerate(zip(ours, theirs)):
         if a != b:
-            return f"row of step {a.split(',')[0]}" if i else "columns"
+            if not i:
+                return "columns"
+            row = dict(zip(METRICS, a.split(",")))  # (a step has a log row and an eval row: say which)
+            return f"{'eval' if row.get('val_loss') else 'log'} row of step {row['step']}"
     return None
 
 

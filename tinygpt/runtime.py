@@ -29,7 +29,7 @@ import torch
 
 from model import GPT, ModelConfig
 from tinygpt.config import Config
-from tinygpt.errors import UserError, handle_signals, reason, restore_signals
+from tinygpt.errors import UserError, count, handle_signals, reason, restore_signals
 
 T = TypeVar("T")
 DEVICES = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -789,7 +789,7 @@ def check_training_fits(cfg: Config, dtype: str, device: torch.device) -> None:
     one optimizer step or evaluation surely takes over a day (say grad_accum=10**9)."""
     m, t = cfg.model, cfg.train
     check_memory(training_memory(m, t.batch_size, dtype), device,
-                 f"training ({m.n_layer} layers, n_embd {m.n_embd}, block {m.block_size}, batch {t.batch_size})",
+                 f"training ({count(m.n_layer, 'layer')}, n_embd {m.n_embd}, block {m.block_size}, batch {t.batch_size})",
                  "lower model.n_layer, model.n_embd, model.block_size or train.batch_size")
     forward = 2 * GPT.count_params(m) * t.batch_size * m.block_size  # FLOPs of one micro-batch's forward
     check_step_time(3 * forward * t.grad_accum, t.grad_accum, f"one optimizer step (train.grad_accum="
