@@ -44,8 +44,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
         path = import_hf(args.src, args.out, args.force)
         ckpt = load_checkpoint(path)
         m = ckpt["config"]["model"]
-        print(f"wrote {path} and config.yaml ({count(m['n_layer'], 'layer')}, {count(m['n_head'], 'head')}, n_embd {m['n_embd']}, "
-              f"vocab {ckpt['tokenizer']['vocab_size']}); "
+        print(f"wrote {path} and config.yaml ({count(m['n_layer'], 'layer')}, {count(m['n_head'], 'head')}, "
+              f"n_embd {m['n_embd']}, vocab {ckpt['tokenizer']['vocab_size']}); "
               f"sample with: {shlex.join(['python', script_word('sample.py'), path_word(args.out)])}"
               + (" (its tiktoken tokenizer needs the encoding's file: offline, set TIKTOKEN_CACHE_DIR)"
                  if ckpt["tokenizer"].get("kind") == "tiktoken" else ""))

@@ -36,7 +36,8 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config
-from tinygpt.errors import ArgParser, UserError, clean_up, count, path_word, reason, run_cli, script_word, short, work_is_files
+from tinygpt.errors import (ArgParser, UserError, clean_up, count, path_word, reason, run_cli, script_word, short,
+                            work_is_files)
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import check_run_dir, metrics_text, resumed_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
@@ -478,10 +479,10 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
              "t_last": time.perf_counter(), "t_start": time.perf_counter() - run.elapsed}
     if dist.master:
         m = cfg.model
-        print(f"model: {run.model.num_params():,} parameters ({count(m.n_layer, 'layer')}, {count(m.n_head, 'head')}, {m.n_embd} wide, "
-              f"block {m.block_size}, vocab {m.vocab_size}{vocab_note(cfg.data, m.vocab_size)}); data: {len(data.train):,} train / {len(data.val):,} val "
-              f"tokens; {dist.world_size} x {dist.device}, {dtype}; {tokens_per_step:,} tokens/step; MFU against "
-              f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
+        print(f"model: {run.model.num_params():,} parameters ({count(m.n_layer, 'layer')}, {count(m.n_head, 'head')}, "
+              f"{m.n_embd} wide, block {m.block_size}, vocab {m.vocab_size}{vocab_note(cfg.data, m.vocab_size)}); "
+              f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {dist.world_size} x {dist.device}, "
+              f"{dtype}; {tokens_per_step:,} tokens/step; MFU against {peak / 1e9:,.0f} GFLOP/s ({peak_source})")
         for warning in (emulated_dtype_warning(dtype, dist.device), note):
             if warning:
                 print(warning, file=sys.stderr)

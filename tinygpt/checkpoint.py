@@ -66,7 +66,8 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
         raise
 
 
-def atomic_write_all(folder: Path, files: dict[str, bytes], drop: Sequence[str] = (), what: str = "set of files") -> None:
+def atomic_write_all(folder: Path, files: dict[str, bytes], drop: Sequence[str] = (),
+                     what: str = "set of files") -> None:
     """Replace several files in `folder` together (a report's tables and pictures): each is written
     to a temp file beside its place, and only once all are are they renamed into place; then the
     `drop` ones (an earlier set's that this one lacks) are removed. A refusal (a full disk) while
@@ -468,8 +469,9 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, 
         raise UserError(f"{path}: model.vocab_size={cfg.model.vocab_size} does not match its tokenizer's "
                         f"{short(tok_size)}; the checkpoint is damaged")
     m = cfg.model
-    check_memory(model_memory(m), torch.device("cpu"), f"the model of {path} ({count(m.n_layer, 'layer')}, n_embd {m.n_embd}, "
-                 f"block {m.block_size}, vocab {m.vocab_size})", "its config is damaged, or it needs a bigger machine")
+    check_memory(model_memory(m), torch.device("cpu"), f"the model of {path} ({count(m.n_layer, 'layer')}, "
+                 f"n_embd {m.n_embd}, block {m.block_size}, vocab {m.vocab_size})",
+                 "its config is damaged, or it needs a bigger machine")
     model = GPT(m)
     load_weights(model, ckpt["model"], path)
     return model, cfg

@@ -491,8 +491,8 @@ def _hf_to_tinygpt(hf: dict[str, Any], w: dict[str, torch.Tensor], folder: Path,
     extra = sorted(set(w) - used)  # e.g. the weights of layers config.json does not have: they would be dropped
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
-        raise UserError(f"{folder}: the weights hold {short(extra[0])}{more}, which config.json's model ({count(L, 'layer')}, "
-                        f"n_embd {C}) has not; config.json and the weights disagree")
+        raise UserError(f"{folder}: the weights hold {short(extra[0])}{more}, which config.json's model "
+                        f"({count(L, 'layer')}, n_embd {C}) has not; config.json and the weights disagree")
     return sd
 
 

@@ -334,8 +334,8 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
              "summary.csv": summary_csv(groups, metrics)}
     # (a path in the text that is not UTF-8, a name's byte 0xff, is written as its own bytes: atomic_write_text)
     atomic_write_all(out_dir, {**{n: t.encode("utf-8", "surrogateescape") for n, t in files.items()}, **drawn},
-                     drop=[name for name in pictures if name not in drawn],  # an earlier report's would pass for this one's
-                     what="report")
+                     # (a picture not drawn this time: an earlier report's would pass for this one's)
+                     drop=[name for name in pictures if name not in drawn], what="report")
     return text, [out_dir / name for name in drawn]
 
 

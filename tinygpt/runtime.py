@@ -789,7 +789,8 @@ def check_training_fits(cfg: Config, dtype: str, device: torch.device) -> None:
     one optimizer step or evaluation surely takes over a day (say grad_accum=10**9)."""
     m, t = cfg.model, cfg.train
     check_memory(training_memory(m, t.batch_size, dtype), device,
-                 f"training ({count(m.n_layer, 'layer')}, n_embd {m.n_embd}, block {m.block_size}, batch {t.batch_size})",
+                 f"training ({count(m.n_layer, 'layer')}, n_embd {m.n_embd}, block {m.block_size}, "
+                 f"batch {t.batch_size})",
                  "lower model.n_layer, model.n_embd, model.block_size or train.batch_size")
     forward = 2 * GPT.count_params(m) * t.batch_size * m.block_size  # FLOPs of one micro-batch's forward
     check_step_time(3 * forward * t.grad_accum, t.grad_accum, f"one optimizer step (train.grad_accum="
