@@ -473,6 +473,24 @@ def test_metrics_rows_lost_from_the_folder_come_back_from_the_checkpoint(tmp, ca
         assert [tuple(r[k] for k in keys) for r in read_metrics(out)] == want, damage
 
 
+def test_an_older_checkpoint_without_rows_says_what_a_deleted_metrics_csv_loses(tmp, capsys):
+    """A checkpoint from before they carried their rows: a deleted metrics.csv cannot come back, and
+    the resumed run's curve began at its step without a word."""
+    import train
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    out = tmp / "older_ckpt"
+    base = inproc_base(tmp, f"train.out_dir={out}", "train.max_iters=20", "train.eval_interval=10")
+    train.main(base + ["--stop-at", "10"])
+    older = load_checkpoint(out / "ckpt.pt")
+    del older["metrics_csv"], older["run_id"]
+    save_checkpoint(out / "ckpt.pt", older)
+    (out / "metrics.csv").unlink()
+    capsys.readouterr()
+    assert train.main(base + ["--resume"])["step"] == 20
+    assert (f"note: {out / 'metrics.csv'} is missing, and {out / 'ckpt.pt'} (from an older tinygpt) does not carry "
+            f"its rows: the loss curve starts at step 10") in capsys.readouterr().err
+
+
 def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(tmp, capsys):
     """ckpt.pt of run A copied into run B's folder: --resume continued A's run there, and B's
     metrics.csv then held both runs' rows (B's up to the step, A's after it), beside B's best.pt.

@@ -266,8 +266,11 @@ def resumed_metrics(out_dir: Path, ckpt: dict[str, Any]) -> tuple[list[dict[str,
     step, ckpt_path, path = ckpt["step"], out_dir / "ckpt.pt", out_dir / "metrics.csv"
     saved = ckpt.get("metrics_csv")
     check_best_pt(out_dir, ckpt)
-    if not isinstance(saved, str):
-        return [r for r in read_metrics(out_dir, as_text=True) if float(r["step"]) <= step], None
+    if not isinstance(saved, str):  # (an older tinygpt's checkpoint: metrics.csv's word is all there is)
+        kept = [r for r in read_metrics(out_dir, as_text=True) if float(r["step"]) <= step]
+        lost = not path.is_file() and step > 0
+        return kept, (f"note: {path} is missing, and {ckpt_path} (from an older tinygpt) does not carry its rows: "
+                      f"the loss curve starts at step {step}" if lost else None)
     ours = saved.splitlines()
     try:
         rows = parse_metrics(ours, as_text=True)
