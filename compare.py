@@ -10,7 +10,8 @@ DIR/results.csv, the val-loss curves to DIR/val_loss.png and, for two settings o
 setting's results to DIR/settings.png (when matplotlib is installed), each run labelled by its
 differing config values. sweep.py writes its results with the same code (tinygpt/report.py). `--plot-only` draws
 each run's RUN_DIR/loss.png (train and val loss, as train.py does) and, for several runs,
-DIR/val_loss.png, and writes no table: the way to (re)draw the pictures of an existing run.
+DIR/val_loss.png, and writes no table: the way to (re)draw the pictures of an existing run (a
+folder holding a report is refused: its val_loss.png would sit beside another report's tables).
 The report's files are replaced together or not at all (a full disk leaves the earlier report
 whole); a file of theirs in DIR that no report wrote (the user's own results.md) is refused, not
 overwritten. Runs of one setting with the same train.seed are one seed in the statistics.

@@ -4,7 +4,8 @@
                     [--set KEY=VALUE ...] [--seeds N] [--probe] [--jobs N] [--out DIR] [--quiet]
 
 Each combination is checked like a `--set` (values are YAML scalars); an impossible one (say
-n_embd=64 with n_head=3) is skipped with a note. Each valid one trains into its own run directory
+n_embd=64 with n_head=3), or one that differs from another only in a data key its tokenizer does not
+use (a char run's data.bpe_vocab_size: the same run), is skipped with a note. Each valid one trains into its own run directory
 under the sweep folder (default out/sweeps/<config stem>), named after its values, e.g.
 `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at max_iters),
 resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
@@ -18,7 +19,9 @@ ckpt.pt; a finished run whose metrics.csv is damaged or gone) refuses the sweep 
 trained, the folder's report left as it was; so does a run train.py would refuse at its start (a
 train.device this machine lacks, a data.dataset that is not there), one line naming the run and the
 key. Runs of another grid in the folder stay, but are not in this sweep's report, which replaces
-the folder's: a note says so before any training (--out keeps two sweeps' reports apart). At the
+the folder's sweep report: a note says so before any training (--out keeps two sweeps' reports
+apart); a comparison's report there, or a file of a report's name that no report wrote, is refused.
+The report's files are replaced together or not at all (compare.py's docstring). At the
 end it prints the table and writes results.md, results.csv, summary.csv, val_loss.png and
 settings.png (with matplotlib; settings.png for two settings or more) into the sweep folder: the
 same report as compare.py.
@@ -82,8 +85,8 @@ from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_ar
                              work_is_files)
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import NEVER_COMPARED, SEED, applies, check_report_folder, write_report
-from tinygpt.runs import (REPORT_LOCK, died_at_its_first_save, read_config, read_metrics,
-                         read_probe, run_lock, summarize_run, write_probe)
+from tinygpt.runs import (REPORT_LOCK, died_at_its_first_save, read_config, read_probe,
+                         resumed_metrics, run_lock, summarize_run, write_probe)
 from tinygpt.runtime import ThreadPolicy, parent_death_signal, resolve_device, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
@@ -300,9 +303,9 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
         if changed:  # e.g. the same grid rerun with another --set: not the run asked for
             return "refuse", (f"{run_dir} holds a run with other settings ({', '.join(changed)}); it is "
                               f"not reused: choose another --out, or delete it to retrain")
-        try:  # what the report reads (train.py --resume reads metrics.csv too): refused now, before any training
+        try:  # what the report reads, and what train.py --resume would refuse: refused now, before any training
             if ckpt["step"] < cfg.train.max_iters:
-                read_metrics(run_dir)
+                resumed_metrics(run_dir, ckpt)  # (rows the checkpoint carries come back: train.py restores them)
                 return "resume", f"resuming from step {ckpt['step']} of {cfg.train.max_iters}"
             missing = [name for name in ("config.yaml", "metrics.csv") if not (run_dir / name).is_file()]
             if missing:

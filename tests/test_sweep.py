@@ -549,6 +549,22 @@ def test_grid_values_the_config_reads_as_one_are_refused(tmp_path, monkeypatch):
         assert not (tmp_path / "sw").exists()
 
 
+def test_an_unfinished_run_whose_metrics_csv_is_damaged_is_resumed_as_train_py_would(first_sweep, tmp_path):
+    """The sweep refused an unfinished run whose metrics.csv was damaged, though train.py --resume
+    restores its rows from the checkpoint: it asks what train.py would (runs.resumed_metrics)."""
+    out, prepared = tmp_path / "sw", first_sweep["tmp"] / "prepared"
+    run = out / "n_head=1"
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main([CONFIG, "--set", *shrink(prepared)[1:], "model.n_head=1",
+                    f"train.out_dir={json.dumps(str(run))}", "--stop-at", "5", "--quiet"])
+    rows = (run / "metrics.csv").read_text()
+    (run / "metrics.csv").write_text("garbage\n\x00")
+    _, printed = run_sweep([CONFIG, "--grid", "model.n_head=1", *shrink(prepared), "--out", str(out), "--quiet"])
+    assert "[1/1] n_head=1: resuming from step 5 of 10" in printed
+    assert (run / "metrics.csv").read_text().startswith(rows)  # restored by the resumed train.py
+    assert [r["status"] for r in read_csv(out / "results.csv")] == ["done"]
+
+
 def test_a_grid_point_that_a_data_key_does_not_change_is_one_run(tmp_path, monkeypatch):
     """--grid data.bpe_vocab_size over char runs trained the same run twice, and the report said the
     runs differ in their vocabularies: a point whose only difference is a data key its tokenizer does
