@@ -441,3 +441,13 @@ def test_a_torchrun_worker_exits_with_its_code_without_pythons_shutdown(ending, 
         assert done.returncode == code, (rank, done.stderr)
         assert done.stdout.startswith("buffered") and ("shutdown ran" in done.stdout) is shutdown, (rank, done.stdout)
         assert said in done.stderr
+
+
+def test_a_one_layer_model_is_one_layer_in_the_memory_refusal():
+    """`training (1 layers, ...)`: counts of one in the singular (train.py, export.py and the checks)."""
+    from tinygpt.config import Config
+    from tinygpt.errors import UserError
+    cfg = Config()
+    cfg.model.n_layer, cfg.model.vocab_size, cfg.train.batch_size = 1, 100, 10**9
+    with pytest.raises(UserError, match=r"^training \(1 layer, n_embd 128, block 128, batch 1000000000\) needs"):
+        runtime.check_training_fits(cfg, "float32", torch.device("cpu"))
