@@ -5,9 +5,9 @@
 
 Each combination is checked like a `--set` (values are YAML scalars); an impossible one (say
 n_embd=64 with n_head=3), or one that differs from another only in a data key its tokenizer does not
-use (a char run's data.bpe_vocab_size: the same run), is skipped with a note. Each valid one trains into its own run directory
-under the sweep folder (default out/sweeps/<config stem>), named after its values, e.g.
-`n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at max_iters),
+use (a char run's data.bpe_vocab_size: the same run), is skipped with a note. Each valid one
+trains into its own run directory under the sweep folder (default out/sweeps/<config stem>), named
+after its values, e.g. `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at max_iters),
 resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
 checkpoint; a run the folder holds under another name with the same settings (the grid's keys given
 in another order, --seeds added to a sweep without it: its run is that of the config's train.seed) is

@@ -846,7 +846,8 @@ def test_9_a_damaged_metrics_csv_is_one_line(tmp, run, capsys):
     (out / "metrics.csv").write_text("step,train_loss\n10,3.1\nnot a number,oops\n")
     # train.py --resume restores the rows from ckpt.pt, which carries them; compare.py has no ckpt.pt to ask
     result = in_process("train.py", [*sets(tmp, out, "train.max_iters=40"), "--resume", "--quiet"], capsys)
-    assert result.code == 0 and f"note: {out / 'metrics.csv'} was damaged: its 6 rows, of steps 0 to 30, restored" in result.err, result.err
+    said = f"note: {out / 'metrics.csv'} was damaged: its 6 rows, of steps 0 to 30, restored"
+    assert result.code == 0 and said in result.err, result.err
     assert (out / "metrics.csv").read_text().startswith((run / "metrics.csv").read_text())
     (out / "metrics.csv").write_text("step,train_loss\n10,3.1\nnot a number,oops\n")
     one_line(in_process("compare.py", [out, "--out", tmp / "cmp_bad"], capsys), "metrics.csv", "damaged")
