@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import shlex
-import stat
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -58,7 +56,8 @@ from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import check_writable, load_model, regular_file_target
 from tinygpt.config import MAX_THREADS
-from tinygpt.errors import ArgParser, ReaderMayLeave, Terminated, UserError, path_arg, path_word, run_cli, script_word, short
+from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, path_arg, path_word, read_capped,
+                            run_cli, script_word, short)
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device)
 from tinygpt.tokenizer import clean_text, encode_prompt
@@ -286,7 +285,7 @@ def decode_prompt(data: bytes, named: str) -> str:
     """A prompt's bytes as text, cleaned as training text is (no byte order mark, '\n' line ends):
     refused beyond MAX_PROMPT_BYTES or when not UTF-8."""
     if len(data) > MAX_PROMPT_BYTES:
-        raise prompt_too_long(named)
+        raise UserError(prompt_too_long(named))
     try:
         return clean_text(data.decode("utf-8"))
     except UnicodeDecodeError as e:
@@ -294,27 +293,21 @@ def decode_prompt(data: bytes, named: str) -> str:
 
 
 def read_prompt_file(path: Path, named: str) -> bytes:
-    """At most MAX_PROMPT_BYTES + 1 bytes of `path`, which may be a pipe (<(...)) or a device
-    (/dev/stdin, /dev/null); a regular file over the limit is refused by its size, unread."""
+    """The bytes of `path`, which may be a pipe (<(...)) or a device (/dev/stdin, /dev/null), at most
+    MAX_PROMPT_BYTES (read_capped: a regular file over the limit is refused by its size, unread)."""
     if not path.exists():
         raise UserError(f"--prompt-file not found: {short(str(path))}")
     if path.is_dir():
         raise UserError(f"{named} is a directory, not a file")
-    try:
-        with open(path, "rb") as f:
-            info = os.fstat(f.fileno())
-            if stat.S_ISREG(info.st_mode) and info.st_size > MAX_PROMPT_BYTES:
-                raise prompt_too_long(named, info.st_size)
-            return f.read(MAX_PROMPT_BYTES + 1)
-    except OSError as e:
-        raise UserError(f"{named} cannot be read: {e.strerror or type(e).__name__}") from None
+    return read_capped(path, MAX_PROMPT_BYTES, lambda why: f"{named} cannot be read: {why}",
+                       lambda size: prompt_too_long(named, size))
 
 
-def prompt_too_long(named: str, size: int | None = None) -> UserError:
-    """The refusal of a prompt over MAX_PROMPT_BYTES, of `size` bytes (None: unknown, a pipe read to the limit)."""
+def prompt_too_long(named: str, size: int | None = None) -> str:
+    """Why a prompt over MAX_PROMPT_BYTES, of `size` bytes (None: unknown, a pipe read to the limit), is refused."""
     what = f"is {size:,} bytes, over" if size is not None else "has more than"
-    return UserError(f"{named} {what} the {MAX_PROMPT_BYTES:,} bytes a prompt may have (the model sees only its "
-                     f"last block_size tokens: keep the end, e.g. with tail -c 10000)")
+    return (f"{named} {what} the {MAX_PROMPT_BYTES:,} bytes a prompt may have (the model sees only its last "
+            f"block_size tokens: keep the end, e.g. with tail -c 10000)")
 
 
 # ---- --show-attention ----

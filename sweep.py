@@ -448,7 +448,10 @@ def same_as_planned(runs: dict[tuple, str], flat: dict, name: str) -> str | None
     varies a data key its tokenizer does not use (data.bpe_vocab_size of a char run); else None,
     and the point is noted in `runs`."""
     settings = tuple((k, repr(v)) for k, v in flat.items() if k not in NEVER_COMPARED and applies(flat, k))
-    return runs.get(settings) or runs.setdefault(settings, name) and None
+    if settings in runs:
+        return runs[settings]
+    runs[settings] = name
+    return None
 
 
 def check_distinct(texts: dict[str, dict], flat: dict, combo: tuple[str, ...]) -> None:

@@ -28,7 +28,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     stop_while_starting()
 
 from tinygpt.checkpoint import check_writable
-from tinygpt.errors import ArgParser, UserError, elide, path_arg, run_cli
+from tinygpt.errors import ArgParser, UserError, elide, path_arg, read_capped, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,13 +56,8 @@ def saved_json(path: str | Path, named: str, what: str, limit: int = SAVED_BYTES
     """The JSON of the last line of a saved output (a command's stdout, kept in a file), read up to
     `limit` bytes; a UserError naming it (`named`) otherwise, whose `what` wrote it. The caller
     checks what the JSON holds (is_figure)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except OSError as e:
-        raise UserError(f"{named}: cannot read it ({e.strerror or type(e).__name__})") from None
-    if len(data) > limit:
-        raise UserError(f"{named} is over {limit:,} bytes; give the saved output of {what}")
+    data = read_capped(path, limit, lambda why: f"{named}: cannot read it ({why})",
+                       lambda size: f"{named} is over {limit:,} bytes; give the saved output of {what}")
     try:
         lines = data.decode("utf-8").strip().splitlines()
         return json.loads(lines[-1]) if lines else None

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 import yaml
 
 from model import ModelConfig
-from tinygpt.errors import UserError, elide, reason, short
+from tinygpt.errors import UserError, elide, read_capped, reason, short
 
 # ---- the schema ----
 
@@ -344,13 +344,9 @@ def read_yaml(path: str | Path) -> Any:
         raise UserError(f"{path} is a directory; give a config file (.yaml), e.g. configs/stories.yaml")
     if not path.exists():
         raise UserError(f"config file not found: {path}")
-    try:
-        with path.open("rb") as f:  # a file, or a pipe (train.py <(...)): read to the limit, never whole
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as e:
-        raise UserError(f"cannot read config file {path}: {e.strerror}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise UserError(f"{path} is refused: it is over {MAX_CONFIG_BYTES:,} bytes, and a config is a few plain keys")
+    data = read_capped(path, MAX_CONFIG_BYTES, lambda why: f"cannot read config file {path}: {why}",  # (or a pipe)
+                       lambda size: f"{path} is refused: it is over {MAX_CONFIG_BYTES:,} bytes, and a config is a "
+                                    f"few plain keys")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

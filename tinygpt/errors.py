@@ -23,6 +23,7 @@ import errno
 import os
 import reprlib
 import signal
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -305,6 +306,24 @@ def clean_up(step: Callable[[], object], failing: bool) -> None:
     except UserError:
         if not failing:
             raise
+
+
+def read_capped(path: str | Path, limit: int, cannot_read: Callable[[str], str],
+                too_big: Callable[[int | None], str]) -> bytes:
+    """The bytes of `path` (a file, or a pipe or a device: never read whole), at most `limit` of them;
+    else a UserError: cannot_read(the system's reason), or too_big(the size; None for a pipe read
+    past the limit). A regular file over the limit is refused by its size, unread."""
+    try:
+        with open(path, "rb") as f:
+            info = os.fstat(f.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+                raise UserError(too_big(info.st_size))
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise UserError(cannot_read(e.strerror or type(e).__name__)) from None
+    if len(data) > limit:
+        raise UserError(too_big(None))
+    return data
 
 
 def path_arg(text: str) -> Path:

@@ -49,13 +49,13 @@ def can_plot() -> bool:
     return _new_figure() is not None
 
 
-PNG_MARK = {"tinygpt": "report"}  # a tEXt entry in every picture drawn here: a report's is told from a user's file
+PNG_MARK = ("tinygpt", "report")  # a tEXt entry (keyword, text) in every picture drawn here: told from a user's
 
 
 def _png(fig, name: str) -> bytes:
     """The figure as PNG bytes, with its file's name (as its title) and PNG_MARK in its metadata."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Title": name, **PNG_MARK})
+    fig.savefig(buf, format="png", metadata={"Title": name, PNG_MARK[0]: PNG_MARK[1]})
     return buf.getvalue()
 
 
@@ -92,6 +92,17 @@ def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> No
                     ha="right", va="top", fontsize=8, color="0.35")
 
 
+def val_losses_by_step(runs: Sequence[dict[str, Any]]) -> dict[float, list[float]]:
+    """step -> the runs' val losses there (their metrics rows); a diverged run's NaN or inf left
+    out: a gap in its line."""
+    by_step: dict[float, list[float]] = {}
+    for r in runs:
+        for m in r.get("metrics", []):
+            if m.get("val_loss") is not None and math.isfinite(m["val_loss"]):
+                by_step.setdefault(m["step"], []).append(m["val_loss"])
+    return by_step
+
+
 def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     """Val loss vs step, one line per setting (report.group_by_setting): the mean over its runs
     (seeds) with a band of ± one standard deviation, labelled by the varied values: the PNG, or None
@@ -102,11 +113,7 @@ def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     ax = fig.subplots()
     curves = []
     for g in groups:
-        by_step: dict[float, list[float]] = {}
-        for r in g["runs"]:
-            for m in r.get("metrics", []):
-                if m.get("val_loss") is not None and math.isfinite(m["val_loss"]):  # a diverged run: a gap
-                    by_step.setdefault(m["step"], []).append(m["val_loss"])
+        by_step = val_losses_by_step(g["runs"])
         if not by_step:
             continue
         steps = sorted(by_step)

@@ -29,7 +29,7 @@ from data.prepare import token_keys
 from tinygpt.checkpoint import atomic_write_all
 from tinygpt.config import DataConfig
 from tinygpt.errors import UserError
-from tinygpt.plots import PNG_MARK, settings_png, val_loss_png
+from tinygpt.plots import PNG_MARK, settings_png, val_loss_png, val_losses_by_step
 from tinygpt.runs import CHECKPOINTS
 
 SEED = "train.seed"
@@ -281,16 +281,9 @@ def repeats_note(groups: Sequence[dict[str, Any]]) -> str:
 def one_run_per_seed(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs with each seed's repeats merged into one whose val loss is their mean at each step:
     the val-loss plot's mean and band are over seeds."""
-    merged = []
-    for same in runs_by_seed(runs):
-        by_step: dict[float, list[float]] = {}
-        for r in same:
-            for m in r.get("metrics", []):
-                if m.get("val_loss") is not None and math.isfinite(m["val_loss"]):  # (the plot's gaps)
-                    by_step.setdefault(m["step"], []).append(m["val_loss"])
-        merged.append(same[0] if len(same) == 1 else
-                      {"metrics": [{"step": s, "val_loss": statistics.fmean(v)} for s, v in sorted(by_step.items())]})
-    return merged
+    return [same[0] if len(same) == 1 else {"metrics": [{"step": step, "val_loss": statistics.fmean(losses)}
+                                                        for step, losses in sorted(val_losses_by_step(same).items())]}
+            for same in runs_by_seed(runs)]
 
 
 def seeds_val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
@@ -344,7 +337,7 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
 
 REPORT_FILES = ("results.md", "results.csv", "summary.csv", "val_loss.png", "settings.png")
 TITLES = {"# Sweep of ": "sweep", "# Comparison of ": "comparison"}  # results.md's first line, by its writer
-MARK = b"\x00".join(s.encode() for s in next(iter(PNG_MARK.items())))  # its tEXt entry: keyword NUL text
+MARK = "\0".join(PNG_MARK).encode()  # its tEXt entry in a PNG's bytes: keyword NUL text
 
 
 def write_val_loss(groups: Sequence[dict[str, Any]], out_dir: Path) -> Path | None:
