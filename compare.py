@@ -68,7 +68,7 @@ def draw(args, rows: list[dict], varied: list[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     p = ArgParser(prog="compare.py", description="Tabulate and plot existing tinygpt runs side by side.")
-    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (train.out_dir)")
+    p.add_argument("runs", nargs="+", type=path_arg, metavar="RUN_DIR", help="run directories (train.out_dir)")
     p.add_argument("--out", type=path_arg, default=Path("out/compare"),
                    help="folder for results.md, results.csv, summary.csv, val_loss.png and (two settings or "
                         "more) settings.png (default: out/compare)")

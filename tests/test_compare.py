@@ -291,6 +291,9 @@ def test_an_empty_out_is_refused_not_the_current_folder(tmp_path, monkeypatch):
         compare.main([run, "--out", ""])
     with pytest.raises(UserError, match=r"argument --out: an empty path names no file or folder"):
         sweep.main([SWEEP_CONFIG, "--grid", "model.n_head=1,2", "--out", ""])
+    # an empty run directory (an unset $RUN) read the current folder as a run
+    with pytest.raises(UserError, match=r"argument RUN_DIR: an empty path names no file or folder"):
+        compare.main(["", "--out", str(tmp_path / "cmp")])
     assert [p.name for p in tmp_path.iterdir()] == ["a"]
 
 
