@@ -56,6 +56,7 @@ from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import check_writable, load_model, regular_file_target
 from tinygpt.config import MAX_THREADS
+from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, path_arg, path_word, read_capped,
                             run_cli, script_word, short)
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
@@ -202,7 +203,9 @@ def png_prefix(args, sample: int) -> str:
 
 
 def check_output_files(args, n_layer: int) -> None:
-    """No file this run will write may be a folder: writing it would fail only after the generation."""
+    """No file this run will write may be a folder (writing it would fail only after the generation),
+    or a file that tinygpt did not write: a user's notes.html, the checkpoint sampled from, a picture
+    of that name. An earlier heatmap or page of tinygpt's is replaced (by its mark)."""
     files = []
     if args.attention_png is not None:
         files += [("--attention-png", args.attention_png / f"{prefix}_layer{layer}.png")
@@ -214,6 +217,12 @@ def check_output_files(args, n_layer: int) -> None:
     for flag, path in files:
         if path.is_dir():
             raise UserError(f"{flag}: it would write {short(str(path))}, which is a directory")
+        png = flag == "--attention-png"
+        if path.exists() and not (png_marked(path, HEATMAP_MARK) if png else attention_html.is_explorer_page(path)):
+            raise UserError(f"{flag}: it would overwrite {short(str(path))}, which is not "
+                            f"{'an attention heatmap' if png else 'an attention explorer page'} that tinygpt wrote "
+                            f"(a file of yours, or one written before tinygpt marked its own); move it away, or "
+                            f"choose another {'folder' if png else 'file name'}")
 
 
 # ---- a terminal: control characters shown, not obeyed ----
@@ -349,9 +358,10 @@ HEATMAP_NAME = re.compile(r"attention(_sample\d+)?_layer\d+\.png")  # the names 
 
 def remove_other_heatmaps(folder: Path, written: list[Path]) -> None:
     """The heatmaps an earlier call left in `folder` (a model with more layers, more samples) would
-    pass for this one's: remove those this call did not write."""
+    pass for this one's: remove those this call did not write (by their mark: a user's file of such a
+    name stays)."""
     for path in folder.iterdir():
-        if HEATMAP_NAME.fullmatch(path.name) and path not in written and path.is_file():
+        if HEATMAP_NAME.fullmatch(path.name) and path not in written and png_marked(path, HEATMAP_MARK):
             path.unlink(missing_ok=True)
 
 

@@ -198,13 +198,18 @@ class Tokens(HTMLParser):
             self.tokens[self.current][self.part] += data
 
 
-def rendered(path: Path, fragment: str) -> dict[int, dict]:
-    """The page's tokens after its scripts ran, opened at path#fragment in headless Chromium."""
+def dom(path: Path, fragment: str) -> str:
+    """The page as headless Chromium shows it after its scripts ran, opened at path#fragment."""
     done = subprocess.run([browser(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
                            f"{path.resolve().as_uri()}#{fragment}"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def rendered(path: Path, fragment: str) -> dict[int, dict]:
+    """The page's tokens after its scripts ran, opened at path#fragment in headless Chromium."""
     parser = Tokens()
-    parser.feed(done.stdout)
+    parser.feed(dom(path, fragment))
     return parser.tokens
 
 
@@ -275,7 +280,11 @@ def test_each_of_16_heads_has_its_own_colour_and_a_slid_window_is_said(tmp_path)
     data = attention_html.explorer_data(model, tok, ids + new, N_NEW, steps, "16 heads")
     path = tmp_path / "explorer.html"
     path.write_text(attention_html.explorer_html(data), encoding="utf-8")
-    tokens = rendered(path, "layer=0&head=all&query=15")
+    shown = dom(path, "layer=0&head=all&query=15")
+    assert "; 1 layer x 16 heads." in shown  # (it said "1 layers")
+    parser = Tokens()
+    parser.feed(shown)
+    tokens = parser.tokens
     assert len(set(tokens[0]["colours"])) == 16  # the ten fixed colours repeated from head 10 on
     first = data["first_generated"]
     slid = [k for k in range(first, 16) if data["steps"][k - first]["ctx"] != k]

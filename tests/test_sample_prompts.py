@@ -102,6 +102,41 @@ def test_heatmaps_of_an_earlier_call_do_not_stay_beside_new_ones(tiny_stories_ru
                                                               + ["notes.txt"])
 
 
+def test_a_users_file_is_neither_overwritten_nor_removed_by_the_attention_files(tiny_stories_run, tmp_path):
+    """--attention-html replaced any file without a word (the checkpoint sampled from, a user's
+    notes.html), and --attention-png removed a user's files named like heatmaps (attention_layer9.png):
+    tinygpt's pages and heatmaps carry a mark, and only they are replaced or removed."""
+    pytest.importorskip("matplotlib")
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in tiny_stories_run.iterdir():
+        if f.is_file():
+            (run / f.name).write_bytes(f.read_bytes())
+    weights = (run / "best.pt").read_bytes()
+    refused([run, "--prompt", "Mia", *GREEDY, "--attention-html", run / "best.pt"],
+            r"--attention-html: it would overwrite .*best.pt', which is not an attention explorer page that tinygpt wrote")
+    assert (run / "best.pt").read_bytes() == weights
+    notes = tmp_path / "notes.html"
+    notes.write_text("mine")
+    refused([run, "--prompt", "Mia", *GREEDY, "--attention-html", notes, "--num-samples", "1"], r"notes.html', which is not")
+    assert notes.read_text() == "mine"
+    page = tmp_path / "page.html"
+    run_sample([run, "--prompt", "Mia", *GREEDY, "--attention-html", page])
+    first = page.read_text()
+    run_sample([run, "--prompt", "Then she", *GREEDY, "--attention-html", page])  # its own page: replaced
+    assert page.read_text() != first
+
+    folder = tmp_path / "pics"
+    folder.mkdir()
+    (folder / "attention_layer9.png").write_text("mine")  # a name of a deeper model's heatmap
+    run_sample([run, "--prompt", "Mia", *GREEDY, "--attention-png", folder])
+    assert (folder / "attention_layer9.png").read_text() == "mine"  # left where it was
+    (folder / "attention_layer0.png").write_text("mine too")  # a name this call writes
+    refused([run, "--prompt", "Mia", *GREEDY, "--attention-png", folder],
+            r"--attention-png: it would overwrite .*attention_layer0.png', which is not an attention heatmap")
+    assert (folder / "attention_layer0.png").read_text() == "mine too"
+
+
 def end_child(pid: int, fd: int) -> None:
     """After a pseudo-terminal's child: kill it if it still runs, reap it, close its terminal."""
     with contextlib.suppress(ProcessLookupError, ChildProcessError):

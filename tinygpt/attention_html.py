@@ -85,6 +85,19 @@ def write_explorer(path: str | Path, model: GPT, tokenizer, ids: Sequence[int], 
     return path
 
 
+GENERATOR = '<meta name="generator" content="tinygpt attention explorer">'  # in PAGE's head: told from a user's file
+
+
+def is_explorer_page(path: Path) -> bool:
+    """Did tinygpt write the file at `path` (a page that a new one may replace, unlike a user's own
+    file of that name)? By GENERATOR in its first lines."""
+    try:
+        with open(path, "rb") as f:
+            return GENERATOR.encode() in f.read(4096)
+    except OSError:  # unreadable: it cannot be told ours
+        return False
+
+
 def numbered(path: Path, sample: int, n_samples: int) -> Path:
     """The page for sample `sample` (from 0): path itself for a single sample, else stem_sampleN."""
     return path if n_samples == 1 else path.with_name(f"{path.stem}_sample{sample + 1}{path.suffix}")
@@ -106,6 +119,7 @@ PAGE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<meta name="generator" content="tinygpt attention explorer">
 <title>%TITLE%</title>
 <style>
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1em 2em; color: #222; }
@@ -177,7 +191,7 @@ document.getElementById("title").textContent = D.title || "attention";
 document.title = D.title || "attention";
 document.getElementById("legend").textContent =
   `${T} token${T === 1 ? "" : "s"}, in one forward pass` + (D.earlier ? ` (the last ${T}; ${D.earlier} earlier tokens not shown)` : "") +
-  `; ${D.n_layer} layers x ${D.n_head} heads. Hover a token to see where it looks (click to pin it, then hover ` +
+  `; ${D.n_layer} layer${D.n_layer === 1 ? "" : "s"} x ${D.n_head} head${D.n_head === 1 ? "" : "s"}. Hover a token to see where it looks (click to pin it, then hover ` +
   `the others for their weight in every head); shading = weight (square-root scale), number = % of the ` +
   `query's attention` + (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
   "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + "); ␣ = space.";

@@ -32,7 +32,7 @@ import torch
 
 from model import GPT, HeadTrace, Step, causal_mask, next_token_probs
 from tinygpt.checkpoint import atomic_write
-from tinygpt.plots import plain_text
+from tinygpt.plots import HEATMAP_MARK, plain_text
 
 MASKED = "."  # a future key, masked to weight exactly 0
 SPACE = "␣"  # a space inside a token label
@@ -82,11 +82,12 @@ def sampling_rule(temperature: float, top_k: int | None, top_p: float | None) ->
 def step_candidates(step: Step, temperature: float, top_k: int | None, top_p: float | None
                     ) -> tuple[int, float, list[tuple[int, float]]]:
     """One Step of model.generate_steps (batch item 0) -> (chosen id, its probability, the TOP_N most
-    likely (id, probability)), probabilities as the token was drawn (next_token_probs)."""
+    likely (id, probability) of those it could draw), probabilities as the token was drawn (next_token_probs)."""
     probs = next_token_probs(step.logits, temperature, top_k, top_p)[0]  # (V,)
     chosen = int(step.token[0])
     top_probs, top_ids = torch.topk(probs, min(TOP_N, probs.numel()))
-    return chosen, float(probs[chosen]), [(int(i), float(q)) for q, i in zip(top_probs, top_ids)]
+    # (a token the rule left out, probability 0, was never a candidate: top-k 1 lists one)
+    return chosen, float(probs[chosen]), [(int(i), float(q)) for q, i in zip(top_probs, top_ids) if q > 0]
 
 
 # ---- text tables ----
@@ -303,7 +304,7 @@ def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: s
         fig = heatmap_figure(trace.weights[0], labels, last, causal,
                              title=f"{title}, layer {layer}" if title else f"layer {layer}")
         png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=100)
+        fig.savefig(png, format="png", dpi=100, metadata=dict([HEATMAP_MARK]))  # marked: told from a user's PNG
         path = Path(out_dir) / f"{prefix}_layer{layer}.png"
         atomic_write(path, lambda f: f.write(png.getvalue()))  # creates out_dir the first time
         paths.append(path)

@@ -50,6 +50,18 @@ def can_plot() -> bool:
 
 
 PNG_MARK = ("tinygpt", "report")  # a tEXt entry (keyword, text) in every picture drawn here: told from a user's
+HEATMAP_MARK = ("tinygpt", "attention heatmap")  # the same in sample.py --attention-png's (attention_view.py)
+
+
+def png_marked(path: Path, mark: tuple[str, str]) -> bool:
+    """Does the file at `path` hold a PNG with `mark` in its metadata, i.e. one that tinygpt drew (not a
+    user's picture of the same name)? matplotlib writes its tEXt entries before the image data."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError:  # unreadable: it cannot be told ours
+        return False
+    return head.startswith(b"\x89PNG") and "\0".join(mark).encode() in head
 
 
 def _png(fig, name: str) -> bytes:

@@ -29,7 +29,7 @@ from data.prepare import token_keys
 from tinygpt.checkpoint import atomic_write_all
 from tinygpt.config import DataConfig
 from tinygpt.errors import UserError
-from tinygpt.plots import PNG_MARK, settings_png, val_loss_png, val_losses_by_step
+from tinygpt.plots import PNG_MARK, png_marked, settings_png, val_loss_png, val_losses_by_step
 from tinygpt.runs import CHECKPOINTS
 
 SEED = "train.seed"
@@ -337,7 +337,6 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
 
 REPORT_FILES = ("results.md", "results.csv", "summary.csv", "val_loss.png", "settings.png")
 TITLES = {"# Sweep of ": "sweep", "# Comparison of ": "comparison"}  # results.md's first line, by its writer
-MARK = "\0".join(PNG_MARK).encode()  # its tEXt entry in a PNG's bytes: keyword NUL text
 
 
 def write_val_loss(groups: Sequence[dict[str, Any]], out_dir: Path) -> Path | None:
@@ -380,11 +379,6 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
                         f"replace the whole report")
 
 
-def _head(path: Path) -> bytes:
-    with open(path, "rb") as f:
-        return f.read(65536)
-
-
 def _first_line(path: Path) -> str:
     with open(path, "rb") as f:
         return f.readline(65536).decode("utf-8", "replace").rstrip("\r\n")
@@ -411,11 +405,12 @@ def is_report_file(out_dir: Path, name: str) -> bool:
             header = next(csv.reader([_first_line(path)]), [])
             first, wanted = ("run", RESULT_COLUMNS) if name == "results.csv" else ("setting", ["best_val_loss_mean"])
             return header[:1] == [first] and set(wanted) <= set(header)
-        head = _head(path)  # (matplotlib writes its tEXt entries before the image data)
+        if png_marked(path, PNG_MARK):
+            return True
+        with open(path, "rb") as f:  # (matplotlib writes its tEXt entries before the image data)
+            return b"Software\x00Matplotlib" in f.read(65536) and report_maker(out_dir) is not None
     except (OSError, csv.Error):  # unreadable: it cannot be told ours
         return False
-    return (head.startswith(b"\x89PNG") and MARK in head
-            or b"Software\x00Matplotlib" in head and report_maker(out_dir) is not None)
 
 
 def foreign_report_file(out_dir: Path, names: Sequence[str] = REPORT_FILES) -> str | None:
