@@ -486,6 +486,35 @@ def test_atomic_dir_sweeps_the_temp_folder_of_a_dead_writer(tmp_path):
     assert (tmp_path / "out" / "whole.bin").read_bytes() == b"y"
 
 
+def test_a_replacement_stopped_between_its_two_renames_leaves_the_old_folder(tmp_path, monkeypatch):
+    """export.py --force stopped (Ctrl-C, SIGTERM) after the old export was moved aside: the old one
+    was being deleted and the new one was removed, leaving no export at all; killed there (SIGKILL),
+    the next writer deleted the old one left aside. Now the old folder comes back in both cases."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "weights.bin").write_bytes(b"old")
+    real_replace = os.replace
+
+    def stopped_before_the_new_folder_is_in(src, dst):
+        if str(src).endswith(".tmp"):
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(checkpoint.os, "replace", stopped_before_the_new_folder_is_in)
+    with pytest.raises(KeyboardInterrupt):
+        with checkpoint.atomic_dir(out) as tmp:
+            (tmp / "weights.bin").write_bytes(b"new")
+    monkeypatch.undo()
+    assert (out / "weights.bin").read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+    killed = tmp_path / ".out.99999999.abcd.old"  # a dead writer's (pid beyond pid_max), out moved into it
+    out.rename(tmp_path / "moved")
+    killed.mkdir()
+    (tmp_path / "moved").rename(killed / "out")
+    checkpoint.sweep_temp_files(out)
+    assert (out / "weights.bin").read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
 def test_a_temp_file_of_an_earlier_process_with_this_pid_is_swept(tmp_path):
     """In a container every restart is pid 1: a checkpoint's temp file left by a killed run had the
     pid of the run that resumed it, which took it for its own and kept it, for good."""

@@ -151,7 +151,8 @@ STARTED = time.time()  # about when this process started (this module is among i
 
 def sweep_temp_files(path: Path) -> None:
     """Remove the temp files (or atomic_dir's temp folders, and the old folders it was replacing)
-    of `path` left by writers that died mid-write; a live writer's (its pid is running: another
+    of `path` left by writers that died mid-write, but put an old folder back where nothing replaced
+    it (a kill between atomic_dir's two renames); a live writer's (its pid is running: another
     process writing the same path) is never touched. One with this process's own pid from before
     it started was left by an earlier process with the same pid (in a container, every restart
     is pid 1)."""
@@ -167,12 +168,27 @@ def sweep_temp_files(path: Path) -> None:
                     continue
             elif time.time() - stale.stat().st_mtime < STALE_UNTAGGED_S:
                 continue
-            if stale.is_dir():
+            if stale.suffix == ".old" and not path.exists():  # killed between atomic_dir's two renames
+                put_back(stale, path)
+            elif stale.is_dir():
                 shutil.rmtree(stale)
             else:
                 stale.unlink(missing_ok=True)
         except OSError:  # vanished meanwhile, or not ours to remove: leave it
             pass
+
+
+def put_back(aside: Path, path: Path) -> None:
+    """Move the folder atomic_dir set aside in `aside` (a .old folder) back to `path`, where no new
+    one came: a replacement stopped half-way leaves the old folder, not none. Where it cannot be
+    moved (and nothing else came), it stays aside: never deleted while path is missing."""
+    if (aside / path.name).exists():
+        try:
+            os.replace(aside / path.name, path)
+        except OSError:
+            if not path.exists():
+                return
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def glob_escape(text: str) -> str:
@@ -267,13 +283,14 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     """Build the folder `path` inside a temp folder beside it (yielded); on success fsync its files
     and rename it into place, so readers see the old folder or the whole new one. If meanwhile
     another process put a folder there that keep_existing(path) accepts, that one stays and ours
-    is dropped, even when it appears between our check and our rename; an outdated one is
-    replaced. On an error the temp folder is removed."""
+    replaced: moved aside, the new one renamed in, and only then deleted. On an error (a Ctrl-C
+    included) the temp folder is removed and an old folder moved aside is put back."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep_temp_files(path)  # the temp folders of writers killed mid-write
     # the writer's pid in the name: sweep_temp_files removes the folder once its writer is dead
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent))
+    aside: list[Path] = []  # the folders moved away from path, the first one the folder we replace
     try:
         tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; give what a plain mkdir would
         yield tmp
@@ -288,7 +305,7 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
                 old = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".old", dir=path.parent))
                 with suppress(FileNotFoundError):  # another process may have moved it first
                     os.replace(path, old / path.name)
-                shutil.rmtree(old, ignore_errors=True)
+                aside.append(old)
             try:
                 os.replace(tmp, path)
                 break
@@ -296,8 +313,12 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
                 if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                     raise
         fsync_dir(path.parent)
+        for old in aside:  # (a kill during this leaves the new folder in place and a .old that is swept)
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if aside and not path.exists():  # stopped between moving the old folder away and renaming ours in
+            put_back(aside[0], path)
         # a full disk (numpy's short write has no errno), or atomic_write's refusal of a file in tmp,
         # which would name a temp folder the user never named
         cause = os_error_behind(e) or (e.__cause__ if isinstance(e.__cause__, OSError) else None)
