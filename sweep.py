@@ -427,9 +427,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
         flat = flat_config(cfg)
         check_distinct(texts, flat, combo)
         if (same := same_as_planned(runs, flat, name)) is not None:
-            unused = ", ".join(k for k in keys if not applies(flat, k))
-            print(f"skip {name}: the same run as {same} ({unused} does not change the tokens of a "
-                  f"data.tokenizer={cfg.data.tokenizer!r} run)")
+            print(f"skip {name}: the same run as {same} ({why_the_same(keys, flat)})")
             continue
         if args.probe and cfg.data.dataset != "stories":
             raise UserError(f"--probe measures coreference in the stories corpus, but {name} trains on "
@@ -452,6 +450,19 @@ def same_as_planned(runs: dict[tuple, str], flat: dict, name: str) -> str | None
         return runs[settings]
     runs[settings] = name
     return None
+
+
+def why_the_same(keys: Sequence[str], flat: dict) -> str:
+    """Why a grid point is the same run as one planned before it (same_as_planned): the grid keys
+    that change no result, and those its tokenizer does not use."""
+    moot = [k for k in keys if k in NEVER_COMPARED]
+    unused = [k for k in keys if k not in NEVER_COMPARED and not applies(flat, k)]
+    reasons = []
+    if moot:
+        reasons.append(f"{', '.join(moot)} changes where a run's files go or when it draws, not the run")
+    if unused:
+        reasons.append(f"{', '.join(unused)} does not change the tokens of a data.tokenizer={flat['data.tokenizer']!r} run")
+    return "; ".join(reasons)
 
 
 def check_distinct(texts: dict[str, dict], flat: dict, combo: tuple[str, ...]) -> None:

@@ -576,6 +576,12 @@ def test_a_grid_point_that_a_data_key_does_not_change_is_one_run(tmp_path, monke
             "(data.bpe_vocab_size does not change the tokens of a data.tokenizer='char' run)") in printed
     assert started.read_text().splitlines() == ["tokenizer=char,bpe_vocab_size=300", "tokenizer=bpe,bpe_vocab_size=300",
                                                 "tokenizer=bpe,bpe_vocab_size=400"]
+    # a grid over a key that changes no result: said so (it said "( does not change the tokens of ...)")
+    _, printed = run_sweep([CONFIG, "--grid", "train.plot=end,never",
+                            *[a for a in shrink(tmp_path / "prepared") if a != "train.plot=never"],
+                            "--out", str(tmp_path / "sw2")])
+    assert ("skip plot=never: the same run as plot=end (train.plot changes where a run's files go or when it "
+            "draws, not the run)") in printed
 
 
 def test_a_report_leaves_out_a_grid_value_that_does_not_apply(tmp_path):
@@ -737,15 +743,20 @@ def test_runs_that_did_not_finish_are_left_out_of_the_summary(tmp_path):
     ones (its loss is of fewer steps), n counts the finished runs, and the report says so."""
     rows = [{"run": "a", "model.n_head": 1, "train.seed": 1, "status": "done", "best_val_loss": 2.0},
             {"run": "b", "model.n_head": 1, "train.seed": 2, "status": "done", "best_val_loss": 2.2},
-            {"run": "c", "model.n_head": 1, "train.seed": 3, "status": "failed (exit 143), step 970/1500",
+            {"run": "c", "model.n_head": 1, "train.seed": 3, "status": "failed (stopped by SIGTERM), step 970/1500",
              "best_val_loss": 4.8},
-            {"run": "d", "model.n_head": 2, "train.seed": 1, "status": "step 5/10", "best_val_loss": 5.0}]
+            {"run": "d", "model.n_head": 2, "train.seed": 1, "status": "step 5/10", "best_val_loss": 5.0},
+            {"run": "e", "model.n_head": 2, "train.seed": 2, "best_val_loss": None,
+             "status": "failed (exit 2: training diverged: the train loss is nan at step 10; ...), step 0/10"}]
     groups = report.group_by_setting(rows, ["model.n_head", "train.seed"])
     assert groups[0]["stats"]["best_val_loss"]["mean"] == pytest.approx(2.1) and groups[0]["left_out"] == 1
-    assert groups[1]["stats"]["best_val_loss"]["n"] == 0
+    assert groups[1]["stats"]["best_val_loss"]["n"] == 0 and groups[1]["left_out"] == 2
     text, _ = report.write_report(rows, ["model.n_head", "train.seed"], tmp_path, title="t")
     assert "| n_head=1 | 2 | 2.1000 ± 0.1414" in text and "| n_head=2 | 0 |" in text
-    assert "2 run(s) that did not finish" in text
+    # a run that ended in an error is not sent to `--resume`, which would only repeat it
+    assert "2 run(s) that did not finish (see their status above) are left out of these figures: finish them" in text
+    assert "1 run(s) that ended in an error (see their status above) are left out of these figures: a rerun " \
+           "repeats the error until its cause is fixed" in text
 
 
 def test_a_picture_not_drawn_again_is_removed(tmp_path):

@@ -95,6 +95,12 @@ def finished_run(row: dict[str, Any]) -> bool:
     return row.get("status", "done") == "done"
 
 
+def ended_in_error(row: dict[str, Any]) -> bool:
+    """Whether a results row is of a run that ended in an error (sweep.failed_status: 'failed (exit 2:
+    training diverged ...)'), which a rerun repeats, unlike a run stopped or killed on its way."""
+    return str(row.get("status", "")).startswith("failed (exit")
+
+
 def seed_of(row: dict[str, Any]) -> str | None:
     """A results row's train.seed (as text: a sweep's grid gives it as text), None where unknown."""
     seed = row[SEED] if SEED in row else row.get("config", {}).get(SEED)
@@ -120,9 +126,9 @@ def seed_means(runs: Sequence[dict[str, Any]], metric: str) -> list[float]:
 def group_by_setting(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> list[dict[str, Any]]:
     """Rows of runs -> one group per setting (the varied keys but train.seed), in first-seen order:
     {'setting': {key: value}, 'label': 'n_head=4', 'runs': [rows], 'stats': {metric: stats}, 'left_out': n,
-    'n': seeds, 'repeats': [[rows of one seed]]}; the stats are over the finished runs, one value per
-    seed (the mean of its runs: `repeats` lists the seeds trained more than once), `left_out` counts
-    the others. A key that does not apply to a run (applies) is None in its setting, and not labelled."""
+    'errors': n, 'n': seeds, 'repeats': [[rows of one seed]]}; the stats are over the finished runs, one
+    value per seed (the mean of its runs: `repeats` lists the seeds trained more than once), `left_out`
+    counts the others, `errors` those of them that ended in an error. A key that does not apply to a run (applies) is None in its setting, and not labelled."""
     keys = [k for k in varied if k != SEED]
     groups: dict[tuple, dict[str, Any]] = {}
     for r in rows:
@@ -135,6 +141,7 @@ def group_by_setting(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> l
                                if v is not None) or "all runs"
         finished = [r for r in g["runs"] if finished_run(r)]
         g["left_out"] = len(g["runs"]) - len(finished)
+        g["errors"] = sum(map(ended_in_error, g["runs"]))
         seeds = runs_by_seed(finished)
         g["n"] = len(seeds)
         g["repeats"] = [same for same in seeds if len(same) > 1]
@@ -248,10 +255,14 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
     """The per-setting table over seeds, the best heads, and the differences one can trust."""
     text = "Per setting over seeds: mean ± std [95% interval of the mean]; n finished runs' seeds.\n\n"
     text += summary_markdown(groups, metrics)
-    left_out = sum(g["left_out"] for g in groups)
-    if left_out:
-        text += (f"\n{left_out} run(s) that did not finish (see their status above) are left out of these "
+    errors = sum(g["errors"] for g in groups)
+    unfinished = sum(g["left_out"] for g in groups) - errors
+    if unfinished:
+        text += (f"\n{unfinished} run(s) that did not finish (see their status above) are left out of these "
                  f"figures: finish them (train.py --resume, or the sweep's command again).\n")
+    if errors:  # (a diverged run resumed diverges again: "finish them" would send the user round in circles)
+        text += (f"\n{errors} run(s) that ended in an error (see their status above) are left out of these "
+                 f"figures: a rerun repeats the error until its cause is fixed.\n")
     if probed:
         text += "\nBest head on the antecedent's attribute, per run: " + "; ".join(
             f"{g['label']}: {g['attribute_heads']}" for g in groups) + "\n"
