@@ -304,10 +304,14 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
             return "refuse", (f"{run_dir} holds a run with other settings ({', '.join(changed)}); it is "
                               f"not reused: choose another --out, or delete it to retrain")
         try:  # what the report reads, and what train.py --resume would refuse: refused now, before any training
+            # (rows the checkpoint carries come back: train.py --resume restores them, and config.yaml)
+            _, restored = resumed_metrics(run_dir, ckpt)
             if ckpt["step"] < cfg.train.max_iters:
-                resumed_metrics(run_dir, ckpt)  # (rows the checkpoint carries come back: train.py restores them)
                 return "resume", f"resuming from step {ckpt['step']} of {cfg.train.max_iters}"
             missing = [name for name in ("config.yaml", "metrics.csv") if not (run_dir / name).is_file()]
+            if isinstance(ckpt.get("metrics_csv"), str) and (missing or restored):
+                return "resume", (f"finished earlier (step {ckpt['step']}), without its "
+                                  f"{' and '.join(missing) or 'whole metrics.csv'}: restored from its ckpt.pt")
             if missing:
                 return "refuse", (f"{run_dir} holds a finished run without its {' and '.join(missing)}, which the "
                                   f"report reads; restore it, or move the folder away to retrain")

@@ -42,7 +42,8 @@ import compare
 from tinygpt import plots, report, runs
 import sweep
 import train
-from tinygpt.checkpoint import load_checkpoint
+from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+from tinygpt.config import load_config
 from conftest import ROOT, fake_cores
 from tinygpt.errors import UserError
 
@@ -163,8 +164,9 @@ def test_rerun_skips_finished_and_resumes_unfinished(first_sweep):
 
 def test_a_rerun_that_cannot_report_or_reproduce_a_run_is_refused_before_training(first_sweep, tmp_path):
     """Refused before anything trains (n_head=8 is new): a finished run whose metrics.csv is damaged
-    or gone (its row would be blank or the sweep would fail after training the others), and more
-    train.max_iters (the cosine schedule decays over it: the resumed run is not a run of that length)."""
+    or gone and whose checkpoint (an older tinygpt's) does not carry its rows (its row would be blank
+    or the sweep would fail after training the others), and more train.max_iters (the cosine schedule
+    decays over it: the resumed run is not a run of that length)."""
     def refused(folder: Path, match: str, *more: str) -> None:
         with pytest.raises(UserError, match=match), contextlib.redirect_stdout(io.StringIO()):
             sweep.main([CONFIG, "--grid", "model.n_head=1,8", *shrink(tmp_path / "prepared"), *more,
@@ -174,6 +176,8 @@ def test_a_rerun_that_cannot_report_or_reproduce_a_run_is_refused_before_trainin
     for case in ("damaged", "missing", "longer"):
         folder = tmp_path / case
         shutil.copytree(first_sweep["out"] / "n_head=1", folder / "n_head=1")
+        older = {k: v for k, v in load_checkpoint(folder / "n_head=1" / "ckpt.pt").items() if k != "metrics_csv"}
+        save_checkpoint(folder / "n_head=1" / "ckpt.pt", older)
         if case == "damaged":
             (folder / "n_head=1" / "metrics.csv").write_text("garbage\n")
             refused(folder, r"metrics.csv is damaged")
@@ -182,6 +186,26 @@ def test_a_rerun_that_cannot_report_or_reproduce_a_run_is_refused_before_trainin
             refused(folder, r"holds a finished run without its metrics.csv")
         else:
             refused(folder, r"other settings \(train.max_iters=10 \(now 15\)\)", "train.max_iters=15")
+
+
+def test_a_finished_run_whose_metrics_are_lost_is_restored_from_its_checkpoint(first_sweep, tmp_path):
+    """A finished run's metrics.csv deleted or damaged was refused ("move the folder away to retrain"),
+    though its ckpt.pt carries the rows and train.py --resume restores them: the sweep resumes it."""
+    run = tmp_path / "sw" / "n_head=1"
+    shutil.copytree(first_sweep["out"] / "n_head=1", run)
+    rows = (run / "metrics.csv").read_text()
+    (run / "metrics.csv").write_text("garbage\n")
+    cfg = load_config(CONFIG, [*shrink(tmp_path / "prepared")[1:], "model.n_head=1", f"train.out_dir={run}"])
+    assert sweep.existing_run(run, cfg) == ("resume", "finished earlier (step 10), without its whole metrics.csv: "
+                                                      "restored from its ckpt.pt")
+    (run / "metrics.csv").unlink()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        _, printed = run_sweep([CONFIG, "--grid", "model.n_head=1", *shrink(tmp_path / "prepared"),
+                                "--out", str(tmp_path / "sw"), "--quiet"])
+    assert "n_head=1: finished earlier (step 10), without its metrics.csv: restored from its ckpt.pt" in printed
+    assert (run / "metrics.csv").read_text() == rows
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["done"]
 
 
 def recording_train(tmp_path: Path, monkeypatch) -> Path:
