@@ -289,6 +289,15 @@ def changed_settings(saved: dict, cfg: Config) -> list[str]:
             if k not in REUSABLE_ACROSS and old.get(k) != v]
 
 
+def readable_config(run_dir: Path) -> bool:
+    """Does run_dir's config.yaml read as a run's (not missing, cut short or edited into an error)?"""
+    try:
+        read_config(run_dir)
+    except UserError:
+        return False
+    return True
+
+
 def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
     """What to do with run_dir: ('train' | 'resume' | 'skip' | 'refuse', a note saying why). A run
     that stopped before its first checkpoint is started again (train.py rewrites its config.yaml
@@ -308,10 +317,12 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
             _, restored = resumed_metrics(run_dir, ckpt)
             if ckpt["step"] < cfg.train.max_iters:
                 return "resume", f"resuming from step {ckpt['step']} of {cfg.train.max_iters}"
+            lost = [name for name, gone in (("config.yaml", not readable_config(run_dir)),
+                                            ("metrics.csv", restored is not None)) if gone]
+            if isinstance(ckpt.get("metrics_csv"), str) and lost:
+                return "resume", (f"finished earlier (step {ckpt['step']}), its {' and '.join(lost)} lost or "
+                                  f"damaged: restored from its ckpt.pt")
             missing = [name for name in ("config.yaml", "metrics.csv") if not (run_dir / name).is_file()]
-            if isinstance(ckpt.get("metrics_csv"), str) and (missing or restored):
-                return "resume", (f"finished earlier (step {ckpt['step']}), without its "
-                                  f"{' and '.join(missing) or 'whole metrics.csv'}: restored from its ckpt.pt")
             if missing:
                 return "refuse", (f"{run_dir} holds a finished run without its {' and '.join(missing)}, which the "
                                   f"report reads; restore it, or move the folder away to retrain")

@@ -336,3 +336,16 @@ def test_a_run_without_metrics_rows_says_so_and_how_to_finish_it(tmp_path):
     assert [r["status"] for r in result["rows"]] == ["done", "done", "no metrics.csv rows"]
     assert "finish them (train.py --resume, or the sweep's command again)" in printed
     assert "rerun the same command" not in printed
+
+
+def test_a_config_yaml_cut_short_or_emptied_is_refused_not_read_as_the_defaults(tmp_path):
+    """An emptied config.yaml was read as the defaults (a row of `(no params)`), one cut after
+    `block_size` as a 4-layer model with the default tokenizer: the report said what the run never was."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    config = Path(run) / "config.yaml"
+    whole = config.read_text()
+    for damaged in ("", whole[:whole.index("n_layer")]):
+        config.write_text(damaged)
+        with pytest.raises(UserError, match=r"config.yaml is damaged \(cut short or emptied\): it lacks model\.\w+"):
+            compare.main([run, "--out", str(tmp_path / "cmp")])
+    assert not (tmp_path / "cmp").exists()

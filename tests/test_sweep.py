@@ -190,21 +190,25 @@ def test_a_rerun_that_cannot_report_or_reproduce_a_run_is_refused_before_trainin
 
 def test_a_finished_run_whose_metrics_are_lost_is_restored_from_its_checkpoint(first_sweep, tmp_path):
     """A finished run's metrics.csv deleted or damaged was refused ("move the folder away to retrain"),
-    though its ckpt.pt carries the rows and train.py --resume restores them: the sweep resumes it."""
+    though its ckpt.pt carries the rows and train.py --resume restores them: the sweep resumes it. A
+    config.yaml cut short was read as the defaults (a row of a 4-layer model): restored alike."""
     run = tmp_path / "sw" / "n_head=1"
     shutil.copytree(first_sweep["out"] / "n_head=1", run)
     rows = (run / "metrics.csv").read_text()
     (run / "metrics.csv").write_text("garbage\n")
     cfg = load_config(CONFIG, [*shrink(tmp_path / "prepared")[1:], "model.n_head=1", f"train.out_dir={run}"])
-    assert sweep.existing_run(run, cfg) == ("resume", "finished earlier (step 10), without its whole metrics.csv: "
+    assert sweep.existing_run(run, cfg) == ("resume", "finished earlier (step 10), its metrics.csv lost or damaged: "
                                                       "restored from its ckpt.pt")
     (run / "metrics.csv").unlink()
+    config = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(config[:40])
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMP_NUM_THREADS", "1")
         _, printed = run_sweep([CONFIG, "--grid", "model.n_head=1", *shrink(tmp_path / "prepared"),
                                 "--out", str(tmp_path / "sw"), "--quiet"])
-    assert "n_head=1: finished earlier (step 10), without its metrics.csv: restored from its ckpt.pt" in printed
-    assert (run / "metrics.csv").read_text() == rows
+    assert ("n_head=1: finished earlier (step 10), its config.yaml and metrics.csv lost or damaged: restored from "
+            "its ckpt.pt") in printed
+    assert (run / "metrics.csv").read_text() == rows and {**vars(runs.read_config(run).model), "vocab_size": 0} == vars(cfg.model)
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["done"]
 
 

@@ -196,13 +196,26 @@ def _is_resolved_config(path: Path) -> bool:
     return first == RESOLVED_HEADER or OLD_HEADER.fullmatch(first) is not None
 
 
+# keys every config.yaml that train.py wrote holds (it writes them all): one without them is damaged
+ALWAYS_WRITTEN = {"model": ("block_size", "n_layer", "n_head", "n_embd", "vocab_size"),
+                  "data": ("dataset", "tokenizer"), "train": ("max_iters",)}
+
+
 def read_config(run_dir: str | Path) -> Config:
-    """A run's config.yaml (the resolved config, with model.vocab_size) -> Config."""
+    """A run's config.yaml (the resolved config, with model.vocab_size) -> Config. One cut short or
+    emptied is refused: read as a config, the defaults would stand in for the run's settings."""
     run_dir = Path(run_dir)
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run directory: it has no config.yaml (train into it first)")
-    return config_from_dict(read_yaml(path), str(path))
+    raw = read_yaml(path)
+    lacking = [f"{section}.{key}" for section, keys in ALWAYS_WRITTEN.items() for key in keys
+               if not (isinstance(raw, dict) and isinstance(raw.get(section), dict) and key in raw[section])]
+    if lacking:
+        raise UserError(f"{path} is damaged (cut short or emptied): it lacks {', '.join(lacking[:3])}"
+                        f"{', ...' if len(lacking) > 3 else ''}, which train.py always writes; train.py CONFIG "
+                        f"--resume writes it again (with the run's settings), if the run's ckpt.pt is there")
+    return config_from_dict(raw, str(path))
 
 
 # ---- metrics.csv ----
