@@ -170,10 +170,37 @@ def load_data(cfg: Config, dist: Distributed, source: str, quiet: bool = False) 
 
 
 def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data: Prepared) -> None:
-    if init_ckpt["tokenizer"] != data.tokenizer.to_dict():
-        raise UserError(f"train.init_from={cfg.train.init_from!r} was trained with another tokenizer or vocabulary "
-                        f"than this data ({data.tokenizer}); prepare the data with the same one, e.g. "
-                        f"data.tokenizer=gpt2 data.compact_vocab=false for GPT-2 weights")
+    """The data must be tokenized as train.init_from's run was: its weights know its token ids. The
+    refusal names both tokenizers and how to get the run's: a full tiktoken vocabulary (GPT-2's)
+    fits any text; a learned or compact one is the run's own text's, so only its data settings give it."""
+    theirs = init_ckpt["tokenizer"]
+    if theirs == data.tokenizer.to_dict():
+        return
+    if theirs.get("kind") == "tiktoken" and "ids" not in theirs:
+        fix = f"prepare the data with the run's: --set data.tokenizer={theirs.get('encoding')} data.compact_vocab=false"
+    else:
+        init_data = config_from_dict(init_ckpt["config"], str(cfg.train.init_from)).data
+        settings = [f"data.{key}={_setting(getattr(init_data, key))}" for key in token_keys(init_data)
+                    if getattr(init_data, key) != getattr(cfg.data, key)]
+        fix = (f"the run's vocabulary comes from its own data: prepare this data as it did, "
+               f"--set {' '.join(settings)}" if settings else
+               f"the run's vocabulary came from its data.dataset={short(init_data.dataset)} as it was then, and that "
+               f"text has changed since")
+    raise UserError(f"train.init_from={cfg.train.init_from!r} was trained with another tokenizer or vocabulary "
+                    f"than this data (the run's: {_tokenizer_words(theirs)}; this data's: "
+                    f"{_tokenizer_words(data.tokenizer.to_dict())}); {fix}")
+
+
+def _tokenizer_words(tok: dict[str, Any]) -> str:
+    """A saved tokenizer in data.tokenizer's words, 'char, 65 tokens' or 'gpt2 compact, 13256 tokens'
+    (from its dict: a tiktoken encoding's file may be offline)."""
+    name = tok.get("encoding") if tok.get("kind") == "tiktoken" else tok.get("kind")
+    return f"{name}{' compact' if 'ids' in tok else ''}, {count(tok.get('vocab_size'), 'token')}"
+
+
+def _setting(value: Any) -> str:
+    """A data setting's value as --set takes it (true, not True), quoted for the shell."""
+    return shlex.quote("true" if value is True else "false" if value is False else str(value))
 
 
 @dataclass
@@ -319,7 +346,10 @@ def diverged(what: str, value: float, run: Run) -> UserError:
 
 
 def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
-    """Estimate the losses; log them; save best.pt (a new lowest val loss) and ckpt.pt; draw."""
+    """Estimate the losses; log them (metrics.csv, TensorBoard); save best.pt (a new lowest val
+    loss) and ckpt.pt; plot. TensorBoard's events of this step are written before the checkpoints,
+    so that a checkpoint covers only what is on disk: a run killed while they are drawn resumes
+    from the checkpoint before and draws them again (a resume purges what follows its checkpoint)."""
     cfg, t = run.cfg, run.cfg.train
     losses = estimate_loss(run.model, {"train": run.data.train, "val": run.data.val}, t.batch_size,
                            cfg.model.block_size, t.eval_iters, t.seed, run.dist.device, run.autocast, run.dist)
@@ -331,16 +361,16 @@ def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
                         # the lr of the step that led here, as the log row of this step gives it
                         "lr": f"{lr_at(max(run.step - 1, 0), t):.3e}", "elapsed_s": f"{run.elapsed:.1f}"})
         run.save_metrics(metrics)
+        if run.board is not None:
+            run.board.eval(run.step, losses, run.model)
     run.evaluated = run.step
     if losses["val"] < run.best_val:
         run.best_val = losses["val"]
         run.save("best.pt", with_optimizer=False)
     run.save("ckpt.pt")
-    if run.dist.master:  # the pictures after the checkpoints: a picture that fails loses no training
-        if t.plot == "eval" or (t.plot == "end" and run.step == t.max_iters):
-            plot_run(run.out_dir)  # loss.png; returns None (no plot) without matplotlib
-        if run.board is not None:
-            run.board.eval(run.step, losses, run.model)
+    # loss.png after the checkpoints: a plot that fails loses no training (it is drawn whole again later)
+    if run.dist.master and (t.plot == "eval" or (t.plot == "end" and run.step == t.max_iters)):
+        plot_run(run.out_dir)  # returns None (no plot) without matplotlib
     return losses
 
 

@@ -16,6 +16,7 @@ own, tokenizer included, is tests/test_export_pipeline.py.
 from __future__ import annotations
 
 import json
+import re
 import stat
 import shutil
 
@@ -225,6 +226,27 @@ def test_the_output_folder_must_be_new_or_an_earlier_export(tmp_path):
         export.main(["--from-hf", str(mine), str(tmp_path / "back"), "--force"])
 
 
+def test_a_loose_checkpoint_exports_beside_itself(tmp_path):
+    """`cp RUN/best.pt L/model.pt; export.py L/model.pt L/hf` was refused as "inside the run
+    directory L": a loose file's folder is no run. A folder around the file, and a file in a run
+    directory (its files beside it), are still refused."""
+    run, model, _ = make_run(tmp_path)
+    loose = tmp_path / "L"
+    loose.mkdir()
+    shutil.copy(tmp_path / "run" / "ckpt.pt", loose / "model.pt")
+    export.main([str(loose / "model.pt"), str(loose / "hf")])
+    assert sorted(p.name for p in (loose / "hf").iterdir()) == sorted(hf.HF_FILES)
+    assert torch.equal(exported_from(loose / "hf")[1], model.tok_emb.weight)
+    for out in (loose, tmp_path):
+        with pytest.raises(UserError, match=f"output folder {out} holds the checkpoint {loose / 'model.pt'}, the "
+                                            f"source, and the output replaces the folder whole"):
+            export.main([str(loose / "model.pt"), str(out), "--force"])
+    with pytest.raises(UserError, match=f"output folder {run}/hf is inside the run directory {run}, the source"):
+        export.main([f"{run}/ckpt.pt", f"{run}/hf"])
+    assert sorted(p.name for p in loose.iterdir()) == ["hf", "model.pt"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["ckpt.pt"]
+
+
 def test_import_with_force_replaces_the_whole_run(tmp_path):
     """Over a trained run, the import's ckpt.pt must not sit beside the old best.pt (which sample.py
     would pick): --force replaces the run directory whole."""
@@ -290,6 +312,30 @@ def test_import_refuses_what_gpt2_cannot_say(tmp_path):
         hf.import_hf(tmp_path / "hf", tmp_path / "back")
     with pytest.raises(UserError, match="invalid choice"):
         export.main([run, "--format", "onnx", str(tmp_path / "x")])
+
+
+def test_a_refused_tanh_gelu_import_is_one_line(tmp_path, capsys):
+    """A GPT-2 of the tanh GELU printed its note (logits differ slightly) before the error that
+    refused it: two lines where the rule is one. The note comes once the import has succeeded."""
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    weights = hf.load_safetensors(tmp_path / "hf" / "model.safetensors")
+    untied = {**weights, "lm_head.weight": weights["transformer.wte.weight"] + 1}
+    for name, change, tensors, match in [
+            ("vocab", {"tinygpt": None}, weights, "vocab_size=37 is not GPT-2's 50257 tokens"),
+            ("untied", {}, untied, "lm_head.weight is not tied to wte")]:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({**config, **change, "activation_function": "gelu_new"}))
+        hf.save_safetensors(folder / "model.safetensors", tensors)
+        capsys.readouterr()
+        with pytest.raises(UserError, match=match):
+            export.main(["--from-hf", str(folder), str(tmp_path / f"{name}_run")])
+        assert capsys.readouterr().err == "" and not (tmp_path / f"{name}_run").exists()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "activation_function": "gelu_new"}))
+    export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
+    assert "tanh-approximated GELU" in capsys.readouterr().err and (tmp_path / "back" / "ckpt.pt").is_file()
 
 
 def test_import_refuses_weights_its_config_does_not_describe(tmp_path):
@@ -380,3 +426,33 @@ def test_the_current_folder_is_never_replaced_and_a_folder_keeps_its_mode(tmp_pa
     shared.chmod(0o2770)
     export.main([run, str(shared)])
     assert stat.S_IMODE(shared.stat().st_mode) == 0o2770 and sorted(p.name for p in shared.iterdir()) == sorted(hf.HF_FILES)
+
+
+# ---- fine-tuning: train.init_from of another tokenizer ----
+
+
+def test_init_from_of_another_tokenizer_names_both_and_the_way_to_the_runs(tmp_path, tiny_stories_run):
+    """`train.init_from=CHAR_RUN data.tokenizer=word` named only this data's tokenizer and advised
+    GPT-2's vocabulary (`data.tokenizer=gpt2 data.compact_vocab=false for GPT-2 weights`) whatever the
+    run's was. Now both are named, with the settings that give the run's: GPT-2's full vocabulary
+    (an imported GPT-2) on any text, a learned one only from the run's own data settings."""
+    import train
+    from conftest import ROOT
+    gpt2 = Config(model=ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16, vocab_size=hf.GPT2_VOCAB))
+    gpt2.data.tokenizer, gpt2.data.compact_vocab = "gpt2", False  # as import_hf writes an imported GPT-2
+    save_checkpoint(tmp_path / "gpt2" / "ckpt.pt", {
+        "config": config_to_dict(gpt2), "tokenizer": {"kind": "tiktoken", "vocab_size": hf.GPT2_VOCAB, "encoding": "gpt2"},
+        "model": GPT(gpt2.model).state_dict(), "step": 0, "best_val_loss": float("inf"), "elapsed_s": 0.0})
+    base = [str(ROOT / "configs/stories.yaml"), "--quiet", "--set", "data.stories_chars=20000", "train.device=cpu",
+            f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={tmp_path / 'tuned'}"]
+    for init, tokenizer, why in [
+            (tiny_stories_run, "word", r"\(the run's: char, \d+ tokens; this data's: word, \d+ tokens\); the run's "
+                                       r"vocabulary comes from its own data: prepare this data as it did, "
+                                       r"--set data.tokenizer=char"),
+            (tmp_path / "gpt2", "char", r"\(the run's: gpt2, 50257 tokens; this data's: char, \d+ tokens\); prepare "
+                                        r"the data with the run's: --set data.tokenizer=gpt2 data.compact_vocab=false")]:
+        with pytest.raises(UserError) as refused:
+            train.main([*base, f"data.tokenizer={tokenizer}", f"train.init_from={init}"])
+        assert re.fullmatch(f"train.init_from='{re.escape(str(init))}' was trained with another tokenizer or "
+                            f"vocabulary than this data {why}", str(refused.value)), str(refused.value)
+    assert not (tmp_path / "tuned").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shutil
 import sys
 
 import numpy as np
@@ -73,6 +74,84 @@ def test_a_resumed_run_keeps_the_checkpoints_step(tmp_path, one_thread):
     logged = [int(r["step"]) for r in rows if r["tokens_per_s"]]
     assert [e.step for e in events.Scalars("train/loss")] == logged == [5, 10, 15, 20, 25, 30]
     assert [e.step for e in events.Scalars("eval/val_loss")] == [int(r["step"]) for r in rows if r["val_loss"]]
+
+
+def event_steps(run) -> tuple[list[int], list[int]]:
+    """The steps of the eval/val_loss scalars and of the attention/layer0 images, as TensorBoard reads them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    images = events.Images("attention/layer0") if "attention/layer0" in events.Tags()["images"] else []
+    return [e.step for e in events.Scalars("eval/val_loss")], [i.step for i in images]
+
+
+class Killed(BaseException):
+    """A kill -9, as far as the run's files go: nothing after it is written for that step."""
+
+
+def test_an_eval_killed_while_drawing_is_drawn_again_on_resume(tmp_path, monkeypatch, one_thread):
+    """ckpt.pt was saved before the attention images were drawn (~0.5 s): a kill in between left a
+    checkpoint of step 10 without its image, and the resume (purging after step 10) never drew it."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("matplotlib")
+    from tinygpt import tensorboard_log
+    run = tmp_path / "run"
+    args = [str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS,
+            f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"]
+    draw, drawn = tensorboard_log.figure_pixels, []
+
+    def killed_at_step_10(fig):
+        drawn.append(fig)
+        if len(drawn) == 3:  # step 10's first layer (steps 0 and 10 have two layers each)
+            raise Killed
+        return draw(fig)
+
+    monkeypatch.setattr(tensorboard_log, "figure_pixels", killed_at_step_10)
+    with pytest.raises(Killed):
+        train.main(args)
+    monkeypatch.setattr(tensorboard_log, "figure_pixels", draw)
+    train.main([*args, "--resume"])
+    with open(run / "metrics.csv", newline="") as f:
+        evals = [int(r["step"]) for r in csv.DictReader(f) if r["val_loss"]]
+    assert event_steps(run) == (evals, evals) == ([0, 10, 20], [0, 10, 20])
+
+
+def test_a_new_run_never_mixes_its_events_with_an_earlier_runs(tmp_path, monkeypatch, one_thread):
+    """`rm out/x/*` leaves tensorboard/ (a folder): a new run there added its events beside the old
+    ones, every step twice. Now refused; a run that died before its first checkpoint (events of
+    step 0 only) is started again, and its new events replace the old."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("matplotlib")
+    run = tmp_path / "run"
+    args = [str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS,
+            f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"]
+    train.main(args)
+    for path in run.iterdir():
+        if path.is_file():
+            path.unlink()
+    before = sorted(p.name for p in (run / "tensorboard").iterdir())
+    with pytest.raises(UserError, match=f"train.out_dir='{run}' holds TensorBoard events \\(tensorboard/\\) but no "
+                                        f"ckpt.pt to resume from: a new run's events would mix with them; move "
+                                        f"tensorboard away to start a run there, or choose another out_dir"):
+        train.main(args)
+    assert [p.name for p in run.iterdir()] == ["tensorboard"]
+    assert sorted(p.name for p in (run / "tensorboard").iterdir()) == before
+
+    shutil.rmtree(run)
+    save = train.Run.save
+
+    def killed_at_the_first_checkpoint(self, name, with_optimizer=True):
+        if name == "ckpt.pt":
+            raise Killed
+        save(self, name, with_optimizer)
+
+    monkeypatch.setattr(train.Run, "save", killed_at_the_first_checkpoint)
+    with pytest.raises(Killed):
+        train.main(args)
+    assert not (run / "ckpt.pt").exists() and event_steps(run)[0] == [0]
+    monkeypatch.setattr(train.Run, "save", save)
+    train.main(args)  # started again
+    assert event_steps(run) == ([0, 10, 20], [0, 10, 20])
 
 
 @pytest.mark.parametrize("kind", ["file", "link to nothing", "read-only folder"])

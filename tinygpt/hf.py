@@ -285,10 +285,10 @@ def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
 
 
 def refuse_inside(out_dir: Path, source: Path, what: str) -> None:
-    """Refuse an output folder that is the source folder, inside it or around it: the output would mix
-    with the source's files, or, replacing the folder whole, destroy them."""
+    """Refuse an output folder that is the source folder, inside it or around it (around a source
+    file): the output would mix with the source's files, or, replacing the folder whole, destroy them."""
     out, src = out_dir.resolve(), source.resolve()
-    if out == src or src in out.parents:
+    if src.is_dir() and (out == src or src in out.parents):
         raise UserError(f"output folder {out_dir} is {'' if out == src else 'inside '}the {what} {source}, "
                         f"the source: its files would mix with the output; choose a folder outside it")
     if out in src.parents:
@@ -319,12 +319,23 @@ def whole_folder(out_dir: Path, names: Sequence[str], force: bool) -> Iterator[P
         yield tmp
 
 
+def export_source(ckpt_path: Path) -> tuple[Path, str]:
+    """What an export of ckpt_path must stay out of (refuse_inside), and its name: the run directory
+    the checkpoint is in (a folder holding a run's files, ckpt.pt and best.pt included), else the
+    checkpoint file alone: the folder of a loose copy (L/model.pt) is no run, and an export beside
+    it (L/hf) mixes with nothing."""
+    folder = ckpt_path.parent
+    if any((folder / name).exists() for name in IMPORT_FILES):
+        return folder, "run directory"
+    return ckpt_path, "checkpoint"
+
+
 def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path:
     """Write HF_FILES as the folder out_dir for a tinygpt run: a folder transformers generates from
     alone. It appears whole or not at all (whole_folder); --force replaces an earlier export."""
     out_dir = Path(out_dir)
     ckpt_path = resolve_checkpoint(run)
-    refuse_inside(out_dir, ckpt_path.parent, "run directory")
+    refuse_inside(out_dir, *export_source(ckpt_path))
     refuse_overwrite(out_dir, HF_FILES, force)
     model, cfg, tokenizer, ckpt = load_model(run)
     tok = ckpt["tokenizer"]
@@ -513,10 +524,6 @@ def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
     hf = read_hf_config(folder)
     meta = hf.get("tinygpt") if isinstance(hf.get("tinygpt"), dict) else {}
     weights = read_hf_weights(folder)
-    if hf.get("activation_function", "gelu_new") != "gelu":
-        print(f"note: {folder} uses GPT-2's tanh-approximated GELU ({hf.get('activation_function')!r}); tinygpt's "
-              f"MLP uses the exact one, so logits differ slightly from transformers' (fine-tuning absorbs it)",
-              file=sys.stderr)
     # our own export of a bias-free model comes back bias-free (exactly the same computation)
     orig = meta.get("config", {}).get("model", {}) if isinstance(meta.get("config"), dict) else {}
     bias = not (orig.get("bias") is False and _all_biases_zero(weights))
@@ -532,9 +539,20 @@ def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
     return model.eval(), hf
 
 
+def gelu_note(folder: Path, hf: dict[str, Any]) -> None:
+    """Say that a GPT-2 of the tanh GELU computes slightly other logits here; once it has loaded (or
+    imported), so that a refusal is the one line on stderr."""
+    if hf.get("activation_function", "gelu_new") != "gelu":
+        print(f"note: {folder} uses GPT-2's tanh-approximated GELU ({hf.get('activation_function')!r}); tinygpt's "
+              f"MLP uses the exact one, so logits differ slightly from transformers' (fine-tuning absorbs it)",
+              file=sys.stderr)
+
+
 def load_hf_gpt2(folder: str | Path) -> GPT:
     """A local GPT-2 folder (config.json + model.safetensors or pytorch_model.bin) -> our GPT, eval mode."""
-    return _read_hf(folder)[0]
+    model, hf = _read_hf(folder)
+    gelu_note(Path(folder), hf)
+    return model
 
 
 def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> Path:
@@ -566,6 +584,7 @@ def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> P
     with whole_folder(out_dir, IMPORT_FILES, force) as tmp:
         save_checkpoint(tmp / "ckpt.pt", state)
         write_config(tmp, cfg)
+    gelu_note(folder, hf)
     return out_dir / "ckpt.pt"
 
 

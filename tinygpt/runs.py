@@ -114,10 +114,11 @@ def _acquire(path: Path, in_use: str, setting: str) -> int:
 
 def check_run_dir(out_dir: Path, resume: bool) -> None:
     """Refuse what would mix two runs or overwrite a user's file: a new run into a folder holding a
-    run's checkpoints, or holding a config.yaml, metrics.csv or loss.png that no tinygpt run wrote;
-    a resume with nothing to resume from. A folder whose run died before its first checkpoint
-    holds only config.yaml and metrics.csv (and, killed between its first two saves, best.pt of
-    step 0): it may be started again (they are rewritten)."""
+    run's checkpoints or TensorBoard events, or holding a config.yaml, metrics.csv or loss.png that
+    no tinygpt run wrote; a resume with nothing to resume from. A folder whose run died before its
+    first checkpoint holds only config.yaml and metrics.csv (and, killed between its first two
+    saves, best.pt of step 0; with train.tensorboard, events of step 0): it may be started again
+    (they are rewritten; the new run's events hide the old ones, see tensorboard_log)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is a file, not a directory")
     for name in TRAIN_FILES:  # where train.py writes: a link to nothing would be written outside the folder
@@ -144,6 +145,26 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     if foreign is not None:
         raise UserError(f"train.out_dir={str(out_dir)!r} holds {foreign.name}, which is not from a tinygpt run: "
                         f"a run would overwrite it; choose another out_dir")
+    if _events_of_an_earlier_run(out_dir):
+        raise UserError(f"train.out_dir={str(out_dir)!r} holds TensorBoard events (tensorboard/) but no ckpt.pt to "
+                        f"resume from: a new run's events would mix with them; move tensorboard away to start a run "
+                        f"there, or choose another out_dir")
+
+
+def _events_of_an_earlier_run(out_dir: Path) -> bool:
+    """Does out_dir/tensorboard hold event files of a run that got past its first checkpoint (its
+    metrics.csv has rows after step 0), or of a run whose files are gone (no config.yaml of a run)?
+    Unlike the files a run rewrites, TensorBoard's are added to: a new run's events would sit beside
+    them, every step twice. A run that died before its first checkpoint (step 0's) lost nothing."""
+    board = out_dir / "tensorboard"
+    try:
+        if not board.is_dir() or not any("tfevents" in p.name for p in board.iterdir()):  # (what TensorBoard reads)
+            return False
+    except OSError:  # unreadable: no run of ours wrote it (require_tensorboard says so, if one would now)
+        return False
+    if not _is_resolved_config(out_dir / "config.yaml"):
+        return True
+    return any(row["step"] > 0 for row in read_metrics(out_dir))  # (read: _foreign_file took it as ours)
 
 
 def died_at_its_first_save(out_dir: Path) -> bool:

@@ -58,13 +58,15 @@ class TensorBoardLog:
     def __init__(self, run_dir: Path, tokenizer, prompt: Sequence[int], resumed_at: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
         # purge_step: a resumed run drops what an interrupted session wrote after its checkpoint (the
-        # steps after it; metrics.csv keeps the checkpoint's own step, and so does this)
+        # steps after it; metrics.csv keeps the checkpoint's own step, and so does this: eval writes a
+        # step's events before its checkpoint); a new run drops all earlier events, those of a run
+        # started again after it died before its first checkpoint (runs.check_run_dir refuses others)
         self.dir = Path(run_dir) / LOG_DIR
         if threading.excepthook is not _quiet_writer_thread:
             global _prior_hook
             _prior_hook, threading.excepthook = threading.excepthook, _quiet_writer_thread
         with self._writing():
-            self.writer = SummaryWriter(str(self.dir), purge_step=None if resumed_at is None else resumed_at + 1)
+            self.writer = SummaryWriter(str(self.dir), purge_step=0 if resumed_at is None else resumed_at + 1)
         self.prompt = [int(i) for i in prompt]
         self.labels = attention_view.token_labels(tokenizer, self.prompt)
         self.text = tokenizer.decode(self.prompt)
