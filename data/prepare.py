@@ -20,6 +20,7 @@ itself, so running this script first is optional.
 """
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -110,24 +111,83 @@ def folder_files(folder: Path, dataset: str) -> list[Path]:
 
 
 def read_text_file(path: Path) -> str:
-    """Read UTF-8 text; other encodings are refused (we do not guess) with the offending byte."""
+    """Read UTF-8 text. Other encodings are refused (we do not guess which to read), saying what
+    the file looks like: another encoding of text (with the iconv command that converts it), or no
+    text at all."""
     try:
         data = path.read_bytes()
     except OSError as e:
         raise UserError(f"cannot read dataset file {path}: {e.strerror}") from None
-    convert = f"iconv -f {{}} -t utf-8 {path.name} > {path.stem}.tmp && mv {path.stem}.tmp {path.name}"
     # UTF-16 (Windows' "Unicode") of Latin text is valid UTF-8 with every other byte 0: it would train on NULs
-    zeros = data.count(0)
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or zeros > len(data) // 4:
-        wide = "utf-32" if data[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff") else "utf-16"
-        raise UserError(f"{path} looks like UTF-16 or UTF-32 text, not UTF-8 ({zeros:,} of its "
-                        f"{len(data):,} bytes are 0); convert it first, e.g. {convert.format(wide)}")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path} is not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); "
-                        f"convert it first, e.g. {convert.format('latin1')}") from None
-    return clean_text(text)
+    if not data.startswith(WIDE_BOMS) and data.count(0) <= len(data) // 4:
+        try:
+            return clean_text(data.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise UserError(not_text(path, data, e.start)) from None
+    raise UserError(not_text(path, data, None))
+
+
+WIDE_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # UTF-32's first
+SNIFFED = 1 << 16  # the first bytes of a file that is not UTF-8 text looked at to tell what it is
+MAGIC = (  # how common files that are not text begin
+    (b"\x7fELF", "an executable"), (b"\xcf\xfa\xed\xfe", "a macOS executable"),
+    (b"\x1f\x8b", "gzip data"), (b"BZh", "bzip2 data"), (b"\xfd7zXZ\x00", "xz data"), (b"(\xb5/\xfd", "zstd data"),
+    (b"PK\x03\x04", "a zip archive"), (b"7z\xbc\xaf\x27\x1c", "a 7-zip archive"), (b"Rar!", "a RAR archive"),
+    (b"%PDF", "a PDF document"), (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"),
+    (b"GIF8", "a GIF image"), (b"SQLite format 3\x00", "an SQLite database"), (b"\x93NUMPY", "a NumPy array"),
+)
+CONTROL = bytes([*range(0x09), *range(0x0E, 0x1B), *range(0x1C, 0x20), 0x7F])  # no text has many: not \t\n\v\f\r, ESC
+
+
+def not_text(path: Path, data: bytes, bad: int | None) -> str:
+    """Why `data`, the bytes of `path`, is not UTF-8 text (`bad`: the offset of its first byte that
+    is not UTF-8; None if it has a byte order mark of UTF-16 or UTF-32, or a quarter of its bytes
+    are 0), and what to do. A file is converted in place only where its encoding is certain (a byte
+    order mark): on a wrong guess, iconv overwrites it with mojibake without a word."""
+    head = data[:SNIFFED]
+    kind = next((what for magic, what in MAGIC if head.startswith(magic)), None)
+    if kind is not None:
+        return f"{path} is a binary file ({kind}?), not text; data.dataset takes UTF-8 text files"
+    wide = wide_encoding(head)
+    zeros = f"{data.count(0):,} of its {len(data):,} bytes are 0"
+    if wide is not None:
+        encoding, certain = wide
+        why = "it begins with a byte order mark" if certain else zeros if bad is None else \
+            f"byte 0x{data[bad]:02x} at offset {bad} is not UTF-8"
+        return f"{path} looks like {encoding.upper()} text, not UTF-8 ({why}); {convert(path, encoding, certain)}"
+    controls = len(head) - len(head.translate(None, CONTROL))
+    if bad is None or controls * 20 > len(head):
+        why = zeros if bad is None else f"{controls:,} of its first {len(head):,} bytes are control characters"
+        return f"{path} is a binary file, not text ({why}); data.dataset takes UTF-8 text files"
+    return f"{path} is not UTF-8 (byte 0x{data[bad]:02x} at offset {bad}); {convert(path, 'latin1', False)}"
+
+
+def wide_encoding(head: bytes) -> tuple[str, bool] | None:
+    """(the UTF-16 or UTF-32 encoding that `head` is likely text in, whether that is certain), or
+    None. Certain with a byte order mark; without one, likely if a byte order decodes to printable
+    characters (95%) of which some (0.1%) are ASCII or Latin-1: a newline, a space, a digit. 8-bit
+    text (Latin-1, UTF-8) read as UTF-16 also gives printable characters, CJK ones, but never those."""
+    for bom in WIDE_BOMS:
+        if head.startswith(bom):
+            return ("utf-32" if len(bom) == 4 else "utf-16"), True
+    likely = {}  # encoding -> the share of printable characters it decodes to
+    for encoding in ("utf-16le", "utf-16be", "utf-32le", "utf-32be"):
+        text = head.decode(encoding, errors="replace")
+        printable = sum(c != "\ufffd" and (c.isprintable() or c.isspace()) for c in text) / max(1, len(text))
+        narrow = sum(c < "\u0100" for c in text)
+        if printable >= 0.95 and narrow and narrow * 1000 >= len(text):
+            likely[encoding] = printable
+    return (max(likely, key=likely.get), False) if likely else None  # (a tie: little-endian, as Windows writes)
+
+
+def convert(path: Path, encoding: str, certain: bool) -> str:
+    """The advice to convert a file from `encoding` to UTF-8: in place if the encoding is certain,
+    else into a new file (the guess may be wrong, and iconv does not know)."""
+    iconv = f"iconv -f {encoding} -t utf-8 {path.name}"
+    if certain:
+        return f"convert it first, e.g. {iconv} > {path.stem}.tmp && mv {path.stem}.tmp {path.name}"
+    return (f"convert it into a new file, e.g. {iconv} > {path.stem}.utf8.txt ({encoding} is a guess: look at "
+            f"the new file, then use it instead)")
 
 
 def download_shakespeare(folder: Path) -> Path:
@@ -170,10 +230,13 @@ def load_text(d: DataConfig) -> str:
 
 def token_keys(d: DataConfig) -> list[str]:
     """The data settings the tokens depend on; the others change nothing for d (bpe_vocab_size for
-    another tokenizer, the stories_* of a file), so a --resume may change them."""
-    keys = ["dataset", "tokenizer", "compact_vocab", "val_fraction"]
+    another tokenizer, compact_vocab for any but a tiktoken encoding, the stories_* of a file), so a
+    --resume may change them, and a comparison leaves them out."""
+    keys = ["dataset", "tokenizer", "val_fraction"]
     if d.tokenizer == "bpe":
         keys.append("bpe_vocab_size")
+    elif d.tokenizer not in ("char", "word"):  # a tiktoken encoding
+        keys.append("compact_vocab")
     if d.dataset == "stories":
         keys += ["stories_chars", "stories_seed"]
     return keys
@@ -181,7 +244,9 @@ def token_keys(d: DataConfig) -> list[str]:
 
 def _fingerprint(d: DataConfig) -> dict:
     """What the prepared arrays depend on; any change gives a new folder or a rebuild."""
-    settings = {"version": PREP_VERSION, **{key: getattr(d, key) for key in token_keys(d)}}
+    # compact_vocab=True where it does not apply (char, word, bpe): the default every such folder recorded
+    # while it counted for all tokenizers, so those folders keep their names; either value now finds them
+    settings = {"version": PREP_VERSION, "compact_vocab": True, **{key: getattr(d, key) for key in token_keys(d)}}
     if d.dataset not in ("stories", "shakespeare"):
         # ctime too: on POSIX a file rewritten with its size and mtime kept (cp -p, rsync -t, an archive)
         # has a new ctime, which no tool sets back (a chmod or a new link changes it too: a rebuild)

@@ -1,6 +1,8 @@
 """data/prepare.py: a source file that changes while it is prepared, a dataset that is not a file."""
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import sys
@@ -117,18 +119,50 @@ def test_what_a_folder_dataset_cannot_read_is_refused_not_left_out(tmp_path, mon
 def test_utf16_text_is_refused_with_the_conversion_that_works(tmp_path, encoding):
     """UTF-16 without a byte order mark is valid UTF-8 (Latin letters and NULs): it trained on text
     of which every other character was NUL; with a mark it was refused with a hint to convert from
-    latin1, which gave that same text."""
+    latin1, which gave that same text. Only a mark makes the encoding certain enough to convert
+    the file in place; without one the byte order is named, and the hint writes a new file."""
     path = tmp_path / "u16.txt"
     path.write_bytes("the cat sat on the mat\n".encode(encoding) * 50)
-    wide = "utf-32" if encoding == "utf-32" else "utf-16"  # (Python's utf-32 writes a byte order mark)
-    with pytest.raises(UserError, match=rf"looks like UTF-16 or UTF-32 text.* iconv -f {wide} -t utf-8 u16.txt > "
-                                        r"u16.tmp && mv u16.tmp u16.txt$"):
+    wide = {"utf-16": "utf-16", "utf-16-le": "utf-16le", "utf-32": "utf-32"}[encoding]  # (Python's utf-32: a mark)
+    in_place = r"u16.tmp && mv u16.tmp u16.txt$" if encoding != "utf-16-le" else r"u16.utf8.txt \(utf-16le is a guess"
+    with pytest.raises(UserError, match=rf"looks like {wide.upper()} text, not UTF-8.* iconv -f {wide} -t utf-8 "
+                                        rf"u16.txt > {in_place}"):
         prep.read_text_file(path)
     path.write_bytes(b"caf\xe9\n")  # Latin-1
     with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe9 at offset 3\).* iconv -f latin1"):
         prep.read_text_file(path)
     path.write_bytes(b"a few NULs\x00 in text\x00 are text\n")
     assert prep.read_text_file(path).count("\x00") == 2
+
+
+def test_a_binary_file_is_refused_as_binary_and_a_guessed_encoding_is_not_converted_in_place(tmp_path):
+    """An executable was called UTF-16 text (convert it with iconv -f utf-16, in place); a gzip file
+    Latin-1 (convert it in place: the compressed file overwritten with mojibake, which then trained
+    silently); UTF-16LE Chinese text without a byte order mark got the Latin-1 hint too."""
+    import gzip
+    import random
+    path = tmp_path / "x.txt"
+    binaries = {"an executable": b"\x7fELF\x02\x01\x01" + bytes(1000),  # (how cp /bin/ls x.txt begins)
+                "gzip data": gzip.compress(b"the cat sat on the mat\n" * 100),
+                "a PNG image": b"\x89PNG\r\n\x1a\n" + bytes(100)}
+    for kind, data in binaries.items():
+        path.write_bytes(data)
+        with pytest.raises(UserError, match=rf"^{re.escape(str(path))} is a binary file \({kind}\?\), not "
+                                            r"text; data.dataset takes UTF-8 text files$"):
+            prep.read_text_file(path)
+    path.write_bytes(random.Random(0).randbytes(10_000))  # no known kind: its control bytes tell
+    with pytest.raises(UserError, match=r"is a binary file, not text \(1,0\d\d of its first 10,000 bytes are control"):
+        prep.read_text_file(path)
+    path.write_bytes("从前有一只小猫，它住在一个大房子里。\n".encode("utf-16-le") * 20)
+    with pytest.raises(UserError, match=r"looks like UTF-16LE text, not UTF-8 \(byte 0xce at offset 0 is not "
+                                        r"UTF-8\); convert it into a new file, e.g. iconv -f utf-16le -t utf-8 "
+                                        r"x.txt > x.utf8.txt \(utf-16le is a guess: look at the new file, then use "
+                                        r"it instead\)$"):
+        prep.read_text_file(path)
+    path.write_bytes("Le garçon était très content à la fête.\n".encode("latin-1") * 20)
+    with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe7 at offset 6\); convert it into a new file, e.g. "
+                                        r"iconv -f latin1 -t utf-8 x.txt > x.utf8.txt \(latin1 is a guess: .*\)$"):
+        prep.read_text_file(path)
 
 
 def test_a_long_file_name_gets_a_prepared_folder_within_name_max(tmp_path):
@@ -225,3 +259,22 @@ def test_offline_shakespeare_names_its_address_and_the_way_round(tmp_path, monke
                                         rf"local copy: --set data.dataset=path/to/tinyshakespeare.txt"):
         prep.download_shakespeare(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_compact_vocab_is_a_token_setting_of_tiktoken_encodings_only(tmp_path):
+    """data.compact_vocab changes no token of a char, word or bpe run, yet counted as a token setting:
+    `--resume --set data.compact_vocab=false` of a char run was refused, and the setting made another
+    prepared folder (and another run for a sweep). A folder prepared before keeps its name."""
+    for tokenizer in ("char", "word", "bpe", "gpt2"):
+        on, off = (load_config(ROOT / "configs/stories.yaml", [f"data.tokenizer={tokenizer}", f"data.compact_vocab={v}",
+                                                                f"data.prepared_dir={tmp_path}"]).data
+                   for v in ("true", "false"))
+        tiktoken = tokenizer == "gpt2"
+        assert ("compact_vocab" in prep.token_keys(off)) == tiktoken
+        assert (prep.prepared_dir(on) != prep.prepared_dir(off)) == tiktoken
+        # the name's hash is of what it was while every tokenizer counted compact_vocab (True, the default)
+        keys = ["dataset", "tokenizer", "compact_vocab", "val_fraction", "stories_chars", "stories_seed"]
+        old = {"version": prep.PREP_VERSION, "paths": [], **{key: getattr(on, key) for key in keys},
+               **({"bpe_vocab_size": on.bpe_vocab_size} if tokenizer == "bpe" else {})}
+        digest = hashlib.sha1(json.dumps(old, sort_keys=True).encode()).hexdigest()[:10]
+        assert prep.prepared_dir(on).name == f"stories-{tokenizer}-{digest}"
