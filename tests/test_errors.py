@@ -368,6 +368,9 @@ def test_3_a_training_killed_between_its_first_two_saves_can_be_started_again(tm
     shutil.copy(run / "config.yaml", out / "config.yaml")
     best = load_checkpoint(run / "best.pt")
     save_checkpoint(out / "best.pt", {**best, "step": 0})
+    # --resume sent the user to train.init_from=best.pt and another out_dir, for the starting weights
+    one_line(in_process("train.py", [*sets(tmp, out), "--resume", "--quiet"], capsys), "no checkpoint",
+             "drop --resume to start a new run (its best.pt is of step 0, before any training: nothing is lost)")
     again = in_process("train.py", [*sets(tmp, out), "--quiet"], capsys)
     assert again.code == 0 and "done: step 30" in again.out, again.err[-2000:]
     (out / "ckpt.pt").unlink()
@@ -375,6 +378,8 @@ def test_3_a_training_killed_between_its_first_two_saves_can_be_started_again(tm
     kept = (out / "best.pt").read_bytes()
     one_line(in_process("train.py", [*sets(tmp, out), "--quiet"], capsys), "holds best.pt but no ckpt.pt",
              "move best.pt away")
+    one_line(in_process("train.py", [*sets(tmp, out), "--resume", "--quiet"], capsys), "no checkpoint",
+             "start from its weights with --set train.init_from=")
     assert (out / "best.pt").read_bytes() == kept
 
 
