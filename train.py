@@ -31,7 +31,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from data.prepare import Prepared, get_batch, load_for_training, prepare, token_keys, vocab_note
+from data.prepare import Prepared, get_batch, load_for_training, prepare, same_dataset, token_keys, vocab_note
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
@@ -121,6 +121,8 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
             old = saved.get(key) if isinstance(saved, dict) else None
             if section == "data" and key not in token_keys(cfg.data):  # e.g. bpe_vocab_size of a char run
                 continue
+            if key == "dataset" and isinstance(old, str) and same_dataset(old, value):
+                continue  # (the same data spelt another way; check_resume_data compares the text itself)
             if key != "vocab_size" and old != value:
                 raise UserError(f"--resume: {section}.{key}={short(value)} differs from the checkpoint's "
                                 f"{short(old)} ({path}); a resumed run keeps its model and data settings")

@@ -62,6 +62,15 @@ def _is_builtin(dataset: str) -> bool:
     return dataset in BUILTIN
 
 
+def same_dataset(a: str, b: str) -> bool:
+    """Do two data.dataset values name the same source: one file or folder spelt two ways (`text/`
+    and `text`, relative and absolute, seen from the current folder), or one built-in name? (A
+    built-in name and a path never: `./stories` is a folder, not the stories.)"""
+    if a == b or _is_builtin(a) or _is_builtin(b):
+        return a == b
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def source_files(dataset: str) -> list[Path]:
     """The .txt files a path dataset stands for; a UserError if there are none."""
     path = Path(dataset).expanduser()  # ('~name' of no user is refused by config.py before this)
@@ -247,7 +256,7 @@ def _fingerprint(d: DataConfig) -> dict:
     # compact_vocab=True where it does not apply (char, word, bpe): the default every such folder recorded
     # while it counted for all tokenizers, so those folders keep their names; either value now finds them
     settings = {"version": PREP_VERSION, "compact_vocab": True, **{key: getattr(d, key) for key in token_keys(d)}}
-    if d.dataset not in ("stories", "shakespeare"):
+    if not _is_builtin(d.dataset):
         # ctime too: on POSIX a file rewritten with its size and mtime kept (cp -p, rsync -t, an archive)
         # has a new ctime, which no tool sets back (a chmod or a new link changes it too: a rebuild)
         settings["files"] = [(str(f.resolve()), (s := f.stat()).st_size, s.st_mtime_ns, s.st_ctime_ns)

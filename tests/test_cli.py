@@ -426,6 +426,23 @@ def test_resume_may_change_data_settings_that_change_no_token(tmp):
         train.main(inproc_base(tmp, f"train.out_dir={out}", "data.tokenizer=word", "train.max_iters=12") + ["--resume"])
 
 
+def test_resume_takes_the_same_dataset_spelt_another_way(tmp, monkeypatch):
+    """`data.dataset=DIR/corpus.txt` then, on --resume, `corpus.txt` from DIR (or `./corpus.txt`) was
+    refused ("differs from the checkpoint's"): the same file. Another file still is refused."""
+    import train
+    from tinygpt.errors import UserError
+    out = tmp / "resume_dataset_spelling"
+    train.main(inproc_base(tmp, f"train.out_dir={out}") + ["--stop-at", "5"])
+    monkeypatch.chdir(tmp)
+    done = train.main(inproc_base(tmp, f"train.out_dir={out}", "data.dataset=./corpus.txt", "train.max_iters=8")
+                      + ["--resume"])
+    assert done["step"] == 8
+    (tmp / "other.txt").write_text(TEXT, encoding="utf-8")  # the same text in another file: another dataset
+    with pytest.raises(UserError, match=r"--resume: data.dataset='other.txt' differs from the checkpoint's"):
+        train.main(inproc_base(tmp, f"train.out_dir={out}", "data.dataset=other.txt", "train.max_iters=10")
+                   + ["--resume"])
+
+
 def test_resume_at_max_iters_between_evals_evaluates_the_end(tmp):
     """Stopped at step 7 (no eval there), resumed with train.max_iters=7: the run's end is evaluated
     (metrics row, best.pt, the final line); it ended as "done" with step 0's weights as best.pt."""
