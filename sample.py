@@ -56,9 +56,9 @@ from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import check_writable, load_model, regular_file_target
 from tinygpt.config import MAX_THREADS
-from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, path_arg, path_word, read_capped,
                             run_cli, script_word, short)
+from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device)
 from tinygpt.tokenizer import clean_text, encode_prompt

@@ -283,7 +283,8 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     """Build the folder `path` inside a temp folder beside it (yielded); on success fsync its files
     and rename it into place, so readers see the old folder or the whole new one. If meanwhile
     another process put a folder there that keep_existing(path) accepts, that one stays and ours
-    replaced: moved aside, the new one renamed in, and only then deleted. On an error (a Ctrl-C
+    is dropped, even when it appears between our check and our rename; an outdated one is
+    replaced: moved aside, ours renamed in, and only then deleted. On an error (a Ctrl-C
     included) the temp folder is removed and an old folder moved aside is put back."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
