@@ -472,7 +472,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
         hint = ""
         if HF_GPT2_NAME.match(str(path)):  # e.g. train.init_from=gpt2: tinygpt downloads nothing
             hint = (f"; {path} names a Hugging Face GPT-2: download its folder (config.json, model.safetensors), "
-                    f"e.g. huggingface-cli download {path} --local-dir DIR, bring it in with "
+                    f"e.g. hf download {path} --local-dir DIR, bring it in with "
                     f"python export.py --from-hf DIR out/{path.name}, then use out/{path.name}")
         raise UserError(f"run directory or checkpoint not found: {path}{hint}")
     if path.suffix.lower() in (".yaml", ".yml"):  # `sample.py configs/stories.yaml`
