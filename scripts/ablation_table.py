@@ -88,8 +88,9 @@ def summary(result: dict) -> dict:
         "best_drop_zero": 100 * best["drop_zero"], "best_drop_mean": 100 * best["drop_mean"],
         "best_rank_zero": best["rank_zero"], "best_rank_mean": best["rank_mean"],
         "median_drop_zero": 100 * ab["median_drop"]["zero"], "median_drop_mean": 100 * ab["median_drop"]["mean"],
-        "harmful_zero": f"{harmful['zero']['layer']}.{harmful['zero']['head']}",
-        "harmful_mean": f"{harmful['mean']['layer']}.{harmful['mean']['head']}",
+        # none where no head's removal lowers the accuracy (the first of equal heads is no finding; as probe.py says)
+        "harmful_zero": f"{harmful['zero']['layer']}.{harmful['zero']['head']}" if harmful["zero"]["drop"] > 0 else "none",
+        "harmful_mean": f"{harmful['mean']['layer']}.{harmful['mean']['head']}" if harmful["mean"]["drop"] > 0 else "none",
         "harmful_drop_zero": 100 * harmful["zero"]["drop"], "harmful_drop_mean": 100 * harmful["mean"]["drop"],
         "pair": "+".join(pair["heads"]) if pair else "",
         "pair_drop_zero": 100 * pair["drop"]["zero"] if pair else None,

@@ -232,6 +232,14 @@ def test_when_no_head_hurts_none_is_named():
     text = coreference.ablation_report(ab, None, 2, 2)
     assert "hurts most when removed (zero): none, no head's removal lowers the accuracy" in text
     assert "head 0.0" not in text
+    # nor in the table over runs, which counted "the head with the most attention hurts most" in such runs
+    result = {"label": "run", "n_layer": 2, "n_head": 2, "ablation": {
+        **ab, "most_attention": {"layer": 0, "head": 0, "attention": 0.4, "drop_zero": 0.0, "drop_mean": 0.0,
+                                 "rank_zero": 1, "rank_mean": 1}}}
+    row = ablation_table.summary(result)
+    assert (row["harmful_zero"], row["harmful_mean"]) == ("none", "none")
+    markdown, figures = ablation_table.table([row, {**row, "run": "run2"}])
+    assert "| none (0.0) / none (0.0) |" in markdown and figures["most_attention_is_most_harmful"] == 0
 
 
 def test_only_heads_whose_removal_lowers_the_accuracy_are_top_heads():
