@@ -5,7 +5,8 @@ with and without the KV cache, the machine's matmul peak, peak memory. Prints a 
                     [--gen-layers 6 --gen-heads 6 --gen-embd 384 --gen-block 512 --gen-tokens 500]
                     [--loss-steps 200] [--compile] [--attention] [--vs-hf] [--under-load] [--json FILE]
 
-CONFIG defaults to configs/stories.yaml (the default model on its generated data: no download).
+CONFIG defaults to the repository's configs/stories.yaml (the default model on its generated data: no
+download), from whichever folder bench.py is started.
 --vs-hf races greedy decoding against transformers' generate on the same weights (with --compile,
 the compiled step too); --under-load measures decoding and training (in the first of --dtypes)
 idle and beside a busy process.
@@ -37,7 +38,7 @@ from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
 from tinygpt.checkpoint import atomic_write_text, check_writable, regular_file_target
 from tinygpt.config import Config, config_source, load_config
-from tinygpt.errors import ArgParser, UserError, run_cli, work_is_files
+from tinygpt.errors import ArgParser, UserError, run_cli, short, work_is_files
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, following_free_cores, keep_freed_memory, model_memory,
                              parent_death_signal, peak_flops, resolve_device, sync)
@@ -378,6 +379,9 @@ def check_args(args) -> list[str]:
             raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be >= 1")
     if args.gen_embd % args.gen_heads:
         raise UserError(f"--gen-embd={args.gen_embd} is not divisible by --gen-heads={args.gen_heads}")
+    if args.vs_hf and args.gen_block < 2:  # transformers decodes at most gen_block - 1 tokens past the prompt
+        raise UserError(f"--vs-hf needs --gen-block >= 2 (not {args.gen_block}): transformers cannot decode past "
+                        f"its positions, so a context of one token leaves nothing to decode")
     if args.json is not None:
         check_json_target(args.json)
     if args.vs_hf and importlib.util.find_spec("transformers") is None:  # found after the other benchmarks ran
@@ -399,13 +403,45 @@ def check_json_target(text: str) -> None:
         target = regular_file_target(Path(text))  # /dev/null or a pipe: the write would replace it
     except UserError as e:
         raise UserError(f"--json: {e}") from None
+    if target.exists() and not is_bench_result(target):
+        raise UserError(f"--json: it would overwrite {short(text)}, which is not a result that bench.py wrote "
+                        f"(a file of yours); move it away, or choose another file name")
     check_writable(target.parent, "folder of --json")
+
+
+# what every result of bench.py holds (main's first keys): an earlier result is told by them from a
+# user's file of the same name, which --json must not replace
+RESULT_KEYS = ("date", "machine", "device", "torch", "threads", "config", "overrides", "model")
+
+
+def is_bench_result(path: Path) -> bool:
+    """Did bench.py write the file at `path` (an earlier result, which a new one may replace, unlike
+    the config it reads, a script, or notes of the user's)? By its content: a JSON object with
+    RESULT_KEYS, which every result since the first has held."""
+    try:
+        if path.stat().st_size > 2**20:  # a result is a few KB: a large file is not ours, and not read whole
+            return False
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, nested too deep
+        return False
+    return isinstance(data, dict) and all(key in data for key in RESULT_KEYS)
+
+
+DEFAULT_CONFIG = "configs/stories.yaml"  # of this repository, wherever bench.py is started from
+
+
+def default_config() -> str:
+    """The path of this repository's DEFAULT_CONFIG: as written from the repository's root (so results
+    record it the same), else in full: from another folder, the relative path named no file."""
+    shipped = Path(__file__).resolve().parent / DEFAULT_CONFIG
+    return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).resolve() == shipped else str(shipped)
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
     p = ArgParser(prog="bench.py", description="Measure training and generation speed (ratios in one run).")
-    p.add_argument("config", nargs="?", default="configs/stories.yaml",
-                   help="YAML config of the model and data to train (default: configs/stories.yaml, offline)")
+    p.add_argument("config", nargs="?", default=None,
+                   help="YAML config of the model and data to train (default: the repository's "
+                        "configs/stories.yaml, offline)")
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="override config keys, as train.py does")
     p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated training dtypes")
@@ -428,6 +464,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
                         "process, with torch's default threads, the thread policy and one core fewer")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
+    if args.config is None:
+        args.config = default_config()
     dtypes = check_args(args)
     if args.json is not None:  # the results are a file too: a reader of the output who leaves must not lose them
         work_is_files()

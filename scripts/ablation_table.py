@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Sequence
 
 if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    if not __package__:  # run as a file (python scripts/ablation_table.py): tinygpt, a folder up, cannot be imported
+        print("error: run it from the repository root as python -m scripts.ablation_table", file=sys.stderr)
+        sys.exit(2)
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
 from scripts.reproduce import is_figure, run, saved_json
-from tinygpt.checkpoint import check_writable
+from tinygpt.checkpoint import check_writable, resolve_checkpoint
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
 from tinygpt.report import stats
 
@@ -40,9 +43,14 @@ def labels(targets: list[str]) -> list[str]:
     return tails
 
 
+def is_saved(target: str) -> bool:
+    """Is `target` a saved probe output (read), not a run (probed)?"""
+    return Path(target).suffix in SAVED
+
+
 def probe_result(target: str, label: str, stories: int, device: str, out: Path | None) -> dict:
     """The probe.py --ablate figures of one run (its final JSON line), labelled and checked."""
-    if Path(target).suffix in SAVED:
+    if is_saved(target):
         result = saved_json(target, target, "probe.py --ablate")
     else:
         print(f"probing {target} ...", file=sys.stderr, flush=True)
@@ -117,6 +125,10 @@ def table(rows: list[dict]) -> tuple[str, dict]:
         s = agg[key]
         return "" if s["mean"] is None else f"{s['mean']:.1f}" + (f" ± {s['std']:.1f}" if s["std"] is not None else "")
 
+    def pair_pm(key: str) -> str:
+        """A pair's drops, zero / mean; `-` where no run has the pair, as in the runs' rows."""
+        return "-" if agg[f"{key}_zero"]["mean"] is None else f"{pm(f'{key}_zero')} / {pm(f'{key}_mean')}"
+
     lines = ["| run | accuracy | most attention on the attribute | its drop, zero / mean | median head's drop, "
              "zero / mean | its rank by drop, zero / mean | hurts most when removed, zero / mean | top two by "
              "attention together, drop zero / mean | top two by drop together, drop zero / mean |",
@@ -134,8 +146,7 @@ def table(rows: list[dict]) -> tuple[str, dict]:
     lines.append(f"| mean ± sd ({len(rows)} runs) | {pm('accuracy')} | {pm('best_attention')} | "
                  f"{pm('best_drop_zero')} / {pm('best_drop_mean')} | {pm('median_drop_zero')} / "
                  f"{pm('median_drop_mean')} | | {pm('harmful_drop_zero')} / {pm('harmful_drop_mean')} | "
-                 f"{pm('pair_drop_zero')} / {pm('pair_drop_mean')} | {pm('pair_by_drop_zero')} / "
-                 f"{pm('pair_by_drop_mean')} |")
+                 f"{pair_pm('pair_drop')} | {pair_pm('pair_by_drop')} |")
     lines.append("")
     lines.append(f"drops in accuracy points; the head with the most attention on the antecedent's attribute is the "
                  f"one whose removal hurts most (zero ablation) in {same} of {len(rows)} runs")
@@ -147,6 +158,22 @@ def table(rows: list[dict]) -> tuple[str, dict]:
     return "\n".join(lines), {"runs": rows, "mean_sd": agg, "most_attention_is_most_harmful": same}
 
 
+def check_args(args) -> None:
+    """Refuse, before the first probe (minutes each), what would stop a later one: --stories and
+    --device out of probe.py's range, a RUN that is no run (a typo, a folder without a checkpoint),
+    an --out that cannot be written. (Saved outputs are read and checked in main, before any probe.)"""
+    from probe import MAX_STORIES
+    from tinygpt.runtime import resolve_device
+    if not 1 <= args.stories <= MAX_STORIES:
+        raise UserError(f"--stories={args.stories} must be in [1, {MAX_STORIES:,}] (probe.py --stories)")
+    resolve_device(args.device, "--device")
+    if args.out is not None:
+        check_writable(args.out, "--out")
+    for target in args.runs:
+        if not is_saved(target):
+            resolve_checkpoint(target)  # as probe.py finds the run's checkpoint
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = ArgParser(prog="python -m scripts.ablation_table", description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="run directories (or saved probe.py --ablate outputs, .json/.txt)")
@@ -154,10 +181,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--out", type=path_arg, help="keep each run's full probe output here")
     args = p.parse_args(argv)
-    if args.out is not None:
-        check_writable(args.out, "--out")  # before the probes (minutes), not after the first
-    rows = [summary(probe_result(r, label, args.stories, args.device, args.out))
-            for r, label in zip(args.runs, labels(args.runs))]
+    check_args(args)
+    targets = list(zip(args.runs, labels(args.runs)))
+
+    def result(target: str, label: str) -> dict:
+        return probe_result(target, label, args.stories, args.device, args.out)
+    saved = {target: result(target, label) for target, label in targets if is_saved(target)}  # read: seconds
+    rows = [summary(saved[target] if target in saved else result(target, label)) for target, label in targets]
     text, figures = table(rows)
     print(text)
     print(json.dumps(figures))

@@ -22,16 +22,20 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
 
 if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    if not __package__:  # run as a file (python scripts/default_run.py): tinygpt, a folder up, cannot be imported
+        print("error: run it from the repository root as python -m scripts.default_run", file=sys.stderr)
+        sys.exit(2)
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
-from scripts.reproduce import error_line, is_figure, run, saved_json
+from scripts.reproduce import check_fresh, error_line, is_figure, run, saved_json
 from tinygpt.checkpoint import check_writable
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
 from tinygpt.report import stats
@@ -58,7 +62,8 @@ def train_and_probe(cwd: Path, out: Path, sets: list[str]) -> dict:
     return {"wall_s": round(seconds, 1), "best_val_loss": min(val), "antecedent": b["antecedent"] / n,
             "distractor": b["distractor"] / n, "other": b["other"] / n,
             "head": f"L{best['layer']}H{best['head']}", "head_antecedent": best["antecedent"],
-            "head_distractor": best["distractor"], "ratio": best["ratio"] or float("inf")}
+            "head_distractor": best["distractor"],
+            "ratio": math.inf if best["ratio"] is None else best["ratio"]}  # None: no weight on the distractor
 
 
 def saved_runs(path: Path) -> dict[str, dict]:
@@ -103,6 +108,9 @@ def check_args(args) -> str | None:
     if not 0 <= args.first_seed <= 2**63 - 2 - MAX_SEEDS:  # train.seed's range (tinygpt.config)
         raise UserError(f"--first-seed={short(args.first_seed)} must be in [0, 2**63 - {2 + MAX_SEEDS}]")
     check_writable(ROOT / args.out, "--out")
+    for group, runs in (("seed", args.seeds), ("old", args.old_seeds)):  # each run prepares and trains afresh, timed
+        for seed in range(args.first_seed, args.first_seed + runs):
+            check_fresh((ROOT / args.out).resolve() / f"{group}{seed}", "--out", args.out)
     if not args.old_seeds:
         return None
     rev, done = args.old, None
@@ -190,8 +198,11 @@ def table(rows: dict[str, dict]) -> str:
             continue
 
         def pm(key: str, scale: float = 1.0, unit: str = "", digits: int = 1) -> str:
+            """mean ± sd; the mean alone where a run's figure is infinite (a head's ratio with no weight
+            on the distractor): the mean is then inf, and a spread would say nothing."""
             s = stats([scale * r[key] for r in group])
-            return f"{s['mean']:.{digits}f}{unit} ± {s['std']:.{digits}f}"
+            sd = "" if s["std"] is None else f" ± {s['std']:.{digits}f}"
+            return f"{s['mean']:.{digits}f}{unit}{sd}"
         ratio = f"{pm('wall_s', 1 / old_wall, 'x', 2)}" if old else ""
         met = f"{sum(bool(r['meets_targets']) for r in group)} of {len(group)} met" if group is current else ""
         lines.append(f"| {label}, mean ± sd ({len(group)} seeds) | {pm('wall_s', digits=0)} | {ratio} | "

@@ -14,11 +14,15 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
 if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    if not __package__:  # run as a file (python scripts/explorer_bench.py): tinygpt, a folder up, cannot be imported
+        print("error: run it from the repository root as python -m scripts.explorer_bench", file=sys.stderr)
+        sys.exit(2)
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 

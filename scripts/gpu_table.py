@@ -9,10 +9,14 @@ table itself never fails on a missing or damaged file.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    if not __package__:  # run as a file (python scripts/gpu_table.py): tinygpt, a folder up, cannot be imported
+        print("error: run it from the repository root as python -m scripts.gpu_table", file=sys.stderr)
+        sys.exit(2)
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 

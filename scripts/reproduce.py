@@ -24,10 +24,14 @@ from pathlib import Path
 from typing import Sequence
 
 if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    if not __package__:  # run as a file (python scripts/reproduce.py): tinygpt, a folder up, cannot be imported
+        print("error: run it from the repository root as python -m scripts.reproduce", file=sys.stderr)
+        sys.exit(2)
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
 from tinygpt.checkpoint import check_writable
+from tinygpt.config import load_config
 from tinygpt.errors import ArgParser, UserError, elide, path_arg, read_capped, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,8 +89,21 @@ def from_metrics(run_dir: Path) -> dict:
             "best_val_loss": min(r["val_loss"] for r in rows if r["val_loss"] is not None)}
 
 
+def check_fresh(folder: Path, flag: str, value: Path) -> None:
+    """Refuse a folder where an earlier run of the script left files (a rerun, or a run that was
+    stopped): its figures are a fresh run's, timed from the start, so it neither resumes nor mixes
+    with the old one; and train.py's own refusal would advise --resume or --set train.out_dir,
+    which the scripts do not take. `flag` `value` is the folder's flag, as the user gave it."""
+    try:
+        empty = folder.is_dir() and not any(folder.iterdir())
+    except OSError:  # unreadable: train.py would fail on it too
+        empty = False
+    if (folder.exists() or folder.is_symlink()) and not empty:
+        raise UserError(f"{flag} {value} already holds {folder}, an earlier run's: the figures are of a fresh run; "
+                        f"choose another {flag}, or delete or move {folder}")
+
+
 def stories(out_dir: Path, extra: list[str]) -> dict:
-    from tinygpt.config import load_config
     from data.stories import generate_stories
 
     seconds, _ = run(["train.py", "configs/stories.yaml", "--quiet", "--set", f"train.out_dir={out_dir}", *extra])
@@ -153,8 +170,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     # metrics and samples be read from a folder with no run in it
     if any(s.partition("=")[0].strip() == "train.out_dir" for s in args.set):
         p.error("--set train.out_dir=... is not taken: the run folder is --out-dir DIR (DIR/run)")
+    # what train.py would refuse, refused before the temp folder is made (it was left behind, empty)
+    load_config(ROOT / ("configs/stories.yaml" if args.what == "stories" else args.config), args.set)
     if args.out_dir is not None:
         check_writable(args.out_dir, "--out-dir")  # before the training, not after it
+        check_fresh(args.out_dir.resolve() / "run", "--out-dir", args.out_dir)
     out_dir = (args.out_dir or Path(tempfile.mkdtemp(prefix="tinygpt-"))).resolve() / "run"
     if args.what == "stories":
         result = stories(out_dir, args.set)

@@ -11,9 +11,13 @@ than the default may lack some of the names and values: those are left out of th
 """
 from __future__ import annotations
 
+import sys
 from typing import Sequence
 
 if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
+    if not __package__:  # run as a file (python scripts/tokenization_table.py): tinygpt, a folder up, is not found
+        print("error: run it from the repository root as python -m scripts.tokenization_table", file=sys.stderr)
+        sys.exit(2)
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
@@ -29,6 +33,11 @@ BPE_SIZES = (257, 65536)  # data.bpe_vocab_size's range (tinygpt.config): the 25
 def split_words(tokenizer: Tokenizer, words: list[str]) -> int:
     """How many of the words (as they appear mid-sentence, after a space) take more than one token."""
     return sum(len(tokenizer.encode(" " + w)) > 1 for w in words)
+
+
+def bpe_label(size: int) -> str:
+    """A BPE row's name, marking data.bpe_vocab_size's default (as docs/results.md shows it)."""
+    return f"bpe, {size}" + (" (the default)" if size == DataConfig.bpe_vocab_size else "")
 
 
 def check_args(args) -> list[int]:
@@ -63,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if any(missing):
         print(f"({missing[0]} attribute values and {missing[1]} names do not occur in this corpus: left out)")
     rows = [("word", build_tokenizer("word", text))]
-    rows += [(f"bpe, {n}", build_tokenizer("bpe", text, bpe_vocab_size=n)) for n in sizes]
+    rows += [(bpe_label(n), build_tokenizer("bpe", text, bpe_vocab_size=n)) for n in sizes]
     try:
         rows.append(("gpt2 (compact)", build_tokenizer("gpt2", text)))
     except UserError as e:

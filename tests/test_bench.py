@@ -84,16 +84,69 @@ POSIX = pytest.mark.skipif(os.name != "posix", reason="a device and a named pipe
     (["--json", "{tmp}/newdir/"], "names a folder"),  # it wrote a file named newdir
     (["--gen-tokens", "1000000000000"], r"--gen-tokens=1000000000000 must be in \[0, 10,000\]"),
     (["--loss-steps", "1000000000000"], r"--loss-steps=1000000000000 must be in \[0, 10,000\]"),
-    (["--steps", "10001"], r"--steps=10001 must be in \[0, 10,000\]")])
+    (["--steps", "10001"], r"--steps=10001 must be in \[0, 10,000\]"),
+    # a file that bench.py did not write: the config it reads (it became JSON), a user's JSON, bench.py itself
+    (["--json", "{tmp}/my.yaml"], r"--json: it would overwrite '.*my.yaml', which is not a result that bench.py "
+                                  r"wrote \(a file of yours\); move it away, or choose another file name"),
+    (["--json", "{tmp}/notes.json"], r"--json: it would overwrite '.*notes.json', which is not a result"),
+    (["--json", str(ROOT / "bench.py")], r"--json: it would overwrite '.*bench.py', which is not a result"),
+    # transformers decodes at most --gen-block - 1 tokens: it failed at the end, in a traceback
+    (["--vs-hf", "--gen-block", "1"], r"--vs-hf needs --gen-block >= 2 \(not 1\)")])
 def test_bench_refuses_flags_before_any_work(tmp_path, monkeypatch, flags, match):
     import bench
     from tinygpt.errors import UserError
     (tmp_path / "afile").write_text("a file, not a folder")
+    (tmp_path / "my.yaml").write_text((ROOT / "configs/stories.yaml").read_text())
+    (tmp_path / "notes.json").write_text('{"date": "2024-01-01", "notes": "mine"}')
     if hasattr(os, "mkfifo"):
         os.mkfifo(tmp_path / "fifo")
     monkeypatch.setattr(bench, "prepare", lambda cfg: pytest.fail("the benchmark started"))
     with pytest.raises(UserError, match=match):
         bench.main([str(ROOT / "configs/stories.yaml"), *[f.format(tmp=tmp_path) for f in flags]])
+
+
+def test_json_replaces_an_earlier_result_only(bench_run, tmp_path):
+    """--json replaces bench.py's own earlier result (told by its keys, which every result has held),
+    and nothing else: the check above refuses a user's file before any work."""
+    import bench
+    _, out = bench_run
+    earlier = tmp_path / "bench.json"
+    earlier.write_bytes(out.read_bytes())
+    bench.check_json_target(str(earlier))  # no refusal
+    assert bench.is_bench_result(earlier)
+    for text in ("[1, 2]", '"a string"', "{", "x" * 10, json.dumps({"date": "2024-01-01"}), "[" * 100_000):
+        earlier.write_text(text)
+        assert not bench.is_bench_result(earlier), text[:20]
+    earlier.write_bytes(b"\xff\xfe binary")
+    assert not bench.is_bench_result(earlier)
+
+
+class Started(Exception):
+    """The benchmark got past its checks."""
+
+
+def test_the_default_config_is_the_repositorys_from_any_folder(tmp_path, monkeypatch):
+    """From another folder, bench.py's own default was `config file not found: configs/stories.yaml`;
+    a relative CONFIG given stays relative to the current folder."""
+    import bench
+    from tinygpt.errors import UserError
+    read = []
+    real_load = bench.load_config
+    def load_config(path, overrides):
+        read.append(path)
+        real_load(path, overrides)
+        raise Started
+    monkeypatch.setattr(bench, "load_config", load_config)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Started):
+        bench.main(["--steps", "0", "--gen-tokens", "0"])
+    assert Path(read[-1]) == ROOT / "configs/stories.yaml"
+    with pytest.raises(UserError, match="config file not found: configs/stories.yaml"):
+        bench.main(["configs/stories.yaml", "--steps", "0", "--gen-tokens", "0"])
+    monkeypatch.chdir(ROOT)  # from the repository's root, as results have always recorded it
+    with pytest.raises(Started):
+        bench.main(["--steps", "0", "--gen-tokens", "0"])
+    assert read[-1] == "configs/stories.yaml"
 
 
 def test_vs_hf_without_transformers_is_refused_before_any_work(monkeypatch):

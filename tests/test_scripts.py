@@ -56,6 +56,14 @@ def no_long_work(*args, **kwargs):
     raise AssertionError("long work started before the input was checked")
 
 
+class Started(Exception):
+    """The long work began: the checks let the input through."""
+
+
+def started(*args, **kwargs):
+    raise Started
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_every_script_runs_through_run_cli_and_keeps_its_help(name, capsys):
     module = script(name)
@@ -64,6 +72,16 @@ def test_every_script_runs_through_run_cli_and_keeps_its_help(name, capsys):
     assert code == 0 and out.startswith(f"usage: python -m scripts.{name}") and not err
     positional = {"reproduce": ["stories"], "ablation_table": ["RUN"], "gpu_table": ["OUT"]}.get(name, [])
     one_line(cli(module.main, [*positional, "--no-such-flag"], capsys), "--no-such-flag")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_script_run_as_a_file_says_how_to_run_it(name):
+    """`python scripts/X.py` was a ModuleNotFoundError traceback (tinygpt is not importable from
+    scripts/): one line saying the command, exit 2, before anything loads."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"error: run it from the repository root as python -m scripts.{name}\n"
 
 
 def test_ctrl_c_in_a_script_is_interrupted_exit_130(tmp_path):
@@ -133,6 +151,37 @@ def test_default_run_table_still_reads_a_real_output(tmp_path, capsys):
     assert code == 0 and not err and "| previous default, seed 1337 |" in out and "(infx)" in out
 
 
+def test_default_run_table_of_runs_one_with_an_infinite_ratio(tmp_path, capsys):
+    """Two current runs, one whose best head put no weight on the distractor (ratio inf, a figure
+    saved_runs accepts): the mean row was a TypeError (no sd of an infinite value); now the mean alone."""
+    path = tmp_path / "saved.txt"
+    path.write_text(json.dumps({"runs": {"current default, seed 1337": {**RUN, "ratio": float("inf")},
+                                         "current default, seed 1338": RUN}}))
+    code, out, err = cli(script("default_run").main, ["--table", path], capsys)
+    assert code == 0 and not err, err
+    mean = out.splitlines()[-1]
+    assert mean.startswith("| current default, mean ± sd (2 seeds) |") and "(infx) | 2 of 2 met |" in mean
+
+
+def test_default_run_keeps_a_head_ratio_of_zero(tmp_path, monkeypatch):
+    """A best head with no weight on the antecedent has ratio 0.0, which `or inf` made inf (and so
+    "met"); only probe.py's None (no weight on the distractor) is inf."""
+    module = script("default_run")
+    ratio = {}
+
+    def train_or_probe(args, cwd):
+        if args[0] == "train.py":
+            (tmp_path / "run").mkdir(exist_ok=True)
+            (tmp_path / "run" / "metrics.csv").write_text("step,train_loss,val_loss\n100,1.5,1.4\n")
+            return 60.0, ""
+        best = {"layer": 0, "head": 1, "antecedent": 0.0, "distractor": 0.3, "ratio": ratio["best"]}
+        return 1.0, json.dumps({"behaviour": {"antecedent": 9, "distractor": 1, "other": 0}, "references": 10,
+                                "attention_attribute": {"best": best}})
+    monkeypatch.setattr(module, "run", train_or_probe)
+    for ratio["best"], expected in ((0.0, 0.0), (None, float("inf")), (12.5, 12.5)):
+        assert module.train_and_probe(ROOT, tmp_path, [])["ratio"] == expected
+
+
 @pytest.mark.parametrize("args, culprits", [
     (["--old", "no-such-commit-xyz"], ["--old='no-such-commit-xyz'", "not a commit"]),
     (["--old", ""], ["--old=''"]),
@@ -154,6 +203,22 @@ def test_default_run_refuses_bad_flags_before_any_training(tmp_path, capsys, mon
         args += ["--out", tmp_path / "out"]
     one_line(cli(module.main, args, capsys), *culprits)
     assert not (tmp_path / "out").exists()
+
+
+def test_default_run_refuses_an_out_holding_an_earlier_run(tmp_path, capsys, monkeypatch):
+    """After an interrupted default_run, the same command ended in train.py's advice to --resume or
+    --set train.out_dir, which default_run does not take (and a resumed run's wall time is no figure)."""
+    module = script("default_run")
+    monkeypatch.setattr(module, "run", no_long_work)
+    (tmp_path / "out" / "seed1338" / "run").mkdir(parents=True)  # the second run was stopped
+    (tmp_path / "out" / "seed1338" / "run" / "ckpt.pt").write_bytes(b"an earlier run's")
+    line = one_line(cli(module.main, ["--seeds", "2", "--old-seeds", "0", "--out", tmp_path / "out"], capsys),
+                    f"--out {tmp_path / 'out'} already holds {tmp_path / 'out' / 'seed1338'}", "choose another --out",
+                    "delete or move")
+    assert "--resume" not in line
+    monkeypatch.setattr(module, "run", started)  # seeds whose folders are not there yet start
+    with pytest.raises(Started):
+        module.main(["--seeds", "1", "--old-seeds", "0", "--first-seed", "1339", "--out", str(tmp_path / "out")])
 
 
 # ---- reproduce (and every script that runs a child through its `run`) ----
@@ -197,6 +262,36 @@ def test_reproduce_refuses_bad_flags_before_training(tmp_path, capsys, monkeypat
     one_line(cli(reproduce.main, ["stories", *args], capsys), *culprits)
 
 
+def test_reproduce_refuses_an_earlier_run_in_its_out_dir(tmp_path, capsys, monkeypatch):
+    """A rerun with the same --out-dir ended in train.py's `already holds a run; continue it with
+    --resume, or choose another: --set train.out_dir=...`, neither of which reproduce takes."""
+    from scripts import reproduce
+    monkeypatch.setattr(reproduce, "run", no_long_work)
+    (tmp_path / "out" / "run").mkdir(parents=True)
+    (tmp_path / "out" / "run" / "ckpt.pt").write_bytes(b"an earlier run's")
+    line = one_line(cli(reproduce.main, ["stories", "--out-dir", tmp_path / "out"], capsys),
+                    f"--out-dir {tmp_path / 'out'} already holds {tmp_path / 'out' / 'run'}",
+                    "choose another --out-dir", "delete or move")
+    assert "--resume" not in line and "train.out_dir" not in line
+    (tmp_path / "out" / "run" / "ckpt.pt").unlink()  # an empty run folder is a fresh one
+    monkeypatch.setattr(reproduce, "run", started)
+    with pytest.raises(Started):
+        reproduce.main(["stories", "--out-dir", str(tmp_path / "out")])
+
+
+@pytest.mark.parametrize("sets, culprit", [(["foo"], "--set 'foo' must look like SECTION.KEY=VALUE"),
+                                           (["train.nope=1"], "unknown config key 'train.nope'")])
+def test_reproduce_refuses_a_bad_set_before_making_its_temp_folder(tmp_path, capsys, monkeypatch, sets, culprit):
+    """train.py refused it, but the temp folder made for the run was left behind, empty."""
+    import tempfile
+
+    from scripts import reproduce
+    monkeypatch.setattr(reproduce, "run", no_long_work)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    one_line(cli(reproduce.main, ["stories", "--set", *sets], capsys), culprit)
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---- tokenization_table ----
 
 
@@ -228,6 +323,23 @@ def test_tokenization_table_of_a_small_corpus(capsys, monkeypatch):
     code, out, err = cli(module.main, ["--chars", "5000", "--sizes", "300"], capsys)
     assert code == 0 and not err, err
     assert "do not occur in this corpus: left out" in out and "| word |" in out and "| bpe, 300 | 300 |" in out
+
+
+def test_tokenization_table_marks_the_default_bpe_size(capsys, monkeypatch):
+    """docs/results.md's row `bpe, 1024 (the default)` was printed `bpe, 1024`: the size that is
+    data.bpe_vocab_size's default is marked (here made 300, which a small corpus learns at once)."""
+    module = script("tokenization_table")
+    monkeypatch.setattr(module.DataConfig, "bpe_vocab_size", 300)
+    real = module.build_tokenizer
+
+    def offline(name, text, **kwargs):  # no download of GPT-2's file in a test
+        if name == "gpt2":
+            raise UserError("offline")
+        return real(name, text, **kwargs)
+    monkeypatch.setattr(module, "build_tokenizer", offline)
+    code, out, err = cli(module.main, ["--chars", "5000", "--sizes", "300,320"], capsys)
+    assert code == 0 and not err, err
+    assert "| bpe, 300 (the default) | 300 |" in out and "| bpe, 320 | 320 |" in out
 
 
 # ---- ablation_table ----
@@ -273,10 +385,51 @@ def test_ablation_table_refuses_a_bad_saved_output(tmp_path, capsys, monkeypatch
     one_line(cli(module.main, [path], capsys), str(path), culprit)
 
 
+def test_ablation_table_mean_row_of_runs_without_pairs(tmp_path, capsys):
+    """Where no run has a pair (fewer than two heads matter), the runs' rows show `-`; the mean row
+    showed ` / ` in those columns."""
+    (tmp_path / "seed1.json").write_text(json.dumps(damaged(together=[])))
+    code, out, err = cli(script("ablation_table").main, [tmp_path / "seed1.json"], capsys)
+    assert code == 0 and not err
+    run_row, mean_row = (line for line in out.splitlines() if line.startswith(("| seed1 |", "| mean ± sd")))
+    assert run_row.endswith("| - | - |") and mean_row.endswith("| - | - |")
+
+
+def test_page_faults_without_faults_kept_is_no_ratio(capsys, monkeypatch):
+    """keep_freed_memory() with no fault at all printed "ratio 9200.0x fewer": the other count over 1."""
+    module = script("page_faults")
+    monkeypatch.setattr(module, "measure", lambda mode, steps: (0.0 if mode == "keep" else 9200.0, 0.1))
+    code, out, err = cli(module.main, ["--reps", "1"], capsys)
+    assert code == 0 and not err
+    assert "no faults at all with keep_freed_memory(); step time 1.00x" in out and "9200.0x" not in out
+    monkeypatch.setattr(module, "measure", lambda mode, steps: (0.5 if mode == "keep" else 9200.0, 0.1))
+    assert "ratio 18400.0x fewer" in cli(module.main, ["--reps", "1"], capsys)[1]
+
+
 def test_ablation_table_reads_a_good_saved_output(tmp_path, capsys):
     (tmp_path / "seed1.json").write_text("tables\n" + json.dumps(ablation_result()))
     code, out, err = cli(script("ablation_table").main, [tmp_path / "seed1.json"], capsys)
     assert code == 0 and not err and "| seed1 | 90.0% | 1.0 (70.0%) |" in out
+
+
+@pytest.mark.parametrize("args, culprits", [
+    (["RUN", "typo_run"], ["run directory or checkpoint not found", "typo_run"]),
+    (["RUN", "empty"], ["no checkpoint in", "empty"]),
+    (["RUN", "damaged.json"], ["damaged.json", "not the JSON line"]),
+    (["RUN", "--stories", "0"], ["--stories=0 must be in [1, 10,000]"]),
+    (["RUN", "--device", "gpu"], ["--device='gpu' must be auto, cpu"]),
+])
+def test_ablation_table_checks_every_run_and_flag_before_the_first_probe(tmp_path, capsys, monkeypatch, args,
+                                                                         culprits):
+    """A typo in the second RUN (or a bad --stories) was found after the first run's probe: minutes."""
+    module = script("ablation_table")
+    monkeypatch.setattr(module, "run", no_long_work)
+    (tmp_path / "RUN").mkdir()
+    (tmp_path / "RUN" / "ckpt.pt").write_bytes(b"a checkpoint")  # found, never loaded: the probe would
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "damaged.json").write_text("probe tables\nnot json")
+    args = [str(tmp_path / a) if a in ("RUN", "typo_run", "empty", "damaged.json") else a for a in args]
+    one_line(cli(module.main, args, capsys), *culprits)
 
 
 @pytest.mark.parametrize("out", ["FILE", ""])
