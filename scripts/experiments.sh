@@ -10,7 +10,12 @@
 # prints the usage line and exits 2 before anything is made.
 # foundation, bench and speedrun read tiny shakespeare from SHAKESPEARE=PATH/tinyshakespeare.txt
 # (unset: ../shared/data/tinyshakespeare.txt); they stop at once, naming SHAKESPEARE, without it.
+# A relative SHAKESPEARE or OUT is a path from the folder the script is run from (the defaults: from
+# the repository root).
 set -euo pipefail
+# the user's paths are from where they ran the script: made absolute before the cd to the repository
+[[ -z ${SHAKESPEARE:-} || $SHAKESPEARE == /* ]] || SHAKESPEARE=$PWD/$SHAKESPEARE
+[[ -z ${OUT:-} || $OUT == /* ]] || OUT=$PWD/$OUT
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/experiments}
 SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}

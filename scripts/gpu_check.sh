@@ -18,16 +18,30 @@
 #
 # Tiny shakespeare comes from $SHAKESPEARE (default ../shared/data/tinyshakespeare.txt; offline machines
 # need a local copy). Results land in $OUT (default out/gpu_check), each stage's output in
-# $OUT/STAGE.txt. Each stage has its own time limit and all of them share a budget ($BUDGET seconds,
-# default 540): a stage gets at most what is left, and one that no longer fits is skipped. A stage
-# that fails, times out or is skipped is marked in the table; the script goes on with the next.
+# $OUT/STAGE.txt. A relative SHAKESPEARE or OUT is a path from the folder the script is run from (the
+# defaults: from the repository root). OUT is a new or empty folder, or an earlier check's: the check
+# first deletes there what it writes (status, STAGE.txt, the bench stages' STAGE.json, the runs baby/
+# and ddp/, folders of train.py's files) and nothing else; a folder that holds anything else (OUT=.
+# or OUT=~) is refused, lest a file of the user's be taken for an earlier check's.
+#
+# Each stage has its own time limit and all of them share a budget ($BUDGET seconds, default 540):
+# a stage gets at most what is left, and one that no longer fits is skipped. A stage that fails,
+# times out or is skipped is marked in the table; the script goes on with the next.
 #
 # Exit code: 0 when every stage that ran passed (one skipped for lack of budget is no failure, only
 # a row that says so); 1 when one failed or ran out of time (the table still prints, then one line
 # naming them) or the table itself failed; 2, with one line and before any stage, for a bad setting: BUDGET not 1 to 86400
 # seconds, REHEARSE not 0 or 1 (empty: 0), a PYTHON that cannot import torch, no tiny shakespeare,
-# an OUT that cannot be made or written, or no GPU without REHEARSE=1.
+# an OUT that cannot be made or written or that holds what the check does not write, or no GPU
+# without REHEARSE=1.
+#
+# Ctrl-C, kill (SIGTERM) or a hang-up (SIGHUP) stops the running stage, all of its processes, marks
+# it `interrupted` in $OUT/status (its STAGE.txt holds what it printed until then), prints the one
+# line `interrupted` and exits 130 (143, 129).
 set -uo pipefail
+# the user's paths are from where they ran the script: made absolute before the cd to the repository
+[[ -z ${SHAKESPEARE:-} || $SHAKESPEARE == /* ]] || SHAKESPEARE=$PWD/$SHAKESPEARE
+[[ -z ${OUT:-} || $OUT == /* ]] || OUT=$PWD/$OUT
 cd "$(dirname "$0")/.."
 die() { echo "error: $*" >&2; exit 2; }
 # the Python that holds torch: `python`, else `python3` (machines with only the latter), or $PYTHON
@@ -59,12 +73,105 @@ check_python() {
         || die "$who cannot import torch: set PYTHON to the Python that holds the requirements"
 }
 
-# prepare_out: OUT made and writable, an earlier check's figures gone (never passed off as this one's)
+# What the check writes in OUT, and all it ever deletes there: each stage's output, the bench
+# stages' JSON, status, and two training runs' folders holding what train.py writes in a run
+# (tinygpt/runs.py; the check's runs draw no loss.png and keep no TensorBoard events, but a user's
+# rerun might). Anything else in OUT may be the user's (OUT=. is the checkout, OUT=~ the home folder).
+STAGES=(tests baby fp32 tf32_bf16 compile decode ddp decode_compiled)
+OUT_FILES="status ${STAGES[*]/%/.txt} fp32.json tf32_bf16.json compile.json decode.json decode_compiled.json"
+RUNS="baby ddp"
+RUN_FILES="config.yaml ckpt.pt best.pt metrics.csv loss.png .lock"
+
+# written LIST NAME: NAME is one of the words of LIST, or the temp file of one that a killed writer
+# left, `.NAME.PID.XXXXXX.tmp` (tinygpt/checkpoint.py's atomic writes; the next write removes it)
+written() {
+    local name=$2
+    if [[ $name == .*.*.*.tmp ]]; then
+        name=${name#.}
+        name=${name%.*.*.tmp}
+    fi
+    [[ " $1 " == *" $name "* ]]
+}
+
+# ours PATH: PATH, in OUT, is one of the check's, of the kind it writes: a file of OUT_FILES, or a
+# folder of RUNS that holds train.py's files only
+ours() {
+    local name=${1##*/} entry
+    if written "$RUNS" "$name"; then
+        [ -d "$1" ] || return 1
+        for entry in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+            [ -e "$entry" ] || [ -L "$entry" ] || continue  # a pattern that matched nothing
+            [ -f "$entry" ] && written "$RUN_FILES" "${entry##*/}" || return 1
+        done
+    else
+        [ -f "$1" ] && written "$OUT_FILES" "$name"
+    fi
+}
+
+# prepare_out: OUT made and writable, an earlier check's figures gone (never passed off as this
+# one's). An OUT that holds anything but the check's own is refused, whole, with nothing deleted.
 prepare_out() {
-    local why
+    local why path others=() shown
     why=$(mkdir -p "$OUT" 2>&1) || die "cannot make the folder OUT=$OUT: ${why##*: }"
+    for path in "$OUT"/* "$OUT"/.[!.]* "$OUT"/..?*; do
+        [ -e "$path" ] || [ -L "$path" ] || continue  # a pattern that matched nothing
+        ours "$path" || others+=("${path##*/}")
+    done
+    if [ ${#others[@]} -gt 0 ]; then
+        shown=$(printf '%s, ' "${others[@]:0:3}")
+        shown=${shown%, }
+        [ ${#others[@]} -gt 3 ] && shown+=" and $((${#others[@]} - 3)) more"
+        die "OUT=$OUT holds what no earlier check wrote ($shown), and the check clears its OUT: choose a new or empty folder"
+    fi
+    # (status removed first: a symlink there would have a file elsewhere emptied)
+    rm -f "$OUT/status" 2> /dev/null
     ( : > "$OUT/status" ) 2> /dev/null || die "cannot write in the folder OUT=$OUT"
-    rm -rf "$OUT"/*.txt "$OUT"/*.json "$OUT/baby" "$OUT/ddp"
+    for path in $OUT_FILES $RUNS; do
+        [ "$path" = status ] || rm -rf "${OUT:?}/$path"
+    done
+}
+
+# on_signal NUMBER: Ctrl-C, SIGTERM or SIGHUP. The stage running, if any, is stopped (it is in a
+# process group of its own, where the terminal's Ctrl-C does not reach), marked interrupted; then
+# the one line and 128 + NUMBER. `running` names the stage from just before it starts until it has
+# ended; `$!` is its `timeout` once started (it differs from `ended`, the pid of the stage before).
+running='' ended=''
+on_signal() {
+    trap '' INT TERM HUP  # a second Ctrl-C while the stage stops does not cut the stop short
+    if [ -n "$running" ] && [ "${!:-}" != "$ended" ]; then
+        stop_stage "$!"
+        status "$running" interrupted
+    fi
+    echo interrupted >&2
+    exit $((128 + $1))
+}
+trap 'on_signal 2' INT
+trap 'on_signal 15' TERM
+trap 'on_signal 1' HUP
+
+# stop_stage PID: SIGTERM to the stage's `timeout` (PID, also its process group's id), which passes
+# it to the whole group and SIGKILLs the group 10 s later (-k 10) if its command is still there; then
+# what the command started and has not yet ended (timeout waits for its command only) gets the same
+# 10 s, then SIGKILL, so that nothing of the stage is left running.
+stop_stage() {
+    local tries=0
+    kill -TERM "$1" 2> /dev/null
+    wait "$1" 2> /dev/null
+    while group_alive "$1" && [ $((tries += 1)) -le 100 ]; do sleep 0.1; done
+    kill -KILL -- "-$1" 2> /dev/null
+}
+
+# group_alive PGID: a process of the process group PGID has not ended. (Not `kill -0 -- -PGID`: a
+# zombie counts there, and some containers' init is slow to collect an orphan's.)
+group_alive() {
+    local stat line state pgrp
+    for stat in /proc/[0-9]*/stat; do
+        read -r line < "$stat" 2> /dev/null || continue  # (ended meanwhile)
+        line=${line##*) }  # what follows the command's name, which may hold spaces or parentheses
+        read -r state _ pgrp _ <<< "$line"
+        [ "$pgrp" = "$1" ] && [ "$state" != Z ] && return 0
+    done
+    return 1
 }
 
 case $REHEARSE in
@@ -93,7 +200,9 @@ status() { echo "$1=$2" >> "$OUT/status"; }
 
 # stage NAME LIMIT COMMAND...: COMMAND under min(LIMIT, what is left of the budget), its output in
 # $OUT/NAME.txt, "exit N" (124: out of time) or "skipped" in $OUT/status; NAME joins `failed` unless
-# it passed or was skipped.
+# it passed or was skipped. `timeout` puts COMMAND in a process group of its own, so that a timeout
+# ends it whole (pytest's workers, torchrun's); it runs in the background only so that bash, which
+# runs no trap until a foreground command ends, can stop it on a signal (on_signal).
 failed=()
 stage() {
     local name=$1 limit=$2 left=$((BUDGET - SECONDS))
@@ -104,8 +213,11 @@ stage() {
         return
     fi
     [ "$limit" -gt "$left" ] && limit=$left
-    timeout -k 10 "$limit" "$@" > "$OUT/$name.txt" 2>&1
+    running=$name
+    timeout -k 10 "$limit" "$@" > "$OUT/$name.txt" 2>&1 &
+    wait "$!"
     local rc=$?
+    ended=$! running=''
     status "$name" "exit $rc"
     [ "$rc" = 0 ] || failed+=("$name")
     echo "   exit $rc after ${SECONDS} s"

@@ -12,6 +12,9 @@
 # controllers for the root's children, as container runtimes do); where it cannot make the cgroup it
 # exits 77 and leaves none behind. The cgroup is removed when the command ends; its exit code is ours
 # (a command killed by SIGKILL, as the kernel kills one over MEMORY_MB, is reported in one line).
+# Stopping: Ctrl-C and a hang-up reach the command from the terminal, as if it ran alone; SIGTERM to
+# this script (kill PID) is passed on to it. Either way the script waits for the command to end
+# (a tinygpt command prints `interrupted`, exit 130, 143 or 129), then removes the cgroup.
 set -uo pipefail
 if [ $# -lt 3 ]; then
   echo "usage: $0 CPUS MEMORY_MB COMMAND [ARG ...]" >&2
@@ -100,12 +103,37 @@ else  # cgroup v1: a group in each controller's hierarchy
   [ "$BYTES" != 0 ] && group $ROOT/memory memory.limit_in_bytes "$BYTES"
   dirs=($ROOT/cpu $ROOT/memory)
 fi
+# on_signal NUMBER: a signal to this shell. Before the command has started ($! is its pid once it
+# has; nothing else runs in the background here), the script ends: `interrupted`, 128 + NUMBER.
+# After, a SIGTERM is passed on (a `kill` of this script's pid reaches nothing else); Ctrl-C and a
+# hang-up are not, as the terminal sends those to its whole foreground process group, the command
+# included: one more would be a second Ctrl-C (train.py's first saves a checkpoint). The wait below
+# goes on until the command ends.
+on_signal() {
+  signalled=1
+  [ -n "${!:-}" ] || { echo interrupted >&2; exit $((128 + $1)); }
+  [ "$1" = 15 ] && kill -TERM "$!"
+}
+trap 'on_signal 2' INT
+trap 'on_signal 15' TERM
+trap 'on_signal 1' HUP
+
 # the command runs in a subshell that joins the groups first; this shell stays outside to remove them.
+# It runs in the background so that this shell can act on a SIGTERM meanwhile (bash runs no trap until
+# a foreground command ends), with this shell's stdin (bash gives a background job /dev/null), in this
+# shell's process group (the terminal's Ctrl-C reaches it), with the signals as this script found them
+# (the subshell's exec puts back the SIGINT that bash ignores in a background job).
 # Its stderr goes to the command (fd 3); this shell's own, where bash reports a killed job, to /dev/null.
 {
   (for d in "${dirs[@]}"; do [ -d "$d/$NAME" ] && { echo $BASHPID > "$d/$NAME/cgroup.procs" || exit 77; }; done
-   exec "$@") 2>&3 3>&-
-  rc=$?
+   exec "$@") <&0 2>&3 3>&- &
+  # wait for the command to end: a signal cuts a wait short (128 + its number), so wait again
+  signalled=1
+  while [ -n "$signalled" ]; do
+    signalled=''
+    wait "$!"
+    rc=$?
+  done
 } 3>&2 2>/dev/null
 report_signal "$rc"
 exit "$rc"

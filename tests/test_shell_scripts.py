@@ -1,13 +1,19 @@
 """Bad input to the shell scripts (scripts/gpu_check.sh, scripts/in_cgroup.sh, scripts/experiments.sh):
 one line on stderr naming the culprit and exit 2, before any work starts (README, Errors); and
-gpu_check.sh exits 1 when a stage that ran failed. No test here does real work, even against a
-broken script: the Python the scripts start is a stand-in that fails at once (tests/test_bench.py
-holds the other tests of gpu_check.sh and experiments.sh, test_runtime.py a real in_cgroup.sh run)."""
+gpu_check.sh exits 1 when a stage that ran failed. A user's files in gpu_check.sh's OUT are never
+deleted; Ctrl-C, SIGTERM and SIGHUP stop gpu_check.sh and in_cgroup.sh with nothing left running;
+relative paths are read from the folder the scripts are run from. No test here does real work, even
+against a broken script: the Python the scripts start is a stand-in that fails at once or sleeps
+(tests/test_bench.py holds the other tests of gpu_check.sh and experiments.sh, test_runtime.py a real
+in_cgroup.sh run)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,9 +23,10 @@ from conftest import ROOT
 STAGES = ["tests", "baby", "fp32", "tf32_bf16", "compile", "decode", "ddp", "decode_compiled"]
 
 
-def run_script(name: str, *args: str, env: dict | None = None, timeout: int = 60) -> subprocess.CompletedProcess:
+def run_script(name: str, *args: str, env: dict | None = None, timeout: int = 60,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(ROOT / "scripts" / name), *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+                          timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=cwd)
 
 
 def refused(r: subprocess.CompletedProcess, *names: str) -> bool:
@@ -49,7 +56,7 @@ exit 3
 @pytest.fixture
 def gpu_check(tmp_path):
     """Run gpu_check.sh rehearsed, with the stand-in Python, tiny shakespeare, and OUT holding an
-    earlier check's status; `env` overrides. Returns (run, OUT)."""
+    earlier check's status; `env` overrides (and `cwd`, the folder it is run from). Returns (run, OUT)."""
     text = tmp_path / "shakespeare.txt"
     text.write_text("To be, or not to be\n" * 50)
     out = tmp_path / "gc"
@@ -57,7 +64,7 @@ def gpu_check(tmp_path):
     (out / "status").write_text("an earlier check's")
     base = {"OUT": str(out), "REHEARSE": "1", "BUDGET": "60", "SHAKESPEARE": str(text),
             "PYTHON": str(fake_python(tmp_path))}
-    return (lambda **env: run_script("gpu_check.sh", env={**base, **env})), out
+    return (lambda cwd=None, **env: run_script("gpu_check.sh", env={**base, **env}, cwd=cwd)), out
 
 
 @pytest.mark.parametrize("env, names", [
@@ -106,6 +113,154 @@ def test_gpu_check_exits_1_when_a_stage_failed(gpu_check, tmp_path, budget, fail
     status = dict(line.split("=", 1) for line in (out / "status").read_text().splitlines())
     assert [s for s in STAGES if status[s] == "exit 3"] == failed
     assert all(status[s].startswith("skipped") for s in STAGES if s not in failed)
+
+
+# what gpu_check.sh writes in its OUT, all it may delete there (and a JSON's temp file, a killed bench.py's)
+EARLIER_CHECK = ["status", *(f"{s}.txt" for s in STAGES), "fp32.json", "tf32_bf16.json", "compile.json",
+                 "decode.json", "decode_compiled.json", "baby/", "ddp/", ".decode.json.4242.x1y2z3.tmp"]
+
+
+@pytest.mark.parametrize("theirs", [
+    ["thesis.txt", "settings.json"],  # the *.txt and *.json of OUT=. (requirements.txt) or OUT=~
+    ["baby/photo.jpg"],  # a run's folder holding what train.py does not write
+    ["notes/"],
+    ["tests.txt/"],  # a folder of the name of a file the check writes
+    ["baby"],  # a file of the name of a folder the check writes
+    [".bashrc"],
+])
+def test_gpu_check_refuses_an_out_that_holds_what_it_does_not_write(gpu_check, theirs):
+    """`rm -rf OUT/*.txt OUT/*.json OUT/baby OUT/ddp`, whatever OUT held: OUT=~ lost every .txt and
+    .json in the home folder. Now an OUT holding anything the check does not write is refused in one
+    line naming it, exit 2, before any stage, and nothing in it is touched."""
+    run, out = gpu_check
+    for name in ["decode.txt", "fp32.json", *theirs]:  # an earlier check's files beside the user's
+        (out / name.rstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        if name.endswith("/"):
+            (out / name).mkdir()
+        else:
+            (out / name).write_text(f"the user's {name}")
+    before = sorted((str(p.relative_to(out)), p.is_dir() or p.read_text()) for p in out.rglob("*"))
+    r = run()
+    top = {name.split("/")[0] for name in theirs}
+    assert refused(r, f"OUT={out}", *top) and r.stderr.startswith("error: "), (r.returncode, r.stderr, r.stdout[-300:])
+    assert sorted((str(p.relative_to(out)), p.is_dir() or p.read_text()) for p in out.rglob("*")) == before
+
+
+def test_gpu_check_clears_an_earlier_checks_output(gpu_check):
+    """What the check writes is all it takes an OUT to hold (its runs' folders, whatever is in them,
+    and a JSON half-written by a killed bench.py included), and it is cleared, never passed off as
+    this check's (BUDGET=1: every stage skipped)."""
+    run, out = gpu_check
+    for name in EARLIER_CHECK:
+        if name.endswith("/"):  # a run, killed while it saved a checkpoint
+            (out / name).mkdir()
+            for file in ["config.yaml", "best.pt", "metrics.csv", ".lock", ".ckpt.pt.4242.abc_12.tmp"]:
+                (out / name / file).write_text("an earlier run's")
+        else:
+            (out / name).write_text("an earlier check's")
+    r = run(BUDGET="1")
+    assert r.returncode == 0, (r.returncode, r.stderr, r.stdout[-300:])
+    assert sorted(p.name for p in out.iterdir()) == [".decode.json.4242.x1y2z3.tmp", "status"]  # (bench.py's to sweep)
+    assert all(line.endswith("skipped: the 1 s budget was spent") for line in (out / "status").read_text().splitlines())
+
+
+MARK = "TINYGPT_SHELL_TEST"  # an environment variable that only the processes a test starts carry
+
+
+def marked(mark: str) -> list[int]:
+    """The pids of the live processes whose environment holds MARK=mark."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and f"{MARK}={mark}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
+        except OSError:  # ended meanwhile, or a zombie's
+            pass
+    return pids
+
+
+def command_of(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
+def stop_and_collect(proc: subprocess.Popen, mark: str, signum: int, to_group: bool, ready) -> tuple[str, list[str]]:
+    """Once a process carrying `mark` is `ready(pid)`, send `signum` to `proc` (a script started in a
+    session of its own), or to its whole process group (the terminal's Ctrl-C); then wait for it to
+    end (15 s at most). Returns its stderr and the processes still carrying `mark` once it has ended,
+    as 'PID: COMMAND' (none, after a script that stops all it started). Whatever happens, every
+    process carrying `mark` is killed after (a broken script leaves its command running)."""
+    try:
+        deadline = time.monotonic() + 20
+        while not any(ready(pid) for pid in marked(mark) if pid != proc.pid):
+            assert proc.poll() is None and time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        (os.killpg if to_group else os.kill)(proc.pid, signum)
+        try:
+            _, stderr = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 15 s after {signal.Signals(signum).name}")
+        return stderr, [f"{pid}: {' '.join(command_of(pid))}" for pid in marked(mark)]
+    finally:
+        for pid in [proc.pid, *marked(mark)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.communicate()
+
+
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGHUP, False)])
+def test_gpu_check_stops_the_running_stage_on_a_signal(tmp_path, signum, to_group):
+    """Each stage ran under `timeout` in a process group of its own, in the foreground: Ctrl-C
+    never reached it, and bash, seeing it end normally, went on to the next stage; a SIGTERM to the
+    script ended bash alone, the stage (here, the tests, sleeping) running on. Now the stage is
+    stopped, all of it, marked `interrupted` in status, and the script prints the one line
+    `interrupted`, 128 + the signal's number, no stage after it run."""
+    text = tmp_path / "shakespeare.txt"
+    text.write_text("To be, or not to be\n" * 50)
+    out, mark = tmp_path / "gc", uuid.uuid4().hex
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OUT": str(out), "REHEARSE": "1", "BUDGET": "60",
+           "SHAKESPEARE": str(text), "PYTHON": str(fake_python(tmp_path, stage_seconds=60)), MARK: mark}
+    proc = subprocess.Popen(["bash", str(ROOT / "scripts/gpu_check.sh")], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    stderr, left = stop_and_collect(proc, mark, signum, to_group, ready=lambda pid: command_of(pid)[:1] == ["sleep"])
+    assert (proc.returncode, stderr) == (128 + signum, "interrupted\n"), (proc.returncode, stderr)
+    assert left == []
+    assert (out / "status").read_text() == "tests=interrupted\n"
+
+
+def test_gpu_check_reads_relative_paths_from_where_it_is_run(gpu_check, tmp_path):
+    """It went to the repository root first: `cd data && SHAKESPEARE=tinyshakespeare.txt bash
+    .../gpu_check.sh` said `no tiny shakespeare at tinyshakespeare.txt`, and a relative OUT was made
+    in the checkout. Both are now paths from the folder it is run from."""
+    run, _ = gpu_check
+    r = run(cwd=tmp_path, SHAKESPEARE="shakespeare.txt", OUT="gc", BUDGET="1")
+    assert r.returncode == 0, (r.returncode, r.stderr, r.stdout[-300:])
+    assert "skipped" in (tmp_path / "gc/status").read_text()
+
+
+@pytest.fixture
+def repo_litter():
+    """A unique folder name, and the removal of the folder of that name in the checkout, where an
+    old script, reading a relative OUT from the repository root, made it."""
+    name = f"out-of-a-test-{uuid.uuid4().hex[:8]}"
+    yield name
+    if (ROOT / name).is_dir():
+        import shutil
+        shutil.rmtree(ROOT / name)
+
+
+@pytest.mark.parametrize("script, args", [("gpu_check.sh", []), ("experiments.sh", ["jobs"])])
+def test_a_relative_out_is_made_where_the_script_is_run(gpu_check, experiments, tmp_path, repo_litter, script, args):
+    """OUT=results, run from a folder of one's own, made (gpu_check.sh: and cleared) results/ in the checkout."""
+    run = gpu_check[0] if script == "gpu_check.sh" else experiments[0]
+    cwd = tmp_path / "here"
+    cwd.mkdir()
+    r = run(*args, cwd=cwd, OUT=repo_litter, BUDGET="1")
+    assert (cwd / repo_litter).is_dir() and not (ROOT / repo_litter).exists(), (r.returncode, r.stderr)
 
 
 CGROUP_MARK = "ran under the limits"
@@ -159,19 +314,65 @@ def test_in_cgroup_reports_a_kill_in_one_line():
     assert r.returncode == 137 and r.stderr.count("\n") == 1 and "MEMORY_MB=64" in r.stderr, r.stderr
 
 
+# a command as tinygpt's stop: the one line `interrupted` and 128 + the signal's number, a signal it
+# inherited ignored staying ignored; it marks READY once it can be stopped
+STOPPABLE = """import signal, sys, time
+def stop(signum, frame):
+    print("interrupted", file=sys.stderr)
+    sys.exit(128 + signum)
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    if signal.getsignal(s) is not signal.SIG_IGN:
+        signal.signal(s, stop)
+open(sys.argv[1], "w").close()
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGTERM, False), (signal.SIGHUP, True), (signal.SIGINT, True)])
+def test_in_cgroup_stops_the_command_and_removes_the_cgroup_on_a_signal(tmp_path, signum, to_group):
+    """A SIGTERM to the script (`kill PID`) ended bash alone: the command ran on, reparented to init,
+    in the cgroup, which stayed behind; a hang-up (to the terminal's process group) ended both, the
+    cgroup left behind as bash's cleanup ran before the command had gone. Now a SIGTERM is passed on
+    to the command, and bash waits for it to end before removing the cgroup; the exit code and the
+    one line `interrupted` are the command's. (Ctrl-C worked, and still does. Needs root and cgroups.)"""
+    if (r := run_script("in_cgroup.sh", "1", "0", "true")).returncode == 77:
+        pytest.skip(f"cannot make a cgroup here: {r.stderr.strip()}")
+    mark, ready = uuid.uuid4().hex, tmp_path / "ready"
+    (tmp_path / "command.py").write_text(STOPPABLE)
+    proc = subprocess.Popen(["bash", str(ROOT / "scripts/in_cgroup.sh"), "1", "0", sys.executable,
+                             str(tmp_path / "command.py"), str(ready)], text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", MARK: mark})
+    cgroups = [Path("/sys/fs/cgroup/cpu") / f"tinygpt-limits-{proc.pid}", Path("/sys/fs/cgroup") / f"tinygpt-limits-{proc.pid}"]
+    try:
+        stderr, left = stop_and_collect(proc, mark, signum, to_group, ready=lambda pid: ready.exists())
+        assert (proc.returncode, stderr) == (128 + signum, "interrupted\n"), (proc.returncode, stderr)
+        assert left == [] and not any(c.exists() for c in cgroups)
+    finally:  # what the old script left: a cgroup, empty once its command was killed
+        for cgroup in cgroups:
+            for _ in range(50):
+                try:
+                    cgroup.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # its process not yet gone
+                    time.sleep(0.1)
+
+
 @pytest.fixture
 def experiments(tmp_path):
     """Run experiments.sh with a `python` on PATH that only leaves a mark (no work, whatever the
     script does), tiny shakespeare missing and OUT under tmp_path. Returns (run, OUT, mark)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    mark = tmp_path / "python_ran"
-    (bin_dir / "python").write_text(f"#!/bin/sh\ntouch {mark}\nexit 3\n")
+    mark = tmp_path / "python_ran"  # (holding its arguments, one a line)
+    (bin_dir / "python").write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {mark}\nexit 3\n")
     (bin_dir / "python").chmod(0o755)
     out = tmp_path / "ex"
     env = {"OUT": str(out), "SHAKESPEARE": str(tmp_path / "missing.txt"),
            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    return (lambda *args, **more: run_script("experiments.sh", *args, env={**env, **more})), out, mark
+    return (lambda *args, cwd=None, **more: run_script("experiments.sh", *args, env={**env, **more}, cwd=cwd)), out, mark
 
 
 @pytest.mark.parametrize("part", ["", "default foundation", " bench", "all speedrun"])
@@ -191,3 +392,14 @@ def test_experiments_refuses_an_out_it_cannot_make(experiments, tmp_path):
     r = run("jobs", OUT=str(tmp_path / "file"))
     assert refused(r, f"OUT={tmp_path / 'file'}") and r.stderr.startswith("error: "), r.stderr
     assert not mark.exists() and (tmp_path / "file").read_text() == "mine"
+
+
+def test_experiments_reads_a_relative_shakespeare_from_where_it_is_run(experiments, tmp_path):
+    """`cd data && SHAKESPEARE=tinyshakespeare.txt bash .../experiments.sh bench`: `no tiny
+    shakespeare at tinyshakespeare.txt` (it was looked for from the repository root)."""
+    run, _, mark = experiments
+    (tmp_path / "shakespeare.txt").write_text("To be, or not to be\n" * 50)
+    r = run("bench", cwd=tmp_path, SHAKESPEARE="shakespeare.txt", OUT="ex")
+    assert r.returncode == 3, r.stderr  # the stand-in python's: bench.py "ran"
+    assert f"data.dataset={tmp_path / 'shakespeare.txt'}" in mark.read_text().splitlines()
+    assert (tmp_path / "ex").is_dir()
