@@ -26,6 +26,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
 
 from scripts.reproduce import error_line
 from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.runtime import parent_death_signal
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_COUNTS = {"steps": 10_000, "reps": 100}  # (as bench.py's): a step takes ~0.1 s, each rep two processes
@@ -53,7 +54,9 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / steps, (ti
 
 def measure(mode: str, steps: int) -> tuple[float, float]:
     """(faults per step, seconds per step) of one fresh process."""
-    done = subprocess.run([sys.executable, "-c", CHILD, mode, str(steps)], cwd=ROOT, capture_output=True, text=True)
+    # (parent_death_signal: a measurement of 10,000 steps ran on alone, a core busy, after a kill -9 of this script)
+    done = subprocess.run([sys.executable, "-c", CHILD, mode, str(steps)], cwd=ROOT, capture_output=True, text=True,
+                          preexec_fn=parent_death_signal())
     if done.returncode != 0:  # (not glibc, or the machine refusing: out of memory)
         raise UserError(f"the {mode!r} measurement failed (exit {done.returncode}): {error_line(done.stderr)}")
     out = done.stdout.split()

@@ -105,6 +105,38 @@ def test_ctrl_c_in_a_script_is_interrupted_exit_130(tmp_path):
     assert proc.returncode == 130 and err.splitlines() == ["interrupted"], err
 
 
+def test_a_script_killed_takes_its_measurement_with_it(tmp_path):
+    """kill -9 of page_faults (or of reproduce, default_run: the same run()): its child went on
+    alone, 10,000 steps with a core busy, for half an hour."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.page_faults", "--steps", "10000", "--reps", "1"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    if not children.exists():
+        proc.kill()
+        pytest.skip("no /proc children file (Linux only)")
+    deadline = time.time() + 60
+    while not children.read_text().strip():
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    child = int(children.read_text().split()[0])
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 20
+    while Path(f"/proc/{child}").exists() and time.time() < deadline:
+        stat = Path(f"/proc/{child}/stat").read_text() if Path(f"/proc/{child}/stat").exists() else ""
+        if stat.split(") ", 1)[-1][:1] == "Z":  # (a zombie left for init to reap: it has ended)
+            break
+        time.sleep(0.1)
+    try:
+        alive = Path(f"/proc/{child}/stat").read_text().split(") ", 1)[-1][:1] != "Z"
+    except OSError:
+        alive = False
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert not alive, "the measurement outlived the script"
+
+
 # ---- default_run ----
 
 
