@@ -340,18 +340,23 @@ def test_tokenization_table_refuses_bad_flags_before_generating(capsys, monkeypa
     one_line(cli(module.main, args, capsys), culprit)
 
 
+def offline_gpt2(module, monkeypatch) -> None:
+    """The tokenization table's GPT-2 row refused as offline: no download of GPT-2's file in a test."""
+    real = module.build_tokenizer
+
+    def offline(name, text, **kwargs):
+        if name == "gpt2":
+            raise UserError("offline")
+        return real(name, text, **kwargs)
+    monkeypatch.setattr(module, "build_tokenizer", offline)
+
+
 def test_tokenization_table_of_a_small_corpus(capsys, monkeypatch):
     """--chars 5000 ended in 'text has 13 word(s) not in the word vocabulary': the word tokenizer was
     learned from the training split, then encoded the whole text. Now every tokenizer is learned from
     the whole text (as data.prepare does), and the probe's words the corpus lacks are left out."""
     module = script("tokenization_table")
-    real = module.build_tokenizer
-
-    def offline(name, text, **kwargs):  # no download of GPT-2's file in a test
-        if name == "gpt2":
-            raise UserError("offline")
-        return real(name, text, **kwargs)
-    monkeypatch.setattr(module, "build_tokenizer", offline)
+    offline_gpt2(module, monkeypatch)
     code, out, err = cli(module.main, ["--chars", "5000", "--sizes", "300"], capsys)
     assert code == 0 and not err, err
     assert "do not occur in this corpus: left out" in out and "| word |" in out and "| bpe, 300 | 300 |" in out
@@ -362,13 +367,7 @@ def test_tokenization_table_marks_the_default_bpe_size(capsys, monkeypatch):
     data.bpe_vocab_size's default is marked (here made 300, which a small corpus learns at once)."""
     module = script("tokenization_table")
     monkeypatch.setattr(module.DataConfig, "bpe_vocab_size", 300)
-    real = module.build_tokenizer
-
-    def offline(name, text, **kwargs):  # no download of GPT-2's file in a test
-        if name == "gpt2":
-            raise UserError("offline")
-        return real(name, text, **kwargs)
-    monkeypatch.setattr(module, "build_tokenizer", offline)
+    offline_gpt2(module, monkeypatch)
     code, out, err = cli(module.main, ["--chars", "5000", "--sizes", "300,320"], capsys)
     assert code == 0 and not err, err
     assert "| bpe, 300 (the default) | 300 |" in out and "| bpe, 320 | 320 |" in out
