@@ -1303,7 +1303,8 @@ def test_a_closed_standard_stream_reads_or_writes_nothing(run, tmp):
         done = subprocess.run(shlex.join([sys.executable, str(ROOT / "sample.py"), str(run), "--max-new-tokens", "3",
                                           "--attention-html", str(page)]) + " > /dev/full", shell=True, cwd=ROOT,
                               env=ENV, stderr=subprocess.PIPE, text=True, timeout=300)
-        assert done.returncode == 2 and done.stderr.startswith("error: No space left on device"), done.stderr
+        # (named: "No space left on device" alone left the user to guess which file)
+        assert done.returncode == 2 and done.stderr == "error: No space left on device: standard output\n", done.stderr
 
 
 @pytest.mark.parametrize("kind", ["link to nothing", "folder", "pipe"])

@@ -103,6 +103,20 @@ def environment_error(e: OSError) -> str:
     return f"{e.strerror or type(e).__name__}{': ' + name if name else ''}"
 
 
+def output_culprit(e: OSError) -> str:
+    """': standard output' where an error naming no file is a full disk and standard output is a
+    file or a device (`sample.py > out.txt` on a full disk, `> /dev/full`): tinygpt's own writes name
+    their file (checkpoint.cannot_write), so such an error is the output's. '' otherwise."""
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return ""
+    try:
+        mode = os.fstat(1).st_mode
+        redirected = (stat.S_ISREG(mode) or stat.S_ISCHR(mode)) and not os.isatty(1)
+    except OSError:
+        return ""
+    return ": standard output" if redirected else ""
+
+
 def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None) -> None:
     """Run `main(argv)` and exit: 0 on success, one line on stderr and 2 for a user's (or the
     machine's) refusal, 130 after Ctrl-C, 143 and 129 after SIGTERM and SIGHUP; see the module doc."""
@@ -120,7 +134,7 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
     except OSError as e:
         if e.errno not in ENVIRONMENT_ERRNOS:
             raise
-        _fail(f"error: {environment_error(e)}", 2)
+        _fail(f"error: {environment_error(e)}{'' if e.filename is not None else output_culprit(e)}", 2)
     except MemoryError:
         _fail("error: out of memory; use a smaller model, batch or dataset", 2)
     except RuntimeError as e:
