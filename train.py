@@ -145,8 +145,9 @@ def check_resume_data(cfg: Config, ckpt: dict[str, Any], data: Prepared) -> None
                     f"weights: --set train.out_dir=NEW_DIR {init_from(out_dir)}")
 
 
-def load_init(cfg: Config) -> tuple[GPT, dict[str, Any]]:
-    """train.init_from (fine-tuning): the starting weights; the model config becomes theirs."""
+def load_init(cfg: Config) -> tuple[GPT, dict[str, Any], str]:
+    """train.init_from (fine-tuning): the starting weights, their checkpoint, and the line that says
+    so (printed once the data is known to fit them); the model config becomes theirs."""
     try:
         path = resolve_checkpoint(cfg.train.init_from)
     except UserError as e:  # not found, or a config given for a run: the message names the key
@@ -157,9 +158,8 @@ def load_init(cfg: Config) -> tuple[GPT, dict[str, Any]]:
     adopt_model(cfg, init_cfg.model)  # check_init_tokenizer then says whether the data's vocabulary is theirs
     replaced = [f"model.{k}={getattr(ours, k)}" for k in ("block_size", "n_layer", "n_head", "n_embd", "bias", "causal")
                 if getattr(ours, k) != getattr(cfg.model, k)]
-    print(f"train.init_from: starting from {path} (step {ckpt['step']}), with its model config"
-          + (f", not this config's {', '.join(replaced)}" if replaced else ""))
-    return model, ckpt
+    return model, ckpt, (f"train.init_from: starting from {path} (step {ckpt['step']}), with its model config"
+                         + (f", not this config's {', '.join(replaced)}" if replaced else ""))
 
 
 def load_data(cfg: Config, dist: Distributed, source: str, quiet: bool = False) -> Prepared:
@@ -484,7 +484,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     ckpt = load_resume(cfg, out_dir) if args.resume else None
     metrics, note = resumed_metrics(out_dir, ckpt) if ckpt is not None else ([], None)  # before anything is written
     # train.init_from starts a new run; a resumed one continues from its own checkpoint
-    init_model, init_ckpt = load_init(cfg) if t.init_from and ckpt is None else (None, None)
+    init_model, init_ckpt, init_line = load_init(cfg) if t.init_from and ckpt is None else (None, None, None)
     dtype = resolve_dtype(t.dtype, dist.device)  # "auto" -> the fastest dtype the hardware computes natively
     check_training_fits(cfg, dtype, dist.device)  # before any allocation: memory and time per step
     if dist.device.type == "cuda":
@@ -498,6 +498,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     data = load_data(cfg, dist, config_source(args.config, args.set), args.quiet)
     if init_ckpt is not None:
         check_init_tokenizer(cfg, init_ckpt, data)
+        print(init_line)  # (after the check: a refused start says only why)
     if ckpt is not None:
         check_resume_data(cfg, ckpt, data)
     check_training_fits(cfg, dtype, dist.device)  # again, now with the vocabulary's embedding and logits

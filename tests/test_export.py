@@ -431,7 +431,7 @@ def test_the_current_folder_is_never_replaced_and_a_folder_keeps_its_mode(tmp_pa
 # ---- fine-tuning: train.init_from of another tokenizer ----
 
 
-def test_init_from_of_another_tokenizer_names_both_and_the_way_to_the_runs(tmp_path, tiny_stories_run):
+def test_init_from_of_another_tokenizer_names_both_and_the_way_to_the_runs(tmp_path, tiny_stories_run, capsys):
     """`train.init_from=CHAR_RUN data.tokenizer=word` named only this data's tokenizer and advised
     GPT-2's vocabulary (`data.tokenizer=gpt2 data.compact_vocab=false for GPT-2 weights`) whatever the
     run's was. Now both are named, with the settings that give the run's: GPT-2's full vocabulary
@@ -455,4 +455,6 @@ def test_init_from_of_another_tokenizer_names_both_and_the_way_to_the_runs(tmp_p
             train.main([*base, f"data.tokenizer={tokenizer}", f"train.init_from={init}"])
         assert re.fullmatch(f"train.init_from='{re.escape(str(init))}' was trained with another tokenizer or "
                             f"vocabulary than this data {why}", str(refused.value)), str(refused.value)
+        # the refusal is all it says: "starting from ..." was printed first, of a start that never came
+        assert "starting from" not in capsys.readouterr().out
     assert not (tmp_path / "tuned").exists()
