@@ -84,7 +84,7 @@ from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_arg, restore_signals, run_cli,
                              work_is_files)
 from tinygpt.plots import MATPLOTLIB_NOTE
-from tinygpt.report import NEVER_COMPARED, SEED, applies, check_report_folder, write_report
+from tinygpt.report import ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, write_report
 from tinygpt.runs import (REPORT_LOCK, died_at_its_first_save, read_config, read_probe,
                          resumed_metrics, run_lock, summarize_run, write_probe)
 from tinygpt.runtime import ThreadPolicy, parent_death_signal, resolve_device, usable_cores
@@ -206,7 +206,7 @@ def failed_status(ended: Ended) -> str:
         return f"failed (killed by {signal_name(-ended.code).split(' ')[0]})"
     if ended.code in STOPPED:
         return f"failed (stopped by {STOPPED[ended.code]})"
-    return f"failed (exit {ended.code}" + (f": {elide(ended.error, 100)})" if ended.error else ")")
+    return f"{ERROR_STATUS} {ended.code}" + (f": {elide(ended.error, 100)})" if ended.error else ")")
 
 
 class Runner:

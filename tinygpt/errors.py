@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 ENVIRONMENT_ERRNOS = {getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM",
                                                      "ENAMETOOLONG", "ENOTDIR", "EISDIR", "ELOOP", "EMFILE")
                       if hasattr(errno, name)}
+FULL_DISK = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # of those, a file (or its disk, or a quota) that takes no more
 MAX_VALUE = 80  # characters of a value quoted in a message
 
 MAX_INT_BITS = 128  # a longer integer is described by its size (see _Repr)
@@ -107,7 +108,7 @@ def output_culprit(e: OSError) -> str:
     """': standard output' where an error naming no file is a full disk and standard output is a
     file or a device (`sample.py > out.txt` on a full disk, `> /dev/full`): tinygpt's own writes name
     their file (checkpoint.cannot_write), so such an error is the output's. '' otherwise."""
-    if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if e.filename is not None or e.errno not in FULL_DISK:
         return ""
     try:
         mode = os.fstat(1).st_mode
@@ -134,7 +135,7 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
     except OSError as e:
         if e.errno not in ENVIRONMENT_ERRNOS:
             raise
-        _fail(f"error: {environment_error(e)}{'' if e.filename is not None else output_culprit(e)}", 2)
+        _fail(f"error: {environment_error(e)}{output_culprit(e)}", 2)
     except MemoryError:
         _fail("error: out of memory; use a smaller model, batch or dataset", 2)
     except RuntimeError as e:
@@ -282,7 +283,7 @@ class ReaderMayLeave:
         None for any other error."""
         if isinstance(e, BrokenPipeError) or e.errno == errno.EIO:
             return "was closed (its reader left)"
-        if self.full_disk_too and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        if self.full_disk_too and e.errno in FULL_DISK:
             return f"cannot be written ({os.strerror(e.errno)})"
         return None
 

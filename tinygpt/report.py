@@ -95,10 +95,13 @@ def finished_run(row: dict[str, Any]) -> bool:
     return row.get("status", "done") == "done"
 
 
+ERROR_STATUS = "failed (exit"  # how the status of a run that ended in an error begins (sweep.failed_status)
+
+
 def ended_in_error(row: dict[str, Any]) -> bool:
-    """Whether a results row is of a run that ended in an error (sweep.failed_status: 'failed (exit 2:
-    training diverged ...)'), which a rerun repeats, unlike a run stopped or killed on its way."""
-    return str(row.get("status", "")).startswith("failed (exit")
+    """Whether a results row is of a run that ended in an error ('failed (exit 2: training diverged
+    ...)'), which a rerun repeats, unlike a run stopped or killed on its way."""
+    return str(row.get("status", "")).startswith(ERROR_STATUS)
 
 
 def seed_of(row: dict[str, Any]) -> str | None:
@@ -128,7 +131,8 @@ def group_by_setting(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> l
     {'setting': {key: value}, 'label': 'n_head=4', 'runs': [rows], 'stats': {metric: stats}, 'left_out': n,
     'errors': n, 'n': seeds, 'repeats': [[rows of one seed]]}; the stats are over the finished runs, one
     value per seed (the mean of its runs: `repeats` lists the seeds trained more than once), `left_out`
-    counts the others, `errors` those of them that ended in an error. A key that does not apply to a run (applies) is None in its setting, and not labelled."""
+    counts the others, `errors` those of them that ended in an error. A key that does not apply to a
+    run (applies) is None in its setting, and not labelled."""
     keys = [k for k in varied if k != SEED]
     groups: dict[tuple, dict[str, Any]] = {}
     for r in rows:

@@ -130,12 +130,12 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
                             f"remove it, or choose another out_dir")
     if resume:
         if not (out_dir / "ckpt.pt").is_file():
-            # (a run killed between its first two saves has the starting point in best.pt: nothing to keep)
-            fix = ("best.pt holds the weights but not the optimizer's state a resume needs: start from its weights "
-                   f"with --set train.init_from={out_dir / 'best.pt'} and another out_dir"
-                   if (out_dir / "best.pt").is_file() and not died_at_its_first_save(out_dir) else
-                   "drop --resume to start a new run" + (" (its best.pt is of step 0, before any training: nothing is "
-                                                         "lost)" if (out_dir / "best.pt").is_file() else ""))
+            fix = "drop --resume to start a new run"
+            if died_at_its_first_save(out_dir):  # its best.pt is the starting point: nothing to keep
+                fix += " (its best.pt is of step 0, before any training: nothing is lost)"
+            elif (out_dir / "best.pt").is_file():
+                fix = ("best.pt holds the weights but not the optimizer's state a resume needs: start from its "
+                       f"weights with --set train.init_from={out_dir / 'best.pt'} and another out_dir")
             raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; {fix}")
         return
     if (out_dir / "ckpt.pt").exists():
