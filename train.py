@@ -37,7 +37,7 @@ from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights
                                 resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, path_word, reason, run_cli, script_word, short,
-                            work_is_files)
+                            stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import check_run_dir, metrics_text, resumed_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
@@ -450,12 +450,14 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
         failing = True
         raise
     finally:
+        if stop.signum is not None and run.step < t.max_iters:  # (after the last save, the run is done)
+            run.exit_code = 128 + stop.signum
+        if run.exit_code:  # a later SIGTERM (torchrun's, once a peer has exited) is the same stop
+            stopping_on_a_signal()
         bar.close()
         stop.restore()
         if dist.master and metrics:
             clean_up(lambda: run.save_metrics(metrics), failing)
-        if stop.signum is not None and run.step < t.max_iters:  # (after the last save, the run is done)
-            run.exit_code = 128 + stop.signum
 
 
 # ---- main ----

@@ -845,6 +845,54 @@ def test_12_a_signal_after_the_last_save_leaves_the_run_done(tmp, run, capsys, m
     assert result.code == 0 and "done: step 45" in result.out and result.err == "", result.err
 
 
+def test_12_a_second_sigterm_while_a_signalled_run_stops_is_the_same_stop(tmp, run, capsys, monkeypatch):
+    """Under torchrun a worker that stops on a signal gets SIGTERM again on its way out (torchrun's,
+    once its peer has exited): that second one stopped rank 0's clean-up (metrics.csv unwritten) or
+    made it say `interrupted` twice, a flaky DDP test. It is the same stop: one line, 143, all written."""
+    import train
+    out = tmp / "second_sigterm"
+    shutil.copytree(run, out)
+    real_step, real_save_metrics, written = train.train_step, train.Run.save_metrics, []
+
+    def step_and_signal(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(*args)
+
+    def signal_and_save_metrics(self, metrics):
+        os.kill(os.getpid(), signal.SIGTERM)
+        real_save_metrics(self, metrics)
+        written.append(metrics[-1]["step"])
+    monkeypatch.setattr(train, "train_step", step_and_signal)
+    monkeypatch.setattr(train.Run, "save_metrics", signal_and_save_metrics)
+    result = in_process("train.py", [*sets(tmp, out, "train.max_iters=45"), "--resume", "--quiet"], capsys)
+    assert (result.code, result.err) == (128 + signal.SIGTERM, "interrupted\n"), result.err
+    assert written, "the second SIGTERM stopped the clean-up"
+    from tinygpt.checkpoint import load_checkpoint
+    assert load_checkpoint(out / "ckpt.pt")["step"] == 31
+
+
+def test_12_after_stopping_on_a_signal_another_is_ignored(capsys):
+    """errors.stopping_on_a_signal: a SIGTERM or SIGHUP after it neither raises nor adds a line."""
+    from tinygpt.errors import run_cli, stopping_on_a_signal
+
+    def stops(argv):
+        stopping_on_a_signal()
+        print("interrupted", file=sys.stderr)
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGHUP)
+        sys.exit(143)
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(stops, [])
+    assert stopped.value.code == 143 and capsys.readouterr().err == "interrupted\n"
+
+    def killed(argv):  # a new command: a signal stops it again
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(killed, [])
+    assert stopped.value.code == 143 and capsys.readouterr().err == "interrupted\n"
+
+
 def test_9_a_damaged_metrics_csv_is_one_line(tmp, run, capsys):
     out = tmp / "bad_metrics"
     shutil.copytree(run, out)

@@ -63,6 +63,10 @@ class UserError(Exception):
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 
 
+# set once this process stops on a signal it was sent (stopping_on_a_signal); run_cli clears it
+_stopping = False
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised where the process is (stop_on_signals): it unwinds like Ctrl-C's
     KeyboardInterrupt, so the same cleanups run (a temp folder is removed, a lock released)."""
@@ -121,6 +125,8 @@ def output_culprit(e: OSError) -> str:
 def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None) -> None:
     """Run `main(argv)` and exit: 0 on success, one line on stderr and 2 for a user's (or the
     machine's) refusal, 130 after Ctrl-C, 143 and 129 after SIGTERM and SIGHUP; see the module doc."""
+    global _stopping
+    _stopping = False
     print_anything()
     previous = stop_on_signals()
     try:
@@ -203,10 +209,21 @@ def stop_on_signals() -> dict[int, Any]:
     and sweep.py's runs handle these signals themselves meanwhile (runtime.StopFlag, sweep.Runner).
     Returns the handlers replaced."""
     def raise_terminated(signum, frame) -> None:
-        raise Terminated(signum)
+        if not _stopping:
+            raise Terminated(signum)
     # Ctrl-C raises KeyboardInterrupt again (stop_while_starting replaced that while the command started)
     previous = handle_signals(signal.default_int_handler, [signal.SIGINT])
     return {**previous, **handle_signals(raise_terminated, [s for s in STOP_SIGNALS if s != signal.SIGINT])}
+
+
+def stopping_on_a_signal() -> None:
+    """This process stops on a signal it was sent (train.py, once its loop has saved): from now on
+    SIGTERM and SIGHUP are duplicates, ignored, and the one line `interrupted` is said once. Under
+    torchrun one comes on the way out: a worker that stops on a signal exits with 128 + its number,
+    and torchrun sends SIGTERM to the workers still running (as it does after passing a Ctrl-C on);
+    rank 0 said `interrupted` twice, or stopped inside its clean-up."""
+    global _stopping
+    _stopping = True
 
 
 def stop_while_starting() -> None:
@@ -217,6 +234,8 @@ def stop_while_starting() -> None:
     open_closed_streams()
 
     def stop_now(signum, frame) -> None:
+        if _stopping:  # (back after run_cli, on the way out)
+            return
         try:
             os.write(2, b"interrupted\n")
         except OSError:  # stderr gone (a terminal that hung up): the exit code still tells
