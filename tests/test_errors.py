@@ -430,6 +430,22 @@ def test_5_a_yaml_alias_bomb_is_refused_at_once(tmp, capsys):
     assert "bomb.yaml" in line and "aliases expand to more than" in line and len(line) < 300
 
 
+def test_5_a_config_of_a_million_plain_values_is_refused_at_once(tmp, capsys):
+    """1 MB of values and no alias (`[1,1,1,...]`, or 60,000 keys): PyYAML composed them all, 35 s
+    and 600 MB, before the count refused it, blaming aliases there were none of (now 0.6 s)."""
+    (tmp / "flat.yaml").write_text("model: {n_layer: [" + ",".join(["1"] * 500_000) + "]}\n")
+    t0 = time.perf_counter()  # (not under refused_within's tracemalloc, which slows PyYAML 10x)
+    line = one_line(in_process("train.py", [tmp / "flat.yaml"], capsys), "flat.yaml", "holds more than 10,000 values")
+    assert time.perf_counter() - t0 < 5, time.perf_counter() - t0
+    keys = tmp / "many_keys"  # a run's config.yaml, as compare.py reads it
+    keys.mkdir()
+    (keys / "config.yaml").write_text("".join(f"k{i}: 1\n" for i in range(60_000)))
+    (keys / "metrics.csv").write_text("step,train_loss,val_loss\n")
+    t0 = time.perf_counter()
+    one_line(in_process("compare.py", [keys, "--out", tmp / "many_keys_cmp"], capsys), "config.yaml", "holds more than")
+    assert time.perf_counter() - t0 < 5, time.perf_counter() - t0
+
+
 def test_5_a_checkpoint_holding_an_alias_bomb_is_refused_at_once(tmp, run, capsys):
     """The same structure inside a checkpoint's config (pickle keeps it shared: a small file)."""
     path = damaged_copy(run, tmp / "bomb_ckpt", config=lambda c: c["config"]["model"].update(n_layer=bomb_list()))

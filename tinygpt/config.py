@@ -107,9 +107,9 @@ TAG = "tag:yaml.org,2002:"
 
 class LimitedSafeLoader(yaml.SafeLoader):
     """yaml.SafeLoader (plain data only, never Python objects) that refuses documents nested deeper
-    than MAX_DEPTH or expanding to more than MAX_NODES values through aliases: PyYAML shares an
-    aliased value, so a 300-byte file can stand for 10^8 values, which any walk (a message, a copy)
-    would expand. A key given twice in one mapping is refused (PyYAML keeps the last silently, so a
+    than MAX_DEPTH, holding more than MAX_NODES values, or expanding to more through aliases: PyYAML
+    shares an aliased value, so a 300-byte file can stand for 10^8 values, which any walk (a
+    message, a copy) would expand. A key given twice in one mapping is refused (PyYAML keeps the last silently, so a
     second `model:` section would drop the first), and YAML 1.1's surprises are not guessed: a
     date stays a string (an out_dir named 2024-12-01), 1:30 is not the base-60 number 90 and 0500
     not the octal 320."""
@@ -122,12 +122,16 @@ class LimitedSafeLoader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+        self._composed = 0
 
-    def compose_node(self, parent, index):  # recursive in PyYAML: count the levels
+    def compose_node(self, parent, index):  # recursive in PyYAML: count the levels, and the values
         self._depth += 1
+        self._composed += 1
         try:
             if self._depth > MAX_DEPTH:
                 raise YAMLRefused(f"it nests deeper than {MAX_DEPTH} levels (a config needs 2)")
+            if self._composed > MAX_NODES:  # at once: PyYAML composes a 1 MB file's 500,000 values in 35 s
+                raise YAMLRefused(f"it holds more than {MAX_NODES:,} values (a config has ~50)")
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
