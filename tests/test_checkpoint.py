@@ -12,6 +12,7 @@ import os
 import pathlib
 import random
 import struct
+import time
 import zipfile
 
 import numpy as np
@@ -474,11 +475,11 @@ def test_atomic_write_never_replaces_a_pipe_or_a_folder(tmp_path):
 def test_atomic_dir_sweeps_the_temp_folder_of_a_dead_writer(tmp_path):
     """A writer killed mid-write leaves its temp folder, or, killed while it replaced the folder, the
     old folder it was removing (a whole dataset's preparation, never removed before)."""
-    dead = tmp_path / ".out.99999999.abcd.tmp"  # pid 99999999: beyond Linux's pid_max, never alive
-    dead_old = tmp_path / ".out.99999999.ijkl.old"
-    live = tmp_path / f".out.{os.getpid()}.efgh.tmp"
-    for folder in (dead, dead_old, live):
-        folder.mkdir()
+    dead = tmp_path / ".out.99999999.abcdefgh.tmp"  # pid 99999999: beyond Linux's pid_max, never alive
+    dead_old = tmp_path / ".out.99999999.ijklmnop.old"
+    live = tmp_path / f".out.{os.getpid()}.efghijkl.tmp"
+    for folder in (dead, dead_old / "out", live):  # (a .old holds the folder it set aside)
+        folder.mkdir(parents=True)
         (folder / "half.bin").write_bytes(b"x")
     with checkpoint.atomic_dir(tmp_path / "out") as tmp:
         (tmp / "whole.bin").write_bytes(b"y")
@@ -507,7 +508,7 @@ def test_a_replacement_stopped_between_its_two_renames_leaves_the_old_folder(tmp
     monkeypatch.undo()
     assert (out / "weights.bin").read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out"]
 
-    killed = tmp_path / ".out.99999999.abcd.old"  # a dead writer's (pid beyond pid_max), out moved into it
+    killed = tmp_path / ".out.99999999.abcdefgh.old"  # a dead writer's (pid beyond pid_max), out moved into it
     out.rename(tmp_path / "moved")
     killed.mkdir()
     (tmp_path / "moved").rename(killed / "out")
@@ -515,13 +516,59 @@ def test_a_replacement_stopped_between_its_two_renames_leaves_the_old_folder(tmp
     assert (out / "weights.bin").read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
+def test_the_sweep_leaves_files_not_of_tinygpts_own_form(tmp_path):
+    """Any `.NAME.*.tmp` or `.old` beside NAME went: a user's `.page.html.20241201.old` at once (its
+    digits read as a dead writer's pid), `.page.html.draft.tmp` after an hour, and beside `hf1`
+    the leftovers of `hf1.x`, the only copy of that export after a kill between its two renames."""
+    out = tmp_path / "out"
+    old = time.time() - 7200
+    kept = [tmp_path / ".out.20241201.old", tmp_path / ".out.draft.tmp", tmp_path / ".out.2024.old"]
+    for user_file in kept:
+        user_file.write_text("the user's")
+        os.utime(user_file, (old, old))
+    neighbour = tmp_path / ".out.x.99999999.abcdefgh.old"  # out.x's export, set aside by a killed writer
+    (neighbour / "out.x").mkdir(parents=True)
+    holds_more = tmp_path / ".out.99999999.ijklmnop.old"  # our form, but a folder holding something else
+    (holds_more / "notes").mkdir(parents=True)
+    kept += [neighbour / "out.x", holds_more / "notes"]
+    ours = tmp_path / ".out.99999999.qrstuvwx.tmp"
+    ours.write_text("half")
+    with checkpoint.atomic_dir(out) as tmp:
+        (tmp / "whole.bin").write_bytes(b"y")
+    assert all(p.exists() for p in kept) and not ours.exists()
+
+
+def test_a_mount_point_is_refused_at_once_and_a_failed_move_aside_leaves_nothing(tmp_path, monkeypatch):
+    """export.py into a mounted folder (a Docker volume): the whole export was written on the
+    parent's disk, then `cannot write OUT: Device or resource busy`, an empty .old folder left."""
+    import errno
+    out = tmp_path / "volume"
+    out.mkdir()
+    monkeypatch.setattr(checkpoint.os.path, "ismount", lambda p: pathlib.Path(p) == out)
+    with pytest.raises(UserError, match=r"cannot replace .*volume: it is a mount point .* a new folder inside it"):
+        with checkpoint.atomic_dir(out):
+            raise AssertionError("built before the refusal")
+    monkeypatch.undo()
+    real_replace = os.replace
+
+    def busy(src, dst):
+        if pathlib.Path(src) == out:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        real_replace(src, dst)
+    monkeypatch.setattr(checkpoint.os, "replace", busy)
+    with pytest.raises(UserError, match="Device or resource busy"):
+        with checkpoint.atomic_dir(out) as tmp:
+            (tmp / "whole.bin").write_bytes(b"y")
+    assert [p.name for p in tmp_path.iterdir()] == ["volume"]
+
+
 def test_a_temp_file_of_an_earlier_process_with_this_pid_is_swept(tmp_path):
     """In a container every restart is pid 1: a checkpoint's temp file left by a killed run had the
     pid of the run that resumed it, which took it for its own and kept it, for good."""
-    earlier = tmp_path / f".ckpt.pt.{os.getpid()}.k2j3.tmp"  # this pid, written before this process started
+    earlier = tmp_path / f".ckpt.pt.{os.getpid()}.k2j3k2j3.tmp"  # this pid, written before this process started
     earlier.write_bytes(b"half")
     os.utime(earlier, (checkpoint.STARTED - 60, checkpoint.STARTED - 60))
-    now = tmp_path / f".ckpt.pt.{os.getpid()}.m5n6.tmp"  # this pid, this process (another thread's write)
+    now = tmp_path / f".ckpt.pt.{os.getpid()}.m5n6m5n6.tmp"  # this pid, this process (another thread's write)
     now.write_bytes(b"half")
     atomic_write_text(tmp_path / "ckpt.pt", "whole")
     assert not earlier.exists() and now.exists()

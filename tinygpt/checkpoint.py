@@ -145,8 +145,16 @@ def regular_file_target(path: Path) -> Path:
     return path
 
 
-STALE_UNTAGGED_S = 3600  # a temp file without a writer's pid (older tinygpt) is stale after an hour
 STARTED = time.time()  # about when this process started (this module is among its first imports)
+
+
+def leftover_pid(name: str, of: Path) -> int | None:
+    """The writer's pid if `name` is exactly the name of a temp file or folder tinygpt makes for `of`
+    (temp_beside, atomic_dir: `.NAME.PID.xxxxxxxx.tmp` or `.old`, the last part mkstemp's 8
+    characters), else None: a user's `.page.html.draft.tmp`, or the leftovers of a neighbour
+    (`.hf1.x.PID.xxxxxxxx.old` beside hf1), are not ours to remove."""
+    found = re.fullmatch(rf"\.{re.escape(of.name)}\.(\d+)\.[a-z0-9_]{{8}}\.(tmp|old)", name)
+    return int(found[1]) if found else None
 
 
 def sweep_temp_files(path: Path) -> None:
@@ -155,22 +163,21 @@ def sweep_temp_files(path: Path) -> None:
     it (a kill between atomic_dir's two renames); a live writer's (its pid is running: another
     process writing the same path) is never touched. One with this process's own pid from before
     it started was left by an earlier process with the same pid (in a container, every restart
-    is pid 1)."""
-    prefix = f".{path.name}."
-    stale_ones = [*path.parent.glob(f"{glob_escape(prefix)}*.tmp"), *path.parent.glob(f"{glob_escape(prefix)}*.old")]
-    for stale in stale_ones:
-        pid = stale.name[len(prefix):].split(".", 1)[0]
+    is pid 1). Only names exactly of tinygpt's form are looked at, and a .old only where it is a
+    folder holding `path`'s name or nothing."""
+    prefix = glob_escape(f".{path.name}.")
+    for stale in [*path.parent.glob(f"{prefix}*.tmp"), *path.parent.glob(f"{prefix}*.old")]:
+        pid = leftover_pid(stale.name, path)
         try:
-            if pid.isdigit():
-                if int(pid) == os.getpid() and stale.stat().st_mtime < STARTED:
-                    pass  # an earlier process's
-                elif pid_alive(int(pid)):
+            if pid is None or (pid_alive(pid) and not (pid == os.getpid() and stale.stat().st_mtime < STARTED)):
+                continue  # not ours, or a live writer's (this pid from before this process: an earlier one's)
+            if stale.suffix == ".old":
+                if not stale.is_dir() or {p.name for p in stale.iterdir()} - {path.name}:
                     continue
-            elif time.time() - stale.stat().st_mtime < STALE_UNTAGGED_S:
-                continue
-            if stale.suffix == ".old" and not path.exists():  # killed between atomic_dir's two renames
-                put_back(stale, path)
-            elif stale.is_dir():
+                if not path.exists():  # killed between atomic_dir's two renames
+                    put_back(stale, path)
+                    continue
+            if stale.is_dir():
                 shutil.rmtree(stale)
             else:
                 stale.unlink(missing_ok=True)
@@ -287,6 +294,9 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     replaced: moved aside, ours renamed in, and only then deleted. On an error (a Ctrl-C
     included) the temp folder is removed and an old folder moved aside is put back."""
     path = Path(path)
+    if os.path.ismount(path):  # (a Docker volume): the folder cannot be renamed, and tmp would be on the parent's disk
+        raise UserError(f"cannot replace {path}: it is a mount point (the top of another file system); give a "
+                        f"new folder inside it, e.g. {path / 'export'}")
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep_temp_files(path)  # the temp folders of writers killed mid-write
     # the writer's pid in the name: sweep_temp_files removes the folder once its writer is dead
@@ -304,9 +314,9 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
                     shutil.rmtree(tmp, ignore_errors=True)
                     return
                 old = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".old", dir=path.parent))
+                aside.append(old)
                 with suppress(FileNotFoundError):  # another process may have moved it first
                     os.replace(path, old / path.name)
-                aside.append(old)
             try:
                 os.replace(tmp, path)
                 break
@@ -320,6 +330,9 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
         shutil.rmtree(tmp, ignore_errors=True)
         if aside and not path.exists():  # stopped between moving the old folder away and renaming ours in
             put_back(aside[0], path)
+        for old in aside:  # one whose move aside failed is empty: removed (rmdir leaves any other)
+            with suppress(OSError):
+                old.rmdir()
         # a full disk (numpy's short write has no errno), or atomic_write's refusal of a file in tmp,
         # which would name a temp folder the user never named
         cause = os_error_behind(e) or (e.__cause__ if isinstance(e.__cause__, OSError) else None)
