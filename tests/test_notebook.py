@@ -140,3 +140,20 @@ def test_notebook_shows_the_explorer_inline(executed):
     cell = next(c for c in executed.cells if c.cell_type == "code" and "notebook_view" in c.source)
     shown = [o["data"]["text/html"] for o in cell.outputs if "text/html" in o.get("data", {})]
     assert len(shown) == 1 and shown[0].startswith("<iframe srcdoc=") and "id=&quot;data&quot;" in shown[0]
+
+
+def test_the_notebooks_saved_explorer_page_is_todays(notebook):
+    """The page saved in the notebook's output (what a reader on GitHub sees before running it) is
+    the explorer of today's tinygpt/attention_html.py, data aside: it was an older page, without
+    the generator mark and saying "1 layers", and the cell's saved character count was stale."""
+    import html
+    import re
+
+    from tinygpt.attention_html import PAGE
+    cell = next(c for c in notebook["cells"] if c["cell_type"] == "code" and "notebook_view" in "".join(c["source"]))
+    saved = "".join(next(o["data"]["text/html"] for o in cell["outputs"] if "text/html" in o.get("data", {})))
+    page = html.unescape(re.fullmatch(r'<iframe srcdoc="(.*)" style=[^>]*></iframe>', saved, re.DOTALL)[1])
+    chunks = re.split("%DATA%|%TITLE%", PAGE)
+    assert all(chunk in page for chunk in chunks), [c[:80] for c in chunks if c not in page]
+    said = "".join("".join(o["text"]) for o in cell["outputs"] if o["output_type"] == "stream")
+    assert f": {len(page):,} characters," in said, said
