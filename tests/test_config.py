@@ -19,6 +19,7 @@ from model import ModelConfig
 from tinygpt.config import (Config, DataConfig, TrainConfig, all_keys, config_from_dict,
                     config_to_dict, config_to_yaml, load_config, parse_overrides, yaml_load)
 from tinygpt.errors import UserError
+from conftest import ROOT
 
 
 def write(tmp_path, text: str, name: str = "cfg.yaml"):
@@ -502,3 +503,13 @@ def test_an_unknown_tokenizer_is_refused_with_the_config_not_after_reading_the_d
     a '/' left a prepared folder behind."""
     message = user_error(write(tmp_path, ""), ["data.tokenizer=../../evil"])
     assert message.startswith("data.tokenizer='../../evil'") and "char, word, bpe or a tiktoken encoding: gpt2" in message
+
+
+def test_an_unknown_key_of_a_known_section_lists_that_sections_keys():
+    """With no close match, `model.<a long typo>` was answered `valid sections: model, data, train`,
+    though its section was right."""
+    with pytest.raises(UserError) as info:
+        load_config(str(ROOT / "configs/stories.yaml"), ["model.averyveryverylongkeythatmatchesnothing=1"])
+    assert "model's keys: block_size, n_layer, n_head, n_embd" in str(info.value) and "sections" not in str(info.value)
+    with pytest.raises(UserError, match="valid sections: model, data, train"):
+        load_config(str(ROOT / "configs/stories.yaml"), ["averyveryverylongsectionname.n_layer=1"])

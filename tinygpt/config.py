@@ -212,7 +212,13 @@ def _unknown_key(key: str, source: str) -> UserError:
                          f"nest it: '{section}:' with '{name}: ...' indented under it")
     candidates = all_keys() if "." in key else list(SECTIONS)
     near = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
-    hint = f"; did you mean '{near[0]}'?" if near else f"; valid sections: {', '.join(SECTIONS)}"
+    section = key.split(".", 1)[0]
+    if near:
+        hint = f"; did you mean '{near[0]}'?"
+    elif "." in key and section in SECTIONS:  # a known section: its keys, not the sections
+        hint = f"; {section}'s keys: {', '.join(k.split('.', 1)[1] for k in all_keys() if k.startswith(section + '.'))}"
+    else:
+        hint = f"; valid sections: {', '.join(SECTIONS)}"
     return UserError(f"unknown config key {short(key)} ({source}){hint}")
 
 
