@@ -8,6 +8,7 @@ import csv
 import errno
 import io
 import struct
+import warnings
 import zlib
 from pathlib import Path
 
@@ -349,3 +350,41 @@ def test_a_config_yaml_cut_short_or_emptied_is_refused_not_read_as_the_defaults(
         with pytest.raises(UserError, match=r"config.yaml is damaged \(cut short or emptied\): it lacks model\.\w+"):
             compare.main([run, "--out", str(tmp_path / "cmp")])
     assert not (tmp_path / "cmp").exists()
+
+
+def test_the_legends_of_runs_differing_in_many_keys_lie_whole_inside_the_pictures(tmp_path, monkeypatch):
+    """Five runs differing in a dozen config values, one a long dataset path: settings.png's legend ran
+    off both sides of its 4.2 in panel (4 columns), val_loss.png's covered the curves and ran off the
+    right edge, and tight layout warned on stderr. Now one entry a line below the plot, the paths cut
+    to their file names, the labels wrapped to the picture's width, the picture grown to hold them."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    figures = {}
+    real = plots._png
+
+    def png(fig, name):
+        figures[name] = fig
+        return real(fig, name)
+    monkeypatch.setattr(plots, "_png", png)
+    folder = "corpora/" + "a_folder_with_a_long_name/" * 12
+    many = [config_run(tmp_path / f"r{i}", [(0, "4.1", "4.1"), (10, f"{3.9 - i / 10}", f"{3.9 - i / 10}")], **{
+        "model.n_head": 2 ** (i % 3), "model.n_layer": 2 + i, "model.n_embd": 32 * (i + 1), "model.dropout": i / 10,
+        "data.dataset": f"{folder}tinyshakespeare_{i}.txt", "data.tokenizer": ("char", "word")[i % 2],
+        "train.lr": 1e-3 * (i + 1), "train.min_lr": 1e-4 * (i + 1), "train.warmup_iters": 10 * i,
+        "train.batch_size": 8 + i, "train.weight_decay": i / 100, "train.grad_clip": 1 + i})
+        for i in range(5)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compared([*many, "--out", str(tmp_path / "cmp")])
+    assert [str(w.message) for w in caught] == []  # (tight layout's "cannot be made large enough")
+    for name in ("val_loss.png", "settings.png"):
+        fig = figures[name]
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        (legend,) = fig.legends or [fig.axes[0].get_legend()]
+        box, picture = legend.get_window_extent(renderer), fig.bbox
+        assert picture.x0 <= box.x0 and box.x1 <= picture.x1 and picture.y0 <= box.y0 and box.y1 <= picture.y1, name
+        assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes), name  # no curve covered
+        texts = legend.get_texts()
+        assert len({round(t.get_window_extent(renderer).x0) for t in texts}) == 1, name  # one entry a line
+        assert all("dataset=tinyshakespeare_" in t.get_text() and "folder" not in t.get_text() for t in texts), name

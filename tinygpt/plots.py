@@ -7,7 +7,8 @@
 
 The y-axis fits the curves after the first 5% of the steps: the step-0 loss, about ln(vocab),
 would otherwise squash the part worth reading; a note names the points left above it. Several
-runs are told apart by the config values that differ between them.
+runs are told apart by the config values that differ between them, in a legend below the plot: one
+entry a line, paths cut to their file names, wrapped to the picture's width, the picture grown to hold it.
 
 matplotlib is optional: without it the plot functions return None and the tables still come out.
 """
@@ -17,6 +18,7 @@ import io
 import math
 import re
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -71,6 +73,28 @@ def _png(fig, name: str) -> bytes:
     return buf.getvalue()
 
 
+def shortened(labels: Sequence[str]) -> list[str]:
+    """The labels with each path cut to its last part (`dataset=tinyshakespeare.txt`: the folders
+    made a label too long to read), unless that makes two labels alike (two files of one name in
+    different folders): then they keep their paths."""
+    short = [re.sub(r"[^\s=,]*/(?=[^/\s,])", "", label) for label in labels]
+    return short if len(set(short)) == len(set(labels)) else list(labels)
+
+
+def legend_labels(labels: Sequence[str], fig) -> list[str]:
+    """Labels for a legend of one entry a line under the plot: shortened, then wrapped at ', ' to
+    the figure's width, so that a label of many differing config values lies wholly inside the picture
+    (it ran off both edges); drawn as text (plain_text)."""
+    width = max(20, int(fig.get_figwidth() * 72 / 5.5) - 10)  # characters: 'small' ones are ~5.5 pt, less the marker
+    return [plain_text(textwrap.fill(label, width, break_on_hyphens=False)) for label in shortened(labels)]
+
+
+def grow_for(fig, legend) -> None:
+    """Make the figure taller by the legend's own height, so that the legend below the plot takes no
+    room from the axes, however many lines it has."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    box = legend.get_window_extent(FigureCanvasAgg(fig).get_renderer())
+    fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + box.height / fig.dpi + 0.1)
 
 
 EARLY = 0.05  # the first 5% of the steps are left out when choosing the y-range...
@@ -132,7 +156,7 @@ def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
         mean = [statistics.fmean(by_step[s]) for s in steps]
         std = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
         n = len(g["runs"])
-        line, = ax.plot(steps, mean, marker=".", label=plain_text(g["label"]) + (f" (mean of {n})" if n > 1 else ""))
+        line, = ax.plot(steps, mean, marker=".", label=g["label"] + (f" (mean of {n})" if n > 1 else ""))
         if n > 1:
             ax.fill_between(steps, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)],
                             color=line.get_color(), alpha=0.2, linewidth=0)
@@ -142,8 +166,16 @@ def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
            title="validation loss" + (": mean ± 1 std over seeds" if banded else ""))
     ax.grid(alpha=0.3)
     focus_y(ax, curves)
-    if ax.lines:
-        ax.legend(fontsize="small")
+    if ax.lines:  # below the axes and what hangs under them (tick labels, x label, the note): it covers no curve
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.transforms import offset_copy
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        below = ax.get_window_extent(renderer).y0 - ax.get_tightbbox(renderer).y0
+        legend = ax.legend(ax.lines, legend_labels([line.get_label() for line in ax.lines], fig), fontsize="small",
+                           loc="upper center", bbox_to_anchor=(0.5, 0),
+                           bbox_transform=offset_copy(ax.transAxes, fig, y=-below, units="dots"))
+        grow_for(fig, legend)
+    fig.set_layout_engine("constrained")  # room for the legend (tight layout warned: "margins cannot be made large")
     return _png(fig, "val_loss.png")
 
 
@@ -170,6 +202,7 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     for g in groups:
         name = ", ".join(f"{k.split('.', 1)[1]}={g['setting'][k]}" for k in line_keys) or "mean"
         lines.setdefault(name, []).append(g)
+    shown = dict(zip(lines, legend_labels(list(lines), fig)))
     n = max(g["stats"][m]["n"] for g in groups for m, _, _ in panels)
     from matplotlib.ticker import FuncFormatter, NullFormatter
     plain = FuncFormatter(lambda v, _: f"{v:g}")  # 1.25, not 1.25x10^0 (log axis) or an offset +5.774
@@ -185,9 +218,9 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
             mean = [st["mean"] * scale for _, st in pts]
             err = [[(st["mean"] - st["lo"]) * scale if st["lo"] is not None else 0 for _, st in pts],
                    [(st["hi"] - st["mean"]) * scale if st["hi"] is not None else 0 for _, st in pts]]
-            ax.errorbar(x, mean, yerr=err, marker="o", capsize=3, label=plain_text(name))
+            ax.errorbar(x, mean, yerr=err, marker="o", capsize=3, label=shown[name])
             values += [m - lo for m, lo in zip(mean, err[0])] + [m + hi for m, hi in zip(mean, err[1])]
-        ax.set_xticks(range(len(xs)), [plain_text(x) for x in xs])
+        ax.set_xticks(range(len(xs)), [plain_text(x) for x in shortened(xs)])
         ax.set(xlabel=x_key.split(".", 1)[1], ylabel=ylabel)
         if metric == "attribute_ratio" and values and min(values) > 0 and max(values) > 10 * min(values):
             ax.set_yscale("log")  # ratios over more than a decade (a tenfold is as far as a tenth)
@@ -200,9 +233,9 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
                 ax.set_ylim(middle - 0.005 * abs(middle), middle + 0.005 * abs(middle))
         ax.yaxis.set_major_formatter(plain)
         ax.grid(alpha=0.3)
-    if len(lines) > 1:  # below the panels, where it covers no axis label
-        fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center", fontsize="small",
-                   ncol=min(len(lines), 4))
+    if len(lines) > 1:  # below the panels, where it covers no axis label; one entry a line, each readable whole
+        grow_for(fig, fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center",
+                                 fontsize="small"))
     fig.suptitle(f"mean and 95% interval over {n} seeds" if n > 1 else "one run per setting", fontsize=10)
     return _png(fig, "settings.png")
 
