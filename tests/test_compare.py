@@ -7,6 +7,7 @@ import contextlib
 import csv
 import errno
 import io
+import os
 import struct
 import warnings
 import zlib
@@ -388,3 +389,19 @@ def test_the_legends_of_runs_differing_in_many_keys_lie_whole_inside_the_picture
         texts = legend.get_texts()
         assert len({round(t.get_window_extent(renderer).x0) for t in texts}) == 1, name  # one entry a line
         assert all("dataset=tinyshakespeare_" in t.get_text() and "folder" not in t.get_text() for t in texts), name
+
+
+def test_a_run_training_now_is_told_from_a_stopped_one_and_its_final_train_loss_is_an_evals(tmp_path):
+    """compare.py showed a killed run as `step 20/30`, exactly as one still training, and took its
+    final train loss from the last row, a log row (the mean of the last few batches) where it stopped
+    between evals. Its .lock names the holder: a live pid is a training now, a dead one was killed."""
+    run = tmp_path / "run"
+    fake_run(run, 1, [(0, "4.1", "4.1"), (10, "3.9", "3.8"), (20, "3.2", "")])  # (a log row last)
+    cfg = runs.read_config(run)
+    cfg.train.max_iters = 30
+    runs.write_config(run, cfg)
+    (run / runs.LOCK).write_text("99999999\n")  # beyond Linux's pid_max: a killed training's lock file
+    summary = runs.summarize_run(run)
+    assert (summary["status"], summary["final_train_loss"]) == ("step 20/30", 3.9)
+    (run / runs.LOCK).write_text(f"{os.getpid()}\n")  # a live process holds it
+    assert runs.summarize_run(run)["status"] == "training, step 20/30"

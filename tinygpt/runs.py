@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, load_checkpoint, make_folder,
-                                remove_empty)
+                                pid_alive, remove_empty)
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
 from tinygpt.errors import UserError, count, reason
 
@@ -425,24 +425,39 @@ def count_params(cfg: ModelConfig) -> int | None:
     return GPT.count_params(cfg) if cfg.vocab_size > 0 else None
 
 
+def training_now(run_dir: Path) -> bool:
+    """Is a training writing run_dir now? Its .lock holds the pid of the training holding it; a
+    killed one's stays behind, naming a process that has ended. (Read, never locked: a training
+    starting at this moment must not be refused as in use.)"""
+    try:
+        pid = int((run_dir / LOCK).read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return False
+    return os.name == "posix" and pid_alive(pid)
+
+
 def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, Any]:
     """One results row for a run directory, plus its metrics and flat config for plots and columns."""
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
     metrics = read_metrics(run_dir)
     val = [r["val_loss"] for r in metrics if r.get("val_loss") is not None]
-    train = [r["train_loss"] for r in metrics if r.get("train_loss") is not None]
     tok_s = [r["tokens_per_s"] for r in metrics if r.get("tokens_per_s") is not None]
     elapsed = [r["elapsed_s"] for r in metrics if r.get("elapsed_s") is not None]
     last_step = int(metrics[-1]["step"]) if metrics else 0
     status = ("done" if metrics and last_step >= cfg.train.max_iters else
               f"step {last_step}/{cfg.train.max_iters}" if metrics else "no metrics.csv rows")
+    if status != "done" and training_now(run_dir):  # (else stopped there: killed, or --stop-at)
+        status = f"training, {status}"
+    evals = [r for r in metrics if r.get("val_loss") is not None and r.get("train_loss") is not None]
     return {
         "run": label if label is not None else str(run_dir),
         "params": count_params(cfg.model),
         "status": status,
         "best_val_loss": min((v for v in val if math.isfinite(v)), default=None),  # a diverged run's nan is no best
-        "final_train_loss": train[-1] if train else None,  # the last row: the final eval's estimate
+        # the last eval's estimate (a row of its own at each eval_interval); between evals a row holds
+        # the mean of the last log_interval batches, which is not comparable
+        "final_train_loss": evals[-1]["train_loss"] if evals else None,
         "tokens_per_s": statistics.median(tok_s) if tok_s else None,
         "wall_s": max(elapsed) if elapsed else None,  # train.py's elapsed_s carries over a resume
         **probe_columns(read_probe(run_dir)),
