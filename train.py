@@ -480,7 +480,13 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     """Check, prepare, build, then run the loop; returns the run's summary."""
     t = cfg.train
     out_dir = Path(t.out_dir)
-    check_run_dir(out_dir, args.resume)
+    if dist.master:  # under DDP rank 0 decides, holding the folder's lock; the others wait for its verdict
+        check_run_dir(out_dir, args.resume)
+    dist.barrier()
+    if args.resume and not dist.master and not (out_dir / "ckpt.pt").is_file():
+        raise UserError(f"process {dist.rank}: --resume: {out_dir / 'ckpt.pt'}, which process 0 resumes from, is not "
+                        f"on this machine: every process reads it, so train.out_dir must be a folder that all the "
+                        f"run's machines share")
     if t.tensorboard:
         require_tensorboard(out_dir)
     ckpt = load_resume(cfg, out_dir) if args.resume else None

@@ -1047,6 +1047,27 @@ def test_12_a_signal_while_a_command_starts_is_one_line(tmp_path, command, signu
     assert not (ROOT / "out" / "none-hf").exists()
 
 
+def test_12_a_torchrun_worker_but_rank_0_stops_on_a_signal_without_a_word(tmp_path, tmp, run):
+    """torchrun stops every worker with SIGTERM once one has exited (a refused --set value, while
+    the others still import torch) and passes a Ctrl-C on: each said `interrupted`, about a stop the
+    user never asked for. Rank 0 speaks for the run; the others stop with the code alone."""
+    (tmp_path / "sitecustomize.py").write_text(SIGNAL_AT_IMPORT)
+    env = {**ENV, "PYTHONPATH": str(tmp_path), "SIGNAL_AT_IMPORT": str(int(signal.SIGTERM)), "RANK": "1"}
+    done = subprocess.run([sys.executable, "train.py", "configs/stories.yaml"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (128 + signal.SIGTERM, ""), done.stderr[-2000:]
+    proc = subprocess.Popen([sys.executable, "sample.py", str(run), "--max-new-tokens", "1000000", "--prompt", "Anna"],
+                            cwd=ROOT, env={**ENV, "RANK": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:  # later, with run_cli in charge
+        read_until(proc.stdout, b"Anna", drain=True)
+        proc.send_signal(signal.SIGTERM)
+        result = wait_or_dump(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (result.code, result.err) == (128 + signal.SIGTERM, ""), result.err[-2000:]
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP (Windows)")
 def test_12_the_suites_commands_never_inherit_an_ignored_stop_signal():
     """A suite started as a background job (SIGINT ignored) or under nohup (SIGHUP) still gives

@@ -93,6 +93,15 @@ def test_ddp_a_signal_to_one_worker_stops_every_process_as_interrupted(corpus, t
     while time.time() < deadline and not (run / "ckpt.pt").exists():  # step 0's eval saves one
         time.sleep(0.2)
     time.sleep(1.0)  # some steps
+    os.kill(workers_of(proc.pid)[1], signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert "interrupted at step" in out and "stopped at step" not in out, out[-2000:]
+    assert err.count("interrupted\n") == 1, err[-3000:]  # rank 0 speaks for the run, as it prints the rest
+    assert load_checkpoint(run / "ckpt.pt")["step"] > 0
+
+
+def workers_of(launcher: int) -> dict[int, int]:
+    """{rank: pid} of the processes `launcher` (torchrun) started, from /proc."""
     workers = {}
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
         try:
@@ -100,13 +109,66 @@ def test_ddp_a_signal_to_one_worker_stops_every_process_as_interrupted(corpus, t
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == proc.pid:
+        if ppid == launcher:
             workers.update({int(e[5:]): pid for e in environ if e.startswith(b"RANK=")})
-    os.kill(workers[1], signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-    assert "interrupted at step" in out and "stopped at step" not in out, out[-2000:]
-    assert err.count("interrupted\n") == 1, err[-3000:]  # rank 0 speaks for the run, as it prints the rest
-    assert load_checkpoint(run / "ckpt.pt")["step"] > 0
+    return workers
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_ddp_workers_stop_and_save_when_torchrun_is_killed(corpus, tmp_path):
+    """`kill -9` of torchrun (its own clean-up never runs): its workers trained on alone, holding the
+    run's lock, for good. Now the kernel sends each SIGTERM: they save and stop together."""
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(ROOT / "train.py"), *train_args(corpus, run, "train.max_iters=100000",
+                                                                 "train.eval_interval=100000")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "ckpt.pt").exists():  # step 0's eval saves one
+        time.sleep(0.2)
+    workers = workers_of(proc.pid)
+    assert len(workers) == 2
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 60
+    while time.time() < deadline and any(Path(f"/proc/{pid}").exists() for pid in workers.values()):
+        time.sleep(0.2)
+    alive = [pid for pid in workers.values() if Path(f"/proc/{pid}").exists()]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the workers trained on without torchrun"
+    assert load_checkpoint(run / "ckpt.pt")["step"] > 0 and not (run / ".lock").exists()
+
+
+def test_ddp_a_second_torchrun_on_a_folder_in_use_says_only_that(corpus, tmp_path):
+    """A torchrun training into a folder another training holds: rank 0 said it is in use, and rank
+    1, checking the folder on its own, `already holds a run; continue it with --resume`, which would
+    be refused too. The other ranks follow rank 0's checks of the folder."""
+    from tinygpt.runs import run_lock
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "ckpt.pt").write_bytes(b"a run's")
+    with run_lock(run):
+        done = torchrun(tmp_path, train_args(corpus, run))
+    assert done.returncode != 0 and "is in use by another training" in done.stderr, done.stderr[-3000:]
+    assert "already holds a run" not in done.stderr and done.stderr.count("interrupted") == 0, done.stderr[-3000:]
+
+
+def test_a_process_but_rank_0_without_the_run_folder_says_it_must_be_shared(corpus, tmp_path, monkeypatch):
+    """Two machines, train.out_dir on each one's own disk: --resume on the one without ckpt.pt said
+    `no checkpoint ...; drop --resume`, and dropping it, rank 0 `already holds a run; continue it
+    with --resume`. Every process reads ckpt.pt: the folder must be one they share."""
+    import train
+    from tinygpt.config import load_config
+    from tinygpt.errors import UserError
+    from tinygpt.runtime import Distributed
+    monkeypatch.setattr(Distributed, "barrier", lambda self: None)  # rank 0 found its ckpt.pt
+    args = train.parse_args([*train_args(corpus, tmp_path / "elsewhere"), "--resume"])
+    cfg = load_config(args.config, args.set)
+    with pytest.raises(UserError, match=r"process 1: --resume: .*ckpt.pt, which process 0 resumes from, is not on "
+                                        r"this machine: .* must be a folder that all the run's machines share"):
+        train.train(args, cfg, Distributed(1, 2, torch.device("cpu")))
 
 
 def test_a_worker_that_loses_its_peer_mid_step_says_so_in_one_line():

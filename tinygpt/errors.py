@@ -137,7 +137,7 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
         sys.stderr.close()
         sys.exit(0)
     except KeyboardInterrupt as e:
-        _fail("interrupted", 128 + e.signum if isinstance(e, Terminated) else 130)
+        _fail("interrupted" if speaks_for_the_run() else None, 128 + e.signum if isinstance(e, Terminated) else 130)
     except OSError as e:
         if e.errno not in ENVIRONMENT_ERRNOS:
             raise
@@ -216,6 +216,14 @@ def stop_on_signals() -> dict[int, Any]:
     return {**previous, **handle_signals(raise_terminated, [s for s in STOP_SIGNALS if s != signal.SIGINT])}
 
 
+def speaks_for_the_run() -> bool:
+    """Does this process say `interrupted`? Under torchrun (which sets RANK) only rank 0 does, as
+    it prints the rest: torchrun stops every worker with SIGTERM once one has exited (a refusal of
+    a --set value, while the others still import torch) and passes a Ctrl-C on, so each of them
+    said `interrupted`, about a stop the user never asked for. Its own errors each rank still says."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def stopping_on_a_signal() -> None:
     """This process stops on a signal it was sent (train.py, once its loop has saved): from now on
     SIGTERM and SIGHUP are duplicates, ignored, and the one line `interrupted` is said once. Under
@@ -237,7 +245,8 @@ def stop_while_starting() -> None:
         if _stopping:  # (back after run_cli, on the way out)
             return
         try:
-            os.write(2, b"interrupted\n")
+            if speaks_for_the_run():
+                os.write(2, b"interrupted\n")
         except OSError:  # stderr gone (a terminal that hung up): the exit code still tells
             pass
         os._exit(128 + signum)
@@ -324,9 +333,10 @@ def work_is_files() -> None:
     sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout, "stdout"), ReaderMayLeave(sys.stderr, "stderr")
 
 
-def _fail(line: str, code: int) -> None:
+def _fail(line: str | None, code: int) -> None:
     try:
-        print(line, file=sys.stderr)
+        if line is not None:
+            print(line, file=sys.stderr)
     except OSError:  # stderr gone (a terminal that hung up, a closed pipe): the exit code still tells
         pass
     sys.exit(code)

@@ -174,6 +174,7 @@ class Distributed:
         if not launched_by_torchrun():
             return cls(0, 1, device)
         import torch.distributed as tdist
+        stop_with_the_launcher()
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
         if device.type == "cuda":
             device = torch.device("cuda", local_rank)
@@ -234,7 +235,7 @@ class Distributed:
             if self.world_size == 1 or "by peer" not in str(e):  # gloo: "Connection closed by peer", "reset by peer"
                 raise
             raise UserError(f"process {self.rank}: another process of this torchrun run stopped (its own "
-                            f"message says why)") from None
+                            f"message says why; one killed, by SIGKILL or for memory, says nothing)") from None
 
     def close(self) -> None:
         """Shut NCCL down as PyTorch asks. A gloo process group (CPUs) is left to the process's end
@@ -314,19 +315,41 @@ def parent_death_signal() -> Callable[[], None] | None:
 
     The signal comes when the *thread* that started the child ends: start children from a thread
     that outlives them (the main thread, or a pool thread that lives until every run has ended)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here: the child only calls it
-    except (OSError, AttributeError):
+    sigterm_at_parents_death = _sigterm_at_parents_death()  # loaded here: the child only calls it
+    if sigterm_at_parents_death is None:
         return None
     parent = os.getpid()
 
     def die_with_the_parent() -> None:
-        prctl(1, ctypes.c_ulong(signal.SIGTERM))  # PR_SET_PDEATHSIG (linux/prctl.h)
+        sigterm_at_parents_death()
         if os.getppid() != parent:  # the parent died before the line above: no signal will come
             os._exit(1)
     return die_with_the_parent
+
+
+def stop_with_the_launcher() -> None:
+    """In a torchrun worker: SIGTERM when torchrun dies, even by SIGKILL, which stops its workers
+    no more: they trained on alone, holding the run directory. The worker then saves and stops as
+    on any SIGTERM. (torchrun starts its workers from its main thread, which lives as long as it.)"""
+    sigterm_at_parents_death = _sigterm_at_parents_death()
+    if sigterm_at_parents_death is None:
+        return
+    launcher = os.getppid()
+    sigterm_at_parents_death()
+    if os.getppid() != launcher:  # it died before the line above: no signal will come
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _sigterm_at_parents_death() -> Callable[[], None] | None:
+    """On Linux, a call that has the kernel send the calling process SIGTERM when its parent dies
+    (PR_SET_PDEATHSIG, linux/prctl.h); None elsewhere, or without prctl."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, ctypes.c_ulong(signal.SIGTERM))
 
 
 # ---- CPU threads: as many as the cores other processes leave free ----
