@@ -196,9 +196,9 @@ def test_1_temp_files_of_a_live_writer_are_never_swept(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     try:
-        mine = tmp_path / f".ckpt.pt.{os.getpid()}.abc.tmp"
-        theirs = tmp_path / f".ckpt.pt.{live.pid}.abc.tmp"
-        stale = tmp_path / f".ckpt.pt.{dead.pid}.abc.tmp"
+        mine = tmp_path / f".ckpt.pt.{os.getpid()}.abcdefgh.tmp"
+        theirs = tmp_path / f".ckpt.pt.{live.pid}.abcdefgh.tmp"
+        stale = tmp_path / f".ckpt.pt.{dead.pid}.abcdefgh.tmp"
         for p in (mine, theirs, stale):
             p.write_text("half a checkpoint")
         atomic_write_text(tmp_path / "ckpt.pt", "new")
