@@ -33,8 +33,8 @@ import torch
 
 from data.prepare import Prepared, get_batch, load_for_training, prepare, same_dataset, token_keys, vocab_note
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_weights, model_from_checkpoint,
-                                resolve_checkpoint, restore_rng_state, save_checkpoint)
+from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimizer, load_weights,
+                                model_from_checkpoint, resolve_checkpoint, restore_rng_state, save_checkpoint)
 from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, path_word, reason, run_cli, script_word, short,
                             stopping_on_a_signal, work_is_files)
@@ -105,8 +105,9 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
         raise UserError(f"{path} cannot be resumed: it is damaged (missing {', '.join(missing)}); "
                         f"start a new run from its weights with --set {init_from(out_dir)}")
     for key, types in RESUME_TYPES.items():  # a hand-made or damaged file fails here, not deep in the loop
-        value = ckpt[key]
-        if not isinstance(value, types) or isinstance(value, bool) or (isinstance(value, float) and math.isnan(value)):
+        value = ckpt[key]  # (its numbers are sums, counts and seconds: never negative)
+        if (not isinstance(value, types) or isinstance(value, bool) or (isinstance(value, float) and math.isnan(value))
+                or (isinstance(value, (int, float)) and value < 0)):
             raise UserError(f"{path} cannot be resumed: it is damaged (its {key} is {short(value)}); "
                             f"start a new run from its weights with --set {init_from(out_dir)}")
     if cfg.train.max_iters < ckpt["step"]:  # its config.yaml would no longer describe the run
@@ -253,7 +254,7 @@ class Run:
 
     def restore(self, ckpt: dict[str, Any]) -> None:
         load_weights(self.model, ckpt["model"], self.out_dir / "ckpt.pt")
-        self.optimizer.load_state_dict(ckpt["optimizer"])
+        load_optimizer(self.optimizer, ckpt["optimizer"], self.model, self.out_dir / "ckpt.pt")
         if ckpt["scaler"] and self.scaler.is_enabled():  # empty: saved without float16 (train.dtype may change)
             self.scaler.load_state_dict(ckpt["scaler"])
         self.batch_gen.set_state(ckpt["batch_rng"])

@@ -647,3 +647,116 @@ def test_a_device_as_the_run_is_named_as_one():
         pytest.skip("no /dev/null")
     with pytest.raises(UserError, match=r"/dev/null is not a regular file \(a device"):
         load_checkpoint("/dev/null")
+
+
+# ---- tensors no tinygpt saves: refused before the checksum reads them ----
+
+
+def hand_made(path: pathlib.Path, state: dict) -> pathlib.Path:
+    """torch.save a checkpoint dict as save_checkpoint would, but with a checksum of zeros: the
+    checksum cannot be computed for the tensors these tests plant (the check comes before it)."""
+    torch.save({"format": FORMAT, "version": VERSION, **state, "checksum": "crc32:00000000"}, path)
+    return path
+
+
+def optimizer_state(model: GPT) -> dict:
+    """An AdamW state_dict after one step: a moment (exp_avg, exp_avg_sq) per weight."""
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.zeros(1, 4, dtype=torch.long)).sum().backward()
+    optimizer.step()
+    return optimizer.state_dict()
+
+
+@pytest.mark.parametrize("where", ["extra", "model/tok_emb.weight", "optimizer/state/0/exp_avg"])
+@pytest.mark.parametrize("kind", ["meta", "sparse"])
+def test_a_meta_or_sparse_tensor_is_refused_by_name(tmp_path, where, kind):
+    """sample/probe/export/train --resume gave a traceback (checksum's .contiguous(), isfinite)."""
+    state, model, _ = tiny_state()
+    state["optimizer"] = optimizer_state(model)
+    *parents, key = where.split("/")
+    holder = state
+    for name in parents:
+        holder = holder[int(name) if name.isdigit() else name]
+    old = holder.get(key, torch.zeros(3, 3))
+    holder[key] = torch.empty(old.shape, device="meta") if kind == "meta" else old.to_sparse()
+    message = refusal(hand_made(tmp_path / f"{kind}.pt", state))
+    assert f"is damaged: tensor {where!r} is not a dense tensor" in message
+
+
+@pytest.mark.parametrize("shape", [(20_000, 20_000), (10**6, 10**6)])
+def test_a_stride_0_view_is_refused_without_materialising_it(tmp_path, monkeypatch, shape):
+    """One stored float as a 20000 x 20000 tensor (a 119 KB file) made the checksum allocate 1.6 GB;
+    10**6 x 10**6 (4 TB) said 'out of memory'. Refused from its strides, before any hashing."""
+    state, _, _ = tiny_state()
+    state["extra"] = torch.zeros(1).expand(*shape)
+    path = hand_made(tmp_path / "stride0.pt", state)
+    monkeypatch.setattr(checkpoint, "checksum", lambda *a: pytest.fail("hashed before the check"))
+    message = refusal(path)
+    assert f"tensor 'extra' of shape {shape} is a view (strides (0, 0)) of 4 stored bytes" in message
+
+
+def test_views_sharing_one_storage_are_bounded_by_the_file(tmp_path):
+    """20 views of one 256 KB storage claim 5 MB from a ~300 KB file (20,000 of a 1 MB one: 15 s of
+    hashing from a 3 MB file). A real checkpoint's tied weights claim under 2x."""
+    state, _, _ = tiny_state()
+    base = torch.zeros(2**16)
+    state["extra"] = [base[:] for _ in range(20)]
+    message = refusal(hand_made(tmp_path / "views.pt", state))
+    assert "tensor 'extra/" in message and "over 4x the file's bytes" in message
+    state["extra"] = state["extra"][:2]  # within the bound: loads
+    path = tmp_path / "two.pt"
+    save_checkpoint(path, state)
+    assert len(load_checkpoint(path)["extra"]) == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
+def test_weights_of_a_non_float_dtype_are_refused_by_name(tmp_path, dtype):
+    """load_state_dict cast them silently (an int64 embedding: every weight truncated)."""
+    state, _, _ = tiny_state()
+    state["model"]["pos_emb.weight"] = state["model"]["pos_emb.weight"].to(dtype)
+    path = tmp_path / "dtype.pt"
+    save_checkpoint(path, state)  # a valid checksum: only the dtype is wrong
+    with pytest.raises(UserError) as info:
+        load_model(path, with_tokenizer=False)
+    message = str(info.value)
+    assert str(path) in message and "\n" not in message
+    assert f"weight 'pos_emb.weight' is {dtype}, not a dense floating-point tensor" in message
+
+
+def test_a_misshapen_optimizer_moment_is_refused_by_name(tmp_path):
+    """torch's load_state_dict took an exp_avg of shape (7,); the resumed run then hung in the fused
+    step (or reported 'training diverged ... lower train.lr')."""
+    from tinygpt.checkpoint import load_optimizer
+    _, model, _ = tiny_state()
+    saved = optimizer_state(model)
+    saved["state"][0]["exp_avg"] = torch.zeros(7)
+    path = tmp_path / "ckpt.pt"
+    with pytest.raises(UserError) as info:
+        load_optimizer(torch.optim.AdamW(model.parameters()), saved, model, path)
+    assert str(info.value) == (f"{path} cannot be resumed: the optimizer's 'exp_avg' of weight 'tok_emb.weight' "
+                               f"has shape (7,), not {tuple(model.tok_emb.weight.shape)}; the checkpoint is damaged")
+    load_optimizer(torch.optim.AdamW(model.parameters()), optimizer_state(model), model, path)  # a whole one loads
+
+
+def test_a_step_beyond_2_62_is_refused(tmp_path):
+    state, _, _ = tiny_state(step=2**62 + 1)
+    path = tmp_path / "step.pt"
+    save_checkpoint(path, state)
+    assert f"its step is {2**62 + 1}, not a count of steps" in refusal(path)
+
+
+@pytest.mark.parametrize("key", ["loss_count", "loss_sum", "elapsed_s"])
+def test_a_negative_count_is_refused_at_resume(tmp_path, key):
+    """A loss_count of -5 resumed, and the train loss of the next log was negative."""
+    import train
+    from tinygpt.config import config_from_dict
+    state, model, _ = tiny_state()
+    state.update(optimizer=optimizer_state(model), scaler={}, batch_rng=torch.Generator().get_state(),
+                 rng=capture_rng_state(), loss_sum=1.5, loss_count=3)
+    state[key] = -5
+    save_checkpoint(tmp_path / "ckpt.pt", state)
+    cfg = config_from_dict(state["config"], "test")
+    cfg.train.max_iters = 100
+    with pytest.raises(UserError, match=f"{tmp_path / 'ckpt.pt'} cannot be resumed: it is damaged "
+                                        f"\\(its {key} is -5\\)"):
+        train.load_resume(cfg, tmp_path)

@@ -40,6 +40,7 @@ HF_GPT2_NAME = re.compile(r"^(openai-community/)?(distil)?gpt2(-medium|-large|-x
 VERSION = 3  # 2: the config records model.vocab_size; 3: a checksum of the contents
 READS = (2, 3)  # the versions this tinygpt loads (2 without the checksum check)
 REQUIRED = ("config", "tokenizer", "model", "step")
+MAX_STEP = 2**62  # no run gets there (146 years at a billion steps a second): a step beyond is damage
 
 
 # ---- atomic writes ----
@@ -446,6 +447,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     missing = [k for k in REQUIRED + ("checksum",) * (ckpt["version"] >= 3) if k not in ckpt]
     if missing:
         raise UserError(f"{path} is incomplete: missing {', '.join(missing)}")
+    check_tensors(ckpt, path)  # before the checksum reads their bytes
     if ckpt["version"] >= 3:
         contents = {k: v for k, v in ckpt.items() if k not in ("format", "version", "checksum")}
         if checksum(contents) != ckpt["checksum"]:
@@ -455,9 +457,52 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return ckpt
 
 
+def check_tensors(ckpt: dict[str, Any], path: Path) -> None:
+    """Every tensor in the checkpoint is a plain one, as tinygpt saves them: dense, contiguous and
+    within the bytes the file stores for it. Anything else is refused before the checksum reads it:
+    a meta or sparse tensor has no bytes to read (a traceback), and a view of stride 0 (one stored
+    float as 20000 x 20000) would be materialised, gigabytes from a small file. Views sharing a
+    storage may add up to at most 4x the file (tied weights: 2x), so hashing takes a few reads of it."""
+    stack: list[tuple[Any, tuple | None]] = [(ckpt, None)]  # (value, where: (parent's where, its key))
+    seen, total, limit = set(), 0, 4 * path.stat().st_size
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, (dict, list, tuple)) and id(value) not in seen:
+            seen.add(id(value))
+            for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+                stack += [(key, (where, key)), (item, (where, key))]  # (a key may be a tensor, or hold one)
+        elif isinstance(value, torch.Tensor):
+            what = f"{path} is damaged: tensor {short(entry_name(where))}"
+            if not dense(value):
+                raise UserError(f"{what} is not a dense tensor ({value.layout}, on {value.device.type})")
+            size, stored = value.numel() * value.element_size(), value.untyped_storage().nbytes()
+            if not value.is_contiguous() or value.storage_offset() * value.element_size() + size > stored:
+                raise UserError(f"{what} of shape {tuple(value.shape)} is a view (strides {value.stride()}) of "
+                                f"{stored} stored bytes, not a whole tensor as tinygpt saves them")
+            total += size
+            if total > limit:
+                raise UserError(f"{what}: the tensors up to it claim over 4x the file's bytes (views of shared "
+                                f"bytes), not whole tensors as tinygpt saves them")
+
+
+def entry_name(where: tuple | None) -> str:
+    """check_tensors' (parent, key) chain as 'optimizer/state/0/exp_avg' (built only for a message:
+    a path per entry would cost depth x key length in a deeply nested file)."""
+    keys = []
+    while where is not None:
+        where, key = where
+        keys.append(str(key) if isinstance(key, (str, int)) else f"<{type(key).__name__} key>")
+    return "/".join(reversed(keys))
+
+
+def dense(t: torch.Tensor) -> bool:
+    """A tensor with bytes of its own in memory: not sparse, quantized, nested or on the meta device."""
+    return t.layout == torch.strided and t.device.type != "meta" and not (t.is_quantized or t.is_nested)
+
+
 def check_types(ckpt: dict[str, Any], path: Path) -> None:
     """REQUIRED's values have their types: config and tokenizer dicts, model a dict of tensors,
-    step an int >= 0 (a damaged or hand-made file is refused here, not deep inside torch)."""
+    step an int in [0, MAX_STEP] (a damaged or hand-made file is refused here, not deep inside torch)."""
     for key in ("config", "tokenizer", "model"):
         if not isinstance(ckpt[key], dict):
             raise UserError(f"{path} is damaged: its {key!r} is a {type(ckpt[key]).__name__}, not a dict")
@@ -465,7 +510,7 @@ def check_types(ckpt: dict[str, Any], path: Path) -> None:
     if bad:
         raise UserError(f"{path} is damaged: its weights hold {short(bad[0])}, which is not a named tensor")
     step = ckpt["step"]
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
         raise UserError(f"{path} is damaged: its step is {short(step)}, not a count of steps")
 
 
@@ -513,15 +558,21 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, 
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: str | Path) -> None:
-    """model.load_state_dict(weights), but a missing, unexpected or misshapen tensor is a one-line
-    UserError naming the tensor (and both shapes), not torch's multi-line report."""
+    """model.load_state_dict(weights), but a missing, unexpected, misshapen or non-float tensor is a
+    one-line UserError naming the tensor (and both shapes), not torch's multi-line report (or, for
+    an int64 or bool tensor, a silent cast)."""
     expected = model.state_dict()
     for name, t in expected.items():
         if name not in weights:
             raise UserError(f"{path}: the weights have no {name!r}; the checkpoint is damaged")
-        if tuple(weights[name].shape) != tuple(t.shape):
-            raise UserError(f"{path}: weight {name!r} has shape {tuple(weights[name].shape)}, but its config "
+        w = weights[name]
+        if tuple(w.shape) != tuple(t.shape):
+            raise UserError(f"{path}: weight {name!r} has shape {tuple(w.shape)}, but its config "
                             f"gives {tuple(t.shape)}; the checkpoint is damaged")
+        if not dense(w) or not w.is_floating_point():
+            kind = w.dtype if dense(w) else f"{w.layout} on {w.device.type}"
+            raise UserError(f"{path}: weight {name!r} is {kind}, not a dense floating-point tensor; the "
+                            f"checkpoint is damaged")
     extra = [name for name in weights if name not in expected]
     if extra:
         raise UserError(f"{path}: the weights hold {short(extra[0])}, which its model has not; the checkpoint "
@@ -531,6 +582,21 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], path:
             raise UserError(f"{path}: weight {name!r} holds NaN or infinite values (a diverged run or a damaged "
                             f"file); nothing can be computed with it")
     model.load_state_dict(weights)
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], model: torch.nn.Module,
+                   path: str | Path) -> None:
+    """optimizer.load_state_dict(state), but a saved moment (exp_avg, ...) whose shape is not its
+    weight's is a one-line UserError naming both: torch takes it, and the fused step then fails,
+    hangs or reads past it, far from the cause."""
+    optimizer.load_state_dict(state)
+    names = {id(p): name for name, p in model.named_parameters()}
+    for p, moments in optimizer.state.items():
+        for key, t in moments.items():
+            if key != "step" and isinstance(t, torch.Tensor) and t.shape != p.shape:
+                raise UserError(f"{path} cannot be resumed: the optimizer's {key!r} of weight "
+                                f"{names.get(id(p), '?')!r} has shape {tuple(t.shape)}, not {tuple(p.shape)}; "
+                                f"the checkpoint is damaged")
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokenizer: bool = True
