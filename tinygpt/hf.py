@@ -63,7 +63,7 @@ from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, che
                                 load_weights, resolve_checkpoint, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, reason, short
-from tinygpt.runs import RUN_FILES, write_config
+from tinygpt.runs import LOCK, RUN_FILES, training_now, write_config
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt, tokenizer_from_dict
 
@@ -274,14 +274,19 @@ def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
     check_writable(out_dir, "output folder")
     if not out_dir.is_dir():
         return
+    if training_now(out_dir):
+        raise UserError(f"{out_dir} is a run directory a training is writing now; wait for it to end, or choose "
+                        f"another folder")
     present = []
     for entry in out_dir.iterdir():  # stops at the first stranger: a huge folder is not listed whole
-        if entry.name not in names:
+        if entry.name not in names and not (entry.name == LOCK and "ckpt.pt" in names):  # (a killed run's lock)
             raise UserError(f"{out_dir} holds {short(entry.name)}, which is not one of the files written here; "
                             f"the output replaces the folder whole, so choose a new or empty folder")
         present.append(entry.name)
     if present and not force:
-        raise UserError(f"{out_dir} already holds {', '.join(sorted(present))}; choose another folder or pass --force")
+        trained = " (a trained run: --force deletes it)" if "metrics.csv" in present else ""
+        raise UserError(f"{out_dir} already holds {', '.join(sorted(present))}{trained}; choose another folder or "
+                        f"pass --force")
 
 
 def refuse_inside(out_dir: Path, source: Path, what: str) -> None:
