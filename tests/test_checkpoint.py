@@ -760,3 +760,15 @@ def test_a_negative_count_is_refused_at_resume(tmp_path, key):
     with pytest.raises(UserError, match=f"{tmp_path / 'ckpt.pt'} cannot be resumed: it is damaged "
                                         f"\\(its {key} is -5\\)"):
         train.load_resume(cfg, tmp_path)
+
+
+def test_a_run_whose_checkpoint_is_a_folder_or_a_dead_link_says_so(tmp_path):
+    """`RUN/best.pt` a folder (or ckpt.pt a link to nothing): `no checkpoint in RUN (expected best.pt
+    or ckpt.pt)`, which hid the culprit."""
+    (tmp_path / "best.pt").mkdir()
+    with pytest.raises(UserError, match=r"best.pt is a folder, not a checkpoint file"):
+        checkpoint.resolve_checkpoint(tmp_path)
+    (tmp_path / "best.pt").rmdir()
+    (tmp_path / "ckpt.pt").symlink_to(tmp_path / "gone.pt")
+    with pytest.raises(UserError, match=r"ckpt.pt is a link \(.*\) that leads to no file or folder, not a checkpoint"):
+        checkpoint.resolve_checkpoint(tmp_path)

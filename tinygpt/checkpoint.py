@@ -521,6 +521,11 @@ def resolve_checkpoint(path: str | Path) -> Path:
         for name in ("best.pt", "ckpt.pt"):
             if (path / name).is_file():
                 return path / name
+        for odd in (path / "best.pt", path / "ckpt.pt"):  # "no checkpoint" would not say which is wrong
+            kind = dead_link(odd) or ("a folder" if odd.is_dir() else "not a regular file" if odd.exists() else None)
+            if kind:
+                raise UserError(f"{odd} is {kind}, not a checkpoint file; give a run directory whose best.pt or "
+                                f"ckpt.pt is a file")
         if (path / "config.json").is_file():  # export.py's output, or a GPT-2 from the Hub
             raise UserError(f"{path} is a Hugging Face model folder, not a run: bring it in as one with "
                             f"{shlex.join(['python', script_word('export.py'), '--from-hf', path_word(path), 'NEW_RUN_DIR'])}")
