@@ -1052,12 +1052,13 @@ def test_12_a_torchrun_worker_but_rank_0_stops_on_a_signal_without_a_word(tmp_pa
     the others still import torch) and passes a Ctrl-C on: each said `interrupted`, about a stop the
     user never asked for. Rank 0 speaks for the run; the others stop with the code alone."""
     (tmp_path / "sitecustomize.py").write_text(SIGNAL_AT_IMPORT)
-    env = {**ENV, "PYTHONPATH": str(tmp_path), "SIGNAL_AT_IMPORT": str(int(signal.SIGTERM)), "RANK": "1"}
+    worker = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}  # as torchrun sets
+    env = {**ENV, "PYTHONPATH": str(tmp_path), "SIGNAL_AT_IMPORT": str(int(signal.SIGTERM)), **worker}
     done = subprocess.run([sys.executable, "train.py", "configs/stories.yaml"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60)
     assert (done.returncode, done.stderr) == (128 + signal.SIGTERM, ""), done.stderr[-2000:]
     proc = subprocess.Popen([sys.executable, "sample.py", str(run), "--max-new-tokens", "1000000", "--prompt", "Anna"],
-                            cwd=ROOT, env={**ENV, "RANK": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            cwd=ROOT, env={**ENV, **worker}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:  # later, with run_cli in charge
         read_until(proc.stdout, b"Anna", drain=True)
         proc.send_signal(signal.SIGTERM)
@@ -1066,6 +1067,21 @@ def test_12_a_torchrun_worker_but_rank_0_stops_on_a_signal_without_a_word(tmp_pa
         proc.kill()
         proc.wait()
     assert (result.code, result.err) == (128 + signal.SIGTERM, ""), result.err[-2000:]
+
+
+def test_12_a_rank_left_in_the_shell_is_no_torchrun_launch(tmp, run, capsys, monkeypatch):
+    """RANK set by another tool, outside torchrun: train.py (and each run of a sweep) ended in
+    torch.distributed's traceback ("WORLD_SIZE expected"), and a Ctrl-C of sample.py said nothing."""
+    monkeypatch.setenv("RANK", "1")
+    result = in_process("train.py", [*sets(tmp, tmp / "rank_alone", "train.max_iters=10"), "--quiet"], capsys)
+    assert result.code == 0 and "Traceback" not in result.err, result.err[-2000:]
+    from tinygpt.errors import run_cli
+
+    def ctrl_c(argv):
+        raise KeyboardInterrupt
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(ctrl_c, [])
+    assert stopped.value.code == 130 and capsys.readouterr().err == "interrupted\n"
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP (Windows)")

@@ -216,12 +216,27 @@ def stop_on_signals() -> dict[int, Any]:
     return {**previous, **handle_signals(raise_terminated, [s for s in STOP_SIGNALS if s != signal.SIGINT])}
 
 
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # what torchrun sets in each worker
+
+
+def torchrun_rank() -> int | None:
+    """This process's rank where torchrun (or a launcher of its protocol) started it, else None. A
+    RANK alone, left in the user's shell by another tool, is no launch (it made train.py end in
+    torch.distributed's traceback, "WORLD_SIZE expected")."""
+    if not all(name in os.environ for name in TORCHRUN_ENV):
+        return None
+    try:
+        return int(os.environ["RANK"])
+    except ValueError:
+        return None
+
+
 def speaks_for_the_run() -> bool:
-    """Does this process say `interrupted`? Under torchrun (which sets RANK) only rank 0 does, as
-    it prints the rest: torchrun stops every worker with SIGTERM once one has exited (a refusal of
-    a --set value, while the others still import torch) and passes a Ctrl-C on, so each of them
-    said `interrupted`, about a stop the user never asked for. Its own errors each rank still says."""
-    return os.environ.get("RANK", "0") == "0"
+    """Does this process say `interrupted`? Under torchrun only rank 0 does, as it prints the rest:
+    torchrun stops every worker with SIGTERM once one has exited (a refusal of a --set value,
+    while the others still import torch) and passes a Ctrl-C on, so each of them said
+    `interrupted`, about a stop the user never asked for. Its own errors each rank still says."""
+    return torchrun_rank() in (None, 0)
 
 
 def stopping_on_a_signal() -> None:

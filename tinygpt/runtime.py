@@ -29,7 +29,7 @@ import torch
 
 from model import GPT, ModelConfig
 from tinygpt.config import Config
-from tinygpt.errors import UserError, count, handle_signals, reason, restore_signals
+from tinygpt.errors import UserError, count, handle_signals, reason, restore_signals, torchrun_rank
 
 T = TypeVar("T")
 DEVICES = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -157,8 +157,8 @@ def sync(device: torch.device) -> None:
 
 
 def launched_by_torchrun() -> bool:
-    """torchrun (or another launcher of the same protocol) sets RANK for each process it starts."""
-    return "RANK" in os.environ
+    """Did torchrun (or another launcher of the same protocol) start this process? (errors.torchrun_rank)"""
+    return torchrun_rank() is not None
 
 
 class Distributed:
