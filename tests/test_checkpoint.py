@@ -738,6 +738,32 @@ def test_a_misshapen_optimizer_moment_is_refused_by_name(tmp_path):
     load_optimizer(torch.optim.AdamW(model.parameters()), optimizer_state(model), model, path)  # a whole one loads
 
 
+@pytest.mark.parametrize("damage, said", [
+    (lambda s: s["state"][0].update(step=torch.zeros(1000)), "the optimizer's step of weight 'tok_emb.weight' is"),
+    (lambda s: s["state"][0].update(step=torch.tensor(-5.0)), "step of weight 'tok_emb.weight' is"),
+    (lambda s: s["state"][0].update(step=torch.tensor(float("nan"))), "step of weight 'tok_emb.weight' is"),
+    (lambda s: s["state"][0].pop("exp_avg_sq"), "holds ['exp_avg', 'step'], not step and exp_avg, exp_avg_sq"),
+    (lambda s: s["param_groups"][0].update(betas=(2.0,)), "betas are (2.0,), not two numbers in [0, 1)"),
+    (lambda s: s["param_groups"][0].update(eps=float("nan")), "eps is nan, not a number >= 0"),
+    (lambda s: s["state"][0]["exp_avg"].fill_(float("nan")), "'exp_avg' of weight 'tok_emb.weight' holds values that"),
+    (lambda s: s["state"][0]["exp_avg_sq"].fill_(-1.0), "holds values that are not finite or are negative"),
+    (lambda s: s["state"][0].update(exp_avg=s["state"][0]["exp_avg"].long()), "is torch.int64, not floating point"),
+], ids=["step_vector", "step_negative", "step_nan", "moment_missing", "betas", "eps_nan", "moment_nan",
+        "second_moment_negative", "moment_int"])
+def test_a_damaged_optimizer_state_is_refused_by_name(tmp_path, damage, said):
+    """Hand-made or damaged optimizer states with a valid checksum: a 1000-element step, a missing
+    moment or betas=(2.0,) ended the first step in a traceback; a negative or NaN step, NaN or negative
+    moments in 'training diverged ... lower train.lr'; an int64 moment was cast silently."""
+    from tinygpt.checkpoint import load_optimizer
+    _, model, _ = tiny_state()
+    saved = optimizer_state(model)
+    damage(saved)
+    with pytest.raises(UserError) as info:
+        load_optimizer(torch.optim.AdamW(model.parameters()), saved, model, tmp_path / "ckpt.pt")
+    assert str(info.value).startswith(f"{tmp_path / 'ckpt.pt'} cannot be resumed: ") and said in str(info.value)
+    assert str(info.value).endswith("the checkpoint is damaged") and "\n" not in str(info.value)
+
+
 def test_a_step_beyond_2_62_is_refused(tmp_path):
     state, _, _ = tiny_state(step=2**62 + 1)
     path = tmp_path / "step.pt"

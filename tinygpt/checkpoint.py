@@ -11,6 +11,7 @@ refuses (disk full, permission) is a one-line UserError that leaves the old file
 from __future__ import annotations
 
 import errno
+import math
 import os
 import pickle
 import random
@@ -589,19 +590,59 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], path:
     model.load_state_dict(weights)
 
 
+MOMENTS = ("exp_avg", "exp_avg_sq")  # what AdamW keeps per weight (training.make_optimizer), beside its step
+
+
 def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], model: torch.nn.Module,
                    path: str | Path) -> None:
-    """optimizer.load_state_dict(state), but a saved moment (exp_avg, ...) whose shape is not its
-    weight's is a one-line UserError naming both: torch takes it, and the fused step then fails,
-    hangs or reads past it, far from the cause."""
-    optimizer.load_state_dict(state)
+    """optimizer.load_state_dict(state), then what AdamW will read checked, each value by name: per
+    weight a step (one finite number >= 0) and two finite floating-point moments of the weight's
+    shape, the second >= 0; per group, betas two numbers in [0, 1), eps and weight_decay finite and >= 0.
+    torch takes anything, and the first step then fails far from the cause (a traceback), hangs, casts
+    an int moment silently, or "diverges" (advice to lower train.lr, for a damaged file)."""
+    def damaged(what: str) -> UserError:
+        return UserError(f"{path} cannot be resumed: {what}; the checkpoint is damaged")
+
+    def number(x: Any, below: float = math.inf) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < below
+
     names = {id(p): name for name, p in model.named_parameters()}
-    for p, moments in optimizer.state.items():
-        for key, t in moments.items():
-            if key != "step" and isinstance(t, torch.Tensor) and t.shape != p.shape:
-                raise UserError(f"{path} cannot be resumed: the optimizer's {key!r} of weight "
-                                f"{names.get(id(p), '?')!r} has shape {tuple(t.shape)}, not {tuple(p.shape)}; "
-                                f"the checkpoint is damaged")
+    order = [names.get(id(p), "?") for group in optimizer.param_groups for p in group["params"]]  # state's keys
+    saved_state = state.get("state") if isinstance(state, dict) else None
+    for index, saved in (saved_state.items() if isinstance(saved_state, dict) else ()):
+        for key in MOMENTS:  # (before load_state_dict, which casts a moment to its weight's dtype)
+            t = saved.get(key) if isinstance(saved, dict) else None
+            if isinstance(t, torch.Tensor) and dense(t) and not t.is_floating_point():
+                weight = order[index] if isinstance(index, int) and 0 <= index < len(order) else index
+                raise damaged(f"the optimizer's {key!r} of weight {weight!r} is {t.dtype}, not floating point")
+    try:
+        optimizer.load_state_dict(state)
+    except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:
+        raise damaged(f"its optimizer state does not fit the model ({reason(e)})") from None
+    for group in optimizer.param_groups:
+        betas = group.get("betas")
+        if not (isinstance(betas, (tuple, list)) and len(betas) == 2 and all(number(b, 1) for b in betas)):
+            raise damaged(f"the optimizer's betas are {short(betas)}, not two numbers in [0, 1)")
+        for key in ("eps", "weight_decay"):
+            if not number(group.get(key)):
+                raise damaged(f"the optimizer's {key} is {short(group.get(key))}, not a number >= 0")
+    for p, saved in optimizer.state.items():
+        weight = names.get(id(p), "?")
+        if not isinstance(saved, dict) or set(saved) != {"step", *MOMENTS}:
+            keys = sorted(map(str, saved)) if isinstance(saved, dict) else short(saved)
+            raise damaged(f"the optimizer's state of weight {weight!r} holds {keys}, not step and {', '.join(MOMENTS)}")
+        step = saved["step"]
+        value = step.item() if isinstance(step, torch.Tensor) and dense(step) and step.numel() == 1 else step
+        if not number(value) or not math.isfinite(value):
+            raise damaged(f"the optimizer's step of weight {weight!r} is {short(step)}, not a count")
+        for key in MOMENTS:
+            t = saved[key]
+            if not isinstance(t, torch.Tensor) or t.shape != p.shape:
+                what = f"has shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else f"is a {type(t).__name__}"
+                raise damaged(f"the optimizer's {key!r} of weight {weight!r} {what}, not {tuple(p.shape)}")
+            if not torch.isfinite(t).all() or (key == "exp_avg_sq" and (t < 0).any()):
+                raise damaged(f"the optimizer's {key!r} of weight {weight!r} holds values that are not finite"
+                              + (" or are negative" if key == "exp_avg_sq" else ""))
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokenizer: bool = True
