@@ -405,3 +405,11 @@ def test_a_run_training_now_is_told_from_a_stopped_one_and_its_final_train_loss_
     assert (summary["status"], summary["final_train_loss"]) == ("step 20/30", 3.9)
     (run / runs.LOCK).write_text(f"{os.getpid()}\n")  # a live process holds it
     assert runs.summarize_run(run)["status"] == "training, step 20/30"
+
+
+def test_a_path_with_spaces_is_cut_to_its_file_name_in_a_legend():
+    """`dataset=/data/sub dir with spaces/a.txt` showed as `dataset=sub dir with a.txt`: neither the
+    path nor its file name."""
+    assert plots.shortened(["n_head=2, dataset=/data/sub dir with spaces/a b.txt, lr=0.1", "n_head=4, dataset=stories"]) \
+        == ["n_head=2, dataset=a b.txt, lr=0.1", "n_head=4, dataset=stories"]
+    assert plots.shortened(["dataset=/a/x.txt", "dataset=/b/x.txt"]) == ["dataset=/a/x.txt", "dataset=/b/x.txt"]

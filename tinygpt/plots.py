@@ -77,7 +77,10 @@ def shortened(labels: Sequence[str]) -> list[str]:
     """The labels with each path cut to its last part (`dataset=tinyshakespeare.txt`: the folders
     made a label too long to read), unless that makes two labels alike (two files of one name in
     different folders): then they keep their paths."""
-    short = [re.sub(r"[^\s=,]*/(?=[^/\s,])", "", label) for label in labels]
+    def last_part(setting: str) -> str:  # 'dataset=/data/my texts/a.txt' -> 'dataset=a.txt' (spaces and all)
+        key, eq, value = setting.partition("=")
+        return f"{key}{eq}{value.rstrip('/').rsplit('/', 1)[-1]}" if eq and "/" in value.rstrip("/") else setting
+    short = [", ".join(last_part(setting) for setting in label.split(", ")) for label in labels]
     return short if len(set(short)) == len(set(labels)) else list(labels)
 
 
