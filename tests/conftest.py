@@ -42,6 +42,19 @@ def fake_cores(monkeypatch, cpus: set[int]) -> None:
     monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)
 
 
+def capture_figures(monkeypatch) -> dict[str, object]:
+    """File name -> the matplotlib Figure each plot of tinygpt/plots.py drew last."""
+    from tinygpt import plots
+    figures = {}
+    real = plots._png
+
+    def png(fig, name):
+        figures[name] = fig
+        return real(fig, name)
+    monkeypatch.setattr(plots, "_png", png)
+    return figures
+
+
 def r50k_cache(folder: Path) -> Path:
     """A tiktoken cache folder holding GPT-2's ranks (SHARED_DATA/r50k_base.tiktoken) under the sha1
     of their URL, for TIKTOKEN_CACHE_DIR: the r50k_base and gpt2 encodings offline. Skips without it."""

@@ -20,6 +20,7 @@ import sweep
 from tinygpt import plots, runs
 from tinygpt.config import Config
 from tinygpt.errors import UserError
+from conftest import capture_figures
 
 
 SWEEP_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "stories.yaml")
@@ -360,13 +361,7 @@ def test_the_legends_of_runs_differing_in_many_keys_lie_whole_inside_the_picture
     to their file names, the labels wrapped to the picture's width, the picture grown to hold them."""
     pytest.importorskip("matplotlib")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    figures = {}
-    real = plots._png
-
-    def png(fig, name):
-        figures[name] = fig
-        return real(fig, name)
-    monkeypatch.setattr(plots, "_png", png)
+    figures = capture_figures(monkeypatch)
     folder = "corpora/" + "a_folder_with_a_long_name/" * 12
     many = [config_run(tmp_path / f"r{i}", [(0, "4.1", "4.1"), (10, f"{3.9 - i / 10}", f"{3.9 - i / 10}")], **{
         "model.n_head": 2 ** (i % 3), "model.n_layer": 2 + i, "model.n_embd": 32 * (i + 1), "model.dropout": i / 10,

@@ -44,7 +44,7 @@ import sweep
 import train
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
 from tinygpt.config import load_config
-from conftest import ROOT, fake_cores
+from conftest import ROOT, capture_figures, fake_cores
 from tinygpt.errors import UserError
 
 CONFIG = str(ROOT / "configs" / "stories.yaml")
@@ -874,18 +874,6 @@ def test_probe_refuses_a_sweep_not_on_stories(tmp_path):
 
 
 # ---- pictures ----
-
-
-def capture_figures(monkeypatch) -> dict[str, object]:
-    """File name -> the matplotlib Figure each plot drew last, as plots.py draws them."""
-    figures = {}
-    real = plots._png
-
-    def png(fig, name):
-        figures[name] = fig
-        return real(fig, name)
-    monkeypatch.setattr(plots, "_png", png)
-    return figures
 
 
 def test_compare_plot_only_draws_each_run_labelled_by_its_values(first_sweep, tmp_path, monkeypatch):
