@@ -422,9 +422,10 @@ def test_compiled_decoding_falls_back_to_the_model_with_one_warning(tiny_model_c
 @pytest.mark.parametrize("ending, code, said", [("sys.exit(3)", 3, ""), ("None", 0, ""),
                                                  ("sys.exit('why')", 1, "why"), ("1 / 0", 1, "ZeroDivisionError")])
 def test_a_torchrun_worker_exits_with_its_code_without_pythons_shutdown(ending, code, said):
-    """Under torchrun (RANK set) train.py ends without Python's shutdown, where gloo's threads can abort
-    the process (exit_as_torchrun_worker's doc): the exit code, buffered output and a bug's traceback
-    survive; atexit handlers (part of the shutdown) do not run. Without RANK, a plain run."""
+    """Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set) train.py ends without Python's
+    shutdown, where gloo's threads can abort the process (exit_as_torchrun_worker's doc): the exit
+    code, buffered output and a bug's traceback survive; atexit handlers (part of the shutdown) do not
+    run. Without them, a plain run."""
     import os
     import subprocess
     import sys
@@ -435,7 +436,8 @@ def test_a_torchrun_worker_exits_with_its_code_without_pythons_shutdown(ending, 
               "exit_as_torchrun_worker(main)\n")
     root = Path(__file__).resolve().parents[1]
     for rank, shutdown in (("0", False), (None, True)) if code == 3 else (("0", False),):
-        env = {k: v for k, v in os.environ.items() if k != "RANK"} | ({"RANK": rank} if rank else {})
+        worker = {"RANK": rank, "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+        env = {k: v for k, v in os.environ.items() if k not in worker} | (worker if rank else {})
         done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == code, (rank, done.stderr)
