@@ -109,10 +109,10 @@ class LimitedSafeLoader(yaml.SafeLoader):
     """yaml.SafeLoader (plain data only, never Python objects) that refuses documents nested deeper
     than MAX_DEPTH, holding more than MAX_NODES values, or expanding to more through aliases: PyYAML
     shares an aliased value, so a 300-byte file can stand for 10^8 values, which any walk (a
-    message, a copy) would expand. A key given twice in one mapping is refused (PyYAML keeps the last silently, so a
-    second `model:` section would drop the first), and YAML 1.1's surprises are not guessed: a
-    date stays a string (an out_dir named 2024-12-01), 1:30 is not the base-60 number 90 and 0500
-    not the octal 320."""
+    message, a copy) would expand. A key given twice in one mapping is refused (PyYAML keeps the
+    last silently, so a second `model:` section would drop the first), and YAML 1.1's surprises are
+    not guessed: a date stays a string (an out_dir named 2024-12-01), 1:30 is not the base-60
+    number 90 and 0500 not the octal 320."""
 
     yaml_implicit_resolvers = {
         first: [(tag, PLAIN_INT if tag == TAG + "int" else PLAIN_FLOAT if tag == TAG + "float" else regexp)
