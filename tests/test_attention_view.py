@@ -417,3 +417,21 @@ def test_one_token_and_a_full_stop_read_right():
     assert "hatched" not in fig._supxlabel.get_text()
     fig = attention_view.heatmap_figure(masked_softmax(torch.zeros(1, 2, 2), causal_mask(2, 2)), ["a", "b"])
     assert "hatched" in fig._supxlabel.get_text()
+
+
+def test_tokens_the_font_lacks_draw_without_a_warning_each(tmp_path):
+    """A heatmap of CJK tokens (and a run's label of a Japanese file name, tinygpt/plots.py): one
+    matplotlib warning on stderr per character the font lacks, for a valid input."""
+    pytest.importorskip("matplotlib")
+    import warnings
+    from types import SimpleNamespace
+    from tinygpt import plots
+    T = 4
+    weights = masked_softmax(torch.randn(1, 1, T, T), causal_mask(T, T))  # (B=1, nh=1, T, T)
+    label = {"label": "dataset=シェイクスピア.txt", "runs": [{"metrics": [{"step": 0, "val_loss": 4.0},
+                                                                        {"step": 10, "val_loss": 3.0}]}]}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        attention_view.save_heatmaps([SimpleNamespace(weights=weights)], ["シ", "ェ", "イ", "ク"], tmp_path)
+        assert plots.val_loss_png([label, {**label, "label": "dataset=a.txt"}]) is not None
+    assert [str(w.message) for w in caught] == [] and (tmp_path / "attention_layer0.png").exists()

@@ -32,7 +32,7 @@ import torch
 
 from model import GPT, HeadTrace, Step, causal_mask, next_token_probs
 from tinygpt.checkpoint import atomic_write
-from tinygpt.plots import HEATMAP_MARK, plain_text
+from tinygpt.plots import HEATMAP_MARK, missing_glyphs_quiet, plain_text
 
 MASKED = "."  # a future key, masked to weight exactly 0
 SPACE = "␣"  # a space inside a token label
@@ -304,7 +304,8 @@ def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: s
         fig = heatmap_figure(trace.weights[0], labels, last, causal,
                              title=f"{title}, layer {layer}" if title else f"layer {layer}")
         png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=100, metadata=dict([HEATMAP_MARK]))  # marked: told from a user's PNG
+        with missing_glyphs_quiet():
+            fig.savefig(png, format="png", dpi=100, metadata=dict([HEATMAP_MARK]))  # marked: told from a user's PNG
         path = Path(out_dir) / f"{prefix}_layer{layer}.png"
         atomic_write(path, lambda f: f.write(png.getvalue()))  # creates out_dir the first time
         paths.append(path)

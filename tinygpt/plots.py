@@ -19,8 +19,10 @@ import math
 import re
 import statistics
 import textwrap
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from tinygpt.checkpoint import atomic_write
 from tinygpt.runs import read_metrics
@@ -66,10 +68,21 @@ def png_marked(path: Path, mark: tuple[str, str]) -> bool:
     return head.startswith(b"\x89PNG") and "\0".join(mark).encode() in head
 
 
+@contextmanager
+def missing_glyphs_quiet() -> Iterator[None]:
+    """Around drawing: matplotlib warns on stderr once per character its font lacks (a Japanese file
+    name in a run's label, CJK tokens in a heatmap: 14 lines for one label), for a valid input; the
+    picture shows a box there, and the warning tells the user nothing more."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font", category=UserWarning)
+        yield
+
+
 def _png(fig, name: str) -> bytes:
     """The figure as PNG bytes, with its file's name (as its title) and PNG_MARK in its metadata."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Title": name, PNG_MARK[0]: PNG_MARK[1]})
+    with missing_glyphs_quiet():
+        fig.savefig(buf, format="png", metadata={"Title": name, PNG_MARK[0]: PNG_MARK[1]})
     return buf.getvalue()
 
 
@@ -96,7 +109,8 @@ def grow_for(fig, legend) -> None:
     """Make the figure taller by the legend's own height, so that the legend below the plot takes no
     room from the axes, however many lines it has."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    box = legend.get_window_extent(FigureCanvasAgg(fig).get_renderer())
+    with missing_glyphs_quiet():
+        box = legend.get_window_extent(FigureCanvasAgg(fig).get_renderer())
     fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + box.height / fig.dpi + 0.1)
 
 
@@ -173,7 +187,8 @@ def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.transforms import offset_copy
         renderer = FigureCanvasAgg(fig).get_renderer()
-        below = ax.get_window_extent(renderer).y0 - ax.get_tightbbox(renderer).y0
+        with missing_glyphs_quiet():
+            below = ax.get_window_extent(renderer).y0 - ax.get_tightbbox(renderer).y0
         legend = ax.legend(ax.lines, legend_labels([line.get_label() for line in ax.lines], fig), fontsize="small",
                            loc="upper center", bbox_to_anchor=(0.5, 0),
                            bbox_transform=offset_copy(ax.transAxes, fig, y=-below, units="dots"))

@@ -26,6 +26,7 @@ from model import GPT
 from tinygpt import attention_view
 from tinygpt.checkpoint import check_writable
 from tinygpt.errors import UserError, environment_error
+from tinygpt.plots import missing_glyphs_quiet
 
 LOG_DIR = "tensorboard"  # inside the run directory
 PROMPT_TOKENS = 12  # the fixed prompt of the attention images: as many tokens as the tables show
@@ -48,7 +49,8 @@ def figure_pixels(fig) -> np.ndarray:
     """A matplotlib Figure rendered to an RGB array (H, W, 3), uint8."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     canvas = FigureCanvasAgg(fig)
-    canvas.draw()
+    with missing_glyphs_quiet():
+        canvas.draw()
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
