@@ -603,7 +603,7 @@ def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], mode
     def damaged(what: str) -> UserError:
         return UserError(f"{path} cannot be resumed: {what}; the checkpoint is damaged")
 
-    def number(x: Any, below: float = math.inf) -> bool:
+    def number(x: Any, below: float = math.inf) -> bool:  # (NaN and inf are not)
         return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < below
 
     names = {id(p): name for name, p in model.named_parameters()}
@@ -633,7 +633,7 @@ def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], mode
             raise damaged(f"the optimizer's state of weight {weight!r} holds {keys}, not step and {', '.join(MOMENTS)}")
         step = saved["step"]
         value = step.item() if isinstance(step, torch.Tensor) and dense(step) and step.numel() == 1 else step
-        if not number(value) or not math.isfinite(value):
+        if not number(value):
             raise damaged(f"the optimizer's step of weight {weight!r} is {short(step)}, not a count")
         for key in MOMENTS:
             t = saved[key]
