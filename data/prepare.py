@@ -24,6 +24,8 @@ import codecs
 import hashlib
 import json
 import os
+import re
+import shlex
 import sys
 import urllib.request
 from dataclasses import dataclass
@@ -168,7 +170,17 @@ def not_text(path: Path, data: bytes, bad: int | None) -> str:
     if bad is None or controls * 20 > len(head):
         why = zeros if bad is None else f"{controls:,} of its first {len(head):,} bytes are control characters"
         return f"{path} is a binary file, not text ({why}); data.dataset takes UTF-8 text files"
-    return f"{path} is not UTF-8 (byte 0x{data[bad]:02x} at offset {bad}); {convert(path, 'latin1', False)}"
+    line = data.count(b"\n", 0, bad) + 1
+    where = f"byte 0x{data[bad]:02x} at offset {bad}, line {line}"
+    text = data.decode("utf-8", errors="surrogateescape")  # a byte that is not UTF-8: one of U+DC80-U+DCFF
+    if re.search("[^\x00-\x7f\udc80-\udcff]", text):  # it holds UTF-8 characters too: damaged, not latin1
+        count = len(re.findall("[\udc80-\udcff]", text))
+        return (f"{path} is UTF-8 text but for {count:,} byte{'s' * (count > 1)} that {'are' if count > 1 else 'is'} "
+                f"not ({'the first: ' * (count > 1)}{where}); mend {'them' if count > 1 else 'it'}, or write a copy without "
+                f"{'them' if count > 1 else 'it'}: iconv -c -f utf-8 -t utf-8 {shlex.quote(str(path))} > "
+                f"{shlex.quote(str(path.with_name(path.stem + '.utf8.txt')))} (converting it from latin1 would "
+                f"garble every other non-ASCII character)")
+    return f"{path} is not UTF-8 ({where}); {convert(path, 'latin1', False)}"
 
 
 def wide_encoding(head: bytes) -> tuple[str, bool] | None:
@@ -192,11 +204,13 @@ def wide_encoding(head: bytes) -> tuple[str, bool] | None:
 def convert(path: Path, encoding: str, certain: bool) -> str:
     """The advice to convert a file from `encoding` to UTF-8: in place if the encoding is certain,
     else into a new file (the guess may be wrong, and iconv does not know)."""
-    iconv = f"iconv -f {encoding} -t utf-8 {path.name}"
+    source = shlex.quote(str(path))
+    iconv = f"iconv -f {encoding} -t utf-8 {source}"
     if certain:
-        return f"convert it first, e.g. {iconv} > {path.stem}.tmp && mv {path.stem}.tmp {path.name}"
-    return (f"convert it into a new file, e.g. {iconv} > {path.stem}.utf8.txt ({encoding} is a guess: look at "
-            f"the new file, then use it instead)")
+        temp = shlex.quote(str(path.with_name(path.stem + ".tmp")))
+        return f"convert it first, e.g. {iconv} > {temp} && mv {temp} {source}"
+    return (f"convert it into a new file, e.g. {iconv} > {shlex.quote(str(path.with_name(path.stem + '.utf8.txt')))} "
+            f"({encoding} is a guess: look at the new file, then use it instead)")
 
 
 def download_shakespeare(folder: Path) -> Path:

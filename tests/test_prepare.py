@@ -124,12 +124,14 @@ def test_utf16_text_is_refused_with_the_conversion_that_works(tmp_path, encoding
     path = tmp_path / "u16.txt"
     path.write_bytes("the cat sat on the mat\n".encode(encoding) * 50)
     wide = {"utf-16": "utf-16", "utf-16-le": "utf-16le", "utf-32": "utf-32"}[encoding]  # (Python's utf-32: a mark)
-    in_place = r"u16.tmp && mv u16.tmp u16.txt$" if encoding != "utf-16-le" else r"u16.utf8.txt \(utf-16le is a guess"
+    d = re.escape(str(tmp_path))  # the commands name the file as given: they work from any folder
+    in_place = rf"{d}/u16.tmp && mv {d}/u16.tmp {d}/u16.txt$" if encoding != "utf-16-le" else \
+        rf"{d}/u16.utf8.txt \(utf-16le is a guess"
     with pytest.raises(UserError, match=rf"looks like {wide.upper()} text, not UTF-8.* iconv -f {wide} -t utf-8 "
-                                        rf"u16.txt > {in_place}"):
+                                        rf"{d}/u16.txt > {in_place}"):
         prep.read_text_file(path)
     path.write_bytes(b"caf\xe9\n")  # Latin-1
-    with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe9 at offset 3\).* iconv -f latin1"):
+    with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe9 at offset 3, line 1\).* iconv -f latin1"):
         prep.read_text_file(path)
     path.write_bytes(b"a few NULs\x00 in text\x00 are text\n")
     assert prep.read_text_file(path).count("\x00") == 2
@@ -141,7 +143,7 @@ def test_a_binary_file_is_refused_as_binary_and_a_guessed_encoding_is_not_conver
     silently); UTF-16LE Chinese text without a byte order mark got the Latin-1 hint too."""
     import gzip
     import random
-    path = tmp_path / "x.txt"
+    path, d = tmp_path / "x.txt", re.escape(str(tmp_path))
     binaries = {"an executable": b"\x7fELF\x02\x01\x01" + bytes(1000),  # (how cp /bin/ls x.txt begins)
                 "gzip data": gzip.compress(b"the cat sat on the mat\n" * 100),
                 "a PNG image": b"\x89PNG\r\n\x1a\n" + bytes(100)}
@@ -156,13 +158,39 @@ def test_a_binary_file_is_refused_as_binary_and_a_guessed_encoding_is_not_conver
     path.write_bytes("从前有一只小猫，它住在一个大房子里。\n".encode("utf-16-le") * 20)
     with pytest.raises(UserError, match=r"looks like UTF-16LE text, not UTF-8 \(byte 0xce at offset 0 is not "
                                         r"UTF-8\); convert it into a new file, e.g. iconv -f utf-16le -t utf-8 "
-                                        r"x.txt > x.utf8.txt \(utf-16le is a guess: look at the new file, then use "
+                                        rf"{d}/x.txt > {d}/x.utf8.txt \(utf-16le is a guess: look at the new file, then use "
                                         r"it instead\)$"):
         prep.read_text_file(path)
     path.write_bytes("Le garçon était très content à la fête.\n".encode("latin-1") * 20)
-    with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe7 at offset 6\); convert it into a new file, e.g. "
-                                        r"iconv -f latin1 -t utf-8 x.txt > x.utf8.txt \(latin1 is a guess: .*\)$"):
+    with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe7 at offset 6, line 1\); convert it into a new "
+                                        rf"file, e.g. iconv -f latin1 -t utf-8 {d}/x.txt > {d}/x.utf8.txt \(latin1 is "
+                                        r"a guess: .*\)$"):
         prep.read_text_file(path)
+
+
+def test_utf8_with_a_stray_byte_is_not_called_latin1_and_the_commands_work_from_anywhere(tmp_path):
+    """A UTF-8 file with one cp1252 byte inside was called latin1, with an iconv command that turned
+    every other é into Ã© (and named the file without its folder: from anywhere else it failed, and
+    the shell left an empty file). Now the bad bytes are counted and located, and the command drops
+    them; it is run here from another folder, as a user pastes it."""
+    import shutil
+    import subprocess
+    folder = tmp_path / "my corpus"
+    folder.mkdir()
+    path = folder / "thé.txt"
+    path.write_bytes("le thé est chaud\n".encode() * 3 + b"it\x92s late\n" + "café\n".encode() + b"\x93hi\n")
+    with pytest.raises(UserError) as refused:
+        prep.read_text_file(path)
+    message = str(refused.value)
+    assert re.match(rf"^{re.escape(str(path))} is UTF-8 text but for 2 bytes that are not \(the first: byte 0x92 "
+                    r"at offset 56, line 4\); mend them, or write a copy without them: iconv -c ", message), message
+    assert "latin1" not in message.split("(converting")[0]
+    if shutil.which("iconv") is None:
+        return
+    command = message.split(": ", 2)[2].split(" (converting")[0]  # the iconv command, pasted
+    subprocess.run(command, shell=True, cwd=tmp_path.parent)
+    copy = folder / "thé.utf8.txt"
+    assert prep.read_text_file(copy) == "le thé est chaud\n" * 3 + "its late\ncafé\nhi\n"
 
 
 def test_a_long_file_name_gets_a_prepared_folder_within_name_max(tmp_path):
