@@ -434,6 +434,22 @@ def test_a_string_key_set_from_the_command_line_keeps_the_text(tmp_path):
     assert load_config(write(tmp_path, ""), ["train.out_dir=~"]).train.out_dir == os.path.expanduser("~")
 
 
+def test_a_line_break_or_tab_in_a_set_value_is_kept_or_named(tmp_path):
+    """A file name with a line break (`--set $'data.dataset=a\\nb.txt'`) became 'a b.txt', YAML's
+    folding, so the error named a file that does not exist; one with a tab was 'not a valid YAML
+    scalar (... starts with @, *, ...)', which it did not. A number with one says what is wrong."""
+    folder = tmp_path / "names"
+    folder.mkdir()
+    for name in ("a\nb.txt", "tab\tx.txt"):
+        (folder / name).write_text("the cat sat on the mat\n" * 20)
+        cfg = load_config(write(tmp_path, ""), [f"data.dataset={folder / name}", f"train.out_dir= out/{name} "])
+        assert (cfg.data.dataset, cfg.train.out_dir) == (str(folder / name), f"out/{name}")
+    assert load_config(write(tmp_path, ""), ["model.n_head=2\n"]).model.n_head == 2  # as YAML reads it
+    with pytest.raises(UserError, match=r"^--set 'model.n_head=\\t2': the value is not a valid YAML scalar: it "
+                                        r"holds a tab or a line break$"):
+        load_config(write(tmp_path, ""), ["model.n_head=\t2"])
+
+
 def test_a_yaml_syntax_error_says_what_and_where(tmp_path):
     message = user_error(write(tmp_path, "model:\n\tn_layer: 2\n"))
     assert "'\\t'" in message and "line 2, column 1" in message

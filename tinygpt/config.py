@@ -305,7 +305,8 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
     Values are parsed as YAML scalars, so 8 is an int, true a bool, and 'abc' a string; a key
     that takes a string (a path, a name) keeps its text where YAML would read another type:
     out_dir=~ is the home folder, not YAML's null, and out_dir=2024 the folder 2024, not a number
-    (the text is still YAML: ' #' starts a comment, quotes are taken off)."""
+    (the text is still YAML: ' #' starts a comment, quotes are taken off), except one holding a line
+    break or a tab, which YAML would fold into a space or refuse: that text is kept as given."""
     nested: dict[str, dict] = {}
     for item in overrides:
         key, sep, text = item.partition("=")
@@ -319,6 +320,9 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
         surrogates = {ch: chr(0xF0000 + ord(ch) - 0xDC80) for ch in set(text) if "\udc80" <= ch <= "\udcff"}
         if surrogates and name in types and types[name] is not str:
             raise UserError(f"{source} {short(item)}: the value holds bytes that are not UTF-8 text")
+        if types.get(name) is str and any(ch in text.strip(" ") for ch in "\n\r\t"):  # (a file name may hold them)
+            nested.setdefault(section, {})[name] = text.strip(" ")
+            continue
         try:
             value = yaml_load(text.translate({ord(s): p for s, p in surrogates.items()})) if text.strip() else ""
             if surrogates and isinstance(value, str):
@@ -326,6 +330,9 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
         except YAMLRefused as e:
             raise UserError(f"{source} {short(item)}: the value is refused: {e}") from None
         except (yaml.YAMLError, RecursionError):
+            if any(ch in text for ch in "\n\r\t"):
+                raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar: it holds a "
+                                f"tab or a line break") from None
             raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar (YAML reads a text "
                             f"that starts with @, *, !, &, % or a quote only in quotes, e.g. "
                             f"--set 'train.out_dir=\"@runs\"')") from None
