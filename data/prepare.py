@@ -439,10 +439,12 @@ def load_for_training(cfg: Config, source: str) -> Prepared:
     data = load_prepared(prepared_dir(cfg.data))
     for split in ("train", "val"):
         n = len(getattr(data, split))
-        if n <= cfg.model.block_size:
+        if n <= cfg.model.block_size:  # (the fixes offered are those that can work)
+            fixes = [f"a model.block_size below {n}"] * (n >= 2) + ["more text"] + \
+                ["another data.val_fraction"] * (len(data.train) + len(data.val) >= 2 * (cfg.model.block_size + 1))
             raise UserError(f"the {split} split has {n:,} token{'s' * (n != 1)}, not more than model.block_size="
-                            f"{cfg.model.block_size} ({source}): use a smaller block_size, more text, "
-                            f"or another data.val_fraction")
+                            f"{cfg.model.block_size} ({source}): use {', '.join(fixes[:-1])}"
+                            f"{' or ' * (len(fixes) > 1)}{fixes[-1]}")
     if cfg.model.vocab_size not in (0, data.tokenizer.vocab_size):  # e.g. a run's config.yaml, other data
         raise UserError(f"model.vocab_size={cfg.model.vocab_size} ({source}) is not the tokenizer's "
                         f"{data.tokenizer.vocab_size}: the vocabulary comes from the data; remove the key")

@@ -202,6 +202,25 @@ def test_a_long_file_name_gets_a_prepared_folder_within_name_max(tmp_path):
     assert folder.name.startswith("é" * 32 + "-char-") and len(os.fsencode(folder.name)) < 100
 
 
+@pytest.mark.parametrize("chars, block, fixes", [
+    (1, 8, "more text$"),  # one character: no block size, no split works
+    (40, 8, "a model.block_size below 4, more text or another data.val_fraction$"),  # val: 4 tokens of 40
+    (40, 30, "a model.block_size below 4 or more text$"),  # 40 tokens cannot hold two blocks of 31
+    (400, 64, "a model.block_size below 40, more text or another data.val_fraction$"),
+])
+def test_a_corpus_too_short_for_the_block_is_told_only_the_fixes_that_work(tmp_path, chars, block, fixes):
+    """A one-character corpus was told 'use a smaller block_size, more text, or another
+    data.val_fraction', of which only more text could help."""
+    text = tmp_path / "short.txt"
+    text.write_text(("abcdefghi\n" * 40)[:chars])
+    cfg = config(text, tmp_path / "prepared")
+    cfg.model.block_size = block
+    prep.prepare(cfg, show_progress=False)
+    with pytest.raises(UserError, match=rf"split has \d+ tokens?, not more than model.block_size={block} \(x\): "
+                                        rf"use {fixes}"):
+        prep.load_for_training(cfg, "x")
+
+
 def test_a_refused_preparation_leaves_no_empty_prepared_dir(tmp_path):
     text = tmp_path / "latin1.txt"
     text.write_bytes(b"caf\xe9\n" * 10)
