@@ -301,7 +301,7 @@ def prepared_dir(d: DataConfig) -> Path:
     key = {k: v for k, v in settings.items() if k != "files"}
     key["paths"] = [f[0] for f in settings.get("files", [])]
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-    name = d.dataset if _is_builtin(d.dataset) else Path(d.dataset).stem or "text"
+    name = d.dataset if _is_builtin(d.dataset) else Path(d.dataset).stem.lstrip(".") or "text"  # (not hidden)
     while len(os.fsencode(name)) > MAX_NAME_BYTES:  # a long file name: the folder's, with a temp
         name = name[:-1]                            # suffix, must stay within NAME_MAX (255 bytes)
     return Path(d.prepared_dir) / f"{name}-{d.tokenizer}-{digest}"

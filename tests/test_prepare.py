@@ -221,6 +221,12 @@ def test_a_corpus_too_short_for_the_block_is_told_only_the_fixes_that_work(tmp_p
         prep.load_for_training(cfg, "x")
 
 
+def test_a_hidden_dataset_file_gets_a_visible_prepared_folder(tmp_path):
+    for name, folder in ((".txt", "txt-char-"), (".notes.txt", "notes-char-")):
+        (tmp_path / name).write_text("the cat sat on the mat\n" * 20)
+        assert prep.prepared_dir(config(tmp_path / name, tmp_path / "p").data).name.startswith(folder)
+
+
 def test_a_refused_preparation_leaves_no_empty_prepared_dir(tmp_path):
     text = tmp_path / "latin1.txt"
     text.write_bytes(b"caf\xe9\n" * 10)
