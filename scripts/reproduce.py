@@ -164,9 +164,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--out-dir", type=path_arg, help="run directory (default: a fresh temp folder)")
     p.add_argument("--text", type=path_arg, default=ROOT.parent / "shared/data/tinyshakespeare.txt",
                    help="shakespeare: a local copy of tiny shakespeare (default: %(default)s)")
-    p.add_argument("--config", default="configs/shakespeare_char.yaml")
+    p.add_argument("--config", help="shakespeare: the config to train (default: configs/shakespeare_char.yaml; "
+                                    "stories always trains configs/stories.yaml)")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)
+    if args.what == "stories" and args.config is not None:  # (it was ignored: the default run trained instead)
+        p.error(f"--config {args.config} is for shakespeare: stories measures the default run, configs/stories.yaml "
+                f"(change it with --set KEY=VALUE)")
+    args.config = args.config or "configs/shakespeare_char.yaml"
     if args.what == "shakespeare" and not args.text.is_file():
         p.error(f"no tiny shakespeare at {args.text}: give --text PATH/tinyshakespeare.txt")
     # the run folder is --out-dir/run: a train.out_dir of --set would train elsewhere, and the

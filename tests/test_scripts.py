@@ -283,6 +283,7 @@ def test_reproduce_stories_gives_up_on_a_model_that_writes_no_words(tmp_path, ca
     (["--set", "train.max_iters=5", " train.out_dir =x"], ["train.out_dir"]),
     (["--out-dir", ""], ["--out-dir", "empty path"]),
     (["--out-dir", "FILE"], ["--out-dir=", "is a file"]),
+    (["--config", "nonexistent.yaml"], ["--config nonexistent.yaml", "is for shakespeare"]),  # (it was ignored)
 ])
 def test_reproduce_refuses_bad_flags_before_training(tmp_path, capsys, monkeypatch, args, culprits):
     from scripts import reproduce
