@@ -3,8 +3,9 @@ in OUT (the `status` file of exit codes, bench.py's JSON files, the baby GPT's r
 
     python -m scripts.gpu_table OUT [--device NAME]
 
-(run from the repository root). A stage that failed or never ran shows as such in its row; the
-table itself never fails on a missing or damaged file.
+(run from the repository root). A stage that failed or never ran shows as such in its row (one that
+failed after writing its figures, with them); the table itself never fails on a missing or damaged
+file.
 """
 from __future__ import annotations
 
@@ -65,6 +66,13 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
             return why
         return "out of time (exit 124)" if why == "exit 124" else f"failed ({why})"
 
+    def marked(stage: str, figures: str) -> str:
+        """The stage's figures, with its failure beside them when it then failed: a stage that wrote
+        its JSON and then ran out of time is no clean pass."""
+        if status.get(stage, "exit 0") == "exit 0":  # (no status file: a folder of figures alone)
+            return figures
+        return f"{figures}; then the stage ended: {failed(stage)}"
+
     result = [("device", device), ("tests (TESTS)", status.get("tests", "did not run"))]
 
     try:
@@ -85,13 +93,13 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
     for name, dtype, label in TRAINING:
         r = read_json(out / f"{name}.json")
         result.append((f"training, {label}", cell(
-            lambda: f"{r['train'][dtype]['tokens_per_s']:,.0f} tok/s, MFU {r['train'][dtype]['mfu']:.0%}",
+            lambda: marked(name, f"{r['train'][dtype]['tokens_per_s']:,.0f} tok/s, MFU {r['train'][dtype]['mfu']:.0%}"),
             failed(name))))
 
     decode = read_json(out / "decode.json")
     g, h = decode.get("generate"), decode.get("vs_hf")
     result.append((cell(lambda: f"decoding {g['model']}, KV cache", "decoding, KV cache"), cell(
-        lambda: f"{g['cached_tokens_per_s']:,.0f} tok/s ({g['speedup']:.1f}x no cache)",
+        lambda: marked("decode", f"{g['cached_tokens_per_s']:,.0f} tok/s ({g['speedup']:.1f}x no cache)"),
         failed("decode"))))
     if h:
         result.append(("  vs transformers generate", cell(
@@ -100,8 +108,9 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
             "unreadable")))
     compiled = read_json(out / "decode_compiled.json").get("vs_hf", {})
     result.append(("  decoding step compiled (--compile)", cell(
-        lambda: f"{compiled['compiled_tokens_per_s']:,.0f} tok/s ({compiled['ratio_compiled']:.2f}x transformers), "
-                f"{compiled['compile_s']:.0f} s to compile; same tokens: {compiled['same_tokens_compiled']}",
+        lambda: marked("decode_compiled", f"{compiled['compiled_tokens_per_s']:,.0f} tok/s "
+                       f"({compiled['ratio_compiled']:.2f}x transformers), {compiled['compile_s']:.0f} s to compile; "
+                       f"same tokens: {compiled['same_tokens_compiled']}"),
         "compiling failed (decode_compiled.txt says why)" if compiled
         else failed("decode_compiled"))))
     result.append(("torchrun, 1 process, NCCL", "ok" if status.get("ddp") == "exit 0" else failed("ddp")))

@@ -335,6 +335,10 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
     assert odd["training, bfloat16"] == table["training, bfloat16"]
     text = gpu_table.main([str(tmp_path / "nothing"), "--device", "cpu"])
     assert text == gpu_table.markdown(list(empty.items())) and text.startswith("| check | result |\n| --- | --- |\n| device | cpu |")
+    # a stage that wrote its figures, then ran out of time: the figures stand, marked (they stood unmarked)
+    (tmp_path / "status").write_text("tf32_bf16=exit 124\n")
+    late = dict(gpu_table.rows(tmp_path, "cpu"))["training, bfloat16"]
+    assert late == f"{table['training, bfloat16']}; then the stage ended: out of time (exit 124)"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the check runs for minutes")
