@@ -63,6 +63,10 @@ def probe_result(target: str, label: str, stories: int, device: str, out: Path |
         raise UserError(f"{target}: its last line is not the JSON line probe.py --ablate ends with")
     if not isinstance(result.get("ablation"), dict) or "drop" not in result["ablation"]:
         raise UserError(f"{target}: no per-head ablation in this probe output (run probe.py RUN --ablate)")
+    if "drop" in result["ablation"] and "most_attention" not in result["ablation"]:  # (probe.py says so too)
+        raise UserError(f"{target}: the probe found no reference with its antecedent's attribute inside the "
+                        f"model's window, so no head to name as looking at it: the table needs a model of the "
+                        f"stories with a block of a sentence or more (configs/stories.yaml)")
     return checked({**result, "label": label}, target)
 
 
