@@ -1187,6 +1187,36 @@ def test_12_the_exit_code_survives_a_stderr_that_is_gone(monkeypatch):
     assert stopped.value.code == 128 + signal.SIGHUP
 
 
+@pytest.mark.parametrize("code", [0, 2])
+def test_12_a_signal_while_python_shuts_down_leaves_the_exit_code(tmp, code):
+    """A SIGTERM after a command's work was done, while Python shut down (torch's teardown takes a
+    few tenths of a second), killed it silently: exit 143 after a finished export, which a script
+    took for a failed one. Here shutdown is slowed by an atexit hook that says when it starts."""
+    script = tmp / f"finishes_{code}.py"
+    script.write_text(
+        "import atexit, sys, time\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from tinygpt.errors import UserError, run_cli\n"
+        "def slow_shutdown():\n"
+        "    print('shutting down', flush=True)\n"
+        "    time.sleep(1)\n"
+        "atexit.register(slow_shutdown)\n"
+        "def main(argv):\n"
+        f"    if {code}:\n"
+        "        raise UserError('refused')\n"
+        "run_cli(main)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        read_until(proc.stdout, b"shutting down")
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            proc.send_signal(signum)
+        result = wait_or_dump(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert result.code == code and result.err == ("error: refused\n" if code else ""), result
+
+
 @pytest.mark.parametrize("signum", KILL_OR_HANGUP, ids=lambda s: signal.Signals(s).name)
 def test_12_every_command_stops_on_sigterm_and_sighup_with_one_line(tmp, run, signum):
     """run_cli, which every command runs through, turns SIGTERM and SIGHUP into the one line

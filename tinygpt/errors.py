@@ -152,7 +152,10 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
             raise
         _fail(f"error: out of device memory ({reason(e, MAX_VALUE)}); use a smaller model or batch", 2)
     finally:
-        restore_signals(previous)  # (for a caller in the same process: the tests)
+        if argv is None:  # the command itself: its work is done or refused, and its exit code says which;
+            handle_signals(signal.SIG_IGN)  # a signal while Python shuts down (torch's teardown: 0.3 s) killed
+        else:                               # it silently, 143 after a finished export
+            restore_signals(previous)  # (for a caller in the same process: the tests)
     sys.exit(0)
 
 
