@@ -158,6 +158,14 @@ def check_args(args) -> None:
         raise UserError("--compile compiles the decoding step with the KV cache: drop --no-kv-cache")
     if args.num_samples < 1:
         raise UserError(f"--num-samples={args.num_samples} must be >= 1")
+    asked = {"--prompt": args.prompt != "", "--prompt-file": args.prompt_file is not None,
+             "--interactive": args.interactive, "--num-samples": args.num_samples != 1, "--compile": args.compile,
+             "--show-steps": args.show_steps, "--show-attention": args.show_attention,
+             "--attention-of": args.attention_of is not None, "--attention-last": args.attention_last is not None,
+             "--attention-png": args.attention_png is not None, "--attention-html": args.attention_html is not None}
+    if args.list_vocab and any(asked.values()):  # (they were ignored: no page written, exit 0)
+        raise UserError(f"--list-vocab prints the vocabulary and nothing else: drop "
+                        f"{' and '.join(flag for flag, given in asked.items() if given)}, or --list-vocab")
     per_sample = args.attention_html is not None or (args.attention_png is not None and args.attention_of == "all")
     if per_sample and args.num_samples > MAX_SAMPLE_FILES:  # (their names were listed, and checked, first)
         raise UserError(f"--num-samples={args.num_samples:,} with --attention-html, or --attention-png and "

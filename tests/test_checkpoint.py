@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 import random
+import re
 import struct
 import time
 import zipfile
@@ -797,4 +798,12 @@ def test_a_run_whose_checkpoint_is_a_folder_or_a_dead_link_says_so(tmp_path):
     (tmp_path / "best.pt").rmdir()
     (tmp_path / "ckpt.pt").symlink_to(tmp_path / "gone.pt")
     with pytest.raises(UserError, match=r"ckpt.pt is a link \(.*\) that leads to no file or folder, not a checkpoint"):
+        checkpoint.resolve_checkpoint(tmp_path)
+
+
+def test_a_folder_holding_a_checkpoint_under_another_name_names_it(tmp_path):
+    """A folder holding only `x.pt` was 'no checkpoint in DIR (expected best.pt or ckpt.pt): train first'."""
+    (tmp_path / "x.pt").write_bytes(b"")
+    with pytest.raises(UserError, match=rf"^no best.pt or ckpt.pt in {re.escape(str(tmp_path))}, which holds x.pt: "
+                                        rf"give the file itself, e.g. {re.escape(str(tmp_path / 'x.pt'))}$"):
         checkpoint.resolve_checkpoint(tmp_path)

@@ -46,6 +46,14 @@ def test_list_vocab_prints_every_token(tiny_stories_run):
     assert tokens[tokenizer.encode(" ")[0]] == "␣" and tokens[tokenizer.encode("\n")[0]] == "\\n"
 
 
+def test_list_vocab_with_other_work_asked_for_is_refused(tiny_stories_run, tmp_path):
+    """`--list-vocab --attention-html P` printed the vocabulary and exited 0 with no page written."""
+    refused([tiny_stories_run, "--list-vocab", "--attention-html", tmp_path / "p.html", "--prompt", "Mia"],
+            r"^--list-vocab prints the vocabulary and nothing else: drop --prompt and --attention-html, or --list-vocab$")
+    assert list(tmp_path.iterdir()) == []
+    run_sample([tiny_stories_run, "--list-vocab", "--temperature", "0"])  # a setting of sampling asks for no work
+
+
 def test_prompt_file_dash_reads_standard_input(tiny_stories_run, monkeypatch):
     from_stdin, printed = run_sample([tiny_stories_run, "--prompt-file", "-", *GREEDY], "Mia had", monkeypatch)
     from_flag, _ = run_sample([tiny_stories_run, "--prompt", "Mia had", *GREEDY])
