@@ -408,3 +408,122 @@ def test_a_path_with_spaces_is_cut_to_its_file_name_in_a_legend():
     assert plots.shortened(["n_head=2, dataset=/data/sub dir with spaces/a b.txt, lr=0.1", "n_head=4, dataset=stories"]) \
         == ["n_head=2, dataset=a b.txt, lr=0.1", "n_head=4, dataset=stories"]
     assert plots.shortened(["dataset=/a/x.txt", "dataset=/b/x.txt"]) == ["dataset=/a/x.txt", "dataset=/b/x.txt"]
+
+
+# ---- the pictures: lines told apart however many, points at their ticks, labels as the reader sees them ----
+
+
+def setting_rows(settings: list[dict], seeds=(1,)) -> list[dict]:
+    """Results rows of finished runs, one per setting and seed: a best val loss and a val-loss curve
+    from 4.2 at step 0 down (an untrained model's loss, above the plot's y-range) to about 1.5."""
+    rows = []
+    for i, setting in enumerate(settings):
+        for seed in seeds:
+            final = 1.5 + i / 40 + seed / 200
+            curve = [{"step": s, "val_loss": 4.2 if s == 0 else final + 1 / s} for s in range(0, 101, 10)]
+            rows.append({**setting, "train.seed": seed, "best_val_loss": final, "metrics": curve})
+    return rows
+
+
+def drawn_as(line) -> tuple:
+    """What tells a line from another: its colour, line style and marker."""
+    from matplotlib.colors import to_hex
+    return to_hex(line.get_color()), line.get_linestyle(), line.get_marker()
+
+
+def test_forty_lines_are_forty_different_lines_in_both_pictures(monkeypatch):
+    """The colours repeated after 10 lines, all solid with the same marker: 20 runs of a sweep had
+    pairs of identical legend entries (n_head=1, lr=1e-4 and n_head=2, lr=1e-4 alike)."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"model.n_head": h, "train.lr": lr} for h in (1, 2, 4, 8) for lr in range(1, 11)])
+    groups = report.group_by_setting(rows, ["model.n_head", "train.lr", "train.seed"])
+    plots.val_loss_png(groups)
+    ax = figures["val_loss.png"].axes[0]
+    assert len(ax.lines) == 40 and len({drawn_as(line) for line in ax.lines}) == 40
+    assert len({drawn_as(handle) for handle in ax.get_legend().legend_handles}) == 40  # and so are their legend entries
+    assert {drawn_as(line)[1:] for line in ax.lines[:10]} == {("-", ".")}  # up to 10 lines: as before
+    rows = setting_rows([{"model.n_head": h, "train.lr": lr} for h in (1, 2) for lr in range(1, 13)])
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.lr", "train.seed"]))  # 12 lr lines
+    data_lines = [bar[0] for bar in figures["settings.png"].axes[0].containers]  # each error bar's line of means
+    assert len(data_lines) == 12 and len({drawn_as(line) for line in data_lines}) == 12
+
+
+def test_the_settings_points_stay_near_their_ticks_however_many_lines(monkeypatch):
+    """Ten lines drawn 0.06 apart lay up to 0.27 from their tick, half-way to the next one's."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    for lines in (2, 10, 30):
+        rows = setting_rows([{"model.n_head": h, "train.lr": lr} for h in (1, 2) for lr in range(lines)])
+        plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.lr", "train.seed"]))
+        ax = figures["settings.png"].axes[0]
+        xs = [x for c in ax.containers for x in c[0].get_xdata()]
+        assert max(abs(x - round(x)) for x in xs) <= 0.2 + 1e-9, lines
+        assert len({round(x, 6) for x in xs if round(x) == 0}) == lines  # still side by side, none on another
+    rows = setting_rows([{"model.n_head": h, "train.lr": lr} for h in (1, 2) for lr in range(2)])
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.lr", "train.seed"]))
+    assert sorted({round(x, 2) for c in figures["settings.png"].axes[0].containers
+                   for x in c[0].get_xdata()}) == [-0.03, 0.03, 0.97, 1.03]  # few lines: 0.06 apart, as before
+
+
+def test_the_settings_x_ticks_are_file_names_that_do_not_run_together(monkeypatch):
+    """settings.png's ticks were the whole paths (`/long/dir/tinyshakespeare.txt`), one running into the
+    next: shortened() cut only `key=value` labels, the legend's. Now file names, paths where two files
+    share a name, slanted where they would touch."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+
+    def ticks(datasets: list[str]) -> list[str]:
+        rows = setting_rows([{"data.dataset": d, "model.n_head": h} for d in datasets for h in (1, 2)])
+        plots.settings_png(report.group_by_setting(rows, ["data.dataset", "model.n_head", "train.seed"]))
+        fig = figures["settings.png"]
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        boxes = [t.get_window_extent(renderer) for t in fig.axes[0].get_xticklabels()]
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:]), datasets
+        return [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks(["/long/dir/a.txt", "/long/dir/tinyshakespeare.txt", "/other/dir/stories_copy.txt"]) == [
+        "a.txt", "tinyshakespeare.txt", "stories_copy.txt"]
+    assert ticks(["/x/a.txt", "/y/a.txt"]) == ["/x/a.txt", "/y/a.txt"]  # one name, two files: the paths
+
+
+def test_labels_that_differ_only_in_characters_the_font_lacks_are_told_apart(monkeypatch):
+    """`日本.txt` and `中国.txt` were both drawn `dataset=□□.txt` (DejaVu Sans has no CJK): two runs alike.
+    Now they are written as code points, only where they would look alike; a file name that is not
+    UTF-8 is written with its bytes."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    from matplotlib.font_manager import FontProperties, fontManager, get_font
+    if any(ord("日") in get_font(f).get_charmap() for f in fontManager._find_fonts_by_props(FontProperties())):
+        pytest.skip("matplotlib's font here draws CJK: nothing looks alike")
+    figures = capture_figures(monkeypatch)
+    labels = ["dataset=日本.txt", "dataset=中国.txt", "dataset=シェイクスピア.txt", "dataset=tiny.txt",
+              "dataset=\udce9.txt", "dataset=\udce8.txt"]  # (the last two: bytes 0xe9 and 0xe8 as Python holds them)
+    plots.val_loss_png([{"label": label, "runs": [{"metrics": [{"step": 0, "val_loss": 4.0},
+                                                               {"step": 10, "val_loss": 3.0 + i / 10}]}]}
+                        for i, label in enumerate(labels)])
+    shown = [t.get_text() for t in figures["val_loss.png"].axes[0].get_legend().get_texts()]
+    assert shown == ["dataset=\\u65e5\\u672c.txt", "dataset=\\u4e2d\\u56fd.txt", "dataset=シェイクスピア.txt",
+                     "dataset=tiny.txt", "dataset=\\xe9.txt", "dataset=\\xe8.txt"]  # (a lone box: left as it is)
+    rows = setting_rows([{"data.dataset": f"/corpora/{d}", "model.n_head": h}
+                         for d in ("日本.txt", "中国.txt", "a.txt") for h in (1, 2)])
+    plots.settings_png(report.group_by_setting(rows, ["data.dataset", "model.n_head", "train.seed"]))
+    assert [t.get_text() for t in figures["settings.png"].axes[0].get_xticklabels()] == [
+        "\\u65e5\\u672c.txt", "\\u4e2d\\u56fd.txt", "a.txt"]
+
+
+@pytest.mark.parametrize("seeds", [(1,), (1, 2)], ids=["one seed", "two seeds"])
+def test_the_off_the_top_note_counts_each_hidden_point_once(monkeypatch, seeds):
+    """Two runs' step-0 losses above the axis were 'off the top: 4 early point(s)': each setting's band
+    edges (mean + std and mean - std, the same line for one seed) were counted, not its points."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"model.n_head": h} for h in (1, 2)], seeds)
+    plots.val_loss_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
+    (note,) = figures["val_loss.png"].axes[0].texts
+    assert note.get_text().startswith("off the top: 2 early point(s), up to 4.20 at step 0"), note.get_text()

@@ -8,12 +8,15 @@
 The y-axis fits the curves after the first 5% of the steps: the step-0 loss, about ln(vocab),
 would otherwise squash the part worth reading; a note names the points left above it. Several
 runs are told apart by the config values that differ between them, in a legend below the plot: one
-entry a line, paths cut to their file names, wrapped to the picture's width, the picture grown to hold it.
+entry a line, paths cut to their file names, wrapped to the picture's width, the picture grown to hold it;
+each line has its own colour, line style and marker, and a character the font lacks is written as its
+code point where two labels would otherwise look alike.
 
 matplotlib is optional: without it the plot functions return None and the tables still come out.
 """
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
@@ -97,12 +100,83 @@ def shortened(labels: Sequence[str]) -> list[str]:
     return short if len(set(short)) == len(set(labels)) else list(labels)
 
 
+@functools.lru_cache(maxsize=None)
+def _characters_of(fonts: tuple) -> frozenset[int]:
+    """The code points the fonts (font_manager paths) have a glyph for."""
+    from matplotlib.font_manager import get_font
+    return frozenset(code for font in fonts for code in get_font(font).get_charmap())
+
+
+def font_lacks(char: str) -> bool:
+    """Would matplotlib draw `char` as the font's empty box? True for a CJK character in DejaVu Sans
+    (matplotlib's default font), and for every character that none of the fonts it falls back on has
+    (the fonts its text is drawn with: rcParams' font.family)."""
+    from matplotlib.font_manager import FontProperties, findfont, fontManager
+    try:
+        fonts = tuple(fontManager._find_fonts_by_props(FontProperties()))  # (what matplotlib's text draws with)
+    except AttributeError:  # (an older matplotlib: no fallback fonts)
+        fonts = (findfont(FontProperties()),)
+    return ord(char) not in _characters_of(fonts)
+
+
+def _as_drawn(label: str) -> str:
+    """The label as the reader sees it: a box for each character the font lacks, '\ufffd' for each
+    byte of a file name that is not UTF-8 (plain_text)."""
+    return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else "\0" if font_lacks(c) else c for c in label)
+
+
+def _escaped(label: str) -> str:
+    """The label with each character the font lacks written as its code point (`\\u65e5`), and each
+    byte that is not UTF-8 (a surrogate, as Python holds it) as that byte (`\\xe9`)."""
+    def code(c: str) -> str:
+        if "\udc80" <= c <= "\udcff":
+            return f"\\x{ord(c) - 0xDC00:02x}"
+        return ascii(c)[1:-1] if _as_drawn(c) != c else c
+    return "".join(map(code, label))
+
+
+def told_apart(labels: Sequence[str]) -> list[str]:
+    """The labels, with the characters the font cannot draw escaped (`dataset=\\u65e5\\u672c.txt`) in
+    those that would otherwise look like another one: `日本.txt` and `中国.txt` were both drawn as
+    `□□.txt` in DejaVu Sans, two legend entries alike. A label that looks like no other stays as it is
+    (a box is still the closest to its name)."""
+    drawn: dict[str, set[str]] = {}
+    for label in labels:
+        drawn.setdefault(_as_drawn(label), set()).add(label)
+    return [_escaped(label) if len(drawn[_as_drawn(label)]) > 1 else label for label in labels]
+
+
 def legend_labels(labels: Sequence[str], fig) -> list[str]:
-    """Labels for a legend of one entry a line under the plot: shortened, then wrapped at ', ' to
-    the figure's width, so that a label of many differing config values lies wholly inside the picture
-    (it ran off both edges); drawn as text (plain_text)."""
+    """Labels for a legend of one entry a line under the plot: shortened and told apart, then wrapped at
+    ', ' to the figure's width, so that a label of many differing config values lies wholly inside the
+    picture (it ran off both edges); drawn as text (plain_text)."""
     width = max(20, int(fig.get_figwidth() * 72 / 5.5) - 10)  # characters: 'small' ones are ~5.5 pt, less the marker
-    return [plain_text(textwrap.fill(label, width, break_on_hyphens=False)) for label in shortened(labels)]
+    return [plain_text(textwrap.fill(label, width, break_on_hyphens=False)) for label in told_apart(shortened(labels))]
+
+
+def tick_labels(values: Sequence[str], key: str) -> list[str]:
+    """Tick labels for the values of the config `key`, shortened and told apart as legend labels are:
+    `日本.txt`, not `/long/dir/日本.txt` (the ticks ran into each other), paths kept where two files share
+    a name."""
+    named = told_apart(shortened([f"{key}={value}" for value in values]))
+    return [plain_text(label.partition("=")[2]) for label in named]
+
+
+LINE_STYLES = ["-", "--", ":", "-."]  # 4 line styles and 5 markers (no common factor): 20 rounds of the colours
+VAL_LOSS_MARKERS = [".", "x", "+", "1", "2"]  # before a (colour, line style, marker) comes again
+SETTINGS_MARKERS = ["o", "s", "^", "D", "v"]
+
+
+def line_style(i: int, markers: Sequence[str]) -> dict[str, str]:
+    """The i-th line's colour, line style and marker: matplotlib's 10 colours, solid; then the same
+    colours dashed with the next marker, then dotted, ...: 200 lines each unlike the others (the colours
+    alone repeated after 10, two runs alike in the legend). The marker changes with the line style so
+    that a setting of one point, which draws no line, is told apart too."""
+    from matplotlib import rcParams
+    colours = rcParams["axes.prop_cycle"].by_key().get("color") or ["black"]
+    round_ = i // len(colours)
+    return {"color": colours[i % len(colours)], "linestyle": LINE_STYLES[round_ % len(LINE_STYLES)],
+            "marker": markers[round_ % len(markers)]}
 
 
 def grow_for(fig, legend) -> None:
@@ -118,20 +192,26 @@ EARLY = 0.05  # the first 5% of the steps are left out when choosing the y-range
 SQUASH = 1.0  # ...if the points there would more than double its height
 
 
-def focus_y(ax, curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> None:
-    """Fit the y-axis to the curves (steps, losses), each after the first EARLY share of its steps,
-    so that the step-0 loss (about ln(vocab)) does not squash the rest into a flat line (when it
-    would more than double the axis's height, SQUASH: a short run's curve is drawn whole);
-    the points left above the axis are counted in a note below its right end (outside the axes, where
-    no legend can cover it). A nan or inf loss (a diverged run) is left out: matplotlib draws it as a
-    gap."""
-    curves = [(steps, [y if math.isfinite(y) else math.nan for y in ys]) for steps, ys in curves]
-    after = [y for steps, ys in curves if len(steps) for x, y in zip(steps, ys)
+Curve = tuple[Sequence[float], Sequence[float]]  # (steps, losses)
+
+
+def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = ()) -> None:
+    """Fit the y-axis to the curves (steps, losses) and the edges of their bands, each after the first
+    EARLY share of its steps, so that the step-0 loss (about ln(vocab)) does not squash the rest into a
+    flat line (when it would more than double the axis's height, SQUASH: a short run's curve is drawn
+    whole); the curves' points left above the axis are counted in a note below its right end (outside
+    the axes, where no legend can cover it). A band's edges are no points of their own: counted, a
+    setting's band (mean ± std) made each hidden point two. A nan or inf loss (a diverged run) is left
+    out: matplotlib draws it as a gap."""
+    def finite(curves: Sequence[Curve]) -> list[Curve]:
+        return [(steps, [y if math.isfinite(y) else math.nan for y in ys]) for steps, ys in curves]
+    curves, fitted = finite(curves), finite([*curves, *edges])
+    after = [y for steps, ys in fitted if len(steps) for x, y in zip(steps, ys)
              if x > 0 and x >= EARLY * max(steps) and not math.isnan(y)]
     if not after:
         return
     low, high = min(after), max(after)
-    highest = max(y for _, ys in curves for y in ys if not math.isnan(y))
+    highest = max(y for _, ys in fitted for y in ys if not math.isnan(y))
     if highest <= high + SQUASH * (high - low):
         high = highest
     pad = 0.08 * (high - low or abs(high) or 1.0)
@@ -164,7 +244,7 @@ def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     if fig is None:
         return None
     ax = fig.subplots()
-    curves = []
+    curves, edges = [], []
     for g in groups:
         by_step = val_losses_by_step(g["runs"])
         if not by_step:
@@ -173,16 +253,18 @@ def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
         mean = [statistics.fmean(by_step[s]) for s in steps]
         std = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
         n = len(g["runs"])
-        line, = ax.plot(steps, mean, marker=".", label=g["label"] + (f" (mean of {n})" if n > 1 else ""))
+        line, = ax.plot(steps, mean, **line_style(len(ax.lines), VAL_LOSS_MARKERS),
+                        label=g["label"] + (f" (mean of {n})" if n > 1 else ""))
         if n > 1:
             ax.fill_between(steps, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)],
                             color=line.get_color(), alpha=0.2, linewidth=0)
-        curves += [(steps, [m + d for m, d in zip(mean, std)]), (steps, [m - d for m, d in zip(mean, std)])]
+        curves.append((steps, mean))
+        edges += [(steps, [m + d for m, d in zip(mean, std)]), (steps, [m - d for m, d in zip(mean, std)])]
     banded = any(len(g["runs"]) > 1 for g in groups)
     ax.set(xlabel="step", ylabel="val loss (nats/token)",
            title="validation loss" + (": mean ± 1 std over seeds" if banded else ""))
     ax.grid(alpha=0.3)
-    focus_y(ax, curves)
+    focus_y(ax, curves, edges)
     if ax.lines:  # below the axes and what hangs under them (tick labels, x label, the note): it covers no curve
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.transforms import offset_copy
@@ -191,10 +273,37 @@ def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
             below = ax.get_window_extent(renderer).y0 - ax.get_tightbbox(renderer).y0
         legend = ax.legend(ax.lines, legend_labels([line.get_label() for line in ax.lines], fig), fontsize="small",
                            loc="upper center", bbox_to_anchor=(0.5, 0),
-                           bbox_transform=offset_copy(ax.transAxes, fig, y=-below, units="dots"))
+                           bbox_transform=offset_copy(ax.transAxes, fig, y=-below, units="dots"),
+                           handlelength=HANDLE_LENGTH)
         grow_for(fig, legend)
     fig.set_layout_engine("constrained")  # room for the legend (tight layout warned: "margins cannot be made large")
     return _png(fig, "val_loss.png")
+
+
+HANDLE_LENGTH = 3.0  # a legend's line samples, in font sizes (2 by default): long enough to show '-.' as such
+
+SHIFT, SPREAD = 0.06, 0.2  # settings.png: lines this far apart at a tick, all within ± SPREAD of it
+
+
+def side_by_side(i: int, lines: int) -> float:
+    """How far line i of `lines` is drawn from its x tick, so that the error bars do not hide each other:
+    SHIFT apart, closer together where that would spread them beyond ± SPREAD (10 lines 0.06 apart lay
+    ± 0.27 from their tick, half-way to the next one's)."""
+    step = min(SHIFT, 2 * SPREAD / (lines - 1)) if lines > 1 else 0.0
+    return (i - (lines - 1) / 2) * step
+
+
+def slant_if_crowded(ax) -> None:
+    """Slant the x tick labels when the widest is wider than the room between two ticks: file names
+    (`tinyshakespeare.txt`) side by side ran into one another, one unreadable word."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    labels = ax.get_xticklabels()
+    renderer = FigureCanvasAgg(ax.figure).get_renderer()
+    with missing_glyphs_quiet():
+        widest = max((t.get_window_extent(renderer).width for t in labels), default=0.0)
+    if labels and widest > 0.9 * ax.get_window_extent(renderer).width / len(labels):
+        for t in labels:
+            t.set(rotation=30, ha="right", rotation_mode="anchor")
 
 
 SETTING_PANELS = [("best_val_loss", "best val loss (nats/token)", 1.0),
@@ -227,7 +336,7 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     for ax, (metric, ylabel, scale) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
         values = []
         for i, (name, members) in enumerate(lines.items()):
-            shift = (i - (len(lines) - 1) / 2) * 0.06  # side by side, so the bars do not hide each other
+            shift = side_by_side(i, len(lines))
             pts = [(xs.index(str(g["setting"][x_key])) + shift, g["stats"][metric]) for g in members
                    if g["stats"][metric]["mean"] is not None]
             if not pts:
@@ -236,9 +345,10 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
             mean = [st["mean"] * scale for _, st in pts]
             err = [[(st["mean"] - st["lo"]) * scale if st["lo"] is not None else 0 for _, st in pts],
                    [(st["hi"] - st["mean"]) * scale if st["hi"] is not None else 0 for _, st in pts]]
-            ax.errorbar(x, mean, yerr=err, marker="o", capsize=3, label=shown[name])
+            ax.errorbar(x, mean, yerr=err, capsize=3, label=shown[name], **line_style(i, SETTINGS_MARKERS))
             values += [m - lo for m, lo in zip(mean, err[0])] + [m + hi for m, hi in zip(mean, err[1])]
-        ax.set_xticks(range(len(xs)), [plain_text(x) for x in shortened(xs)])
+        ax.set_xticks(range(len(xs)), tick_labels(xs, x_key.split(".", 1)[1]))
+        slant_if_crowded(ax)
         ax.set(xlabel=x_key.split(".", 1)[1], ylabel=ylabel)
         if metric == "attribute_ratio" and values and min(values) > 0 and max(values) > 10 * min(values):
             ax.set_yscale("log")  # ratios over more than a decade (a tenfold is as far as a tenth)
@@ -253,7 +363,7 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
         ax.grid(alpha=0.3)
     if len(lines) > 1:  # below the panels, where it covers no axis label; one entry a line, each readable whole
         grow_for(fig, fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center",
-                                 fontsize="small"))
+                                 fontsize="small", handlelength=HANDLE_LENGTH))
     fig.suptitle(f"mean and 95% interval over {n} seeds" if n > 1 else "one run per setting", fontsize=10)
     return _png(fig, "settings.png")
 
