@@ -379,6 +379,9 @@ def check_args(args) -> list[str]:
             raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be >= 1")
     if args.gen_embd % args.gen_heads:
         raise UserError(f"--gen-embd={args.gen_embd} is not divisible by --gen-heads={args.gen_heads}")
+    if not (args.steps or args.loss_steps or args.gen_tokens or args.attention or args.vs_hf or args.under_load):
+        raise UserError("--steps 0 and --gen-tokens 0 leave nothing to measure (it printed an empty table, exit 0): "
+                        "keep one, or add --loss-steps, --attention, --vs-hf or --under-load")
     if args.vs_hf and args.gen_block < 2:  # transformers decodes at most gen_block - 1 tokens past the prompt
         raise UserError(f"--vs-hf needs --gen-block >= 2 (not {args.gen_block}): transformers cannot decode past "
                         f"its positions, so a context of one token leaves nothing to decode")

@@ -6,13 +6,17 @@
 # about 40 (nearly all of it the 200-step loss comparison), jobs about 11; foundation trains the
 # default and nanoGPT's recipe, attention two 500-step runs, speedrun three runs of about a minute.
 #   bash scripts/experiments.sh [all | default | foundation | attention | ablation | sweep | jobs | bench | speedrun]
-# One part, exactly as written here; none runs all. An empty or unknown part, or more than one,
-# prints the usage line and exits 2 before anything is made.
+# One part, exactly as written here; none runs all; -h or --help prints this text. An empty or
+# unknown part, or more than one, prints the usage line and exits 2 before anything is made.
 # foundation, bench and speedrun read tiny shakespeare from SHAKESPEARE=PATH/tinyshakespeare.txt
 # (unset: ../shared/data/tinyshakespeare.txt); they stop at once, naming SHAKESPEARE, without it.
 # A relative SHAKESPEARE or OUT is a path from the folder the script is run from (the defaults: from
 # the repository root).
 set -euo pipefail
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the header above, without its comment marks
+  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+fi
 # the user's paths are from where they ran the script: made absolute before the cd to the repository
 [[ -z ${SHAKESPEARE:-} || $SHAKESPEARE == /* ]] || SHAKESPEARE=$PWD/$SHAKESPEARE
 [[ -z ${OUT:-} || $OUT == /* ]] || OUT=$PWD/$OUT

@@ -5,6 +5,7 @@
 #   bash scripts/gpu_check.sh              # from the repository root, with requirements installed
 #   REHEARSE=1 bash scripts/gpu_check.sh   # every stage on the CPU with a tiny model: checks this
 #                                          # script itself where no GPU is at hand (a few minutes)
+#   bash scripts/gpu_check.sh --help       # this text (it takes no other argument)
 #
 # 1. the tests that run on the GPU (tests/test_gpu.py: fused kernels == the formula, KV cache, TF32
 #    setting, a bfloat16 run, an exact resume with dropout) and the model's; TESTS=tests runs the
@@ -39,6 +40,15 @@
 # it `interrupted` in $OUT/status (its STAGE.txt holds what it printed until then), prints the one
 # line `interrupted` and exits 130 (143, 129).
 set -uo pipefail
+if [[ $# -gt 0 ]]; then  # settings are environment variables: an argument was ignored (a whole check ran)
+  if [[ $1 == -h || $1 == --help ]]; then  # the header above, without its comment marks
+    sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+  fi
+  echo "error: gpu_check.sh takes no arguments, not $1: its settings are environment variables (OUT=DIR," \
+       "SHAKESPEARE=FILE, BUDGET=S, REHEARSE=1, TESTS=..., PYTHON=...); --help says more" >&2
+  exit 2
+fi
 # the user's paths are from where they ran the script: made absolute before the cd to the repository
 [[ -z ${SHAKESPEARE:-} || $SHAKESPEARE == /* ]] || SHAKESPEARE=$PWD/$SHAKESPEARE
 [[ -z ${OUT:-} || $OUT == /* ]] || OUT=$PWD/$OUT

@@ -52,6 +52,8 @@ def check_args(args) -> list[int]:
     if not sizes or not all(BPE_SIZES[0] <= n <= BPE_SIZES[1] for n in sizes):
         raise UserError(f"--sizes={args.sizes!r} must be comma-separated vocabulary sizes in "
                         f"{BPE_SIZES[0]}..{BPE_SIZES[1]} (256 bytes + the merges), e.g. 1024,1536")
+    if len(set(sizes)) < len(sizes):  # (the same row was learned and printed twice)
+        raise UserError(f"--sizes={args.sizes!r} gives a size twice")
     return sizes
 
 

@@ -91,7 +91,8 @@ POSIX = pytest.mark.skipif(os.name != "posix", reason="a device and a named pipe
     (["--json", "{tmp}/notes.json"], r"--json: it would overwrite '.*notes.json', which is not a result"),
     (["--json", str(ROOT / "bench.py")], r"--json: it would overwrite '.*bench.py', which is not a result"),
     # transformers decodes at most --gen-block - 1 tokens: it failed at the end, in a traceback
-    (["--vs-hf", "--gen-block", "1"], r"--vs-hf needs --gen-block >= 2 \(not 1\)")])
+    (["--vs-hf", "--gen-block", "1"], r"--vs-hf needs --gen-block >= 2 \(not 1\)"),
+    (["--steps", "0", "--gen-tokens", "0"], r"--steps 0 and --gen-tokens 0 leave nothing to measure")])
 def test_bench_refuses_flags_before_any_work(tmp_path, monkeypatch, flags, match):
     import bench
     from tinygpt.errors import UserError
@@ -139,13 +140,13 @@ def test_the_default_config_is_the_repositorys_from_any_folder(tmp_path, monkeyp
     monkeypatch.setattr(bench, "load_config", load_config)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(Started):
-        bench.main(["--steps", "0", "--gen-tokens", "0"])
+        bench.main(["--steps", "1", "--gen-tokens", "0"])
     assert Path(read[-1]) == ROOT / "configs/stories.yaml"
     with pytest.raises(UserError, match="config file not found: configs/stories.yaml"):
-        bench.main(["configs/stories.yaml", "--steps", "0", "--gen-tokens", "0"])
+        bench.main(["configs/stories.yaml", "--steps", "1", "--gen-tokens", "0"])
     monkeypatch.chdir(ROOT)  # from the repository's root, as results have always recorded it
     with pytest.raises(Started):
-        bench.main(["--steps", "0", "--gen-tokens", "0"])
+        bench.main(["--steps", "1", "--gen-tokens", "0"])
     assert read[-1] == "configs/stories.yaml"
 
 

@@ -334,6 +334,7 @@ def test_reproduce_refuses_a_bad_set_before_making_its_temp_folder(tmp_path, cap
     (["--sizes", "abc"], "--sizes='abc'"), (["--sizes", ""], "--sizes=''"), (["--sizes", "1024,,"], "--sizes='1024,,'"),
     (["--sizes", "0"], "--sizes='0'"), (["--sizes", "-5"], "--sizes='-5'"), (["--sizes", "256"], "--sizes='256'"),
     (["--sizes", "1024,100"], "--sizes='1024,100'"), (["--sizes", "70000"], "--sizes='70000'"),
+    (["--sizes", "300,300"], "gives a size twice"),  # (the same row was printed twice)
 ])
 def test_tokenization_table_refuses_bad_flags_before_generating(capsys, monkeypatch, args, culprit):
     module = script("tokenization_table")

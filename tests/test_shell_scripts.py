@@ -403,3 +403,17 @@ def test_experiments_reads_a_relative_shakespeare_from_where_it_is_run(experimen
     assert r.returncode == 3, r.stderr  # the stand-in python's: bench.py "ran"
     assert f"data.dataset={tmp_path / 'shakespeare.txt'}" in mark.read_text().splitlines()
     assert (tmp_path / "ex").is_dir()
+
+
+@pytest.mark.parametrize("script", ["gpu_check.sh", "experiments.sh"])
+def test_help_prints_the_header_and_an_unknown_argument_is_refused(script, tmp_path):
+    """`experiments.sh --help` was refused as an unknown part (exit 2); `gpu_check.sh --help` (or
+    any argument) was ignored: the whole check ran."""
+    for flag in ("-h", "--help"):
+        r = run_script(script, flag, cwd=tmp_path)  # (from another folder: the header is still found)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        assert r.stdout.splitlines()[0] == (ROOT / "scripts" / script).read_text().splitlines()[1].removeprefix("# ")
+        assert "#" not in r.stdout.splitlines()[0] and "set -" not in r.stdout
+    r = run_script(script, "out", env={"OUT": str(tmp_path / "o")}, cwd=tmp_path)
+    assert refused(r, "out"), r.stderr
+    assert list(tmp_path.iterdir()) == []
