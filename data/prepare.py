@@ -175,11 +175,11 @@ def not_text(path: Path, data: bytes, bad: int | None) -> str:
     text = data.decode("utf-8", errors="surrogateescape")  # a byte that is not UTF-8: one of U+DC80-U+DCFF
     if re.search("[^\x00-\x7f\udc80-\udcff]", text):  # it holds UTF-8 characters too: damaged, not latin1
         count = len(re.findall("[\udc80-\udcff]", text))
-        return (f"{path} is UTF-8 text but for {count:,} byte{'s' * (count > 1)} that {'are' if count > 1 else 'is'} "
-                f"not ({'the first: ' * (count > 1)}{where}); mend {'them' if count > 1 else 'it'}, or write a copy without "
-                f"{'them' if count > 1 else 'it'}: iconv -c -f utf-8 -t utf-8 {shlex.quote(str(path))} > "
-                f"{shlex.quote(str(path.with_name(path.stem + '.utf8.txt')))} (converting it from latin1 would "
-                f"garble every other non-ASCII character)")
+        bytes_are, them = ("bytes that are", "them") if count > 1 else ("byte that is", "it")
+        copy = shlex.quote(str(path.with_name(path.stem + ".utf8.txt")))
+        return (f"{path} is UTF-8 text but for {count:,} {bytes_are} not ({'the first: ' * (count > 1)}{where}); "
+                f"mend {them}, or write a copy without {them}: iconv -c -f utf-8 -t utf-8 {shlex.quote(str(path))} "
+                f"> {copy} (converting it from latin1 would garble every other non-ASCII character)")
     return f"{path} is not UTF-8 ({where}); {convert(path, 'latin1', False)}"
 
 
