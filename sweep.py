@@ -3,28 +3,29 @@
     python sweep.py CONFIG.yaml --grid model.n_head=1,2,4,8 model.n_embd=64,128
                     [--set KEY=VALUE ...] [--seeds N] [--probe] [--jobs N] [--out DIR] [--quiet]
 
-Each combination is checked like a `--set` (values are YAML scalars); an impossible one (say
-n_embd=64 with n_head=3), or one that differs from another only in a data key its tokenizer does not
-use (a char run's data.bpe_vocab_size: the same run), is skipped with a note. Each valid one
-trains into its own run directory under the sweep folder (default out/sweeps/<config stem>), named
-after its values, e.g. `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at max_iters),
-resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
-checkpoint; a run the folder holds under another name with the same settings (the grid's keys given
-in another order, --seeds added to a sweep without it: its run is that of the config's train.seed) is
-skipped or resumed there, a line saying so (new runs keep their names). A second sweep on the same folder
-while one runs is refused at once, one line naming the other's process id (the sweep folder is
-locked for the whole sweep). A run directory it cannot reuse (trained with other settings, say
-another --set or train.max_iters, over which the learning rate decays; holding best.pt but no
-ckpt.pt; a finished run whose metrics.csv is damaged or gone) refuses the sweep before anything is
-trained, the folder's report left as it was; so does a run train.py would refuse at its start (a
-train.device this machine lacks, a data.dataset that is not there), one line naming the run and the
-key. Runs of another grid in the folder stay, but are not in this sweep's report, which replaces
-the folder's sweep report: a note says so before any training (--out keeps two sweeps' reports
-apart); a comparison's report there, or a file of a report's name that no report wrote, is refused.
-The report's files are replaced together or not at all (compare.py's docstring). At the
-end it prints the table and writes results.md, results.csv, summary.csv, val_loss.png and
-settings.png (with matplotlib; settings.png for two settings or more) into the sweep folder: the
-same report as compare.py.
+Each combination is checked like a `--set` (values are YAML scalars; a value that cannot be of its key's
+type, a typo such as n_head=abc, refuses the sweep at once); an impossible one (say n_embd=64 with
+n_head=3), one that differs from another only in a data key its tokenizer does not use (a char run's
+data.bpe_vocab_size: the same run), or a value given twice, is skipped with a note. Each valid one
+trains into its own run directory under the sweep folder (default out/sweeps/<config stem>), named after
+its values, e.g. `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at
+max_iters), resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
+checkpoint (a finished run's config.yaml or metrics.csv lost or damaged, or its config.yaml edited, is
+restored from its ckpt.pt); a run the folder holds under another name with the same settings (the grid's
+keys given in another order, --seeds added to a sweep without it: its run is that of the config's
+train.seed) is skipped or resumed there, a line saying so (new runs keep their names). A second sweep on
+the same folder while one runs is refused at once, one line naming the other's process id (the sweep
+folder is locked for the whole sweep). A run directory it cannot reuse (trained with other settings, say
+another --set or train.max_iters, over which the learning rate decays; holding best.pt but no ckpt.pt; a
+finished run whose metrics.csv is damaged or gone, its ckpt.pt an older tinygpt's, carrying no rows)
+refuses the sweep before anything is trained, the folder's report left as it was; so does a run train.py
+would refuse at its start (a train.device this machine lacks, a data.dataset that is not there), one
+line naming the run and the key. Runs of another grid in the folder stay, but are not in this sweep's
+report, which replaces the folder's sweep report: a note says so before any training (--out keeps two
+sweeps' reports apart); a comparison's report there, or a file of a report's name that no report wrote,
+is refused. The report's files are replaced together or not at all (compare.py's docstring). At the end
+it prints the table and writes results.md, results.csv, summary.csv, val_loss.png and settings.png (with
+matplotlib; settings.png for two settings or more) into the sweep folder: the same report as compare.py.
 
 One run per setting says little: runs differ from seed to seed. `--seeds N` trains every setting
 with N seeds (a `train.seed` grid key: seed=1337, seed=1338, ...), and the report then gives, per
@@ -79,7 +80,7 @@ import torch
 
 from data.prepare import prepared_dir
 from tinygpt.checkpoint import load_checkpoint, load_model, resolve_checkpoint
-from tinygpt.config import Config, all_keys, flat_config, load_config, parse_overrides, read_yaml
+from tinygpt.config import Config, all_keys, check_type, flat_config, load_config, parse_overrides, read_yaml
 from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_arg, restore_signals, run_cli,
                              work_is_files)
@@ -105,7 +106,8 @@ REUSABLE_ACROSS = {"train.out_dir", "train.device", "train.compile", "train.thre
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
-    """['model.n_head=1,2,4', ...] -> {'model.n_head': ['1', '2', '4'], ...} (value texts, in order)."""
+    """['model.n_head=1,2,4', ...] -> {'model.n_head': ['1', '2', '4'], ...} (value texts, in order); a
+    value given twice is one value, with a note (on stdout, where the skipped combinations are noted)."""
     grid: dict[str, list[str]] = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -116,6 +118,10 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
         if key in grid:
             raise UserError(f"--grid {key} is given twice; list all its values once: {key}=V1,V2,...")
         grid[key] = list(dict.fromkeys(values))  # drop repeated values, keep the order
+        for value, n in Counter(values).items():
+            if n > 1:
+                print(f"note: --grid {key}: {value} is given {'twice' if n == 2 else f'{n} times'}; its runs are "
+                      f"trained once")
     return grid
 
 
@@ -145,6 +151,16 @@ def check_keys(config: str, grid: dict[str, list[str]], sets: Sequence[str]) -> 
                 load_config(config, [f"{key}={values[0]}"])
             except UserError as e:
                 raise UserError(f"--grid {key}: {e}") from None
+
+
+def check_types(grid: dict[str, list[str]]) -> None:
+    """Refuse, before any planning, a grid value that cannot be of its key's type ('abc' or '02' for
+    model.n_head), with config's own line naming key and value: a typo, which make_plan would take
+    for an impossible combination and skip, training the rest. A value of the right type that is
+    impossible beside the others (n_head=3 with n_embd=16) still only skips its combinations."""
+    for key, values in grid.items():
+        for text in values:
+            check_type(f"{key}={text}", "--grid")
 
 
 def run_names(keys: Sequence[str], combos: Sequence[tuple[str, ...]]) -> list[str]:
@@ -289,6 +305,22 @@ def changed_settings(saved: dict, cfg: Config) -> list[str]:
             if k not in REUSABLE_ACROSS and old.get(k) != v]
 
 
+def edited_settings(run_dir: Path, ckpt: dict) -> list[str]:
+    """'key=value (ckpt.pt: value)' for each setting in which run_dir's config.yaml differs from the
+    config its ckpt.pt trained with (a hand edit: the report reads config.yaml, and would show the
+    edit as the run's settings); [] where config.yaml does not read (readable_config says so).
+    Settings a rerun may change are left out (a resume rewrites config.yaml, not a finished run's
+    ckpt.pt), but not model.vocab_size: both files hold it resolved."""
+    try:
+        written = flat_config(read_config(run_dir))
+    except UserError:
+        return []
+    saved = {f"{s}.{k}": v for s, values in ckpt["config"].items() if isinstance(values, dict)
+             for k, v in values.items()}
+    return [f"{k}={v!r} (ckpt.pt: {saved[k]!r})" for k, v in written.items()
+            if k in saved and saved[k] != v and (k not in REUSABLE_ACROSS or k == "model.vocab_size")]
+
+
 def readable_config(run_dir: Path) -> bool:
     """Does run_dir's config.yaml read as a run's (not missing, cut short or edited into an error)?"""
     try:
@@ -319,9 +351,14 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
                 return "resume", f"resuming from step {ckpt['step']} of {cfg.train.max_iters}"
             lost = [name for name, gone in (("config.yaml", not readable_config(run_dir)),
                                             ("metrics.csv", restored is not None)) if gone]
-            if isinstance(ckpt.get("metrics_csv"), str) and lost:
-                return "resume", (f"finished earlier (step {ckpt['step']}), its {' and '.join(lost)} lost or "
-                                  f"damaged: restored from its ckpt.pt")
+            edited = edited_settings(run_dir, ckpt)
+            # (train.py --resume rewrites config.yaml from the sweep's settings, which are the checkpoint's;
+            # metrics.csv's rows only from a checkpoint that carries them)
+            if (lost or edited) and (isinstance(ckpt.get("metrics_csv"), str) or "metrics.csv" not in lost):
+                what = [f"{' and '.join(lost)} lost or damaged"] * bool(lost) + [
+                    f"config.yaml edited ({', '.join(edited[:3])}{', ...' if len(edited) > 3 else ''})"] * bool(edited)
+                return "resume", (f"finished earlier (step {ckpt['step']}), its {' and its '.join(what)}: restored "
+                                  f"from its ckpt.pt")
             missing = [name for name in ("config.yaml", "metrics.csv") if not (run_dir / name).is_file()]
             if missing:
                 return "refuse", (f"{run_dir} holds a finished run without its {' and '.join(missing)}, which the "
@@ -631,6 +668,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     grid = parse_grid(args.grid)
     check_size(grid, args.seeds)
     check_keys(args.config, grid, args.set)
+    check_types(grid)
     if args.seeds > 1:
         if SEED in grid:
             raise UserError("--seeds and --grid train.seed both choose the seeds: use one of them")

@@ -339,6 +339,10 @@ def test_a_run_without_metrics_rows_says_so_and_how_to_finish_it(tmp_path):
     assert [r["status"] for r in result["rows"]] == ["done", "done", "no metrics.csv rows"]
     assert "finish them (train.py --resume, or the sweep's command again)" in printed
     assert "rerun the same command" not in printed
+    (Path(empty) / "metrics.csv").unlink()  # none at all (or a folder of that name): not "no rows"
+    (Path(empty) / "metrics.csv").mkdir()
+    result, _ = compared([*runs_, empty, "--out", str(tmp_path / "cmp2")])
+    assert result["rows"][-1]["status"] == "no metrics.csv file"
 
 
 def test_a_config_yaml_cut_short_or_emptied_is_refused_not_read_as_the_defaults(tmp_path):

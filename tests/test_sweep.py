@@ -212,6 +212,29 @@ def test_a_finished_run_whose_metrics_are_lost_is_restored_from_its_checkpoint(f
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["done"]
 
 
+def test_a_finished_run_whose_config_yaml_was_edited_is_restored_from_its_checkpoint(first_sweep, tmp_path):
+    """A finished run's config.yaml edited by hand (n_embd, lr) was trusted: `finished earlier,
+    skipped`, and the report gave the edit's parameter count as the run's. Its ckpt.pt holds what it
+    trained with: config.yaml is restored from it, as a damaged one is, and the rerun after skips it."""
+    out = tmp_path / "sw"
+    run = out / "n_head=1"
+    shutil.copytree(first_sweep["out"] / "n_head=1", run)
+    written = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(re.sub(r"lr: .*", "lr: 0.5", written.replace("n_embd: 16", "n_embd: 32")))
+    argv = [CONFIG, "--grid", "model.n_head=1", *shrink(first_sweep["tmp"] / "prepared"), "--out", str(out), "--quiet"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        _, printed = run_sweep(argv)
+    assert ("[1/1] n_head=1: finished earlier (step 10), its config.yaml edited (model.n_embd=32 (ckpt.pt: 16), "
+            "train.lr=0.5 (ckpt.pt: 0.002), train.min_lr=0.5 (ckpt.pt: 0.0002)): restored from its ckpt.pt") in printed
+    restored = runs.read_config(run)
+    assert (restored.model.n_embd, restored.train.lr, restored.train.min_lr) == (16, 0.002, 0.0002)
+    assert [(r["params"], r["status"]) for r in read_csv(out / "results.csv")] == [(first_sweep["csv"][0]["params"],
+                                                                                    "done")]
+    _, again = run_sweep(argv)
+    assert "[1/1] n_head=1: finished earlier (step 10), skipped" in again
+
+
 def recording_train(tmp_path: Path, monkeypatch) -> Path:
     """A stand-in train.py that trains nothing and notes each run it was started for (its out_dir's
     name, and --resume if given) in the file it returns, one line each."""
@@ -577,6 +600,43 @@ def test_grid_values_the_config_reads_as_one_are_refused(tmp_path, monkeypatch):
         assert not (tmp_path / "sw").exists()
 
 
+@pytest.mark.parametrize("value, match", [("abc", r"model.n_head='abc' \(--grid\) must be of type int, not str$"),
+                                          ("02", r"model.n_head='02' \(--grid\) must be of type int, not str: write it "
+                                                 r"in plain digits, 2$")])
+def test_a_grid_value_of_the_wrong_type_is_refused_before_any_training(tmp_path, monkeypatch, value, match):
+    """A typo in a grid value was taken for an impossible combination: `skip n_head=abc: ...`, the
+    rest trained, exit 0, and the report never said. It is refused up front, one line naming key and
+    value; an impossible combination (n_head=3 with n_embd=16) is still skipped (first_sweep)."""
+    started = recording_train(tmp_path, monkeypatch)
+    with pytest.raises(UserError, match=f"^{match}") as refused, contextlib.redirect_stdout(io.StringIO()) as printed:
+        sweep.main([CONFIG, "--grid", f"model.n_head={value},2", *shrink(tmp_path / "prepared"),
+                    "--out", str(tmp_path / "sw")])
+    assert "\n" not in str(refused.value) and printed.getvalue() == ""
+    assert not started.exists() and not (tmp_path / "sw").exists()
+
+
+def test_a_grid_value_given_twice_is_trained_once_with_a_note(tmp_path, monkeypatch):
+    """README: a duplicate combination "is skipped with a note"; it was dropped without one."""
+    started = recording_train(tmp_path, monkeypatch)
+    _, printed = run_sweep([CONFIG, "--grid", "model.n_head=2,1,2", *shrink(tmp_path / "prepared"),
+                            "--out", str(tmp_path / "sw")])
+    assert "note: --grid model.n_head: 2 is given twice; its runs are trained once\n" in printed
+    assert started.read_text() == "n_head=2\nn_head=1\n"
+
+
+def test_a_stopped_runs_status_is_the_step_its_checkpoint_holds(first_sweep, tmp_path):
+    """A run stopped between log rows (SIGTERM at step 1347, its last row of 1340) was reported at
+    its last row's step: a resume continues from its ckpt.pt's."""
+    run = tmp_path / "run"
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main([CONFIG, "--set", *shrink(first_sweep["tmp"] / "prepared")[1:], "train.log_interval=5",
+                    f"train.out_dir={json.dumps(str(run))}", "--stop-at", "7", "--quiet"])
+    assert max(r["step"] for r in runs.read_metrics(run)) == 5 and load_checkpoint(run / "ckpt.pt")["step"] == 7
+    assert runs.summarize_run(run)["status"] == "step 7/10"
+    (run / "ckpt.pt").write_bytes(b"damaged")  # unreadable: the last row's step, as before
+    assert runs.summarize_run(run)["status"] == "step 5/10"
+
+
 def test_an_unfinished_run_whose_metrics_csv_is_damaged_is_resumed_as_train_py_would(first_sweep, tmp_path):
     """The sweep refused an unfinished run whose metrics.csv was damaged, though train.py --resume
     restores its rows from the checkpoint: it asks what train.py would (runs.resumed_metrics)."""
@@ -819,6 +879,21 @@ def test_only_intervals_that_do_not_overlap_are_called_different():
     assert [g["label"] for g in groups] == ["n_head=1", "n_head=2", "n_head=4"]
     diffs = report.differences(groups, ["best_val_loss"])
     assert len(diffs) == 1 and diffs[0].startswith("best_val_loss: n_head=1 2.1000") and "vs n_head=2 1.1000" in diffs[0]
+
+
+def test_an_interval_is_cut_where_its_metric_cannot_go(tmp_path):
+    """Over 2 seeds Student's t reached below 0 for tokens/s and wall time ([-2,905, 5,722]), which
+    cannot be negative, and would pass 100% for a share: the interval is cut there, and the table says so."""
+    rows = [{"run": f"s{seed}", "model.n_head": 1, "train.seed": seed, "status": "done", "best_val_loss": loss,
+             "tokens_per_s": speed, "wall_s": wall, "antecedent": share}
+            for seed, loss, speed, wall, share in ((1, 2.0, 1000.0, 10.0, 0.05), (2, 2.1, 5000.0, 90.0, 0.95))]
+    s = report.group_by_setting(rows, ["model.n_head", "train.seed"])[0]["stats"]
+    assert (s["tokens_per_s"]["lo"], s["wall_s"]["lo"], s["antecedent"]["lo"], s["antecedent"]["hi"]) == (0, 0, 0, 1)
+    assert s["tokens_per_s"]["hi"] == report.stats([1000.0, 5000.0])["hi"] and s["best_val_loss"]["lo"] > 0
+    text, _ = report.write_report(rows, ["model.n_head", "train.seed"], tmp_path, title="t")
+    assert "[-" not in text and "3,000 ± 2,828 [0, 28,412]" in text
+    assert "An interval is cut at 0 (a share's also at 100%), which its metric cannot pass." in text
+    assert read_csv(tmp_path / "summary.csv")[0]["wall_s_lo"] == "0.0"
 
 
 def test_sweep_with_seeds_and_probe_summarizes_each_setting(tmp_path):

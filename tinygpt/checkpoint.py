@@ -409,14 +409,15 @@ def check_archive(path: Path) -> None:
                         f"any size; it was not loaded")
 
 
-def torch_load(path: Path, map_location: str | torch.device = "cpu") -> Any:
+def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> Any:
     """torch.load with weights_only=True; a refused or unreadable file is a one-line UserError
-    naming it (a pickled Python object is said to be one: it was refused, never run)."""
+    naming it (a pickled Python object is said to be one: it was refused, never run). `mmap`: the
+    tensors mapped, not read (milliseconds at any size)."""
     check_archive(path)
     try:
         with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error says enough
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except OSError as e:
         if e.errno in (errno.EACCES, errno.EPERM, errno.EIO, errno.EISDIR):
             raise UserError(f"cannot read {path}: {e.strerror}") from None
@@ -429,6 +430,20 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu") -> Any:
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint") from None
     except Exception as e:  # torch reports damaged files with many exception types
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({type(e).__name__})") from None
+
+
+def saved_step(path: Path) -> int | None:
+    """The step the checkpoint at `path` holds, where a resume continues; None without a readable
+    one. Its tensors are mapped, not read, and nothing is checked (a resume checks it): for a report
+    of many runs (a run stopped by a signal saves at its step, past its last metrics.csv row)."""
+    if not path.is_file():
+        return None
+    try:
+        ckpt = torch_load(path, mmap=True)
+    except UserError:  # (damaged, or a legacy format torch cannot map)
+        return None
+    step = ckpt.get("step") if isinstance(ckpt, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

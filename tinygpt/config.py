@@ -342,6 +342,15 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
     return nested
 
 
+def check_type(item: str, source: str) -> None:
+    """Refuse a KEY=VALUE (a known key) whose value cannot be of the key's type, a typo such as
+    model.n_head=abc or 02, with the line load_config would give; its range is not checked (sweep.py:
+    a value impossible beside others only skips their combinations)."""
+    [(section, values)] = parse_overrides([item], source).items()
+    [(name, value)] = values.items()
+    _coerce(value, _field_types(SECTIONS[section])[name], f"{section}.{name}", source)
+
+
 def _yaml_problem(e: yaml.YAMLError) -> str:
     """What PyYAML found and where ('found character '\\t' that cannot start any token, line 2,
     column 1'), not only its first line ('while scanning for the next token')."""

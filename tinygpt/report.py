@@ -3,7 +3,8 @@ summary over seeds and the plots (val-loss curves, each setting's results), writ
 by `write_report`.
 
 Runs that differ only by `train.seed` are one *setting*: the summary gives, for every metric, the
-mean, the standard deviation, the 95% confidence interval of the mean (Student's t) and n, and
+mean, the standard deviation, the 95% confidence interval of the mean (Student's t, cut at the bounds
+the metric cannot pass: 0, and a share's 100%) and n, and
 lists the pairs of settings whose intervals do not overlap, the differences one can trust at that
 level. A single run per setting is reported as such (n = 1, no interval), and so are runs of one
 setting that share their seed (the same training repeated): one seed, their mean. Only finished runs
@@ -44,6 +45,7 @@ SUMMARY_METRICS = ["best_val_loss", "final_train_loss", "tokens_per_s", "wall_s"
                    "other", "attribute_share", "attribute_ratio", "name_ratio"]
 LOWER_IS_BETTER = {"best_val_loss", "final_train_loss", "wall_s", "distractor", "other"}
 DIFFERENCES_IN = ["best_val_loss", "antecedent", "distractor", "attribute_ratio"]  # listed when they differ
+SHARES = {"antecedent", "distractor", "other", "attribute_share"}  # fractions of the references (or attention)
 # two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96)
 T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
@@ -88,6 +90,17 @@ def stats(values: Sequence[float]) -> dict[str, float | int | None]:
     std = statistics.stdev(values)
     half = (T95[n - 2] if n - 1 <= len(T95) else 1.96) * std / math.sqrt(n)
     return {"mean": mean, "std": std, "lo": mean - half, "hi": mean + half, "n": n}
+
+
+def within_bounds(metric: str, s: dict[str, Any]) -> dict[str, Any]:
+    """stats() of a summary metric with its interval cut at what the metric cannot pass: 0 for every
+    one (a loss, a speed, a time, a share, a ratio), 100% for a share. Student's t knows no bounds:
+    over 2 seeds a tokens/s interval read [-2,905, 5,722]. Cut, it holds the true mean as often (the
+    mean lies within the bounds); 'cut' says whether it was, for the table's note."""
+    if s["lo"] is None:
+        return {**s, "cut": False}
+    lo, hi = max(s["lo"], 0.0), min(s["hi"], 1.0) if metric in SHARES else s["hi"]
+    return {**s, "lo": lo, "hi": hi, "cut": (lo, hi) != (s["lo"], s["hi"])}
 
 
 def finished_run(row: dict[str, Any]) -> bool:
@@ -149,7 +162,7 @@ def group_by_setting(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> l
         seeds = runs_by_seed(finished)
         g["n"] = len(seeds)
         g["repeats"] = [same for same in seeds if len(same) > 1]
-        g["stats"] = {m: stats(seed_means(finished, m)) for m in SUMMARY_METRICS}
+        g["stats"] = {m: within_bounds(m, stats(seed_means(finished, m))) for m in SUMMARY_METRICS}
         heads = Counter(r["attribute_head"] for r in g["runs"] if r.get("attribute_head"))
         g["attribute_heads"] = ", ".join(f"{h}×{c}" if c > 1 else h for h, c in heads.most_common())
     return list(groups.values())
@@ -257,7 +270,10 @@ def summary_csv(groups: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str
 
 def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probed: bool) -> str:
     """The per-setting table over seeds, the best heads, and the differences one can trust."""
-    text = "Per setting over seeds: mean ± std [95% interval of the mean]; n finished runs' seeds.\n\n"
+    text = "Per setting over seeds: mean ± std [95% interval of the mean]; n finished runs' seeds."
+    if any(g["stats"][m].get("cut") for g in groups for m in metrics):  # (few seeds: t's interval is wide)
+        text += " An interval is cut at 0 (a share's also at 100%), which its metric cannot pass."
+    text += "\n\n"
     text += summary_markdown(groups, metrics)
     errors = sum(g["errors"] for g in groups)
     unfinished = sum(g["left_out"] for g in groups) - errors

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, load_checkpoint, make_folder,
-                                pid_alive, remove_empty)
+from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, load_checkpoint, make_folder, pid_alive,
+                                remove_empty, saved_step)
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
 from tinygpt.errors import UserError, count, reason
 
@@ -445,9 +445,13 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
     tok_s = [r["tokens_per_s"] for r in metrics if r.get("tokens_per_s") is not None]
     elapsed = [r["elapsed_s"] for r in metrics if r.get("elapsed_s") is not None]
     last_step = int(metrics[-1]["step"]) if metrics else 0
-    status = ("done" if metrics and last_step >= cfg.train.max_iters else
-              f"step {last_step}/{cfg.train.max_iters}" if metrics else "no metrics.csv rows")
-    if status != "done" and training_now(run_dir):  # (else stopped there: killed, or --stop-at)
+    done = bool(metrics) and last_step >= cfg.train.max_iters
+    live = not done and training_now(run_dir)
+    if metrics and not done and not live and (saved := saved_step(run_dir / "ckpt.pt")) is not None:
+        last_step = saved  # stopped (killed, Ctrl-C, --stop-at): where a resume continues, not its last row
+    status = ("done" if done else f"step {last_step}/{cfg.train.max_iters}" if metrics else
+              "no metrics.csv rows" if (run_dir / "metrics.csv").is_file() else "no metrics.csv file")
+    if live:
         status = f"training, {status}"
     evals = [r for r in metrics if r.get("val_loss") is not None and r.get("train_loss") is not None]
     return {
