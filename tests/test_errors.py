@@ -1217,6 +1217,38 @@ def test_12_a_signal_while_python_shuts_down_leaves_the_exit_code(tmp, code):
     assert result.code == code and result.err == ("error: refused\n" if code else ""), result
 
 
+@pytest.mark.parametrize("code", [0, 2])
+def test_12_output_left_for_a_reader_who_never_reads_does_not_make_the_command_unstoppable(tmp, code):
+    """Output still buffered when the work ended, on a full pipe nobody reads: Python's flush at exit
+    waited, with stop signals ignored (after the work, so that shutdown is not cut short): only
+    SIGKILL ended it. It is written while a signal still stops the command: `interrupted` and 143
+    after the work, the refusal's 2 and its line after a refusal."""
+    script = tmp / f"full_pipe_{code}.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from tinygpt.errors import UserError, run_cli\n"
+        "def main(argv):\n"
+        "    print('x' * 60_000, flush=True)  # nearly fills the pipe (64 KiB)\n"
+        "    print('y' * 6_000)  # buffered: it does not fit\n"
+        "    print('ready', file=sys.stderr, flush=True)\n"
+        f"    if {code}:\n"
+        "        raise UserError('refused')\n"
+        "run_cli(main)\n")
+    env = {k: v for k, v in ENV.items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        seen = read_until(proc.stderr, b"error: refused\n" if code else b"ready\n")  # (a refusal: its line first)
+        time.sleep(0.5)  # into the flush that waits
+        proc.send_signal(signal.SIGTERM)
+        result = wait_or_dump(proc, timeout=20)
+    finally:
+        proc.kill()
+        proc.wait()
+    told = seen.decode().partition("ready\n")[2] + result.err
+    assert (result.code, told) == ((143, "interrupted\n") if code == 0 else (2, "error: refused\n")), result
+
+
 @pytest.mark.parametrize("signum", KILL_OR_HANGUP, ids=lambda s: signal.Signals(s).name)
 def test_12_every_command_stops_on_sigterm_and_sighup_with_one_line(tmp, run, signum):
     """run_cli, which every command runs through, turns SIGTERM and SIGHUP into the one line

@@ -131,6 +131,8 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
     previous = stop_on_signals()
     try:
         main(argv)
+        if argv is None:  # the output's last bytes written while a stop signal still stops the command:
+            flush_stdout()  # Python's own flush at exit, on a pipe nobody reads, would wait unstoppably
     except UserError as e:
         _fail(f"error: {e}", 2)
     except BrokenPipeError:  # `python sample.py run | head`: the reader left, not an error
@@ -152,11 +154,45 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
             raise
         _fail(f"error: out of device memory ({reason(e, MAX_VALUE)}); use a smaller model or batch", 2)
     finally:
-        if argv is None:  # the command itself: its work is done or refused, and its exit code says which;
-            handle_signals(signal.SIG_IGN)  # a signal while Python shuts down (torch's teardown: 0.3 s) killed
-        else:                               # it silently, 143 after a finished export
+        if argv is None:  # the command itself: its work is done or refused, and its exit code says which
+            end_quietly(sys.exc_info()[1])
+        else:
             restore_signals(previous)  # (for a caller in the same process: the tests)
     sys.exit(0)
+
+
+def flush_stdout() -> None:
+    """Write out what standard output still buffers (none: closed, or no stdout at all)."""
+    if sys.stdout is not None and not sys.stdout.closed:
+        sys.stdout.flush()
+
+
+def end_quietly(exiting: BaseException | None) -> None:
+    """The end of a command whose work is done or refused (`exiting`: the SystemExit on its way out,
+    None after success, another exception for a bug): a stop signal no longer changes its exit code.
+    A SIGTERM while Python shut down (torch's teardown takes tenths of a second) killed it silently:
+    exit 143 after a whole export, which a script took for a failed one. 1. Output a refusal left
+    unwritten is written while a stop signal still ends the command, with the refusal's code; 2. then
+    stop signals are ignored: nothing is left that could wait (SIG_IGN, which Python's shutdown keeps,
+    where it sets a handler of its own back to the default)."""
+    code = exiting.code if isinstance(exiting, SystemExit) else 1 if exiting is not None else 0
+    handle_signals(lambda signum, frame: os._exit(code if isinstance(code, int) else 1))
+    try:
+        flush_stdout()
+    except (OSError, ValueError):  # the reader left, the disk is full: the exit code tells already
+        with_stdout_discarded()
+    handle_signals(signal.SIG_IGN)
+
+
+def with_stdout_discarded() -> None:
+    """Point standard output at /dev/null: what it still buffers goes nowhere at exit, without a
+    second error ('Exception ignored ... BrokenPipeError')."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _bytes_back_or_escape(e: UnicodeError) -> tuple[bytes, int]:
