@@ -46,7 +46,7 @@ import torch
 from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, remove_empty,
                                 sweep_temp_files)
 from tinygpt.config import Config, DataConfig, load_config
-from tinygpt.errors import ArgParser, UserError, run_cli, short
+from tinygpt.errors import ArgParser, UserError, path_word, run_cli, short
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import Tokenizer, build_tokenizer, clean_text, tokenizer_from_dict
 
@@ -173,14 +173,16 @@ def not_text(path: Path, data: bytes, bad: int | None) -> str:
     line = data.count(b"\n", 0, bad) + 1
     where = f"byte 0x{data[bad]:02x} at offset {bad}, line {line}"
     text = data.decode("utf-8", errors="surrogateescape")  # a byte that is not UTF-8: one of U+DC80-U+DCFF
-    if re.search("[^\x00-\x7f\udc80-\udcff]", text):  # it holds UTF-8 characters too: damaged, not latin1
-        count = len(re.findall("[\udc80-\udcff]", text))
-        bytes_are, them = ("bytes that are", "them") if count > 1 else ("byte that is", "it")
-        copy = shlex.quote(str(path.with_name(path.stem + ".utf8.txt")))
+    count = len(re.findall("[\udc80-\udcff]", text))
+    if len(re.findall("[^\x00-\x7f\udc80-\udcff]", text)) > count:  # more UTF-8 characters than stray bytes:
+        bytes_are, them = ("bytes that are", "them") if count > 1 else ("byte that is", "it")  # damaged UTF-8
+        source, copy = pasted(path), pasted(path.with_name(path.stem + ".utf8.txt"))
         return (f"{path} is UTF-8 text but for {count:,} {bytes_are} not ({'the first: ' * (count > 1)}{where}); "
-                f"mend {them}, or write a copy without {them}: iconv -c -f utf-8 -t utf-8 {shlex.quote(str(path))} "
-                f"> {copy} (converting it from latin1 would garble every other non-ASCII character)")
-    return f"{path} is not UTF-8 ({where}); {convert(path, 'latin1', False)}"
+                f"mend {them}, or write a copy without {them}: iconv -c -f utf-8 -t utf-8 {source} > {copy} "
+                f"(converting it from an 8-bit encoding would garble every other non-ASCII character)")
+    # (a few accented letters of latin1 text may read as a UTF-8 character by chance: É and a no-break space)
+    windows = re.search(b"[\x80-\x9f]", data) is not None  # Windows' curly quotes and dashes: cp1252, not latin1
+    return f"{path} is not UTF-8 ({where}); {convert(path, 'cp1252' if windows else 'latin1', False)}"
 
 
 def wide_encoding(head: bytes) -> tuple[str, bool] | None:
@@ -204,13 +206,19 @@ def wide_encoding(head: bytes) -> tuple[str, bool] | None:
 def convert(path: Path, encoding: str, certain: bool) -> str:
     """The advice to convert a file from `encoding` to UTF-8: in place if the encoding is certain,
     else into a new file (the guess may be wrong, and iconv does not know)."""
-    source = shlex.quote(str(path))
+    source = pasted(path)
     iconv = f"iconv -f {encoding} -t utf-8 {source}"
     if certain:
-        temp = shlex.quote(str(path.with_name(path.stem + ".tmp")))
+        temp = pasted(path.with_name(path.stem + ".tmp"))
         return f"convert it first, e.g. {iconv} > {temp} && mv {temp} {source}"
-    return (f"convert it into a new file, e.g. {iconv} > {shlex.quote(str(path.with_name(path.stem + '.utf8.txt')))} "
+    return (f"convert it into a new file, e.g. {iconv} > {pasted(path.with_name(path.stem + '.utf8.txt'))} "
             f"({encoding} is a guess: look at the new file, then use it instead)")
+
+
+def pasted(path: Path) -> str:
+    """`path` as one word of a command the user pastes: quoted for the shell, `./` before a name that
+    starts with '-' (`iconv ... -ofoo.txt` wrote into foo.txt)."""
+    return shlex.quote(path_word(path))
 
 
 def download_shakespeare(folder: Path) -> Path:

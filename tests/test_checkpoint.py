@@ -804,6 +804,11 @@ def test_a_run_whose_checkpoint_is_a_folder_or_a_dead_link_says_so(tmp_path):
 def test_a_folder_holding_a_checkpoint_under_another_name_names_it(tmp_path):
     """A folder holding only `x.pt` was 'no checkpoint in DIR (expected best.pt or ckpt.pt): train first'."""
     (tmp_path / "x.pt").write_bytes(b"")
+    (tmp_path / "a folder.pt").mkdir()  # no file to give
     with pytest.raises(UserError, match=rf"^no best.pt or ckpt.pt in {re.escape(str(tmp_path))}, which holds x.pt: "
                                         rf"give the file itself, e.g. {re.escape(str(tmp_path / 'x.pt'))}$"):
+        checkpoint.resolve_checkpoint(tmp_path)
+    for name in ("a.pt", "b.pt", "c.pt"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(UserError, match=r"which holds a.pt, b.pt, c.pt and 1 more: give the file itself"):
         checkpoint.resolve_checkpoint(tmp_path)

@@ -440,7 +440,7 @@ def test_a_line_break_or_tab_in_a_set_value_is_kept_or_named(tmp_path):
     scalar (... starts with @, *, ...)', which it did not. A number with one says what is wrong."""
     folder = tmp_path / "names"
     folder.mkdir()
-    for name in ("a\nb.txt", "tab\tx.txt"):
+    for name in ("a\nb.txt", "tab\tx.txt", "nel\x85x.txt"):  # (NEL: a line break to YAML too)
         (folder / name).write_text("the cat sat on the mat\n" * 20)
         cfg = load_config(write(tmp_path, ""), [f"data.dataset={folder / name}", f"train.out_dir= out/{name} "])
         assert (cfg.data.dataset, cfg.train.out_dir) == (str(folder / name), f"out/{name}")

@@ -221,6 +221,23 @@ def test_a_corpus_too_short_for_the_block_is_told_only_the_fixes_that_work(tmp_p
         prep.load_for_training(cfg, "x")
 
 
+def test_8bit_text_with_a_chance_utf8_character_is_still_8bit_and_a_dash_name_is_pasted_safely(tmp_path, monkeypatch):
+    """cp1252 French where 'É' and a no-break space (C9 A0) happen to read as one UTF-8 character was
+    called UTF-8 with 390 stray bytes, and the command given dropped every accent; its curly quote
+    (0x92) makes it cp1252, not latin1. A file named `-ofoo.txt` was written into the command as
+    `iconv ... -ofoo.txt`, which iconv reads as `-o foo.txt`: another file overwritten."""
+    monkeypatch.chdir(tmp_path)
+    path = Path("french.txt")
+    path.write_bytes("Il a dit: C’est l'ÉTÉ\xa0! Déjà très élégant.\n".encode("cp1252") * 30)
+    with pytest.raises(UserError, match=r"^french.txt is not UTF-8 \(byte 0x92 at offset 11, line 1\); convert it "
+                                        r"into a new file, e.g. iconv -f cp1252 -t utf-8 french.txt > french.utf8.txt"):
+        prep.read_text_file(path)
+    path = Path("-ofoo.txt")
+    path.write_bytes(b"caf\xe9\n")
+    with pytest.raises(UserError, match=r"iconv -f latin1 -t utf-8 ./-ofoo.txt > ./-ofoo.utf8.txt \(latin1"):
+        prep.read_text_file(path)
+
+
 def test_a_hidden_dataset_file_gets_a_visible_prepared_folder(tmp_path):
     for name, folder in ((".txt", "txt-char-"), (".notes.txt", "notes-char-")):
         (tmp_path / name).write_text("the cat sat on the mat\n" * 20)

@@ -633,6 +633,9 @@ def test_a_stopped_runs_status_is_the_step_its_checkpoint_holds(first_sweep, tmp
                     f"train.out_dir={json.dumps(str(run))}", "--stop-at", "7", "--quiet"])
     assert max(r["step"] for r in runs.read_metrics(run)) == 5 and load_checkpoint(run / "ckpt.pt")["step"] == 7
     assert runs.summarize_run(run)["status"] == "step 7/10"
+    ckpt = load_checkpoint(run / "ckpt.pt")
+    torch.save({**ckpt, "step": 10**30}, run / "ckpt.pt")  # not this run's step: the last row's
+    assert runs.summarize_run(run)["status"] == "step 5/10"
     (run / "ckpt.pt").write_bytes(b"damaged")  # unreadable: the last row's step, as before
     assert runs.summarize_run(run)["status"] == "step 5/10"
 

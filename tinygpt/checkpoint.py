@@ -545,9 +545,10 @@ def resolve_checkpoint(path: str | Path) -> Path:
         if (path / "config.json").is_file():  # export.py's output, or a GPT-2 from the Hub
             raise UserError(f"{path} is a Hugging Face model folder, not a run: bring it in as one with "
                             f"{shlex.join(['python', script_word('export.py'), '--from-hf', path_word(path), 'NEW_RUN_DIR'])}")
-        others = sorted(p.name for p in path.glob("*.pt"))[:3]  # a checkpoint saved under another name
+        others = sorted(p.name for p in path.glob("*.pt") if p.is_file())  # a checkpoint saved under another name
         if others:
-            raise UserError(f"no best.pt or ckpt.pt in {path}, which holds {', '.join(others)}: give the file itself, "
+            held = ", ".join(others[:3]) + (f" and {len(others) - 3:,} more" if len(others) > 3 else "")
+            raise UserError(f"no best.pt or ckpt.pt in {path}, which holds {held}: give the file itself, "
                             f"e.g. {path_word(path / others[0])}")
         raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "
                         f"e.g. python train.py configs/stories.yaml")

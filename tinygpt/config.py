@@ -299,6 +299,9 @@ def config_from_dict(raw: Any, source: str) -> Config:
     return cfg
 
 
+BREAKS = "\t\n\r\x0b\x0c\x85\u2028\u2029"  # a tab and what YAML (or Python) reads as a line break
+
+
 def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
     """['model.n_head=8', 'train.lr=3e-4'] -> {'model': {'n_head': 8}, 'train': {'lr': '3e-4'}}.
 
@@ -320,7 +323,7 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
         surrogates = {ch: chr(0xF0000 + ord(ch) - 0xDC80) for ch in set(text) if "\udc80" <= ch <= "\udcff"}
         if surrogates and name in types and types[name] is not str:
             raise UserError(f"{source} {short(item)}: the value holds bytes that are not UTF-8 text")
-        if types.get(name) is str and any(ch in text.strip(" ") for ch in "\n\r\t"):  # (a file name may hold them)
+        if types.get(name) is str and any(ch in text.strip(" ") for ch in BREAKS):  # (a file name may hold them)
             nested.setdefault(section, {})[name] = text.strip(" ")
             continue
         try:
@@ -330,7 +333,7 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
         except YAMLRefused as e:
             raise UserError(f"{source} {short(item)}: the value is refused: {e}") from None
         except (yaml.YAMLError, RecursionError):
-            if any(ch in text for ch in "\n\r\t"):
+            if any(ch in text for ch in BREAKS):
                 raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar: it holds a "
                                 f"tab or a line break") from None
             raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar (YAML reads a text "
