@@ -464,6 +464,14 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
 # ---- main ----
 
 
+def threads_note(policy: ThreadPolicy | None, fixed: int) -> str:
+    """' (2 threads, following the free cores)' on a CPU: on a busy machine training is slower, and
+    the thread count, which the policy lowers there, says why; '' on a GPU."""
+    if policy is None:
+        return ""
+    return f" ({count(torch.get_num_threads(), 'thread')}{', following the free cores' * (not fixed)})"
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
     cfg = load_config(args.config, args.set)
@@ -523,8 +531,9 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         m = cfg.model
         print(f"model: {run.model.num_params():,} parameters ({count(m.n_layer, 'layer')}, {count(m.n_head, 'head')}, "
               f"{m.n_embd} wide, block {m.block_size}, vocab {m.vocab_size}{vocab_note(cfg.data, m.vocab_size)}); "
-              f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {dist.world_size} x {dist.device}, "
-              f"{dtype}; {tokens_per_step:,} tokens/step; MFU against {peak / 1e9:,.0f} GFLOP/s ({peak_source})")
+              f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {dist.world_size} x {dist.device}"
+              f"{threads_note(run.threads, t.threads)}, {dtype}; {tokens_per_step:,} tokens/step; MFU against "
+              f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
         for warning in (emulated_dtype_warning(dtype, dist.device), note):
             if warning:
                 print(warning, file=sys.stderr)
