@@ -67,7 +67,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     -> y (B, nh, Tq, hs), att (B, nh, Tq, Tk) the weights before dropout. dropout_p: 0.0 outside
     training (F.dropout drops whenever it is above 0)."""
     hs = q.size(-1)
-    # 1/sqrt(hs) keeps the scores' variance ~1 so the softmax does not saturate: Vaswani et al. 2017, §3.2.1
+    # 1/sqrt(hs): the scores' variance stays that of one product, whatever hs (about 1 for unit-variance q and k),
+    # so a wide head's softmax does not saturate: Vaswani et al. 2017, §3.2.1 and its footnote 4
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # 3a) scores (B, nh, Tq, Tk)
     att = masked_softmax(scores, mask)  # 3b) mask, softmax: (B, nh, Tq, Tk)
     y = F.dropout(att, dropout_p) @ v  # 4) weight the values: (B, nh, Tq, hs)
@@ -105,9 +106,9 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
     """The formula in the fastest kernel for the case (tested equal to `attention`); no weights.
 
     q (B, nh, Tq, hs), k and v (B, nh, Tk, hs) -> y (B, nh, Tq, hs). mask must be None or the causal
-    mask (Tq, Tk) of the last Tq of Tk positions, as CausalSelfAttention slices it: the fused kernels
-    do not read it (a square one is taken for the plain lower triangle, one query sees every key),
-    so for any other mask call `attention`."""
+    mask (Tq, Tk) of the last Tq of Tk positions, as CausalSelfAttention slices it: where it is implied
+    (one query sees every key; a square one is the plain lower triangle) the fused kernels do not read
+    it, so for any other mask call `attention`."""
     Tq, Tk = q.size(2), k.size(2)
     if Tq > 1 and q.device.type == "cpu" and q.dtype in LOW_PRECISION:
         return matmul_attention(q, k, v, mask, dropout_p)  # CPU + bfloat16: see its docstring
@@ -255,7 +256,9 @@ class GPT(nn.Module):
     def flops_per_token(self) -> int:
         """Training FLOPs per token (forward + backward), PaLM appendix B / nanoGPT's estimate: each
         weight does a multiply-add forward and two backward (6 per parameter, position embeddings
-        excluded: a lookup), plus attention's QK^T and att@V over the context (12 * L * T * C)."""
+        excluded: a lookup; the token embedding counts, being the LM head's matmul too), plus
+        attention's QK^T and att@V over the whole context (12 * L * T * C; the mask's skipped half
+        is counted, as PaLM and nanoGPT count it)."""
         cfg = self.config
         n = self.num_params() - self.pos_emb.weight.numel()
         return 6 * n + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
@@ -376,7 +379,8 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
     Each step feeds the context, reads the last position's logits, samples, appends. Positions are
     absolute and below block_size, so the context is a window: when it is full, the window slides
     forward by half a block (the newest block_size//2 tokens stay, at least one) and, with the cache,
-    is computed afresh once; both paths follow this policy, so cached and uncached logits stay equal.
+    is computed afresh once; both paths follow this policy, so cached and uncached logits stay equal
+    (up to floating-point rounding: the same sums in another order).
     `decode` runs the one-token steps with the cache instead of the model (the same function,
     compiled: tinygpt/runtime.py, compile_decoding). A model trained without the causal mask never
     uses the cache: its earlier positions attend to later ones, so their keys and values change with

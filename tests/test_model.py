@@ -12,7 +12,7 @@ import torch
 from model import (GPT, attention, causal_mask, cross_entropy, generate, generate_steps, masked_softmax, matmul_attention,
                    next_token_probs, sample_next)
 
-# the worked example: raw scores of "The cat sat on" (future keys are masked, their values never matter)
+# the worked example: the scores QK^T/sqrt(d_k) of "The cat sat on" (future keys are masked, their values never matter)
 WORKED_SCORES = [[0.8, 9.9, 9.9, 9.9],
                  [0.3, 0.9, 9.9, 9.9],
                  [0.2, 1.4, 0.7, 9.9],
