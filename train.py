@@ -42,7 +42,7 @@ from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import check_run_dir, metrics_text, resumed_metrics, run_lock, write_config, write_metrics
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
                              emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory, peak_flops,
-                             resolve_device, resolve_dtype)
+                             resolve_device, resolve_dtype, usable_cores)
 from tinygpt.tensorboard_log import PROMPT_TOKENS, TensorBoardLog, require_tensorboard
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step
 
@@ -344,6 +344,9 @@ def diverged(what: str, value: float, run: Run) -> UserError:
     t = run.cfg.train
     fix = (f"lower train.lr (train.grad_clip={t.grad_clip} is on)" if t.grad_clip else
            "lower train.lr or set train.grad_clip")
+    if t.lr * t.weight_decay >= 1:  # AdamW multiplies the weights by 1 - lr * weight_decay each step: flipped, grown
+        fix = (f"lower train.weight_decay={t.weight_decay:g} or train.lr={t.lr:g}: each step scales the weights by "
+               f"1 - lr * weight_decay = {1 - t.lr * t.weight_decay:g}")
     return UserError(f"training diverged: {what} is {value} at step {run.step}; {fix}; {run.out_dir / 'ckpt.pt'} "
                      f"keeps the last good state")
 
@@ -464,6 +467,17 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
 # ---- main ----
 
 
+def too_many_threads(fixed: int, policy: ThreadPolicy | None) -> str | None:
+    """A warning where train.threads asks for more threads than this process has cores: they take
+    turns on them (1024 on 2 cores trained 300x slower, and the MFU, its peak measured likewise,
+    looked normal)."""
+    cores = usable_cores()
+    if policy is None or fixed <= cores:
+        return None
+    return (f"warning: train.threads={fixed} is more than the {count(cores, 'core')} this process can use: the "
+            f"threads take turns and training is much slower (0 follows the free cores)")
+
+
 def threads_note(policy: ThreadPolicy | None, fixed: int) -> str:
     """' (2 threads, following the free cores)' on a CPU: on a busy machine training is slower, and
     the thread count, which the policy lowers there, says why; '' on a GPU."""
@@ -534,7 +548,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
               f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {dist.world_size} x {dist.device}"
               f"{threads_note(run.threads, t.threads)}, {dtype}; {tokens_per_step:,} tokens/step; MFU against "
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
-        for warning in (emulated_dtype_warning(dtype, dist.device), note):
+        for warning in (emulated_dtype_warning(dtype, dist.device), note, too_many_threads(t.threads, run.threads)):
             if warning:
                 print(warning, file=sys.stderr)
         if t.plot != "never" and not can_plot():
@@ -545,6 +559,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         if t.tensorboard:  # the attention images look at the first tokens of the training split
             run.board = TensorBoardLog(out_dir, data.tokenizer, data.train[:min(PROMPT_TOKENS, cfg.model.block_size)],
                                        run.resumed_at)
+    now = time.perf_counter()  # the clocks start with the steps: the setup above (matplotlib's import, say) is no
+    speed.update(t_last=now, t_start=now - run.elapsed)  # training time (it was in the first row's tokens/s)
     failing = False  # (as in train_loop)
     try:
         with dist.peers():  # under DDP a worker killed mid-step: one line, not gloo's traceback from backward

@@ -448,7 +448,8 @@ def load_for_training(cfg: Config, source: str) -> Prepared:
     for split in ("train", "val"):
         n = len(getattr(data, split))
         if n <= cfg.model.block_size:  # (the fixes offered are those that can work)
-            fixes = [f"a model.block_size below {n}"] * (n >= 2) + ["more text"] + \
+            shortest = min(len(data.train), len(data.val))  # (below the train split's, the val split's refused next)
+            fixes = [f"a model.block_size below {shortest}"] * (shortest >= 2) + ["more text"] + \
                 ["another data.val_fraction"] * (len(data.train) + len(data.val) >= 2 * (cfg.model.block_size + 1))
             raise UserError(f"the {split} split has {n:,} token{'s' * (n != 1)}, not more than model.block_size="
                             f"{cfg.model.block_size} ({source}): use {', '.join(fixes[:-1])}"

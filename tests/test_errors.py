@@ -1525,3 +1525,22 @@ def test_a_hint_names_a_dash_path_so_that_it_is_not_a_flag(tmp, capsys, monkeypa
     result = in_process("train.py", [*sets(tmp, Path("-dash_run"), "train.max_iters=2")], capsys)
     hint = f"sample with: python {ROOT / 'sample.py'} ./-dash_run"  # (from tmp: sample.py's own path)
     assert result.code == 0 and result.out.rstrip().endswith(hint), result
+
+
+def test_the_setup_before_the_first_step_is_not_training_time(tmp, capsys, monkeypatch):
+    """The clocks of tokens/s, MFU and elapsed_s started before the setup (matplotlib's import for
+    loss.png: 0.6 s), so the first logged row read 106 tokens/s where the next read 15,000."""
+    import train
+    from tinygpt.runs import read_metrics
+    slow_setup = train.write_config
+
+    def write_config(*args, **kwargs):
+        time.sleep(2.0)
+        return slow_setup(*args, **kwargs)
+    monkeypatch.setattr(train, "write_config", write_config)
+    out = tmp / "setup_time"
+    result = in_process("train.py", [*sets(tmp, out, "train.max_iters=4", "train.log_interval=2",
+                                           "train.eval_interval=4", "train.plot=never"), "--quiet"], capsys)
+    assert result.code == 0, result.err
+    rows = read_metrics(out)
+    assert rows[0]["step"] == 0 and rows[0]["elapsed_s"] < 1.5, rows[0]

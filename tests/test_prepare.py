@@ -207,6 +207,7 @@ def test_a_long_file_name_gets_a_prepared_folder_within_name_max(tmp_path):
     (40, 8, "a model.block_size below 4, more text or another data.val_fraction$"),  # val: 4 tokens of 40
     (40, 30, "a model.block_size below 4 or more text$"),  # 40 tokens cannot hold two blocks of 31
     (400, 64, "a model.block_size below 40, more text or another data.val_fraction$"),
+    (400, 380, "a model.block_size below 40 or more text$"),  # the train split's 360 fails first: the val split's 40
 ])
 def test_a_corpus_too_short_for_the_block_is_told_only_the_fixes_that_work(tmp_path, chars, block, fixes):
     """A one-character corpus was told 'use a smaller block_size, more text, or another

@@ -465,6 +465,21 @@ def test_the_divergence_hint_does_not_suggest_clipping_already_on():
     assert "lower train.lr (train.grad_clip=1.0 is on)" in str(train.diverged("the val loss", float("nan"), run))
     run.cfg.train.grad_clip = 0.0
     assert "lower train.lr or set train.grad_clip" in str(train.diverged("the val loss", float("nan"), run))
+    run.cfg.train.lr, run.cfg.train.weight_decay = 1e-3, 1e6  # the decay, not the step, flips and grows the weights
+    assert ("lower train.weight_decay=1e+06 or train.lr=0.001: each step scales the weights by 1 - lr * weight_decay "
+            "= -999;") in str(train.diverged("the val loss", float("nan"), run))
+
+
+def test_more_threads_than_cores_is_warned(monkeypatch):
+    """train.threads=1024 on 2 cores trained 300x slower without a word (the MFU looked normal)."""
+    import train
+    monkeypatch.setattr(train, "usable_cores", lambda: 2)
+    policy = object()  # (a CPU run's thread policy; None on a GPU)
+    assert train.too_many_threads(3, policy) == ("warning: train.threads=3 is more than the 2 cores this process can "
+                                                 "use: the threads take turns and training is much slower (0 follows "
+                                                 "the free cores)")
+    assert train.too_many_threads(2, policy) is None and train.too_many_threads(0, policy) is None
+    assert train.too_many_threads(3, None) is None
 
 
 def test_without_matplotlib_the_missing_loss_png_is_said_once(corpus, tmp_path, monkeypatch, capsys):
