@@ -467,7 +467,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
 # ---- main ----
 
 
-def too_many_threads(fixed: int, policy: ThreadPolicy | None) -> str | None:
+def too_many_threads(policy: ThreadPolicy | None, fixed: int) -> str | None:
     """A warning where train.threads asks for more threads than this process has cores: they take
     turns on them (1024 on 2 cores trained 300x slower, and the MFU, its peak measured likewise,
     looked normal)."""
@@ -548,7 +548,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
               f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {dist.world_size} x {dist.device}"
               f"{threads_note(run.threads, t.threads)}, {dtype}; {tokens_per_step:,} tokens/step; MFU against "
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
-        for warning in (emulated_dtype_warning(dtype, dist.device), note, too_many_threads(t.threads, run.threads)):
+        for warning in (emulated_dtype_warning(dtype, dist.device), note, too_many_threads(run.threads, t.threads)):
             if warning:
                 print(warning, file=sys.stderr)
         if t.plot != "never" and not can_plot():

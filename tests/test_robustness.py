@@ -475,11 +475,11 @@ def test_more_threads_than_cores_is_warned(monkeypatch):
     import train
     monkeypatch.setattr(train, "usable_cores", lambda: 2)
     policy = object()  # (a CPU run's thread policy; None on a GPU)
-    assert train.too_many_threads(3, policy) == ("warning: train.threads=3 is more than the 2 cores this process can "
+    assert train.too_many_threads(policy, 3) == ("warning: train.threads=3 is more than the 2 cores this process can "
                                                  "use: the threads take turns and training is much slower (0 follows "
                                                  "the free cores)")
-    assert train.too_many_threads(2, policy) is None and train.too_many_threads(0, policy) is None
-    assert train.too_many_threads(3, None) is None
+    assert train.too_many_threads(policy, 2) is None and train.too_many_threads(policy, 0) is None
+    assert train.too_many_threads(None, 3) is None
 
 
 def test_without_matplotlib_the_missing_loss_png_is_said_once(corpus, tmp_path, monkeypatch, capsys):
