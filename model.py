@@ -334,7 +334,8 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
     """logits (B, V) -> the probabilities the next token is drawn from (B, V): softmax of
     logits / temperature, keeping only the top_k tokens and the top_p nucleus. At temperature 0
     (greedy: sample_next takes the argmax, whatever top_k and top_p say) they are the softmax of
-    the logits, unfiltered. Tokens tied with the k-th largest logit are kept too."""
+    the logits, unfiltered. Tokens tied with the k-th largest logit, or with the least likely
+    token of the nucleus, are kept too."""
     logits = logits.float()
     if temperature == 0:
         return torch.softmax(logits, dim=-1)  # (B, V)
@@ -349,6 +350,8 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
         sorted_p, order = torch.sort(probs, dim=-1, descending=True)  # (B, V)
         drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # mass before this token already >= p
         drop[:, 0] = False  # the most likely token always stays (a tiny p is 0 in float32)
+        least = sorted_p.masked_fill(drop, float("inf")).amin(dim=-1, keepdim=True)  # (B, 1) least likely kept
+        drop = sorted_p < least  # tokens tied with it stay too (the sort's order must not choose)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs

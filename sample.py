@@ -522,12 +522,13 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
     """Answer prompt after prompt, the model loaded once, until EOF; a prompt that is too long, not
     UTF-8, or that the vocabulary cannot encode gets its one-line error on stderr and the next
     prompt is read. At a terminal, Ctrl-C stops the answer under way and the next prompt is read
-    (piped, it stops the command, as everywhere)."""
+    (piped, it stops the command, as everywhere). Every answer starts from --seed."""
     samples = []
     for line in read_prompts():
         try:
             named = "a line of standard input"
             prompt = decode_prompt(text_bytes(line, named) if isinstance(line, str) else line, named)
+            gen.manual_seed(args.seed)  # each answer is the one `--prompt LINE` gives, whatever came before
             samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode)
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)

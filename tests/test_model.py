@@ -217,6 +217,18 @@ def test_sample_next_rules():
         assert torch.equal(next_token_probs(logits, 0, top_k, top_p), torch.softmax(logits, dim=-1))
 
 
+def test_top_k_and_top_p_keep_tied_tokens_alike():
+    """Two tokens with the same logit are equally likely: top_p kept the one the sort put first
+    (a 100/0 choice where top_k gave 50/50)."""
+    logits = torch.tensor([[5.0, 5.0, 1.0, 0.0], [0.0, 2.0, 2.0, 2.0]])
+    for probs in (next_token_probs(logits, 1.0, top_k=1), next_token_probs(logits, 1.0, top_p=0.3)):
+        assert torch.allclose(probs[0], torch.tensor([0.5, 0.5, 0.0, 0.0]))
+        assert torch.allclose(probs[1], torch.tensor([0.0, 1 / 3, 1 / 3, 1 / 3]))
+    # the nucleus still stops where its mass is reached: 0.3 of [0.5, 0.3, 0.2] is the first token alone
+    assert torch.allclose(next_token_probs(torch.tensor([[0.5, 0.3, 0.2]]).log(), 1.0, top_p=0.3),
+                          torch.tensor([[1.0, 0.0, 0.0]]))
+
+
 def test_tiny_temperature_is_near_greedy_not_nan():
     """logits / 1e-38 would overflow float32 to inf (and the softmax to NaN); the largest logit is
     subtracted first, so any temperature > 0 gives probabilities, all mass on the argmax."""

@@ -73,6 +73,17 @@ def test_interactive_answers_each_line_with_one_model(tiny_stories_run, monkeypa
     assert len(err) == 1 and err[0].startswith("error: ") and "'~'" in err[0] and "--list-vocab" in err[0]
 
 
+def test_interactive_sampled_answers_are_the_prompts_own(tiny_stories_run, monkeypatch):
+    """Sampling, each answer starts from --seed: the answer to a line is what `--prompt LINE` prints
+    (it was drawn where the earlier answers left the random stream: not reproducible alone, and the
+    same line typed twice answered differently)."""
+    sampled = ["--temperature", "1", "--seed", "7", "--max-new-tokens", "20", "--device", "cpu"]
+    prompts = ["Mia had", "Mia had", "Then she"]
+    texts, _ = run_sample([tiny_stories_run, "--interactive", *sampled], "\n".join(prompts) + "\n", monkeypatch)
+    alone = [run_sample([tiny_stories_run, "--prompt", p, *sampled])[0][0] for p in prompts]
+    assert texts == alone and texts[0] == texts[1]
+
+
 def test_interactive_refuses_an_overlong_or_non_utf8_line_and_goes_on(tiny_stories_run, monkeypatch, capsys):
     # each line was read whole (a 1 GB line, 1 GB) and bad bytes passed on as surrogates
     monkeypatch.setattr(sample, "MAX_PROMPT_BYTES", 64)
