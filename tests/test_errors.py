@@ -1249,6 +1249,43 @@ def test_12_output_left_for_a_reader_who_never_reads_does_not_make_the_command_u
     assert (result.code, told) == ((143, "interrupted\n") if code == 0 else (2, "error: refused\n")), result
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sets a pipe's size (Linux)")
+def test_12_a_signal_while_writing_to_a_full_pipe_stops_the_command(tmp):
+    """SIGTERM to `sample.py --list-vocab` whose last 1 kB does not fit into a pipe nobody reads:
+    it said `interrupted`, then waited on the same output again at its end, until a second signal.
+    One signal stops it: 143 within STOPPED_FLUSH_S, what the reader never took dropped."""
+    import fcntl
+
+    from model import GPT, ModelConfig
+    from tinygpt import tokenizer as tk
+    from tinygpt.checkpoint import save_checkpoint
+    from tinygpt.config import Config, config_to_dict
+    words = tk.build_tokenizer("word", " ".join(f"word{i}" for i in range(5200)))  # a 66.6 kB listing
+    cfg = Config(model=ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8, vocab_size=words.vocab_size))
+    save_checkpoint(tmp / "big_vocab" / "ckpt.pt", {"config": config_to_dict(cfg), "tokenizer": words.to_dict(),
+                                                     "model": GPT(cfg.model).state_dict(), "step": 0})
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, 1031, 65536)  # F_SETPIPE_SZ: 64 KiB, Linux's default
+    env = {k: v for k, v in ENV.items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "sample.py"), str(tmp / "big_vocab"), "--list-vocab"],
+                            env=env, stdout=write_end, stderr=subprocess.PIPE)
+    os.close(write_end)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and "pipe_write" not in Path(f"/proc/{proc.pid}/wchan").read_text():
+            time.sleep(0.2)  # until it waits on the pipe, its listing written into its buffer
+        time.sleep(1)
+        start = time.perf_counter()
+        proc.send_signal(signal.SIGTERM)
+        result = wait_or_dump(proc, timeout=20)
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(read_end)
+    assert (result.code, result.err) == (143, "interrupted\n"), result
+    assert time.perf_counter() - start < 10
+
+
 @pytest.mark.parametrize("signum", KILL_OR_HANGUP, ids=lambda s: signal.Signals(s).name)
 def test_12_every_command_stops_on_sigterm_and_sighup_with_one_line(tmp, run, signum):
     """run_cli, which every command runs through, turns SIGTERM and SIGHUP into the one line

@@ -167,6 +167,9 @@ def flush_stdout() -> None:
         sys.stdout.flush()
 
 
+STOPPED_FLUSH_S = 2.0  # after a stop signal, how long the output still buffered may wait for its reader
+
+
 def end_quietly(exiting: BaseException | None) -> None:
     """The end of a command whose work is done or refused (`exiting`: the SystemExit on its way out,
     None after success, another exception for a bug): a stop signal no longer changes its exit code.
@@ -174,13 +177,26 @@ def end_quietly(exiting: BaseException | None) -> None:
     exit 143 after a whole export, which a script took for a failed one. 1. Output a refusal left
     unwritten is written while a stop signal still ends the command, with the refusal's code; 2. then
     stop signals are ignored: nothing is left that could wait (SIG_IGN, which Python's shutdown keeps,
-    where it sets a handler of its own back to the default)."""
+    where it sets a handler of its own back to the default). A command a signal stopped (exit code
+    128 + n) gives its reader STOPPED_FLUSH_S to take the rest: on a full pipe nobody reads, the
+    signal that was meant to stop it would otherwise leave it waiting for a second one."""
     code = exiting.code if isinstance(exiting, SystemExit) else 1 if exiting is not None else 0
-    handle_signals(lambda signum, frame: os._exit(code if isinstance(code, int) else 1))
+    code = code if isinstance(code, int) else 1
+
+    def exit_now(signum, frame):
+        os._exit(code)
+
+    handle_signals(exit_now)
+    stopped = code >= 128 and threading.current_thread() is threading.main_thread()
+    if stopped:
+        handle_signals(exit_now, [signal.SIGALRM])
+        signal.setitimer(signal.ITIMER_REAL, STOPPED_FLUSH_S)
     try:
         flush_stdout()
     except (OSError, ValueError):  # the reader left, the disk is full: the exit code tells already
         with_stdout_discarded()
+    if stopped:
+        signal.setitimer(signal.ITIMER_REAL, 0)
     handle_signals(signal.SIG_IGN)
 
 
