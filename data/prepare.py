@@ -181,8 +181,20 @@ def not_text(path: Path, data: bytes, bad: int | None) -> str:
                 f"mend {them}, or write a copy without {them}: iconv -c -f utf-8 -t utf-8 {source} > {copy} "
                 f"(converting it from an 8-bit encoding would garble every other non-ASCII character)")
     # (a few accented letters of latin1 text may read as a UTF-8 character by chance: É and a no-break space)
-    windows = re.search(b"[\x80-\x9f]", data) is not None  # Windows' curly quotes and dashes: cp1252, not latin1
-    return f"{path} is not UTF-8 ({where}); {convert(path, 'cp1252' if windows else 'latin1', False)}"
+    return f"{path} is not UTF-8 ({where}); {convert(path, eight_bit_encoding(data, text), False)}"
+
+
+CP1252_UNDEFINED = b"[\x81\x8d\x8f\x90\x9d]"  # bytes cp1252 has no character for: iconv stops at them
+
+
+def eight_bit_encoding(data: bytes, text: str) -> str:
+    """The 8-bit encoding to guess for `data` (`text`: it decoded with surrogateescape): cp1252 where
+    a byte that is not UTF-8 is one of Windows' curly quotes and dashes (0x80-0x9f), else latin1.
+    Those bytes are looked for among the stray ones only: a UTF-8 letter has them too (Á is C3 81).
+    Never cp1252 where any byte is one it leaves undefined: iconv would stop there, half-way; latin1
+    maps every byte."""
+    windows = re.search("[\udc80-\udc9f]", text) is not None
+    return "cp1252" if windows and re.search(CP1252_UNDEFINED, data) is None else "latin1"
 
 
 def wide_encoding(head: bytes) -> tuple[str, bool] | None:
@@ -208,8 +220,8 @@ def convert(path: Path, encoding: str, certain: bool) -> str:
     else into a new file (the guess may be wrong, and iconv does not know)."""
     source = pasted(path)
     iconv = f"iconv -f {encoding} -t utf-8 {source}"
-    if certain:
-        temp = pasted(path.with_name(path.stem + ".tmp"))
+    if certain:  # (the temp file's name is the source's and more: `data.tmp > data.tmp` emptied the file)
+        temp = pasted(path.with_name(path.name + ".utf8.tmp"))
         return f"convert it first, e.g. {iconv} > {temp} && mv {temp} {source}"
     return (f"convert it into a new file, e.g. {iconv} > {pasted(path.with_name(path.stem + '.utf8.txt'))} "
             f"({encoding} is a guess: look at the new file, then use it instead)")

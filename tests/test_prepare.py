@@ -5,6 +5,9 @@ import hashlib
 import json
 import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -125,7 +128,7 @@ def test_utf16_text_is_refused_with_the_conversion_that_works(tmp_path, encoding
     path.write_bytes("the cat sat on the mat\n".encode(encoding) * 50)
     wide = {"utf-16": "utf-16", "utf-16-le": "utf-16le", "utf-32": "utf-32"}[encoding]  # (Python's utf-32: a mark)
     d = re.escape(str(tmp_path))  # the commands name the file as given: they work from any folder
-    in_place = rf"{d}/u16.tmp && mv {d}/u16.tmp {d}/u16.txt$" if encoding != "utf-16-le" else \
+    in_place = rf"{d}/u16.txt.utf8.tmp && mv {d}/u16.txt.utf8.tmp {d}/u16.txt$" if encoding != "utf-16-le" else \
         rf"{d}/u16.utf8.txt \(utf-16le is a guess"
     with pytest.raises(UserError, match=rf"looks like {wide.upper()} text, not UTF-8.* iconv -f {wide} -t utf-8 "
                                         rf"{d}/u16.txt > {in_place}"):
@@ -237,6 +240,92 @@ def test_8bit_text_with_a_chance_utf8_character_is_still_8bit_and_a_dash_name_is
     path.write_bytes(b"caf\xe9\n")
     with pytest.raises(UserError, match=r"iconv -f latin1 -t utf-8 ./-ofoo.txt > ./-ofoo.utf8.txt \(latin1"):
         prep.read_text_file(path)
+
+
+def pasted_command(message: str) -> str:
+    """The iconv command of a refusal, as the user pastes it (without the note in brackets after it)."""
+    command = message[message.index("iconv "):]
+    return command.rsplit(" (", 1)[0] if command.endswith(")") else command
+
+
+def run_pasted(command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+
+
+CAN_RUN = shutil.which("iconv") is not None and shutil.which("bash") is not None  # to run a pasted command
+
+
+@pytest.mark.parametrize("name", ["data.tmp", "data.txt.utf8.tmp", "-o it's \"my\" data.tmp"])
+def test_a_pasted_conversion_never_writes_into_the_file_it_reads(tmp_path, monkeypatch, name):
+    """The in-place conversion of UTF-16 text named its temp file after the source's stem: for data.tmp
+    `iconv -f utf-16 -t utf-8 data.tmp > data.tmp && mv data.tmp data.tmp`, which emptied the user's
+    only copy before iconv read it. No command (in place, or into a new file) now writes into its
+    source, whatever the name; each, pasted, converts the file."""
+    monkeypatch.chdir(tmp_path)
+    path, text = Path(name), "héllo, wörld\n" * 20
+    kinds = (("utf-16 in place", text.encode("utf-16"), text),  # a byte order mark: converted in place
+             ("utf-16le guessed", text.encode("utf-16-le"), text),  # none: into a new file
+             ("utf-8 with a stray byte", text.encode() + b"\x92\n", text + "\n"))  # copied without it
+    for kind, data, converted in kinds:
+        path.write_bytes(data)
+        with pytest.raises(UserError) as refused:
+            prep.read_text_file(path)
+        command = pasted_command(str(refused.value))
+        words = shlex.split(command)
+        source, target = words[words.index(">") - 1], words[words.index(">") + 1]
+        assert Path(source) == path and target.casefold() != source.casefold(), (kind, command)
+        if not CAN_RUN:
+            continue
+        done = run_pasted(command)  # (iconv -c exits 1 after dropping a byte in newer glibc)
+        assert done.returncode == 0 or "stray" in kind, (kind, command, done.stderr)
+        if kind.endswith("in place"):
+            assert prep.read_text_file(path) == converted and os.listdir() == [name], (kind, command)
+        else:
+            assert path.read_bytes() == data and prep.read_text_file(Path(target)) == converted, (kind, command)
+    if not CAN_RUN:
+        pytest.skip("no iconv or bash: the commands were read, not run")
+
+
+def test_latin1_text_with_a_few_utf8_letters_gets_a_conversion_that_works(tmp_path):
+    """Latin-1 French with one real UTF-8 word (ÁFRICA: Á is C3 81) was told `iconv -f cp1252`: the 0x81
+    inside Á was taken for one of Windows' quotes, yet cp1252 has no character for it, and the pasted
+    command stopped there (`illegal input sequence`), half the file converted. Now latin1, which
+    converts every byte: the French right, the UTF-8 word garbled, as any one encoding must."""
+    path = tmp_path / "mixed.txt"
+    data = ("Le garçon était très fâché.\n" * 50).encode("latin-1") + "ÁFRICA\n".encode()
+    path.write_bytes(data)
+    with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe7 at offset 6, line 1\); convert it into a new "
+                                        r"file, e.g. iconv -f latin1 -t utf-8 .*mixed.txt > .*mixed.utf8.txt \(latin1"
+                       ) as refused:
+        prep.read_text_file(path)
+    if not CAN_RUN:
+        pytest.skip("no iconv or bash to run the pasted command with")
+    done = run_pasted(pasted_command(str(refused.value)))
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert (tmp_path / "mixed.utf8.txt").read_bytes().decode() == data.decode("latin-1")
+    assert path.read_bytes() == data
+
+
+def test_the_8bit_guess_is_cp1252_only_for_stray_windows_bytes_it_can_convert(tmp_path):
+    """cp1252 was guessed from any byte 0x80-0x9f: one inside a UTF-8 character too (Á is C3 81, ‘ is
+    E2 80 98), and one that cp1252 leaves undefined (0x81, 0x8d, 0x8f, 0x90, 0x9d), where iconv stops.
+    Whatever it guesses must decode the whole file (Python's cp1252 leaves the same five bytes out)."""
+    latin = "Le garçon était très fâché.\n".encode("latin-1") * 20
+    cases = {latin: "latin1", latin + b"it\x92s late\n": "cp1252",  # a stray curly quote: Windows
+             latin + "ÁFRICA\n".encode(): "latin1",  # 0x80-0x9f only inside UTF-8 characters: not Windows
+             latin + "‘x’ – 9 €\n".encode(): "latin1",
+             latin + b"it\x92s late\n" + "ÁFRICA\n".encode(): "latin1"}  # a quote, but iconv would stop at 0x81
+    cases.update({latin + b"a \x93b\x94 c" + bytes([byte]) + b"\n": "latin1" if byte in b"\x81\x8d\x8f\x90\x9d"
+                  else "cp1252" for byte in range(0x80, 0xA0)})
+    path = tmp_path / "x.txt"
+    for data, encoding in cases.items():
+        path.write_bytes(data)
+        with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe7 at offset 6, line 1\)") as refused:
+            prep.read_text_file(path)
+        message = str(refused.value)
+        guess = re.search(r"iconv -f (\S+) ", message)[1]
+        assert guess == encoding, (data[-20:], message)
+        data.decode(guess)  # (no UnicodeDecodeError)
 
 
 def test_a_hidden_dataset_file_gets_a_visible_prepared_folder(tmp_path):
