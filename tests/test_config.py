@@ -445,9 +445,17 @@ def test_a_line_break_or_tab_in_a_set_value_is_kept_or_named(tmp_path):
         cfg = load_config(write(tmp_path, ""), [f"data.dataset={folder / name}", f"train.out_dir= out/{name} "])
         assert (cfg.data.dataset, cfg.train.out_dir) == (str(folder / name), f"out/{name}")
     assert load_config(write(tmp_path, ""), ["model.n_head=2\n"]).model.n_head == 2  # as YAML reads it
-    with pytest.raises(UserError, match=r"^--set 'model.n_head=\\t2': the value is not a valid YAML scalar: it "
+    with pytest.raises(UserError, match=r"^--set 'model.n_head=2\\t3': the value is not a valid YAML scalar: it "
                                         r"holds a tab or a line break$"):
-        load_config(write(tmp_path, ""), ["model.n_head=\t2"])
+        load_config(write(tmp_path, ""), ["model.n_head=2\t3"])
+
+
+def test_a_set_value_from_a_crlf_script_loses_its_carriage_return(tmp_path):
+    """A shell script saved with Windows line ends passes its last argument with a \r: the run
+    trained into 'run\r' (sample.py run found nothing), train.dtype=float32\r was refused."""
+    cfg = load_config(write(tmp_path, ""), ["train.out_dir=runs/a\r", "train.dtype=float32\r", "data.tokenizer=char\t",
+                                            "model.n_head=2\r"])
+    assert (cfg.train.out_dir, cfg.train.dtype, cfg.data.tokenizer, cfg.model.n_head) == ("runs/a", "float32", "char", 2)
 
 
 def test_a_yaml_syntax_error_says_what_and_where(tmp_path):

@@ -309,7 +309,8 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
     that takes a string (a path, a name) keeps its text where YAML would read another type:
     out_dir=~ is the home folder, not YAML's null, and out_dir=2024 the folder 2024, not a number
     (the text is still YAML: ' #' starts a comment, quotes are taken off), except one holding a line
-    break or a tab, which YAML would fold into a space or refuse: that text is kept as given."""
+    break or a tab, which YAML would fold into a space or refuse: that text is kept as given, but
+    for spaces, tabs and line breaks at either end, which YAML drops too."""
     nested: dict[str, dict] = {}
     for item in overrides:
         key, sep, text = item.partition("=")
@@ -323,11 +324,12 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
         surrogates = {ch: chr(0xF0000 + ord(ch) - 0xDC80) for ch in set(text) if "\udc80" <= ch <= "\udcff"}
         if surrogates and name in types and types[name] is not str:
             raise UserError(f"{source} {short(item)}: the value holds bytes that are not UTF-8 text")
-        if types.get(name) is str and any(ch in text.strip(" ") for ch in BREAKS):  # (a file name may hold them)
-            nested.setdefault(section, {})[name] = text.strip(" ")
+        bare = text.strip(" " + BREAKS)  # as YAML: a CRLF script's last argument ends in \r, not its file's name
+        if types.get(name) is str and any(ch in bare for ch in BREAKS):  # (a file name may hold them)
+            nested.setdefault(section, {})[name] = bare
             continue
         try:
-            value = yaml_load(text.translate({ord(s): p for s, p in surrogates.items()})) if text.strip() else ""
+            value = yaml_load(bare.translate({ord(s): p for s, p in surrogates.items()})) if bare else ""
             if surrogates and isinstance(value, str):
                 value = value.translate({ord(p): s for s, p in surrogates.items()})
         except YAMLRefused as e:
