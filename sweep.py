@@ -637,7 +637,8 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
         if ended is None:
             return None
         rc = ended.code
-        if runner.signum is not None:  # it stopped (saving its checkpoint if it had begun): resumable, not failed
+        if runner.signum is not None and rc != 0:  # it stopped (saving a checkpoint if it had begun): resumable
+            # (a run that had finished when the signal came exits 0: it is done, whatever the sweep does next)
             runner.say(f"{tag}: stopped, " + ("its checkpoint saved" if (run.run_dir / "ckpt.pt").is_file() else
                                               "before its first checkpoint (it will start again)"))
             row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else \

@@ -447,6 +447,21 @@ def test_a_killed_run_is_said_to_be_killed_not_to_have_printed_an_error(tmp_path
                                                                                  "failed (exit 3)"]
 
 
+def test_a_run_that_finished_as_the_sweep_was_stopped_is_done(tmp_path, monkeypatch, capfd):
+    """The sweep's Ctrl-C came as its run finished (the run exits 0: its work was done): the sweep
+    said `stopped, its checkpoint saved` where results.md said `done`."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text("import os, signal, sys, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)  # (its work is done)\n"
+                    "os.kill(os.getppid(), signal.SIGINT)\ntime.sleep(0.5)\nsys.exit(0)\n")
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
+    out = capfd.readouterr().out
+    assert exit_info.value.code == 130 and "sweep interrupted" in out
+    assert "[1/2] n_head=1: done in" in out and "stopped" not in out.split("sweep interrupted")[0], out
+    assert "n_head=2" not in out.split("sweep interrupted")[0]  # no run starts after the signal
+
+
 def test_a_run_stopped_by_a_signal_of_its_own_is_said_to_be_stopped(tmp_path, monkeypatch, capfd):
     """A SIGTERM sent to one run (not the sweep): train.py saves and exits 143, and the sweep said
     `failed with exit code 143 (its error is above)` above its `interrupted` line."""
