@@ -171,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.what == "stories" and args.config is not None:  # (it was ignored: the default run trained instead)
         p.error(f"--config {args.config} is for shakespeare: stories measures the default run, configs/stories.yaml "
                 f"(change it with --set KEY=VALUE)")
+    if args.config == "":  # (it trained the default config without a word)
+        p.error("--config '' names no file: give a config, e.g. --config configs/shakespeare_char.yaml")
     args.config = args.config or "configs/shakespeare_char.yaml"
     if args.what == "shakespeare" and not args.text.is_file():
         p.error(f"no tiny shakespeare at {args.text}: give --text PATH/tinyshakespeare.txt")

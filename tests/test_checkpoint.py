@@ -12,6 +12,7 @@ import os
 import pathlib
 import random
 import re
+import shlex
 import struct
 import time
 import zipfile
@@ -812,3 +813,8 @@ def test_a_folder_holding_a_checkpoint_under_another_name_names_it(tmp_path):
         (tmp_path / name).write_bytes(b"")
     with pytest.raises(UserError, match=r"which holds a.pt, b.pt, c.pt and 1 more: give the file itself"):
         checkpoint.resolve_checkpoint(tmp_path)
+    spaced = tmp_path / "my run"  # the path to paste, quoted for the shell
+    spaced.mkdir()
+    (spaced / "my model.pt").write_bytes(b"")
+    with pytest.raises(UserError, match=rf"e.g. {re.escape(shlex.quote(str(spaced / 'my model.pt')))}$"):
+        checkpoint.resolve_checkpoint(spaced)

@@ -295,6 +295,15 @@ def test_reproduce_refuses_bad_flags_before_training(tmp_path, capsys, monkeypat
     one_line(cli(reproduce.main, ["stories", *args], capsys), *culprits)
 
 
+def test_reproduce_refuses_an_empty_config(tmp_path, capsys, monkeypatch):
+    """`--config ''` (an unset variable) trained the default config without a word."""
+    from scripts import reproduce
+    monkeypatch.setattr(reproduce, "run", no_long_work)
+    (tmp_path / "text.txt").write_text("x")
+    one_line(cli(reproduce.main, ["shakespeare", "--text", tmp_path / "text.txt", "--config", "",
+                                  "--out-dir", tmp_path / "out"], capsys), "--config '' names no file")
+
+
 def test_reproduce_refuses_an_earlier_run_in_its_out_dir(tmp_path, capsys, monkeypatch):
     """A rerun with the same --out-dir ended in train.py's `already holds a run; continue it with
     --resume, or choose another: --set train.out_dir=...`, neither of which reproduce takes."""

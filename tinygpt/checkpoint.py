@@ -549,7 +549,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
         if others:
             held = ", ".join(others[:3]) + (f" and {len(others) - 3:,} more" if len(others) > 3 else "")
             raise UserError(f"no best.pt or ckpt.pt in {path}, which holds {held}: give the file itself, "
-                            f"e.g. {path_word(path / others[0])}")
+                            f"e.g. {shlex.quote(path_word(path / others[0]))}")
         raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "
                         f"e.g. python train.py configs/stories.yaml")
     if not path.exists():
