@@ -405,6 +405,49 @@ def test_transformers_gives_our_logits(tmp_path, bias):
     assert diff < 1e-4, f"max abs logit difference {diff}"
 
 
+def test_generation_fills_the_context_plus_one(tmp_path):
+    """generation_config.json's max_length is block_size + 1: the last token is predicted from the
+    block_size before it. It was block_size, so a prompt of a full context (with block_size=1, any
+    prompt) was refused with `Input length of input_ids is 16, but max_length is set to 16`."""
+    transformers = pytest.importorskip("transformers")
+    from model import generate
+    run, model, _ = make_run(tmp_path)
+    export.main([run, "--format", "hf", str(tmp_path / "hf")])
+    hf_model = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "hf")).eval()  # + generation_config.json
+    prompts = torch.randint(0, 37, (1, 17), generator=torch.Generator().manual_seed(2))  # (1, 17)
+    for T in (1, 16):  # no length given: up to 17 tokens in all, greedy as ours (no window slides yet)
+        out = hf_model.generate(prompts[:, :T], attention_mask=torch.ones(1, T, dtype=torch.long), do_sample=False)
+        ours = torch.stack(list(generate(model, prompts[:, :T], 17 - T, temperature=0)), dim=1)  # (1, 17 - T)
+        assert out.shape == (1, 17) and torch.equal(out[:, T:], ours), T
+    with pytest.raises(ValueError, match="Input length of input_ids is 17, but `max_length` is set to 17"):
+        hf_model.generate(prompts, attention_mask=torch.ones(1, 17, dtype=torch.long), do_sample=False)
+
+
+def test_eager_attention_weights_are_ours(tmp_path):
+    """README_EXPORT.md: attn_implementation="eager" gives the attention weights, (1, n_head, T, T) per
+    layer, tinygpt's own (the default sdpa gives none)."""
+    transformers = pytest.importorskip("transformers")
+    run, model, _ = make_run(tmp_path)
+    export.main([run, "--format", "hf", str(tmp_path / "hf")])
+    hf_model = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "hf"), attn_implementation="eager").eval()
+    idx = torch.randint(0, 37, (1, 12), generator=torch.Generator().manual_seed(3))  # (1, T)
+    with torch.no_grad():
+        theirs = hf_model(idx, output_attentions=True).attentions  # L x (1, nh, T, T)
+        ours = [trace.weights for trace in model.forward_with_attention(idx)[1]]
+    assert len(theirs) == 2 and theirs[0].shape == (1, 4, 12, 12)
+    assert all(torch.allclose(t, o, atol=1e-5) for t, o in zip(theirs, ours))
+
+
+def test_readme_export_says_the_limits_in_tokens():
+    """With block_size=1 it said `at most 1 tokens` (and that a longer prompt ends in an IndexError)."""
+    cfg = Config(model=ModelConfig(block_size=1, n_layer=1, n_head=1, n_embd=8, vocab_size=3))
+    tok = {"kind": "char", "vocab_size": 3, "chars": "\nab"}
+    readme = hf.export_readme(cfg, tok, "`x`", "/out/hf", 0, None, "\n", "")
+    assert "1 layer, 1 head," in readme and "1 tokens" not in readme
+    assert "a prompt of at most 1 token continues to 2 tokens in all" in readme
+    assert "but `max_length` is set to 2``" in readme and "generate.tokenizer.pad_token_id = " in readme
+
+
 def test_gpt2_saved_by_transformers_imports(tmp_path, capsys):
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(vocab_size=hf.GPT2_VOCAB, n_positions=32, n_embd=16, n_layer=2,

@@ -1,7 +1,9 @@
 """Guards that a Hugging Face export stands alone: in a process that cannot import tinygpt,
 `transformers.pipeline("text-generation", model=EXPORT)` continues a prompt greedily exactly as
 `sample.py --temperature 0` does, and `AutoTokenizer` gives our token ids (and refuses what ours
-refuses), for a char, a word and a BPE run.
+refuses), for a char, a word and a BPE run. With the pad token README_EXPORT.md sets, a batch of two
+prompts of different lengths continues as each prompt alone, through the pipeline and through
+`model.generate` on the tokenizer's own (left) padding.
 
 The BPE run's encoding is learned here from the stories text (a few hundred byte-pair merges), so
 the test needs no encoding file; with r50k_base.tiktoken in the test data folder (conftest.SHARED_DATA), GPT-2's own
@@ -157,7 +159,9 @@ def build_cases(tmp: Path, specs: dict) -> dict[str, dict]:
                 ids.append(tokenizer.encode(text))
             except UserError:
                 ids.append("refused")
-        cases[name] = {"dir": str(out), "prompts": prompts, "texts": texts, "greedy": greedy, "ids": ids}
+        batch = [prompts[0], prompts[0].rsplit(" ", 2)[0]]  # two whole words fewer: fewer tokens, padded
+        cases[name] = {"dir": str(out), "prompts": prompts, "texts": texts, "greedy": greedy, "ids": ids,
+                       "batch": batch}
     return cases
 
 
@@ -166,6 +170,22 @@ import importlib.util, json, sys
 for name in ("tinygpt", "model"):
     assert importlib.util.find_spec(name) is None, f"{name} is importable: the test is not isolated"
 from transformers import AutoTokenizer, pipeline
+
+
+def batched(generate, folder, prompts, n):
+    # README_EXPORT.md's recipe: a pad token set at run time (the files name none)
+    generate.tokenizer.pad_token_id = generate.model.config.bos_token_id
+    alone = [generate(p, max_new_tokens=n, do_sample=False)[0]["generated_text"] for p in prompts]
+    piped = [r[0]["generated_text"] for r in generate(prompts, max_new_tokens=n, do_sample=False, batch_size=2)]
+    tok = AutoTokenizer.from_pretrained(folder)  # as loaded: the pipeline turned its own to left padding
+    tok.pad_token_id = generate.model.config.bos_token_id
+    inputs = tok(prompts, padding=True, return_tensors="pt")  # (2, T): the shorter prompt padded
+    out = generate.model.generate(**inputs, max_new_tokens=n, do_sample=False)  # (2, T + n)
+    new = tok.batch_decode(out[:, inputs.input_ids.shape[1]:])  # the new tokens only: no padding
+    return {"alone": alone, "piped": piped, "generated": [p + t for p, t in zip(prompts, new)],
+            "pads": inputs.attention_mask.eq(0).sum(dim=1).tolist()}
+
+
 result = {}
 for name, job in json.load(open(sys.argv[1])).items():
     tok = AutoTokenizer.from_pretrained(job["dir"])
@@ -182,7 +202,8 @@ for name, job in json.load(open(sys.argv[1])).items():
         default = generate(prompt)[0]["generated_text"]
     except Exception as e:
         default = f"{type(e).__name__}: {e}"
-    result[name] = {"ids": ids, "generated": texts, "tokenizer": type(tok).__name__, "default": [prompt, default]}
+    result[name] = {"ids": ids, "generated": texts, "tokenizer": type(tok).__name__, "default": [prompt, default],
+                    "batch": batched(generate, job["dir"], job["batch"], job["n"])}
 print(json.dumps(result))
 """
 
@@ -220,9 +241,21 @@ def test_pipeline_greedy_equals_sample_py(name, cases, hf_side):
 
 
 @pytest.mark.parametrize("name", CASES)
+def test_a_batch_continues_each_prompt_as_alone(name, cases, hf_side):
+    """Two prompts of different lengths, greedy, in one batch: the pipeline's and model.generate's on
+    the tokenizer's padding give what each prompt gives alone. (The export names no pad token, and
+    the tokenizer padded on the right: model.generate then continued the shorter prompt after its pads.)"""
+    case(name, cases)
+    batch = hf_side[name]["batch"]
+    assert batch["pads"][0] == 0 and batch["pads"][1] > 0  # the shorter prompt was padded (on the left)
+    assert batch["piped"] == batch["alone"]
+    assert batch["generated"] == batch["alone"]
+
+
+@pytest.mark.parametrize("name", CASES)
 def test_the_pipelines_defaults_fit_the_context(name, cases, hf_side):
-    """pipeline(...)(prompt) with no length given: up to the context's 64 tokens in all (transformers'
-    own default, 256 new tokens, overran them with an IndexError)."""
+    """pipeline(...)(prompt) with no length given: up to 65 tokens in all, the context's 64 and one more
+    (transformers' own default, 256 new tokens, overran them with an IndexError)."""
     case(name, cases)
     prompt, default = hf_side[name]["default"]
     assert default.startswith(prompt) and len(default) > len(prompt), default
@@ -246,6 +279,10 @@ def test_the_export_holds_a_tokenizer_and_a_generation_config(cases):
     config = json.loads((folder / "config.json").read_text())
     newline = config["tinygpt"]["tokenizer"]["words"].index("\n")
     assert gen["bos_token_id"] == config["bos_token_id"] == newline and gen["eos_token_id"] is None
+    # no pad token (transformers would make the newline special); left padding; the context plus one in all
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert "pad_token" not in tokenizer_config and tokenizer_config["padding_side"] == "left"
+    assert "pad_token_id" not in gen and gen["max_length"] == 65
     assert "word vocabulary" in config["tinygpt"]["note"] and "None" not in config["tinygpt"]["note"]
 
 

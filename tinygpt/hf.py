@@ -27,7 +27,9 @@ with it, in a process without tinygpt. Besides config.json and model.safetensors
   (`bpe_merges`): the ids are equal to ours by construction (see docs/interop.md for why).
 - generation_config.json: sample.py's defaults (temperature 0.8, no top-k), and as the start token
   (bos) the newline sample.py starts from when the prompt is empty (GPT-2's <|endoftext|> for the
-  full GPT-2 vocabulary). Prompt plus new tokens must fit in the context: GPT-2's positions end there.
+  full GPT-2 vocabulary). Prompt plus new tokens must fit in the context plus one: GPT-2's positions
+  end there (max_length, generation_config below).
+No pad token is written (tokenizer_config below): set one where you batch, as README_EXPORT.md shows.
 config.json also records tinygpt's tokenizer and config, so that the import restores them.
 
 The import reads config.json and model.safetensors (or pytorch_model.bin, with weights_only=True),
@@ -251,18 +253,26 @@ def hf_config(cfg: Config, tok: dict[str, Any], source: str, step: int, bos: int
 
 def generation_config(bos: int, eos: int | None, block_size: int) -> dict[str, Any]:
     """generation_config.json: sample.py's default sampling (temperature 0.8, no top-k), and at most
-    the context in all (max_length): GPT-2's positions end there (sample.py slides its window
-    instead), and transformers' own default, 256 new tokens, overran a 128-token context with an
-    IndexError. A max_new_tokens given takes precedence (transformers notes that both are set)."""
+    block_size + 1 tokens in all (max_length): GPT-2's positions end at block_size, and the last token
+    is predicted from the block_size before it, never fed back (sample.py slides its window there).
+    A total, not max_new_tokens: a default count of new tokens would not shrink for a longer prompt
+    (IndexError), and would override a max_length the user passes; transformers' own default, 256
+    new tokens, overran a 128-token context. A max_new_tokens given takes precedence (transformers
+    notes that both are set). No pad_token_id: ours would be an ordinary token (the newline), and
+    generate() then masks it out of a prompt given without an attention mask."""
     return {"bos_token_id": bos, "eos_token_id": eos, "do_sample": True, "temperature": 0.8, "top_k": 0,
-            "max_length": block_size}
+            "max_length": block_size + 1}
 
 
 def tokenizer_config(cfg: Config) -> dict[str, Any]:
     """tokenizer_config.json: a plain fast tokenizer over tokenizer.json that leaves text as it is.
-    No special tokens: a special token is matched inside text, and ours never are."""
+    No special tokens: transformers makes each one an added token, matched inside text before our
+    split and dropped by decode(skip_special_tokens=True), the pipeline's default; ours are ordinary
+    tokens (a pad token of the newline would drop every newline from generated text). So no pad token
+    (a batch sets one at run time, README_EXPORT.md); padding on the left, as a decoder-only model must
+    (the pipeline pads so anyway; tok(texts, padding=True) for model.generate reads it here)."""
     return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.model.block_size,
-            "clean_up_tokenization_spaces": False}
+            "clean_up_tokenization_spaces": False, "padding_side": "left"}
 
 
 def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
@@ -365,33 +375,63 @@ def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path
         generation = generation_config(bos, eos, cfg.model.block_size)
         atomic_write_text(tmp / "generation_config.json", json.dumps(generation, indent=2) + "\n")
         atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
-        atomic_write_text(tmp / "README_EXPORT.md", f"""\
+        command = shlex.join(["python", "export.py", str(run), "--format", "hf", str(out_dir)])
+        atomic_write_text(tmp / "README_EXPORT.md", export_readme(
+            cfg, tok, f"`{source}` (step {ckpt['step']}) by `{command}`", os.path.abspath(out_dir), bos, eos,
+            tokenizer.decode([bos]), caution))
+    return out_dir
+
+
+def export_readme(cfg: Config, tok: dict[str, Any], origin: str, folder: str, bos: int, eos: int | None,
+                  pad: str, caution: str) -> str:
+    """README_EXPORT.md: how to generate from the export with transformers alone, and where that differs
+    from tinygpt. `pad` is the text of the start token, the pad that batches are told to use."""
+    m = cfg.model
+    L, ctx = m.block_size + 1, count(m.block_size, "token")  # max_length, the context
+    stop = f"; it stops early at token {eos} (end of text)" if eos is not None else ""
+    unknown = ("; a character or word outside the vocabulary fails in the tokenizer with `Missing [UNK] token` "
+               "(sample.py names it)" if tok.get("kind") in ("char", "word") else "")
+    back = shlex.join(["python", "export.py", "--from-hf", path_word(folder), "OUT_RUN_DIR"])
+    hint = f"# PROMPT: at most {ctx}; do_sample=False: greedy; max_new_tokens=N: N more tokens"
+    return f"""\
 # GPT-2 export of a tinygpt run
 
-Exported from `{source}` (step {ckpt['step']}) by `{shlex.join(['python', 'export.py', str(run), '--format', 'hf',
-                                                                str(out_dir)])}`.
+Exported from {origin}.
 It needs transformers only, not tinygpt:
 
     from transformers import pipeline
-    generate = pipeline("text-generation", model={os.path.abspath(out_dir)!r})
-    print(generate("PROMPT")[0]["generated_text"])   # do_sample=False: greedy; max_new_tokens=N: N more tokens
+    generate = pipeline("text-generation", model={folder!r})
+    print(generate("PROMPT")[0]["generated_text"])   {hint}
 
-- Model: {cfg.model.n_layer} layer{'s' * (cfg.model.n_layer != 1)}, {cfg.model.n_head} head{'s' * (cfg.model.n_head != 1)}, n_embd {cfg.model.n_embd}, \
-context {cfg.model.block_size}, vocabulary {cfg.model.vocab_size}; exact GELU (`activation_function: gelu`).
+- Model: {count(m.n_layer, "layer")}, {count(m.n_head, "head")}, n_embd {m.n_embd}, context {m.block_size}, \
+vocabulary {m.vocab_size}; exact GELU (`activation_function: gelu`).
 - Tokens: {tokenizer_note(tok)}. The tokenizer is also recorded in config.json under `tinygpt.tokenizer`.
-- Generation (generation_config.json): sampling at temperature 0.8 with no top-k, like sample.py; \
-prompt and continuation together at most {cfg.model.block_size} tokens, the context length (max_length)\
-{f"; it stops early at token {eos} (end of text)" if eos is not None else ""}. GPT-2's positions end there: \
-a longer prompt, or a `max_new_tokens` that runs past it, ends in transformers' IndexError, where \
-tinygpt's sample.py slides its window and goes on (greedy, `do_sample=False` and `--temperature 0`, the \
-two give the same tokens up to the context).
-- tokenizer.json takes text as it is (sample.py first drops a byte-order mark and turns CRLF into LF)\
-{"; a character or word outside the vocabulary fails in the tokenizer with `Missing [UNK] token` (sample.py names it)" if tok.get("kind") in ("char", "word") else ""}.
-- {"Biases are zeros: the tinygpt model had none (bias: false)." if not cfg.model.bias else "Biases as trained."}
-- Back to tinygpt, exactly: `{shlex.join(['python', 'export.py', '--from-hf', path_word(os.path.abspath(out_dir)),
-                                           'OUT_RUN_DIR'])}`.
-""" + (f"- Caution: {caution}.\n" if caution else ""))
-    return out_dir
+- Generation (generation_config.json): sampling at temperature 0.8 with no top-k, like sample.py, up to \
+{L} tokens in all (`max_length`){stop}. GPT-2's positions end at the context, {ctx}, and the last token is \
+predicted from the {ctx} before it. So a prompt of at most {ctx} continues to {L} tokens in all; a longer one is \
+refused with transformers' ``ValueError: Input length of input_ids is N, but `max_length` is set to {L}``, \
+and a `max_new_tokens` that takes prompt and continuation past {L} tokens ends in transformers' `IndexError: \
+index out of range in self`, where tinygpt's sample.py slides its window and goes on (greedy, `do_sample=False` \
+and `--temperature 0`, the two give the same tokens up to {L} in all). Given `max_new_tokens`, transformers \
+notes that `max_length` is set too: `max_new_tokens` takes precedence.
+- Batches: set a pad token first. Any token will do (the attention mask hides padding), e.g. the start token \
+(id {bos}, {pad!r}). The files name none: transformers makes a pad token of tokenizer_config.json a special \
+token, and the pipeline drops special tokens from the text it decodes: every {pad!r} of a continuation would go.
+
+      generate.tokenizer.pad_token_id = generate.model.config.bos_token_id
+      generate(["PROMPT", "A LONGER PROMPT"], batch_size=2, max_new_tokens=N, do_sample=False)   # as each alone
+
+  tokenizer_config.json pads on the left, so `inputs = generate.tokenizer(prompts, padding=True, \
+return_tensors="pt")` then `out = generate.model.generate(**inputs, ...)` works too; there the padding \
+decodes as {pad!r}: decode only the new tokens, `out[:, inputs.input_ids.shape[1]:]`.
+- Attention weights: transformers' default attention (sdpa) returns none, `.attentions == ()`; with \
+`AutoModelForCausalLM.from_pretrained(FOLDER, attn_implementation="eager")`, \
+`model(**inputs, output_attentions=True).attentions` holds one (1, {m.n_head}, T, T) tensor per layer (batch, \
+head, query, key): tinygpt's own weights, as `sample.py --attention-png` draws them.
+- tokenizer.json takes text as it is (sample.py first drops a byte-order mark and turns CRLF into LF){unknown}.
+- {"Biases are zeros: the tinygpt model had none (bias: false)." if not m.bias else "Biases as trained."}
+- Back to tinygpt, exactly: `{back}`.
+""" + (f"- Caution: {caution}.\n" if caution else "")
 
 
 # ---- GPT-2 -> tinygpt ----
