@@ -34,12 +34,14 @@ import torch
 from data.prepare import Prepared, get_batch, load_for_training, prepare, same_dataset, token_keys, vocab_note
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimizer, load_weights,
-                                model_from_checkpoint, resolve_checkpoint, restore_rng_state, save_checkpoint)
+                                model_from_checkpoint, resolve_checkpoint, restore_rng_state, save_checkpoint,
+                                sweep_temp_files)
 from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, path_word, reason, run_cli, script_word, short,
                             stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
-from tinygpt.runs import check_run_dir, metrics_text, resumed_metrics, run_lock, write_config, write_metrics
+from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, resumed_metrics, run_lock, write_config,
+                          write_metrics)
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
                              emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory, peak_flops,
                              resolve_device, resolve_dtype, usable_cores)
@@ -380,6 +382,12 @@ def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
     return losses
 
 
+def plot_missed(out_dir: Path) -> bool:
+    """Is loss.png missing, or older than the last checkpoint (the plot is drawn after it)?"""
+    png, ckpt = out_dir / "loss.png", out_dir / "ckpt.pt"
+    return not png.is_file() or (ckpt.is_file() and png.stat().st_mtime_ns < ckpt.stat().st_mtime_ns)
+
+
 def log(run: Run, metrics: list[dict], lr: float, speed: dict[str, float]) -> dict[str, str]:
     """The train loss since the last log (one host sync), tokens/s and MFU -> a metrics row."""
     train_loss = run.dist.mean(run.loss_sum / run.loss_count).item()
@@ -417,6 +425,8 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                 if dist.master:  # (tqdm's write prints even where its bar is off)
                     bar.write(f"step {run.step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             if run.step >= t.max_iters:
+                if dist.master and t.plot != "never" and plot_missed(run.out_dir):  # killed while drawing it
+                    plot_run(run.out_dir)
                 return "done"
             # all processes stop together: --stop-at is the same step on each; a signal (here, or in
             # another process of the run) is agreed on every step, but under DDP with NCCL (GPUs) only at
@@ -505,6 +515,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     out_dir = Path(t.out_dir)
     if dist.master:  # under DDP rank 0 decides, holding the folder's lock; the others wait for its verdict
         check_run_dir(out_dir, args.resume)
+        for name in TRAIN_FILES:  # temp files of a writer killed mid-write: a resume may never write them again
+            sweep_temp_files(out_dir / name)
     dist.barrier()
     if args.resume and not dist.master and not (out_dir / "ckpt.pt").is_file():
         raise UserError(f"process {dist.rank}: --resume: {out_dir / 'ckpt.pt'}, which process 0 resumes from, is not "

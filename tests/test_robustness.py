@@ -252,6 +252,25 @@ def test_ddp_ranks_draw_their_own_dropout_and_resume_exactly(corpus, tmp_path):
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 
+def test_a_resume_of_a_run_killed_while_drawing_its_last_plot_draws_it(corpus, tmp_path):
+    """`kill -9` while the finished run drew loss.png (train.plot=end): a resume said `done` and drew
+    nothing, and the dead writer's temp files stayed for good (they went only when the same file was
+    written again, which a finished run's resume never does)."""
+    from tinygpt import plots
+    if not plots.can_plot():
+        pytest.skip("needs matplotlib")
+    import train
+    run = tmp_path / "run"
+    args = train_args(corpus, run, "train.max_iters=10", "train.plot=end")
+    train.main(args)
+    (run / "loss.png").unlink()  # as if killed while drawing it
+    dead = [run / f".{name}.999999999.abcd1234.tmp" for name in ("loss.png", "best.pt", "ckpt.pt")]
+    for temp in dead:
+        temp.write_bytes(b"half")
+    train.main(args + ["--resume"])
+    assert (run / "loss.png").is_file() and not any(temp.exists() for temp in dead)
+
+
 def test_sigkill_while_saving_never_breaks_the_checkpoint(tmp_path):
     """20 kills at random moments of saving: what is left always loads, old or new."""
     path = tmp_path / "ckpt.pt"
