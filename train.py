@@ -503,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     dist = Distributed.from_env(device)  # one process, or one of several under torchrun
     try:
         # one training per run directory (rank 0 writes it): a second one is refused, not mixed in
-        with run_lock(Path(cfg.train.out_dir)) if dist.master else nullcontext() as held:
+        with run_lock(Path(cfg.train.out_dir), resume=args.resume) if dist.master else nullcontext() as held:
             return train(args, cfg, dist, held)
     finally:
         dist.close()

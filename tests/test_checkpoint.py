@@ -633,6 +633,7 @@ def test_a_training_whose_folder_was_removed_leaves_the_next_ones_lock(tmp_path)
 
 def test_an_unwritable_setting_names_the_fix(tmp_path, monkeypatch):
     """A read-only checkout: 'train.out_dir='out/stories' is not writable' gave no way out."""
+    from tinygpt import runs
     from tinygpt.checkpoint import check_writable
     monkeypatch.setattr(os, "access", lambda *a, **k: False)
     with pytest.raises(UserError, match=r"denies writing .*; give a folder you can write, e\.g\. --set "
@@ -640,6 +641,11 @@ def test_an_unwritable_setting_names_the_fix(tmp_path, monkeypatch):
         check_writable(tmp_path / "out", "train.out_dir")
     with pytest.raises(UserError, match=r"--out=.* denies writing \(permissions or a read-only file system\)$"):
         check_writable(tmp_path / "out", "--out")
+    # --resume: another folder holds no run to continue (the advice above ended in `no checkpoint at`)
+    with pytest.raises(UserError, match=rf"; copy the run into a folder you can write and resume it there: cp -a "
+                                        rf"{re.escape(shlex.quote(str(tmp_path / 'out')))} /tmp/tinygpt, then --resume "
+                                        rf"--set train\.out_dir=/tmp/tinygpt$"):
+        runs.run_lock(tmp_path / "out", resume=True).__enter__()
 
 
 def test_a_device_as_the_run_is_named_as_one():

@@ -228,10 +228,11 @@ def dead_link(path: Path) -> str | None:
     return None
 
 
-def check_writable(path: str | Path, what: str) -> None:
+def check_writable(path: str | Path, what: str, resume: bool = False) -> None:
     """Refuse, before any work, a folder that cannot be created or written into: a file, a path
     through a file, or a folder (or its nearest existing parent) without write permission or on
-    a read-only file system. `what` names the setting: 'train.out_dir', '--out', 'output folder'."""
+    a read-only file system. `what` names the setting: 'train.out_dir', '--out', 'output folder';
+    `resume`: the folder holds a run to continue (another folder would hold none: copy it there)."""
     path = Path(path)
     named = f"{what}={short(str(path))}" if what.startswith("-") or "." in what else f"{what} {path}"
     if path.exists() and not path.is_dir():
@@ -245,6 +246,9 @@ def check_writable(path: str | Path, what: str) -> None:
         raise UserError(f"{named} cannot be created: {existing} is a file")
     if not os.access(existing, os.W_OK | os.X_OK):
         fix = f"; give a folder you can write, e.g. --set {what}=/tmp/tinygpt" if what in all_keys() else ""
+        if resume and fix:
+            fix = (f"; copy the run into a folder you can write and resume it there: cp -a {shlex.quote(str(path))} "
+                   f"/tmp/tinygpt, then --resume --set {what}=/tmp/tinygpt")
         raise UserError(f"{named} is not writable: {existing} denies writing (permissions or a read-only "
                         f"file system){fix}")
     try:  # root passes that test everywhere, yet /proc and /sys take no new file
