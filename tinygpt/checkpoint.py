@@ -245,10 +245,11 @@ def check_writable(path: str | Path, what: str, resume: bool = False) -> None:
     if not existing.is_dir():
         raise UserError(f"{named} cannot be created: {existing} is a file")
     if not os.access(existing, os.W_OK | os.X_OK):
-        fix = f"; give a folder you can write, e.g. --set {what}=/tmp/tinygpt" if what in all_keys() else ""
-        if resume and fix:
+        fix = ""
+        if what in all_keys():  # a setting: say what to set (a resume needs its run there too)
             fix = (f"; copy the run into a folder you can write and resume it there: cp -a {shlex.quote(str(path))} "
-                   f"/tmp/tinygpt, then --resume --set {what}=/tmp/tinygpt")
+                   f"/tmp/tinygpt, then --resume --set {what}=/tmp/tinygpt" if resume else
+                   f"; give a folder you can write, e.g. --set {what}=/tmp/tinygpt")
         raise UserError(f"{named} is not writable: {existing} denies writing (permissions or a read-only "
                         f"file system){fix}")
     try:  # root passes that test everywhere, yet /proc and /sys take no new file

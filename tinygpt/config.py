@@ -342,7 +342,7 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
                             f"that starts with @, *, !, &, % or a quote only in quotes, e.g. "
                             f"--set 'train.out_dir=\"@runs\"')") from None
         if types.get(name) is str and not isinstance(value, str):
-            value = text.strip()
+            value = bare
         nested.setdefault(section, {})[name] = value
     return nested
 

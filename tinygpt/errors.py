@@ -181,7 +181,7 @@ def end_quietly(exiting: BaseException | None) -> None:
     128 + n) gives its reader STOPPED_FLUSH_S to take the rest: on a full pipe nobody reads, the
     signal that was meant to stop it would otherwise leave it waiting for a second one."""
     code = exiting.code if isinstance(exiting, SystemExit) else 1 if exiting is not None else 0
-    code = code if isinstance(code, int) else 1
+    code = code if isinstance(code, int) else 1  # (a SystemExit's message, or None)
 
     def exit_now(signum, frame):
         os._exit(code)
