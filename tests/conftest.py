@@ -33,6 +33,18 @@ SHARED_DATA = Path(os.environ.get("TINYGPT_TEST_DATA") or ROOT.parent / "shared"
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """`python -m pytest` with no paths and no -m leaves out the tests marked slow (pyproject.toml),
+    so that the everyday run takes minutes; `-m slow` runs them, and naming a file or a test (or the
+    tests folder) runs what it names, whatever its mark."""
+    if config.option.markexpr or config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
 def fake_cores(monkeypatch, cpus: set[int]) -> None:
     """Make this process see exactly the CPUs `cpus`, one core each (no SMT) and no container CPU
     quota, whatever machine runs the test (tinygpt.runtime.usable_cores)."""

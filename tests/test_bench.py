@@ -204,6 +204,7 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     assert table["decoding 1x2x32, block 32, KV cache"].endswith("x no cache)")
 
 
+@pytest.mark.slow
 def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path, one_thread, monkeypatch):
     import bench
     trained_in = []
@@ -254,6 +255,7 @@ def running(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; PR_SET_PDEATHSIG is Linux's")
 @pytest.mark.parametrize("signum, code, stderr", [(signal.SIGTERM, 143, "interrupted\n"), (signal.SIGKILL, -9, "")],
                          ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.slow
 def test_a_stopped_bench_stops_its_busy_process(tmp_path, signum, code, stderr):
     """bench.py --under-load stopped beside its busy process: SIGTERM is one line, exit 143, and the
     busy process stopped on the way out; after a SIGKILL, when nothing of bench's runs, the kernel
@@ -342,6 +344,7 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
     assert late == f"{table['training, bfloat16']}; then the stage ended: out of time (exit 124)"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the check runs for minutes")
 def test_gpu_check_without_a_gpu_is_one_line_exit_2(tmp_path):
     import subprocess
@@ -368,6 +371,7 @@ def test_the_scripts_refuse_what_they_do_not_know(tmp_path, script, env, args, m
     assert r.stdout == "" and [p.name for p in (tmp_path / "gc").iterdir()] == ["status"]
 
 
+@pytest.mark.slow
 def test_gpu_check_keeps_to_its_budget(tmp_path):
     """The stages share one budget (the check must end within 10 minutes): a stage that no longer
     fits is skipped and says so in the table, which still prints. (REHEARSE=1 with the whole budget,
@@ -411,6 +415,7 @@ def test_gpu_table_shows_the_compiled_decoding_stage(tmp_path):
     assert dict(gpu_table.rows(tmp_path, "cuda"))[label] == "failed (exit 1)"
 
 
+@pytest.mark.slow
 def test_json_results_survive_a_reader_who_leaves(tmp_path):
     """`bench.py ... --json F | head -1` exited 0 at the first print after head left, without F."""
     out = tmp_path / "bench.json"

@@ -167,6 +167,7 @@ def damaged_copy(run: Path, dest: Path, name: str = "best.pt", **changes) -> Pat
 # ======== 1-4: work mixed, lost or silently wrong (end to end) ========
 
 
+@pytest.mark.slow
 def test_1_a_second_training_on_one_out_dir_is_refused(tmp, capsys):
     """A trains (its step-0 checkpoint is written); B on the same folder (this process), new or
     --resume, is refused with one line; A then stops on Ctrl-C with its checkpoint; the folder holds
@@ -263,6 +264,7 @@ def test_1_a_killed_preparation_leaves_no_temp_folder(tmp):
 KILL_OR_HANGUP = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", KILL_OR_HANGUP, ids=lambda s: signal.Signals(s).name)
 def test_1_sigterm_or_sighup_while_preparing_is_one_line_and_leaves_nothing(tmp, signum):
     """SIGTERM (kill) stops a preparation as Ctrl-C does, with its own exit code: it used to die
@@ -283,6 +285,7 @@ def terminated_while_writing(proc: subprocess.Popen, signum: int = signal.SIGTER
         proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", KILL_OR_HANGUP, ids=lambda s: signal.Signals(s).name)
 def test_1_sigterm_or_sighup_while_train_py_prepares_its_data_leaves_nothing(tmp, signum):
     """Before its loop (preparing data, building the model) train.py died silently at SIGTERM, its
@@ -324,6 +327,7 @@ def test_2_resume_after_the_dataset_changed_is_refused(tmp, capsys):
     assert tuned.code == 0, tuned.err
 
 
+@pytest.mark.slow
 def test_3_a_training_killed_before_its_first_checkpoint_can_be_started_again(tmp, capsys):
     """SIGKILL before the first checkpoint leaves config.yaml and a stale .lock: a plain rerun
     starts the run again (and takes the lock over); --resume says there is no checkpoint."""
@@ -490,6 +494,7 @@ run_cli(lambda argv: torch.ones(2 ** 31, dtype=torch.uint8))  # 2 GB
 """
 
 
+@pytest.mark.slow
 def test_7_ulimit_v_counts_as_memory_and_a_refused_allocation_is_one_line():
     """`ulimit -v` (clusters set it): the memory check sees the address space left, and an
     allocation the kernel refuses anyway (torch's CPU allocator raises a RuntimeError) is one line,
@@ -647,6 +652,7 @@ def test_an_export_readme_quotes_its_folder_as_python_reads_it(run, tmp, capsys)
     assert ast.literal_eval(line) == str(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["sample.py", "probe.py", "export.py"])
 def test_an_empty_run_argument_is_refused_not_read_as_the_current_folder(run, script):
     """`python sample.py "$RUN"` with $RUN unset sampled from the current folder, if it held a run."""
@@ -657,6 +663,7 @@ def test_an_empty_run_argument_is_refused_not_read_as_the_current_folder(run, sc
 
 @pytest.mark.parametrize("terminal", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0"}],
                          ids=["ascii", "C locale, no UTF-8 mode"])
+@pytest.mark.slow
 def test_8_an_ascii_terminal_gets_escapes_not_a_traceback(run, terminal):
     """The tables' '\u2423' (a space) on a terminal that cannot show it (PYTHONIOENCODING=ascii, a Latin-1
     locale, a Windows console) was a UnicodeEncodeError; it is printed escaped, as stderr does. In the C
@@ -746,6 +753,7 @@ def test_8_a_full_disk_is_one_line_and_keeps_the_checkpoints(tmp, run, capsys, m
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="a file size limit (ulimit -f) is POSIX")
 def test_8_a_file_size_limit_while_preparing_is_one_line(tmp):
     """ulimit -f (or a full disk) while the token arrays are written: numpy's short write is an
@@ -1047,6 +1055,7 @@ def test_12_a_signal_while_a_command_starts_is_one_line(tmp_path, command, signu
     assert not (ROOT / "out" / "none-hf").exists()
 
 
+@pytest.mark.slow
 def test_12_a_torchrun_worker_but_rank_0_stops_on_a_signal_without_a_word(tmp_path, tmp, run):
     """torchrun stops every worker with SIGTERM once one has exited (a refused --set value, while
     the others still import torch) and passes a Ctrl-C on: each said `interrupted`, about a stop the
@@ -1249,6 +1258,7 @@ def test_12_output_left_for_a_reader_who_never_reads_does_not_make_the_command_u
     assert (result.code, told) == ((143, "interrupted\n") if code == 0 else (2, "error: refused\n")), result
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sets a pipe's size (Linux)")
 def test_12_a_signal_while_writing_to_a_full_pipe_stops_the_command(tmp):
     """SIGTERM to `sample.py --list-vocab` whose last 1 kB does not fit into a pipe nobody reads:
@@ -1286,6 +1296,7 @@ def test_12_a_signal_while_writing_to_a_full_pipe_stops_the_command(tmp):
     assert time.perf_counter() - start < 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", KILL_OR_HANGUP, ids=lambda s: signal.Signals(s).name)
 def test_12_every_command_stops_on_sigterm_and_sighup_with_one_line(tmp, run, signum):
     """run_cli, which every command runs through, turns SIGTERM and SIGHUP into the one line
@@ -1302,6 +1313,7 @@ def test_12_every_command_stops_on_sigterm_and_sighup_with_one_line(tmp, run, si
     assert (result.code, result.err) == (128 + signum, "interrupted\n"), result.err[-2000:]
 
 
+@pytest.mark.slow
 def test_12_ctrl_c_while_sampling_preparing_and_training_twice(tmp, run):
     """One 'interrupted' line and exit 130, in the middle of each: sampling (text streams out),
     preparing data (the tokenizing bar shows), and training after a second Ctrl-C (the first asks
@@ -1480,6 +1492,7 @@ def test_16_a_flipped_byte_in_tensor_data_is_refused(tmp, run, capsys):
     one_line(in_process("sample.py", [path], capsys), str(path), "checksum")
 
 
+@pytest.mark.slow
 def test_a_closed_standard_stream_reads_or_writes_nothing(run, tmp):
     """Started with stdout or stdin closed (`>&-`, `<&-`), Python sets sys.stdout (sys.stdin) to None:
     sample.py ended in an AttributeError traceback at its first print, writing no page; export.py's

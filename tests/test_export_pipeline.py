@@ -231,6 +231,7 @@ def case(name: str, cases: dict) -> dict:
     return cases[name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_pipeline_greedy_equals_sample_py(name, cases, hf_side):
     c = case(name, cases)
@@ -240,6 +241,7 @@ def test_pipeline_greedy_equals_sample_py(name, cases, hf_side):
         assert len(ours) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_a_batch_continues_each_prompt_as_alone(name, cases, hf_side):
     """Two prompts of different lengths, greedy, in one batch: the pipeline's and model.generate's on
@@ -252,6 +254,7 @@ def test_a_batch_continues_each_prompt_as_alone(name, cases, hf_side):
     assert batch["generated"] == batch["alone"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_the_pipelines_defaults_fit_the_context(name, cases, hf_side):
     """pipeline(...)(prompt) with no length given: up to 65 tokens in all, the context's 64 and one more
@@ -261,6 +264,7 @@ def test_the_pipelines_defaults_fit_the_context(name, cases, hf_side):
     assert default.startswith(prompt) and len(default) > len(prompt), default
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_autotokenizer_gives_our_ids(name, cases, hf_side):
     c = case(name, cases)

@@ -58,6 +58,7 @@ def torchrun(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess:
                            str(ROOT / "train.py"), *args], capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_match_one_process(corpus, tmp_path):
     """2 gloo processes with batch 4 each == 1 process with batch 8 (same global batch)."""
     single, ddp = tmp_path / "single", tmp_path / "ddp"
@@ -81,6 +82,7 @@ def test_ddp_two_processes_match_one_process(corpus, tmp_path):
     assert len(text.getvalue()) >= 20
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the workers' ranks in /proc")
 def test_ddp_a_signal_to_one_worker_stops_every_process_as_interrupted(corpus, tmp_path):
     """SIGTERM to rank 1 alone: every process saves and stops together, and rank 0 says
@@ -116,6 +118,7 @@ def workers_of(launcher: int) -> dict[int, int]:
     return workers
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_ddp_workers_stop_and_save_when_torchrun_is_killed(corpus, tmp_path):
     """`kill -9` of torchrun (its own clean-up never runs): its workers trained on alone, holding the
@@ -143,6 +146,7 @@ def test_ddp_workers_stop_and_save_when_torchrun_is_killed(corpus, tmp_path):
     assert load_checkpoint(run / "ckpt.pt")["step"] > 0 and not (run / ".lock").exists()
 
 
+@pytest.mark.slow
 def test_ddp_a_second_torchrun_on_a_folder_in_use_says_only_that(corpus, tmp_path):
     """A torchrun training into a folder another training holds: rank 0 said it is in use, and rank
     1, checking the folder on its own, `already holds a run; continue it with --resume`, which would
@@ -186,6 +190,7 @@ def test_a_worker_that_loses_its_peer_mid_step_says_so_in_one_line():
             raise RuntimeError("a bug")
 
 
+@pytest.mark.slow
 def test_ddp_a_refusal_on_rank_0_is_one_line_on_every_rank(tmp_path):
     """Rank 0 refuses the dataset while preparing it; rank 1, waiting at the barrier, stops with one
     line too (or `interrupted`, if torchrun's SIGTERM comes first), not gloo's traceback. The only
@@ -228,6 +233,7 @@ def test_resume_is_exact_with_dropout(corpus, tmp_path):
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 
+@pytest.mark.slow
 def test_ddp_ranks_draw_their_own_dropout_and_resume_exactly(corpus, tmp_path):
     """Under DDP each rank has its own random stream (seeded train.seed + rank), so its dropout
     masks differ from the other ranks' as they would within one batch (they used to be the same),
@@ -300,6 +306,7 @@ def test_sigkill_while_saving_never_breaks_the_checkpoint(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT])  # SIGTERM: the next test, SIGHUP: the one after
 def test_signal_saves_a_checkpoint_and_stops(corpus, tmp_path, signum):
     run = tmp_path / "run"
@@ -322,6 +329,7 @@ def test_signal_saves_a_checkpoint_and_stops(corpus, tmp_path, signum):
     assert load_checkpoint(run / "ckpt.pt")["step"] == step + 3
 
 
+@pytest.mark.slow
 def test_a_second_sigterm_during_the_step_still_saves(corpus, tmp_path):
     """torchrun, a job scheduler or a process-group kill signals the launcher and the worker
     together, and the launcher passes its signal on: the worker got two SIGTERMs at once, stopped
@@ -344,6 +352,7 @@ def test_a_second_sigterm_during_the_step_still_saves(corpus, tmp_path):
     assert load_checkpoint(run / "ckpt.pt")["step"] >= 1  # the step under way finished and saved
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nohup", [False, True], ids=["hang-up", "nohup"])
 def test_a_terminal_that_hangs_up_saves_and_stops(corpus, tmp_path, nohup):
     """An SSH connection that drops: the terminal hangs up, the kernel sends SIGHUP, and every later
@@ -387,6 +396,7 @@ def test_a_terminal_that_hangs_up_saves_and_stops(corpus, tmp_path, nohup):
     assert load_checkpoint(run / "ckpt.pt")["step"] == step + 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("buffered", [False, True])
 def test_a_closed_stdout_does_not_stop_training(corpus, tmp_path, buffered):
     """`train.py | head -1`: the reader of stdout leaves early, and the training goes on to its end,
@@ -408,6 +418,7 @@ def test_a_closed_stdout_does_not_stop_training(corpus, tmp_path, buffered):
     assert err == "warning: stdout was closed (its reader left); going on without printing there\n"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a file whose disk is always full)")
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_a_log_on_a_full_disk_does_not_stop_the_training(corpus, tmp_path, stream):
@@ -426,6 +437,7 @@ def test_a_log_on_a_full_disk_does_not_stop_the_training(corpus, tmp_path, strea
         assert done.stderr.startswith("warning: stdout cannot be written (No space left on device); going on")
 
 
+@pytest.mark.slow
 def test_a_run_folder_removed_while_training_is_not_made_again(corpus, tmp_path):
     """`rm -rf` of a live run's folder: its next save made the folder again (no config.yaml, no
     lock), and a second training started there meanwhile wrote into the same files."""
@@ -445,6 +457,7 @@ def test_a_run_folder_removed_while_training_is_not_made_again(corpus, tmp_path)
     assert not run.exists()
 
 
+@pytest.mark.slow
 def test_after_a_closed_stdout_ctrl_c_says_how_to_continue_on_stderr(corpus, tmp_path):
     """The note "saved ...; continue with --resume" went to the closed stdout: nobody read it."""
     run = tmp_path / "run"

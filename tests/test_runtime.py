@@ -159,6 +159,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 5)
 """
 
 
+@pytest.mark.slow
 def test_freed_memory_is_reused_without_page_faults():
     """keep_freed_memory: after warm-up a training step reuses the pages it freed, so it faults in
     few new ones (without it glibc may hand ~100 MB a step back to the OS and fault it in again;
@@ -358,6 +359,7 @@ def has_cpp_compiler() -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not has_cpp_compiler(), reason="no C++ compiler for torch.compile (--compile falls back)")
 def test_compiled_decoding_gives_the_same_tokens_with_one_graph(tiny_model_config, monkeypatch):
     """The compiled one-token step decodes the same greedy tokens as the model, through window
@@ -421,6 +423,7 @@ def test_compiled_decoding_falls_back_to_the_model_with_one_warning(tiny_model_c
 
 @pytest.mark.parametrize("ending, code, said", [("sys.exit(3)", 3, ""), ("None", 0, ""),
                                                  ("sys.exit('why')", 1, "why"), ("1 / 0", 1, "ZeroDivisionError")])
+@pytest.mark.slow
 def test_a_torchrun_worker_exits_with_its_code_without_pythons_shutdown(ending, code, said):
     """Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set) train.py ends without Python's
     shutdown, where gloo's threads can abort the process (exit_as_torchrun_worker's doc): the exit

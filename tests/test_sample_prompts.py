@@ -174,6 +174,7 @@ def test_interactive_through_the_real_cli(tiny_stories_run, tmp_path):
     assert result.stderr == ""  # not a terminal: no greeting, no "> " prompts
 
 
+@pytest.mark.slow
 def test_at_a_terminal_ctrl_c_stops_the_answer_not_the_session(tiny_stories_run):
     """As in a shell: Ctrl-C during an answer stops it and the next prompt comes; at the prompt it
     drops the line typed; Ctrl-D quits (exit 0). The model stays loaded throughout."""
@@ -443,6 +444,7 @@ def test_a_character_split_across_byte_tokens_is_shown_whole(tiny_stories_run, m
     assert terminal.getvalue() == "Miacafé \\u202etxet\\x1b[2J😀\\r\\x07\n\tok\n"
 
 
+@pytest.mark.slow
 def test_a_terminal_and_a_pipe_from_the_real_cli(tiny_stories_run, tmp_path):
     """sample.py's real stdout: a pseudo-terminal shows the controls as escapes; a pipe gets every byte."""
     pty = pytest.importorskip("pty")

@@ -84,6 +84,7 @@ def test_a_script_run_as_a_file_says_how_to_run_it(name):
     assert done.stderr == f"error: run it from the repository root as python -m scripts.{name}\n"
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_script_is_interrupted_exit_130(tmp_path):
     """Ctrl-C while a script waits on its child (page_faults' measurement): one line, exit 130."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -105,6 +106,7 @@ def test_ctrl_c_in_a_script_is_interrupted_exit_130(tmp_path):
     assert proc.returncode == 130 and err.splitlines() == ["interrupted"], err
 
 
+@pytest.mark.slow
 def test_a_script_killed_takes_its_measurement_with_it(tmp_path):
     """kill -9 of page_faults (or of reproduce, default_run: the same run()): its child went on
     alone, 10,000 steps with a core busy, for half an hour."""

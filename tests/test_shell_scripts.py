@@ -98,6 +98,7 @@ def test_gpu_check_refuses_an_out_it_cannot_make(gpu_check, tmp_path, where):
     assert (tmp_path / "file").read_text() == "mine"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget, failed", [("60", STAGES), ("16", ["tests"])])
 def test_gpu_check_exits_1_when_a_stage_failed(gpu_check, tmp_path, budget, failed):
     """It exited 0 whatever failed. Now the table still prints, then one line names the stages that
@@ -146,6 +147,7 @@ def test_gpu_check_refuses_an_out_that_holds_what_it_does_not_write(gpu_check, t
     assert sorted((str(p.relative_to(out)), p.is_dir() or p.read_text()) for p in out.rglob("*")) == before
 
 
+@pytest.mark.slow
 def test_gpu_check_clears_an_earlier_checks_output(gpu_check):
     """What the check writes is all it takes an OUT to hold (its runs' folders, whatever is in them,
     and a JSON half-written by a killed bench.py included), and it is cleared, never passed off as
@@ -232,6 +234,7 @@ def test_gpu_check_stops_the_running_stage_on_a_signal(tmp_path, signum, to_grou
     assert (out / "status").read_text() == "tests=interrupted\n"
 
 
+@pytest.mark.slow
 def test_gpu_check_reads_relative_paths_from_where_it_is_run(gpu_check, tmp_path):
     """It went to the repository root first: `cd data && SHAKESPEARE=tinyshakespeare.txt bash
     .../gpu_check.sh` said `no tiny shakespeare at tinyshakespeare.txt`, and a relative OUT was made

@@ -128,6 +128,7 @@ def test_a_sweep_on_a_folder_holding_another_grids_runs_says_so(first_sweep, tmp
     assert (out / "n_head=2" / "ckpt.pt").is_file()
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_and_resumes_unfinished(first_sweep):
     tmp, out = first_sweep["tmp"], first_sweep["out"]
     mtimes = {n: (out / n / "ckpt.pt").stat().st_mtime_ns for n in ("n_head=1", "n_head=2")}
@@ -188,6 +189,7 @@ def test_a_rerun_that_cannot_report_or_reproduce_a_run_is_refused_before_trainin
             refused(folder, r"other settings \(train.max_iters=10 \(now 15\)\)", "train.max_iters=15")
 
 
+@pytest.mark.slow
 def test_a_finished_run_whose_metrics_are_lost_is_restored_from_its_checkpoint(first_sweep, tmp_path):
     """A finished run's metrics.csv deleted or damaged was refused ("move the folder away to retrain"),
     though its ckpt.pt carries the rows and train.py --resume restores them: the sweep resumes it. A
@@ -212,6 +214,7 @@ def test_a_finished_run_whose_metrics_are_lost_is_restored_from_its_checkpoint(f
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["done"]
 
 
+@pytest.mark.slow
 def test_a_finished_run_whose_config_yaml_was_edited_is_restored_from_its_checkpoint(first_sweep, tmp_path):
     """A finished run's config.yaml edited by hand (n_embd, lr) was trusted: `finished earlier,
     skipped`, and the report gave the edit's parameter count as the run's. Its ckpt.pt holds what it
@@ -365,6 +368,7 @@ def test_an_out_folder_holding_a_training_run_is_refused(tmp_path, monkeypatch):
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["ckpt.pt"]
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_does_not_stop_the_sweep(tmp_path):
     """`sweep.py ... | head -1`: every run still trains to its end and the report is written (the
     sweep ended at its next print, exit 0, the rest of the grid never trained)."""
@@ -510,6 +514,7 @@ sys.exit(130)
 
 @pytest.mark.parametrize("jobs, heads, signum", [(1, "1,2,4", signal.SIGINT), (2, "1,2,4", signal.SIGINT),
                                                  (5, "1,2", signal.SIGINT), (2, "1,2", signal.SIGHUP)])
+@pytest.mark.slow
 def test_ctrl_c_stops_the_running_runs_once_and_starts_no_more(tmp_path, monkeypatch, capfd, jobs, heads, signum):
     """A stand-in train.py (no torch) that runs until Ctrl-C: the sweep's Ctrl-C reaches every run
     that is running exactly once, no other run starts, the report is written and the sweep exits
@@ -655,6 +660,7 @@ def test_a_stopped_runs_status_is_the_step_its_checkpoint_holds(first_sweep, tmp
     assert runs.summarize_run(run)["status"] == "step 5/10"
 
 
+@pytest.mark.slow
 def test_an_unfinished_run_whose_metrics_csv_is_damaged_is_resumed_as_train_py_would(first_sweep, tmp_path):
     """The sweep refused an unfinished run whose metrics.csv was damaged, though train.py --resume
     restores its rows from the checkpoint: it asks what train.py would (runs.resumed_metrics)."""
@@ -727,6 +733,7 @@ def written(path: Path) -> str:
         return ""
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_killed_sweep_stops_its_runs(tmp_path):
     """SIGKILL leaves the sweep no handler to pass it on: the kernel sends its run SIGTERM, so the
@@ -914,6 +921,7 @@ def test_an_interval_is_cut_where_its_metric_cannot_go(tmp_path):
     assert read_csv(tmp_path / "summary.csv")[0]["wall_s_lo"] == "0.0"
 
 
+@pytest.mark.slow
 def test_sweep_with_seeds_and_probe_summarizes_each_setting(tmp_path):
     out = tmp_path / "sw"
     with pytest.MonkeyPatch.context() as mp:

@@ -89,6 +89,7 @@ class Killed(BaseException):
     """A kill -9, as far as the run's files go: nothing after it is written for that step."""
 
 
+@pytest.mark.slow
 def test_an_eval_killed_while_drawing_is_drawn_again_on_resume(tmp_path, monkeypatch, one_thread):
     """ckpt.pt was saved before the attention images were drawn (~0.5 s): a kill in between left a
     checkpoint of step 10 without its image, and the resume (purging after step 10) never drew it."""
@@ -116,6 +117,7 @@ def test_an_eval_killed_while_drawing_is_drawn_again_on_resume(tmp_path, monkeyp
     assert event_steps(run) == (evals, evals) == ([0, 10, 20], [0, 10, 20])
 
 
+@pytest.mark.slow
 def test_a_new_run_never_mixes_its_events_with_an_earlier_runs(tmp_path, monkeypatch, one_thread):
     """`rm out/x/*` leaves tensorboard/ (a folder): a new run there added its events beside the old
     ones, every step twice. Now refused; a run that died before its first checkpoint (events of

@@ -443,6 +443,7 @@ def _stories() -> str:
     pytest.param(("=" * 5000 + "\n") * 20 + "the cat sat on the mat\n" * 20, 300, id="5000 ="),
     pytest.param(UNICODE_PARAGRAPH * 40 + "🙂" * 300, 300, id="unicode paragraph"),
 ])
+@pytest.mark.slow
 def test_learned_merges_are_exactly_the_rescanning_learners(text, n_merges):
     # the same counts (overlapping pairs: "aaa" holds (a, a) twice), ties, merges left to right
     text = text() if callable(text) else text
