@@ -569,7 +569,8 @@ def test_a_crash_in_the_sweep_itself_starts_no_more_runs(tmp_path, monkeypatch):
     fake = tmp_path / "fake_train.py"
     fake.write_text("import json, pathlib, sys, time\n"
                     "out = pathlib.Path(json.loads([a.split('=', 1)[1] for a in sys.argv if a.startswith('train.out_dir=')][0]))\n"
-                    "out.mkdir(parents=True)\n(out / 'started').touch()\n(out / 'config.yaml').touch()\ntime.sleep(1)\n")
+                    "out.mkdir(parents=True)\n(out / 'started').touch()\n(out / 'config.yaml').touch()\n"
+                    "time.sleep(0 if out.name == 'n_head=1' else 3)\n")  # n_head=1 ends first, on a busy machine too
     monkeypatch.setattr(sweep, "TRAIN_PY", fake)
 
     def broken(run_dir, label):  # reading n_head=1's results, after its run
@@ -654,6 +655,17 @@ def test_a_stopped_runs_status_is_the_step_its_checkpoint_holds(first_sweep, tmp
     assert max(r["step"] for r in runs.read_metrics(run)) == 5 and load_checkpoint(run / "ckpt.pt")["step"] == 7
     assert runs.summarize_run(run)["status"] == "step 7/10"
     ckpt = load_checkpoint(run / "ckpt.pt")
+    # rows past the checkpoint (its save there failed on a full disk): the resume trains them again, and
+    # a run whose last save failed is not done (it was reported done, and its last row's step)
+    lines = (run / "metrics.csv").read_text().splitlines()
+    last = lines[-1].split(",")
+    (run / "metrics.csv").write_text("\n".join([*lines, ",".join(["10", *last[1:]])]) + "\n")
+    assert runs.summarize_run(run)["status"] == "step 7/10"
+    torch.save({**ckpt, "step": 10}, run / "ckpt.pt")
+    assert runs.summarize_run(run)["status"] == "done"
+    (run / "metrics.csv").write_text("\n".join(lines) + "\n")
+    torch.save({**ckpt, "step": 3}, run / "ckpt.pt")
+    assert runs.summarize_run(run)["status"] == "step 3/10"
     torch.save({**ckpt, "step": 10**30}, run / "ckpt.pt")  # not this run's step: the last row's
     assert runs.summarize_run(run)["status"] == "step 5/10"
     (run / "ckpt.pt").write_bytes(b"damaged")  # unreadable: the last row's step, as before

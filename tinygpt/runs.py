@@ -448,9 +448,11 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
     last_step = int(metrics[-1]["step"]) if metrics else 0
     done = bool(metrics) and last_step >= cfg.train.max_iters
     live = not done and training_now(run_dir)
-    saved = saved_step(run_dir / "ckpt.pt") if metrics and not done and not live else None
-    if saved is not None and last_step <= saved <= cfg.train.max_iters:  # (else not this run's: the last row)
-        last_step = saved  # stopped (killed, Ctrl-C, --stop-at): where a resume continues, not its last row
+    saved = saved_step(run_dir / "ckpt.pt") if metrics and not live else None
+    if saved is not None and saved <= cfg.train.max_iters:  # (beyond it: not this run's, the last row is all)
+        # where a resume continues, not the last row: past it (stopped by a signal, Ctrl-C, --stop-at), or
+        # before it (the save at the last row failed: a full disk), whose rows the resume trains again
+        last_step, done = saved, saved >= cfg.train.max_iters
     status = ("done" if done else f"step {last_step}/{cfg.train.max_iters}" if metrics else
               "no metrics.csv rows" if (run_dir / "metrics.csv").is_file() else "no metrics.csv file")
     if live:
