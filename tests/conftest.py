@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     """`python -m pytest` with no paths and no -m leaves out the tests marked slow (pyproject.toml),
     so that the everyday run takes minutes; `-m slow` runs them, and naming a file or a test (or the
     tests folder) runs what it names, whatever its mark."""
-    if config.option.markexpr or config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
+    if config.option.markexpr or config.args_source is pytest.Config.ArgsSource.ARGS:
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
     if slow:
