@@ -67,8 +67,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     -> y (B, nh, Tq, hs), att (B, nh, Tq, Tk) the weights before dropout. dropout_p: 0.0 outside
     training (F.dropout drops whenever it is above 0)."""
     hs = q.size(-1)
-    # 1/sqrt(hs): the scores' variance stays that of one product, whatever hs (about 1 for unit-variance q and k),
-    # so a wide head's softmax does not saturate: Vaswani et al. 2017, §3.2.1 and its footnote 4
+    # q·k sums hs products, so its variance grows like hs; dividing by sqrt(hs) brings it back to about 1
+    # (for unit-variance q and k), so a wide head's softmax does not saturate: Vaswani et al. 2017, §3.2.1, note 4
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # 3a) scores (B, nh, Tq, Tk)
     att = masked_softmax(scores, mask)  # 3b) mask, softmax: (B, nh, Tq, Tk)
     y = F.dropout(att, dropout_p) @ v  # 4) weight the values: (B, nh, Tq, hs)
@@ -225,10 +225,10 @@ class GPT(nn.Module):
         self.lm_head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
         # each residual branch adds to x; scaling their last layer by 1/sqrt(2*n_layer) keeps the
-        # residual stream's variance from growing with depth (GPT-2 paper, §2.3)
-        for name, p in self.named_parameters():
-            if name.endswith("out_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        # residual stream's variance from growing with depth (GPT-2 paper, §2.3): 2 branches a block
+        for block in self.blocks:
+            for last in (block.attn.out_proj, block.mlp.out_proj):
+                nn.init.normal_(last.weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

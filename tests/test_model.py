@@ -196,7 +196,10 @@ def test_initialisation(tiny_model_config):
     model = make_model(replace(tiny_model_config, n_embd=128, n_layer=4, vocab_size=500))
     assert model.lm_head.weight is model.tok_emb.weight
     assert abs(model.tok_emb.weight.std().item() - 0.02) < 0.002
-    assert abs(model.blocks[0].attn.out_proj.weight.std().item() - 0.02 / math.sqrt(8)) < 0.001
+    for block in model.blocks:  # the last layer of both residual branches, attention's and the MLP's
+        for last in (block.attn.out_proj, block.mlp.out_proj):
+            assert abs(last.weight.std().item() - 0.02 / math.sqrt(8)) < 0.001
+    assert abs(model.blocks[0].mlp.fc.weight.std().item() - 0.02) < 0.002
     assert abs(model.blocks[0].attn.q_proj.weight.std().item() - 0.02) < 0.002
     assert model.blocks[0].attn.mask.shape == (16, 16) and "blocks.0.attn.mask" not in model.state_dict()  # never saved
 
