@@ -34,10 +34,11 @@ R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tikto
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """`python -m pytest` with no paths and no -m leaves out the tests marked slow (pyproject.toml),
-    so that the everyday run takes minutes; `-m slow` runs them, and naming a file or a test (or the
-    tests folder) runs what it names, whatever its mark."""
-    if config.option.markexpr or config.args_source is pytest.Config.ArgsSource.ARGS:
+    """`python -m pytest` with no paths, -m, -k or --lf leaves out the tests marked slow (pyproject.toml),
+    so that the everyday run takes minutes; `-m slow` runs them, and naming tests (a file, a test, the
+    tests folder, -k EXPR, --lf: the last run's failures) runs what it names, whatever its mark."""
+    o = config.option
+    if o.markexpr or o.keyword or getattr(o, "lf", False) or config.args_source is pytest.Config.ArgsSource.ARGS:
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
     if slow:

@@ -14,6 +14,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+import torch
 
 import compare
 import sweep
@@ -404,6 +405,14 @@ def test_a_run_training_now_is_told_from_a_stopped_one_and_its_final_train_loss_
     assert (summary["status"], summary["final_train_loss"]) == ("step 20/30", 3.9)
     (run / runs.LOCK).write_text(f"{os.getpid()}\n")  # a live process holds it
     assert runs.summarize_run(run)["status"] == "training, step 20/30"
+    # its rows reached the end but its last save failed (ckpt.pt at step 10): not done, and a resume
+    # training it now is told (it was not: the rows alone said done)
+    cfg.train.max_iters = 20
+    runs.write_config(run, cfg)
+    torch.save({"step": 10}, run / "ckpt.pt")
+    assert runs.summarize_run(run)["status"] == "training, step 20/20"
+    (run / runs.LOCK).write_text("99999999\n")
+    assert runs.summarize_run(run)["status"] == "step 10/20"
 
 
 def test_a_path_with_spaces_is_cut_to_its_file_name_in_a_legend():

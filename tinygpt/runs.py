@@ -446,13 +446,16 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
     tok_s = [r["tokens_per_s"] for r in metrics if r.get("tokens_per_s") is not None]
     elapsed = [r["elapsed_s"] for r in metrics if r.get("elapsed_s") is not None]
     last_step = int(metrics[-1]["step"]) if metrics else 0
-    done = bool(metrics) and last_step >= cfg.train.max_iters
+    saved = saved_step(run_dir / "ckpt.pt") if metrics else None
+    if saved is not None and saved > cfg.train.max_iters:  # not this run's: the last row is all there is
+        saved = None
+    # done: ckpt.pt holds the last step (where the save at the last row failed, a full disk, it does not)
+    done = bool(metrics) and (last_step if saved is None else saved) >= cfg.train.max_iters
     live = not done and training_now(run_dir)
-    saved = saved_step(run_dir / "ckpt.pt") if metrics and not live else None
-    if saved is not None and saved <= cfg.train.max_iters:  # (beyond it: not this run's, the last row is all)
+    if saved is not None and not live:
         # where a resume continues, not the last row: past it (stopped by a signal, Ctrl-C, --stop-at), or
-        # before it (the save at the last row failed: a full disk), whose rows the resume trains again
-        last_step, done = saved, saved >= cfg.train.max_iters
+        # before it (its save failed), whose rows the resume trains again
+        last_step = saved
     status = ("done" if done else f"step {last_step}/{cfg.train.max_iters}" if metrics else
               "no metrics.csv rows" if (run_dir / "metrics.csv").is_file() else "no metrics.csv file")
     if live:
