@@ -440,6 +440,22 @@ def default_config() -> str:
     return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).resolve() == shipped else str(shipped)
 
 
+def pin_or_note_threads(fixed: int) -> None:
+    """train.threads: N pins the bench's CPU threads. Else it keeps torch's default, a thread a core,
+    so that its figures are the machine's: and says so when other processes keep cores busy now,
+    since every parallel op then waits for the thread that shares a busy core (README, Performance)."""
+    if fixed:
+        torch.set_num_threads(fixed)
+        return
+    default = torch.get_num_threads()
+    free = ThreadPolicy().threads  # (its first look sets torch's threads: set back below)
+    torch.set_num_threads(default)
+    if free < default:
+        print(f"note: other processes keep {default - free} of the {default} cores busy now: on {default} threads "
+              f"every parallel op waits for a busy core, so these figures measure that; rerun on an idle machine, "
+              f"or pin the threads (--set train.threads={free})")
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     p = ArgParser(prog="bench.py", description="Measure training and generation speed (ratios in one run).")
     p.add_argument("config", nargs="?", default=None,
@@ -477,6 +493,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     device = resolve_device(cfg.train.device)
     if device.type == "cuda":
         configure_cuda(cfg.train.tf32)
+    else:
+        pin_or_note_threads(cfg.train.threads)
     keep_freed_memory()  # as train.py does
     prepare(cfg)
     data = load_for_training(cfg, config_source(args.config, args.set))  # sets cfg.model.vocab_size
