@@ -463,6 +463,23 @@ def test_forty_lines_are_forty_different_lines_in_both_pictures(monkeypatch):
     assert len(data_lines) == 12 and len({drawn_as(line) for line in data_lines}) == 12
 
 
+def test_a_numbers_axis_runs_from_small_to_large(monkeypatch):
+    """`compare.py` of runs with n_head 4, 1 and 2, in that order, drew settings.png's axis 4, 1, 2;
+    words keep the order they came in."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    for key, given, drawn in [("model.n_head", [4, 1, 2], [1, 2, 4]), ("train.lr", [3e-3, 1e-4], [1e-4, 3e-3]),
+                              ("data.tokenizer", ["word", "char"], ["word", "char"])]:
+        plots.settings_png(report.group_by_setting(setting_rows([{key: v} for v in given]), [key, "train.seed"]))
+        ax = figures["settings.png"].axes[0]
+        assert len(ax.get_xticklabels()) == len(drawn)
+        # setting_rows gives the i-th setting the best val loss 1.5 + i/40 (+ 1/200 for seed 1)
+        line = ax.containers[0][0]
+        means = [y for _, y in sorted(zip(line.get_xdata(), line.get_ydata()))]  # from the left tick to the right
+        assert means == pytest.approx([1.5 + given.index(v) / 40 + 1 / 200 for v in drawn]), key
+
+
 def test_the_settings_points_stay_near_their_ticks_however_many_lines(monkeypatch):
     """Ten lines drawn 0.06 apart lay up to 0.27 from their tick, half-way to the next one's."""
     pytest.importorskip("matplotlib")

@@ -312,10 +312,11 @@ SETTING_PANELS = [("best_val_loss", "best val loss (nats/token)", 1.0),
 
 
 def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
-    """Each setting's result (report.group_by_setting) against the first varied key, one line per
-    value of the others: the mean with its 95% interval over seeds as an error bar, one panel per
-    metric in SETTING_PANELS that at least 2 settings have (the probe's only when probed): the PNG,
-    or None without matplotlib or without 2 settings to compare."""
+    """Each setting's result (report.group_by_setting) against the first varied key (numbers from small to
+    large, anything else in first-seen order), one line per value of the others: the mean with its 95%
+    interval over seeds as an error bar, one panel per metric in SETTING_PANELS that at least 2 settings
+    have (the probe's only when probed): the PNG, or None without matplotlib or without 2 settings to
+    compare."""
     panels = [p for p in SETTING_PANELS if sum(g["stats"][p[0]]["mean"] is not None for g in groups) > 1]
     fig = _new_figure() if panels else None
     if fig is None:
@@ -324,7 +325,12 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     fig.set_layout_engine("constrained")  # (a legend "outside" the panels needs it)
     keys = list(groups[0]["setting"])
     x_key, line_keys = keys[0], keys[1:]
-    xs = list(dict.fromkeys(str(g["setting"][x_key]) for g in groups))  # first-seen order
+    first = {}  # each x value's text -> the value, in first-seen order
+    for g in groups:
+        first.setdefault(str(g["setting"][x_key]), g["setting"][x_key])
+    xs = list(first)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v for v in first.values()):
+        xs.sort(key=first.get)  # a number's axis runs from small to large, whatever order the runs came in
     lines: dict[str, list[dict[str, Any]]] = {}
     for g in groups:
         name = ", ".join(f"{k.split('.', 1)[1]}={g['setting'][k]}" for k in line_keys) or "mean"
