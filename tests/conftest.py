@@ -38,7 +38,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     so that the everyday run takes minutes; `-m slow` runs them, and naming tests (a file, a test, the
     tests folder, -k EXPR, --lf: the last run's failures) runs what it names, whatever its mark."""
     o = config.option
-    if o.markexpr or o.keyword or getattr(o, "lf", False) or config.args_source is pytest.Config.ArgsSource.ARGS:
+    marks_given = o.markexpr or "-m" in config.invocation_params.args  # (-m "": every test, as pytest reads it)
+    if marks_given or o.keyword or getattr(o, "lf", False) or config.args_source is pytest.Config.ArgsSource.ARGS:
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
     if slow:
