@@ -444,11 +444,10 @@ def pin_or_note_threads(fixed: int) -> None:
     """train.threads: N pins the bench's CPU threads. Else it keeps torch's default, a thread a core,
     so that its figures are the machine's: and says so when other processes keep cores busy now,
     since every parallel op then waits for the thread that shares a busy core (README, Performance)."""
-    if fixed:
-        torch.set_num_threads(fixed)
-        return
     default = torch.get_num_threads()
-    free = ThreadPolicy().threads  # (its first look sets torch's threads: set back below)
+    free = ThreadPolicy(fixed=fixed).threads  # (it sets torch's threads: `fixed`, else the cores free now)
+    if fixed:
+        return
     torch.set_num_threads(default)
     if free < default:
         print(f"note: other processes keep {default - free} of the {default} cores busy now: on {default} threads "

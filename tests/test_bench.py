@@ -114,7 +114,8 @@ def test_train_threads_pins_the_bench_and_a_busy_machine_is_noted(tmp_path, monk
 
     class OneCoreFree:  # the thread policy's first look: another process keeps one core of two busy
         threads = 1
-    monkeypatch.setattr(bench, "ThreadPolicy", OneCoreFree)
+    policy = bench.ThreadPolicy
+    monkeypatch.setattr(bench, "ThreadPolicy", lambda fixed=0: policy(fixed=fixed) if fixed else OneCoreFree())
     args = [str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", f"data.prepared_dir={tmp_path}",
             "model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32", "train.batch_size=4",
             "train.device=cpu", "--dtypes", "float32", "--steps", "1", "--gen-tokens", "0"]
