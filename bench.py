@@ -462,16 +462,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
                         "configs/stories.yaml, offline)")
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="override config keys, as train.py does")
-    p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated training dtypes")
-    p.add_argument("--steps", type=int, default=10, help="timed training steps per dtype (0 skips)")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated training dtypes (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=10, help="timed training steps per dtype, 0 skips (default: %(default)s)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the training model and, with --vs-hf, also race the compiled decoding step")
     p.add_argument("--loss-steps", type=int, default=0, help="also compare the loss after this many steps")
-    p.add_argument("--gen-tokens", type=int, default=500, help="0 skips the generation benchmark")
-    p.add_argument("--gen-layers", type=int, default=6, help="layers of the decoding benchmark's model (random)")
-    p.add_argument("--gen-heads", type=int, default=6, help="its heads")
-    p.add_argument("--gen-embd", type=int, default=384, help="its width (n_embd)")
-    p.add_argument("--gen-block", type=int, default=512, help="its context (block_size)")
+    p.add_argument("--gen-tokens", type=int, default=500, help="greedy tokens the generation benchmark decodes, 0 skips it (default: %(default)s)")
+    p.add_argument("--gen-layers", type=int, default=6, help="layers of the decoding benchmarks' model, random weights (default: %(default)s)")
+    p.add_argument("--gen-heads", type=int, default=6, help="its heads (default: %(default)s)")
+    p.add_argument("--gen-embd", type=int, default=384, help="its width, n_embd (default: %(default)s)")
+    p.add_argument("--gen-block", type=int, default=512, help="its context, block_size (default: %(default)s)")
     p.add_argument("--attention", action="store_true",
                    help="also time one layer's attention, SDPA vs two matmuls, at the config's shape")
     p.add_argument("--vs-hf", action="store_true",

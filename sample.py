@@ -128,7 +128,7 @@ def build_parser() -> ArgParser:
                            "matplotlib; implies --show-attention)")
     view.add_argument("--attention-html", type=file_arg, default=None, metavar="FILE",
                       help="write an interactive attention explorer over the prompt and the generated text: "
-                           "one self-contained HTML page (FILE_sampleN.html for several samples)")
+                           "one self-contained HTML page (att.html becomes att_sample1.html, ... for several samples)")
     return p
 
 

@@ -163,7 +163,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("what", choices=["stories", "shakespeare"])
     p.add_argument("--out-dir", type=path_arg, help="run directory (default: a fresh temp folder)")
     p.add_argument("--text", type=path_arg, default=ROOT.parent / "shared/data/tinyshakespeare.txt",
-                   help="shakespeare: a local copy of tiny shakespeare (default: %(default)s)")
+                   help="shakespeare: a local copy of tiny shakespeare (default: shared/data/tinyshakespeare.txt in the "
+                        "folder that holds the repository)")
     p.add_argument("--config", help="shakespeare: the config to train (default: configs/shakespeare_char.yaml; "
                                     "stories always trains configs/stories.yaml)")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
