@@ -109,7 +109,9 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     for key, types in RESUME_TYPES.items():  # a hand-made or damaged file fails here, not deep in the loop
         value = ckpt[key]  # (its numbers are sums, counts and seconds: never negative)
         if (not isinstance(value, types) or isinstance(value, bool) or (isinstance(value, float) and math.isnan(value))
-                or (isinstance(value, (int, float)) and value < 0)):
+                or (isinstance(value, (int, float)) and value < 0)
+                or (key in ("loss_sum", "elapsed_s") and not math.isfinite(value))
+                or (key == "loss_count" and value > ckpt["step"])):  # (losses since the last log: at most its steps)
             raise UserError(f"{path} cannot be resumed: it is damaged (its {key} is {short(value)}); "
                             f"start a new run from its weights with --set {init_from(out_dir)}")
     if cfg.train.max_iters < ckpt["step"]:  # its config.yaml would no longer describe the run
@@ -118,6 +120,11 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     if cfg.train.init_from:  # a run started from other weights: its model config is theirs, as saved here
         adopt_model(cfg, config_from_dict(ckpt["config"], str(path)).model)
     current = config_to_dict(cfg)
+    saved_train = ckpt["config"].get("train")
+    seed = saved_train.get("seed") if isinstance(saved_train, dict) else None
+    if seed is not None and seed != cfg.train.seed:  # (the random state is the checkpoint's: only eval would follow)
+        raise UserError(f"--resume: train.seed={cfg.train.seed} differs from the checkpoint's {short(seed)} ({path}); "
+                        f"a resumed run keeps its seed (its random state comes from the checkpoint)")
     for section in ("model", "data"):
         saved = ckpt["config"].get(section)
         for key, value in current[section].items():
@@ -342,7 +349,7 @@ def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: 
 # ---- the loop ----
 
 
-def diverged(what: str, value: float, run: Run) -> UserError:
+def diverged(what: str, value: float | str, run: Run) -> UserError:
     t = run.cfg.train
     fix = (f"lower train.lr (train.grad_clip={t.grad_clip} is on)" if t.grad_clip else
            "lower train.lr or set train.grad_clip")
@@ -351,6 +358,18 @@ def diverged(what: str, value: float, run: Run) -> UserError:
                f"1 - lr * weight_decay = {1 - t.lr * t.weight_decay:g}")
     return UserError(f"training diverged: {what} is {value} at step {run.step}; {fix}; {run.out_dir / 'ckpt.pt'} "
                      f"keeps the last good state")
+
+
+def check_finite(run: Run) -> None:
+    """Before a stop's save (evaluate and log check their own losses): the train loss since the last
+    log and the weights must be finite, or the save would replace the last good ckpt.pt."""
+    if run.loss_count:
+        loss = run.dist.mean(run.loss_sum / run.loss_count).item()
+        if not math.isfinite(loss):
+            raise diverged("the train loss", loss, run)
+    finite = bool(torch.stack([torch.isfinite(p).all() for p in run.model.parameters()]).all())
+    if run.dist.any(not finite):
+        raise diverged("a weight", "not finite", run)
 
 
 def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
@@ -437,6 +456,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                 signalled = dist.any(stop.signum is not None)
             if signalled or (stop_at is not None and run.step >= stop_at):
                 run.elapsed = time.perf_counter() - speed["t_start"]
+                check_finite(run)  # a diverged state must not replace the last good ckpt.pt
                 run.save("ckpt.pt")
                 why = "interrupted" if signalled else "stopped"
                 if signalled and stop.signum is None:  # (SIGTERM: what torchrun sends its workers)

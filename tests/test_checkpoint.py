@@ -796,6 +796,71 @@ def test_a_negative_count_is_refused_at_resume(tmp_path, key):
         train.load_resume(cfg, tmp_path)
 
 
+@pytest.mark.parametrize("key, value", [("loss_count", 2**70), ("loss_count", 8), ("loss_sum", float("inf")),
+                                        ("elapsed_s", float("inf"))])
+def test_an_impossible_count_is_refused_at_resume(tmp_path, key, value):
+    """loss_count 2**70 (the losses since the last log: at most the step's 7) resumed, then the
+    first log raised `OverflowError: int too big to convert` with a traceback."""
+    import train
+    from tinygpt.config import config_from_dict
+    state, model, _ = tiny_state()
+    state.update(optimizer=optimizer_state(model), scaler={}, batch_rng=torch.Generator().get_state(),
+                 rng=capture_rng_state(), loss_sum=1.5, loss_count=3, elapsed_s=1.0)
+    state[key] = value
+    save_checkpoint(tmp_path / "ckpt.pt", state)
+    cfg = config_from_dict(state["config"], "test")
+    cfg.train.max_iters = 100
+    with pytest.raises(UserError, match=f"cannot be resumed: it is damaged \\(its {key} is "):
+        train.load_resume(cfg, tmp_path)
+
+
+def test_a_resume_keeps_its_seed(tmp_path):
+    """A resume with another train.seed went on (the random state is the checkpoint's), drew other
+    eval batches, and its config.yaml named a seed the run was never trained with."""
+    import train
+    from tinygpt.config import config_from_dict
+    state, model, _ = tiny_state()
+    state.update(optimizer=optimizer_state(model), scaler={}, batch_rng=torch.Generator().get_state(),
+                 rng=capture_rng_state(), loss_sum=1.5, loss_count=3, elapsed_s=1.0)
+    save_checkpoint(tmp_path / "ckpt.pt", state)
+    cfg = config_from_dict(state["config"], "test")
+    cfg.train.max_iters = 100
+    assert train.load_resume(cfg, tmp_path)["step"] == 7  # the same seed: resumed
+    cfg.train.seed += 1
+    with pytest.raises(UserError, match=f"--resume: train.seed={cfg.train.seed} differs from the checkpoint's "
+                                        f"{cfg.train.seed - 1} .*keeps its seed"):
+        train.load_resume(cfg, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["metrics.csv", "probe.json"])
+def test_a_huge_run_file_is_refused_unread(tmp_path, name):
+    """A 1 GB sparse metrics.csv (4 KB on disk) took 2.3 GB of memory to find it damaged; a 10 GB
+    one would take the machine's. metrics.csv and probe.json are refused by their size."""
+    from tinygpt import runs
+    with open(tmp_path / name, "wb") as f:
+        f.truncate(1 << 40)  # 1 TB, sparse: read whole, it would exhaust any machine
+    read = runs.read_metrics if name == "metrics.csv" else runs.read_probe
+    with pytest.raises(UserError, match=f"{name} is damaged.*larger than the \\d+ MiB"):
+        read(tmp_path)
+
+
+def test_a_file_system_without_locks_is_named_not_blamed_on_a_training(tmp_path, monkeypatch):
+    """flock failing with ENOLCK (some NFS or FUSE mounts) read as `in use by another training
+    (process unknown)`: a training that does not exist, and a refusal forever."""
+    import errno
+    from tinygpt import runs
+    if runs.fcntl is None:
+        pytest.skip("POSIX locks only")
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+    monkeypatch.setattr(runs.fcntl, "flock", no_locks)
+    with pytest.raises(UserError, match="cannot lock .*: its file system takes no locks") as refused:
+        with runs.run_lock(tmp_path / "run"):
+            pass
+    assert "in use" not in str(refused.value)
+
+
 def test_a_run_whose_checkpoint_is_a_folder_or_a_dead_link_says_so(tmp_path):
     """`RUN/best.pt` a folder (or ckpt.pt a link to nothing): `no checkpoint in RUN (expected best.pt
     or ckpt.pt)`, which hid the culprit."""

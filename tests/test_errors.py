@@ -1520,24 +1520,30 @@ def test_a_closed_standard_stream_reads_or_writes_nothing(run, tmp):
         assert done.returncode == 2 and done.stderr == "error: No space left on device: standard output\n", done.stderr
 
 
-@pytest.mark.parametrize("kind", ["link to nothing", "folder", "pipe"])
+@pytest.mark.parametrize("kind", ["link to nothing", "link to a file", "folder", "pipe"])
 @pytest.mark.parametrize("resume", [False, True])
 def test_a_run_file_that_is_no_regular_file_is_named(tmp, capsys, kind, resume):
     """A ckpt.pt that is a link to nothing: the run wrote its checkpoints outside its folder (making
-    the link target's folders); a folder or a pipe: "already holds a run; continue it with --resume",
+    the link target's folders); a link to a file (`cp -rs A B` to branch a run): a resume of B wrote
+    A's files, without A's lock; a folder or a pipe: "already holds a run; continue it with --resume",
     and --resume: "no checkpoint ... drop --resume"."""
     out = tmp / f"odd_ckpt_{kind.replace(' ', '_')}_{resume}"
     out.mkdir()
+    others = tmp / f"others_{resume}.pt"
+    others.write_bytes(b"another run's checkpoint")
     if kind == "link to nothing":
         (out / "ckpt.pt").symlink_to(tmp / "gone" / "x.pt")
+    elif kind == "link to a file":
+        (out / "ckpt.pt").symlink_to(others)
     elif kind == "folder":
         (out / "ckpt.pt").mkdir()
     else:
         os.mkfifo(out / "ckpt.pt")
     result = in_process("train.py", [*sets(tmp, out, "train.max_iters=2"), *(["--resume"] if resume else [])], capsys)
     one_line(result, "holds ckpt.pt", {"link to nothing": "leads to no file", "folder": "a folder",
-                                        "pipe": "not a regular file"}[kind])
+                                        "link to a file": f"a link to {others}", "pipe": "not a regular file"}[kind])
     assert not (tmp / "gone").exists() and sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]
+    assert others.read_bytes() == b"another run's checkpoint"
 
 
 def test_resume_without_ckpt_but_with_best_weights_gives_advice_that_works(run, tmp, capsys):

@@ -310,7 +310,7 @@ def test_import_refuses_a_damaged_config_json_before_writing(tmp_path):
         export.main(["--from-hf", str(hf_dir), str(back)])
     assert "config.json" in str(err.value) and not back.exists()
     for text, match in [("[" * 100_000, "nested too deeply"), ('{"n_embd": 1' + "0" * 5000 + "}", "not valid JSON"),
-                        ("{,}", "not valid JSON")]:
+                        ("{,}", "not valid JSON"), (" " * (1 << 20) + "{}", "holds more than 1 MiB")]:
         (hf_dir / "config.json").write_text(text)
         with pytest.raises(UserError, match=match) as err:
             export.main(["--from-hf", str(hf_dir), str(back)])

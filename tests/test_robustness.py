@@ -491,6 +491,38 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     assert load_checkpoint(run / "ckpt.pt")["step"] == 0  # the state evaluated at step 0
 
 
+def test_a_stop_does_not_save_a_diverged_state_over_the_last_good_checkpoint(corpus, tmp_path, capsys):
+    """--stop-at (or Ctrl-C, SIGTERM) between logs saved NaN weights over step 0's ckpt.pt and said
+    `continue with --resume`, which then refused the checkpoint as damaged (its loss_sum is nan)."""
+    import train
+    from tinygpt.errors import run_cli
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(train.main, train_args(corpus, run, "train.lr=1e6", "train.grad_clip=0", "train.log_interval=100",
+                                       "train.eval_interval=100", "train.max_iters=200") + ["--stop-at", "3"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.startswith("error: training diverged: the train loss is nan at step 3"), err
+    assert "keeps the last good state" in err and "Traceback" not in err
+    assert load_checkpoint(run / "ckpt.pt")["step"] == 0
+
+
+def test_a_stop_checks_the_weights_too():
+    """Its last step's loss was finite, the update after it was not: the weights are checked as well."""
+    from types import SimpleNamespace
+    import train
+    from tinygpt.config import TrainConfig
+    from tinygpt.errors import UserError
+    from tinygpt.runtime import Distributed
+    model = torch.nn.Linear(2, 2)
+    run = SimpleNamespace(cfg=SimpleNamespace(train=TrainConfig()), step=7, out_dir=Path("out/x"), model=model,
+                          loss_count=2, loss_sum=torch.tensor(3.0), dist=Distributed(0, 1, torch.device("cpu")))
+    train.check_finite(run)  # finite: nothing to say
+    with torch.no_grad():
+        model.weight[0, 0] = float("inf")
+    with pytest.raises(UserError, match="training diverged: a weight is not finite at step 7"):
+        train.check_finite(run)
+
+
 def test_the_divergence_hint_does_not_suggest_clipping_already_on():
     from types import SimpleNamespace
     import train

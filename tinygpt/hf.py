@@ -64,7 +64,7 @@ from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, load_model,
                                 load_weights, resolve_checkpoint, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
-from tinygpt.errors import UserError, count, path_word, reason, short
+from tinygpt.errors import UserError, count, path_word, read_capped, reason, short
 from tinygpt.runs import LOCK, RUN_FILES, training_now, write_config
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt, tokenizer_from_dict
@@ -443,7 +443,9 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"{folder} has no config.json: not a Hugging Face model folder")
     try:
-        hf = json.loads(path.read_text(encoding="utf-8"))
+        hf = json.loads(read_capped(path, 1 << 20, lambda why: f"cannot read {path}: {why}",
+                                    lambda size: f"{path} is not a model config: a GPT-2 config.json is about 1 KB, "
+                                                 f"this one holds more than 1 MiB"))
     except RecursionError:  # '[' * 100000: json nests by recursion
         raise UserError(f"{path} is not a model config: its JSON is nested too deeply") from None
     except ValueError as e:  # malformed JSON, not UTF-8, an integer of 5000 digits

@@ -14,6 +14,7 @@ train.py writes them; sweep.py, compare.py, plots and export read them through t
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -28,7 +29,7 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, load_checkpoint, make_folder, pid_alive,
                                 remove_empty, saved_step)
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
-from tinygpt.errors import UserError, count, reason
+from tinygpt.errors import UserError, count, read_capped, reason
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
     import fcntl
@@ -41,6 +42,8 @@ CHECKPOINTS = ("ckpt.pt", "best.pt")
 TRAIN_FILES = ("config.yaml", *CHECKPOINTS, "metrics.csv", "loss.png")  # what train.py writes
 RUN_FILES = (*TRAIN_FILES, "probe.json")
 LOCK = ".lock"
+MAX_METRICS_BYTES = 64 << 20  # metrics.csv: ~80 bytes a row, 800,000 rows (8 million steps at log_interval 10)
+MAX_PROBE_BYTES = 8 << 20  # probe.json: a few KB
 REPORT_LOCK = ".sweep.lock"  # in a sweep's or a comparison's --out while one writes there (run_lock)
 
 # ---- one training per run directory ----
@@ -91,7 +94,11 @@ def _acquire(path: Path, in_use: str, setting: str) -> int:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             else:  # pragma: no cover - Windows
                 msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
+        except OSError as e:
+            if fcntl is not None and e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # not a holder
+                os.close(fd)
+                raise UserError(f"{setting}: cannot lock {path} ({e.strerror or reason(e)}): its file system takes no "
+                                f"locks (some network or FUSE mounts); choose a {setting} on a local disk") from None
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             raise UserError(f"{in_use} (process {holder}); wait for it to end, or choose another {setting}") from None
@@ -122,10 +129,13 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     (they are rewritten; the new run's events hide the old ones, see tensorboard_log)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is a file, not a directory")
-    for name in TRAIN_FILES:  # where train.py writes: a link to nothing would be written outside the folder
+    for name in TRAIN_FILES:  # where train.py writes: through a link it would write outside the folder (another run's)
         path = out_dir / name
-        odd = dead_link(path) or (None if not path.exists() or path.is_file() else
-                                  "a folder" if path.is_dir() else "not a regular file (a pipe, a device)")
+        odd = dead_link(path) or (None if not path.exists() or path.is_file() and not path.is_symlink() else
+                                  "a folder" if path.is_dir() else
+                                  f"a link to {os.path.realpath(path)} (a run writes its own files: the link's target "
+                                  f"would be written, another run's maybe; copy the files instead)" if path.is_symlink()
+                                  else "not a regular file (a pipe, a device)")
         if odd:
             raise UserError(f"train.out_dir={str(out_dir)!r} holds {name}, {odd}, where a run writes its {name}; "
                             f"remove it, or choose another out_dir")
@@ -264,14 +274,16 @@ def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, A
     path = Path(run_dir) / "metrics.csv"
     if not path.is_file():
         return []
+    damaged = f"{path} is damaged or not a tinygpt metrics file"
+    data = read_capped(path, MAX_METRICS_BYTES, lambda why: f"cannot read {path}: {why}",
+                       lambda size: f"{damaged} (larger than the {MAX_METRICS_BYTES >> 20} MiB a run writes)")
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            text = f.read()
+        text = data.decode("utf-8")
         if text and not text.endswith("\n"):  # tinygpt ends every row with one: a file cut off mid-row
             raise ValueError("its last row is cut short: no line end")
         return parse_metrics(io.StringIO(text), as_text)
     except (ValueError, UnicodeDecodeError, csv.Error) as e:
-        raise UserError(f"{path} is damaged or not a tinygpt metrics file ({e})") from None
+        raise UserError(f"{damaged} ({e})") from None
 
 
 def parse_metrics(lines: Iterable[str], as_text: bool = False) -> list[dict[str, Any]]:
@@ -376,7 +388,9 @@ def read_probe(run_dir: str | Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
+        too_big = f"{path} is damaged: larger than the {MAX_PROBE_BYTES >> 20} MiB a probe writes; delete it, probe again"
+        result = json.loads(read_capped(path, MAX_PROBE_BYTES, lambda why: f"cannot read {path}: {why}",
+                                        lambda _: too_big))
     except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: '[' x 100,000
         raise UserError(f"{path} is damaged ({e}); delete it and probe again") from None
     if not _is_probe(result):
@@ -431,7 +445,8 @@ def training_now(run_dir: Path) -> bool:
     killed one's stays behind, naming a process that has ended. (Read, never locked: a training
     starting at this moment must not be refused as in use.)"""
     try:
-        pid = int((run_dir / LOCK).read_text(encoding="ascii").strip())
+        with open(run_dir / LOCK, "rb") as f:  # (a pid: a few bytes, whatever the file holds)
+            pid = int(f.read(32).decode("ascii").strip())
     except (OSError, ValueError):
         return False
     return os.name == "posix" and pid_alive(pid)
