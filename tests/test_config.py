@@ -385,6 +385,28 @@ def test_a_merge_key_may_be_overridden(tmp_path):
     assert (cfg.model.n_layer, cfg.model.n_head) == (3, 2)
 
 
+def test_a_merge_key_given_twice_is_refused_but_one_merging_a_list_works(tmp_path):
+    # PyYAML let the second `<<` win without a word: n_layer was 6
+    message = user_error(write(tmp_path, "model:\n  <<: {n_layer: 1}\n  <<: {n_layer: 6}\n"))
+    assert "the key '<<' appears twice in one mapping (line 3)" in message
+    cfg = load_config(write(tmp_path, "model:\n  <<: [&a {n_layer: 2}, {n_head: 2, n_layer: 5}]\n  n_embd: 32\n"))
+    assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) == (2, 2, 32)  # the first mapping wins
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("model:\n  <<: 5\n", "a merge key '<<' takes a mapping or a list of mappings, not 5 (line 2)"),
+    ("model:\n  n_layer: 2\n  <<: [5]\n", "a merge key '<<' takes a mapping or a list of mappings, not 5 (line 3)"),
+    ("model: !!map [1, 2]\n", "!!map takes a mapping, not a list (line 1)"),
+    ("train:\n  compile: !!bool maybe\n", "a value cannot be read (line 2: !!bool 'maybe' is not a boolean"),
+], ids=["merge of 5", "merge of [5]", "!!map of a list", "!!bool maybe"])
+def test_a_value_pyyaml_cannot_build_says_what_is_wrong_and_where(tmp_path, text, expected):
+    # each was `unsupported YAML tag 'scalar'` (or 'sequence') or `a !!tag with no value after it`, with no line
+    path = write(tmp_path, text)
+    message = user_error(path)
+    assert str(path) in message and expected in message, message
+    assert "unsupported YAML tag" not in message and "no value after it" not in message
+
+
 def test_dates_and_base_60_are_not_guessed(tmp_path):
     cfg = load_config(write(tmp_path, "train: {out_dir: 2024-12-01}\n"))
     assert cfg.train.out_dir == "2024-12-01"  # not a datetime.date, refused as "not str" before
@@ -415,6 +437,18 @@ def test_a_value_yaml_reads_only_in_quotes_says_so(tmp_path):
 def test_a_bare_tilde_in_a_file_is_told_apart_from_the_home_folder(tmp_path):
     with pytest.raises(UserError, match=r"train.out_dir=None .* not NoneType: ~, null or an empty value is YAML's null"):
         load_config(write(tmp_path, "train:\n  out_dir: ~\n"))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("train:\n  out_dir: yes\n", 'train.out_dir=True .* not bool: write it in quotes, e.g. out_dir: "yes"$'),
+    ("train:\n  out_dir: 2024\n", 'train.out_dir=2024 .* not int: write it in quotes, e.g. out_dir: "2024"$'),
+    ("data:\n  tokenizer: 1.5\n", 'data.tokenizer=1.5 .* not float: write it in quotes, e.g. tokenizer: "1.5"$'),
+])
+def test_a_number_or_boolean_for_a_text_key_in_a_file_says_to_quote_it(tmp_path, text, expected):
+    # --set keeps such a value as text (out_dir=2024 is the folder 2024); a file needs the quotes
+    with pytest.raises(UserError, match=expected):
+        load_config(write(tmp_path, text))
+    assert load_config(write(tmp_path, 'train:\n  out_dir: "2024"\n')).train.out_dir == "2024"
 
 
 def test_a_path_with_bytes_that_are_not_utf8_is_taken_as_it_is(tmp_path):

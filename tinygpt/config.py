@@ -103,6 +103,11 @@ PLAIN_INT = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a
 PLAIN_FLOAT = re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
                          r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 TAG = "tag:yaml.org,2002:"
+NODES = {yaml.ScalarNode: "a single value", yaml.SequenceNode: "a list", yaml.MappingNode: "a mapping"}
+# the node each of YAML's own tags is built from (a single value for the others: !!int, !!str ...)
+TAG_NODES = {TAG + "map": yaml.MappingNode, TAG + "set": yaml.MappingNode, TAG + "seq": yaml.SequenceNode,
+             TAG + "omap": yaml.SequenceNode, TAG + "pairs": yaml.SequenceNode}
+KINDS = {"!!bool": "a boolean (true or false)", "!!timestamp": "a date"}  # what PyYAML looks a value up as
 
 
 class LimitedSafeLoader(yaml.SafeLoader):
@@ -140,13 +145,42 @@ class LimitedSafeLoader(yaml.SafeLoader):
         _check_expanded_size(node)
         return super().construct_document(node)
 
+    def construct_object(self, node, deep=False):
+        """PyYAML's, but a value that YAML's own tag cannot build is refused naming the tag, the value
+        and the line: `!!map [1, 2]`, `!!bool maybe`, `!!int` with nothing after it (an IndexError)."""
+        line, tag = node.start_mark.line + 1, node.tag.replace(TAG, "!!")
+        want = TAG_NODES.get(node.tag, yaml.ScalarNode)
+        if node.tag in self.yaml_constructors and not isinstance(node, want):
+            raise YAMLRefused(f"{tag} takes {NODES[want]}, not {NODES[type(node)]} (line {line})")
+        try:
+            return super().construct_object(node, deep)
+        except (LookupError, ValueError, TypeError, AttributeError, OverflowError) as e:
+            if not isinstance(node, yaml.ScalarNode):  # (yaml_load says what it can)
+                raise
+            if not node.value.strip():
+                what = "a !!tag with no value after it"
+            elif isinstance(e, (ValueError, OverflowError)):  # int('abc'), or thousands of digits
+                what = reason(e).split(";")[0]
+            else:  # not found where PyYAML looks it up: `!!bool maybe`, `!!timestamp foo`
+                what = f"{tag} {short(node.value)} is not {KINDS.get(tag, 'a value of that type')}"
+            raise YAMLRefused(f"a value cannot be read (line {line}: {what})") from None
+
+    def flatten_mapping(self, node):  # PyYAML's error for `<<: 5` names neither the value nor the line
+        for key_node, value_node in node.value:
+            if key_node.tag == TAG + "merge":
+                for merged in value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]:
+                    if not isinstance(merged, yaml.MappingNode):
+                        raise YAMLRefused(f"a merge key '<<' takes a mapping or a list of mappings, not "
+                                          f"{short(self.construct_object(merged, deep=True))} "
+                                          f"(line {merged.start_mark.line + 1})")
+        super().flatten_mapping(node)
+
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
             seen = set()
             for key_node, _ in node.value:
-                if key_node.tag == TAG + "merge":  # `<<: *base` then a key of its own overrides it, as meant
-                    continue
-                key = self.construct_object(key_node, deep=True)
+                # `<<: *base` then a key of its own overrides it, as meant; but a second `<<` is a key given twice
+                key = "<<" if key_node.tag == TAG + "merge" else self.construct_object(key_node, deep=True)
                 try:
                     if key in seen:
                         raise YAMLRefused(f"the key {short(key)} appears twice in one mapping (line "
@@ -185,9 +219,7 @@ def yaml_load(text: str) -> Any:
     loader = LimitedSafeLoader(text)
     try:
         return loader.get_single_data()
-    except (IndexError, KeyError):  # PyYAML's `!!int` or `!!bool` with nothing after it
-        raise YAMLRefused("a value cannot be read (a !!tag with no value after it)") from None
-    except (ValueError, TypeError, AttributeError, OverflowError) as e:  # PyYAML building a value: `!!int abc`
+    except (LookupError, ValueError, TypeError, AttributeError, OverflowError) as e:  # (construct_object says more)
         raise YAMLRefused(f"a value cannot be read ({reason(e).split(';')[0]})") from None
     finally:
         loader.dispose()
@@ -270,6 +302,9 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
                 hint = f": write it in plain digits, {int(number)}"
     if typ is str and value is None and key in PATHS:  # `out_dir: ~` meant the home folder
         hint = ": ~, null or an empty value is YAML's null; quote a path, e.g. '~' or '~/runs'"
+    if typ is str and isinstance(value, (bool, int, float)):  # `out_dir: 2024` or `yes` in a file (--set keeps text)
+        example = ("yes" if value else "no") if isinstance(value, bool) else elide(str(value), 40)
+        hint = f': write it in quotes, e.g. {key.split(".", 1)[1]}: "{example}"'
     raise UserError(f"{key}={short(value)} ({source}) must be of type {typ.__name__}, "
                     f"not {type(value).__name__}{hint}")
 
@@ -389,12 +424,18 @@ def read_yaml(path: str | Path) -> Any:
     except RecursionError:
         raise UserError(f"{path} is refused: it nests too deeply") from None
     except yaml.constructor.ConstructorError as e:
-        if e.problem and "unhashable" in e.problem:
-            line = f" (line {e.problem_mark.line + 1})" if e.problem_mark else ""
+        line = f" (line {e.problem_mark.line + 1})" if e.problem_mark else ""
+        problem = e.problem or ""
+        if "unhashable" in problem:
             raise UserError(f"{path}: a list or a mapping is used as a key{line}; keys are plain names "
                             f"such as n_layer") from None
-        raise UserError(f"{path}: unsupported YAML tag {short(e.problem.split()[-1]) if e.problem else ''}"
-                        f" (only plain YAML is read, never Python objects)") from None
+        if problem.startswith("could not determine a constructor"):  # `!!python/object/apply:os.system`
+            tag = problem.split()[-1].strip("'\"").replace(TAG, "!!")
+            where = f"line {e.problem_mark.line + 1}; " if e.problem_mark else ""
+            raise UserError(f"{path}: unsupported YAML tag {short(tag)} ({where}only plain YAML is read, never "
+                            f"Python objects)") from None
+        context = f"{e.context}: " if e.context else ""  # 'while constructing an ordered map: expected ...'
+        raise UserError(f"{path} is refused: {context}{elide(problem, 200)}{line}") from None
     except yaml.YAMLError as e:
         raise UserError(f"{path} is not valid YAML: {_yaml_problem(e)}") from None
 
