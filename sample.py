@@ -56,8 +56,8 @@ from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import check_writable, load_model, regular_file_target
 from tinygpt.config import MAX_THREADS
-from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, path_arg, path_word, read_capped,
-                            run_cli, script_word, short)
+from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, path_arg, path_word,
+                            read_capped, run_cli, script_word, short)
 from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device)
@@ -419,6 +419,9 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
         raise UserError(f"{args.run} was trained with model.causal=false: every position saw the token it "
                         f"had to predict, so it never learned to predict from the past alone and generates "
                         f"garbage; retrain with causal: true (or pass --force to see it)")
+    if not cfg.model.causal and args.compile:  # (it compiled for a minute a step that never ran)
+        raise UserError(f"--compile compiles the decoding step with the KV cache, which {args.run}, trained with "
+                        f"model.causal=false, cannot use (its past changes with every token): drop --compile")
     gen = torch.Generator(device=device).manual_seed(args.seed)
     threads = ThreadPolicy(fixed=args.threads) if device.type == "cpu" else None
     keep_freed_memory()
@@ -544,7 +547,7 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
 def list_vocab(tokenizer, out) -> list[str]:
     """Print every token, one per line: its id and its text (␣ = a space); return the texts."""
     tokens = [tokenizer.token_str(i).replace(" ", attention_view.SPACE) for i in range(tokenizer.vocab_size)]
-    out.write(f"# {tokenizer.vocab_size} tokens of {tokenizer!r}; {attention_view.SPACE} = a space, \\n = a newline\n")
+    out.write(f"# {count(tokenizer.vocab_size, 'token')} of {tokenizer!r}; {attention_view.SPACE} = a space, \\n = a newline\n")
     out.writelines(f"{i:>6}  {token}\n" for i, token in enumerate(tokens))
     return tokens
 

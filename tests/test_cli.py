@@ -638,6 +638,9 @@ def test_sample_refuses_a_non_causal_model_unless_forced(tmp):
     forced = sample_text([run, "--prompt", PROMPT, "--max-new-tokens", 10, "--force"])
     (text,) = split_samples(forced)
     assert len(continuation(text)) == 10
+    # --compile compiled (for a minute) the cached decoding step, which such a model never runs
+    refused = cli("sample.py", run, "--prompt", PROMPT, "--force", "--compile", cwd=tmp)
+    assert_user_error(refused, "--compile", str(run), "causal=false")
 
 
 # ---- user errors: exit 2, one line, names the culprit, writes nothing ----

@@ -1502,14 +1502,19 @@ def test_a_closed_standard_stream_reads_or_writes_nothing(run, tmp):
     cases = [(">&-", "sample.py", run, "--max-new-tokens", 3, "--attention-html", page),
              ("<&-", "sample.py", run, "--max-new-tokens", 3, "--interactive"),
              ("<&-", "sample.py", run, "--max-new-tokens", 3, "--prompt-file", "-"),
-             (">&-", "export.py", run, "--format", "hf", hf)]
+             (">&-", "export.py", run, "--format", "hf", hf),
+             # opened the other way: every read or write failed with EBADF, a traceback (export.py's after its work)
+             (f"0> {tmp / 'stdin_written'}", "sample.py", run, "--max-new-tokens", 3, "--interactive"),
+             (f"0> {tmp / 'stdin_written'}", "sample.py", run, "--max-new-tokens", 3, "--prompt-file", "-"),
+             (f"1< {tmp / 'stdin_written'}", "sample.py", run, "--max-new-tokens", 3),
+             (f"1< {tmp / 'stdin_written'}", "export.py", run, "--format", "hf", tmp / "stdout_read_hf")]
     if os.path.exists("/dev/full"):
         cases.append(("> /dev/full", "export.py", run, "--format", "hf", tmp / "full_stdout_hf"))
     for redirect, script, *args in cases:
         command = shlex.join([sys.executable, str(ROOT / script), *map(str, args)]) + " " + redirect
         done = subprocess.run(command, shell=True, cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True, timeout=300)
         assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
-    assert page.is_file() and (hf / "config.json").is_file()
+    assert page.is_file() and (hf / "config.json").is_file() and (tmp / "stdout_read_hf" / "config.json").is_file()
     if os.path.exists("/dev/full"):
         assert (tmp / "full_stdout_hf" / "config.json").is_file()
         # sample.py's text is its work: lost to a full disk, it fails, even while it writes a page too
@@ -1518,6 +1523,29 @@ def test_a_closed_standard_stream_reads_or_writes_nothing(run, tmp):
                               env=ENV, stderr=subprocess.PIPE, text=True, timeout=300)
         # (named: "No space left on device" alone left the user to guess which file)
         assert done.returncode == 2 and done.stderr == "error: No space left on device: standard output\n", done.stderr
+
+
+def test_a_value_starting_with_a_dash_is_told_how_to_write_it(run, capsys):
+    """`--prompt -x`: `argument --prompt: expected one argument`, and no word on `--prompt=-x`."""
+    line = one_line(in_process("sample.py", [run, "--prompt", "-x"], capsys), "--prompt")
+    assert "a value that starts with '-' is written --prompt=-x" in line
+    written = in_process("sample.py", [run, "--prompt=-x", "--max-new-tokens", "2"], capsys)
+    assert "expected one argument" not in written.err and "'-', 'x'" in written.err  # read as the prompt (not in this vocab)
+    assert "starts with '-'" not in one_line(in_process("sample.py", [run, "--prompt"], capsys), "--prompt")
+
+
+def test_a_standard_stream_opened_the_other_way_reads_or_writes_nothing(tmp_path):
+    """`0>FILE` (stdin open for writing only) or `1<FILE` (stdout for reading only): every read or
+    write raised OSError EBADF, a traceback. As a closed stream, it reads or writes os.devnull."""
+    import shlex
+    written, read = tmp_path / "written", tmp_path / "read"
+    read.write_text("the user's file\n")
+    code = ("import sys; from tinygpt.errors import open_closed_streams; open_closed_streams(); "
+            "data = sys.stdin.read(); print('to nowhere'); sys.stdout.flush(); sys.stderr.write(repr(data))")
+    done = subprocess.run(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} 0> {written} 1< {read}", shell=True,
+                          cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "''", done.stderr
+    assert read.read_text() == "the user's file\n" and written.read_text() == ""
 
 
 @pytest.mark.parametrize("kind", ["link to nothing", "link to a file", "folder", "pipe"])

@@ -22,12 +22,18 @@ import codecs
 import errno
 import os
 import reprlib
+import shlex
 import signal
 import stat
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
 
 # OSErrors that mean "the machine refuses", not "tinygpt has a bug" (a FileNotFoundError can be a bug)
 ENVIRONMENT_ERRNOS = {getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM",
@@ -327,18 +333,33 @@ def open_closed_streams() -> None:
     """A command started with stdin, stdout or stderr closed (`>&-`, `<&-`): Python sets the stream
     to None, so its first print ended in a traceback, and the next file opened would take the
     stream's number. Each closed one reads from or writes to os.devnull instead, as with
-    `</dev/null` or `>/dev/null`."""
+    `</dev/null` or `>/dev/null`; and so does one opened the other way (`0>FILE`, `1<FILE`), whose
+    every read or write failed (EBADF, a traceback)."""
     for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
-        if getattr(sys, name) is not None:
+        wrong_way = opened_the_other_way(fd, mode)
+        if getattr(sys, name) is not None and not wrong_way:
             continue
         try:
             os.fstat(fd)  # open after all: Python just did not take it
+            if wrong_way:
+                raise OSError(errno.EBADF, "opened the other way")
         except OSError:
             null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
         setattr(sys, name, open(fd, mode, closefd=False))
+
+
+def opened_the_other_way(fd: int, mode: str) -> bool:
+    """Is fd open for writing only where it is read (mode "r"), or for reading only where written?"""
+    if fcntl is None:  # pragma: no cover - Windows
+        return False
+    try:
+        access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError:  # closed
+        return False
+    return access == (os.O_WRONLY if mode == "r" else os.O_RDONLY)
 
 
 class ReaderMayLeave:
@@ -481,4 +502,9 @@ class ArgParser(argparse.ArgumentParser):
             # `train.py --set a=1 CONFIG`: --set takes every word after it, the config too
             message += ("; --set takes every word after it, the config too: give the config first, "
                         "CONFIG --set KEY=VALUE ...")
+        if message.endswith(": expected one argument"):  # `--prompt -x`: argparse reads -x as a flag
+            flags = [f for f in message.removeprefix("argument ").split(":")[0].split("/") if f in words[:-1]]
+            after = words[words.index(flags[0]) + 1] if flags else ""
+            if after.startswith("-") and after != "-":
+                message += f"; a value that starts with '-' is written {elide(shlex.quote(f'{flags[0]}={after}'), 60)}"
         raise UserError(f"{message} (see {self.prog} --help)")
