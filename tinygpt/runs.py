@@ -129,13 +129,8 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     (they are rewritten; the new run's events hide the old ones, see tensorboard_log)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is a file, not a directory")
-    for name in TRAIN_FILES:  # where train.py writes: through a link it would write outside the folder (another run's)
-        path = out_dir / name
-        odd = dead_link(path) or (None if not path.exists() or path.is_file() and not path.is_symlink() else
-                                  "a folder" if path.is_dir() else
-                                  f"a link to {os.path.realpath(path)} (a run writes its own files: the link's target "
-                                  f"would be written, another run's maybe; copy the files instead)" if path.is_symlink()
-                                  else "not a regular file (a pipe, a device)")
+    for name in TRAIN_FILES:
+        odd = _not_a_run_file(out_dir / name)
         if odd:
             raise UserError(f"train.out_dir={str(out_dir)!r} holds {name}, {odd}, where a run writes its {name}; "
                             f"remove it, or choose another out_dir")
@@ -163,6 +158,20 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
         raise UserError(f"train.out_dir={str(out_dir)!r} holds TensorBoard events (tensorboard/) but no ckpt.pt to "
                         f"resume from: a new run's events would mix with them; move tensorboard away to start a run "
                         f"there, or choose another out_dir")
+
+
+def _not_a_run_file(path: Path) -> str | None:
+    """What is odd about `path`, where train.py writes one of its files, or None (missing, or a plain
+    file): a link (to nothing, or to a file: the write would land outside the folder, in another
+    run's maybe), a folder, a pipe or a device."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    if path.is_symlink():
+        return dead_link(path) or (f"a link to {os.path.realpath(path)} (a run writes its own files: the link's "
+                                   f"target would be written, another run's maybe; copy the files instead)")
+    if path.is_file():
+        return None
+    return "a folder" if path.is_dir() else "not a regular file (a pipe, a device)"
 
 
 def _events_of_an_earlier_run(out_dir: Path) -> bool:
