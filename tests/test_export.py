@@ -6,8 +6,8 @@ malformed safetensors file is a one-line error; export -> import gives back exac
 pytorch_model.bin; a non-causal model is refused and nothing is overwritten without --force. The
 output folder appears whole or not at all: Ctrl-C mid-export leaves nothing (or the previous export),
 two exports into one folder leave one of them whole; the source folder, a folder inside it, an
-empty path and a folder with other files are refused; a damaged config.json is refused before
-anything is written. With
+empty path and a folder with other files are refused; a damaged config.json (a number written as a
+string, a damaged tokenizer record, tiktoken's too) is refused before anything is written. With
 `transformers` installed: GPT2LMHeadModel loads our export and gives our logits to 1e-4, and a GPT-2
 saved by transformers imports with its logits. Models are tiny and random, with every parameter
 perturbed so that biases and LayerNorm weights are not trivial. That the export generates on its
@@ -315,6 +315,41 @@ def test_import_refuses_a_damaged_config_json_before_writing(tmp_path):
         with pytest.raises(UserError, match=match) as err:
             export.main(["--from-hf", str(hf_dir), str(back)])
         assert "config.json" in str(err.value) and "\n" not in str(err.value) and not back.exists()
+
+
+def test_import_refuses_a_damaged_tiktoken_record_without_its_encoding_file(tmp_path):
+    """A recorded compact tiktoken vocabulary went in unchecked (building it needs the encoding's
+    file); sample.py then died of a Rust panic or an OverflowError. What its ids alone show is checked:
+    here, no such file is needed (each tokenizer of 37 ids below lacks GPT-2's single-byte tokens)."""
+    run, _, _ = make_run(tmp_path)
+    hf_dir, back = tmp_path / "hf", tmp_path / "back"
+    export.main([run, str(hf_dir)])
+    config = json.loads((hf_dir / "config.json").read_text())
+    for ids, match in [([*range(36), 2**70], f"holds id {2**70}, which names no BPE token"),
+                       ([*range(1, 37)], r"lacks the single-byte token of id 0 \(and 219 more\)"),
+                       ([*range(36), 35], "holds id 35 twice")]:
+        tokenizer = {"kind": "tiktoken", "vocab_size": 37, "encoding": "gpt2", "ids": ids, "closed": True}
+        (hf_dir / "config.json").write_text(json.dumps({**config, "tinygpt": {**config["tinygpt"], "tokenizer": tokenizer}}))
+        with pytest.raises(UserError, match=f"tinygpt.tokenizer it records is damaged .*{match}") as err:
+            export.main(["--from-hf", str(hf_dir), str(back)])
+        assert "config.json" in str(err.value) and "\n" not in str(err.value) and not back.exists()
+
+
+def test_a_number_written_as_a_string_is_called_so(tmp_path):
+    """n_inner "128" (a string) for n_embd 32 said `n_inner=128 (tinygpt's MLP is 4*n_embd wide) cannot be
+    represented`, though 4 * 32 = 128; a string resid_pdrop was taken as no dropout without a word."""
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["n_embd"] == 32 and config["n_inner"] is None
+    for change, match in [({"n_inner": "128"}, "n_inner='128' must be a number"),
+                          ({"n_inner": True}, "n_inner=True must be a number"),
+                          ({"resid_pdrop": "0.1"}, "resid_pdrop='0.1' must be a number")]:
+        (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(UserError, match=match):
+            hf.load_hf_gpt2(tmp_path / "hf")
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "n_inner": 128, "resid_pdrop": None}))
+    hf.load_hf_gpt2(tmp_path / "hf")  # 4 * n_embd as a number, and null dropout, import
 
 
 def test_import_refuses_what_gpt2_cannot_say(tmp_path):

@@ -306,6 +306,26 @@ def test_word_regex_splits_characters_as_python_does():
     assert [piece for piece, _ in char.pre_tokenize_str(text)] == list(text)
 
 
+def test_letters_newer_than_pythons_unicode_split_as_python_splits_them():
+    """tokenizer.json said \\p{L} for a letter: the Unicode tables of `tokenizers`, which can be newer
+    than Python's. A letter Python's tables lack (U+1C89 before Unicode 16: "the cat\\u1c89s sat")
+    was one word there, three pieces here, and AutoTokenizer refused the text that ours encodes
+    (`WordLevel error: Missing [UNK] token`). The pattern spells Python's classes as ranges instead."""
+    unassigned = "".join(chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cn")
+    others = tokenizers.pre_tokenizers.Split(tokenizers.Regex(r"[^\p{L}\p{N}]"), behavior="removed")
+    newer = "".join(piece for piece, _ in others.pre_tokenize_str(unassigned))  # letters, digits to tokenizers only
+    if not newer:
+        pytest.skip("Python's Unicode tables are as new as those of tokenizers")
+    text = "\n".join(f"a{c}b 1{c}2 {c} {c}{c}" for c in newer[::max(1, len(newer) // 1000)])
+    pre = tokenizers.pre_tokenizers.Split(tokenizers.Regex(hf.word_pattern()), behavior="isolated")
+    assert [piece for piece, _ in pre.pre_tokenize_str(text)] == tk.WordTokenizer.split(text)
+    text = f"the cat{newer[0]}s sat"
+    ours = tk.build_tokenizer("word", text)
+    theirs = tokenizers.Tokenizer.from_str(hf.hf_tokenizer(ours).to_str())  # as tokenizer.json loads
+    assert theirs.encode(text).ids == ours.encode(text) and theirs.decode(ours.encode(text)) == text
+    assert len(hf.word_pattern()) < 20_000  # ranges of code points, not one entry per letter (~130,000)
+
+
 @pytest.mark.parametrize("compact", [True, False])
 def test_bpe_tokenizer_json_gives_our_ids(compact, learned_encoding):
     tok = tk.build_tokenizer("learned", STORY[:5000], compact=compact)

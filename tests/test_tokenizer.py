@@ -2,8 +2,9 @@
 under BPE merges, encoded by BPE restricted to it; the byte fallback of older vocabularies), the
 closest-word suggestions for unknown words, stream decoding of characters split across tokens, plain-data save/load (also through
 JSON), and the one-line user errors (unknown characters, unknown encoding, encoding not loadable
-offline). BPE logic is tested on a hand-built tiktoken Encoding; the real GPT-2 ranks are used only
-when the test data folder (conftest.SHARED_DATA) holds r50k_base.tiktoken. No test touches the network.
+offline, a damaged compact vocabulary: never tiktoken's panic). BPE logic is tested on a hand-built
+tiktoken Encoding; the real GPT-2 ranks are used only when the test data folder
+(conftest.SHARED_DATA) holds r50k_base.tiktoken. No test touches the network.
 """
 from __future__ import annotations
 
@@ -230,6 +231,33 @@ def test_bpe_vocabulary_saved_before_closing_keeps_its_byte_fallback(toy):
     assert [tok.token_str(i) for i in tok.encode(" the cat")] == [" ", "t", "h", "e", " cat"]
 
 
+def test_a_damaged_compact_vocabulary_is_one_line_never_a_panic(toy):
+    """A compact vocabulary without a single-byte token made tiktoken panic when encoding (a Rust
+    `no entry found for key`, a BaseException that no `except Exception` catches), an id past int64
+    overflowed numpy, and a special token's id went in unchecked: each is refused as the tokenizer is
+    rebuilt from its data, naming the id."""
+    good = build_tokenizer("toy", "the cat sat").to_dict()
+    a = good["ids"].index(ord("a"))  # the single-byte token of "a": its id is the byte's value
+
+    def damaged(new_id):
+        return {**good, "ids": [*good["ids"][:a], *([] if new_id is None else [new_id]), *good["ids"][a + 1:]],
+                "vocab_size": good["vocab_size"] - (new_id is None)}
+    for new_id, match in [(toy.eot_token, f"holds id {toy.eot_token}, which names no BPE token"),
+                          (2**70, f"holds id {2**70}, which names no BPE token"),
+                          (-1, "holds id -1, which names no BPE token"), (ord("b"), "holds id 98 twice"),
+                          (None, "lacks the single-byte token of id 97: BPE needs all 256")]:
+        with pytest.raises(UserError, match=match) as err:
+            tokenizer_from_dict(damaged(new_id)).encode("a cat")
+        assert "\n" not in str(err.value) and "damaged" in str(err.value)
+    # without the encoding's file (an import), what the ids alone show: OpenAI's encodings number
+    # their single-byte tokens 0..255
+    gpt2 = {"kind": "tiktoken", "encoding": "gpt2", "vocab_size": 257, "ids": [*range(256), 2**40]}
+    with pytest.raises(UserError, match=f"holds id {2**40}, which names no BPE token"):
+        tk.tiktoken_data(gpt2)
+    with pytest.raises(UserError, match="lacks the single-byte token of id 64: BPE"):
+        tokenizer_from_dict({**gpt2, "ids": [50256 if i == 64 else i for i in range(257)]})  # never loads it
+
+
 def test_bpe_full_vocab(toy):
     tok = TiktokenTokenizer.from_text("toy", "the cat", compact=False, encoding=toy)
     assert tok.vocab_size == toy.n_vocab and tok.ids is None
@@ -303,6 +331,22 @@ def test_gpt2_ranks_from_offline_cache(gpt2_offline):
     assert back.encode(UNICODE_PARAGRAPH) == tok.encode(UNICODE_PARAGRAPH)
     dec = tok.stream_decoder()
     assert "".join(dec.push(i) for i in tok.encode(UNICODE_PARAGRAPH)) + dec.flush() == UNICODE_PARAGRAPH
+
+
+def test_a_damaged_gpt2_vocabulary_is_refused(gpt2_offline):
+    """The reviewer's case on GPT-2's own ranks: the id of "a" (64) replaced by <|endoftext|>'s (50256)
+    or by 2**70 (sample.py: a Rust panic, an OverflowError). The check without the encoding's file
+    holds for GPT-2: its single-byte tokens are 0..255."""
+    ids = build_tokenizer("gpt2", "Hello world. " + UNICODE_PARAGRAPH).to_dict()["ids"]
+    for bad, match in [(50256, "lacks the single-byte token of id 64"), (2**70, f"holds id {2**70}")]:
+        with pytest.raises(UserError, match=match):
+            tokenizer_from_dict({"kind": "tiktoken", "encoding": "gpt2", "vocab_size": len(ids), "closed": True,
+                                 "ids": [bad if i == 64 else i for i in ids]}).encode("a")
+    with pytest.raises(UserError, match="holds id 50256, which names no BPE token .*within 0..50255"):
+        TiktokenTokenizer("gpt2", [50256 if i == ids[300] else i for i in ids])  # no byte's id: the encoding tells
+    tk.check_compact_ids("gpt2", ids)
+    ranks = get_tiktoken_encoding("gpt2")._mergeable_ranks
+    assert sorted(ranks[bytes([b])] for b in range(256)) == list(range(256))
 
 
 # ---- a BPE learned from the training text ----

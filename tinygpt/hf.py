@@ -50,6 +50,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shlex
 import stat
 import sys
@@ -67,7 +68,8 @@ from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, short
 from tinygpt.runs import LOCK, RUN_FILES, training_now, write_config
 from tinygpt.runtime import check_memory, model_memory
-from tinygpt.tokenizer import Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt, tokenizer_from_dict
+from tinygpt.tokenizer import (Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt, tiktoken_data,
+                               tokenizer_from_dict)
 
 GPT2_VOCAB = 50257  # the gpt2 / r50k_base encoding, <|endoftext|> = 50256
 # GPT2Config's defaults (the 124M GPT-2) for keys a config.json leaves out
@@ -117,11 +119,18 @@ UNK = "[UNK]"  # never a piece of our vocabularies (the regexes split it), so an
 
 
 def word_pattern() -> str:
-    r"""WordTokenizer.PATTERN in the regex dialect of `tokenizers` (Oniguruma), with the classes
-    spelled out as Python's `re` defines them: letters [^\W\d_] = \p{L}, \p{Nl}, \p{No}; digits
-    \d = \p{Nd}; whitespace \s = what str.isspace() accepts (\x1c-\x1f too, unlike \p{White_Space})."""
-    spaces = "".join(f"\\x{{{c:x}}}" for c in range(sys.maxunicode + 1) if chr(c).isspace())
-    return rf" ?[\p{{L}}\p{{Nl}}\p{{No}}]+| ?\p{{Nd}}+| ?[^{spaces}]|[{spaces}]"
+    r"""WordTokenizer.PATTERN in the regex dialect of `tokenizers` (Oniguruma), each class spelled out
+    as the code points Python's `re` puts in it: letters [^\W\d_], digits \d, whitespace \s (that is
+    \x1c-\x1f too, unlike \p{White_Space}). Unicode's classes (\p{L}, \p{Nd}) would follow the tables
+    of `tokenizers`, which can be newer than Python's: a letter that Python's tables lack yet (U+1C89,
+    Unicode 16) was part of a word there, a piece of its own here, and tokenizer.json refused the text."""
+    every = "".join(map(chr, range(sys.maxunicode + 1)))
+
+    def spelled(cls: str) -> str:  # the code points of cls as ranges: \x{30}-\x{39}\x{660}-\x{669}...
+        return "".join(f"\\x{{{m.start():x}}}" + (f"-\\x{{{m.end() - 1:x}}}" if m.end() - m.start() > 1 else "")
+                       for m in re.finditer(f"{cls}+", every))
+    letters, digits, spaces = map(spelled, (r"[^\W\d_]", r"\d", r"\s"))
+    return rf" ?[{letters}]+| ?[{digits}]+| ?[^{spaces}]|[{spaces}]"
 
 
 def byte_level_alphabet() -> dict[int, str]:
@@ -455,7 +464,10 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     hf = {**GPT2_DEFAULTS, **hf}  # transformers may leave out values equal to GPT2Config's defaults
     if hf.get("model_type", "gpt2") != "gpt2":
         raise UserError(f"{path}: model_type {hf.get('model_type')!r} is not gpt2; only GPT-2 checkpoints import")
-    for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size", "layer_norm_epsilon"):
+    for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size", "layer_norm_epsilon", "n_inner",
+                "resid_pdrop"):
+        if hf[key] is None and key in ("n_inner", "resid_pdrop"):  # null: 4 * n_embd wide, no dropout
+            continue
         if not isinstance(hf[key], (int, float)) or isinstance(hf[key], bool):
             raise UserError(f"{path}: {key}={short(hf[key])} must be a number")
     for key in ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention"):
@@ -637,12 +649,13 @@ def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> P
 
 def check_recorded_tokenizer(tok: dict[str, Any], path: Path) -> None:
     """Build the tokenizer config.json records (tinygpt.tokenizer), so that a damaged one is refused
-    here rather than by sample.py on the imported run. A tiktoken one is left to sample.py: building
-    it needs its encoding file, which an offline import does not."""
-    if tok.get("kind") == "tiktoken":
-        return
+    here rather than by sample.py on the imported run. A tiktoken one is checked as far as its data
+    goes (tiktoken_data): building it needs its encoding file, which an offline import does not."""
     try:
-        tokenizer_from_dict(tok)
+        if tok.get("kind") == "tiktoken":
+            tiktoken_data(tok)
+        else:
+            tokenizer_from_dict(tok)
     except UserError as e:
         what = str(e).split(";")[0]  # its advice (re-run data/prepare.py) is not this file's fix
         raise UserError(f"{path}: the tinygpt.tokenizer it records is damaged ({what}); export the run again") from None

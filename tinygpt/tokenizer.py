@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from tinygpt.errors import UserError, reason
+from tinygpt.errors import UserError, reason, short
 
 if TYPE_CHECKING:  # tiktoken is imported lazily: char-level runs do not need it
     import tiktoken
@@ -369,6 +369,59 @@ def closed_vocab(ids: Sequence[int], ranks: dict[bytes, int]) -> list[int]:
     return sorted(kept)
 
 
+DAMAGED = "the checkpoint or tokenizer file is damaged or from another program; re-run data/prepare.py"
+MAX_RANK = 2**32 - 1  # tiktoken's token ids (its BPE ranks) are 32-bit
+BYTES_FIRST = ("r50k_base", "p50k_base")  # GPT-2's byte tokens are ids 0..255 (p50k extends r50k: checked on r50k)
+
+
+def check_compact_ids(name: str, ids: Sequence[int], ranks: dict[bytes, int] | None = None) -> None:
+    """Refuse a compact vocabulary (`ids`: original ids of tiktoken encoding `name`) that the
+    encoder cannot work with: tiktoken panics on a byte without its single-byte token (a Rust panic,
+    which no `except Exception` catches) and numpy overflows on an id past int64. The ids must be
+    distinct ids of the encoding's BPE tokens (`ranks`: token bytes -> id; special tokens are not
+    BPE tokens), its single-byte tokens among them. Without `ranks` (an import, which needs no
+    encoding file), what the ids alone show: each a possible tiktoken id, and for the encodings
+    known to number their 256 single-byte tokens 0..255 (BYTES_FIRST), those 256 among them."""
+    what = f"the compact vocabulary of tokenizer {name!r}"
+    kept: set[int] = set()
+    for i in ids:
+        if i in kept:
+            raise UserError(f"{what} holds id {short(i)} twice; {DAMAGED}")
+        kept.add(i)
+    if ranks is None:
+        tokens: Any = range(MAX_RANK + 1)
+        byte_tokens: Sequence[int] = range(256) if _TIKTOKEN_FILES.get(_ALIASES.get(name, name)) in BYTES_FIRST else []
+        where = f"tiktoken's token ids lie within 0..{MAX_RANK}"
+    else:
+        tokens = set(ranks.values())
+        byte_tokens = [ranks[bytes([b])] for b in range(256) if bytes([b]) in ranks]
+        where = f"the encoding's BPE tokens have ids within 0..{max(tokens)}, special tokens excluded"
+    bad = next((i for i in ids if i not in tokens), None)
+    if bad is not None:
+        raise UserError(f"{what} holds id {short(bad)}, which names no BPE token ({where}); {DAMAGED}")
+    missing = [t for t in byte_tokens if t not in kept]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise UserError(f"{what} lacks the single-byte token of id {missing[0]}{more}: BPE needs all "
+                        f"{len(byte_tokens)} of them to spell any text; {DAMAGED}")
+
+
+def tiktoken_data(d: dict) -> tuple[str, list[int] | None]:
+    """The encoding name and compact ids (None: the full vocabulary) of tiktoken tokenizer data,
+    checked as far as they can be without the encoding's file (`check_compact_ids`)."""
+    name, ids = d.get("encoding"), d.get("ids")
+    if not isinstance(name, str):
+        raise UserError(f"tiktoken tokenizer data has no 'encoding' name; {DAMAGED}")
+    if ids is None:
+        return name, None
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise UserError(f"tiktoken tokenizer data has a malformed 'ids' list (integers expected); {DAMAGED}")
+    check_compact_ids(name, ids)
+    if d.get("vocab_size") not in (None, len(ids)):
+        raise UserError(f"tokenizer data says vocab_size={short(d['vocab_size'])} but lists {len(ids)} ids; {DAMAGED}")
+    return name, ids
+
+
 class TiktokenTokenizer(Tokenizer):
     """A tiktoken BPE encoding, optionally restricted to a compact vocabulary.
 
@@ -391,10 +444,8 @@ class TiktokenTokenizer(Tokenizer):
             self.ids: np.ndarray | None = None
             self.vocab_size = n_vocab
             return
+        check_compact_ids(name, ids, self.encoding._mergeable_ranks)
         self.ids = np.unique(np.asarray(ids, dtype=np.int64))
-        if self.ids.size != len(ids) or (self.ids.size and (self.ids[0] < 0 or self.ids[-1] >= n_vocab)):
-            raise UserError(f"the compact vocabulary of tokenizer {name!r} is malformed (ids must be "
-                            f"distinct and in 0..{n_vocab - 1}); re-run data/prepare.py")
         self.vocab_size = int(self.ids.size)
         # original id -> compact id (-1: not in the compact vocabulary), one gather per encode
         self.lookup = np.full(n_vocab, -1, dtype=np.int64)
@@ -679,7 +730,7 @@ def build_tokenizer(name: str, text: str, compact: bool = True, bpe_vocab_size: 
 
 def tokenizer_from_dict(d: dict) -> Tokenizer:
     """Rebuild a tokenizer from `Tokenizer.to_dict()` output (e.g. from a checkpoint or JSON file)."""
-    fix = "the checkpoint or tokenizer file is damaged or from another program; re-run data/prepare.py"
+    fix = DAMAGED
     if not isinstance(d, dict):
         raise UserError(f"tokenizer data must be a dict, got {type(d).__name__}; {fix}")
     kind = d.get("kind")
@@ -703,12 +754,7 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
             raise UserError(f"bpe tokenizer data has no valid 'merges' (pairs of token ids); {fix}")
         tok = LearnedBPETokenizer(merges)
     elif kind == "tiktoken":
-        name, ids = d.get("encoding"), d.get("ids")
-        if not isinstance(name, str):
-            raise UserError(f"tiktoken tokenizer data has no 'encoding' name; {fix}")
-        if ids is not None and (not isinstance(ids, list)
-                                or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
-            raise UserError(f"tiktoken tokenizer data has a malformed 'ids' list (integers expected); {fix}")
+        name, ids = tiktoken_data(d)
         tok = TiktokenTokenizer(name, ids, closed=d.get("closed") is True)  # absent: saved before closing
     else:
         raise UserError(f"tokenizer data has unknown kind {kind!r} (expected 'char', 'word', 'bpe' or 'tiktoken'); {fix}")
