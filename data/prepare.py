@@ -95,7 +95,7 @@ def source_files(dataset: str) -> list[Path]:
 
 
 def folder_files(folder: Path, dataset: str) -> list[Path]:
-    """The .txt files under `folder`, at any depth, sorted, hidden ones (and hidden folders) left out.
+    """The .txt files (.TXT too) under `folder`, at any depth, sorted, hidden ones (and hidden folders) left out.
     Walked with a list, not recursion (a folder
     nested a thousand deep overflowed Python's stack); links to folders are not followed (a loop would
     never end). A folder that cannot be read, or a .txt that is no regular file (a device or a pipe
@@ -111,7 +111,7 @@ def folder_files(folder: Path, dataset: str) -> list[Path]:
                         continue
                     if entry.is_dir(follow_symlinks=False):
                         folders.append(Path(entry.path))
-                    elif entry.name.endswith(".txt"):
+                    elif entry.name.lower().endswith(".txt"):  # (a.TXT too: as a file alone, it is read)
                         if not entry.is_file():  # (a link to a regular file is one)
                             raise UserError(f"data.dataset={dataset!r}: {entry.path} is not a regular file (a "
                                             f"device, a pipe, a socket, or a link to a folder or to nothing)")

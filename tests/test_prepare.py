@@ -367,6 +367,16 @@ def test_hidden_files_and_folders_are_not_text(tmp_path):
         prep.source_files(str(books))
 
 
+def test_a_folder_reads_its_upper_case_txt_files_too(tmp_path):
+    """A folder holding a.TXT and b.txt trained on b.txt alone, half the data, without a word (a.TXT
+    given on its own was read)."""
+    books = tmp_path / "books"
+    books.mkdir()
+    for name in ("a.TXT", "b.txt", "c.Txt", "notes.md"):
+        (books / name).write_text("text\n")
+    assert [p.name for p in prep.source_files(str(books))] == ["a.TXT", "b.txt", "c.Txt"]
+
+
 def test_a_file_rewritten_with_its_size_and_mtime_kept_is_prepared_again(tmp_path):
     """cp -p, rsync -t or an archive keep the mtime: the old preparation was reused for the new text."""
     text = tmp_path / "t.txt"
