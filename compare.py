@@ -14,7 +14,8 @@ DIR/val_loss.png, and writes no table: the way to (re)draw the pictures of an ex
 folder holding a report is refused: its val_loss.png would sit beside another report's tables).
 The report's files are replaced together or not at all (a full disk leaves the earlier report
 whole); a file of theirs in DIR that no report wrote (the user's own results.md) is refused, not
-overwritten. Runs of one setting with the same train.seed are one seed in the statistics.
+overwritten. Runs of one setting with the same train.seed are one seed in the statistics; runs trained
+on different data (their checkpoints' data digest: the dataset's text changed) are different settings.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 from tinygpt.errors import ArgParser, UserError, path_arg, path_word, run_cli, script_word
 from tinygpt.plots import MATPLOTLIB_NOTE, can_plot, plot_run
-from tinygpt.report import (NEVER_COMPARED, check_report_folder, differing_keys, group_by_setting,
+from tinygpt.report import (NEVER_COMPARED, check_report_folder, data_changed, differing_keys, group_by_setting,
                             write_report, write_val_loss)
 from tinygpt.runs import REPORT_LOCK, run_lock, summarize_run
 
@@ -102,7 +103,7 @@ def compare(args) -> dict:
         return {"rows": rows, "varied": varied, "out": str(args.out), "plots": draw(args, rows, varied)}
     table, pngs = write_report(rows, varied, args.out, title=f"Comparison of {len(rows)} run{'s' * (len(rows) > 1)}")
     print(table, end="")
-    if not varied and len(rows) > 1:
+    if not varied and len(rows) > 1 and not data_changed(rows):  # (else the table says their data differ)
         print(f"(the runs' configs are identical apart from {', '.join(sorted(NEVER_COMPARED))}, which change no result)")
     print(f"wrote {args.out / 'results.md'}, {args.out / 'results.csv'}, {args.out / 'summary.csv'}"
           + "".join(f", {p}" for p in pngs))

@@ -4,9 +4,11 @@
                     [--set KEY=VALUE ...] [--seeds N] [--probe] [--jobs N] [--out DIR] [--quiet]
 
 Each combination is checked like a `--set` (values are YAML scalars; a value that cannot be of its key's
-type, a typo such as n_head=abc, refuses the sweep at once); an impossible one (say n_embd=64 with
-n_head=3), one that differs from another only in a data key its tokenizer does not use (a char run's
-data.bpe_vocab_size: the same run), or a value given twice, is skipped with a note. Each valid one
+type, a typo such as n_head=abc, refuses the sweep at once, and so does a value that no combination
+can train, model.n_layer=0, or two values that are one, 1 and 0x1, d.txt and ./d.txt); an impossible
+one (say n_embd=64 with n_head=3, where n_head=3 trains with another n_embd), one that differs from
+another only in a data key its tokenizer does not use (a char run's data.bpe_vocab_size: the same
+run), or a value given twice, is skipped with a note. Each valid one
 trains into its own run directory under the sweep folder (default out/sweeps/<config stem>), named after
 its values, e.g. `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at
 max_iters), resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
@@ -16,11 +18,12 @@ keys given in another order, --seeds added to a sweep without it: its run is tha
 train.seed) is skipped or resumed there, a line saying so (new runs keep their names). A second sweep on
 the same folder while one runs is refused at once, one line naming the other's process id (the sweep
 folder is locked for the whole sweep). A run directory it cannot reuse (trained with other settings, say
-another --set or train.max_iters, over which the learning rate decays; holding best.pt but no ckpt.pt; a
-finished run whose metrics.csv is damaged or gone, its ckpt.pt an older tinygpt's, carrying no rows)
+another --set or train.max_iters, over which the learning rate decays; trained on a data.dataset file
+that changed since; holding best.pt but no ckpt.pt; a finished run whose metrics.csv is damaged or gone,
+its ckpt.pt an older tinygpt's, carrying no rows)
 refuses the sweep before anything is trained, the folder's report left as it was; so does a run train.py
-would refuse at its start (a train.device this machine lacks, a data.dataset that is not there), one
-line naming the run and the key. Runs of another grid in the folder stay, but are not in this sweep's
+would refuse at its start (a train.device this machine lacks, a data.dataset that is not there, its run
+folder in use by another training), one line naming the run and the key. Runs of another grid in the folder stay, but are not in this sweep's
 report, which replaces the folder's sweep report: a note says so before any training (--out keeps two
 sweeps' reports apart); a comparison's report there, or a file of a report's name that no report wrote,
 is refused. The report's files are replaced together or not at all (compare.py's docstring). At the end
@@ -78,16 +81,17 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from data.prepare import prepared_dir
+from data.prepare import BUILTIN, prepare, prepared_dir, same_dataset
 from tinygpt.checkpoint import load_checkpoint, load_model, resolve_checkpoint
-from tinygpt.config import Config, all_keys, check_type, flat_config, load_config, parse_overrides, read_yaml
+from tinygpt.config import (MAX_INT, Config, all_keys, check_type, flat_config, load_config, parse_overrides,
+                             read_yaml)
 from tinygpt.coreference import HELD_OUT_OFFSET, probe
 from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_arg, restore_signals, run_cli,
                              work_is_files)
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, write_report
-from tinygpt.runs import (REPORT_LOCK, died_at_its_first_save, read_config, read_probe,
-                         resumed_metrics, run_lock, summarize_run, write_probe)
+from tinygpt.runs import (LOCK, REPORT_LOCK, died_at_its_first_save, read_config, read_probe,
+                         resumed_metrics, run_lock, summarize_run, training_now, write_probe)
 from tinygpt.runtime import ThreadPolicy, parent_death_signal, resolve_device, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
@@ -330,11 +334,31 @@ def readable_config(run_dir: Path) -> bool:
     return True
 
 
-def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
-    """What to do with run_dir: ('train' | 'resume' | 'skip' | 'refuse', a note saying why). A run
+def current_digest(cfg: Config, digests: dict[Path, str | None]) -> str | None:
+    """The digest of the data a run of cfg would train on now (meta.json's, which train.py compares
+    with a checkpoint's data_digest): a data.dataset file or folder is prepared as train.py would
+    prepare it (reused where up to date; once per prepared folder: `digests` keeps each answer).
+    None for a built-in corpus (its text is that of its settings, which changed_settings compares),
+    and where the data cannot be prepared (a file removed: its finished runs are still reported,
+    and a run to train is refused by cannot_start)."""
+    if cfg.data.dataset in BUILTIN:
+        return None
+    try:
+        folder = prepared_dir(cfg.data)
+        if folder not in digests:
+            digests[folder] = None
+            digests[folder] = json.loads((prepare(cfg, show_progress=False) / "meta.json").read_text())["digest"]
+    except UserError:
+        return None
+    return digests[folder]
+
+
+def existing_run(run_dir: Path, cfg: Config, digests: dict[Path, str | None] | None = None) -> tuple[str, str]:
+    """What to do with run_dir: ('train' | 'resume' | 'skip' | 'refuse' | 'stale', a note saying why). A run
     that stopped before its first checkpoint is started again (train.py rewrites its config.yaml
     and metrics.csv); a folder with best.pt but no ckpt.pt is left alone: no weights file is ever
-    deleted."""
+    deleted. A run trained on data that changed since (current_digest; `digests` keeps its answers)
+    is 'stale', refused: skipped, its results are of the old text; resumed, train.py would refuse it."""
     if (run_dir / "ckpt.pt").is_file():
         try:
             ckpt = load_checkpoint(run_dir / "ckpt.pt")
@@ -344,6 +368,12 @@ def existing_run(run_dir: Path, cfg: Config) -> tuple[str, str]:
         if changed:  # e.g. the same grid rerun with another --set: not the run asked for
             return "refuse", (f"{run_dir} holds a run with other settings ({', '.join(changed)}); it is "
                               f"not reused: choose another --out, or delete it to retrain")
+        saved = ckpt.get("data_digest")  # (none in a checkpoint of before version 3)
+        now = current_digest(cfg, {} if digests is None else digests) if saved is not None else None
+        if now is not None and now != saved:
+            return "stale", (f"{run_dir} holds a run trained on other data: data.dataset={cfg.data.dataset!r} "
+                              f"changed since; it is not reused: choose another --out, or remove the run to "
+                              f"retrain it on the data as it is now")
         try:  # what the report reads, and what train.py --resume would refuse: refused now, before any training
             # (rows the checkpoint carries come back: train.py --resume restores them, and config.yaml)
             _, restored = resumed_metrics(run_dir, ckpt)
@@ -456,16 +486,26 @@ class Planned:
     action: str = "train"  # what to do with its run directory, and why (existing_run)
     why: str = "training"
 
+    def values(self) -> dict:
+        """The grid's values for it as its config reads them (4, not '4'), as compare.py's rows hold
+        them: settings.png orders numbers from small to large, texts as they come."""
+        flat = flat_config(self.cfg)
+        return {k: flat[k] for k in self.varied}
+
 
 def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
     """Every combination checked like a --set, before any training; the invalid ones are skipped
-    with a note."""
+    with a note, but a value invalid in every combination it is in (model.n_layer=0, train.dtype=
+    bfloat17) refuses the sweep, naming it: its runs would be missing from the report without a word."""
     keys = list(grid)
     combos = list(itertools.product(*grid.values()))
     plan = []
     texts: dict[str, dict] = {k: {} for k in keys}  # each key's values as the config reads them -> their text
     runs: dict[tuple, str] = {}  # each planned run's settings (those that change it) -> its name
     reasons = []  # why each invalid combination is
+    notes = []  # the skipped combinations, said once the grid is known to be trainable
+    refused: dict[tuple[str, str], str] = {}  # each (key, value) of an invalid combination -> why the first is
+    valid: set[tuple[str, str]] = set()  # each (key, value) of a valid one
     for name, combo in zip(run_names(keys, combos), combos):
         run_dir = out / name
         # json.dumps quotes the path as a YAML string, whatever characters it holds
@@ -473,13 +513,16 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
         try:
             cfg = load_config(args.config, overrides)
         except UserError as e:
-            print(f"skip {name}: {e}")
+            notes.append(f"skip {name}: {e}")
             reasons.append(str(e))
+            for key_value in zip(keys, combo):
+                refused.setdefault(key_value, str(e))
             continue
+        valid.update(zip(keys, combo))
         flat = flat_config(cfg)
         check_distinct(texts, flat, combo)
         if (same := same_as_planned(runs, flat, name)) is not None:
-            print(f"skip {name}: the same run as {same} ({why_the_same(keys, flat)})")
+            notes.append(f"skip {name}: the same run as {same} ({why_the_same(keys, flat)})")
             continue
         if args.probe and cfg.data.dataset != "stories":
             raise UserError(f"--probe measures coreference in the stories corpus, but {name} trains on "
@@ -488,7 +531,16 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
     if not plan:
         if len(set(reasons)) == 1:  # every combination fails alike: a bad --set value, say
             raise UserError(f"no valid combination in --grid {' '.join(args.grid)}: {reasons[0]}")
+        print("\n".join(notes))
         raise UserError(f"no valid combination in --grid {' '.join(args.grid)} (see the notes above)")
+    # a value no combination can train (n_layer=0; n_head=3 where every n_embd is 16): refused, not skipped
+    # (a value impossible beside some values of the others only, n_head=3 with n_embd=16 of 16,48, is skipped)
+    if dead := [key_value for key_value in refused if key_value not in valid]:
+        key, value = dead[0]
+        more = f" (and {len(dead) - 1} more value(s) no combination can train)" if len(dead) > 1 else ""
+        raise UserError(f"--grid {key}={value} is invalid in every combination: {refused[key, value]}{more}")
+    for line in notes:
+        print(line)
     print(f"sweep: {len(plan)} run(s) of {len(combos)} combination(s) into {out}")
     return plan
 
@@ -519,13 +571,17 @@ def why_the_same(keys: Sequence[str], flat: dict) -> str:
 
 def check_distinct(texts: dict[str, dict], flat: dict, combo: tuple[str, ...]) -> None:
     """Refuse two values of one grid key that the config reads as the same (1 and 0x1; 1e-3
-    and 0.001): the same run would be trained twice as two settings. `texts` collects, per key,
-    each value read so far -> its text."""
+    and 0.001; a data.dataset file spelt two ways, d.txt and ./d.txt: data.prepare.same_dataset):
+    the same run would be trained twice as two settings. `texts` collects, per key, each value
+    read so far -> its text."""
     for (key, seen), text in zip(texts.items(), combo):
-        first = seen.setdefault(flat[key], text)
+        value = flat[key]
+        if key == "data.dataset":  # (the values seen so far: a few datasets, not one per combination)
+            value = next((v for v in seen if same_dataset(v, value)), value)
+        first = seen.setdefault(value, text)
         if first != text:
-            raise UserError(f"--grid {key}: {first} and {text} are the same value ({flat[key]!r}); give each "
-                            f"value once")
+            same = "name the same data" if key == "data.dataset" else "are the same value"
+            raise UserError(f"--grid {key}: {first} and {text} {same} ({value!r}); give each value once")
 
 
 def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
@@ -534,13 +590,15 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
     run's settings, say the same grid with another --set), or a run that train.py would refuse at
     its start (cannot_start), refuses the sweep, before anything is trained or the folder's report
     is rewritten: not after the runs before it trained for hours."""
+    digests: dict[Path, str | None] = {}  # each prepared data folder's digest, checked once
+    for run in plan:
+        run.action, run.why = existing_run(run.run_dir, run.cfg, digests)
+    reuse_elsewhere(config, plan, out, digests)
     refused = []
     for run in plan:
-        run.action, run.why = existing_run(run.run_dir, run.cfg)
-        if run.action == "refuse":
+        if run.action in ("refuse", "stale"):
             print(f"not reusable {run.name}: {run.why}")
             refused.append(run.why)
-    reuse_elsewhere(config, plan, out)
     checked: dict[tuple[str, str], str | None] = {}
     for run in plan:
         if run.action in ("train", "resume") and (problem := cannot_start(run.cfg, checked)):
@@ -552,10 +610,14 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
 
 
 def cannot_start(cfg: Config, checked: dict[tuple[str, str], str | None]) -> str | None:
-    """What train.py would refuse cfg for at its start, where that is cheap and certain now: a device
-    this machine lacks, a data.dataset file or folder that is not there (train.py's own functions,
-    so its own message naming the key), else None. `checked` keeps each value's answer: a grid of
-    many runs on one dataset folder walks it once."""
+    """What train.py would refuse cfg for at its start, where that is cheap and certain now: its
+    train.out_dir in use by another training (train.py run there by hand), a device this machine
+    lacks, a data.dataset file or folder that is not there (train.py's own functions, so its own
+    message naming the key), else None. `checked` keeps each value's answer: a grid of many runs
+    on one dataset folder walks it once."""
+    if pid := training_pid(Path(cfg.train.out_dir)):
+        return (f"its run folder {cfg.train.out_dir} is in use by another training (process {pid}); wait for it "
+                f"to end, or choose another --out")
     checks = (("train.device", cfg.train.device, lambda: resolve_device(cfg.train.device)),
               # prepare() -> prepared_dir() lists a path dataset's files (source_files) before any work
               ("data.dataset", cfg.data.dataset, lambda: prepared_dir(cfg.data)))
@@ -569,6 +631,16 @@ def cannot_start(cfg: Config, checked: dict[tuple[str, str], str | None]) -> str
         if checked[key, value]:
             return checked[key, value]
     return None
+
+
+def training_pid(run_dir: Path) -> str | None:
+    """The process id of the training that holds run_dir now (runs.training_now), else None."""
+    if not training_now(run_dir):
+        return None
+    try:
+        return (run_dir / LOCK).read_bytes()[:32].decode("ascii", "replace").strip() or "unknown"
+    except OSError:  # (it ended just now)
+        return None
 
 
 def same_run(flat: dict, cfg: Config, grid_keys: Iterable[str]) -> bool:
@@ -594,7 +666,7 @@ def runs_elsewhere(out: Path, names: set[str]) -> list[tuple[Path, dict]]:
     return found
 
 
-def reuse_elsewhere(config: str, plan: list[Planned], out: Path) -> None:
+def reuse_elsewhere(config: str, plan: list[Planned], out: Path, digests: dict[Path, str | None]) -> None:
     """Point each run to train at a run of the same settings that --out holds under another name,
     finished (skipped) or resumable (resumed there), and say so: the grid's keys in another order
     (n_layer=1,n_head=1 is n_head=1,n_layer=1), or --seeds added (n_head=1,seed=1337 is n_head=1).
@@ -610,14 +682,17 @@ def reuse_elsewhere(config: str, plan: list[Planned], out: Path) -> None:
                 overrides = [*(o for o in run.overrides if not o.startswith("train.out_dir=")),
                              f"train.out_dir={json.dumps(str(folder))}"]
                 cfg = load_config(config, overrides)
-                action, why = existing_run(folder, cfg)
-                if action in ("skip", "resume"):  # (one it could not reuse: trained anew, as before)
+                action, why = existing_run(folder, cfg, digests)
+                # (one it could not reuse: trained anew, as before; but one of data changed since is this
+                # run on the old data: refused, as under its own name, not trained again beside it)
+                if action in ("skip", "resume", "stale"):
                     found.append((folder, overrides, cfg, action, why))
         if not found:
             continue
-        found.sort(key=lambda f: f[3] != "skip")  # a finished one first
+        found.sort(key=lambda f: ("skip", "resume", "stale").index(f[3]))  # a finished one first
         folder, run.overrides, run.cfg, run.action, run.why = found[0]
-        print(f"{run.name}: the same settings as the run in {folder.name}, under another name: reused there")
+        if run.action != "stale":
+            print(f"{run.name}: the same settings as the run in {folder.name}, under another name: reused there")
         run.name, run.run_dir = folder.name, folder
         taken.add(folder.name)
 
@@ -643,7 +718,7 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
                                               "before its first checkpoint (it will start again)"))
             row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else \
                 {"run": run.name, "status": "interrupted before its first checkpoint"}
-            return {**row, **run.varied}
+            return {**row, **run.values()}
         runner.say(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else
                                  f"{how_it_failed(ended)}; going on with the next run"))
     if rc == 0 and args.probe and not probed(run.run_dir, args.probe_stories):
@@ -660,7 +735,7 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
     row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else {"run": run.name}
     if rc != 0:
         row["status"] = failed_status(ended) + (f", {row['status']}" if row.get("status") else "")
-    return {**row, **run.varied}
+    return {**row, **run.values()}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -674,6 +749,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         if SEED in grid:
             raise UserError("--seeds and --grid train.seed both choose the seeds: use one of them")
         first = load_config(args.config, args.set).train.seed
+        if first + args.seeds > MAX_INT:  # (config's seeds are < MAX_INT: the last ones would be skipped)
+            raise UserError(f"--seeds {args.seeds} from train.seed={first} would go up to {first + args.seeds - 1}, "
+                            f"past the largest seed, {MAX_INT - 1}: choose a smaller train.seed")
         grid[SEED] = [str(first + i) for i in range(args.seeds)]
     out = args.out if args.out is not None else Path("out/sweeps") / Path(args.config).stem
     check_report_folder(out, its_runs=True)
@@ -710,7 +788,7 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
                 results = list(pool.map(lambda job: train_one(args, runner, *job), zip(tags, plan)))
     started = any(row is not None for row in results)
     # a run the interruption kept from starting is listed too: without it the grid looks smaller
-    rows = [row if row is not None else {"run": run.name, "status": "not started", **run.varied}
+    rows = [row if row is not None else {"run": run.name, "status": "not started", **run.values()}
             for row, run in zip(results, plan)]
     if runner.signum is not None:
         if started:  # none when the signal came before the first run started

@@ -557,3 +557,106 @@ def test_the_off_the_top_note_counts_each_hidden_point_once(monkeypatch, seeds):
     plots.val_loss_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
     (note,) = figures["val_loss.png"].axes[0].texts
     assert note.get_text().startswith("off the top: 2 early point(s), up to 4.20 at step 0"), note.get_text()
+
+
+# ---- runs on other data, the n the pictures show, a diverged run, a key that does not apply ----
+
+
+def trained_on(run: str, digest: str, step: int = 10) -> str:
+    """Give a fake run the ckpt.pt of a run trained on data of `digest` (train.py records data_digest)."""
+    torch.save({"step": step, "data_digest": digest}, Path(run) / "ckpt.pt")
+    return run
+
+
+def test_runs_trained_on_different_data_are_different_settings(tmp_path):
+    """Two runs of one config whose dataset file's text changed between them (the same path) were
+    'the same training twice, counted as one seed' (with other seeds: two seeds of one setting, averaged),
+    and the configs 'identical'; with a new vocabulary they differed only in model.vocab_size, and
+    nothing said their losses do not compare. Each checkpoint records the data's digest."""
+    rows = [(0, "4.1", "4.1"), (10, "3.9", "3.9")]
+    a = trained_on(config_run(tmp_path / "cA", rows, **{"train.seed": 1337}), "a" * 64)
+    b = trained_on(config_run(tmp_path / "cB", [(0, "4.0", "4.0"), (10, "3.0", "3.0")], **{"train.seed": 1337}),
+                   "b" * 64)
+    assert runs.summarize_run(a)["data_digest"] == "a" * 64
+    _, printed = compared([a, b, "--out", str(tmp_path / "cmp")])
+    assert "share train.seed" not in printed and "configs are identical" not in printed, printed
+    assert "the dataset's text changed between them" in printed and "do not compare as numbers" in printed
+    assert "| cA | aaaaaaaaaa |" in printed  # the digest column tells the runs apart
+    # another seed on the new data: two settings of one seed each, not one setting of 2 seeds
+    c = trained_on(config_run(tmp_path / "cC", rows, **{"train.seed": 7}), "b" * 64)
+    _, printed = compared([a, c, "--out", str(tmp_path / "cmp2")])
+    assert "±" not in printed
+    summary = list(csv.DictReader(io.StringIO((tmp_path / "cmp2" / "summary.csv").read_text())))
+    assert [r["setting"] for r in summary] == ["digest=aaaaaaaaaa", "digest=bbbbbbbbbb"]
+    # a new text of another vocabulary: the runs differ in model.vocab_size alone, and their losses do not compare
+    d = trained_on(config_run(tmp_path / "cD", rows, **{"train.seed": 1337, "model.vocab_size": 70}), "d" * 64)
+    result, printed = compared([a, d, "--out", str(tmp_path / "cmp3")])
+    assert result["varied"] == ["model.vocab_size"] and "do not compare as numbers" in printed
+    # the same data, or no digest recorded (an older checkpoint): one setting of two seeds, as before
+    e = trained_on(config_run(tmp_path / "cE", rows, **{"train.seed": 8}), "a" * 64)
+    old = config_run(tmp_path / "old", rows, **{"train.seed": 9})
+    _, printed = compared([a, e, old, "--out", str(tmp_path / "cmp4")])
+    assert "| all runs | 3 |" in printed and "digest" not in printed, printed
+
+
+def test_the_n_shown_is_the_n_counted(tmp_path, monkeypatch):
+    """val_loss.png said `n_head=2 (mean of 2)`, averaging a seed stopped early, where the table said
+    n=1; settings.png's title said 'over 2 seeds' of a setting of one (a point with no bar, looking
+    precise); results.md said 'No two settings differ beyond their 95% intervals' where no pair had
+    an interval; a probe column of one seed of two showed no n of its own."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    curve = [(0, "4.1", "4.1"), (20, "3.0", "3.0"), (40, "2.0", "2.0")]
+    a = [config_run(tmp_path / f"A{s}", curve, **{"model.n_head": 1, "train.seed": s}) for s in (1, 2)]
+    b1 = config_run(tmp_path / "B1", curve, **{"model.n_head": 2, "train.seed": 1})
+    b2 = config_run(tmp_path / "B2", [(0, "4.1", "4.1"), (10, "9.0", "9.0")],  # stopped at step 15 of 40
+                    **{"model.n_head": 2, "train.seed": 2, "train.max_iters": 40})
+    trained_on(b2, "", step=15)
+    _, printed = compared([*a, b1, b2, "--out", str(tmp_path / "cmp")])
+    assert "| n_head=2 | 1 |" in printed and "step 15/40" in printed
+    ax = figures["val_loss.png"].axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["n_head=1 (mean of 2)",
+                                                                   "n_head=2 (n=1, 1 unfinished left out)"]
+    assert list(ax.lines[1].get_ydata()) == [4.1, 3.0, 2.0]  # B1's curve, not its mean with B2's
+    title = figures["settings.png"]._suptitle.get_text()
+    assert "over 2 seeds" not in title and "n = 1 to 2" in title, title
+    assert sorted(t.get_text() for t in figures["settings.png"].axes[0].texts) == ["n=1", "n=2"]
+    assert "No two settings could be compared in best_val_loss" in printed and "No two settings differ" not in printed
+    rows = [{"model.n_head": 1, "train.seed": s, "best_val_loss": 1.0 + s / 10, "antecedent": 0.5} for s in (1, 2)]
+    del rows[1]["antecedent"]  # (its probe.json is missing)
+    table = report.summary_markdown(report.group_by_setting(rows, ["model.n_head", "train.seed"]),
+                                    ["best_val_loss", "antecedent"])
+    assert "| n_head=1 | 2 | 1.1500 ± 0.0707 [0.5147, 1.7853] | 50.0% (n=1) |" in table, table
+
+
+def test_a_diverged_run_does_not_flatten_the_others(monkeypatch):
+    """A sweep over train.lr=1e-3,1e4: the 1e4 run's loss rose to 1.75e11 before it failed, the y-axis
+    ran to 1.75e11 and the finished run's curve was a flat line at its bottom."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    good = {"train.lr": 1e-3, "train.seed": 1, "status": "done", "best_val_loss": 2.0,
+            "metrics": [{"step": s, "val_loss": 4.0 - s / 50} for s in range(0, 101, 10)]}
+    bad = {"train.lr": 1e4, "train.seed": 1, "status": "failed (exit 2: training diverged)", "best_val_loss": 3.0,
+           "metrics": [{"step": 0, "val_loss": 4.0}, {"step": 10, "val_loss": 5e3}, {"step": 20, "val_loss": 1.75e11}]}
+    report.seeds_val_loss_png(report.group_by_setting([good, bad], ["train.lr", "train.seed"]))
+    ax = figures["val_loss.png"].axes[0]
+    assert ax.get_ylim()[1] < 5, ax.get_ylim()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["lr=0.001", "lr=10000.0 (failed)"]
+    (note,) = ax.texts
+    assert "off the chart: lr=10000.0 (failed), up to 1.75e+11 at step 20" in note.get_text(), note.get_text()
+
+
+def test_a_key_that_does_not_apply_is_not_named_none_in_the_settings_legend(monkeypatch):
+    """A grid of data.tokenizer=char,bpe x data.bpe_vocab_size=300,400: the char line was `bpe_vocab_size=None`."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"data.tokenizer": "char", "data.bpe_vocab_size": None},
+                         {"data.tokenizer": "bpe", "data.bpe_vocab_size": 300},
+                         {"data.tokenizer": "bpe", "data.bpe_vocab_size": 400}])
+    plots.settings_png(report.group_by_setting(rows, ["data.tokenizer", "data.bpe_vocab_size", "train.seed"]))
+    (legend,) = figures["settings.png"].legends
+    assert [t.get_text() for t in legend.get_texts()] == ["bpe_vocab_size: does not apply", "bpe_vocab_size=300",
+                                                          "bpe_vocab_size=400"]

@@ -1,8 +1,7 @@
 """Guards sweep.py, compare.py, tinygpt/report.py and tinygpt/plots.py: experiments side by side.
 
-A sweep of configs/stories.yaml shrunk to CI size over model.n_head=1,2,3 trains the two valid
-combinations (n_embd=16 is not divisible by 3: skipped with a note) through train.py subprocesses,
-restarting the one whose directory has no checkpoint yet, and writes results.md / results.csv
+A sweep of configs/stories.yaml shrunk to CI size over model.n_head=1,2 trains both combinations
+through train.py subprocesses, restarting the one whose directory has no checkpoint yet, and writes results.md / results.csv
 with one row per valid run and the documented columns. Running it again over n_head=1,2,4 retrains
 nothing finished (ckpt.pt untouched) and resumes a run stopped with --stop-at; with another --set
 it is refused before training anything, its report left as it was. A bad grid key is one line and
@@ -73,14 +72,14 @@ def read_csv(path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def first_sweep(tmp_path_factory):
-    """The shared sweep over n_head=1,2,3, where n_head=2 had died before its first checkpoint;
+    """The shared sweep over n_head=1,2, where n_head=2 had died before its first checkpoint;
     the results files are read at once, before later tests add runs."""
     tmp = tmp_path_factory.mktemp("sweep")
     (tmp / "sw" / "n_head=2").mkdir(parents=True)
     (tmp / "sw" / "n_head=2" / "metrics.csv").write_text("step,train_loss\n0,4.0\n")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMP_NUM_THREADS", "1")  # the training subprocesses: tiny models, 2 shared cores
-        result, printed = run_sweep([CONFIG, "--grid", "model.n_head=1,2,3", *shrink(tmp / "prepared"),
+        result, printed = run_sweep([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp / "prepared"),
                                      "--out", str(tmp / "sw"), "--quiet"])
     return {"tmp": tmp, "out": tmp / "sw", "result": result, "printed": printed,
             "csv": read_csv(tmp / "sw" / "results.csv"), "md": (tmp / "sw" / "results.md").read_text()}
@@ -88,7 +87,6 @@ def first_sweep(tmp_path_factory):
 
 def test_sweep_runs_valid_combinations_and_reports(first_sweep):
     out, printed = first_sweep["out"], first_sweep["printed"]
-    assert "skip n_head=3: model.n_embd=16 is not divisible by model.n_head=3" in printed
     assert "n_head=2: " in printed and "has no checkpoint" in printed and "starting it again" in printed
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["n_head=1", "n_head=2"]
     for name in ("n_head=1", "n_head=2"):
@@ -627,7 +625,8 @@ def test_grid_values_the_config_reads_as_one_are_refused(tmp_path, monkeypatch):
 def test_a_grid_value_of_the_wrong_type_is_refused_before_any_training(tmp_path, monkeypatch, value, match):
     """A typo in a grid value was taken for an impossible combination: `skip n_head=abc: ...`, the
     rest trained, exit 0, and the report never said. It is refused up front, one line naming key and
-    value; an impossible combination (n_head=3 with n_embd=16) is still skipped (first_sweep)."""
+    value; an impossible combination (n_head=3 with n_embd=16 of 16,48) is still skipped
+    (test_a_grid_value_invalid_in_every_combination_is_refused_before_any_training)."""
     started = recording_train(tmp_path, monkeypatch)
     with pytest.raises(UserError, match=f"^{match}") as refused, contextlib.redirect_stdout(io.StringIO()) as printed:
         sweep.main([CONFIG, "--grid", f"model.n_head={value},2", *shrink(tmp_path / "prepared"),
@@ -643,6 +642,127 @@ def test_a_grid_value_given_twice_is_trained_once_with_a_note(tmp_path, monkeypa
                             "--out", str(tmp_path / "sw")])
     assert "note: --grid model.n_head: 2 is given twice; its runs are trained once\n" in printed
     assert started.read_text() == "n_head=2\nn_head=1\n"
+
+
+@pytest.mark.parametrize("grid, culprit", [("train.dtype=float32,bfloat17", "train.dtype=bfloat17"),
+                                           ("data.tokenizer=chr,char", "data.tokenizer=chr"),
+                                           ("model.n_layer=0,1", "model.n_layer=0"), ("train.lr=-1,0.001", "train.lr=-1")])
+def test_a_grid_value_invalid_in_every_combination_is_refused_before_any_training(tmp_path, monkeypatch, grid, culprit):
+    """A value of the right type that no combination can train (n_layer=0, dtype=bfloat17) was skipped
+    with a note, the rest trained, exit 0, and results.md had no trace of it: refused up front, one
+    line naming key and value, nothing printed or written."""
+    started = recording_train(tmp_path, monkeypatch)
+    with pytest.raises(UserError, match=f"^--grid {re.escape(culprit)} is invalid in every combination: ") as refused, \
+            contextlib.redirect_stdout(io.StringIO()) as printed:
+        sweep.main([CONFIG, "--grid", grid, "model.n_head=1,2", "--out", str(tmp_path / "sw"),
+                    *(a for a in shrink(tmp_path / "prepared") if a.split("=")[0] != grid.split("=")[0])])
+    assert "\n" not in str(refused.value) and printed.getvalue() == ""
+    assert not started.exists() and not (tmp_path / "sw").exists()
+
+
+def test_a_value_impossible_beside_some_values_only_is_skipped_with_a_note(tmp_path, monkeypatch):
+    """n_head=3 trains with n_embd=48, not with 16: that combination alone is skipped; where every
+    n_embd is 16, n_head=3 can never train, and is refused."""
+    started = recording_train(tmp_path, monkeypatch)
+    _, printed = run_sweep([CONFIG, "--grid", "model.n_head=1,3", "model.n_embd=16,48",
+                            *without(shrink(tmp_path / "prepared"), "model.n_embd=16"), "--out", str(tmp_path / "sw")])
+    assert "skip n_head=3,n_embd=16: model.n_embd=16 is not divisible by model.n_head=3" in printed
+    assert started.read_text().splitlines() == ["n_head=1,n_embd=16", "n_head=1,n_embd=48", "n_head=3,n_embd=48"]
+    with pytest.raises(UserError, match=r"^--grid model.n_head=3 is invalid in every combination: model.n_embd=16 is "
+                                        r"not divisible by model.n_head=3"), contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, "--grid", "model.n_head=1,3", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw2")])
+    assert not (tmp_path / "sw2").exists()
+
+
+def test_seeds_past_the_largest_seed_are_refused(tmp_path, monkeypatch):
+    """--seeds 3 from train.seed=2**63 - 3 trained 2 seeds: the third is past the largest."""
+    started = recording_train(tmp_path, monkeypatch)
+    with pytest.raises(UserError, match=r"^--seeds 3 from train.seed=9223372036854775805 would go up to "
+                                        r"9223372036854775807, past the largest seed, 9223372036854775806"), \
+            contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, "--grid", "model.n_head=1", "--seeds", "3", *shrink(tmp_path / "prepared"),
+                    "train.seed=9223372036854775805", "--out", str(tmp_path / "sw")])
+    assert not started.exists() and not (tmp_path / "sw").exists()
+
+
+def test_one_dataset_spelt_two_ways_is_refused(tmp_path, monkeypatch):
+    """--grid data.dataset=d.txt,./d.txt trained one text twice, as two settings."""
+    started = recording_train(tmp_path, monkeypatch)
+    (tmp_path / "d.txt").write_text("hello world. " * 400)
+    monkeypatch.chdir(tmp_path)
+    for values in (f"{tmp_path / 'd.txt'},{tmp_path}/./d.txt", f"d.txt,{tmp_path / 'd.txt'}"):
+        with pytest.raises(UserError, match=r"^--grid data.dataset: \S+ and \S+ name the same data \('[^']*d.txt'\); "
+                                            r"give each value once$"), contextlib.redirect_stdout(io.StringIO()):
+            sweep.main([CONFIG, "--grid", f"data.dataset={values}", *shrink(tmp_path / "prepared"),
+                        "--out", str(tmp_path / "sw")])
+    assert not started.exists() and not (tmp_path / "sw").exists()
+
+
+def test_a_finished_run_whose_data_changed_since_is_refused(first_sweep, tmp_path, monkeypatch):
+    """A finished run was skipped ("finished earlier") though its dataset file was rewritten since:
+    with --seeds 2 its seed, trained on the old text, was averaged with one trained on the new.
+    train.py --resume refuses such a run (its data_digest); the sweep refuses it before training."""
+    from data.prepare import prepare
+    from tinygpt.config import config_to_dict, config_to_yaml
+    data, out = tmp_path / "d.txt", tmp_path / "sw"
+    lines = [f"line {i}: the quick brown fox.\n" for i in range(200)]
+    data.write_text("".join(lines))
+    argv = [CONFIG, "--grid", "model.n_head=1", *shrink(first_sweep["tmp"] / "prepared"),
+            f"data.dataset={json.dumps(str(data))}", "data.tokenizer=char", "--out", str(out)]
+    run = out / "n_head=1"  # the first sweep's run, as if trained on d.txt (faster than training one)
+    shutil.copytree(first_sweep["out"] / "n_head=1", run)
+    cfg = load_config(CONFIG, [*argv[4:-2], "model.n_head=1", f"train.out_dir={json.dumps(str(run))}"])
+    digest = json.loads((prepare(cfg, show_progress=False) / "meta.json").read_text())["digest"]
+    ckpt = load_checkpoint(run / "ckpt.pt")
+    save_checkpoint(run / "ckpt.pt", {**ckpt, "config": config_to_dict(cfg), "data_digest": digest})
+    (run / "config.yaml").write_text(config_to_yaml(cfg))
+    started = recording_train(tmp_path, monkeypatch)
+    _, printed = run_sweep(argv)
+    assert "[1/1] n_head=1: finished earlier (step 10), skipped" in printed and not started.exists()
+    report = (out / "results.md").read_bytes()
+    data.write_text("".join(reversed(lines)))  # the same size, other text
+    for more in ([], ["--seeds", "2"]):  # (with --seeds, the run is this sweep's first seed under another name)
+        with pytest.raises(UserError, match=rf"^{re.escape(str(run))} holds a run trained on other data: data.dataset="
+                                            rf"'\S+d.txt' changed since; it is not reused: choose another --out, or "
+                                            rf"remove the run") as refused, contextlib.redirect_stdout(io.StringIO()):
+            sweep.main([*argv, *more])
+        assert "\n" not in str(refused.value) and not started.exists()
+        assert (out / "results.md").read_bytes() == report
+
+
+def test_a_run_folder_another_training_holds_is_refused_before_any_training(tmp_path, monkeypatch):
+    """train.py started by hand into the sweep's own run folder: the sweep ran its train.py there,
+    which was refused (`failed (exit 2), training, step ...`, exit 1, called an error a rerun
+    repeats). Refused before any training, naming the process."""
+    started = recording_train(tmp_path, monkeypatch)
+    run = tmp_path / "sw" / "n_head=2"
+    run.mkdir(parents=True)
+    (run / runs.LOCK).write_text(f"{os.getpid()}\n")  # held by a live process: this one
+    with pytest.raises(UserError, match=rf"^n_head=2: its run folder \S+n_head=2 is in use by another training "
+                                        rf"\(process {os.getpid()}\); wait for it to end") as refused, \
+            contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
+    assert "\n" not in str(refused.value) and not started.exists()
+    assert not (tmp_path / "sw" / "results.md").exists()
+
+
+def test_the_settings_plot_of_a_sweep_orders_its_numbers(tmp_path, monkeypatch):
+    """--grid model.n_head=4,1,2 drew its x axis 4, 1, 2 (the grid's values reached the report as
+    texts); compare.py over the same runs drew 1, 2, 4. The rows now hold the values as typed."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    fake = tmp_path / "fake_train.py"  # a run that leaves a config.yaml: its row is summarize_run's
+    fake.write_text("import json, pathlib, sys\nout = pathlib.Path([json.loads(a.split('=', 1)[1]) for a in sys.argv "
+                    "if a.startswith('train.out_dir=')][0])\nout.mkdir(parents=True, exist_ok=True)\n"
+                    "(out / 'config.yaml').write_text('')\n")
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    monkeypatch.setattr(sweep, "summarize_run", lambda run_dir, label=None: {
+        "run": label, "status": "done", "best_val_loss": 1 + int(label.split("=")[1]) / 10, "config": {}})
+    result, _ = run_sweep([CONFIG, "--grid", "model.n_head=4,1,2", *shrink(tmp_path / "prepared"),
+                           "--out", str(tmp_path / "sw")])
+    assert [r["model.n_head"] for r in result["rows"]] == [4, 1, 2]
+    (ax,) = figures["settings.png"].axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4"]
 
 
 def test_a_stopped_runs_status_is_the_step_its_checkpoint_holds(first_sweep, tmp_path):

@@ -6,7 +6,8 @@
     plot_run("out/stories")   # -> out/stories/loss.png, or None when matplotlib is not installed
 
 The y-axis fits the curves after the first 5% of the steps: the step-0 loss, about ln(vocab),
-would otherwise squash the part worth reading; a note names the points left above it. Several
+would otherwise squash the part worth reading; a note names the points left above it, and the
+runs that did not finish (drawn, but not fitted: a diverged run's 1e11 flattened the rest). Several
 runs are told apart by the config values that differ between them, in a legend below the plot: one
 entry a line, paths cut to their file names, wrapped to the picture's width, the picture grown to hold it;
 each line has its own colour, line style and marker, and a character the font lacks is written as its
@@ -195,16 +196,21 @@ SQUASH = 1.0  # ...if the points there would more than double its height
 Curve = tuple[Sequence[float], Sequence[float]]  # (steps, losses)
 
 
-def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = ()) -> None:
+def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = (),
+            aside: Sequence[tuple[str, Curve]] = ()) -> None:
     """Fit the y-axis to the curves (steps, losses) and the edges of their bands, each after the first
     EARLY share of its steps, so that the step-0 loss (about ln(vocab)) does not squash the rest into a
     flat line (when it would more than double the axis's height, SQUASH: a short run's curve is drawn
     whole); the curves' points left above the axis are counted in a note below its right end (outside
     the axes, where no legend can cover it). A band's edges are no points of their own: counted, a
     setting's band (mean ± std) made each hidden point two. A nan or inf loss (a diverged run) is left
-    out: matplotlib draws it as a gap."""
+    out: matplotlib draws it as a gap. The `aside` curves, (label, curve), are drawn but not fitted
+    (unfinished and failed runs: one that diverged to 1e11 made the others a flat line), unless there is
+    nothing else; each that leaves the axis is named in the note, with its farthest point."""
     def finite(curves: Sequence[Curve]) -> list[Curve]:
         return [(steps, [y if math.isfinite(y) else math.nan for y in ys]) for steps, ys in curves]
+    if not curves:
+        curves, aside = [curve for _, curve in aside], ()
     curves, fitted = finite(curves), finite([*curves, *edges])
     after = [y for steps, ys in fitted if len(steps) for x, y in zip(steps, ys)
              if x > 0 and x >= EARLY * max(steps) and not math.isnan(y)]
@@ -218,11 +224,18 @@ def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = ()) -> None:
     top = high + pad
     hidden = [(x, y) for steps, ys in curves for x, y in zip(steps, ys) if y > top]
     ax.set_ylim(low - pad, top)
+    notes = []
     if hidden:
         step, loss = max(hidden, key=lambda p: p[1])
-        ax.annotate(f"off the top: {len(hidden)} early point(s), up to {loss:.2f} at step {step:.0f}",
-                    xy=(1.0, 0.0), xycoords="axes fraction", xytext=(0, -34), textcoords="offset points",
-                    ha="right", va="top", fontsize=8, color="0.35")
+        notes.append(f"off the top: {len(hidden)} early point(s), up to {loss:.2f} at step {step:.0f}")
+    for label, (steps, ys) in aside:
+        outside = [(x, y) for x, y in zip(steps, ys) if math.isfinite(y) and not low - pad <= y <= top]
+        if outside:
+            step, loss = max(outside, key=lambda p: abs(p[1] - (low + high) / 2))
+            notes.append(plain_text(f"off the chart: {label}, up to {loss:.3g} at step {step:.0f}"))
+    if notes:
+        ax.annotate("\n".join(notes), xy=(1.0, 0.0), xycoords="axes fraction", xytext=(0, -34),
+                    textcoords="offset points", ha="right", va="top", fontsize=8, color="0.35")
 
 
 def val_losses_by_step(runs: Sequence[dict[str, Any]]) -> dict[float, list[float]]:
@@ -236,15 +249,30 @@ def val_losses_by_step(runs: Sequence[dict[str, Any]]) -> dict[float, list[float
     return by_step
 
 
+def curve_label(g: dict[str, Any], banded: bool) -> str:
+    """A val-loss line's legend entry: the setting, its n (the seeds its mean is over, the summary's
+    n) where some line is a mean, the unfinished runs left out of it, or what its runs are where none
+    finished (drawn all the same, counted nowhere)."""
+    if not g.get("finished", True):
+        return g["label"] + (" (failed)" if g.get("failed") else " (unfinished)")
+    n, left_out = g.get("n", len(g["runs"])), g.get("left_out", 0)
+    told = [f"mean of {n}" if n > 1 else "n=1"] if banded else []
+    told += [f"{left_out} unfinished left out"] if left_out else []
+    return g["label"] + (f" ({', '.join(told)})" if told else "")
+
+
 def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     """Val loss vs step, one line per setting (report.group_by_setting): the mean over its runs
-    (seeds) with a band of ± one standard deviation, labelled by the varied values: the PNG, or None
-    without matplotlib."""
+    (seeds) with a band of ± one standard deviation, labelled by the varied values and, where some
+    line is a mean, each line's n: the PNG, or None without matplotlib. A group may say how many
+    seeds it holds (`n`), how many runs were left out of it (`left_out`), and that its runs are not
+    finished (`finished`: False, `failed`): drawn, but not fitted by the y-axis (focus_y)."""
     fig = _new_figure()
     if fig is None:
         return None
     ax = fig.subplots()
-    curves, edges = [], []
+    banded = any(g.get("n", len(g["runs"])) > 1 for g in groups if g.get("finished", True))
+    curves, edges, aside = [], [], []
     for g in groups:
         by_step = val_losses_by_step(g["runs"])
         if not by_step:
@@ -252,19 +280,20 @@ def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
         steps = sorted(by_step)
         mean = [statistics.fmean(by_step[s]) for s in steps]
         std = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
-        n = len(g["runs"])
-        line, = ax.plot(steps, mean, **line_style(len(ax.lines), VAL_LOSS_MARKERS),
-                        label=g["label"] + (f" (mean of {n})" if n > 1 else ""))
-        if n > 1:
+        label = curve_label(g, banded)
+        line, = ax.plot(steps, mean, **line_style(len(ax.lines), VAL_LOSS_MARKERS), label=label)
+        if not g.get("finished", True):
+            aside.append((label, (steps, mean)))
+            continue
+        if len(g["runs"]) > 1:
             ax.fill_between(steps, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)],
                             color=line.get_color(), alpha=0.2, linewidth=0)
         curves.append((steps, mean))
         edges += [(steps, [m + d for m, d in zip(mean, std)]), (steps, [m - d for m, d in zip(mean, std)])]
-    banded = any(len(g["runs"]) > 1 for g in groups)
     ax.set(xlabel="step", ylabel="val loss (nats/token)",
-           title="validation loss" + (": mean ± 1 std over seeds" if banded else ""))
+           title="validation loss" + (": mean ± 1 std over seeds (n per line)" if banded else ""))
     ax.grid(alpha=0.3)
-    focus_y(ax, curves, edges)
+    focus_y(ax, curves, edges, aside)
     if ax.lines:  # below the axes and what hangs under them (tick labels, x label, the note): it covers no curve
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.transforms import offset_copy
@@ -332,11 +361,13 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v for v in first.values()):
         xs.sort(key=first.get)  # a number's axis runs from small to large, whatever order the runs came in
     lines: dict[str, list[dict[str, Any]]] = {}
-    for g in groups:
-        name = ", ".join(f"{k.split('.', 1)[1]}={g['setting'][k]}" for k in line_keys) or "mean"
-        lines.setdefault(name, []).append(g)
+    for g in groups:  # (a key that does not apply, a char run's bpe_vocab_size, is None: not named)
+        name = ", ".join(f"{k.split('.', 1)[1]}={g['setting'][k]}" for k in line_keys if g["setting"][k] is not None)
+        if not name and line_keys:
+            name = ", ".join(k.split(".", 1)[1] for k in line_keys) + ": does not apply"
+        lines.setdefault(name or "mean", []).append(g)
     shown = dict(zip(lines, legend_labels(list(lines), fig)))
-    n = max(g["stats"][m]["n"] for g in groups for m, _, _ in panels)
+    ns = {g["stats"][m]["n"] for g in groups for m, _, _ in panels if g["stats"][m]["mean"] is not None}
     from matplotlib.ticker import FuncFormatter, NullFormatter
     plain = FuncFormatter(lambda v, _: f"{v:g}")  # 1.25, not 1.25x10^0 (log axis) or an offset +5.774
     for ax, (metric, ylabel, scale) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
@@ -352,6 +383,10 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
             err = [[(st["mean"] - st["lo"]) * scale if st["lo"] is not None else 0 for _, st in pts],
                    [(st["hi"] - st["mean"]) * scale if st["hi"] is not None else 0 for _, st in pts]]
             ax.errorbar(x, mean, yerr=err, capsize=3, label=shown[name], **line_style(i, SETTINGS_MARKERS))
+            if len(ns) > 1:  # the settings' n differ: each point says its own (n=1: no interval, not a precise one)
+                for px, py, (_, st) in zip(x, mean, pts):
+                    ax.annotate(f"n={st['n']}", (px, py), xytext=(4, 2), textcoords="offset points", fontsize=7,
+                                color="0.35")
             values += [m - lo for m, lo in zip(mean, err[0])] + [m + hi for m, hi in zip(mean, err[1])]
         ax.set_xticks(range(len(xs)), tick_labels(xs, x_key.split(".", 1)[1]))
         slant_if_crowded(ax)
@@ -370,7 +405,12 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     if len(lines) > 1:  # below the panels, where it covers no axis label; one entry a line, each readable whole
         grow_for(fig, fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center",
                                  fontsize="small", handlelength=HANDLE_LENGTH))
-    fig.suptitle(f"mean and 95% interval over {n} seeds" if n > 1 else "one run per setting", fontsize=10)
+    if len(ns) > 1:  # (two lines: one panel is 4.2 in wide)
+        title = (f"mean and 95% interval over each setting's seeds:\nn = {min(ns)} to {max(ns)}, at each point"
+                 + (" (n=1: no interval)" if 1 in ns else ""))
+    else:
+        title = f"mean and 95% interval over {max(ns)} seeds" if max(ns) > 1 else "one run per setting"
+    fig.suptitle(title, fontsize=10)
     return _png(fig, "settings.png")
 
 

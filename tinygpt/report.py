@@ -8,7 +8,9 @@ the metric cannot pass: 0, and a share's 100%) and n, and
 lists the pairs of settings whose intervals do not overlap, the differences one can trust at that
 level. A single run per setting is reported as such (n = 1, no interval), and so are runs of one
 setting that share their seed (the same training repeated): one seed, their mean. Only finished runs
-(status `done`) enter the summary: a failed or unfinished run's figures are those of fewer steps.
+(status `done`) enter the summary and the val-loss curves, each labelled with its n: a failed or unfinished
+run's figures are those of fewer steps. Runs trained on different data (their checkpoints' data digest: the
+dataset's text changed between them) are different settings, and their losses are said not to compare.
 
 The report's files are all made first, then put in place together (`atomic_write_all`): a refusal (a
 full disk) leaves the folder's earlier report whole. Each is recognisable as a report's (results.md's
@@ -34,6 +36,9 @@ from tinygpt.plots import PNG_MARK, png_marked, settings_png, val_loss_png, val_
 from tinygpt.runs import CHECKPOINTS
 
 SEED = "train.seed"
+DIGEST = "data_digest"  # a row's: the data its checkpoint was trained on (runs.summarize_run), None where unknown
+DATA = "data.digest"  # in a setting: its runs' data_digest, where runs of its config were trained on other data
+SHOWN_DIGEST = 10  # hex digits of a digest shown in a label or a Markdown table
 # where a run's files go and whether it draws loss.png: runs that differ only there computed the same
 NEVER_COMPARED = {"train.out_dir", "data.prepared_dir", "train.plot"}
 # what every per-run table shows after the run name and the varied config values
@@ -139,19 +144,46 @@ def seed_means(runs: Sequence[dict[str, Any]], metric: str) -> list[float]:
     return [statistics.fmean(v) for v in values if v]
 
 
+def data_changed(rows: Sequence[dict[str, Any]]) -> bool:
+    """Were two of the runs trained on different data (their checkpoints' data_digest) under the same
+    data settings, the dataset file's text changed between them? Their losses do not compare, though
+    their configs may be identical (or differ only in model.vocab_size, a new text's vocabulary)."""
+    seen: dict[str, set[str]] = {}
+    for r in rows:
+        if r.get(DIGEST):
+            config = r.get("config", {})
+            data = {k: v for k, v in config.items() if k.startswith("data.") and k not in NEVER_COMPARED
+                    and applies(config, k)}
+            seen.setdefault(repr(sorted(data.items())), set()).add(r[DIGEST])
+    return any(len(digests) > 1 for digests in seen.values())
+
+
 def group_by_setting(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> list[dict[str, Any]]:
     """Rows of runs -> one group per setting (the varied keys but train.seed), in first-seen order:
     {'setting': {key: value}, 'label': 'n_head=4', 'runs': [rows], 'stats': {metric: stats}, 'left_out': n,
     'errors': n, 'n': seeds, 'repeats': [[rows of one seed]]}; the stats are over the finished runs, one
     value per seed (the mean of its runs: `repeats` lists the seeds trained more than once), `left_out`
     counts the others, `errors` those of them that ended in an error. A key that does not apply to a
-    run (applies) is None in its setting, and not labelled."""
+    run (applies) is None in its setting, and not labelled. Runs of one setting trained on different
+    data (their data_digest: the dataset's text changed) are different settings, told apart by
+    DATA ('digest=1a2b3c4d5e'); a run whose checkpoint records none joins the setting's only digest."""
     keys = [k for k in varied if k != SEED]
-    groups: dict[tuple, dict[str, Any]] = {}
+    settings = []
+    digests: dict[tuple, list[str]] = {}  # each setting's digests, in first-seen order
     for r in rows:
         config = r.get("config", {})
         setting = {k: r[k] if k in r else config.get(k) if applies(config, k) else None for k in keys}
-        group = groups.setdefault(tuple(map(str, setting.values())), {"setting": setting, "runs": []})
+        settings.append((tuple(map(str, setting.values())), setting))
+        if r.get(DIGEST) and r[DIGEST] not in digests.setdefault(settings[-1][0], []):
+            digests[settings[-1][0]].append(r[DIGEST])
+    split = any(len(d) > 1 for d in digests.values())
+    groups: dict[tuple, dict[str, Any]] = {}
+    for r, (key, setting) in zip(rows, settings):
+        seen = digests.get(key, [])
+        digest = r.get(DIGEST) or (seen[0] if len(seen) == 1 else None)
+        if split:  # (every setting has the key, for settings.png's lines; None where its data never changed)
+            setting = {**setting, DATA: (digest or "unrecorded")[:SHOWN_DIGEST] if len(seen) > 1 else None}
+        group = groups.setdefault((*key, digest), {"setting": setting, "runs": []})
         group["runs"].append(r)
     for g in groups.values():
         g["label"] = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in g["setting"].items()
@@ -166,6 +198,12 @@ def group_by_setting(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> l
         heads = Counter(r["attribute_head"] for r in g["runs"] if r.get("attribute_head"))
         g["attribute_heads"] = ", ".join(f"{h}×{c}" if c > 1 else h for h, c in heads.most_common())
     return list(groups.values())
+
+
+def comparable_pairs(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = DIFFERENCES_IN) -> int:
+    """How many (metric, pair of settings) differences() can test: both with a 95% interval (n >= 2)."""
+    return sum(a["stats"][m]["lo"] is not None and b["stats"][m]["lo"] is not None
+               for m in metrics for i, a in enumerate(groups) for b in groups[i + 1:])
 
 
 def differences(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = DIFFERENCES_IN) -> list[str]:
@@ -217,6 +255,8 @@ def _fmt(column: str, value: Any, markdown: bool) -> str:
         return ""
     if not markdown:
         return f"{value:.6g}" if isinstance(value, float) else str(value)
+    if column == DIGEST:
+        return str(value)[:SHOWN_DIGEST]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _num(column, value)
     return str(value).replace("|", "\\|")
@@ -242,7 +282,8 @@ def table_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 
 
 def summary_markdown(groups: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
-    """One row per setting: n, then each metric as 'mean ± std [95% interval]'."""
+    """One row per setting: n, then each metric as 'mean ± std [95% interval]', followed by its own n
+    where that is not the setting's (the probe's figures of a seed whose probe.json is missing)."""
     lines = ["| setting | n | " + " | ".join(metrics) + " |", "| --- | ---: | " + " | ".join("---:" for _ in metrics) + " |"]
     for g in groups:
         cells = []
@@ -254,6 +295,8 @@ def summary_markdown(groups: Sequence[dict[str, Any]], metrics: Sequence[str]) -
                 cells.append(_num(m, s["mean"]))
             else:
                 cells.append(f"{_num(m, s['mean'])} ± {_num(m, s['std'])} [{_num(m, s['lo'])}, {_num(m, s['hi'])}]")
+            if s["mean"] is not None and s["n"] != g["n"]:
+                cells[-1] += f" (n={s['n']})"
         lines.append(f"| {g['label']} | {g['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -291,8 +334,13 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
         return text + "\nDifferences beyond the 95% intervals:\n" + "".join(f"- {d}\n" for d in diffs)
     if len(groups) < 2:
         return text
-    shown = ", ".join(m for m in DIFFERENCES_IN if m in metrics)
-    return text + f"\nNo two settings differ beyond their 95% intervals in {shown}.\n"
+    shown = [m for m in DIFFERENCES_IN if m in metrics]
+    tested, pairs = comparable_pairs(groups, shown), len(shown) * len(groups) * (len(groups) - 1) // 2
+    if not tested:  # (no interval on one side of every pair: nothing was tested)
+        return text + (f"\nNo two settings could be compared in {', '.join(shown)}: a comparison needs a 95% "
+                       f"interval on both sides, 2 finished seeds or more each (n above).\n")
+    among = " (of the settings with 2 finished seeds or more: the others have no interval)" if tested < pairs else ""
+    return text + f"\nNo two settings differ beyond their 95% intervals in {', '.join(shown)}{among}.\n"
 
 
 def repeats_note(groups: Sequence[dict[str, Any]]) -> str:
@@ -318,8 +366,16 @@ def one_run_per_seed(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def seeds_val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
-    """plots.val_loss_png over one run per seed (one_run_per_seed)."""
-    return val_loss_png([{**g, "runs": one_run_per_seed(g["runs"])} for g in groups])
+    """plots.val_loss_png over one run per seed (one_run_per_seed) of the finished runs, those the
+    summary counts (its n); a setting none of whose runs finished is drawn from its runs all the
+    same, said to be unfinished, and left out of the y-range (a diverged run's 1e11)."""
+    drawn = []
+    for g in groups:
+        finished = [r for r in g["runs"] if finished_run(r)]
+        drawn.append({**g, "runs": one_run_per_seed(finished or g["runs"]), "n": len(runs_by_seed(finished)),
+                      "finished": bool(finished), "left_out": len(g["runs"]) - len(finished),
+                      "failed": not finished and any(map(ended_in_error, g["runs"]))})
+    return val_loss_png(drawn)
 
 
 def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir: str | Path,
@@ -335,12 +391,16 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
         for k in varied:  # (none where the key does not apply: a char run's bpe_vocab_size)
             r[k] = r.get(k, config.get(k)) if applies(config, k) else None
     probed = any(r.get("antecedent") is not None for r in rows)
-    columns = ["run", *varied, *RESULT_COLUMNS, *(PROBE_COLUMNS if probed else [])]
+    changed = data_changed(rows)
+    columns = ["run", *varied, *([DIGEST] if changed else []), *RESULT_COLUMNS, *(PROBE_COLUMNS if probed else [])]
     metrics = [m for m in SUMMARY_METRICS if probed or m in RESULT_COLUMNS]
     groups = group_by_setting(rows, varied)
     text = table_markdown(rows, columns)
     per_token = [k for k in varied if k in ("data.dataset", "data.tokenizer", "data.bpe_vocab_size")
                  and len({str(r[k]) for r in rows if r[k] is not None}) > 1]
+    if changed:  # the same data settings, another text: the dataset file was edited between the runs
+        per_token.append(f"the data they were trained on ({DIGEST}: the dataset's text changed between them, "
+                         f"under the same data settings)")
     if per_token:  # a loss is per token: a character's and a word's do not compare
         text += (f"\nThe runs differ in {', '.join(per_token)}: their losses are per token of different "
                  f"vocabularies or texts, and do not compare as numbers.\n")

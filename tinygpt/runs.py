@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, load_checkpoint, make_folder, pid_alive,
-                                remove_empty, saved_step)
+                                remove_empty, saved_step_and_data)
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
 from tinygpt.errors import UserError, count, read_capped, reason
 
@@ -462,7 +462,9 @@ def training_now(run_dir: Path) -> bool:
 
 
 def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, Any]:
-    """One results row for a run directory, plus its metrics and flat config for plots and columns."""
+    """One results row for a run directory, plus its metrics and flat config for plots and columns,
+    and `data_digest`, what its checkpoint was trained on (None where unknown): runs of one config
+    trained on different texts are different settings (report.group_by_setting)."""
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
     metrics = read_metrics(run_dir)
@@ -470,9 +472,9 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
     tok_s = [r["tokens_per_s"] for r in metrics if r.get("tokens_per_s") is not None]
     elapsed = [r["elapsed_s"] for r in metrics if r.get("elapsed_s") is not None]
     last_step = int(metrics[-1]["step"]) if metrics else 0
-    saved = saved_step(run_dir / "ckpt.pt") if metrics else None
+    saved, digest = saved_step_and_data(run_dir / "ckpt.pt") if metrics else (None, None)
     if saved is not None and saved > cfg.train.max_iters:  # not this run's: the last row is all there is
-        saved = None
+        saved, digest = None, None
     # done: ckpt.pt holds the last step (where the save at the last row failed, a full disk, it does not)
     done = bool(metrics) and (last_step if saved is None else saved) >= cfg.train.max_iters
     live = not done and training_now(run_dir)
@@ -498,4 +500,5 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         **probe_columns(read_probe(run_dir)),
         "config": flat_config(cfg),
         "metrics": metrics,
+        "data_digest": digest,
     }
