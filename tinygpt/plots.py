@@ -385,8 +385,8 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
             ax.errorbar(x, mean, yerr=err, capsize=3, label=shown[name], **line_style(i, SETTINGS_MARKERS))
             if len(ns) > 1:  # the settings' n differ: each point says its own (n=1: no interval, not a precise one)
                 for px, py, (_, st) in zip(x, mean, pts):
-                    ax.annotate(f"n={st['n']}", (px, py), xytext=(4, 2), textcoords="offset points", fontsize=7,
-                                color="0.35")
+                    ax.annotate(f"n={st['n']}", (px, py), xytext=(0, 6), textcoords="offset points", fontsize=7,
+                                color="0.35", ha="center")  # (above the point: at the right edge, not cut)
             values += [m - lo for m, lo in zip(mean, err[0])] + [m + hi for m, hi in zip(mean, err[1])]
         ax.set_xticks(range(len(xs)), tick_labels(xs, x_key.split(".", 1)[1]))
         slant_if_crowded(ax)
