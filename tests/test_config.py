@@ -393,6 +393,13 @@ def test_a_merge_key_given_twice_is_refused_but_one_merging_a_list_works(tmp_pat
     assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) == (2, 2, 32)  # the first mapping wins
 
 
+@pytest.mark.parametrize("text", ["model:\n  <<: {n_layer: 1, n_layer: 2}\n",
+                                  "model:\n  <<: [{n_head: 2}, {n_layer: 1, n_layer: 2}]\n"])
+def test_a_key_given_twice_inside_a_merged_mapping_is_refused(tmp_path, text):
+    # the merged mapping is never built as a mapping of its own: n_layer 2 won without a word
+    assert "the key 'n_layer' appears twice in one mapping (line 2)" in user_error(write(tmp_path, text))
+
+
 @pytest.mark.parametrize("text, expected", [
     ("model:\n  <<: 5\n", "a merge key '<<' takes a mapping or a list of mappings, not 5 (line 2)"),
     ("model:\n  n_layer: 2\n  <<: [5]\n", "a merge key '<<' takes a mapping or a list of mappings, not 5 (line 3)"),

@@ -173,22 +173,27 @@ class LimitedSafeLoader(yaml.SafeLoader):
                         raise YAMLRefused(f"a merge key '<<' takes a mapping or a list of mappings, not "
                                           f"{short(self.construct_object(merged, deep=True))} "
                                           f"(line {merged.start_mark.line + 1})")
+                    self.check_unique_keys(merged)  # (merged in, it is never constructed as a mapping itself)
         super().flatten_mapping(node)
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
-            seen = set()
-            for key_node, _ in node.value:
-                # `<<: *base` then a key of its own overrides it, as meant; but a second `<<` is a key given twice
-                key = "<<" if key_node.tag == TAG + "merge" else self.construct_object(key_node, deep=True)
-                try:
-                    if key in seen:
-                        raise YAMLRefused(f"the key {short(key)} appears twice in one mapping (line "
-                                          f"{key_node.start_mark.line + 1}); the second would silently replace the first")
-                    seen.add(key)
-                except TypeError:  # a list or a mapping as a key: SafeLoader's own error says so
-                    pass
+            self.check_unique_keys(node)
         return super().construct_mapping(node, deep)
+
+    def check_unique_keys(self, node: yaml.MappingNode) -> None:
+        """Refuse a key given twice in one mapping: the second would silently replace the first."""
+        seen = set()
+        for key_node, _ in node.value:
+            # `<<: *base` then a key of its own overrides it, as meant; but a second `<<` is a key given twice
+            key = "<<" if key_node.tag == TAG + "merge" else self.construct_object(key_node, deep=True)
+            try:
+                if key in seen:
+                    raise YAMLRefused(f"the key {short(key)} appears twice in one mapping (line "
+                                      f"{key_node.start_mark.line + 1}); the second would silently replace the first")
+                seen.add(key)
+            except TypeError:  # a list or a mapping as a key: SafeLoader's own error says so
+                pass
 
 
 def _check_expanded_size(root: yaml.Node) -> None:
