@@ -37,7 +37,7 @@ def labels(targets: list[str]) -> list[str]:
     paths = [Path(t).resolve() for t in targets]
     parts = [(p.with_suffix("") if p.suffix in SAVED else p).parts for p in paths]  # ('/' has no suffix to drop)
     for k in range(1, max(map(len, parts)) + 1):
-        tails = ["/".join(p[-k:]) for p in parts]
+        tails = [str(Path(*p[-k:])) for p in parts]  # (the whole path: '/tmp/x', not '//tmp/x')
         if len(set(tails)) == len(tails):
             return tails
     return tails
@@ -186,6 +186,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--out", type=path_arg, help="keep each run's full probe output here")
     args = p.parse_args(argv)
     check_args(args)
+    seen: dict[Path, str] = {}
+    for target in args.runs:  # (one run twice: its figures would count as two seeds, a spread of 0)
+        first = seen.setdefault(Path(target).resolve(), target)
+        if first != target or args.runs.count(target) > 1:
+            raise UserError(f"{target} is given twice{f' (as {first})' if first != target else ''}: each run "
+                            f"counts once in the mean ± sd; give it once")
     targets = list(zip(args.runs, labels(args.runs)))
 
     def result(target: str, label: str) -> dict:

@@ -138,11 +138,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                    help="only print the table of saved outputs' last lines (their runs merged)")
     args = p.parse_args(argv)
     if args.table:
-        rows = {}
+        rows, came_from = {}, {}
         for path in args.table:
             # an output from before --old-seeds: its one old run trained with that config's seed, 1337
-            rows.update({f"{PREVIOUS}, seed 1337" if name == PREVIOUS else name: r
-                         for name, r in saved_runs(path).items()})
+            for name, r in saved_runs(path).items():
+                name = f"{PREVIOUS}, seed 1337" if name == PREVIOUS else name
+                if name in rows:  # (the last would win: half of two machines' runs lost without a word)
+                    raise UserError(f"{name!r} is in both {came_from[name]} and {path}: merge outputs of different "
+                                    f"runs (e.g. --seeds 0 --old-seeds 2 --first-seed 1338 for the second)")
+                rows[name], came_from[name] = r, path
         print(table(rows))
         return
     old_commit = check_args(args)

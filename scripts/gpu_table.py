@@ -64,6 +64,8 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
         why = status.get(stage, "did not run")
         if why.startswith("skipped") or why == "did not run":
             return why
+        if why == "exit 0":  # it passed, but left no figures that read as such
+            return "exit 0, but its figures are missing or damaged"
         return "out of time (exit 124)" if why == "exit 124" else f"failed ({why})"
 
     def marked(stage: str, figures: str) -> str:
@@ -126,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> str:
     p.add_argument("out", type=path_arg, help="the folder scripts/gpu_check.sh wrote (its OUT)")
     p.add_argument("--device", help="the device's name in the first row (default: CUDA device 0's)")
     args = p.parse_args(argv)
+    if not args.out.is_dir():  # (a typo would print a table of stages that "did not run")
+        raise UserError(f"{args.out} is not a folder: give the OUT that scripts/gpu_check.sh wrote")
     device = args.device
     if device is None:
         import torch

@@ -167,7 +167,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "folder that holds the repository)")
     p.add_argument("--config", help="shakespeare: the config to train (default: configs/shakespeare_char.yaml; "
                                     "stories always trains configs/stories.yaml)")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                   help="override config keys, as train.py does (may be given more than once)")
     args = p.parse_args(argv)
     if args.what == "stories" and args.config is not None:  # (it was ignored: the default run trained instead)
         p.error(f"--config {args.config} is for shakespeare: stories measures the default run, configs/stories.yaml "

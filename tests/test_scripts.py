@@ -534,3 +534,44 @@ def test_gpu_table_reports_a_damaged_baby_run_as_a_row(tmp_path, capsys, csv):
     code, out, err = cli(gpu_table.main, [tmp_path, "--device", "cpu"], capsys)
     assert code == 0 and not err
     assert f"| baby GPT: time to val 1.47 | damaged: {tmp_path / 'baby' / 'metrics.csv'} has no elapsed time" in out
+
+
+def test_reproduce_keeps_every_set(tmp_path, capsys, monkeypatch):
+    """`--set model.n_layer=0 --set train.seed=1`: the second --set replaced the first, which was
+    dropped without a word (the run trained another config); now both are read, and the bad one refused."""
+    from scripts import reproduce
+    monkeypatch.setattr(reproduce, "run", no_long_work)
+    one_line(cli(reproduce.main, ["stories", "--set", "model.n_layer=0", "--set", "train.seed=1"], capsys),
+             "model.n_layer=0")
+
+
+def test_ablation_table_refuses_a_run_given_twice(tmp_path, capsys):
+    """The same saved output twice: `mean ± sd (2 runs) | 80.0 ± 0.0`, one run counted as two seeds."""
+    (tmp_path / "seed1.json").write_text("tables\n" + json.dumps(ablation_result()))
+    for args in ([tmp_path / "seed1.json", tmp_path / "seed1.json"],
+                 [tmp_path / "seed1.json", tmp_path / "." / "seed1.json"]):
+        one_line(cli(script("ablation_table").main, args, capsys), "seed1.json is given twice", "give it once")
+
+
+def test_ablation_table_labels_a_whole_path_once(tmp_path):
+    from scripts.ablation_table import labels
+    assert labels([str(tmp_path / "a.json"), str(tmp_path / "a.txt")])[0] == str(tmp_path / "a")  # not '//tmp/...'
+
+
+def test_default_run_table_refuses_a_run_in_two_outputs(tmp_path, capsys):
+    """Two outputs holding the same run name: the last won, half the runs lost without a word."""
+    for name, wall in (("one.txt", 100), ("two.txt", 300)):
+        (tmp_path / name).write_text(json.dumps({"runs": {"current default, seed 1337": {**RUN, "wall_s": wall}}}))
+    one_line(cli(script("default_run").main, ["--table", tmp_path / "one.txt", tmp_path / "two.txt"], capsys),
+             "'current default, seed 1337' is in both", "one.txt", "two.txt")
+
+
+def test_gpu_table_refuses_a_missing_out_and_says_exit_0_without_figures(tmp_path, capsys):
+    """A typo in OUT printed a table of stages that "did not run", exit 0; a stage that exited 0 but
+    left damaged figures read `failed (exit 0)`."""
+    from scripts import gpu_table
+    one_line(cli(gpu_table.main, [tmp_path / "typo", "--device", "cpu"], capsys), "typo is not a folder")
+    (tmp_path / "status").write_text("decode=exit 0\n")
+    (tmp_path / "decode.json").write_text('{"tinygpt_tok_s": "fast"}')
+    code, out, err = cli(gpu_table.main, [tmp_path, "--device", "cpu"], capsys)
+    assert code == 0 and "failed (exit 0)" not in out and "exit 0, but its figures are missing or damaged" in out
