@@ -237,7 +237,10 @@ def test_the_browser_shows_the_models_weights(tmp_path):
         assert "gen" in tokens[k]["class"]
         step = steps[k - data["first_generated"]]
         top = step["top"][0]
-        shown = re.search(rf"top {TOP_N}: {re.escape(token_label(tok, top[0]))} (\d+\.\d)%", tokens[k]["title"])
+        # each candidate isolated (U+2068 .. U+2069): a right-to-left one took the numbers beside it into its
+        # own direction, and "ו 1.9%" read "1.9 ו"
+        shown = re.search(rf"top {TOP_N}: \u2068{re.escape(token_label(tok, top[0]))}\u2069 (\d+\.\d)%",
+                          tokens[k]["title"])
         # shown to 0.1% from p kept to 4 digits: off by at most 0.05 + 0.005 percentage points
         assert shown and abs(float(shown[1]) - 100 * top[1]) <= 0.0551, (tokens[k]["title"], top)
         assert "page's one pass" not in tokens[k]["title"]  # no slide here: drawn from the context shown

@@ -139,7 +139,7 @@ h1 { font-size: 1.2em; margin: 0 0 .3em; }
 .tok.query { outline: 2px solid #111; }
 .tok.masked { color: #aaa; background: repeating-linear-gradient(135deg, #eee 0 3px, #fff 3px 6px); }
 #info { border-top: 1px solid #ccc; padding-top: .5em; min-height: 6em; font-size: 13px; }
-#info .k { font-family: ui-monospace, monospace; }
+#info .k { font-family: ui-monospace, monospace; unicode-bidi: isolate; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 3px; }
 </style>
 </head>
@@ -176,10 +176,13 @@ function el(tag, cls, text) {
 }
 function generated(i) { return i >= D.first_generated; }
 function shownHeads() { return state.head === "all" ? [...Array(D.n_head).keys()] : [state.head]; }
+// a token inside running text, isolated: a right-to-left one (Hebrew, Arabic) would otherwise take the
+// numbers and commas beside it into its own direction, and "ו 1.9%" would read "1.9 ו"
+function iso(t) { return "\u2068" + t + "\u2069"; }
 function candidates(i) {  // the --show-steps data of generated token i, as text
   const s = D.steps[i - D.first_generated];
   if (!s) return "no step data";
-  const top = s.top.map(([t, p]) => `${t} ${pct(p)}%`).join(", ");
+  const top = s.top.map(([t, p]) => `${iso(t)} ${pct(p)}%`).join(", ");
   // the page is one pass over the tokens shown, where token i has i before it; when it was drawn the
   // model saw s.ctx (fewer after the window slid, more when earlier tokens are not shown)
   const pass = s.ctx === i ? "" : `; its weights here come from the page's one pass, where it has ${i} before it`;
@@ -275,7 +278,7 @@ function describe(q, key) {  // the panel under the text
     const sw = el("span", "swatch");
     sw.style.background = rgba(h, 1);
     line(sw, `layer ${state.layer} head ${h}, most weight on: ` +
-         keys.map(k => `${D.tokens[k]} (${k}) ${pct(weight(state.layer, h, q, k))}%`).join(", "));
+         keys.map(k => `${iso(D.tokens[k])} (${k}) ${pct(weight(state.layer, h, q, k))}%`).join(", "));
   }
   if (key !== undefined && key !== q) {
     const ws = [...Array(D.n_head).keys()].map(h => weight(state.layer, h, q, key));
