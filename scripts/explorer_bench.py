@@ -46,12 +46,13 @@ document.getElementById("title").textContent = "RENDER_MS=" + ((performance.now(
 BROWSER_TIMEOUT_S = 120
 
 
-def render_ms(page: str, out: Path) -> float | None:
-    """Mean ms of one render() of the page in headless Chromium, or None without a browser."""
+def render_ms(page: str, out: Path, name: str = "explorer_bench.html") -> float | None:
+    """Mean ms of one render() of the page (written to out/name) in headless Chromium, or None
+    without a browser (or when the page did not report its time)."""
     browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
     if browser is None:
         return None
-    path = out / "explorer_bench.html"
+    path = out / name
     path.write_text(page.replace("</body>", TIMING), encoding="utf-8")
     try:
         done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
@@ -83,9 +84,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 block.attn.q_proj.weight.mul_(sharpen)
         page = attention_html.explorer_html(attention_html.explorer_data(model, tokenizer, ids))
         result[f"{name}_bytes"] = len(page.encode("utf-8"))
-        result[f"{name}_render_ms"] = render_ms(page, out)
+        result[f"{name}_render_ms"] = render_ms(page, out, f"explorer_bench_{name}.html")  # (each its own page)
         print(f"{name}: {result[f'{name}_bytes']:,} bytes; one render: "
-              + (f"{result[f'{name}_render_ms']:.1f} ms" if result[f"{name}_render_ms"] is not None else "no browser"))
+              + (f"{result[f'{name}_render_ms']:.1f} ms" if result[f"{name}_render_ms"] is not None
+                 else "no time (no browser, or the page reported none)"))
     print(json.dumps(result))
 
 

@@ -92,7 +92,8 @@ POSIX = pytest.mark.skipif(os.name != "posix", reason="a device and a named pipe
     (["--json", str(ROOT / "bench.py")], r"--json: it would overwrite '.*bench.py', which is not a result"),
     # transformers decodes at most --gen-block - 1 tokens: it failed at the end, in a traceback
     (["--vs-hf", "--gen-block", "1"], r"--vs-hf needs --gen-block >= 2 \(not 1\)"),
-    (["--steps", "0", "--gen-tokens", "0"], r"--steps 0 and --gen-tokens 0 leave nothing to measure")])
+    (["--steps", "0", "--gen-tokens", "0"], r"--steps 0 and --gen-tokens 0 leave nothing to measure"),
+    (["--dtypes", "float32,float32"], r"--dtypes='float32,float32' names a dtype twice; give each once")])
 def test_bench_refuses_flags_before_any_work(tmp_path, monkeypatch, flags, match):
     import bench
     from tinygpt.errors import UserError

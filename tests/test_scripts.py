@@ -575,3 +575,14 @@ def test_gpu_table_refuses_a_missing_out_and_says_exit_0_without_figures(tmp_pat
     (tmp_path / "decode.json").write_text('{"tinygpt_tok_s": "fast"}')
     code, out, err = cli(gpu_table.main, [tmp_path, "--device", "cpu"], capsys)
     assert code == 0 and "failed (exit 0)" not in out and "exit 0, but its figures are missing or damaged" in out
+
+
+def test_explorer_bench_keeps_both_pages(tmp_path, monkeypatch, capsys):
+    """`--out DIR` ("where to write the pages") held one page: the sharp one overwrote the first."""
+    module = script("explorer_bench")
+    monkeypatch.setattr(module.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(module.subprocess, "run",
+                        lambda command, **kwargs: subprocess.CompletedProcess(command, 0, "RENDER_MS=2.50", ""))
+    code, out, err = cli(module.main, ["--out", tmp_path], capsys)
+    assert code == 0 and "one render: 2.5 ms" in out, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["explorer_bench_init.html", "explorer_bench_sharp.html"]
