@@ -346,7 +346,7 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
         try:
             paths = attention_view.save_heatmaps(traces, labels, args.attention_png, args.attention_last,
                                                  cfg.causal, prefix=png_prefix,
-                                                 title=f"{Path(args.run).name or args.run}: {text!r}")
+                                                 title=f"{Path(args.run).name or args.run}: {text!r}{cut}")
         except ImportError:
             print("note: --attention-png needs matplotlib (pip install matplotlib); printed the text "
                   "tables only", file=sys.stderr)

@@ -225,6 +225,10 @@ def test_attention_png_with_matplotlib(run, prompt, tmp_path, monkeypatch):
     assert [p.name for p in pngs] == [f"attention_layer{i}.png" for i in range(N_LAYER)]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     assert titles == [f"{Path(run).name}: {prompt[:8]!r}, layer {i}" for i in range(N_LAYER)]
+    # a prompt past block_size: the tables' header said "the last BLOCK of N", the PNGs did not
+    titles.clear()
+    run_sample([run, "--prompt", " ".join([prompt] * 20), "--max-new-tokens", 1, "--attention-png", tmp_path / "png"])
+    assert all(re.search(rf" \(the last {BLOCK} of \d+: block_size={BLOCK}\), layer \d$", t) for t in titles), titles
 
 
 def test_heatmap_figure_is_legible():
