@@ -74,7 +74,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if any(missing):
         print(f"({missing[0]} attribute values and {missing[1]} names do not occur in this corpus: left out)")
     rows = [("word", build_tokenizer("word", text))]
-    rows += [(bpe_label(n), build_tokenizer("bpe", text, bpe_vocab_size=n)) for n in sizes]
+    for n in sizes:
+        tok = build_tokenizer("bpe", text, bpe_vocab_size=n)
+        short_of = " asked: the text has no more pairs to merge" if tok.vocab_size < n else ""  # (the vocab column)
+        rows.append((bpe_label(n) + short_of, tok))
     try:
         rows.append(("gpt2 (compact)", build_tokenizer("gpt2", text)))
     except UserError as e:

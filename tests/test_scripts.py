@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -370,9 +371,11 @@ def test_tokenization_table_of_a_small_corpus(capsys, monkeypatch):
     the whole text (as data.prepare does), and the probe's words the corpus lacks are left out."""
     module = script("tokenization_table")
     offline_gpt2(module, monkeypatch)
-    code, out, err = cli(module.main, ["--chars", "5000", "--sizes", "300"], capsys)
+    code, out, err = cli(module.main, ["--chars", "5000", "--sizes", "300,65000"], capsys)
     assert code == 0 and not err, err
     assert "do not occur in this corpus: left out" in out and "| word |" in out and "| bpe, 300 | 300 |" in out
+    # a size the text cannot reach: the row said `bpe, 65000` beside a vocabulary of about 1,000
+    assert re.search(r"\| bpe, 65000 asked: the text has no more pairs to merge \| \d,?\d+ \|", out), out
 
 
 def test_tokenization_table_marks_the_default_bpe_size(capsys, monkeypatch):
