@@ -90,8 +90,8 @@ from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_ar
                              work_is_files)
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, write_report
-from tinygpt.runs import (LOCK, REPORT_LOCK, died_at_its_first_save, read_config, read_probe,
-                         resumed_metrics, run_lock, summarize_run, training_now, write_probe)
+from tinygpt.runs import (REPORT_LOCK, died_at_its_first_save, lock_holder, read_config, read_probe,
+                         resumed_metrics, run_lock, summarize_run, write_probe)
 from tinygpt.runtime import ThreadPolicy, parent_death_signal, resolve_device, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
@@ -504,7 +504,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
     runs: dict[tuple, str] = {}  # each planned run's settings (those that change it) -> its name
     reasons = []  # why each invalid combination is
     notes = []  # the skipped combinations, said once the grid is known to be trainable
-    refused: dict[tuple[str, str], str] = {}  # each (key, value) of an invalid combination -> why the first is
+    refused: dict[tuple[str, str], str | None] = {}  # (key, value) of an invalid combination -> the error naming it
     valid: set[tuple[str, str]] = set()  # each (key, value) of a valid one
     for name, combo in zip(run_names(keys, combos), combos):
         run_dir = out / name
@@ -515,8 +515,11 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
         except UserError as e:
             notes.append(f"skip {name}: {e}")
             reasons.append(str(e))
-            for key_value in zip(keys, combo):
-                refused.setdefault(key_value, str(e))
+            for key, value in zip(keys, combo):
+                if key in str(e):  # the error's own words, where it names this key
+                    refused[key, value] = str(e)
+                else:
+                    refused.setdefault((key, value), None)
             continue
         valid.update(zip(keys, combo))
         flat = flat_config(cfg)
@@ -538,7 +541,8 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
     if dead := [key_value for key_value in refused if key_value not in valid]:
         key, value = dead[0]
         more = f" (and {len(dead) - 1} more value(s) no combination can train)" if len(dead) > 1 else ""
-        raise UserError(f"--grid {key}={value} is invalid in every combination: {refused[key, value]}{more}")
+        why = refused[key, value] or "each combination with it is refused for another key's value"
+        raise UserError(f"--grid {key}={value} is invalid in every combination: {why}{more}")
     for line in notes:
         print(line)
     print(f"sweep: {len(plan)} run(s) of {len(combos)} combination(s) into {out}")
@@ -615,7 +619,7 @@ def cannot_start(cfg: Config, checked: dict[tuple[str, str], str | None]) -> str
     lacks, a data.dataset file or folder that is not there (train.py's own functions, so its own
     message naming the key), else None. `checked` keeps each value's answer: a grid of many runs
     on one dataset folder walks it once."""
-    if pid := training_pid(Path(cfg.train.out_dir)):
+    if pid := lock_holder(Path(cfg.train.out_dir)):
         return (f"its run folder {cfg.train.out_dir} is in use by another training (process {pid}); wait for it "
                 f"to end, or choose another --out")
     checks = (("train.device", cfg.train.device, lambda: resolve_device(cfg.train.device)),
@@ -631,16 +635,6 @@ def cannot_start(cfg: Config, checked: dict[tuple[str, str], str | None]) -> str
         if checked[key, value]:
             return checked[key, value]
     return None
-
-
-def training_pid(run_dir: Path) -> str | None:
-    """The process id of the training that holds run_dir now (runs.training_now), else None."""
-    if not training_now(run_dir):
-        return None
-    try:
-        return (run_dir / LOCK).read_bytes()[:32].decode("ascii", "replace").strip() or "unknown"
-    except OSError:  # (it ended just now)
-        return None
 
 
 def same_run(flat: dict, cfg: Config, grid_keys: Iterable[str]) -> bool:

@@ -660,6 +660,16 @@ def test_a_grid_value_invalid_in_every_combination_is_refused_before_any_trainin
     assert not started.exists() and not (tmp_path / "sw").exists()
 
 
+def test_a_value_refused_everywhere_is_refused_for_its_own_reason(tmp_path, monkeypatch):
+    """`--grid train.lr=-1,0.001 model.n_layer=0,1`: `train.lr=-1 is invalid in every combination:
+    model.n_layer=0 ... must be >= 1`, the first combination's error, about the other key."""
+    recording_train(tmp_path, monkeypatch)
+    with pytest.raises(UserError, match=r"^--grid train.lr=-1 is invalid in every combination: train.lr=-1"), \
+            contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, "--grid", "train.lr=-1,0.001", "model.n_layer=0,1", "--out", str(tmp_path / "sw"),
+                    *(a for a in shrink(tmp_path / "prepared") if a.split("=")[0] not in ("train.lr", "model.n_layer"))])
+
+
 def test_a_value_impossible_beside_some_values_only_is_skipped_with_a_note(tmp_path, monkeypatch):
     """n_head=3 trains with n_embd=48, not with 16: that combination alone is skipped; where every
     n_embd is 16, n_head=3 can never train, and is refused."""
@@ -737,13 +747,19 @@ def test_a_run_folder_another_training_holds_is_refused_before_any_training(tmp_
     started = recording_train(tmp_path, monkeypatch)
     run = tmp_path / "sw" / "n_head=2"
     run.mkdir(parents=True)
-    (run / runs.LOCK).write_text(f"{os.getpid()}\n")  # held by a live process: this one
-    with pytest.raises(UserError, match=rf"^n_head=2: its run folder \S+n_head=2 is in use by another training "
-                                        rf"\(process {os.getpid()}\); wait for it to end") as refused, \
-            contextlib.redirect_stdout(io.StringIO()):
+    with runs.run_lock(run), pytest.raises(UserError, match=rf"^n_head=2: its run folder \S+n_head=2 is in use by "
+                                                            rf"another training \(process {os.getpid()}\); wait for "
+                                                            rf"it to end") as refused, \
+            contextlib.redirect_stdout(io.StringIO()):  # held by this process, as a training holds it
         sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
     assert "\n" not in str(refused.value) and not started.exists()
     assert not (tmp_path / "sw" / "results.md").exists()
+    # a killed training's .lock stays, naming a process that ended or, by now, another (here: a live one)
+    (run / runs.LOCK).write_text(f"{os.getpid()}\n")
+    assert runs.lock_holder(run) is None
+    with contextlib.redirect_stdout(io.StringIO()):  # (it was refused: "in use by another training")
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
+    assert "n_head=2" in started.read_text().splitlines()
 
 
 def test_the_settings_plot_of_a_sweep_orders_its_numbers(tmp_path, monkeypatch):

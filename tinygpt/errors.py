@@ -339,16 +339,20 @@ def open_closed_streams() -> None:
         wrong_way = opened_the_other_way(fd, mode)
         if getattr(sys, name) is not None and not wrong_way:
             continue
-        try:
-            os.fstat(fd)  # open after all: Python just did not take it
-            if wrong_way:
-                raise OSError(errno.EBADF, "opened the other way")
-        except OSError:
-            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+        if wrong_way or not is_open(fd):  # (a closed one may be open after all: Python just did not take it)
+            null = os.open(os.devnull, os.O_RDWR)  # fd itself where it is closed (the lowest free number)
             if null != fd:
-                os.dup2(null, fd)
+                os.dup2(null, fd)  # replaces what fd was (a file opened the other way)
                 os.close(null)
         setattr(sys, name, open(fd, mode, closefd=False))
+
+
+def is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
 
 
 def opened_the_other_way(fd: int, mode: str) -> bool:

@@ -42,7 +42,7 @@ CHECKPOINTS = ("ckpt.pt", "best.pt")
 TRAIN_FILES = ("config.yaml", *CHECKPOINTS, "metrics.csv", "loss.png")  # what train.py writes
 RUN_FILES = (*TRAIN_FILES, "probe.json")
 LOCK = ".lock"
-MAX_METRICS_BYTES = 64 << 20  # metrics.csv: ~80 bytes a row, 800,000 rows (8 million steps at log_interval 10)
+MAX_METRICS_BYTES = 256 << 20  # metrics.csv: ~80 bytes a row, 3 million rows (30 million steps at log_interval 10)
 MAX_PROBE_BYTES = 8 << 20  # probe.json: a few KB
 REPORT_LOCK = ".sweep.lock"  # in a sweep's or a comparison's --out while one writes there (run_lock)
 
@@ -459,6 +459,30 @@ def training_now(run_dir: Path) -> bool:
     except (OSError, ValueError):
         return False
     return os.name == "posix" and pid_alive(pid)
+
+
+def lock_holder(run_dir: Path) -> str | None:
+    """The pid (as its .lock says it) of the training that holds run_dir's lock now, else None. The
+    lock is tried, not just read: a killed training's .lock stays behind, naming a process that has
+    ended, or by now another process of that number. (Tried and released at once: a training starting
+    in that microsecond would be refused as in use, so only a sweep's planning asks.)"""
+    if fcntl is None:  # pragma: no cover - Windows: its byte locks cannot be tried from outside
+        return None
+    try:
+        fd = os.open(run_dir / LOCK, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:  # no lock file: nobody holds it
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        return os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, Any]:
