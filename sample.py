@@ -316,8 +316,8 @@ def read_prompt_file(path: Path, named: str) -> bytes:
         raise UserError(f"--prompt-file not found: {short(str(path))}")
     if path.is_dir():
         raise UserError(f"{named} is a directory, not a file")
-    return read_capped(path, MAX_PROMPT_BYTES, lambda why: f"{named} cannot be read: {why}",
-                       lambda size: prompt_too_long(named, size))
+    return read_capped(path, MAX_PROMPT_BYTES, lambda size: prompt_too_long(named, size),
+                       lambda why: f"{named} cannot be read: {why}")
 
 
 def prompt_too_long(named: str, size: int | None = None) -> str:

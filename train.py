@@ -364,9 +364,7 @@ def check_finite(run: Run) -> None:
     """Before a stop's save (evaluate and log check their own losses): the train loss since the last
     log and the weights must be finite, or the save would replace the last good ckpt.pt."""
     if run.loss_count:
-        loss = run.dist.mean(run.loss_sum / run.loss_count).item()
-        if not math.isfinite(loss):
-            raise diverged("the train loss", loss, run)
+        train_loss_since_log(run)
     finite = bool(torch.stack([torch.isfinite(p).all() for p in run.model.parameters()]).all())
     if run.dist.any(not finite):
         raise diverged("a weight", "not finite", run)
@@ -407,11 +405,17 @@ def plot_missed(out_dir: Path) -> bool:
     return not png.is_file() or (ckpt.is_file() and png.stat().st_mtime_ns < ckpt.stat().st_mtime_ns)
 
 
+def train_loss_since_log(run: Run) -> float:
+    """The mean train loss since the last log over every process (one host sync); diverged: refused."""
+    loss = run.dist.mean(run.loss_sum / run.loss_count).item()
+    if not math.isfinite(loss):
+        raise diverged("the train loss", loss, run)
+    return loss
+
+
 def log(run: Run, metrics: list[dict], lr: float, speed: dict[str, float]) -> dict[str, str]:
-    """The train loss since the last log (one host sync), tokens/s and MFU -> a metrics row."""
-    train_loss = run.dist.mean(run.loss_sum / run.loss_count).item()
-    if not math.isfinite(train_loss):
-        raise diverged("the train loss", train_loss, run)
+    """The train loss since the last log, tokens/s and MFU -> a metrics row."""
+    train_loss = train_loss_since_log(run)
     now = time.perf_counter()
     step_time = (now - speed["t_last"]) / max(run.step - speed["step_last"], 1)
     tok_s, mfu = speed["tokens_per_step"] / step_time, speed["flops_per_step"] / step_time / speed["peak"]

@@ -61,8 +61,8 @@ def saved_json(path: str | Path, named: str, what: str, limit: int = SAVED_BYTES
     """The JSON of the last line of a saved output (a command's stdout, kept in a file), read up to
     `limit` bytes; a UserError naming it (`named`) otherwise, whose `what` wrote it. The caller
     checks what the JSON holds (is_figure)."""
-    data = read_capped(path, limit, lambda why: f"{named}: cannot read it ({why})",
-                       lambda size: f"{named} is over {limit:,} bytes; give the saved output of {what}")
+    data = read_capped(path, limit, lambda size: f"{named} is over {limit:,} bytes; give the saved output of {what}",
+                       lambda why: f"{named}: cannot read it ({why})")
     try:
         lines = data.decode("utf-8").strip().splitlines()
         return json.loads(lines[-1]) if lines else None

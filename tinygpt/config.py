@@ -415,9 +415,9 @@ def read_yaml(path: str | Path) -> Any:
         raise UserError(f"{path} is a directory; give a config file (.yaml), e.g. configs/stories.yaml")
     if not path.exists():
         raise UserError(f"config file not found: {path}")
-    data = read_capped(path, MAX_CONFIG_BYTES, lambda why: f"cannot read config file {path}: {why}",  # (or a pipe)
+    data = read_capped(path, MAX_CONFIG_BYTES,  # (or a pipe)
                        lambda size: f"{path} is refused: it is over {MAX_CONFIG_BYTES:,} bytes, and a config is a "
-                                    f"few plain keys")
+                                    f"few plain keys", lambda why: f"cannot read config file {path}: {why}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -447,11 +447,12 @@ def clean_up(step: Callable[[], object], failing: bool) -> None:
             raise
 
 
-def read_capped(path: str | Path, limit: int, cannot_read: Callable[[str], str],
-                too_big: Callable[[int | None], str]) -> bytes:
+def read_capped(path: str | Path, limit: int, too_big: Callable[[int | None], str],
+                cannot_read: Callable[[str], str] | None = None) -> bytes:
     """The bytes of `path` (a file, or a pipe or a device: never read whole), at most `limit` of them;
-    else a UserError: cannot_read(the system's reason), or too_big(the size; None for a pipe read
-    past the limit). A regular file over the limit is refused by its size, unread."""
+    else a UserError: too_big(the size; None for a pipe read past the limit), or cannot_read(the
+    system's reason; default `cannot read PATH: reason`). A regular file over the limit is refused by
+    its size, unread."""
     try:
         with open(path, "rb") as f:
             info = os.fstat(f.fileno())
@@ -459,7 +460,8 @@ def read_capped(path: str | Path, limit: int, cannot_read: Callable[[str], str],
                 raise UserError(too_big(info.st_size))
             data = f.read(limit + 1)
     except OSError as e:
-        raise UserError(cannot_read(e.strerror or type(e).__name__)) from None
+        why = e.strerror or type(e).__name__
+        raise UserError(cannot_read(why) if cannot_read else f"cannot read {path}: {why}") from None
     if len(data) > limit:
         raise UserError(too_big(None))
     return data

@@ -452,9 +452,8 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"{folder} has no config.json: not a Hugging Face model folder")
     try:
-        hf = json.loads(read_capped(path, 1 << 20, lambda why: f"cannot read {path}: {why}",
-                                    lambda size: f"{path} is not a model config: a GPT-2 config.json is about 1 KB, "
-                                                 f"this one holds more than 1 MiB"))
+        hf = json.loads(read_capped(path, 1 << 20, lambda size: f"{path} is not a model config: a GPT-2 config.json "
+                                                                f"is about 1 KB, this one holds more than 1 MiB"))
     except RecursionError:  # '[' * 100000: json nests by recursion
         raise UserError(f"{path} is not a model config: its JSON is nested too deeply") from None
     except ValueError as e:  # malformed JSON, not UTF-8, an integer of 5000 digits

@@ -42,6 +42,7 @@ CHECKPOINTS = ("ckpt.pt", "best.pt")
 TRAIN_FILES = ("config.yaml", *CHECKPOINTS, "metrics.csv", "loss.png")  # what train.py writes
 RUN_FILES = (*TRAIN_FILES, "probe.json")
 LOCK = ".lock"
+HELD = {errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES}  # flock's errors for a lock another process holds
 MAX_METRICS_BYTES = 256 << 20  # metrics.csv: ~80 bytes a row, 3 million rows (30 million steps at log_interval 10)
 MAX_PROBE_BYTES = 8 << 20  # probe.json: a few KB
 REPORT_LOCK = ".sweep.lock"  # in a sweep's or a comparison's --out while one writes there (run_lock)
@@ -95,11 +96,11 @@ def _acquire(path: Path, in_use: str, setting: str) -> int:
             else:  # pragma: no cover - Windows
                 msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
         except OSError as e:
-            if fcntl is not None and e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # not a holder
+            if fcntl is not None and e.errno not in HELD:  # not a holder: a file system without locks
                 os.close(fd)
                 raise UserError(f"{setting}: cannot lock {path} ({e.strerror or reason(e)}): its file system takes no "
                                 f"locks (some network or FUSE mounts); choose a {setting} on a local disk") from None
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            holder = _holder(fd)
             os.close(fd)
             raise UserError(f"{in_use} (process {holder}); wait for it to end, or choose another {setting}") from None
         # the holder removes the file just before releasing it: if ours is no longer the file at
@@ -284,7 +285,7 @@ def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, A
     if not path.is_file():
         return []
     damaged = f"{path} is damaged or not a tinygpt metrics file"
-    data = read_capped(path, MAX_METRICS_BYTES, lambda why: f"cannot read {path}: {why}",
+    data = read_capped(path, MAX_METRICS_BYTES,
                        lambda size: f"{damaged} (larger than the {MAX_METRICS_BYTES >> 20} MiB a run writes)")
     try:
         text = data.decode("utf-8")
@@ -398,8 +399,7 @@ def read_probe(run_dir: str | Path) -> dict[str, Any] | None:
         return None
     try:
         too_big = f"{path} is damaged: larger than the {MAX_PROBE_BYTES >> 20} MiB a probe writes; delete it, probe again"
-        result = json.loads(read_capped(path, MAX_PROBE_BYTES, lambda why: f"cannot read {path}: {why}",
-                                        lambda _: too_big))
+        result = json.loads(read_capped(path, MAX_PROBE_BYTES, lambda _: too_big))
     except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: '[' x 100,000
         raise UserError(f"{path} is damaged ({e}); delete it and probe again") from None
     if not _is_probe(result):
@@ -461,6 +461,11 @@ def training_now(run_dir: Path) -> bool:
     return os.name == "posix" and pid_alive(pid)
 
 
+def _holder(fd: int) -> str:
+    """The pid a lock file holds (its holder wrote it), as text for a message."""
+    return os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+
+
 def lock_holder(run_dir: Path) -> str | None:
     """The pid (as its .lock says it) of the training that holds run_dir's lock now, else None. The
     lock is tried, not just read: a killed training's .lock stays behind, naming a process that has
@@ -475,9 +480,7 @@ def lock_holder(run_dir: Path) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
-        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return None
-        return os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+        return _holder(fd) if e.errno in HELD else None
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
