@@ -43,6 +43,7 @@ import math
 import re
 import shlex
 import sys
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -454,8 +455,8 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         steps = following_free_cores(generate_steps(model, idx, args.max_new_tokens, args.temperature, args.top_k,
                                                     args.top_p, use_cache=not args.no_kv_cache, generator=gen,
                                                     decode=decode), threads)
-        new_ids, recorded = [], []
-        if args.attention_html is not None:  # keep each step's candidates for the page
+        new_ids, recorded = [], deque(maxlen=model.config.block_size)
+        if args.attention_html is not None:  # keep the candidates of the steps the page can show
             steps = attention_html.recorded(steps, recorded, args.temperature, args.top_k, args.top_p)
         if args.show_steps:  # the table replaces the streamed text; the text follows it whole
             out.write(steps_header(args, label_width(tokenizer)))

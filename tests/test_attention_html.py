@@ -137,6 +137,24 @@ def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
         sample.main([run, "--attention-html", str(tmp_path)], out=io.StringIO())
 
 
+def test_sample_keeps_only_the_steps_the_page_can_show(run, tmp_path, monkeypatch):
+    # it kept every step's candidates (~0.5 kB a token) until the end, though the page shows one block
+    block_size = sample.load_model(run, torch.device("cpu"))[0].config.block_size
+    kept, write = [], attention_html.write_explorer
+    def spy(path, model, tokenizer, ids, n_generated, steps, *rest):
+        kept.append((n_generated, len(steps)))
+        return write(path, model, tokenizer, ids, n_generated, steps, *rest)
+    monkeypatch.setattr(attention_html, "write_explorer", spy)
+    sample.main([run, "--prompt", "Mia", "--max-new-tokens", str(3 * block_size), "--seed", "3",
+                 "--attention-html", str(tmp_path / "page.html")], out=io.StringIO())
+    assert kept == [(3 * block_size, block_size)]
+    data = page_data((tmp_path / "page.html").read_text(encoding="utf-8"))
+    assert data["first_generated"] == 0 and len(data["steps"]) == block_size  # every shown token has its step
+    with pytest.raises(AssertionError, match="steps for"):  # fewer steps than the window's generated tokens
+        model, tok = tiny_model()
+        attention_html.explorer_data(model, tok, tok.encode(TEXT), 10, [{"ctx": 16, "p": 1.0, "top": []}] * 9)
+
+
 def test_sample_checks_the_page_paths_before_generating(run, tmp_path, monkeypatch):
     """A page that cannot be written is refused before the generation, naming the flag and path."""
     monkeypatch.setattr(sample, "generate_steps", lambda *a, **k: pytest.fail("generated before refusing"))

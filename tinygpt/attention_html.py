@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections import deque
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -28,10 +29,11 @@ from tinygpt.checkpoint import atomic_write_text
 SCALE = 1000  # weights stored as integers in units of 1/SCALE (0.1 %)
 
 
-def recorded(steps: Iterable[Step], sink: list[dict], temperature: float, top_k: int | None,
+def recorded(steps: Iterable[Step], sink: list[dict] | deque[dict], temperature: float, top_k: int | None,
              top_p: float | None) -> Iterator[Step]:
     """Pass model.generate_steps's Steps through, appending each one's context length, chosen token's
-    probability and top candidates (attention_view.step_candidates) to `sink`."""
+    probability and top candidates (attention_view.step_candidates) to `sink`: a list keeps every
+    step; the page shows at most block_size of them, so sample.py passes a deque of that length."""
     for step in steps:
         _, p, top = step_candidates(step, temperature, top_k, top_p)
         sink.append({"ctx": step.context, "p": p, "top": top})
@@ -42,8 +44,8 @@ def recorded(steps: Iterable[Step], sink: list[dict], temperature: float, top_k:
 def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 0,
                   steps: Sequence[dict] = (), title: str = "", rule: str = "") -> dict:
     """The page's data for the last block_size tokens of `ids`, whose last n_generated tokens were
-    generated (`steps`: their `recorded` data, one per generated token, drawn by `rule`, e.g.
-    attention_view.sampling_rule's)."""
+    generated (`steps`: the `recorded` data of the last len(steps) of them, at least those inside the
+    window, drawn by `rule`, e.g. attention_view.sampling_rule's)."""
     cfg = model.config
     window, traces = window_traces(model, ids)  # per layer weights (1, nh, T, T)
     T = len(window)
@@ -54,8 +56,9 @@ def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 
         stored = stored[..., rows, cols]  # (n_layer, nh, T(T+1)/2)
     else:
         stored = stored.flatten(-2)  # (n_layer, nh, T*T)
-    assert not steps or len(steps) == n_generated, f"{len(steps)} steps for {n_generated} generated tokens"
     first_generated = max(T - n_generated, 0)
+    assert not steps or T - first_generated <= len(steps) <= n_generated, \
+        f"{len(steps)} steps for {n_generated} generated tokens, {T - first_generated} of them in the window"
     shown_steps = list(steps)[len(steps) - (T - first_generated):] if steps else []  # those inside the window
     return {
         "title": title, "rule": rule, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "block_size": cfg.block_size,
