@@ -176,7 +176,8 @@ stop_stage() {
 group_alive() {
     local stat line state pgrp
     for stat in /proc/[0-9]*/stat; do
-        read -r line < "$stat" 2> /dev/null || continue  # (ended meanwhile)
+        # (ended meanwhile; the 2> comes first: redirections apply left to right, and the < fails)
+        read -r line 2> /dev/null < "$stat" || continue
         line=${line##*) }  # what follows the command's name, which may hold spaces or parentheses
         read -r state _ pgrp _ <<< "$line"
         [ "$pgrp" = "$1" ] && [ "$state" != Z ] && return 0
