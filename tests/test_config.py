@@ -195,12 +195,27 @@ def test_section_that_is_not_a_mapping_is_refused(tmp_path):
     assert "'model'" in message and str(path) in message and "mapping" in message
 
 
+@pytest.mark.parametrize("text, expected", [
+    # a hex or binary integer escapes Python's 4300-digit limit when read, not when printed: a traceback
+    ("model:\n  ? 0x" + "f" * 5000 + "\n  : 1\n", "config key an integer of 20000 bits in section 'model'"),
+    ("? 0b" + "1" * 20000 + "\n: 1\n", "config section an integer of 20000 bits"),
+    ("model:\n  1: 2\n", "config key 1 in section 'model'"),
+    ("true: {}\n", "config section True"),
+])
+def test_a_key_that_is_not_a_name_is_refused(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    message = user_error(path)
+    assert message.startswith(expected) and str(path) in message and "is not a name" in message
+
+
 # ---- impossible values ----
 
 
 @pytest.mark.parametrize("text, expected", [
     ("model: {n_embd: 100, n_head: 3}", ["model.n_embd=100", "model.n_head=3", "valid n_head: 1, 2, 4, 5, 10"]),
     ("model: {n_embd: 32, n_head: 5}", ["model.n_head=5", "valid n_head: 1, 2, 4, 8, 16, 32"]),
+    # the hint's divisors were searched up to n_embd: minutes at 10**9, years here (2**40 + 1 = 257 * 4278255361)
+    ("model: {n_embd: 1099511627777, n_head: 2}", ["model.n_embd=1099511627777", "valid n_head: 1, 257, ..."]),
     ("model: {dropout: 1.0}", ["model.dropout=1.0", "[0, 1)"]),
     ("model: {dropout: -0.1}", ["model.dropout"]),
     ("model: {n_layer: 0}", ["model.n_layer=0", ">= 1"]),

@@ -323,14 +323,20 @@ def config_from_dict(raw: Any, source: str) -> Config:
                         f"not {type(raw).__name__}")
     cfg = Config()
     for section, values in raw.items():
+        if not isinstance(section, str):  # `1: ...` or `? 0x<5000 digits>` (an f-string cannot print that one)
+            raise UserError(f"config section {short(section)} ({source}) is not a name; valid sections: "
+                            f"{', '.join(SECTIONS)}")
         if section not in SECTIONS:
-            raise _unknown_key(str(section), source)
+            raise _unknown_key(section, source)
         if values is None:
             continue
         if not isinstance(values, dict):
             raise UserError(f"section '{section}' ({source}) must be a mapping of keys to values")
         types = _field_types(SECTIONS[section])
         for name, value in values.items():
+            if not isinstance(name, str):
+                raise UserError(f"config key {short(name)} in section '{section}' ({source}) is not a name; "
+                                f"{section}'s keys: {', '.join(types)}")
             key = f"{section}.{name}"
             if name not in types:
                 raise _unknown_key(key, source)
@@ -482,8 +488,10 @@ def config_to_yaml(cfg: Config) -> str:
 
 
 def _divisors(n: int) -> str:
-    divs = [d for d in range(1, n + 1) if n % d == 0]
-    return ", ".join(map(str, divs[:8])) + (", ..." if len(divs) > 8 else "")
+    """The first 8 divisors of n >= 1, then "..." if there are more (found among 1..10**5: n_embd can be
+    any size a YAML file spells, and the search took minutes at 10**9)."""
+    divs = [d for d in range(1, min(n, 10**5) + 1) if n % d == 0]
+    return ", ".join(map(str, divs[:8])) + (", ..." if len(divs) > 8 or n > 10**5 else "")
 
 
 def validate(cfg: Config, source: str) -> None:
