@@ -717,6 +717,23 @@ def test_views_sharing_one_storage_are_bounded_by_the_file(tmp_path):
     assert len(load_checkpoint(path)["extra"]) == 2
 
 
+@pytest.mark.parametrize("text", ["x" * 2**20, b"x" * 2**20])
+def test_one_text_referred_to_many_times_is_bounded_by_the_file(tmp_path, monkeypatch, text):
+    """pickle stores a text once, however often it is referred to: a 1.3 MB file naming one 1 MB
+    text 20,000 times made the checksum hash 20 GB (minutes; hours at 2 million). Refused unhashed."""
+    state, _, _ = tiny_state()
+    state["note"] = [text] * 200
+    path = hand_made(tmp_path / "texts.pt", state)
+    assert path.stat().st_size < 2 * len(text)
+    monkeypatch.setattr(checkpoint, "checksum", lambda *a: pytest.fail("hashed before the check"))
+    message = refusal(path)
+    assert "is damaged: its values up to 'note/" in message and "over 4x the file's bytes" in message
+    monkeypatch.undo()
+    state["note"] = [text] * 2  # within the bound: loads
+    save_checkpoint(tmp_path / "two.pt", state)
+    assert load_checkpoint(tmp_path / "two.pt")["note"] == [text] * 2
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
 def test_weights_of_a_non_float_dtype_are_refused_by_name(tmp_path, dtype):
     """load_state_dict cast them silently (an int64 embedding: every weight truncated)."""

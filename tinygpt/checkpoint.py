@@ -488,7 +488,9 @@ def check_tensors(ckpt: dict[str, Any], path: Path) -> None:
     within the bytes the file stores for it. Anything else is refused before the checksum reads it:
     a meta or sparse tensor has no bytes to read (a traceback), and a view of stride 0 (one stored
     float as 20000 x 20000) would be materialised, gigabytes from a small file. Views sharing a
-    storage may add up to at most 4x the file (tied weights: 2x), so hashing takes a few reads of it."""
+    storage, and texts (pickle stores one text once, however often it is referred to), may add up to
+    at most 4x the file (tied weights: 2x), so hashing takes a few reads of it (a 1.3 MB file naming
+    one 1 MB text 20000 times took minutes)."""
     stack: list[tuple[Any, tuple | None]] = [(ckpt, None)]  # (value, where: (parent's where, its key))
     seen, total, limit = set(), 0, 4 * path.stat().st_size
     while stack:
@@ -509,6 +511,12 @@ def check_tensors(ckpt: dict[str, Any], path: Path) -> None:
             if total > limit:
                 raise UserError(f"{what}: the tensors up to it claim over 4x the file's bytes (views of shared "
                                 f"bytes), not whole tensors as tinygpt saves them")
+        elif isinstance(value, (str, bytes, bytearray)):
+            total += len(value)
+            if total > limit:
+                raise UserError(f"{path} is damaged: its values up to {short(entry_name(where))} claim over 4x "
+                                f"the file's bytes (a text stored once, referred to many times), not as tinygpt "
+                                f"saves them")
 
 
 def entry_name(where: tuple | None) -> str:
