@@ -364,8 +364,8 @@ def _is_current(folder: Path, d: DataConfig) -> bool:
         tok = json.loads((folder / "tokenizer.json").read_text())
         return isinstance(tok, dict) and tok.get("vocab_size") == meta["vocab_size"] and \
             meta["digest"] == _digest(tok, *token_arrays(folder, meta))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False  # missing, unreadable or damaged: (re)build
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return False  # missing, unreadable or damaged (RecursionError: JSON nested 100,000 deep): (re)build
 
 
 def vocab_note(d: DataConfig, vocab_size: int) -> str:
@@ -496,7 +496,7 @@ def load_prepared(folder: str | Path) -> Prepared:
         meta = json.loads((folder / "meta.json").read_text())
         tokenizer = tokenizer_from_dict(json.loads((folder / "tokenizer.json").read_text()))
         return Prepared(*token_arrays(folder, meta), tokenizer, meta)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise UserError(f"the prepared data in {folder} is damaged ({type(e).__name__}); delete the folder "
                         f"and it is prepared again") from None
 

@@ -8,6 +8,7 @@ import csv
 import errno
 import io
 import os
+import re
 import struct
 import warnings
 import zlib
@@ -48,6 +49,20 @@ def test_a_diverged_run_is_tabulated_and_plotted_not_a_crash(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         drawn = compare.main([diverged, sound, "--plot-only", "--out", str(tmp_path / "plots")])
     assert drawn["plots"][0] == str(tmp_path / "a" / "loss.png")
+
+
+@pytest.mark.parametrize("rows, culprit", [
+    ([(0, "4.1", "1e308"), (10, "3.9", "-1e308")], "row 1: val_loss=1e+308 is not a loss"),  # plots: a traceback
+    ([(0, "4.1", "4.1"), (10, "3.9", "1e308")], "row 2: val_loss=1e+308 is not a loss"),
+    ([(0, "4.1", "4.1"), (10, "3.9", "-1e308")], "row 2: val_loss=-1e+308 is not a loss"),  # its best val loss
+    ([(0, "4.1", "4.1"), (10, "-0.5", "3.9")], "row 2: train_loss=-0.5 is not a loss"),
+    ([(0, "4.1", "4.1"), (10.5, "3.9", "3.9"), (20, "3.8", "3.8")], "row 2: step=10.5 is not a step"),
+    ([(-10, "4.1", "4.1"), (10, "3.9", "3.9")], "row 1: step=-10 is not a step"),
+])
+def test_numbers_no_training_logs_are_a_damaged_metrics_csv(tmp_path, rows, culprit):
+    run = fake_run(tmp_path / "a", 1, rows)
+    with pytest.raises(UserError, match=re.escape(f"a/metrics.csv is damaged or not a tinygpt metrics file ({culprit}")):
+        compare.main([run, "--out", str(tmp_path / "cmp")])
 
 
 @pytest.mark.parametrize("text", ['{"behaviour": 1}', "1e999999", "[" * 100_000, "[]", "{not json"],

@@ -803,7 +803,7 @@ def test_9_a_gpt2_config_json_with_a_string_size_is_one_line(tmp, capsys):
 
 
 @pytest.mark.parametrize("damage", ["empty train.bin", "broken tokenizer.json", "overwritten train.bin",
-                                    "stub tokenizer.json", "meta.json's dtype"])
+                                    "stub tokenizer.json", "meta.json's dtype", "deep meta.json"])
 def test_9_a_damaged_prepared_folder_is_rebuilt(tmp, run, capsys, damage):
     """Damage of any kind, the size kept too (40 bytes of 0xff in train.bin: token ids out of range, an
     IndexError traceback; a tokenizer.json of the right vocab_size that is not a tokenizer: refused
@@ -829,6 +829,8 @@ def test_9_a_damaged_prepared_folder_is_rebuilt(tmp, run, capsys, damage):
         meta = json.loads(good["meta.json"])
         meta.update(dtype="uint8", train_tokens=2 * meta["train_tokens"], val_tokens=2 * meta["val_tokens"])
         (folder / "meta.json").write_text(json.dumps(meta))
+    elif damage == "deep meta.json":  # a RecursionError traceback
+        (folder / "meta.json").write_text("[" * 200_000)
     else:
         (folder / "tokenizer.json").write_text('{"kind": "char", "chars": "ab')
     result = in_process("train.py", [*sets(tmp, tmp / f"run_{damage.replace(' ', '_')}", f"data.prepared_dir={prep}",

@@ -309,9 +309,27 @@ def parse_metrics(lines: Iterable[str], as_text: bool = False) -> list[dict[str,
         row = {k: float(v) if v else None for k, v in text.items()}
         if row.get("step") is None or not math.isfinite(row["step"]):
             raise ValueError("a row has no step")
+        check_values(row, reader.line_num - 1)
         texts.append(text)
         rows.append(row)
     return texts if as_text else rows
+
+
+FLOAT32_MAX = 3.4028234663852886e38  # a loss is a float32 cross-entropy: at most this when finite
+
+
+def check_values(row: dict[str, float | None], n: int) -> None:
+    """Row n's numbers are ones a training can log (ValueError if not): a whole step, no negative
+    number, a loss in float32's range. A nan or inf (a diverged run: compare.py shows it, the plots
+    leave it out) is kept; a finite 1e308 broke the plots' axes, and -1e308 was shown as a best loss."""
+    if row["step"] < 0 or row["step"] != int(row["step"]):
+        raise ValueError(f"row {n}: step={row['step']:g} is not a step")
+    for key, value in row.items():
+        if value is None or not math.isfinite(value):
+            continue
+        if value < 0 or (key.endswith("_loss") and value > FLOAT32_MAX):
+            raise ValueError(f"row {n}: {key}={value:g} is not a {'loss' if key.endswith('_loss') else key} "
+                             f"a training logs")
 
 
 def resumed_metrics(out_dir: Path, ckpt: dict[str, Any]) -> tuple[list[dict[str, str]], str | None]:
