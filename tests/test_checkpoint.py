@@ -14,6 +14,7 @@ import random
 import re
 import shlex
 import struct
+import tempfile
 import time
 import zipfile
 
@@ -117,6 +118,42 @@ def test_atomic_write_gives_the_permissions_of_a_plain_write(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "atomic.txt").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == 0o644
+
+
+def test_atomic_write_fsyncs_a_temp_file_beside_the_target_then_renames_then_fsyncs_the_folder(tmp_path, monkeypatch):
+    """Durability: the temp file is made in the target's folder (a rename cannot cross file systems),
+    its data are fsynced before the rename (or a crash leaves an empty file under the old name), and
+    the folder after it (or the rename itself may be lost)."""
+    target = tmp_path / "ckpt.pt"
+    events = []
+    real_mkstemp, real_fsync, real_replace = tempfile.mkstemp, os.fsync, os.replace
+
+    def mkstemp(*args, **kwargs):
+        fd, name = real_mkstemp(*args, **kwargs)
+        events.append(("mkstemp", name))
+        return fd, name
+
+    def fsync(fd):
+        events.append(("fsync", os.fstat(fd).st_ino))  # which file or folder: by inode
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.stat(src).st_ino, str(dst)))
+        real_replace(src, dst)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    atomic_write(target, lambda f: f.write(b"new contents"))
+    assert target.read_bytes() == b"new contents"
+    made = [e[1] for e in events if e[0] == "mkstemp"]
+    assert len(made) == 1 and pathlib.Path(made[0]).parent == target.parent
+    renames = [i for i, e in enumerate(events) if e[0] == "replace"]
+    assert len(renames) == 1
+    rename = renames[0]
+    temp_inode = events[rename][1]
+    assert events[rename][2] == str(target) and target.stat().st_ino == temp_inode
+    assert ("fsync", temp_inode) in events[:rename]  # the data, before the rename
+    assert ("fsync", tmp_path.stat().st_ino) in events[rename + 1:]  # the folder's entry, after it
 
 
 # ---- save -> load ----

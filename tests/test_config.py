@@ -233,6 +233,13 @@ def test_a_key_that_is_not_a_name_is_refused(tmp_path, text, expected):
     ("train: {beta2: 1.0}", ["train.beta2"]),
     ("train: {grad_clip: -1}", ["train.grad_clip"]),
     ("train: {max_iters: -1}", ["train.max_iters"]),
+    ("train: {beta1: 1.0}", ["train.beta1=1.0", "[0, 1)"]),  # AdamW's momentum would never decay
+    ("train: {weight_decay: -0.1}", ["train.weight_decay=-0.1", ">= 0"]),
+    ("train: {warmup_iters: -1}", ["train.warmup_iters=-1", ">= 0"]),
+    ("train: {eval_iters: 0}", ["train.eval_iters=0", ">= 1"]),  # a mean over no batches
+    ("train: {grad_accum: 0}", ["train.grad_accum=0", ">= 1"]),
+    ("data: {bpe_vocab_size: 256}", ["data.bpe_vocab_size=256", "257..65536"]),  # the 256 bytes plus one merge
+    ("data: {bpe_vocab_size: 65537}", ["data.bpe_vocab_size=65537", "257..65536"]),
 ])
 def test_impossible_values_are_refused(tmp_path, text, expected):
     path = write(tmp_path, text + "\n")

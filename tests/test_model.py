@@ -9,8 +9,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from model import (GPT, attention, causal_mask, cross_entropy, generate, generate_steps, masked_softmax, matmul_attention,
-                   next_token_probs, sample_next)
+import torch.nn.functional as F
+
+from model import (GPT, attention, causal_mask, cross_entropy, fast_attention, generate, generate_steps, masked_softmax,
+                   matmul_attention, next_token_probs, sample_next)
 
 # the worked example: the scores QK^T/sqrt(d_k) of "The cat sat on" (future keys are masked, their values never matter)
 WORKED_SCORES = [[0.8, 9.9, 9.9, 9.9],
@@ -59,6 +61,36 @@ def test_matmul_attention_is_the_formula(T_q, causal):
     k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
     mask = causal_mask(T_q, 5) if causal else None
     torch.testing.assert_close(matmul_attention(q, k, v, mask), attention(q, k, v, mask)[0], atol=1e-6, rtol=1e-6)
+
+
+def test_fast_attention_masks_several_new_queries_after_a_cache():
+    """Two new queries over five keys (Tq > 1, Tq < Tk: the KV cache fed several tokens) is the one
+    case where the fused kernel must be given the mask: without it the first query sees the last key."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, 2, 4)
+    k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
+    mask = causal_mask(2, 5)
+    torch.testing.assert_close(fast_attention(q, k, v, mask), attention(q, k, v, mask)[0], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bfloat16: the CPU's fast path with Tq > 1
+@pytest.mark.parametrize("T_q", [5, 2])
+def test_matmul_attention_gives_masked_keys_exactly_zero_weight(T_q, dtype):
+    """A future key's weight must be exactly 0 (exp(-inf)), not merely small (exp(-30)): a huge value
+    behind a masked key must leave every query that may not see it bit for bit unchanged."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, T, 4, dtype=dtype) for T in (T_q, 5, 5))
+    mask = causal_mask(T_q, 5)
+    clean = matmul_attention(q, k, v, mask)
+    hidden = [j for j in range(5) if not mask[:, j].all()]  # keys that some query may not attend
+    assert hidden == ([1, 2, 3, 4] if T_q == 5 else [4])
+    for j in hidden:
+        poisoned = v.clone()
+        poisoned[:, :, j] = 1e30
+        out = matmul_attention(q, k, poisoned, mask)
+        blind = ~mask[:, j]  # the queries that may not attend key j
+        assert torch.equal(out[:, :, blind], clean[:, :, blind]), j
+        assert torch.isfinite(out[:, :, blind]).all()
 
 
 def test_cpu_bfloat16_fast_path_agrees_and_stays_causal(tiny_model_config, monkeypatch):
@@ -137,6 +169,18 @@ def _cached_vs_uncached(model: GPT, steps: int) -> float:
     return worst
 
 
+def test_kv_cache_fed_three_tokens_at_a_time_equals_recomputation(tiny_model_config):
+    """Several new tokens after a cache (a prefill, then chunks) need the offset causal mask (Tq < Tk):
+    each chunk's logits must equal those of the uncached forward over the whole sequence."""
+    model = make_model(replace(tiny_model_config, block_size=18))
+    idx = torch.randint(0, model.config.vocab_size, (2, 18))
+    full = model(idx)
+    caches = model.new_kv_caches(2)
+    for t in range(0, 18, 3):
+        chunk = model(idx[:, t:t + 3], caches)  # (B, 3, V): three new queries over t + 3 keys
+        torch.testing.assert_close(chunk, full[:, t:t + 3], atol=1e-5, rtol=1e-5)
+
+
 def test_kv_cache_equals_recomputation_only_when_causal(tiny_model_config):
     cfg = replace(tiny_model_config, block_size=128)
     assert _cached_vs_uncached(make_model(cfg), 120) < 1e-5
@@ -185,6 +229,27 @@ def test_parameter_count_formula(tiny_model_config):
         assert make_model(cfg).num_params() == expected
 
 
+def test_flops_per_token_by_hand(tiny_model_config):
+    """The docstring's formula written out: 6 FLOPs per weight (position embeddings excluded, the tied
+    token embedding counted once) plus 12 * L * T * C for attention's two matmuls."""
+    C, V, T, L = 32, 37, 16, 2
+    assert (tiny_model_config.n_embd, tiny_model_config.vocab_size, tiny_model_config.block_size,
+            tiny_model_config.n_layer) == (C, V, T, L)
+    weights = V * C + L * (12 * C * C + 2 * C) + C  # embedding, blocks (no bias), final LayerNorm
+    assert make_model(tiny_model_config).flops_per_token() == 6 * weights + 12 * L * T * C
+
+
+def test_cross_entropy_of_bfloat16_logits_is_float32():
+    """The softmax over V runs in float32 even when the model ran in bfloat16."""
+    torch.manual_seed(0)
+    logits = torch.randn(2, 8, 50) * 4
+    targets = torch.randint(0, 50, (2, 8))
+    loss = cross_entropy(logits.bfloat16(), targets)
+    assert loss.dtype == torch.float32 and loss.dim() == 0
+    expected = F.cross_entropy(logits.bfloat16().float().view(-1, 50), targets.view(-1))
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+
+
 def test_initial_loss_is_near_uniform(tiny_model_config):
     model = make_model(tiny_model_config, vocab_size=200)
     idx = torch.randint(0, 200, (8, 16))
@@ -230,6 +295,13 @@ def test_top_k_and_top_p_keep_tied_tokens_alike():
     # the nucleus still stops where its mass is reached: 0.3 of [0.5, 0.3, 0.2] is the first token alone
     assert torch.allclose(next_token_probs(torch.tensor([[0.5, 0.3, 0.2]]).log(), 1.0, top_p=0.3),
                           torch.tensor([[1.0, 0.0, 0.0]]))
+
+
+def test_top_p_stops_once_the_mass_before_a_token_reaches_p():
+    """[0.5, 0.25, 0.25] with top_p 0.5: the first token alone reaches 0.5, so the nucleus is that
+    token (the mass before the second is already >= p, not only > p)."""
+    probs = next_token_probs(torch.tensor([[0.5, 0.25, 0.25]]).log(), 1.0, top_p=0.5)
+    assert probs.tolist() == [[1.0, 0.0, 0.0]]
 
 
 def test_tiny_temperature_is_near_greedy_not_nan():

@@ -31,7 +31,7 @@ from tinygpt import coreference, runtime
 from tinygpt.checkpoint import load_checkpoint, load_model, save_checkpoint
 from conftest import TINY_STORIES, r50k_cache
 from data.stories import Reference, generate_story
-from model import GPT, ModelConfig
+from model import GPT, ModelConfig, generate
 from tinygpt.ablation import parse_heads
 from tinygpt.errors import UserError, run_cli
 from tinygpt.report import times
@@ -168,6 +168,32 @@ def test_classify_reads_the_first_word():
     assert coreference.classify(f"{ref.distractor_attribute}.", ref) == "distractor"
     assert coreference.classify(f"{ref.attribute}x", ref) == "other"
     assert coreference.classify(". The", ref) == "other"
+
+
+def test_run_batch_decodes_the_greedy_continuation_of_each_window():
+    """run_batch returns, for each case, the n_new tokens greedy generation yields from its window,
+    from the first new token on (an answer read from the wrong token is misclassified)."""
+    text, refs = story_with_references()
+    tok = CharTokenizer(text)
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=64, n_layer=1, n_head=2, n_embd=16, vocab_size=tok.vocab_size)).eval()
+    with torch.no_grad():  # large random weights: varied continuations, not one token repeated
+        for param in model.parameters():
+            param.normal_(0, 1)
+    cases = [coreference.build_case(tok, text, 0, ref, block_size=40) for ref in refs[:4]]  # 40 + n_new < 64: no slide
+    for need_attention in (True, False):
+        for batch in coreference.batches(cases, 2):
+            new, _ = coreference.run_batch(model, batch, torch.device("cpu"), need_attention)
+            for case, ids in zip(batch, new):
+                greedy = generate(model, torch.tensor([case.ids]), case.n_new, temperature=0, use_cache=False)
+                assert ids == [int(t) for t in greedy] and len(set(ids)) > 1
+
+
+def test_tally_accuracy_is_the_antecedents_share_of_all_outcomes():
+    """'other' answers count against the accuracy: 2 right of 4 is 0.5, not 2 of 3."""
+    result = coreference.tally(["antecedent", "other", "distractor", "antecedent"])
+    assert result == {"antecedent": 2, "distractor": 1, "other": 1, "accuracy": 2 / 4}
+    assert coreference.tally([])["accuracy"] == 0
 
 
 # ---- the probe end to end ----

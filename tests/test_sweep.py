@@ -983,9 +983,12 @@ def test_plot_run_writes_png(first_sweep, tmp_path):
     assert plots.plot_run(tmp_path / "missing") is None  # no metrics yet: nothing to draw
 
 
-def test_count_params_matches_a_built_model(tiny_model_config):
+@pytest.mark.parametrize("bias", [False, True])  # biases add 11 * C per block and C at the end
+def test_count_params_matches_a_built_model(tiny_model_config, bias):
+    from dataclasses import replace
     from model import GPT
-    assert runs.count_params(tiny_model_config) == GPT(tiny_model_config).num_params()  # from the config alone
+    cfg = replace(tiny_model_config, bias=bias)
+    assert runs.count_params(cfg) == GPT(cfg).num_params()  # from the config alone
 
 
 # ---- seeds and the probe in a sweep ----
