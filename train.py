@@ -20,7 +20,7 @@ import shlex
 import signal
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -300,18 +300,24 @@ class Run:
                  else None)
         if self.dist.master:
             self.check_folder()
-            save_checkpoint(self.out_dir / name, self.state(ranks))
+            save_checkpoint(self.out_dir / name, self.state(ranks), self.check_folder)
 
     def save_metrics(self, metrics: list[dict]) -> None:
-        """metrics.csv, on the main process (after check_folder)."""
-        self.check_folder()
-        write_metrics(self.out_dir, metrics)
+        """metrics.csv, on the main process."""
+        write_metrics(self.out_dir, metrics, self.check_folder)
+
+    def plot(self) -> None:
+        """loss.png, on the main process (nothing without matplotlib)."""
+        plot_run(self.out_dir, self.check_folder)
 
     def check_folder(self) -> None:
-        """Before a write: out_dir is still this training's. Removed while it ran (rm -rf, then
-        perhaps a new training under the same name), writing on would make it again, or write into
-        the new run's files."""
+        """Before a write, and again before its rename (checkpoint.atomic_write's guard): out_dir is
+        still this training's. Removed while it ran (rm -rf, then perhaps a new training under the
+        same name), writing on would make it again, or write into the new run's files; a folder
+        emptied, whose removal the write's temp file made fail, is removed."""
         if self.held is not None and not self.held():
+            with suppress(OSError):
+                self.out_dir.rmdir()  # (only if empty: never a new training's)
             raise UserError(f"train.out_dir={str(self.out_dir)!r} was removed (or its .lock) while this training "
                             f"ran: stopped at step {self.step} without writing there")
 
@@ -395,7 +401,7 @@ def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
     run.save("ckpt.pt")
     # loss.png after the checkpoints: a plot that fails loses no training (it is drawn whole again later)
     if run.dist.master and (t.plot == "eval" or (t.plot == "end" and run.step == t.max_iters)):
-        plot_run(run.out_dir)  # returns None (no plot) without matplotlib
+        run.plot()  # (no plot without matplotlib)
     return losses
 
 
@@ -449,7 +455,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                     bar.write(f"step {run.step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             if run.step >= t.max_iters:
                 if dist.master and t.plot != "never" and plot_missed(run.out_dir):  # killed while drawing it
-                    plot_run(run.out_dir)
+                    run.plot()
                 return "done"
             # all processes stop together: --stop-at is the same step on each; a signal (here, or in
             # another process of the run) is agreed on every step, but under DDP with NCCL (GPUs) only at

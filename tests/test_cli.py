@@ -395,16 +395,16 @@ def test_the_failed_save_is_the_error_told_not_the_clean_up_after_it(tmp, monkey
     out, failed = tmp / "full_disk", []
     real_save, real_write = train.save_checkpoint, train.write_metrics
 
-    def save(path, state):
+    def save(path, state, guard=None):
         if state["step"] == 3:
             failed.append(path)
             raise UserError(f"cannot write {path}: No space left on device (the previous file is intact)")
-        real_save(path, state)
+        real_save(path, state, guard)
 
-    def write(run_dir, rows):
+    def write(run_dir, rows, guard=None):
         if failed:
             raise UserError(f"cannot write {run_dir / 'metrics.csv'}: No space left on device")
-        real_write(run_dir, rows)
+        real_write(run_dir, rows, guard)
 
     monkeypatch.setattr(train, "save_checkpoint", save)
     monkeypatch.setattr(train, "write_metrics", write)

@@ -409,7 +409,8 @@ def test_the_legends_of_runs_differing_in_many_keys_lie_whole_inside_the_picture
 def test_a_run_training_now_is_told_from_a_stopped_one_and_its_final_train_loss_is_an_evals(tmp_path):
     """compare.py showed a killed run as `step 20/30`, exactly as one still training, and took its
     final train loss from the last row, a log row (the mean of the last few batches) where it stopped
-    between evals. Its .lock names the holder: a live pid is a training now, a dead one was killed."""
+    between evals. Its lock is tried: held, a training now; not held, killed, even where the pid its
+    .lock names is alive (in a container every training is pid 1: shown as training forever)."""
     run = tmp_path / "run"
     fake_run(run, 1, [(0, "4.1", "4.1"), (10, "3.9", "3.8"), (20, "3.2", "")])  # (a log row last)
     cfg = runs.read_config(run)
@@ -418,16 +419,39 @@ def test_a_run_training_now_is_told_from_a_stopped_one_and_its_final_train_loss_
     (run / runs.LOCK).write_text("99999999\n")  # beyond Linux's pid_max: a killed training's lock file
     summary = runs.summarize_run(run)
     assert (summary["status"], summary["final_train_loss"]) == ("step 20/30", 3.9)
-    (run / runs.LOCK).write_text(f"{os.getpid()}\n")  # a live process holds it
-    assert runs.summarize_run(run)["status"] == "training, step 20/30"
-    # its rows reached the end but its last save failed (ckpt.pt at step 10): not done, and a resume
-    # training it now is told (it was not: the rows alone said done)
-    cfg.train.max_iters = 20
-    runs.write_config(run, cfg)
-    torch.save({"step": 10}, run / "ckpt.pt")
-    assert runs.summarize_run(run)["status"] == "training, step 20/20"
-    (run / runs.LOCK).write_text("99999999\n")
+    (run / runs.LOCK).write_text("1\n")  # a live pid, no lock held
+    assert runs.summarize_run(run)["status"] == "step 20/30"
+    with runs.run_lock(run, resume=True):  # a training holds it
+        assert runs.summarize_run(run)["status"] == "training, step 20/30"
+        # its rows reached the end but its last save failed (ckpt.pt at step 10): not done, and a resume
+        # training it now is told (it was not: the rows alone said done)
+        cfg.train.max_iters = 20
+        runs.write_config(run, cfg)
+        torch.save({"step": 10}, run / "ckpt.pt")
+        assert runs.summarize_run(run)["status"] == "training, step 20/20"
     assert runs.summarize_run(run)["status"] == "step 10/20"
+
+
+def test_a_training_starting_while_a_report_tries_its_lock_waits_for_it(tmp_path):
+    """summarize_run (compare.py, a sweep's report between runs) holds a run's lock for microseconds to
+    see whether a training does; a training starting in that moment tries again instead of being refused."""
+    import fcntl
+    import threading
+    run = tmp_path / "run"
+    run.mkdir()
+    fd = os.open(run / runs.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as lock_holder does, a little longer
+    threading.Timer(0.06, lambda: os.close(fd)).start()
+    with runs.run_lock(run) as held:
+        assert held()
+    fd = os.open(run / runs.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # held for good: still refused
+    try:
+        with pytest.raises(UserError, match="is in use by another training"):
+            with runs.run_lock(run):
+                pass
+    finally:
+        os.close(fd)
 
 
 def test_a_path_with_spaces_is_cut_to_its_file_name_in_a_legend():

@@ -847,7 +847,7 @@ def test_9_a_picture_that_cannot_be_drawn_loses_no_checkpoint(tmp, run, capsys, 
     out = tmp / "png_refused"
     shutil.copytree(run, out)
 
-    def refused(run_dir):
+    def refused(run_dir, guard=None):
         raise UserError(f"cannot write {run_dir / 'loss.png'}: Permission denied (nothing was written)")
     monkeypatch.setattr(train, "plot_run", refused)
     one_line(in_process("train.py", [*sets(tmp, out, "train.max_iters=45", "train.plot=end"), "--resume", "--quiet"],
@@ -863,7 +863,7 @@ def test_12_a_signal_after_the_last_save_leaves_the_run_done(tmp, run, capsys, m
     out = tmp / "late_signal"
     shutil.copytree(run, out)
 
-    def plot_and_signal(run_dir):
+    def plot_and_signal(run_dir, guard=None):
         os.kill(os.getpid(), signal.SIGTERM)
     monkeypatch.setattr(train, "plot_run", plot_and_signal)
     result = in_process("train.py", [*sets(tmp, out, "train.max_iters=45", "train.plot=end"), "--resume", "--quiet"],

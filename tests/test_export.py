@@ -16,7 +16,6 @@ own, tokenizer included, is tests/test_export_pipeline.py.
 from __future__ import annotations
 
 import json
-import os
 import re
 import stat
 import shutil
@@ -266,17 +265,18 @@ def test_import_with_force_replaces_the_whole_run(tmp_path):
 def test_import_over_a_run_says_what_force_would_delete_and_waits_for_a_training(tmp_path):
     """--from-hf into a trained run listed its files alone (--force then deleted the run); into a
     folder a training is writing, it blamed `.lock`, "not one of the files written here"."""
-    from tinygpt.runs import LOCK
+    from tinygpt.runs import LOCK, run_lock
     run, _, _ = make_run(tmp_path)
     export.main([run, str(tmp_path / "hf")])
     (Path(run) / "metrics.csv").write_text("step,train_loss,val_loss\n0,4.1,4.1\n")
     with pytest.raises(UserError, match=r"already holds ckpt.pt, metrics.csv \(a trained run: --force "
                                         r"deletes it\)"):
         export.main(["--from-hf", str(tmp_path / "hf"), run])
-    (Path(run) / LOCK).write_text(f"{os.getpid()}\n")  # a live process holds it: a training now
-    with pytest.raises(UserError, match="is a run directory a training is writing now; wait for it to end"):
-        export.main(["--from-hf", str(tmp_path / "hf"), run, "--force"])
-    (Path(run) / LOCK).write_text("99999999\n")  # a killed training's: part of the run, replaced with it
+    with run_lock(Path(run), resume=True):  # a training holds it
+        with pytest.raises(UserError, match="is a run directory a training is writing now; wait for it to end"):
+            export.main(["--from-hf", str(tmp_path / "hf"), run, "--force"])
+    # a killed training's, naming a live pid (in a container, pid 1): part of the run, replaced with it
+    (Path(run) / LOCK).write_text("1\n")
     export.main(["--from-hf", str(tmp_path / "hf"), run, "--force"])
     assert sorted(p.name for p in Path(run).iterdir()) == ["ckpt.pt", "config.yaml"]
 

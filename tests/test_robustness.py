@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -454,6 +455,34 @@ def test_a_run_folder_removed_while_training_is_not_made_again(corpus, tmp_path)
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 2, err[-2000:]
     assert err.startswith(f"error: train.out_dir={str(run)!r} was removed (or its .lock) while this training ran")
+    assert not run.exists()
+
+
+@pytest.mark.parametrize("removal", ["rm -rf", "mv"])
+def test_a_run_folder_removed_during_a_save_is_not_left_holding_it(corpus, tmp_path, monkeypatch, removal):
+    """The removal landing while ckpt.pt's temp file was written: `rm -rf` failed (the temp file came
+    after its listing) and a folder holding only ckpt.pt was left, with "stopped ... without writing
+    there"; after `mv`, "cannot write .../ckpt.pt: No such file or directory"."""
+    import train
+    from tinygpt import checkpoint
+    from tinygpt.errors import UserError
+    run, written = tmp_path / "run", checkpoint.temp_beside
+    def removed_meanwhile(path, write):
+        tmp = written(path, write)
+        if path.name == "ckpt.pt" and run.exists():
+            if removal == "mv":
+                run.rename(tmp_path / "moved")
+            else:  # rm -rf listed the folder before the temp file was made: its rmdir fails
+                for entry in run.iterdir():
+                    if entry != tmp:
+                        entry.unlink()
+                with pytest.raises(OSError):
+                    run.rmdir()
+        return tmp
+    monkeypatch.setattr(checkpoint, "temp_beside", removed_meanwhile)
+    with pytest.raises(UserError, match=re.escape(f"train.out_dir={str(run)!r} was removed (or its .lock) while "
+                                                  f"this training ran: stopped at step")):
+        train.main(train_args(corpus, run, "train.max_iters=20", "train.threads=1"))
     assert not run.exists()
 
 

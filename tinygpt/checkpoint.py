@@ -47,21 +47,29 @@ MAX_STEP = 2**62  # no run gets there (146 years at a billion steps a second): a
 # ---- atomic writes ----
 
 
-def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None],
+                 guard: Callable[[], None] | None = None) -> None:
     """Write `path` via write(fileobj) into a temp file beside it, fsync, then rename over it. An
     OSError (disk full, permission, a path through a file) is a UserError naming the file; the
-    old file, if any, is untouched."""
+    old file, if any, is untouched. `guard` (a training's files: train.Run.check_folder, which
+    raises once its folder is gone) runs before the write, again just before the rename, and on an
+    OSError; with it the folder is not made: one removed (or renamed) while the file was written
+    must not come back holding it, nor hold a temp file that makes `rm -rf` fail."""
     path = regular_file_target(Path(path))
     tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        guard() if guard is not None else path.parent.mkdir(parents=True, exist_ok=True)
         sweep_temp_files(path)
         tmp = temp_beside(path, write)
+        if guard is not None:
+            guard()
         os.replace(tmp, path)  # atomic on POSIX and Windows
         fsync_dir(path.parent)  # make the rename itself durable
     except BaseException as e:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
+        if guard is not None and os_error_behind(e) is not None:
+            guard()  # the folder is gone (no such file): say that
         if (cause := os_error_behind(e)) is not None:
             # (from cause: inside atomic_dir, the refusal then names the folder made, not its temp folder)
             raise cannot_write(path, cause, "the previous file is intact" if path.is_file() else None) from cause
@@ -355,17 +363,19 @@ def current_umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """`text` as UTF-8, atomically. A path in it that is not UTF-8 (a file name's byte 0xff, which
-    Python holds as the surrogate \\udcff) is written as its own bytes, as the file system has it."""
-    atomic_write(path, lambda f: f.write(text.encode("utf-8", "surrogateescape")))
+def atomic_write_text(path: str | Path, text: str, guard: Callable[[], None] | None = None) -> None:
+    """`text` as UTF-8, atomically (`guard`: atomic_write's). A path in it that is not UTF-8 (a file
+    name's byte 0xff, which Python holds as the surrogate \\udcff) is written as its own bytes, as the
+    file system has it."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8", "surrogateescape")), guard)
 
 
-def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Atomically save a checkpoint dict (see REQUIRED) with its format tag, version and checksum."""
+def save_checkpoint(path: str | Path, state: dict[str, Any], guard: Callable[[], None] | None = None) -> None:
+    """Atomically save a checkpoint dict (see REQUIRED) with its format tag, version and checksum
+    (`guard`: atomic_write's)."""
     state = {k: v for k, v in state.items() if k not in ("format", "version", "checksum")}
     atomic_write(path, lambda f: torch.save({"format": FORMAT, "version": VERSION, **state,
-                                             "checksum": checksum(state)}, f))
+                                             "checksum": checksum(state)}, f), guard)
 
 
 def checksum(state: dict[str, Any]) -> str:

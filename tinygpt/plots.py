@@ -26,7 +26,7 @@ import textwrap
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from tinygpt.checkpoint import atomic_write
 from tinygpt.runs import read_metrics
@@ -414,9 +414,9 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     return _png(fig, "settings.png")
 
 
-def plot_run(run_dir: str | Path) -> Path | None:
+def plot_run(run_dir: str | Path, guard: Callable[[], None] | None = None) -> Path | None:
     """Train and val loss vs step from run_dir/metrics.csv -> run_dir/loss.png; None (nothing
-    written) when matplotlib is missing or there are no metrics yet."""
+    written) when matplotlib is missing or there are no metrics yet (`guard`: checkpoint.atomic_write's)."""
     run_dir = Path(run_dir)
     metrics = read_metrics(run_dir)
     fig = _new_figure() if metrics else None
@@ -439,5 +439,5 @@ def plot_run(run_dir: str | Path) -> Path | None:
     focus_y(ax, curves)
     ax.legend(loc="center right")
     png = _png(fig, "loss.png")
-    atomic_write(run_dir / "loss.png", lambda f: f.write(png))
+    atomic_write(run_dir / "loss.png", lambda f: f.write(png), guard)
     return run_dir / "loss.png"

@@ -21,12 +21,13 @@ import math
 import os
 import re
 import statistics
+import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, load_checkpoint, make_folder, pid_alive,
+from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, load_checkpoint, make_folder,
                                 remove_empty, saved_step_and_data)
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
 from tinygpt.errors import UserError, count, read_capped, reason
@@ -83,7 +84,10 @@ def run_lock(out_dir: Path, setting: str = "train.out_dir", user: str = "trainin
 
 def _acquire(path: Path, in_use: str, setting: str) -> int:
     """Open and lock `path` without waiting; the file holds the holder's pid for the message. A
-    lock that is not a plain file (a folder, a symlink: its target would be overwritten) is refused."""
+    lock that is not a plain file (a folder, a symlink: its target would be overwritten) is refused.
+    A lock held is tried again 3 times, 50 ms apart: training_now and lock_holder hold it for
+    microseconds to see whether a training does."""
+    tries = 0
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
@@ -102,6 +106,9 @@ def _acquire(path: Path, in_use: str, setting: str) -> int:
                                 f"locks (some network or FUSE mounts); choose a {setting} on a local disk") from None
             holder = _holder(fd)
             os.close(fd)
+            if (tries := tries + 1) <= 3:
+                time.sleep(0.05)
+                continue
             raise UserError(f"{in_use} (process {holder}); wait for it to end, or choose another {setting}") from None
         # the holder removes the file just before releasing it: if ours is no longer the file at
         # `path`, another process may lock the new one, so start again
@@ -272,9 +279,9 @@ def metrics_text(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_metrics(out_dir: Path, rows: list[dict[str, Any]]) -> None:
-    """Rewrite metrics.csv with `rows`."""
-    atomic_write_text(out_dir / "metrics.csv", metrics_text(rows))
+def write_metrics(out_dir: Path, rows: list[dict[str, Any]], guard: Callable[[], None] | None = None) -> None:
+    """Rewrite metrics.csv with `rows` (`guard`: checkpoint.atomic_write's)."""
+    atomic_write_text(out_dir / "metrics.csv", metrics_text(rows), guard)
 
 
 def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, Any]]:
@@ -468,15 +475,10 @@ def count_params(cfg: ModelConfig) -> int | None:
 
 
 def training_now(run_dir: Path) -> bool:
-    """Is a training writing run_dir now? Its .lock holds the pid of the training holding it; a
-    killed one's stays behind, naming a process that has ended. (Read, never locked: a training
-    starting at this moment must not be refused as in use.)"""
-    try:
-        with open(run_dir / LOCK, "rb") as f:  # (a pid: a few bytes, whatever the file holds)
-            pid = int(f.read(32).decode("ascii").strip())
-    except (OSError, ValueError):
-        return False
-    return os.name == "posix" and pid_alive(pid)
+    """Is a training writing run_dir now? Its lock is tried (lock_holder): a killed training's .lock
+    stays behind, naming a process that has ended, or by now another live one (in a container,
+    every training is pid 1, and pid 1 is always alive)."""
+    return lock_holder(run_dir) is not None
 
 
 def _holder(fd: int) -> str:
@@ -488,7 +490,7 @@ def lock_holder(run_dir: Path) -> str | None:
     """The pid (as its .lock says it) of the training that holds run_dir's lock now, else None. The
     lock is tried, not just read: a killed training's .lock stays behind, naming a process that has
     ended, or by now another process of that number. (Tried and released at once: a training starting
-    in that microsecond would be refused as in use, so only a sweep's planning asks.)"""
+    in that microsecond tries again, _acquire.)"""
     if fcntl is None:  # pragma: no cover - Windows: its byte locks cannot be tried from outside
         return None
     try:
