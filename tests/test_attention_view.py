@@ -316,6 +316,21 @@ def test_an_interrupted_heatmap_leaves_the_old_png(run, prompt, tmp_path, monkey
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
+def test_heatmaps_that_cannot_be_written_leave_no_empty_folder(run, prompt, tmp_path, monkeypatch):
+    """On a full disk the one line was right, but the folder it made stayed behind, empty."""
+    pytest.importorskip("matplotlib")
+    import errno
+    from tinygpt import checkpoint
+
+    def full(path, write):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(checkpoint, "temp_beside", full)
+    folder = tmp_path / "new" / "png"
+    with pytest.raises(UserError, match=r"cannot write .*png/attention_layer0\.png: No space left on device"):
+        run_sample([run, "--prompt", prompt[:8], "--max-new-tokens", 0, "--attention-png", folder])
+    assert list(tmp_path.iterdir()) == []
+
+
 def refused_before_generating(args, match: str, monkeypatch) -> None:
     """sample.main refuses args with a UserError matching `match` before printing or generating anything."""
     monkeypatch.setattr(sample, "generate_steps", lambda *a, **k: pytest.fail("generated before refusing"))

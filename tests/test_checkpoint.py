@@ -668,6 +668,20 @@ def test_a_training_whose_folder_was_removed_leaves_the_next_ones_lock(tmp_path)
     assert not (out / ".lock").exists()
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_folder_setting_that_is_a_pipe_or_a_device_says_so(tmp_path):
+    """out_dir=/dev/null, or a named pipe, was 'a file, not a directory'."""
+    from tinygpt import runs
+    from tinygpt.checkpoint import check_writable
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "file").write_text("")
+    for path, kind in ((tmp_path / "pipe", "a pipe"), (pathlib.Path(os.devnull), "a device"), (tmp_path / "file", "a file")):
+        with pytest.raises(UserError, match=rf"train\.out_dir=.* is {kind}, not a directory$"):
+            check_writable(path, "train.out_dir")
+        with pytest.raises(UserError, match=rf"is {kind}, not a directory$"):
+            runs.check_run_dir(path, resume=False)
+
+
 def test_an_unwritable_setting_names_the_fix(tmp_path, monkeypatch):
     """A read-only checkout: 'train.out_dir='out/stories' is not writable' gave no way out."""
     from tinygpt import runs

@@ -31,7 +31,7 @@ from typing import Sequence
 import torch
 
 from model import GPT, HeadTrace, Step, causal_mask, next_token_probs
-from tinygpt.checkpoint import atomic_write
+from tinygpt.checkpoint import atomic_write, make_folder, remove_empty
 from tinygpt.plots import HEATMAP_MARK, missing_glyphs_quiet, plain_text
 
 MASKED = "."  # a future key, masked to weight exactly 0
@@ -296,17 +296,22 @@ def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: s
                   causal: bool = True, prefix: str = "attention", title: str = "") -> list[Path]:
     """One PNG per layer, `out_dir/{prefix}_layer{L}.png`, heads as subplots, titled
     "{title}, layer L", each written atomically (a Ctrl-C leaves the old file or none, never half
-    a PNG). Needs matplotlib (raises ImportError before writing anything without it)."""
+    a PNG). Needs matplotlib (raises ImportError before writing anything without it). A folder it
+    made is removed again if no PNG could be written in it (a full disk)."""
     import matplotlib  # noqa: F401  (fail before creating the folder)
 
-    paths = []
-    for layer, trace in enumerate(traces):
-        fig = heatmap_figure(trace.weights[0], labels, last, causal,
-                             title=f"{title}, layer {layer}" if title else f"layer {layer}")
-        png = io.BytesIO()
-        with missing_glyphs_quiet():
-            fig.savefig(png, format="png", dpi=100, metadata=dict([HEATMAP_MARK]))  # marked: told from a user's PNG
-        path = Path(out_dir) / f"{prefix}_layer{layer}.png"
-        atomic_write(path, lambda f: f.write(png.getvalue()))  # creates out_dir the first time
-        paths.append(path)
+    paths, created = [], make_folder(Path(out_dir), "--attention-png")
+    try:
+        for layer, trace in enumerate(traces):
+            fig = heatmap_figure(trace.weights[0], labels, last, causal,
+                                 title=f"{title}, layer {layer}" if title else f"layer {layer}")
+            png = io.BytesIO()
+            with missing_glyphs_quiet():
+                fig.savefig(png, format="png", dpi=100, metadata=dict([HEATMAP_MARK]))  # marked: told from a user's PNG
+            path = Path(out_dir) / f"{prefix}_layer{layer}.png"
+            atomic_write(path, lambda f: f.write(png.getvalue()))
+            paths.append(path)
+    except BaseException:
+        remove_empty(created)
+        raise
     return paths

@@ -18,6 +18,7 @@ import random
 import re
 import shlex
 import shutil
+import stat
 import tempfile
 import time
 import warnings
@@ -236,6 +237,16 @@ def dead_link(path: Path) -> str | None:
     return None
 
 
+def file_kind(path: Path) -> str:
+    """What `path`, which is no folder, is, for a message: 'a file', 'a pipe', 'a device' or 'a socket'."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "a file"
+    return ("a pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a file")
+
+
 def check_writable(path: str | Path, what: str, resume: bool = False) -> None:
     """Refuse, before any work, a folder that cannot be created or written into: a file, a path
     through a file, or a folder (or its nearest existing parent) without write permission or on
@@ -244,7 +255,7 @@ def check_writable(path: str | Path, what: str, resume: bool = False) -> None:
     path = Path(path)
     named = f"{what}={short(str(path))}" if what.startswith("-") or "." in what else f"{what} {path}"
     if path.exists() and not path.is_dir():
-        raise UserError(f"{named} is a file, not a directory")
+        raise UserError(f"{named} is {file_kind(path)}, not a directory")
     if (dead := dead_link(path)) is not None:
         raise UserError(f"{named} is {dead}")
     existing = path

@@ -62,7 +62,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from model import GPT
-from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, load_model,
+from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, file_kind, load_model,
                                 load_weights, resolve_checkpoint, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, short
@@ -289,7 +289,7 @@ def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
     then takes its place): a file, an unwritable folder, a folder holding anything but `names`
     (it would be lost with the folder), or one holding `names` (an earlier result) without force."""
     if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir} is a file, not a folder")
+        raise UserError(f"{out_dir} is {file_kind(out_dir)}, not a folder")
     check_writable(out_dir, "output folder")
     if not out_dir.is_dir():
         return

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, load_checkpoint, make_folder,
-                                remove_empty, saved_step_and_data)
+from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint,
+                                make_folder, remove_empty, saved_step_and_data)
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
 from tinygpt.errors import UserError, count, read_capped, reason
 
@@ -136,7 +136,7 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     saves, best.pt of step 0; with train.tensorboard, events of step 0): it may be started again
     (they are rewritten; the new run's events hide the old ones, see tensorboard_log)."""
     if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"train.out_dir={str(out_dir)!r} is a file, not a directory")
+        raise UserError(f"train.out_dir={str(out_dir)!r} is {file_kind(out_dir)}, not a directory")
     for name in TRAIN_FILES:
         odd = _not_a_run_file(out_dir / name)
         if odd:
