@@ -46,7 +46,7 @@ from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, chec
                              emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory, peak_flops,
                              resolve_device, resolve_dtype, usable_cores)
 from tinygpt.tensorboard_log import PROMPT_TOKENS, TensorBoardLog, require_tensorboard
-from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step
+from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step, warmup_note
 
 
 def parse_args(argv: Sequence[str] | None):
@@ -590,7 +590,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
               f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {dist.world_size} x {dist.device}"
               f"{threads_note(run.threads, t.threads)}, {dtype}; {tokens_per_step:,} tokens/step; MFU against "
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
-        for warning in (emulated_dtype_warning(dtype, dist.device), note, too_many_threads(run.threads, t.threads)):
+        for warning in (emulated_dtype_warning(dtype, dist.device), note, too_many_threads(run.threads, t.threads),
+                        warmup_note(t)):
             if warning:
                 print(warning, file=sys.stderr)
         if t.plot != "never" and not can_plot():

@@ -35,8 +35,8 @@ WORDS = "Anna Ben Clara saw a lazy dog by the zoo and a red kite in the park whi
 CONFIG = """\
 model: {block_size: 32, n_layer: 2, n_head: 2, n_embd: 32}
 data: {tokenizer: char}
-train: {batch_size: 8, max_iters: 30, eval_interval: 15, eval_iters: 2, log_interval: 10, device: cpu,
-        dtype: float32, plot: never}
+train: {batch_size: 8, max_iters: 30, eval_interval: 15, eval_iters: 2, log_interval: 10, warmup_iters: 5,
+        device: cpu, dtype: float32, plot: never}
 """
 BOMB = ("model: {n_layer: [&a [lol,lol,lol,lol,lol,lol,lol,lol,lol], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], "
         "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c], &e [*d,*d,*d,*d,*d,*d,*d,*d,*d], "

@@ -585,8 +585,17 @@ def test_without_matplotlib_the_missing_loss_png_is_said_once(corpus, tmp_path, 
     assert capsys.readouterr().err == ("note: matplotlib is not installed: no loss.png (pip install matplotlib, "
                                        "or set train.plot=never)\n")
     assert not (tmp_path / "run" / "loss.png").exists()
-    train.main(train_args(corpus, tmp_path / "never", "train.max_iters=5"))  # train.plot=never: nothing to say
+    train.main(train_args(corpus, tmp_path / "never", "train.max_iters=6"))  # train.plot=never: nothing to say
     assert capsys.readouterr().err == ""
+
+
+def test_a_warmup_as_long_as_the_run_is_said(corpus, tmp_path, capsys):
+    """train.warmup_iters=10**18 trained at a learning rate of about 0 and reported done, the loss flat,
+    without a word (the warmup ends after the last step: the rate never reaches train.lr)."""
+    import train
+    train.main(train_args(corpus, tmp_path / "run", "train.max_iters=4", "train.warmup_iters=1000000000000000000"))
+    assert capsys.readouterr().err == ("note: train.warmup_iters=1000000000000000000 >= train.max_iters=4: the learning "
+                                       "rate rises to 8e-21 at most, never to train.lr=0.002; lower train.warmup_iters\n")
 
 
 def test_quiet_prepares_the_data_without_its_progress_bar(corpus, tmp_path, monkeypatch):

@@ -25,6 +25,15 @@ def lr_at(step: int, t: TrainConfig) -> float:
     return t.min_lr + coeff * (t.lr - t.min_lr)
 
 
+def warmup_note(t: TrainConfig) -> str | None:
+    """A note where the warmup does not end before the last step: the learning rate never reaches
+    t.lr (a warmup_iters of 10**18 trained at about 0 and reported done, the loss flat)."""
+    if t.max_iters == 0 or t.warmup_iters < t.max_iters:
+        return None
+    return (f"note: train.warmup_iters={t.warmup_iters} >= train.max_iters={t.max_iters}: the learning rate rises to "
+            f"{lr_at(t.max_iters - 1, t):.3g} at most, never to train.lr={t.lr:g}; lower train.warmup_iters")
+
+
 def make_optimizer(model: GPT, t: TrainConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW with weight decay on 2-D weights (matmuls, embeddings) only, not on biases or norms."""
     params = [p for p in model.parameters() if p.requires_grad]
