@@ -335,7 +335,7 @@ def check_values(row: dict[str, float | None], n: int) -> None:
         if value is None or not math.isfinite(value):
             continue
         if value < 0 or (key.endswith("_loss") and value > FLOAT32_MAX):
-            raise ValueError(f"row {n}: {key}={value:g} is not a {'loss' if key.endswith('_loss') else key} "
+            raise ValueError(f"row {n}: {key}={value:g} is not {'a loss' if key.endswith('_loss') else 'a value'} "
                              f"a training logs")
 
 
