@@ -94,6 +94,20 @@ def test_mean_ablation_with_the_inputs_own_means_changes_nothing():
         assert not torch.allclose(model(idx), ablated_logits, atol=1e-3)
 
 
+@torch.no_grad()
+def test_head_means_average_over_every_position_of_every_window():
+    """Two (2, 5) windows are 20 positions: each head's mean is its output summed over batch and
+    positions, divided by 20 (not by the number of rows)."""
+    model = random_model(bias=False)
+    torch.manual_seed(1)
+    windows = [torch.randint(0, 37, (2, 5)) for _ in range(2)]
+    means, positions = head_means(model, windows)
+    assert positions == 20
+    for layer in range(2):
+        outputs = torch.cat([model.forward_with_attention(w)[1][layer].outputs for w in windows])  # (4, nh, 5, hs)
+        torch.testing.assert_close(means[layer], outputs.mean(dim=(0, 2)))
+
+
 def test_no_hook_outlives_the_with_block():
     model = random_model(bias=False)
     idx = torch.randint(0, 37, (2, 16))

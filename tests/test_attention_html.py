@@ -108,6 +108,17 @@ def test_a_long_text_shows_the_models_window():
     assert data["first_generated"] == 13 and len(data["steps"]) == 3
 
 
+def test_a_token_holding_a_line_break_among_other_characters_breaks_the_line():
+    """A BPE token "\\n\\n" is a line break on the page too, not only a token that is exactly "\\n"."""
+    from tinygpt.tokenizer import LearnedBPETokenizer
+    tok = LearnedBPETokenizer([(ord("\n"), ord("\n"))])  # token 256 = "\n\n"
+    ids = tok.encode("The cat.\n\n\nOn")  # ... ".", "\n\n", "\n", "O", "n"
+    assert ids[8:10] == [256, ord("\n")]
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16, vocab_size=tok.vocab_size)).eval()
+    assert attention_html.explorer_data(model, tok, ids)["breaks"] == [8, 9]
+
+
 # ---- sample.py --attention-html ----
 
 

@@ -17,7 +17,9 @@ written are refused before the generation.
 """
 from __future__ import annotations
 
+import inspect
 import io
+import math
 import re
 import sys
 from pathlib import Path
@@ -393,6 +395,31 @@ def test_show_steps_sampling_keeps_the_same_draws(run, prompt):
         candidates = dict(zip(r[4::2], r[5::2]))
         assert r[2] in list(candidates)  # drawn from the top-3
         assert len(candidates) == 3  # top-k 3: the rest cannot be drawn, so they are no candidates (listed at 0.0%)
+
+
+def test_the_sampling_flags_reach_generate_steps(run, prompt, monkeypatch):
+    """--temperature, --top-k and --top-p are passed on to generation, not silently dropped."""
+    seen = []
+
+    def spy(*args, **kwargs):
+        given = inspect.signature(generate_steps).bind(*args, **kwargs).arguments
+        seen.append((given["temperature"], given["top_k"], given["top_p"]))
+        return generate_steps(*args, **kwargs)
+
+    monkeypatch.setattr(sample, "generate_steps", spy)
+    sample.main([run, "--prompt", prompt[:5], "--max-new-tokens", "1", "--temperature", "0.7",
+                 "--top-k", "4", "--top-p", "0.5"], out=io.StringIO())
+    assert seen == [(0.7, 4, 0.5)]
+
+
+def test_step_candidates_gives_the_chosen_tokens_own_probability():
+    """A drawn token that is not the most likely one is shown with its own probability, not the top one's."""
+    logits = torch.tensor([[2.0, 1.0, 0.0]])
+    step = attention_view.Step(token=torch.tensor([1]), logits=logits, context=1)
+    chosen, p, top = attention_view.step_candidates(step, 1.0, None, None)
+    expected = math.exp(1) / (math.exp(2) + math.exp(1) + 1)
+    assert chosen == 1 and p == pytest.approx(expected)
+    assert top[0][0] == 0 and top[0][1] > p  # token 0 is still the top candidate
 
 
 def test_step_context_is_what_the_model_saw(tiny_model_config):

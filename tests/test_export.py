@@ -125,6 +125,18 @@ def test_export_import_round_trip_is_exact(tmp_path, bias):
     export.main([run, "--format", "hf", str(hf_dir), "--force"])
 
 
+def test_a_bias_set_in_an_export_of_a_bias_free_model_is_kept(tmp_path):
+    """An export of a bias: false run whose biases were changed since (fine-tuned elsewhere) imports
+    with biases: the record's bias: false only holds while every bias is still zero."""
+    run, _, _ = make_run(tmp_path, bias=False)
+    export.main([run, "--format", "hf", str(tmp_path / "hf")])
+    weights = hf.load_safetensors(tmp_path / "hf" / "model.safetensors")
+    weights["transformer.h.0.mlp.c_fc.bias"][3] = 0.5
+    hf.save_safetensors(tmp_path / "hf" / "model.safetensors", weights, {"format": "pt"})
+    model = hf.load_hf_gpt2(tmp_path / "hf")
+    assert model.config.bias is True and model.blocks[0].mlp.fc.bias[3].item() == 0.5
+
+
 def test_non_causal_model_is_refused(tmp_path):
     run, _, _ = make_run(tmp_path, causal=False)
     with pytest.raises(UserError, match="causal=false"):
@@ -357,7 +369,7 @@ def test_import_refuses_what_gpt2_cannot_say(tmp_path):
     export.main([run, str(tmp_path / "hf")])
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     for change, match in [({"n_inner": 7}, "n_inner"), ({"activation_function": "relu"}, "activation"),
-                          ({"model_type": "llama"}, "not gpt2")]:
+                          ({"model_type": "llama"}, "not gpt2"), ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon")]:
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
         with pytest.raises(UserError, match=match):
             hf.load_hf_gpt2(tmp_path / "hf")
@@ -417,6 +429,17 @@ def test_import_refuses_weights_its_config_does_not_describe(tmp_path):
     with pytest.raises(UserError, match="'tok_emb.weight' holds NaN or infinite values"):
         export.main(["--from-hf", str(tmp_path / "hf"), str(back)])
     assert not back.exists()
+
+
+def test_byte_level_alphabet_is_gpt2s():
+    """tokenizer.json spells BPE tokens in GPT-2's byte alphabet, which `tokenizers` decodes: a byte
+    spelled otherwise ('®', 0xAE, left out of the printable ranges) decodes wrong."""
+    from tokenizers import decoders, pre_tokenizers
+    alphabet = hf.byte_level_alphabet()
+    assert sorted(alphabet) == list(range(256)) and set(alphabet.values()) == set(pre_tokenizers.ByteLevel.alphabet())
+    assert alphabet[0xAE] == "®" and alphabet[ord(" ")] == "Ġ"
+    text = "®î naïve"
+    assert decoders.ByteLevel().decode(["".join(alphabet[b] for b in text.encode())]) == text
 
 
 def test_tokenizer_notes_say_what_the_ids_are():

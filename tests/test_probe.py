@@ -232,6 +232,18 @@ def test_probe_counts_add_up(run):
         assert any(line.startswith(f"best head: layer {best['layer']} head {best['head']}") for line in lines)
 
 
+def test_behaviour_in_window_counts_the_references_whose_antecedent_is_in_the_window(run):
+    """behaviour_in_window tallies the cases with the antecedent's name in the window, not those with
+    the distractor's (12 stories: the two numbers differ)."""
+    result = probe.main([str(run), "--stories", "12"], out=io.StringIO())
+    model, _, tok, _ = load_model(run)
+    cases, _, _ = coreference.held_out_cases(tok, 12, result["seed"], model.config.block_size)
+    with_antecedent = sum(bool(c.antecedent_positions) for c in cases)
+    assert with_antecedent != sum(bool(c.distractor_positions) for c in cases)
+    b = result["behaviour_in_window"]
+    assert b["antecedent"] + b["distractor"] + b["other"] == with_antecedent == result["attention"]["references"]
+
+
 def recording_policies(monkeypatch, module) -> list:
     """Replace module.ThreadPolicy by one that counts its re-checks; returns the policies made."""
     made = []

@@ -194,6 +194,13 @@ def test_bpe_merges_follow_tiktoken():
     assert tk.closed_vocab([ranks[b" cat"]], ranks) == sorted(ranks[t] for t in (b"at", b" c", b" cat"))
 
 
+def test_bpe_merges_the_leftmost_pair_on_a_tie():
+    """In "aaa" both pairs form "aa" (the same rank): tiktoken merges the leftmost, so "aaa" is made
+    of ("aa", "a"), never ("a", "aa")."""
+    ranks = {bytes([b]): b for b in range(256)} | {b"aa": 256, b"aaa": 257}
+    assert tk.bpe_merges(b"aaa", ranks) == [(b"a", b"a"), (b"aa", b"a")]
+
+
 def test_bpe_compact_vocab_and_remap(toy):
     text = "the cat sat"
     tok = TiktokenTokenizer.from_text("toy", text, encoding=toy)
@@ -277,6 +284,14 @@ def test_bpe_stream_decoder_joins_split_character(toy):
     assert dec.flush() == ""
     dec = tok.stream_decoder()
     assert dec.push(ids[0]) == "" and dec.flush() == "\ufffd"  # a stream cut mid-character
+
+
+def test_bpe_decode_of_half_a_character_is_a_replacement_character(toy):
+    """A token holding only the first byte of 'é' (0xc3) decodes to U+FFFD, not to nothing."""
+    tok = TiktokenTokenizer.from_text("toy", "the cat", encoding=toy)
+    first_byte = tok.encode("é")[0]
+    assert tok.decode([first_byte]) == "\ufffd"
+    assert tok.decode([first_byte, *tok.encode("!")]) == "\ufffd!"
 
 
 def test_bpe_dict_round_trip_through_json(toy):
@@ -374,6 +389,12 @@ def test_learned_bpe_round_trips_any_text_and_its_plain_data():
     assert again.encode(text[:2000]) == tok.encode(text[:2000]) and again.vocab_size == 600
     with pytest.raises(UserError, match="merge"):
         tokenizer_from_dict({"kind": "bpe", "vocab_size": 257, "merges": [[0, 999]]})
+
+
+def test_gpt2_split_keeps_contractions_whole():
+    """GPT-2's pre-tokenization splits off 'll and 'd as pieces of their own (then spaces join the next word)."""
+    import regex  # as learn_bpe_merges splits
+    assert regex.findall(tk.GPT2_SPLIT, "they'll we'd") == ["they", "'ll", " we", "'d"]
 
 
 def test_tokenization_table_counts_the_words_a_tokenizer_splits():
