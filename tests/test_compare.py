@@ -699,3 +699,22 @@ def test_a_key_that_does_not_apply_is_not_named_none_in_the_settings_legend(monk
     (legend,) = figures["settings.png"].legends
     assert [t.get_text() for t in legend.get_texts()] == ["bpe_vocab_size: does not apply", "bpe_vocab_size=300",
                                                           "bpe_vocab_size=400"]
+
+
+def test_a_runs_summary_takes_the_best_val_loss_the_median_speed_and_the_longest_time(tmp_path):
+    """best_val_loss is the lowest eval (not the last), tokens_per_s the median of the log rows (a
+    fast outlier, e.g. a row right after a resume, does not pull it up), wall_s the largest elapsed_s
+    (not the last row's)."""
+    run = tmp_path / "run"
+    fake_run(run, 1, [(30, "2.0", "")])
+    runs.write_metrics(run, [
+        {"step": 0, "train_loss": "4.0", "val_loss": "3.0", "elapsed_s": "1.0"},
+        {"step": 10, "train_loss": "3.5", "tokens_per_s": "10", "elapsed_s": "9.0"},
+        {"step": 10, "train_loss": "3.0", "val_loss": "1.0", "elapsed_s": "5.0"},
+        {"step": 20, "train_loss": "2.5", "tokens_per_s": "10", "elapsed_s": "7.0"},
+        {"step": 20, "train_loss": "2.4", "val_loss": "2.0", "elapsed_s": "8.0"},
+        {"step": 30, "train_loss": "2.3", "tokens_per_s": "1000", "elapsed_s": "6.0"}])
+    summary = runs.summarize_run(run)
+    assert summary["best_val_loss"] == 1.0
+    assert summary["tokens_per_s"] == 10.0
+    assert summary["wall_s"] == 9.0

@@ -448,3 +448,39 @@ def test_compact_vocab_is_a_token_setting_of_tiktoken_encodings_only(tmp_path):
                **({"bpe_vocab_size": on.bpe_vocab_size} if tokenizer == "bpe" else {})}
         digest = hashlib.sha1(json.dumps(old, sort_keys=True).encode()).hexdigest()[:10]
         assert prep.prepared_dir(on).name == f"stories-{tokenizer}-{digest}"
+
+
+# ---- get_batch and the digest ----
+
+
+def test_get_batch_targets_are_the_inputs_shifted_by_one():
+    """y is the token after each x (the next-token targets): swapped, the model learned the previous token."""
+    import numpy as np
+    import torch
+    data = np.arange(100, dtype=np.uint16)
+    x, y = prep.get_batch(data, 8, 10, torch.Generator().manual_seed(0), torch.device("cpu"))
+    assert x.shape == y.shape == (8, 10)
+    assert torch.equal(y, x + 1)
+    assert torch.equal(x[:, 1:], x[:, :1] + torch.arange(1, 10))  # windows of consecutive tokens
+
+
+def test_get_batch_reaches_the_last_window():
+    """A split of block_size + 2 tokens has two windows of block_size + 1, starting at 0 and 1; both are
+    drawn (the last one was never drawn: the last token of a split was never a target)."""
+    import numpy as np
+    import torch
+    data = np.arange(12, dtype=np.uint16)  # block 10
+    x, y = prep.get_batch(data, 64, 10, torch.Generator().manual_seed(0), torch.device("cpu"))
+    assert set(x[:, 0].tolist()) == {0, 1}
+    assert y.max().item() == 11
+
+
+def test_the_digest_covers_the_val_tokens_too():
+    """meta.json's digest (what a --resume checks its data against) changes with the val tokens alone."""
+    import numpy as np
+    tok = {"kind": "char", "vocab_size": 5}
+    train = np.array([1, 2, 3, 4], dtype=np.uint16)
+    same = prep._digest(tok, train, np.array([0, 1], dtype=np.uint16))
+    assert same == prep._digest(tok, train.copy(), np.array([0, 1], dtype=np.uint16))
+    assert same != prep._digest(tok, train, np.array([0, 2], dtype=np.uint16))
+    assert same != prep._digest(tok, np.array([1, 2, 3, 0], dtype=np.uint16), np.array([0, 1], dtype=np.uint16))

@@ -456,3 +456,17 @@ def test_a_one_layer_model_is_one_layer_in_the_memory_refusal():
     cfg.model.n_layer, cfg.model.vocab_size, cfg.train.batch_size = 1, 100, 10**9
     with pytest.raises(UserError, match=r"^training \(1 layer, n_embd 128, block 128, batch 1000000000\) needs"):
         runtime.check_training_fits(cfg, "float32", torch.device("cpu"))
+
+
+def test_the_measured_peak_counts_two_flops_a_multiply_add(monkeypatch):
+    """An n x n matmul is 2 n^3 FLOPs (a multiply and an add each): counted as n^3, MFU read half."""
+    from types import SimpleNamespace
+    ticks = iter(range(1000))
+    monkeypatch.setattr(runtime, "time", SimpleNamespace(perf_counter=lambda: next(ticks) * 0.25))  # 0.25 s a matmul
+    runtime.measured_matmul_peak.cache_clear()
+    try:
+        flops, n = runtime.measured_matmul_peak(torch.float32, torch.device("cpu"), 0.3)
+    finally:
+        runtime.measured_matmul_peak.cache_clear()  # (no faked figure left for the other tests)
+    assert n == 256  # one second spent: past the budget at once
+    assert flops == 2 * 256 ** 3 / 0.25

@@ -1002,6 +1002,14 @@ def test_stats_mean_spread_and_interval():
     assert report.stats([5.0]) == {"mean": 5.0, "std": None, "lo": None, "hi": None, "n": 1}
 
 
+def test_stats_over_31_values_take_t_of_30_degrees_of_freedom():
+    """The table of Student's t holds 30 degrees of freedom (2.042), the last: 31 seeds took 1.96 instead."""
+    s = report.stats([0.0] * 15 + [1.0] + [2.0] * 15)  # mean 1, std 1 (30 / 30)
+    assert s["mean"] == 1.0 and s["std"] == 1.0 and s["n"] == 31
+    half = 2.042 / 31 ** 0.5
+    assert abs(s["lo"] - (1 - half)) < 1e-9 and abs(s["hi"] - (1 + half)) < 1e-9
+
+
 def test_runs_that_did_not_finish_are_left_out_of_the_summary(tmp_path):
     """A failed or unfinished seed is listed with its status but not averaged with the finished
     ones (its loss is of fewer steps), n counts the finished runs, and the report says so."""
