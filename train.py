@@ -546,7 +546,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     if dist.master:  # under DDP rank 0 decides, holding the folder's lock; the others wait for its verdict
         check_run_dir(out_dir, args.resume)
         for name in TRAIN_FILES:  # temp files of a writer killed mid-write: a resume may never write them again
-            sweep_temp_files(out_dir / name)
+            # (under the run lock only this training writes them, but for loss.png: compare.py --plot-only too)
+            sweep_temp_files(out_dir / name, only_writer=name != "loss.png")
     dist.barrier()
     if args.resume and not dist.master and not (out_dir / "ckpt.pt").is_file():
         raise UserError(f"process {dist.rank}: --resume: {out_dir / 'ckpt.pt'}, which process 0 resumes from, is not "

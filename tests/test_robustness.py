@@ -589,6 +589,21 @@ def test_without_matplotlib_the_missing_loss_png_is_said_once(corpus, tmp_path, 
     assert capsys.readouterr().err == ""
 
 
+def test_a_resume_sweeps_a_killed_container_trainings_temp_files(corpus, tmp_path):
+    """A training killed mid-save in a container leaves `.ckpt.pt.1.*.tmp` (it was pid 1 there); resumed
+    on the host, where pid 1 is always alive, the file (a checkpoint's size) was kept for good. Under the
+    run lock only the training writes its files; loss.png's are left (compare.py --plot-only draws it too)."""
+    import train
+    run = tmp_path / "run"
+    train.main(train_args(corpus, run, "train.max_iters=4"))
+    dead = [run / f".{name}.1.a1b2c3d4.tmp" for name in ("ckpt.pt", "best.pt", "metrics.csv", "config.yaml")]
+    drawing = run / ".loss.png.1.a1b2c3d4.tmp"
+    for path in (*dead, drawing):
+        path.write_bytes(b"half")
+    train.main(train_args(corpus, run, "train.max_iters=6") + ["--resume"])
+    assert not any(path.exists() for path in dead) and drawing.exists()
+
+
 def test_a_warmup_as_long_as_the_run_is_said(corpus, tmp_path, capsys):
     """train.warmup_iters=10**18 trained at a learning rate of about 0 and reported done, the loss flat,
     without a word (the warmup ends after the last step: the rate never reaches train.lr)."""

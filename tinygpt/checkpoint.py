@@ -168,19 +168,22 @@ def leftover_pid(name: str, of: Path) -> int | None:
     return int(found[1]) if found else None
 
 
-def sweep_temp_files(path: Path) -> None:
+def sweep_temp_files(path: Path, only_writer: bool = False) -> None:
     """Remove the temp files (or atomic_dir's temp folders, and the old folders it was replacing)
     of `path` left by writers that died mid-write, but put an old folder back where nothing replaced
     it (a kill between atomic_dir's two renames); a live writer's (its pid is running: another
     process writing the same path) is never touched. One with this process's own pid from before
     it started was left by an earlier process with the same pid (in a container, every restart
-    is pid 1). Only names exactly of tinygpt's form are looked at, and a .old only where it is a
-    folder holding `path`'s name or nothing."""
+    is pid 1). `only_writer`: no other process may write `path` (a training's files, under its run
+    lock), so every one is a dead writer's, whatever process its pid names now (a training killed in
+    a container left pid 1's, alive on the host). Only names exactly of tinygpt's form are looked at,
+    and a .old only where it is a folder holding `path`'s name or nothing."""
     prefix = glob_escape(f".{path.name}.")
     for stale in [*path.parent.glob(f"{prefix}*.tmp"), *path.parent.glob(f"{prefix}*.old")]:
         pid = leftover_pid(stale.name, path)
         try:
-            if pid is None or (pid_alive(pid) and not (pid == os.getpid() and stale.stat().st_mtime < STARTED)):
+            if pid is None or (not only_writer and pid_alive(pid)
+                               and not (pid == os.getpid() and stale.stat().st_mtime < STARTED)):
                 continue  # not ours, or a live writer's (this pid from before this process: an earlier one's)
             if stale.suffix == ".old":
                 if not stale.is_dir() or {p.name for p in stale.iterdir()} - {path.name}:
