@@ -20,7 +20,7 @@ import shlex
 import signal
 import sys
 import time
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -313,11 +313,8 @@ class Run:
     def check_folder(self) -> None:
         """Before a write, and again before its rename (checkpoint.atomic_write's guard): out_dir is
         still this training's. Removed while it ran (rm -rf, then perhaps a new training under the
-        same name), writing on would make it again, or write into the new run's files; a folder
-        emptied, whose removal the write's temp file made fail, is removed."""
+        same name), writing on would make it again, or write into the new run's files."""
         if self.held is not None and not self.held():
-            with suppress(OSError):
-                self.out_dir.rmdir()  # (only if empty: never a new training's)
             raise UserError(f"train.out_dir={str(self.out_dir)!r} was removed (or its .lock) while this training "
                             f"ran: stopped at step {self.step} without writing there")
 

@@ -458,11 +458,12 @@ def test_a_run_folder_removed_while_training_is_not_made_again(corpus, tmp_path)
     assert not run.exists()
 
 
-@pytest.mark.parametrize("removal", ["rm -rf", "mv"])
+@pytest.mark.parametrize("removal", ["rm -rf", "mv", "mv, then mkdir"])
 def test_a_run_folder_removed_during_a_save_is_not_left_holding_it(corpus, tmp_path, monkeypatch, removal):
     """The removal landing while ckpt.pt's temp file was written: `rm -rf` failed (the temp file came
     after its listing) and a folder holding only ckpt.pt was left, with "stopped ... without writing
-    there"; after `mv`, "cannot write .../ckpt.pt: No such file or directory"."""
+    there"; after `mv`, "cannot write .../ckpt.pt: No such file or directory". A new empty folder the
+    user made in its place is theirs: left as it is."""
     import train
     from tinygpt import checkpoint
     from tinygpt.errors import UserError
@@ -470,8 +471,10 @@ def test_a_run_folder_removed_during_a_save_is_not_left_holding_it(corpus, tmp_p
     def removed_meanwhile(path, write):
         tmp = written(path, write)
         if path.name == "ckpt.pt" and run.exists():
-            if removal == "mv":
+            if removal.startswith("mv"):
                 run.rename(tmp_path / "moved")
+                if removal.endswith("mkdir"):
+                    run.mkdir()
             else:  # rm -rf listed the folder before the temp file was made: its rmdir fails
                 for entry in run.iterdir():
                     if entry != tmp:
@@ -483,7 +486,7 @@ def test_a_run_folder_removed_during_a_save_is_not_left_holding_it(corpus, tmp_p
     with pytest.raises(UserError, match=re.escape(f"train.out_dir={str(run)!r} was removed (or its .lock) while "
                                                   f"this training ran: stopped at step")):
         train.main(train_args(corpus, run, "train.max_iters=20", "train.threads=1"))
-    assert not run.exists()
+    assert (list(run.iterdir()) == []) if removal.endswith("mkdir") else not run.exists()
 
 
 @pytest.mark.slow

@@ -63,7 +63,18 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None],
         sweep_temp_files(path)
         tmp = temp_beside(path, write)
         if guard is not None:
-            guard()
+            try:
+                guard()
+            except BaseException:  # the folder is gone, as this run knows it
+                tmp, left = None, tmp
+                try:
+                    left.unlink()
+                except OSError:
+                    pass  # (moved away with its folder: the folder here, if any, is someone else's)
+                else:  # still here: if the folder holds nothing else, `rm -rf` failed on this file: finish
+                    with suppress(OSError):
+                        left.parent.rmdir()
+                raise
         os.replace(tmp, path)  # atomic on POSIX and Windows
         fsync_dir(path.parent)  # make the rename itself durable
     except BaseException as e:

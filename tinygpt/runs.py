@@ -75,11 +75,13 @@ def run_lock(out_dir: Path, setting: str = "train.out_dir", user: str = "trainin
     try:
         yield held
     finally:
-        if held():  # (not another training's, made after this one's folder was removed)
+        ours = held()  # (else the folder was removed: what is there now is another training's, or the user's)
+        if ours:
             with suppress(OSError):  # (Windows cannot remove an open file: it stays, and is taken over)
                 (out_dir / name).unlink(missing_ok=True)  # before releasing it: see _acquire
         os.close(fd)
-        remove_empty(created)
+        if ours:
+            remove_empty(created)
 
 
 def _acquire(path: Path, in_use: str, setting: str) -> int:
