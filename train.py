@@ -299,7 +299,6 @@ class Run:
         ranks = (self.dist.gather((capture_rng_state(self.dist.device), self.loss_sum.item())) if with_optimizer
                  else None)
         if self.dist.master:
-            self.check_folder()
             save_checkpoint(self.out_dir / name, self.state(ranks), self.check_folder)
 
     def save_metrics(self, metrics: list[dict]) -> None:

@@ -768,7 +768,7 @@ def test_views_sharing_one_storage_are_bounded_by_the_file(tmp_path):
     assert len(load_checkpoint(path)["extra"]) == 2
 
 
-@pytest.mark.parametrize("text", ["x" * 2**20, b"x" * 2**20])
+@pytest.mark.parametrize("text", ["x" * 2**20, b"x" * 2**20], ids=["str", "bytes"])
 def test_one_text_referred_to_many_times_is_bounded_by_the_file(tmp_path, monkeypatch, text):
     """pickle stores a text once, however often it is referred to: a 1.3 MB file naming one 1 MB
     text 20,000 times made the checksum hash 20 GB (minutes; hours at 2 million). Refused unhashed."""

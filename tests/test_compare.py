@@ -432,18 +432,23 @@ def test_a_run_training_now_is_told_from_a_stopped_one_and_its_final_train_loss_
     assert runs.summarize_run(run)["status"] == "step 10/20"
 
 
-def test_a_training_starting_while_a_report_tries_its_lock_waits_for_it(tmp_path):
+def test_a_training_starting_while_a_report_tries_its_lock_waits_for_it(tmp_path, monkeypatch):
     """summarize_run (compare.py, a sweep's report between runs) holds a run's lock for microseconds to
     see whether a training does; a training starting in that moment tries again instead of being refused."""
     import fcntl
-    import threading
     run = tmp_path / "run"
     run.mkdir()
-    fd = os.open(run / runs.LOCK, os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX)  # as lock_holder does, a little longer
-    threading.Timer(0.06, lambda: os.close(fd)).start()
+    fd = os.open(run / runs.LOCK, os.O_RDONLY | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # as lock_holder takes it
+    waits = []
+    def report_done(seconds):  # the report lets go while the training waits
+        waits.append(seconds)
+        os.close(fd)
+    monkeypatch.setattr(runs.time, "sleep", report_done)
     with runs.run_lock(run) as held:
         assert held()
+    assert waits == [0.05]
+    monkeypatch.undo()
     fd = os.open(run / runs.LOCK, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)  # held for good: still refused
     try:

@@ -57,8 +57,9 @@ def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 
     else:
         stored = stored.flatten(-2)  # (n_layer, nh, T*T)
     first_generated = max(T - n_generated, 0)
-    assert not steps or T - first_generated <= len(steps) <= n_generated, \
-        f"{len(steps)} steps for {n_generated} generated tokens, {T - first_generated} of them in the window"
+    if steps and not T - first_generated <= len(steps) <= n_generated:
+        raise ValueError(f"{len(steps)} steps for {n_generated} generated tokens, {T - first_generated} of them in "
+                         f"the window")
     shown_steps = list(steps)[len(steps) - (T - first_generated):] if steps else []  # those inside the window
     return {
         "title": title, "rule": rule, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "block_size": cfg.block_size,

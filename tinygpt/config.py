@@ -314,6 +314,13 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
                     f"not {type(value).__name__}{hint}")
 
 
+def _yaml_word(key: Any) -> str:
+    """A key that is not a text, as YAML spells it: `true`, `null`, `1`, or an integer of 20000 bits."""
+    if key is None or isinstance(key, bool):
+        return {None: "null", True: "true", False: "false"}[key]
+    return short(key)
+
+
 def config_from_dict(raw: Any, source: str) -> Config:
     """Build a validated Config from nested plain data (as read from YAML)."""
     if raw is None:
@@ -324,7 +331,7 @@ def config_from_dict(raw: Any, source: str) -> Config:
     cfg = Config()
     for section, values in raw.items():
         if not isinstance(section, str):  # `1: ...` or `? 0x<5000 digits>` (an f-string cannot print that one)
-            raise UserError(f"config section {short(section)} ({source}) is not a name; valid sections: "
+            raise UserError(f"a config section ({source}) is {_yaml_word(section)}, not a name; valid sections: "
                             f"{', '.join(SECTIONS)}")
         if section not in SECTIONS:
             raise _unknown_key(section, source)
@@ -335,7 +342,7 @@ def config_from_dict(raw: Any, source: str) -> Config:
         types = _field_types(SECTIONS[section])
         for name, value in values.items():
             if not isinstance(name, str):
-                raise UserError(f"config key {short(name)} in section '{section}' ({source}) is not a name; "
+                raise UserError(f"a config key in section '{section}' ({source}) is {_yaml_word(name)}, not a name; "
                                 f"{section}'s keys: {', '.join(types)}")
             key = f"{section}.{name}"
             if name not in types:

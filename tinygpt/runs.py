@@ -499,8 +499,8 @@ def lock_holder(run_dir: Path) -> str | None:
         fd = os.open(run_dir / LOCK, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:  # no lock file: nobody holds it
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:  # shared: it conflicts with a training's exclusive lock, needs no write access (NFS emulates flock with
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # fcntl locks, where an exclusive one needs a file open to write)
     except OSError as e:
         return _holder(fd) if e.errno in HELD else None
     else:
