@@ -66,26 +66,33 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None],
             try:
                 guard()
             except BaseException:  # the folder is gone, as this run knows it
-                tmp, left = None, tmp
-                try:
-                    left.unlink()
-                except OSError:
-                    pass  # (moved away with its folder: the folder here, if any, is someone else's)
-                else:  # still here: if the folder holds nothing else, `rm -rf` failed on this file: finish
-                    with suppress(OSError):
-                        left.parent.rmdir()
+                tmp, orphan = None, tmp
+                remove_orphan(orphan)
                 raise
         os.replace(tmp, path)  # atomic on POSIX and Windows
         fsync_dir(path.parent)  # make the rename itself durable
     except BaseException as e:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
-        if guard is not None and os_error_behind(e) is not None:
-            guard()  # the folder is gone (no such file): say that
         if (cause := os_error_behind(e)) is not None:
+            if guard is not None:
+                guard()  # the folder is gone (no such file): say that
             # (from cause: inside atomic_dir, the refusal then names the folder made, not its temp folder)
             raise cannot_write(path, cause, "the previous file is intact" if path.is_file() else None) from cause
         raise
+
+
+def remove_orphan(tmp: Path) -> None:
+    """The temp file of a write whose folder was removed meanwhile (atomic_write's guard): removed,
+    and its folder too if that empties it (`rm -rf` listed the folder before the file was made, and
+    failed on it). One moved away with its folder (`mv`) is no longer at its path: the folder there,
+    if any, is someone else's, and is left."""
+    try:
+        tmp.unlink()
+    except OSError:
+        return
+    with suppress(OSError):
+        tmp.parent.rmdir()
 
 
 def atomic_write_all(folder: Path, files: dict[str, bytes], drop: Sequence[str] = (),

@@ -316,8 +316,6 @@ def parse_metrics(lines: Iterable[str], as_text: bool = False) -> list[dict[str,
             raise ValueError(f"row {reader.line_num - 1} has another number of fields than the header")
         text = {k: v or "" for k, v in raw.items() if k in METRICS}
         row = {k: float(v) if v else None for k, v in text.items()}
-        if row.get("step") is None or not math.isfinite(row["step"]):
-            raise ValueError("a row has no step")
         check_values(row, reader.line_num - 1)
         texts.append(text)
         rows.append(row)
@@ -331,6 +329,8 @@ def check_values(row: dict[str, float | None], n: int) -> None:
     """Row n's numbers are ones a training can log (ValueError if not): a whole step, no negative
     number, a loss in float32's range. A nan or inf (a diverged run: compare.py shows it, the plots
     leave it out) is kept; a finite 1e308 broke the plots' axes, and -1e308 was shown as a best loss."""
+    if row.get("step") is None or not math.isfinite(row["step"]):
+        raise ValueError("a row has no step")
     if row["step"] < 0 or row["step"] != int(row["step"]):
         raise ValueError(f"row {n}: step={row['step']:g} is not a step")
     for key, value in row.items():
