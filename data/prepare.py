@@ -43,8 +43,8 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 import numpy as np
 import torch
 
-from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, remove_empty,
-                                sweep_temp_files)
+from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, not_regular,
+                                remove_empty, sweep_temp_files)
 from tinygpt.config import Config, DataConfig, load_config
 from tinygpt.errors import ArgParser, UserError, path_word, run_cli, short
 from tinygpt.runtime import check_memory
@@ -85,8 +85,7 @@ def source_files(dataset: str) -> list[Path]:
                             f"leading '.', are left out)")
         return files
     if path.exists():  # a FIFO would block the read forever, a device never ends
-        raise UserError(f"data.dataset={dataset!r} is not a regular file (a device, a pipe or a socket); "
-                        f"give a .txt file or a folder of them")
+        raise UserError(f"data.dataset={dataset!r} is {not_regular(path)}; give a .txt file or a folder of them")
     if (dead := dead_link(path)) is not None:
         raise UserError(f"data.dataset={dataset!r} is {dead}")
     hint = f"; did you mean {dataset.lower()!r}?" if dataset.lower() in BUILTIN else ""
@@ -113,8 +112,10 @@ def folder_files(folder: Path, dataset: str) -> list[Path]:
                         folders.append(Path(entry.path))
                     elif entry.name.lower().endswith(".txt"):  # (a.TXT too: as a file alone, it is read)
                         if not entry.is_file():  # (a link to a regular file is one)
-                            raise UserError(f"data.dataset={dataset!r}: {entry.path} is not a regular file (a "
-                                            f"device, a pipe, a socket, or a link to a folder or to nothing)")
+                            odd = Path(entry.path)
+                            kind = dead_link(odd) or ("a link to a folder, not a regular file" if odd.is_dir()
+                                                      else not_regular(odd))
+                            raise UserError(f"data.dataset={dataset!r}: {odd} is {kind}")
                         files.append(Path(entry.path))
         except OSError as e:
             raise UserError(f"data.dataset={dataset!r}: cannot read the folder {current}: {e.strerror}") from None

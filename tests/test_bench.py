@@ -78,8 +78,8 @@ POSIX = pytest.mark.skipif(os.name != "posix", reason="a device and a named pipe
 
 @pytest.mark.parametrize("flags, match", [
     (["--json", "{tmp}/afile/x.json"], "folder of --json .*afile is a file"),
-    pytest.param(["--json", "/dev/null"], "--json: cannot write /dev/null: it is not a regular file", marks=POSIX),
-    pytest.param(["--json", "{tmp}/fifo"], "--json: cannot write .*fifo: it is not a regular file", marks=POSIX),
+    pytest.param(["--json", "/dev/null"], "--json: cannot write /dev/null: it is a device, not a regular file", marks=POSIX),
+    pytest.param(["--json", "{tmp}/fifo"], "--json: cannot write .*fifo: it is a pipe, not a regular file", marks=POSIX),
     (["--json", ""], "--json '' is an empty path; give a file name"),
     (["--json", "{tmp}/newdir/"], "names a folder"),  # it wrote a file named newdir
     (["--gen-tokens", "1000000000000"], r"--gen-tokens=1000000000000 must be in \[0, 10,000\]"),

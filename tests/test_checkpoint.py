@@ -704,7 +704,7 @@ def test_a_device_as_the_run_is_named_as_one():
     from tinygpt.checkpoint import load_checkpoint
     if not os.path.exists("/dev/null"):
         pytest.skip("no /dev/null")
-    with pytest.raises(UserError, match=r"/dev/null is not a regular file \(a device"):
+    with pytest.raises(UserError, match=r"/dev/null is a device, not a regular file; give a run"):
         load_checkpoint("/dev/null")
 
 

@@ -1571,7 +1571,7 @@ def test_a_run_file_that_is_no_regular_file_is_named(tmp, capsys, kind, resume):
         os.mkfifo(out / "ckpt.pt")
     result = in_process("train.py", [*sets(tmp, out, "train.max_iters=2"), *(["--resume"] if resume else [])], capsys)
     one_line(result, "holds ckpt.pt", {"link to nothing": "leads to no file", "folder": "a folder",
-                                        "link to a file": f"a link to {others}", "pipe": "not a regular file"}[kind])
+                                        "link to a file": f"a link to {others}", "pipe": "ckpt.pt, a pipe, not a regular file"}[kind])
     assert not (tmp / "gone").exists() and sorted(p.name for p in out.iterdir()) == ["ckpt.pt"]
     assert others.read_bytes() == b"another run's checkpoint"
 

@@ -64,8 +64,8 @@ def test_a_file_added_to_a_folder_dataset_while_it_is_prepared_is_named(tmp_path
 @pytest.mark.skipif(sys.platform == "win32", reason="no FIFOs")
 def test_a_fifo_or_a_device_as_dataset_is_not_a_regular_file(tmp_path):
     os.mkfifo(tmp_path / "fifo.txt")
-    for path in (tmp_path / "fifo.txt", "/dev/null"):
-        with pytest.raises(UserError, match="is not a regular file"):
+    for path, kind in ((tmp_path / "fifo.txt", "a pipe"), ("/dev/null", "a device")):
+        with pytest.raises(UserError, match=f"is {kind}, not a regular file; give a .txt file"):
             prep.source_files(str(path))
     with pytest.raises(UserError, match="neither stories nor shakespeare"):  # a missing file still says so
         prep.source_files(str(tmp_path / "missing.txt"))
@@ -100,13 +100,17 @@ def test_what_a_folder_dataset_cannot_read_is_refused_not_left_out(tmp_path, mon
     (books / "more").symlink_to(tmp_path)  # a loop, were it followed
     assert [p.name for p in prep.source_files(str(books))] == ["a.txt", "b.txt"]
     (books / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
-    with pytest.raises(UserError, match="gone.txt is not a regular file"):
+    with pytest.raises(UserError, match=r"gone.txt is a link \(.*\) that leads to no file"):
         prep.source_files(str(books))
     (books / "gone.txt").unlink()
     os.mkfifo(books / "sub" / "fifo.txt")
-    with pytest.raises(UserError, match="fifo.txt is not a regular file"):
+    with pytest.raises(UserError, match="fifo.txt is a pipe, not a regular file"):
         prep.source_files(str(books))
     (books / "sub" / "fifo.txt").unlink()
+    (books / "sub" / "c.txt").symlink_to(books / "sub")
+    with pytest.raises(UserError, match="c.txt is a link to a folder, not a regular file"):
+        prep.source_files(str(books))
+    (books / "sub" / "c.txt").unlink()
     scandir = os.scandir
 
     def unreadable_sub(path):  # mode 000, as root cannot see it (root reads any folder)

@@ -103,7 +103,7 @@ def test_interactive_reads_windows_lines_as_lines(tiny_stories_run, monkeypatch)
 
 def test_an_html_page_that_is_a_device_is_refused_before_generating(tiny_stories_run):
     refused([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-html", "/dev/null"],
-            r"--attention-html='/dev/null': cannot write /dev/null: it is not a regular file")
+            r"--attention-html='/dev/null': cannot write /dev/null: it is a device, not a regular file")
 
 
 def test_heatmaps_of_an_earlier_call_do_not_stay_beside_new_ones(tiny_stories_run, tmp_path):

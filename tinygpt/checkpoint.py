@@ -169,7 +169,7 @@ def regular_file_target(path: Path) -> Path:
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     if path.exists() and not path.is_file():
-        kind = "a folder" if path.is_dir() else "not a regular file (a device, a pipe or a socket)"
+        kind = "a folder" if path.is_dir() else not_regular(path)
         raise UserError(f"cannot write {path}: it is {kind}; give the path of a file")
     return path
 
@@ -266,6 +266,13 @@ def file_kind(path: Path) -> str:
         return "a file"
     return ("a pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
             else "a socket" if stat.S_ISSOCK(mode) else "a file")
+
+
+def not_regular(path: Path) -> str:
+    """'a pipe, not a regular file' (a device, a socket) for a message about `path`, which exists and is
+    neither a file nor a folder."""
+    kind = file_kind(path)
+    return "not a regular file" if kind == "a file" else f"{kind}, not a regular file"
 
 
 def check_writable(path: str | Path, what: str, resume: bool = False) -> None:
@@ -503,8 +510,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     failure is a one-line UserError naming the file."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path} is not a regular file (a device, a pipe or a socket); give a run directory or a "
-                        f"checkpoint (.pt)" if path.exists() and not path.is_dir() else f"checkpoint not found: {path}")
+        raise UserError(f"{path} is {not_regular(path)}; give a run directory or a checkpoint (.pt)"
+                        if path.exists() and not path.is_dir() else f"checkpoint not found: {path}")
     ckpt = torch_load(path, map_location)
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise UserError(f"{path} is not a tinygpt checkpoint")
@@ -598,7 +605,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
             if (path / name).is_file():
                 return path / name
         for odd in (path / "best.pt", path / "ckpt.pt"):  # "no checkpoint" would not say which is wrong
-            kind = dead_link(odd) or ("a folder" if odd.is_dir() else "not a regular file" if odd.exists() else None)
+            kind = dead_link(odd) or ("a folder" if odd.is_dir() else not_regular(odd) if odd.exists() else None)
             if kind:
                 raise UserError(f"{odd} is {kind}, not a checkpoint file; give a run directory whose best.pt or "
                                 f"ckpt.pt is a file")

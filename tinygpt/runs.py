@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint,
+from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, not_regular,
                                 make_folder, remove_empty, saved_step_and_data)
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
 from tinygpt.errors import UserError, count, read_capped, reason
@@ -181,7 +181,7 @@ def _not_a_run_file(path: Path) -> str | None:
                                    f"target would be written, another run's maybe; copy the files instead)")
     if path.is_file():
         return None
-    return "a folder" if path.is_dir() else "not a regular file (a pipe, a device)"
+    return "a folder" if path.is_dir() else not_regular(path)
 
 
 def _events_of_an_earlier_run(out_dir: Path) -> bool:
