@@ -217,6 +217,65 @@ def test_default_run_keeps_a_head_ratio_of_zero(tmp_path, monkeypatch):
         assert module.train_and_probe(ROOT, tmp_path, [])["ratio"] == expected
 
 
+def test_default_run_reports_the_best_val_loss_not_the_last(tmp_path, monkeypatch):
+    """The column `best val loss` read the last eval's (1.6 here), not the lowest."""
+    module = script("default_run")
+
+    def train_or_probe(args, cwd):
+        if args[0] == "train.py":
+            (tmp_path / "run").mkdir(exist_ok=True)
+            (tmp_path / "run" / "metrics.csv").write_text("step,train_loss,val_loss\n100,1.5,1.4\n150,1.3,\n"
+                                                          "200,1.2,1.6\n")
+            return 60.0, ""
+        best = {"layer": 0, "head": 1, "antecedent": 0.6, "distractor": 0.1, "ratio": 6.0}
+        return 1.0, json.dumps({"behaviour": {"antecedent": 9, "distractor": 1, "other": 0}, "references": 10,
+                                "attention_attribute": {"best": best}})
+    monkeypatch.setattr(module, "run", train_or_probe)
+    assert module.train_and_probe(ROOT, tmp_path, [])["best_val_loss"] == 1.4
+
+
+def test_default_run_trains_each_seed_once_with_its_train_seed(tmp_path, capsys, monkeypatch):
+    """The current runs trained without their train.seed (every seed the config's own: the same
+    run n times), or every previous-default run with the first seed, each row overwriting the last."""
+    import types
+
+    module = script("default_run")
+    trained, commands = [], []
+
+    def train_and_probe(cwd, out, sets):
+        trained.append((cwd == ROOT, out.name, sets))
+        return {**RUN, "wall_s": 600.0 if cwd == ROOT else 1000.0}
+
+    def git_or_tar(command, **kwargs):  # git rev-parse (check_args), git archive, tar -x: no repository read
+        commands.append(command[:2])
+        return subprocess.CompletedProcess(command, 0, "c0ffee\n" if command[1] == "rev-parse" else b"", b"")
+    monkeypatch.setattr(module, "train_and_probe", train_and_probe)
+    monkeypatch.setattr(module, "subprocess", types.SimpleNamespace(run=git_or_tar,
+                                                                    CalledProcessError=subprocess.CalledProcessError))
+    code, out, err = cli(module.main, ["--seeds", "2", "--old-seeds", "2", "--out", tmp_path / "out"], capsys)
+    assert code == 0 and not err, err
+    assert trained == [(True, "seed1337", ["train.seed=1337"]), (True, "seed1338", ["train.seed=1338"]),
+                       (False, "old1337", ["train.seed=1337"]), (False, "old1338", ["train.seed=1338"])]
+    assert commands == [["git", "rev-parse"], ["git", "archive"], ["tar", "-x"]]
+    runs = json.loads(out.splitlines()[-1])["runs"]
+    assert list(runs) == ["current default, seed 1337", "current default, seed 1338", "previous default, seed 1337",
+                          "previous default, seed 1338"]
+    assert "| previous default, mean ± sd (2 seeds) |" in out
+
+
+def test_default_run_a_run_too_slow_for_the_time_target_is_not_met():
+    """A run that met every target but wall time (0.9x the previous default's, over 0.8x) read `met`."""
+    module = script("default_run")
+    rows = {"current default, seed 1337": {**RUN, "wall_s": 900.0},
+            "current default, seed 1338": {**RUN, "wall_s": 700.0},
+            "previous default, seed 1337": {**RUN, "wall_s": 1000.0}}
+    lines = module.table(rows).splitlines()
+    assert lines[2].startswith("| current default, seed 1337 | 900 | 0.90x |") and lines[2].endswith("| NOT met |")
+    assert lines[3].startswith("| current default, seed 1338 | 700 | 0.70x |") and lines[3].endswith("| met |")
+    assert lines[-1].endswith("| 1 of 2 met |")
+    assert [r["meets_targets"] for r in rows.values()] == [False, True, None]
+
+
 @pytest.mark.parametrize("args, culprits", [
     (["--old", "no-such-commit-xyz"], ["--old='no-such-commit-xyz'", "not a commit"]),
     (["--old", ""], ["--old=''"]),
@@ -279,6 +338,84 @@ def test_reproduce_stories_gives_up_on_a_model_that_writes_no_words(tmp_path, ca
     monkeypatch.setattr(reproduce, "run", silent_model)
     one_line(cli(lambda argv: reproduce.stories(tmp_path / "run", []), [], capsys), "0 words in 10 samples")
     assert calls.count("sample.py") == reproduce.SAMPLES
+
+
+STORIES_METRICS = ("step,train_loss,val_loss,elapsed_s\n0,3.0,2.9,1.0\n100,1.5,1.3,50.0\n150,1.4,,70.0\n"
+                   "200,1.2,1.4,90.0\n")
+
+
+def stories_children(calls: list, samples: dict[int, str]):
+    """reproduce's `run` for `stories`: train.py leaves a run's metrics.csv in its train.out_dir;
+    sample.py --seed S prints samples[S] (nothing for a seed not in it). Each command goes in calls."""
+    def run(args, cwd=ROOT):
+        calls.append(list(args))
+        if args[0] == "train.py":
+            out = Path(next(a for a in args if a.startswith("train.out_dir=")).partition("=")[2])
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "metrics.csv").write_text(STORIES_METRICS)
+            return 100.0, ""
+        assert args[0] == "sample.py", args
+        return 1.0, samples.get(int(args[args.index("--seed") + 1]), "")
+    return run
+
+
+def test_reproduce_stories_measures_2000_words_of_different_samples(tmp_path, monkeypatch):
+    """Every sample drawn with seed 0 (the same text each time), or all the words sampled counted
+    (3,000, not the 2,000 measured), or the run's last val loss as its best, would have shipped."""
+    from scripts import reproduce
+    calls = []
+    monkeypatch.setattr(reproduce, "run", stories_children(calls, {0: "had " * 1500, 1: "Zorblax " * 1500}))
+    result = reproduce.stories(tmp_path / "run", ["data.stories_chars=20000"])
+    assert result["sampled_words"] == 2000
+    assert result["share_in_corpus"] == 0.75 and result["unknown_examples"] == ["Zorblax"]  # 1,500 + 500
+    assert [a[a.index("--seed") + 1] for a in calls if a[0] == "sample.py"] == ["0", "1"]
+    assert result["best_val_loss"] == 1.3 and result["train_seconds"] == 90.0
+
+
+def test_reproduce_stories_trains_and_measures_the_corpus_of_its_sets(tmp_path, capsys, monkeypatch):
+    """`--set` was checked but left out of the training (the default corpus trained), or the share
+    of real words was measured against another seed's corpus than the one trained on."""
+    from data.stories import generate_stories
+    from scripts import reproduce
+    words = sorted(set(reproduce.WORD.findall(generate_stories(20000, 7)[0])))  # every word of that corpus
+    calls = []
+    monkeypatch.setattr(reproduce, "run", stories_children(calls, {0: " ".join(words * (2000 // len(words) + 1))}))
+    code, out, err = cli(reproduce.main, ["stories", "--out-dir", tmp_path / "out", "--set", "data.stories_chars=20000",
+                                          "data.stories_seed=7"], capsys)
+    assert code == 0 and not err, err
+    train = calls[0]
+    assert train[0] == "train.py" and train[-2:] == ["data.stories_chars=20000", "data.stories_seed=7"], train
+    result = json.loads(out.splitlines()[-1])
+    assert result["share_in_corpus"] == 1.0 and result["unknown_examples"] == [], result
+
+
+def test_reproduce_whole_val_loss_scores_every_token_once_against_the_next(tmp_path, monkeypatch, tiny_model_config,
+                                                                          one_thread):
+    """whole_val_split_loss scored each token as its own next token (targets not shifted), or
+    divided the windows' summed losses by the number of batches of 64 (2 here), not of windows (70)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from data import prepare
+    from model import GPT
+    from scripts import reproduce
+    from tinygpt import checkpoint
+    torch.manual_seed(0)
+    model, T = GPT(tiny_model_config).eval(), tiny_model_config.block_size
+    val = np.random.default_rng(0).integers(0, tiny_model_config.vocab_size, 70 * T + 5).astype(np.uint16)
+    monkeypatch.setattr(checkpoint, "load_model",
+                        lambda run_dir, device: (model, SimpleNamespace(model=tiny_model_config, data=None), None, {}))
+    monkeypatch.setattr(prepare, "prepared_dir", lambda d: tmp_path)
+    monkeypatch.setattr(prepare, "load_prepared", lambda folder: SimpleNamespace(val=val))
+    tokens = torch.from_numpy(val.astype(np.int64))
+    # window i: tokens [iT, (i+1)T) predict [iT+1, (i+1)T+1); 70 windows, the last 4 tokens unused
+    with torch.no_grad():
+        logits = model(tokens[:70 * T].view(70, T))
+        expected = F.cross_entropy(logits.reshape(70 * T, -1), tokens[1:70 * T + 1])
+    assert reproduce.whole_val_loss(tmp_path / "run") == pytest.approx(float(expected), rel=1e-5)
 
 
 @pytest.mark.parametrize("args, culprits", [
@@ -389,6 +526,19 @@ def test_tokenization_table_marks_the_default_bpe_size(capsys, monkeypatch):
     assert "| bpe, 300 (the default) | 300 |" in out and "| bpe, 320 | 320 |" in out
 
 
+def test_tokenization_table_counts_the_default_seeds_corpus(capsys, monkeypatch):
+    """The table measured the corpus of another seed than data.stories_seed's, the one data.prepare
+    generates and the default run trains on."""
+    from data.stories import generate_stories
+    module = script("tokenization_table")
+    offline_gpt2(module, monkeypatch)
+    code, out, err = cli(module.main, ["--chars", "3000", "--sizes", "257"], capsys)
+    assert code == 0 and not err, err
+    text, _ = generate_stories(3000, module.DataConfig.stories_seed)
+    word = module.build_tokenizer("word", text)
+    assert f"| word | {word.vocab_size:,} | {len(word.encode(text)):,} |" in out, out
+
+
 # ---- ablation_table ----
 
 
@@ -458,6 +608,25 @@ def test_ablation_table_reads_a_good_saved_output(tmp_path, capsys):
     (tmp_path / "seed1.json").write_text("tables\n" + json.dumps(ablation_result()))
     code, out, err = cli(script("ablation_table").main, [tmp_path / "seed1.json"], capsys)
     assert code == 0 and not err and "| seed1 | 90.0% | 1.0 (70.0%) |" in out
+
+
+def test_ablation_table_keeps_zero_and_mean_ablation_apart(tmp_path, capsys):
+    """Figures of one kind of ablation shown as the other's: the best head's mean-ablation drop that
+    read its zero-ablation drop, the median head's zero-ablation drop its mean-ablation one, and the
+    count of runs whose most-attended head hurts most taken from mean ablation, not zero."""
+    result = damaged(median_drop={"zero": 0.01, "mean": 0.02},
+                     most_harmful={"zero": {"layer": 1, "head": 0, "drop": 0.2},
+                                   "mean": {"layer": 0, "head": 1, "drop": 0.15}})
+    (tmp_path / "seed1.json").write_text(json.dumps(result))
+    code, out, err = cli(script("ablation_table").main, [tmp_path / "seed1.json"], capsys)
+    assert code == 0 and not err, err
+    lines = out.splitlines()
+    assert lines[2] == ("| seed1 | 90.0% | 1.0 (70.0%) | 20.0 / 10.0 | 1.0 / 2.0 | 1 / 1-2 of 4 "
+                        "| 1.0 (20.0) / 0.1 (15.0) | 1.0+0.1: 30.0 / 20.0 | - |")
+    assert lines[3] == ("| mean ± sd (1 runs) | 90.0 | 70.0 | 20.0 / 10.0 | 1.0 / 2.0 | | 20.0 / 15.0 "
+                        "| 30.0 / 20.0 | - |")
+    assert "hurts most (zero ablation) in 1 of 1 runs" in out
+    assert json.loads(lines[-1])["most_attention_is_most_harmful"] == 1
 
 
 @pytest.mark.parametrize("args, culprits", [
@@ -589,3 +758,56 @@ def test_explorer_bench_keeps_both_pages(tmp_path, monkeypatch, capsys):
     code, out, err = cli(module.main, ["--out", tmp_path], capsys)
     assert code == 0 and "one render: 2.5 ms" in out, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["explorer_bench_init.html", "explorer_bench_sharp.html"]
+
+
+def test_page_faults_reports_medians_and_keeps_step_time_against_the_defaults(capsys, monkeypatch):
+    """A mean in place of a median (one slow, faulting process moving the figure), or the step time's
+    ratio inverted (keep_freed_memory() at half the defaults' step time read `2.00x`)."""
+    module = script("page_faults")
+    figures = {"keep": iter([(10.0, 0.1), (70.0, 0.7), (10.0, 0.1)]),
+               "glibc defaults": iter([(400.0, 0.2), (400.0, 0.2), (1000.0, 0.5)])}
+    monkeypatch.setattr(module, "measure", lambda mode, steps: next(figures[mode]))
+    code, out, err = cli(module.main, ["--reps", "3"], capsys)
+    assert code == 0 and not err, err
+    res = json.loads(out.splitlines()[-1])
+    assert (res["keep"]["faults_per_step"], res["glibc defaults"]["faults_per_step"]) == (10.0, 400.0)
+    assert (res["keep"]["ms_per_step"], res["glibc defaults"]["ms_per_step"]) == pytest.approx((100, 200))
+    assert "ratio 40.0x fewer; step time 0.50x" in out, out
+
+
+def gpu_out(folder: Path, status: str) -> None:
+    """An OUT of scripts/gpu_check.sh: bench.py's JSON of TF32 off and of TF32 on + bfloat16, each
+    its own figures, and the baby GPT's evals, under 1.47 first at step 500, then over, then under."""
+    (folder / "fp32.json").write_text(json.dumps({"train": {"float32": {"tokens_per_s": 1000, "mfu": 0.1}}}))
+    (folder / "tf32_bf16.json").write_text(json.dumps({"train": {"float32": {"tokens_per_s": 3000, "mfu": 0.3},
+                                                                 "bfloat16": {"tokens_per_s": 5000, "mfu": 0.5}}}))
+    (folder / "baby").mkdir(exist_ok=True)
+    (folder / "baby" / "metrics.csv").write_text("step,val_loss,elapsed_s\n250,1.6,30\n500,1.46,60\n750,1.5,90\n"
+                                                 "1000,1.4,120\n")
+    (folder / "status").write_text(status)
+
+
+def test_gpu_table_reads_each_training_row_from_its_stage(tmp_path):
+    """The TF32-on row read fp32.json: TF32 off's figures twice, and TF32's own never shown."""
+    from scripts import gpu_table
+    gpu_out(tmp_path, "baby=exit 0\nfp32=exit 0\ntf32_bf16=exit 0\n")
+    table = dict(gpu_table.rows(tmp_path, "cpu"))
+    assert table["training, float32, TF32 off"] == "1,000 tok/s, MFU 10%"
+    assert table["training, float32, TF32 on"] == "3,000 tok/s, MFU 30%"
+    assert table["training, bfloat16"] == "5,000 tok/s, MFU 50%"
+
+
+def test_gpu_table_time_to_val_is_the_first_eval_under_it(tmp_path):
+    """The baby GPT's time to val 1.47 read its last eval under it (120 s), not its first (60 s)."""
+    from scripts import gpu_table
+    gpu_out(tmp_path, "baby=exit 0\n")
+    assert dict(gpu_table.rows(tmp_path, "cpu"))["baby GPT: time to val 1.47"] == "60 s (step 500, val 1.460)"
+
+
+@pytest.mark.parametrize("status, row", [("", "did not run"), ("ddp=exit 124\n", "out of time (exit 124)"),
+                                         ("ddp=exit 1\n", "failed (exit 1)"), ("ddp=exit 0\n", "ok")])
+def test_gpu_table_torchrun_is_ok_only_where_it_exited_0(tmp_path, status, row):
+    """A torchrun stage that never ran, or ran out of time, read `ok`: any status but `exit 1` was one."""
+    from scripts import gpu_table
+    gpu_out(tmp_path, "baby=exit 0\n" + status)
+    assert dict(gpu_table.rows(tmp_path, "cpu"))["torchrun, 1 process, NCCL"] == row
