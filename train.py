@@ -616,9 +616,10 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
             print("interrupted", file=sys.stderr)
         sys.exit(run.exit_code)
     if dist.master:
+        force = [] if cfg.model.causal else ["--force"]  # sample.py refuses a model trained without the mask
         print(f"{why}: step {run.step}, best val loss {run.best_val:.4f}, "
               f"{time.perf_counter() - speed['t_start']:.1f} s; "
-              f"sample with: {shlex.join(['python', script_word('sample.py'), path_word(out_dir)])}")
+              f"sample with: {shlex.join(['python', script_word('sample.py'), path_word(out_dir), *force])}")
     return {"step": run.step, "best_val_loss": run.best_val, "out_dir": str(out_dir)}
 
 

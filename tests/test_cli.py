@@ -27,6 +27,7 @@ import shlex
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -630,9 +631,12 @@ def test_prepare_prints_counts_and_reuses_its_folder(tmp, capsys):
 def test_sample_refuses_a_non_causal_model_unless_forced(tmp):
     import train
     run = tmp / "run_bidirectional"
-    train.main([str(tmp / "config.yaml"), "--quiet", *settings(tmp, run), "model.causal=false",
-                "train.max_iters=4", "train.eval_interval=2"])
+    with redirect_stdout(io.StringIO()) as out:
+        train.main([str(tmp / "config.yaml"), "--quiet", *settings(tmp, run), "model.causal=false",
+                    "train.max_iters=4", "train.eval_interval=2"])
     assert load(run / "ckpt.pt")["config"]["model"]["causal"] is False
+    # the hint it ends with works: sample.py refuses such a model without --force
+    assert out.getvalue().splitlines()[-1].endswith(f"sample.py {run} --force")
     refused = cli("sample.py", run, "--prompt", PROMPT, "--max-new-tokens", 10, cwd=tmp)
     assert_user_error(refused, "causal", str(run), "--force")
     forced = sample_text([run, "--prompt", PROMPT, "--max-new-tokens", 10, "--force"])
