@@ -38,7 +38,7 @@ from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
 from tinygpt.checkpoint import atomic_write_text, check_writable, regular_file_target
 from tinygpt.config import Config, config_source, load_config
-from tinygpt.errors import ArgParser, UserError, run_cli, short, work_is_files
+from tinygpt.errors import ArgParser, UserError, count, run_cli, short, work_is_files
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, following_free_cores, keep_freed_memory, model_memory,
                              parent_death_signal, peak_flops, resolve_device, sync)
@@ -522,7 +522,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             r["mfu"] = r.pop("achieved_flops") / peaks[d]
         res["train"] = train
         base = dtypes[0]
-        print(f"training  {res['model']}, {device}, torch {torch.__version__}, {res['threads']} threads")
+        print(f"training  {res['model']}, {device}, torch {torch.__version__}, {count(res['threads'], 'thread')}")
         print(f"{'dtype':<10}{'ms/step':>10}{'tokens/s':>12}{'vs ' + base:>12}{'MFU':>8}{'peak GFLOP/s':>14}")
         for d, r in train.items():
             print(f"{d:<10}{r['step_ms']:>10.1f}{r['tokens_per_s']:>12,.0f}"

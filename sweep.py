@@ -426,9 +426,13 @@ def probe_run(run_dir: Path, n_stories: int, runner: Runner) -> dict | None:
 
 
 def probed(run_dir: Path, n_stories: int) -> bool:
-    """Whether probe.json holds a probe of this run's weights over n_stories held-out stories."""
+    """Whether probe.json holds a probe of this run's weights over n_stories held-out stories (one that
+    does not say how many, hand-made, is probed again)."""
     result = read_probe(run_dir)
-    return result is not None and result["stories"] + result["skipped_stories"] == n_stories
+    if result is None:
+        return False
+    counts = [result.get("stories"), result.get("skipped_stories")]
+    return all(type(n) is int for n in counts) and sum(counts) == n_stories
 
 
 # ---- main ----

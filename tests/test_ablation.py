@@ -264,6 +264,41 @@ def test_only_heads_whose_removal_lowers_the_accuracy_are_top_heads():
     assert coreference.harmful_heads(torch.tensor([[0.0, 0.1], [0.3, -0.1]]), 2) == [(1, 0), (0, 1)]
 
 
+def ablation_of(monkeypatch, baseline: float, accuracy: dict, n_layer: int, n_head: int) -> dict:
+    """coreference.ablation of a model whose probe accuracy is `baseline` with every head and
+    accuracy[removed heads] without them (either mode), no stories decoded."""
+    from contextlib import contextmanager
+    removed_now = [()]
+
+    @contextmanager
+    def recorded(model, removed, values):
+        removed_now.append(tuple(removed))
+        yield
+        removed_now.pop()
+    monkeypatch.setattr(coreference, "ablated", recorded)
+    monkeypatch.setattr(coreference, "held_out_cases", lambda tokenizer, n, seed, block_size: (["a case"], 1, 0))
+    monkeypatch.setattr(coreference, "head_means", lambda model, windows: (None, 1))
+    monkeypatch.setattr(coreference, "behaviour", lambda *args, **kwargs: {
+        "accuracy": accuracy[removed_now[-1]] if removed_now[-1] else baseline})
+    model = GPT(ModelConfig(block_size=8, n_layer=n_layer, n_head=n_head, n_embd=12, vocab_size=5))
+    return coreference.ablation(model, None, 1, seed=3, device=torch.device("cpu"))
+
+
+def test_the_drop_is_the_accuracy_lost_and_its_median_a_heads(monkeypatch):
+    """Removing head 0.2 takes the accuracy from 0.9 to 0.1: a drop of 0.8, the most harmful head.
+    The sign flipped, every drop would read as a gain and the harmless head 0.0 as the most harmful;
+    the median drop of 0, 0.1 and 0.8 is 0.1, where a mean (0.3) would have shipped as the median head's."""
+    accuracy = {((0, 0),): 0.9, ((0, 1),): 0.8, ((0, 2),): 0.1, ((0, 2), (0, 1)): 0.0}
+    ab = ablation_of(monkeypatch, 0.9, accuracy, n_layer=1, n_head=3)
+    for mode in ("zero", "mean"):
+        assert ab["accuracy"][mode] == [[0.9, 0.8, 0.1]]
+        assert ab["drop"][mode] == [[0.0, 0.1, 0.8]]
+        assert ab["most_harmful"][mode] == {"layer": 0, "head": 2, "drop": 0.8}
+        assert ab["median_drop"][mode] == 0.1
+    (pair,) = ab["together"]
+    assert pair["heads"] == ["0.2", "0.1"] and pair["drop"] == {"zero": 0.9, "mean": 0.9}
+
+
 def test_probe_ablate_a_chosen_set(run):
     out = io.StringIO()
     result = probe.main([run, "--stories", "2", "--ablate", "0.1,1.0"], out=out)

@@ -62,6 +62,68 @@ def test_bench_reports_every_section(bench_run):
     assert 20 < res["peak_memory_mb"] < 64 * 1024  # this process's peak resident set, in MB
 
 
+def scripted_times(monkeypatch, seconds: list[float]) -> None:
+    """bench.timed runs what it times, then says it took the next of `seconds`."""
+    import bench
+    left = iter(seconds)
+
+    def timed(fn, device):
+        fn()
+        return next(left)
+    monkeypatch.setattr(bench, "timed", timed)
+
+
+def tiny_bench_config(*overrides: str):
+    """configs/stories.yaml shrunk to a 1x2x16 model on batches of 2 x 8 tokens, and stand-in
+    training data of 11 token ids: (config, data) as bench_training takes them."""
+    from types import SimpleNamespace
+    import numpy as np
+    from tinygpt.config import load_config
+    cfg = load_config(ROOT / "configs/stories.yaml", ["model.n_layer=1", "model.n_head=2", "model.n_embd=16",
+                                                      "model.block_size=8", "train.batch_size=2",
+                                                      "train.device=cpu", *overrides])
+    cfg.model.vocab_size = 11  # (what loading the prepared data sets)
+    return cfg, SimpleNamespace(train=np.arange(500) % 11)
+
+
+def test_training_speed_is_the_median_step_of_every_micro_batchs_tokens(monkeypatch, one_thread):
+    """Steps of 0.1, 0.1 and 1.0 s (one hiccup) with train.grad_accum=2: the median step, 100 ms, of
+    2 micro-batches x 2 x 8 tokens. A mean (400 ms) would let the hiccup set the speed; tokens
+    counted without the micro-batches would halve it."""
+    import bench
+    scripted_times(monkeypatch, [0.1, 0.1, 1.0])
+    cfg, data = tiny_bench_config("train.grad_accum=2")
+    (r,) = bench.bench_training(cfg, data, ["float32"], torch.device("cpu"), 3, compile=False).values()
+    assert r["step_ms"] == pytest.approx(100.0) and r["tokens_per_s"] == pytest.approx(2 * 2 * 8 / 0.1)
+
+
+def test_the_kv_cache_speedup_is_cached_over_uncached_tokens_per_s(monkeypatch, one_thread):
+    """5 tokens in 0.1 s with the cache and 0.4 s without: the cache is 4x faster, not 0.25x."""
+    import bench
+    from model import ModelConfig
+    scripted_times(monkeypatch, [0.1, 0.4] * 3)  # each round decodes with the cache, then without
+    g = bench.bench_generation(ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16, vocab_size=11), 5,
+                               torch.device("cpu"), reps=3)
+    assert g["cached_tokens_per_s"] == pytest.approx(50.0) and g["uncached_tokens_per_s"] == pytest.approx(12.5)
+    assert g["speedup"] == pytest.approx(4.0) and g["same_text"]
+
+
+def test_loss_parity_is_the_mean_loss_of_the_last_10_steps(monkeypatch):
+    """12 steps of losses 0, 1, ..., 11: the last 10 average 6.5; the first 10 (4.5) are mostly the
+    untrained start that every dtype shares."""
+    import bench
+
+    class ScriptedLosses:
+        def __init__(self, cfg, data, dtype, device, compile):
+            self.losses = iter(range(12))
+
+        def step(self) -> torch.Tensor:
+            return torch.tensor(float(next(self.losses)))
+    monkeypatch.setattr(bench, "TrainBench", ScriptedLosses)
+    assert bench.loss_parity(None, None, ["float32", "bfloat16"], torch.device("cpu"), 12) == \
+        {"float32": 6.5, "bfloat16": 6.5}
+
+
 def test_peak_memory_is_in_mb_on_each_system(monkeypatch):
     """ru_maxrss counts KiB on Linux and bytes on macOS; Windows has no resource module."""
     import bench
@@ -124,9 +186,11 @@ def test_train_threads_pins_the_bench_and_a_busy_machine_is_noted(tmp_path, monk
     torch.set_num_threads(2)
     try:
         assert bench.main(args)["threads"] == 2
-        assert "note: other processes keep 1 of the 2 cores busy now" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "note: other processes keep 1 of the 2 cores busy now" in out and ", 2 threads\n" in out
         assert bench.main([*args, "--set", "train.threads=1"])["threads"] == 1
-        assert "note:" not in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "note:" not in out and ", 1 thread\n" in out  # (not `1 threads`)
     finally:
         torch.set_num_threads(threads)
 
@@ -227,6 +291,22 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     assert table["  vs transformers generate"].startswith(f"{h['ratio']:.2f}x (")
     assert "same tokens: True" in table["  vs transformers generate"]
     assert table["decoding 1x2x32, block 32, KV cache"].endswith("x no cache)")
+
+
+def test_the_bandwidth_limit_counts_the_weights_a_token_reads(monkeypatch, one_thread):
+    """Decoding a token reads every weight once, but the position embedding's one row only: the
+    weights of a 1x2x32 model of 37 tokens are V*C + 12*C*C + 2*C + C float32s, without its 32 x 32
+    position table (which would add 4 KiB, 8%)."""
+    pytest.importorskip("transformers")
+    import bench
+    from model import ModelConfig
+    monkeypatch.setattr(bench, "memory_bandwidth", lambda device: 1e9)  # (a 256 MiB read, not measured here)
+    h = bench.bench_vs_hf(ModelConfig(block_size=32, n_layer=1, n_head=2, n_embd=32, vocab_size=37), 8,
+                          torch.device("cpu"), reps=1)
+    C = 32
+    weights = 37 * C + 12 * C * C + 2 * C + C  # embedding (the tied LM head), one block, the final LayerNorm
+    assert h["weights_mb"] == pytest.approx(4 * weights / 2**20)
+    assert h["bandwidth_limit_tokens_per_s"] == pytest.approx(h["bandwidth_gb_s"] * 1e9 / (4 * weights))
 
 
 @pytest.mark.slow

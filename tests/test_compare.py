@@ -723,3 +723,32 @@ def test_a_runs_summary_takes_the_best_val_loss_the_median_speed_and_the_longest
     assert summary["best_val_loss"] == 1.0
     assert summary["tokens_per_s"] == 10.0
     assert summary["wall_s"] == 9.0
+
+
+def test_a_seed_trained_twice_is_drawn_at_the_mean_of_its_runs():
+    """Two runs of one seed (val loss 2.0 and 3.0 at step 10) are one curve at 2.5: the lower of
+    the two would have shipped as the seed's curve, hiding the unlucky repeat."""
+    from tinygpt import report
+    twice = [{"train.seed": 1, "metrics": [{"step": 0, "val_loss": 4.0}, {"step": 10, "val_loss": loss}]}
+             for loss in (2.0, 3.0)]
+    other = {"train.seed": 2, "metrics": [{"step": 10, "val_loss": 1.0}]}
+    merged = report.one_run_per_seed([*twice, other])
+    assert merged[0]["metrics"] == [{"step": 0, "val_loss": 4.0}, {"step": 10, "val_loss": 2.5}]
+    assert merged[1] is other  # a seed trained once is its run
+
+
+def test_two_seeds_get_a_band_of_one_sample_standard_deviation(monkeypatch):
+    """A setting of 2 seeds is drawn with its ± 1 std band, the sample std (n - 1): the band was
+    left out below 3 runs, or drawn with the population std (0.5 instead of 0.7071 here)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.collections import PolyCollection
+    figures = capture_figures(monkeypatch)
+    runs_ = [{"metrics": [{"step": 0, "val_loss": 4.0 + d}, {"step": 10, "val_loss": 2.0 + d}]} for d in (0.0, 1.0)]
+    plots.val_loss_png([{"label": "n_head=1", "runs": runs_}, {"label": "n_head=2", "runs": runs_[:1]}])
+    ax = figures["val_loss.png"].axes[0]
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]  # the single run has none
+    std = (0.5 ** 2 * 2 / (2 - 1)) ** 0.5  # deviations ±0.5 from the mean, over n - 1 = 1
+    vertices = band.get_paths()[0].vertices
+    for step, mean in ((0, 4.5), (10, 2.5)):
+        ys = vertices[vertices[:, 0] == step][:, 1]
+        assert min(ys) == pytest.approx(mean - std) and max(ys) == pytest.approx(mean + std)

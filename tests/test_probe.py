@@ -35,6 +35,7 @@ from model import GPT, ModelConfig, generate
 from tinygpt.ablation import parse_heads
 from tinygpt.errors import UserError, run_cli
 from tinygpt.report import times
+from tinygpt.runs import write_probe
 from tinygpt.tokenizer import CharTokenizer, TiktokenTokenizer, WordTokenizer, tokenizer_from_dict
 
 N_LAYER, N_HEAD, BLOCK = TINY_STORIES["n_layer"], TINY_STORIES["n_head"], TINY_STORIES["block_size"]
@@ -69,6 +70,15 @@ def test_char_spans_with_the_char_tokenizer():
     assert coreference.mention_positions(spans[1:], [(0, 3)]) == []  # partly cut off: not visible
     window = [(s + 100, e + 100) for s, e in spans]  # the same tokens further into a text
     assert coreference.mention_positions(window, [(100, 103), (110, 114)]) == [0, 1, 2, 10, 11, 12, 13]
+
+
+def test_a_mention_cut_off_at_the_windows_end_is_not_visible():
+    """A name whose last characters lie past the window's last token is cut off as much as one whose
+    first lie before it: its visible tokens would have counted as the whole name."""
+    spans = [(i, i + 1) for i in range(10, 16)]  # the tokens of chars 10..15
+    assert coreference.mention_positions(spans, [(14, 17)]) == []  # chars 14-16: 16 is past the window
+    assert coreference.mention_positions(spans, [(8, 11)]) == []  # chars 8-10: 8 and 9 before it
+    assert coreference.mention_positions(spans, [(13, 16), (14, 17)]) == [3, 4, 5]  # the whole one only
 
 
 def test_char_spans_with_bpe_and_a_split_character():
@@ -304,6 +314,41 @@ def test_sweeps_probe_stops_with_the_sweep_and_probes_what_it_is_asked(run, tmp_
     assert runs.probe_columns({**result, "references": 0}) == {}
 
 
+def test_the_sweeps_probe_measures_on_the_held_out_stories(run, monkeypatch):
+    """sweep.py --probe measures on the stories of stories_seed + HELD_OUT_OFFSET, as probe.py does:
+    at the training corpus's own seed it would score the model on stories it was trained on."""
+    seeds = []
+
+    def stopped_probe(model, tokenizer, n_stories, seed, device, **kwargs):
+        seeds.append(seed)
+        return None  # as if the sweep was stopped: nothing saved
+    monkeypatch.setattr(sweep, "probe", stopped_probe)
+    assert sweep.probe_run(run, 3, sweep.Runner(1)) is None
+    stories_seed = load_checkpoint(run / "best.pt")["config"]["data"]["stories_seed"]
+    assert seeds == [stories_seed + 1_000_003] and 1_000_003 == coreference.HELD_OUT_OFFSET
+
+
+def test_a_probe_with_skipped_stories_counts_them_as_probed(tmp_path):
+    """probe.json of --probe-stories 3 where 1 story was skipped (a word outside the vocabulary):
+    2 measured + 1 skipped are the 3 asked. Read as 2, every rerun of the sweep probed it again."""
+    best = {"layer": 0, "head": 0, "antecedent": 0.5, "ratio": None}
+    write_probe(tmp_path, {"stories": 2, "skipped_stories": 1, "references": 4,
+                           "behaviour": {"antecedent": 2, "distractor": 1, "other": 1},
+                           "attention_attribute": {"best": best}, "attention": {"best": best}})
+    assert sweep.probed(tmp_path, 3)
+    assert not sweep.probed(tmp_path, 2) and not sweep.probed(tmp_path, 4)  # another --probe-stories
+
+
+@pytest.mark.parametrize("counts", [{}, {"stories": "2", "skipped_stories": 1}, {"stories": 2.5, "skipped_stories": 0.5}])
+def test_a_probe_that_does_not_say_how_many_stories_is_probed_again(tmp_path, counts):
+    """A hand-made probe.json without whole counts of stories (compare.py shows its figures): a
+    sweep's rerun with --probe stopped on a KeyError traceback; it probes again."""
+    best = {"layer": 0, "head": 0, "antecedent": 0.5, "ratio": None}
+    write_probe(tmp_path, {**counts, "references": 4, "behaviour": {"antecedent": 2, "distractor": 1, "other": 1},
+                           "attention_attribute": {"best": best}, "attention": {"best": best}})
+    assert not sweep.probed(tmp_path, 3)
+
+
 def test_uniform_attention_gives_the_uniform_baseline(run):
     """Zero every W_Q: all scores are 0, so each head spreads evenly over the allowed keys and its
     weight on the antecedent's name must be exactly what the uniform baseline says."""
@@ -370,7 +415,6 @@ def test_probe_refuses_a_non_causal_run_without_force(run, tmp_path, capsys):
     assert result["references"] > 0
 
 
-
 def last_row(*weights: float) -> torch.Tensor:
     """The predicting position's attention over T = len(weights) keys, one layer of one head."""
     return torch.tensor(weights).view(1, 1, -1)
@@ -380,6 +424,24 @@ def best_head_line(a: dict) -> str:
     lines = coreference.attention_table(a, "its name", 1, 1)
     return next(line for line in lines if line.startswith("best head:"))
 
+
+def test_the_mean_attention_is_over_the_references_with_the_antecedent_in_the_window():
+    """A reference whose antecedent is outside the window has nothing to weigh: counted in the
+    mean's denominator, it would have halved the head's 0.6 on the antecedent (and the distractor's
+    0.2) to 0.3 (and 0.1)."""
+    a = coreference.attention_on([([0], [1], last_row(0.6, 0.2, 0.2)), ([], [1], last_row(0.1, 0.8, 0.1))], 1, 1)
+    assert a["references"] == 1 and a["antecedent"] == [[0.6]] and a["distractor"] == [[0.2]]
+    assert a["uniform"] == a["per_key"] == pytest.approx(1 / 3, abs=1e-4)  # one key of 3, in the one counted
+
+
+def test_the_best_head_is_found_in_a_grid_of_more_heads_than_layers():
+    """2 layers of 3 heads, the most weight on the antecedent in layer 0 head 2 (the third of six
+    cells): split by the number of layers, the cell's index 2 read as layer 1 head 0."""
+    weights = torch.full((2, 3, 4), 0.1)  # (n_layer, nh, T): the predicting position's weights
+    weights[0, 2] = torch.tensor([0.7, 0.1, 0.1, 0.1])
+    weights[1, 0] = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    best = coreference.attention_on([([0], [1], weights)], 2, 3)["best"]
+    assert (best["layer"], best["head"], best["antecedent"], best["distractor"]) == (0, 2, 0.7, 0.1)
 
 # ---- what the output says ----
 

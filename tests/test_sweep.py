@@ -301,6 +301,16 @@ def test_adding_seeds_to_a_finished_sweep_reuses_its_run_as_the_first_seed(first
             assert [r["run"] for r in rows] == ["n_head=1,seed=1337", "n_head=1,seed=1338"]
 
 
+def test_a_grid_over_a_setting_a_rerun_may_change_asks_for_a_run_of_each_value():
+    """train.compile may differ between a run and its rerun (the same training), but a grid over it
+    asks for one run of each value: the compiled run would have passed for the uncompiled one."""
+    from tinygpt.config import flat_config
+    compiled = flat_config(load_config(CONFIG, ["train.compile=true"]))
+    plain = load_config(CONFIG, ["train.compile=false"])
+    assert sweep.same_run(compiled, plain, ["model.n_head"])  # not in the grid: the same run
+    assert not sweep.same_run(compiled, plain, ["train.compile"])
+
+
 def test_a_run_stopped_under_another_name_is_resumed_in_its_folder(first_sweep, tmp_path, monkeypatch):
     """An unfinished run of the same settings under another name (the grid's keys in another order)
     is resumed where it is, not started again beside it."""
@@ -424,6 +434,32 @@ def test_failed_runs_are_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, c
     # the row says the run's own error where the sweep relayed it (--jobs 2); it said only `failed (exit 2)`
     first = "failed (exit 2: a user error)" if jobs > 1 else "failed (exit 2)"
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == [first, "failed (exit 1)"]
+
+
+def test_a_failed_run_is_not_probed(tmp_path, monkeypatch, capfd):
+    """--probe and a run that failed: the probe of what it left (here no checkpoint) ended the whole
+    sweep with 'run directory or checkpoint not found' instead of its report of the failure."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text("import sys\nprint('error: a user error', file=sys.stderr)\nsys.exit(2)\n")
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--grid", "model.n_head=1", "--probe", "--probe-stories", "3",
+                    *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
+    printed = capfd.readouterr()
+    assert exit_info.value.code == 1 and "1 of 1 run(s) failed: n_head=1" in printed.err
+    assert "Traceback" not in printed.err and ": probe" not in printed.out
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["failed (exit 2)"]
+    assert not (tmp_path / "sw" / "n_head=1" / "probe.json").exists()
+
+
+def test_parallel_runs_share_the_cores_between_their_threads(monkeypatch):
+    """--jobs 2 on 4 cores: each run gets OMP_NUM_THREADS=2; all 4 each, the runs' threads would
+    fight over the cores. One job keeps the environment as it is."""
+    fake_cores(monkeypatch, {0, 1, 2, 3})
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert sweep.Runner(2).env["OMP_NUM_THREADS"] == "2"
+    assert sweep.Runner(4).env["OMP_NUM_THREADS"] == "1"
+    assert sweep.Runner(1).env is None
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
@@ -1010,6 +1046,27 @@ def test_stats_over_31_values_take_t_of_30_degrees_of_freedom():
     assert abs(s["lo"] - (1 - half)) < 1e-9 and abs(s["hi"] - (1 + half)) < 1e-9
 
 
+def test_stats_mean_is_the_mean_not_the_median():
+    """Over skewed seeds (1, 2, 6) the mean is 3: a median (2) would have shipped in every "mean ± std"."""
+    s = report.stats([1.0, 2.0, 6.0])
+    assert s["mean"] == 3.0 and s["std"] == pytest.approx(7 ** 0.5)  # deviations -2, -1, 3: (4 + 1 + 9) / 2
+
+
+def test_summary_csv_gives_the_mean_of_skewed_seeds_and_its_interval(tmp_path):
+    """summary.csv over 3 skewed seeds (11, 12, 16): mean 13, std sqrt(7), 13 ± t(2) sqrt(7) / sqrt(3),
+    all by hand: a median (12) would have shipped as the setting's mean, its interval around it."""
+    rows = [{"run": f"s{seed}", "model.n_head": 1, "train.seed": seed, "status": "done", "best_val_loss": loss}
+            for seed, loss in ((1, 11.0), (2, 12.0), (3, 16.0))]
+    report.write_report(rows, ["model.n_head", "train.seed"], tmp_path, title="t")
+    (row,) = read_csv(tmp_path / "summary.csv")
+    std = 7 ** 0.5  # deviations -2, -1, 3 from 13: (4 + 1 + 9) / (3 - 1)
+    half = 4.303 * std / 3 ** 0.5
+    assert row["setting"] == "n_head=1" and row["best_val_loss_n"] == "3"
+    assert float(row["best_val_loss_mean"]) == 13.0 and float(row["best_val_loss_std"]) == pytest.approx(std)
+    assert float(row["best_val_loss_lo"]) == pytest.approx(13 - half)
+    assert float(row["best_val_loss_hi"]) == pytest.approx(13 + half)
+
+
 def test_runs_that_did_not_finish_are_left_out_of_the_summary(tmp_path):
     """A failed or unfinished seed is listed with its status but not averaged with the finished
     ones (its loss is of fewer steps), n counts the finished runs, and the report says so."""
@@ -1229,6 +1286,20 @@ def test_settings_plot_shows_each_setting_with_its_interval(tmp_path, monkeypatc
     plots.settings_png(report.group_by_setting(unprobed, ["model.n_head", "model.n_layer", "train.seed"]))
     assert len(figures["settings.png"].axes) == 1  # no probe, no probe panels
     assert plots.settings_png(groups[:1]) is None  # one setting: nothing to compare
+
+
+def test_an_interval_cut_at_0_is_drawn_cut(tmp_path, monkeypatch):
+    """Seeds 0.1, 0.2, 3.0: the interval, 1.1 ± 4.09, is cut at 0 below and not above. Its lower bar
+    drawn as long as the upper one would have reached below 0 again, undoing the cut in settings.png."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    rows = [{"model.n_head": h, "train.seed": s, "best_val_loss": v}
+            for h, values in ((1, (0.1, 0.2, 3.0)), (2, (1.0, 1.1, 1.2))) for s, v in zip((1, 2, 3), values)]
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
+    ax = figures["settings.png"].axes[0]
+    std = ((1.0 ** 2 + 0.9 ** 2 + 1.9 ** 2) / 2) ** 0.5  # deviations from the mean 1.1
+    (low, high), _ = ax.containers[0][2][0].get_segments()  # the error bars of n_head=1, then n_head=2
+    assert low[1] == pytest.approx(0.0) and high[1] == pytest.approx(1.1 + 4.303 * std / 3 ** 0.5)
 
 
 def test_the_settings_plot_neither_magnifies_nor_hides(tmp_path, monkeypatch):

@@ -219,6 +219,54 @@ def test_a_full_disk_under_the_log_is_one_line_without_the_threads_traceback(tmp
         board.close()  # tensorboard's close() does not raise its thread's error: this does
 
 
+def test_the_attention_images_show_the_weights_without_dropout(tmp_path, monkeypatch):
+    """A model trained with dropout 0.5 is drawn in eval mode, so two evals of the same weights draw
+    the same attention (with dropout's random masks, each image would be of another model), and
+    it goes back to training after."""
+    import torch
+    pytest.importorskip("tensorboard")
+    from model import GPT, ModelConfig
+    from tinygpt import attention_view, tensorboard_log
+    from tinygpt.tokenizer import CharTokenizer
+    drawn = []
+    monkeypatch.setattr(attention_view, "heatmap_figure", lambda weights, *args, **kwargs: drawn.append(weights))
+    monkeypatch.setattr(tensorboard_log, "figure_pixels", lambda fig: np.zeros((8, 8, 3), np.uint8))
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=8, n_layer=2, n_head=2, n_embd=16, vocab_size=3, dropout=0.5)).train()
+    board = tensorboard_log.TensorBoardLog(tmp_path, CharTokenizer.from_text("abc"), [0, 1, 2, 1, 0])
+    try:
+        for step in (0, 10):
+            board.eval(step, {"train": 1.0, "val": 1.0}, model)
+    finally:
+        board.close()
+    assert model.training and len(drawn) == 4  # 2 evals x 2 layers
+    assert torch.equal(drawn[0], drawn[2]) and torch.equal(drawn[1], drawn[3])
+
+
+def test_an_error_of_any_other_kind_in_the_writer_thread_reaches_the_hook_before(tmp_path, monkeypatch):
+    """Only the writer thread's OSError (a full disk) is kept for one line: any other error of that
+    thread, a bug, is printed by the hook there was before, not swallowed."""
+    import threading
+    pytest.importorskip("tensorboard")
+    from tinygpt import tensorboard_log
+    from tinygpt.tokenizer import CharTokenizer
+    printed = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: printed.append(args.exc_value))  # the hook before
+    monkeypatch.setattr(tensorboard_log, "WRITER_ERRORS", [])
+    board = tensorboard_log.TensorBoardLog(tmp_path, CharTokenizer.from_text("abc"), [0, 1, 2])
+    bug = ValueError("a bug in the writer thread")
+
+    class _AsyncWriterThread(threading.Thread):  # named as tensorboard's writer thread
+        def run(self):
+            raise bug
+
+    thread = _AsyncWriterThread()
+    thread.start()
+    thread.join()
+    assert printed == [bug] and tensorboard_log.WRITER_ERRORS == []
+    board.close()  # nothing kept for it to raise
+
+
 def test_without_the_package_it_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import -> ImportError
     with pytest.raises(UserError, match="needs the tensorboard package: pip install tensorboard"):
