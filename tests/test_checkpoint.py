@@ -307,6 +307,27 @@ def test_incomplete_checkpoint_is_refused(tmp_path):
     assert "config" in message and "tokenizer" in message and "step" in message
 
 
+def test_a_version_3_checkpoint_without_its_checksum_is_called_incomplete(tmp_path):
+    """Version 3 files carry a checksum: one lacking it ended in a KeyError traceback, not a one-line refusal."""
+    state, _, _ = tiny_state()
+    path = tmp_path / "nosum.pt"
+    torch.save({"format": FORMAT, "version": 3, **state}, path)
+    assert "is incomplete: missing checksum" in refusal(path)
+
+
+def test_a_model_vocab_other_than_its_tokenizer_s_is_refused(tmp_path):
+    """A model whose vocabulary is not its tokenizer's (a damaged checkpoint) loaded as if whole."""
+    state, _, _ = tiny_state()
+    state["tokenizer"]["vocab_size"] += 1
+    path = tmp_path / "vocab.pt"
+    save_checkpoint(path, state)  # a valid checksum: only the sizes disagree
+    with pytest.raises(UserError) as info:
+        load_model(path, with_tokenizer=False)
+    vocab = state["config"]["model"]["vocab_size"]
+    assert str(info.value) == (f"{path}: model.vocab_size={vocab} does not match its tokenizer's {vocab + 1}; "
+                               f"the checkpoint is damaged")
+
+
 class TouchOnUnpickle:
     """A pickled payload that creates a file when unpickled (a stand-in for arbitrary code)."""
 
@@ -820,11 +841,12 @@ def test_a_misshapen_optimizer_moment_is_refused_by_name(tmp_path):
     (lambda s: s["state"][0].update(step=torch.tensor(float("nan"))), "step of weight 'tok_emb.weight' is"),
     (lambda s: s["state"][0].pop("exp_avg_sq"), "holds ['exp_avg', 'step'], not step and exp_avg, exp_avg_sq"),
     (lambda s: s["param_groups"][0].update(betas=(2.0,)), "betas are (2.0,), not two numbers in [0, 1)"),
+    (lambda s: s["param_groups"][0].update(betas=(1.5, 0.9)), "betas are (1.5, 0.9), not two numbers in [0, 1)"),
     (lambda s: s["param_groups"][0].update(eps=float("nan")), "eps is nan, not a number >= 0"),
     (lambda s: s["state"][0]["exp_avg"].fill_(float("nan")), "'exp_avg' of weight 'tok_emb.weight' holds values that"),
     (lambda s: s["state"][0]["exp_avg_sq"].fill_(-1.0), "holds values that are not finite or are negative"),
     (lambda s: s["state"][0].update(exp_avg=s["state"][0]["exp_avg"].long()), "is torch.int64, not floating point"),
-], ids=["step_vector", "step_negative", "step_nan", "moment_missing", "betas", "eps_nan", "moment_nan",
+], ids=["step_vector", "step_negative", "step_nan", "moment_missing", "betas", "beta_1_5", "eps_nan", "moment_nan",
         "second_moment_negative", "moment_int"])
 def test_a_damaged_optimizer_state_is_refused_by_name(tmp_path, damage, said):
     """Hand-made or damaged optimizer states with a valid checksum: a 1000-element step, a missing
@@ -840,11 +862,13 @@ def test_a_damaged_optimizer_state_is_refused_by_name(tmp_path, damage, said):
     assert str(info.value).endswith("the checkpoint is damaged") and "\n" not in str(info.value)
 
 
-def test_a_step_beyond_2_62_is_refused(tmp_path):
-    state, _, _ = tiny_state(step=2**62 + 1)
+@pytest.mark.parametrize("step", [2**62 + 1, -5])
+def test_a_step_beyond_0_to_2_62_is_refused(tmp_path, step):
+    """A negative step is no count of steps either: step=-5 loaded as one, a resume to continue before step 0."""
+    state, _, _ = tiny_state(step=step)
     path = tmp_path / "step.pt"
     save_checkpoint(path, state)
-    assert f"its step is {2**62 + 1}, not a count of steps" in refusal(path)
+    assert f"its step is {step}, not a count of steps" in refusal(path)
 
 
 @pytest.mark.parametrize("key", ["loss_count", "loss_sum", "elapsed_s"])
@@ -912,6 +936,54 @@ def test_a_huge_run_file_is_refused_unread(tmp_path, name):
         read(tmp_path)
 
 
+def summarized(run: pathlib.Path, rows: list[dict], ckpt_step: int | None = None) -> dict:
+    """runs.summarize_run of a folder holding a run's config.yaml (train.max_iters=10), metrics.csv of
+    `rows` and, given ckpt_step, a ckpt.pt of that step trained on data of digest 'abc'."""
+    from tinygpt import runs
+    cfg = Config()
+    cfg.train.max_iters = 10
+    runs.write_config(run, cfg)
+    runs.write_metrics(run, rows)
+    if ckpt_step is not None:
+        state, _, _ = tiny_state(step=ckpt_step)
+        save_checkpoint(run / "ckpt.pt", {**state, "data_digest": "abc"})
+    return runs.summarize_run(run)
+
+
+def test_a_checkpoint_past_the_runs_max_iters_is_not_taken_as_its_own(tmp_path):
+    """A ckpt.pt of step 50 (another run's, copied in) in a run of train.max_iters=10 stopped at step 5
+    made the summary say 'done', and gave that checkpoint's data as the run's."""
+    rows = [{"step": 0, "train_loss": 4.0, "val_loss": 4.0}, {"step": 5, "train_loss": 3.0}]
+    summary = summarized(tmp_path / "run", rows, ckpt_step=50)
+    assert summary["status"] == "step 5/10" and summary["data_digest"] is None
+    assert summarized(tmp_path / "own", rows, ckpt_step=5)["data_digest"] == "abc"  # its own is read
+
+
+def test_a_diverged_eval_is_no_best_val_loss(tmp_path):
+    """min() of [nan, 2.5] is nan: a run whose first eval diverged had no best loss to show or rank."""
+    rows = [{"step": 0, "train_loss": float("nan"), "val_loss": float("nan")},
+            {"step": 10, "train_loss": 2.0, "val_loss": 2.5}]
+    assert summarized(tmp_path / "run", rows)["best_val_loss"] == 2.5
+
+
+def test_a_probe_of_older_weights_than_best_pt_is_not_shown(tmp_path):
+    """sweep.py and compare.py showed probe.json's figures after a resume had rewritten best.pt: figures
+    measured on weights that are gone. It records best.pt's mtime; another mtime makes it stale."""
+    import json
+    from tinygpt import runs
+    best = tmp_path / "best.pt"
+    best.write_bytes(b"weights")
+    head = {"layer": 0, "head": 1, "antecedent": 0.5, "ratio": None}
+    probe = {"references": 4, "behaviour": {"antecedent": 2, "distractor": 1, "other": 1},
+             "attention_attribute": {"best": head}, "attention": {"best": head},
+             "checkpoint_mtime_ns": best.stat().st_mtime_ns}
+    (tmp_path / "probe.json").write_text(json.dumps(probe))
+    assert runs.read_probe(tmp_path) == probe
+    mtime = best.stat().st_mtime_ns + 10**9
+    os.utime(best, ns=(mtime, mtime))  # best.pt written again after the probe
+    assert runs.read_probe(tmp_path) is None
+
+
 def test_a_file_system_without_locks_is_named_not_blamed_on_a_training(tmp_path, monkeypatch):
     """flock failing with ENOLCK (some NFS or FUSE mounts) read as `in use by another training
     (process unknown)`: a training that does not exist, and a refusal forever."""
@@ -927,6 +999,29 @@ def test_a_file_system_without_locks_is_named_not_blamed_on_a_training(tmp_path,
         with runs.run_lock(tmp_path / "run"):
             pass
     assert "in use" not in str(refused.value)
+
+
+def test_a_lock_file_removed_while_locking_it_is_locked_again_at_its_place(tmp_path, monkeypatch):
+    """A holder removes the lock file just before releasing it: a training that locked the removed
+    file counted it as held, and a third one, locking the new file at its place, ran beside it."""
+    from tinygpt import runs
+    if runs.fcntl is None:
+        pytest.skip("POSIX locks only")
+    run, flock, calls = tmp_path / "run", runs.fcntl.flock, []
+
+    def released_and_taken_again(fd, op):
+        calls.append(fd)
+        if len(calls) == 1:  # between our open and our lock: the holder unlinks it, a new training makes it again
+            (run / runs.LOCK).unlink()
+            (run / runs.LOCK).write_text("")
+        flock(fd, op)
+    monkeypatch.setattr(runs.fcntl, "flock", released_and_taken_again)
+    with runs.run_lock(run) as held:
+        assert len(calls) == 2 and held()
+        monkeypatch.undo()
+        with pytest.raises(UserError, match="is in use by another training"):
+            with runs.run_lock(run):
+                pass
 
 
 def test_a_run_whose_checkpoint_is_a_folder_or_a_dead_link_says_so(tmp_path):

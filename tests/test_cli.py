@@ -345,6 +345,15 @@ def test_resume_reaches_max_iters(runs):
     assert (split / "best.pt").is_file()
 
 
+def test_an_ordinary_resume_restores_no_metrics_rows(runs):
+    """A resume kept metrics.csv's rows before the checkpoint's step, not of it: every resume noted a
+    false `metrics.csv lacked 1 row, of step 20 ... restored from ckpt.pt`."""
+    result = ok(runs["results"]["resume"])
+    assert "lacked" not in result.stderr and "restored from ckpt.pt" not in result.stderr, result.stderr
+    assert [r["step"] for r in runs["stopped"]["metrics"]] == [r["step"] for r in read_metrics(runs["split"])
+                                                            if int(r["step"]) <= STOP_AT]
+
+
 def test_resume_is_exact(runs, run):
     """Stop at 20 + resume == one uninterrupted run: same metrics and the same final weights."""
     ok(runs["results"]["resume"])

@@ -241,6 +241,11 @@ def test_a_key_that_is_not_a_name_is_refused(tmp_path, text, expected):
     ("train: {grad_accum: 0}", ["train.grad_accum=0", ">= 1"]),
     ("data: {bpe_vocab_size: 256}", ["data.bpe_vocab_size=256", "257..65536"]),  # the 256 bytes plus one merge
     ("data: {bpe_vocab_size: 65537}", ["data.bpe_vocab_size=65537", "257..65536"]),
+    ("train: {log_interval: 0}", ["train.log_interval=0", ">= 1"]),  # `step % 0`: a ZeroDivisionError at the first step
+    ("train: {eval_interval: 0}", ["train.eval_interval=0", ">= 1"]),  # likewise, at step 0's eval
+    ("train: {threads: -1}", ["train.threads=-1", "0..1024"]),  # torch.set_num_threads(-1): a RuntimeError traceback
+    ("train: {min_lr: -0.0001}", ["train.min_lr=-0.0001", "[0, train.lr="]),  # the cosine decay ends at a negative rate
+    ("data: {stories_chars: 9999}", ["data.stories_chars=9999", ">= 10000"]),
 ])
 def test_impossible_values_are_refused(tmp_path, text, expected):
     path = write(tmp_path, text + "\n")
@@ -540,6 +545,14 @@ def test_a_thread_count_beyond_any_cpu_is_refused(tmp_path):
     # libgomp segfaulted (no message, exit 139) when asked for 100,000 threads
     assert "train.threads=100000" in user_error(write(tmp_path, ""), ["train.threads=100000"])
     assert load_config(write(tmp_path, ""), ["train.threads=64"]).train.threads == 64
+
+
+@pytest.mark.parametrize("key", ["data.dataset", "data.prepared_dir", "train.out_dir", "train.init_from"])
+def test_a_tilde_is_expanded_in_every_path_key(tmp_path, key):
+    """'~' is expanded in each path key: one left out read '~/runs/x' as a folder named '~' in the working folder."""
+    section, name = key.split(".")
+    cfg = load_config(write(tmp_path, f"{section}: {{{name}: '~/runs/x'}}\n"))
+    assert getattr(getattr(cfg, section), name) == os.path.join(os.path.expanduser("~"), "runs", "x")
 
 
 def test_a_tilde_of_no_user_is_refused_not_made_a_folder(tmp_path):

@@ -644,3 +644,23 @@ def test_init_from_starts_from_the_saved_weights(corpus, tmp_path):
     save_checkpoint(tmp_path / "imported" / "ckpt.pt", weights_only)
     with pytest.raises(UserError, match="weights only"):
         train.main(train_args(corpus, tmp_path / "imported") + ["--resume"])
+
+
+@pytest.mark.parametrize("steps, refused", [((0,), False), ((0, 5, 10), True)], ids=["died at step 0", "past step 0"])
+def test_a_new_run_refuses_the_events_of_a_run_past_step_0_whose_checkpoints_were_removed(tmp_path, steps, refused):
+    """`rm out/x/*.pt` leaves config.yaml, metrics.csv and tensorboard/: a new run there added its events
+    beside those of steps 0 to 10, every step twice. Events of step 0 only (a run that died before its
+    first checkpoint) are no loss: that folder may be started again."""
+    from tinygpt.config import Config
+    from tinygpt.errors import UserError
+    from tinygpt.runs import check_run_dir, write_config, write_metrics
+    run = tmp_path / "run"
+    write_config(run, Config())
+    write_metrics(run, [{"step": step, "train_loss": 2.5, "val_loss": 2.5} for step in steps])
+    (run / "tensorboard").mkdir()
+    (run / "tensorboard" / "events.out.tfevents.1700000000.host.1.0").write_bytes(b"")
+    if refused:
+        with pytest.raises(UserError, match=r"holds TensorBoard events \(tensorboard/\) but no ckpt.pt to resume"):
+            check_run_dir(run, resume=False)
+    else:
+        check_run_dir(run, resume=False)  # started again: its events of step 0 are replaced

@@ -1,6 +1,7 @@
 """Guards tinygpt/runtime.py: dtype and device choice, peak FLOP/s for MFU."""
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,16 @@ def test_dtype_auto_on_a_gpu_follows_its_tensor_cores(monkeypatch, capability, d
     torch.cuda.is_bf16_supported() says yes to emulation); older: float32. Faked: no GPU needed."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     assert runtime.resolve_dtype("auto", torch.device("cuda")) == dtype
+
+
+def test_bfloat16_on_a_gpu_without_it_is_refused(monkeypatch):
+    """train.dtype=bfloat16 on a GPU that lacks it was taken without a word, left to torch's autocast."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    with pytest.raises(UserError, match="train.dtype=bfloat16 is not supported by this GPU; use float16 or float32"):
+        runtime.resolve_dtype("bfloat16", torch.device("cuda"))
+    assert runtime.resolve_dtype("float16", torch.device("cuda")) == "float16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert runtime.resolve_dtype("bfloat16", torch.device("cuda")) == "bfloat16"
 
 
 def test_cpu_bf16_detection_reads_the_cpu_flags(tmp_path):
@@ -140,6 +151,42 @@ def test_unknown_devices_are_user_errors():
             runtime.resolve_device("cuda:0", "--device")
 
 
+def test_a_gpu_number_beyond_the_machines_gpus_is_a_user_error(monkeypatch):
+    """cuda:1 on a one-GPU machine (GPUs count from 0) was taken, and failed at the first tensor moved there."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(UserError, match=r"train.device='cuda:1': this machine has 1 CUDA device\(s\)"):
+        runtime.resolve_device("cuda:1")
+    assert runtime.resolve_device("cuda:0") == torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize("first, second, after_s, stops_now", [
+    (signal.SIGTERM, signal.SIGINT, 0.01, False),  # a process group's Ctrl-C, passed on by torchrun: one stop
+    (signal.SIGTERM, signal.SIGTERM, 5.0, False),  # a scheduler's second SIGTERM: still save
+    (signal.SIGINT, signal.SIGINT, 1.5, True),  # a second Ctrl-C past the grace: stop now, unsaved
+], ids=["term-then-int-at-once", "term-then-term-later", "int-then-int-later"])
+def test_only_a_second_ctrl_c_after_the_grace_stops_at_once(monkeypatch, first, second, after_s, stops_now):
+    """A worker gets a signal twice within milliseconds (launcher and process group), and a second
+    SIGTERM is no Ctrl-C: either stopping at once lost the save a stop is for."""
+    clock = {"now": 100.0}
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: clock["now"])
+    flag = runtime.StopFlag()
+    try:
+        flag._handle(first, None)
+        clock["now"] += after_s
+        if stops_now:
+            with pytest.raises(KeyboardInterrupt):
+                flag._handle(second, None)
+        else:
+            try:
+                flag._handle(second, None)
+            except KeyboardInterrupt:
+                pytest.fail("stopped at once, unsaved")
+        assert flag.signum == first  # the save reports the first
+    finally:
+        flag.restore()
+
+
 FAULTS = """
 import resource, sys, torch
 from tinygpt import runtime
@@ -212,6 +259,37 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
         torch.set_num_threads(threads)
 
 
+def test_a_pinned_thread_count_is_kept_beside_a_busy_neighbour(monkeypatch):
+    """train.threads=2 is the user's: train.py's once-a-second re-check of the free cores set 1 instead."""
+    clock = {"wall": 0.0, "busy": 0, "total": 0}
+    monkeypatch.setattr(runtime, "_cpu_jiffies", lambda cpus: (clock["busy"], clock["total"]))
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: clock["wall"])
+    monkeypatch.setattr(runtime.time, "process_time", lambda: 0.0)
+    fake_cores(monkeypatch, {0, 1})  # 2 cores, no SMT, no CPU quota
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    threads = torch.get_num_threads()
+    try:
+        policy = runtime.ThreadPolicy(fixed=2)
+        for _ in range(3):  # each second another process keeps one core busy
+            clock["wall"] += 1.0
+            clock["busy"] += 100
+            clock["total"] += 200
+            assert policy.update() == 2 and policy.update(force=True) == 2 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_cpu_ticks_waiting_for_the_disk_are_idle_not_busy(monkeypatch):
+    """/proc/stat's iowait (a core idle while a read is pending) counted as busy: a machine reading its
+    data slowly looked loaded by other processes, and the policy dropped threads for nobody."""
+    stat = ["cpu  40 0 40 200 120 0 0 0 0 0", "cpu0 10 0 10 50 30 0 0 0 0 0", "cpu1 30 0 30 150 90 0 0 0 0 0",
+            "procs_running 1"]  # user nice system idle iowait irq softirq steal guest guest_nice
+    monkeypatch.setattr(runtime, "_proc_stat", lambda: [line.split() for line in stat])
+    assert runtime._cpu_jiffies({0}) == (20, 100)
+    assert runtime._cpu_jiffies({0, 1}) == (80, 400)
+    assert runtime._cpu_jiffies({5}) is None  # no such CPU: nothing known
+
+
 def test_thread_policy_first_look_counts_the_threads_ready_to_run(monkeypatch):
     """Before any window of ticks: the median of 5 instant counts of runnable threads, minus us."""
     fake_cores(monkeypatch, {0, 1})  # 2 cores, no SMT, no CPU quota
@@ -245,6 +323,9 @@ def test_cgroup_limits_are_read_from_v1_and_v2_files(tmp_path, monkeypatch):
                  "proc": "0::/a/b\n"})
     dirs = runtime.cgroup_dirs("cpu", root, root / "proc")
     assert dirs == [root / "a/b", root / "a", root] and runtime.cpu_quota(dirs) == 1.5
+    (root / "a/b/cpu.max").write_text("100000 100000\n")  # 1 CPU inside a parent's 4: the inner one counts
+    (root / "a/cpu.max").write_text("400000 100000\n")
+    assert runtime.cpu_quota(dirs) == 1.0
     # cgroup v1 in a container: /proc names a path the container's mount does not have; its root
     # holds the container's limits. -1 = no quota.
     root = tree({"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
