@@ -2,6 +2,7 @@
 repository root is importable through pyproject.toml's pytest `pythonpath`."""
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import os
 import shutil
@@ -31,6 +32,22 @@ for _signum in STOP_SIGNALS:
 # that use them: the folder TINYGPT_TEST_DATA names, else ../shared/data; those tests skip without it
 SHARED_DATA = Path(os.environ.get("TINYGPT_TEST_DATA") or ROOT.parent / "shared" / "data")
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+
+
+# A test (its fixtures' setup too) still running after this many seconds ends its process, exit 1 (its
+# threads' stacks go to the captured stderr): a check that regresses into a hang (a training that never
+# stops) fails the run, its test named by pytest-xdist, instead of hanging it. The slowest test takes
+# about a minute on 2 busy cores.
+TEST_TIMEOUT_S = float(os.environ.get("TINYGPT_TEST_TIMEOUT") or 900)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    faulthandler.dump_traceback_later(TEST_TIMEOUT_S, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -8,6 +8,7 @@ import csv
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -664,3 +665,20 @@ def test_a_new_run_refuses_the_events_of_a_run_past_step_0_whose_checkpoints_wer
             check_run_dir(run, resume=False)
     else:
         check_run_dir(run, resume=False)  # started again: its events of step 0 are replaced
+
+
+@pytest.mark.slow
+def test_a_test_that_hangs_fails_the_suite_instead_of_hanging_it(tmp_path):
+    """A check that regresses into a hang (a training that never stops) hung CI: the suite's timeout
+    ends it, the test named, and the run fails at once."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    shutil.copy(ROOT / "tests" / "conftest.py", tests)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    (tests / "test_hang.py").write_text("import time\n\n\ndef test_hangs():\n    time.sleep(200)\n")
+    env = {**os.environ, "TINYGPT_TEST_TIMEOUT": "2", "PYTHONPATH": str(ROOT)}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_hang.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 1 and time.monotonic() - start < 100, done.stdout
+    assert "crashed while running 'tests/test_hang.py::test_hangs'" in done.stdout, done.stdout
