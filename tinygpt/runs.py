@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, not_regular,
-                                make_folder, remove_empty, saved_step_and_data)
+from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
+                                not_regular, remove_empty, saved_step_and_data)
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
 from tinygpt.errors import UserError, count, read_capped, reason
 
