@@ -59,7 +59,10 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None],
     path = regular_file_target(Path(path))
     tmp = None
     try:
-        guard() if guard is not None else path.parent.mkdir(parents=True, exist_ok=True)
+        if guard is not None:
+            guard()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
         sweep_temp_files(path)
         tmp = temp_beside(path, write)
         if guard is not None:
@@ -169,8 +172,7 @@ def regular_file_target(path: Path) -> Path:
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     if path.exists() and not path.is_file():
-        kind = "a folder" if path.is_dir() else not_regular(path)
-        raise UserError(f"cannot write {path}: it is {kind}; give the path of a file")
+        raise UserError(f"cannot write {path}: it is {not_regular(path)}; give the path of a file")
     return path
 
 
@@ -269,8 +271,10 @@ def file_kind(path: Path) -> str:
 
 
 def not_regular(path: Path) -> str:
-    """'a pipe, not a regular file' (a device, a socket) for a message about `path`, which exists and is
-    neither a file nor a folder."""
+    """What `path`, which exists and is no regular file, is, for a message: 'a folder', or 'a pipe, not
+    a regular file' (a device, a socket)."""
+    if path.is_dir():
+        return "a folder"
     kind = file_kind(path)
     return "not a regular file" if kind == "a file" else f"{kind}, not a regular file"
 
@@ -605,7 +609,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
             if (path / name).is_file():
                 return path / name
         for odd in (path / "best.pt", path / "ckpt.pt"):  # "no checkpoint" would not say which is wrong
-            kind = dead_link(odd) or ("a folder" if odd.is_dir() else not_regular(odd) if odd.exists() else None)
+            kind = dead_link(odd) or (not_regular(odd) if odd.exists() else None)
             if kind:
                 raise UserError(f"{odd} is {kind}, not a checkpoint file; give a run directory whose best.pt or "
                                 f"ckpt.pt is a file")

@@ -181,7 +181,7 @@ def _not_a_run_file(path: Path) -> str | None:
                                    f"target would be written, another run's maybe; copy the files instead)")
     if path.is_file():
         return None
-    return "a folder" if path.is_dir() else not_regular(path)
+    return not_regular(path)
 
 
 def _events_of_an_earlier_run(out_dir: Path) -> bool:
