@@ -324,3 +324,37 @@ def test_each_of_16_heads_has_its_own_colour_and_a_slid_window_is_said(tmp_path)
     for k in range(first, 16):  # the page's one pass differs from the step's context: said on the token
         said = f"its weights here come from the page's one pass, where it has {k} before it" in tokens[k]["title"]
         assert said == (k in slid), (k, tokens[k]["title"])
+
+
+def test_a_long_text_shows_its_last_tokens_not_its_first():
+    """The window is the last block_size tokens, the ones the model sees when it generates the next."""
+    from tinygpt.attention_view import window_traces
+    model, tok = tiny_model()
+    ids = tok.encode(TEXT + " " + TEXT[::-1])  # 47 tokens, block_size 16
+    window, traces = window_traces(model, ids)
+    assert window == ids[-16:]
+    assert torch.equal(torch.stack([t.weights[0] for t in traces]), model_weights(model, ids[-16:]))
+    data = attention_html.explorer_data(model, tok, ids)
+    assert data["tokens"] == [token_label(tok, i) for i in ids[-16:]] and data["earlier"] == len(ids) - 16
+
+
+def test_the_steps_shown_are_those_of_the_tokens_in_the_window():
+    """With more steps than generated tokens in the window, each shown token gets its own step (the
+    last ones), not the candidates of a token drawn earlier and no longer shown."""
+    model, tok = tiny_model()
+    ids = tok.encode(TEXT + TEXT)  # 46 tokens, block_size 16: the last 20 generated, 16 of them shown
+    steps = [{"ctx": 16, "p": k / 100, "top": [(ids[26 + k], k / 100)]} for k in range(20)]
+    data = attention_html.explorer_data(model, tok, ids, n_generated=20, steps=steps)
+    assert data["first_generated"] == 0
+    assert [s["p"] for s in data["steps"]] == [k / 100 for k in range(4, 20)]
+    assert [s["top"][0][0] for s in data["steps"]] == [token_label(tok, i) for i in ids[-16:]]
+
+
+def test_a_title_or_token_holding_markup_stays_text():
+    """A prompt or run name holding "</script>" or "</title>" ended the page's script or title early:
+    the data did not parse, and the rest of the text ran as markup."""
+    data = {"title": "a </title><b>b & c</b>", "tokens": ["</script>", "<!--", "x"]}
+    page = attention_html.explorer_html(data)
+    assert page_data(page) == data
+    assert page.count("</script>") == attention_html.PAGE.count("</script>")
+    assert "<title>a &lt;/title&gt;&lt;b&gt;b &amp; c&lt;/b&gt;</title>" in page

@@ -481,3 +481,24 @@ def test_tokens_the_font_lacks_draw_without_a_warning_each(tmp_path):
         attention_view.save_heatmaps([SimpleNamespace(weights=weights)], ["シ", "ェ", "イ", "ク"], tmp_path)
         assert plots.val_loss_png([label, {**label, "label": "dataset=a.txt"}]) is not None
     assert [str(w.message) for w in caught] == [] and (tmp_path / "attention_layer0.png").exists()
+
+
+def test_a_label_of_max_label_characters_is_shown_whole():
+    """A label that fits (10 characters: "␣something") was cut to 9 and "…", hiding its last letter."""
+    class Word:
+        def __init__(self, text):
+            self.text = text
+
+        def token_str(self, id):
+            return self.text
+    fits = "x" * attention_view.MAX_LABEL
+    assert token_label(Word(fits), 0) == fits
+    assert token_label(Word(fits + "y"), 0) == "x" * (attention_view.MAX_LABEL - 1) + "…"
+
+
+def test_the_heatmap_counts_one_earlier_key_in_the_singular():
+    pytest.importorskip("matplotlib")
+    weights = masked_softmax(torch.zeros(1, 5, 5), causal_mask(5, 5))
+    one = attention_view.heatmap_figure(weights, list("abcde"), last=4).get_supxlabel()
+    two = attention_view.heatmap_figure(weights, list("abcde"), last=3).get_supxlabel()
+    assert "on the 1 key before these 4" in one and "on the 2 keys before these 3" in two

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -215,6 +216,7 @@ def test_a_long_file_name_gets_a_prepared_folder_within_name_max(tmp_path):
     (40, 30, "a model.block_size below 4 or more text$"),  # 40 tokens cannot hold two blocks of 31
     (400, 64, "a model.block_size below 40, more text or another data.val_fraction$"),
     (400, 380, "a model.block_size below 40 or more text$"),  # the train split's 360 fails first: the val split's 40
+    (40, 4, "a model.block_size below 4, more text or another data.val_fraction$"),  # val: exactly block_size
 ])
 def test_a_corpus_too_short_for_the_block_is_told_only_the_fixes_that_work(tmp_path, chars, block, fixes):
     """A one-character corpus was told 'use a smaller block_size, more text, or another
@@ -488,3 +490,67 @@ def test_the_digest_covers_the_val_tokens_too():
     assert same == prep._digest(tok, train.copy(), np.array([0, 1], dtype=np.uint16))
     assert same != prep._digest(tok, train, np.array([0, 2], dtype=np.uint16))
     assert same != prep._digest(tok, np.array([1, 2, 3, 0], dtype=np.uint16), np.array([0, 1], dtype=np.uint16))
+
+
+# ---- mutation audit: what the tests above left open ----
+
+
+def test_one_stray_byte_in_utf8_text_is_one_byte_in_the_singular(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes("le thé est chaud\n".encode() * 3 + b"it\x92s late\n")
+    with pytest.raises(UserError, match=r"is UTF-8 text but for 1 byte that is not \(byte 0x92 at offset 56, line 4\); "
+                                        r"mend it, or write a copy without it: iconv -c "):
+        prep.read_text_file(path)
+
+
+def test_a_download_with_the_wrong_sha256_is_refused_and_not_saved(tmp_path, monkeypatch):
+    """A captive portal's page or a changed file would be trained on, and kept as the cached copy."""
+    monkeypatch.setattr(prep.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"<html>sign in</html>"))
+    with pytest.raises(UserError, match=r"downloaded tiny shakespeare has sha256 [0-9a-f]{12}\.\.\., expected "
+                                        rf"{prep.SHAKESPEARE_SHA256[:12]}\.\.\.: not saved"):
+        prep.download_shakespeare(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_files_of_a_folder_are_joined_by_a_blank_line(tmp_path):
+    """The last line of a.txt ran into the first of b.txt ("the endOnce upon"): a word that is in neither."""
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "a.txt").write_text("the end")
+    (books / "b.txt").write_text("Once upon")
+    assert prep.load_text(config(books, tmp_path / "prepared").data) == "the end\n\nOnce upon"
+
+
+def test_a_bpe_that_reaches_its_size_gets_no_note(tmp_path):
+    d = load_config(ROOT / "configs/stories.yaml", ["data.tokenizer=bpe", "data.bpe_vocab_size=300"]).data
+    assert prep.vocab_note(d, 300) == ""
+    assert prep.vocab_note(d, 299) == " (of data.bpe_vocab_size=300: the text has no more pairs to merge)"
+
+
+def test_token_ids_of_a_vocabulary_past_65536_are_stored_whole():
+    """Ids from 65536 up do not fit in uint16: they would wrap round to other tokens."""
+    import numpy as np
+    assert prep.token_dtype(2**16) == np.uint16  # ids 0..65535
+    assert prep.token_dtype(2**16 + 1) == np.uint32
+    assert prep.token_dtype(100_277) == np.uint32  # cl100k_base
+
+
+def test_get_batch_ranks_together_draw_the_one_process_batch():
+    """Under DDP each rank keeps its own share of the global batch: rank 1 got rank 0's windows (the
+    processes trained on the same data, half of the batch wasted)."""
+    import numpy as np
+    import torch
+    data, cpu = np.arange(1000, dtype=np.uint16), torch.device("cpu")
+    whole, _ = prep.get_batch(data, 8, 10, torch.Generator().manual_seed(0), cpu)
+    shares = [prep.get_batch(data, 4, 10, torch.Generator().manual_seed(0), cpu, rank=rank, world_size=2)[0]
+              for rank in (0, 1)]
+    assert torch.equal(torch.cat(shares), whole)
+
+
+def test_a_dataset_spelt_two_ways_is_the_same_dataset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.txt").write_text("text\n")
+    (tmp_path / "e.txt").write_text("text\n")
+    assert prep.same_dataset("d.txt", str(tmp_path / "d.txt")) and prep.same_dataset("./d.txt", "d.txt")
+    assert not prep.same_dataset("d.txt", "e.txt")
+    assert not prep.same_dataset("stories", "./stories")
