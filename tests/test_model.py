@@ -329,3 +329,66 @@ def test_sequence_longer_than_block_size_is_refused(tiny_model_config):
     model = make_model(tiny_model_config)
     with pytest.raises(ValueError, match="block_size=16"):
         model(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_dropout_is_off_outside_training(tiny_model_config):
+    """A run trained with dropout samples from its whole model: in eval mode every dropout, the attention
+    weights' too (the fused kernels drop whatever mode the module is in), is off, so the logits, with
+    and without the cache, are those of the same weights without dropout."""
+    plain = make_model(tiny_model_config)
+    dropped = make_model(tiny_model_config, dropout=0.5)  # the same seed: the same weights
+    idx = torch.randint(0, tiny_model_config.vocab_size, (2, 16))
+    want = plain(idx)
+    torch.testing.assert_close(dropped(idx), want)
+    torch.testing.assert_close(dropped.forward_with_attention(idx)[0], want, atol=1e-5, rtol=1e-5)
+    caches = dropped.new_kv_caches(2)
+    dropped(idx[:, :15], caches)  # then one new query over the cache, as generation decodes
+    torch.testing.assert_close(dropped(idx[:, 15:], caches)[:, -1], want[:, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_one_backward_pass_reaches_every_weight(tiny_model_config):
+    """Every parameter, biases and LayerNorms included, takes part in the forward pass: one left out
+    (an ln_2 that the MLP never reads) would be trained, saved and loaded for nothing."""
+    model = make_model(tiny_model_config, bias=True).train()
+    idx = torch.randint(0, tiny_model_config.vocab_size, (2, 16))
+    cross_entropy(model(idx), torch.randint(0, tiny_model_config.vocab_size, (2, 16))).backward()
+    assert [name for name, p in model.named_parameters() if p.grad is None or not p.grad.any()] == []
+
+
+def test_biases_start_at_zero(tiny_model_config):
+    """With model.bias, every Linear's bias starts at 0 (GPT-2's initialisation), not at PyTorch's
+    default uniform noise."""
+    model = make_model(tiny_model_config, bias=True)
+    biases = [m.bias for m in model.modules() if isinstance(m, torch.nn.Linear) and m.bias is not None]
+    assert len(biases) == 6 * tiny_model_config.n_layer  # q, k, v, out; fc, out: the LM head has none
+    assert all(not b.any() for b in biases)
+
+
+def test_bfloat16_logits_give_the_float32_nucleus():
+    """sample.py --dtype bfloat16: the probabilities and the top-p nucleus are those of the same logits in
+    float32 (a cumulative sum over thousands of tokens in bfloat16 lost 9 of these 319 tokens)."""
+    logits = (torch.randn(1, 5000, generator=torch.Generator().manual_seed(0)) * 2).bfloat16()
+    want = next_token_probs(logits.float(), 0.8, top_p=0.9)
+    got = next_token_probs(logits, 0.8, top_p=0.9)
+    assert got.dtype == torch.float32 and torch.equal(got > 0, want > 0)
+    torch.testing.assert_close(got, want)
+
+
+def test_a_long_prompt_fills_the_first_window_and_its_logits_are_the_last_positions(tiny_model_config):
+    """A prompt longer than block_size is seen through a full first window, its last block_size tokens
+    (not slid to half a block), and each Step carries the logits its token was drawn from: the last
+    position's (what --show-steps and the attention page show as the candidates)."""
+    model = make_model(tiny_model_config)  # block_size 16
+    idx = torch.randint(0, model.config.vocab_size, (1, 50))
+    for use_cache in (True, False):
+        first = next(generate_steps(model, idx, 1, temperature=0, use_cache=use_cache))
+        assert first.context == 16
+        torch.testing.assert_close(first.logits, model(idx[:, -16:])[:, -1])
+
+
+def test_top_k_beyond_the_vocabulary_keeps_every_token():
+    """--top-k is typed without knowing the model's vocabulary: a k at or above it keeps every token
+    (the plain softmax), not a torch.topk error."""
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.5]])
+    for top_k in (4, 5, 10**6):
+        torch.testing.assert_close(next_token_probs(logits, 1.0, top_k=top_k), torch.softmax(logits, dim=-1))

@@ -478,3 +478,57 @@ def test_a_terminal_and_a_pipe_from_the_real_cli(tiny_stories_run, tmp_path):
         end_child(pid, fd)
     assert os.waitstatus_to_exitcode(status) == 0, seen[-500:]
     assert seen.decode().replace("\r\n", "\n") == shown(raw)  # (the terminal's own "\n" -> "\r\n")
+
+
+def test_files_for_each_of_too_many_samples_are_refused_at_once(tmp_path):
+    """A page (or a set of heatmaps) per sample: more than MAX_SAMPLE_FILES samples is refused before the
+    run is even read, not after hours of generation and thousands of files."""
+    n = sample.MAX_SAMPLE_FILES + 1
+    cap = f"--num-samples={n:,} with --attention-html.* at most {sample.MAX_SAMPLE_FILES:,}$"
+    refused([tmp_path / "no_run", "--num-samples", n, "--attention-html", tmp_path / "p.html"], cap)
+    refused([tmp_path / "no_run", "--num-samples", n, "--attention-png", tmp_path / "maps", "--attention-of", "all"],
+            cap)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_list_vocab_with_several_samples_asked_for_is_refused(tiny_stories_run):
+    """`--list-vocab --num-samples 3` printed the vocabulary and exited 0, as if the samples were drawn."""
+    refused([tiny_stories_run, "--list-vocab", "--num-samples", 3], "drop --num-samples, or --list-vocab$")
+
+
+def test_top_p_1_is_the_whole_distribution(tiny_stories_run):
+    """--top-p 1 (the range's closed end) keeps every token: the same sampled text as without it."""
+    sampled = [tiny_stories_run, "--prompt", "Mia had", "--max-new-tokens", 20, "--temperature", 1.0, "--seed", 3]
+    assert run_sample([*sampled, "--top-p", 1]) == run_sample(sampled)
+
+
+def test_a_prompt_of_exactly_the_limit_is_read(tiny_stories_run, tmp_path):
+    """MAX_PROMPT_BYTES is the most a prompt may have: a file of exactly that size is a prompt."""
+    exact = tmp_path / "exact.txt"
+    exact.write_bytes(b"a" * sample.MAX_PROMPT_BYTES)
+    texts, printed = run_sample([tiny_stories_run, "--prompt-file", exact, "--max-new-tokens", 0, "--device", "cpu"])
+    assert texts == [""] and printed == "a" * sample.MAX_PROMPT_BYTES + "\n"
+
+
+def test_piped_interactive_input_stops_at_a_ctrl_c(tiny_stories_run, monkeypatch):
+    """Only at a terminal does a Ctrl-C stop just the answer: piped, it stops the command, as everywhere,
+    and the lines after it are not answered."""
+    answered = []
+
+    def interrupted(model, tokenizer, prompt, *rest):
+        answered.append(prompt)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sample, "generate_samples", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_sample([tiny_stories_run, "--interactive", *GREEDY], "Mia\nTom\n", monkeypatch)
+    assert answered == ["Mia"]
+
+
+def test_heatmaps_of_the_prompt_are_one_set_whatever_the_samples(tiny_stories_run, tmp_path):
+    """--attention-png over the prompt (the default --attention-of) draws the prompt once: one heatmap per
+    layer, named attention_layerN.png, however many samples follow."""
+    pytest.importorskip("matplotlib")
+    run_sample([tiny_stories_run, "--prompt", "Mia", "--max-new-tokens", 2, "--num-samples", 2, "--temperature", 0,
+                "--attention-png", tmp_path / "maps"])
+    assert sorted(p.name for p in (tmp_path / "maps").iterdir()) == ["attention_layer0.png", "attention_layer1.png"]
