@@ -347,6 +347,36 @@ def test_import_refuses_a_damaged_tiktoken_record_without_its_encoding_file(tmp_
         assert "config.json" in str(err.value) and "\n" not in str(err.value) and not back.exists()
 
 
+def test_import_refuses_a_full_gpt2_record_of_another_size(tmp_path):
+    """The full gpt2 encoding recorded with vocab_size 37 (the model's) was imported without a word, and
+    sample.py refused the run it wrote once it had the encoding's file; GPT-2's size is known without it."""
+    run, _, _ = make_run(tmp_path)
+    hf_dir, back = tmp_path / "hf", tmp_path / "back"
+    export.main([run, str(hf_dir)])
+    config = json.loads((hf_dir / "config.json").read_text())
+    for name in ("gpt2", "r50k_base"):
+        tokenizer = {"kind": "tiktoken", "vocab_size": 37, "encoding": name}
+        (hf_dir / "config.json").write_text(json.dumps({**config, "tinygpt": {**config["tinygpt"],
+                                                                              "tokenizer": tokenizer}}))
+        with pytest.raises(UserError, match=f"damaged \\(tokenizer data says vocab_size=37 but encoding '{name}' has "
+                                            r"50257 tokens\); export the run again$"):
+            export.main(["--from-hf", str(hf_dir), str(back)])
+        assert not back.exists()
+
+
+def test_a_dropout_out_of_its_range_is_refused_not_dropped(tmp_path):
+    """resid_pdrop 1.5, 1 or Infinity (JSON's) was imported as no dropout without a word."""
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    text = (tmp_path / "hf" / "config.json").read_text()
+    assert '"resid_pdrop": 0.0' in text
+    for bad, shown in [("1.5", "1.5"), ("1", "1"), ("-0.1", "-0.1"), ("Infinity", "inf"), ("NaN", "nan")]:
+        (tmp_path / "hf" / "config.json").write_text(text.replace('"resid_pdrop": 0.0', f'"resid_pdrop": {bad}'))
+        with pytest.raises(UserError, match=rf"config.json: resid_pdrop={shown} must be in \[0, 1\) \(a dropout "
+                                            r"probability\)$"):
+            hf.load_hf_gpt2(tmp_path / "hf")
+
+
 def test_a_number_written_as_a_string_is_called_so(tmp_path):
     """n_inner "128" (a string) for n_embd 32 said `n_inner=128 (tinygpt's MLP is 4*n_embd wide) cannot be
     represented`, though 4 * 32 = 128; a string resid_pdrop was taken as no dropout without a word."""
@@ -579,3 +609,200 @@ def test_init_from_of_another_tokenizer_names_both_and_the_way_to_the_runs(tmp_p
         # the refusal is all it says: "starting from ..." was printed first, of a start that never came
         assert "starting from" not in capsys.readouterr().out
     assert not (tmp_path / "tuned").exists()
+
+
+# ---- gaps found by a mutation audit ----
+
+
+def test_an_export_deep_inside_its_run_directory_is_refused(tmp_path):
+    """Not only the run directory's own folders: any folder below it would mix with the run."""
+    run, _, _ = make_run(tmp_path)
+    with pytest.raises(UserError, match=f"output folder {run}/exports/hf is inside the run directory {run}"):
+        export.main([run, f"{run}/exports/hf"])
+    assert sorted(p.name for p in Path(run).iterdir()) == ["ckpt.pt"]
+
+
+def test_an_import_never_replaces_the_folder_around_the_current_one(tmp_path, monkeypatch):
+    """From OUT/tensorboard (a run's own folder name, so --force would take OUT as an earlier run),
+    `--from-hf HF .. --force` would replace OUT whole, the folder the shell stands in with it."""
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    here = tmp_path / "out" / "tensorboard"
+    here.mkdir(parents=True)
+    (here / "events.out").write_text("keep me")
+    monkeypatch.chdir(here)
+    with pytest.raises(UserError, match=r"output folder \.\. holds the current folder"):
+        export.main(["--from-hf", str(tmp_path / "hf"), "..", "--force"])
+    assert (here / "events.out").read_text() == "keep me"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tensorboard"]
+
+
+def test_import_refuses_attention_tinygpt_lacks(tmp_path):
+    """Attention scaled by 1/layer or with cross-attention: GPT-2 variants tinygpt's GPT cannot compute."""
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    for change, what in [({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=true"),
+                         ({"add_cross_attention": True}, "add_cross_attention=true")]:
+        (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(UserError, match=f"config.json: {what} cannot be represented by tinygpt's GPT"):
+            hf.load_hf_gpt2(tmp_path / "hf")
+
+
+def test_pytorch_model_bin_of_an_old_gpt2_imports_without_its_mask_buffers(tmp_path):
+    """Older transformers saved each layer's causal mask (attn.bias, (1, 1, T, T)) and masked_bias (a
+    scalar) with the weights: they are no weights, and are skipped, not called extra tensors."""
+    run, model, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    tensors = hf.load_safetensors(tmp_path / "hf" / "model.safetensors")
+    old = tmp_path / "old"
+    old.mkdir()
+    shutil.copy(tmp_path / "hf" / "config.json", old / "config.json")
+    buffers = {}
+    for i in range(2):
+        buffers[f"h.{i}.attn.bias"] = torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16)
+        buffers[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+    torch.save({**{k.removeprefix("transformer."): v for k, v in tensors.items()}, **buffers},
+               old / "pytorch_model.bin")
+    assert torch.equal(logits(hf.load_hf_gpt2(old), 37), logits(model, 37))
+
+
+def test_import_says_what_is_wrong_with_the_weight_files(tmp_path):
+    """A sharded checkpoint and a pytorch_model.bin that holds no dict of tensors: one line each."""
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    folder = tmp_path / "other"
+    folder.mkdir()
+    shutil.copy(tmp_path / "hf" / "config.json", folder / "config.json")
+    (folder / "model.safetensors.index.json").write_text("{}")
+    with pytest.raises(UserError, match=r"holds a sharded checkpoint, which is not supported; save it as one file"):
+        hf.load_hf_gpt2(folder)
+    (folder / "model.safetensors.index.json").unlink()
+    torch.save([torch.zeros(2)], folder / "pytorch_model.bin")
+    with pytest.raises(UserError, match="pytorch_model.bin does not hold a dict of named tensors"):
+        hf.load_hf_gpt2(folder)
+
+
+def test_one_extra_tensor_is_named_alone(tmp_path):
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    weights = hf.load_safetensors(tmp_path / "hf" / "model.safetensors")
+    weights["transformer.h.0.attn.extra"] = torch.zeros(2)
+    hf.save_safetensors(tmp_path / "hf" / "model.safetensors", weights)
+    with pytest.raises(UserError) as err:
+        hf.load_hf_gpt2(tmp_path / "hf")
+    assert str(err.value) == (f"{tmp_path / 'hf'}: the weights hold 'h.0.attn.extra', which config.json's model "
+                              f"(2 layers, n_embd 32) has not; config.json and the weights disagree")
+
+
+def test_a_recorded_tokenizer_of_another_vocabulary_size_is_not_used(tmp_path):
+    """config.json's model has 37 tokens, its tinygpt.tokenizer 36 (consistent on its own): the
+    import would write a run whose model makes ids its tokenizer cannot decode."""
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    tokenizer = {"kind": "char", "vocab_size": 36, "chars": CHARS[:36]}
+    config["tinygpt"]["tokenizer"] = tokenizer
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match="records no tinygpt tokenizer of 37 tokens"):
+        export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
+    assert not (tmp_path / "back").exists()
+
+
+def test_every_tanh_gelu_gets_the_note_and_the_exact_one_none(tmp_path, capsys):
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    capsys.readouterr()
+    hf.load_hf_gpt2(tmp_path / "hf")  # our export: the exact GELU
+    assert capsys.readouterr().err == ""
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "activation_function": "gelu_pytorch_tanh"}))
+    hf.load_hf_gpt2(tmp_path / "hf")
+    assert "tanh-approximated GELU ('gelu_pytorch_tanh')" in capsys.readouterr().err
+
+
+def test_dropout_goes_to_gpt2_and_back(tmp_path):
+    run, _, _ = make_run(tmp_path)
+    ckpt = load_checkpoint(Path(run) / "ckpt.pt")
+    ckpt["config"]["model"]["dropout"] = 0.2
+    save_checkpoint(Path(run) / "ckpt.pt", ckpt)
+    export.main([run, str(tmp_path / "hf")])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["resid_pdrop"] == config["embd_pdrop"] == config["attn_pdrop"] == 0.2
+    export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
+    assert load_model(tmp_path / "back")[1].model.dropout == 0.2
+
+
+def test_generation_config_samples_as_sample_py_does(tmp_path):
+    """generation_config.json: sample.py's default temperature, and no top-k (0 to transformers), as sample.py."""
+    import sample
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    gen = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    parser = sample.build_parser()
+    assert parser.get_default("temperature") == 0.8 and parser.get_default("top_k") is None
+    assert gen["do_sample"] is True and gen["temperature"] == 0.8 and gen["top_k"] == 0
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_only_a_vocabulary_made_before_closing_gets_the_caution(tmp_path, monkeypatch, capsys, closed):
+    """A compact tiktoken vocabulary saved before vocabularies were closed under BPE merges is exported
+    with a caution (stderr and README_EXPORT.md); a closed one, the one made now, without."""
+    import tiktoken
+    from tinygpt import tokenizer as tk
+    ranks = {**{bytes([b]): b for b in range(256)}, b"ab": 256, b"abc": 257}
+    toy = tiktoken.Encoding("toy", pat_str=r" ?\w+| ?[^\w\s]+|\s+", mergeable_ranks=ranks, special_tokens={})
+    monkeypatch.setattr(tk, "get_tiktoken_encoding", lambda name: toy)
+    tokenizer = tk.TiktokenTokenizer("toy", list(range(258)), closed=closed)
+    cfg = Config(model=ModelConfig(block_size=8, n_layer=1, n_head=2, n_embd=16, vocab_size=258))
+    save_checkpoint(tmp_path / "run" / "ckpt.pt", {"config": config_to_dict(cfg), "tokenizer": tokenizer.to_dict(),
+                                                   "model": GPT(cfg.model).state_dict(), "step": 0})
+    capsys.readouterr()
+    export.main([str(tmp_path / "run"), str(tmp_path / "hf")])
+    err, readme = capsys.readouterr().err, (tmp_path / "hf" / "README_EXPORT.md").read_text()
+    assert ("made before compact vocabularies were closed" in err) is not closed
+    assert ("- Caution: this run's compact vocabulary" in readme) is not closed
+
+
+def test_bpe_tokenizer_json_gives_tiktokens_ids_where_merges_never_form_a_token():
+    """Real encodings hold tokens BPE never forms from their bytes; here abcd (b+c merges first, and no
+    token joins a+bc or bc+d). tiktoken takes a piece that is a token whole, and else never makes it:
+    tokenizer.json must do both. Also: the full vocabulary starts and ends at <|endoftext|>, and every
+    single-byte token decodes as ours does."""
+    import tiktoken
+    from tinygpt import tokenizer as tk
+    ranks = {**{bytes([b]): b for b in range(256)}, b"bc": 256, b"ab": 257, b"cd": 258, b"abcd": 259}
+    toy = tiktoken.Encoding("toy", pat_str=r" ?\w+|\s+|[^\w\s]+", mergeable_ranks=ranks,
+                            special_tokens={"<|endoftext|>": 260})
+    ours = tk.TiktokenTokenizer("toy", None, toy)
+    theirs = hf.hf_tokenizer(ours)
+    assert ours.encode("abcd") == [259] and ours.encode("abcdx") == [97, 256, 100, 120]
+    for text in ["abcd", "abcdx", "xabcd ab cd", "ab abcd bcd", "ÿ þ"]:
+        assert theirs.encode(text).ids == ours.encode(text), text
+    assert [theirs.decode([b]) for b in range(256)] == [ours.decode([b]) for b in range(256)]
+    assert hf.start_and_end_ids(ours) == (260, 260)
+
+
+def test_a_recorded_tiktoken_vocabulary_of_another_size_is_refused(tmp_path):
+    """vocab_size 37 (the model's) but 256 ids listed: imported, sample.py would refuse the run."""
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config["tinygpt"]["tokenizer"] = {"kind": "tiktoken", "vocab_size": 37, "encoding": "gpt2", "ids": list(range(256)),
+                                      "closed": True}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match="damaged .*says vocab_size=37 but lists 256 ids"):
+        export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
+    assert not (tmp_path / "back").exists()
+
+
+def test_a_damaged_tokenizer_record_advises_exporting_again_not_preparing_data(tmp_path):
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config["tinygpt"]["tokenizer"] = {"kind": "char", "vocab_size": 37, "chars": "ab"}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError) as err:
+        export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
+    assert str(err.value) == (f"{tmp_path / 'hf' / 'config.json'}: the tinygpt.tokenizer it records is damaged "
+                              f"(tokenizer data says vocab_size=37 but rebuilds with 2 tokens); export the run again")

@@ -539,3 +539,14 @@ def test_an_unknown_combining_mark_is_shown_as_its_escape():
     from tinygpt.errors import UserError
     with pytest.raises(UserError, match=r"not in the char vocabulary: '\\u0301'"):
         CharTokenizer.from_text("abe").encode("e\u0301")
+
+
+# ---- gaps found by a mutation audit ----
+
+def test_unknown_characters_beyond_ten_are_cut_short():
+    tok = CharTokenizer("abc")
+    with pytest.raises(UserError) as err:
+        tok.encode("a0123456789XYZ")
+    msg = str(err.value)
+    assert msg.startswith("text has 13 character(s) not in the char vocabulary: '0', '1', '2', '3', '4', '5', "
+                          "'6', '7', '8', '9', ...; ")

@@ -68,10 +68,9 @@ from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, short
 from tinygpt.runs import LOCK, RUN_FILES, training_now, write_config
 from tinygpt.runtime import check_memory, model_memory
-from tinygpt.tokenizer import (Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt, tiktoken_data,
+from tinygpt.tokenizer import (GPT2_VOCAB, Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt, tiktoken_data,
                                tokenizer_from_dict)
 
-GPT2_VOCAB = 50257  # the gpt2 / r50k_base encoding, <|endoftext|> = 50256
 # GPT2Config's defaults (the 124M GPT-2) for keys a config.json leaves out
 GPT2_DEFAULTS = {"vocab_size": GPT2_VOCAB, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
                  "n_inner": None, "activation_function": "gelu_new", "resid_pdrop": 0.1,
@@ -474,6 +473,8 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
             raise UserError(f"{path}: {key}={short(hf[key])} must be true or false")
     if hf["vocab_size"] < 1:  # (tinygpt's own model.vocab_size=0 means "from the tokenizer": not here)
         raise UserError(f"{path}: vocab_size={short(hf['vocab_size'])} must be >= 1")
+    if hf["resid_pdrop"] is not None and not 0 <= hf["resid_pdrop"] < 1:  # (NaN too)
+        raise UserError(f"{path}: resid_pdrop={short(hf['resid_pdrop'])} must be in [0, 1) (a dropout probability)")
     n_embd = hf["n_embd"]
     checks = [
         (hf.get("n_inner") in (None, 4 * n_embd), f"n_inner={hf.get('n_inner')} (tinygpt's MLP is 4*n_embd wide)"),
@@ -585,8 +586,7 @@ def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
     # our own export of a bias-free model comes back bias-free (exactly the same computation)
     orig = meta.get("config", {}).get("model", {}) if isinstance(meta.get("config"), dict) else {}
     bias = not (orig.get("bias") is False and _all_biases_zero(weights))
-    dropout = hf.get("resid_pdrop", 0.0)
-    dropout = dropout if isinstance(dropout, (int, float)) and 0 <= dropout < 1 else 0.0
+    dropout = hf["resid_pdrop"] or 0.0  # (checked by read_hf_config; null: no dropout)
     raw = {"block_size": hf["n_positions"], "n_layer": hf["n_layer"], "n_head": hf["n_head"], "n_embd": hf["n_embd"],
            "dropout": dropout, "bias": bias, "causal": True, "vocab_size": hf["vocab_size"]}
     cfg = config_from_dict({"model": raw}, str(folder / "config.json")).model  # types and ranges checked

@@ -51,6 +51,7 @@ _TIKTOKEN_FILES = {
 # tiktoken builds `gpt2` from two files (vocab.bpe, encoder.json); `r50k_base` has the same tokens,
 # ids and regex from one file, so loading r50k_base for gpt2 lets one offline file serve both.
 _ALIASES = {"gpt2": "r50k_base"}
+GPT2_VOCAB = 50257  # tokens of gpt2 / r50k_base: 50,256 BPE tokens and <|endoftext|> = 50256
 
 
 def _escape(text: str) -> str:
@@ -412,7 +413,10 @@ def tiktoken_data(d: dict) -> tuple[str, list[int] | None]:
     name, ids = d.get("encoding"), d.get("ids")
     if not isinstance(name, str):
         raise UserError(f"tiktoken tokenizer data has no 'encoding' name; {DAMAGED}")
-    if ids is None:
+    if ids is None:  # the full encoding: its size is known without its file for GPT-2's
+        if _ALIASES.get(name, name) == "r50k_base" and d.get("vocab_size") not in (None, GPT2_VOCAB):
+            raise UserError(f"tokenizer data says vocab_size={short(d['vocab_size'])} but encoding {name!r} has "
+                            f"{GPT2_VOCAB} tokens; {DAMAGED}")
         return name, None
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise UserError(f"tiktoken tokenizer data has a malformed 'ids' list (integers expected); {DAMAGED}")
