@@ -95,6 +95,18 @@ def test_interactive_refuses_an_overlong_or_non_utf8_line_and_goes_on(tiny_stori
     assert len(err) == 2 and "more than the 64 bytes" in err[0] and "not UTF-8 text (byte 0 is 0xff)" in err[1]
 
 
+def test_interactive_reads_a_windows_line_of_exactly_the_limit(tiny_stories_run, monkeypatch, capsys):
+    """A piped CRLF line of MAX_PROMPT_BYTES was read up to its '\\r' alone and refused as one byte too long."""
+    monkeypatch.setattr(sample, "MAX_PROMPT_BYTES", 64)
+    data = b"a" * 64 + b"\r\n" + b"a" * 65 + b"\r\n" + b"a" * 66 + b"\n" + b"Mia\r\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    out = io.StringIO()
+    assert len(sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=out)) == 2
+    assert out.getvalue().startswith("a" * 64) and "\nMia" in out.getvalue()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all("more than the 64 bytes" in line for line in err), err
+
+
 def test_interactive_reads_windows_lines_as_lines(tiny_stories_run, monkeypatch):
     """Piped lines ending in CRLF: the '\r' stayed in each prompt (a char model refused every line)."""
     windows, _ = run_sample([tiny_stories_run, "--interactive", *GREEDY], "Mia had\r\nThen she\r\n", monkeypatch)
