@@ -40,8 +40,8 @@ from tinygpt.config import Config, config_from_dict, config_source, config_to_di
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, path_word, reason, run_cli, script_word, short,
                             stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
-from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, resumed_metrics, run_lock, write_config,
-                          write_metrics)
+from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from, resumed_metrics, run_lock,
+                          write_config, write_metrics)
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
                              emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory, peak_flops,
                              resolve_device, resolve_dtype, usable_cores)
@@ -72,11 +72,6 @@ RESUME_TYPES = {"optimizer": dict, "scaler": dict, "rng": dict, "loss_sum": (int
                 "best_val_loss": (int, float), "elapsed_s": (int, float)}
 
 
-def init_from(run_dir: str | Path) -> str:
-    """The setting that starts a new run from run_dir's weights, quoted for the shell to paste."""
-    return shlex.quote(f"train.init_from={run_dir}")
-
-
 def adopt_model(cfg: Config, theirs: ModelConfig) -> None:
     """A run started from other weights (train.init_from) takes their model config, with this run's
     dropout; the vocabulary size comes from the data, as always."""
@@ -89,7 +84,7 @@ def whole_best(out_dir: Path) -> str:
         load_checkpoint(out_dir / "best.pt")
     except UserError:
         return ""
-    return f"; start a new run from its best.pt with --set {init_from(out_dir / 'best.pt')} train.out_dir=NEW_DIR"
+    return f"; start a new run from its best.pt with {new_run_from(out_dir / 'best.pt')}"
 
 
 def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
@@ -101,11 +96,11 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
         raise UserError(f"--resume: {e}{whole_best(out_dir)}") from None
     if "optimizer" not in ckpt:
         raise UserError(f"{path} holds weights only (e.g. from export.py --from-hf): it cannot be resumed; "
-                        f"start a new run from it with --set {init_from(out_dir)}")
+                        f"start a new run from it with {new_run_from(out_dir)}")
     missing = [k for k in RESUME_KEYS if k not in ckpt]
     if missing:
         raise UserError(f"{path} cannot be resumed: it is damaged (missing {', '.join(missing)}); "
-                        f"start a new run from its weights with --set {init_from(out_dir)}")
+                        f"start a new run from its weights with {new_run_from(out_dir)}")
     for key, types in RESUME_TYPES.items():  # a hand-made or damaged file fails here, not deep in the loop
         value = ckpt[key]  # (its numbers are sums, counts and seconds: never negative)
         if (not isinstance(value, types) or isinstance(value, bool) or (isinstance(value, float) and math.isnan(value))
@@ -113,7 +108,7 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
                 or (key in ("loss_sum", "elapsed_s") and not math.isfinite(value))
                 or (key == "loss_count" and value > ckpt["step"])):  # (losses since the last log: at most its steps)
             raise UserError(f"{path} cannot be resumed: it is damaged (its {key} is {short(value)}); "
-                            f"start a new run from its weights with --set {init_from(out_dir)}")
+                            f"start a new run from its weights with {new_run_from(out_dir)}")
     if cfg.train.max_iters < ckpt["step"]:  # its config.yaml would no longer describe the run
         raise UserError(f"--resume: train.max_iters={cfg.train.max_iters} is below step {ckpt['step']}, where {path} "
                         f"already is; give train.max_iters >= {ckpt['step']} (more steps train on)")
@@ -152,7 +147,7 @@ def check_resume_data(cfg: Config, ckpt: dict[str, Any], data: Prepared) -> None
         raise UserError(f"{what}: it changed since, and its vocabulary changed with it (token ids would mean "
                         f"other tokens); restore the file, or train a new run on the new data")
     raise UserError(f"{what}: it changed since; restore it, or train on the new data as a new run from these "
-                    f"weights: --set train.out_dir=NEW_DIR {init_from(out_dir)}")
+                    f"weights: {new_run_from(out_dir)}")
 
 
 def load_init(cfg: Config) -> tuple[GPT, dict[str, Any], str]:
@@ -344,7 +339,7 @@ def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: 
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as e:
             raise UserError(f"{run.out_dir / 'ckpt.pt'} cannot be resumed: its saved training state is damaged "
                             f"({reason(e)}); start a new run from its weights with "
-                            f"--set {init_from(run.out_dir)}") from None
+                            f"{new_run_from(run.out_dir)}") from None
     return run
 
 

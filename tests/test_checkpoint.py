@@ -1052,3 +1052,20 @@ def test_a_folder_holding_a_checkpoint_under_another_name_names_it(tmp_path):
     (spaced / "my model.pt").write_bytes(b"")
     with pytest.raises(UserError, match=rf"e.g. {re.escape(shlex.quote(str(spaced / 'my model.pt')))}$"):
         checkpoint.resolve_checkpoint(spaced)
+
+
+@pytest.mark.parametrize("key", ["loss_count", "best_val_loss"])
+def test_a_true_or_false_count_is_refused_at_resume(tmp_path, key):
+    """True is an int to Python: a hand-edited loss_count of True (or a best_val_loss of False) resumed
+    as 1 (or 0.0), instead of being refused as the damage it is."""
+    import train
+    from tinygpt.config import config_from_dict
+    state, model, _ = tiny_state()
+    state.update(optimizer=optimizer_state(model), scaler={}, batch_rng=torch.Generator().get_state(),
+                 rng=capture_rng_state(), loss_sum=1.5, loss_count=3, elapsed_s=1.0)
+    state[key] = key == "loss_count"
+    save_checkpoint(tmp_path / "ckpt.pt", state)
+    cfg = config_from_dict(state["config"], "test")
+    cfg.train.max_iters = 100
+    with pytest.raises(UserError, match=f"cannot be resumed: it is damaged \\(its {key} is {state[key]}\\)"):
+        train.load_resume(cfg, tmp_path)

@@ -319,7 +319,7 @@ def test_2_resume_after_the_dataset_changed_is_refused(tmp, capsys):
     one_line(bigger, "changing.txt", "vocabulary changed")
     data.write_text(text + text[:500], encoding="utf-8")  # more text, the same characters
     more = in_process("train.py", [*sets(tmp, out, dataset=data), "--resume"], capsys)
-    one_line(more, "changing.txt", f"--set train.out_dir=NEW_DIR '{f'train.init_from={out}'}'")
+    one_line(more, "changing.txt", f"--set '{f'train.init_from={out}'}' train.out_dir=NEW_DIR")
     assert files(out) == before  # nothing was written
 
     tuned = in_process("train.py", [*sets(tmp, tmp / "run_data_2", f"train.init_from={out}", dataset=data),
@@ -383,7 +383,7 @@ def test_3_a_training_killed_between_its_first_two_saves_can_be_started_again(tm
     one_line(in_process("train.py", [*sets(tmp, out), "--quiet"], capsys), "holds best.pt but no ckpt.pt",
              "move best.pt away")
     one_line(in_process("train.py", [*sets(tmp, out), "--resume", "--quiet"], capsys), "no checkpoint",
-             "start from its weights with --set train.init_from=")
+             f"start a new run from its weights with --set train.init_from={out / 'best.pt'} train.out_dir=NEW_DIR")
     assert (out / "best.pt").read_bytes() == kept
 
 
@@ -1593,6 +1593,21 @@ def test_resume_from_a_damaged_checkpoint_offers_its_best_weights(run, tmp, caps
     (out / "ckpt.pt").write_bytes((out / "ckpt.pt").read_bytes()[:1000])
     line = one_line(in_process("train.py", [*sets(tmp, out), "--resume"], capsys), "ckpt.pt")
     assert f"--set train.init_from={out / 'best.pt'} train.out_dir=NEW_DIR" in line
+
+
+def test_the_advice_of_a_resume_refused_for_its_damaged_state_works(run, tmp, capsys):
+    """A ckpt.pt whose loss_count is -5 was refused with `start a new run from its weights with --set
+    train.init_from=RUN`: pasted, that run was refused too, as RUN still holds a run. Pasted now, with
+    NEW_DIR filled in, it trains."""
+    import shlex
+    out = damaged_copy(run, tmp / "bad count", "ckpt.pt", loss_count=-5)
+    line = one_line(in_process("train.py", [*sets(tmp, out), "--resume"], capsys), "its loss_count is -5")
+    advice = shlex.split(line.split("start a new run from its weights with ")[1])
+    assert advice == ["--set", f"train.init_from={out}", "train.out_dir=NEW_DIR"]
+    new = tmp / "from bad count"
+    pasted = in_process("train.py", [*sets(tmp, out), *advice[:-1], f"train.out_dir={new}", "--quiet"], capsys)
+    assert pasted.code == 0, pasted.err
+    assert (new / "ckpt.pt").is_file() and f"init_from: {out}\n" in (new / "config.yaml").read_text()
 
 
 def test_a_path_too_long_is_told_in_one_short_line():

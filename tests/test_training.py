@@ -260,3 +260,209 @@ def test_a_resume_keeps_the_best_val_loss_and_best_pt(tmp_path):
     assert done["step"] == 4 and done["best_val_loss"] == 0.001
     assert (run / "best.pt").read_bytes() == best
     assert load_checkpoint(run / "ckpt.pt")["best_val_loss"] == 0.001
+
+
+def test_stop_at_0_saves_step_0_and_stops(tmp_path):
+    """--stop-at 0 is a step, not a refusal (only a negative one is refused): the run evaluates step 0,
+    saves its ckpt.pt and stops there, to be resumed."""
+    import train
+    from tinygpt.checkpoint import load_checkpoint
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        done = train.main(run_args(tmp_path, "run", "train.max_iters=4") + ["--stop-at", "0"])
+    assert done["step"] == 0 and load_checkpoint(tmp_path / "run" / "ckpt.pt")["step"] == 0
+    assert "stopped at step 0: saved" in out.getvalue()
+
+
+def test_init_from_a_compact_run_names_the_data_settings_that_give_its_vocabulary():
+    """A run trained on a compact gpt2 vocabulary (its own text's ids), started from on a full gpt2
+    one: the fix is that run's data setting, in --set's words (true, not True), not a tokenizer
+    change (for a full tiktoken vocabulary, which fits any text, data.tokenizer alone would do)."""
+    import train
+    from tinygpt.config import config_to_dict
+    from tinygpt.errors import UserError
+    theirs = Config()
+    theirs.data = replace(theirs.data, dataset="corpus.txt", tokenizer="gpt2", compact_vocab=True)
+    ours = Config()
+    ours.data = replace(ours.data, dataset="corpus.txt", tokenizer="gpt2", compact_vocab=False)
+    ours.train = replace(ours.train, init_from="out/run")
+    init_ckpt = {"config": config_to_dict(theirs),
+                 "tokenizer": {"kind": "tiktoken", "vocab_size": 300, "encoding": "gpt2", "ids": list(range(300)),
+                               "closed": False}}
+    full = {"kind": "tiktoken", "vocab_size": 50257, "encoding": "gpt2"}
+    data = SimpleNamespace(tokenizer=SimpleNamespace(to_dict=lambda: full))
+    with pytest.raises(UserError) as refused:
+        train.check_init_tokenizer(ours, init_ckpt, data)
+    said = str(refused.value)
+    assert "(the run's: gpt2 compact, 300 tokens; this data's: gpt2, 50257 tokens)" in said
+    assert said.endswith("prepare this data as it did, --set data.compact_vocab=true")
+
+
+def test_init_from_says_which_model_settings_of_this_config_it_replaces(tmp_path):
+    """train.init_from takes the saved run's model config: the line it prints names exactly this
+    config's settings that differ from it (what the user asked for and will not get), no others."""
+    import train
+    run = tiny_run(tmp_path)
+    run.save("best.pt", with_optimizer=False)
+    cfg = Config()
+    cfg.model = replace(run.cfg.model, n_layer=2, n_embd=32, dropout=0.25, vocab_size=0)
+    cfg.train = replace(cfg.train, init_from=str(tmp_path / "run"))
+    _, _, line = train.load_init(cfg)
+    assert line == (f"train.init_from: starting from {tmp_path / 'run' / 'best.pt'} (step 0), with its model config, "
+                    f"not this config's model.n_layer=2, model.n_embd=32")
+    assert (cfg.model.n_layer, cfg.model.n_embd, cfg.model.dropout) == (1, 16, 0.25)  # theirs, with our dropout
+
+
+def test_weight_decay_that_zeroes_the_weights_each_step_is_named_in_the_divergence_hint(tmp_path):
+    """lr * weight_decay = 1 exactly (10 * 0.1): AdamW's decay multiplies every weight by 0 each step;
+    the hint names the decay, not the learning rate alone."""
+    import train
+    run = tiny_run(tmp_path, lr=10.0, weight_decay=0.1)
+    said = str(train.diverged("the val loss", float("nan"), run))
+    assert ("lower train.weight_decay=0.1 or train.lr=10: each step scales the weights by "
+            "1 - lr * weight_decay = 0;") in said
+
+
+def test_an_infinite_val_loss_is_a_divergence_not_a_best_pt(tmp_path, monkeypatch):
+    """An eval whose val loss is inf (not only nan) stops the run: no metrics row, no best.pt or ckpt.pt of it."""
+    import train
+    from tinygpt.errors import UserError
+    run = tiny_run(tmp_path)
+    monkeypatch.setattr(train, "estimate_loss", lambda *a, **k: {"train": float("inf"), "val": float("inf")})
+    metrics = []
+    with pytest.raises(UserError, match="training diverged: the val loss is inf at step 0"):
+        train.evaluate(run, metrics, 0.0)
+    assert metrics == [] and run.best_val == float("inf")
+    assert not (tmp_path / "run" / "best.pt").exists() and not (tmp_path / "run" / "ckpt.pt").exists()
+
+
+def test_an_equal_val_loss_keeps_the_first_best_pt(tmp_path, monkeypatch):
+    """best.pt is replaced by a new lowest val loss only: a later eval that only equals it keeps the earlier weights."""
+    import train
+    from tinygpt.checkpoint import load_checkpoint
+    run = tiny_run(tmp_path)
+    monkeypatch.setattr(train, "estimate_loss", lambda *a, **k: {"train": 1.5, "val": 1.0})
+    train.evaluate(run, [], 0.0)
+    run.step = 10
+    train.evaluate(run, [], 0.0)
+    assert load_checkpoint(tmp_path / "run" / "best.pt")["step"] == 0
+    assert load_checkpoint(tmp_path / "run" / "ckpt.pt")["step"] == 10
+
+
+def test_plot_end_draws_loss_png_at_the_last_eval_only(tmp_path, monkeypatch):
+    """train.plot=end draws once, at the eval of step max_iters; plot=eval at every eval."""
+    import train
+    drawn = []
+    monkeypatch.setattr(train, "plot_run", lambda out_dir, check=None: drawn.append(run.step))
+    monkeypatch.setattr(train, "estimate_loss", lambda *a, **k: {"train": 1.5, "val": 1.0})
+    for plot, expected in (("end", [4]), ("eval", [0, 2, 4])):
+        drawn.clear()
+        (tmp_path / plot).mkdir()
+        run = tiny_run(tmp_path / plot, max_iters=4)
+        run.cfg.train.plot = plot
+        for step in (0, 2, 4):
+            run.step = step
+            train.evaluate(run, [], 0.0)
+        assert drawn == expected, plot
+
+
+def test_a_log_rows_elapsed_s_counts_from_the_start_of_training(tmp_path, monkeypatch):
+    """elapsed_s is the time since the training started (as the eval rows give it), not since the last log."""
+    import train
+    run = tiny_run(tmp_path)
+    clock = [0.0]
+    monkeypatch.setattr(train, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    speed = {"t_last": 0.0, "step_last": 0, "t_start": -10.0, "tokens_per_step": 100, "flops_per_step": 50.0,
+             "peak": 1000.0}
+    rows = []
+    for step in (1, 2):
+        run.loss_sum.fill_(2.0)
+        run.loss_count, run.step, clock[0] = 1, step, float(step)
+        train.log(run, rows, 0.5, speed)
+    assert [r["elapsed_s"] for r in rows] == ["11.0", "12.0"]
+
+
+def test_threads_note_says_whether_the_count_follows_the_free_cores():
+    """' (1 thread, following the free cores)' for train.threads=0; a fixed count follows nothing; '' on a GPU."""
+    import train
+    policy = object()  # (a CPU run's thread policy; None on a GPU)
+    assert train.threads_note(policy, 0) == " (1 thread, following the free cores)"  # (one_thread: torch runs 1)
+    assert train.threads_note(policy, 1) == " (1 thread)"
+    assert train.threads_note(None, 0) == ""
+
+
+def test_without_matplotlib_plot_end_says_there_will_be_no_loss_png(tmp_path, monkeypatch, capsys):
+    """train.plot=end (the default) without matplotlib is told too, not only plot=eval."""
+    import train
+    monkeypatch.setattr(train, "can_plot", lambda: False)
+    monkeypatch.setattr(train, "plot_run", lambda *a, **k: None)
+    train.main(run_args(tmp_path, "run", "train.max_iters=2", "train.plot=end"))
+    assert "note: matplotlib is not installed: no loss.png" in capsys.readouterr().err
+
+
+def test_the_warmup_note_is_for_a_warmup_as_long_as_the_run_or_longer():
+    """warmup_iters >= max_iters: the note gives the lr of the last step, lr * max_iters / (warmup_iters + 1);
+    a shorter warmup, or a run of 0 steps (nothing trains), gets no note."""
+    t = TrainConfig(lr=1.0, warmup_iters=9, max_iters=9)
+    assert training.warmup_note(t) == ("note: train.warmup_iters=9 >= train.max_iters=9: the learning rate rises to "
+                                       "0.9 at most, never to train.lr=1; lower train.warmup_iters")
+    assert "rises to 0.5 at most" in training.warmup_note(replace(t, warmup_iters=19, max_iters=10))
+    assert training.warmup_note(replace(t, warmup_iters=8)) is None
+    assert training.warmup_note(replace(t, max_iters=0)) is None
+
+
+def test_adamw_takes_beta1_and_beta2_in_that_order(tiny_model_config):
+    t = TrainConfig(beta1=0.8, beta2=0.95)
+    optimizer = training.make_optimizer(GPT(tiny_model_config), t, CPU)
+    assert [g["betas"] for g in optimizer.param_groups] == [(0.8, 0.95), (0.8, 0.95)]
+
+
+def test_a_loss_png_older_than_the_checkpoint_is_drawn_again(tmp_path):
+    """loss.png is drawn after ckpt.pt: one older than ckpt.pt (a run killed while drawing it) is missed,
+    a newer one is not, nor is one without a checkpoint."""
+    import os
+    import train
+    png, ckpt = tmp_path / "loss.png", tmp_path / "ckpt.pt"
+    png.write_bytes(b"png")
+    assert not train.plot_missed(tmp_path)
+    ckpt.write_bytes(b"ckpt")
+    os.utime(png, ns=(1_000_000_000, 1_000_000_000))
+    os.utime(ckpt, ns=(2_000_000_000, 2_000_000_000))
+    assert train.plot_missed(tmp_path)
+    os.utime(png, ns=(3_000_000_000, 3_000_000_000))
+    assert not train.plot_missed(tmp_path)
+    png.unlink()
+    assert train.plot_missed(tmp_path)
+
+
+def test_a_resume_at_an_evaluated_step_does_not_evaluate_it_again(tmp_path):
+    """Stopped at step 2, an eval step (evaluated and saved there), the resumed run goes on from it:
+    metrics.csv holds one eval row per eval step, not a second one of step 2."""
+    import train
+    from tinygpt.runs import read_metrics
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "run", "train.max_iters=4") + ["--stop-at", "2"])
+        train.main(run_args(tmp_path, "run", "train.max_iters=4") + ["--resume"])
+    evals = [row["step"] for row in read_metrics(tmp_path / "run") if row["val_loss"] is not None]
+    assert evals == [0, 2, 4]
+
+
+def test_the_last_step_is_logged_between_log_intervals(tmp_path):
+    """train.max_iters=4 with train.log_interval=3: the steps after step 3 get their log row at the end."""
+    import train
+    from tinygpt.runs import read_metrics
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.log_interval=3"))
+    logs = [row["step"] for row in read_metrics(tmp_path / "run") if row["tokens_per_s"] is not None]
+    assert logs == [3, 4]
+
+
+def test_train_step_steps_with_the_lr_it_is_given(tiny_model_config):
+    """The schedule's lr reaches the optimizer: a step at lr 0 (not the optimizer's own train.lr) moves no weight."""
+    torch.manual_seed(0)
+    model = GPT(tiny_model_config)
+    before = copy.deepcopy(model.state_dict())
+    optimizer = training.make_optimizer(model, TrainConfig(lr=1.0, weight_decay=0.0), CPU)
+    x, y = a_batch(tiny_model_config.vocab_size)
+    training.train_step(model, optimizer, no_scaler(), contextlib.nullcontext(), lambda: (x, y), 1, 0.0, 0.0)
+    assert [g["lr"] for g in optimizer.param_groups] == [0.0, 0.0]
+    assert all(torch.equal(p, before[n]) for n, p in model.state_dict().items())

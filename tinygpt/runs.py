@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import shlex
 import statistics
 import time
 from contextlib import contextmanager, suppress
@@ -130,6 +131,12 @@ def _acquire(path: Path, in_use: str, setting: str) -> int:
 # ---- starting or resuming ----
 
 
+def new_run_from(weights: str | Path) -> str:
+    """The settings that start a new run from these weights (a run directory or a checkpoint), quoted
+    for the shell to paste: in another folder, as the run's own still holds it (a new run there is refused)."""
+    return f"--set {shlex.quote(f'train.init_from={weights}')} train.out_dir=NEW_DIR"
+
+
 def check_run_dir(out_dir: Path, resume: bool) -> None:
     """Refuse what would mix two runs or overwrite a user's file: a new run into a folder holding a
     run's checkpoints or TensorBoard events, or holding a config.yaml, metrics.csv or loss.png that
@@ -150,8 +157,8 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
             if died_at_its_first_save(out_dir):  # its best.pt is the starting point: nothing to keep
                 fix += " (its best.pt is of step 0, before any training: nothing is lost)"
             elif (out_dir / "best.pt").is_file():
-                fix = ("best.pt holds the weights but not the optimizer's state a resume needs: start from its "
-                       f"weights with --set train.init_from={out_dir / 'best.pt'} and another out_dir")
+                fix = ("best.pt holds the weights but not the optimizer's state a resume needs: start a new run "
+                       f"from its weights with {new_run_from(out_dir / 'best.pt')}")
             raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; {fix}")
         return
     if (out_dir / "ckpt.pt").exists():
@@ -467,8 +474,6 @@ def probe_columns(result: dict[str, Any] | None) -> dict[str, Any]:
             "attribute_head": f"L{attr['layer']}H{attr['head']}", "attribute_share": attr["antecedent"],
             "attribute_ratio": attr["ratio"], "name_head": f"L{name['layer']}H{name['head']}",
             "name_ratio": name["ratio"]}
-
-
 
 
 def count_params(cfg: ModelConfig) -> int | None:
