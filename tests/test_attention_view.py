@@ -502,3 +502,38 @@ def test_the_heatmap_counts_one_earlier_key_in_the_singular():
     one = attention_view.heatmap_figure(weights, list("abcde"), last=4).get_supxlabel()
     two = attention_view.heatmap_figure(weights, list("abcde"), last=3).get_supxlabel()
     assert "on the 1 key before these 4" in one and "on the 2 keys before these 3" in two
+
+
+def test_the_header_says_the_window_was_cut_only_when_it_was(run, prompt):
+    """A prompt within block_size is shown whole: no "(the last N of N: ...)" in the tables' header."""
+    text = run_sample([run, "--prompt", prompt[:9], "--max-new-tokens", 0, "--show-attention"])
+    assert text.startswith("=== attention over the prompt ===\n")
+    text = run_sample([run, "--prompt", prompt * 2, "--max-new-tokens", 0, "--show-attention"])
+    assert text.startswith(f"=== attention over the prompt (the last {BLOCK} of {2 * len(prompt)}: "
+                           f"block_size={BLOCK}) ===\n")
+
+
+def test_heatmaps_of_exactly_max_heatmap_tokens_say_nothing_more(run, prompt, tmp_path, monkeypatch):
+    """The note on fewer tokens in the heatmaps is for more than MAX_HEATMAP: at exactly that many, they show all."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(attention_view, "MAX_HEATMAP", 8)
+    text = run_sample([run, "--prompt", prompt[:20], "--max-new-tokens", 0, "--attention-last", 8,
+                       "--attention-png", tmp_path / "png"])
+    assert "saved " in text and "(the heatmaps show" not in text
+
+
+def test_without_matplotlib_the_note_is_said_once_for_every_sample(run, prompt, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
+    text = run_sample([run, "--prompt", prompt[:8], "--max-new-tokens", 2, "--num-samples", 2, "--attention-of", "all",
+                       "--attention-png", tmp_path / "png"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "matplotlib" in err[0]
+    assert text.count("=== attention over the prompt and sample ") == 2 and len(parse_tables(text)) == N_LAYER * N_HEAD
+
+
+def test_the_steps_columns_line_up_with_their_header(run, prompt):
+    """The chosen token's probability ends under the header's "p", whatever the width of the labels."""
+    text = run_sample([run, "--prompt", prompt, "--max-new-tokens", 5, "--temperature", 0, "--show-steps"])
+    header, *rows = text.splitlines()[:6]
+    column = header.index("p  top-")
+    assert header.startswith("step   ctx  token") and all(row[column] == "%" for row in rows), text

@@ -12,6 +12,7 @@ module on a small generated text; every file lives in tmp, nothing touches the n
 from __future__ import annotations
 
 import errno
+import io
 import json
 import importlib.util
 import os
@@ -1645,3 +1646,73 @@ def test_the_setup_before_the_first_step_is_not_training_time(tmp, capsys, monke
     assert result.code == 0, result.err
     rows = read_metrics(out)
     assert rows[0]["step"] == 0 and rows[0]["elapsed_s"] < 1.5, rows[0]
+
+
+def test_a_reader_who_leaves_ends_the_command_quietly_with_exit_0(monkeypatch):
+    """`sample.py RUN | head -1`: the reader left, which is no error: exit 0, nothing said."""
+    from tinygpt.errors import run_cli
+
+    def reader_left(argv):
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    with pytest.raises(SystemExit) as info:
+        run_cli(reader_left, [])
+    assert info.value.code == 0
+
+
+def test_a_full_disk_naming_its_file_is_not_blamed_on_standard_output(tmp_path, capfd):
+    """Standard output a file (`> log.txt`), a checkpoint's ENOSPC names the checkpoint alone; an ENOSPC
+    naming no file is standard output's."""
+    from tinygpt.errors import output_culprit
+    saved = os.dup(1)
+    try:
+        with open(tmp_path / "log.txt", "w") as log:
+            os.dup2(log.fileno(), 1)
+        named = output_culprit(OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "ckpt.pt")))
+        unnamed = output_culprit(OSError(errno.ENOSPC, "No space left on device"))
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    assert named == "" and unnamed == ": standard output"
+
+
+def test_a_path_just_over_200_characters_is_elided_too():
+    from tinygpt.errors import environment_error
+    path = "/tmp/" + "z" * 300
+    line = environment_error(OSError(errno.ENAMETOOLONG, "File name too long", path))
+    assert line == f"File name too long: {path[:100]}...{path[-97:]}"
+
+
+def test_counts_of_none_and_big_integers_read_right():
+    """'0 tokens', not '0 token'; an integer past MAX_INT_BITS is described by its size, not its digits."""
+    from tinygpt.errors import count, short
+    assert count(0, "token") == "0 tokens" and count(0, "story", "stories") == "0 stories"
+    assert short(2**200) == "an integer of 201 bits" and short(-2**129) == "a negative integer of 130 bits"
+
+
+def test_a_refused_clean_up_is_told_unless_an_error_is_already_on_its_way_out():
+    from tinygpt.errors import UserError, clean_up
+
+    def refused():
+        raise UserError("cannot write metrics.csv: disk full")
+    clean_up(refused, failing=True)  # the error on its way out is the one told
+    with pytest.raises(UserError, match="metrics.csv"):
+        clean_up(refused, failing=False)
+
+
+def test_a_long_value_is_cut_to_the_limit_with_its_ellipsis():
+    from tinygpt.errors import MAX_VALUE, short
+    text = short(["a" * 30] * 3)  # each item short enough for reprlib, the whole list not
+    assert len(text) == MAX_VALUE and text.startswith("['aaa") and text.endswith("...")
+    assert short("y" * 10, 12) == "'yyyyyyyyyy'"  # exactly the limit: whole
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero (a device that never ends)")
+def test_read_capped_refuses_a_device_past_its_limit_and_says_why_it_cannot_read(tmp_path):
+    """A device or a pipe has no size: read one byte past the limit, it is refused (not cut to its first
+    `limit` bytes); a file that cannot be read is told in the caller's words."""
+    from tinygpt.errors import UserError, read_capped
+    with pytest.raises(UserError, match="^too big: None$"):
+        read_capped("/dev/zero", 10, lambda size: f"too big: {size}")
+    with pytest.raises(UserError, match="^--prompt-file missing cannot be read: No such file or directory$"):
+        read_capped(tmp_path / "missing", 10, str, lambda why: f"--prompt-file missing cannot be read: {why}")

@@ -529,3 +529,16 @@ def test_a_single_reference_or_position_is_singular():
         "no usable reference in 2 held-out stories (seed 6): 1 of them uses words outside")
     with pytest.raises(UserError, match=r"the model has layers 0-1 and head 0\)"):
         parse_heads("0.1", 2, 1)
+
+
+def test_probe_refuses_the_first_values_out_of_range(tmp_path, capsys):
+    """--stories 0 and --seed -1, the values just out of range (-1 is Random(1): another seed's stories),
+    are refused before the run is even read."""
+    assert "--stories=0 must be in [1, 10,000]" in one_line_exit_2(capsys, [str(tmp_path / "no_run"), "--stories", "0"])
+    assert "--seed=-1 must be in [0, 2**63)" in one_line_exit_2(capsys, [str(tmp_path / "no_run"), "--seed", "-1"])
+
+
+def test_ablate_followed_by_a_flag_and_no_run_is_argparses_own_line(capsys):
+    """`probe.py --ablate --force`: --ablate took no list, so the run is what is missing, not a misplaced one."""
+    line = one_line_exit_2(capsys, ["--ablate", "--force"])
+    assert "arguments are required: run" in line and "not heads" not in line

@@ -544,3 +544,44 @@ def test_heatmaps_of_the_prompt_are_one_set_whatever_the_samples(tiny_stories_ru
     run_sample([tiny_stories_run, "--prompt", "Mia", "--max-new-tokens", 2, "--num-samples", 2, "--temperature", 0,
                 "--attention-png", tmp_path / "maps"])
     assert sorted(p.name for p in (tmp_path / "maps").iterdir()) == ["attention_layer0.png", "attention_layer1.png"]
+
+
+def test_each_range_of_controls_is_shown_at_a_terminal_to_its_last_character():
+    """Both ends of each range a terminal obeys (C0, DEL and C1, the bidi embeddings and overrides, the
+    isolates U+2066-U+2069) are shown as escapes; '\\t', '\\n', NBSP and the characters just past the bidi
+    ranges are written as they are."""
+    terminal = Terminal()
+    sample.ControlsShown(terminal).write("\x00\x08\x0b\x1f\x7f\x80\x9f\u202a\u202e\u2066\u2069|\t\n\xa0\u202f\u206a")
+    assert terminal.getvalue() == ("\\x00\\x08\\x0b\\x1f\\x7f\\x80\\x9f\\u202a\\u202e\\u2066\\u2069"
+                                   "|\t\n\xa0\u202f\u206a")
+
+
+def test_a_character_cut_off_by_the_last_token_is_not_dropped(tiny_stories_run, monkeypatch):
+    """The last token's bytes ending mid-character (a byte-level model stopped by --max-new-tokens): the
+    sample ends in U+FFFD, as tokenizer.decode gives, printed and returned, instead of losing it."""
+    from tinygpt.tokenizer import _ByteStreamDecoder
+    chunks = [b"ok", b"\xe2\x80"]
+    load = sample.load_model
+
+    def byte_level(*args, **kwargs):
+        model, cfg, tokenizer, ckpt = load(*args, **kwargs)
+        tokenizer.stream_decoder = lambda: _ByteStreamDecoder(lambda id, rest=iter(chunks): next(rest, b""))
+        return model, cfg, tokenizer, ckpt
+    monkeypatch.setattr(sample, "load_model", byte_level)
+    texts, printed = run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY])
+    assert texts == ["ok\ufffd"] and printed == "Miaok\ufffd\n"
+
+
+def test_a_reader_leaving_does_not_stop_the_heatmaps_asked_for(tiny_stories_run, tmp_path, monkeypatch, capsys):
+    """`sample.py ... --attention-png DIR | head -1`: as with --attention-html, the heatmaps are the work,
+    so the reader who leaves costs the output, not the PNGs (in-process: stdout a pipe nobody reads)."""
+    pytest.importorskip("matplotlib")
+    read, write = os.pipe()
+    os.close(read)  # the reader left: each write raises BrokenPipeError
+    with open(write, "w", buffering=1) as stdout:
+        monkeypatch.setattr(sys, "stdout", stdout)
+        texts = sample.main([str(tiny_stories_run), "--prompt", "Mia", *GREEDY, "--attention-png", str(tmp_path)])
+        monkeypatch.undo()
+    assert len(texts) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attention_layer0.png", "attention_layer1.png"]
+    assert "warning: stdout was closed (its reader left)" in capsys.readouterr().err
