@@ -88,7 +88,8 @@ def build_parser() -> ArgParser:
                          "shown as escapes (\\x1b); a file or a pipe gets the exact text.")
     p.add_argument("run", type=path_arg, help="run directory (uses best.pt, else ckpt.pt) or a checkpoint file")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--prompt", default="", help="text to continue (default: a newline)")
+    # (default None, not "": argparse lets an explicit value equal to the default past the group's check)
+    src.add_argument("--prompt", help="text to continue (default: a newline)")
     src.add_argument("--prompt-file", type=path_arg, help="read the prompt from this UTF-8 file; - = standard input")
     src.add_argument("--interactive", action="store_true",
                      help="keep the model loaded and answer each line of standard input as a prompt, until EOF")
@@ -159,7 +160,7 @@ def check_args(args) -> None:
         raise UserError("--compile compiles the decoding step with the KV cache: drop --no-kv-cache")
     if args.num_samples < 1:
         raise UserError(f"--num-samples={args.num_samples} must be >= 1")
-    asked = {"--prompt": args.prompt != "", "--prompt-file": args.prompt_file is not None,
+    asked = {"--prompt": args.prompt is not None, "--prompt-file": args.prompt_file is not None,
              "--interactive": args.interactive, "--num-samples": args.num_samples != 1, "--compile": args.compile,
              "--show-steps": args.show_steps, "--show-attention": args.show_attention,
              "--attention-of": args.attention_of is not None, "--attention-last": args.attention_last is not None,
@@ -283,7 +284,7 @@ def read_prompt(args) -> str:
     """--prompt, or the UTF-8 text of --prompt-file: a file, a pipe or a device, - = standard input;
     at most MAX_PROMPT_BYTES, never read whole when longer."""
     if args.prompt_file is None:
-        return decode_prompt(text_bytes(args.prompt, "--prompt"), "--prompt")
+        return decode_prompt(text_bytes(args.prompt or "", "--prompt"), "--prompt")
     if str(args.prompt_file) == "-":  # its bytes: text mode would pass bad bytes on as surrogates
         return decode_prompt(sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1), "--prompt-file - (standard input)")
     named = f"--prompt-file {short(str(args.prompt_file))}"

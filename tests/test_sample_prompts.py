@@ -95,6 +95,15 @@ def test_interactive_refuses_an_overlong_or_non_utf8_line_and_goes_on(tiny_stori
     assert len(err) == 2 and "more than the 64 bytes" in err[0] and "not UTF-8 text (byte 0 is 0xff)" in err[1]
 
 
+def test_an_empty_prompt_beside_another_source_is_refused(tiny_stories_run, tmp_path):
+    """`--prompt "" --prompt-file F` (or `--interactive`) was let through, argparse taking "" for the
+    default, and the empty prompt was dropped without a word; an empty --prompt alone is a newline."""
+    (tmp_path / "f.txt").write_text("Mia had")
+    for other in (["--prompt-file", tmp_path / "f.txt"], ["--interactive"]):
+        refused([tiny_stories_run, "--prompt", "", *other], f"^argument {other[0]}: not allowed with argument --prompt")
+    assert run_sample([tiny_stories_run, "--prompt", "", *GREEDY]) == run_sample([tiny_stories_run, *GREEDY])
+
+
 def test_interactive_reads_a_windows_line_of_exactly_the_limit(tiny_stories_run, monkeypatch, capsys):
     """A piped CRLF line of MAX_PROMPT_BYTES was read up to its '\\r' alone and refused as one byte too long."""
     monkeypatch.setattr(sample, "MAX_PROMPT_BYTES", 64)
