@@ -500,13 +500,13 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
 def read_prompts() -> Iterator[str | bytes]:
     """The lines of standard input, without their newline: at a terminal, typed (str) after a "> "
     prompt, with line editing and a one-line greeting on stderr; piped, each line's bytes, at most
-    MAX_PROMPT_BYTES + 2 of them, room for a CRLF (a longer line's rest is skipped; decode_prompt refuses it)."""
+    MAX_PROMPT_BYTES and a CRLF (a longer line's rest is skipped; decode_prompt refuses it)."""
     if not sys.stdin.isatty():
-        stdin = sys.stdin.buffer
-        while line := stdin.readline(MAX_PROMPT_BYTES + 2):
+        stdin, cap = sys.stdin.buffer, MAX_PROMPT_BYTES + 2  # a prompt of the limit and its CRLF
+        while line := stdin.readline(cap):
             rest = line
-            while len(rest) > MAX_PROMPT_BYTES + 1 and not rest.endswith(b"\n"):
-                rest = stdin.readline(MAX_PROMPT_BYTES + 2)
+            while len(rest) == cap and not rest.endswith(b"\n"):  # readline stopped at its cap: skip the rest
+                rest = stdin.readline(cap)
             yield line[:-2] if line.endswith(b"\r\n") else line.removesuffix(b"\n")  # (a Windows file's lines too)
         return
     print("type a prompt and press Enter; Ctrl-C stops an answer, Ctrl-D quits", file=sys.stderr)

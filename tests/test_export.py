@@ -67,6 +67,13 @@ def logits(model: torch.nn.Module, vocab_size: int, T: int = 16) -> torch.Tensor
     return out if isinstance(out, torch.Tensor) else out.logits  # ours (B, T, V) / transformers' output
 
 
+def export_run(tmp_path) -> tuple[str, dict]:
+    """A run (make_run) exported to tmp_path/hf: the run's path and the config.json written there."""
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    return run, json.loads((tmp_path / "hf" / "config.json").read_text())
+
+
 # ---- safetensors ----
 
 
@@ -278,8 +285,7 @@ def test_import_over_a_run_says_what_force_would_delete_and_waits_for_a_training
     """--from-hf into a trained run listed its files alone (--force then deleted the run); into a
     folder a training is writing, it blamed `.lock`, "not one of the files written here"."""
     from tinygpt.runs import LOCK, run_lock
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
+    run, _ = export_run(tmp_path)
     (Path(run) / "metrics.csv").write_text("step,train_loss,val_loss\n0,4.1,4.1\n")
     with pytest.raises(UserError, match=r"already holds ckpt.pt, metrics.csv \(a trained run: --force "
                                         r"deletes it\)"):
@@ -366,8 +372,7 @@ def test_import_refuses_a_full_gpt2_record_of_another_size(tmp_path):
 
 def test_a_dropout_out_of_its_range_is_refused_not_dropped(tmp_path):
     """resid_pdrop 1.5, 1 or Infinity (JSON's) was imported as no dropout without a word."""
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
+    run, _ = export_run(tmp_path)
     text = (tmp_path / "hf" / "config.json").read_text()
     assert '"resid_pdrop": 0.0' in text
     for bad, shown in [("1.5", "1.5"), ("1", "1"), ("-0.1", "-0.1"), ("Infinity", "inf"), ("NaN", "nan")]:
@@ -380,9 +385,7 @@ def test_a_dropout_out_of_its_range_is_refused_not_dropped(tmp_path):
 def test_a_number_written_as_a_string_is_called_so(tmp_path):
     """n_inner "128" (a string) for n_embd 32 said `n_inner=128 (tinygpt's MLP is 4*n_embd wide) cannot be
     represented`, though 4 * 32 = 128; a string resid_pdrop was taken as no dropout without a word."""
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    run, config = export_run(tmp_path)
     assert config["n_embd"] == 32 and config["n_inner"] is None
     for change, match in [({"n_inner": "128"}, "n_inner='128' must be a number"),
                           ({"n_inner": True}, "n_inner=True must be a number"),
@@ -395,9 +398,7 @@ def test_a_number_written_as_a_string_is_called_so(tmp_path):
 
 
 def test_import_refuses_what_gpt2_cannot_say(tmp_path):
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    run, config = export_run(tmp_path)
     for change, match in [({"n_inner": 7}, "n_inner"), ({"activation_function": "relu"}, "activation"),
                           ({"model_type": "llama"}, "not gpt2"), ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon")]:
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
@@ -414,9 +415,7 @@ def test_import_refuses_what_gpt2_cannot_say(tmp_path):
 def test_a_refused_tanh_gelu_import_is_one_line(tmp_path, capsys):
     """A GPT-2 of the tanh GELU printed its note (logits differ slightly) before the error that
     refused it: two lines where the rule is one. The note comes once the import has succeeded."""
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    run, config = export_run(tmp_path)
     weights = hf.load_safetensors(tmp_path / "hf" / "model.safetensors")
     untied = {**weights, "lm_head.weight": weights["transformer.wte.weight"] + 1}
     for name, change, tensors, match in [
@@ -439,9 +438,7 @@ def test_import_refuses_weights_its_config_does_not_describe(tmp_path):
     """config.json with a layer less than the weights (they were dropped without a word), a vocabulary
     of 0 (an AssertionError traceback) and NaN weights (written as a run sample.py then refused):
     one line each, nothing written."""
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    run, config = export_run(tmp_path)
     weights = hf.load_safetensors(tmp_path / "hf" / "model.safetensors")
     back = tmp_path / "back"
     with pytest.raises(UserError, match="is a Hugging Face model folder, not a run: .* export.py --from-hf"):
@@ -625,8 +622,7 @@ def test_an_export_deep_inside_its_run_directory_is_refused(tmp_path):
 def test_an_import_never_replaces_the_folder_around_the_current_one(tmp_path, monkeypatch):
     """From OUT/tensorboard (a run's own folder name, so --force would take OUT as an earlier run),
     `--from-hf HF .. --force` would replace OUT whole, the folder the shell stands in with it."""
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
+    run, _ = export_run(tmp_path)
     here = tmp_path / "out" / "tensorboard"
     here.mkdir(parents=True)
     (here / "events.out").write_text("keep me")
@@ -639,9 +635,7 @@ def test_an_import_never_replaces_the_folder_around_the_current_one(tmp_path, mo
 
 def test_import_refuses_attention_tinygpt_lacks(tmp_path):
     """Attention scaled by 1/layer or with cross-attention: GPT-2 variants tinygpt's GPT cannot compute."""
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    run, config = export_run(tmp_path)
     for change, what in [({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=true"),
                          ({"add_cross_attention": True}, "add_cross_attention=true")]:
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
@@ -669,8 +663,7 @@ def test_pytorch_model_bin_of_an_old_gpt2_imports_without_its_mask_buffers(tmp_p
 
 def test_import_says_what_is_wrong_with_the_weight_files(tmp_path):
     """A sharded checkpoint and a pytorch_model.bin that holds no dict of tensors: one line each."""
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
+    run, _ = export_run(tmp_path)
     folder = tmp_path / "other"
     folder.mkdir()
     shutil.copy(tmp_path / "hf" / "config.json", folder / "config.json")
@@ -684,8 +677,7 @@ def test_import_says_what_is_wrong_with_the_weight_files(tmp_path):
 
 
 def test_one_extra_tensor_is_named_alone(tmp_path):
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
+    run, _ = export_run(tmp_path)
     weights = hf.load_safetensors(tmp_path / "hf" / "model.safetensors")
     weights["transformer.h.0.attn.extra"] = torch.zeros(2)
     hf.save_safetensors(tmp_path / "hf" / "model.safetensors", weights)
@@ -698,9 +690,7 @@ def test_one_extra_tensor_is_named_alone(tmp_path):
 def test_a_recorded_tokenizer_of_another_vocabulary_size_is_not_used(tmp_path):
     """config.json's model has 37 tokens, its tinygpt.tokenizer 36 (consistent on its own): the
     import would write a run whose model makes ids its tokenizer cannot decode."""
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    run, config = export_run(tmp_path)
     tokenizer = {"kind": "char", "vocab_size": 36, "chars": CHARS[:36]}
     config["tinygpt"]["tokenizer"] = tokenizer
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
@@ -710,9 +700,7 @@ def test_a_recorded_tokenizer_of_another_vocabulary_size_is_not_used(tmp_path):
 
 
 def test_every_tanh_gelu_gets_the_note_and_the_exact_one_none(tmp_path, capsys):
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    run, config = export_run(tmp_path)
     capsys.readouterr()
     hf.load_hf_gpt2(tmp_path / "hf")  # our export: the exact GELU
     assert capsys.readouterr().err == ""
@@ -736,8 +724,7 @@ def test_dropout_goes_to_gpt2_and_back(tmp_path):
 def test_generation_config_samples_as_sample_py_does(tmp_path):
     """generation_config.json: sample.py's default temperature, and no top-k (0 to transformers), as sample.py."""
     import sample
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
+    run, _ = export_run(tmp_path)
     gen = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
     parser = sample.build_parser()
     assert parser.get_default("temperature") == 0.8 and parser.get_default("top_k") is None
@@ -785,9 +772,7 @@ def test_bpe_tokenizer_json_gives_tiktokens_ids_where_merges_never_form_a_token(
 
 def test_a_recorded_tiktoken_vocabulary_of_another_size_is_refused(tmp_path):
     """vocab_size 37 (the model's) but 256 ids listed: imported, sample.py would refuse the run."""
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    run, config = export_run(tmp_path)
     config["tinygpt"]["tokenizer"] = {"kind": "tiktoken", "vocab_size": 37, "encoding": "gpt2", "ids": list(range(256)),
                                       "closed": True}
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
@@ -797,9 +782,7 @@ def test_a_recorded_tiktoken_vocabulary_of_another_size_is_refused(tmp_path):
 
 
 def test_a_damaged_tokenizer_record_advises_exporting_again_not_preparing_data(tmp_path):
-    run, _, _ = make_run(tmp_path)
-    export.main([run, str(tmp_path / "hf")])
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    run, config = export_run(tmp_path)
     config["tinygpt"]["tokenizer"] = {"kind": "char", "vocab_size": 37, "chars": "ab"}
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
     with pytest.raises(UserError) as err:
