@@ -264,9 +264,11 @@ def test_only_heads_whose_removal_lowers_the_accuracy_are_top_heads():
     assert coreference.harmful_heads(torch.tensor([[0.0, 0.1], [0.3, -0.1]]), 2) == [(1, 0), (0, 1)]
 
 
-def ablation_of(monkeypatch, baseline: float, accuracy: dict, n_layer: int, n_head: int) -> dict:
+def ablation_of(monkeypatch, baseline: float, accuracy: dict, n_layer: int, n_head: int, n_stories: int = 1,
+                mean_skipped: int = 0) -> dict:
     """coreference.ablation of a model whose probe accuracy is `baseline` with every head and
-    accuracy[removed heads] without them (either mode), no stories decoded."""
+    accuracy[removed heads] without them (either mode), no stories decoded (seed 3; of the n_stories
+    for the heads' means, seed 4, mean_skipped are skipped)."""
     from contextlib import contextmanager
     removed_now = [()]
 
@@ -276,12 +278,13 @@ def ablation_of(monkeypatch, baseline: float, accuracy: dict, n_layer: int, n_he
         yield
         removed_now.pop()
     monkeypatch.setattr(coreference, "ablated", recorded)
-    monkeypatch.setattr(coreference, "held_out_cases", lambda tokenizer, n, seed, block_size: (["a case"], 1, 0))
+    monkeypatch.setattr(coreference, "held_out_cases", lambda tokenizer, n, seed, block_size: (
+        ["a case"], 1, mean_skipped if seed == 3 + coreference.MEAN_SEED_OFFSET else 0))
     monkeypatch.setattr(coreference, "head_means", lambda model, windows: (None, 1))
     monkeypatch.setattr(coreference, "behaviour", lambda *args, **kwargs: {
         "accuracy": accuracy[removed_now[-1]] if removed_now[-1] else baseline})
     model = GPT(ModelConfig(block_size=8, n_layer=n_layer, n_head=n_head, n_embd=12, vocab_size=5))
-    return coreference.ablation(model, None, 1, seed=3, device=torch.device("cpu"))
+    return coreference.ablation(model, None, n_stories, seed=3, device=torch.device("cpu"))
 
 
 def test_the_drop_is_the_accuracy_lost_and_its_median_a_heads(monkeypatch):
@@ -297,6 +300,14 @@ def test_the_drop_is_the_accuracy_lost_and_its_median_a_heads(monkeypatch):
         assert ab["median_drop"][mode] == 0.1
     (pair,) = ab["together"]
     assert pair["heads"] == ["0.2", "0.1"] and pair["drop"] == {"zero": 0.9, "mean": 0.9}
+
+
+def test_the_means_are_said_over_the_stories_kept(monkeypatch):
+    """Of 3 stories for the heads' means, 1 skipped (a word outside a word-level vocabulary): the
+    means are over 2 stories, not the 3 asked."""
+    ab = ablation_of(monkeypatch, 0.9, {((0, 0),): 0.5}, n_layer=1, n_head=1, n_stories=3, mean_skipped=1)
+    assert ab["mean_over"] == {"stories": 2, "seed": 4, "positions": 1}
+    assert "windows of 2 other held-out stories (seed 4, 1 position)" in coreference.ablation_report(ab, None, 1, 1)
 
 
 def test_probe_ablate_a_chosen_set(run):

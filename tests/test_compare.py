@@ -10,6 +10,7 @@ import io
 import os
 import re
 import struct
+import sys
 import warnings
 import zlib
 from pathlib import Path
@@ -752,3 +753,70 @@ def test_two_seeds_get_a_band_of_one_sample_standard_deviation(monkeypatch):
     for step, mean in ((0, 4.5), (10, 2.5)):
         ys = vertices[vertices[:, 0] == step][:, 1]
         assert min(ys) == pytest.approx(mean - std) and max(ys) == pytest.approx(mean + std)
+
+
+# ---- labels, a sweep's folder named, what is said of one run, a run with nothing to draw ----
+
+
+def test_runs_of_one_folder_name_are_labelled_by_their_paths_and_dot_is_a_label(tmp_path, monkeypatch):
+    """Two seeds each in a folder named `run` (s1/run, s2/run) would be two rows `run`, told apart by
+    nothing; `compare.py .` inside a run would be a row with an empty name (Path('.').name is '')."""
+    rows = [(0, "4.1", "4.1"), (10, "3.9", "3.9")]
+    for s in (1, 2):
+        (tmp_path / f"s{s}").mkdir()
+        fake_run(tmp_path / f"s{s}" / "run", s, rows)
+    monkeypatch.chdir(tmp_path)
+    result, printed = compared(["s1/run", "s2/run", "--out", "cmp"])
+    assert [r["run"] for r in result["rows"]] == ["s1/run", "s2/run"] and "| s2/run |" in printed
+    monkeypatch.chdir(tmp_path / "s1" / "run")
+    result, printed = compared([".", "--out", str(tmp_path / "cmp1")])
+    assert [r["run"] for r in result["rows"]] == ["."] and "\n| . |" in printed
+
+
+@pytest.mark.parametrize("n, shown", [(3, "(h1, h2, h3)"), (4, "(h1, h2, h3, ...)")])
+def test_a_sweeps_folder_names_its_first_three_runs_in_order(tmp_path, n, shown):
+    """The runs named in order, made last first (the folder's own order is not the names'), three at most."""
+    (tmp_path / "sw").mkdir()
+    for h in reversed(range(1, n + 1)):
+        fake_run(tmp_path / "sw" / f"h{h}", h, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    with pytest.raises(UserError, match=rf"sw is not a run directory: it holds {n} run\(s\) {re.escape(shown)}, as"):
+        compare.main([str(tmp_path / "sw"), "--out", str(tmp_path / "cmp")])
+
+
+def test_a_run_given_twice_the_same_way_is_not_also_itself(tmp_path):
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    with pytest.raises(UserError, match=r"a is given twice$"):  # not "(also as .../a)" of the same spelling
+        compare.main([run, run, "--out", str(tmp_path / "cmp")])
+
+
+def test_one_run_is_one_run_and_no_configs_are_compared(tmp_path):
+    """One run's report: 'Comparison of 1 run' (not '1 runs'), and no note that 'the runs' configs
+    are identical' where there is nothing to compare it with."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    _, printed = compared([run, "--out", str(tmp_path / "cmp")])
+    assert (tmp_path / "cmp" / "results.md").read_text().startswith("# Comparison of 1 run\n")
+    assert "identical" not in printed, printed
+    other = fake_run(tmp_path / "b", 1, [(0, "4.1", "4.1"), (10, "3.8", "3.8")])  # the same config: said so
+    _, printed = compared([run, other, "--out", str(tmp_path / "cmp2")])
+    assert (tmp_path / "cmp2" / "results.md").read_text().startswith("# Comparison of 2 runs\n")
+    assert "(the runs' configs are identical apart from " in printed, printed
+
+
+def test_the_matplotlib_note_is_said_only_without_pictures(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    result, printed = compared([run, "--out", str(tmp_path / "cmp")])
+    assert result["plots"] and "matplotlib is not installed" not in printed
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # `import matplotlib.figure` now fails
+    result, printed = compared([run, "--out", str(tmp_path / "cmp2")])
+    assert result["plots"] == [] and "matplotlib is not installed: no val_loss.png and settings.png" in printed
+
+
+def test_plot_only_of_a_run_without_metrics_draws_nothing_and_says_so(tmp_path):
+    """A run just started (no metrics.csv yet): no 'None' among the pictures drawn."""
+    pytest.importorskip("matplotlib")
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    (Path(run) / "metrics.csv").unlink()
+    result, printed = compared([run, "--plot-only", "--out", str(tmp_path / "cmp")])
+    assert result["plots"] == [] and f"{run}: no metrics.csv yet, nothing to draw" in printed
+    assert printed.endswith("wrote nothing\n") and not (Path(run) / "loss.png").exists()

@@ -151,6 +151,47 @@ def test_build_case_offsets_a_story_inside_a_longer_text():
     assert [p - len(prefix) for p in shifted.antecedent_positions] == alone.antecedent_positions
 
 
+def test_the_attributes_earlier_mentions_are_whole_words_of_this_story():
+    """In the window, "red" said in the story before (not inside "Fred" or "bored", not in the story
+    before this one) is where the antecedent's attribute is; the same for the distractor's "blue"."""
+    prefix = "Zed had a red hat and a blue cup.\n\n"  # the previous story, inside the window
+    story = "Mia had a red kite. Tom had a blue kite. Tom was bored and Fred was tired. Then she took her red kite."
+    ref = Reference(pronoun_pos=story.index("she"), pronoun="she", attribute_pos=story.rindex("red"), attribute="red",
+                    kind="colour", antecedent="Mia", antecedent_spans=[(0, 3)], distractor="Tom",
+                    distractor_spans=[(20, 23), (41, 44)], distractor_attribute="blue")
+    text, base = prefix + story, len(prefix)
+    case = coreference.build_case(CharTokenizer(text), text, base, ref, block_size=2000)
+    assert len(case.ids) == base + ref.attribute_pos  # the whole text before the attribute is in the window
+    red, blue = base + story.index("red"), base + story.index("blue")
+    assert case.antecedent_attribute_positions == list(range(red, red + 3))
+    assert case.distractor_attribute_positions == list(range(blue, blue + 4))
+    assert case.antecedent_positions == [base, base + 1, base + 2]
+
+
+def test_an_attribute_with_nothing_before_it_is_refused():
+    text = "red kite"
+    ref = Reference(pronoun_pos=0, pronoun="she", attribute_pos=0, attribute="red", kind="colour", antecedent="Mia",
+                    antecedent_spans=[], distractor="Tom", distractor_spans=[], distractor_attribute="blue")
+    with pytest.raises(ValueError, match="the attribute at 0 has no context before it"):
+        coreference.build_case(CharTokenizer(text + " blue"), text, 0, ref, block_size=8)
+
+
+def test_held_out_stories_skip_and_count_the_stories_the_tokenizer_cannot_encode():
+    """A char vocabulary without "B" skips the stories that use it and counts them; one with every
+    character skips none."""
+    rng = random.Random(11)
+    stories = [generate_story(rng) for _ in range(6)]
+    every_char = CharTokenizer("".join(s for s, _ in stories) + "\n")
+    text, refs, skipped = coreference.held_out_stories(6, 11, every_char)
+    assert skipped == 0 and len(refs) == sum(len(r) for _, r in stories)
+    with_b = [("B" in s) for s, _ in stories]
+    assert 0 < sum(with_b) < 6  # (seed 11: some stories use it, some do not)
+    no_b = CharTokenizer("".join(s for s, _ in stories).replace("B", "") + "\n")
+    text, refs, skipped = coreference.held_out_stories(6, 11, no_b)
+    assert skipped == sum(with_b) and "B" not in text
+    assert len(refs) == sum(len(r) for (_, r), b in zip(stories, with_b) if not b)
+
+
 def test_build_case_with_gpt2_tokens(tmp_path, monkeypatch):
     """With BPE the cut falls before " red": the attribute's token carries its leading space."""
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(r50k_cache(tmp_path)))
@@ -477,6 +518,25 @@ def test_no_ratio_when_the_distractor_is_never_in_the_window():
     a = coreference.attention_on([([0], [], last_row(0.5, 0.5)), ([1], [], last_row(0.2, 0.8))], 1, 1)
     assert a["best"]["ratio"] is None and a["distractor_visible"] == 0
     assert best_head_line(a).endswith("(the distractor's never in the window: no ratio)")
+
+
+def test_a_table_cell_is_the_antecedents_weight_then_the_distractors():
+    a = coreference.attention_on([([0], [1], last_row(0.6, 0.2, 0.2))], 1, 1)
+    table = coreference.attention_table(a, "its name", 1, 1)
+    (row,) = [line for line in table if line.startswith("layer 0")]
+    assert row.split() == ["layer", "0", "60.0", "/", "20.0"]
+
+
+def test_the_in_window_behaviour_is_said_only_where_some_antecedent_was_in_the_window():
+    """No reference had the antecedent's name in the window: no "(... 0 / 0 / 0 of 0, 0.0% right)" line."""
+    nothing = coreference.attention_on([], 1, 1)
+    result = {"references": 2, "stories": 1, "skipped_stories": 0, "seed": 5,
+              "behaviour": coreference.tally(["antecedent", "other"]), "behaviour_in_window": coreference.tally([]),
+              "attention_attribute": nothing, "attention": nothing}
+    assert "where the antecedent's name is in the window" not in coreference.report(result, 1, 1)
+    result["behaviour_in_window"] = coreference.tally(["antecedent"])
+    assert "(where the antecedent's name is in the window: 1 / 0 / 0 of 1, 100.0% right)" in coreference.report(
+        result, 1, 1)
 
 
 def test_ablate_before_the_run_says_what_ablate_takes(tmp_path, capsys):
