@@ -382,6 +382,27 @@ def test_a_dropout_out_of_its_range_is_refused_not_dropped(tmp_path):
             hf.load_hf_gpt2(tmp_path / "hf")
 
 
+def test_a_recorded_model_section_or_encoding_that_is_damaged_is_refused(tmp_path):
+    """tinygpt.config.model as a list ended in a traceback (AttributeError: 'list' object has no
+    attribute 'get'); a tiktoken encoding name that is no encoding was imported, and sample.py refused
+    the run it wrote."""
+    run, config = export_run(tmp_path)
+    back = tmp_path / "back"
+    for model, shown in [([1, 2], r"\[1, 2\]"), ("x", "'x'")]:
+        meta = {**config["tinygpt"], "config": {**config["tinygpt"]["config"], "model": model}}
+        (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "tinygpt": meta}))
+        with pytest.raises(UserError, match=rf"config.json: the tinygpt.config.model it records is {shown}, not a "
+                                            r"mapping \(damaged\); export the run again$"):
+            export.main(["--from-hf", str(tmp_path / "hf"), str(back)])
+    tokenizer = {"kind": "tiktoken", "vocab_size": config["vocab_size"], "encoding": "../../etc/passwd"}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "tinygpt": {**config["tinygpt"],
+                                                                                  "tokenizer": tokenizer}}))
+    with pytest.raises(UserError, match=r"config.json: the tinygpt.tokenizer it records is damaged \(tiktoken "
+                                        r"tokenizer data names '../../etc/passwd', which is no tiktoken encoding\)"):
+        export.main(["--from-hf", str(tmp_path / "hf"), str(back)])
+    assert not back.exists()
+
+
 def test_a_number_written_as_a_string_is_called_so(tmp_path):
     """n_inner "128" (a string) for n_embd 32 said `n_inner=128 (tinygpt's MLP is 4*n_embd wide) cannot be
     represented`, though 4 * 32 = 128; a string resid_pdrop was taken as no dropout without a word."""

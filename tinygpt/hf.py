@@ -585,6 +585,9 @@ def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
     weights = read_hf_weights(folder)
     # our own export of a bias-free model comes back bias-free (exactly the same computation)
     orig = meta.get("config", {}).get("model", {}) if isinstance(meta.get("config"), dict) else {}
+    if not isinstance(orig, dict):
+        raise UserError(f"{folder / 'config.json'}: the tinygpt.config.model it records is {short(orig)}, not a "
+                        f"mapping (damaged); export the run again")
     bias = not (orig.get("bias") is False and _all_biases_zero(weights))
     dropout = hf["resid_pdrop"] or 0.0  # (checked by read_hf_config; null: no dropout)
     raw = {"block_size": hf["n_positions"], "n_layer": hf["n_layer"], "n_head": hf["n_head"], "n_embd": hf["n_embd"],
@@ -652,7 +655,10 @@ def check_recorded_tokenizer(tok: dict[str, Any], path: Path) -> None:
     goes (tiktoken_data): building it needs its encoding file, which an offline import does not."""
     try:
         if tok.get("kind") == "tiktoken":
-            tiktoken_data(tok)
+            name, _ = tiktoken_data(tok)
+            import tiktoken
+            if name not in tiktoken.list_encoding_names():  # (its file is not looked for)
+                raise UserError(f"tiktoken tokenizer data names {short(name)}, which is no tiktoken encoding")
         else:
             tokenizer_from_dict(tok)
     except UserError as e:
