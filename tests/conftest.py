@@ -73,6 +73,21 @@ def fake_cores(monkeypatch, cpus: set[int]) -> None:
     monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)
 
 
+def only_small_models(monkeypatch, module, block_size: int) -> list[str]:
+    """module.GPT, refusing to build a real (not meta) model of `block_size`: the devices it built on."""
+    built = []
+
+    def gpt(cfg):
+        device = torch.get_default_device().type
+        built.append(device)
+        if device != "meta" and cfg.block_size == block_size:
+            raise AssertionError(f"a model of block_size {block_size} was built for real before its weights were read")
+        from model import GPT
+        return GPT(cfg)
+    monkeypatch.setattr(module, "GPT", gpt)
+    return built
+
+
 def capture_figures(monkeypatch) -> dict[str, object]:
     """File name -> the matplotlib Figure each plot of tinygpt/plots.py drew last."""
     from tinygpt import plots

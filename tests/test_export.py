@@ -403,6 +403,18 @@ def test_a_recorded_model_section_or_encoding_that_is_damaged_is_refused(tmp_pat
     assert not back.exists()
 
 
+def test_a_config_json_the_weights_do_not_fit_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    """n_positions edited to 60000 (the weights' 32 positions unchanged) built the model first (71 s
+    and 10.8 GB here: its masks and position table) and then refused the weights."""
+    from conftest import only_small_models
+    run, config = export_run(tmp_path)
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "n_positions": 60000}))
+    built = only_small_models(monkeypatch, hf, 60000)
+    with pytest.raises(UserError, match=r"hf: wpe.weight has shape \(\d+, \d+\), config.json implies \(60000, \d+\)$"):
+        export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
+    assert built == [] and not (tmp_path / "back").exists()
+
+
 def test_a_number_written_as_a_string_is_called_so(tmp_path):
     """n_inner "128" (a string) for n_embd 32 said `n_inner=128 (tinygpt's MLP is 4*n_embd wide) cannot be
     represented`, though 4 * 32 = 128; a string resid_pdrop was taken as no dropout without a word."""

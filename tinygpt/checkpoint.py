@@ -649,15 +649,25 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, 
     check_memory(model_memory(m), torch.device("cpu"), f"the model of {path} ({count(m.n_layer, 'layer')}, "
                  f"n_embd {m.n_embd}, block {m.block_size}, vocab {m.vocab_size})",
                  "its config is damaged, or it needs a bigger machine")
+    with torch.device("meta"):  # the shapes alone, nothing allocated: weights that are not of this config
+        shell = GPT(m)          # (an edited block_size, say) are refused before a big model is built
+    check_weights(shell, ckpt["model"], path)
     model = GPT(m)
-    load_weights(model, ckpt["model"], path)
+    model.load_state_dict(ckpt["model"])
     return model, cfg
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: str | Path) -> None:
-    """model.load_state_dict(weights), but a missing, unexpected, misshapen or non-float tensor is a
-    one-line UserError naming the tensor (and both shapes), not torch's multi-line report (or, for
-    an int64 or bool tensor, a silent cast)."""
+    """model.load_state_dict(weights), the weights checked first (check_weights)."""
+    check_weights(model, weights, path)
+    model.load_state_dict(weights)
+
+
+def check_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: str | Path) -> None:
+    """What model.load_state_dict(weights) would take, checked: a missing, unexpected, misshapen or
+    non-float tensor is a one-line UserError naming the tensor (and both shapes), not torch's
+    multi-line report (or, for an int64 or bool tensor, a silent cast); so are NaN or infinite
+    values. `model` may live on the meta device (only its shapes are read)."""
     expected = model.state_dict()
     for name, t in expected.items():
         if name not in weights:
@@ -678,7 +688,6 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], path:
         if t.is_floating_point() and not torch.isfinite(t).all():
             raise UserError(f"{path}: weight {name!r} holds NaN or infinite values (a diverged run or a damaged "
                             f"file); nothing can be computed with it")
-    model.load_state_dict(weights)
 
 
 MOMENTS = ("exp_avg", "exp_avg_sq")  # what AdamW keeps per weight (training.make_optimizer), beside its step

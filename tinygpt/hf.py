@@ -595,8 +595,9 @@ def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
     cfg = config_from_dict({"model": raw}, str(folder / "config.json")).model  # types and ranges checked
     check_memory(model_memory(cfg), torch.device("cpu"), f"the model of {folder}", "its config.json is damaged, or it "
                  "needs a bigger machine")
+    sd = _hf_to_tinygpt(hf, weights, folder, bias)  # every shape checked before a model of config.json's size is built
     model = GPT(cfg)
-    load_weights(model, _hf_to_tinygpt(hf, weights, folder, bias), folder)  # (NaN or infinite weights refused)
+    load_weights(model, sd, folder)  # (NaN or infinite weights refused)
     return model.eval(), hf
 
 
