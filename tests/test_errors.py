@@ -388,6 +388,28 @@ def test_3_a_training_killed_between_its_first_two_saves_can_be_started_again(tm
     assert (out / "best.pt").read_bytes() == kept
 
 
+def test_3_a_run_whose_checkpoints_were_removed_keeps_its_metrics(tmp, run, capsys):
+    """A finished run's ckpt.pt and best.pt deleted (to free disk): a new run into it rewrote its
+    metrics.csv (rows to step 30 became rows to step 10) and config.yaml without a word, and a sweep
+    said "has no checkpoint (it stopped before its first); starting it again" and did the same."""
+    out = tmp / "no_checkpoints"
+    shutil.copytree(run, out)
+    for name in ("ckpt.pt", "best.pt"):
+        (out / name).unlink()
+    kept = {name: (out / name).read_bytes() for name in ("metrics.csv", "config.yaml")}
+    one_line(in_process("train.py", [*sets(tmp, out, "train.max_iters=10"), "--quiet"], capsys),
+             f"train.out_dir='{out}' holds metrics.csv of a run trained to step 30 but no ckpt.pt",
+             "move metrics.csv away")
+    sweep_dir = tmp / "sw_no_checkpoints"
+    shutil.copytree(out, sweep_dir / "n_head=2")
+    result = in_process("sweep.py", [tmp / "config.yaml", "--grid", "model.n_head=2", "--out", sweep_dir, "--set",
+                                     f"data.dataset={tmp / 'corpus.txt'}", f"data.prepared_dir={tmp / 'prepared'}"],
+                        capsys)
+    one_line(result, "holds metrics.csv of a run trained to step 30 but no checkpoint", "left as it is")
+    for folder in (out, sweep_dir / "n_head=2"):
+        assert {name: (folder / name).read_bytes() for name in kept} == kept
+
+
 def test_4_a_sweep_rerun_never_deletes_best_pt(tmp, run, capsys):
     """A finished sweep run whose ckpt.pt was deleted keeps its best.pt: the sweep is refused before
     any training, exit 2, the folder named (it was exit 1, after the other runs)."""

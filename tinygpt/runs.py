@@ -141,7 +141,7 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     """Refuse what would mix two runs or overwrite a user's file: a new run into a folder holding a
     run's checkpoints or TensorBoard events, or holding a config.yaml, metrics.csv or loss.png that
     no tinygpt run wrote; a resume with nothing to resume from. A folder whose run died before its
-    first checkpoint holds only config.yaml and metrics.csv (and, killed between its first two
+    first checkpoint holds only config.yaml and metrics.csv of step 0 (and, killed between its first two
     saves, best.pt of step 0; with train.tensorboard, events of step 0): it may be started again
     (they are rewritten; the new run's events hide the old ones, see tensorboard_log)."""
     if out_dir.exists() and not out_dir.is_dir():
@@ -171,6 +171,11 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     if foreign is not None:
         raise UserError(f"train.out_dir={str(out_dir)!r} holds {foreign.name}, which is not from a tinygpt run: "
                         f"a run would overwrite it; choose another out_dir")
+    trained = steps_without_checkpoints(out_dir)
+    if trained:
+        raise UserError(f"train.out_dir={str(out_dir)!r} holds metrics.csv of a run trained to step {trained:,} but "
+                        f"no ckpt.pt to resume from (its checkpoints are gone): a new run would overwrite it; move "
+                        f"metrics.csv away to start a run there, or choose another out_dir")
     if _events_of_an_earlier_run(out_dir):
         raise UserError(f"train.out_dir={str(out_dir)!r} holds TensorBoard events (tensorboard/) but no ckpt.pt to "
                         f"resume from: a new run's events would mix with them; move tensorboard away to start a run "
@@ -189,6 +194,18 @@ def _not_a_run_file(path: Path) -> str | None:
     if path.is_file():
         return None
     return not_regular(path)
+
+
+def steps_without_checkpoints(out_dir: Path) -> int:
+    """The last step in out_dir's metrics.csv when it is past 0 and out_dir holds no checkpoint, else 0.
+    A run writes rows after step 0 only once its step-0 ckpt.pt is saved: such rows without one are
+    of a run whose checkpoints were removed, not of one that died before its first (nothing lost)."""
+    if any((out_dir / name).exists() for name in ("ckpt.pt", "best.pt")) or not (out_dir / "metrics.csv").is_file():
+        return 0
+    try:
+        return int(max((row["step"] for row in read_metrics(out_dir)), default=0))
+    except UserError:  # not ours: _foreign_file says so
+        return 0
 
 
 def _events_of_an_earlier_run(out_dir: Path) -> bool:
