@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import secrets
 import shlex
 import signal
@@ -87,6 +88,11 @@ def whole_best(out_dir: Path) -> str:
     return f"; start a new run from its best.pt with {new_run_from(out_dir / 'best.pt')}"
 
 
+def same_path(a: str, b: str) -> bool:
+    """Do two paths of a config (either may be "") name the same file?"""
+    return a == b or (bool(a) and bool(b) and os.path.realpath(a) == os.path.realpath(b))
+
+
 def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     """ckpt.pt of the run to continue; its model and data settings must be this config's."""
     path = out_dir / "ckpt.pt"
@@ -112,10 +118,18 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     if cfg.train.max_iters < ckpt["step"]:  # its config.yaml would no longer describe the run
         raise UserError(f"--resume: train.max_iters={cfg.train.max_iters} is below step {ckpt['step']}, where {path} "
                         f"already is; give train.max_iters >= {ckpt['step']} (more steps train on)")
+    saved_train = ckpt["config"].get("train")
+    saved_init = saved_train.get("init_from") if isinstance(saved_train, dict) else None
+    if not cfg.train.init_from and isinstance(saved_init, str):  # its config.yaml keeps what the run started from
+        cfg.train.init_from = saved_init
+    elif not same_path(cfg.train.init_from, saved_init or ""):  # (the weights come from its ckpt.pt, not these)
+        was = short(saved_init) if saved_init else "none (it started from scratch)"
+        raise UserError(f"--resume: train.init_from={short(cfg.train.init_from)} differs from the checkpoint's "
+                        f"{was} ({path}); a resumed run continues from its own ckpt.pt: drop it, or start "
+                        f"a new run from those weights with {new_run_from(cfg.train.init_from)}")
     if cfg.train.init_from:  # a run started from other weights: its model config is theirs, as saved here
         adopt_model(cfg, config_from_dict(ckpt["config"], str(path)).model)
     current = config_to_dict(cfg)
-    saved_train = ckpt["config"].get("train")
     seed = saved_train.get("seed") if isinstance(saved_train, dict) else None
     if seed is not None and seed != cfg.train.seed:  # (the random state is the checkpoint's: only eval would follow)
         raise UserError(f"--resume: train.seed={cfg.train.seed} differs from the checkpoint's {short(seed)} ({path}); "

@@ -31,7 +31,7 @@ from tinygpt.config import Config, config_to_dict
 from tinygpt.errors import UserError
 from model import GPT
 from tinygpt.tokenizer import CharTokenizer
-from conftest import ROOT
+from conftest import ROOT, only_small_models
 
 TEXT = "The cat sat on the mat. A dog ran to the park!\nShe saw him there, and he saw her.\n"
 
@@ -486,6 +486,19 @@ def test_version_2_checkpoints_without_a_checksum_still_load(tmp_path):
     assert ckpt["step"] == 7 and all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
 
 
+def test_a_config_the_weights_do_not_fit_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    """A version-2 checkpoint (no checksum) whose block_size was edited to 40000 built the model
+    first (34 s and 4.9 GB here: its masks and position table) and then refused its weights."""
+    state, _, _ = tiny_state()
+    state["config"]["model"]["block_size"] = 40000
+    torch.save({"format": FORMAT, "version": 2, **state}, tmp_path / "v2.pt")
+    built = only_small_models(monkeypatch, checkpoint, 40000)
+    with pytest.raises(UserError, match=r"v2.pt: weight 'pos_emb.weight' has shape \(\d+, \d+\), but its config gives "
+                                        r"\(40000, \d+\); the checkpoint is damaged$"):
+        load_model(tmp_path / "v2.pt")
+    assert built == ["meta"]
+
+
 def test_a_saved_checkpoint_carries_its_checksum(saved):
     path, *_ = saved
     ckpt = load_checkpoint(path)
@@ -922,6 +935,37 @@ def test_a_resume_keeps_its_seed(tmp_path):
     with pytest.raises(UserError, match=f"--resume: train.seed={cfg.train.seed} differs from the checkpoint's "
                                         f"{cfg.train.seed - 1} .*keeps its seed"):
         train.load_resume(cfg, tmp_path)
+
+
+def test_a_resume_keeps_what_its_run_started_from(tmp_path, monkeypatch):
+    """--resume with train.init_from=OTHER went on from the run's own ckpt.pt (OTHER's weights never
+    read) and its config.yaml then said the run had started from OTHER. Another init_from is refused;
+    the run's own, spelt another way, resumes; none given keeps the run's (its config.yaml stays true)."""
+    import train
+    from tinygpt.config import config_from_dict
+    state, model, _ = tiny_state()
+    state.update(optimizer=optimizer_state(model), scaler={}, batch_rng=torch.Generator().get_state(),
+                 rng=capture_rng_state(), loss_sum=1.5, loss_count=3, elapsed_s=1.0)
+    save_checkpoint(tmp_path / "plain" / "ckpt.pt", state)
+    state["config"]["train"]["init_from"] = str(tmp_path / "source")
+    save_checkpoint(tmp_path / "tuned" / "ckpt.pt", state)
+
+    def resumed(run: str, init_from: str):
+        cfg = config_from_dict(state["config"], "test")
+        cfg.train.max_iters, cfg.train.init_from = 100, init_from
+        train.load_resume(cfg, tmp_path / run)
+        return cfg.train.init_from
+    assert resumed("plain", "") == ""
+    with pytest.raises(UserError, match=rf"--resume: train.init_from='{re.escape(str(tmp_path / 'other'))}' differs "
+                                        r"from the checkpoint's none \(it started from scratch\) \(.*ckpt.pt\); a "
+                                        r"resumed run continues from its own ckpt.pt: drop it, or start a new run from "
+                                        r"those weights with --set train.init_from=\S+other train.out_dir=NEW_DIR$"):
+        resumed("plain", str(tmp_path / "other"))
+    with pytest.raises(UserError, match="differs from the checkpoint's '.*source'"):
+        resumed("tuned", str(tmp_path / "other"))
+    assert resumed("tuned", "") == str(tmp_path / "source")
+    monkeypatch.chdir(tmp_path)
+    assert resumed("tuned", "./source/") == "./source/"
 
 
 @pytest.mark.parametrize("name", ["metrics.csv", "probe.json"])
