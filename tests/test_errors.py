@@ -410,6 +410,21 @@ def test_3_a_run_whose_checkpoints_were_removed_keeps_its_metrics(tmp, run, caps
         assert {name: (folder / name).read_bytes() for name in kept} == kept
 
 
+def test_3_a_resume_beside_a_damaged_best_pt_is_refused(tmp, run, capsys):
+    """best.pt emptied: --resume went on and ended `done: ...; sample with: python sample.py RUN`,
+    best.pt still empty (no lower val loss rewrote it), and sample.py RUN then refused the run."""
+    out = tmp / "damaged_best"
+    shutil.copytree(run, out)
+    (out / "best.pt").write_bytes(b"")
+    ckpt = (out / "ckpt.pt").read_bytes()
+    one_line(in_process("train.py", [*sets(tmp, out, "train.max_iters=40"), "--resume", "--quiet"], capsys),
+             f"--resume: {out / 'best.pt'} is truncated", "move it away to resume")
+    assert (out / "ckpt.pt").read_bytes() == ckpt and (out / "best.pt").read_bytes() == b""
+    (out / "best.pt").unlink()  # as the line says: the run resumes
+    resumed = in_process("train.py", [*sets(tmp, out, "train.max_iters=40"), "--resume", "--quiet"], capsys)
+    assert resumed.code == 0 and "done: step 40" in resumed.out, resumed.err[-2000:]
+
+
 def test_4_a_sweep_rerun_never_deletes_best_pt(tmp, run, capsys):
     """A finished sweep run whose ckpt.pt was deleted keeps its best.pt: the sweep is refused before
     any training, exit 2, the folder named (it was exit 1, after the other runs)."""

@@ -409,13 +409,17 @@ def resumed_metrics(out_dir: Path, ckpt: dict[str, Any]) -> tuple[list[dict[str,
 
 def check_best_pt(out_dir: Path, ckpt: dict[str, Any]) -> None:
     """Refuse a resume whose best.pt is another run's (its run_id: a checkpoint copied in from
-    another folder), which the resumed run would keep as its best weights. A damaged best.pt, or
-    one from before run ids, is no other run's: the resumed run replaces it."""
-    if not isinstance(ckpt.get("run_id"), str) or not (out_dir / "best.pt").is_file():
+    another folder), which the resumed run would keep as its best weights, or is damaged: the run
+    would end `done` with a best.pt that sample.py refuses (only a lower val loss rewrites it). One
+    from before run ids is no other run's."""
+    if not (out_dir / "best.pt").is_file():
         return
     try:
         best = load_checkpoint(out_dir / "best.pt")
-    except UserError:
+    except UserError as e:
+        raise UserError(f"--resume: {e}; its weights are lost: move it away to resume (sample.py then reads "
+                        f"ckpt.pt, and a new lowest val loss writes another best.pt)") from None
+    if not isinstance(ckpt.get("run_id"), str):
         return
     if isinstance(best.get("run_id"), str) and best["run_id"] != ckpt["run_id"]:
         raise UserError(f"--resume: {out_dir / 'best.pt'} and {out_dir / 'ckpt.pt'} are of two runs (one copied in "
