@@ -382,6 +382,22 @@ def test_a_dropout_out_of_its_range_is_refused_not_dropped(tmp_path):
             hf.load_hf_gpt2(tmp_path / "hf")
 
 
+def test_the_other_dropouts_and_an_untied_head_are_checked_too(tmp_path):
+    """attn_pdrop 2.0, embd_pdrop 'x' and tie_word_embeddings false (transformers then reads the LM
+    head as its own matrix, tinygpt as the token embedding) were imported without a word."""
+    run, config = export_run(tmp_path)
+    for change, match in [({"attn_pdrop": 2.0}, r"attn_pdrop=2.0 must be in \[0, 1\) \(a dropout probability\)$"),
+                          ({"embd_pdrop": "x"}, r"embd_pdrop='x' must be a number$"),
+                          ({"tie_word_embeddings": "false"}, r"tie_word_embeddings='false' must be true or false$"),
+                          ({"tie_word_embeddings": False}, r"tie_word_embeddings=false \(tinygpt's LM head is its token "
+                                                           r"embedding\) cannot be represented by tinygpt's GPT$")]:
+        (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(UserError, match=match):
+            hf.load_hf_gpt2(tmp_path / "hf")
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "attn_pdrop": None, "embd_pdrop": 0.5}))
+    hf.load_hf_gpt2(tmp_path / "hf")  # null, or another valid probability: imported (resid_pdrop is the one used)
+
+
 def test_a_recorded_model_section_or_encoding_that_is_damaged_is_refused(tmp_path):
     """tinygpt.config.model as a list ended in a traceback (AttributeError: 'list' object has no
     attribute 'get'); a tiktoken encoding name that is no encoding was imported, and sample.py refused

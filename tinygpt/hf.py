@@ -462,19 +462,20 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     hf = {**GPT2_DEFAULTS, **hf}  # transformers may leave out values equal to GPT2Config's defaults
     if hf.get("model_type", "gpt2") != "gpt2":
         raise UserError(f"{path}: model_type {hf.get('model_type')!r} is not gpt2; only GPT-2 checkpoints import")
-    for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size", "layer_norm_epsilon", "n_inner",
-                "resid_pdrop"):
-        if hf[key] is None and key in ("n_inner", "resid_pdrop"):  # null: 4 * n_embd wide, no dropout
+    dropouts = ("resid_pdrop", "embd_pdrop", "attn_pdrop")  # tinygpt's one dropout is resid_pdrop's
+    for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size", "layer_norm_epsilon", "n_inner", *dropouts):
+        if hf.get(key) is None and key in ("n_inner", *dropouts):  # null: 4 * n_embd wide, no dropout
             continue
         if not isinstance(hf[key], (int, float)) or isinstance(hf[key], bool):
             raise UserError(f"{path}: {key}={short(hf[key])} must be a number")
-    for key in ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention"):
+    for key in ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention", "tie_word_embeddings"):
         if key in hf and not isinstance(hf[key], bool):  # "false", a string, would read as true
             raise UserError(f"{path}: {key}={short(hf[key])} must be true or false")
     if hf["vocab_size"] < 1:  # (tinygpt's own model.vocab_size=0 means "from the tokenizer": not here)
         raise UserError(f"{path}: vocab_size={short(hf['vocab_size'])} must be >= 1")
-    if hf["resid_pdrop"] is not None and not 0 <= hf["resid_pdrop"] < 1:  # (NaN too)
-        raise UserError(f"{path}: resid_pdrop={short(hf['resid_pdrop'])} must be in [0, 1) (a dropout probability)")
+    for key in dropouts:
+        if hf.get(key) is not None and not 0 <= hf[key] < 1:  # (NaN too)
+            raise UserError(f"{path}: {key}={short(hf[key])} must be in [0, 1) (a dropout probability)")
     n_embd = hf["n_embd"]
     checks = [
         (hf.get("n_inner") in (None, 4 * n_embd), f"n_inner={hf.get('n_inner')} (tinygpt's MLP is 4*n_embd wide)"),
@@ -483,6 +484,7 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
         (hf.get("scale_attn_weights", True), "scale_attn_weights=false"),
         (not hf.get("scale_attn_by_inverse_layer_idx", False), "scale_attn_by_inverse_layer_idx=true"),
         (not hf.get("add_cross_attention", False), "add_cross_attention=true"),
+        (hf.get("tie_word_embeddings", True), "tie_word_embeddings=false (tinygpt's LM head is its token embedding)"),
         (hf.get("activation_function", "gelu_new") in ("gelu", "gelu_new", "gelu_pytorch_tanh"),
          f"activation_function={hf.get('activation_function')!r} (tinygpt's MLP uses GELU)"),
     ]
