@@ -171,15 +171,15 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     if foreign is not None:
         raise UserError(f"train.out_dir={str(out_dir)!r} holds {foreign.name}, which is not from a tinygpt run: "
                         f"a run would overwrite it; choose another out_dir")
+    if _events_of_an_earlier_run(out_dir):
+        raise UserError(f"train.out_dir={str(out_dir)!r} holds TensorBoard events (tensorboard/) but no ckpt.pt to "
+                        f"resume from: a new run's events would mix with them; move tensorboard away to start a run "
+                        f"there, or choose another out_dir")
     trained = steps_without_checkpoints(out_dir)
     if trained:
         raise UserError(f"train.out_dir={str(out_dir)!r} holds metrics.csv of a run trained to step {trained:,} but "
                         f"no ckpt.pt to resume from (its checkpoints are gone): a new run would overwrite it; move "
                         f"metrics.csv away to start a run there, or choose another out_dir")
-    if _events_of_an_earlier_run(out_dir):
-        raise UserError(f"train.out_dir={str(out_dir)!r} holds TensorBoard events (tensorboard/) but no ckpt.pt to "
-                        f"resume from: a new run's events would mix with them; move tensorboard away to start a run "
-                        f"there, or choose another out_dir")
 
 
 def _not_a_run_file(path: Path) -> str | None:
