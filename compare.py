@@ -19,6 +19,7 @@ on different data (their checkpoints' data digest: the dataset's text changed) a
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -98,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 def compare(args) -> dict:
     rows = [summarize_run(run, label) for run, label in zip(args.runs, run_labels(args.runs))]
+    for row in rows:
+        if row["note"]:
+            print(row["note"], file=sys.stderr)
     varied = differing_keys(rows)
     if args.plot_only:
         return {"rows": rows, "varied": varied, "out": str(args.out), "plots": draw(args, rows, varied)}

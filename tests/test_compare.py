@@ -820,3 +820,47 @@ def test_plot_only_of_a_run_without_metrics_draws_nothing_and_says_so(tmp_path):
     result, printed = compared([run, "--plot-only", "--out", str(tmp_path / "cmp")])
     assert result["plots"] == [] and f"{run}: no metrics.csv yet, nothing to draw" in printed
     assert printed.endswith("wrote nothing\n") and not (Path(run) / "loss.png").exists()
+
+
+# ---- what a run trained with: its ckpt.pt, where config.yaml was edited since ----
+
+
+def test_a_hand_edited_config_yaml_is_not_the_runs_settings(tmp_path, tiny_stories_run, capsys):
+    """compare.py read config.yaml alone: n_embd doubled by hand reported the parameters of a model
+    the run never had, and an edit that no longer reads (an unknown key) refused the whole
+    comparison. The checkpoint's config is shown, with a note; an unedited run has none."""
+    import shutil
+    real = runs.summarize_run(tiny_stories_run)
+    assert real["note"] is None and real["status"] == "done"
+    run = tmp_path / "edited"
+    shutil.copytree(tiny_stories_run, run)
+    text = (run / "config.yaml").read_text()
+    n_embd = real["config"]["model.n_embd"]
+    assert f"  n_embd: {n_embd}\n" in text
+    (run / "config.yaml").write_text(text.replace(f"  n_embd: {n_embd}\n", f"  n_embd: {2 * n_embd}\n"))
+    row = runs.summarize_run(run)
+    assert row["params"] == real["params"] and row["config"]["model.n_embd"] == n_embd
+    assert row["note"] == (f"note: {run / 'config.yaml'} disagrees with its ckpt.pt (model.n_embd): the checkpoint's "
+                           f"settings, which the run trained with, are shown")
+    (run / "config.yaml").write_text(text + "frob: 1\n")
+    compare.main([str(run), "--out", str(tmp_path / "cmp")])
+    out, err = capsys.readouterr()
+    assert f"| edited | {real['params']:,} | done |" in out
+    assert err.startswith("note: unknown config key 'frob'") and err.endswith("'s ckpt.pt's settings are shown\n")
+
+
+def test_a_run_whose_ckpt_pt_is_damaged_is_not_done(tmp_path, tiny_stories_run):
+    """ckpt.pt emptied: its last metrics.csv row made it `done`, though a resume is refused."""
+    import shutil
+    run = tmp_path / "damaged"
+    shutil.copytree(tiny_stories_run, run)
+    (run / "ckpt.pt").write_bytes(b"")
+    row = runs.summarize_run(run)
+    assert re.fullmatch(r"step (\d+)/\1, ckpt.pt damaged", row["status"]), row["status"]
+
+
+def test_a_config_yaml_that_is_no_file_is_called_so(tmp_path):
+    """A folder (or a link to a device) named config.yaml: 'it has no config.yaml (train into it first)'."""
+    (tmp_path / "config.yaml").mkdir()
+    with pytest.raises(UserError, match=r"config.yaml is a folder; a run's config.yaml is a file$"):
+        runs.read_config(tmp_path)

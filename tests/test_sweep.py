@@ -840,8 +840,8 @@ def test_a_stopped_runs_status_is_the_step_its_checkpoint_holds(first_sweep, tmp
     assert runs.summarize_run(run)["status"] == "step 3/10"
     torch.save({**ckpt, "step": 10**30}, run / "ckpt.pt")  # not this run's step: the last row's
     assert runs.summarize_run(run)["status"] == "step 5/10"
-    (run / "ckpt.pt").write_bytes(b"damaged")  # unreadable: the last row's step, as before
-    assert runs.summarize_run(run)["status"] == "step 5/10"
+    (run / "ckpt.pt").write_bytes(b"damaged")  # unreadable: the last row's step, and said so
+    assert runs.summarize_run(run)["status"] == "step 5/10, ckpt.pt damaged"
 
 
 @pytest.mark.slow

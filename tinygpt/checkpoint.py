@@ -490,19 +490,24 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool 
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({type(e).__name__})") from None
 
 
-def saved_step_and_data(path: Path) -> tuple[int | None, str | None]:
-    """The step the checkpoint at `path` holds (where a resume continues) and the digest of the data
-    it was trained on (data/prepare.py's meta digest; None from before checkpoints recorded it);
-    (None, None) without a readable one. Its tensors are mapped, not read, and nothing is checked (a
-    resume checks it): for a report of many runs (a run stopped by a signal saves at its step, past
-    its last metrics.csv row; runs of one config trained on different texts are different settings)."""
+def peek_checkpoint(path: Path) -> dict[str, Any] | None:
+    """The checkpoint at `path` with its tensors mapped, not read, and nothing checked (a resume
+    checks it), or None without a readable one: for a report of many runs."""
     if not path.is_file():
-        return None, None
+        return None
     try:
         ckpt = torch_load(path, mmap=True)
     except UserError:  # (damaged, or a legacy format torch cannot map)
-        return None, None
-    if not isinstance(ckpt, dict):
+        return None
+    return ckpt if isinstance(ckpt, dict) else None
+
+
+def saved_step_and_data(ckpt: dict[str, Any] | None) -> tuple[int | None, str | None]:
+    """The step a peeked checkpoint holds (where a resume continues) and the digest of the data it
+    was trained on (data/prepare.py's meta digest; None from before checkpoints recorded it); (None,
+    None) without one (a run stopped by a signal saves at its step, past its last metrics.csv row;
+    runs of one config trained on different texts are different settings)."""
+    if ckpt is None:
         return None, None
     step, digest = ckpt.get("step"), ckpt.get("data_digest")
     step = step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
-                                not_regular, remove_empty, saved_step_and_data)
+                                not_regular, peek_checkpoint, remove_empty, saved_step_and_data)
 from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
 from tinygpt.errors import UserError, count, read_capped, reason
 
@@ -284,6 +284,8 @@ def read_config(run_dir: str | Path) -> Config:
     emptied is refused: read as a config, the defaults would stand in for the run's settings."""
     run_dir = Path(run_dir)
     path = run_dir / "config.yaml"
+    if path.exists() and not path.is_file():  # (a folder, a pipe, a link to a device)
+        raise UserError(f"{path} is {not_regular(path)}; a run's config.yaml is a file")
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run directory: it has no config.yaml (train into it first)")
     raw = read_yaml(path)
@@ -541,17 +543,19 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
     and `data_digest`, what its checkpoint was trained on (None where unknown): runs of one config
     trained on different texts are different settings (report.group_by_setting)."""
     run_dir = Path(run_dir)
-    cfg = read_config(run_dir)
+    ckpt = peek_checkpoint(run_dir / "ckpt.pt")
+    cfg, note = trained_config(run_dir, ckpt)
     metrics = read_metrics(run_dir)
     val = [r["val_loss"] for r in metrics if r.get("val_loss") is not None]
     tok_s = [r["tokens_per_s"] for r in metrics if r.get("tokens_per_s") is not None]
     elapsed = [r["elapsed_s"] for r in metrics if r.get("elapsed_s") is not None]
     last_step = int(metrics[-1]["step"]) if metrics else 0
-    saved, digest = saved_step_and_data(run_dir / "ckpt.pt") if metrics else (None, None)
+    saved, digest = saved_step_and_data(ckpt) if metrics else (None, None)
     if saved is not None and saved > cfg.train.max_iters:  # not this run's: the last row is all there is
         saved, digest = None, None
     # done: ckpt.pt holds the last step (where the save at the last row failed, a full disk, it does not)
-    done = bool(metrics) and (last_step if saved is None else saved) >= cfg.train.max_iters
+    damaged = ckpt is None and (run_dir / "ckpt.pt").exists()  # a resume would be refused: not done
+    done = bool(metrics) and not damaged and (last_step if saved is None else saved) >= cfg.train.max_iters
     live = not done and training_now(run_dir)
     if saved is not None and not live:
         # where a resume continues, not the last row: past it (stopped by a signal, Ctrl-C, --stop-at), or
@@ -561,6 +565,8 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
               "no metrics.csv rows" if (run_dir / "metrics.csv").is_file() else "no metrics.csv file")
     if live:
         status = f"training, {status}"
+    elif damaged:
+        status += ", ckpt.pt damaged"
     evals = [r for r in metrics if r.get("val_loss") is not None and r.get("train_loss") is not None]
     return {
         "run": label if label is not None else str(run_dir),
@@ -576,4 +582,32 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         "config": flat_config(cfg),
         "metrics": metrics,
         "data_digest": digest,
+        "note": note,
     }
+
+
+def trained_config(run_dir: Path, ckpt: dict[str, Any] | None) -> tuple[Config, str | None]:
+    """The config run_dir's run trained with (`ckpt`: its ckpt.pt, peek_checkpoint), and a note where
+    config.yaml says otherwise: config.yaml, unless ckpt.pt records another model or data (a hand
+    edit, which a report would show as the run's settings) or config.yaml does not read and ckpt.pt's
+    config does."""
+    saved = None
+    if ckpt is not None and isinstance(ckpt.get("config"), dict):
+        with suppress(UserError):  # (damaged: config.yaml decides)
+            saved = config_from_dict(ckpt["config"], str(run_dir / "ckpt.pt"))
+    try:
+        cfg = read_config(run_dir)
+    except UserError as e:
+        if saved is None:
+            raise
+        return saved, f"note: {e}; {run_dir}'s ckpt.pt's settings are shown"
+    step = saved_step_and_data(ckpt)[0]
+    if saved is None or step is None or step > cfg.train.max_iters:  # past the run's end: another run's, copied in
+        return cfg, None
+    edited = [f"{section}.{key}" for section in ("model", "data") for key, value in vars(getattr(cfg, section)).items()
+              if getattr(getattr(saved, section), key) != value]
+    if not edited:
+        return cfg, None
+    return saved, (f"note: {run_dir / 'config.yaml'} disagrees with its ckpt.pt ({', '.join(edited[:3])}"
+                   f"{', ...' if len(edited) > 3 else ''}): the checkpoint's settings, which the run trained with, "
+                   f"are shown")
