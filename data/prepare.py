@@ -412,6 +412,7 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     sweep_temp_files(out)  # the temp folders of preparations killed mid-write (their writer is dead)
     if _is_current(out, d):
         return out
+    refuse_foreign_files(out)
     check_writable(out.parent, "data.prepared_dir")  # before the work, not after it
     created = make_folder(out.parent, "data.prepared_dir")
     try:
@@ -419,6 +420,22 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     except BaseException:
         remove_empty(created)  # a refused or stopped preparation leaves no empty data.prepared_dir
         raise
+
+
+PREPARED_FILES = ("train.bin", "val.bin", "tokenizer.json", "meta.json")
+
+
+def refuse_foreign_files(out: Path) -> None:
+    """A prepared folder about to be rebuilt (outdated or damaged) is replaced whole: refuse, before
+    any work, one that holds what preparing never writes (a run trained into it, a user's file)."""
+    if not out.is_dir() or out.is_symlink():
+        return
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in PREPARED_FILES)
+    if foreign:
+        held = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3:,} more" if len(foreign) > 3 else "")
+        raise UserError(f"{out} is to be prepared again (outdated or damaged), which replaces the folder, but it holds "
+                        f"{held}, which preparing never writes (a run trained into it?); move them away, or set "
+                        f"another data.prepared_dir")
 
 
 def _prepare(d: DataConfig, out: Path, show_progress: bool) -> Path:

@@ -396,6 +396,25 @@ def test_a_file_rewritten_with_its_size_and_mtime_kept_is_prepared_again(tmp_pat
     assert again == first and set((again / "tokenizer.json").read_text()) >= set("xy")
 
 
+def test_a_prepared_folder_holding_a_run_is_not_replaced(tmp_path):
+    """A run trained into a prepared folder (train.out_dir = it) was deleted whole, without a word,
+    when the folder was prepared again (its meta.json damaged, or the text changed)."""
+    text = tmp_path / "t.txt"
+    text.write_text("aaaa bbbb\n" * 50)
+    folder = prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
+    (folder / "ckpt.pt").write_bytes(b"a run's")
+    (folder / "meta.json").write_text("{")
+    with pytest.raises(UserError, match=rf"{re.escape(str(folder))} is to be prepared again \(outdated or damaged\), "
+                                        r"which replaces the folder, but it holds ckpt.pt, which preparing never "
+                                        r"writes \(a run trained into it\?\); move them away, or set another "
+                                        r"data.prepared_dir$"):
+        prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
+    assert (folder / "ckpt.pt").read_bytes() == b"a run's"
+    (folder / "ckpt.pt").unlink()
+    assert prep.prepare(config(text, tmp_path / "prepared"), show_progress=False) == folder  # prepared again
+    assert json.loads((folder / "meta.json").read_text())["vocab_size"] > 0
+
+
 def test_a_stories_corpus_too_big_to_generate_is_refused_at_once(tmp_path, monkeypatch):
     """10**9 characters passed the check (3 GB for its tokens) and the generator then took ~24 GB."""
     from data import stories
