@@ -30,7 +30,7 @@ import torch
 
 from tinygpt.checkpoint import load_model
 from tinygpt.ablation import looks_like_heads, parse_heads
-from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, probe, report
+from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, held_out_seed, probe, report
 from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, short
 from tinygpt.runtime import ThreadPolicy, check_memory, resolve_device
 
@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     heads = None
     if args.ablate not in (None, EACH):  # checked before the slow part
         heads = parse_heads(args.ablate, cfg.model.n_layer, cfg.model.n_head)
-    seed = args.seed if args.seed is not None else cfg.data.stories_seed + HELD_OUT_OFFSET
+    seed = args.seed if args.seed is not None else held_out_seed(cfg.data.stories_seed)
     if seed == cfg.data.stories_seed:
         print(f"note: --seed {seed} is the training corpus's data.stories_seed: these stories are not held out",
               file=sys.stderr)

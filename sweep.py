@@ -85,7 +85,7 @@ from data.prepare import BUILTIN, prepare, prepared_dir, same_dataset
 from tinygpt.checkpoint import load_checkpoint, load_model, resolve_checkpoint
 from tinygpt.config import (MAX_INT, Config, all_keys, check_type, flat_config, load_config, parse_overrides,
                              read_yaml)
-from tinygpt.coreference import HELD_OUT_OFFSET, probe
+from tinygpt.coreference import held_out_seed, probe
 from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_arg, restore_signals, run_cli,
                              work_is_files)
 from tinygpt.plots import MATPLOTLIB_NOTE
@@ -418,7 +418,7 @@ def probe_run(run_dir: Path, n_stories: int, runner: Runner) -> dict | None:
     None when the sweep was stopped meanwhile (nothing saved: the rerun probes it)."""
     path = resolve_checkpoint(run_dir)
     model, cfg, tokenizer, _ = load_model(path)
-    seed = cfg.data.stories_seed + HELD_OUT_OFFSET  # the same held-out stories for every run
+    seed = held_out_seed(cfg.data.stories_seed)  # the same held-out stories for every run
     threads = ThreadPolicy(max_threads=max(1, usable_cores() // runner.jobs))
     result = probe(model, tokenizer, n_stories, seed, torch.device("cpu"), threads=threads,
                    stop=lambda: runner.signum is not None)

@@ -310,6 +310,19 @@ def test_the_means_are_said_over_the_stories_kept(monkeypatch):
     assert "windows of 2 other held-out stories (seed 4, 1 position)" in coreference.ablation_report(ab, None, 1, 1)
 
 
+def test_the_mean_seed_wraps_as_the_probes_does(monkeypatch):
+    """The mean-ablation stories of seed 2**63 - 1 are of seed 0, one --seed takes, not 2**63."""
+    monkeypatch.setattr(coreference, "MEAN_SEED_OFFSET", 1)
+    seeds = []
+    monkeypatch.setattr(coreference, "held_out_cases", lambda tokenizer, n, seed, block_size: (
+        seeds.append(seed), (["a case"], 1, 0))[1])
+    monkeypatch.setattr(coreference, "head_means", lambda model, windows: (None, 1))
+    monkeypatch.setattr(coreference, "behaviour", lambda *args, **kwargs: {"accuracy": 0.5})
+    model = GPT(ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=12, vocab_size=5))
+    ab = coreference.ablation(model, None, 1, seed=2**63 - 1, device=torch.device("cpu"))
+    assert seeds == [2**63 - 1, 0] and ab["mean_over"]["seed"] == 0
+
+
 def test_probe_ablate_a_chosen_set(run):
     out = io.StringIO()
     result = probe.main([run, "--stories", "2", "--ablate", "0.1,1.0"], out=out)

@@ -46,10 +46,16 @@ from tinygpt.report import times
 from tinygpt.runtime import ThreadPolicy, following_free_cores
 
 HELD_OUT_OFFSET = 1_000_003  # default seed = data.stories_seed + this: never the training corpus
+SEEDS = 2**63  # a seed is in [0, 2**63), as probe.py --seed takes it: an offset seed wraps around
 SLACK = 8  # extra tokens encoded before the window, so its first token is cut as in the full text
 BATCH = 32  # cases run together (windows of equal length)
 WORD = re.compile(r"\s*([A-Za-z]+)")  # the first word of a continuation
 WHITESPACE = re.compile(r"\s")
+
+
+def held_out_seed(stories_seed: int) -> int:
+    """The probe's default seed of held-out stories for a run of data.stories_seed."""
+    return (stories_seed + HELD_OUT_OFFSET) % SEEDS
 
 
 # ---- held-out stories ----
@@ -300,12 +306,13 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
     drop; else the given heads together. Means: every position of the windows of n_stories other
     held-out stories (seed + MEAN_SEED_OFFSET)."""
     cfg = model.config
+    mean_seed = (seed + MEAN_SEED_OFFSET) % SEEDS
     cases, n_refs, _ = held_out_cases(tokenizer, n_stories, seed, cfg.block_size)
-    mean_cases, _, mean_skipped = held_out_cases(tokenizer, n_stories, seed + MEAN_SEED_OFFSET, cfg.block_size)
+    mean_cases, _, mean_skipped = held_out_cases(tokenizer, n_stories, mean_seed, cfg.block_size)
     if not mean_cases:  # e.g. a word-level vocabulary that lacks a word of each story
         raise UserError(f"no window to average the heads' outputs over for mean ablation: the "
                         f"{count(n_stories, 'held-out story', 'held-out stories')} of seed "
-                        f"{seed + MEAN_SEED_OFFSET} gave no reference ({mean_skipped} skipped: words or "
+                        f"{mean_seed} gave no reference ({mean_skipped} skipped: words or "
                         f"characters outside this model's vocabulary); try more --stories, or another --seed")
     windows = (torch.tensor([c.ids for c in b], device=device) for b in batches(mean_cases, batch_size))
     means, positions = head_means(model, windows)  # (n_layer, nh, hs)
@@ -319,7 +326,7 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
 
     baseline = behaviour(model, tokenizer, cases, device, batch_size, threads)["accuracy"]
     result = {"references": n_refs, "seed": seed, "baseline": baseline,
-              "mean_over": {"stories": n_stories - mean_skipped, "seed": seed + MEAN_SEED_OFFSET, "positions": positions}}
+              "mean_over": {"stories": n_stories - mean_skipped, "seed": mean_seed, "positions": positions}}
     together: list[tuple[str, list[Head]]] = []
     if heads is None:
         grid = [[accuracy([(layer, head)]) for head in range(cfg.n_head)] for layer in range(cfg.n_layer)]
