@@ -1080,6 +1080,20 @@ def test_a_run_whose_checkpoint_is_a_folder_or_a_dead_link_says_so(tmp_path):
         checkpoint.resolve_checkpoint(tmp_path)
 
 
+def test_a_sweeps_folder_names_its_runs(tmp_path):
+    """train.init_from=SWEEP_DIR (sample.py SWEEP_DIR too) said 'no checkpoint ... train first', of a
+    folder holding trained runs one level down."""
+    sweep = tmp_path / "sweep dir"
+    for name, file in (("n_head=4", "best.pt"), ("n_head=2", "ckpt.pt"), ("empty", None)):
+        (sweep / name).mkdir(parents=True)
+        if file:
+            (sweep / name / file).write_bytes(b"")
+    with pytest.raises(UserError, match=rf"^no checkpoint in {re.escape(str(sweep))}, which holds 2 run\(s\) "
+                                        rf"\(n_head=2, n_head=4\), as a sweep's folder does: give one of them, e.g. "
+                                        rf"{re.escape(shlex.quote(str(sweep / 'n_head=2')))}$"):
+        checkpoint.resolve_checkpoint(sweep)
+
+
 def test_a_folder_holding_a_checkpoint_under_another_name_names_it(tmp_path):
     """A folder holding only `x.pt` was 'no checkpoint in DIR (expected best.pt or ckpt.pt): train first'."""
     (tmp_path / "x.pt").write_bytes(b"")

@@ -626,6 +626,12 @@ def resolve_checkpoint(path: str | Path) -> Path:
             held = ", ".join(others[:3]) + (f" and {len(others) - 3:,} more" if len(others) > 3 else "")
             raise UserError(f"no best.pt or ckpt.pt in {path}, which holds {held}: give the file itself, "
                             f"e.g. {shlex.quote(path_word(path / others[0]))}")
+        runs = sorted(d.name for d in path.iterdir()
+                      if d.is_dir() and any((d / n).is_file() for n in ("best.pt", "ckpt.pt")))
+        if runs:  # a sweep's folder (its runs one level down)
+            shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
+            raise UserError(f"no checkpoint in {path}, which holds {len(runs)} run(s) ({shown}), as a sweep's folder "
+                            f"does: give one of them, e.g. {shlex.quote(path_word(path / runs[0]))}")
         raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "
                         f"e.g. python train.py configs/stories.yaml")
     if not path.exists():
