@@ -596,8 +596,10 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
               f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {dist.world_size} x {dist.device}"
               f"{threads_note(run.threads, t.threads)}, {dtype}; {tokens_per_step:,} tokens/step; MFU against "
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
+        passed = args.stop_at is not None and args.stop_at < run.step  # (a resume: it stops at once)
+        stop_note = f"note: --stop-at {args.stop_at} is before step {run.step}, where the run already is" * passed
         for warning in (emulated_dtype_warning(dtype, dist.device), note, too_many_threads(run.threads, t.threads),
-                        warmup_note(t)):
+                        warmup_note(t), stop_note):
             if warning:
                 print(warning, file=sys.stderr)
         if t.plot != "never" and not can_plot():

@@ -381,6 +381,18 @@ def test_resume_between_log_steps_logs_the_same_train_loss(tmp):
     assert [(r["step"], r["train_loss"]) for r in resumed] == [(r["step"], r["train_loss"]) for r in straight]
 
 
+def test_a_stop_at_already_passed_is_said(tmp, capsys):
+    """--resume --stop-at 3 of a run at step 6 stopped at once and said only 'stopped: step 6'."""
+    import train
+    base = inproc_base(tmp, f"train.out_dir={tmp / 'stop_passed'}", "train.max_iters=10")
+    train.main(base + ["--stop-at", "6"])
+    capsys.readouterr()
+    assert train.main(base + ["--resume", "--stop-at", "3"])["step"] == 6
+    assert "note: --stop-at 3 is before step 6, where the run already is\n" in capsys.readouterr().err
+    train.main(base + ["--resume", "--stop-at", "8"])
+    assert "--stop-at" not in capsys.readouterr().err  # a step ahead: no note
+
+
 def test_an_eval_row_and_a_log_row_of_one_step_give_the_same_lr(run):
     """Both give the lr of the step that led there (the eval row gave the next step's)."""
     rows = read_metrics(run)
