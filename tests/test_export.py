@@ -388,7 +388,8 @@ def test_the_other_dropouts_and_an_untied_head_are_checked_too(tmp_path):
     run, config = export_run(tmp_path)
     for change, match in [({"attn_pdrop": 2.0}, r"attn_pdrop=2.0 must be in \[0, 1\) \(a dropout probability\)$"),
                           ({"embd_pdrop": "x"}, r"embd_pdrop='x' must be a number$"),
-                          ({"tie_word_embeddings": "false"}, r"tie_word_embeddings='false' must be true or false$"),
+                          ({"tie_word_embeddings": "false"}, r"tie_word_embeddings='false' must be true or "
+                                                             r"false$"),
                           ({"tie_word_embeddings": False}, r"tie_word_embeddings=false \(tinygpt's LM head is its token "
                                                            r"embedding\) cannot be represented by tinygpt's GPT$")]:
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
@@ -396,6 +397,25 @@ def test_the_other_dropouts_and_an_untied_head_are_checked_too(tmp_path):
             hf.load_hf_gpt2(tmp_path / "hf")
     (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "attn_pdrop": None, "embd_pdrop": 0.5}))
     hf.load_hf_gpt2(tmp_path / "hf")  # null, or another valid probability: imported (resid_pdrop is the one used)
+
+
+def test_a_key_given_twice_or_integer_weights_are_refused(tmp_path):
+    """config.json with n_layer given twice (the last one won without a word, as json keeps it), and
+    an int64 weight tensor (.float() made weights of it without a word)."""
+    run, config = export_run(tmp_path)
+    text = (tmp_path / "hf" / "config.json").read_text()
+    (tmp_path / "hf" / "config.json").write_text(text.replace("{", '{"n_layer": 5, ', 1))
+    with pytest.raises(UserError, match=rf"config.json: the key 'n_layer' is given twice \(5, then "
+                                        rf"{config['n_layer']}\)$"):
+        hf.load_hf_gpt2(tmp_path / "hf")
+    (tmp_path / "hf" / "config.json").write_text(text)
+    weights = hf.load_safetensors(tmp_path / "hf" / "model.safetensors")
+    name = next(k for k in weights if k.endswith("wpe.weight"))
+    weights[name] = weights[name].long()
+    hf.save_safetensors(tmp_path / "hf" / "model.safetensors", weights, {"format": "pt"})
+    with pytest.raises(UserError, match=r"hf: wpe.weight is torch.int64, not a floating-point tensor; the weights are "
+                                        r"damaged$"):
+        hf.load_hf_gpt2(tmp_path / "hf")
 
 
 def test_a_recorded_model_section_or_encoding_that_is_damaged_is_refused(tmp_path):
@@ -411,8 +431,8 @@ def test_a_recorded_model_section_or_encoding_that_is_damaged_is_refused(tmp_pat
                                             r"mapping \(damaged\); export the run again$"):
             export.main(["--from-hf", str(tmp_path / "hf"), str(back)])
     tokenizer = {"kind": "tiktoken", "vocab_size": config["vocab_size"], "encoding": "../../etc/passwd"}
-    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "tinygpt": {**config["tinygpt"],
-                                                                                  "tokenizer": tokenizer}}))
+    meta = {**config["tinygpt"], "tokenizer": tokenizer}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "tinygpt": meta}))
     with pytest.raises(UserError, match=r"config.json: the tinygpt.tokenizer it records is damaged \(tiktoken "
                                         r"tokenizer data names '../../etc/passwd', which is no tiktoken encoding\)"):
         export.main(["--from-hf", str(tmp_path / "hf"), str(back)])

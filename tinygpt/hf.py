@@ -445,6 +445,16 @@ head, query, key): tinygpt's own weights, as `sample.py --attention-png` draws t
 # ---- GPT-2 -> tinygpt ----
 
 
+def unique_keys(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
+    """A JSON object's pairs -> dict; a key given twice is refused (json keeps the last without a word)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise UserError(f"{path}: the key {short(key)} is given twice ({short(out[key])}, then {short(value)})")
+        out[key] = value
+    return out
+
+
 def read_hf_config(folder: Path) -> dict[str, Any]:
     """config.json of a GPT-2 folder, refusing what tinygpt's GPT cannot represent."""
     path = folder / "config.json"
@@ -452,7 +462,8 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
         raise UserError(f"{folder} has no config.json: not a Hugging Face model folder")
     try:
         hf = json.loads(read_capped(path, 1 << 20, lambda size: f"{path} is not a model config: a GPT-2 config.json "
-                                                                f"is about 1 KB, this one holds more than 1 MiB"))
+                                                                f"is about 1 KB, this one holds more than 1 MiB"),
+                        object_pairs_hook=lambda pairs: unique_keys(pairs, path))
     except RecursionError:  # '[' * 100000: json nests by recursion
         raise UserError(f"{path} is not a model config: its JSON is nested too deeply") from None
     except ValueError as e:  # malformed JSON, not UTF-8, an integer of 5000 digits
@@ -529,6 +540,8 @@ def _hf_to_tinygpt(hf: dict[str, Any], w: dict[str, torch.Tensor], folder: Path,
         t = w[name]
         if tuple(t.shape) != shape:
             raise UserError(f"{folder}: {name} has shape {tuple(t.shape)}, config.json implies {shape}")
+        if not t.is_floating_point():  # (.float() would make weights of an int64 or bool tensor without a word)
+            raise UserError(f"{folder}: {name} is {t.dtype}, not a floating-point tensor; the weights are damaged")
         return t.float()
 
     sd = {"tok_emb.weight": get("wte.weight", (hf["vocab_size"], C)),
