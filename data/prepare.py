@@ -427,10 +427,11 @@ PREPARED_FILES = ("train.bin", "val.bin", "tokenizer.json", "meta.json")
 
 def refuse_foreign_files(out: Path) -> None:
     """A prepared folder about to be rebuilt (outdated or damaged) is replaced whole: refuse, before
-    any work, one that holds what preparing never writes (a run trained into it, a user's file)."""
+    any work, one that holds what preparing never writes (a run trained into it, a user's file).
+    Hidden files (a file manager's .DS_Store) are no one's work: they go with the folder."""
     if not out.is_dir() or out.is_symlink():
         return
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in PREPARED_FILES)
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in PREPARED_FILES and not p.name.startswith("."))
     if foreign:
         held = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3:,} more" if len(foreign) > 3 else "")
         raise UserError(f"{out} is to be prepared again (outdated or damaged), which replaces the folder, but it holds "

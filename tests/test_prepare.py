@@ -403,6 +403,7 @@ def test_a_prepared_folder_holding_a_run_is_not_replaced(tmp_path):
     text.write_text("aaaa bbbb\n" * 50)
     folder = prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
     (folder / "ckpt.pt").write_bytes(b"a run's")
+    (folder / ".DS_Store").write_bytes(b"")  # a file manager's: not named, and no reason to refuse
     (folder / "meta.json").write_text("{")
     with pytest.raises(UserError, match=rf"{re.escape(str(folder))} is to be prepared again \(outdated or damaged\), "
                                         r"which replaces the folder, but it holds ckpt.pt, which preparing never "
@@ -412,6 +413,7 @@ def test_a_prepared_folder_holding_a_run_is_not_replaced(tmp_path):
     assert (folder / "ckpt.pt").read_bytes() == b"a run's"
     (folder / "ckpt.pt").unlink()
     assert prep.prepare(config(text, tmp_path / "prepared"), show_progress=False) == folder  # prepared again
+    assert not (folder / ".DS_Store").exists()
     assert json.loads((folder / "meta.json").read_text())["vocab_size"] > 0
 
 
