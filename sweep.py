@@ -91,7 +91,7 @@ from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_ar
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, write_report
 from tinygpt.runs import (REPORT_LOCK, died_at_its_first_save, lock_holder, read_config, read_probe,
-                         resumed_metrics, run_lock, steps_without_checkpoints, summarize_run, write_probe)
+                         resumed_metrics, run_lock, summarize_run, trained_steps, write_probe)
 from tinygpt.runtime import ThreadPolicy, parent_death_signal, resolve_device, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
@@ -400,7 +400,7 @@ def existing_run(run_dir: Path, cfg: Config, digests: dict[Path, str | None] | N
     if (run_dir / "best.pt").is_file() and not died_at_its_first_save(run_dir):
         return "refuse", (f"{run_dir} has best.pt but no ckpt.pt to resume from; it is left as it is: "
                           f"move it away (or delete it) to retrain, or choose another --out")
-    trained = steps_without_checkpoints(run_dir)
+    trained = trained_steps(run_dir)  # (no ckpt.pt here)
     if trained:
         return "refuse", (f"{run_dir} holds metrics.csv of a run trained to step {trained:,} but no checkpoint: "
                           f"it is left as it is: move it away (or delete it) to retrain, or choose another --out")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import secrets
 import shlex
 import signal
@@ -37,7 +36,7 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimizer, load_weights,
                                 model_from_checkpoint, resolve_checkpoint, restore_rng_state, save_checkpoint,
                                 sweep_temp_files)
-from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config
+from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config, same_path
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, path_word, reason, run_cli, script_word, short,
                             stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
@@ -86,11 +85,6 @@ def whole_best(out_dir: Path) -> str:
     except UserError:
         return ""
     return f"; start a new run from its best.pt with {new_run_from(out_dir / 'best.pt')}"
-
-
-def same_path(a: str, b: str) -> bool:
-    """Do two paths of a config (either may be "") name the same file?"""
-    return a == b or (bool(a) and bool(b) and os.path.realpath(a) == os.path.realpath(b))
 
 
 def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:

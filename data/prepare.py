@@ -45,7 +45,7 @@ import torch
 
 from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, not_regular,
                                 remove_empty, sweep_temp_files)
-from tinygpt.config import Config, DataConfig, load_config
+from tinygpt.config import Config, DataConfig, load_config, same_path
 from tinygpt.errors import ArgParser, UserError, path_word, run_cli, short
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import Tokenizer, build_tokenizer, clean_text, tokenizer_from_dict
@@ -70,7 +70,7 @@ def same_dataset(a: str, b: str) -> bool:
     built-in name and a path never: `./stories` is a folder, not the stories.)"""
     if a == b or _is_builtin(a) or _is_builtin(b):
         return a == b
-    return os.path.realpath(a) == os.path.realpath(b)
+    return same_path(a, b)
 
 
 def source_files(dataset: str) -> list[Path]:

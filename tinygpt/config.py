@@ -83,6 +83,13 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 PATHS = ("data.dataset", "data.prepared_dir", "train.out_dir", "train.init_from")  # '~' is expanded in each
 MAX_INT = 2**63 - 1  # every integer setting fits in 64 bits (torch's seeds, sizes and counts do)
 
+
+def same_path(a: str, b: str) -> bool:
+    """Do two path settings (either may be "") name the same file or folder, spelt two ways (`text/`
+    and `text`, relative and absolute, seen from the current folder)?"""
+    return a == b or (bool(a) and bool(b) and os.path.realpath(a) == os.path.realpath(b))
+
+
 # ---- safe YAML with limits ----
 
 MAX_DEPTH = 50  # nesting levels; a config needs 2

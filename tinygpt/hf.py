@@ -69,7 +69,7 @@ from tinygpt.errors import UserError, count, path_word, read_capped, reason, sho
 from tinygpt.runs import LOCK, RUN_FILES, training_now, write_config
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import (GPT2_VOCAB, Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt, tiktoken_data,
-                               tokenizer_from_dict)
+                               tiktoken_names, tokenizer_from_dict)
 
 # GPT2Config's defaults (the 124M GPT-2) for keys a config.json leaves out
 GPT2_DEFAULTS = {"vocab_size": GPT2_VOCAB, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
@@ -672,8 +672,7 @@ def check_recorded_tokenizer(tok: dict[str, Any], path: Path) -> None:
     try:
         if tok.get("kind") == "tiktoken":
             name, _ = tiktoken_data(tok)
-            import tiktoken
-            if name not in tiktoken.list_encoding_names():  # (its file is not looked for)
+            if name not in tiktoken_names():  # (its file is not looked for)
                 raise UserError(f"tiktoken tokenizer data names {short(name)}, which is no tiktoken encoding")
         else:
             tokenizer_from_dict(tok)

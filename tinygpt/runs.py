@@ -171,11 +171,11 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
     if foreign is not None:
         raise UserError(f"train.out_dir={str(out_dir)!r} holds {foreign.name}, which is not from a tinygpt run: "
                         f"a run would overwrite it; choose another out_dir")
-    if _events_of_an_earlier_run(out_dir):
+    trained = trained_steps(out_dir)  # (no ckpt.pt here: a folder with rows past step 0 lost its checkpoints)
+    if _events_of_an_earlier_run(out_dir, trained):
         raise UserError(f"train.out_dir={str(out_dir)!r} holds TensorBoard events (tensorboard/) but no ckpt.pt to "
                         f"resume from: a new run's events would mix with them; move tensorboard away to start a run "
                         f"there, or choose another out_dir")
-    trained = steps_without_checkpoints(out_dir)
     if trained:
         raise UserError(f"train.out_dir={str(out_dir)!r} holds metrics.csv of a run trained to step {trained:,} but "
                         f"no ckpt.pt to resume from (its checkpoints are gone): a new run would overwrite it; move "
@@ -196,11 +196,11 @@ def _not_a_run_file(path: Path) -> str | None:
     return not_regular(path)
 
 
-def steps_without_checkpoints(out_dir: Path) -> int:
-    """The last step in out_dir's metrics.csv when it is past 0 and out_dir holds no checkpoint, else 0.
-    A run writes rows after step 0 only once its step-0 ckpt.pt is saved: such rows without one are
-    of a run whose checkpoints were removed, not of one that died before its first (nothing lost)."""
-    if any((out_dir / name).exists() for name in ("ckpt.pt", "best.pt")) or not (out_dir / "metrics.csv").is_file():
+def trained_steps(out_dir: Path) -> int:
+    """The last step in out_dir's metrics.csv (0 without one, or without rows of ours). A run writes
+    rows after step 0 only once its step-0 ckpt.pt is saved: in a folder without ckpt.pt, such rows
+    are of a run whose checkpoints were removed, not of one that died before its first (nothing lost)."""
+    if not (out_dir / "metrics.csv").is_file():
         return 0
     try:
         return int(max((row["step"] for row in read_metrics(out_dir)), default=0))
@@ -208,9 +208,10 @@ def steps_without_checkpoints(out_dir: Path) -> int:
         return 0
 
 
-def _events_of_an_earlier_run(out_dir: Path) -> bool:
+def _events_of_an_earlier_run(out_dir: Path, trained: int) -> bool:
     """Does out_dir/tensorboard hold event files of a run that got past its first checkpoint (its
-    metrics.csv has rows after step 0), or of a run whose files are gone (no config.yaml of a run)?
+    metrics.csv has rows after step 0: `trained`, trained_steps), or of a run whose files are gone
+    (no config.yaml of a run)?
     Unlike the files a run rewrites, TensorBoard's are added to: a new run's events would sit beside
     them, every step twice. A run that died before its first checkpoint (step 0's) lost nothing."""
     board = out_dir / "tensorboard"
@@ -221,7 +222,7 @@ def _events_of_an_earlier_run(out_dir: Path) -> bool:
         return False
     if not _is_resolved_config(out_dir / "config.yaml"):
         return True
-    return any(row["step"] > 0 for row in read_metrics(out_dir))  # (read: _foreign_file took it as ours)
+    return trained > 0
 
 
 def died_at_its_first_save(out_dir: Path) -> bool:

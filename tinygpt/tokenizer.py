@@ -315,12 +315,18 @@ def encode_ordinary(encoding: "tiktoken.Encoding", text: str) -> list[int]:
     return [i for a, b in zip(bounds, bounds[1:]) for i in encoding.encode_ordinary(text[a:b])]
 
 
+def tiktoken_names() -> list[str]:
+    """The names of tiktoken's encodings (known without their files)."""
+    import tiktoken
+    return tiktoken.list_encoding_names()
+
+
 @functools.lru_cache(maxsize=None)
 def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
     """Load (once per process) the tiktoken encoding `name`; `gpt2` loads the identical r50k_base."""
     import tiktoken
 
-    known = tiktoken.list_encoding_names()
+    known = tiktoken_names()
     if name not in known:
         raise UserError(f"unknown tokenizer {name!r}: use 'char', 'word', 'bpe' or a tiktoken encoding: {', '.join(known)}")
     canonical = _ALIASES.get(name, name)
