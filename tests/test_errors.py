@@ -408,6 +408,14 @@ def test_3_a_run_whose_checkpoints_were_removed_keeps_its_metrics(tmp, run, caps
     one_line(result, "holds metrics.csv of a run trained to step 30 but no checkpoint", "left as it is")
     for folder in (out, sweep_dir / "n_head=2"):
         assert {name: (folder / name).read_bytes() for name in kept} == kept
+    # a run whose val loss never beat step 0's keeps best.pt of step 0: with its ckpt.pt removed, it is
+    # no run that died at its first save (that one has no rows past step 0)
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    save_checkpoint(out / "best.pt", {**load_checkpoint(run / "best.pt"), "step": 0})
+    one_line(in_process("train.py", [*sets(tmp, out, "train.max_iters=10"), "--quiet"], capsys),
+             f"train.out_dir='{out}' holds metrics.csv of a run trained to step 30 but no ckpt.pt",
+             "move metrics.csv away")
+    assert {name: (out / name).read_bytes() for name in kept} == kept
 
 
 def test_3_a_resume_beside_a_damaged_best_pt_is_refused(tmp, run, capsys):
