@@ -200,9 +200,9 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     idx = torch.zeros(1, 1, dtype=torch.long, device=device)
     outputs: dict[str, list[int]] = {}
 
-    def ours(gpt: GPT, name: str, decode: Callable | None = None) -> Callable[[], None]:
+    def ours(gpt: GPT, name: str, decode_step: Callable | None = None) -> Callable[[], None]:
         def run() -> None:
-            outputs[name] = [int(t) for t in generate(gpt, idx, n_tokens, temperature=0, decode=decode)]
+            outputs[name] = [int(t) for t in generate(gpt, idx, n_tokens, temperature=0, decode_step=decode_step)]
         return run
 
     def theirs(hf_model, name: str) -> Callable[[], None]:

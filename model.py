@@ -82,8 +82,8 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
                      dropout_p: float = 0.0) -> torch.Tensor:
     """The same formula as `attention`, as two batched matmuls with the scale and the mask fused
     into the first (baddbmm: an additive -inf/0 mask + QK^T / sqrt(hs)). It runs the CPU's low-precision fast
-    path: there, in bfloat16, PyTorch's fused SDPA kernel is slower than this (docs/results.md,
-    bench.py --attention), while on GPUs and in float32 SDPA is as fast or faster.
+    path: there, in bfloat16, PyTorch's fused SDPA kernel is slower than this, while in float32 SDPA
+    is as fast or faster (docs/results.md, bench.py --attention; on GPUs SDPA's fused kernels run).
 
     q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend, or None
     -> y (B, nh, Tq, hs)"""
@@ -95,7 +95,7 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     scores = torch.baddbmm(additive_mask.expand(B * nh, Tq, Tk), q.reshape(B * nh, Tq, hs),
                            k.reshape(B * nh, Tk, hs).transpose(1, 2), alpha=1.0 / math.sqrt(hs))  # (B*nh, Tq, Tk)
     att = F.dropout(torch.softmax(scores, dim=-1), dropout_p)  # (B*nh, Tq, Tk)
-    return (att @ v.reshape(B * nh, Tk, hs)).view(B, nh, Tq, hs)
+    return (att @ v.reshape(B * nh, Tk, hs)).view(B, nh, Tq, hs)  # (B*nh, Tq, hs) -> (B, nh, Tq, hs)
 
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -143,8 +143,9 @@ class CausalSelfAttention(nn.Module):
         self.v_proj = nn.Linear(C, C, bias=cfg.bias)
         self.out_proj = nn.Linear(C, C, bias=cfg.bias)  # mixes the concatenated heads
         self.resid_dropout = nn.Dropout(cfg.dropout)
-        # (block_size, block_size) True = may attend (key <= query position); sliced per call, never saved
-        self.register_buffer("mask", causal_mask(cfg.block_size, cfg.block_size), persistent=False)
+        # (block_size, block_size) True = may attend (key <= query position): built once and sliced per
+        # call (row Tk - T + i is causal_mask(T, Tk)'s row i), never saved
+        self.register_buffer("causal_mask", causal_mask(cfg.block_size, cfg.block_size), persistent=False)
 
     def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None,
                 need_weights: bool = False) -> tuple[torch.Tensor, HeadTrace | None]:
@@ -162,7 +163,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs), k v (B, nh, Tk, hs)
         Tk = k.size(2)
         # 3) scores, mask, softmax  4) weight the values
-        mask = self.mask[Tk - T:Tk, :Tk] if self.causal else None  # (T, Tk): our T are the last of the Tk
+        mask = self.causal_mask[Tk - T:Tk, :Tk] if self.causal else None  # (T, Tk): our T are the last of the Tk
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:  # the readable path, exactly the formula
             y, att = attention(q, k, v, mask, dropout_p)  # (B, nh, T, hs), (B, nh, T, Tk)
@@ -300,7 +301,7 @@ class GPT(nn.Module):
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token loss: logits (B, T, V), targets (B, T) the next tokens (idx shifted by one)
     -> scalar. In float32 even when the model runs in bfloat16: a softmax over V needs the precision."""
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))  # (B*T, V), (B*T,)
 
 
 # ---- generation, token by token ----
@@ -352,7 +353,7 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
         drop[:, 0] = False  # the most likely token always stays (a tiny p is 0 in float32)
         least = sorted_p.masked_fill(drop, float("inf")).amin(dim=-1, keepdim=True)  # (B, 1) least likely kept
         drop = sorted_p < least  # tokens tied with it stay too (the sort's order must not choose)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))  # (B, V), unsorted
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
 
@@ -361,7 +362,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """logits (B, V) -> next token ids (B,). temperature 0 = greedy (argmax)."""
     if temperature == 0:
-        return logits.argmax(dim=-1)
+        return logits.argmax(dim=-1)  # (B,)
     probs = next_token_probs(logits, temperature, top_k, top_p)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
@@ -376,25 +377,25 @@ class Step(NamedTuple):
 @torch.no_grad()
 def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                    top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
-                   generator: torch.Generator | None = None, decode: Callable | None = None) -> Iterator[Step]:
+                   generator: torch.Generator | None = None, decode_step: Callable | None = None) -> Iterator[Step]:
     """Continue idx (B, T) by max_new_tokens tokens, one at a time, yielding each Step.
 
     Each step feeds the context, reads the last position's logits, samples, appends. Positions are
-    absolute and below block_size, so the context is a window: when it is full, the window slides
-    forward by half a block (the newest block_size//2 tokens stay, at least one) and, with the cache,
-    is computed afresh once; both paths follow this policy, so cached and uncached logits stay equal
-    (up to floating-point rounding: the same sums in another order).
-    `decode` runs the one-token steps with the cache instead of the model (the same function,
+    absolute and below block_size, so the context is a window: when the next token does not fit, the
+    window slides forward by half a block (the newest block_size//2 tokens stay, at least one) and,
+    with the cache, is computed afresh once; both paths follow this policy, so cached and uncached
+    logits stay equal (up to floating-point rounding: the same sums in another order).
+    `decode_step` runs the one-token steps with the cache instead of the model (the same function,
     compiled: tinygpt/runtime.py, compile_decoding). A model trained without the causal mask never
     uses the cache: its earlier positions attend to later ones, so their keys and values change with
     every new token. Call model.eval() first (checkpoint loading does): dropout would change the tokens."""
     block_size = model.config.block_size
     use_cache = use_cache and model.config.causal
-    decode = model if decode is None else decode  # the one-token step with the cache
+    decode_step = model if decode_step is None else decode_step  # the one-token step with the cache
     window = idx[:, -block_size:]  # (B, W): the tokens the model sees, W <= block_size
     caches = None
     for _ in range(max_new_tokens):
-        if window.size(1) > block_size:  # window full: slide it, drop the cache
+        if window.size(1) > block_size:  # the last token did not fit: slide the window, drop the cache
             window, caches = window[:, -max(1, block_size // 2):], None
         if not use_cache:
             logits = model(window)  # (B, W, V): the whole window every step
@@ -402,7 +403,7 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
             caches = model.new_kv_caches(window.size(0))
             logits = model(window, caches)  # prefill: the window's keys and values
         else:
-            logits = decode(window[:, -1:], caches)  # (B, 1, V): only the newest token is new
+            logits = decode_step(window[:, -1:], caches)  # (B, 1, V): only the newest token is new
         next_id = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)  # (B,)
         yield Step(next_id, logits[:, -1, :], window.size(1))
         window = torch.cat([window, next_id[:, None]], dim=1)  # (B, W+1)
@@ -410,7 +411,8 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
 
 def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
-             generator: torch.Generator | None = None, decode: Callable | None = None) -> Iterator[torch.Tensor]:
+             generator: torch.Generator | None = None, decode_step: Callable | None = None) -> Iterator[torch.Tensor]:
     """Yield the max_new_tokens next tokens (B,) continuing idx (B, T), one at a time."""
-    for step in generate_steps(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator, decode):
+    for step in generate_steps(model, idx, max_new_tokens, temperature, top_k, top_p, use_cache, generator,
+                               decode_step):
         yield step.token

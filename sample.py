@@ -427,18 +427,18 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     gen = torch.Generator(device=device).manual_seed(args.seed)
     threads = ThreadPolicy(fixed=args.threads) if device.type == "cpu" else None
     keep_freed_memory()
-    decode = None
+    decode_step = None
     if args.compile:  # for the threads of an idle machine (a busy one decodes uncompiled, on fewer)
-        decode = compile_decoding(model, threads=None if threads is None else threads.fixed or threads.max_threads)
+        decode_step = compile_decoding(model, threads=None if threads is None else threads.fixed or threads.max_threads)
     if args.interactive:
-        return interactive(model, tokenizer, args, out, gen, threads, decode)
-    return generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode)
+        return interactive(model, tokenizer, args, out, gen, threads, decode_step)
+    return generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
 
 
 def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.Generator,
-                     threads: ThreadPolicy | None = None, decode: Callable | None = None) -> list[str]:
+                     threads: ThreadPolicy | None = None, decode_step: Callable | None = None) -> list[str]:
     """num_samples continuations of one prompt, printed as main describes; returns the texts.
-    `decode`: the compiled decoding step (--compile), else None."""
+    `decode_step`: the compiled decoding step (--compile), else None."""
     try:
         ids = encode_prompt(tokenizer, prompt)
     except UserError as e:
@@ -455,7 +455,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             out.write("\n---------------\n")
         steps = following_free_cores(generate_steps(model, idx, args.max_new_tokens, args.temperature, args.top_k,
                                                     args.top_p, use_cache=not args.no_kv_cache, generator=gen,
-                                                    decode=decode), threads)
+                                                    decode_step=decode_step), threads)
         new_ids, recorded = [], deque(maxlen=model.config.block_size)
         if args.attention_html is not None:  # keep the candidates of the steps the page can show
             steps = attention_html.recorded(steps, recorded, args.temperature, args.top_k, args.top_p)
@@ -523,7 +523,7 @@ def read_prompts() -> Iterator[str | bytes]:
 
 
 def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads: ThreadPolicy | None,
-                decode: Callable | None = None) -> list[str]:
+                decode_step: Callable | None = None) -> list[str]:
     """Answer prompt after prompt, the model loaded once, until EOF; a prompt that is too long, not
     UTF-8, or that the vocabulary cannot encode gets its one-line error on stderr and the next
     prompt is read. At a terminal, Ctrl-C stops the answer under way and the next prompt is read
@@ -534,7 +534,7 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
             named = "a line of standard input"
             prompt = decode_prompt(text_bytes(line, named) if isinstance(line, str) else line, named)
             gen.manual_seed(args.seed)  # each answer is the one `--prompt LINE` gives, whatever came before
-            samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode)
+            samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
         except KeyboardInterrupt as e:

@@ -266,7 +266,8 @@ def test_initialisation(tiny_model_config):
             assert abs(last.weight.std().item() - 0.02 / math.sqrt(8)) < 0.001
     assert abs(model.blocks[0].mlp.fc.weight.std().item() - 0.02) < 0.002
     assert abs(model.blocks[0].attn.q_proj.weight.std().item() - 0.02) < 0.002
-    assert model.blocks[0].attn.mask.shape == (16, 16) and "blocks.0.attn.mask" not in model.state_dict()  # never saved
+    assert model.blocks[0].attn.causal_mask.shape == (16, 16)
+    assert "blocks.0.attn.causal_mask" not in model.state_dict()  # never saved
 
 
 def test_sample_next_rules():

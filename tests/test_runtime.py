@@ -464,7 +464,7 @@ def test_compiled_decoding_gives_the_same_tokens_with_one_graph(tiny_model_confi
     assert step is not None, log.getvalue()
     assert "compiled in" in log.getvalue() and "warning" not in log.getvalue()
     with torch.compiler.set_stance("fail_on_recompile"):
-        got = [int(t) for t in generate(model, idx, 40, temperature=0, decode=step)]
+        got = [int(t) for t in generate(model, idx, 40, temperature=0, decode_step=step)]
         assert got == want
         with torch.no_grad():  # any (1, 1) tensor, after a 1-token prompt: the same graph
             caches = model.new_kv_caches(1)
@@ -474,7 +474,7 @@ def test_compiled_decoding_gives_the_same_tokens_with_one_graph(tiny_model_confi
         threads = torch.get_num_threads()  # the thread policy moves (a busy machine): the model
         torch.set_num_threads(threads + 1)  # decodes while the count is not the compiled one
         try:
-            assert [int(t) for t in generate(model, idx, 40, temperature=0, decode=step)] == want
+            assert [int(t) for t in generate(model, idx, 40, temperature=0, decode_step=step)] == want
         finally:
             torch.set_num_threads(threads)
 

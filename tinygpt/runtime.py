@@ -607,7 +607,7 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
     threads_now = torch.get_num_threads()
     threads = threads or threads_now
 
-    def decode(idx: torch.Tensor, kv_caches: list) -> torch.Tensor:
+    def decode_step(idx: torch.Tensor, kv_caches: list) -> torch.Tensor:
         if torch.get_num_threads() != threads:  # the thread policy moved (a busy machine): the graph
             return model(idx, kv_caches)  # would compile again for this count; the model runs meanwhile
         # a fresh contiguous (B, 1) tensor: the graph would otherwise depend on where the newest
@@ -626,14 +626,14 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
             caches = model.new_kv_caches(1)
             tokens = torch.zeros(1, min(3, model.config.block_size), dtype=torch.long, device=device)  # (1, W)
             model(tokens[:, :-1], caches)
-            decode(tokens[:, -1:], caches)
+            decode_step(tokens[:, -1:], caches)
     except Exception as e:  # noqa: BLE001 (whatever the compiler raised, decoding still works without it)
         log.write(f"warning: --compile failed ({type(e).__name__}: {reason(e, 200)}); decoding without it\n")
         return None
     finally:
         torch.set_num_threads(threads_now)
     log.write(f"compiled in {time.perf_counter() - start:.0f} s\n")
-    return decode
+    return decode_step
 
 
 # ---- peak FLOP/s for MFU ----
