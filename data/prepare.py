@@ -542,7 +542,8 @@ def get_batch(data: np.ndarray, batch_size: int, block_size: int, generator: tor
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    p = ArgParser(description="Prepare the dataset a config names (train.py also does this itself).")
+    p = ArgParser(prog="python -m data.prepare",
+                  description="Prepare the dataset a config names (train.py also does this itself).")
     p.add_argument("config", help="YAML config, e.g. configs/stories.yaml")
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="override config keys")
     args = p.parse_args(argv)
