@@ -131,12 +131,21 @@ def read_text_file(path: Path) -> str:
     except OSError as e:
         raise UserError(f"cannot read dataset file {path}: {e.strerror}") from None
     # UTF-16 (Windows' "Unicode") of Latin text is valid UTF-8 with every other byte 0: it would train on NULs
-    if not data.startswith(WIDE_BOMS) and data.count(0) <= len(data) // 4:
+    if not data.startswith(WIDE_BOMS) and data.count(0) <= len(data) // 4 and not one_sided_zeros(data):
         try:
             return clean_text(data.decode("utf-8"))
         except UnicodeDecodeError as e:
             raise UserError(not_text(path, data, e.start)) from None
     raise UserError(not_text(path, data, None))
+
+
+def one_sided_zeros(data: bytes) -> bool:
+    """Are `data`'s 0 bytes many (1% or more) and all at even offsets, or all at odd ones? So is UTF-16
+    text without a byte order mark in a script whose code units have no 0 byte (Cyrillic, Greek,
+    Arabic, Hindi): valid UTF-8 with few zeros, those of its spaces, newlines and digits. A few NULs
+    in UTF-8 text fall on both."""
+    zeros = data.count(0)
+    return zeros >= max(4, len(data) // 100) and 0 in (data[0::2].count(0), data[1::2].count(0))
 
 
 WIDE_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # UTF-32's first

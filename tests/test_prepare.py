@@ -145,6 +145,20 @@ def test_utf16_text_is_refused_with_the_conversion_that_works(tmp_path, encoding
     assert prep.read_text_file(path).count("\x00") == 2
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_of_a_script_without_zero_bytes_is_refused(tmp_path, encoding):
+    """UTF-16 without a byte order mark of Cyrillic (Greek, Hindi) text is valid UTF-8 too, with
+    only its spaces' and newlines' bytes 0 (10%, under the quarter that made a file binary): it
+    trained on a vocabulary of NULs and control characters."""
+    path = tmp_path / "ru.txt"
+    path.write_bytes("Мой дядя самых честных правил, когда не в шутку занемог\n".encode(encoding) * 50)
+    wide = encoding.replace("-", "").replace("utf16", "utf-16").upper()
+    with pytest.raises(UserError, match=rf"looks like {wide} text, not UTF-8 \(550 of its 5,600 bytes are 0\)"):
+        prep.read_text_file(path)
+    path.write_bytes(("the cat sat on the mat\n" * 50).replace("a", "\x00").encode())  # NULs at both parities
+    assert prep.read_text_file(path).count("\x00") == 150
+
+
 def test_a_binary_file_is_refused_as_binary_and_a_guessed_encoding_is_not_converted_in_place(tmp_path):
     """An executable was called UTF-16 text (convert it with iconv -f utf-16, in place); a gzip file
     Latin-1 (convert it in place: the compressed file overwritten with mojibake, which then trained
