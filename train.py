@@ -247,6 +247,7 @@ class Run:
     metrics: list[dict] = field(default_factory=list)  # metrics.csv's rows so far (kept on the main process)
     # names the run in its checkpoints, kept over resumes: a best.pt of another run is told (runs.resumed_metrics)
     run_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    compiling: bool = False  # train.compile, until the first step (which compiles the model) has run
 
     def state(self, ranks: list[tuple[dict, float]] | None = None) -> dict[str, Any]:
         """The checkpoint; with every process's RNG states and train-loss sum since the last log
@@ -320,6 +321,36 @@ class Run:
             raise UserError(f"train.out_dir={str(self.out_dir)!r} was removed (or its .lock) while this training "
                             f"ran: stopped at step {self.step} without writing there")
 
+    def train_step(self, lr: float) -> torch.Tensor:
+        """One optimizer step through train_model (tinygpt/training.py). The first one through a compiled
+        model compiles it; where torch.compile cannot work here (no C++ compiler, say), the run goes on
+        without it from the same batches, with a warning (under DDP it stops, its step-0 ckpt.pt saved)."""
+        t = self.cfg.train
+        def step() -> torch.Tensor:
+            return train_step(self.train_model, self.optimizer, self.scaler, self.autocast, self.next_batch,
+                              t.grad_accum, t.grad_clip, lr)
+        if not self.compiling:
+            return step()
+        batches = self.batch_gen.get_state()
+        try:
+            loss = step()
+        except Exception as e:  # noqa: BLE001 (only the compiler's own errors are caught: see below)
+            if not type(e).__module__.startswith(("torch._dynamo", "torch._inductor")):
+                raise
+            said = str(e).strip().splitlines()  # (its first line: the rest is where to read more)
+            why = f"torch.compile failed ({type(e).__name__}: {reason(Exception(said[0]) if said else e, 200)})"
+            if self.dist.world_size > 1:  # (DDP's wrapper holds the compiled model)
+                raise UserError(f"train.compile: {why}; continue without it: --resume --set train.compile=false") \
+                    from None
+            self.optimizer.zero_grad(set_to_none=True)
+            self.batch_gen.set_state(batches)
+            self.train_model = self.model
+            if self.dist.master:
+                print(f"warning: train.compile: {why}; training without it", file=sys.stderr)
+            loss = step()
+        self.compiling = False
+        return loss
+
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         t, d = self.cfg.train, self.dist
         return get_batch(self.data.train, t.batch_size, self.cfg.model.block_size, self.batch_gen, d.device,
@@ -338,7 +369,7 @@ def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: 
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
     run = Run(cfg, Path(t.out_dir), data, dist, model, dist.wrap(torch.compile(model) if t.compile else model),
               make_optimizer(model, t, device), scaler, autocast(dtype, device),
-              torch.Generator().manual_seed(t.seed), loss_sum=torch.zeros((), device=device))
+              torch.Generator().manual_seed(t.seed), loss_sum=torch.zeros((), device=device), compiling=t.compile)
     if device.type == "cpu":
         run.threads = ThreadPolicy(fixed=t.threads)
     if ckpt is not None:
@@ -480,8 +511,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
             lr = lr_at(run.step, t)  # warmup, then cosine decay
             # one optimizer step (tinygpt/training.py): for each of grad_accum micro-batches, forward,
             # next-token cross-entropy, backward; then clip the gradients, step, zero them
-            run.loss_sum += train_step(run.train_model, run.optimizer, run.scaler, run.autocast, run.next_batch,
-                                       t.grad_accum, t.grad_clip, lr)
+            run.loss_sum += run.train_step(lr)
             run.loss_count += 1
             run.step += 1
             bar.update(1)

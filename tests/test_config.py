@@ -561,6 +561,23 @@ def test_a_tilde_of_no_user_is_refused_not_made_a_folder(tmp_path):
     assert "~nosuchuser_tinygpt names no user" in message
 
 
+@pytest.mark.parametrize("key", ["data.dataset", "data.prepared_dir", "train.out_dir", "train.init_from"])
+def test_an_environment_variable_in_a_path_is_refused_unless_the_path_exists(tmp_path, key, monkeypatch):
+    """`out_dir: $HOME/runs` made a folder named `$HOME` in the working folder, and train.py said to
+    sample from '$HOME/runs'."""
+    section, name = key.split(".")
+    for variable in ("$HOME", "${HOME}"):
+        message = user_error(write(tmp_path, f"{section}: {{{name}: '{variable}/runs/x'}}\n"))
+        assert f"{key}='{variable}/runs/x'" in message and f"{variable} is not expanded in a config" in message
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "price$5").mkdir()  # a path that exists is its own name; a lone `$` or `$5` names no variable
+    for value in ("price$5", "cost$/x", "$HOME_made_by_hand"):
+        if value.startswith("$"):
+            (tmp_path / value).mkdir()
+        cfg = load_config(write(tmp_path, f"{section}: {{{name}: '{value}'}}\n"))
+        assert getattr(getattr(cfg, section), name) == value
+
+
 def test_a_config_may_come_through_a_pipe_but_not_without_end(tmp_path):
     read, write_end = os.pipe()
     os.write(write_end, b"model: {n_layer: 3}\n")

@@ -418,6 +418,26 @@ def test_3_a_run_whose_checkpoints_were_removed_keeps_its_metrics(tmp, run, caps
     assert {name: (out / name).read_bytes() for name in kept} == kept
 
 
+@pytest.mark.slow
+def test_3_train_compile_without_a_cxx_compiler_trains_on_without_it(tmp):
+    """train.compile=true where inductor finds no C++ compiler: after step 0's eval and checkpoints,
+    a 100-line traceback (exit 1), and the folder then held a run that only --resume could go on with.
+    The run now goes on uncompiled from the same batches: the same losses as train.compile=false."""
+    def train(out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ROOT / "train.py"), *map(str, sets(tmp, out, "train.threads=1",
+                                                                                      *extra)), "--quiet"],
+                              cwd=ROOT, env=env or ENV, capture_output=True, text=True, timeout=300)
+    broken = train(tmp / "compile_fails", "train.compile=true", env={**ENV, "CXX": str(tmp / "no-such-g++")})
+    assert broken.returncode == 0 and "Traceback" not in broken.stderr, broken.stderr[-3000:]
+    warning = [line for line in broken.stderr.splitlines() if line.startswith("warning: train.compile")]
+    assert len(warning) == 1 and "torch.compile failed" in warning[0] and "training without it" in warning[0]
+    plain = train(tmp / "compile_off", "train.compile=false")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    losses = [[row.split(",")[:3] for row in (out / "metrics.csv").read_text().splitlines()]
+              for out in (tmp / "compile_fails", tmp / "compile_off")]
+    assert len(losses[0]) > 3 and losses[0] == losses[1]  # step, train loss, val loss: row by row
+
+
 def test_3_a_resume_beside_a_damaged_best_pt_is_refused(tmp, run, capsys):
     """best.pt emptied: --resume went on and ended `done: ...; sample with: python sample.py RUN`,
     best.pt still empty (no lower val loss rewrote it), and sample.py RUN then refused the run."""

@@ -305,6 +305,10 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
             if user.startswith("~") and user != "~":  # '~name' of no user: expanduser left it as it was
                 raise UserError(f"{key}={short(value)} ({source}): {user} names no user of this machine (no home "
                                 f"folder to expand it to)")
+            variable = re.search(r"\$(\{\w+\}|[A-Za-z_]\w*)", value)
+            if variable and not os.path.lexists(value):  # (it would make a folder named `$HOME`)
+                raise UserError(f"{key}={short(value)} ({source}): {variable.group()} is not expanded in a config; "
+                                f"write the path itself (a leading ~ is your home folder)")
         return value
     hint = ""
     if typ is int and isinstance(value, str):  # 0500, 1e3: numbers YAML reads as text
