@@ -21,6 +21,7 @@ itself, so running this script first is optional.
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import json
 import os
@@ -30,7 +31,7 @@ import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 if __package__ in (None, ""):  # `python data/prepare.py`: the repository root is not importable
     print("error: run it from the repository root as a module: python -m data.prepare CONFIG.yaml", file=sys.stderr)
@@ -362,7 +363,7 @@ def _is_current(folder: Path, d: DataConfig) -> bool:
     the bytes, so meta.json's dtype must also be the one its vocabulary takes, else an edited one
     would read the same bytes as other numbers.)"""
     try:
-        meta = json.loads((folder / "meta.json").read_text())
+        meta = read_json(folder / "meta.json")
         if meta["settings"] != json.loads(json.dumps(_fingerprint(d))):
             return False
         if np.dtype(meta["dtype"]) != np.dtype(token_dtype(meta["vocab_size"])):
@@ -371,11 +372,19 @@ def _is_current(folder: Path, d: DataConfig) -> bool:
         for split in ("train", "val"):
             if (folder / f"{split}.bin").stat().st_size != meta[f"{split}_tokens"] * itemsize:
                 return False
-        tok = json.loads((folder / "tokenizer.json").read_text())
+        tok = read_json(folder / "tokenizer.json")
         return isinstance(tok, dict) and tok.get("vocab_size") == meta["vocab_size"] and \
             meta["digest"] == _digest(tok, *token_arrays(folder, meta))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return False  # missing, unreadable or damaged (RecursionError: JSON nested 100,000 deep): (re)build
+
+
+def read_json(path: Path) -> Any:
+    """A prepared folder's meta.json or tokenizer.json. Only a regular file is read (OSError else: the
+    folder is damaged): a pipe there would wait for a writer for good, a link to /dev/zero never end."""
+    if not path.is_file():
+        raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
+    return json.loads(path.read_text())
 
 
 def vocab_note(d: DataConfig, vocab_size: int) -> str:
@@ -521,8 +530,8 @@ def load_prepared(folder: str | Path) -> Prepared:
     beyond what prepare() detects is a UserError saying to delete it (it is then rebuilt)."""
     folder = Path(folder)
     try:
-        meta = json.loads((folder / "meta.json").read_text())
-        tokenizer = tokenizer_from_dict(json.loads((folder / "tokenizer.json").read_text()))
+        meta = read_json(folder / "meta.json")
+        tokenizer = tokenizer_from_dict(read_json(folder / "tokenizer.json"))
         return Prepared(*token_arrays(folder, meta), tokenizer, meta)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise UserError(f"the prepared data in {folder} is damaged ({type(e).__name__}); delete the folder "
@@ -558,7 +567,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     args = p.parse_args(argv)
     cfg = load_config(args.config, args.set)
     out = prepare(cfg)
-    meta = json.loads((out / "meta.json").read_text())
+    meta = read_json(out / "meta.json")
     print(f"{out}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, "
           f"vocab {meta['vocab_size']:,}{vocab_note(cfg.data, meta['vocab_size'])} ({meta['dtype']})")
     return out

@@ -410,6 +410,24 @@ def test_a_file_rewritten_with_its_size_and_mtime_kept_is_prepared_again(tmp_pat
     assert again == first and set((again / "tokenizer.json").read_text()) >= set("xy")
 
 
+def test_a_pipe_or_a_device_in_a_prepared_folder_is_damage_not_a_hang(tmp_path):
+    """meta.json replaced by a named pipe: train.py waited for a writer for good; tokenizer.json a
+    link to /dev/zero: read until memory ran out. Either is a damaged folder: prepared again."""
+    text = tmp_path / "t.txt"
+    text.write_text("aaaa bbbb\n" * 50)
+    folder = prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
+    (folder / "meta.json").unlink()
+    os.mkfifo(folder / "meta.json")
+    with pytest.raises(UserError, match=r"prepared data in .* is damaged \(FileNotFoundError\)"):
+        prep.load_prepared(folder)
+    assert prep.prepare(config(text, tmp_path / "prepared"), show_progress=False) == folder
+    assert json.loads((folder / "meta.json").read_text())["train_tokens"] > 0
+    (folder / "tokenizer.json").unlink()
+    (folder / "tokenizer.json").symlink_to("/dev/zero")
+    assert prep.prepare(config(text, tmp_path / "prepared"), show_progress=False) == folder
+    assert (folder / "tokenizer.json").is_file() and not (folder / "tokenizer.json").is_symlink()
+
+
 def test_a_prepared_folder_holding_a_run_is_not_replaced(tmp_path):
     """A run trained into a prepared folder (train.out_dir = it) was deleted whole, without a word,
     when the folder was prepared again (its meta.json damaged, or the text changed)."""
