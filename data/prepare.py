@@ -112,7 +112,11 @@ def folder_files(folder: Path, dataset: str) -> list[Path]:
                     if entry.is_dir(follow_symlinks=False):
                         folders.append(Path(entry.path))
                     elif entry.name.lower().endswith(".txt"):  # (a.TXT too: as a file alone, it is read)
-                        if not entry.is_file():  # (a link to a regular file is one)
+                        try:
+                            regular = entry.is_file()  # (a link to a regular file is one)
+                        except OSError:  # links in a loop (x.txt -> y.txt -> x.txt): named below, not the folder
+                            regular = False
+                        if not regular:
                             odd = Path(entry.path)
                             kind = dead_link(odd) or ("a link to a folder, not a regular file" if odd.is_dir()
                                                       else not_regular(odd))

@@ -368,6 +368,15 @@ def test_a_dataset_link_to_nothing_or_a_builtin_in_capitals_is_named(tmp_path):
     for name, target in (("gone.txt", "nowhere.txt"), ("loop.txt", "loop.txt")):
         with pytest.raises(UserError, match=rf"is a link \(.*{name} -> .*{target}\) that leads to no file or folder"):
             prep.source_files(str(tmp_path / name))
+    # the same loop inside a folder blamed the folder: `cannot read the folder books/sub: Too many levels ...`
+    books = tmp_path / "books"
+    (books / "sub").mkdir(parents=True)
+    (books / "a.txt").write_text("text\n")
+    (books / "sub" / "x.txt").symlink_to("y.txt")
+    (books / "sub" / "y.txt").symlink_to("x.txt")
+    with pytest.raises(UserError, match=rf"^data.dataset='{re.escape(str(books))}': .*sub/x.txt is a link \(.*x.txt -> "
+                                        r"y.txt\) that leads to no file or folder$"):
+        prep.source_files(str(books))
     with pytest.raises(UserError, match="nor an existing .txt file or folder; did you mean 'stories'"):
         prep.source_files("Stories")
     with pytest.raises(UserError, match="nor an existing .txt file or folder$"):
