@@ -573,7 +573,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     t = cfg.train
     out_dir = Path(t.out_dir)
     if dist.master:  # under DDP rank 0 decides, holding the folder's lock; the others wait for its verdict
-        check_run_dir(out_dir, args.resume)
+        check_run_dir(out_dir, args.resume, args.config)
         for name in TRAIN_FILES:  # temp files of a writer killed mid-write: a resume may never write them again
             # (under the run lock only this training writes them, but for loss.png: compare.py --plot-only too)
             sweep_temp_files(out_dir / name, only_writer=name != "loss.png")

@@ -438,6 +438,28 @@ def test_3_train_compile_without_a_cxx_compiler_trains_on_without_it(tmp):
     assert len(losses[0]) > 3 and losses[0] == losses[1]  # step, train loss, val loss: row by row
 
 
+def test_3_a_resume_keeps_a_users_config_yaml_in_the_run_folder(tmp, run, capsys):
+    """A config.yaml of the user's (no run's header) in a run's folder: a new run there is refused,
+    but --resume with another CONFIG overwrote it with the run's settings. With that very file as
+    CONFIG, its settings are the ones read, and the resolved config replaces it as before."""
+    out = tmp / "users_config"
+    shutil.copytree(run, out)
+    theirs = CONFIG + "# my notes\n"
+    (out / "config.yaml").write_text(theirs)
+    one_line(in_process("train.py", [*sets(tmp, out, "train.max_iters=40"), "--resume", "--quiet"], capsys),
+             f"train.out_dir='{out}' holds config.yaml, which is not from a tinygpt run", "--resume would overwrite it",
+             "move it away")
+    assert (out / "config.yaml").read_text() == theirs
+    (out / "config.yaml").write_text("")  # (emptied: nothing to lose, the run's own is written again)
+    done = in_process("train.py", [*sets(tmp, out, "train.max_iters=40"), "--resume", "--quiet"], capsys)
+    assert done.code == 0 and "done: step 40" in done.out, done.err[-2000:]
+    (out / "config.yaml").write_text(theirs)
+    done = in_process("train.py", [out / "config.yaml", *sets(tmp, out, "train.max_iters=50")[1:], "--resume",
+                                   "--quiet"], capsys)
+    assert done.code == 0 and "done: step 50" in done.out, done.err[-2000:]
+    assert (out / "config.yaml").read_text().startswith("# the resolved config of this run")
+
+
 def test_3_a_resume_beside_a_damaged_best_pt_is_refused(tmp, run, capsys):
     """best.pt emptied: --resume went on and ended `done: ...; sample with: python sample.py RUN`,
     best.pt still empty (no lower val loss rewrote it), and sample.py RUN then refused the run."""

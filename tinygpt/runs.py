@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
                                 not_regular, peek_checkpoint, remove_empty, saved_step_and_data)
-from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml
+from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path
 from tinygpt.errors import UserError, count, read_capped, reason
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
@@ -137,13 +137,14 @@ def new_run_from(weights: str | Path) -> str:
     return f"--set {shlex.quote(f'train.init_from={weights}')} train.out_dir=NEW_DIR"
 
 
-def check_run_dir(out_dir: Path, resume: bool) -> None:
+def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "") -> None:
     """Refuse what would mix two runs or overwrite a user's file: a new run into a folder holding a
     run's checkpoints or TensorBoard events, or holding a config.yaml, metrics.csv or loss.png that
     no tinygpt run wrote; a resume with nothing to resume from. A folder whose run died before its
     first checkpoint holds only config.yaml and metrics.csv of step 0 (and, killed between its first two
     saves, best.pt of step 0; with train.tensorboard, events of step 0): it may be started again
-    (they are rewritten; the new run's events hide the old ones, see tensorboard_log)."""
+    (they are rewritten; the new run's events hide the old ones, see tensorboard_log). A resume
+    rewrites config.yaml too: one of the user's there is refused, unless it is `config`, the file read."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is {file_kind(out_dir)}, not a directory")
     for name in TRAIN_FILES:
@@ -160,6 +161,12 @@ def check_run_dir(out_dir: Path, resume: bool) -> None:
                 fix = ("best.pt holds the weights but not the optimizer's state a resume needs: start a new run "
                        f"from its weights with {new_run_from(out_dir / 'best.pt')}")
             raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; {fix}")
+        own = out_dir / "config.yaml"  # (an empty one holds nothing to lose)
+        if own.is_file() and own.stat().st_size and not _is_resolved_config(own) \
+                and not same_path(str(config), str(own)):
+            raise UserError(f"train.out_dir={str(out_dir)!r} holds config.yaml, which is not from a tinygpt run (not "
+                            f"its header): --resume would overwrite it with the run's settings; move it away (the "
+                            f"run's settings are in its ckpt.pt)")
         return
     if (out_dir / "ckpt.pt").exists():
         raise UserError(f"train.out_dir={str(out_dir)!r} already holds a run; continue it with --resume, "
