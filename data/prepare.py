@@ -49,7 +49,7 @@ from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_l
 from tinygpt.config import Config, DataConfig, load_config, same_path
 from tinygpt.errors import ArgParser, UserError, path_word, run_cli, short
 from tinygpt.runtime import check_memory
-from tinygpt.tokenizer import Tokenizer, build_tokenizer, clean_text, tokenizer_from_dict
+from tinygpt.tokenizer import MAX_TOKEN_BYTES, Tokenizer, build_tokenizer, clean_text, tokenizer_from_dict
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -396,7 +396,8 @@ def vocab_note(d: DataConfig, vocab_size: int) -> str:
     else '': said beside the vocabulary's size."""
     if d.tokenizer != "bpe" or vocab_size >= d.bpe_vocab_size:
         return ""
-    return f" (of data.bpe_vocab_size={d.bpe_vocab_size}: the text has no more pairs to merge)"
+    return (f" (of data.bpe_vocab_size={d.bpe_vocab_size}: the text has no more pairs to merge into tokens of at "
+            f"most {MAX_TOKEN_BYTES:,} bytes)")
 
 
 GENERATING = 24  # bytes a character of data/stories.py's corpus takes at its peak, while it is generated

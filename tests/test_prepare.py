@@ -586,7 +586,8 @@ def test_the_files_of_a_folder_are_joined_by_a_blank_line(tmp_path):
 def test_a_bpe_that_reaches_its_size_gets_no_note(tmp_path):
     d = load_config(ROOT / "configs/stories.yaml", ["data.tokenizer=bpe", "data.bpe_vocab_size=300"]).data
     assert prep.vocab_note(d, 300) == ""
-    assert prep.vocab_note(d, 299) == " (of data.bpe_vocab_size=300: the text has no more pairs to merge)"
+    assert prep.vocab_note(d, 299) == (" (of data.bpe_vocab_size=300: the text has no more pairs to merge into tokens "
+                                       "of at most 1,024 bytes)")
 
 
 def test_token_ids_of_a_vocabulary_past_65536_are_stored_whole():
