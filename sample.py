@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import shlex
 import sys
@@ -55,7 +56,7 @@ import torch
 
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
-from tinygpt.checkpoint import check_writable, load_model, regular_file_target
+from tinygpt.checkpoint import check_writable, dead_link, load_model, not_regular, regular_file_target
 from tinygpt.config import MAX_THREADS
 from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, path_arg, path_word,
                             read_capped, run_cli, script_word, short)
@@ -215,7 +216,9 @@ def png_prefix(args, sample: int) -> str:
 def check_output_files(args, n_layer: int) -> None:
     """No file this run will write may be a folder (writing it would fail only after the generation),
     or a file that tinygpt did not write: a user's notes.html, the checkpoint sampled from, a picture
-    of that name. An earlier heatmap or page of tinygpt's is replaced (by its mark)."""
+    of that name; nor a link to nothing (its target's folders would be made, anywhere), a pipe or a
+    device, nor one file named by both flags. An earlier heatmap or page of tinygpt's is replaced (by
+    its mark)."""
     files = []
     if args.attention_png is not None:
         files += [("--attention-png", args.attention_png / f"{prefix}_layer{layer}.png")
@@ -224,9 +227,17 @@ def check_output_files(args, n_layer: int) -> None:
     if args.attention_html is not None:
         files += [("--attention-html", attention_html.numbered(args.attention_html, i, args.num_samples))
                   for i in range(args.num_samples)]
+    named: dict[str, str] = {}  # the real path -> the flag that names it
     for flag, path in files:
+        if named.setdefault(os.path.realpath(path), flag) != flag:
+            raise UserError(f"--attention-png and --attention-html both name {short(str(path))}: one would "
+                            f"overwrite the other; choose another file name")
         if path.is_dir():
             raise UserError(f"{flag}: it would write {short(str(path))}, which is a directory")
+        odd = dead_link(path) or (not_regular(path) if path.exists() and not path.is_file() else None)
+        if odd:
+            raise UserError(f"{flag}: it would write {short(str(path))}, which is {odd}; choose another "
+                            f"{'folder' if flag == '--attention-png' else 'file name'}")
         png = flag == "--attention-png"
         if path.exists() and not (png_marked(path, HEATMAP_MARK) if png else attention_html.is_explorer_page(path)):
             raise UserError(f"{flag}: it would overwrite {short(str(path))}, which is not "

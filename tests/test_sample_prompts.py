@@ -177,6 +177,33 @@ def test_a_users_file_is_neither_overwritten_nor_removed_by_the_attention_files(
     assert (folder / "attention_layer0.png").read_text() == "mine too"
 
 
+def test_attention_files_that_are_pipes_dead_links_or_named_twice_are_refused(tiny_stories_run, tmp_path):
+    """A pipe named like a heatmap or a numbered page: sample.py waited for a writer for good (before
+    any output, or after the text, at a stale heatmap); --attention-html through a link to nothing
+    made the link's target folders (/nonexistent/) and wrote there; --attention-html naming one of
+    --attention-png's heatmaps replaced it, both 'saved'."""
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "pics"
+    folder.mkdir()
+    os.mkfifo(folder / "attention_layer0.png")
+    refused([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", folder],
+            r"--attention-png: it would write .*attention_layer0.png', which is a pipe, not a regular file")
+    os.unlink(folder / "attention_layer0.png")
+    os.mkfifo(folder / "attention_layer9.png")  # a deeper model's, stale: not opened, not removed
+    run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", folder])
+    assert (folder / "attention_layer0.png").is_file() and (folder / "attention_layer9.png").is_fifo()
+    os.mkfifo(tmp_path / "p_sample2.html")
+    refused([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--num-samples", "2", "--attention-html",
+             tmp_path / "p.html"], r"--attention-html: it would write .*p_sample2.html', which is a pipe")
+    (tmp_path / "d.html").symlink_to(tmp_path / "nowhere" / "x.html")
+    refused([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-html", tmp_path / "d.html"],
+            r"d.html', which is a link \(.*d.html -> .*nowhere/x.html\) that leads to no file or folder")
+    assert not (tmp_path / "nowhere").exists()
+    refused([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", folder, "--attention-html",
+             folder / "attention_layer0.png"], r"--attention-png and --attention-html both name .*attention_layer0.png")
+    assert (folder / "attention_layer0.png").read_bytes().startswith(b"\x89PNG")
+
+
 def end_child(pid: int, fd: int) -> None:
     """After a pseudo-terminal's child: kill it if it still runs, reap it, close its terminal."""
     with contextlib.suppress(ProcessLookupError, ChildProcessError):

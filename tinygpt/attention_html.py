@@ -94,7 +94,10 @@ GENERATOR = '<meta name="generator" content="tinygpt attention explorer">'  # in
 
 def is_explorer_page(path: Path) -> bool:
     """Did tinygpt write the file at `path` (a page that a new one may replace, unlike a user's own
-    file of that name)? By GENERATOR in its first lines."""
+    file of that name)? By GENERATOR in its first lines. A pipe or a device is not opened (a pipe
+    would wait for a writer for good)."""
+    if not path.is_file():
+        return False
     try:
         with open(path, "rb") as f:
             return GENERATOR.encode() in f.read(4096)

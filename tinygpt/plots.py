@@ -63,7 +63,10 @@ HEATMAP_MARK = ("tinygpt", "attention heatmap")  # the same in sample.py --atten
 
 def png_marked(path: Path, mark: tuple[str, str]) -> bool:
     """Does the file at `path` hold a PNG with `mark` in its metadata, i.e. one that tinygpt drew (not a
-    user's picture of the same name)? matplotlib writes its tEXt entries before the image data."""
+    user's picture of the same name)? matplotlib writes its tEXt entries before the image data. A pipe
+    or a device is not opened (a pipe would wait for a writer for good)."""
+    if not path.is_file():
+        return False
     try:
         with open(path, "rb") as f:
             head = f.read(65536)
