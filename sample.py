@@ -72,6 +72,7 @@ MAX_TEMPERATURE = 1e6  # above it every token is about as likely (float32: 4e38 
 MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 tokens): the model sees only
 # the last block_size tokens, and a 40 MB prompt cost 900 MB to encode and was echoed whole
 MAX_SAMPLE_FILES = 10_000  # samples that each write a page or heatmaps (a million files is no one's wish)
+MAX_SKIPPED = 64 << 20  # bytes of a piped line's rest skipped before --interactive stops (/dev/zero has no end)
 
 
 def file_arg(text: str) -> Path:
@@ -511,19 +512,30 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
 def read_prompts() -> Iterator[str | bytes]:
     """The lines of standard input, without their newline: at a terminal, typed (str) after a "> "
     prompt, with line editing and a one-line greeting on stderr; piped, each line's bytes, at most
-    MAX_PROMPT_BYTES and a CRLF (a longer line's rest is skipped; decode_prompt refuses it)."""
+    MAX_PROMPT_BYTES and a CRLF (a longer line is yielded at once, for decode_prompt to refuse, and its
+    rest skipped; a line without end, /dev/zero's, stops the command after MAX_SKIPPED bytes)."""
     if not sys.stdin.isatty():
         stdin, cap = sys.stdin.buffer, MAX_PROMPT_BYTES + 2  # a prompt of the limit and its CRLF
         while line := stdin.readline(cap):
-            rest = line
-            while len(rest) == cap and not rest.endswith(b"\n"):  # readline stopped at its cap: skip the rest
-                rest = stdin.readline(cap)
+            longer = len(line) == cap and not line.endswith(b"\n")  # readline stopped at its cap
             yield line[:-2] if line.endswith(b"\r\n") else line.removesuffix(b"\n")  # (a Windows file's lines too)
+            skipped = 0
+            while longer:  # skip the rest of the line
+                rest = stdin.readline(cap)
+                skipped += len(rest)
+                longer = len(rest) == cap and not rest.endswith(b"\n")
+                if longer and skipped > MAX_SKIPPED:
+                    raise UserError(f"standard input has a line of more than {MAX_SKIPPED:,} bytes (no newline): "
+                                    f"no prompts; stopped reading it")
         return
     print("type a prompt and press Enter; Ctrl-C stops an answer, Ctrl-D quits", file=sys.stderr)
     while True:
         try:
-            yield input("> ")
+            if sys.stdout.isatty():
+                yield input("> ")
+            else:  # (input() writes its prompt on stdout: into the file of answers, `> answers.txt`)
+                print("> ", end="", file=sys.stderr, flush=True)
+                yield input()
         except EOFError:
             print(file=sys.stderr)
             return

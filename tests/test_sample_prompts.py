@@ -222,6 +222,49 @@ def test_interactive_through_the_real_cli(tiny_stories_run, tmp_path):
     assert result.stderr == ""  # not a terminal: no greeting, no "> " prompts
 
 
+def test_interactive_stops_at_a_piped_line_without_end(tiny_stories_run, monkeypatch, capsys):
+    """`sample.py RUN --interactive < /dev/zero` spun for good, without a word: an overlong line was
+    refused only at its newline. It is refused at once; past MAX_SKIPPED more bytes, reading stops."""
+    monkeypatch.setattr(sample, "MAX_PROMPT_BYTES", 64)
+    monkeypatch.setattr(sample, "MAX_SKIPPED", 1000)
+    stdin = io.TextIOWrapper(io.BytesIO(b"Mia had\n" + bytes(100_000)), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    with pytest.raises(UserError, match=r"^standard input has a line of more than 1,000 bytes \(no newline\)"):
+        sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=io.StringIO())
+    assert stdin.buffer.tell() < 2000  # (not read to its end)
+    assert "more than the 64 bytes" in capsys.readouterr().err  # the line's own refusal came first
+
+
+@pytest.mark.slow
+def test_at_a_terminal_with_answers_into_a_file_the_prompts_stay_on_the_terminal(tiny_stories_run, tmp_path):
+    """`sample.py RUN --interactive > answers.txt` at a terminal: input() wrote its "> " prompts into
+    the file, between the answers."""
+    pty = pytest.importorskip("pty")
+    import select
+    answers = tmp_path / "answers.txt"
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: stdin and stderr the terminal, stdout the file
+        os.environ["OMP_NUM_THREADS"] = "1"
+        out = os.open(answers, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(out, 1)
+        os.execv(sys.executable, [sys.executable, str(ROOT / "sample.py"), str(tiny_stories_run), "--interactive",
+                                  *GREEDY])
+    seen, deadline = b"", time.time() + 120
+    try:
+        for typed in (b"Mia had\n", b"\x04"):  # a prompt, then Ctrl-D
+            while seen.count(b"> ") < (1 if typed != b"\x04" else 2):
+                assert time.time() < deadline, seen[-500:]
+                if select.select([fd], [], [], 0.5)[0]:
+                    seen += os.read(fd, 65536)
+            os.write(fd, typed)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, seen[-500:]
+    finally:
+        end_child(pid, fd)
+    text = answers.read_text()
+    assert text.startswith("Mia had") and "> " not in text, text
+
+
 @pytest.mark.slow
 def test_at_a_terminal_ctrl_c_stops_the_answer_not_the_session(tiny_stories_run):
     """As in a shell: Ctrl-C during an answer stops it and the next prompt comes; at the prompt it
