@@ -62,7 +62,7 @@ from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, co
                             read_capped, run_cli, script_word, short)
 from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
-                             resolve_device)
+                             resolve_device, too_many_threads)
 from tinygpt.tokenizer import clean_text, encode_prompt
 
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
@@ -438,6 +438,9 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
                         f"model.causal=false, cannot use (its past changes with every token): drop --compile")
     gen = torch.Generator(device=device).manual_seed(args.seed)
     threads = ThreadPolicy(fixed=args.threads) if device.type == "cpu" else None
+    warning = too_many_threads(threads, args.threads, "--threads", "sampling")
+    if warning:
+        print(warning, file=sys.stderr)
     keep_freed_memory()
     decode_step = None
     if args.compile:  # for the threads of an idle machine (a busy one decodes uncompiled, on fewer)

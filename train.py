@@ -44,7 +44,7 @@ from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from
                           write_config, write_metrics)
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
                              emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory, peak_flops,
-                             resolve_device, resolve_dtype, usable_cores)
+                             resolve_device, resolve_dtype, too_many_threads)
 from tinygpt.tensorboard_log import PROMPT_TOKENS, TensorBoardLog, require_tensorboard
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step, warmup_note
 
@@ -536,17 +536,6 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
 # ---- main ----
 
 
-def too_many_threads(policy: ThreadPolicy | None, fixed: int) -> str | None:
-    """A warning where train.threads asks for more threads than this process has cores: they take
-    turns on them (1024 on 2 cores trained 300x slower, and the MFU, its peak measured likewise,
-    looked normal)."""
-    cores = usable_cores()
-    if policy is None or fixed <= cores:
-        return None
-    return (f"warning: train.threads={fixed} is more than the {count(cores, 'core')} this process can use: the "
-            f"threads take turns and training is much slower (0 follows the free cores)")
-
-
 def threads_note(policy: ThreadPolicy | None, fixed: int) -> str:
     """' (2 threads, following the free cores)' on a CPU: on a busy machine training is slower, and
     the thread count, which the policy lowers there, says why; '' on a GPU."""
@@ -622,7 +611,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
         passed = args.stop_at is not None and args.stop_at < run.step  # (a resume: it stops at once)
         stop_note = f"note: --stop-at {args.stop_at} is before step {run.step}, where the run already is" * passed
-        for warning in (emulated_dtype_warning(dtype, dist.device), note, too_many_threads(run.threads, t.threads),
+        for warning in (emulated_dtype_warning(dtype, dist.device), note, too_many_threads(run.threads, t.threads, "train.threads", "training"),
                         warmup_note(t), stop_note):
             if warning:
                 print(warning, file=sys.stderr)

@@ -570,15 +570,16 @@ def test_the_divergence_hint_does_not_suggest_clipping_already_on():
 
 
 def test_more_threads_than_cores_is_warned(monkeypatch):
-    """train.threads=1024 on 2 cores trained 300x slower without a word (the MFU looked normal)."""
-    import train
-    monkeypatch.setattr(train, "usable_cores", lambda: 2)
+    """train.threads=1024 on 2 cores trained 300x slower without a word (the MFU looked normal), and
+    sample.py --threads 1024 sampled 2.3x slower."""
+    from tinygpt import runtime
+    monkeypatch.setattr(runtime, "usable_cores", lambda: 2)
     policy = object()  # (a CPU run's thread policy; None on a GPU)
-    assert train.too_many_threads(policy, 3) == ("warning: train.threads=3 is more than the 2 cores this process can "
-                                                 "use: the threads take turns and training is much slower (0 follows "
-                                                 "the free cores)")
-    assert train.too_many_threads(policy, 2) is None and train.too_many_threads(policy, 0) is None
-    assert train.too_many_threads(None, 3) is None
+    warn = runtime.too_many_threads
+    assert warn(policy, 3, "train.threads", "training") == (
+        "warning: train.threads=3 is more than the 2 cores this process can use: the threads take turns and training "
+        "is much slower (0 follows the free cores)")
+    assert warn(policy, 2, "x", "y") is None and warn(policy, 0, "x", "y") is None and warn(None, 3, "x", "y") is None
 
 
 def test_without_matplotlib_the_missing_loss_png_is_said_once(corpus, tmp_path, monkeypatch, capsys):

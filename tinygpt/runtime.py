@@ -445,6 +445,17 @@ def usable_cores() -> int:
     return max(1, n if quota is None else min(n, whole_cores(quota)))
 
 
+def too_many_threads(policy: ThreadPolicy | None, fixed: int, flag: str, work: str) -> str | None:
+    """A warning where `flag` (train.threads, --threads) asks for more threads than this process has
+    cores: they take turns on them (1024 on 2 cores trained 300x slower, and the MFU, its peak
+    measured likewise, looked normal; sampling ran 2.3x slower)."""
+    cores = usable_cores()
+    if policy is None or fixed <= cores:
+        return None
+    return (f"warning: {flag}={fixed} is more than the {count(cores, 'core')} this process can use: the "
+            f"threads take turns and {work} is much slower (0 follows the free cores)")
+
+
 def _proc_stat() -> list[list[str]]:
     """/proc/stat's lines split into fields (Linux), else no lines."""
     try:
