@@ -103,8 +103,10 @@ def test_word_unknown_words_are_listed():
         tok.encode("the dog sat on the rug")
     msg = str(err.value)
     assert "' dog', ' rug'" in msg and "word vocabulary" in msg and "\n" not in msg
-    with pytest.raises(UserError, match="trailing space"):
-        tok.encode("the cat ")
+    for prompt in ("the cat ", "the  cat"):  # (the second's space alone is inside: "trailing" alone misled)
+        with pytest.raises(UserError, match="so a space alone is no token: end a prompt without a trailing space, "
+                                            "and put one space between words$"):
+            tok.encode(prompt)
 
 
 def test_unknown_words_get_the_closest_vocabulary_words():

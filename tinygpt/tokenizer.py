@@ -292,8 +292,8 @@ class WordTokenizer(_TableTokenizer):
         return cls.PATTERN.findall(text)
 
     def _unknown_hint(self, unknown: list[str]) -> str:
-        return ("; a word token carries the space before it, so end a prompt without a trailing space"
-                if " " in unknown else "")
+        return ("; a word token carries the space before it, so a space alone is no token: end a prompt without a "
+                "trailing space, and put one space between words" if " " in unknown else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "vocab_size": self.vocab_size, "words": list(self.words)}
