@@ -22,7 +22,8 @@ Two teaching views (tables on stdout, see tinygpt/attention_view.py for their co
 - `--show-attention` prints every layer's and head's attention weights over the prompt (or, with
   `--attention-of all`, over the prompt plus each sample's generated text) as query x key percent
   tables of the last `--attention-last` tokens; `--attention-png DIR` also saves one heatmap per
-  layer (needs matplotlib) of at most the last 64 of them (attention_view.MAX_HEATMAP).
+  layer (needs matplotlib) of at most the last 64 of them and the first 32 heads (attention_view.MAX_HEATMAP,
+  MAX_HEATMAP_HEADS).
 - `--attention-html FILE` writes the attention explorer (tinygpt/attention_html.py): one offline
   page over the prompt and the generated text, every layer and head, hover a token to see where
   it looks, with each generated token's top-5 candidates.
@@ -371,6 +372,9 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
             if min(args.attention_last, len(window)) > attention_view.MAX_HEATMAP:
                 out.write(f"(the heatmaps show the last {attention_view.MAX_HEATMAP} tokens, the most that stay "
                           f"readable; the tables above show {min(args.attention_last, len(window))})\n")
+            if cfg.n_head > attention_view.MAX_HEATMAP_HEADS:
+                out.write(f"(the heatmaps show heads 0-{attention_view.MAX_HEATMAP_HEADS - 1} of {cfg.n_head}, the "
+                          f"most drawn in seconds; the tables above and --attention-html show every head)\n")
             return paths
     return []
 

@@ -291,6 +291,20 @@ def test_a_long_window_draws_at_most_max_heatmap_tokens():
     assert max(fig.get_size_inches()) < 30  # 2 x 2 heads of 64 tokens: about 2700 pixels at 100 dpi
 
 
+def test_a_layer_of_many_heads_draws_at_most_max_heatmap_heads(run, prompt, tmp_path, monkeypatch):
+    """128 heads (n_embd 128, head size 1) took 2 minutes and 1.2 GB a layer for an 11,444 x 9,172 PNG:
+    the first MAX_HEATMAP_HEADS are drawn, and sample.py says so."""
+    pytest.importorskip("matplotlib")
+    T, cap = 6, attention_view.MAX_HEATMAP_HEADS
+    weights = masked_softmax(torch.randn(cap + 8, T, T), causal_mask(T, T))
+    fig = attention_view.heatmap_figure(weights, [f"t{i}" for i in range(T)], last=T)
+    heads = [ax.get_title() for ax in fig.axes if ax.get_title().startswith("head")]
+    assert heads == [f"head {h}" for h in range(cap)]
+    monkeypatch.setattr(attention_view, "MAX_HEATMAP_HEADS", 1)  # (the run's model has 2 heads or more)
+    text = run_sample([run, "--prompt", prompt[:20], "--max-new-tokens", 0, "--attention-png", tmp_path / "png"])
+    assert "(the heatmaps show heads 0-0 of " in text and "--attention-html show every head)" in text
+
+
 def test_sample_says_when_the_heatmaps_show_fewer_tokens(run, prompt, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     monkeypatch.setattr(attention_view, "MAX_HEATMAP", 8)

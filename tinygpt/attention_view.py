@@ -42,6 +42,8 @@ MAX_LABEL = 10  # longer token labels are cut with "…"
 TOP_N = 5  # candidates shown per generation step
 MAX_HEATMAP = 64  # tokens a heatmap draws at most: its pixels (and matplotlib's time and memory) grow
 # with the square of the tokens; 128 took 2 GB and minutes for 11,000-pixel PNGs nobody can read
+MAX_HEATMAP_HEADS = 32  # heads a heatmap draws at most (the first): 64 heads took 40 s and 0.8 GB a layer,
+# 128 heads 2 minutes and 1.2 GB, for pictures of 7,000-11,000 pixels a side
 NUMBERED = 24  # tokens up to which a heatmap writes each cell's percent on it (more: too crowded)
 
 
@@ -221,8 +223,8 @@ def _cell_numbers(ax, values: torch.Tensor, fontsize: float, dark_when_high: boo
 def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12, causal: bool = True,
                    title: str = "", pyplot: bool = False):
     """One layer's weights (nh, T, T) as a matplotlib Figure: a heatmap per head on a near-square
-    grid, cropped like the tables but to at most MAX_HEATMAP tokens, percent colour scale with each
-    cell's number on it (up to NUMBERED tokens), masked (future) cells hatched grey, and the summed
+    grid (the first MAX_HEATMAP_HEADS heads), cropped like the tables but to at most MAX_HEATMAP
+    tokens, percent colour scale with each cell's number on it (up to NUMBERED tokens), masked (future) cells hatched grey, and the summed
     EARLIER column as its own grey column beside the real keys, off their colour scale.
     pyplot=True builds it through pyplot, whose inline backend shows it under a Jupyter cell; else
     no pyplot (no global state, no GUI backend). Needs matplotlib (raises ImportError without it)."""
@@ -230,6 +232,7 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
+    weights = weights[:MAX_HEATMAP_HEADS]  # (nh, T, T), nh <= MAX_HEATMAP_HEADS
     nh, T = weights.size(0), weights.size(-1)
     mask = causal_mask(T, T) if causal else None
     last = min(last, MAX_HEATMAP)
