@@ -81,9 +81,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                      dropout_p: float = 0.0) -> torch.Tensor:
     """The same formula as `attention`, as two batched matmuls with the scale and the mask fused
-    into the first (baddbmm: an additive -inf/0 mask + QK^T / sqrt(hs)). It runs the CPU's low-precision fast
-    path: there, in bfloat16, PyTorch's fused SDPA kernel is slower than this, while in float32 SDPA
-    is as fast or faster (docs/results.md, bench.py --attention; on GPUs SDPA's fused kernels run).
+    into the first (baddbmm: an additive -inf/0 mask + QK^T / sqrt(hs)). It runs the CPU's bfloat16
+    fast path: there PyTorch's fused SDPA kernel is slower than this, while in float32 and float16
+    SDPA is faster (docs/results.md, bench.py --attention; on GPUs SDPA's fused kernels run).
 
     q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend, or None
     -> y (B, nh, Tq, hs)"""
@@ -98,9 +98,6 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     return (att @ v.reshape(B * nh, Tk, hs)).view(B, nh, Tq, hs)  # (B*nh, Tq, hs) -> (B, nh, Tq, hs)
 
 
-LOW_PRECISION = (torch.bfloat16, torch.float16)
-
-
 def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                    dropout_p: float = 0.0) -> torch.Tensor:
     """The formula in the fastest kernel for the case (tested equal to `attention`); no weights.
@@ -110,7 +107,7 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
     (one query sees every key; a square one is the plain lower triangle) the fused kernels do not read
     it, so for any other mask call `attention`."""
     Tq, Tk = q.size(2), k.size(2)
-    if Tq > 1 and q.device.type == "cpu" and q.dtype in LOW_PRECISION:
+    if Tq > 1 and q.device.type == "cpu" and q.dtype == torch.bfloat16:
         return matmul_attention(q, k, v, mask, dropout_p)  # CPU + bfloat16: see its docstring
     if mask is None or Tq == 1:  # no mask (causal=false), or one new query, which sees every cached key
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)

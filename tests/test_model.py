@@ -109,6 +109,10 @@ def test_cpu_bfloat16_fast_path_agrees_and_stays_causal(tiny_model_config, monke
         torch.testing.assert_close(fast.float(), slow.float(), atol=0.05, rtol=0.05)
         assert _future_changes_past(model) == 0.0
         assert _future_changes_past(make_model(tiny_model_config, causal=False)) > 1e-3
+    calls.clear()
+    with torch.autocast("cpu", dtype=torch.float16):  # SDPA is the faster there (bench.py --attention)
+        model(idx)
+    assert not calls
 
 
 @pytest.mark.parametrize("causal", [True, False])
