@@ -384,8 +384,8 @@ HEATMAP_NAME = re.compile(r"attention(_sample\d+)?_layer\d+\.png")  # the names 
 
 def remove_other_heatmaps(folder: Path, written: list[Path]) -> None:
     """The heatmaps an earlier call left in `folder` (a model with more layers, more samples) would
-    pass for this one's: remove those this call did not write (by their mark: a user's file of such a
-    name stays)."""
+    pass for this one's: remove those this call has not written (yet: they are drawn again), by their
+    mark (a user's file of such a name stays)."""
     for path in folder.iterdir():
         if HEATMAP_NAME.fullmatch(path.name) and path not in written and png_marked(path, HEATMAP_MARK):
             path.unlink(missing_ok=True)
@@ -467,6 +467,8 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
     heatmaps = []
     if args.show_attention and args.attention_of == "prompt":
         heatmaps += show_attention(model, tokenizer, ids, args, out, "the prompt", png_prefix(args, 0))
+        if heatmaps:  # at once: a generation stopped (Ctrl-C) must not leave an earlier call's beside them
+            remove_other_heatmaps(args.attention_png, heatmaps)
         out.write("\n")
     samples = []
     for i in range(args.num_samples):
@@ -511,8 +513,8 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             out.write("\n")
             heatmaps += show_attention(model, tokenizer, ids + new_ids, args, out,
                                        f"the prompt and sample {i + 1}'s generated text", png_prefix(args, i))
-    if heatmaps:
-        remove_other_heatmaps(args.attention_png, heatmaps)
+            if heatmaps:  # (after each sample's: stopped, the folder holds this call's heatmaps alone)
+                remove_other_heatmaps(args.attention_png, heatmaps)
     return samples
 
 

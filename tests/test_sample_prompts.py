@@ -142,6 +142,25 @@ def test_heatmaps_of_an_earlier_call_do_not_stay_beside_new_ones(tiny_stories_ru
                                                               + ["notes.txt"])
 
 
+def test_a_stopped_generation_leaves_no_earlier_heatmaps_beside_new_ones(tiny_stories_run, tmp_path, monkeypatch):
+    """Ctrl-C while generating after the prompt's heatmaps were saved: the earlier call's heatmaps
+    (a deeper model's layer 9, another prompt's) stayed beside the new ones, removed only at the end."""
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "heatmaps"
+    run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", folder])
+    (folder / "attention_layer9.png").write_bytes((folder / "attention_layer0.png").read_bytes())  # marked
+    (folder / "attention_sample2_layer0.png").write_bytes((folder / "attention_layer0.png").read_bytes())
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+        yield
+    monkeypatch.setattr(sample, "generate_steps", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_sample([tiny_stories_run, "--prompt", "Then she", *GREEDY, "--attention-png", folder])
+    n_layer = load_model(tiny_stories_run)[1].model.n_layer
+    assert sorted(p.name for p in folder.iterdir()) == [f"attention_layer{i}.png" for i in range(n_layer)]
+
+
 def test_a_users_file_is_neither_overwritten_nor_removed_by_the_attention_files(tiny_stories_run, tmp_path):
     """--attention-html replaced any file without a word (the checkpoint sampled from, a user's
     notes.html), and --attention-png removed a user's files named like heatmaps (attention_layer9.png):
