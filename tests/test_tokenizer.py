@@ -9,6 +9,7 @@ tiktoken Encoding; the real GPT-2 ranks are used only when the test data folder
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import tiktoken
@@ -325,6 +326,20 @@ def test_offline_without_cache_is_a_user_error(name, tmp_path, monkeypatch):
     assert "TIKTOKEN_CACHE_DIR" in msg and "\n" not in msg
     # the same error when sampling a run of those tokens: the advice must fit both (it said "or train with")
     assert "a new run can use data.tokenizer=bpe, char or word instead" in msg
+
+
+def test_a_damaged_cached_encoding_file_is_named(tmp_path, monkeypatch):
+    """A cut r50k_base file in TIKTOKEN_CACHE_DIR: tiktoken removed it without a word and tried the
+    network, and the error said to set TIKTOKEN_CACHE_DIR, which the user had done."""
+    import hashlib
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    url = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+    cached = tmp_path / hashlib.sha1(url.encode()).hexdigest()
+    cached.write_bytes(b"IQ== 0\n")  # one token: not the file tiktoken expects
+    with pytest.raises(UserError, match=rf"^the tiktoken encoding 'gpt2' could not be loaded: its cached file "
+                                        rf"{re.escape(str(cached))} was damaged .* tiktoken removed it; copy the file "
+                                        rf"there again \(e.g. cp r50k_base.tiktoken"):
+        build_tokenizer("gpt2", "hello")
 
 
 @pytest.fixture

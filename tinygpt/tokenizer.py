@@ -26,6 +26,7 @@ import codecs
 import difflib
 import functools
 import hashlib
+import os
 import re
 import unicodedata
 from abc import ABC, abstractmethod
@@ -330,19 +331,34 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
     if name not in known:
         raise UserError(f"unknown tokenizer {name!r}: use 'char', 'word', 'bpe' or a tiktoken encoding: {', '.join(known)}")
     canonical = _ALIASES.get(name, name)
+    file = _TIKTOKEN_FILES.get(canonical)
+    url = _TIKTOKEN_URL.format(file=file) if file is not None else None
+    cached = tiktoken_cache_path(url) if url is not None else None
+    was_cached = cached is not None and os.path.isfile(cached)
     try:
         return tiktoken.get_encoding(canonical)
     except Exception as e:  # no network and no cache, a proxy, a corrupt cached file, ...
-        file = _TIKTOKEN_FILES.get(canonical)
-        if file is not None:
-            url = _TIKTOKEN_URL.format(file=file)
+        if url is not None:
             how = f"e.g. cp {file}.tiktoken $TIKTOKEN_CACHE_DIR/{hashlib.sha1(url.encode()).hexdigest()}, file from {url}"
         else:
             how = "URLs in tiktoken_ext/openai_public.py"
+        if was_cached and not os.path.exists(cached):  # (tiktoken removes a file that is not the one it expects)
+            raise UserError(f"the tiktoken encoding {name!r} could not be loaded: its cached file {cached} was damaged "
+                            f"(not the sha256 tiktoken expects), and tiktoken removed it; copy the file there again "
+                            f"({how})") from e
         raise UserError(
             f"the tiktoken encoding {name!r} could not be loaded ({type(e).__name__}: {reason(e)}); offline, "
             "set TIKTOKEN_CACHE_DIR to a folder holding the encoding file named by the sha1 of its URL "
             f"({how}); a new run can use data.tokenizer=bpe, char or word instead, which need no download") from e
+
+
+def tiktoken_cache_path(url: str) -> str | None:
+    """Where tiktoken caches the file at `url` (its own rule: TIKTOKEN_CACHE_DIR, DATA_GYM_CACHE_DIR or a
+    temp folder, the name the sha1 of the URL), or None where caching is off."""
+    import tempfile
+    folder = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR",
+                                                                 os.path.join(tempfile.gettempdir(), "data-gym-cache")))
+    return os.path.join(folder, hashlib.sha1(url.encode()).hexdigest()) if folder else None
 
 
 def bpe_merges(piece: bytes, ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
