@@ -46,6 +46,7 @@ import re
 import shlex
 import sys
 from collections import deque
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -62,6 +63,7 @@ from tinygpt.config import MAX_THREADS
 from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, path_arg, path_word,
                             read_capped, run_cli, script_word, short)
 from tinygpt.plots import HEATMAP_MARK, png_marked
+from tinygpt.runs import run_lock
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device, too_many_threads)
 from tinygpt.tokenizer import clean_text, encode_prompt
@@ -379,6 +381,7 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
     return []
 
 
+HEATMAP_LOCK = ".heatmaps.lock"  # in --attention-png's folder while a sample.py draws there (runs.run_lock)
 HEATMAP_NAME = re.compile(r"attention(_sample\d+)?_layer\d+\.png")  # the names save_heatmaps gives
 
 
@@ -449,9 +452,12 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     decode_step = None
     if args.compile:  # for the threads of an idle machine (a busy one decodes uncompiled, on fewer)
         decode_step = compile_decoding(model, threads=None if threads is None else threads.fixed or threads.max_threads)
-    if args.interactive:
-        return interactive(model, tokenizer, args, out, gen, threads, decode_step)
-    return generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
+    # one sample.py at a time draws heatmaps into a folder: each removes the heatmaps it did not draw
+    with run_lock(args.attention_png, "--attention-png", "sample.py drawing heatmaps", HEATMAP_LOCK) \
+            if args.attention_png is not None and args.show_attention else nullcontext():
+        if args.interactive:
+            return interactive(model, tokenizer, args, out, gen, threads, decode_step)
+        return generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
 
 
 def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.Generator,

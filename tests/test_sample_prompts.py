@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -140,6 +141,21 @@ def test_heatmaps_of_an_earlier_call_do_not_stay_beside_new_ones(tiny_stories_ru
     n_layer = load_model(tiny_stories_run)[1].model.n_layer
     assert sorted(p.name for p in folder.iterdir()) == sorted([f"attention_layer{i}.png" for i in range(n_layer)]
                                                               + ["notes.txt"])
+
+
+def test_two_samplers_do_not_draw_heatmaps_into_one_folder_at_once(tiny_stories_run, tmp_path):
+    """Two sample.py --attention-png into one folder, the second started while the first generated:
+    each removed the heatmaps it had not drawn, the other's, and both said `saved`."""
+    pytest.importorskip("matplotlib")
+    from tinygpt.runs import run_lock
+    folder = tmp_path / "heatmaps"
+    with run_lock(folder, "--attention-png", "sample.py drawing heatmaps", sample.HEATMAP_LOCK):  # the first
+        refused([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", folder],
+                rf"^--attention-png='{re.escape(str(folder))}' is in use by another sample.py drawing heatmaps "
+                rf"\(process {os.getpid()}\); wait for it to end")
+        assert [p.name for p in folder.iterdir()] == [sample.HEATMAP_LOCK]
+    run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", folder])
+    assert sample.HEATMAP_LOCK not in [p.name for p in folder.iterdir()]  # (held while drawing only)
 
 
 def test_a_stopped_generation_leaves_no_earlier_heatmaps_beside_new_ones(tiny_stories_run, tmp_path, monkeypatch):
