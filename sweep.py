@@ -91,7 +91,7 @@ from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_ar
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, write_report
 from tinygpt.runs import (REPORT_LOCK, died_at_its_first_save, lock_holder, read_config, read_probe,
-                         resumed_metrics, run_lock, summarize_run, trained_steps, write_probe)
+                         resumed_metrics, run_lock, summarize_run, trained_steps, users_config, write_probe)
 from tinygpt.runtime import ThreadPolicy, parent_death_signal, resolve_device, usable_cores
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
@@ -377,6 +377,9 @@ def existing_run(run_dir: Path, cfg: Config, digests: dict[Path, str | None] | N
         try:  # what the report reads, and what train.py --resume would refuse: refused now, before any training
             # (rows the checkpoint carries come back: train.py --resume restores them, and config.yaml)
             _, restored = resumed_metrics(run_dir, ckpt)
+            if users_config(run_dir):  # (train.py --resume would refuse to overwrite it)
+                return "refuse", (f"{run_dir} holds a config.yaml that is not from a tinygpt run; it is left as it "
+                                  f"is: move it away, and the run's own is restored from its ckpt.pt")
             if ckpt["step"] < cfg.train.max_iters:
                 return "resume", f"resuming from step {ckpt['step']} of {cfg.train.max_iters}"
             lost = [name for name, gone in (("config.yaml", not readable_config(run_dir)),

@@ -210,6 +210,12 @@ def test_a_finished_run_whose_metrics_are_lost_is_restored_from_its_checkpoint(f
             "its ckpt.pt") in printed
     assert (run / "metrics.csv").read_text() == rows and {**vars(runs.read_config(run).model), "vocab_size": 0} == vars(cfg.model)
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == ["done"]
+    # a config.yaml of the user's there (no run's header): train.py --resume refuses to overwrite it, so
+    # the sweep leaves the run as it is (it said "restored from its ckpt.pt", then the resume failed)
+    (run / "config.yaml").write_text("my: notes\n")
+    assert sweep.existing_run(run, cfg) == ("refuse", f"{run} holds a config.yaml that is not from a tinygpt run; "
+                                                      f"it is left as it is: move it away, and the run's own is "
+                                                      f"restored from its ckpt.pt")
 
 
 @pytest.mark.slow

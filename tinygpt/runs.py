@@ -161,9 +161,7 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "") -> None:
                 fix = ("best.pt holds the weights but not the optimizer's state a resume needs: start a new run "
                        f"from its weights with {new_run_from(out_dir / 'best.pt')}")
             raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; {fix}")
-        own = out_dir / "config.yaml"  # (an empty one holds nothing to lose)
-        if own.is_file() and own.stat().st_size and not _is_resolved_config(own) \
-                and not same_path(str(config), str(own)):
+        if users_config(out_dir) and not same_path(str(config), str(out_dir / "config.yaml")):
             raise UserError(f"train.out_dir={str(out_dir)!r} holds config.yaml, which is not from a tinygpt run (not "
                             f"its header): --resume would overwrite it with the run's settings; move it away (the "
                             f"run's settings are in its ckpt.pt)")
@@ -187,6 +185,20 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "") -> None:
         raise UserError(f"train.out_dir={str(out_dir)!r} holds metrics.csv of a run trained to step {trained:,} but "
                         f"no ckpt.pt to resume from (its checkpoints are gone): a new run would overwrite it; move "
                         f"metrics.csv away to start a run there, or choose another out_dir")
+
+
+def users_config(out_dir: Path) -> bool:
+    """Is out_dir/config.yaml a file of the user's, not a run's (without a run's header; an empty one,
+    or one cut short within the header, is a damaged run's)? A resume, which rewrites it, would lose it."""
+    own = out_dir / "config.yaml"
+    if not own.is_file() or _is_resolved_config(own):
+        return False
+    try:
+        with open(own, "rb") as f:
+            first = f.readline(200).rstrip(b"\n")
+    except OSError:
+        return False
+    return not RESOLVED_HEADER.encode().startswith(first)
 
 
 def _not_a_run_file(path: Path) -> str | None:
