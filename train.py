@@ -326,6 +326,7 @@ class Run:
         model compiles it; where torch.compile cannot work here (no C++ compiler, say), the run goes on
         without it from the same batches, with a warning (under DDP it stops, its step-0 ckpt.pt saved)."""
         t = self.cfg.train
+
         def step() -> torch.Tensor:
             return train_step(self.train_model, self.optimizer, self.scaler, self.autocast, self.next_batch,
                               t.grad_accum, t.grad_clip, lr)
@@ -611,8 +612,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
         passed = args.stop_at is not None and args.stop_at < run.step  # (a resume: it stops at once)
         stop_note = f"note: --stop-at {args.stop_at} is before step {run.step}, where the run already is" * passed
-        for warning in (emulated_dtype_warning(dtype, dist.device), note, too_many_threads(run.threads, t.threads, "train.threads", "training"),
-                        warmup_note(t), stop_note):
+        too_many = too_many_threads(run.threads, t.threads, "train.threads", "training")
+        for warning in (emulated_dtype_warning(dtype, dist.device), note, too_many, warmup_note(t), stop_note):
             if warning:
                 print(warning, file=sys.stderr)
         if t.plot != "never" and not can_plot():

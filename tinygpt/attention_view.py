@@ -224,8 +224,9 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
                    title: str = "", pyplot: bool = False):
     """One layer's weights (nh, T, T) as a matplotlib Figure: a heatmap per head on a near-square
     grid (the first MAX_HEATMAP_HEADS heads), cropped like the tables but to at most MAX_HEATMAP
-    tokens, percent colour scale with each cell's number on it (up to NUMBERED tokens), masked (future) cells hatched grey, and the summed
-    EARLIER column as its own grey column beside the real keys, off their colour scale.
+    tokens, percent colour scale with each cell's number on it (up to NUMBERED tokens), masked (future)
+    cells hatched grey, and the summed EARLIER column as its own grey column beside the real keys, off
+    their colour scale.
     pyplot=True builds it through pyplot, whose inline backend shows it under a Jupyter cell; else
     no pyplot (no global state, no GUI backend). Needs matplotlib (raises ImportError without it)."""
     import matplotlib
