@@ -58,7 +58,7 @@ import torch
 
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
-from tinygpt.checkpoint import check_writable, dead_link, load_model, not_regular, regular_file_target
+from tinygpt.checkpoint import check_writable, load_model, odd_file, regular_file_target
 from tinygpt.config import MAX_THREADS
 from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, path_arg, path_word,
                             read_capped, run_cli, script_word, short)
@@ -238,7 +238,7 @@ def check_output_files(args, n_layer: int) -> None:
                             f"overwrite the other; choose another file name")
         if path.is_dir():
             raise UserError(f"{flag}: it would write {short(str(path))}, which is a directory")
-        odd = dead_link(path) or (not_regular(path) if path.exists() and not path.is_file() else None)
+        odd = odd_file(path)
         if odd:
             raise UserError(f"{flag}: it would write {short(str(path))}, which is {odd}; choose another "
                             f"{'folder' if flag == '--attention-png' else 'file name'}")
@@ -387,8 +387,8 @@ HEATMAP_NAME = re.compile(r"attention(_sample\d+)?_layer\d+\.png")  # the names 
 
 def remove_other_heatmaps(folder: Path, written: list[Path]) -> None:
     """The heatmaps an earlier call left in `folder` (a model with more layers, more samples) would
-    pass for this one's: remove those this call has not written (yet: they are drawn again), by their
-    mark (a user's file of such a name stays)."""
+    pass for this one's: remove, once this call's first are saved, those it has not written (yet: they
+    are drawn again), by their mark (a user's file of such a name stays)."""
     for path in folder.iterdir():
         if HEATMAP_NAME.fullmatch(path.name) and path not in written and png_marked(path, HEATMAP_MARK):
             path.unlink(missing_ok=True)
@@ -454,7 +454,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
         decode_step = compile_decoding(model, threads=None if threads is None else threads.fixed or threads.max_threads)
     # one sample.py at a time draws heatmaps into a folder: each removes the heatmaps it did not draw
     with run_lock(args.attention_png, "--attention-png", "sample.py drawing heatmaps", HEATMAP_LOCK) \
-            if args.attention_png is not None and args.show_attention else nullcontext():
+            if args.attention_png is not None else nullcontext():
         if args.interactive:
             return interactive(model, tokenizer, args, out, gen, threads, decode_step)
         return generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
@@ -519,7 +519,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             out.write("\n")
             heatmaps += show_attention(model, tokenizer, ids + new_ids, args, out,
                                        f"the prompt and sample {i + 1}'s generated text", png_prefix(args, i))
-            if heatmaps:  # (after each sample's: stopped, the folder holds this call's heatmaps alone)
+            if heatmaps and i == 0:  # once, after the first sample's: the others only add this call's
                 remove_other_heatmaps(args.attention_png, heatmaps)
     return samples
 

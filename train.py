@@ -37,8 +37,8 @@ from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimiz
                                 model_from_checkpoint, resolve_checkpoint, restore_rng_state, save_checkpoint,
                                 sweep_temp_files)
 from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config, same_path
-from tinygpt.errors import (ArgParser, UserError, clean_up, count, path_word, reason, run_cli, script_word, short,
-                            stopping_on_a_signal, work_is_files)
+from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
+                            short, stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from, resumed_metrics, run_lock,
                           write_config, write_metrics)
@@ -338,8 +338,8 @@ class Run:
         except Exception as e:  # noqa: BLE001 (only the compiler's own errors are caught: see below)
             if not type(e).__module__.startswith(("torch._dynamo", "torch._inductor")):
                 raise
-            said = str(e).strip().splitlines()  # (its first line: the rest is where to read more)
-            why = f"torch.compile failed ({type(e).__name__}: {reason(Exception(said[0]) if said else e, 200)})"
+            said = str(e).strip().split("\n", 1)[0]  # (its first line: the rest says where to read more)
+            why = f"torch.compile failed ({type(e).__name__}{': ' * bool(said)}{elide(said, 200)})"
             if self.dist.world_size > 1:  # (DDP's wrapper holds the compiled model)
                 raise UserError(f"train.compile: {why}; continue without it: --resume --set train.compile=false") \
                     from None

@@ -270,6 +270,12 @@ def file_kind(path: Path) -> str:
             else "a socket" if stat.S_ISSOCK(mode) else "a file")
 
 
+def odd_file(path: Path) -> str | None:
+    """What is odd about `path` where a regular file is wanted, for a message: a link to nothing, a
+    folder, a pipe or a device; None if it is missing or a regular file (or a link to one)."""
+    return dead_link(path) or (not_regular(path) if path.exists() and not path.is_file() else None)
+
+
 def not_regular(path: Path) -> str:
     """What `path`, which exists and is no regular file, is, for a message: 'a folder', or 'a pipe, not
     a regular file' (a device, a socket)."""
@@ -614,7 +620,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
             if (path / name).is_file():
                 return path / name
         for odd in (path / "best.pt", path / "ckpt.pt"):  # "no checkpoint" would not say which is wrong
-            kind = dead_link(odd) or (not_regular(odd) if odd.exists() else None)
+            kind = odd_file(odd)
             if kind:
                 raise UserError(f"{odd} is {kind}, not a checkpoint file; give a run directory whose best.pt or "
                                 f"ckpt.pt is a file")

@@ -191,14 +191,8 @@ def users_config(out_dir: Path) -> bool:
     """Is out_dir/config.yaml a file of the user's, not a run's (without a run's header; an empty one,
     or one cut short within the header, is a damaged run's)? A resume, which rewrites it, would lose it."""
     own = out_dir / "config.yaml"
-    if not own.is_file() or _is_resolved_config(own):
-        return False
-    try:
-        with open(own, "rb") as f:
-            first = f.readline(200).rstrip(b"\n")
-    except OSError:
-        return False
-    return not RESOLVED_HEADER.encode().startswith(first)
+    first = _first_line(own) if own.is_file() else None
+    return first is not None and not _is_header(first) and not RESOLVED_HEADER.startswith(first)
 
 
 def _not_a_run_file(path: Path) -> str | None:
@@ -284,14 +278,24 @@ RESOLVED_HEADER = config_to_yaml(Config()).split("\n", 1)[0]  # the first line o
 OLD_HEADER = re.compile(r"# model\.vocab_size = \d+ \(from the tokenizer\)")  # the same, before 2026-11-29
 
 
-def _is_resolved_config(path: Path) -> bool:
-    """Does `path` start with the header write_config gives a run's config.yaml (or gave it)?"""
+def _first_line(path: Path) -> str | None:
+    """The first line of `path` (at most 200 bytes, without its newline), or None if it cannot be read."""
     try:
         with open(path, "rb") as f:
-            first = f.readline(200).decode("utf-8", "replace").rstrip("\n")
+            return f.readline(200).decode("utf-8", "replace").rstrip("\n")
     except OSError:
-        return False
-    return first == RESOLVED_HEADER or OLD_HEADER.fullmatch(first) is not None
+        return None
+
+
+def _is_header(line: str) -> bool:
+    """Is `line` the header write_config gives a run's config.yaml (or gave it)?"""
+    return line == RESOLVED_HEADER or OLD_HEADER.fullmatch(line) is not None
+
+
+def _is_resolved_config(path: Path) -> bool:
+    """Does `path` start with the header write_config gives a run's config.yaml (or gave it)?"""
+    first = _first_line(path)
+    return first is not None and _is_header(first)
 
 
 # keys every config.yaml that train.py wrote holds (it writes them all): one without them is damaged

@@ -333,13 +333,15 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
     canonical = _ALIASES.get(name, name)
     file = _TIKTOKEN_FILES.get(canonical)
     url = _TIKTOKEN_URL.format(file=file) if file is not None else None
-    cached = tiktoken_cache_path(url) if url is not None else None
+    key = hashlib.sha1(url.encode()).hexdigest() if url is not None else None  # its file's name in the cache
+    folder = tiktoken_cache_folder()
+    cached = os.path.join(folder, key) if folder and key else None
     was_cached = cached is not None and os.path.isfile(cached)
     try:
         return tiktoken.get_encoding(canonical)
     except Exception as e:  # no network and no cache, a proxy, a corrupt cached file, ...
         if url is not None:
-            how = f"e.g. cp {file}.tiktoken $TIKTOKEN_CACHE_DIR/{hashlib.sha1(url.encode()).hexdigest()}, file from {url}"
+            how = f"e.g. cp {file}.tiktoken $TIKTOKEN_CACHE_DIR/{key}, file from {url}"
         else:
             how = "URLs in tiktoken_ext/openai_public.py"
         if was_cached and not os.path.exists(cached):  # (tiktoken removes a file that is not the one it expects)
@@ -352,13 +354,12 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
             f"({how}); a new run can use data.tokenizer=bpe, char or word instead, which need no download") from e
 
 
-def tiktoken_cache_path(url: str) -> str | None:
-    """Where tiktoken caches the file at `url` (its own rule: TIKTOKEN_CACHE_DIR, DATA_GYM_CACHE_DIR or a
-    temp folder, the name the sha1 of the URL), or None where caching is off."""
+def tiktoken_cache_folder() -> str:
+    """Where tiktoken caches its files, by its own rule: TIKTOKEN_CACHE_DIR, else DATA_GYM_CACHE_DIR,
+    else a temp folder ("" turns the cache off); each file is named by the sha1 of its URL."""
     import tempfile
-    folder = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR",
-                                                                 os.path.join(tempfile.gettempdir(), "data-gym-cache")))
-    return os.path.join(folder, hashlib.sha1(url.encode()).hexdigest()) if folder else None
+    return os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR",
+                                                               os.path.join(tempfile.gettempdir(), "data-gym-cache")))
 
 
 def bpe_merges(piece: bytes, ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
