@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
 from tinygpt.checkpoint import check_writable
 from tinygpt.config import load_config
 from tinygpt.errors import ArgParser, UserError, elide, path_arg, read_capped, run_cli
-from tinygpt.runtime import parent_death_signal
+from tinygpt.runtime import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,9 +73,7 @@ def run(args: list[str], cwd: Path = ROOT) -> tuple[float, str]:
     """Run a repo script with this Python from the repo root (or cwd); return (seconds, stdout).
     A failure is a UserError with the script's own error line (exit 2), not a traceback."""
     t0 = time.perf_counter()
-    # parent_death_signal: a training of ours killed with us (kill -9) saves its checkpoint and stops
-    done = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          preexec_fn=parent_death_signal())
+    done = run_child([sys.executable, *args], cwd)  # stopped, a training of ours saves its checkpoint
     if done.returncode != 0:
         where = "" if cwd == ROOT else f" in {cwd}"
         raise UserError(f"{elide(' '.join(args))} failed{where} (exit {done.returncode}): {error_line(done.stderr)}")

@@ -551,3 +551,45 @@ def test_the_measured_peak_counts_two_flops_a_multiply_add(monkeypatch):
         runtime.measured_matmul_peak.cache_clear()  # (no faked figure left for the other tests)
     assert n == 256  # one second spent: past the budget at once
     assert flops == 2 * 256 ** 3 / 0.25
+
+
+RUN_CHILD = """
+import sys
+from tinygpt.errors import stop_on_signals
+from tinygpt.runtime import run_child
+stop_on_signals()
+CHILD = '''
+import pathlib, signal, sys, time
+out = pathlib.Path(sys.argv[1])
+def save(signum, frame):
+    (out / "saved").write_text(str(signum)); sys.exit(128 + signum)
+signal.signal(signal.SIGTERM, save)
+(out / "started").write_text("")
+time.sleep(60)
+'''
+try:
+    run_child([sys.executable, "-c", CHILD, sys.argv[1]])
+except KeyboardInterrupt:
+    sys.exit(143)
+"""
+
+
+def test_a_script_stopped_by_sigterm_lets_its_training_save(tmp_path):
+    """scripts.reproduce ran train.py by subprocess.run, which SIGKILLs the child when the script
+    is stopped: a SIGTERM to the script lost the training's steps since its last checkpoint and left
+    its lock. run_child passes SIGTERM on and waits for the child to save."""
+    import subprocess
+    import sys
+    import time
+    root = Path(__file__).resolve().parents[1]
+    parent = subprocess.Popen([sys.executable, "-c", RUN_CHILD, str(tmp_path)], cwd=root)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists():
+            assert parent.poll() is None and time.monotonic() < deadline, "the child never started"
+            time.sleep(0.05)
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=30) == 143
+    finally:
+        parent.kill()
+    assert (tmp_path / "saved").read_text() == str(int(signal.SIGTERM))  # the child saved, not killed

@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -325,6 +326,29 @@ def parent_death_signal() -> Callable[[], None] | None:
         if os.getppid() != parent:  # the parent died before the line above: no signal will come
             os._exit(1)
     return die_with_the_parent
+
+
+def run_child(cmd: list[str], cwd: Path | str | None = None) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, text=True), for a child that saves its work when
+    stopped (a training): when we are stopped while it runs (Ctrl-C, SIGTERM, SIGHUP: the
+    KeyboardInterrupt or Terminated run_cli turns them into), it gets SIGTERM and we wait for it to
+    save and exit, where subprocess.run would SIGKILL it (losing its steps since the last checkpoint
+    and leaving its run directory's lock). A second Ctrl-C while we wait kills it. If we are killed
+    ourselves, parent_death_signal sends it SIGTERM."""
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          errors="replace", preexec_fn=parent_death_signal()) as proc:
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # a Ctrl-C to the terminal reached it too: it saves once
+            try:
+                proc.communicate()
+            except BaseException:
+                proc.kill()
+                raise
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def stop_with_the_launcher() -> None:
