@@ -20,10 +20,11 @@ the same folder while one runs is refused at once, one line naming the other's p
 folder is locked for the whole sweep). A run directory it cannot reuse (trained with other settings, say
 another --set or train.max_iters, over which the learning rate decays; trained on a data.dataset file
 that changed since; holding best.pt but no ckpt.pt; a finished run whose metrics.csv is damaged or gone,
-its ckpt.pt an older tinygpt's, carrying no rows)
+its ckpt.pt an older tinygpt's, carrying no rows; a folder of files no run wrote)
 refuses the sweep before anything is trained, the folder's report left as it was; so does a run train.py
 would refuse at its start (a train.device this machine lacks, a data.dataset that is not there, its run
-folder in use by another training), one line naming the run and the key. Runs of another grid in the folder stay, but are not in this sweep's
+folder in use by another training, a file, a link to nothing or holding a config.yaml of the user's, a
+model that cannot fit in memory), one line naming the run and the key. Runs of another grid in the folder stay, but are not in this sweep's
 report, which replaces the folder's sweep report: a note says so before any training (--out keeps two
 sweeps' reports apart); a comparison's report there, or a file of a report's name that no report wrote,
 is refused. The report's files are replaced together or not at all (compare.py's docstring). At the end
@@ -82,7 +83,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 import torch
 
 from data.prepare import BUILTIN, prepare, prepared_dir, same_dataset
-from tinygpt.checkpoint import load_checkpoint, load_model, resolve_checkpoint
+from tinygpt.checkpoint import check_writable, load_checkpoint, load_model, resolve_checkpoint
 from tinygpt.config import (MAX_INT, Config, all_keys, check_type, flat_config, load_config, parse_overrides,
                              read_yaml)
 from tinygpt.coreference import held_out_seed, probe
@@ -90,9 +91,11 @@ from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_ar
                              work_is_files)
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, write_report
-from tinygpt.runs import (REPORT_LOCK, died_at_its_first_save, lock_holder, read_config, read_probe,
-                         resumed_metrics, run_lock, summarize_run, trained_steps, users_config, write_probe)
-from tinygpt.runtime import ThreadPolicy, parent_death_signal, resolve_device, usable_cores
+from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, check_run_dir, died_at_its_first_save, lock_holder, read_config,
+                         read_probe, resumed_metrics, run_lock, summarize_run, trained_steps, users_config,
+                         write_probe)
+from tinygpt.runtime import (ThreadPolicy, check_training_fits, parent_death_signal, resolve_device, resolve_dtype,
+                             usable_cores)
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
@@ -407,7 +410,13 @@ def existing_run(run_dir: Path, cfg: Config, digests: dict[Path, str | None] | N
     if trained:
         return "refuse", (f"{run_dir} holds metrics.csv of a run trained to step {trained:,} but no checkpoint: "
                           f"it is left as it is: move it away (or delete it) to retrain, or choose another --out")
-    if run_dir.is_dir() and any(run_dir.iterdir()):
+    if run_dir.is_dir() and not run_dir.is_symlink() and any(run_dir.iterdir()):
+        if not any((run_dir / name).exists() or (run_dir / name).is_symlink() for name in TRAIN_FILES):
+            theirs = sorted(p.name for p in run_dir.iterdir() if not p.name.startswith("."))
+            if theirs:  # (a killed run's lock or temp files alone: its folder, made before its first file)
+                listed = ", ".join(theirs[:3]) + (", ..." if len(theirs) > 3 else "")
+                return "refuse", (f"{run_dir} holds {listed} but no file of a run: it is not one of this sweep's "
+                                  f"runs, and a run there would mix with them; move them away, or choose another --out")
         return "train", f"{run_dir} has no checkpoint (it stopped before its first); starting it again"
     return "train", "training"
 
@@ -616,7 +625,7 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
             refused.append(run.why)
     checked: dict[tuple[str, str], str | None] = {}
     for run in plan:
-        if run.action in ("train", "resume") and (problem := cannot_start(run.cfg, checked)):
+        if run.action in ("train", "resume") and (problem := cannot_start(run.cfg, checked, run.action == "resume")):
             print(f"cannot train {run.name}: {problem}")
             refused.append(f"{run.name}: {problem}")
     if refused:
@@ -624,15 +633,22 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
         raise UserError(refused[0] + more)
 
 
-def cannot_start(cfg: Config, checked: dict[tuple[str, str], str | None]) -> str | None:
+def cannot_start(cfg: Config, checked: dict[tuple[str, str], str | None], resume: bool = False) -> str | None:
     """What train.py would refuse cfg for at its start, where that is cheap and certain now: its
-    train.out_dir in use by another training (train.py run there by hand), a device this machine
-    lacks, a data.dataset file or folder that is not there (train.py's own functions, so its own
-    message naming the key), else None. `checked` keeps each value's answer: a grid of many runs
-    on one dataset folder walks it once."""
-    if pid := lock_holder(Path(cfg.train.out_dir)):
+    train.out_dir in use by another training (train.py run there by hand), or holding what train.py
+    refuses (check_writable, runs.check_run_dir: a file, a link to nothing, a user's config.yaml), a device this machine lacks,
+    a data.dataset file or folder that is not there, a model that cannot fit in memory (train.py's
+    own functions, so its own message naming the key), else None. `checked` keeps each value's
+    answer: a grid of many runs on one dataset folder walks it once."""
+    out_dir = Path(cfg.train.out_dir)
+    if pid := lock_holder(out_dir):
         return (f"its run folder {cfg.train.out_dir} is in use by another training (process {pid}); wait for it "
                 f"to end, or choose another --out")
+    try:
+        check_writable(out_dir, "train.out_dir", resume)
+        check_run_dir(out_dir, resume)
+    except UserError as e:
+        return str(e)
     checks = (("train.device", cfg.train.device, lambda: resolve_device(cfg.train.device)),
               # prepare() -> prepared_dir() lists a path dataset's files (source_files) before any work
               ("data.dataset", cfg.data.dataset, lambda: prepared_dir(cfg.data)))
@@ -645,6 +661,11 @@ def cannot_start(cfg: Config, checked: dict[tuple[str, str], str | None]) -> str
                 checked[key, value] = str(e)
         if checked[key, value]:
             return checked[key, value]
+    try:  # as train.py checks first, before the data's vocabulary is known (arithmetic: no cache needed)
+        device = resolve_device(cfg.train.device)
+        check_training_fits(cfg, resolve_dtype(cfg.train.dtype, device), device)
+    except UserError as e:
+        return str(e)
     return None
 
 
@@ -721,8 +742,7 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
             # (a run that had finished when the signal came exits 0: it is done, whatever the sweep does next)
             runner.say(f"{tag}: stopped, " + ("its checkpoint saved" if (run.run_dir / "ckpt.pt").is_file() else
                                               "before its first checkpoint (it will start again)"))
-            row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else \
-                {"run": run.name, "status": "interrupted before its first checkpoint"}
+            row = run_row(run, runner) or {"run": run.name, "status": "interrupted before its first checkpoint"}
             return {**row, **run.values()}
         runner.say(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else
                                  f"{how_it_failed(ended)}; going on with the next run"))
@@ -737,10 +757,24 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
             b = result["behaviour"]
             runner.say(f"{tag}: probe: antecedent {b['antecedent']}, distractor {b['distractor']}, "
                        f"other {b['other']}")
-    row = summarize_run(run.run_dir, run.name) if (run.run_dir / "config.yaml").is_file() else {"run": run.name}
+    row = run_row(run, runner) or {"run": run.name}
     if rc != 0:
         row["status"] = failed_status(ended) + (f", {row['status']}" if row.get("status") else "")
     return {**row, **run.values()}
+
+
+def run_row(run: Planned, runner: Runner) -> dict | None:
+    """The report's row of a run that trained or tried to (summarize_run); None where its folder has
+    no config.yaml. One whose files do not read as a run's (a file of the user's put there while the
+    sweep ran, which the run then refused) is its name and why: the report of the others is still
+    written."""
+    if not (run.run_dir / "config.yaml").is_file():
+        return None
+    try:
+        return summarize_run(run.run_dir, run.name)
+    except UserError as e:
+        runner.say(f"{run.name}: not in the tables: {e}")
+        return {"run": run.name, "status": "its files do not read (see above)"}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:

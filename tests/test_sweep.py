@@ -353,6 +353,62 @@ def test_a_value_that_train_py_would_refuse_at_its_start_is_refused_before_any_t
     assert not started.exists() and not (tmp_path / "sw").exists()  # nothing trained, nothing written
 
 
+@pytest.mark.parametrize("case, match", [
+    ("users_config", r"^n_head=2: train.out_dir='\S+n_head=2' holds config.yaml, which is not from a tinygpt run"),
+    ("file", r"^n_head=2: train.out_dir=\S+n_head=2' is a file, not a directory$"),
+    ("dead_link", r"^n_head=2: train.out_dir=\S+n_head=2' is a link \(.* -> \S+gone\) that leads to no file or folder$"),
+    ("foreign", r"^\S+n_head=2 holds notes.txt but no file of a run: it is not one of this sweep's runs"),
+    ("size", r"^batch_size=100000000: training \(1 layer, n_embd 16, block 32, batch 100000000\) needs at least "
+             r"[\d,.]+ GB")])
+def test_a_run_folder_or_a_size_train_py_would_refuse_is_refused_before_any_training(first_sweep, tmp_path,
+                                                                                     monkeypatch, case, match):
+    """A run folder holding a config.yaml of the user's, a file or a link to nothing where a run's folder
+    goes, or a model that cannot fit in memory: the runs before it trained, then train.py refused it
+    (and with the user's config.yaml the report itself died, none written). A folder of the user's (or
+    of another sweep, nested) with no run's file was trained into, its files mixed with the run's, "it
+    stopped before its first". Now each is refused before any training, in one line."""
+    started = recording_train(tmp_path, monkeypatch)
+    sw, grid = tmp_path / "sw", "model.n_head=1,2"
+    sw.mkdir()
+    run = sw / "n_head=2"
+    if case == "users_config":
+        run.mkdir()
+        (run / "config.yaml").write_text("model:\n  n_layer: 3\n")
+    elif case == "file":
+        run.write_text("x")
+    elif case == "dead_link":
+        run.symlink_to(tmp_path / "gone")
+    elif case == "foreign":
+        run.mkdir()
+        (run / "notes.txt").write_text("mine")
+    else:
+        grid = "train.batch_size=4,100000000"
+    with pytest.raises(UserError, match=match) as refused, contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, "--grid", grid, *without(shrink(first_sweep["tmp"] / "prepared"), "train.batch_size=4"),
+                    "--out", str(sw)])
+    assert "\n" not in str(refused.value) and not started.exists()
+    assert not (sw / "results.md").exists()
+    if case == "foreign":
+        assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+
+
+def test_a_run_whose_folder_stops_reading_as_a_run_leaves_the_report_written(tmp_path, monkeypatch, capfd):
+    """A config.yaml of the user's put into a run's folder while the sweep ran (after its checks): the
+    run failed, and writing the report then died on that file (`... is damaged`), exit 2, no report for
+    the runs that trained. The run's row says why; the others are reported."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text("import json, pathlib, sys\nout = pathlib.Path([json.loads(a.split('=', 1)[1]) for a in sys.argv "
+                    "if a.startswith('train.out_dir=')][0])\nout.mkdir(parents=True, exist_ok=True)\n"
+                    "(out / 'config.yaml').write_text('model:\\n  n_layer: 3\\n')\nsys.exit(2)\n")
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
+    printed = capfd.readouterr()
+    assert exit_info.value.code == 1 and "n_head=1: not in the tables: " in printed.out
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == [
+        "failed (exit 2), its files do not read (see above)"] * 2
+
+
 def test_a_finished_run_is_reported_whatever_device_this_machine_has(first_sweep, tmp_path, monkeypatch):
     """Only a run that will train is checked up front: a finished one needs its device no more."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
