@@ -56,6 +56,8 @@ def train_and_probe(cwd: Path, out: Path, sets: list[str]) -> dict:
     _, printed = run(["probe.py", str(out / "run"), "--device", "cpu"], cwd)
     probe = json.loads(printed.strip().splitlines()[-1])
     b, best = probe["behaviour"], probe["attention_attribute"]["best"]
+    if best is None:  # (a --set block_size too small for the stories' attributes)
+        raise UserError(f"the probe of {out / 'run'} measured no head: no reference had its attribute in the window")
     n = max(probe["references"], 1)
     val = [float(line.split(",")[2]) for line in (out / "run" / "metrics.csv").read_text().splitlines()[1:]
            if line.split(",")[2]]

@@ -251,7 +251,26 @@ def test_tally_accuracy_is_the_antecedents_share_of_all_outcomes():
     """'other' answers count against the accuracy: 2 right of 4 is 0.5, not 2 of 3."""
     result = coreference.tally(["antecedent", "other", "distractor", "antecedent"])
     assert result == {"antecedent": 2, "distractor": 1, "other": 1, "accuracy": 2 / 4}
-    assert coreference.tally([])["accuracy"] == 0
+    assert coreference.tally([])["accuracy"] is None  # no outcome: no share (0.0 read as a result)
+
+
+def test_a_probe_that_measured_no_head_names_none_and_the_sweep_tables_leave_its_cells_empty():
+    """A model whose window never held the attribute's tokens (block_size 16): probe.json named a best
+    head L0H0 with 0.0 shares, and `sweep.py --probe` put L0H0 in its tables and 0.0 in summary.csv's
+    means, as if measured. The head and its figures are None, and the tables' cells empty."""
+    nothing = coreference.attention_on([([], [1], torch.ones(1, 1, 2) / 2)], 1, 1)
+    assert nothing["best"] is None and nothing["references"] == 0 and nothing["antecedent"] is None
+    from tinygpt import runs
+    measured = coreference.attention_on([([0], [1], torch.tensor([[[0.6, 0.4]]]))], 1, 1)
+    result = {"references": 3, "stories": 1, "skipped_stories": 0, "seed": 5,
+              "behaviour": coreference.tally(["antecedent", "other", "other"]),
+              "behaviour_in_window": coreference.tally([]), "attention_attribute": nothing, "attention": measured}
+    assert runs._is_probe(result)  # (probe.json of such a run reads back)
+    columns = runs.probe_columns(result)
+    assert columns["antecedent"] == 1 / 3 and columns["name_head"] == "L0H0"
+    assert not {"attribute_head", "attribute_share", "attribute_ratio"} & set(columns)
+    assert "on earlier mentions of its attribute value: no reference had one inside the window" in \
+        coreference.report(result, 1, 1)
 
 
 # ---- the probe end to end ----

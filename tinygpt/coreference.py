@@ -208,9 +208,10 @@ def r4(x: float) -> float:
 
 
 def tally(outcomes: Sequence[str]) -> dict:
-    """classify's outcomes -> their counts and the accuracy (the antecedent's share)."""
+    """classify's outcomes -> their counts and the accuracy (the antecedent's share; None of no
+    outcome: a share of nothing would read as 0%)."""
     counts = {kind: sum(o == kind for o in outcomes) for kind in ("antecedent", "distractor", "other")}
-    return {**counts, "accuracy": r4(counts["antecedent"] / max(len(outcomes), 1))}
+    return {**counts, "accuracy": r4(counts["antecedent"] / len(outcomes)) if outcomes else None}
 
 
 def behaviour(model: GPT, tokenizer, cases: Sequence[Case], device: torch.device,
@@ -257,7 +258,8 @@ def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer
     (n_layer, nh, T)) -> the mean weight per layer and head on each side, over the cases whose
     antecedent positions are not empty (the distractor counting 0 where its positions are empty);
     the uniform baseline; the best head, with the ratio of its two means and that ratio over the
-    cases where both are in the window (`ratio_in_window`; each None without weight on the distractor)."""
+    cases where both are in the window (`ratio_in_window`; each None without weight on the distractor).
+    Where no case counts, no head was measured: the means, the baseline and the best head are None."""
     ant_sum, dis_sum = torch.zeros(n_layer, n_head), torch.zeros(n_layer, n_head)
     ant_paired_sum = torch.zeros(n_layer, n_head)  # the antecedent's weight where the distractor's is measured too
     counted = distractor_visible = 0
@@ -275,15 +277,17 @@ def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer
             ant_paired_sum += on_antecedent
         uniform_sum += len(ant) / T  # what 1/T on every key puts on these tokens
         per_key_sum += 1 / T
-    n = max(counted, 1)
-    ant_mean, dis_mean = ant_sum / n, dis_sum / n  # (n_layer, nh)
+    if not counted:  # (shares of nothing, and a "best" head L0H0 among equal zeros, would read as results)
+        return {"references": 0, "distractor_visible": 0, "uniform": None, "per_key": None,
+                "antecedent": None, "distractor": None, "best": None}
+    ant_mean, dis_mean = ant_sum / counted, dis_sum / counted  # (n_layer, nh)
     layer, head = divmod(int(ant_mean.argmax()), n_head)
     best_ant, best_dis = float(ant_mean[layer, head]), float(dis_mean[layer, head])
     # over the same references on both sides (a ratio of sums is the ratio of means)
     paired_ant, paired_dis = float(ant_paired_sum[layer, head]), float(dis_sum[layer, head])
     return {
         "references": counted, "distractor_visible": distractor_visible,
-        "uniform": r4(uniform_sum / n), "per_key": r4(per_key_sum / n),
+        "uniform": r4(uniform_sum / counted), "per_key": r4(per_key_sum / counted),
         "antecedent": [[r4(x) for x in row] for row in ant_mean.tolist()],
         "distractor": [[r4(x) for x in row] for row in dis_mean.tolist()],
         "best": {"layer": layer, "head": head, "antecedent": r4(best_ant), "distractor": r4(best_dis),

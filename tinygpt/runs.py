@@ -497,12 +497,14 @@ def _is_probe(result: Any) -> bool:
     def number(value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     try:
-        attr, name = result["attention_attribute"]["best"], result["attention"]["best"]
+        # (a best head of None: no reference had the tokens in the window, so none was measured)
+        measured = [best for best in (result["attention_attribute"]["best"], result["attention"]["best"])
+                    if best is not None]
         return (number(result["references"])
                 and all(number(result["behaviour"][k]) for k in ("antecedent", "distractor", "other"))
-                and all(number(best[k]) for best in (attr, name) for k in ("layer", "head"))
-                and all(best["ratio"] is None or number(best["ratio"]) for best in (attr, name))  # None: no distractor seen
-                and number(attr["antecedent"]) and number(result.get("checkpoint_mtime_ns", 0)))
+                and all(number(best[k]) for best in measured for k in ("layer", "head", "antecedent"))
+                and all(best["ratio"] is None or number(best["ratio"]) for best in measured)  # None: no distractor seen
+                and number(result.get("checkpoint_mtime_ns", 0)))
     except (KeyError, TypeError, AttributeError):  # not a mapping, or a key missing at some level
         return False
 
@@ -512,15 +514,19 @@ def _is_probe(result: Any) -> bool:
 
 def probe_columns(result: dict[str, Any] | None) -> dict[str, Any]:
     """The probe's figures (tinygpt.coreference.probe) -> the results tables' probe columns; none
-    when it found no reference to measure (shares of nothing would read as 0%)."""
+    when it found no reference to measure (shares of nothing would read as 0%), and no head's where
+    no reference had the attribute's (or the name's) tokens in its window."""
     if not result or not result["references"]:
         return {}
-    b, n = result["behaviour"], max(result["references"], 1)
+    b, n = result["behaviour"], result["references"]
+    columns = {"antecedent": b["antecedent"] / n, "distractor": b["distractor"] / n, "other": b["other"] / n}
     attr, name = result["attention_attribute"]["best"], result["attention"]["best"]
-    return {"antecedent": b["antecedent"] / n, "distractor": b["distractor"] / n, "other": b["other"] / n,
-            "attribute_head": f"L{attr['layer']}H{attr['head']}", "attribute_share": attr["antecedent"],
-            "attribute_ratio": attr["ratio"], "name_head": f"L{name['layer']}H{name['head']}",
-            "name_ratio": name["ratio"]}
+    if attr is not None and result["attention_attribute"]["references"]:
+        columns.update(attribute_head=f"L{attr['layer']}H{attr['head']}", attribute_share=attr["antecedent"],
+                       attribute_ratio=attr["ratio"])
+    if name is not None and result["attention"]["references"]:
+        columns.update(name_head=f"L{name['layer']}H{name['head']}", name_ratio=name["ratio"])
+    return columns
 
 
 def count_params(cfg: ModelConfig) -> int | None:
