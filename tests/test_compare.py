@@ -88,6 +88,27 @@ def test_a_run_given_twice_or_an_out_holding_a_run_is_refused_before_writing(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"] and len(list((tmp_path / "a").iterdir())) == 3
 
 
+def test_an_out_holding_a_runs_files_without_its_checkpoint_or_a_linked_report_file_is_refused(tmp_path):
+    """--out a run killed before its first checkpoint (config.yaml, metrics.csv): the report was written
+    among its files (only ckpt.pt and best.pt were looked for). A results.md in --out linking to another
+    comparison's: that one's results.md got this report's tables beside its own CSVs and pictures."""
+    pytest.importorskip("matplotlib")
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    other = fake_run(tmp_path / "b", 2, [(0, "4.1", "4.1"), (10, "3.8", "3.8")])
+    with pytest.raises(UserError, match=r"--out='.*b' holds a training run's files \(config.yaml, metrics.csv"):
+        compare.main([run, "--out", other])
+    assert sorted(p.name for p in Path(other).iterdir()) == ["config.yaml", "metrics.csv"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        compare.main([run, "--out", str(tmp_path / "cmp1")])
+    before = (tmp_path / "cmp1" / "results.md").read_bytes()
+    (tmp_path / "uo").mkdir()
+    (tmp_path / "uo" / "results.md").symlink_to(tmp_path / "cmp1" / "results.md")
+    with pytest.raises(UserError, match=r"--out='.*uo' holds results.md, a link \(.*uo/results.md -> .*cmp1/results.md\): "
+                                        r"the report would write through it"):
+        compare.main([run, other, "--out", str(tmp_path / "uo")])
+    assert (tmp_path / "cmp1" / "results.md").read_bytes() == before
+
+
 def test_a_comparison_into_a_folder_a_sweep_is_writing_is_refused(tmp_path):
     """sweep.py holds its --out while it runs; a comparison written there would mix two reports."""
     run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
@@ -842,6 +863,15 @@ def test_a_hand_edited_config_yaml_is_not_the_runs_settings(tmp_path, tiny_stori
     assert row["params"] == real["params"] and row["config"]["model.n_embd"] == n_embd
     assert row["note"] == (f"note: {run / 'config.yaml'} disagrees with its ckpt.pt (model.n_embd): the checkpoint's "
                            f"settings, which the run trained with, are shown")
+    # train settings too: lr and seed edited showed as the run's (another setting), max_iters raised made it unfinished
+    lr, seed, steps = (real["config"][f"train.{k}"] for k in ("lr", "seed", "max_iters"))
+    assert f"  lr: {lr}\n" in text and f"  seed: {seed}\n" in text and f"  max_iters: {steps}\n" in text
+    (run / "config.yaml").write_text(text.replace(f"  lr: {lr}\n", "  lr: 0.5\n").replace(
+        f"  seed: {seed}\n", f"  seed: {seed + 1}\n").replace(f"  max_iters: {steps}\n", f"  max_iters: {2 * steps}\n"))
+    row = runs.summarize_run(run)
+    assert (row["config"]["train.lr"], row["config"]["train.seed"], row["status"]) == (lr, seed, "done")
+    assert row["note"].startswith(f"note: {run / 'config.yaml'} disagrees with its ckpt.pt (train.max_iters, "
+                                  f"train.lr, train.seed)")
     (run / "config.yaml").write_text(text + "frob: 1\n")
     compare.main([str(run), "--out", str(tmp_path / "cmp")])
     out, err = capsys.readouterr()

@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import io
 import math
+import os
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -33,7 +34,7 @@ from tinygpt.checkpoint import atomic_write_all
 from tinygpt.config import DataConfig
 from tinygpt.errors import UserError
 from tinygpt.plots import PNG_MARK, png_marked, settings_png, val_loss_png, val_losses_by_step
-from tinygpt.runs import CHECKPOINTS
+from tinygpt.runs import CHECKPOINTS, users_config
 
 SEED = "train.seed"
 DIGEST = "data_digest"  # a row's: the data its checkpoint was trained on (runs.summarize_run), None where unknown
@@ -454,9 +455,19 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
     if any((out / name).is_file() for name in CHECKPOINTS):
         raise UserError(f"--out={str(out)!r} holds a training run (its ckpt.pt); a report written there would "
                         f"mix with the run's files: choose another folder")
+    if (out / "metrics.csv").is_file() or ((out / "config.yaml").is_file() and not users_config(out)):
+        raise UserError(f"--out={str(out)!r} holds a training run's files (config.yaml, metrics.csv: one killed "
+                        f"before its first checkpoint, or whose checkpoints were removed); a report written there "
+                        f"would mix with them: choose another folder")
     if not its_runs and out.is_dir() and any((d / "ckpt.pt").is_file() for d in out.iterdir() if d.is_dir()):
         raise UserError(f"--out={str(out)!r} holds a sweep's runs, whose report this one would "
                         f"{'mix with its val_loss.png' if plot_only else 'replace'}; choose another --out")
+    linked = [name for name in REPORT_FILES if (out / name).is_symlink()] if out.is_dir() else []
+    if linked:  # (the write follows the link: another folder's report would get this one's tables, say)
+        link = out / linked[0]
+        raise UserError(f"--out={str(out)!r} holds {linked[0]}, a link ({link} -> {os.readlink(link)}): the report "
+                        f"would write through it into another file, while its other files stay here; remove the "
+                        f"link, or choose another --out")
     if out.is_dir() and (foreign := foreign_report_file(out, writes)) is not None:
         picture = " (a picture of yours, or one drawn before reports marked theirs)" if foreign.endswith(".png") else ""
         raise UserError(f"--out={str(out)!r} holds {foreign}, which is not from a tinygpt report{picture}: the report "

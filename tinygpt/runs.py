@@ -618,9 +618,9 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
 
 def trained_config(run_dir: Path, ckpt: dict[str, Any] | None) -> tuple[Config, str | None]:
     """The config run_dir's run trained with (`ckpt`: its ckpt.pt, peek_checkpoint), and a note where
-    config.yaml says otherwise: config.yaml, unless ckpt.pt records another model or data (a hand
-    edit, which a report would show as the run's settings) or config.yaml does not read and ckpt.pt's
-    config does."""
+    config.yaml says otherwise: config.yaml, unless ckpt.pt records other settings (a hand edit, say
+    of train.lr or train.max_iters, which a report would show as the run's; or a resume with other
+    settings stopped before its first save) or config.yaml does not read and ckpt.pt's config does."""
     saved = None
     if ckpt is not None and isinstance(ckpt.get("config"), dict):
         with suppress(UserError):  # (damaged: config.yaml decides)
@@ -634,8 +634,10 @@ def trained_config(run_dir: Path, ckpt: dict[str, Any] | None) -> tuple[Config, 
     step = saved_step_and_data(ckpt)[0]
     if saved is None or step is None or step > cfg.train.max_iters:  # past the run's end: another run's, copied in
         return cfg, None
-    edited = [f"{section}.{key}" for section in ("model", "data") for key, value in vars(getattr(cfg, section)).items()
-              if getattr(getattr(saved, section), key) != value]
+    # (train.out_dir names where the run was written: a copied or moved run keeps the old one in both files)
+    edited = [f"{section}.{key}" for section in ("model", "data", "train")
+              for key, value in vars(getattr(cfg, section)).items()
+              if getattr(getattr(saved, section), key) != value and f"{section}.{key}" != "train.out_dir"]
     if not edited:
         return cfg, None
     return saved, (f"note: {run_dir / 'config.yaml'} disagrees with its ckpt.pt ({', '.join(edited[:3])}"
