@@ -681,6 +681,40 @@ def test_a_full_disk_inside_atomic_dir_names_the_folder_not_its_temp_folder(tmp_
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_stop_that_comes_while_an_os_error_is_handled_is_a_stop_not_a_write_error(tmp_path):
+    """SIGTERM inside Path.exists() (its FileNotFoundError being handled) during export.py: `error:
+    cannot write OUT: No such file or directory (the previous folder is intact)`, exit 2, for a stop."""
+    from tinygpt.errors import Terminated
+
+    def stopped_in_a_handler(f):
+        try:
+            os.stat(tmp_path / "missing")
+        except FileNotFoundError:
+            raise Terminated(15)
+
+    with pytest.raises(Terminated):
+        with checkpoint.atomic_dir(tmp_path / "hf") as tmp:
+            atomic_write(tmp / "model.safetensors", stopped_in_a_handler)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stop_after_atomic_dir_renamed_its_folder_in_leaves_it_and_removes_the_old(tmp_path, monkeypatch):
+    """export.py --force stopped just after the new export was renamed into place: `interrupted`, the
+    new export in place and the old one left beside it as `.hf.PID.xxxxxxxx.old`, a full copy."""
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "old.txt").write_text("old")
+
+    def stop(folder):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "fsync_dir", stop)  # the first step after the rename
+    with pytest.raises(KeyboardInterrupt):
+        with checkpoint.atomic_dir(tmp_path / "hf") as tmp:
+            (tmp / "new.txt").write_text("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]
+    assert [p.name for p in (tmp_path / "hf").iterdir()] == ["new.txt"]
+
+
 def test_a_training_whose_folder_was_removed_leaves_the_next_ones_lock(tmp_path):
     """A's folder removed, B started there, then A stopped: A's clean-up removed B's .lock, and a
     third training could take the folder while B ran."""

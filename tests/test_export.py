@@ -281,6 +281,21 @@ def test_import_with_force_replaces_the_whole_run(tmp_path):
     assert torch.equal(logits(load_model(other)[0], 37), logits(model, 37))
 
 
+def test_force_never_deletes_a_folder_named_like_a_file_it_writes(tmp_path):
+    """A folder of the user's named config.json (or best.pt, for --from-hf) in the output folder:
+    --force took it for an earlier export's file and deleted it, with what it held."""
+    run, _ = export_run(tmp_path)
+    out = tmp_path / "s"
+    (out / "config.json").mkdir(parents=True)
+    (out / "config.json" / "thesis.txt").write_text("precious")
+    with pytest.raises(UserError, match=r"s holds 'config.json', which is a folder, not the file written here"):
+        export.main([run, str(out), "--force"])
+    (tmp_path / "r" / "best.pt").mkdir(parents=True)
+    with pytest.raises(UserError, match=r"r holds 'best.pt', which is a folder, not the file written here"):
+        export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "r"), "--force"])
+    assert (out / "config.json" / "thesis.txt").read_text() == "precious" and (tmp_path / "r" / "best.pt").is_dir()
+
+
 def test_import_over_a_run_says_what_force_would_delete_and_waits_for_a_training(tmp_path):
     """--from-hf into a trained run listed its files alone (--force then deleted the run); into a
     folder a training is writing, it blamed `.lock`, "not one of the files written here"."""

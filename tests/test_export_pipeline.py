@@ -343,3 +343,9 @@ def test_export_without_the_optional_packages_is_one_line(tmp_path, monkeypatch,
     with pytest.raises(UserError, match="needs the tokenizers package: pip install tokenizers"):
         export.main([str(tiny_stories_run), str(tmp_path / "hf")])
     assert not (tmp_path / "hf").exists()  # nothing written
+    # safetensors too, checked before anything is written: its refusal left the new folders of OUT's path
+    monkeypatch.delitem(sys.modules, "tokenizers")
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)
+    with pytest.raises(UserError, match="needs the safetensors package: pip install safetensors"):
+        export.main([str(tiny_stories_run), str(tmp_path / "p1" / "p2" / "hf")])
+    assert not (tmp_path / "p1").exists()

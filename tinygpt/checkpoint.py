@@ -158,6 +158,8 @@ def os_error_behind(e: BaseException) -> OSError | None:
     full disk as its zip writer's RuntimeError ("unexpected pos"), raised while handling the OSError."""
     seen = set()
     while e is not None and not isinstance(e, UserError) and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):  # a stop (Ctrl-C, SIGTERM) that came while an OSError was handled
+            return None  # (say, inside Path.exists()): the stop is what happened, not that error
         if isinstance(e, OSError):
             return e
         seen.add(id(e))
@@ -356,7 +358,8 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     another process put a folder there that keep_existing(path) accepts, that one stays and ours
     is dropped, even when it appears between our check and our rename; an outdated one is
     replaced: moved aside, ours renamed in, and only then deleted. On an error (a Ctrl-C
-    included) the temp folder is removed and an old folder moved aside is put back."""
+    included) the temp folder is removed and an old folder moved aside is put back; after the
+    rename, a stop still removes the old folder and leaves the new one, whole."""
     path = Path(path)
     if os.path.ismount(path):  # (a Docker volume): the folder cannot be renamed, and tmp would be on the parent's disk
         raise UserError(f"cannot replace {path}: it is a mount point (the top of another file system); give a "
@@ -366,6 +369,7 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     # the writer's pid in the name: sweep_temp_files removes the folder once its writer is dead
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent))
     aside: list[Path] = []  # the folders moved away from path, the first one the folder we replace
+    replaced = False  # ours is in place: a stop after that leaves it, the old one removed
     try:
         tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; give what a plain mkdir would
         yield tmp
@@ -383,6 +387,7 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
                     os.replace(path, old / path.name)
             try:
                 os.replace(tmp, path)
+                replaced = True
                 break
             except OSError as e:  # a folder appeared between the check and the rename: look again
                 if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
@@ -391,6 +396,10 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
         for old in aside:  # (a kill during this leaves the new folder in place and a .old that is swept)
             shutil.rmtree(old, ignore_errors=True)
     except BaseException as e:
+        if replaced:  # stopped after the rename (fsync, removing the old folder): the new folder stands whole
+            for old in aside:
+                shutil.rmtree(old, ignore_errors=True)
+            raise
         shutil.rmtree(tmp, ignore_errors=True)
         if aside and not path.exists():  # stopped between moving the old folder away and renaming ours in
             put_back(aside[0], path)

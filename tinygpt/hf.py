@@ -300,6 +300,10 @@ def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
         if entry.name not in names and not (entry.name == LOCK and "ckpt.pt" in names):  # (a killed run's lock)
             raise UserError(f"{out_dir} holds {short(entry.name)}, which is not one of the files written here; "
                             f"the output replaces the folder whole, so choose a new or empty folder")
+        if entry.is_dir() and not entry.is_symlink() and entry.name != "tensorboard":
+            # (a folder of the user's named config.json: --force deleted what it held)
+            raise UserError(f"{out_dir} holds {short(entry.name)}, which is a folder, not the file written here; "
+                            f"the output replaces the folder whole, so choose a new or empty folder")
         present.append(entry.name)
     if present and not force:
         trained = " (a trained run: --force deletes it)" if "metrics.csv" in present else ""
@@ -367,6 +371,7 @@ def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path
         raise UserError(f"{source} was trained with model.causal=false (bidirectional attention), which GPT-2 "
                         f"cannot express: its attention is always causal; retrain with causal: true")
     hf_tok = hf_tokenizer(tokenizer)  # before anything is written: it needs the optional packages
+    need("safetensors.torch", "safetensors", "writing model.safetensors")  # (so does the weights file)
     bos, eos = start_and_end_ids(tokenizer)
     caution = ""
     if isinstance(tokenizer, TiktokenTokenizer) and tokenizer.ids is not None and not tokenizer.closed:
