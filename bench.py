@@ -272,16 +272,21 @@ BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monoton
 
 
 @contextmanager
-def busy_process(seconds: float = 120.0) -> Iterator[None]:
+def busy_process(seconds: float = 600.0) -> Iterator[None]:
     """One competing busy process beside the benchmark (a Python spin loop, like a busy browser tab),
     stopped on exit (Ctrl-C and SIGTERM included), killed with us on Linux (even by SIGKILL), and
-    ending by itself after `seconds` whatever happens to us. In its own session, so that a Ctrl-C in
+    ending by itself after `seconds` whatever happens to us (ended before the block did, it is a
+    UserError: the block's figures are not all loaded ones). In its own session, so that a Ctrl-C in
     the terminal reaches only us (it would print the loop's KeyboardInterrupt traceback)."""
     proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(seconds=seconds)], start_new_session=True,
                             preexec_fn=parent_death_signal())
     try:
         time.sleep(0.3)  # let it get going (a SIGTERM here, too, must not leave it spinning)
         yield
+        if proc.poll() is not None:  # it ended first: part of the "loaded" round ran idle
+            raise UserError(f"the busy process ended before the loaded round did (its limit is {seconds:.0f} s): "
+                            f"the loaded figures would be partly idle ones; on cores this slow, lower --gen-block "
+                            f"or --gen-layers, or the config's size")
     finally:
         proc.kill()
         proc.wait()
@@ -499,9 +504,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     keep_freed_memory()  # as train.py does
     prepare(cfg)
     data = load_for_training(cfg, config_source(args.config, args.set))  # sets cfg.model.vocab_size
-    if args.steps or args.loss_steps:
+    if args.steps or args.loss_steps or args.under_load:  # (--under-load trains the config too)
         for d in dtypes:
             check_training_fits(cfg, d, device)
+    if args.attention:  # q, k, v, the scores, the weights and their gradients of one layer, in float32 at most
+        B, T, C = cfg.train.batch_size, cfg.model.block_size, cfg.model.n_embd
+        check_memory({"queries, keys, values": 6 * B * T * C * 4, "attention weights": 4 * B * cfg.model.n_head * T * T * 4},
+                     device, f"--attention (batch {B}, block {T}, {cfg.model.n_head} heads)",
+                     "lower train.batch_size or model.block_size")
     m = cfg.model
     gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
                        n_embd=args.gen_embd, vocab_size=m.vocab_size)  # the decoding benches' model

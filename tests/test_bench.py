@@ -239,6 +239,37 @@ def test_the_default_config_is_the_repositorys_from_any_folder(tmp_path, monkeyp
     assert read[-1] == "configs/stories.yaml"
 
 
+@pytest.mark.parametrize("flag, match", [
+    ("--under-load", r"^training \(1 layer, n_embd 16, block 256, batch 10000000\) needs at least [\d,.]+ GB"),
+    ("--attention", r"^--attention \(batch 10000000, block 256, 1 heads\) needs at least [\d,.]+ GB")])
+def test_a_config_too_big_for_under_load_or_attention_is_refused_before_any_benchmark(tmp_path, monkeypatch,
+                                                                                     flag, match):
+    """With --steps 0 the training memory check was skipped: --under-load (which trains the config) and
+    --attention (one layer's attention) allocated it, and ended in `out of memory` naming no key."""
+    import bench
+    from tinygpt.errors import UserError
+    for name in ("bench_under_load", "bench_attention"):
+        monkeypatch.setattr(bench, name, lambda *a, **k: pytest.fail("the benchmark started"))
+    with pytest.raises(UserError, match=match):
+        bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "train.device=cpu",
+                    f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=1",
+                    "model.n_embd=16", "model.block_size=256", "train.batch_size=10000000", "--steps", "0",
+                    "--gen-tokens", "0", "--dtypes", "float32", flag])
+
+
+def test_a_busy_process_that_ended_before_its_round_refuses_the_figures():
+    """The busy process stopped by itself after 120 s, whatever the round's length: on slow cores the
+    "loaded" figures were partly idle ones, without a word."""
+    import time
+    import bench
+    from tinygpt.errors import UserError
+    with pytest.raises(UserError, match=r"^the busy process ended before the loaded round did \(its limit is 1 s\)"):
+        with bench.busy_process(seconds=1):
+            time.sleep(2.5)
+    with bench.busy_process(seconds=30):  # still running at the end: no word
+        pass
+
+
 def test_vs_hf_without_transformers_is_refused_before_any_work(monkeypatch):
     """It was a traceback at the end, after every other benchmark had run, their results lost."""
     import bench
