@@ -24,8 +24,8 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
-from scripts.reproduce import is_figure, run, saved_json
-from tinygpt.checkpoint import check_writable, resolve_checkpoint
+from scripts.reproduce import check_own_output, is_figure, run, saved_json
+from tinygpt.checkpoint import atomic_write_text, check_writable, resolve_checkpoint
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
 from tinygpt.report import stats
 
@@ -48,6 +48,11 @@ def is_saved(target: str) -> bool:
     return Path(target).suffix in SAVED
 
 
+def saved_path(out: Path, label: str) -> Path:
+    """Where --out keeps the full probe output of the run labelled `label`."""
+    return out / f"probe_{label.replace('/', '_')}.txt"
+
+
 def probe_result(target: str, label: str, stories: int, device: str, out: Path | None) -> dict:
     """The probe.py --ablate figures of one run (its final JSON line), labelled and checked."""
     if is_saved(target):
@@ -56,8 +61,7 @@ def probe_result(target: str, label: str, stories: int, device: str, out: Path |
         print(f"probing {target} ...", file=sys.stderr, flush=True)
         _, text = run(["probe.py", target, "--ablate", "--stories", str(stories), "--device", device])
         if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / f"probe_{label.replace('/', '_')}.txt").write_text(text, encoding="utf-8")
+            atomic_write_text(saved_path(out, label), text)
         result = json.loads(text.strip().splitlines()[-1])  # probe.py's own last line
     if not isinstance(result, dict):
         raise UserError(f"{target}: its last line is not the JSON line probe.py --ablate ends with")
@@ -193,6 +197,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise UserError(f"{target} is given twice{f' (as {first})' if first != target else ''}: each run "
                             f"counts once in the mean ± sd; give it once")
     targets = list(zip(args.runs, labels(args.runs)))
+    if args.out is not None:  # (probe.py's output starts "probe of RUN:")
+        for target, label in targets:
+            if not is_saved(target):
+                check_own_output(saved_path(args.out, label), "probe of ", "--out")
 
     def result(target: str, label: str) -> dict:
         return probe_result(target, label, args.stories, args.device, args.out)

@@ -30,8 +30,9 @@ import torch
 
 from data.stories import generate_stories
 from model import GPT, ModelConfig
+from scripts.reproduce import check_own_output
 from tinygpt import attention_html
-from tinygpt.checkpoint import check_writable
+from tinygpt.checkpoint import atomic_write_text, check_writable
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli
 from tinygpt.tokenizer import WordTokenizer
 
@@ -44,6 +45,7 @@ document.getElementById("title").textContent = "RENDER_MS=" + ((performance.now(
 
 
 BROWSER_TIMEOUT_S = 120
+PAGES = {"init": 1.0, "sharp": 20.0}  # each page's name, and how much its queries are sharpened
 
 
 def render_ms(page: str, out: Path, name: str = "explorer_bench.html") -> float | None:
@@ -53,7 +55,7 @@ def render_ms(page: str, out: Path, name: str = "explorer_bench.html") -> float 
     if browser is None:
         return None
     path = out / name
-    path.write_text(page.replace("</body>", TIMING), encoding="utf-8")
+    atomic_write_text(path, page.replace("</body>", TIMING))
     try:
         done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
                                path.resolve().as_uri()], capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
@@ -70,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.out is not None:
         check_writable(args.out, "--out")  # a file, or a path through one: one line, not a traceback
+        for name in PAGES:
+            check_own_output(args.out / f"explorer_bench_{name}.html", attention_html.GENERATOR, "--out")
     out = args.out or Path(tempfile.mkdtemp(prefix="tinygpt-explorer-"))
     out.mkdir(parents=True, exist_ok=True)
     text = generate_stories(20_000, 1)[0]
@@ -78,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     model = GPT(ModelConfig(block_size=128, n_layer=4, n_head=4, n_embd=128, vocab_size=tokenizer.vocab_size)).eval()
     ids = tokenizer.encode(text)[:128]
     result = {}
-    for name, sharpen in (("init", 1.0), ("sharp", 20.0)):
+    for name, sharpen in PAGES.items():
         with torch.no_grad():
             for block in model.blocks:
                 block.attn.q_proj.weight.mul_(sharpen)

@@ -89,6 +89,20 @@ def from_metrics(run_dir: Path) -> dict:
             "best_val_loss": min(r["val_loss"] for r in rows if r["val_loss"] is not None)}
 
 
+def check_own_output(path: Path, mark: str, flag: str) -> None:
+    """Refuse, before any work, a file at `path` (where a script writes an output) that the script did
+    not write: one whose first 4 KiB lack `mark` (a user's notes of that name), or no regular file."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    try:
+        ours = path.is_file() and mark.encode() in path.open("rb").read(4096)
+    except OSError:
+        ours = False
+    if not ours:
+        raise UserError(f"{flag}: it would overwrite {path}, which this script did not write (a file of yours?); "
+                        f"move it away, or choose another {flag}")
+
+
 def check_fresh(folder: Path, flag: str, value: Path) -> None:
     """Refuse a folder where an earlier run of the script left files (a rerun, or a run that was
     stopped): its figures are a fresh run's, timed from the start, so it neither resumes nor mixes
@@ -179,12 +193,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     # metrics and samples be read from a folder with no run in it
     if any(s.partition("=")[0].strip() == "train.out_dir" for s in args.set):
         p.error("--set train.out_dir=... is not taken: the run folder is --out-dir DIR (DIR/run)")
+    # the figures are of the text the script names: stories measures its samples against the generated
+    # stories, shakespeare trains on --text
+    if any(s.partition("=")[0].strip() == "data.dataset" for s in args.set):
+        p.error("--set data.dataset=... is not taken: " + ("stories trains on and measures against the generated "
+                                                            "stories" if args.what == "stories" else
+                                                            "give the text with --text PATH"))
     # what train.py would refuse, refused before the temp folder is made (it was left behind, empty)
     load_config(ROOT / ("configs/stories.yaml" if args.what == "stories" else args.config), args.set)
     if args.out_dir is not None:
         check_writable(args.out_dir, "--out-dir")  # before the training, not after it
         check_fresh(args.out_dir.resolve() / "run", "--out-dir", args.out_dir)
     out_dir = (args.out_dir or Path(tempfile.mkdtemp(prefix="tinygpt-"))).resolve() / "run"
+    if args.out_dir is None:  # (a temp folder: say where the run is kept, to sample from or remove)
+        print(f"the run: {out_dir}", file=sys.stderr, flush=True)
     if args.what == "stories":
         result = stories(out_dir, args.set)
     else:

@@ -424,6 +424,8 @@ def test_reproduce_whole_val_loss_scores_every_token_once_against_the_next(tmp_p
     (["--out-dir", ""], ["--out-dir", "empty path"]),
     (["--out-dir", "FILE"], ["--out-dir=", "is a file"]),
     (["--config", "nonexistent.yaml"], ["--config nonexistent.yaml", "is for shakespeare"]),  # (it was ignored)
+    # trained on it, yet measured against the generated stories, the override recorded nowhere
+    (["--set", "data.dataset=other.txt"], ["--set data.dataset=... is not taken", "generated stories"]),
 ])
 def test_reproduce_refuses_bad_flags_before_training(tmp_path, capsys, monkeypatch, args, culprits):
     from scripts import reproduce
@@ -657,6 +659,30 @@ def test_ablation_table_refuses_an_out_that_is_a_file_before_probing(tmp_path, c
     out = str(tmp_path / "FILE") if out == "FILE" else out
     one_line(cli(module.main, [tmp_path / "run", "--out", out], capsys), "--out")
     assert (tmp_path / "FILE").read_text() == "x"
+
+
+def test_the_scripts_outputs_never_overwrite_a_file_of_the_users(tmp_path, capsys, monkeypatch):
+    """ablation_table --out DIR wrote DIR/probe_LABEL.txt over a user's notes of that name, after the
+    probe; explorer_bench --out DIR its pages over a user's explorer_bench_init.html. Refused before
+    any work; their own earlier outputs are replaced as before."""
+    module = script("ablation_table")
+    monkeypatch.setattr(module, "run", no_long_work)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ckpt.pt").write_bytes(b"a checkpoint")  # found, never loaded
+    (tmp_path / "abl").mkdir()
+    (tmp_path / "abl" / "probe_run.txt").write_text("MY NOTES")
+    one_line(cli(module.main, [str(tmp_path / "run"), "--out", str(tmp_path / "abl")], capsys),
+             "--out: it would overwrite", "probe_run.txt, which this script did not write")
+    assert (tmp_path / "abl" / "probe_run.txt").read_text() == "MY NOTES"
+    (tmp_path / "abl" / "probe_run.txt").write_text("probe of run: 1 layer x 1 head ...")  # an earlier output: taken
+    with pytest.raises(AssertionError, match="long work started"):
+        module.main([str(tmp_path / "run"), "--out", str(tmp_path / "abl")])
+    bench = script("explorer_bench")
+    monkeypatch.setattr(bench, "generate_stories", no_long_work)
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "explorer_bench_sharp.html").write_text("<html>mine</html>")
+    one_line(cli(bench.main, ["--out", str(tmp_path / "pages")], capsys), "explorer_bench_sharp.html, which this")
+    assert (tmp_path / "pages" / "explorer_bench_sharp.html").read_text() == "<html>mine</html>"
 
 
 # ---- page_faults, explorer_bench, gpu_table ----
