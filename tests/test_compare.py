@@ -109,6 +109,15 @@ def test_an_out_holding_a_runs_files_without_its_checkpoint_or_a_linked_report_f
     assert (tmp_path / "cmp1" / "results.md").read_bytes() == before
 
 
+def test_a_run_named_with_a_bar_or_a_line_break_keeps_the_table_whole(tmp_path):
+    """A run folder named `a\\nb`: its line break cut results.md's table row in two."""
+    run = fake_run(tmp_path / "a|x\nb", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    with contextlib.redirect_stdout(io.StringIO()):
+        compare.main([run, "--out", str(tmp_path / "cmp")])
+    rows = [line for line in (tmp_path / "cmp" / "results.md").read_text().splitlines() if line.startswith("| a")]
+    assert len(rows) == 1 and rows[0].startswith("| a\\|x b |")
+
+
 def test_a_comparison_into_a_folder_a_sweep_is_writing_is_refused(tmp_path):
     """sweep.py holds its --out while it runs; a comparison written there would mix two reports."""
     run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
@@ -375,7 +384,7 @@ def test_a_run_without_metrics_rows_says_so_and_how_to_finish_it(tmp_path):
     runs.write_metrics(Path(empty), [])
     result, printed = compared([*runs_, empty, "--out", str(tmp_path / "cmp")])
     assert [r["status"] for r in result["rows"]] == ["done", "done", "no metrics.csv rows"]
-    assert "finish them (train.py --resume, or the sweep's command again)" in printed
+    assert "finish them (the sweep's command again resumes the stopped ones and starts those not started" in printed
     assert "rerun the same command" not in printed
     (Path(empty) / "metrics.csv").unlink()  # none at all (or a folder of that name): not "no rows"
     (Path(empty) / "metrics.csv").mkdir()

@@ -260,7 +260,8 @@ def _fmt(column: str, value: Any, markdown: bool) -> str:
         return str(value)[:SHOWN_DIGEST]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _num(column, value)
-    return str(value).replace("|", "\\|")
+    # a | would end the cell, a line break the row (a run folder may be named with either)
+    return " ".join(str(value).splitlines()).replace("|", "\\|")
 
 
 def table_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -323,7 +324,8 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
     unfinished = sum(g["left_out"] for g in groups) - errors
     if unfinished:
         text += (f"\n{unfinished} run(s) that did not finish (see their status above) are left out of these "
-                 f"figures: finish them (train.py --resume, or the sweep's command again).\n")
+                 f"figures: finish them (the sweep's command again resumes the stopped ones and starts those not "
+                 f"started; train.py CONFIG --resume, a stopped one alone).\n")
     if errors:  # (a diverged run resumed diverges again: "finish them" would send the user round in circles)
         text += (f"\n{errors} run(s) that ended in an error (see their status above) are left out of these "
                  f"figures: a rerun repeats the error until its cause is fixed.\n")
