@@ -59,9 +59,14 @@ def test_a_diverged_run_is_tabulated_and_plotted_not_a_crash(tmp_path):
     ([(0, "4.1", "4.1"), (10, "-0.5", "3.9")], "row 2: train_loss=-0.5 is not a loss"),
     ([(0, "4.1", "4.1"), (10.5, "3.9", "3.9"), (20, "3.8", "3.8")], "row 2: step=10.5 is not a step"),
     ([(-10, "4.1", "4.1"), (10, "3.9", "3.9")], "row 1: step=-10 is not a step"),
+    ([(0, "4.1", "4.1"), (10, "3.9", "3.9")], "huge step"),
 ])
 def test_numbers_no_training_logs_are_a_damaged_metrics_csv(tmp_path, rows, culprit):
     run = fake_run(tmp_path / "a", 1, rows)
+    if culprit == "huge step":  # past any train.max_iters: it made the run `done`, its losses shown
+        culprit = "row 2: step=1e+23 is not a step"
+        text = (tmp_path / "a" / "metrics.csv").read_text()
+        (tmp_path / "a" / "metrics.csv").write_text(text.replace("\n10,", "\n99999999999999999999999,"))
     with pytest.raises(UserError, match=re.escape(f"a/metrics.csv is damaged or not a tinygpt metrics file ({culprit}")):
         compare.main([run, "--out", str(tmp_path / "cmp")])
 

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
                                 not_regular, peek_checkpoint, remove_empty, saved_step_and_data)
-from tinygpt.config import Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path
+from tinygpt.config import MAX_INT, Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path
 from tinygpt.errors import UserError, count, read_capped, reason
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
@@ -381,7 +381,7 @@ def check_values(row: dict[str, float | None], n: int) -> None:
     leave it out) is kept; a finite 1e308 broke the plots' axes, and -1e308 was shown as a best loss."""
     if row.get("step") is None or not math.isfinite(row["step"]):
         raise ValueError("a row has no step")
-    if row["step"] < 0 or row["step"] != int(row["step"]):
+    if row["step"] < 0 or row["step"] != int(row["step"]) or row["step"] > MAX_INT:  # (train.max_iters's bound)
         raise ValueError(f"row {n}: step={row['step']:g} is not a step")
     for key, value in row.items():
         if value is None or not math.isfinite(value):
