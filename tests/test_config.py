@@ -616,6 +616,17 @@ def test_set_before_the_config_says_that_set_took_it():
         train.parse_args(["--set", "model.n_layer=2", "configs/stories.yaml"])
 
 
+def test_a_path_that_starts_with_a_dash_is_said_to_read_as_a_flag():
+    """`export.py RUN -dash`: "the following arguments are required: out", of an out given."""
+    import export
+    import train
+    with pytest.raises(UserError, match=r"required: out; -dash reads as a flag: a path that starts with '-' is "
+                                        r"written ./-dash \(see"):
+        export.main(["out/run", "-dash"])
+    with pytest.raises(UserError, match=r"required: config; -c.yaml reads as a flag: .* is written ./-c.yaml"):
+        train.parse_args(["-c.yaml"])
+
+
 def test_an_unknown_tokenizer_is_refused_with_the_config_not_after_reading_the_data(tmp_path):
     """It was refused only when the data was prepared, after the dataset was read, and a name with
     a '/' left a prepared folder behind."""

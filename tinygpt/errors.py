@@ -508,6 +508,13 @@ class ArgParser(argparse.ArgumentParser):
             # `train.py --set a=1 CONFIG`: --set takes every word after it, the config too
             message += ("; --set takes every word after it, the config too: give the config first, "
                         "CONFIG --set KEY=VALUE ...")
+        if "arguments are required" in message and not any(w.startswith("--set") for w in words):
+            # `export.py RUN -dash`: a positional that starts with '-' is read as an unknown flag
+            dashed = [w for w in words if w.startswith("-") and not w.startswith("--") and w != "-"
+                      and w not in self._option_string_actions]
+            if dashed:
+                message += (f"; {elide(shlex.quote(dashed[0]), 60)} reads as a flag: a path that starts with '-' is "
+                            f"written {elide(shlex.quote('./' + dashed[0]), 60)}")
         if message.endswith(": expected one argument"):  # `--prompt -x`: argparse reads -x as a flag
             flags = [f for f in message.removeprefix("argument ").split(":")[0].split("/") if f in words[:-1]]
             after = words[words.index(flags[0]) + 1] if flags else ""
