@@ -296,6 +296,17 @@ def test_force_never_deletes_a_folder_named_like_a_file_it_writes(tmp_path):
     assert (out / "config.json" / "thesis.txt").read_text() == "precious" and (tmp_path / "r" / "best.pt").is_dir()
 
 
+def test_an_export_of_a_run_being_trained_says_so(tmp_path, capsys):
+    """Its best.pt goes on changing: the export (exit 0) said nothing of the moment it holds."""
+    from tinygpt.runs import run_lock
+    run, _, _ = make_run(tmp_path)
+    with run_lock(Path(run), resume=True):  # a training holds it
+        export.main([run, str(tmp_path / "hf")])
+    assert f"note: {run} is being trained now: this exports ckpt.pt as of step" in capsys.readouterr().err
+    export.main([run, str(tmp_path / "hf2")])
+    assert "is being trained now" not in capsys.readouterr().err
+
+
 def test_import_over_a_run_says_what_force_would_delete_and_waits_for_a_training(tmp_path):
     """--from-hf into a trained run listed its files alone (--force then deleted the run); into a
     folder a training is writing, it blamed `.lock`, "not one of the files written here"."""

@@ -367,6 +367,9 @@ def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path
     model, cfg, tokenizer, ckpt = load_model(run)
     tok = ckpt["tokenizer"]
     source = str(ckpt_path)
+    if training_now(ckpt_path.parent):  # (its best.pt goes on changing: this export is of one moment)
+        print(f"note: {ckpt_path.parent} is being trained now: this exports {ckpt_path.name} as of step "
+              f"{ckpt['step']}", file=sys.stderr)
     if not cfg.model.causal:
         raise UserError(f"{source} was trained with model.causal=false (bidirectional attention), which GPT-2 "
                         f"cannot express: its attention is always causal; retrain with causal: true")
