@@ -509,8 +509,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
             check_training_fits(cfg, d, device)
     if args.attention:  # q, k, v, the scores, the weights and their gradients of one layer, in float32 at most
         B, T, C = cfg.train.batch_size, cfg.model.block_size, cfg.model.n_embd
-        check_memory({"queries, keys, values": 6 * B * T * C * 4, "attention weights": 4 * B * cfg.model.n_head * T * T * 4},
-                     device, f"--attention (batch {B}, block {T}, {cfg.model.n_head} heads)",
+        check_memory({"queries, keys, values": 6 * B * T * C * 4,
+                      "attention weights": 4 * B * cfg.model.n_head * T * T * 4}, device,
+                     f"--attention (batch {B}, block {T}, {cfg.model.n_head} heads)",
                      "lower train.batch_size or model.block_size")
     m = cfg.model
     gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,

@@ -24,9 +24,9 @@ its ckpt.pt an older tinygpt's, carrying no rows; a folder of files no run wrote
 refuses the sweep before anything is trained, the folder's report left as it was; so does a run train.py
 would refuse at its start (a train.device this machine lacks, a data.dataset that is not there, its run
 folder in use by another training, a file, a link to nothing or holding a config.yaml of the user's, a
-model that cannot fit in memory), one line naming the run and the key. Runs of another grid in the folder stay, but are not in this sweep's
-report, which replaces the folder's sweep report: a note says so before any training (--out keeps two
-sweeps' reports apart); a comparison's report there, or a file of a report's name that no report wrote,
+model that cannot fit in memory), one line naming the run and the key. Runs of another grid in the folder
+stay, but are not in this sweep's report, which replaces the folder's sweep report: a note says so before
+any training (--out keeps two sweeps' reports apart); a comparison's report there, or a file of a report's name that no report wrote,
 is refused. The report's files are replaced together or not at all (compare.py's docstring). At the end
 it prints the table and writes results.md, results.csv, summary.csv, val_loss.png and settings.png (with
 matplotlib; settings.png for two settings or more) into the sweep folder: the same report as compare.py.
@@ -91,9 +91,9 @@ from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_ar
                              work_is_files)
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, write_report
-from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, check_run_dir, died_at_its_first_save, lock_holder, read_config,
-                         read_probe, resumed_metrics, run_lock, summarize_run, trained_steps, users_config,
-                         write_probe)
+from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, check_run_dir, died_at_its_first_save, lock_holder,
+                          read_config, read_probe, resumed_metrics, run_lock, summarize_run, trained_steps,
+                          users_config, write_probe)
 from tinygpt.runtime import (ThreadPolicy, check_training_fits, parent_death_signal, resolve_device, resolve_dtype,
                              usable_cores)
 
@@ -636,9 +636,9 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
 def cannot_start(cfg: Config, checked: dict[tuple[str, str], str | None], resume: bool = False) -> str | None:
     """What train.py would refuse cfg for at its start, where that is cheap and certain now: its
     train.out_dir in use by another training (train.py run there by hand), or holding what train.py
-    refuses (check_writable, runs.check_run_dir: a file, a link to nothing, a user's config.yaml), a device this machine lacks,
-    a data.dataset file or folder that is not there, a model that cannot fit in memory (train.py's
-    own functions, so its own message naming the key), else None. `checked` keeps each value's
+    refuses (check_writable, runs.check_run_dir: a file, a link to nothing, a user's config.yaml), a
+    device this machine lacks, a data.dataset file or folder that is not there, a model that cannot fit
+    in memory (train.py's own functions, so its own message naming the key), else None. `checked` keeps each value's
     answer: a grid of many runs on one dataset folder walks it once."""
     out_dir = Path(cfg.train.out_dir)
     if pid := lock_holder(out_dir):

@@ -196,9 +196,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     # the figures are of the text the script names: stories measures its samples against the generated
     # stories, shakespeare trains on --text
     if any(s.partition("=")[0].strip() == "data.dataset" for s in args.set):
-        p.error("--set data.dataset=... is not taken: " + ("stories trains on and measures against the generated "
-                                                            "stories" if args.what == "stories" else
-                                                            "give the text with --text PATH"))
+        why = ("stories trains on and measures against the generated stories" if args.what == "stories" else
+               "give the text with --text PATH")
+        p.error(f"--set data.dataset=... is not taken: {why}")
     # what train.py would refuse, refused before the temp folder is made (it was left behind, empty)
     load_config(ROOT / ("configs/stories.yaml" if args.what == "stories" else args.config), args.set)
     if args.out_dir is not None:

@@ -242,8 +242,7 @@ def test_the_default_config_is_the_repositorys_from_any_folder(tmp_path, monkeyp
 @pytest.mark.parametrize("flag, match", [
     ("--under-load", r"^training \(1 layer, n_embd 16, block 256, batch 10000000\) needs at least [\d,.]+ GB"),
     ("--attention", r"^--attention \(batch 10000000, block 256, 1 heads\) needs at least [\d,.]+ GB")])
-def test_a_config_too_big_for_under_load_or_attention_is_refused_before_any_benchmark(tmp_path, monkeypatch,
-                                                                                     flag, match):
+def test_a_config_too_big_for_under_load_or_attention_is_refused_at_once(tmp_path, monkeypatch, flag, match):
     """With --steps 0 the training memory check was skipped: --under-load (which trains the config) and
     --attention (one layer's attention) allocated it, and ended in `out of memory` naming no key."""
     import bench

@@ -108,8 +108,8 @@ def test_an_out_holding_a_runs_files_without_its_checkpoint_or_a_linked_report_f
     before = (tmp_path / "cmp1" / "results.md").read_bytes()
     (tmp_path / "uo").mkdir()
     (tmp_path / "uo" / "results.md").symlink_to(tmp_path / "cmp1" / "results.md")
-    with pytest.raises(UserError, match=r"--out='.*uo' holds results.md, a link \(.*uo/results.md -> .*cmp1/results.md\): "
-                                        r"the report would write through it"):
+    with pytest.raises(UserError, match=r"--out='.*uo' holds results.md, a link \(.*uo/results.md -> "
+                                        r".*cmp1/results.md\): the report would write through it"):
         compare.main([run, other, "--out", str(tmp_path / "uo")])
     assert (tmp_path / "cmp1" / "results.md").read_bytes() == before
 

@@ -356,7 +356,8 @@ def test_a_value_that_train_py_would_refuse_at_its_start_is_refused_before_any_t
 @pytest.mark.parametrize("case, match", [
     ("users_config", r"^n_head=2: train.out_dir='\S+n_head=2' holds config.yaml, which is not from a tinygpt run"),
     ("file", r"^n_head=2: train.out_dir=\S+n_head=2' is a file, not a directory$"),
-    ("dead_link", r"^n_head=2: train.out_dir=\S+n_head=2' is a link \(.* -> \S+gone\) that leads to no file or folder$"),
+    ("dead_link", r"^n_head=2: train.out_dir=\S+n_head=2' is a link \(.* -> \S+gone\) that leads to no file or "
+                  r"folder$"),
     ("foreign", r"^\S+n_head=2 holds notes.txt but no file of a run: it is not one of this sweep's runs"),
     ("size", r"^batch_size=100000000: training \(1 layer, n_embd 16, block 32, batch 100000000\) needs at least "
              r"[\d,.]+ GB")])
@@ -402,7 +403,8 @@ def test_a_run_whose_folder_stops_reading_as_a_run_leaves_the_report_written(tmp
                     "(out / 'config.yaml').write_text('model:\\n  n_layer: 3\\n')\nsys.exit(2)\n")
     monkeypatch.setattr(sweep, "TRAIN_PY", fake)
     with pytest.raises(SystemExit) as exit_info:
-        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"),
+                    "--out", str(tmp_path / "sw")])
     printed = capfd.readouterr()
     assert exit_info.value.code == 1 and "n_head=1: not in the tables: " in printed.out
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == [
