@@ -254,6 +254,21 @@ def recording_train(tmp_path: Path, monkeypatch) -> Path:
     return log
 
 
+def stand_in_train(tmp_path: Path, monkeypatch, source: str) -> None:
+    """Make sweep.py run `source` (Python, no torch: fast) as its train.py."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(source)
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+
+
+def sweep_exit_code(tmp_path: Path, *extra: str) -> int:
+    """The exit code of a sweep over n_head=1,2 into tmp_path/sw that ends in SystemExit."""
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw"),
+                    *extra])
+    return exit_info.value.code
+
+
 def without(argv: list[str], *dropped: str) -> list[str]:
     return [a for a in argv if a not in dropped]
 
@@ -397,16 +412,10 @@ def test_a_run_whose_folder_stops_reading_as_a_run_leaves_the_report_written(tmp
     """A config.yaml of the user's put into a run's folder while the sweep ran (after its checks): the
     run failed, and writing the report then died on that file (`... is damaged`), exit 2, no report for
     the runs that trained. The run's row says why; the others are reported."""
-    fake = tmp_path / "fake_train.py"
-    fake.write_text("import json, pathlib, sys\nout = pathlib.Path([json.loads(a.split('=', 1)[1]) for a in sys.argv "
-                    "if a.startswith('train.out_dir=')][0])\nout.mkdir(parents=True, exist_ok=True)\n"
-                    "(out / 'config.yaml').write_text('model:\\n  n_layer: 3\\n')\nsys.exit(2)\n")
-    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
-    with pytest.raises(SystemExit) as exit_info:
-        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"),
-                    "--out", str(tmp_path / "sw")])
-    printed = capfd.readouterr()
-    assert exit_info.value.code == 1 and "n_head=1: not in the tables: " in printed.out
+    stand_in_train(tmp_path, monkeypatch, "import json, pathlib, sys\nout = pathlib.Path([json.loads(a.split('=', 1)[1]) "
+                   "for a in sys.argv if a.startswith('train.out_dir=')][0])\nout.mkdir(parents=True, exist_ok=True)\n"
+                   "(out / 'config.yaml').write_text('model:\\n  n_layer: 3\\n')\nsys.exit(2)\n")
+    assert sweep_exit_code(tmp_path) == 1 and "n_head=1: not in the tables: " in capfd.readouterr().out
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == [
         "failed (exit 2), its files do not read (see above)"] * 2
 
@@ -482,16 +491,11 @@ def test_sweep_user_errors(tmp_path, monkeypatch, argv, match):
 def test_failed_runs_are_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, capfd, jobs):
     """A stand-in train.py (no torch: fast) fails with a user error for n_head=1 and crashes for 2."""
     fake_cores(monkeypatch, {0, 1})  # --jobs 2 on any machine
-    fake = tmp_path / "fake_train.py"
-    fake.write_text("import sys\nif 'model.n_head=1' in sys.argv:\n"
-                    "    print('error: a user error', file=sys.stderr)\n    sys.exit(2)\n"
-                    "raise RuntimeError('a crash')\n")
-    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
-    with pytest.raises(SystemExit) as exit_info:
-        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw"),
-                    "--jobs", str(jobs)])
+    stand_in_train(tmp_path, monkeypatch, "import sys\nif 'model.n_head=1' in sys.argv:\n"
+                   "    print('error: a user error', file=sys.stderr)\n    sys.exit(2)\nraise RuntimeError('a crash')\n")
+    code = sweep_exit_code(tmp_path, "--jobs", str(jobs))
     printed = capfd.readouterr()
-    assert exit_info.value.code == 1 and "2 of 2 run(s) failed: n_head=1, n_head=2" in printed.err
+    assert code == 1 and "2 of 2 run(s) failed: n_head=1, n_head=2" in printed.err
     assert "n_head=1: failed with exit code 2" in printed.out and "n_head=2: failed with exit code 1" in printed.out
     if jobs > 1:  # the runs' own errors, behind their names
         assert "[1/2] n_head=1: error: a user error" in printed.out and "[2/2] n_head=2: RuntimeError: a crash" in printed.out
