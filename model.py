@@ -118,7 +118,7 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
 
 class HeadTrace(NamedTuple):
     """What one layer's heads did, returned by GPT.forward_with_attention."""
-    weights: torch.Tensor  # (B, nh, T, Tk) attention weights per head; rows sum to 1
+    weights: torch.Tensor  # (B, nh, T, T) attention weights per head (query x key); rows sum to 1
     outputs: torch.Tensor  # (B, nh, T, hs) each head's output, before the heads are merged
 
 
@@ -367,7 +367,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
 class Step(NamedTuple):
     """One step of generation, as generate_steps yields it."""
     token: torch.Tensor  # (B,) the chosen next tokens
-    logits: torch.Tensor  # (B, V) the logits they were sampled from (the window's last position)
+    logits: torch.Tensor  # (B, V) the window's last position's logits, before temperature, top-k and top-p
     context: int  # how many tokens the model saw (the window's length)
 
 

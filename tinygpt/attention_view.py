@@ -177,7 +177,8 @@ def legend(shown: int, total: int, causal: bool) -> str:
              "rows: queries (the position predicting the next token), columns: keys",
              "cells: % of the row's attention (rows sum to 100 up to rounding)"]
     if causal:
-        parts.append(f"'{MASKED}' = future key, masked: weight exactly 0")
+        # (a cell, unquoted: the token '.' is a label, quoted)
+        parts.append(f"a cell of a lone {MASKED} = a future key, masked: weight exactly 0")
     else:
         parts.append("no causal mask: every position sees every other")
     parts.append(f"'{SPACE}' = space")
