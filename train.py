@@ -161,12 +161,12 @@ def check_resume_data(cfg: Config, ckpt: dict[str, Any], data: Prepared) -> None
 def load_init(cfg: Config) -> tuple[GPT, dict[str, Any], str]:
     """train.init_from (fine-tuning): the starting weights, their checkpoint, and the line that says
     so (printed once the data is known to fit them); the model config becomes theirs."""
-    try:
+    try:  # not found, a config given for a run, a file that is no checkpoint: the message names the key
         path = resolve_checkpoint(cfg.train.init_from)
-    except UserError as e:  # not found, or a config given for a run: the message names the key
+        ckpt = load_checkpoint(path)
+        model, init_cfg = model_from_checkpoint(ckpt, path)
+    except UserError as e:
         raise UserError(f"train.init_from: {e}") from None
-    ckpt = load_checkpoint(path)
-    model, init_cfg = model_from_checkpoint(ckpt, path)
     ours = cfg.model
     adopt_model(cfg, init_cfg.model)  # check_init_tokenizer then says whether the data's vocabulary is theirs
     replaced = [f"model.{k}={getattr(ours, k)}" for k in ("block_size", "n_layer", "n_head", "n_embd", "bias", "causal")

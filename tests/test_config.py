@@ -627,6 +627,14 @@ def test_a_path_that_starts_with_a_dash_is_said_to_read_as_a_flag():
         train.parse_args(["-c.yaml"])
 
 
+def test_a_key_value_after_another_flag_is_said_to_need_set_again():
+    """`train.py C --stop-at 13 train.eval_interval=1`: a bare `unrecognized arguments: ...`."""
+    import train
+    with pytest.raises(UserError, match=r"unrecognized arguments: train.eval_interval=1; a KEY=VALUE belongs to "
+                                        r"--set's list, which ends at the next flag: write --set again before it"):
+        train.parse_args(["configs/stories.yaml", "--stop-at", "13", "train.eval_interval=1"])
+
+
 def test_an_unknown_tokenizer_is_refused_with_the_config_not_after_reading_the_data(tmp_path):
     """It was refused only when the data was prepared, after the dataset was read, and a name with
     a '/' left a prepared folder behind."""

@@ -1497,6 +1497,15 @@ def test_9_init_from_with_another_tokenizer_names_it(tmp, run, capsys):
     one_line(result, f"train.init_from='{run}' was trained with another tokenizer")
 
 
+def test_9_init_from_a_file_that_is_no_checkpoint_names_the_key(tmp, run, capsys):
+    """`train.init_from=RUN/metrics.csv`: `RUN/metrics.csv is truncated, corrupted or not a checkpoint`,
+    the key that named it left out (its siblings, not found or a config, named it)."""
+    out = tmp / "refused" / "init_csv"
+    result = in_process("train.py", [*sets(tmp, out, f"train.init_from={run}/metrics.csv"), "--quiet"], capsys)
+    line = one_line(result, f"train.init_from: {run}/metrics.csv is truncated, corrupted or not a checkpoint")
+    assert line.startswith("error: train.init_from: ")
+
+
 def test_15_a_file_named_tensorboard_in_out_dir_is_one_line(tmp, capsys):
     pytest.importorskip("tensorboard")
     folder = tmp / "refused" / "tb_file"

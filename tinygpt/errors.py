@@ -515,6 +515,11 @@ class ArgParser(argparse.ArgumentParser):
             if dashed:
                 message += (f"; {elide(shlex.quote(dashed[0]), 60)} reads as a flag: a path that starts with '-' is "
                             f"written {elide(shlex.quote('./' + dashed[0]), 60)}")
+        if message.startswith("unrecognized arguments: ") and "--set" in self._option_string_actions and any(
+                "=" in w and "." in w.partition("=")[0] and not w.startswith("-")
+                for w in message.removeprefix("unrecognized arguments: ").split()):
+            # `train.py C --set a.b=1 --stop-at 5 c.d=2`: --set's list ended at --stop-at
+            message += "; a KEY=VALUE belongs to --set's list, which ends at the next flag: write --set again before it"
         if message.endswith(": expected one argument"):  # `--prompt -x`: argparse reads -x as a flag
             flags = [f for f in message.removeprefix("argument ").split(":")[0].split("/") if f in words[:-1]]
             after = words[words.index(flags[0]) + 1] if flags else ""
