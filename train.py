@@ -36,7 +36,8 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimizer, load_weights,
                                 model_from_checkpoint, resolve_checkpoint, restore_rng_state, save_checkpoint,
                                 sweep_temp_files)
-from tinygpt.config import Config, config_from_dict, config_source, config_to_dict, load_config, same_path
+from tinygpt.config import (Config, config_from_dict, config_source, config_to_dict, flat_config, load_config,
+                            same_path)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
                             short, stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
@@ -173,6 +174,25 @@ def load_init(cfg: Config) -> tuple[GPT, dict[str, Any], str]:
                 if getattr(ours, k) != getattr(cfg.model, k)]
     return model, ckpt, (f"train.init_from: starting from {path} (step {ckpt['step']}), with its model config"
                          + (f", not this config's {', '.join(replaced)}" if replaced else ""))
+
+
+def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int) -> Config:
+    """The settings config.yaml records: this call's, except for a resume of a run already at its
+    train.max_iters, which trains nothing: its checkpoint's (a changed train.lr, say, would be recorded
+    for steps that never ran it; a lost config.yaml is written again, from them), with a note."""
+    if ckpt is None or step < cfg.train.max_iters:
+        return cfg
+    try:
+        saved = config_from_dict(ckpt["config"], "ckpt.pt")
+    except UserError:  # (an older checkpoint's config that no longer reads: this call's, as before)
+        return cfg
+    saved.train.out_dir = cfg.train.out_dir  # (a moved run: where it is now)
+    ignored = [key for key, value in flat_config(cfg).items() if flat_config(saved).get(key) != value]
+    if ignored:
+        print(f"note: the run is at step {step}, its train.max_iters: nothing is trained, so these settings are not "
+              f"used, and config.yaml keeps the run's: {', '.join(ignored[:3])}{', ...' if len(ignored) > 3 else ''} "
+              f"(a larger train.max_iters trains on)", file=sys.stderr)
+    return saved
 
 
 def load_data(cfg: Config, dist: Distributed, source: str, quiet: bool = False) -> Prepared:
@@ -620,7 +640,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
             print("note: matplotlib is not installed: no loss.png (pip install matplotlib, or set "
                   "train.plot=never)", file=sys.stderr)
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_config(out_dir, cfg)
+        write_config(out_dir, trained_with(cfg, ckpt, run.step))
         if t.tensorboard:  # the attention images look at the first tokens of the training split
             run.board = TensorBoardLog(out_dir, data.tokenizer, data.train[:min(PROMPT_TOKENS, cfg.model.block_size)],
                                        run.resumed_at)

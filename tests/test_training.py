@@ -262,6 +262,24 @@ def test_a_resume_keeps_the_best_val_loss_and_best_pt(tmp_path):
     assert load_checkpoint(run / "ckpt.pt")["best_val_loss"] == 0.001
 
 
+def test_a_resume_of_a_finished_run_keeps_its_settings_in_config_yaml(tmp_path, capsys):
+    """`--resume --set train.lr=0.5` on a run at its max_iters trains nothing, but config.yaml was
+    rewritten with lr 0.5, which no step ran (compare.py then had to note it disagrees with ckpt.pt).
+    It keeps the run's, with a note; a larger max_iters trains on and records the new settings."""
+    import train
+    from tinygpt import runs
+    train.main(run_args(tmp_path, "run", "train.max_iters=2"))
+    train.main(run_args(tmp_path, "run", "train.max_iters=2", "train.lr=0.5") + ["--resume"])
+    assert runs.read_config(tmp_path / "run").train.lr != 0.5
+    assert "nothing is trained, so these settings are not used, and config.yaml keeps the run's: train.lr" in \
+        capsys.readouterr().err
+    (tmp_path / "run" / "config.yaml").unlink()  # lost: written again, the run's
+    train.main(run_args(tmp_path, "run", "train.max_iters=2") + ["--resume"])
+    assert runs.read_config(tmp_path / "run").train.max_iters == 2 and "not used" not in capsys.readouterr().err
+    train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.lr=0.5") + ["--resume"])
+    assert runs.read_config(tmp_path / "run").train.lr == 0.5
+
+
 def test_stop_at_0_saves_step_0_and_stops(tmp_path):
     """--stop-at 0 is a step, not a refusal (only a negative one is refused): the run evaluates step 0,
     saves its ckpt.pt and stops there, to be resumed."""
