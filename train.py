@@ -619,7 +619,15 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     run.held, run.metrics = held, metrics
 
     tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size * dist.world_size
-    peak, peak_source = peak_flops(dtype, dist.device)
+    # on a CPU the peak of every core the run may use: measured with the threads of a busy start (1), it read
+    # half the cores', and the MFU of later steps on both cores came out above 100%
+    most = run.threads.max_threads if run.threads is not None and not t.threads else torch.get_num_threads()
+    now = torch.get_num_threads()
+    torch.set_num_threads(most)
+    try:
+        peak, peak_source = peak_flops(dtype, dist.device)
+    finally:
+        torch.set_num_threads(now)
     speed = {"tokens_per_step": tokens_per_step, "peak": peak, "step_last": run.step,
              "flops_per_step": run.model.flops_per_token() * tokens_per_step / dist.world_size,  # per process
              "t_last": time.perf_counter(), "t_start": time.perf_counter() - run.elapsed}

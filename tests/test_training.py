@@ -280,6 +280,26 @@ def test_a_resume_of_a_finished_run_keeps_its_settings_in_config_yaml(tmp_path, 
     assert runs.read_config(tmp_path / "run").train.lr == 0.5
 
 
+def test_the_mfu_peak_is_measured_on_every_core_the_run_may_use(tmp_path, monkeypatch):
+    """A busy start gave the thread policy 1 thread, the peak was measured on it, and once the other
+    process ended the run's MFU read 109%: the peak is measured with the most threads the policy gives."""
+    import train
+    from tinygpt import runtime
+
+    class BusyStart(runtime.ThreadPolicy):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.max_threads = 2
+            self._set(1)  # another process keeps a core busy
+
+    seen = []
+    monkeypatch.setattr(train, "ThreadPolicy", BusyStart)
+    monkeypatch.setattr(train, "peak_flops", lambda dtype, device: seen.append(torch.get_num_threads()) or (1e9, "x"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "run", "train.max_iters=1", "train.threads=0"))
+    assert seen == [2]
+
+
 def test_stop_at_0_saves_step_0_and_stops(tmp_path):
     """--stop-at 0 is a step, not a refusal (only a negative one is refused): the run evaluates step 0,
     saves its ckpt.pt and stops there, to be resumed."""
