@@ -1168,6 +1168,38 @@ def test_12_a_torchrun_worker_but_rank_0_stops_on_a_signal_without_a_word(tmp_pa
     assert (result.code, result.err) == (128 + signal.SIGTERM, ""), result.err[-2000:]
 
 
+REFUSING_WORKER = """
+import sys
+from tinygpt import errors
+errors.PEER_GRACE_S = float(sys.argv[1])
+def main(argv):
+    print("ready", flush=True)
+    raise errors.UserError("model.n_head=3 is refused")
+errors.run_cli(main, [])
+"""
+
+
+def test_12_a_torchrun_worker_refusing_a_setting_leaves_the_saying_to_rank_0():
+    """Every worker refuses a bad --set alike; where rank 1 exited first, torchrun stopped rank 0 with
+    SIGTERM and it said `interrupted` after the refusal. A worker but rank 0 waits before its refusal:
+    stopped meanwhile (rank 0 refused first), it exits without a word; else it says its own."""
+    worker = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    proc = subprocess.Popen([sys.executable, "-c", REFUSING_WORKER, "30"], cwd=ROOT, env={**ENV, **worker},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        read_until(proc.stdout, b"ready", drain=True)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)  # as torchrun, once rank 0 has exited
+        result = wait_or_dump(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (result.code, result.err) == (128 + signal.SIGTERM, ""), result.err[-2000:]
+    done = subprocess.run([sys.executable, "-c", REFUSING_WORKER, "0.1"], cwd=ROOT, env={**ENV, **worker},
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (2, "error: model.n_head=3 is refused\n")
+
+
 def test_12_a_rank_left_in_the_shell_is_no_torchrun_launch(tmp, run, capsys, monkeypatch):
     """RANK set by another tool, outside torchrun: train.py (and each run of a sweep) ended in
     torch.distributed's traceback ("WORLD_SIZE expected"), and a Ctrl-C of sample.py said nothing."""

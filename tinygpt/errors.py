@@ -140,6 +140,8 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
         if argv is None:  # the output's last bytes written while a stop signal still stops the command:
             flush_stdout()  # Python's own flush at exit, on a pipe nobody reads, would wait unstoppably
     except UserError as e:
+        if torchrun_rank() not in (None, 0):  # (after_peers_refused: silent if torchrun stops it meanwhile)
+            after_peers_refused()
         _fail(f"error: {e}", 2)
     except BrokenPipeError:  # `python sample.py run | head`: the reader left, not an error
         sys.stderr.close()
@@ -298,6 +300,22 @@ def speaks_for_the_run() -> bool:
     while the others still import torch) and passes a Ctrl-C on, so each of them said
     `interrupted`, about a stop the user never asked for. Its own errors each rank still says."""
     return torchrun_rank() in (None, 0)
+
+
+PEER_GRACE_S = 5.0
+
+
+def after_peers_refused() -> None:
+    """A torchrun worker other than rank 0 refusing a setting waits PEER_GRACE_S seconds before it
+    says so: every worker reads the same config and refuses it alike, and the first to exit makes
+    torchrun stop the others with SIGTERM. Where rank 1 was first, rank 0 then said `interrupted`
+    after the refusal, of a stop the user never asked for; now rank 0's refusal comes first, and a
+    worker stopped while it waits exits silently. A refusal of its own (a file missing on its machine)
+    it still says, after the wait."""
+    try:
+        threading.Event().wait(PEER_GRACE_S)
+    except KeyboardInterrupt as e:  # torchrun's SIGTERM (Terminated), or a Ctrl-C passed on
+        _fail(None, 128 + e.signum if isinstance(e, Terminated) else 130)
 
 
 def stopping_on_a_signal() -> None:
