@@ -531,7 +531,7 @@ def test_a_ratio_under_one_is_printed_under_one():
     """0.48 / 0.5 = 0.96 printed as "1.0x": a head that prefers the distractor read as even."""
     for weights, shown in (((0.48, 0.5, 0.02), "0.96x"), ((0.3, 0.5, 0.2), "0.6x"), ((0.498, 0.5, 0.002), "0.99x")):
         line = best_head_line(coreference.attention_on([([0], [1], last_row(*weights))], 1, 1))
-        assert line.endswith(f"({shown} the distractor's)") and "1.0x" not in line
+        assert line.endswith(f"({shown} the distractor's: it attends more to the distractor's)") and "1.0x" not in line
     assert times(0.9996) == "0.99x" and times(0.031) == "0.031x" and times(1.64) == "1.6x"
     assert coreference.ratio(0.99996, 1.0) < 1 and coreference.ratio(0.5, 0.25) == 2.0  # (r4 rounded it up to 1.0)
     from tinygpt.report import _num

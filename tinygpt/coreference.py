@@ -442,6 +442,8 @@ def best_ratio(a: dict) -> str:
     if best["ratio"] is None:
         return "no weight on the distractor's"
     said = f"{times(best['ratio'])} the distractor's"
+    if best["ratio"] < 1:  # the head with the most on the antecedent's puts more still on the distractor's
+        said += ": it attends more to the distractor's"
     if both == a["references"] or best.get("ratio_in_window") is None:  # (a probe.json from before it)
         return said
     return (f"{said}; {times(best['ratio_in_window'])} over the {count(both, 'reference')} with both in the "
