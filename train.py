@@ -45,7 +45,7 @@ from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from
                           write_config, write_metrics)
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
                              emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory, peak_flops,
-                             resolve_device, resolve_dtype, too_many_threads)
+                             resolve_device, resolve_dtype, too_many_threads, torch_threads)
 from tinygpt.tensorboard_log import PROMPT_TOKENS, TensorBoardLog, require_tensorboard
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step, warmup_note
 
@@ -187,7 +187,8 @@ def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int) -> Config:
     except UserError:  # (an older checkpoint's config that no longer reads: this call's, as before)
         return cfg
     saved.train.out_dir = cfg.train.out_dir  # (a moved run: where it is now)
-    ignored = [key for key, value in flat_config(cfg).items() if flat_config(saved).get(key) != value]
+    theirs = flat_config(saved)
+    ignored = [key for key, value in flat_config(cfg).items() if theirs.get(key) != value]
     if ignored:
         print(f"note: the run is at step {step}, its train.max_iters: nothing is trained, so these settings are not "
               f"used, and config.yaml keeps the run's: {', '.join(ignored[:3])}{', ...' if len(ignored) > 3 else ''} "
@@ -622,12 +623,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     # on a CPU the peak of every core the run may use: measured with the threads of a busy start (1), it read
     # half the cores', and the MFU of later steps on both cores came out above 100%
     most = run.threads.max_threads if run.threads is not None and not t.threads else torch.get_num_threads()
-    now = torch.get_num_threads()
-    torch.set_num_threads(most)
-    try:
+    with torch_threads(most):
         peak, peak_source = peak_flops(dtype, dist.device)
-    finally:
-        torch.set_num_threads(now)
     speed = {"tokens_per_step": tokens_per_step, "peak": peak, "step_last": run.step,
              "flops_per_step": run.model.flops_per_token() * tokens_per_step / dist.world_size,  # per process
              "t_last": time.perf_counter(), "t_start": time.perf_counter() - run.elapsed}

@@ -29,7 +29,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
-from tinygpt.checkpoint import check_writable
+from tinygpt.checkpoint import check_writable, file_head
 from tinygpt.config import load_config
 from tinygpt.errors import ArgParser, UserError, elide, path_arg, read_capped, run_cli
 from tinygpt.runtime import run_child
@@ -94,11 +94,8 @@ def check_own_output(path: Path, mark: str, flag: str) -> None:
     not write: one whose first 4 KiB lack `mark` (a user's notes of that name), or no regular file."""
     if not (path.exists() or path.is_symlink()):
         return
-    try:
-        ours = path.is_file() and mark.encode() in path.open("rb").read(4096)
-    except OSError:
-        ours = False
-    if not ours:
+    head = file_head(path)
+    if head is None or mark.encode() not in head:
         raise UserError(f"{flag}: it would overwrite {path}, which this script did not write (a file of yours?); "
                         f"move it away, or choose another {flag}")
 

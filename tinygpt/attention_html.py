@@ -24,7 +24,7 @@ import torch
 
 from model import GPT, Step
 from tinygpt.attention_view import step_candidates, token_label, window_traces
-from tinygpt.checkpoint import atomic_write_text
+from tinygpt.checkpoint import atomic_write_text, file_head
 
 SCALE = 1000  # weights stored as integers in units of 1/SCALE (0.1 %)
 
@@ -96,13 +96,8 @@ def is_explorer_page(path: Path) -> bool:
     """Did tinygpt write the file at `path` (a page that a new one may replace, unlike a user's own
     file of that name)? By GENERATOR in its first lines. A pipe or a device is not opened (a pipe
     would wait for a writer for good)."""
-    if not path.is_file():
-        return False
-    try:
-        with open(path, "rb") as f:
-            return GENERATOR.encode() in f.read(4096)
-    except OSError:  # unreadable: it cannot be told ours
-        return False
+    head = file_head(path)  # (unreadable: it cannot be told ours)
+    return head is not None and GENERATOR.encode() in head
 
 
 def numbered(path: Path, sample: int, n_samples: int) -> Path:

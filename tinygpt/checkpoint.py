@@ -167,6 +167,19 @@ def os_error_behind(e: BaseException) -> OSError | None:
     return None
 
 
+def file_head(path: Path, n: int = 4096) -> bytes | None:
+    """The first `n` bytes of the regular file at `path` (to tell a file tinygpt wrote, by its mark,
+    from a user's of the same name), or None: missing, unreadable, or no regular file (a pipe is not
+    opened: it would wait for a writer for good)."""
+    if not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError:
+        return None
+
+
 def regular_file_target(path: Path) -> Path:
     """The file a write to `path` means: a symlink's target (the rename would replace the link
     itself); a device, a pipe or a folder is refused (the rename would replace /dev/full with a
@@ -369,7 +382,6 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     # the writer's pid in the name: sweep_temp_files removes the folder once its writer is dead
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent))
     aside: list[Path] = []  # the folders moved away from path, the first one the folder we replace
-    replaced = False  # ours is in place: a stop after that leaves it, the old one removed
     try:
         tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; give what a plain mkdir would
         yield tmp
@@ -387,19 +399,16 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
                     os.replace(path, old / path.name)
             try:
                 os.replace(tmp, path)
-                replaced = True
                 break
             except OSError as e:  # a folder appeared between the check and the rename: look again
                 if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                     raise
-        fsync_dir(path.parent)
-        for old in aside:  # (a kill during this leaves the new folder in place and a .old that is swept)
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException as e:
-        if replaced:  # stopped after the rename (fsync, removing the old folder): the new folder stands whole
+        try:
+            fsync_dir(path.parent)
+        finally:  # ours is in place, whole: even stopped here, the old folder goes (a kill leaves a .old, swept)
             for old in aside:
                 shutil.rmtree(old, ignore_errors=True)
-            raise
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if aside and not path.exists():  # stopped between moving the old folder away and renaming ours in
             put_back(aside[0], path)

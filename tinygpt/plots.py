@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from tinygpt.checkpoint import atomic_write
+from tinygpt.checkpoint import atomic_write, file_head
 from tinygpt.runs import read_metrics
 
 MATPLOTLIB_NOTE = "matplotlib is not installed: no {name} (pip install matplotlib); the tables are complete"
@@ -65,14 +65,8 @@ def png_marked(path: Path, mark: tuple[str, str]) -> bool:
     """Does the file at `path` hold a PNG with `mark` in its metadata, i.e. one that tinygpt drew (not a
     user's picture of the same name)? matplotlib writes its tEXt entries before the image data. A pipe
     or a device is not opened (a pipe would wait for a writer for good)."""
-    if not path.is_file():
-        return False
-    try:
-        with open(path, "rb") as f:
-            head = f.read(65536)
-    except OSError:  # unreadable: it cannot be told ours
-        return False
-    return head.startswith(b"\x89PNG") and "\0".join(mark).encode() in head
+    head = file_head(path, 65536)  # (unreadable: it cannot be told ours)
+    return head is not None and head.startswith(b"\x89PNG") and "\0".join(mark).encode() in head
 
 
 @contextmanager

@@ -618,6 +618,17 @@ def following_free_cores(items: Iterable[T], policy: ThreadPolicy | None) -> Ite
 COMPILE_OPTIONS = {"max_autotune": True}
 
 
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to `n` for the block, then put back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callable | None:
     """`model`'s one-token decoding step with the KV cache, compiled: idx (B, 1), kv_caches ->
     logits (B, 1, V), the same function as model(idx, kv_caches) and the same tokens (tested). The
@@ -639,8 +650,7 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
     import torch._inductor.config as inductor_config  # (here: only --compile needs it)
     step = torch.compile(model, dynamic=True, options=COMPILE_OPTIONS)
     device = model.tok_emb.weight.device
-    threads_now = torch.get_num_threads()
-    threads = threads or threads_now
+    threads = threads or torch.get_num_threads()
 
     def decode_step(idx: torch.Tensor, kv_caches: list) -> torch.Tensor:
         if torch.get_num_threads() != threads:  # the thread policy moved (a busy machine): the graph
@@ -651,10 +661,9 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
         with inductor_config.patch(freezing=True):
             return step(idx.clone(memory_format=torch.contiguous_format), kv_caches)
 
-    torch.set_num_threads(threads)
     try:
         # inductor's deprecation notices and its tables of kernel timings stay off the terminal
-        with torch.no_grad(), warnings.catch_warnings(), redirect_stderr(io.StringIO()):
+        with torch_threads(threads), torch.no_grad(), warnings.catch_warnings(), redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             # a 2-token prompt through the model itself, then one step through the graph, which
             # compiles it (at a cache length of 2: lengths 0 and 1 would compile as constants)
@@ -665,8 +674,6 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
     except Exception as e:  # noqa: BLE001 (whatever the compiler raised, decoding still works without it)
         log.write(f"warning: --compile failed ({type(e).__name__}: {reason(e, 200)}); decoding without it\n")
         return None
-    finally:
-        torch.set_num_threads(threads_now)
     log.write(f"compiled in {time.perf_counter() - start:.0f} s\n")
     return decode_step
 
