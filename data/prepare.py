@@ -28,6 +28,7 @@ import os
 import re
 import shlex
 import sys
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,14 +50,16 @@ from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_l
 from tinygpt.config import Config, DataConfig, load_config, same_path
 from tinygpt.errors import ArgParser, UserError, path_word, run_cli, short
 from tinygpt.runtime import check_memory
-from tinygpt.tokenizer import MAX_TOKEN_BYTES, Tokenizer, build_tokenizer, clean_text, tokenizer_from_dict
+from tinygpt.tokenizer import (MAX_TOKEN_BYTES, DamagedTokenizer, Tokenizer, build_tokenizer, clean_text,
+                               tokenizer_from_dict)
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 BUILTIN = ("stories", "shakespeare")
 PREP_VERSION = 3  # bump when the prepared format changes: old folders are then rebuilt (3: closed BPE
 # vocabularies, meta.json's digest)
-SHAKESPEARE_CHARS = 1_115_394
+SHAKESPEARE_CHARS = 1_115_394  # (and bytes: it is ASCII)
+DOWNLOAD_S = 300
 
 # ---- sources ----
 
@@ -253,13 +256,18 @@ def download_shakespeare(folder: Path) -> Path:
     path = folder / "tinyshakespeare.txt"
     if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == SHAKESPEARE_SHA256:
         return path
-    try:
+    offline = "offline, point data.dataset at a local copy: --set data.dataset=path/to/tinyshakespeare.txt"
+    try:  # at most the file's size and one byte more, within DOWNLOAD_S: a proxy's endless or slow reply ends
+        data, deadline = bytearray(), time.monotonic() + DOWNLOAD_S
         with urllib.request.urlopen(SHAKESPEARE_URL, timeout=30) as r:
-            data = r.read()
+            while len(data) <= SHAKESPEARE_CHARS and (block := r.read(1 << 16)):
+                data += block
+                if time.monotonic() > deadline:
+                    raise UserError(f"downloading tiny shakespeare from {SHAKESPEARE_URL} took over {DOWNLOAD_S} s; "
+                                    f"{offline}")
     except OSError as e:
         raise UserError(f"could not download tiny shakespeare ({e.__class__.__name__}) from {SHAKESPEARE_URL}; "
-                        f"offline, point data.dataset at a local copy: --set data.dataset=path/to/tinyshakespeare.txt"
-                        ) from None
+                        f"{offline}") from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != SHAKESPEARE_SHA256:
         raise UserError(f"downloaded tiny shakespeare has sha256 {digest[:12]}..., expected "
@@ -345,15 +353,23 @@ def prepared_dir(d: DataConfig) -> Path:
 # ---- preparation ----
 
 
-def _encode(tokenizer: Tokenizer, text: str, show_progress: bool) -> np.ndarray:
-    """Encode in line-aligned chunks (a tqdm bar for large inputs)."""
+# where a chunk may end: after a line break with no whitespace either side. BPE's pre-tokenizers
+# (GPT-2's, cl100k's, the learned BPE's) split a run of whitespace by what follows it, so a chunk
+# that ended inside a run ("\n\n\n" cut after the first) could split it otherwise than the whole
+# text does; here both sides end a piece the same way, and the tokens are the whole text's
+CHUNK_END = re.compile(r"(?<=\S)\n(?=\S)")
+
+
+def _encode(tokenizer: Tokenizer, text: str, show_progress: bool, chunk: int = 1 << 20) -> np.ndarray:
+    """Encode in chunks of about `chunk` characters, each cut where it encodes as in the whole text
+    (CHUNK_END), with a tqdm bar for large inputs."""
     from tqdm import tqdm
-    chunk, pieces, pos = 1 << 20, [], 0
+    pieces, pos = [], 0
     with tqdm(total=len(text), unit="char", unit_scale=True, desc="tokenizing",
               disable=not show_progress or len(text) < 4 * chunk) as bar:
         while pos < len(text):
-            end = text.find("\n", pos + chunk)
-            end = len(text) if end < 0 else end + 1
+            cut = CHUNK_END.search(text, pos + chunk)
+            end = len(text) if cut is None else cut.end()
             pieces.append(np.asarray(tokenizer.encode(text[pos:end]), dtype=np.int64))
             bar.update(end - pos)
             pos = end
@@ -510,7 +526,8 @@ def load_for_training(cfg: Config, source: str) -> Prepared:
                             f"{' or ' * (len(fixes) > 1)}{fixes[-1]}")
     if cfg.model.vocab_size not in (0, data.tokenizer.vocab_size):  # e.g. a run's config.yaml, other data
         raise UserError(f"model.vocab_size={cfg.model.vocab_size} ({source}) is not the tokenizer's "
-                        f"{data.tokenizer.vocab_size}: the vocabulary comes from the data; remove the key")
+                        f"{data.tokenizer.vocab_size}: the vocabulary comes from the data; remove the key, or "
+                        f"--set model.vocab_size=0 (from the data)")
     cfg.model.vocab_size = data.tokenizer.vocab_size
     return data
 
@@ -538,9 +555,10 @@ def load_prepared(folder: str | Path) -> Prepared:
         meta = read_json(folder / "meta.json")
         tokenizer = tokenizer_from_dict(read_json(folder / "tokenizer.json"))
         return Prepared(*token_arrays(folder, meta), tokenizer, meta)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
-        raise UserError(f"the prepared data in {folder} is damaged ({type(e).__name__}); delete the folder "
-                        f"and it is prepared again") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, DamagedTokenizer) as e:
+        what = str(e) if isinstance(e, DamagedTokenizer) else type(e).__name__
+        raise UserError(f"the prepared data in {folder} is damaged ({what}); delete the folder and it is prepared "
+                        f"again") from None
 
 
 def get_batch(data: np.ndarray, batch_size: int, block_size: int, generator: torch.Generator,

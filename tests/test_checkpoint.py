@@ -328,6 +328,22 @@ def test_a_model_vocab_other_than_its_tokenizer_s_is_refused(tmp_path):
                                f"the checkpoint is damaged")
 
 
+@pytest.mark.parametrize("tokenizer, what", [
+    ({"kind": "char", "chars": "".join(sorted(set(TEXT)))[::-1]}, "char tokenizer data has no valid 'chars'"),
+    ({"kind": "bpe", "merges": [[300, 2]]}, r"the learned BPE's merge \(300, 2\) names a token"),
+    ({"kind": "tiktoken", "encoding": "gpt5"}, "tiktoken tokenizer data names 'gpt5', which is no")])
+def test_a_damaged_tokenizer_in_a_checkpoint_names_the_file_and_a_fix_that_works(tmp_path, tokenizer, what):
+    # the advice was to re-run data/prepare.py, which repairs no checkpoint, with no file named (and
+    # an unknown encoding got advice for the config key data.tokenizer)
+    state, _, _ = tiny_state()
+    state["tokenizer"] = {**tokenizer, "vocab_size": state["tokenizer"]["vocab_size"]}  # (the weights' size)
+    path = tmp_path / "best.pt"
+    save_checkpoint(path, state)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}: its tokenizer is damaged \({what}.*\); use another "
+                                        rf"copy of the run, or train it again$"):
+        load_model(path)
+
+
 class TouchOnUnpickle:
     """A pickled payload that creates a file when unpickled (a stand-in for arbitrary code)."""
 

@@ -835,6 +835,7 @@ def test_only_a_vocabulary_made_before_closing_gets_the_caution(tmp_path, monkey
     ranks = {**{bytes([b]): b for b in range(256)}, b"ab": 256, b"abc": 257}
     toy = tiktoken.Encoding("toy", pat_str=r" ?\w+| ?[^\w\s]+|\s+", mergeable_ranks=ranks, special_tokens={})
     monkeypatch.setattr(tk, "get_tiktoken_encoding", lambda name: toy)
+    monkeypatch.setattr(tk, "tiktoken_names", lambda names=tk.tiktoken_names(): [*names, "toy"])
     tokenizer = tk.TiktokenTokenizer("toy", list(range(258)), closed=closed)
     cfg = Config(model=ModelConfig(block_size=8, n_layer=1, n_head=2, n_embd=16, vocab_size=258))
     save_checkpoint(tmp_path / "run" / "ckpt.pt", {"config": config_to_dict(cfg), "tokenizer": tokenizer.to_dict(),

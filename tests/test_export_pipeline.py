@@ -91,6 +91,7 @@ def learned_encoding():
     real = tk.get_tiktoken_encoding
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tk, "get_tiktoken_encoding", lambda name: learned() if name == "learned" else real(name))
+        mp.setattr(tk, "tiktoken_names", lambda names=tk.tiktoken_names(): [*names, "learned"])
         yield
 
 

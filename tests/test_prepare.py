@@ -574,6 +574,26 @@ def test_a_download_with_the_wrong_sha256_is_refused_and_not_saved(tmp_path, mon
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("reply", ["endless", "slow"])
+def test_a_download_that_never_ends_is_cut_off(tmp_path, monkeypatch, reply):
+    # the whole reply was read into memory, however long, for however long it took
+    class Reply(io.RawIOBase):
+        reads, sent = 0, 0
+
+        def read(self, n=-1):  # (all of it: 40 MB stand in for an endless reply)
+            Reply.reads += 1
+            Reply.sent += 40 * 2**20 if n < 0 else n
+            return b"x" * (40 * 2**20 if n < 0 else n)
+    if reply == "slow":
+        monkeypatch.setattr(prep.time, "monotonic", lambda: Reply.reads * 100.0)  # 100 s a block
+    monkeypatch.setattr(prep.urllib.request, "urlopen", lambda url, timeout: Reply())
+    said = r"took over 300 s; offline" if reply == "slow" else r"has sha256 [0-9a-f]{12}\.\.\., expected"
+    with pytest.raises(UserError, match=said):
+        prep.download_shakespeare(tmp_path)
+    assert Reply.sent <= (4 if reply == "slow" else prep.SHAKESPEARE_CHARS // 65536 + 2) * 65536
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_files_of_a_folder_are_joined_by_a_blank_line(tmp_path):
     """The last line of a.txt ran into the first of b.txt ("the endOnce upon"): a word that is in neither."""
     books = tmp_path / "books"
@@ -617,3 +637,29 @@ def test_a_dataset_spelt_two_ways_is_the_same_dataset(tmp_path, monkeypatch):
     assert prep.same_dataset("d.txt", str(tmp_path / "d.txt")) and prep.same_dataset("./d.txt", "d.txt")
     assert not prep.same_dataset("d.txt", "e.txt")
     assert not prep.same_dataset("stories", "./stories")
+
+
+def test_chunked_encoding_gives_the_whole_texts_tokens_at_runs_of_whitespace():
+    # a chunk cut after the first of several line breaks split the run otherwise than the whole
+    # text: GPT-2's pre-tokenizer keeps a run's last whitespace apart when text follows it
+    from tinygpt.tokenizer import build_tokenizer
+    text = "the cat\n\n\n\nsat  \non the mat.\n \nthe end\n" * 40
+    tokenizer = build_tokenizer("bpe", text, bpe_vocab_size=300)
+    whole = tokenizer.encode(text)
+    for chunk in (1, 5, 16, 33, 100):
+        assert prep._encode(tokenizer, text, False, chunk=chunk).tolist() == whole, chunk
+
+
+def test_a_vocab_size_the_data_does_not_have_offers_a_fix_from_the_command_line(tmp_path):
+    # a run's own config.yaml records model.vocab_size; "remove the key" was the only fix offered
+    text = tmp_path / "corpus.txt"
+    text.write_text("the cat sat on the mat\n" * 200)
+    cfg = config(text, tmp_path / "prepared")
+    cfg.model.vocab_size = 5
+    prep.prepare(cfg, show_progress=False)
+    with pytest.raises(UserError, match=r"^model.vocab_size=5 \(run/config.yaml\) is not the tokenizer's 11: the "
+                                        r"vocabulary comes from the data; remove the key, or --set "
+                                        r"model.vocab_size=0 \(from the data\)$"):
+        prep.load_for_training(cfg, "run/config.yaml")
+    cfg.model.vocab_size = 0  # the fix works
+    assert prep.load_for_training(cfg, "run/config.yaml").tokenizer.vocab_size == cfg.model.vocab_size == 11

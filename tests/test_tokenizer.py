@@ -9,6 +9,7 @@ tiktoken Encoding; the real GPT-2 ranks are used only when the test data folder
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -185,7 +186,9 @@ def _toy_encoding() -> tiktoken.Encoding:
 def toy(monkeypatch):
     """The toy encoding, also reachable by name so that to_dict/from_dict round trips work."""
     enc = _toy_encoding()
+    names = tk.tiktoken_names()
     monkeypatch.setattr(tk, "get_tiktoken_encoding", lambda name: enc)
+    monkeypatch.setattr(tk, "tiktoken_names", lambda: [*names, "toy"])
     return enc
 
 
@@ -258,7 +261,7 @@ def test_a_damaged_compact_vocabulary_is_one_line_never_a_panic(toy):
                           (None, "lacks the single-byte token of id 97: BPE needs all 256")]:
         with pytest.raises(UserError, match=match) as err:
             tokenizer_from_dict(damaged(new_id)).encode("a cat")
-        assert "\n" not in str(err.value) and "damaged" in str(err.value)
+        assert "\n" not in str(err.value) and isinstance(err.value, tk.DamagedTokenizer)  # (its reader names the file)
     # without the encoding's file (an import), what the ids alone show: OpenAI's encodings number
     # their single-byte tokens 0..255
     gpt2 = {"kind": "tiktoken", "encoding": "gpt2", "vocab_size": 257, "ids": [*range(256), 2**40]}
@@ -340,6 +343,44 @@ def test_a_damaged_cached_encoding_file_is_named(tmp_path, monkeypatch):
                                         rf"{re.escape(str(cached))} was damaged .* tiktoken removed it; copy the file "
                                         rf"there again \(e.g. cp r50k_base.tiktoken"):
         build_tokenizer("gpt2", "hello")
+
+
+def cl100k_cache_file(folder):
+    import hashlib
+    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    return folder / hashlib.sha1(url.encode()).hexdigest()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+@pytest.mark.parametrize("kind", ["a pipe", "a device", "a link"])
+def test_a_cache_file_that_is_no_regular_file_is_named_before_tiktoken_reads_it(kind, tmp_path, monkeypatch):
+    # tiktoken opened whatever was there: a pipe waited for ever, a link to /dev/zero read until the
+    # machine ran out of memory
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    cached = cl100k_cache_file(tmp_path)
+    if kind == "a pipe":
+        os.mkfifo(cached)
+    else:
+        cached.symlink_to("/dev/zero" if kind == "a device" else tmp_path / "gone")
+    said = {"a pipe": "a pipe, not a regular file", "a device": "a device, not a regular file",
+            "a link": "a link .* that leads to no file or folder"}[kind]
+    with pytest.raises(UserError, match=rf"^the tiktoken encoding 'cl100k_base' could not be loaded: its cache file "
+                                        rf"{re.escape(str(cached))} is {said}; put the encoding file there"):
+        build_tokenizer("cl100k_base", "hello")
+
+
+@pytest.mark.parametrize("setting", ["empty", "a file"])
+def test_a_cache_setting_tiktoken_cannot_use_is_said(setting, tmp_path, monkeypatch):
+    # the advice was to copy the file into $TIKTOKEN_CACHE_DIR: empty, that is the root folder, and
+    # tiktoken reads no cache at all
+    (tmp_path / "notes.txt").write_text("mine")
+    value = "" if setting == "empty" else str(tmp_path / "notes.txt")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", value)
+    said = "TIKTOKEN_CACHE_DIR is empty, which turns tiktoken's cache off" if setting == "empty" \
+        else f"TIKTOKEN_CACHE_DIR={re.escape(value)} is not a folder"
+    with pytest.raises(UserError, match=rf"network disabled in tests\); {said}; set TIKTOKEN_CACHE_DIR to a folder "
+                                        rf"holding the encoding file"):
+        build_tokenizer("cl100k_base", "hello")
 
 
 @pytest.fixture

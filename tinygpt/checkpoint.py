@@ -35,7 +35,7 @@ from model import GPT
 from tinygpt.config import Config, all_keys, config_from_dict
 from tinygpt.errors import UserError, count, path_word, reason, script_word, short
 from tinygpt.runtime import check_memory, model_memory
-from tinygpt.tokenizer import Tokenizer, tokenizer_from_dict
+from tinygpt.tokenizer import DamagedTokenizer, Tokenizer, tokenizer_from_dict
 
 FORMAT = "tinygpt-checkpoint"
 HF_GPT2_NAME = re.compile(r"^(openai-community/)?(distil)?gpt2(-medium|-large|-xl)?$")  # model names on the Hub
@@ -788,7 +788,11 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokeni
     path = resolve_checkpoint(path)
     ckpt = load_checkpoint(path, map_location=device)
     model, cfg = model_from_checkpoint(ckpt, path)
-    tokenizer = tokenizer_from_dict(ckpt["tokenizer"]) if with_tokenizer else None
+    try:
+        tokenizer = tokenizer_from_dict(ckpt["tokenizer"]) if with_tokenizer else None
+    except DamagedTokenizer as e:
+        raise UserError(f"{path}: its tokenizer is damaged ({e}); use another copy of the run, or train it "
+                        f"again") from None
     return model.to(device).eval(), cfg, tokenizer, ckpt
 
 

@@ -30,6 +30,7 @@ import os
 import re
 import unicodedata
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
@@ -336,22 +337,31 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
     key = hashlib.sha1(url.encode()).hexdigest() if url is not None else None  # its file's name in the cache
     folder = tiktoken_cache_folder()
     cached = os.path.join(folder, key) if folder and key else None
+    how = f"e.g. cp {file}.tiktoken $TIKTOKEN_CACHE_DIR/{key}, file from {url}" if url is not None \
+        else "URLs in tiktoken_ext/openai_public.py"
+    cant = f"the tiktoken encoding {name!r} could not be loaded"
+    if cached is not None and os.path.lexists(cached) and not os.path.isfile(cached):  # tiktoken would read a
+        from tinygpt.checkpoint import dead_link, not_regular                         # pipe or /dev/zero forever
+        what = dead_link(Path(cached)) or not_regular(Path(cached))
+        raise UserError(f"{cant}: its cache file {cached} is {what}; put the encoding file there ({how})")
     was_cached = cached is not None and os.path.isfile(cached)
     try:
         return tiktoken.get_encoding(canonical)
     except Exception as e:  # no network and no cache, a proxy, a corrupt cached file, ...
-        if url is not None:
-            how = f"e.g. cp {file}.tiktoken $TIKTOKEN_CACHE_DIR/{key}, file from {url}"
-        else:
-            how = "URLs in tiktoken_ext/openai_public.py"
         if was_cached and not os.path.exists(cached):  # (tiktoken removes a file that is not the one it expects)
-            raise UserError(f"the tiktoken encoding {name!r} could not be loaded: its cached file {cached} was damaged "
-                            f"(not the sha256 tiktoken expects), and tiktoken removed it; copy the file there again "
-                            f"({how})") from e
+            raise UserError(f"{cant}: its cached file {cached} was damaged (not the sha256 tiktoken expects), and "
+                            f"tiktoken removed it; copy the file there again ({how})") from e
+        variable = "TIKTOKEN_CACHE_DIR" if "TIKTOKEN_CACHE_DIR" in os.environ else "DATA_GYM_CACHE_DIR"
+        if not folder:
+            cache = f"{variable} is empty, which turns tiktoken's cache off; set TIKTOKEN_CACHE_DIR"
+        elif os.path.exists(folder) and not os.path.isdir(folder):
+            cache = f"{variable}={folder} is not a folder; set TIKTOKEN_CACHE_DIR"
+        else:
+            cache = "offline, set TIKTOKEN_CACHE_DIR"
         raise UserError(
-            f"the tiktoken encoding {name!r} could not be loaded ({type(e).__name__}: {reason(e)}); offline, "
-            "set TIKTOKEN_CACHE_DIR to a folder holding the encoding file named by the sha1 of its URL "
-            f"({how}); a new run can use data.tokenizer=bpe, char or word instead, which need no download") from e
+            f"{cant} ({type(e).__name__}: {reason(e)}); {cache} to a folder holding the encoding file named by the "
+            f"sha1 of its URL ({how}); a new run can use data.tokenizer=bpe, char or word instead, which need no "
+            f"download") from e
 
 
 def tiktoken_cache_folder() -> str:
@@ -393,7 +403,12 @@ def closed_vocab(ids: Sequence[int], ranks: dict[bytes, int]) -> list[int]:
     return sorted(kept)
 
 
-DAMAGED = "the checkpoint or tokenizer file is damaged or from another program; re-run data/prepare.py"
+class DamagedTokenizer(UserError):
+    """Saved tokenizer data (a checkpoint's, a prepared folder's tokenizer.json, an export's record)
+    that rebuilds no tokenizer. Its message says what is wrong with the data; the caller, which
+    knows where the data came from, names the file and the fix."""
+
+
 MAX_RANK = 2**32 - 1  # tiktoken's token ids (its BPE ranks) are 32-bit
 BYTES_FIRST = ("r50k_base", "p50k_base")  # GPT-2's byte tokens are ids 0..255 (p50k extends r50k: checked on r50k)
 
@@ -410,7 +425,7 @@ def check_compact_ids(name: str, ids: Sequence[int], ranks: dict[bytes, int] | N
     kept: set[int] = set()
     for i in ids:
         if i in kept:
-            raise UserError(f"{what} holds id {short(i)} twice; {DAMAGED}")
+            raise DamagedTokenizer(f"{what} holds id {short(i)} twice")
         kept.add(i)
     if ranks is None:
         tokens: Any = range(MAX_RANK + 1)
@@ -422,12 +437,12 @@ def check_compact_ids(name: str, ids: Sequence[int], ranks: dict[bytes, int] | N
         where = f"the encoding's BPE tokens have ids within 0..{max(tokens)}, special tokens excluded"
     bad = next((i for i in ids if i not in tokens), None)
     if bad is not None:
-        raise UserError(f"{what} holds id {short(bad)}, which names no BPE token ({where}); {DAMAGED}")
+        raise DamagedTokenizer(f"{what} holds id {short(bad)}, which names no BPE token ({where})")
     missing = [t for t in byte_tokens if t not in kept]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise UserError(f"{what} lacks the single-byte token of id {missing[0]}{more}: BPE needs all "
-                        f"{len(byte_tokens)} of them to spell any text; {DAMAGED}")
+        raise DamagedTokenizer(f"{what} lacks the single-byte token of id {missing[0]}{more}: BPE needs all "
+                               f"{len(byte_tokens)} of them to spell any text")
 
 
 def tiktoken_data(d: dict) -> tuple[str, list[int] | None]:
@@ -435,17 +450,19 @@ def tiktoken_data(d: dict) -> tuple[str, list[int] | None]:
     checked as far as they can be without the encoding's file (`check_compact_ids`)."""
     name, ids = d.get("encoding"), d.get("ids")
     if not isinstance(name, str):
-        raise UserError(f"tiktoken tokenizer data has no 'encoding' name; {DAMAGED}")
+        raise DamagedTokenizer("tiktoken tokenizer data has no 'encoding' name")
+    if name not in tiktoken_names():  # (the encoding's file is not looked for)
+        raise DamagedTokenizer(f"tiktoken tokenizer data names {short(name)}, which is no tiktoken encoding")
     if ids is None:  # the full encoding: its size is known without its file for GPT-2's
         if _ALIASES.get(name, name) == "r50k_base" and d.get("vocab_size") not in (None, GPT2_VOCAB):
-            raise UserError(f"tokenizer data says vocab_size={short(d['vocab_size'])} but encoding {name!r} has "
-                            f"{GPT2_VOCAB} tokens; {DAMAGED}")
+            raise DamagedTokenizer(f"tokenizer data says vocab_size={short(d['vocab_size'])} but encoding {name!r} "
+                                   f"has {GPT2_VOCAB} tokens")
         return name, None
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise UserError(f"tiktoken tokenizer data has a malformed 'ids' list (integers expected); {DAMAGED}")
+        raise DamagedTokenizer("tiktoken tokenizer data has a malformed 'ids' list (integers expected)")
     check_compact_ids(name, ids)
     if d.get("vocab_size") not in (None, len(ids)):
-        raise UserError(f"tokenizer data says vocab_size={short(d['vocab_size'])} but lists {len(ids)} ids; {DAMAGED}")
+        raise DamagedTokenizer(f"tokenizer data says vocab_size={short(d['vocab_size'])} but lists {len(ids)} ids")
     return name, ids
 
 
@@ -693,20 +710,19 @@ class LearnedBPETokenizer(TiktokenTokenizer):
     def __init__(self, merges: Sequence[tuple[int, int]]) -> None:
         import tiktoken
         if len(merges) > MAX_MERGES:
-            raise UserError(f"the learned BPE has {len(merges):,} merges, more than {MAX_MERGES:,} (a vocabulary "
-                            f"beyond 65536 tokens); it is damaged: re-run python -m data.prepare")
+            raise DamagedTokenizer(f"the learned BPE has {len(merges):,} merges, more than {MAX_MERGES:,} "
+                                   f"(a vocabulary beyond 65536 tokens)")
         tokens = [bytes([b]) for b in range(256)]
         for left, right in merges:
             if not (0 <= left < len(tokens) and 0 <= right < len(tokens)):
-                raise UserError(f"the learned BPE's merge ({left}, {right}) names a token that does not exist yet; "
-                                f"re-run python -m data.prepare")
+                raise DamagedTokenizer(f"the learned BPE's merge ({left}, {right}) names a token that does not "
+                                       f"exist yet")
             if len(tokens[left]) + len(tokens[right]) > MAX_TOKEN_BYTES:  # 40 doubling merges: 2**40 bytes
-                raise UserError(f"the learned BPE's merge ({left}, {right}) makes a token of "
-                                f"{len(tokens[left]) + len(tokens[right]):,} bytes, beyond {MAX_TOKEN_BYTES}; it is "
-                                f"damaged: re-run python -m data.prepare")
+                raise DamagedTokenizer(f"the learned BPE's merge ({left}, {right}) makes a token of "
+                                       f"{len(tokens[left]) + len(tokens[right]):,} bytes, beyond {MAX_TOKEN_BYTES}")
             tokens.append(tokens[left] + tokens[right])
         if len(set(tokens)) != len(tokens):
-            raise UserError("the learned BPE's merges make the same token twice; re-run python -m data.prepare")
+            raise DamagedTokenizer("the learned BPE's merges make the same token twice")
         self.merges = [(int(a), int(b)) for a, b in merges]
         encoding = tiktoken.Encoding("bpe", pat_str=GPT2_SPLIT, special_tokens={},
                                      mergeable_ranks={token: rank for rank, token in enumerate(tokens)})
@@ -757,37 +773,37 @@ def build_tokenizer(name: str, text: str, compact: bool = True, bpe_vocab_size: 
 
 def tokenizer_from_dict(d: dict) -> Tokenizer:
     """Rebuild a tokenizer from `Tokenizer.to_dict()` output (e.g. from a checkpoint or JSON file)."""
-    fix = DAMAGED
     if not isinstance(d, dict):
-        raise UserError(f"tokenizer data must be a dict, got {type(d).__name__}; {fix}")
+        raise DamagedTokenizer(f"tokenizer data must be a dict, got {type(d).__name__}")
     kind = d.get("kind")
     if kind == "char":
         chars = d.get("chars")
         if not isinstance(chars, str) or not chars or len(set(chars)) != len(chars) \
                 or list(chars) != sorted(chars):
-            raise UserError(f"char tokenizer data has no valid 'chars' (distinct sorted characters); {fix}")
+            raise DamagedTokenizer("char tokenizer data has no valid 'chars' (distinct sorted characters)")
         tok: Tokenizer = CharTokenizer(chars)
     elif kind == "word":
         words = d.get("words")
         if not isinstance(words, list) or not words or not all(isinstance(w, str) and w for w in words) \
                 or words != sorted(dict.fromkeys(words)):
-            raise UserError(f"word tokenizer data has no valid 'words' (distinct sorted strings); {fix}")
+            raise DamagedTokenizer("word tokenizer data has no valid 'words' (distinct sorted strings)")
         tok = WordTokenizer(words)
     elif kind == "bpe":
         merges = d.get("merges")
         if not isinstance(merges, list) or not all(
                 isinstance(m, list) and len(m) == 2 and all(isinstance(i, int) and not isinstance(i, bool) for i in m)
                 for m in merges):
-            raise UserError(f"bpe tokenizer data has no valid 'merges' (pairs of token ids); {fix}")
+            raise DamagedTokenizer("bpe tokenizer data has no valid 'merges' (pairs of token ids)")
         tok = LearnedBPETokenizer(merges)
     elif kind == "tiktoken":
         name, ids = tiktoken_data(d)
         tok = TiktokenTokenizer(name, ids, closed=d.get("closed") is True)  # absent: saved before closing
     else:
-        raise UserError(f"tokenizer data has unknown kind {kind!r} (expected 'char', 'word', 'bpe' or 'tiktoken'); {fix}")
+        raise DamagedTokenizer(f"tokenizer data has unknown kind {kind!r} (expected 'char', 'word', 'bpe' or "
+                               f"'tiktoken')")
     vocab_size = d.get("vocab_size")
     if vocab_size is not None and vocab_size != tok.vocab_size:
         hint = " (a different tiktoken version?)" if kind == "tiktoken" else ""
-        raise UserError(f"tokenizer data says vocab_size={vocab_size} but rebuilds with "
-                        f"{tok.vocab_size} tokens{hint}; {fix}")
+        raise DamagedTokenizer(f"tokenizer data says vocab_size={vocab_size} but rebuilds with "
+                               f"{tok.vocab_size} tokens{hint}")
     return tok
