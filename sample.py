@@ -63,7 +63,7 @@ from tinygpt.config import MAX_THREADS
 from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, path_arg, path_word,
                             read_capped, run_cli, script_word, short)
 from tinygpt.plots import HEATMAP_MARK, png_marked
-from tinygpt.runs import run_lock
+from tinygpt.runs import run_lock, run_name
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device, too_many_threads)
 from tinygpt.tokenizer import clean_text, encode_prompt
@@ -363,7 +363,7 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
         try:
             paths = attention_view.save_heatmaps(traces, labels, args.attention_png, args.attention_last,
                                                  cfg.causal, prefix=png_prefix,
-                                                 title=f"{Path(args.run).name or args.run}: {text!r}{cut}")
+                                                 title=f"{run_name(args.run)}: {text!r}{cut}")
         except ImportError:
             print("note: --attention-png needs matplotlib (pip install matplotlib); printed the text "
                   "tables only", file=sys.stderr)
@@ -426,8 +426,9 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     steps then the text), and the attention tables asked for; return the generated texts."""
     args = build_parser().parse_args(argv)
     check_args(args)
-    if out is None and (args.attention_html or args.attention_png):  # files asked for: a reader that
-        out = ReaderMayLeave(sys.stdout, "stdout", full_disk_too=False)  # leaves (| head) must not end their writing
+    if out is None and (args.attention_html or args.attention_png):  # files asked for: a reader that leaves
+        out = ReaderMayLeave(sys.stdout, "stdout", full_disk_too=False)  # (| head, |& head) must not end their
+        sys.stderr = ReaderMayLeave(sys.stderr, "stderr", full_disk_too=False)  # writing
     out = shown_safely(out or sys.stdout)  # every mode's text and echoed prompt goes through `out`
     prompt = read_prompt(args)
     device = resolve_device(args.device, "--device")
@@ -512,7 +513,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         if args.attention_html is not None:
             path = attention_html.write_explorer(
                 attention_html.numbered(args.attention_html, i, args.num_samples), model, tokenizer, ids + new_ids,
-                len(new_ids), recorded, f"{Path(args.run).name}: the prompt and sample {i + 1}",
+                len(new_ids), recorded, f"{run_name(args.run)}: the prompt and sample {i + 1}",
                 attention_view.sampling_rule(args.temperature, args.top_k, args.top_p))
             out.write(f"saved {path}\n")
         if args.show_attention and args.attention_of == "all":

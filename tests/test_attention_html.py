@@ -148,6 +148,28 @@ def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
         sample.main([run, "--attention-html", str(tmp_path)], out=io.StringIO())
 
 
+@pytest.mark.parametrize("given", [".", "a link named with a byte that is not UTF-8", "its checkpoint file"])
+def test_the_pages_title_names_the_run_however_it_is_given(run, tmp_path, monkeypatch, given):
+    # `sample.py .` titled the page ": the prompt and sample 1"; a folder name holding a byte that is
+    # not UTF-8 went into the page as that byte, in a page that says it is UTF-8
+    import os
+    name = Path(run).name
+    if given == ".":
+        monkeypatch.chdir(run)
+        arg = "."
+    elif given == "its checkpoint file":
+        arg = str(Path(run) / "best.pt")
+    else:
+        link = os.fsdecode(bytes(tmp_path) + b"/bad\xffname")
+        os.symlink(run, link)
+        arg, name = link, "bad\ufffdname"
+    sample.main([arg, "--prompt", "Mia", "--max-new-tokens", "2", "--attention-html", str(tmp_path / "p.html")],
+                out=io.StringIO())
+    page = (tmp_path / "p.html").read_bytes().decode("utf-8")  # (strict)
+    assert page_data(page)["title"] == f"{name}: the prompt and sample 1"
+    assert f"<title>{name}: the prompt and sample 1" in page
+
+
 def test_sample_keeps_only_the_steps_the_page_can_show(run, tmp_path, monkeypatch):
     # it kept every step's candidates (~0.5 kB a token) until the end, though the page shows one block
     block_size = sample.load_model(run, torch.device("cpu"))[0].config.block_size

@@ -404,15 +404,19 @@ def test_an_empty_path_is_refused(tiny_stories_run, flag, tmp_path, monkeypatch)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_closed_stdout_does_not_stop_the_pages_asked_for(tiny_stories_run, tmp_path):
-    """`sample.py ... --attention-html p.html --num-samples 3 | head -1` wrote the first page only."""
+@pytest.mark.parametrize("stderr", ["its own", "the same pipe"])
+def test_a_closed_stdout_does_not_stop_the_pages_asked_for(tiny_stories_run, tmp_path, stderr):
+    """`sample.py ... --attention-html p.html --num-samples 3 | head -1` wrote the first page only; with
+    `|& head -1` (stderr on the same pipe) the warning that stdout was lost hit the closed pipe, and
+    the command ended there, exit 0, without a page."""
     proc = subprocess.Popen([sys.executable, str(ROOT / "sample.py"), str(tiny_stories_run), "--attention-html",
                              str(tmp_path / "p.html"), "--num-samples", "3", "--max-new-tokens", "30", *GREEDY],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                            stdout=subprocess.PIPE, cwd=tmp_path,
+                            stderr=subprocess.PIPE if stderr == "its own" else subprocess.STDOUT,
                             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     proc.stdout.read(1)
     proc.stdout.close()  # the reader leaves
-    err = proc.stderr.read().decode()
+    err = proc.stderr.read().decode() if proc.stderr else ""
     assert proc.wait(timeout=300) == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"p_sample{i}.html" for i in (1, 2, 3)]
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -160,7 +162,6 @@ def test_a_new_run_never_mixes_its_events_with_an_earlier_runs(tmp_path, monkeyp
 def test_a_tensorboard_folder_that_cannot_take_the_logs_is_one_line(tmp_path, kind, capsys):
     """tensorboard's writer thread printed its traceback (a folder that takes no file) or train.py
     ended in one (a link to nothing), after config.yaml was written."""
-    import os
     import subprocess
     pytest.importorskip("tensorboard")
     folder = tmp_path / "run" / "tensorboard"
@@ -217,6 +218,41 @@ def test_a_full_disk_under_the_log_is_one_line_without_the_threads_traceback(tmp
     assert [type(e) for e in printed] == [ValueError]  # only the other thread's error reached the old hook
     with pytest.raises(UserError, match=f"cannot write the TensorBoard log {tmp_path / 'tensorboard'}: No space left"):
         board.close()  # tensorboard's close() does not raise its thread's error: this does
+
+
+@pytest.mark.parametrize("error, fix", [("ENOSPC", "make room"), ("EFBIG", r"raise the file size limit \(ulimit -f\)"),
+                                        ("EACCES", "mend that")])
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_a_log_that_cannot_be_written_gives_the_fix_for_its_error_and_a_way_on_that_works(
+        tmp_path, monkeypatch, error, fix, checkpoint):
+    # a file-size limit was told to "make room", and a run stopped before its first checkpoint (the
+    # step-0 images are the first big write) to "continue with --resume", which found no checkpoint
+    import errno
+    pytest.importorskip("tensorboard")
+    from tinygpt import tensorboard_log
+    from tinygpt.tokenizer import CharTokenizer
+    monkeypatch.setattr(tensorboard_log, "WRITER_ERRORS", [])
+    board = tensorboard_log.TensorBoardLog(tmp_path, CharTokenizer.from_text("abc"), [0, 1, 2])
+    if checkpoint:
+        (tmp_path / "ckpt.pt").write_bytes(b"")
+    code = getattr(errno, error)
+    tensorboard_log.WRITER_ERRORS.append(OSError(code, os.strerror(code)))
+    then = "continue with --resume" if checkpoint else "run the command again"
+    with pytest.raises(UserError, match=rf"cannot write the TensorBoard log .*: {os.strerror(code)}; {fix}, or set "
+                                        rf"train.tensorboard=false, and {then}$"):
+        board.close()
+
+
+def test_the_images_name_the_run_when_its_folder_is_given_as_a_dot(tmp_path, monkeypatch):
+    # train.out_dir=. titled every attention image ", step 2, layer 0: ..."
+    pytest.importorskip("tensorboard")
+    from tinygpt import tensorboard_log
+    from tinygpt.tokenizer import CharTokenizer
+    (tmp_path / "my-run").mkdir()
+    monkeypatch.chdir(tmp_path / "my-run")
+    board = tensorboard_log.TensorBoardLog(Path("."), CharTokenizer.from_text("abc"), [0, 1, 2])
+    assert board.run_name == "my-run"
+    board.close()
 
 
 def test_the_attention_images_show_the_weights_without_dropout(tmp_path, monkeypatch):

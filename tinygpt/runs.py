@@ -49,6 +49,17 @@ MAX_METRICS_BYTES = 256 << 20  # metrics.csv: ~80 bytes a row, 3 million rows (3
 MAX_PROBE_BYTES = 8 << 20  # probe.json: a few KB
 REPORT_LOCK = ".sweep.lock"  # in a sweep's or a comparison's --out while one writes there (run_lock)
 
+
+def run_name(path: str | Path) -> str:
+    """A run's name for titles: its folder's name, also when it is given as `.` or `..` or by a
+    checkpoint file in it, with a byte of the name that is not UTF-8 shown as '\ufffd' (a page or a
+    picture holds no such byte)."""
+    folder = Path(os.path.abspath(path))  # (not resolve(): a link's own name is the one the user gave)
+    if folder.suffix == ".pt" and not folder.is_dir():
+        folder = folder.parent
+    return re.sub("[\ud800-\udfff]", "\ufffd", folder.name or str(folder))
+
+
 # ---- one training per run directory ----
 
 

@@ -12,6 +12,7 @@ turns its absence into a one-line error before training starts; the images also 
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 import threading
@@ -25,8 +26,9 @@ import torch
 from model import GPT
 from tinygpt import attention_view
 from tinygpt.checkpoint import check_writable
-from tinygpt.errors import UserError, environment_error
+from tinygpt.errors import FULL_DISK, UserError, environment_error
 from tinygpt.plots import missing_glyphs_quiet
+from tinygpt.runs import run_name
 
 LOG_DIR = "tensorboard"  # inside the run directory
 PROMPT_TOKENS = 12  # the fixed prompt of the attention images: as many tokens as the tables show
@@ -72,7 +74,7 @@ class TensorBoardLog:
         self.prompt = [int(i) for i in prompt]
         self.labels = attention_view.token_labels(tokenizer, self.prompt)
         self.text = tokenizer.decode(self.prompt)
-        self.run_name = Path(run_dir).name
+        self.run_name = run_name(run_dir)
         self.images = True
 
     @contextmanager
@@ -85,9 +87,12 @@ class TensorBoardLog:
             yield
             if WRITER_ERRORS:
                 raise WRITER_ERRORS.pop()
-        except OSError as e:
-            raise UserError(f"cannot write the TensorBoard log {self.dir}: {environment_error(e)}; make room, or "
-                            f"set train.tensorboard=false, and continue with --resume") from None
+        except OSError as e:  # the fix for the error, and how to go on: --resume only where there is a checkpoint
+            fix = "raise the file size limit (ulimit -f)" if e.errno == errno.EFBIG else \
+                "make room" if e.errno in FULL_DISK else "mend that"
+            then = "continue with --resume" if (self.dir.parent / "ckpt.pt").is_file() else "run the command again"
+            raise UserError(f"cannot write the TensorBoard log {self.dir}: {environment_error(e)}; {fix}, or set "
+                            f"train.tensorboard=false, and {then}") from None
 
     def log(self, step: int, row: dict[str, Any]) -> None:
         """A log row of metrics.csv (values as written) -> scalars."""
