@@ -44,8 +44,8 @@ from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from, resumed_metrics, run_lock,
                           write_config, write_metrics)
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
-                             emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory, peak_flops,
-                             resolve_device, resolve_dtype, too_many_threads, torch_threads)
+                             device_name, emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory,
+                             peak_flops, resolve_device, resolve_dtype, too_many_threads, torch_threads)
 from tinygpt.tensorboard_log import PROMPT_TOKENS, TensorBoardLog, require_tensorboard
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step, warmup_note
 
@@ -227,6 +227,23 @@ def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data: Prepared)
                     f"{_tokenizer_words(data.tokenizer.to_dict())}); {fix}")
 
 
+def mfu_peak(ckpt: dict[str, Any] | None, dtype: str, device: torch.device, threads: int) -> dict[str, Any]:
+    """MFU's peak for this run: the one its checkpoint holds when it was measured on the same
+    device, dtype and threads (measured again at each resume, on a busy machine it read 96, then
+    189 GFLOP/s, and the MFU curve doubled at the resume while tokens/s stayed), else measured
+    now on `threads` threads."""
+    on = f"{device_name(device)}, {dtype}, {count(threads, 'thread')}"
+    saved = ckpt.get("mfu_peak") if ckpt is not None else None
+    if isinstance(saved, dict) and saved.get("on") == on and isinstance(saved.get("source"), str) \
+            and isinstance(saved.get("flops"), float) and 0 < saved["flops"] < 1e18:  # (else: measured again)
+        source = saved["source"] if saved["source"].endswith("at the run's start") else \
+            f"{saved['source']}, at the run's start"
+        return {**saved, "source": source}
+    with torch_threads(threads):
+        flops, source = peak_flops(dtype, device)
+    return {"flops": float(flops), "source": source, "on": on}
+
+
 def _tokenizer_words(tok: dict[str, Any]) -> str:
     """A saved tokenizer in data.tokenizer's words, 'char, 65 tokens' or 'gpt2 compact, 13256 tokens'
     (from its dict: a tiktoken encoding's file may be offline)."""
@@ -269,6 +286,7 @@ class Run:
     # names the run in its checkpoints, kept over resumes: a best.pt of another run is told (runs.resumed_metrics)
     run_id: str = field(default_factory=lambda: secrets.token_hex(8))
     compiling: bool = False  # train.compile, until the first step (which compiles the model) has run
+    peak: dict[str, Any] | None = None  # MFU's peak FLOP/s, where it comes from, and on what (mfu_peak)
 
     def state(self, ranks: list[tuple[dict, float]] | None = None) -> dict[str, Any]:
         """The checkpoint; with every process's RNG states and train-loss sum since the last log
@@ -276,7 +294,7 @@ class Run:
         s = {"config": config_to_dict(self.cfg), "tokenizer": self.data.tokenizer.to_dict(),
              "model": self.model.state_dict(), "step": self.step, "best_val_loss": self.best_val,
              "elapsed_s": self.elapsed, "data_digest": self.data.meta["digest"], "evaluated_step": self.evaluated,
-             "run_id": self.run_id}
+             "run_id": self.run_id, "mfu_peak": self.peak}
         if ranks is not None:
             rngs, sums = [rng for rng, _ in ranks], [loss_sum for _, loss_sum in ranks]
             s.update(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
@@ -623,8 +641,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     # on a CPU the peak of every core the run may use: measured with the threads of a busy start (1), it read
     # half the cores', and the MFU of later steps on both cores came out above 100%
     most = run.threads.max_threads if run.threads is not None and not t.threads else torch.get_num_threads()
-    with torch_threads(most):
-        peak, peak_source = peak_flops(dtype, dist.device)
+    run.peak = mfu_peak(ckpt, dtype, dist.device, most)
+    peak, peak_source = run.peak["flops"], run.peak["source"]
     speed = {"tokens_per_step": tokens_per_step, "peak": peak, "step_last": run.step,
              "flops_per_step": run.model.flops_per_token() * tokens_per_step / dist.world_size,  # per process
              "t_last": time.perf_counter(), "t_start": time.perf_counter() - run.elapsed}

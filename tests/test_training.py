@@ -300,6 +300,31 @@ def test_the_mfu_peak_is_measured_on_every_core_the_run_may_use(tmp_path, monkey
     assert seen == [2]
 
 
+def test_a_resume_keeps_the_mfu_peak_measured_at_the_runs_start(tmp_path, monkeypatch):
+    """The peak was measured again at each resume: on a busy machine it read 96, then 189 GFLOP/s,
+    and the MFU curve halved at the resume while tokens/s stayed. The checkpoint keeps it, for a
+    resume on the same device, dtype and threads; anything else (or a damaged record) measures anew."""
+    import train
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    peaks = iter([1e9, 2e9, 3e9])
+    monkeypatch.setattr(train, "peak_flops", lambda dtype, device: (next(peaks), "measured"))
+    run = tmp_path / "run"
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.threads=1") + ["--stop-at", "2"])
+        assert load_checkpoint(run / "ckpt.pt")["mfu_peak"]["flops"] == 1e9
+        train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.threads=1") + ["--resume", "--stop-at", "3"])
+    assert "MFU against 1 GFLOP/s (measured, at the run's start)" in out.getvalue()
+    ckpt = load_checkpoint(run / "ckpt.pt")
+    assert ckpt["mfu_peak"]["flops"] == 1e9 and ckpt["mfu_peak"]["source"] == "measured, at the run's start"
+    ckpt["mfu_peak"]["flops"] = float("nan")  # damaged: measured again
+    save_checkpoint(run / "ckpt.pt", ckpt)
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.threads=2") + ["--resume", "--stop-at", "3"])
+        train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.threads=1") + ["--resume"])  # other threads
+    assert "MFU against 2 GFLOP/s (measured)" in out.getvalue()
+    assert "MFU against 3 GFLOP/s (measured)" in out.getvalue()
+
+
 def test_stop_at_0_saves_step_0_and_stops(tmp_path):
     """--stop-at 0 is a step, not a refusal (only a negative one is refused): the run evaluates step 0,
     saves its ckpt.pt and stops there, to be resumed."""

@@ -745,6 +745,21 @@ def tf32_enabled() -> bool:
     return torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
 
 
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model name (/proc/cpuinfo; else what platform knows)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
 def peak_flops(dtype: str, device: torch.device, budget_s: float = 0.5) -> tuple[float, str]:
     """(FLOP/s, where the figure comes from) for MFU: nominal on a known GPU, else measured."""
     if device.type == "cuda":
