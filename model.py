@@ -4,7 +4,7 @@ Shape legend: B batch, T time (tokens), C n_embd, nh n_head, hs head_size = C //
 Tq queries and Tk keys (T_q, T_k as arguments): Tk = cached + new positions, Tq = Tk = T without a cache.
 Read top to bottom: masked_softmax, causal_mask -> attention (the formula) -> matmul_attention,
 fast_attention (the same maths in faster kernels) -> HeadTrace -> CausalSelfAttention (heads) -> MLP
--> Block -> GPT -> cross_entropy -> KVCache -> next_token_probs, sample_next -> generate_steps,
+-> Block -> GPT -> cross_entropy -> KVCache -> next_token_probs, sample_next -> Step, generate_steps,
 generate (token by token).
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V,   Q = X W_Q, K = X W_K, V = X W_V, d_k = hs
@@ -118,7 +118,7 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
 
 class HeadTrace(NamedTuple):
     """What one layer's heads did, returned by GPT.forward_with_attention."""
-    weights: torch.Tensor  # (B, nh, T, T) attention weights per head (query x key); rows sum to 1
+    weights: torch.Tensor  # (B, nh, T, Tk) weights per head (query x key; Tk = T without a cache); rows sum to 1
     outputs: torch.Tensor  # (B, nh, T, hs) each head's output, before the heads are merged
 
 
@@ -378,10 +378,11 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
     """Continue idx (B, T) by max_new_tokens tokens, one at a time, yielding each Step.
 
     Each step feeds the context, reads the last position's logits, samples, appends. Positions are
-    absolute and below block_size, so the context is a window: when the next token does not fit, the
-    window slides forward by half a block (the newest block_size//2 tokens stay, at least one) and,
-    with the cache, is computed afresh once; both paths follow this policy, so cached and uncached
-    logits stay equal (up to floating-point rounding: the same sums in another order).
+    absolute and below block_size, so the context is a window (a longer prompt is first cut to its last
+    block_size tokens): when the next token does not fit, the window slides forward by half a block
+    (the newest block_size//2 tokens stay, at least one) and, with the cache, is computed afresh
+    once; both paths follow this policy, so cached and uncached logits stay equal (up to
+    floating-point rounding: the same sums in another order).
     `decode_step` runs the one-token steps with the cache instead of the model (the same function,
     compiled: tinygpt/runtime.py, compile_decoding). A model trained without the causal mask never
     uses the cache: its earlier positions attend to later ones, so their keys and values change with

@@ -634,7 +634,8 @@ def gelu_note(folder: Path, hf: dict[str, Any]) -> None:
 
 
 def load_hf_gpt2(folder: str | Path) -> GPT:
-    """A local GPT-2 folder (config.json + model.safetensors or pytorch_model.bin) -> our GPT, eval mode."""
+    """A local GPT-2 folder (config.json + model.safetensors or pytorch_model.bin) -> our GPT, eval mode:
+    for use from Python (`export.py --from-hf` writes a run instead, through import_hf)."""
     model, hf = _read_hf(folder)
     gelu_note(Path(folder), hf)
     return model

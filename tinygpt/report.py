@@ -49,7 +49,6 @@ PROBE_COLUMNS = ["antecedent", "distractor", "other", "attribute_head", "attribu
 # what the summary over seeds averages
 SUMMARY_METRICS = ["best_val_loss", "final_train_loss", "tokens_per_s", "wall_s", "antecedent", "distractor",
                    "other", "attribute_share", "attribute_ratio", "name_ratio"]
-LOWER_IS_BETTER = {"best_val_loss", "final_train_loss", "wall_s", "distractor", "other"}
 DIFFERENCES_IN = ["best_val_loss", "antecedent", "distractor", "attribute_ratio"]  # listed when they differ
 SHARES = {"antecedent", "distractor", "other", "attribute_share"}  # fractions of the references (or attention)
 # two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96)
