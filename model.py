@@ -357,7 +357,12 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
 
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """logits (B, V) -> next token ids (B,). temperature 0 = greedy (argmax)."""
+    """logits (B, V) -> next token ids (B,). temperature 0 = greedy (argmax). Logits that are not
+    finite (weights that overflow float32: a diverged or damaged model) raise FloatingPointError:
+    argmax would pick garbage among NaNs, and multinomial fail."""
+    if not torch.isfinite(logits.amax(dim=-1)).all():  # (B,): a NaN or +inf logit is the max
+        raise FloatingPointError("the model's logits are not finite (NaN or inf): its weights overflow float32 "
+                                 "(a diverged or damaged model)")
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
     probs = next_token_probs(logits, temperature, top_k, top_p)  # (B, V)
@@ -387,6 +392,8 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
     compiled: tinygpt/runtime.py, compile_decoding). A model trained without the causal mask never
     uses the cache: its earlier positions attend to later ones, so their keys and values change with
     every new token. Call model.eval() first (checkpoint loading does): dropout would change the tokens."""
+    if idx.size(1) == 0 or idx.min() < 0 or idx.max() >= model.config.vocab_size:
+        raise ValueError(f"idx must hold at least one token, each an id in 0..{model.config.vocab_size - 1}")
     block_size = model.config.block_size
     use_cache = use_cache and model.config.causal
     decode_step = model if decode_step is None else decode_step  # the one-token step with the cache

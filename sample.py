@@ -456,9 +456,12 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     # one sample.py at a time draws heatmaps into a folder: each removes the heatmaps it did not draw
     with run_lock(args.attention_png, "--attention-png", "sample.py drawing heatmaps", HEATMAP_LOCK) \
             if args.attention_png is not None else nullcontext():
-        if args.interactive:
-            return interactive(model, tokenizer, args, out, gen, threads, decode_step)
-        return generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
+        try:
+            if args.interactive:
+                return interactive(model, tokenizer, args, out, gen, threads, decode_step)
+            return generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
+        except FloatingPointError as e:  # model.sample_next: the weights overflow
+            raise UserError(f"{args.run}: {e}") from None
 
 
 def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.Generator,
@@ -566,9 +569,11 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
     """Answer prompt after prompt, the model loaded once, until EOF; a prompt that is too long, not
     UTF-8, or that the vocabulary cannot encode gets its one-line error on stderr and the next
     prompt is read. At a terminal, Ctrl-C stops the answer under way and the next prompt is read
-    (piped, it stops the command, as everywhere). Every answer starts from --seed."""
-    samples = []
+    (piped, it stops the command, as everywhere). Every answer starts from --seed. Piped input with
+    refused lines ends in an error (exit 2) once every line is answered: a script sees the failure."""
+    samples, lines, refused = [], 0, 0
     for line in read_prompts():
+        lines += 1
         try:
             named = "a line of standard input"
             prompt = decode_prompt(text_bytes(line, named) if isinstance(line, str) else line, named)
@@ -576,12 +581,16 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
             samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
+            refused += not isinstance(line, str)  # (piped: lines come as bytes)
         except KeyboardInterrupt as e:
             if isinstance(e, Terminated) or not isinstance(line, str):  # kill, a hang-up, or piped input
                 raise
             out.write("\n")
             out.flush()
             print("(stopped)", file=sys.stderr)
+    if refused:
+        raise UserError(f"{refused} of the {count(lines, 'line')} of standard input {'was' if refused == 1 else 'were'} "
+                        f"refused (the errors above); the others were answered")
     return samples
 
 

@@ -212,6 +212,40 @@ def test_missing_file_is_refused(tmp_path):
     assert "not found" in message
 
 
+def test_a_run_without_a_checkpoint_yet_is_told_from_no_run(tmp_path):
+    # a training that had not yet saved, or was killed before it did, got "train first, e.g. python
+    # train.py configs/stories.yaml"
+    from tinygpt import runs
+    from tinygpt.checkpoint import resolve_checkpoint
+
+    def refusal(path):
+        with pytest.raises(UserError) as info:
+            resolve_checkpoint(path)
+        return str(info.value)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model: {}\n")
+    with runs.run_lock(run):
+        assert re.fullmatch(rf"{re.escape(str(run))} is being trained now \(process \d+\) and has no checkpoint yet: "
+                            r"the first is saved after its first evaluation; try again then", refusal(run))
+    assert refusal(run) == (f"no checkpoint in {run}: its training stopped before it saved one; run that training "
+                            f"again")
+    (run / "config.yaml").unlink()
+    assert "train first" in refusal(run)
+
+
+def test_a_damaged_best_pt_points_to_the_runs_ckpt_pt(tmp_path):
+    # `sample.py RUN` stopped at a cut best.pt without a word of the whole ckpt.pt beside it
+    state, _, _ = tiny_state()
+    save_checkpoint(tmp_path / "run" / "ckpt.pt", state)
+    (tmp_path / "run" / "best.pt").write_bytes((tmp_path / "run" / "ckpt.pt").read_bytes()[:2000])
+    with pytest.raises(UserError, match=rf"^{re.escape(str(tmp_path / 'run' / 'best.pt'))} is .*; the run's other "
+                                        rf"checkpoint may load: give it instead, "
+                                        rf"{re.escape(str(tmp_path / 'run' / 'ckpt.pt'))}$"):
+        load_model(tmp_path / "run")
+    assert load_model(tmp_path / "run" / "ckpt.pt")[3]["step"] == state["step"]
+
+
 def test_truncated_file_is_refused(saved, tmp_path):
     path, *_ = saved
     data = path.read_bytes()

@@ -290,6 +290,27 @@ def test_sample_next_rules():
         assert torch.equal(next_token_probs(logits, 0, top_k, top_p), torch.softmax(logits, dim=-1))
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_logits_that_are_not_finite_are_refused_not_sampled(bad, temperature):
+    # weights that overflow float32 (finite, ~1e25) gave NaN logits: greedy picked a NaN's index and
+    # printed garbage with exit 0, sampling ended in multinomial's RuntimeError
+    logits = torch.tensor([[0.5, 1.0, -2.0], [0.1, bad, 0.2]])
+    with pytest.raises(FloatingPointError, match="the model's logits are not finite"):
+        sample_next(logits, temperature)
+    assert sample_next(torch.tensor([[0.5, 3.0, float("-inf")]]), temperature).tolist() in ([0], [1])
+
+
+def test_generation_from_no_token_or_an_unknown_id_says_so(tiny_model_config):
+    # an IndexError from deep inside ("index -1 is out of bounds", "index out of range in self")
+    model = GPT(tiny_model_config).eval()
+    V = tiny_model_config.vocab_size
+    for idx in (torch.zeros(1, 0, dtype=torch.long), torch.tensor([[1, V]]), torch.tensor([[-1]])):
+        with pytest.raises(ValueError, match=rf"^idx must hold at least one token, each an id in 0\.\.{V - 1}$"):
+            next(generate_steps(model, idx, 3))
+    assert len(list(generate_steps(model, torch.tensor([[V - 1]]), 3))) == 3
+
+
 def test_top_k_and_top_p_keep_tied_tokens_alike():
     """Two tokens with the same logit are equally likely: top_p kept the one the sort put first
     (a 100/0 choice where top_k gave 50/50)."""

@@ -65,11 +65,15 @@ def test_interactive_answers_each_line_with_one_model(tiny_stories_run, monkeypa
     loads = []
     monkeypatch.setattr(sample, "load_model", lambda *a, **k: loads.append(a) or load_model(*a, **k))
     prompts = ["Mia had", "The dog ~", "", "Then she"]  # "~" is no character of the stories
-    texts, printed = run_sample([tiny_stories_run, "--interactive", *GREEDY], "\n".join(prompts) + "\n", monkeypatch)
+    out = io.StringIO()
+    stdin = io.BytesIO(("\n".join(prompts) + "\n").encode())
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(stdin, encoding="utf-8"))
+    with pytest.raises(UserError, match="^1 of the 4 lines of standard input was refused"):  # (piped: exit 2)
+        sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=out)
     assert len(loads) == 1  # loaded once for every prompt
     expected = [run_sample([tiny_stories_run, "--prompt", p, *GREEDY])[0][0] for p in prompts if "~" not in p]
-    assert texts == expected  # greedy: each answer is what a separate sample.py call gives
-    assert printed == "".join(p + t + "\n" for p, t in zip([p for p in prompts if "~" not in p], texts))
+    # greedy: each answer is what a separate sample.py call gives
+    assert out.getvalue() == "".join(p + t + "\n" for p, t in zip([p for p in prompts if "~" not in p], expected))
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "'~'" in err[0] and "--list-vocab" in err[0]
 
@@ -90,8 +94,13 @@ def test_interactive_refuses_an_overlong_or_non_utf8_line_and_goes_on(tiny_stori
     monkeypatch.setattr(sample, "MAX_PROMPT_BYTES", 64)
     data = b"Mia had\n" + b"a" * 500 + b"\n" + b"\xff\xfe\n" + b"Then she\n"
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
-    texts = sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=io.StringIO())
-    assert len(texts) == 2  # the first and the last line answered
+    out = io.StringIO()
+    # ... and then, piped, it ended with exit 0, so a script feeding it prompts never saw a refusal
+    with pytest.raises(UserError, match=r"^2 of the 4 lines of standard input were refused \(the errors above\); "
+                                        r"the others were answered$"):
+        sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=out)
+    answers = out.getvalue()
+    assert answers.startswith("Mia had") and "Then she" in answers  # the first and the last line answered
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "more than the 64 bytes" in err[0] and "not UTF-8 text (byte 0 is 0xff)" in err[1]
 
@@ -111,7 +120,8 @@ def test_interactive_reads_a_windows_line_of_exactly_the_limit(tiny_stories_run,
     data = b"a" * 64 + b"\r\n" + b"a" * 65 + b"\r\n" + b"a" * 66 + b"\n" + b"Mia\r\n"
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
     out = io.StringIO()
-    assert len(sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=out)) == 2
+    with pytest.raises(UserError, match="^2 of the 4 lines of standard input were refused"):
+        sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=out)
     assert out.getvalue().startswith("a" * 64) and "\nMia" in out.getvalue()
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all("more than the 64 bytes" in line for line in err), err
@@ -714,3 +724,18 @@ def test_a_reader_leaving_does_not_stop_the_heatmaps_asked_for(tiny_stories_run,
     assert len(texts) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention_layer0.png", "attention_layer1.png"]
     assert "warning: stdout was closed (its reader left)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("temperature", ["0", "1"])
+def test_a_model_whose_weights_overflow_is_one_line_naming_the_run(tiny_stories_run, tmp_path, temperature):
+    # finite weights of 1e25 pass the checkpoint's checks, then overflow: a traceback from
+    # multinomial (exit 1), or with --temperature 0 garbage text and exit 0
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    ckpt = load_checkpoint(tiny_stories_run / "best.pt")
+    ckpt["model"]["blocks.0.mlp.fc.weight"] *= 1e25
+    save_checkpoint(tmp_path / "big" / "best.pt", ckpt)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(tmp_path / 'big'))}: the model's logits are not finite "
+                                        r"\(NaN or inf\): its weights overflow float32 \(a diverged or damaged "
+                                        r"model\)$"):
+        sample.main([str(tmp_path / "big"), "--prompt", "Mia", "--max-new-tokens", "3", "--temperature", temperature],
+                    out=io.StringIO())

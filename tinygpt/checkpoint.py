@@ -656,6 +656,14 @@ def resolve_checkpoint(path: str | Path) -> Path:
             shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
             raise UserError(f"no checkpoint in {path}, which holds {len(runs)} run(s) ({shown}), as a sweep's folder "
                             f"does: give one of them, e.g. {shlex.quote(path_word(path / runs[0]))}")
+        from tinygpt.runs import lock_holder  # (runs imports this module)
+        trainer = lock_holder(path)
+        if trainer is not None:
+            raise UserError(f"{path} is being trained now (process {trainer}) and has no checkpoint yet: the first "
+                            f"is saved after its first evaluation; try again then")
+        if (path / "config.yaml").is_file():  # a run killed before its first save
+            raise UserError(f"no checkpoint in {path}: its training stopped before it saved one; run that training "
+                            f"again")
         raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "
                         f"e.g. python train.py configs/stories.yaml")
     if not path.exists():
@@ -785,8 +793,14 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokeni
     """Run directory or checkpoint -> (model in eval mode, Config, Tokenizer, checkpoint dict).
     with_tokenizer=False skips building the tokenizer (None): a tiktoken encoding may be offline,
     and an export does not need it."""
-    path = resolve_checkpoint(path)
-    ckpt = load_checkpoint(path, map_location=device)
+    given, path = Path(path), resolve_checkpoint(path)
+    try:
+        ckpt = load_checkpoint(path, map_location=device)
+    except UserError as e:  # a run's damaged best.pt: its ckpt.pt may be whole
+        other = path.with_name("ckpt.pt")
+        if given.is_dir() and path.name == "best.pt" and other.is_file():
+            raise UserError(f"{e}; the run's other checkpoint may load: give it instead, {path_word(other)}") from None
+        raise
     model, cfg = model_from_checkpoint(ckpt, path)
     try:
         tokenizer = tokenizer_from_dict(ckpt["tokenizer"]) if with_tokenizer else None
