@@ -224,6 +224,10 @@ def check_output_files(args, n_layer: int) -> None:
     device, nor one file named by both flags. An earlier heatmap or page of tinygpt's is replaced (by
     its mark)."""
     files = []
+    if args.attention_png is not None and args.attention_png.suffix.lower() == ".png" \
+            and not args.attention_png.is_dir():  # (a folder of that name, made by the user, is taken)
+        raise UserError(f"--attention-png takes a folder, not a file name: the heatmaps go into it, one per layer "
+                        f"(attention_layer0.png, ...); give e.g. {shlex.quote(path_word(args.attention_png.with_suffix('')))}")
     if args.attention_png is not None:
         files += [("--attention-png", args.attention_png / f"{prefix}_layer{layer}.png")
                   for prefix in {png_prefix(args, i) for i in range(args.num_samples if args.attention_of == "all" else 1)}

@@ -739,3 +739,14 @@ def test_a_model_whose_weights_overflow_is_one_line_naming_the_run(tiny_stories_
                                         r"model\)$"):
         sample.main([str(tmp_path / "big"), "--prompt", "Mia", "--max-new-tokens", "3", "--temperature", temperature],
                     out=io.StringIO())
+
+
+def test_a_png_file_name_for_the_heatmaps_folder_is_refused(tiny_stories_run, tmp_path):
+    # `--attention-png x.png` quietly made a folder named x.png holding attention_layer0.png, ...
+    refused([tiny_stories_run, "--prompt", "Mia", "--attention-png", tmp_path / "x.png"],
+            rf"^--attention-png takes a folder, not a file name: .*; give e.g. {re.escape(str(tmp_path / 'x'))}$")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "shots.png").mkdir()  # a folder the user named so is taken
+    pytest.importorskip("matplotlib")
+    run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", tmp_path / "shots.png"])
+    assert sorted(p.name for p in (tmp_path / "shots.png").iterdir()) == ["attention_layer0.png", "attention_layer1.png"]
