@@ -593,8 +593,9 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
             out.flush()
             print("(stopped)", file=sys.stderr)
     if refused:
-        raise UserError(f"{refused} of the {count(lines, 'line')} of standard input {'was' if refused == 1 else 'were'} "
-                        f"refused (the errors above); the others were answered")
+        were = "was" if refused == 1 else "were"
+        raise UserError(f"{refused} of the {count(lines, 'line')} of standard input {were} refused (the errors "
+                        f"above); the others were answered")
     return samples
 
 
