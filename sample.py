@@ -226,8 +226,9 @@ def check_output_files(args, n_layer: int) -> None:
     files = []
     if args.attention_png is not None and args.attention_png.suffix.lower() == ".png" \
             and not args.attention_png.is_dir():  # (a folder of that name, made by the user, is taken)
+        folder = shlex.quote(path_word(args.attention_png.with_suffix("")))
         raise UserError(f"--attention-png takes a folder, not a file name: the heatmaps go into it, one per layer "
-                        f"(attention_layer0.png, ...); give e.g. {shlex.quote(path_word(args.attention_png.with_suffix('')))}")
+                        f"(attention_layer0.png, ...); give e.g. {folder}")
     if args.attention_png is not None:
         files += [("--attention-png", args.attention_png / f"{prefix}_layer{layer}.png")
                   for prefix in {png_prefix(args, i) for i in range(args.num_samples if args.attention_of == "all" else 1)}
