@@ -594,9 +594,9 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
             out.flush()
             print("(stopped)", file=sys.stderr)
     if refused:
-        were = "was" if refused == 1 else "were"
-        raise UserError(f"{refused} of the {count(lines, 'line')} of standard input {were} refused (the errors "
-                        f"above); the others were answered")
+        which = "the only line" if lines == 1 else f"{refused} of the {lines} lines"
+        raise UserError(f"{which} of standard input {'was' if refused == 1 else 'were'} refused (the errors above)"
+                        + "; the others were answered" * (refused < lines))
     return samples
 
 

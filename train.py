@@ -230,14 +230,15 @@ def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data: Prepared)
 def mfu_peak(ckpt: dict[str, Any] | None, dtype: str, device: torch.device, threads: int) -> dict[str, Any]:
     """MFU's peak for this run: the one its checkpoint holds when it was measured on the same
     device, dtype and threads (measured again at each resume, on a busy machine it read 96, then
-    189 GFLOP/s, and the MFU curve doubled at the resume while tokens/s stayed), else measured
+    189 GFLOP/s, and the MFU curve halved at the resume while tokens/s stayed), else measured
     now on `threads` threads."""
     on = f"{device_name(device)}, {dtype}, {count(threads, 'thread')}"
     saved = ckpt.get("mfu_peak") if ckpt is not None else None
     if isinstance(saved, dict) and saved.get("on") == on and isinstance(saved.get("source"), str) \
             and isinstance(saved.get("flops"), float) and 0 < saved["flops"] < 1e18:  # (else: measured again)
-        source = saved["source"] if saved["source"].endswith("at the run's start") else \
-            f"{saved['source']}, at the run's start"
+        source = saved["source"]  # a measurement is said to be the start's (a GPU's nominal peak is no such)
+        if source.startswith("measured") and not source.endswith("at the run's start"):
+            source += ", at the run's start"
         return {**saved, "source": source}
     with torch_threads(threads):
         flops, source = peak_flops(dtype, device)

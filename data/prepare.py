@@ -260,7 +260,7 @@ def download_shakespeare(folder: Path) -> Path:
     try:  # at most the file's size and one byte more, within DOWNLOAD_S: a proxy's endless or slow reply ends
         data, deadline = bytearray(), time.monotonic() + DOWNLOAD_S
         with urllib.request.urlopen(SHAKESPEARE_URL, timeout=30) as r:
-            while len(data) <= SHAKESPEARE_CHARS and (block := r.read(1 << 16)):
+            while len(data) <= SHAKESPEARE_CHARS and (block := r.read1(1 << 16)):  # (what has come: a drip too)
                 data += block
                 if time.monotonic() > deadline:
                     raise UserError(f"downloading tiny shakespeare from {SHAKESPEARE_URL} took over {DOWNLOAD_S} s; "
@@ -353,11 +353,15 @@ def prepared_dir(d: DataConfig) -> Path:
 # ---- preparation ----
 
 
-# where a chunk may end: after a line break with no whitespace either side. BPE's pre-tokenizers
-# (GPT-2's, cl100k's, the learned BPE's) split a run of whitespace by what follows it, so a chunk
-# that ended inside a run ("\n\n\n" cut after the first) could split it otherwise than the whole
-# text does; here both sides end a piece the same way, and the tokens are the whole text's
-CHUNK_END = re.compile(r"(?<=\S)\n(?=\S)")
+# where a chunk may end: after a line break that follows no whitespace and is followed by a
+# character that is neither whitespace nor '/', or by one space and such a character. BPE's
+# pre-tokenizers (GPT-2's and the learned BPE's, cl100k's, o200k's) split a run of whitespace by
+# what follows it, and o200k joins '.\n/' into one piece, so a chunk that ended elsewhere ("\n\n\n"
+# cut after the first) could split the text otherwise than the whole; here both sides end a piece
+# alike, and the tokens are the whole text's. A text with no such place within CHUNK_SPAN chunks is
+# cut at a line break (one token in a few MiB may then differ), lest its memory grow with its size.
+CHUNK_END = re.compile(r"(?<=\S)\n(?= ?[^\s/])")
+CHUNK_SPAN = 8
 
 
 def _encode(tokenizer: Tokenizer, text: str, show_progress: bool, chunk: int = 1 << 20) -> np.ndarray:
@@ -368,8 +372,12 @@ def _encode(tokenizer: Tokenizer, text: str, show_progress: bool, chunk: int = 1
     with tqdm(total=len(text), unit="char", unit_scale=True, desc="tokenizing",
               disable=not show_progress or len(text) < 4 * chunk) as bar:
         while pos < len(text):
-            cut = CHUNK_END.search(text, pos + chunk)
-            end = len(text) if cut is None else cut.end()
+            span = pos + CHUNK_SPAN * chunk
+            cut = CHUNK_END.search(text, pos + chunk, span)
+            if cut is not None:
+                end = cut.end()
+            else:  # the rest whole, if it is short, else at a line break
+                end = len(text) if span >= len(text) else text.find("\n", pos + chunk) + 1 or len(text)
             pieces.append(np.asarray(tokenizer.encode(text[pos:end]), dtype=np.int64))
             bar.update(end - pos)
             pos = end

@@ -229,7 +229,7 @@ def test_a_run_without_a_checkpoint_yet_is_told_from_no_run(tmp_path):
         assert re.fullmatch(rf"{re.escape(str(run))} is being trained now \(process \d+\) and has no checkpoint yet: "
                             r"the first is saved after its first evaluation; try again then", refusal(run))
     assert refusal(run) == (f"no checkpoint in {run}: its training stopped before it saved one; run that training "
-                            f"again")
+                            f"again, e.g. python train.py {run / 'config.yaml'}")
     (run / "config.yaml").unlink()
     assert "train first" in refusal(run)
 
@@ -240,10 +240,14 @@ def test_a_damaged_best_pt_points_to_the_runs_ckpt_pt(tmp_path):
     save_checkpoint(tmp_path / "run" / "ckpt.pt", state)
     (tmp_path / "run" / "best.pt").write_bytes((tmp_path / "run" / "ckpt.pt").read_bytes()[:2000])
     with pytest.raises(UserError, match=rf"^{re.escape(str(tmp_path / 'run' / 'best.pt'))} is .*; the run's other "
-                                        rf"checkpoint may load: give it instead, "
+                                        rf"checkpoint loads: give it instead, "
                                         rf"{re.escape(str(tmp_path / 'run' / 'ckpt.pt'))}$"):
         load_model(tmp_path / "run")
     assert load_model(tmp_path / "run" / "ckpt.pt")[3]["step"] == state["step"]
+    (tmp_path / "run" / "ckpt.pt").write_bytes(b"")  # both damaged: no hint
+    with pytest.raises(UserError) as info:
+        load_model(tmp_path / "run")
+    assert "other checkpoint" not in str(info.value)
 
 
 def test_truncated_file_is_refused(saved, tmp_path):

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -576,21 +577,25 @@ def test_a_download_with_the_wrong_sha256_is_refused_and_not_saved(tmp_path, mon
 
 @pytest.mark.parametrize("reply", ["endless", "slow"])
 def test_a_download_that_never_ends_is_cut_off(tmp_path, monkeypatch, reply):
-    # the whole reply was read into memory, however long, for however long it took
+    # the whole reply was read into memory, however long, for however long it took (a buffered read
+    # waits for its whole block however slowly the bytes drip in: only what has come is read)
     class Reply(io.RawIOBase):
-        reads, sent = 0, 0
+        sent = 0  # bytes; "slow": one byte a read, 100 s each
 
-        def read(self, n=-1):  # (all of it: 40 MB stand in for an endless reply)
-            Reply.reads += 1
-            Reply.sent += 40 * 2**20 if n < 0 else n
-            return b"x" * (40 * 2**20 if n < 0 else n)
+        def read(self, n=-1):  # all of it (40 MB stand in for an endless reply), or n bytes
+            n = 40 * 2**20 if n < 0 else n
+            Reply.sent += n
+            return b"x" * n
+
+        def read1(self, n=-1):  # what has come
+            return self.read(1 if reply == "slow" else n)
     if reply == "slow":
-        monkeypatch.setattr(prep.time, "monotonic", lambda: Reply.reads * 100.0)  # 100 s a block
+        monkeypatch.setattr(prep.time, "monotonic", lambda: Reply.sent * 100.0)
     monkeypatch.setattr(prep.urllib.request, "urlopen", lambda url, timeout: Reply())
     said = r"took over 300 s; offline" if reply == "slow" else r"has sha256 [0-9a-f]{12}\.\.\., expected"
     with pytest.raises(UserError, match=said):
         prep.download_shakespeare(tmp_path)
-    assert Reply.sent <= (4 if reply == "slow" else prep.SHAKESPEARE_CHARS // 65536 + 2) * 65536
+    assert Reply.sent <= (4 if reply == "slow" else (prep.SHAKESPEARE_CHARS // 65536 + 2) * 65536)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -639,15 +644,36 @@ def test_a_dataset_spelt_two_ways_is_the_same_dataset(tmp_path, monkeypatch):
     assert not prep.same_dataset("stories", "./stories")
 
 
-def test_chunked_encoding_gives_the_whole_texts_tokens_at_runs_of_whitespace():
+@pytest.mark.parametrize("pattern", ["gpt2", "cl100k_base", "o200k_base"])
+def test_chunked_encoding_gives_the_whole_texts_tokens_at_runs_of_whitespace(pattern, monkeypatch):
     # a chunk cut after the first of several line breaks split the run otherwise than the whole
-    # text: GPT-2's pre-tokenizer keeps a run's last whitespace apart when text follows it
-    from tinygpt.tokenizer import build_tokenizer
-    text = "the cat\n\n\n\nsat  \non the mat.\n \nthe end\n" * 40
-    tokenizer = build_tokenizer("bpe", text, bpe_vocab_size=300)
-    whole = tokenizer.encode(text)
-    for chunk in (1, 5, 16, 33, 100):
-        assert prep._encode(tokenizer, text, False, chunk=chunk).tolist() == whole, chunk
+    # text: GPT-2's pre-tokenizer keeps a run's last whitespace apart when text follows it, and
+    # o200k's joins '.\n/' into one piece. Each encoding's own pattern, with a few merges that
+    # tell the pieces apart (its file is not needed)
+    import tiktoken
+    import tiktoken_ext.openai_public as openai_public
+    from tinygpt.tokenizer import GPT2_SPLIT
+    ranks = {bytes([b]): b for b in range(256)}
+    for token in (b"\n\n", b" \n", b".\n", b".\n/", b"\n ", b"  ", b"\n\n\n", b";\n", b" the", b"//"):
+        ranks[token] = len(ranks)
+    monkeypatch.setattr(openai_public, "load_tiktoken_bpe", lambda *args, **kwargs: ranks)
+    pat_str = GPT2_SPLIT if pattern == "gpt2" else getattr(openai_public, pattern)()["pat_str"]
+    encoding = tiktoken.Encoding(pattern, pat_str=pat_str, mergeable_ranks=ranks, special_tokens={})
+    tokenizer = SimpleNamespace(encode=encoding.encode_ordinary)
+    for text in ("the cat\n\n\n\nsat  \non the mat.\n \nthe end\n x;\n// c\na.\n/b\n  two\n" * 20,
+                 ("w" * 30 + ".\n/" + "v" * 30 + "\n") * 20):  # (the first line break past a chunk: '.\n/')
+        whole = encoding.encode_ordinary(text)
+        for chunk in (11, 16, 33, 100, 257):  # (each span of CHUNK_SPAN chunks holds a place to cut)
+            assert prep._encode(tokenizer, text, False, chunk=chunk).tolist() == whole, chunk
+
+
+def test_a_text_with_no_place_to_cut_is_still_encoded_in_bounded_chunks():
+    # every line ends in a space: no line break where the tokens surely stay the whole text's; the
+    # whole text went to the tokenizer at once, its token list in memory (1.2 GB for 40 MB)
+    lengths = []
+    tokenizer = SimpleNamespace(encode=lambda text: lengths.append(len(text)) or [0] * len(text))
+    ids = prep._encode(tokenizer, "a \n" * 1000, False, chunk=64)
+    assert len(ids) == 3000 and max(lengths) <= prep.CHUNK_SPAN * 64 and len(lengths) > 3000 // (prep.CHUNK_SPAN * 64)
 
 
 def test_a_vocab_size_the_data_does_not_have_offers_a_fix_from_the_command_line(tmp_path):

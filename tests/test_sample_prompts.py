@@ -125,6 +125,9 @@ def test_interactive_reads_a_windows_line_of_exactly_the_limit(tiny_stories_run,
     assert out.getvalue().startswith("a" * 64) and "\nMia" in out.getvalue()
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all("more than the 64 bytes" in line for line in err), err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a" * 65 + b"\n"), encoding="utf-8"))
+    with pytest.raises(UserError, match=r"^the only line of standard input was refused \(the errors above\)$"):
+        sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=io.StringIO())
 
 
 def test_interactive_reads_windows_lines_as_lines(tiny_stories_run, monkeypatch):
@@ -749,4 +752,4 @@ def test_a_png_file_name_for_the_heatmaps_folder_is_refused(tiny_stories_run, tm
     (tmp_path / "shots.png").mkdir()  # a folder the user named so is taken
     pytest.importorskip("matplotlib")
     run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", tmp_path / "shots.png"])
-    assert sorted(p.name for p in (tmp_path / "shots.png").iterdir()) == ["attention_layer0.png", "attention_layer1.png"]
+    assert sorted(p.name for p in (tmp_path / "shots.png").iterdir()) == [f"attention_layer{i}.png" for i in (0, 1)]

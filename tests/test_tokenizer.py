@@ -352,7 +352,7 @@ def cl100k_cache_file(folder):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
-@pytest.mark.parametrize("kind", ["a pipe", "a device", "a link"])
+@pytest.mark.parametrize("kind", ["a pipe", "a device"])
 def test_a_cache_file_that_is_no_regular_file_is_named_before_tiktoken_reads_it(kind, tmp_path, monkeypatch):
     # tiktoken opened whatever was there: a pipe waited for ever, a link to /dev/zero read until the
     # machine ran out of memory
@@ -361,12 +361,23 @@ def test_a_cache_file_that_is_no_regular_file_is_named_before_tiktoken_reads_it(
     if kind == "a pipe":
         os.mkfifo(cached)
     else:
-        cached.symlink_to("/dev/zero" if kind == "a device" else tmp_path / "gone")
-    said = {"a pipe": "a pipe, not a regular file", "a device": "a device, not a regular file",
-            "a link": "a link .* that leads to no file or folder"}[kind]
+        cached.symlink_to("/dev/zero")
+    said = f"{kind}, not a regular file"
     with pytest.raises(UserError, match=rf"^the tiktoken encoding 'cl100k_base' could not be loaded: its cache file "
                                         rf"{re.escape(str(cached))} is {said}; put the encoding file there"):
         build_tokenizer("cl100k_base", "hello")
+
+
+def test_an_encoding_this_tiktoken_lacks_is_no_damage(monkeypatch):
+    # a run on o200k_harmony sampled with an older tiktoken was called damaged ("train it again")
+    monkeypatch.setattr(tk, "tiktoken_names", lambda: ["gpt2", "r50k_base", "cl100k_base"])
+    version = re.escape(tiktoken.__version__)
+    with pytest.raises(UserError, match=rf"^the tokenizer is tiktoken's 'o200k_harmony', which this tiktoken "
+                                        rf"\({version}\) does not have: pip install -U tiktoken$") as err:
+        tokenizer_from_dict({"kind": "tiktoken", "encoding": "o200k_harmony"})
+    assert not isinstance(err.value, tk.DamagedTokenizer)
+    with pytest.raises(tk.DamagedTokenizer, match="names 'gpt9', which is no tiktoken encoding"):
+        tokenizer_from_dict({"kind": "tiktoken", "encoding": "gpt9"})
 
 
 @pytest.mark.parametrize("setting", ["empty", "a file"])

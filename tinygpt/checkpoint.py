@@ -662,8 +662,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
             raise UserError(f"{path} is being trained now (process {trainer}) and has no checkpoint yet: the first "
                             f"is saved after its first evaluation; try again then")
         if (path / "config.yaml").is_file():  # a run killed before its first save
+            again = shlex.join(["python", script_word("train.py"), path_word(path / "config.yaml")])
             raise UserError(f"no checkpoint in {path}: its training stopped before it saved one; run that training "
-                            f"again")
+                            f"again, e.g. {again}")
         raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "
                         f"e.g. python train.py configs/stories.yaml")
     if not path.exists():
@@ -798,9 +799,13 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokeni
         ckpt = load_checkpoint(path, map_location=device)
     except UserError as e:  # a run's damaged best.pt: its ckpt.pt may be whole
         other = path.with_name("ckpt.pt")
-        if given.is_dir() and path.name == "best.pt" and other.is_file():
-            raise UserError(f"{e}; the run's other checkpoint may load: give it instead, {path_word(other)}") from None
-        raise
+        if not (given.is_dir() and path.name == "best.pt" and other.is_file()):
+            raise
+        try:
+            load_checkpoint(other, map_location="cpu")
+        except UserError:
+            raise e from None
+        raise UserError(f"{e}; the run's other checkpoint loads: give it instead, {path_word(other)}") from None
     model, cfg = model_from_checkpoint(ckpt, path)
     try:
         tokenizer = tokenizer_from_dict(ckpt["tokenizer"]) if with_tokenizer else None

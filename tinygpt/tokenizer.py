@@ -340,10 +340,10 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
     how = f"e.g. cp {file}.tiktoken $TIKTOKEN_CACHE_DIR/{key}, file from {url}" if url is not None \
         else "URLs in tiktoken_ext/openai_public.py"
     cant = f"the tiktoken encoding {name!r} could not be loaded"
-    if cached is not None and os.path.lexists(cached) and not os.path.isfile(cached):  # tiktoken would read a
-        from tinygpt.checkpoint import dead_link, not_regular                         # pipe or /dev/zero forever
-        what = dead_link(Path(cached)) or not_regular(Path(cached))
-        raise UserError(f"{cant}: its cache file {cached} is {what}; put the encoding file there ({how})")
+    if cached is not None and os.path.exists(cached) and not os.path.isfile(cached):  # tiktoken would read a
+        from tinygpt.checkpoint import not_regular                                   # pipe or /dev/zero forever
+        raise UserError(f"{cant}: its cache file {cached} is {not_regular(Path(cached))}; put the encoding file "
+                        f"there ({how})")
     was_cached = cached is not None and os.path.isfile(cached)
     try:
         return tiktoken.get_encoding(canonical)
@@ -452,6 +452,10 @@ def tiktoken_data(d: dict) -> tuple[str, list[int] | None]:
     if not isinstance(name, str):
         raise DamagedTokenizer("tiktoken tokenizer data has no 'encoding' name")
     if name not in tiktoken_names():  # (the encoding's file is not looked for)
+        if name in _TIKTOKEN_FILES or name in _ALIASES:  # a newer tiktoken's: not damage
+            import tiktoken
+            raise UserError(f"the tokenizer is tiktoken's {name!r}, which this tiktoken ({tiktoken.__version__}) "
+                            f"does not have: pip install -U tiktoken")
         raise DamagedTokenizer(f"tiktoken tokenizer data names {short(name)}, which is no tiktoken encoding")
     if ids is None:  # the full encoding: its size is known without its file for GPT-2's
         if _ALIASES.get(name, name) == "r50k_base" and d.get("vocab_size") not in (None, GPT2_VOCAB):
