@@ -233,6 +233,23 @@ def test_attention_png_with_matplotlib(run, prompt, tmp_path, monkeypatch):
     assert all(re.search(rf" \(the last {BLOCK} of \d+: block_size={BLOCK}\), layer \d$", t) for t in titles), titles
 
 
+@pytest.mark.parametrize("last", [1, 4, 12])
+def test_the_earlier_column_lines_up_with_the_keys(last):
+    # with --attention-last 1 the grey column (aspect auto) was drawn taller than its 1x1 key panel
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    T, nh = 16, 4
+    torch.manual_seed(0)
+    weights = masked_softmax(torch.randn(nh, T, T), causal_mask(T, T))  # (nh, T, T)
+    fig = attention_view.heatmap_figure(weights, [f"t{i}" for i in range(T)], last=last)
+    FigureCanvasAgg(fig).draw()  # the layout is made at drawing
+    earlier = [ax for ax in fig.axes if [t.get_text() for t in ax.get_xticklabels()] == [EARLIER]]
+    keys = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    for ax_e, ax in zip(earlier, keys):
+        e, k = ax_e.get_window_extent(), ax.get_window_extent()
+        assert abs(e.y0 - k.y0) < 1 and abs(e.y1 - k.y1) < 1, (e, k)  # the same rows, the same height
+
+
 def test_heatmap_figure_is_legible():
     pytest.importorskip("matplotlib")
     T, nh, last = 7, 2, 4

@@ -279,7 +279,7 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
             _cell_numbers(ax, keys[head], numbers, dark_when_high=False)
         if earlier is not None:
             ax_e = fig.add_subplot(grid[r, c * per])
-            ax_e.imshow(earlier[head, :, None].numpy(), cmap="Greys", vmin=0, vmax=100, aspect="auto")
+            ax_e.imshow(earlier[head, :, None].numpy(), cmap="Greys", vmin=0, vmax=100)  # square cells, as the keys'
             ax_e.set_xticks([0], [EARLIER], rotation=90, fontsize=8)
             ax_e.set_yticks(range(N), query_labels, fontsize=8, family="monospace")
             ax.set_yticks(range(N), [])  # the labels are on the earlier column, left of both
