@@ -82,6 +82,12 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+def shown_as_unicode(text: str) -> str:
+    """`text` with each byte of a file name that is not UTF-8 (a lone surrogate, as Python holds
+    it) as '\ufffd': a page, a picture or a title holds no such byte."""
+    return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+
+
 def short(value: Any, limit: int = MAX_VALUE) -> str:
     """repr(value) for a message, at most `limit` characters: nested or long values are elided
     with '...' without ever being expanded whole."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import io
 import math
-import re
 import statistics
 import textwrap
 import warnings
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from tinygpt.checkpoint import atomic_write, file_head
+from tinygpt.errors import shown_as_unicode
 from tinygpt.runs import read_metrics
 
 MATPLOTLIB_NOTE = "matplotlib is not installed: no {name} (pip install matplotlib); the tables are complete"
@@ -40,7 +40,7 @@ def plain_text(text: str) -> str:
     """`text` for matplotlib as it is: each '$' escaped, else two of them (a prompt "It cost $5 and $6")
     start mathtext, which draws garbage or raises on what is no formula; a byte of a file name that is
     not UTF-8 (a surrogate, as Python holds it, which matplotlib refuses) drawn as '\ufffd'."""
-    return re.sub("[\ud800-\udfff]", "\ufffd", text).replace("$", r"\$")
+    return shown_as_unicode(text).replace("$", r"\$")
 
 
 def _new_figure():

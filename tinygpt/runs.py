@@ -31,7 +31,7 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
                                 not_regular, peek_checkpoint, remove_empty, saved_step_and_data)
 from tinygpt.config import MAX_INT, Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path
-from tinygpt.errors import UserError, count, read_capped, reason
+from tinygpt.errors import UserError, count, read_capped, reason, shown_as_unicode
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
     import fcntl
@@ -57,7 +57,7 @@ def run_name(path: str | Path) -> str:
     folder = Path(os.path.abspath(path))  # (not resolve(): a link's own name is the one the user gave)
     if folder.suffix == ".pt" and not folder.is_dir():
         folder = folder.parent
-    return re.sub("[\ud800-\udfff]", "\ufffd", folder.name or str(folder))
+    return shown_as_unicode(folder.name or str(folder))
 
 
 # ---- one training per run directory ----
