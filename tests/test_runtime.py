@@ -91,20 +91,25 @@ def test_gpu_names_match_whole_words_most_specific_first():
 
 def test_tf32_follows_the_config_after_any_earlier_setting():
     """configure_cuda sets TF32 and tf32_enabled reads it back (MFU divides by the TF32 or the
-    float32 peak by it), whatever set the flags before: torch 2.9+ has two APIs for them, and
-    once both are used its old getter (allow_tf32) raises a RuntimeError. The flags exist on
-    every build, so this runs without a GPU; in a fresh process, as they are global."""
+    float32 peak by it), whatever set the flags before: torch 2.9+ has two APIs for them. The
+    older getter, which torch.compile's inductor reads, must answer too: it raises a RuntimeError
+    once only the newer API has set TF32, and every float32 compile on an H200 failed so. The flags
+    exist on every build, so this runs without a GPU; in a fresh process, as they are global."""
     import subprocess
     import sys
     script = ("import torch\nfrom tinygpt import runtime\n"
-              "for before in ('none', 'high', 'highest', 'legacy'):\n"
+              "new = hasattr(torch.backends.cuda.matmul, 'fp32_precision')\n"
+              "for before in ('none', 'high', 'highest', 'legacy', 'new'):\n"
               "    for tf32 in (True, False, True):\n"
               "        if before == 'legacy':\n"
               "            torch.backends.cuda.matmul.allow_tf32 = not tf32\n"
-              "        elif before != 'none':\n"
+              "        elif before == 'new' and new:\n"
+              "            torch.backends.cuda.matmul.fp32_precision = 'ieee' if tf32 else 'tf32'\n"
+              "        elif before not in ('none', 'new'):\n"
               "            torch.set_float32_matmul_precision(before)\n"
               "        runtime.configure_cuda(tf32)\n"
               "        assert runtime.tf32_enabled() is tf32, (before, tf32)\n"
+              "        assert torch.get_float32_matmul_precision() == ('high' if tf32 else 'highest'), (before, tf32)\n"
               "print('ok')\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=120)

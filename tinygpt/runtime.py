@@ -109,21 +109,20 @@ def autocast(dtype: str, device: torch.device):
     return torch.autocast(device.type, dtype=getattr(torch, dtype))
 
 
-# torch >= 2.9 sets TF32 through fp32_precision, which replaces allow_tf32; once both are used,
-# reading allow_tf32 raises a RuntimeError, so configure_cuda and tf32_enabled use the same one
+# torch >= 2.9 also reads TF32 through fp32_precision, the newer API; tf32_enabled reads that one where it
+# exists, as its older getters raise a RuntimeError once only the newer one has set the flag
 FP32_PRECISION_API = hasattr(torch.backends.cuda.matmul, "fp32_precision")
 
 
 def configure_cuda(tf32: bool) -> None:
-    """TF32 tensor cores for float32 matmuls and convolutions (Ampere and later): ~8x the float32
-    throughput with a 10-bit mantissa, which training does not notice (nanoGPT turns it on too)."""
-    if FP32_PRECISION_API:
-        mode = "tf32" if tf32 else "ieee"
-        torch.backends.cuda.matmul.fp32_precision = mode
-        torch.backends.cudnn.conv.fp32_precision = mode
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
+    """TF32 tensor cores for float32 matmuls on CUDA (Ampere and later): ~8x the float32 throughput
+    with a 10-bit mantissa, which training does not notice (nanoGPT turns it on too).
+
+    Set through torch.set_float32_matmul_precision, which every torch since 1.12 has and which keeps
+    torch 2.9+'s two APIs in step. Setting only the newer fp32_precision left the older getter,
+    which torch.compile's inductor reads, raising a RuntimeError: every float32 compile on CUDA
+    failed (an H200, torch 2.11). The model has no convolutions, so cuDNN's TF32 is left alone."""
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
 
 
 def keep_freed_memory() -> bool:
