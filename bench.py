@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -40,8 +41,8 @@ from tinygpt.checkpoint import atomic_write_text, check_writable, regular_file_t
 from tinygpt.config import Config, config_source, load_config
 from tinygpt.errors import ArgParser, UserError, count, run_cli, short, work_is_files
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
-                             compile_decoding, following_free_cores, keep_freed_memory, model_memory,
-                             parent_death_signal, peak_flops, resolve_device, sync)
+                             compile_decoding, device_name, following_free_cores, keep_freed_memory,
+                             model_memory, parent_death_signal, peak_flops, resolve_device, sync)
 from tinygpt.training import make_optimizer, train_step
 
 
@@ -261,8 +262,12 @@ def matmul_time_share(fn: Callable[[], None]) -> float:
     """The share of fn's CPU time (torch.profiler, self time of every op) spent in matrix products:
     for one-token decoding these are matrix-vector products, each reading a weight matrix once."""
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
+    # (torch 2.11 on CUDA warned, as the profile started, that the profiler clears its events at the
+    # end of each cycle: this one profile is one cycle)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events")
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
     ops = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in ops)
     return sum(e.self_cpu_time_total for e in ops if e.key in ("aten::mm", "aten::addmm", "aten::bmm")) / total
@@ -519,7 +524,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.gen_tokens or args.vs_hf or args.under_load:
         check_memory(model_memory(gcfg), device, "the --gen-* model", "lower --gen-layers, --gen-embd or --gen-block")
     res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
-                 "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+                 "device": str(device), "device_name": device_name(device), "torch": torch.__version__,
+                 "threads": torch.get_num_threads(),
                  "config": args.config, "overrides": args.set,
                  "model": f"{m.n_layer}x{m.n_head}x{m.n_embd}, block {m.block_size}, batch {cfg.train.batch_size}"}
     if args.steps:  # MFU = achieved / peak, the peak measured here for each dtype (2 s each on a CPU)

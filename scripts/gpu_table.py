@@ -123,15 +123,27 @@ def markdown(table: Sequence[tuple[str, str]]) -> str:
     return "\n".join(["| check | result |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in table)])
 
 
+def recorded_device(out: Path) -> str | None:
+    """"NAME, torch VERSION" as the first of the bench stages' JSON files records it (the machine the
+    check ran on, wherever the table is made again), or None when none does."""
+    for stage in ("fp32", "tf32_bf16", "compile", "decode", "decode_compiled"):
+        data = read_json(out / f"{stage}.json")
+        name, torch_version = data.get("device_name"), data.get("torch")
+        if isinstance(name, str) and isinstance(torch_version, str):
+            return f"{name}, torch {torch_version}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> str:
     p = ArgParser(prog="python -m scripts.gpu_table", description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=path_arg, help="the folder scripts/gpu_check.sh wrote (its OUT)")
-    p.add_argument("--device", help="the device's name in the first row (default: CUDA device 0's)")
+    p.add_argument("--device", help="the device's name in the first row (default: the one the stages' figures "
+                                    "record, else CUDA device 0's)")
     args = p.parse_args(argv)
     if not args.out.is_dir():  # (a typo would print a table of stages that "did not run")
         raise UserError(f"{args.out} is not a folder: give the OUT that scripts/gpu_check.sh wrote")
-    device = args.device
-    if device is None:
+    device = args.device or recorded_device(args.out)
+    if device is None:  # (figures of a bench.py older than its device_name)
         import torch
         device = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}" if torch.cuda.is_available()
                   else f"no CUDA device, torch {torch.__version__}")

@@ -323,6 +323,31 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     assert table["decoding 1x2x32, block 32, KV cache"].endswith("x no cache)")
 
 
+def test_the_matmul_share_prints_no_profiler_warning(monkeypatch):
+    """bench.py --vs-hf profiles one decoding run. On an H200 (torch 2.11) torch.profiler warned there
+    that it "clears events at the end of each cycle", two lines in the middle of the report: a profile
+    prepared twice does so (replayed here), and one profile is one cycle, so the warning is dropped."""
+    import warnings
+
+    import torch.profiler
+    import torch.profiler.profiler as profiler_module
+
+    import bench
+    monkeypatch.setattr(profiler_module, "_WARNINGS_SHOWN", set())  # (torch warns once a process)
+
+    class PreparedTwice(torch.profiler.profile):
+        def __enter__(self):
+            self.prepare_trace()
+            return super().__enter__()
+
+    monkeypatch.setattr(torch.profiler, "profile", PreparedTwice)
+    x, w = torch.randn(1, 64), torch.randn(64, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        share = bench.matmul_time_share(lambda: [x @ w for _ in range(20)])
+    assert 0 < share <= 1
+
+
 def test_the_bandwidth_limit_counts_the_weights_a_token_reads(monkeypatch, one_thread):
     """Decoding a token reads every weight once, but the position embedding's one row only: the
     weights of a 1x2x32 model of 37 tokens are V*C + 12*C*C + 2*C + C float32s, without its 32 x 32
@@ -439,6 +464,9 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
     (tmp_path / "status").write_text("tests=433 passed, 13 skipped in 90s\nbaby=exit 0\nfp32=exit 0\n"
                                      "tf32_bf16=exit 0\ncompile=exit 124\ndecode=exit 0\nddp=exit 1\n")
     table = dict(gpu_table.rows(tmp_path, "cpu"))
+    # the first row names the machine the figures record, not the one the table is made on
+    assert gpu_table.main([str(tmp_path)]).startswith(f"| check | result |\n| --- | --- |\n| device | "
+                                                      f"{res['device_name']}, torch {res['torch']} |\n")
     best = min(r["val_loss"] for r in read_metrics(tiny_stories_run) if r["val_loss"] is not None)
     f32, bf16 = res["train"]["float32"], res["train"]["bfloat16"]
     assert table == {
