@@ -93,7 +93,7 @@ def test_tf32_follows_the_config_after_any_earlier_setting():
     """configure_cuda sets TF32 and tf32_enabled reads it back (MFU divides by the TF32 or the
     float32 peak by it), whatever set the flags before: torch 2.9+ has two APIs for them. The
     older getter, which torch.compile's inductor reads, must answer too: it raises a RuntimeError
-    once only the newer API has set TF32, and every float32 compile on an H200 failed so. The flags
+    once only the newer API has set TF32, and compiling the float32 decoding step on an H200 failed so. The flags
     exist on every build, so this runs without a GPU; in a fresh process, as they are global."""
     import subprocess
     import sys

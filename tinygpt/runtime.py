@@ -119,9 +119,9 @@ def configure_cuda(tf32: bool) -> None:
     with a 10-bit mantissa, which training does not notice (nanoGPT turns it on too).
 
     Set through torch.set_float32_matmul_precision, which every torch since 1.12 has and which keeps
-    torch 2.9+'s two APIs in step. Setting only the newer fp32_precision left the older getter,
-    which torch.compile's inductor reads, raising a RuntimeError: every float32 compile on CUDA
-    failed (an H200, torch 2.11). The model has no convolutions, so cuDNN's TF32 is left alone."""
+    torch 2.9+'s two APIs in step. Setting only the newer fp32_precision left the older getters,
+    which torch.compile's inductor reads, raising a RuntimeError: compiling the float32 decoding
+    step failed so on an H200 (torch 2.11). The model has no convolutions: cuDNN's TF32 is left alone."""
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
 
 
