@@ -88,6 +88,27 @@ def whole_best(out_dir: Path) -> str:
     return f"; start a new run from its best.pt with {new_run_from(out_dir / 'best.pt')}"
 
 
+def same_weights(a: str, b: str) -> bool:
+    """Do two train.init_from settings name the same checkpoint, spelt two ways (a run's folder and
+    the best.pt it resolves to, say)?"""
+    if same_path(a, b):
+        return True
+    try:
+        return bool(a and b) and resolve_checkpoint(a).resolve() == resolve_checkpoint(b).resolve()
+    except (UserError, OSError):  # one no longer there, or not a checkpoint: not shown to be the same
+        return False
+
+
+def not_this_configs(ours: ModelConfig, theirs: ModelConfig) -> str:
+    """', not this config's model.n_layer=3, ...': the model settings of this config that the weights'
+    own (`theirs`, as saved with them) replace in a run from train.init_from, or ''."""
+    replaced = [f"model.{k}={getattr(ours, k)}" for k in ("block_size", "n_layer", "n_head", "n_embd", "bias", "causal")
+                if getattr(ours, k) != getattr(theirs, k)]
+    if ours.vocab_size not in (0, theirs.vocab_size):  # (0: from the tokenizer)
+        replaced.append(f"model.vocab_size={ours.vocab_size}")
+    return f", not this config's {', '.join(replaced)}" if replaced else ""
+
+
 def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     """ckpt.pt of the run to continue; its model and data settings must be this config's."""
     path = out_dir / "ckpt.pt"
@@ -117,7 +138,7 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     saved_init = saved_train.get("init_from") if isinstance(saved_train, dict) else None
     if not cfg.train.init_from and isinstance(saved_init, str):  # its config.yaml keeps what the run started from
         cfg.train.init_from = saved_init
-    elif not same_path(cfg.train.init_from, saved_init or ""):  # (the weights come from its ckpt.pt, not these)
+    elif not same_weights(cfg.train.init_from, saved_init or ""):  # (the weights come from its ckpt.pt, not these)
         was = short(saved_init) if saved_init else "none (it started from scratch)"
         raise UserError(f"--resume: train.init_from={short(cfg.train.init_from)} differs from the checkpoint's "
                         f"{was} ({path}); a resumed run continues from its own ckpt.pt: drop it, or start "
@@ -168,12 +189,9 @@ def load_init(cfg: Config) -> tuple[GPT, dict[str, Any], str]:
         model, init_cfg = model_from_checkpoint(ckpt, path)
     except UserError as e:
         raise UserError(f"train.init_from: {e}") from None
-    ours = cfg.model
+    not_ours = not_this_configs(cfg.model, init_cfg.model)
     adopt_model(cfg, init_cfg.model)  # check_init_tokenizer then says whether the data's vocabulary is theirs
-    replaced = [f"model.{k}={getattr(ours, k)}" for k in ("block_size", "n_layer", "n_head", "n_embd", "bias", "causal")
-                if getattr(ours, k) != getattr(cfg.model, k)]
-    return model, ckpt, (f"train.init_from: starting from {path} (step {ckpt['step']}), with its model config"
-                         + (f", not this config's {', '.join(replaced)}" if replaced else ""))
+    return model, ckpt, f"train.init_from: starting from {path} (step {ckpt['step']}), with its model config{not_ours}"
 
 
 def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int) -> Config:
@@ -614,8 +632,17 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
                         f"run's machines share")
     if t.tensorboard:
         require_tensorboard(out_dir)
+    asked = cfg.model  # (a resumed run from other weights keeps their model config: a note names what it drops)
     ckpt = load_resume(cfg, out_dir) if args.resume else None
     metrics, note = resumed_metrics(out_dir, ckpt) if ckpt is not None else ([], None)  # before anything is written
+    kept = (not_this_configs(asked, config_from_dict(ckpt["config"], str(out_dir / "ckpt.pt")).model)
+            if ckpt is not None and t.init_from else "")
+    kept_note = f"note: --resume: a run started from train.init_from keeps its weights' model config{kept}" * bool(kept)
+    own = Path(t.init_from)  # (the folder, or a checkpoint in it)
+    if t.init_from and ckpt is None and (same_path(t.init_from, t.out_dir) or (
+            own.name in ("ckpt.pt", "best.pt") and same_path(str(own.parent), t.out_dir))):
+        raise UserError(f"train.init_from={short(t.init_from)} names this run's own train.out_dir: a run cannot start "
+                        f"from itself; give another run (or checkpoint) to start from, or --resume to continue it")
     # train.init_from starts a new run; a resumed one continues from its own checkpoint
     init_model, init_ckpt, init_line = load_init(cfg) if t.init_from and ckpt is None else (None, None, None)
     dtype = resolve_dtype(t.dtype, dist.device)  # "auto" -> the fastest dtype the hardware computes natively
@@ -657,7 +684,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         passed = args.stop_at is not None and args.stop_at < run.step  # (a resume: it stops at once)
         stop_note = f"note: --stop-at {args.stop_at} is before step {run.step}, where the run already is" * passed
         too_many = too_many_threads(run.threads, t.threads, "train.threads", "training")
-        for warning in (emulated_dtype_warning(dtype, dist.device), note, too_many, warmup_note(t), stop_note):
+        for warning in (emulated_dtype_warning(dtype, dist.device), note, kept_note, too_many, warmup_note(t),
+                        stop_note):
             if warning:
                 print(warning, file=sys.stderr)
         if t.plot != "never" and not can_plot():

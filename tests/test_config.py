@@ -229,6 +229,12 @@ def test_a_key_that_is_not_a_name_is_refused(tmp_path, text, expected):
     ("train: {lr: .nan}", ["train.lr=nan"]),
     ("train: {device: gpu}", ["train.device='gpu'", "cuda:N"]),
     ("train: {device: 'cuda:x'}", ["train.device"]),
+    ("train: {device: 'cuda:01'}", ["train.device='cuda:01'", "cuda:N"]),  # torch.device's traceback on a GPU
+    ("train: {device: 'cuda:\u0661'}", ["train.device", "cuda:N"]),  # an Arabic-Indic 1 (\\d took it)
+    ("train: {device: \"cuda\\n\"}", ["train.device", "cuda:N"]),  # ($ matched before a final line break)
+    ("train: {plot: off}", ["train.plot=False", "one of end, eval or never"]),  # (it said: write "no" in quotes)
+    ("train: {lr: \"\u0661\"}", ["train.lr", "type float"]),  # float() reads any script's digits; ints did not
+    ("train: {lr: 1" + "0" * 400 + "}", ["train.lr", "too large for a float"]),
     ("train: {dtype: fp16}", ["train.dtype='fp16'", "float32, bfloat16, float16"]),
     ("train: {batch_size: 0}", ["train.batch_size=0"]),
     ("train: {beta2: 1.0}", ["train.beta2"]),
@@ -253,6 +259,19 @@ def test_impossible_values_are_refused(tmp_path, text, expected):
     assert str(path) in message
     for part in expected:
         assert part in message, (part, message)
+
+
+def test_a_path_from_a_block_scalar_loses_its_final_line_break(tmp_path):
+    """`out_dir: |` keeps a line break at the end of the path: the run went to a folder whose name
+    ends in one, and its `sample with:` line split in two. --set drops it; so does the file now."""
+    path = write(tmp_path, "train:\n  out_dir: |\n    runs/lit\n")
+    assert load_config(path).train.out_dir == "runs/lit"
+
+
+def test_a_float_beyond_64_bit_integers_is_a_number(tmp_path):
+    """grad_clip: 10000000000000000000 (1e19 in digits) was 'must be a finite number'; 1e19 was taken."""
+    path = write(tmp_path, "train: {grad_clip: 10000000000000000000}\n")
+    assert load_config(path).train.grad_clip == 1e19
 
 
 def test_a_negative_vocab_size_is_refused(tmp_path):
@@ -282,6 +301,15 @@ def test_python_name_tag_is_refused(tmp_path):
     path = write(tmp_path, "train: {out_dir: !!python/name:os.getcwd ''}\n")
     message = user_error(path)
     assert str(path) in message and "python/name" in message
+
+
+def test_an_empty_config_path_and_a_run_folder_say_what_to_give(tmp_path):
+    """`train.py "$CONFIG"` with CONFIG unset read Path("") as the current folder (". is a directory");
+    a run's folder given as the config suggested configs/stories.yaml, not the run's own config.yaml."""
+    assert user_error("") == ("the config file's path is empty; give a config file (.yaml), e.g. "
+                              "configs/stories.yaml")
+    (tmp_path / "config.yaml").write_text("model: {n_layer: 1}\n")
+    assert user_error(tmp_path).endswith(f"is a directory; give a config file (.yaml), e.g. {tmp_path / 'config.yaml'}")
 
 
 def test_missing_config_file(tmp_path):

@@ -151,6 +151,9 @@ def test_measured_peak_stays_within_its_budget():
 def test_unknown_devices_are_user_errors():
     with pytest.raises(UserError, match="train.device='tpu' must be auto"):
         runtime.resolve_device("tpu")
+    for name in ("cuda:01", "cuda:\u0661", "cuda\n"):  # torch.device refuses them: its traceback, on a GPU
+        with pytest.raises(UserError, match="must be auto, cpu, cuda, cuda:N or mps"):
+            runtime.resolve_device(name)
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match="--device='cuda:0': CUDA is not available"):
             runtime.resolve_device("cuda:0", "--device")

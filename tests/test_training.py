@@ -470,6 +470,12 @@ def test_the_warmup_note_is_for_a_warmup_as_long_as_the_run_or_longer():
                                        "0.9 at most, never to train.lr=1; lower train.warmup_iters")
     assert "rises to 0.5 at most" in training.warmup_note(replace(t, warmup_iters=19, max_iters=10))
     assert training.warmup_note(replace(t, warmup_iters=8)) is None
+    # a peak a hair under train.lr is shown with the digits that tell them apart (it read "rises to 0.001
+    # at most, never to train.lr=0.001")
+    near = training.warmup_note(replace(t, lr=1e-3, min_lr=1e-4, warmup_iters=2000, max_iters=2000))
+    shown = float(near.split("rises to ")[1].split(" ")[0])
+    peak = training.lr_at(1999, replace(t, lr=1e-3, warmup_iters=2000))
+    assert shown < 1e-3 and shown == pytest.approx(peak, rel=1e-3)
     assert training.warmup_note(replace(t, max_iters=0)) is None
 
 
@@ -529,3 +535,67 @@ def test_train_step_steps_with_the_lr_it_is_given(tiny_model_config):
     training.train_step(model, optimizer, no_scaler(), contextlib.nullcontext(), lambda: (x, y), 1, 0.0, 0.0)
     assert [g["lr"] for g in optimizer.param_groups] == [0.0, 0.0]
     assert all(torch.equal(p, before[n]) for n, p in model.state_dict().items())
+
+
+def test_runs_from_other_weights_resume_as_they_started_and_refuse_to_start_from_themselves(tmp_path, capsys):
+    """A run from train.init_from: resumed with the same weights spelt another way (the folder it
+    started from, then its best.pt) it continues (it was refused as "differs from the checkpoint's");
+    resumed with a model setting of its config changed, a note says the weights' model config stays
+    (it was dropped without a word); and a new run whose init_from is its own out_dir is refused as
+    such (it was told that it was "being trained now", by itself)."""
+    import train
+    from tinygpt.errors import UserError
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "base", "train.max_iters=2"))
+        train.main(run_args(tmp_path, "fine", "train.max_iters=2", f"train.init_from={tmp_path / 'base'}"))
+        capsys.readouterr()
+        done = train.main(run_args(tmp_path, "fine", "train.max_iters=4", "model.n_layer=3",
+                                   f"train.init_from={tmp_path / 'base' / 'best.pt'}") + ["--resume"])
+    assert done["step"] == 4
+    assert ("note: --resume: a run started from train.init_from keeps its weights' model config, not this config's "
+            "model.n_layer=3\n") in capsys.readouterr().err
+    with pytest.raises(UserError, match=r"train.init_from='.*own' names this run's own train.out_dir: a run cannot "
+                                        r"start from itself"):
+        train.main(run_args(tmp_path, "own", f"train.init_from={tmp_path / 'own'}"))
+    with pytest.raises(UserError, match="names this run's own train.out_dir"):
+        train.main(run_args(tmp_path, "own", f"train.init_from={tmp_path / 'own' / 'best.pt'}"))
+
+
+def test_a_new_run_is_refused_among_other_runs_or_a_report(tmp_path):
+    """out_dir=out (the folder of all runs) or a sweep's --out: the new run's ckpt.pt and config.yaml
+    landed beside the runs and the report, and sweep.py and compare.py then refused that folder."""
+    import train
+    from tinygpt.errors import UserError
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "out/a", "train.max_iters=0"))
+    with pytest.raises(UserError, match=r"train.out_dir='.*out' holds runs in its folders \(a\): this run's files "
+                                        r"would mix with them; choose another out_dir, e.g. .*out/new_run"):
+        train.main(run_args(tmp_path, "out", "train.max_iters=0"))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a"]
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "results.md").write_text("# Sweep of configs/stories.yaml\n\n...\n")
+    with pytest.raises(UserError, match=r"holds a sweep's report \(results.md\)"):
+        train.main(run_args(tmp_path, "sweep", "train.max_iters=0"))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "results.md").write_text("# my notes\n")  # a results.md of the user's: no report
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert train.main(run_args(tmp_path, "notes", "train.max_iters=0"))["step"] == 0
+
+
+def test_a_moved_run_is_told_where_its_config_says_it_is(tmp_path):
+    """`mv runs/m1 runs/m2; train.py runs/m2/config.yaml --resume`: its config.yaml still names runs/m1,
+    and the error said to drop --resume, which trained a new run there from scratch."""
+    import train
+    from tinygpt.errors import UserError
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "m1", "train.max_iters=2"))
+    (tmp_path / "m1").rename(tmp_path / "m2")
+    config = tmp_path / "m2" / "config.yaml"
+    with pytest.raises(UserError) as info:
+        train.main([str(config), "--resume", "--quiet"])
+    assert str(info.value) == (f"--resume: no checkpoint at {tmp_path / 'm1' / 'ckpt.pt'}; {config} is in the run "
+                               f"folder {tmp_path / 'm2'}, but its train.out_dir names {tmp_path / 'm1'} (a run moved "
+                               f"or renamed since): add --set train.out_dir={tmp_path / 'm2'}")
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert train.main([str(config), "--resume", "--quiet", "--set", f"train.out_dir={tmp_path / 'm2'}",
+                           "train.max_iters=3"])["step"] == 3

@@ -78,7 +78,10 @@ class Config:
 
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
-DEVICES = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+# cuda:N in plain digits, no leading zero (torch refuses cuda:01, and \d would take any script's digits)
+DEVICES = re.compile(r"auto|cpu|mps|cuda(:(0|[1-9][0-9]{0,5}))?")
+# the keys that take one of a few words: what to write instead of a YAML bool (`plot: off`)
+WORDS = {"train.device": "auto, cpu, cuda, cuda:N or mps", "train.plot": "end, eval or never"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 PATHS = ("data.dataset", "data.prepared_dir", "train.out_dir", "train.init_from")  # '~' is expanded in each
 MAX_INT = 2**63 - 1  # every integer setting fits in 64 bits (torch's seeds, sizes and counts do)
@@ -279,10 +282,13 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
     if typ is float and not isinstance(value, bool):
         number = None
         if isinstance(value, int):
-            number = float(value) if abs(value) <= MAX_INT else math.inf
+            try:
+                number = float(value)
+            except OverflowError:  # past 1.8e308
+                raise UserError(f"{key}={short(value)} ({source}) is too large for a float") from None
         elif isinstance(value, float):
             number = value
-        elif isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+        elif isinstance(value, str) and value.isascii():  # YAML 1.1 reads 1e-3 (no dot) as a string
             try:
                 number = float(value)
             except ValueError:
@@ -300,7 +306,8 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
             except UnicodeEncodeError:  # a lone surrogate ("\ud800" in YAML): no file name holds it
                 raise UserError(f"{key}={short(value)} ({source}) holds a character the file system cannot "
                                 f"encode") from None
-            value = os.path.expanduser(value)
+            # a line break at either end (a YAML block scalar, `out_dir: |`, keeps one) goes, as --set drops it
+            value = os.path.expanduser(value.strip(BREAKS))
             user = value.split("/", 1)[0]
             if user.startswith("~") and user != "~":  # '~name' of no user: expanduser left it as it was
                 raise UserError(f"{key}={short(value)} ({source}): {user} names no user of this machine (no home "
@@ -318,7 +325,9 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
                 hint = f": write it in plain digits, {int(number)}"
     if typ is str and value is None and key in PATHS:  # `out_dir: ~` meant the home folder
         hint = ": ~, null or an empty value is YAML's null; quote a path, e.g. '~' or '~/runs'"
-    if typ is str and isinstance(value, (bool, int, float)):  # `out_dir: 2024` or `yes` in a file (--set keeps text)
+    if key in WORDS:  # `plot: off` is a bool, and "off" no word of it either
+        hint = f": one of {WORDS[key]}"
+    elif typ is str and isinstance(value, (bool, int, float)):  # `out_dir: 2024` or `yes` in a file (--set keeps text)
         example = ("yes" if value else "no") if isinstance(value, bool) else elide(str(value), 40)
         hint = f': write it in quotes, e.g. {key.split(".", 1)[1]}: "{example}"'
     raise UserError(f"{key}={short(value)} ({source}) must be of type {typ.__name__}, "
@@ -434,9 +443,12 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
 def read_yaml(path: str | Path) -> Any:
     """Read a YAML file safely (LimitedSafeLoader); a missing or unreadable file, a syntax error, a
     Python tag or a document the loader refuses is a UserError naming the file."""
+    if not str(path):  # (Path("") is ".", the current folder: an unset variable, `train.py "$CONFIG"`)
+        raise UserError("the config file's path is empty; give a config file (.yaml), e.g. configs/stories.yaml")
     path = Path(path)
     if path.is_dir():
-        raise UserError(f"{path} is a directory; give a config file (.yaml), e.g. configs/stories.yaml")
+        example = path / "config.yaml" if (path / "config.yaml").is_file() else "configs/stories.yaml"  # (a run's)
+        raise UserError(f"{path} is a directory; give a config file (.yaml), e.g. {example}")
     if not path.exists():
         raise UserError(f"config file not found: {path}")
     data = read_capped(path, MAX_CONFIG_BYTES,  # (or a pipe)
@@ -548,11 +560,11 @@ def validate(cfg: Config, source: str) -> None:
     need(0 <= t.beta1 < 1, "train.beta1", t.beta1, "must be in [0, 1)")
     need(0 <= t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)")
     need(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 turns clipping off)")
-    need(bool(DEVICES.match(t.device)), "train.device", t.device, "must be auto, cpu, cuda, cuda:N or mps")
+    need(bool(DEVICES.fullmatch(t.device)), "train.device", t.device, f"must be {WORDS['train.device']}")
     need(t.dtype in DTYPES, "train.dtype", t.dtype, f"must be one of {', '.join(DTYPES)}")
     need(bool(t.out_dir.strip()), "train.out_dir", t.out_dir, "must be a directory path")
     need(bool(d.prepared_dir.strip()), "data.prepared_dir", d.prepared_dir, "must be a directory path")
-    need(t.plot in ("end", "eval", "never"), "train.plot", t.plot, "must be end, eval or never")
+    need(t.plot in ("end", "eval", "never"), "train.plot", t.plot, f"must be {WORDS['train.plot']}")
     need(0 <= t.threads <= MAX_THREADS, "train.threads", t.threads,
          f"must be in 0..{MAX_THREADS} (0 = the free cores; more threads than cores only slow it down)")
 

@@ -171,6 +171,10 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "") -> None:
             elif (out_dir / "best.pt").is_file():
                 fix = ("best.pt holds the weights but not the optimizer's state a resume needs: start a new run "
                        f"from its weights with {new_run_from(out_dir / 'best.pt')}")
+            here = Path(config).parent
+            if config and (here / "ckpt.pt").is_file() and not same_path(str(here), str(out_dir)):
+                fix = (f"{config} is in the run folder {here}, but its train.out_dir names {out_dir} (a run moved "
+                       f"or renamed since): add --set {shlex.quote(f'train.out_dir={here}')}")
             raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; {fix}")
         if users_config(out_dir) and not same_path(str(config), str(out_dir / "config.yaml")):
             raise UserError(f"train.out_dir={str(out_dir)!r} holds config.yaml, which is not from a tinygpt run (not "
@@ -183,6 +187,16 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "") -> None:
     if (out_dir / "best.pt").exists() and not died_at_its_first_save(out_dir):
         raise UserError(f"train.out_dir={str(out_dir)!r} holds best.pt but no ckpt.pt to resume from; move best.pt "
                         f"away to start a run there, or choose another out_dir")
+    held = runs_inside(out_dir)
+    if held:  # out/ itself, or a sweep's folder: the run's files would sit among its runs
+        shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise UserError(f"train.out_dir={str(out_dir)!r} holds runs in its folders ({shown}): this run's files "
+                        f"would mix with them; choose another out_dir, e.g. {out_dir / 'new_run'}")
+    from tinygpt.report import report_maker  # (here: report.py imports this module)
+    kind = report_maker(out_dir)
+    if kind:
+        raise UserError(f"train.out_dir={str(out_dir)!r} holds a {kind}'s report (results.md): this run's files "
+                        f"would mix with it; choose another out_dir")
     foreign = _foreign_file(out_dir)
     if foreign is not None:
         raise UserError(f"train.out_dir={str(out_dir)!r} holds {foreign.name}, which is not from a tinygpt run: "
@@ -196,6 +210,19 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "") -> None:
         raise UserError(f"train.out_dir={str(out_dir)!r} holds metrics.csv of a run trained to step {trained:,} but "
                         f"no ckpt.pt to resume from (its checkpoints are gone): a new run would overwrite it; move "
                         f"metrics.csv away to start a run there, or choose another out_dir")
+
+
+def runs_inside(folder: Path, limit: int = 10_000) -> list[str]:
+    """The folders in `folder` that hold a run's ckpt.pt, by name (of its first `limit` entries: a
+    home folder is not read whole)."""
+    names = []
+    with suppress(OSError):
+        with os.scandir(folder) as entries:
+            for entry, _ in zip(entries, range(limit)):
+                with suppress(OSError):
+                    if entry.is_dir() and (Path(entry.path) / "ckpt.pt").is_file():
+                        names.append(entry.name)
+    return sorted(names)
 
 
 def users_config(out_dir: Path) -> bool:

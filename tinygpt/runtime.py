@@ -29,11 +29,10 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import torch
 
 from model import GPT, ModelConfig
-from tinygpt.config import Config
+from tinygpt.config import DEVICES, WORDS, Config
 from tinygpt.errors import UserError, count, handle_signals, reason, restore_signals, torchrun_rank
 
 T = TypeVar("T")
-DEVICES = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 LOW_PRECISION = ("bfloat16", "float16")
 
 # ---- device and dtype ----
@@ -43,8 +42,8 @@ def resolve_device(name: str, setting: str = "train.device") -> torch.device:
     """'auto' -> cuda, then mps, then cpu; an unknown or unavailable device is a UserError naming
     `setting` (the config key, or sample.py's --device)."""
     named = f"{setting}={name!r}"
-    if not DEVICES.match(name):
-        raise UserError(f"{named} must be auto, cpu, cuda, cuda:N or mps")
+    if not DEVICES.fullmatch(name):
+        raise UserError(f"{named} must be {WORDS['train.device']} (N in plain digits, e.g. cuda:1)")
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")

@@ -30,8 +30,11 @@ def warmup_note(t: TrainConfig) -> str | None:
     t.lr (a warmup_iters of 10**18 trained at about 0 and reported done, the loss flat)."""
     if t.max_iters == 0 or t.warmup_iters < t.max_iters:
         return None
+    peak, digits = lr_at(t.max_iters - 1, t), 3
+    while digits < 17 and float(f"{peak:.{digits}g}") >= t.lr:  # (0.0009995 is no "0.001, never 0.001")
+        digits += 1
     return (f"note: train.warmup_iters={t.warmup_iters} >= train.max_iters={t.max_iters}: the learning rate rises to "
-            f"{lr_at(t.max_iters - 1, t):.3g} at most, never to train.lr={t.lr:g}; lower train.warmup_iters")
+            f"{peak:.{digits}g} at most, never to train.lr={t.lr:g}; lower train.warmup_iters")
 
 
 def make_optimizer(model: GPT, t: TrainConfig, device: torch.device) -> torch.optim.AdamW:
