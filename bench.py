@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import math
+import os
 import platform
 import statistics
 import subprocess
@@ -37,9 +39,9 @@ import torch
 
 from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
-from tinygpt.checkpoint import atomic_write_text, check_writable, regular_file_target
+from tinygpt.checkpoint import atomic_write_text, check_name_fits, check_writable, regular_file_target
 from tinygpt.config import Config, config_source, load_config
-from tinygpt.errors import ArgParser, UserError, count, run_cli, short, work_is_files
+from tinygpt.errors import ArgParser, UserError, count, elide, folder_ending, run_cli, short, work_is_files
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, device_name, following_free_cores, keep_freed_memory,
                              model_memory, parent_death_signal, peak_flops, resolve_device, sync)
@@ -394,6 +396,15 @@ def check_args(args) -> list[str]:
     if not (args.steps or args.loss_steps or args.gen_tokens or args.attention or args.vs_hf or args.under_load):
         raise UserError("--steps 0 and --gen-tokens 0 leave nothing to measure (it printed an empty table, exit 0): "
                         "keep one, or add --loss-steps, --attention, --vs-hf or --under-load")
+    if args.compile and not (args.steps or args.vs_hf):
+        raise UserError("--compile compiles the training step of --steps and the decoding step of --vs-hf: with "
+                        "neither it would change nothing; add one, or leave --compile out")
+    for item in args.set:  # settings bench.py takes as flags: the config's would be ignored without a word
+        key = item.partition("=")[0].strip()
+        flag = {"train.dtype": "--dtypes bfloat16 (a list: float32,bfloat16)", "train.compile": "--compile"}.get(key)
+        if flag:
+            raise UserError(f"--set {elide(item, 80)}: bench.py measures what its flags ask for, not {key}: "
+                            f"give {flag}")
     if args.vs_hf and args.gen_block < 2:  # transformers decodes at most gen_block - 1 tokens past the prompt
         raise UserError(f"--vs-hf needs --gen-block >= 2 (not {args.gen_block}): transformers cannot decode past "
                         f"its positions, so a context of one token leaves nothing to decode")
@@ -410,8 +421,12 @@ def check_json_target(text: str) -> None:
     loses its results (minutes of measurement)."""
     if not text:  # Path('') is '.', the current folder
         raise UserError("--json '' is an empty path; give a file name, e.g. --json bench.json")
-    if text.endswith("/"):  # Path drops the slash: it would write a file named like the folder
-        raise UserError(f"--json {text} names a folder (it ends in /); give a file name, e.g. {text}bench.json")
+    if (why := folder_ending(text)) is not None:  # Path drops a final / or /.: a file named like the folder
+        raise UserError(f"--json {why}; give a file name, e.g. {text.rstrip('/.') or '.'}/bench.json")
+    try:
+        check_name_fits(Path(text))  # (first: a name over 255 bytes cannot even be looked up)
+    except UserError as e:
+        raise UserError(f"--json: {e}") from None
     if Path(text).is_dir():
         raise UserError(f"--json {text} is a folder; give a file name, e.g. {Path(text) / 'bench.json'}")
     try:
@@ -492,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--under-load", action="store_true",
                    help="also measure decoding and training (in the first of --dtypes) idle and beside one busy "
                         "process, with torch's default threads, the thread policy and one core fewer")
-    p.add_argument("--json", help="also write the results here")
+    p.add_argument("--json", type=os.path.expanduser, help="also write the results here")
     args = p.parse_args(argv)
     if args.config is None:
         args.config = default_config()
@@ -548,6 +563,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
         res["loss_after_steps"] = {"steps": args.loss_steps, **loss_parity(cfg, data, dtypes, device, args.loss_steps)}
         print(f"loss after {args.loss_steps} steps (the mean of the last {min(10, args.loss_steps)}): " +
               ", ".join(f"{d} {res['loss_after_steps'][d]:.4f}" for d in dtypes))
+        diverged = [d for d in dtypes if not math.isfinite(res["loss_after_steps"][d])]
+        if diverged:  # (train.py stops there, naming the step)
+            print(f"note: the loss diverged in {', '.join(diverged)} (not finite): no comparison; lower train.lr "
+                  f"(now {cfg.train.lr:g})", file=sys.stderr)
     if args.attention:
         res["attention"] = bench_attention(cfg, dtypes, device)
         print(f"attention of one layer, forward + backward, (B, nh, T, hs) = ({cfg.train.batch_size}, {m.n_head}, "

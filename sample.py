@@ -39,7 +39,6 @@ are. Written to a file or a pipe (`> out.txt`, `| grep ...`), the text is exact,
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -58,9 +57,9 @@ import torch
 
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
-from tinygpt.checkpoint import check_writable, load_model, odd_file, regular_file_target
+from tinygpt.checkpoint import check_name_fits, check_writable, load_model, odd_file, regular_file_target
 from tinygpt.config import MAX_THREADS
-from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, path_arg, path_word,
+from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, file_arg, path_arg, path_word,
                             read_capped, run_cli, script_word, short)
 from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.runs import run_lock, run_name
@@ -76,15 +75,6 @@ MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 to
 # the last block_size tokens, and a 40 MB prompt cost 900 MB to encode and was echoed whole
 MAX_SAMPLE_FILES = 10_000  # samples that each write a page or heatmaps (a million files is no one's wish)
 MAX_SKIPPED = 64 << 20  # bytes of a piped line's rest skipped before --interactive stops (/dev/zero has no end)
-
-
-def file_arg(text: str) -> Path:
-    """A file's path flag: path_arg's, and no trailing '/' (Path drops it: a file would be written
-    under the name of the folder meant)."""
-    if text.endswith("/"):
-        raise argparse.ArgumentTypeError(f"{text} ends in '/', which names a folder; give a file name, e.g. "
-                                         f"{text}page.html")
-    return path_arg(text)
 
 
 def build_parser() -> ArgParser:
@@ -197,6 +187,10 @@ def check_output_folders(args) -> None:
     if args.attention_html is not None:
         page = args.attention_html
         named = f"--attention-html={short(str(page))}"
+        try:
+            check_name_fits(page)  # (first: a name over 255 bytes cannot even be looked up)
+        except UserError as e:
+            raise UserError(f"{named}: {e}") from None
         if page.is_dir():
             raise UserError(f"{named} is a directory, not a file")
         try:  # a device or a pipe: the page would be refused only after the whole generation

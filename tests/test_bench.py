@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -592,3 +593,61 @@ def test_json_results_survive_a_reader_who_leaves(tmp_path):
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(out.read_text())["generate"]["n_tokens"] == 4
+
+
+def test_flags_that_would_do_nothing_or_lose_the_results_are_refused_at_once(tmp_path, monkeypatch):
+    """Before any work: --compile with neither --steps nor --vs-hf (it compiled nothing, exit 0);
+    --set train.dtype or train.compile (ignored: float32, uncompiled, was measured); a --json path
+    that ends in /. or /.. (a file named like the folder, or `Device or resource busy` after the
+    benchmark) or whose name leaves no room for its temp file (`File name too long` after it)."""
+    import bench
+    from tinygpt.errors import UserError
+    monkeypatch.setattr(bench, "load_config", lambda *a: pytest.fail("the benchmark started"))
+    cases = [(["--steps", "0", "--gen-tokens", "5", "--compile"], r"^--compile compiles the training step of "
+              r"--steps and the decoding step of --vs-hf: with neither it would change nothing"),
+             (["--set", "train.dtype=bfloat16"], r"^--set train.dtype=bfloat16: bench.py measures what its flags ask "
+              r"for, not train.dtype: give --dtypes bfloat16"),
+             (["--set", "train.compile=true"], r"not train.compile: give --compile$"),
+             (["--json", f"{tmp_path}/newdir/."], r"^--json .*newdir/. ends in '.', which names a folder; give a "
+              r"file name, e.g. .*newdir/bench.json$"),
+             (["--json", f"{tmp_path}/gone/.."], r"^--json .*gone/.. ends in '..', which names a folder"),
+             (["--json", str(tmp_path / ("a" * 250 + ".json"))], r"^--json: cannot write .*: its name is 255 "
+              r"bytes, and the temp file it is written through adds \d+: give a name of at most \d+ bytes$"),
+             (["--json", str(tmp_path / ("a" * 300))], r"^--json: cannot write .*: its name is 300 bytes")]
+    for flags, match in cases:
+        with pytest.raises(UserError, match=match):
+            bench.main(["--steps", "1", "--gen-tokens", "0", *flags])
+    assert list(tmp_path.iterdir()) == []  # (no folder made on the way)
+    seen = []  # a leading ~ in --json=~/x (which the shell leaves) is the home folder: a folder `~` was made
+
+    def check_json_target(text):
+        seen.append(text)
+        raise Started
+    monkeypatch.setattr(bench, "check_json_target", check_json_target)
+    with pytest.raises(Started):
+        bench.main(["--steps", "1", "--gen-tokens", "0", "--json=~/bench.json"])
+    assert seen == [str(Path.home() / "bench.json")]
+
+
+def test_a_diverged_loss_comparison_says_so(monkeypatch, capsys, tmp_path):
+    """--loss-steps with a learning rate that diverges printed `float32 nan` as a result, exit 0."""
+    import bench
+    monkeypatch.setattr(bench, "loss_parity", lambda *a: {"float32": math.nan})
+    bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "train.device=cpu",
+                f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=1", "model.n_embd=16",
+                "model.block_size=16", "train.lr=100000", "--steps", "0", "--gen-tokens", "0", "--dtypes", "float32",
+                "--loss-steps", "3"])
+    assert ("note: the loss diverged in float32 (not finite): no comparison; lower train.lr (now 100000)\n"
+            in capsys.readouterr().err)
+
+
+def test_the_model_memory_check_counts_each_layers_modules():
+    """--gen-layers 10000000 --gen-embd 1 was counted as 0.6 GB of weights and went on building a model
+    that needs about 350 GB (37 KB of modules a layer), for hours, until memory ran out."""
+    from model import ModelConfig
+    from tinygpt import runtime
+    from tinygpt.errors import UserError
+    deep = ModelConfig(n_layer=10_000_000, n_head=1, n_embd=1, block_size=2, vocab_size=10)
+    assert sum(runtime.model_memory(deep).values()) > 300e9
+    with pytest.raises(UserError, match="layers' modules"):
+        runtime.check_memory(runtime.model_memory(deep), torch.device("cpu"), "the --gen-* model", "lower --gen-layers")

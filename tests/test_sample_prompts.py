@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -438,6 +439,32 @@ def test_an_html_path_ending_in_a_slash_is_refused(tiny_stories_run, tmp_path):
     # Path drops the slash: a page was written as a file named like the folder meant
     refused([tiny_stories_run, "--list-vocab", "--attention-html", f"{tmp_path}/newhtml/"], "ends in '/'")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_html_paths_that_would_fail_after_the_generation_are_refused_first(tiny_stories_run, tmp_path, monkeypatch):
+    """`newhtml/.` wrote a file `newhtml`; `gone/..` generated, then `Device or resource busy`; a
+    name of 250 bytes (legal) generated, then `File name too long` for its temp file; one of 300
+    said `File name too long`, naming no flag. And `--attention-html=~/a.html` (the shell leaves that
+    ~) made a folder named `~`, then printed `saved ~/a.html`."""
+    for path, match in ((f"{tmp_path}/newhtml/.", "newhtml/. ends in '.'"),
+                        (f"{tmp_path}/gone/..", "gone/.. ends in '..'")):
+        refused([tiny_stories_run, "--attention-html", path], f"{re.escape(match)}, which names a folder")
+    refused([tiny_stories_run, "--attention-html", str(tmp_path / ("c" * 245 + ".html"))],
+            r"^--attention-html=.*: cannot write .*: its name is 250 bytes, and the temp file it is written through")
+    refused([tiny_stories_run, "--attention-html", str(tmp_path / ("c" * 300))], r"^--attention-html=.*its name is 300")
+    assert list(tmp_path.iterdir()) == []
+    from tinygpt.errors import path_arg
+    assert path_arg("~/a.html") == Path.home() / "a.html" and path_arg("a~/b") == Path("a~/b")
+
+
+def test_a_prepared_data_folder_is_no_run(tiny_stories_run, tmp_path):
+    """A data.prepared_dir folder given as the run was told `train first, e.g. python train.py ...`."""
+    prepared = tmp_path / "stories-bpe-0123456789"
+    prepared.mkdir()
+    for name in ("meta.json", "train.bin", "val.bin", "tokenizer.json"):
+        (prepared / name).write_text("x")
+    refused([prepared], r"is a folder of prepared data \(data.prepared_dir\), not a run: give the run directory "
+                        r"trained on it \(its train.out_dir\)$")
 
 
 def test_a_prompt_file_over_the_limit_is_refused_by_its_size(tiny_stories_run, tmp_path):

@@ -180,10 +180,32 @@ def file_head(path: Path, n: int = 4096) -> bytes | None:
         return None
 
 
+def name_max(folder: Path) -> int:
+    """The longest file name, in bytes, that `folder` (or its nearest existing parent) takes: 255
+    on most file systems."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # (no pathconf on Windows)
+        return 255
+
+
+def check_name_fits(path: Path) -> None:
+    """Refuse a file name too long for the temp file a write goes through (temp_beside adds about 22
+    bytes): the write would fail with `File name too long` only after the work."""
+    name, longest = len(os.fsencode(path.name)), name_max(path.parent)
+    extra = len(f"..{os.getpid()}.XXXXXXXX.tmp")
+    if name + extra > longest:
+        raise UserError(f"cannot write {short(str(path))}: its name is {name} bytes, and the temp file it is "
+                        f"written through adds {extra}: give a name of at most {longest - extra} bytes")
+
+
 def regular_file_target(path: Path) -> Path:
     """The file a write to `path` means: a symlink's target (the rename would replace the link
     itself); a device, a pipe or a folder is refused (the rename would replace /dev/full with a
-    plain file, or a reader's pipe)."""
+    plain file, or a reader's pipe); so is a name too long for its temp file (check_name_fits)."""
+    check_name_fits(path)
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     if path.exists() and not path.is_file():
@@ -665,6 +687,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
             again = shlex.join(["python", script_word("train.py"), path_word(path / "config.yaml")])
             raise UserError(f"no checkpoint in {path}: its training stopped before it saved one; run that training "
                             f"again, e.g. {again}")
+        if all((path / n).is_file() for n in ("meta.json", "train.bin")):  # data/prepare.py's output
+            raise UserError(f"{path} is a folder of prepared data (data.prepared_dir), not a run: give the run "
+                            f"directory trained on it (its train.out_dir)")
         raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "
                         f"e.g. python train.py configs/stories.yaml")
     if not path.exists():

@@ -493,10 +493,29 @@ def read_capped(path: str | Path, limit: int, too_big: Callable[[int | None], st
 
 def path_arg(text: str) -> Path:
     """argparse's type for a path argument: an empty one is refused (Path("") is ".", the current
-    folder, which nobody means by an empty argument: an unset $RUN)."""
+    folder, which nobody means by an empty argument: an unset $RUN), and a leading ~ is the home
+    folder (the shell leaves it in `--flag=~/x`: a folder named ~ was made)."""
     if not text:
         raise argparse.ArgumentTypeError("an empty path names no file or folder; name one (. for the current folder)")
-    return Path(text)
+    return Path(os.path.expanduser(text))
+
+
+def folder_ending(text: str) -> str | None:
+    """Why the path `text` names a folder by how it ends (/, /. or /..: Path drops the first two, and
+    a file was written under the folder's name), or None."""
+    if text.endswith("/"):
+        return f"{text} ends in '/', which names a folder"
+    if text.endswith(("/.", "/..")):  # (`.` and `..` alone are folders that exist: said as such)
+        return f"{text} ends in '{text.rpartition('/')[2]}', which names a folder"
+    return None
+
+
+def file_arg(text: str) -> Path:
+    """argparse's type for a file to write: path_arg's, but a path that names a folder by how it
+    ends (folder_ending) is refused before any work."""
+    if (why := folder_ending(text)) is not None:
+        raise argparse.ArgumentTypeError(f"{why}; give a file name")
+    return path_arg(text)
 
 
 def path_word(path: str | Path) -> str:
