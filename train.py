@@ -156,8 +156,9 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
             old = saved.get(key) if isinstance(saved, dict) else None
             if section == "data" and key not in token_keys(cfg.data):  # e.g. bpe_vocab_size of a char run
                 continue
-            if key == "dataset" and isinstance(old, str) and same_dataset(old, value):
-                continue  # (the same data spelt another way; check_resume_data compares the text itself)
+            if key == "dataset" and isinstance(old, str) and (same_dataset(old, value) or (
+                    ckpt.get("data_digest") is not None and Path(value).expanduser().exists())):
+                continue  # (the same data spelt another way, or moved: check_resume_data compares the tokens)
             if key != "vocab_size" and old != value:
                 raise UserError(f"--resume: {section}.{key}={short(value)} differs from the checkpoint's "
                                 f"{short(old)} ({path}); a resumed run keeps its model and data settings")
@@ -621,7 +622,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     t = cfg.train
     out_dir = Path(t.out_dir)
     if dist.master:  # under DDP rank 0 decides, holding the folder's lock; the others wait for its verdict
-        check_run_dir(out_dir, args.resume, args.config)
+        check_run_dir(out_dir, args.resume, args.config,
+                      out_dir_set=any(item.partition("=")[0].strip() == "train.out_dir" for item in args.set))
         for name in TRAIN_FILES:  # temp files of a writer killed mid-write: a resume may never write them again
             # (under the run lock only this training writes them, but for loss.png: compare.py --plot-only too)
             sweep_temp_files(out_dir / name, only_writer=name != "loss.png")

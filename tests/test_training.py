@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import re
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -582,6 +583,11 @@ def test_a_new_run_is_refused_among_other_runs_or_a_report(tmp_path):
         assert train.main(run_args(tmp_path, "notes", "train.max_iters=0"))["step"] == 0
 
 
+def read_metrics_steps(run: Path) -> int:
+    from tinygpt.runs import read_metrics
+    return max(row["step"] for row in read_metrics(run))
+
+
 def test_a_moved_run_is_told_where_its_config_says_it_is(tmp_path):
     """`mv runs/m1 runs/m2; train.py runs/m2/config.yaml --resume`: its config.yaml still names runs/m1,
     and the error said to drop --resume, which trained a new run there from scratch."""
@@ -599,3 +605,33 @@ def test_a_moved_run_is_told_where_its_config_says_it_is(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         assert train.main([str(config), "--resume", "--quiet", "--set", f"train.out_dir={tmp_path / 'm2'}",
                            "train.max_iters=3"])["step"] == 3
+    # a copy: `cp -r m2 bk; train.py bk/config.yaml --resume` continued m2, the original, not the copy
+    import shutil
+    shutil.copytree(tmp_path / "m2", tmp_path / "bk")
+    copy = tmp_path / "bk" / "config.yaml"
+    with pytest.raises(UserError, match=re.escape(  # (m2's config.yaml names m2 since its resume)
+            f"--resume: {copy} is in the run folder {tmp_path / 'bk'}, but its train.out_dir names another run, "
+            f"{tmp_path / 'm2'}, which --resume would continue instead")):
+        train.main([str(copy), "--resume", "--quiet", "--set", "train.max_iters=5"])
+    assert read_metrics_steps(tmp_path / "m2") == 3  # the original untouched
+
+
+def test_a_resume_follows_its_dataset_moved_and_refuses_another(tmp_path):
+    """The dataset file moved (the same text): --resume --set data.dataset=NEW_PATH was refused as
+    `differs from the checkpoint's`, with no way on but moving it back. Its tokens decide now: the
+    same ones resume (config.yaml then names the new path); other text is refused."""
+    import train
+    from tinygpt.errors import UserError
+    from tinygpt.runs import read_config
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "run", "train.max_iters=2"))
+    moved = tmp_path / "moved" / "corpus.txt"
+    moved.parent.mkdir()
+    (tmp_path / "corpus.txt").rename(moved)
+    with contextlib.redirect_stdout(io.StringIO()):
+        done = train.main(run_args(tmp_path, "run", "train.max_iters=3", f"data.dataset={moved}") + ["--resume"])
+    assert done["step"] == 3 and read_config(tmp_path / "run").data.dataset == str(moved)
+    other = tmp_path / "other.txt"
+    other.write_text(TEXT[::-1])
+    with pytest.raises(UserError, match=r"is not the data .*ckpt.pt was trained on"):
+        train.main(run_args(tmp_path, "run", "train.max_iters=4", f"data.dataset={other}") + ["--resume"])

@@ -148,14 +148,17 @@ def new_run_from(weights: str | Path) -> str:
     return f"--set {shlex.quote(f'train.init_from={weights}')} train.out_dir=NEW_DIR"
 
 
-def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "") -> None:
+def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_set: bool = False) -> None:
     """Refuse what would mix two runs or overwrite a user's file: a new run into a folder holding a
     run's checkpoints or TensorBoard events, or holding a config.yaml, metrics.csv or loss.png that
     no tinygpt run wrote; a resume with nothing to resume from. A folder whose run died before its
     first checkpoint holds only config.yaml and metrics.csv of step 0 (and, killed between its first two
     saves, best.pt of step 0; with train.tensorboard, events of step 0): it may be started again
     (they are rewritten; the new run's events hide the old ones, see tensorboard_log). A resume
-    rewrites config.yaml too: one of the user's there is refused, unless it is `config`, the file read."""
+    rewrites config.yaml too: one of the user's there is refused, unless it is `config`, the file read.
+    A resume from a run's config.yaml whose train.out_dir names another folder (the run was moved,
+    or copied: its config still names the original) is refused, saying which, unless `out_dir_set`
+    (--set train.out_dir: the folder was named on purpose)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is {file_kind(out_dir)}, not a directory")
     for name in TRAIN_FILES:
@@ -164,6 +167,13 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "") -> None:
             raise UserError(f"train.out_dir={str(out_dir)!r} holds {name}, {odd}, where a run writes its {name}; "
                             f"remove it, or choose another out_dir")
     if resume:
+        here = Path(config).parent
+        elsewhere = (bool(config) and not out_dir_set and (here / "ckpt.pt").is_file()  # a run's own config.yaml:
+                     and _is_resolved_config(Path(config)) and not same_path(str(here), str(out_dir)))  # its header
+        if elsewhere and (out_dir / "ckpt.pt").is_file():  # a copy: it would continue the original, not the copy
+            raise UserError(f"--resume: {config} is in the run folder {here}, but its train.out_dir names another run, "
+                            f"{out_dir}, which --resume would continue instead (a copied run); continue this one with "
+                            f"--set {shlex.quote(f'train.out_dir={here}')}, or give {out_dir / 'config.yaml'}")
         if not (out_dir / "ckpt.pt").is_file():
             fix = "drop --resume to start a new run"
             if died_at_its_first_save(out_dir):  # its best.pt is the starting point: nothing to keep
@@ -171,8 +181,7 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "") -> None:
             elif (out_dir / "best.pt").is_file():
                 fix = ("best.pt holds the weights but not the optimizer's state a resume needs: start a new run "
                        f"from its weights with {new_run_from(out_dir / 'best.pt')}")
-            here = Path(config).parent
-            if config and (here / "ckpt.pt").is_file() and not same_path(str(here), str(out_dir)):
+            if elsewhere:
                 fix = (f"{config} is in the run folder {here}, but its train.out_dir names {out_dir} (a run moved "
                        f"or renamed since): add --set {shlex.quote(f'train.out_dir={here}')}")
             raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; {fix}")
