@@ -451,7 +451,8 @@ def test_resume_may_change_data_settings_that_change_no_token(tmp):
 
 def test_resume_takes_the_same_dataset_spelt_another_way(tmp, monkeypatch):
     """`data.dataset=DIR/corpus.txt` then, on --resume, `corpus.txt` from DIR (or `./corpus.txt`) was
-    refused ("differs from the checkpoint's"): the same file. Another file still is refused."""
+    refused ("differs from the checkpoint's"): the same file. So is the same text in another file (a
+    moved dataset): its tokens are the checkpoint's (test_training.py: other text is refused)."""
     import train
     from tinygpt.errors import UserError
     out = tmp / "resume_dataset_spelling"
@@ -460,9 +461,12 @@ def test_resume_takes_the_same_dataset_spelt_another_way(tmp, monkeypatch):
     done = train.main(inproc_base(tmp, f"train.out_dir={out}", "data.dataset=./corpus.txt", "train.max_iters=8")
                       + ["--resume"])
     assert done["step"] == 8
-    (tmp / "other.txt").write_text(TEXT, encoding="utf-8")  # the same text in another file: another dataset
-    with pytest.raises(UserError, match=r"--resume: data.dataset='other.txt' differs from the checkpoint's"):
-        train.main(inproc_base(tmp, f"train.out_dir={out}", "data.dataset=other.txt", "train.max_iters=10")
+    (tmp / "other.txt").write_text(TEXT, encoding="utf-8")  # the same text in another file: the same tokens
+    done = train.main(inproc_base(tmp, f"train.out_dir={out}", "data.dataset=other.txt", "train.max_iters=10")
+                      + ["--resume"])
+    assert done["step"] == 10
+    with pytest.raises(UserError, match=r"--resume: data.dataset='gone.txt' differs from the checkpoint's"):
+        train.main(inproc_base(tmp, f"train.out_dir={out}", "data.dataset=gone.txt", "train.max_iters=12")
                    + ["--resume"])
 
 
