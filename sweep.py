@@ -482,8 +482,9 @@ def parse_args(argv: Sequence[str] | None):
                         f"use --jobs {cores} or fewer")
     if args.seeds < 1:
         raise UserError(f"--seeds={args.seeds} must be >= 1")
-    if args.probe_stories < 1:
-        raise UserError(f"--probe-stories={args.probe_stories} must be >= 1")
+    from probe import MAX_STORIES  # (a billion held-out stories were generated for 10 GB, deaf to Ctrl-C)
+    if not 1 <= args.probe_stories <= MAX_STORIES:
+        raise UserError(f"--probe-stories={args.probe_stories} must be in [1, {MAX_STORIES:,}] (probe.py --stories)")
     return args
 
 

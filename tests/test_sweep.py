@@ -479,6 +479,9 @@ def test_a_closed_stdout_does_not_stop_the_sweep(tmp_path):
     (["--grid", "model.n_head=3,5", "--set", "model.n_embd=16"], "no valid combination"),
     (["--grid", "model.n_head=1", "--jobs", "0"], "--jobs=0 must be >= 1"),
     (["--grid", "model.n_head=1", "--jobs", "3"], "--jobs=3 is more than the 2 CPU core"),
+    # (a billion held-out stories: 10 GB and counting, deaf to Ctrl-C)
+    (["--grid", "model.n_head=1", "--probe", "--probe-stories", "1000000000"],
+     r"--probe-stories=1000000000 must be in \[1, 10,000\] \(probe.py --stories\)"),
 ])
 def test_sweep_user_errors(tmp_path, monkeypatch, argv, match):
     fake_cores(monkeypatch, {0, 1})  # 2 cores
@@ -697,6 +700,14 @@ def test_run_names_are_filesystem_safe_and_unique():
     names = sweep.run_names(["model.n_head", "data.dataset"], combos)
     assert time.perf_counter() - t0 < 1.0  # in linear time (it took 2.3 s for 20,000)
     assert len(set(names)) == len(combos) and all("-" in n for n in names)
+
+
+def test_a_missing_grid_is_said_alone(tmp_path, monkeypatch):
+    """`sweep.py CONFIG --set train.lr=0.1` (no --grid) added the hint for a config swallowed by
+    --set, though the config came first: only a missing positional can have been swallowed."""
+    with pytest.raises(UserError) as info:
+        sweep.main([CONFIG, "--set", "train.lr=0.1"])
+    assert str(info.value) == "the following arguments are required: --grid (see sweep.py --help)"
 
 
 @pytest.mark.parametrize("argv, count", [

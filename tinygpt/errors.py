@@ -547,7 +547,8 @@ class ArgParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         words = getattr(self, "words", [])
-        if "arguments are required" in message and any(w.startswith("--set") for w in words):
+        missing = message.partition(": ")[2].split(", ") if "arguments are required" in message else []
+        if any(not name.startswith("-") for name in missing) and any(w.startswith("--set") for w in words):
             # `train.py --set a=1 CONFIG`: --set takes every word after it, the config too
             message += ("; --set takes every word after it, the config too: give the config first, "
                         "CONFIG --set KEY=VALUE ...")
