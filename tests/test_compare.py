@@ -138,7 +138,11 @@ def test_a_sweeps_folder_a_checkpoint_or_a_config_is_refused(tmp_path):
     run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
     (tmp_path / "sw" / "n_head=1").mkdir(parents=True)
     (tmp_path / "sw" / "n_head=1" / "ckpt.pt").write_bytes(b"a sweep's run")
-    with pytest.raises(UserError, match=r"--out='.*sw' holds a sweep's runs"):
+    with pytest.raises(UserError, match=r"--out='.*sw' holds runs in its folders \(n_head=1\): this report would "
+                                        r"mix with them"):  # (it said "a sweep's runs" of any folder of runs)
+        compare.main([run, "--out", str(tmp_path / "sw")])
+    (tmp_path / "sw" / "results.md").write_text("# Sweep of configs/stories.yaml\n")
+    with pytest.raises(UserError, match=r"--out='.*sw' holds a sweep's runs \(n_head=1\)"):
         compare.main([run, "--out", str(tmp_path / "sw")])
     (tmp_path / "a" / "ckpt.pt").write_bytes(b"")
     with pytest.raises(UserError, match=r"a/ckpt.pt is a file; give the run directory"):

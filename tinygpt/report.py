@@ -34,7 +34,7 @@ from tinygpt.checkpoint import atomic_write_all
 from tinygpt.config import DataConfig
 from tinygpt.errors import UserError
 from tinygpt.plots import PNG_MARK, png_marked, settings_png, val_loss_png, val_losses_by_step
-from tinygpt.runs import CHECKPOINTS, users_config
+from tinygpt.runs import CHECKPOINTS, runs_inside, users_config
 
 SEED = "train.seed"
 DIGEST = "data_digest"  # a row's: the data its checkpoint was trained on (runs.summarize_run), None where unknown
@@ -460,9 +460,12 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
         raise UserError(f"--out={str(out)!r} holds a training run's files (config.yaml, metrics.csv: one killed "
                         f"before its first checkpoint, or whose checkpoints were removed); a report written there "
                         f"would mix with them: choose another folder")
-    if not its_runs and out.is_dir() and any((d / "ckpt.pt").is_file() for d in out.iterdir() if d.is_dir()):
-        raise UserError(f"--out={str(out)!r} holds a sweep's runs, whose report this one would "
-                        f"{'mix with its val_loss.png' if plot_only else 'replace'}; choose another --out")
+    held = [] if its_runs else runs_inside(out)
+    if held:  # a sweep's, whose report this one would replace, or a folder of runs, among which it would sit
+        shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        whose = "a sweep's runs" if report_maker(out) == "sweep" else "runs in its folders"
+        raise UserError(f"--out={str(out)!r} holds {whose} ({shown}): this report would "
+                        f"{'mix its val_loss.png with them' if plot_only else 'mix with them'}; choose another --out")
     linked = [name for name in REPORT_FILES if (out / name).is_symlink()] if out.is_dir() else []
     if linked:  # (the write follows the link: another folder's report would get this one's tables, say)
         link = out / linked[0]
