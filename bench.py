@@ -422,7 +422,7 @@ def check_json_target(text: str) -> None:
     if not text:  # Path('') is '.', the current folder
         raise UserError("--json '' is an empty path; give a file name, e.g. --json bench.json")
     if (why := folder_ending(text)) is not None:  # Path drops a final / or /.: a file named like the folder
-        raise UserError(f"--json {why}; give a file name, e.g. {text.rstrip('/.') or '.'}/bench.json")
+        raise UserError(f"--json {why}; give a file name, e.g. {os.path.join(os.path.normpath(text), 'bench.json')}")
     try:
         check_name_fits(Path(text))  # (first: a name over 255 bytes cannot even be looked up)
     except UserError as e:

@@ -48,7 +48,7 @@ import torch
 from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, not_regular,
                                 remove_empty, sweep_temp_files)
 from tinygpt.config import Config, DataConfig, load_config, same_path
-from tinygpt.errors import ArgParser, UserError, path_word, run_cli, short
+from tinygpt.errors import ArgParser, UserError, first_few, path_word, run_cli, short
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import (MAX_TOKEN_BYTES, DamagedTokenizer, Tokenizer, build_tokenizer, clean_text,
                                tokenizer_from_dict)
@@ -480,10 +480,9 @@ def refuse_foreign_files(out: Path) -> None:
         return
     foreign = sorted(p.name for p in out.iterdir() if p.name not in PREPARED_FILES and not p.name.startswith("."))
     if foreign:
-        held = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3:,} more" if len(foreign) > 3 else "")
         raise UserError(f"{out} is to be prepared again (outdated or damaged), which replaces the folder, but it holds "
-                        f"{held}, which preparing never writes (a run trained into it?); move them away, or set "
-                        f"another data.prepared_dir")
+                        f"{first_few(foreign)}, which preparing never writes (a run trained into it?); move them away, "
+                        f"or set another data.prepared_dir")
 
 
 def _prepare(d: DataConfig, out: Path, show_progress: bool) -> Path:

@@ -33,7 +33,7 @@ import torch
 
 from model import GPT
 from tinygpt.config import Config, all_keys, config_from_dict
-from tinygpt.errors import UserError, count, path_word, reason, script_word, short
+from tinygpt.errors import UserError, count, first_few, path_word, reason, script_word, short
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import DamagedTokenizer, Tokenizer, tokenizer_from_dict
 
@@ -669,8 +669,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
                             f"{shlex.join(['python', script_word('export.py'), '--from-hf', path_word(path), 'NEW_RUN_DIR'])}")
         others = sorted(p.name for p in path.glob("*.pt") if p.is_file())  # a checkpoint saved under another name
         if others:
-            held = ", ".join(others[:3]) + (f" and {len(others) - 3:,} more" if len(others) > 3 else "")
-            raise UserError(f"no best.pt or ckpt.pt in {path}, which holds {held}: give the file itself, "
+            raise UserError(f"no best.pt or ckpt.pt in {path}, which holds {first_few(others)}: give the file itself, "
                             f"e.g. {shlex.quote(path_word(path / others[0]))}")
         runs = sorted(d.name for d in path.iterdir()
                       if d.is_dir() and any((d / n).is_file() for n in ("best.pt", "ckpt.pt")))

@@ -95,6 +95,11 @@ def short(value: Any, limit: int = MAX_VALUE) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def first_few(names: Sequence[str], n: int = 3) -> str:
+    """'a, b, c and 4 more': the first `n` of `names` for a message, and how many are left out."""
+    return ", ".join(names[:n]) + (f" and {len(names) - n:,} more" if len(names) > n else "")
+
+
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """(1, 'layer') -> '1 layer', (2, 'layer') -> '2 layers'; `plural` for other forms ('stories')."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"

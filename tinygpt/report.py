@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from data.prepare import token_keys
 from tinygpt.checkpoint import atomic_write_all
 from tinygpt.config import DataConfig
-from tinygpt.errors import UserError
+from tinygpt.errors import UserError, first_few
 from tinygpt.plots import PNG_MARK, png_marked, settings_png, val_loss_png, val_losses_by_step
 from tinygpt.runs import CHECKPOINTS, runs_inside, users_config
 
@@ -462,9 +462,8 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
                         f"would mix with them: choose another folder")
     held = [] if its_runs else runs_inside(out)
     if held:  # a sweep's, whose report this one would replace, or a folder of runs, among which it would sit
-        shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
         whose = "a sweep's runs" if report_maker(out) == "sweep" else "runs in its folders"
-        raise UserError(f"--out={str(out)!r} holds {whose} ({shown}): this report would "
+        raise UserError(f"--out={str(out)!r} holds {whose} ({first_few(held)}): this report would "
                         f"{'mix its val_loss.png with them' if plot_only else 'mix with them'}; choose another --out")
     linked = [name for name in REPORT_FILES if (out / name).is_symlink()] if out.is_dir() else []
     if linked:  # (the write follows the link: another folder's report would get this one's tables, say)

@@ -31,7 +31,7 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
                                 not_regular, peek_checkpoint, remove_empty, saved_step_and_data)
 from tinygpt.config import MAX_INT, Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path
-from tinygpt.errors import UserError, count, read_capped, reason, shown_as_unicode
+from tinygpt.errors import UserError, count, first_few, read_capped, reason, shown_as_unicode
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
     import fcntl
@@ -198,9 +198,8 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
                         f"away to start a run there, or choose another out_dir")
     held = runs_inside(out_dir)
     if held:  # out/ itself, or a sweep's folder: the run's files would sit among its runs
-        shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
-        raise UserError(f"train.out_dir={str(out_dir)!r} holds runs in its folders ({shown}): this run's files "
-                        f"would mix with them; choose another out_dir, e.g. {out_dir / 'new_run'}")
+        raise UserError(f"train.out_dir={str(out_dir)!r} holds runs in its folders ({first_few(held)}): this run's "
+                        f"files would mix with them; choose another out_dir, e.g. {out_dir / 'new_run'}")
     from tinygpt.report import report_maker  # (here: report.py imports this module)
     kind = report_maker(out_dir)
     if kind:
