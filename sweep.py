@@ -4,11 +4,13 @@
                     [--set KEY=VALUE ...] [--seeds N] [--probe] [--jobs N] [--out DIR] [--quiet]
 
 Each combination is checked like a `--set` (values are YAML scalars; a value that cannot be of its key's
-type, a typo such as n_head=abc, refuses the sweep at once, and so does a value that no combination
-can train, model.n_layer=0, or two values that are one, 1 and 0x1, d.txt and ./d.txt); an impossible
-one (say n_embd=64 with n_head=3, where n_head=3 trains with another n_embd), one that differs from
-another only in a data key its tokenizer does not use (a char run's data.bpe_vocab_size: the same
-run), or a value given twice, is skipped with a note. Each valid one
+type, a typo such as n_head=abc, refuses the sweep at once, and so does a value that no combination can
+train, model.n_layer=0 or a train.init_from with no checkpoint there, or two values that are one, 1 and
+0x1, d.txt and ./d.txt); an impossible one (say n_embd=64 with n_head=3, where n_head=3 trains with
+another n_embd; or a model key that train.init_from's weights decide, at a value that is not theirs: a
+run from them takes their model), one that differs from another only in a data key its tokenizer does
+not use (a char run's data.bpe_vocab_size: the same run), or a value given twice, is skipped with a
+note. Each valid one
 trains into its own run directory under the sweep folder (default out/sweeps/<config stem>), named after
 its values, e.g. `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at
 max_iters), resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
@@ -23,8 +25,9 @@ that changed since; holding best.pt but no ckpt.pt; a finished run whose metrics
 its ckpt.pt an older tinygpt's, carrying no rows; a folder of files no run wrote)
 refuses the sweep before anything is trained, the folder's report left as it was; so does a run train.py
 would refuse at its start (a train.device this machine lacks, a data.dataset that is not there, its run
-folder in use by another training, a file, a link to nothing or holding a config.yaml of the user's, a
-model that cannot fit in memory), one line naming the run and the key. Runs of another grid in the folder
+folder in use by another training, a file, a link to nothing or holding a config.yaml of the user's, a model
+that cannot fit in memory, a model.block_size longer than a split of its data, which the sweep prepares as
+its first run would), one line naming the run and the key. Runs of another grid in the folder
 stay, but are not in this sweep's report, which replaces the folder's sweep report: a note says so before
 any training (--out keeps two sweeps' reports apart); a comparison's report there, or a file of a report's name that no report wrote,
 is refused. The report's files are replaced together or not at all (compare.py's docstring). At the end
@@ -41,6 +44,10 @@ adds the coreference probe (tinygpt/coreference.py) to every run
 trained on `stories`: the shares of references resolved to the antecedent, the distractor or
 neither, and the best heads' attention ratios; it is saved as probe.json in the run directory, so
 a rerun does not probe again (unless --probe-stories changed).
+
+Each run reads the config file as it starts: one edited during the sweep so that it gives a run other
+settings than planned (an edited comment does not) leaves that run `not started (config edited)`, exit 1,
+rather than mix two configs in one report.
 
 Each run is `python train.py ...` in a subprocess, not train.main() in this process: a crash, an
 out-of-memory kill or a user error in one run is reported (a signal by its name, `killed by
@@ -74,7 +81,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then is `interrupted`, not a traceback
     from tinygpt.errors import stop_while_starting
@@ -82,13 +89,15 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from data.prepare import BUILTIN, prepare, prepared_dir, same_dataset
+from model import ModelConfig
+
+from data.prepare import BUILTIN, check_block_fits, prepare, prepared_dir, same_dataset
 from tinygpt.checkpoint import check_writable, load_checkpoint, load_model, resolve_checkpoint
-from tinygpt.config import (MAX_INT, Config, all_keys, check_type, flat_config, load_config, parse_overrides,
-                             read_yaml)
+from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type, config_from_dict, config_source,
+                             flat_config, load_config, parse_overrides, read_yaml)
 from tinygpt.coreference import held_out_seed, probe
 from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_arg, restore_signals, run_cli,
-                             work_is_files)
+                             short, work_is_files)
 from tinygpt.plots import MATPLOTLIB_NOTE
 from tinygpt.report import ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, write_report
 from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, check_run_dir, died_at_its_first_save, lock_holder,
@@ -100,6 +109,7 @@ from tinygpt.runtime import (ThreadPolicy, check_training_fits, parent_death_sig
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
 MAX_NAME = 120
+NOT_AS_PLANNED = "not started (config edited)"  # the status of a run the sweep did not start: config_edited
 # runs in one sweep (combinations x seeds): planning reads the config file once per run (2-3 ms,
 # so 10,000 took 30 s just to plan), and each run takes seconds to hours: more is a typo
 # (--seeds 100000000), not an experiment
@@ -506,6 +516,7 @@ class Planned:
     cfg: Config
     action: str = "train"  # what to do with its run directory, and why (existing_run)
     why: str = "training"
+    weights: ModelConfig | None = None  # train.init_from's model, which a new run from them takes (weights_model)
 
     def values(self) -> dict:
         """The grid's values for it as its config reads them (4, not '4'), as compare.py's rows hold
@@ -527,12 +538,18 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
     notes = []  # the skipped combinations, said once the grid is known to be trainable
     refused: dict[tuple[str, str], str | None] = {}  # (key, value) of an invalid combination -> the error naming it
     valid: set[tuple[str, str]] = set()  # each (key, value) of a valid one
+    models: dict[str, ModelConfig | str] = {}  # each train.init_from's model config, or why it has none
     for name, combo in zip(run_names(keys, combos), combos):
         run_dir = out / name
         # json.dumps quotes the path as a YAML string, whatever characters it holds
         overrides = [*args.set, *(f"{k}={v}" for k, v in zip(keys, combo)), f"train.out_dir={json.dumps(str(run_dir))}"]
+        weights = None
         try:
             cfg = load_config(args.config, overrides)
+            # (a run with a checkpoint of its own continues from it, with its model: it needs no init_from)
+            if cfg.train.init_from and not (run_dir / "ckpt.pt").exists():
+                weights = weights_model(cfg.train.init_from, models)
+                check_from_weights(cfg, keys, weights)
         except UserError as e:
             notes.append(f"skip {name}: {e}")
             reasons.append(str(e))
@@ -551,7 +568,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
         if args.probe and cfg.data.dataset != "stories":
             raise UserError(f"--probe measures coreference in the stories corpus, but {name} trains on "
                             f"data.dataset={cfg.data.dataset!r}; drop --probe or use data.dataset=stories")
-        plan.append(Planned(name, dict(zip(keys, combo)), run_dir, overrides, cfg))
+        plan.append(Planned(name, dict(zip(keys, combo)), run_dir, overrides, cfg, weights=weights))
     if not plan:
         if len(set(reasons)) == 1:  # every combination fails alike: a bad --set value, say
             raise UserError(f"no valid combination in --grid {' '.join(args.grid)}: {reasons[0]}")
@@ -568,6 +585,33 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
         print(line)
     print(f"sweep: {len(plan)} run(s) of {len(combos)} combination(s) into {out}")
     return plan
+
+
+def weights_model(init_from: str, models: dict[str, ModelConfig | str]) -> ModelConfig:
+    """The model config of train.init_from's weights, which a new run from them takes (train.py's
+    load_init), read once per value (`models` keeps each answer); none there is a UserError naming
+    the key, before any run trains (train.py found it only when that run started)."""
+    if init_from not in models:
+        try:
+            path = resolve_checkpoint(init_from)
+            models[init_from] = config_from_dict(load_checkpoint(path)["config"], str(path)).model
+        except UserError as e:
+            models[init_from] = f"train.init_from: {e}"
+    if isinstance(models[init_from], str):
+        raise UserError(models[init_from])
+    return models[init_from]
+
+
+def check_from_weights(cfg: Config, keys: Sequence[str], theirs: ModelConfig) -> None:
+    """Refuse a grid value of a model key that train.init_from's weights decide (config.FROM_WEIGHTS)
+    and that is not theirs: the run would train their model under this value's name (n_head=1, a run
+    of their 4 heads; a grid over n_head=1,2 trained one model twice). Their own value trains."""
+    for key in keys:
+        section, _, name = key.partition(".")
+        if section == "model" and name in FROM_WEIGHTS and getattr(cfg.model, name) != getattr(theirs, name):
+            raise UserError(f"{key}={getattr(cfg.model, name)} is not the model of train.init_from="
+                            f"{short(cfg.train.init_from)}: a run from other weights takes their model config, "
+                            f"{key}={getattr(theirs, name)} (all but model.dropout)")
 
 
 def same_as_planned(runs: dict[tuple, str], flat: dict, name: str) -> str | None:
@@ -624,9 +668,9 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
         if run.action in ("refuse", "stale"):
             print(f"not reusable {run.name}: {run.why}")
             refused.append(run.why)
-    checked: dict[tuple[str, str], str | None] = {}
+    checked: dict[tuple[str, str], Any] = {}
     for run in plan:
-        if run.action in ("train", "resume") and (problem := cannot_start(run.cfg, checked, run.action == "resume")):
+        if run.action in ("train", "resume") and (problem := cannot_start(run, config, checked)):
             print(f"cannot train {run.name}: {problem}")
             refused.append(f"{run.name}: {problem}")
     if refused:
@@ -634,13 +678,15 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
         raise UserError(refused[0] + more)
 
 
-def cannot_start(cfg: Config, checked: dict[tuple[str, str], str | None], resume: bool = False) -> str | None:
-    """What train.py would refuse cfg for at its start, where that is cheap and certain now: its
+def cannot_start(run: Planned, config: str, checked: dict[tuple[str, str], Any]) -> str | None:
+    """What train.py would refuse the run for at its start, where that is cheap and certain now: its
     train.out_dir in use by another training (train.py run there by hand), or holding what train.py
     refuses (check_writable, runs.check_run_dir: a file, a link to nothing, a user's config.yaml), a
     device this machine lacks, a data.dataset file or folder that is not there, a model that cannot fit
-    in memory (train.py's own functions, so its own message naming the key), else None. `checked` keeps each value's
-    answer: a grid of many runs on one dataset folder walks it once."""
+    in memory, a new run's block longer than a split of its data (train.py's own functions, so its own
+    message naming the key), else None. `checked` keeps each value's answer: a grid of many runs on
+    one dataset folder walks it (and prepares it, as its first run would) once."""
+    cfg, resume = run.cfg, run.action == "resume"
     out_dir = Path(cfg.train.out_dir)
     if pid := lock_holder(out_dir):
         return (f"its run folder {cfg.train.out_dir} is in use by another training (process {pid}); wait for it "
@@ -665,6 +711,33 @@ def cannot_start(cfg: Config, checked: dict[tuple[str, str], str | None], resume
     try:  # as train.py checks first, before the data's vocabulary is known (arithmetic: no cache needed)
         device = resolve_device(cfg.train.device)
         check_training_fits(cfg, resolve_dtype(cfg.train.dtype, device), device)
+    except UserError as e:
+        return str(e)
+    if not resume:  # (a resumed run's block fitted its data, which existing_run has found unchanged)
+        return block_too_long(run, config, checked)
+    return None
+
+
+def block_too_long(run: Planned, config: str, checked: dict[tuple[str, str], Any]) -> str | None:
+    """Why a new run's model.block_size does not fit a split of its data (data.prepare.check_block_fits,
+    train.py's check), naming where the size came from; else None. The data is prepared as the run
+    would prepare it (once per prepared folder; a later run reuses it)."""
+    folder = str(prepared_dir(run.cfg.data))
+    if ("prepared", folder) not in checked:
+        try:
+            meta = json.loads((prepare(run.cfg, show_progress=False) / "meta.json").read_text())
+            checked["prepared", folder] = (meta["train_tokens"], meta["val_tokens"])
+        except UserError as e:  # (a download refused offline, say: every run of it would fail alike)
+            checked["prepared", folder] = str(e)
+    if isinstance(sizes := checked["prepared", folder], str):
+        return sizes
+    n_train, n_val = sizes
+    block, source = run.cfg.model.block_size, ("--grid" if "model.block_size" in run.varied
+                                               else config_source(config, run.overrides))
+    if run.weights is not None:  # a run from other weights has their block
+        block, source = run.weights.block_size, f"the weights of train.init_from={short(run.cfg.train.init_from)}"
+    try:
+        check_block_fits(block, n_train, n_val, source)
     except UserError as e:
         return str(e)
     return None
@@ -729,6 +802,11 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
     its status if it did not finish), or None when the sweep was interrupted before it started."""
     if runner.signum is not None:
         return None
+    if run.action != "skip" and (edit := config_edited(args.config, run)):
+        runner.say(f"{tag}: not started: {edit}")
+        row = run_row(run, runner) or {"run": run.name}
+        row["status"] = NOT_AS_PLANNED + (f", {row['status']}" if row.get("status") else "")
+        return {**row, **run.values()}
     runner.say(f"{tag}: {run.why}")
     rc = 0
     if run.action != "skip":
@@ -762,6 +840,22 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
     if rc != 0:
         row["status"] = failed_status(ended) + (f", {row['status']}" if row.get("status") else "")
     return {**row, **run.values()}
+
+
+def config_edited(config: str, run: Planned) -> str | None:
+    """Why a run cannot start as planned: the config file, which each run reads when it starts, was
+    edited since the sweep planned it and now gives it other settings (or does not read); None while it
+    gives the planned ones (an edited comment, or a key this run's --set overrides, changes nothing).
+    A sweep's runs share one config: trained on, the edit would mix two configs in one report."""
+    try:
+        now = flat_config(load_config(config, run.overrides))
+    except UserError as e:
+        return f"{config} was edited during the sweep and no longer reads ({e})"
+    planned = flat_config(run.cfg)
+    changed = [f"{key}={short(value)}" for key, value in now.items() if planned.get(key) != value]
+    if not changed:
+        return None
+    return f"{config} was edited during the sweep: it now sets {', '.join(changed[:3])}" + ", ..." * (len(changed) > 3)
 
 
 def run_row(run: Planned, runner: Runner) -> dict | None:
@@ -839,6 +933,7 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
             print("interrupted", file=sys.stderr)
         sys.exit(128 + runner.signum)
     failed = [r["run"] for r in rows if str(r.get("status", "")).startswith("failed")]
+    unstarted = [r["run"] for r in rows if str(r.get("status", "")).startswith(NOT_AS_PLANNED)]
 
     text, pngs = write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)}")
     print()
@@ -846,8 +941,13 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     print(f"wrote {out / 'results.md'}, {out / 'results.csv'}, {out / 'summary.csv'}" + "".join(f", {p}" for p in pngs))
     if not pngs:
         print(MATPLOTLIB_NOTE.format(name="val_loss.png and settings.png"))
+    if unstarted:
+        print(f"{len(unstarted)} of {len(plan)} run(s) not started: {args.config} was edited while the sweep ran, "
+              f"and a sweep's runs share one config; restore it and rerun the sweep to finish them, or sweep the "
+              f"new config into another --out", file=sys.stderr)
     if failed:
         print(f"{len(failed)} of {len(plan)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
+    if failed or unstarted:
         sys.exit(1)
     return {"out": str(out), "rows": rows, "runs": [str(run.run_dir) for run in plan], "plots": [str(p) for p in pngs]}
 

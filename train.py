@@ -36,8 +36,8 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimizer, load_weights,
                                 model_from_checkpoint, resolve_checkpoint, restore_rng_state, save_checkpoint,
                                 sweep_temp_files)
-from tinygpt.config import (Config, config_from_dict, config_source, config_to_dict, flat_config, load_config,
-                            same_path)
+from tinygpt.config import (FROM_WEIGHTS, Config, config_from_dict, config_source, config_to_dict, flat_config,
+                            load_config, same_path)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
                             short, stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
@@ -102,8 +102,7 @@ def same_weights(a: str, b: str) -> bool:
 def not_this_configs(ours: ModelConfig, theirs: ModelConfig) -> str:
     """', not this config's model.n_layer=3, ...': the model settings of this config that the weights'
     own (`theirs`, as saved with them) replace in a run from train.init_from, or ''."""
-    replaced = [f"model.{k}={getattr(ours, k)}" for k in ("block_size", "n_layer", "n_head", "n_embd", "bias", "causal")
-                if getattr(ours, k) != getattr(theirs, k)]
+    replaced = [f"model.{k}={getattr(ours, k)}" for k in FROM_WEIGHTS if getattr(ours, k) != getattr(theirs, k)]
     if ours.vocab_size not in (0, theirs.vocab_size):  # (0: from the tokenizer)
         replaced.append(f"model.vocab_size={ours.vocab_size}")
     return f", not this config's {', '.join(replaced)}" if replaced else ""

@@ -518,19 +518,24 @@ class Prepared:
     meta: dict
 
 
+def check_block_fits(block_size: int, n_train: int, n_val: int, source: str) -> None:
+    """Each split must hold more tokens than a block (a batch draws block_size + 1 in a row); else a
+    UserError naming model.block_size and where it came from (`source`), with the fixes that can work."""
+    for split, n in (("train", n_train), ("val", n_val)):
+        if n <= block_size:
+            shortest = min(n_train, n_val)  # (below the train split's, the val split's refused next)
+            fixes = [f"a model.block_size below {shortest}"] * (shortest >= 2) + ["more text"] + \
+                ["another data.val_fraction"] * (n_train + n_val >= 2 * (block_size + 1))
+            raise UserError(f"the {split} split has {n:,} token{'s' * (n != 1)}, not more than model.block_size="
+                            f"{block_size} ({source}): use {', '.join(fixes[:-1])}"
+                            f"{' or ' * (len(fixes) > 1)}{fixes[-1]}")
+
+
 def load_for_training(cfg: Config, source: str) -> Prepared:
     """The prepared data of cfg (prepare it first), checked to be longer than a block; sets
     cfg.model.vocab_size from its tokenizer: the one place the vocabulary size is decided."""
     data = load_prepared(prepared_dir(cfg.data))
-    for split in ("train", "val"):
-        n = len(getattr(data, split))
-        if n <= cfg.model.block_size:  # (the fixes offered are those that can work)
-            shortest = min(len(data.train), len(data.val))  # (below the train split's, the val split's refused next)
-            fixes = [f"a model.block_size below {shortest}"] * (shortest >= 2) + ["more text"] + \
-                ["another data.val_fraction"] * (len(data.train) + len(data.val) >= 2 * (cfg.model.block_size + 1))
-            raise UserError(f"the {split} split has {n:,} token{'s' * (n != 1)}, not more than model.block_size="
-                            f"{cfg.model.block_size} ({source}): use {', '.join(fixes[:-1])}"
-                            f"{' or ' * (len(fixes) > 1)}{fixes[-1]}")
+    check_block_fits(cfg.model.block_size, len(data.train), len(data.val), source)
     if cfg.model.vocab_size not in (0, data.tokenizer.vocab_size):  # e.g. a run's config.yaml, other data
         raise UserError(f"model.vocab_size={cfg.model.vocab_size} ({source}) is not the tokenizer's "
                         f"{data.tokenizer.vocab_size}: the vocabulary comes from the data; remove the key, or "

@@ -408,6 +408,68 @@ def test_a_run_folder_or_a_size_train_py_would_refuse_is_refused_before_any_trai
         assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
 
 
+def test_a_grid_over_the_model_of_init_from_weights_trains_their_model_once(first_sweep, tmp_path, monkeypatch):
+    """train.init_from with --grid model.n_head=1,2: a run from other weights takes their model config,
+    so both runs trained the weights' model (1 head), one labelled n_head=2, exit 0. Now a value that
+    no combination can train refuses the sweep, and one that only some weights have is skipped beside
+    the others, with a note."""
+    started = recording_train(tmp_path, monkeypatch)
+    one, two = first_sweep["out"] / "n_head=1", first_sweep["out"] / "n_head=2"  # 1 and 2 heads, 16 wide
+    argv = [CONFIG, "--out", str(tmp_path / "sw"), *shrink(first_sweep["tmp"] / "prepared")]
+    with pytest.raises(UserError, match=r"^--grid model.n_head=2 is invalid in every combination: model.n_head=2 "
+                                        r"is not the model of train.init_from=\S+n_head=1': a run from other weights "
+                                        r"takes their model config, model.n_head=1 \(all but model.dropout\)$"), \
+            contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([*argv, f"train.init_from={one}", "--grid", "model.n_head=1,2"])
+    assert not started.exists() and not (tmp_path / "sw").exists()
+    _, printed = run_sweep([*argv, "--grid", f"train.init_from={one},{two}", "model.n_head=1,2"])
+    assert re.search(r"skip init_from=\S+n_head=1,n_head=2: model.n_head=2 is not the model of train.init_from=",
+                     printed)
+    assert [line.rsplit(",", 1)[1] for line in started.read_text().splitlines()] == ["n_head=1", "n_head=2"]
+
+
+def test_missing_init_from_weights_or_a_block_longer_than_the_data_is_refused_before_any_training(
+        first_sweep, tmp_path, monkeypatch):
+    """A grid's train.init_from that is not there, or a model.block_size longer than a split of the
+    data: the runs before it trained, then train.py refused it, crediting the value to --set. Now the
+    sweep is refused up front, naming --grid (the data prepared as the first run would)."""
+    started = recording_train(tmp_path, monkeypatch)
+    prepared = first_sweep["tmp"] / "prepared"
+    weights = first_sweep["out"] / "n_head=1"
+    with pytest.raises(UserError, match=r"^--grid train.init_from=\S+gone is invalid in every combination: "
+                                        r"train.init_from: run directory or checkpoint not found: \S+gone$"), \
+            contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, *shrink(prepared), "--grid", f"train.init_from={weights},{tmp_path / 'gone'}",
+                    "--out", str(tmp_path / "sw")])
+    with pytest.raises(UserError, match=r"^block_size=100000: the train split has [\d,]+ tokens, not more than "
+                                        r"model.block_size=100000 \(--grid\): use a model.block_size below \d+ or "
+                                        r"more text$"), contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, *without(shrink(prepared), "model.block_size=32"), "--grid", "model.block_size=16,100000",
+                    "--out", str(tmp_path / "sw")])
+    assert not started.exists() and not (tmp_path / "sw").exists()
+
+
+def test_a_config_edited_during_the_sweep_starts_no_run_of_the_new_settings(first_sweep, tmp_path, monkeypatch, capfd):
+    """Each run reads the config file when it starts: edited during a sweep, the later runs trained
+    with other settings than the first, in one report. Now a run the edit would change is not
+    started (an edited comment changes nothing), and the sweep says so, exit 1."""
+    config = tmp_path / "c.yaml"
+    config.write_text(Path(CONFIG).read_text())
+    edit = ("import pathlib, sys\nc = pathlib.Path(sys.argv[1])\n"
+            "if 'model.n_head=1' in sys.argv: c.write_text(c.read_text() + '# a comment\\n')\n"
+            "if 'model.n_head=2' in sys.argv: c.write_text(c.read_text().replace('lr: 2.0e-3', 'lr: 5.0e-3'))\n")
+    stand_in_train(tmp_path, monkeypatch, edit)
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([str(config), "--grid", "model.n_head=1,2,4", *shrink(first_sweep["tmp"] / "prepared"),
+                    "--out", str(tmp_path / "sw")])
+    printed = capfd.readouterr()
+    assert exit_info.value.code == 1
+    assert f"[3/3] n_head=4: not started: {config} was edited during the sweep: it now sets train.lr=0.005" \
+        in printed.out
+    assert f"1 of 3 run(s) not started: {config} was edited while the sweep ran" in printed.err
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")][2] == sweep.NOT_AS_PLANNED
+
+
 def test_a_run_whose_folder_stops_reading_as_a_run_leaves_the_report_written(tmp_path, monkeypatch, capfd):
     """A config.yaml of the user's put into a run's folder while the sweep ran (after its checks): the
     run failed, and writing the report then died on that file (`... is damaged`), exit 2, no report for

@@ -83,6 +83,9 @@ DEVICES = re.compile(r"auto|cpu|mps|cuda(:(0|[1-9][0-9]{0,5}))?")
 # the keys that take one of a few words: what to write instead of a YAML bool (`plot: off`)
 WORDS = {"train.device": "auto, cpu, cuda, cuda:N or mps", "train.plot": "end, eval or never"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# the model settings a run from other weights (train.init_from) takes from them: only its dropout is its own
+# (and its vocabulary size comes from the data, which must be tokenized as theirs was)
+FROM_WEIGHTS = ("block_size", "n_layer", "n_head", "n_embd", "bias", "causal")
 PATHS = ("data.dataset", "data.prepared_dir", "train.out_dir", "train.init_from")  # '~' is expanded in each
 MAX_INT = 2**63 - 1  # every integer setting fits in 64 bits (torch's seeds, sizes and counts do)
 
