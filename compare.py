@@ -28,9 +28,9 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     stop_while_starting()
 
 from tinygpt.errors import ArgParser, UserError, path_arg, path_word, run_cli, script_word
-from tinygpt.plots import MATPLOTLIB_NOTE, can_plot, plot_run
+from tinygpt.plots import can_plot, plot_run
 from tinygpt.report import (NEVER_COMPARED, check_report_folder, data_changed, differing_keys, group_by_setting,
-                            write_report, write_val_loss)
+                            pictures_note, write_report, write_val_loss)
 from tinygpt.runs import REPORT_LOCK, run_lock, summarize_run
 
 
@@ -63,7 +63,10 @@ def draw(args, rows: list[dict], varied: list[str]) -> list[str]:
         else:
             paths.append(str(path))
     if len(rows) > 1:
-        paths.append(str(write_val_loss(group_by_setting(rows, varied), args.out)))
+        if (path := write_val_loss(group_by_setting(rows, varied), args.out)) is None:
+            print(pictures_note([]))
+        else:
+            paths.append(str(path))
     print(f"wrote {', '.join(paths)}" if paths else "wrote nothing")
     return paths
 
@@ -111,8 +114,8 @@ def compare(args) -> dict:
         print(f"(the runs' configs are identical apart from {', '.join(sorted(NEVER_COMPARED))}, which change no result)")
     print(f"wrote {args.out / 'results.md'}, {args.out / 'results.csv'}, {args.out / 'summary.csv'}"
           + "".join(f", {p}" for p in pngs))
-    if not pngs:
-        print(MATPLOTLIB_NOTE.format(name="val_loss.png and settings.png"))
+    if note := pictures_note(pngs):
+        print(note)
     return {"rows": rows, "varied": varied, "out": str(args.out), "plots": [str(p) for p in pngs]}
 
 

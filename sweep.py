@@ -98,8 +98,8 @@ from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type,
 from tinygpt.coreference import held_out_seed, probe
 from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_arg, restore_signals, run_cli,
                              short, work_is_files)
-from tinygpt.plots import MATPLOTLIB_NOTE
-from tinygpt.report import ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, write_report
+from tinygpt.report import (ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, pictures_note,
+                            write_report)
 from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, check_run_dir, died_at_its_first_save, lock_holder,
                           read_config, read_probe, resumed_metrics, run_lock, summarize_run, trained_steps,
                           users_config, write_probe)
@@ -939,8 +939,8 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     print()
     print(text, end="")
     print(f"wrote {out / 'results.md'}, {out / 'results.csv'}, {out / 'summary.csv'}" + "".join(f", {p}" for p in pngs))
-    if not pngs:
-        print(MATPLOTLIB_NOTE.format(name="val_loss.png and settings.png"))
+    if note := pictures_note(pngs):
+        print(note)
     if unstarted:
         print(f"{len(unstarted)} of {len(plan)} run(s) not started: {args.config} was edited while the sweep ran, "
               f"and a sweep's runs share one config; restore it and rerun the sweep to finish them, or sweep the "

@@ -864,6 +864,25 @@ def test_plot_only_of_a_run_without_metrics_draws_nothing_and_says_so(tmp_path):
 # ---- what a run trained with: its ckpt.pt, where config.yaml was edited since ----
 
 
+def test_runs_without_a_val_loss_get_no_empty_picture(tmp_path):
+    """Two runs killed before their first evaluation: compare.py drew an empty val_loss.png (no line,
+    no legend) beside the table and `--plot-only` listed 'None' among the pictures it wrote. Now there
+    is no picture, a line says why, and an earlier report's val_loss.png does not stay behind."""
+    pytest.importorskip("matplotlib")
+    runs = [fake_run(tmp_path / name, 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")]) for name in ("a", "b")]
+    out = tmp_path / "cmp"
+    compared([*runs, "--out", str(out)])
+    assert (out / "val_loss.png").is_file()  # (the report of the runs as they were)
+    for run in runs:
+        (Path(run) / "metrics.csv").write_text("step,train_loss,val_loss,lr,tokens_per_s,mfu,wall_s\n")
+    result, printed = compared([*runs, "--out", str(out)])
+    assert result["plots"] == [] and not (out / "val_loss.png").exists()
+    assert "no val_loss.png: no run has a val loss yet" in printed and "matplotlib" not in printed
+    result, printed = compared([*runs, "--plot-only", "--out", str(tmp_path / "only")])
+    assert result["plots"] == [] and "None" not in printed and "no val_loss.png: no run has a val loss yet" in printed
+    assert not (tmp_path / "only" / "val_loss.png").exists()
+
+
 def test_a_hand_edited_config_yaml_is_not_the_runs_settings(tmp_path, tiny_stories_run, capsys):
     """compare.py read config.yaml alone: n_embd doubled by hand reported the parameters of a model
     the run never had, and an edit that no longer reads (an unknown key) refused the whole

@@ -33,7 +33,8 @@ from data.prepare import token_keys
 from tinygpt.checkpoint import atomic_write_all
 from tinygpt.config import DataConfig
 from tinygpt.errors import UserError, first_few
-from tinygpt.plots import PNG_MARK, png_marked, settings_png, val_loss_png, val_losses_by_step
+from tinygpt.plots import (MATPLOTLIB_NOTE, PNG_MARK, can_plot, png_marked, settings_png, val_loss_png,
+                           val_losses_by_step)
 from tinygpt.runs import CHECKPOINTS, runs_inside, users_config
 
 SEED = "train.seed"
@@ -370,7 +371,10 @@ def one_run_per_seed(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def seeds_val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     """plots.val_loss_png over one run per seed (one_run_per_seed) of the finished runs, those the
     summary counts (its n); a setting none of whose runs finished is drawn from its runs all the
-    same, said to be unfinished, and left out of the y-range (a diverged run's 1e11)."""
+    same, said to be unfinished, and left out of the y-range (a diverged run's 1e11). None where no
+    run has a val loss yet (an empty picture would pass for the report's curves: pictures_note)."""
+    if not any(val_losses_by_step(g["runs"]) for g in groups):
+        return None
     drawn = []
     for g in groups:
         finished = [r for r in g["runs"] if finished_run(r)]
@@ -423,6 +427,16 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
                      # (a picture not drawn this time: an earlier report's would pass for this one's)
                      drop=[name for name in pictures if name not in drawn], what="report")
     return text, [out_dir / name for name in drawn]
+
+
+def pictures_note(drawn: Sequence[Path]) -> str | None:
+    """The line that says why a report has no val_loss.png: matplotlib is missing, or no run has a val
+    loss yet (killed before its first evaluation); None where it was drawn."""
+    if any(Path(p).name == "val_loss.png" for p in drawn):
+        return None
+    if not can_plot():
+        return MATPLOTLIB_NOTE.format(name="val_loss.png and settings.png")
+    return "no val_loss.png: no run has a val loss yet (nothing in their metrics.csv to draw)"
 
 
 # ---- writing a report's files together ----
