@@ -9,7 +9,8 @@ the predicting position puts on the antecedent's attribute mentions and name, be
 distractor's (tinygpt/coreference.py explains each measure). `--ablate` also measures the accuracy
 with each head's output removed (zero and mean ablation: tinygpt/ablation.py), a layer x head table
 of the drop beside the attention, and the top two heads removed together; `--ablate 3.2,3.1`
-removes the given heads together. It prints the tables and ends with one JSON line. A run not
+removes the given heads together. It prints the tables and ends with one JSON line (its "step": the
+checkpoint's; a run being trained now is probed as of that step, a note says so). A run not
 trained on `stories` is refused (exit 2), as is one trained with model.causal=false (without --force,
 as sample.py), and held-out stories that leave no reference to measure (their words outside the
 vocabulary of a word-level run, say).
@@ -28,10 +29,11 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from tinygpt.checkpoint import load_model
+from tinygpt.checkpoint import load_model, resolve_checkpoint
 from tinygpt.ablation import looks_like_heads, parse_heads
 from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, held_out_seed, probe, report
 from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, short
+from tinygpt.runs import training_note
 from tinygpt.runtime import ThreadPolicy, check_memory, resolve_device
 
 EACH = "each"  # --ablate without a list: every head in turn
@@ -59,7 +61,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     if args.seed is not None and not 0 <= args.seed < 2**63:  # as sample.py: random.Random(-s) is Random(s)
         raise UserError(f"--seed={args.seed} must be in [0, 2**63)")
     device = resolve_device(args.device, "--device")
-    model, cfg, tokenizer, _ = load_model(args.run, device)
+    model, cfg, tokenizer, ckpt = load_model(args.run, device)
     if cfg.data.dataset != "stories":
         raise UserError(f"{args.run} was trained on data.dataset={cfg.data.dataset!r}; the probe needs a run "
                         f"trained on the stories corpus, whose pronoun references it measures "
@@ -74,6 +76,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     heads = None
     if args.ablate not in (None, EACH):  # checked before the slow part
         heads = parse_heads(args.ablate, cfg.model.n_layer, cfg.model.n_head)
+    if note := training_note(resolve_checkpoint(args.run), ckpt["step"], "probes"):
+        print(note, file=sys.stderr)
     seed = args.seed if args.seed is not None else held_out_seed(cfg.data.stories_seed)
     if seed == cfg.data.stories_seed:
         print(f"note: --seed {seed} is the training corpus's data.stories_seed: these stories are not held out",
@@ -82,7 +86,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     # thread per core probed 5x slower than one thread (docs/results.md)
     threads = ThreadPolicy() if device.type == "cpu" else None
     t0 = time.perf_counter()
-    result = {"run": str(args.run), "tokenizer": cfg.data.tokenizer, "n_layer": cfg.model.n_layer,
+    result = {"run": str(args.run), "step": ckpt["step"], "tokenizer": cfg.data.tokenizer, "n_layer": cfg.model.n_layer,
               "n_head": cfg.model.n_head, "block_size": cfg.model.block_size,
               **probe(model, tokenizer, args.stories, seed, device, threads=threads)}
     if not result["references"]:  # nothing to measure: empty tables would read as a result

@@ -57,12 +57,13 @@ import torch
 
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
-from tinygpt.checkpoint import check_name_fits, check_writable, load_model, odd_file, regular_file_target
+from tinygpt.checkpoint import (check_name_fits, check_writable, load_model, odd_file, regular_file_target,
+                                resolve_checkpoint)
 from tinygpt.config import MAX_THREADS
 from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, file_arg, path_arg, path_word,
                             read_capped, run_cli, script_word, short)
 from tinygpt.plots import HEATMAP_MARK, png_marked
-from tinygpt.runs import run_lock, run_name
+from tinygpt.runs import run_lock, run_name, training_note
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
                              resolve_device, too_many_threads)
 from tinygpt.tokenizer import clean_text, encode_prompt
@@ -431,7 +432,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     out = shown_safely(out or sys.stdout)  # every mode's text and echoed prompt goes through `out`
     prompt = read_prompt(args)
     device = resolve_device(args.device, "--device")
-    model, cfg, tokenizer, _ = load_model(args.run, device)
+    model, cfg, tokenizer, ckpt = load_model(args.run, device)
     model = model.to(getattr(torch, args.dtype))
     if args.list_vocab:
         return list_vocab(tokenizer, out)
@@ -443,6 +444,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     if not cfg.model.causal and args.compile:  # (it compiled for a minute a step that never ran)
         raise UserError(f"--compile compiles the decoding step with the KV cache, which {args.run}, trained with "
                         f"model.causal=false, cannot use (its past changes with every token): drop --compile")
+    if note := training_note(resolve_checkpoint(args.run), ckpt["step"], "samples"):
+        print(note, file=sys.stderr)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     threads = ThreadPolicy(fixed=args.threads) if device.type == "cpu" else None
     warning = too_many_threads(threads, args.threads, "--threads", "sampling")

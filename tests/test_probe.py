@@ -628,3 +628,20 @@ def test_ablate_followed_by_a_flag_and_no_run_is_argparses_own_line(capsys):
     """`probe.py --ablate --force`: --ablate took no list, so the run is what is missing, not a misplaced one."""
     line = one_line_exit_2(capsys, ["--ablate", "--force"])
     assert "arguments are required: run" in line and "not heads" not in line
+
+
+def test_a_run_being_trained_is_probed_and_sampled_as_of_the_step_it_holds(run, capsys):
+    """probe.py (and sample.py) on a run still training: its best.pt changes at the next evaluation,
+    and the figures gave no sign of the moment they are of (export.py said so). Now a note names the
+    step, which the probe's JSON line also holds; a run no training holds gets no note."""
+    import sample
+    from tinygpt.runs import run_lock
+    step = load_checkpoint(run / "best.pt")["step"]
+    with run_lock(run, resume=True):  # a training holds it
+        result = probe.main([str(run), "--stories", "2"], out=io.StringIO())
+        assert f"note: {run} is being trained now: this probes best.pt as of step {step}" in capsys.readouterr().err
+        sample.main([str(run), "--prompt", "Mia", "--max-new-tokens", "2"], out=io.StringIO())
+        assert f"note: {run} is being trained now: this samples best.pt as of step {step}" in capsys.readouterr().err
+    assert result["step"] == step
+    probe.main([str(run), "--stories", "2"], out=io.StringIO())
+    assert "is being trained now" not in capsys.readouterr().err

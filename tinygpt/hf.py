@@ -66,7 +66,7 @@ from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, che
                                 load_weights, resolve_checkpoint, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, short
-from tinygpt.runs import LOCK, RUN_FILES, training_now, write_config
+from tinygpt.runs import LOCK, RUN_FILES, training_note, training_now, write_config
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import (GPT2_VOCAB, DamagedTokenizer, Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt,
                                tiktoken_data, tokenizer_from_dict)
@@ -367,9 +367,8 @@ def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path
     model, cfg, tokenizer, ckpt = load_model(run)
     tok = ckpt["tokenizer"]
     source = str(ckpt_path)
-    if training_now(ckpt_path.parent):  # (its best.pt goes on changing: this export is of one moment)
-        print(f"note: {ckpt_path.parent} is being trained now: this exports {ckpt_path.name} as of step "
-              f"{ckpt['step']}", file=sys.stderr)
+    if note := training_note(ckpt_path, ckpt["step"], "exports"):  # (its best.pt goes on changing)
+        print(note, file=sys.stderr)
     if not cfg.model.causal:
         raise UserError(f"{source} was trained with model.causal=false (bidirectional attention), which GPT-2 "
                         f"cannot express: its attention is always causal; retrain with causal: true")

@@ -587,6 +587,15 @@ def training_now(run_dir: Path) -> bool:
     return lock_holder(run_dir) is not None
 
 
+def training_note(checkpoint: Path, step: Any, doing: str) -> str | None:
+    """'note: RUN is being trained now: this {doing} best.pt as of step 500' where a training writes the
+    checkpoint's run folder now (what a command reads from it is of one moment: the next evaluation
+    replaces it), else None."""
+    if not training_now(checkpoint.parent):
+        return None
+    return f"note: {checkpoint.parent} is being trained now: this {doing} {checkpoint.name} as of step {step}"
+
+
 def _holder(fd: int) -> str:
     """The pid a lock file holds (its holder wrote it), as text for a message."""
     return os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
