@@ -341,6 +341,29 @@ def test_a_sweep_into_a_comparisons_folder_is_refused(tmp_path, monkeypatch):
     assert {p.name: p.read_bytes() for p in (tmp_path / "cmp").iterdir()} == before
 
 
+def test_a_report_into_a_hugging_face_export_or_inside_a_run_is_refused(tmp_path, monkeypatch):
+    """compare.py and sweep.py wrote their report into export.py's folder (config.json, model.safetensors
+    beside results.md), or into a folder inside a run (a sweep's runs inside the run). Now refused,
+    nothing written."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    (tmp_path / "a" / "best.pt").write_bytes(b"")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (hf / name).write_bytes(b"{}")
+    monkeypatch.setattr(sweep, "train_grid", lambda *a: pytest.fail("the sweep went on"))
+    for command in (lambda out: compare.main([run, "--out", out]),
+                    lambda out: sweep.main([SWEEP_CONFIG, "--grid", "model.n_head=1,2", "--out", out])):
+        with pytest.raises(UserError, match=r"^--out='\S+hf' holds a Hugging Face model \(config.json, "
+                                            r"model.safetensors: export.py's output\)"):
+            command(str(hf))
+        with pytest.raises(UserError, match=r"^--out='\S+a/cmp' is inside the training run \S+a \(its best.pt\); a "
+                                            r"report written there would sit among the run's files"):
+            command(str(tmp_path / "a" / "cmp"))
+    assert sorted(p.name for p in hf.iterdir()) == ["config.json", "model.safetensors"]
+    assert not (tmp_path / "a" / "cmp").exists()
+
+
 def test_an_empty_out_is_refused_not_the_current_folder(tmp_path, monkeypatch):
     """--out '' (an unset variable) wrote the report, and a sweep's runs, into the current folder."""
     run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])

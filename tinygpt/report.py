@@ -463,7 +463,8 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
     the report's files would mix with the run's; a file of a report's names that no report wrote
     (the user's own results.md or val_loss.png), which it would overwrite; and what holds a report of
     the other kind: for a comparison, a sweep's runs, whose report it would replace; for a sweep
-    (`its_runs`: its own runs are there), a comparison's report. `plot_only`: compare.py --plot-only,
+    (`its_runs`: its own runs are there), a comparison's report; a Hugging Face export's folder, or a
+    folder inside a run (its files and the report's would mix). `plot_only`: compare.py --plot-only,
     which writes val_loss.png alone: into a report's folder, that would mix two reports (a report
     of the same runs is drawn again by compare.py without --plot-only)."""
     writes = ["val_loss.png"] if plot_only else REPORT_FILES
@@ -474,6 +475,12 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
         raise UserError(f"--out={str(out)!r} holds a training run's files (config.yaml, metrics.csv: one killed "
                         f"before its first checkpoint, or whose checkpoints were removed); a report written there "
                         f"would mix with them: choose another folder")
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        raise UserError(f"--out={str(out)!r} holds a Hugging Face model (config.json, model.safetensors: export.py's "
+                        f"output); a report written there would mix with it: choose another folder")
+    if ckpt := next((p / name for p in out.resolve().parents for name in CHECKPOINTS if (p / name).is_file()), None):
+        raise UserError(f"--out={str(out)!r} is inside the training run {ckpt.parent} (its {ckpt.name}); a report "
+                        f"written there would sit among the run's files: choose a folder outside it")
     held = [] if its_runs else runs_inside(out)
     if held:  # a sweep's, whose report this one would replace, or a folder of runs, among which it would sit
         whose = "a sweep's runs" if report_maker(out) == "sweep" else "runs in its folders"
