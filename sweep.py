@@ -5,34 +5,34 @@
 
 Each combination is checked like a `--set` (values are YAML scalars; a value that cannot be of its key's
 type, a typo such as n_head=abc, refuses the sweep at once, and so does a value that no combination can
-train, model.n_layer=0 or a train.init_from with no checkpoint there, or two values that are one, 1 and
-0x1, d.txt and ./d.txt); an impossible one (say n_embd=64 with n_head=3, where n_head=3 trains with
-another n_embd; or a model key that train.init_from's weights decide, at a value that is not theirs: a
-run from them takes their model), one that differs from another only in a data key its tokenizer does
-not use (a char run's data.bpe_vocab_size: the same run), or a value given twice, is skipped with a
-note. Each valid one
-trains into its own run directory under the sweep folder (default out/sweeps/<config stem>), named after
-its values, e.g. `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at
+train, model.n_layer=0 or a train.init_from with no checkpoint there, or two values that are one, 1 and 0x1,
+d.txt and ./d.txt); an impossible one (say n_embd=64 with n_head=3, where n_head=3 trains with another
+n_embd; or a model key that train.init_from's weights decide, at a value that is not theirs: a run from them
+takes their model), one that differs from another only in a data key its tokenizer does not use (a char
+run's data.bpe_vocab_size: the same run), or a value given twice, is skipped with a note. Each valid one
+trains into its own run directory under the sweep folder (default out/sweeps/<config stem>), named after its
+values, e.g. `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at
 max_iters), resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
 checkpoint (a finished run's config.yaml or metrics.csv lost or damaged, or its config.yaml edited, is
 restored from its ckpt.pt); a run the folder holds under another name with the same settings (the grid's
 keys given in another order, --seeds added to a sweep without it: its run is that of the config's
-train.seed) is skipped or resumed there, a line saying so (new runs keep their names). A second sweep on
-the same folder while one runs is refused at once, one line naming the other's process id (the sweep
-folder is locked for the whole sweep). A run directory it cannot reuse (trained with other settings, say
-another --set or train.max_iters, over which the learning rate decays; trained on a data.dataset file
-that changed since; holding best.pt but no ckpt.pt; a finished run whose metrics.csv is damaged or gone,
-its ckpt.pt an older tinygpt's, carrying no rows; a folder of files no run wrote)
-refuses the sweep before anything is trained, the folder's report left as it was; so does a run train.py
-would refuse at its start (a train.device this machine lacks, a data.dataset that is not there, its run
-folder in use by another training, a file, a link to nothing or holding a config.yaml of the user's, a model
-that cannot fit in memory, a model.block_size longer than a split of its data, which the sweep prepares as
-its first run would), one line naming the run and the key. Runs of another grid in the folder
-stay, but are not in this sweep's report, which replaces the folder's sweep report: a note says so before
-any training (--out keeps two sweeps' reports apart); a comparison's report there, or a file of a report's name that no report wrote,
-is refused. The report's files are replaced together or not at all (compare.py's docstring). At the end
-it prints the table and writes results.md, results.csv, summary.csv, val_loss.png and settings.png (with
-matplotlib; settings.png for two settings or more) into the sweep folder: the same report as compare.py.
+train.seed) is skipped or resumed there, a line saying so (new runs keep their names). A second sweep on the
+same folder while one runs is refused at once, one line naming the other's process id (the sweep folder is
+locked for the whole sweep). A run directory it cannot reuse (trained with other settings, say another --set
+or train.max_iters, over which the learning rate decays; trained on a data.dataset file that changed since;
+holding best.pt but no ckpt.pt; a finished run whose metrics.csv is damaged or gone, its ckpt.pt an older
+tinygpt's, carrying no rows; a folder of files no run wrote) refuses the sweep before anything is trained,
+the folder's report left as it was; so does a run train.py would refuse at its start (a train.device this
+machine lacks, a data.dataset that is not there, its run folder in use by another training, a file, a link
+to nothing or holding a config.yaml of the user's, a model that cannot fit in memory, a model.block_size
+longer than a split of its data, which the sweep prepares as its first run would), one line naming the run
+and the key. Runs of another grid in the folder stay, but are not in this sweep's report, which replaces the
+folder's sweep report: a note says so before any training (--out keeps two sweeps' reports apart); a
+comparison's report there, a file of a report's name that no report wrote, a Hugging Face export's folder or
+a folder inside a run, is refused. The report's files are replaced together or not at all (compare.py's
+docstring). At the end it prints the table and writes results.md, results.csv, summary.csv, val_loss.png and
+settings.png (with matplotlib; settings.png for two settings or more) into the sweep folder: the same report
+as compare.py.
 
 One run per setting says little: runs differ from seed to seed. `--seeds N` trains every setting
 with N seeds (a `train.seed` grid key: seed=1337, seed=1338, ...), and the report then gives, per
@@ -89,9 +89,8 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from model import ModelConfig
-
 from data.prepare import BUILTIN, check_block_fits, prepare, prepared_dir, same_dataset
+from model import ModelConfig
 from tinygpt.checkpoint import check_writable, load_checkpoint, load_model, resolve_checkpoint
 from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type, config_from_dict, config_source,
                              flat_config, load_config, parse_overrides, read_yaml)
