@@ -723,6 +723,8 @@ def block_too_long(run: Planned, config: str, checked: dict[tuple[str, str], Any
     would prepare it (once per prepared folder; a later run reuses it)."""
     folder = str(prepared_dir(run.cfg.data))
     if ("prepared", folder) not in checked:
+        if not (Path(folder) / "meta.json").is_file():  # (a large text's BPE takes a while: not in silence)
+            print(f"sweep: preparing the data of {run.name} into {folder} (the runs on the same data reuse it)")
         try:
             meta = json.loads((prepare(run.cfg, show_progress=False) / "meta.json").read_text())
             checked["prepared", folder] = (meta["train_tokens"], meta["val_tokens"])
