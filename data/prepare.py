@@ -428,9 +428,16 @@ GENERATING = 24  # bytes a character of data/stories.py's corpus takes at its pe
 # (its pieces and references; measured: 494 MB for 20 million characters, 4.9 GB for 200 million)
 
 
+# bytes a character of the text takes at the peak of its preparation, at least (python -m data.prepare's
+# max RSS less the interpreter's, on tiny shakespeare 8 times over, 8.9 MB): char 17 (the text, and its ids
+# as int64 twice while the chunks are joined); word and bpe 15-16 (the text cut into a list of words or
+# pieces, and their ids as Python ints), 23-25 on random words, 137 on a text with no space (bpe learning's
+# arrays per byte). Counted as 3, a 48 MB text got past the check and was killed at 1.2 GB
+PREPARING = {"char": 17, "word": 14, "bpe": 14}
+
+
 def corpus_memory(d: DataConfig) -> int:
-    """A lower bound of the bytes preparing d takes: the text, and its token ids as int64 (twice,
-    while the chunks are joined); BPE and word tokens are counted as >= 1 per 8 characters. The
+    """A lower bound of the bytes preparing d takes (PREPARING; a tiktoken encoding as bpe). The
     stories are generated first, which takes more (GENERATING)."""
     if d.dataset == "stories":
         chars = d.stories_chars
@@ -438,8 +445,8 @@ def corpus_memory(d: DataConfig) -> int:
         chars = SHAKESPEARE_CHARS
     else:
         chars = sum(f.stat().st_size for f in source_files(d.dataset))
-    tokens = chars if d.tokenizer == "char" else chars // 8
-    return max(chars + 16 * tokens, GENERATING * chars if d.dataset == "stories" else 0)
+    per_char = PREPARING.get(d.tokenizer, PREPARING["bpe"])
+    return max(per_char * chars, GENERATING * chars if d.dataset == "stories" else 0)
 
 
 def _digest(tokenizer: Tokenizer | dict, train: np.ndarray, val: np.ndarray) -> str:

@@ -475,6 +475,21 @@ def test_a_stories_corpus_too_big_to_generate_is_refused_at_once(tmp_path, monke
     assert not (tmp_path / "prepared").exists()
 
 
+@pytest.mark.parametrize("tokenizer", ["word", "bpe"])
+def test_a_word_or_bpe_text_too_big_to_prepare_is_refused_at_once(tmp_path, monkeypatch, tokenizer):
+    """Word and BPE tokens were counted as 3 bytes a character: a 48 MB text passed the check under a
+    700 MB limit and the kernel killed it at 1.2 GB, without a word. Measured, they take ~15."""
+    from tinygpt import runtime
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat. " * 40_000)  # 960 kB: 2.9 MB at 3 bytes a character, 13 MB at 14
+    monkeypatch.setattr(runtime, "available_memory", lambda device: 8 * 2**20)
+    cfg = config(text, tmp_path / "prepared")
+    cfg.data.tokenizer = tokenizer
+    with pytest.raises(UserError, match=r"^preparing data.dataset='\S+t.txt' needs at least [\d.]+ GB of memory"):
+        prep.prepare(cfg, show_progress=False)
+    assert not (tmp_path / "prepared").exists()
+
+
 def test_a_bpe_that_runs_out_of_pairs_says_so(tmp_path, capsys):
     """bpe_vocab_size=65536 on a small text gave a vocabulary of 278 without a word."""
     text = tmp_path / "t.txt"
