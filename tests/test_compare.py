@@ -360,6 +360,11 @@ def test_a_report_into_a_hugging_face_export_or_inside_a_run_is_refused(tmp_path
         with pytest.raises(UserError, match=r"^--out='\S+a/cmp' is inside the training run \S+a \(its best.pt\); a "
                                             r"report written there would sit among the run's files"):
             command(str(tmp_path / "a" / "cmp"))
+        (tmp_path / "loop").unlink(missing_ok=True)
+        (tmp_path / "loop").symlink_to("loop")  # (a traceback, RuntimeError: Symlink loop, before Python 3.13)
+        for out in (tmp_path / "loop", tmp_path / "loop" / "x"):
+            with pytest.raises(UserError, match=r"^--out \S+ cannot be reached: it runs into a loop of links"):
+                command(str(out))
     assert sorted(p.name for p in hf.iterdir()) == ["config.json", "model.safetensors"]
     assert not (tmp_path / "a" / "cmp").exists()
 

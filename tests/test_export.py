@@ -16,6 +16,7 @@ own, tokenizer included, is tests/test_export_pipeline.py.
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 import shutil
@@ -354,11 +355,40 @@ def test_import_refuses_a_damaged_config_json_before_writing(tmp_path):
         export.main(["--from-hf", str(hf_dir), str(back)])
     assert "config.json" in str(err.value) and not back.exists()
     for text, match in [("[" * 100_000, "nested too deeply"), ('{"n_embd": 1' + "0" * 5000 + "}", "not valid JSON"),
-                        ("{,}", "not valid JSON"), (" " * (1 << 20) + "{}", "holds more than 1 MiB")]:
-        (hf_dir / "config.json").write_text(text)
+                        ("{,}", "not valid JSON"), (None, "holds more than 32 MiB")]:
+        (hf_dir / "config.json").write_text(text or "")
+        if text is None:  # (sparse: refused by its size, unread)
+            os.truncate(hf_dir / "config.json", hf.CONFIG_JSON_MAX + 1)
         with pytest.raises(UserError, match=match) as err:
             export.main(["--from-hf", str(hf_dir), str(back)])
         assert "config.json" in str(err.value) and "\n" not in str(err.value) and not back.exists()
+
+
+def test_an_export_of_a_large_vocabulary_imports_back(tmp_path):
+    """config.json records the run's tokenizer, about 50 bytes a merge: an export of a bpe_vocab_size
+    of 24,000 wrote 1.2 MB, and its import refused it ('holds more than 1 MiB')."""
+    pytest.importorskip("tokenizers")
+    merges = [[a, b] for a in range(256) for b in range(256)][:24_000 - 256]  # two-byte tokens
+    cfg = Config(model=ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8, vocab_size=24_000))
+    cfg.data.tokenizer, cfg.train.out_dir = "bpe", str(tmp_path / "run")
+    save_checkpoint(tmp_path / "run" / "ckpt.pt", {
+        "config": config_to_dict(cfg), "tokenizer": {"kind": "bpe", "vocab_size": 24_000, "merges": merges},
+        "model": GPT(cfg.model).state_dict(), "step": 1, "best_val_loss": 1.0, "elapsed_s": 0.0})
+    export.main([str(tmp_path / "run"), str(tmp_path / "hf")])
+    assert (tmp_path / "hf" / "config.json").stat().st_size > 1 << 20
+    export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
+    assert load_checkpoint(tmp_path / "back" / "ckpt.pt")["tokenizer"]["merges"] == merges
+
+
+def test_an_output_folder_that_runs_into_a_loop_of_links_is_one_line(tmp_path):
+    """`ln -s loop loop`, then an export (or an import) into loop or loop/sub: a traceback,
+    RuntimeError: Symlink loop (Python before 3.13)."""
+    run, _ = export_run(tmp_path)
+    (tmp_path / "loop").symlink_to("loop")
+    for argv in ([run], ["--from-hf", str(tmp_path / "hf")]):
+        for out in (tmp_path / "loop", tmp_path / "loop" / "sub"):
+            with pytest.raises(UserError, match=r"^output folder \S+ cannot be reached: it runs into a loop of links"):
+                export.main([*argv, str(out)])
 
 
 def test_import_refuses_a_damaged_tiktoken_record_without_its_encoding_file(tmp_path):

@@ -297,6 +297,16 @@ def dead_link(path: Path) -> str | None:
     return None
 
 
+def resolved(path: Path, what: str) -> Path:
+    """path.resolve(), or a UserError naming `what` (a flag, a setting) where the path runs into a loop of
+    links: before Python 3.13, resolve() raises RuntimeError there, a traceback."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        raise UserError(f"{what} {path} cannot be reached: it runs into a loop of links (a link that leads back "
+                        f"to itself)") from None
+
+
 def file_kind(path: Path) -> str:
     """What `path`, which is no folder, is, for a message: 'a file', 'a pipe', 'a device' or 'a socket'."""
     try:

@@ -63,7 +63,7 @@ import torch
 
 from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, file_kind, load_model,
-                                load_weights, resolve_checkpoint, save_checkpoint, torch_load)
+                                load_weights, resolve_checkpoint, resolved, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, short
 from tinygpt.runs import LOCK, RUN_FILES, training_note, training_now, write_config
@@ -77,6 +77,11 @@ GPT2_DEFAULTS = {"vocab_size": GPT2_VOCAB, "n_positions": 1024, "n_embd": 768, "
                  "layer_norm_epsilon": 1e-5, "scale_attn_weights": True}
 HF_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
             "tokenizer_config.json", "README_EXPORT.md")
+# config.json's size, at most: a GPT-2's is about 1 KB, but tinygpt's own export records the run's tokenizer in
+# it (about 50 bytes a merge or word: 1.2 MB for a bpe_vocab_size of 24,000; a char vocabulary of every code
+# point, 17 MB); parsed, 32 MiB of JSON takes 0.6 GB at most (a list of [1,2] pairs). 1 MiB refused the
+# import of an export of 21,000 tokens or more
+CONFIG_JSON_MAX = 32 << 20
 IMPORT_FILES = (*RUN_FILES, "tensorboard")  # what a run directory may hold, for --force to replace
 
 
@@ -314,7 +319,7 @@ def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
 def refuse_inside(out_dir: Path, source: Path, what: str) -> None:
     """Refuse an output folder that is the source folder, inside it or around it (around a source
     file): the output would mix with the source's files, or, replacing the folder whole, destroy them."""
-    out, src = out_dir.resolve(), source.resolve()
+    out, src = resolved(out_dir, "output folder"), resolved(source, f"the {what}")
     if src.is_dir() and (out == src or src in out.parents):
         raise UserError(f"output folder {out_dir} is {'' if out == src else 'inside '}the {what} {source}, "
                         f"the source: its files would mix with the output; choose a folder outside it")
@@ -334,7 +339,7 @@ def whole_folder(out_dir: Path, names: Sequence[str], force: bool) -> Iterator[P
         return False
 
     # resolved: "." has no name to put a temp folder beside, and a symlinked folder stays a link
-    target = out_dir.resolve()
+    target = resolved(out_dir, "output folder")
     if target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
         where = "is" if target == Path.cwd().resolve() else "holds"
         raise UserError(f"output folder {out_dir} {where} the current folder, and the output replaces it whole: "
@@ -382,14 +387,17 @@ def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path
                    "its tokens, and the two differ on some words; prepare the data again and retrain for an "
                    "exact tokenizer.json")
         print(f"note: {caution}", file=sys.stderr)
-    config = hf_config(cfg, tok, source, int(ckpt["step"]), bos, eos)
+    config = json.dumps(hf_config(cfg, tok, source, int(ckpt["step"]), bos, eos), indent=2) + "\n"
+    if len(config.encode()) > CONFIG_JSON_MAX:  # (then --from-hf could not bring it back)
+        raise UserError(f"{source}: its vocabulary of {cfg.model.vocab_size:,} tokens is too large to record in config.json "
+                        f"({len(config.encode()) >> 20} MiB, past the {CONFIG_JSON_MAX >> 20} MiB an import reads)")
     with whole_folder(out_dir, HF_FILES, force) as tmp:  # in place only once every file is written
         save_safetensors(tmp / "model.safetensors", gpt2_state_dict(model), {"format": "pt"})
         atomic_write_text(tmp / "tokenizer.json", hf_tok.to_str())
         atomic_write_text(tmp / "tokenizer_config.json", json.dumps(tokenizer_config(cfg), indent=2) + "\n")
         generation = generation_config(bos, eos, cfg.model.block_size)
         atomic_write_text(tmp / "generation_config.json", json.dumps(generation, indent=2) + "\n")
-        atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
+        atomic_write_text(tmp / "config.json", config)
         command = shlex.join(["python", "export.py", str(run), "--format", "hf", str(out_dir)])
         atomic_write_text(tmp / "README_EXPORT.md", export_readme(
             cfg, tok, f"`{source}` (step {ckpt['step']}) by `{command}`", os.path.abspath(out_dir), bos, eos,
@@ -468,8 +476,9 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"{folder} has no config.json: not a Hugging Face model folder")
     try:
-        hf = json.loads(read_capped(path, 1 << 20, lambda size: f"{path} is not a model config: a GPT-2 config.json "
-                                                                f"is about 1 KB, this one holds more than 1 MiB"),
+        hf = json.loads(read_capped(path, CONFIG_JSON_MAX, lambda size: f"{path} is not a model config: a GPT-2 "
+                                    f"config.json is about 1 KB (tinygpt's export, with its tokenizer, a few MB), "
+                                    f"this one holds more than {CONFIG_JSON_MAX >> 20} MiB"),
                         object_pairs_hook=lambda pairs: unique_keys(pairs, path))
     except RecursionError:  # '[' * 100000: json nests by recursion
         raise UserError(f"{path} is not a model config: its JSON is nested too deeply") from None
