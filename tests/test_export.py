@@ -391,6 +391,52 @@ def test_an_output_folder_that_runs_into_a_loop_of_links_is_one_line(tmp_path):
                 export.main([*argv, str(out)])
 
 
+def test_force_into_a_folder_whose_parent_denies_writing_is_refused_before_the_work(tmp_path, monkeypatch):
+    """The output replaces its folder whole, a rename in the parent: with a read-only parent, --force did
+    all the work and then failed, `Permission denied: .../.hf.26850.qk3wklde.tmp` (our temp folder)."""
+    run, _ = export_run(tmp_path)
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != tmp_path and access(path, mode, **kw))
+    monkeypatch.setattr(hf, "load_model", lambda *a, **k: pytest.fail("the work began"))
+    with pytest.raises(UserError, match=rf"^output folder \S+hf cannot be replaced: the output takes its place whole, "
+                                        rf"and {re.escape(str(tmp_path))} denies writing"):
+        export.main([run, str(tmp_path / "hf"), "--force"])
+
+
+def test_an_import_names_what_its_files_are_not_only_that_they_are_missing(tmp_path, monkeypatch):
+    """config.json as a folder or a pipe, model.safetensors as a pipe: 'has no config.json', 'has
+    neither model.safetensors ...'; an unreadable model.safetensors: 'not a valid safetensors file (No
+    such file or directory ...)'; a tinygpt run given to --from-hf: 'has no config.json' alone."""
+    run, _ = export_run(tmp_path)
+    hf_dir, out = tmp_path / "hf", str(tmp_path / "out")
+    with pytest.raises(UserError, match=r"^\S+run has no config.json: not a Hugging Face model folder but a tinygpt "
+                                        r"run; export it with python export.py \S+run OUT$"):
+        export.main(["--from-hf", run, out])
+    (hf_dir / "model.safetensors").rename(tmp_path / "weights")
+    os.mkfifo(hf_dir / "model.safetensors")
+    with pytest.raises(UserError, match=r"^\S+model.safetensors is a pipe, not a regular file: the weights must be a "
+                                        r"file$"):
+        export.main(["--from-hf", str(hf_dir), out])
+    (hf_dir / "model.safetensors").unlink()
+    (tmp_path / "weights").rename(hf_dir / "model.safetensors")
+    real_open = open
+
+    def unreadable_weights(path, *args, **kwargs):  # (chmod 000 is no obstacle to root)
+        if str(path).endswith("model.safetensors"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr("builtins.open", unreadable_weights)
+    with pytest.raises(UserError, match=r"^cannot read \S+model.safetensors: Permission denied$"):
+        export.main(["--from-hf", str(hf_dir), out])
+    monkeypatch.undo()
+    (hf_dir / "config.json").rename(tmp_path / "config.json")
+    (hf_dir / "config.json").mkdir()
+    with pytest.raises(UserError, match=r"^\S+config.json is a folder: a Hugging Face model folder holds config.json "
+                                        r"as a file$"):
+        export.main(["--from-hf", str(hf_dir), out])
+    assert not Path(out).exists()
+
+
 def test_import_refuses_a_damaged_tiktoken_record_without_its_encoding_file(tmp_path):
     """A recorded compact tiktoken vocabulary went in unchecked (building it needs the encoding's
     file); sample.py then died of a Rust panic or an OverflowError. What its ids alone show is checked:

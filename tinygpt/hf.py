@@ -63,7 +63,7 @@ import torch
 
 from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, file_kind, load_model,
-                                load_weights, resolve_checkpoint, resolved, save_checkpoint, torch_load)
+                                load_weights, odd_file, resolve_checkpoint, resolved, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, short
 from tinygpt.runs import LOCK, RUN_FILES, training_note, training_now, write_config
@@ -110,6 +110,10 @@ def load_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"safetensors file not found: {path}")
+    try:
+        open(path, "rb").close()  # (safetensors says an unreadable file is "No such file or directory")
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
     try:
         return st.load_file(str(path))
     except Exception as e:  # safetensors reports damage as SafetensorError, OSError, ...
@@ -297,6 +301,11 @@ def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
     check_writable(out_dir, "output folder")
     if not out_dir.is_dir():
         return
+    parent = resolved(out_dir, "output folder").parent  # the output takes the folder's place: a rename in it
+    if not os.access(parent, os.W_OK | os.X_OK):  # (found after the work, it named our temp folder)
+        raise UserError(f"output folder {out_dir} cannot be replaced: the output takes its place whole, and "
+                        f"{parent} denies writing (permissions or a read-only file system); choose a folder in one "
+                        f"you can write")
     if training_now(out_dir):
         raise UserError(f"{out_dir} is a run directory a training is writing now; wait for it to end, or choose "
                         f"another folder")
@@ -389,8 +398,9 @@ def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path
         print(f"note: {caution}", file=sys.stderr)
     config = json.dumps(hf_config(cfg, tok, source, int(ckpt["step"]), bos, eos), indent=2) + "\n"
     if len(config.encode()) > CONFIG_JSON_MAX:  # (then --from-hf could not bring it back)
-        raise UserError(f"{source}: its vocabulary of {cfg.model.vocab_size:,} tokens is too large to record in config.json "
-                        f"({len(config.encode()) >> 20} MiB, past the {CONFIG_JSON_MAX >> 20} MiB an import reads)")
+        raise UserError(f"{source}: its vocabulary of {cfg.model.vocab_size:,} tokens is too large to record in "
+                        f"config.json ({len(config.encode()) >> 20} MiB, past the {CONFIG_JSON_MAX >> 20} MiB an "
+                        f"import reads)")
     with whole_folder(out_dir, HF_FILES, force) as tmp:  # in place only once every file is written
         save_safetensors(tmp / "model.safetensors", gpt2_state_dict(model), {"format": "pt"})
         atomic_write_text(tmp / "tokenizer.json", hf_tok.to_str())
@@ -473,8 +483,12 @@ def unique_keys(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
 def read_hf_config(folder: Path) -> dict[str, Any]:
     """config.json of a GPT-2 folder, refusing what tinygpt's GPT cannot represent."""
     path = folder / "config.json"
+    if kind := odd_file(path):  # (a folder, a pipe, a link to nothing: not "missing")
+        raise UserError(f"{path} is {kind}: a Hugging Face model folder holds config.json as a file")
     if not path.is_file():
-        raise UserError(f"{folder} has no config.json: not a Hugging Face model folder")
+        run = any((folder / name).is_file() for name in ("ckpt.pt", "best.pt"))
+        raise UserError(f"{folder} has no config.json: not a Hugging Face model folder" + (
+            f" but a tinygpt run; export it with {shlex.join(['python', 'export.py', str(folder), 'OUT'])}" * run))
     try:
         hf = json.loads(read_capped(path, CONFIG_JSON_MAX, lambda size: f"{path} is not a model config: a GPT-2 "
                                     f"config.json is about 1 KB (tinygpt's export, with its tokenizer, a few MB), "
@@ -534,6 +548,9 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
         raise UserError(f"{folder} holds a sharded checkpoint, which is not supported; save it as one "
                         f"file: model.save_pretrained(dir, max_shard_size='100GB')")
     else:
+        for name in ("model.safetensors", "pytorch_model.bin"):
+            if kind := odd_file(folder / name):  # (a folder, a pipe, /dev/zero: not "missing")
+                raise UserError(f"{folder / name} is {kind}: the weights must be a file")
         raise UserError(f"{folder} has neither model.safetensors nor pytorch_model.bin")
     out = {}
     for name, t in tensors.items():
