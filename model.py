@@ -55,7 +55,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
 def causal_mask(T_q: int, T_k: int, device: torch.device | None = None) -> torch.Tensor:
     """(Tq, Tk) bool, True = may attend. The Tq queries are the last Tq of the Tk positions, so
     query i sits at position Tk - Tq + i and may attend keys 0 .. Tk - Tq + i."""
-    return torch.ones(T_q, T_k, dtype=torch.bool, device=device).tril(diagonal=T_k - T_q)
+    return torch.ones(T_q, T_k, dtype=torch.bool, device=device).tril_(diagonal=T_k - T_q)  # (in place: one copy)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
