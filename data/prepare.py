@@ -47,7 +47,7 @@ import torch
 
 from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, not_regular,
                                 remove_empty, sweep_temp_files)
-from tinygpt.config import Config, DataConfig, load_config, same_path
+from tinygpt.config import Config, DataConfig, config_source, load_config, same_path
 from tinygpt.errors import ArgParser, UserError, first_few, path_word, run_cli, short
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import (MAX_TOKEN_BYTES, DamagedTokenizer, Tokenizer, build_tokenizer, clean_text,
@@ -612,6 +612,11 @@ def main(argv: Sequence[str] | None = None) -> Path:
     meta = read_json(out / "meta.json")
     print(f"{out}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, "
           f"vocab {meta['vocab_size']:,}{vocab_note(cfg.data, meta['vocab_size'])} ({meta['dtype']})")
+    try:  # prepared, but too short for this config's model: said now, not when train.py starts
+        check_block_fits(cfg.model.block_size, meta["train_tokens"], meta["val_tokens"],
+                         config_source(args.config, args.set))
+    except UserError as e:
+        print(f"note: train.py will refuse this config on this data: {e}", file=sys.stderr)
     return out
 
 

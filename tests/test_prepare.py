@@ -246,6 +246,22 @@ def test_a_corpus_too_short_for_the_block_is_told_only_the_fixes_that_work(tmp_p
         prep.load_for_training(cfg, "x")
 
 
+def test_python_m_data_prepare_says_when_the_data_is_too_short_for_the_configs_model(tmp_path, capsys):
+    """`python -m data.prepare` of a one-character file (or a data.val_fraction that leaves the val
+    split empty) said `1 train + 0 val tokens`, exit 0: train.py then refused it. Now a note says so."""
+    text = tmp_path / "one.txt"
+    text.write_text("x")
+    argv = [str(ROOT / "configs/stories.yaml"), "--set", f"data.dataset={text}", "data.tokenizer=char",
+            f"data.prepared_dir={tmp_path / 'prepared'}"]
+    prep.main(argv)
+    assert capsys.readouterr().err == ("note: train.py will refuse this config on this data: the train split has 1 "
+                                       "token, not more than model.block_size=128 (" + str(ROOT / "configs/stories.yaml")
+                                       + " with --set): use more text\n")
+    text.write_text("the cat sat on the mat\n" * 100)
+    prep.main([*argv, "model.block_size=8"])
+    assert capsys.readouterr().err == ""
+
+
 def test_8bit_text_with_a_chance_utf8_character_is_still_8bit_and_a_dash_name_is_pasted_safely(tmp_path, monkeypatch):
     """cp1252 French where 'É' and a no-break space (C9 A0) happen to read as one UTF-8 character was
     called UTF-8 with 390 stray bytes, and the command given dropped every accent; its curly quote
