@@ -55,6 +55,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
+from data.prepare import SNIFFED, WIDE_BOMS, convert, one_sided_zeros, wide_encoding
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import (check_name_fits, check_writable, load_model, odd_file, regular_file_target,
@@ -303,7 +304,7 @@ def read_prompt(args) -> str:
     if str(args.prompt_file) == "-":  # its bytes: text mode would pass bad bytes on as surrogates
         return decode_prompt(sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1), "--prompt-file - (standard input)")
     named = f"--prompt-file {short(str(args.prompt_file))}"
-    return decode_prompt(read_prompt_file(args.prompt_file, named), named)
+    return decode_prompt(read_prompt_file(args.prompt_file, named), named, Path(args.prompt_file))
 
 
 def text_bytes(text: str, named: str) -> bytes:
@@ -315,11 +316,15 @@ def text_bytes(text: str, named: str) -> bytes:
         raise UserError(f"{named} is not UTF-8 text") from None
 
 
-def decode_prompt(data: bytes, named: str) -> str:
+def decode_prompt(data: bytes, named: str, path: Path | None = None) -> str:
     """A prompt's bytes as text, cleaned as training text is (no byte order mark, '\n' line ends):
-    refused beyond MAX_PROMPT_BYTES or when not UTF-8."""
+    refused beyond MAX_PROMPT_BYTES or when not UTF-8; a file (`path`) of UTF-16 or UTF-32 text (Windows'
+    "Unicode") is named so, with the command that converts it, as a data.dataset file is."""
     if len(data) > MAX_PROMPT_BYTES:
         raise UserError(prompt_too_long(named))
+    if path is not None and (data.startswith(WIDE_BOMS) or data.count(0) > len(data) // 4 or one_sided_zeros(data)):
+        if (wide := wide_encoding(data[:SNIFFED])) is not None:  # (without a mark, Latin UTF-16 reads as UTF-8)
+            raise UserError(f"{named} looks like {wide[0].upper()} text, not UTF-8; {convert(path, *wide)}")
     try:
         return clean_text(data.decode("utf-8"))
     except UnicodeDecodeError as e:

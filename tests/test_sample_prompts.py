@@ -492,6 +492,19 @@ def test_non_utf8_standard_input_is_refused_like_a_file(tiny_stories_run, tmp_pa
     refused([tiny_stories_run, "--prompt-file", tmp_path / "bad.txt", *GREEDY], r"bad.txt' is not UTF-8 .*byte 4")
 
 
+def test_a_utf16_prompt_file_is_named_so_with_the_command_that_converts_it(tiny_stories_run, tmp_path):
+    """A prompt saved as Windows' "Unicode": `is not UTF-8 text (byte 0 is 0xff)` (with its byte order
+    mark), or read as UTF-8 with a NUL after each letter (without one), where the same file as a
+    data.dataset was named UTF-16 with the iconv command that converts it."""
+    marked, bare = tmp_path / "marked.txt", tmp_path / "bare.txt"
+    marked.write_bytes("Mia had a kite".encode("utf-16"))
+    bare.write_bytes("Mia had a red kite and she flew it high. ".encode("utf-16-le") * 2)
+    refused([tiny_stories_run, "--prompt-file", marked, *GREEDY],
+            r"marked.txt' looks like UTF-16 text, not UTF-8; convert it first, e.g. iconv -f utf-16 -t utf-8 ")
+    refused([tiny_stories_run, "--prompt-file", bare, *GREEDY],
+            r"bare.txt' looks like UTF-16LE text, not UTF-8; convert it into a new file, e.g. iconv -f utf-16le ")
+
+
 def test_non_utf8_bytes_in_the_prompt_argument_are_refused_too(tiny_stories_run):
     """`--prompt $'Mia \\xff'`: Python hands the byte on as a surrogate, which the BPE read as U+FFFD,
     silently (the text printed was not the text the model saw); a char model named the surrogate."""
