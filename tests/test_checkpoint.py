@@ -643,6 +643,32 @@ def test_a_replacement_stopped_between_its_two_renames_leaves_the_old_folder(tmp
     assert (out / "weights.bin").read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
+def test_a_writer_in_another_pid_namespace_keeps_its_temp_folder(tmp_path):
+    """Two containers preparing the same data into a shared folder: each sees the other's pid as a dead
+    process, or as its own (both pid 1 or 2), and a second preparation deleted the first one's live temp
+    folder, which then failed (`cannot write ...: No such file or directory`). The writer's lock on its
+    temp folder (or file) now says it is alive, whatever its pid reads as here."""
+    out = tmp_path / "data"
+    earlier = time.time() - 7200  # (this pid from before this process: an earlier process's, by the pid alone)
+    stale = [tmp_path / ".data.99999999.abcdefgh.tmp", tmp_path / f".data.{os.getpid()}.ijklmnop.tmp"]
+    stale[0].mkdir()
+    stale[1].write_bytes(b"half")
+    os.utime(stale[1], (earlier, earlier))
+    fds = [os.open(p, os.O_RDONLY) for p in stale]  # the other container's writer, alive
+    for fd in fds:
+        checkpoint.hold_while_written(fd)
+    checkpoint.sweep_temp_files(out)
+    assert all(p.exists() for p in stale)
+    for fd in fds:  # it dies: the kernel drops its locks
+        os.close(fd)
+    checkpoint.sweep_temp_files(out)
+    assert not any(p.exists() for p in stale)
+    with checkpoint.atomic_dir(out) as tmp:  # tinygpt's own writers hold theirs
+        assert checkpoint.held(tmp)
+        (tmp / "a.bin").write_bytes(b"x")
+    assert not checkpoint.held(out) and sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
 def test_the_sweep_leaves_files_not_of_tinygpts_own_form(tmp_path):
     """Any `.NAME.*.tmp` or `.old` beside NAME went: a user's `.page.html.20241201.old` at once (its
     digits read as a dead writer's pid), `.page.html.draft.tmp` after an hour, and beside `hf1`

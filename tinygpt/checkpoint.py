@@ -31,6 +31,11 @@ from typing import Any, BinaryIO, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: a temp file's writer is told by its pid alone
+    fcntl = None
+
 from model import GPT
 from tinygpt.config import Config, all_keys, config_from_dict
 from tinygpt.errors import UserError, count, first_few, path_word, reason, script_word, short
@@ -134,8 +139,10 @@ def atomic_write_all(folder: Path, files: dict[str, bytes], drop: Sequence[str] 
 
 def temp_beside(path: Path, write: Callable[[BinaryIO], None]) -> Path:
     """A temp file beside `path` holding what write(fileobj) wrote, fsynced. Its name carries this
-    process's pid: a later sweep (sweep_temp_files) tells a live writer's from a dead one's."""
+    process's pid, and it is locked while written (hold_while_written): a later sweep
+    (sweep_temp_files) tells a live writer's from a dead one's."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    hold_while_written(fd)
     try:
         with os.fdopen(fd, "wb") as f:
             os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give what a plain open() would
@@ -239,8 +246,8 @@ def sweep_temp_files(path: Path, only_writer: bool = False) -> None:
     for stale in [*path.parent.glob(f"{prefix}*.tmp"), *path.parent.glob(f"{prefix}*.old")]:
         pid = leftover_pid(stale.name, path)
         try:
-            if pid is None or (not only_writer and pid_alive(pid)
-                               and not (pid == os.getpid() and stale.stat().st_mtime < STARTED)):
+            if pid is None or held(stale) or (not only_writer and pid_alive(pid)
+                                              and not (pid == os.getpid() and stale.stat().st_mtime < STARTED)):
                 continue  # not ours, or a live writer's (this pid from before this process: an earlier one's)
             if stale.suffix == ".old":
                 if not stale.is_dir() or {p.name for p in stale.iterdir()} - {path.name}:
@@ -272,6 +279,32 @@ def put_back(aside: Path, path: Path) -> None:
 def glob_escape(text: str) -> str:
     """`text` as a literal in a glob pattern (a run named 'n_head=[1]' must not be a pattern)."""
     return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def hold_while_written(fd: int) -> None:
+    """Lock the temp file or folder open as `fd` for as long as it stays open (flock; the kernel drops
+    the lock when its writer dies): a writer in another pid namespace (a second container on a shared
+    folder), whose pid means nothing here or is this process's own, is still known to be alive."""
+    if fcntl is not None:
+        with suppress(OSError):  # (a file system without locks: the pid alone tells)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def held(stale: Path) -> bool:
+    """Does a live writer hold `stale`, a temp file or folder, locked (hold_while_written)?"""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(stale, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError as e:
+        return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+    finally:
+        os.close(fd)
 
 
 def pid_alive(pid: int) -> bool:
@@ -411,8 +444,11 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
                         f"new folder inside it, e.g. {path / 'export'}")
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep_temp_files(path)  # the temp folders of writers killed mid-write
-    # the writer's pid in the name: sweep_temp_files removes the folder once its writer is dead
+    # the writer's pid in the name, and its lock on the folder (hold_while_written): sweep_temp_files
+    # removes the folder once its writer is dead
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent))
+    locks = [os.open(tmp, os.O_RDONLY)]  # (closed at the end: the locks go with them)
+    hold_while_written(locks[0])
     aside: list[Path] = []  # the folders moved away from path, the first one the folder we replace
     try:
         tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; give what a plain mkdir would
@@ -427,6 +463,8 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
                     return
                 old = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".old", dir=path.parent))
                 aside.append(old)
+                locks.append(os.open(old, os.O_RDONLY))
+                hold_while_written(locks[-1])
                 with suppress(FileNotFoundError):  # another process may have moved it first
                     os.replace(path, old / path.name)
             try:
@@ -453,6 +491,9 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
         if cause is not None:
             raise cannot_write(path, cause, "the previous folder is intact" if path.is_dir() else None) from None
         raise
+    finally:
+        for fd in locks:
+            os.close(fd)
 
 
 def current_umask() -> int:
