@@ -21,7 +21,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     stop_while_starting()
 
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.errors import ArgParser, count, path_arg, path_word, run_cli, script_word, work_is_files
+from tinygpt.errors import ArgParser, UserError, count, path_arg, path_word, run_cli, script_word, work_is_files
 from tinygpt.hf import HF_FILES, export_hf, import_hf
 
 
@@ -35,11 +35,15 @@ def main(argv: Sequence[str] | None = None) -> Path:
     p.add_argument("src", type=path_arg, help="run directory or checkpoint; with --from-hf a GPT-2 folder")
     p.add_argument("out", type=path_arg,
                    help="output folder: the GPT-2 checkpoint; with --from-hf the new run directory")
-    p.add_argument("--format", choices=["hf"], default="hf", help="export format: hf (GPT-2 for transformers)")
+    p.add_argument("--format", choices=["hf"], default=None, help="export format: hf (GPT-2 for transformers; the "
+                   "default)")
     p.add_argument("--from-hf", action="store_true", help="import: GPT-2 folder -> tinygpt run directory")
     p.add_argument("--force", action="store_true", help="replace an earlier export (or run) in the output folder")
     args = p.parse_args(argv)
 
+    if args.from_hf and args.format is not None:
+        raise UserError("--format is the export's format: it means nothing with --from-hf, which imports a GPT-2 "
+                        "folder as a run")
     if args.from_hf:
         path = import_hf(args.src, args.out, args.force)
         ckpt = load_checkpoint(path)

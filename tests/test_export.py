@@ -615,7 +615,7 @@ def test_import_refuses_weights_its_config_does_not_describe(tmp_path):
     with pytest.raises(UserError, match="is a Hugging Face model folder, not a run: .* export.py --from-hf"):
         load_model(tmp_path / "hf")  # sample.py HF_DIR said "no checkpoint ...: train first"
     for change, match in [({"n_layer": config["n_layer"] - 1}, r"the weights hold 'h\.1\..*which config.json's model"),
-                          ({"vocab_size": 0}, "vocab_size=0 must be >= 1"),
+                          ({"vocab_size": 0}, "vocab_size=0 must be a whole number >= 1"),
                           ({"scale_attn_weights": "false"}, "scale_attn_weights='false' must be true or false")]:
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
         with pytest.raises(UserError, match=match):
@@ -627,6 +627,30 @@ def test_import_refuses_weights_its_config_does_not_describe(tmp_path):
     with pytest.raises(UserError, match="'tok_emb.weight' holds NaN or infinite values"):
         export.main(["--from-hf", str(tmp_path / "hf"), str(back)])
     assert not back.exists()
+
+
+def test_a_damaged_config_json_is_told_in_its_own_keys_and_a_damaged_record_is_not_taken_for_none(tmp_path):
+    """config.json's n_positions=-1 was refused as `model.block_size=-1 ... must be >= 1`, a key it does
+    not hold; a tinygpt record that is no mapping as `records no tinygpt tokenizer`; a record whose
+    config names another tokenizer, or whose vocab_size is 58.0, was imported (exit 0), the run's
+    config.yaml contradicting its checkpoint, and `vocab 58.0` printed."""
+    run, config = export_run(tmp_path)
+    path, back = tmp_path / "hf" / "config.json", tmp_path / "back"
+    record = config["tinygpt"]
+    other = {**record, "config": {**record["config"], "data": {**record["config"]["data"], "tokenizer": "word"}}}
+    for change, match in [({"n_positions": -1}, r"config.json: n_positions=-1 must be a whole number >= 1$"),
+                          ({"n_embd": 30}, r"config.json: n_embd=30 is not divisible by n_head=4$"),
+                          ({"tinygpt": [1, 2]}, r"config.json: the tinygpt record it holds .* is damaged"),
+                          ({"tinygpt": {**record, "tokenizer": {**record["tokenizer"], "vocab_size": 37.0}}},
+                           r"config.json: the tinygpt record it holds .* is damaged"),
+                          ({"tinygpt": other}, r"config.json: tinygpt.config says data.tokenizer='word', its "
+                                               r"tinygpt.tokenizer is 'char': the record is damaged")]:
+        path.write_text(json.dumps({**config, **change}))
+        with pytest.raises(UserError, match=match):
+            export.main(["--from-hf", str(tmp_path / "hf"), str(back)])
+        assert not back.exists()
+    with pytest.raises(UserError, match=r"^--format is the export's format: it means nothing with --from-hf"):
+        export.main(["--from-hf", str(tmp_path / "hf"), str(back), "--format", "hf"])
 
 
 def test_byte_level_alphabet_is_gpt2s():

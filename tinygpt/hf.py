@@ -509,6 +509,11 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
             continue
         if not isinstance(hf[key], (int, float)) or isinstance(hf[key], bool):
             raise UserError(f"{path}: {key}={short(hf[key])} must be a number")
+    for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size"):  # (named as config.json names them)
+        if type(hf[key]) is not int or hf[key] < 1:
+            raise UserError(f"{path}: {key}={short(hf[key])} must be a whole number >= 1")
+    if hf["n_embd"] % hf["n_head"]:
+        raise UserError(f"{path}: n_embd={hf['n_embd']} is not divisible by n_head={hf['n_head']}")
     for key in ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention", "tie_word_embeddings"):
         if key in hf and not isinstance(hf[key], bool):  # "false", a string, would read as true
             raise UserError(f"{path}: {key}={short(hf[key])} must be true or false")
@@ -618,6 +623,20 @@ def _all_biases_zero(w: dict[str, torch.Tensor]) -> bool:
     return all(not t.any() for name, t in w.items() if name.endswith(".bias") and t.dim() == 1)
 
 
+def tinygpt_record(hf: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The `tinygpt` record of a config.json that tinygpt's export wrote (its tokenizer and config), {}
+    where there is none (a GPT-2 from elsewhere); a damaged one is refused, not taken for none."""
+    record = hf.get("tinygpt")
+    if record is None:
+        return {}
+    parts_ok = isinstance(record, dict) and all(isinstance(record.get(k, {}), dict) for k in ("config", "tokenizer"))
+    tok = record.get("tokenizer", {}) if parts_ok else {}
+    if not parts_ok or ("vocab_size" in tok and type(tok["vocab_size"]) is not int):
+        raise UserError(f"{path}: the tinygpt record it holds (written by tinygpt's export) is damaged (its "
+                        f"tokenizer and config must be mappings, the vocab_size a whole number); export the run again")
+    return record
+
+
 def hf_folder(folder: Path) -> None:
     """Refuse a --from-hf source that is no folder."""
     if not folder.is_dir():
@@ -629,7 +648,7 @@ def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
     folder = Path(folder)
     hf_folder(folder)
     hf = read_hf_config(folder)
-    meta = hf.get("tinygpt") if isinstance(hf.get("tinygpt"), dict) else {}
+    meta = tinygpt_record(hf, folder / "config.json")
     weights = read_hf_weights(folder)
     # our own export of a bias-free model comes back bias-free (exactly the same computation)
     orig = meta.get("config", {}).get("model", {}) if isinstance(meta.get("config"), dict) else {}
@@ -675,7 +694,7 @@ def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> P
     refuse_overwrite(out_dir, IMPORT_FILES, force)
     model, hf = _read_hf(folder)
     m = model.config
-    meta = hf.get("tinygpt") if isinstance(hf.get("tinygpt"), dict) else {}
+    meta = tinygpt_record(hf, folder / "config.json")
     tok = meta.get("tokenizer")
     if isinstance(tok, dict) and tok.get("vocab_size") == m.vocab_size and isinstance(meta.get("config"), dict):
         check_recorded_tokenizer(tok, folder / "config.json")
@@ -690,6 +709,10 @@ def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> P
     raw["model"] = config_to_dict(Config(model=m))["model"]  # vocab_size included: a saved config
     raw.setdefault("train", {})["out_dir"] = str(out_dir)
     cfg = config_from_dict(raw, str(folder / "config.json"))
+    said = tok.get("encoding") if tok.get("kind") == "tiktoken" else tok.get("kind")
+    if cfg.data.tokenizer != said:  # (a hand edit: the run's config.yaml would contradict its checkpoint)
+        raise UserError(f"{folder / 'config.json'}: tinygpt.config says data.tokenizer={short(cfg.data.tokenizer)}, "
+                        f"its tinygpt.tokenizer is {short(said)}: the record is damaged; export the run again")
     state = {"config": config_to_dict(cfg), "tokenizer": tok, "model": model.state_dict(), "step": 0,
              "best_val_loss": float("inf"), "elapsed_s": 0.0}
     with whole_folder(out_dir, IMPORT_FILES, force) as tmp:
