@@ -198,8 +198,34 @@ def not_text(path: Path, data: bytes, bad: int | None) -> str:
         return (f"{path} is UTF-8 text but for {count:,} {bytes_are} not ({'the first: ' * (count > 1)}{where}); "
                 f"mend {them}, or write a copy without {them}: iconv -c -f utf-8 -t utf-8 {source} > {copy} "
                 f"(converting it from an 8-bit encoding would garble every other non-ASCII character)")
+    if wide := double_byte_encodings(head):  # Chinese, Japanese or Korean: latin1 would garble every character
+        source, copy = pasted(path), pasted(path.with_name(path.stem + ".utf8.txt"))
+        return (f"{path} is not UTF-8 ({where}); it reads as text in {', '.join(wide)} (Chinese, Japanese or Korean "
+                f"encodings, which one is a guess): convert it into a new file, e.g. iconv -f {wide[0]} -t utf-8 "
+                f"{source} > {copy}, and look at it (garbled: try the next)")
     # (a few accented letters of latin1 text may read as a UTF-8 character by chance: É and a no-break space)
     return f"{path} is not UTF-8 ({where}); {convert(path, eight_bit_encoding(data, text), False)}"
+
+
+DOUBLE_BYTE = ("gb18030", "shift_jis", "euc-kr", "big5")  # the common encodings of Chinese, Japanese and Korean
+CJK = re.compile("[\u3000-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]")  # their scripts and punctuation
+
+
+def double_byte_encodings(head: bytes) -> list[str]:
+    """The DOUBLE_BYTE encodings `head` decodes in whole, to text whose characters past ASCII are mostly
+    Chinese, Japanese or Korean ones (8-bit text has stray single high bytes, which none of them takes:
+    French or German in latin1 decodes in none). More than one may: GB18030 text also reads as EUC-KR."""
+    head = head[:head.rfind(b"\n") + 1] or head  # (cut at a line end: not inside a character)
+    found = []
+    for encoding in DOUBLE_BYTE:
+        try:
+            text = head.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+        wide = [c for c in text if c > "\x7f"]
+        if wide and 2 * sum(CJK.match(c) is not None for c in wide) >= len(wide):
+            found.append(encoding)
+    return found
 
 
 CP1252_UNDEFINED = b"[\x81\x8d\x8f\x90\x9d]"  # bytes cp1252 has no character for: iconv stops at them

@@ -262,6 +262,19 @@ def test_python_m_data_prepare_says_when_the_data_is_too_short_for_the_configs_m
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("text, encoding", [("你好世界，这是一个测试。\n", "gb18030"), ("こんにちは世界、テストです。\n", "shift_jis"),
+                                            ("안녕하세요 세계, 테스트입니다.\n", "euc-kr")])
+def test_chinese_japanese_or_korean_text_is_not_told_to_convert_from_latin1(tmp_path, text, encoding):
+    """A GB18030 (Shift-JIS, EUC-KR) file was told `iconv -f latin1 ...`, which turns every character
+    into two of mojibake. Now the double-byte encodings it reads in are named, its own among them."""
+    path = tmp_path / "cjk.txt"
+    path.write_bytes(text.encode(encoding) * 20)
+    with pytest.raises(UserError, match=r"^\S+cjk.txt is not UTF-8 \(byte 0x[0-9a-f]{2} at offset 0, line 1\); it reads "
+                                        r"as text in [a-z0-9_, -]+ \(Chinese, Japanese or Korean encodings") as refused:
+        prep.read_text_file(path)
+    assert encoding in str(refused.value) and "latin1" not in str(refused.value)
+
+
 def test_8bit_text_with_a_chance_utf8_character_is_still_8bit_and_a_dash_name_is_pasted_safely(tmp_path, monkeypatch):
     """cp1252 French where 'É' and a no-break space (C9 A0) happen to read as one UTF-8 character was
     called UTF-8 with 390 stray bytes, and the command given dropped every accent; its curly quote
