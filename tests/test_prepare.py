@@ -519,6 +519,21 @@ def test_a_word_or_bpe_text_too_big_to_prepare_is_refused_at_once(tmp_path, monk
     assert not (tmp_path / "prepared").exists()
 
 
+def test_learning_a_bpe_from_a_long_text_is_said_first(tmp_path, monkeypatch, capsys):
+    """A 50 MB text with no space learned its BPE for minutes with nothing on the screen (the progress
+    bar is the encoding's, after it): a line now says what is being done first."""
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat. " * 100)
+    cfg = config(text, tmp_path / "prepared")
+    cfg.data.tokenizer, cfg.data.bpe_vocab_size = "bpe", 300
+    monkeypatch.setattr(prep, "LONG_TEXT", 1000)  # (instead of 4 MiB of text)
+    prep.prepare(cfg, show_progress=True)
+    assert "learning 44 BPE merges from 0.0 M characters (no progress bar" in capsys.readouterr().err
+    cfg.data.bpe_vocab_size = 301
+    prep.prepare(cfg, show_progress=False)  # (quiet: train.py --quiet, a sweep)
+    assert "learning" not in capsys.readouterr().err
+
+
 def test_a_bpe_that_runs_out_of_pairs_says_so(tmp_path, capsys):
     """bpe_vocab_size=65536 on a small text gave a vocabulary of 278 without a word."""
     text = tmp_path / "t.txt"
