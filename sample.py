@@ -26,13 +26,16 @@ Two teaching views (tables on stdout, see tinygpt/attention_view.py for their co
   MAX_HEATMAP_HEADS).
 - `--attention-html FILE` writes the attention explorer (tinygpt/attention_html.py): one offline
   page over the prompt and the generated text, every layer and head, hover a token to see where
-  it looks, with each generated token's top-5 candidates.
+  it looks, with each generated token's top-5 candidates (with --num-samples N, FILE_sample1..N; the
+  pages of an earlier call's set that this call does not write are removed, and one sample.py at a
+  time writes a set).
 - `--show-steps` prints, instead of the streamed text, one row per generated token: the step, how
   many tokens of context the model saw, the token chosen and the top-5 candidates with their
   probabilities after temperature/top-k/top-p.
 
 At a terminal, the control characters a model can write (ESC, '\\r', '\\b', BEL, the other C0 and
-C1 controls, the bidi overrides U+202A-U+202E and isolates U+2066-U+2069) are shown as their
+C1 controls, the bidi marks U+200E, U+200F and U+061C, overrides U+202A-U+202E and isolates
+U+2066-U+2069, the line and paragraph separators U+2028 and U+2029) are shown as their
 escapes, `\\x1b`, `\\r`, `\\u202e`, as --show-steps and --list-vocab write tokens, instead of moving
 the cursor, recolouring, clearing the screen or reordering the text; '\\n' and '\\t' stay as they
 are. Written to a file or a pipe (`> out.txt`, `| grep ...`), the text is exact, byte for byte.
@@ -189,10 +192,18 @@ def check_output_folders(args) -> None:
     if args.attention_html is not None:
         page = args.attention_html
         named = f"--attention-html={short(str(page))}"
-        try:
-            check_name_fits(page)  # (first: a name over 255 bytes cannot even be looked up)
-        except UserError as e:
+        if str(page) == "-":  # (not standard output, as --prompt-file - is standard input: a page is a file)
+            raise UserError(f"{named}: the page is a file (its data and script in one); give a file name, e.g. "
+                            f"--attention-html attention.html")
+        try:  # (the longest name: a page per sample, PAGE_sample10.html)
+            check_name_fits(attention_html.numbered(page, args.num_samples - 1, args.num_samples))
+        except UserError as e:  # (first: a name over 255 bytes cannot even be looked up)
             raise UserError(f"{named}: {e}") from None
+        if args.attention_png is not None and (os.path.realpath(page) == os.path.realpath(args.attention_png) or
+                                               Path(os.path.realpath(page)) in Path(os.path.realpath(
+                                                   args.attention_png)).parents):
+            raise UserError(f"--attention-png={short(str(args.attention_png))} and {named}: the page's file would be "
+                            f"the heatmaps' folder, or hold it; give them different paths")
         if page.is_dir():
             raise UserError(f"{named} is a directory, not a file")
         try:  # a device or a pipe: the page would be refused only after the whole generation
@@ -255,10 +266,11 @@ def check_output_files(args, n_layer: int) -> None:
 
 # What a terminal obeys instead of showing: the C0 controls but '\t' and '\n' (ESC starts the
 # sequences that move the cursor, recolour and clear the screen; '\r' and '\b' overwrite; BEL
-# rings), DEL, the C1 controls (0x9b is ESC [ to many terminals), and the bidi embeddings, overrides
-# and isolates, which reorder the text after them. A toy model writes such tokens easily.
-CONTROLS = [*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0), *range(0x202a, 0x202f),
-            *range(0x2066, 0x206a)]
+# rings), DEL, the C1 controls (0x9b is ESC [ to many terminals), the bidi marks, embeddings, overrides
+# and isolates, which reorder the text around them, and the line and paragraph separators, which break
+# the line on some terminals. A toy model writes such tokens easily.
+CONTROLS = [*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0), 0x061c, 0x200e, 0x200f, 0x2028, 0x2029,
+            *range(0x202a, 0x202f), *range(0x2066, 0x206a)]
 SHOWN = {code: repr(chr(code))[1:-1] for code in CONTROLS}  # '\x1b', '\r', '\u202e': as token_str writes them
 
 
@@ -399,6 +411,16 @@ def remove_other_heatmaps(folder: Path, written: list[Path]) -> None:
             path.unlink(missing_ok=True)
 
 
+def remove_other_pages(page: Path, written: list[Path]) -> None:
+    """The explorer pages of `page`'s set (PAGE.html, PAGE_sampleN.html) that an earlier call left (more
+    samples) would pass for this one's: remove those this call has not written (yet: they are written
+    again), by their mark (a user's file of such a name stays)."""
+    names = re.compile(rf"{re.escape(page.stem)}(_sample\d+)?{re.escape(page.suffix)}")
+    for path in page.parent.iterdir():
+        if names.fullmatch(path.name) and path not in written and attention_html.is_explorer_page(path):
+            path.unlink(missing_ok=True)
+
+
 # ---- --show-steps ----
 
 
@@ -460,9 +482,13 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     decode_step = None
     if args.compile:  # for the threads of an idle machine (a busy one decodes uncompiled, on fewer)
         decode_step = compile_decoding(model, threads=None if threads is None else threads.fixed or threads.max_threads)
-    # one sample.py at a time draws heatmaps into a folder: each removes the heatmaps it did not draw
+    # one sample.py at a time draws heatmaps into a folder, or writes a set of pages: each removes the
+    # heatmaps (pages) of the set it did not write
+    page = args.attention_html
     with run_lock(args.attention_png, "--attention-png", "sample.py drawing heatmaps", HEATMAP_LOCK) \
-            if args.attention_png is not None else nullcontext():
+            if args.attention_png is not None else nullcontext(), \
+            run_lock(page.parent, "--attention-html's folder", f"sample.py writing {short(page.name)} there",
+                     f".{page.name}.lock") if page is not None else nullcontext():
         try:
             if args.interactive:
                 return interactive(model, tokenizer, args, out, gen, threads, decode_step)
@@ -525,6 +551,8 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
                 attention_html.numbered(args.attention_html, i, args.num_samples), model, tokenizer, ids + new_ids,
                 len(new_ids), recorded, f"{run_name(args.run)}: the prompt and sample {i + 1}",
                 attention_view.sampling_rule(args.temperature, args.top_k, args.top_p))
+            if i == 0:  # at once: a generation stopped must not leave an earlier call's pages beside it
+                remove_other_pages(args.attention_html, [path])
             out.write(f"saved {path}\n")
         if args.show_attention and args.attention_of == "all":
             out.write("\n")

@@ -457,6 +457,39 @@ def test_html_paths_that_would_fail_after_the_generation_are_refused_first(tiny_
     assert path_arg("~/a.html") == Path.home() / "a.html" and path_arg("a~/b") == Path("a~/b")
 
 
+def test_page_paths_found_wrong_after_the_generation_are_refused_first(tiny_stories_run, tmp_path):
+    """`--attention-html same --attention-png same` made the heatmaps' folder, generated, then failed on
+    `same` (a folder); with --num-samples 2, a name that fits but whose `_sample2` does not failed after
+    sample 1; `--attention-html -` wrote a file named `-`."""
+    same = str(tmp_path / "same")
+    refused([tiny_stories_run, *GREEDY, "--attention-html", same, "--attention-png", same],
+            r"^--attention-png='\S+same' and --attention-html='\S+same': the page's file would be the heatmaps' folder")
+    refused([tiny_stories_run, *GREEDY, "--attention-html", same, "--attention-png", f"{same}/maps"],
+            r"^--attention-png=\S+ and --attention-html=\S+: the page's file would be the heatmaps' folder, or hold it")
+    refused([tiny_stories_run, *GREEDY, "--num-samples", "2", "--attention-html", str(tmp_path / ("b" * 225 + ".html"))],
+            r"^--attention-html=.*: cannot write .*b_sample2.html': its name is 238 bytes")
+    refused([tiny_stories_run, *GREEDY, "--attention-html", "-"], r"^--attention-html='-': the page is a file")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_set_of_pages_is_one_calls_and_one_call_writes_it_at_a_time(tiny_stories_run, tmp_path):
+    """Three samples' pages, then one sample's: p_sample1..3.html stayed beside the new p.html, passing for
+    this call's. Two sample.py writing one set at once mixed their pages (both said `saved`)."""
+    from tinygpt.runs import run_lock
+    page = tmp_path / "p.html"
+    run_sample([tiny_stories_run, *GREEDY, "--num-samples", "3", "--attention-html", page])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p_sample1.html", "p_sample2.html", "p_sample3.html"]
+    (tmp_path / "p_sample4.html").write_text("my notes")  # (not a page tinygpt wrote: it stays)
+    run_sample([tiny_stories_run, *GREEDY, "--num-samples", "2", "--attention-html", page])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p_sample1.html", "p_sample2.html", "p_sample4.html"]
+    run_sample([tiny_stories_run, *GREEDY, "--attention-html", page])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.html", "p_sample4.html"]
+    with run_lock(tmp_path, "--attention-html's folder", "sample.py writing 'p.html' there", ".p.html.lock"):
+        refused([tiny_stories_run, *GREEDY, "--attention-html", page],
+                r"^--attention-html's folder='\S+' is in use by another sample.py writing 'p.html' there")
+        run_sample([tiny_stories_run, *GREEDY, "--attention-html", tmp_path / "q.html"])  # another set: written
+
+
 def test_a_prepared_data_folder_is_no_run(tiny_stories_run, tmp_path):
     """A data.prepared_dir folder given as the run was told `train first, e.g. python train.py ...`."""
     prepared = tmp_path / "stories-bpe-0123456789"
@@ -736,6 +769,14 @@ def test_each_range_of_controls_is_shown_at_a_terminal_to_its_last_character():
     sample.ControlsShown(terminal).write("\x00\x08\x0b\x1f\x7f\x80\x9f\u202a\u202e\u2066\u2069|\t\n\xa0\u202f\u206a")
     assert terminal.getvalue() == ("\\x00\\x08\\x0b\\x1f\\x7f\\x80\\x9f\\u202a\\u202e\\u2066\\u2069"
                                    "|\t\n\xa0\u202f\u206a")
+
+
+def test_the_bidi_marks_and_the_line_separators_are_shown_at_a_terminal():
+    """U+200E, U+200F and U+061C (the directional marks) and U+2028, U+2029 were printed raw: the marks
+    reorder the text around them, the separators break the line on some terminals."""
+    terminal = Terminal()
+    sample.ControlsShown(terminal).write("C\u200fD\u061cE\u200eF\u2028G\u2029H")
+    assert terminal.getvalue() == "C\\u200fD\\u061cE\\u200eF\\u2028G\\u2029H"
 
 
 def test_a_character_cut_off_by_the_last_token_is_not_dropped(tiny_stories_run, monkeypatch):
