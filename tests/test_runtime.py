@@ -154,6 +154,9 @@ def test_unknown_devices_are_user_errors():
     for name in ("cuda:01", "cuda:\u0661", "cuda\n"):  # torch.device refuses them: its traceback, on a GPU
         with pytest.raises(UserError, match="must be auto, cpu, cuda, cuda:N or mps"):
             runtime.resolve_device(name)
+    # (in plain digits, yet refused: it said only "N in plain digits")
+    with pytest.raises(UserError, match=r"\(N a device's number, 0 to 999999, in plain digits, e.g. cuda:1\)$"):
+        runtime.resolve_device("cuda:99999999999999999999")
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match="--device='cuda:0': CUDA is not available"):
             runtime.resolve_device("cuda:0", "--device")

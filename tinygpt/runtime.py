@@ -43,7 +43,8 @@ def resolve_device(name: str, setting: str = "train.device") -> torch.device:
     `setting` (the config key, or sample.py's --device)."""
     named = f"{setting}={name!r}"
     if not DEVICES.fullmatch(name):
-        raise UserError(f"{named} must be {WORDS['train.device']} (N in plain digits, e.g. cuda:1)")
+        raise UserError(f"{named} must be {WORDS['train.device']} (N a device's number, 0 to 999999, in plain "
+                        f"digits, e.g. cuda:1)")
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
