@@ -609,13 +609,15 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
     samples, lines, refused = [], 0, 0
     for line in read_prompts():
         lines += 1
+        # (piped, the errors name the line: a script's 4th line of 1,000 was refused, but which?)
+        named = "the line typed" if isinstance(line, str) else f"line {lines:,} of standard input"
         try:
-            named = "a line of standard input"
             prompt = decode_prompt(text_bytes(line, named) if isinstance(line, str) else line, named)
             gen.manual_seed(args.seed)  # each answer is the one `--prompt LINE` gives, whatever came before
             samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
         except UserError as e:
-            print(f"error: {e}", file=sys.stderr)
+            which = "" if isinstance(line, str) or named in str(e) else f"{named}: "
+            print(f"error: {which}{e}", file=sys.stderr)
             refused += not isinstance(line, str)  # (piped: lines come as bytes)
         except KeyboardInterrupt as e:
             if isinstance(e, Terminated) or not isinstance(line, str):  # kill, a hang-up, or piped input

@@ -104,6 +104,13 @@ def test_interactive_refuses_an_overlong_or_non_utf8_line_and_goes_on(tiny_stori
     assert answers.startswith("Mia had") and "Then she" in answers  # the first and the last line answered
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "more than the 64 bytes" in err[0] and "not UTF-8 text (byte 0 is 0xff)" in err[1]
+    # each names its line (nothing said which of the lines it was)
+    assert err[0].startswith("error: line 2 of standard input has more than") and \
+        err[1].startswith("error: line 3 of standard input is not UTF-8 text")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("Mia\nxyz€\n".encode()), encoding="utf-8"))
+    with pytest.raises(UserError, match=r"^1 of the 2 lines of standard input was refused"):
+        sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=io.StringIO())
+    assert capsys.readouterr().err.startswith("error: line 2 of standard input: text has 1 character")
 
 
 def test_an_empty_prompt_beside_another_source_is_refused(tiny_stories_run, tmp_path):
