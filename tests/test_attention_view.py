@@ -22,6 +22,7 @@ import io
 import math
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -294,6 +295,20 @@ def test_dollar_signs_are_drawn_as_text():
     assert [t.get_text().replace("\\$", "$") for t in fig.axes[0].get_xticklabels()] == \
         ["a", "'␣$'", "5", "'$$'", "␣$\\alpha$", "'$'"]
     assert fig._suptitle.get_text().replace("\\$", "$") == "run: 'a $ b $ c $$ d', layer 0"
+
+
+def test_hebrew_and_arabic_token_labels_are_drawn_in_letters_not_boxes():
+    """The labels were drawn in DejaVu Sans Mono alone, which has no Hebrew or Arabic letter: every one
+    a box, though the title's font (DejaVu Sans) has them. The sans-serif font now draws what the
+    monospace one lacks."""
+    pytest.importorskip("matplotlib")
+    T = 3
+    weights = masked_softmax(torch.randn(1, T, T), causal_mask(T, T))
+    fig = attention_view.heatmap_figure(weights, ["שלום", "␣سلام", "ab"], title="layer 0")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig.savefig(io.BytesIO(), format="png")  # (a letter no font in the list has: "Glyph ... missing")
+    assert not [w for w in caught if "missing from font" in str(w.message)]
 
 
 def test_a_long_window_draws_at_most_max_heatmap_tokens():

@@ -44,6 +44,9 @@ MAX_HEATMAP = 64  # tokens a heatmap draws at most: its pixels (and matplotlib's
 # with the square of the tokens; 128 took 2 GB and minutes for 11,000-pixel PNGs nobody can read
 MAX_HEATMAP_HEADS = 32  # heads a heatmap draws at most (the first): 64 heads took 40 s and 0.8 GB a layer,
 # 128 heads 2 minutes and 1.2 GB, for pictures of 7,000-11,000 pixels a side
+# the heatmaps' token labels: monospace, then the sans-serif font for the characters it lacks (DejaVu Sans Mono
+# has no Hebrew or Arabic letters: drawn as boxes, where DejaVu Sans has them)
+LABEL_FONT = ["monospace", "sans-serif"]
 NUMBERED = 24  # tokens up to which a heatmap writes each cell's percent on it (more: too crowded)
 
 
@@ -273,15 +276,15 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
                                zorder=0))
         image = ax.imshow(keys[head].numpy(), cmap=cmap, vmin=0, vmax=100, zorder=1)
         ax.set_title(f"head {head}", fontsize=10)
-        ax.set_xticks(range(N), key_labels, rotation=90, fontsize=8, family="monospace")
-        ax.set_yticks(range(N), query_labels, fontsize=8, family="monospace")
+        ax.set_xticks(range(N), key_labels, rotation=90, fontsize=8, family=LABEL_FONT)
+        ax.set_yticks(range(N), query_labels, fontsize=8, family=LABEL_FONT)
         if numbers:
             _cell_numbers(ax, keys[head], numbers, dark_when_high=False)
         if earlier is not None:
             ax_e = fig.add_subplot(grid[r, c * per])
             ax_e.imshow(earlier[head, :, None].numpy(), cmap="Greys", vmin=0, vmax=100)  # square cells, as the keys'
             ax_e.set_xticks([0], [EARLIER], rotation=90, fontsize=8)
-            ax_e.set_yticks(range(N), query_labels, fontsize=8, family="monospace")
+            ax_e.set_yticks(range(N), query_labels, fontsize=8, family=LABEL_FONT)
             ax.set_yticks(range(N), [])  # the labels are on the earlier column, left of both
             if numbers:
                 _cell_numbers(ax_e, earlier[head, :, None], numbers, dark_when_high=True)
