@@ -428,7 +428,7 @@ def label_width(tokenizer) -> int:
     """Width of the token columns: the longest label of a small vocabulary, else MAX_LABEL."""
     if tokenizer.vocab_size > 1000:
         return attention_view.MAX_LABEL
-    return max(len(attention_view.token_label(tokenizer, i)) for i in range(tokenizer.vocab_size))
+    return max(attention_view.columns(attention_view.token_label(tokenizer, i)) for i in range(tokenizer.vocab_size))
 
 
 def steps_header(args, width: int) -> str:
@@ -442,10 +442,10 @@ def steps_rows(tokenizer, steps: Iterator[Step], args) -> Iterator[tuple[int, st
     width = label_width(tokenizer)
     for n, step in enumerate(steps, start=1):
         chosen, p, top = attention_view.step_candidates(step, args.temperature, args.top_k, args.top_p)
-        candidates = "  ".join(f"{attention_view.token_label(tokenizer, i):>{width}} {100 * q:5.1f}%" for i, q in top)
-        label = attention_view.token_label(tokenizer, chosen)
-        yield chosen, (f"{n:>4}  {step.context:>4}  {label:<{max(width, TOKEN_COLUMN)}}  "
-                       f"{100 * p:5.1f}%  {candidates}\n")
+        candidates = "  ".join(f"{attention_view.right(attention_view.token_label(tokenizer, i), width)} "
+                               f"{100 * q:5.1f}%" for i, q in top)
+        label = attention_view.left(attention_view.token_label(tokenizer, chosen), max(width, TOKEN_COLUMN))
+        yield chosen, f"{n:>4}  {step.context:>4}  {label}  {100 * p:5.1f}%  {candidates}\n"
 
 
 def main(argv: Sequence[str] | None = None, out=None) -> list[str]:

@@ -95,6 +95,15 @@ def test_worked_example_tables():
     assert MASKED not in percent_table(torch.tensor([[0.999, 0.001]] * 2), ["a", "b"])
 
 
+def test_wide_characters_keep_the_columns_aligned():
+    """Widths were counted in characters: a row or column labelled '猫' or '😀' (two terminal columns
+    each) pushed its cells one column right of the others'."""
+    grid = attention_view.format_grid([["100", "."], ["40", "60"]], ["猫", "␣😀b"], ["猫", "␣😀b"])
+    lines = grid.splitlines()
+    assert len({attention_view.columns(line) for line in lines}) == 1, grid  # every row ends where the header does
+    assert attention_view.columns("猫😀e\u0301") == 5 and attention_view.left("猫", 4) == "猫  "
+
+
 def test_crop_last_sums_cut_off_keys_into_earlier():
     T, last = 10, 4
     mask = causal_mask(T, T)

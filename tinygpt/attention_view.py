@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import math
 import textwrap
+import unicodedata
 from pathlib import Path
 from typing import Sequence
 
@@ -98,6 +99,23 @@ def step_candidates(step: Step, temperature: float, top_k: int | None, top_p: fl
 # ---- text tables ----
 
 
+def columns(text: str) -> int:
+    """The terminal columns `text` takes (len() counts characters): 2 for a wide one (East Asian wide
+    or fullwidth: CJK, most emoji), 0 for a combining mark, else 1."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def left(text: str, width: int) -> str:
+    """`text` padded on the right to `width` terminal columns (str.ljust counts characters: a row
+    holding '猫' or '😀' was a column longer than the others)."""
+    return text + " " * (width - columns(text))
+
+
+def right(text: str, width: int) -> str:
+    """`text` padded on the left to `width` terminal columns."""
+    return " " * (width - columns(text)) + text
+
+
 def format_grid(cells: Sequence[Sequence[str]], row_labels: Sequence[str], col_labels: Sequence[str],
                 corner: str = CORNER) -> str:
     """A grid of strings: row labels left-aligned, cells right-aligned under their column label. A
@@ -106,11 +124,11 @@ def format_grid(cells: Sequence[Sequence[str]], row_labels: Sequence[str], col_l
                               for labels in (row_labels, col_labels))
     assert len(cells) == len(row_labels), f"{len(cells)} rows but {len(row_labels)} row labels"
     assert all(len(row) == len(col_labels) for row in cells), f"rows must have {len(col_labels)} cells"
-    first = max([len(corner), *map(len, row_labels)])
-    widths = [max([3, len(label), *(len(row[j]) for row in cells)]) for j, label in enumerate(col_labels)]
-    lines = [corner.ljust(first) + "".join("  " + lab.rjust(w) for lab, w in zip(col_labels, widths))]
+    first = max([columns(corner), *map(columns, row_labels)])
+    widths = [max([3, columns(label), *(columns(row[j]) for row in cells)]) for j, label in enumerate(col_labels)]
+    lines = [left(corner, first) + "".join("  " + right(lab, w) for lab, w in zip(col_labels, widths))]
     for label, row in zip(row_labels, cells):
-        lines.append(label.ljust(first) + "".join("  " + c.rjust(w) for c, w in zip(row, widths)))
+        lines.append(left(label, first) + "".join("  " + right(c, w) for c, w in zip(row, widths)))
     return "\n".join(line.rstrip() for line in lines)
 
 
