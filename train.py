@@ -376,8 +376,9 @@ class Run:
         still this training's. Removed while it ran (rm -rf, then perhaps a new training under the
         same name), writing on would make it again, or write into the new run's files."""
         if self.held is not None and not self.held():
-            raise UserError(f"train.out_dir={str(self.out_dir)!r} was removed (or its .lock) while this training "
-                            f"ran: stopped at step {self.step} without writing there")
+            raise UserError(f"train.out_dir={str(self.out_dir)!r} was removed or moved (or its .lock) while this "
+                            f"training ran: stopped at step {self.step} without writing there (a moved run resumes "
+                            f"from its last checkpoint: --resume --set train.out_dir=NEW)")
 
     def train_step(self, lr: float) -> torch.Tensor:
         """One optimizer step through train_model (tinygpt/training.py). The first one through a compiled

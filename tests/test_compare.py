@@ -10,6 +10,7 @@ import io
 import os
 import re
 import struct
+import subprocess
 import sys
 import warnings
 import zlib
@@ -23,7 +24,7 @@ import sweep
 from tinygpt import plots, runs
 from tinygpt.config import Config
 from tinygpt.errors import UserError
-from conftest import capture_figures
+from conftest import ROOT, capture_figures
 
 
 SWEEP_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "stories.yaml")
@@ -909,6 +910,17 @@ def test_runs_without_a_val_loss_get_no_empty_picture(tmp_path):
     result, printed = compared([*runs, "--plot-only", "--out", str(tmp_path / "only")])
     assert result["plots"] == [] and "None" not in printed and "no val_loss.png: no run has a val loss yet" in printed
     assert not (tmp_path / "only" / "val_loss.png").exists()
+
+
+def test_a_matplotlib_that_fails_as_it_starts_is_one_line(tmp_path):
+    """`MPLBACKEND=foo` (or a broken install) made every command that draws end in a traceback, exit 1."""
+    pytest.importorskip("matplotlib")
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    done = subprocess.run([sys.executable, str(ROOT / "compare.py"), run, "--out", str(tmp_path / "cmp")],
+                          capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "foo"})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: matplotlib fails as it is imported (MPLBACKEND='foo'?): ") and \
+        done.stderr.count("\n") == 1
 
 
 def test_a_hand_edited_config_yaml_is_not_the_runs_settings(tmp_path, tiny_stories_run, capsys):

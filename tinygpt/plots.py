@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import io
 import math
+import os
 import statistics
 import textwrap
 import warnings
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from tinygpt.checkpoint import atomic_write, file_head
-from tinygpt.errors import shown_as_unicode
+from tinygpt.errors import UserError, reason, shown_as_unicode
 from tinygpt.runs import read_metrics
 
 MATPLOTLIB_NOTE = "matplotlib is not installed: no {name} (pip install matplotlib); the tables are complete"
@@ -49,6 +50,10 @@ def _new_figure():
         from matplotlib.figure import Figure
     except ImportError:
         return None
+    except Exception as e:  # installed, but it fails as it starts: MPLBACKEND=foo, a broken install (a traceback)
+        backend = f" (MPLBACKEND={os.environ['MPLBACKEND']!r}?)" if os.environ.get("MPLBACKEND") else ""
+        raise UserError(f"matplotlib fails as it is imported{backend}: {reason(e, 160)}; mend or unset what it "
+                        f"names, or uninstall matplotlib (tinygpt then draws no pictures)") from None
     return Figure(figsize=(7, 4.5), dpi=100, layout="tight")
 
 
