@@ -581,6 +581,15 @@ def test_a_new_run_is_refused_among_other_runs_or_a_report(tmp_path):
     (tmp_path / "notes" / "results.md").write_text("# my notes\n")  # a results.md of the user's: no report
     with contextlib.redirect_stdout(io.StringIO()):
         assert train.main(run_args(tmp_path, "notes", "train.max_iters=0"))["step"] == 0
+    # a folder inside a run (its files went with the run's), or the prepared data's (it then could not be
+    # prepared again): both trained, exit 0
+    with pytest.raises(UserError, match=r"train.out_dir='\S+a/sub' is inside the training run \S+a \(its ckpt.pt\): "
+                                        r"choose a folder outside it$"):
+        train.main(run_args(tmp_path, "out/a/sub", "train.max_iters=0"))
+    prepared = next((tmp_path / "prepared").iterdir())
+    with pytest.raises(UserError, match=r"is a folder of prepared data \(data.prepared_dir's\)"):
+        train.main(run_args(tmp_path, str(prepared.relative_to(tmp_path)), "train.max_iters=0"))
+    assert not (tmp_path / "out" / "a" / "sub").exists() and not (prepared / "config.yaml").exists()
 
 
 def read_metrics_steps(run: Path) -> int:
