@@ -12,10 +12,11 @@ differing config values. sweep.py writes its results with the same code (tinygpt
 each run's RUN_DIR/loss.png (train and val loss, as train.py does) and, for several runs,
 DIR/val_loss.png, and writes no table: the way to (re)draw the pictures of an existing run (a
 folder holding a report is refused: its val_loss.png would sit beside another report's tables).
-The report's files are replaced together or not at all (a full disk leaves the earlier report
-whole); a file of theirs in DIR that no report wrote (the user's own results.md) is refused, not
-overwritten, and so is a DIR that holds a run or a Hugging Face export, or lies inside a run. Runs of one setting with the same train.seed are one seed in the statistics; runs trained
-on different data (their checkpoints' data digest: the dataset's text changed) are different settings.
+The report's files are replaced together or not at all (a full disk leaves the earlier report whole); a
+file of theirs in DIR that no report wrote (the user's own results.md) is refused, not overwritten, and
+so is a DIR that holds a run or a Hugging Face export, or lies inside a run. Runs of one setting with
+the same train.seed are one seed in the statistics; runs trained on different data (their checkpoints'
+data digest: the dataset's text changed) are different settings.
 """
 from __future__ import annotations
 

@@ -254,9 +254,10 @@ def test_python_m_data_prepare_says_when_the_data_is_too_short_for_the_configs_m
     argv = [str(ROOT / "configs/stories.yaml"), "--set", f"data.dataset={text}", "data.tokenizer=char",
             f"data.prepared_dir={tmp_path / 'prepared'}"]
     prep.main(argv)
-    assert capsys.readouterr().err == ("note: train.py will refuse this config on this data: the train split has 1 "
-                                       "token, not more than model.block_size=128 (" + str(ROOT / "configs/stories.yaml")
-                                       + " with --set): use more text\n")
+    config = ROOT / "configs/stories.yaml"
+    assert capsys.readouterr().err == (f"note: train.py will refuse this config on this data: the train split has 1 "
+                                       f"token, not more than model.block_size=128 ({config} with --set): use more "
+                                       f"text\n")
     text.write_text("the cat sat on the mat\n" * 100)
     prep.main([*argv, "model.block_size=8"])
     assert capsys.readouterr().err == ""
@@ -269,8 +270,9 @@ def test_chinese_japanese_or_korean_text_is_not_told_to_convert_from_latin1(tmp_
     into two of mojibake. Now the double-byte encodings it reads in are named, its own among them."""
     path = tmp_path / "cjk.txt"
     path.write_bytes(text.encode(encoding) * 20)
-    with pytest.raises(UserError, match=r"^\S+cjk.txt is not UTF-8 \(byte 0x[0-9a-f]{2} at offset 0, line 1\); it reads "
-                                        r"as text in [a-z0-9_, -]+ \(Chinese, Japanese or Korean encodings") as refused:
+    with pytest.raises(UserError, match=r"^\S+cjk.txt is not UTF-8 \(byte 0x[0-9a-f]{2} at offset 0, line 1\); it "
+                                        r"reads as text in [a-z0-9_, -]+ \(Chinese, Japanese or Korean encodings") \
+            as refused:
         prep.read_text_file(path)
     assert encoding in str(refused.value) and "latin1" not in str(refused.value)
 

@@ -455,7 +455,8 @@ def test_a_run_folder_removed_while_training_is_not_made_again(corpus, tmp_path)
     shutil.rmtree(run)
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 2, err[-2000:]
-    assert err.startswith(f"error: train.out_dir={str(run)!r} was removed or moved (or its .lock) while this training ran")
+    assert err.startswith(f"error: train.out_dir={str(run)!r} was removed or moved (or its .lock) while this "
+                          f"training ran")
     assert not run.exists()
 
 
@@ -484,8 +485,8 @@ def test_a_run_folder_removed_during_a_save_is_not_left_holding_it(corpus, tmp_p
                     run.rmdir()
         return tmp
     monkeypatch.setattr(checkpoint, "temp_beside", removed_meanwhile)
-    with pytest.raises(UserError, match=re.escape(f"train.out_dir={str(run)!r} was removed or moved (or its .lock) while "
-                                                  f"this training ran: stopped at step")):
+    with pytest.raises(UserError, match=re.escape(f"train.out_dir={str(run)!r} was removed or moved (or its .lock) "
+                                                  f"while this training ran: stopped at step")):
         train.main(train_args(corpus, run, "train.max_iters=20", "train.threads=1"))
     assert (list(run.iterdir()) == []) if removal.endswith("mkdir") else not run.exists()
 

@@ -473,7 +473,8 @@ def test_page_paths_found_wrong_after_the_generation_are_refused_first(tiny_stor
             r"^--attention-png='\S+same' and --attention-html='\S+same': the page's file would be the heatmaps' folder")
     refused([tiny_stories_run, *GREEDY, "--attention-html", same, "--attention-png", f"{same}/maps"],
             r"^--attention-png=\S+ and --attention-html=\S+: the page's file would be the heatmaps' folder, or hold it")
-    refused([tiny_stories_run, *GREEDY, "--num-samples", "2", "--attention-html", str(tmp_path / ("b" * 225 + ".html"))],
+    long_name = str(tmp_path / ("b" * 225 + ".html"))
+    refused([tiny_stories_run, *GREEDY, "--num-samples", "2", "--attention-html", long_name],
             r"^--attention-html=.*: cannot write .*b_sample2.html': its name is 238 bytes")
     refused([tiny_stories_run, *GREEDY, "--attention-html", "-"], r"^--attention-html='-': the page is a file")
     assert list(tmp_path.iterdir()) == []
