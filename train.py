@@ -640,6 +640,10 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     kept = (not_this_configs(asked, config_from_dict(ckpt["config"], str(out_dir / "ckpt.pt")).model)
             if ckpt is not None and t.init_from else "")
     kept_note = f"note: --resume: a run started from train.init_from keeps its weights' model config{kept}" * bool(kept)
+    best_gone = ckpt is not None and math.isfinite(ckpt["best_val_loss"]) and not (out_dir / "best.pt").exists()
+    best_note = (f"note: --resume: {out_dir} has no best.pt (removed since?): it is written again only at an "
+                 f"evaluation that beats the run's best val loss, {ckpt['best_val_loss']:.4f}; sample.py reads ckpt.pt "
+                 f"until then") if best_gone else None
     own = Path(t.init_from)  # (the folder, or a checkpoint in it)
     if t.init_from and ckpt is None and (same_path(t.init_from, t.out_dir) or (
             own.name in ("ckpt.pt", "best.pt") and same_path(str(own.parent), t.out_dir))):
@@ -686,8 +690,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         passed = args.stop_at is not None and args.stop_at < run.step  # (a resume: it stops at once)
         stop_note = f"note: --stop-at {args.stop_at} is before step {run.step}, where the run already is" * passed
         too_many = too_many_threads(run.threads, t.threads, "train.threads", "training")
-        for warning in (emulated_dtype_warning(dtype, dist.device), note, kept_note, too_many, warmup_note(t),
-                        stop_note):
+        for warning in (emulated_dtype_warning(dtype, dist.device), note, kept_note, best_note, too_many,
+                        warmup_note(t), stop_note):
             if warning:
                 print(warning, file=sys.stderr)
         if t.plot != "never" and not can_plot():

@@ -263,6 +263,22 @@ def test_a_resume_keeps_the_best_val_loss_and_best_pt(tmp_path):
     assert load_checkpoint(run / "ckpt.pt")["best_val_loss"] == 0.001
 
 
+def test_a_resume_says_when_best_pt_is_gone(tmp_path, capsys):
+    """best.pt deleted, then --resume: it came back only at an evaluation that beat the best val loss,
+    perhaps never, and sample.py read ckpt.pt meanwhile, without a word."""
+    import train
+    run = tmp_path / "run"
+    train.main(run_args(tmp_path, "run", "train.max_iters=4") + ["--stop-at", "2"])
+    (run / "best.pt").unlink()
+    capsys.readouterr()
+    train.main(run_args(tmp_path, "run", "train.max_iters=4") + ["--resume"])
+    assert f"note: --resume: {run} has no best.pt (removed since?): it is written again only at an evaluation " \
+        in capsys.readouterr().err
+    had_best = (run / "best.pt").exists()  # (written again if an evaluation beat the best, else still none)
+    train.main(run_args(tmp_path, "run", "train.max_iters=6") + ["--resume"])
+    assert ("has no best.pt" in capsys.readouterr().err) != had_best
+
+
 def test_a_resume_of_a_finished_run_keeps_its_settings_in_config_yaml(tmp_path, capsys):
     """`--resume --set train.lr=0.5` on a run at its max_iters trains nothing, but config.yaml was
     rewritten with lr 0.5, which no step ran (compare.py then had to note it disagrees with ckpt.pt).
