@@ -644,6 +644,10 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     best_note = (f"note: --resume: {out_dir} has no best.pt (removed since?): it is written again only at an "
                  f"evaluation that beats the run's best val loss, {ckpt['best_val_loss']:.4f}; sample.py reads ckpt.pt "
                  f"until then") if best_gone else None
+    stale_png = ckpt is not None and t.plot == "never" and (out_dir / "loss.png").exists()
+    redraw = shlex.join(["python", script_word("compare.py"), path_word(out_dir), "--plot-only"])
+    png_note = (f"note: --resume with train.plot=never: {out_dir / 'loss.png'} stays as it was, at step {ckpt['step']} "
+                f"or before (draw it again with: {redraw})") if stale_png else None
     own = Path(t.init_from)  # (the folder, or a checkpoint in it)
     if t.init_from and ckpt is None and (same_path(t.init_from, t.out_dir) or (
             own.name in ("ckpt.pt", "best.pt") and same_path(str(own.parent), t.out_dir))):
@@ -690,7 +694,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         passed = args.stop_at is not None and args.stop_at < run.step  # (a resume: it stops at once)
         stop_note = f"note: --stop-at {args.stop_at} is before step {run.step}, where the run already is" * passed
         too_many = too_many_threads(run.threads, t.threads, "train.threads", "training")
-        for warning in (emulated_dtype_warning(dtype, dist.device), note, kept_note, best_note, too_many,
+        for warning in (emulated_dtype_warning(dtype, dist.device), note, kept_note, best_note, png_note, too_many,
                         warmup_note(t), stop_note):
             if warning:
                 print(warning, file=sys.stderr)

@@ -263,9 +263,10 @@ def test_a_resume_keeps_the_best_val_loss_and_best_pt(tmp_path):
     assert load_checkpoint(run / "ckpt.pt")["best_val_loss"] == 0.001
 
 
-def test_a_resume_says_when_best_pt_is_gone(tmp_path, capsys):
+def test_a_resume_says_when_best_pt_is_gone_or_loss_png_stays_behind(tmp_path, capsys):
     """best.pt deleted, then --resume: it came back only at an evaluation that beat the best val loss,
-    perhaps never, and sample.py read ckpt.pt meanwhile, without a word."""
+    perhaps never, and sample.py read ckpt.pt meanwhile, without a word. With train.plot=never, a
+    resume left the loss.png of an earlier step, without a word."""
     import train
     run = tmp_path / "run"
     train.main(run_args(tmp_path, "run", "train.max_iters=4") + ["--stop-at", "2"])
@@ -274,6 +275,10 @@ def test_a_resume_says_when_best_pt_is_gone(tmp_path, capsys):
     train.main(run_args(tmp_path, "run", "train.max_iters=4") + ["--resume"])
     assert f"note: --resume: {run} has no best.pt (removed since?): it is written again only at an evaluation " \
         in capsys.readouterr().err
+    (run / "loss.png").write_bytes(b"a picture of step 4")  # (run_args: train.plot=never)
+    train.main(run_args(tmp_path, "run", "train.max_iters=5") + ["--resume"])
+    assert f"note: --resume with train.plot=never: {run / 'loss.png'} stays as it was, at step 4 or before (draw " \
+        f"it again with: python compare.py {run} --plot-only)" in capsys.readouterr().err
     had_best = (run / "best.pt").exists()  # (written again if an evaluation beat the best, else still none)
     train.main(run_args(tmp_path, "run", "train.max_iters=6") + ["--resume"])
     assert ("has no best.pt" in capsys.readouterr().err) != had_best
