@@ -58,7 +58,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from data.prepare import SNIFFED, WIDE_BOMS, convert, one_sided_zeros, wide_encoding
+from data.prepare import SNIFFED, convert, maybe_wide, wide_encoding
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import (check_name_fits, check_writable, load_model, odd_file, regular_file_target,
@@ -199,9 +199,8 @@ def check_output_folders(args) -> None:
             check_name_fits(attention_html.numbered(page, args.num_samples - 1, args.num_samples))
         except UserError as e:  # (first: a name over 255 bytes cannot even be looked up)
             raise UserError(f"{named}: {e}") from None
-        if args.attention_png is not None and (os.path.realpath(page) == os.path.realpath(args.attention_png) or
-                                               Path(os.path.realpath(page)) in Path(os.path.realpath(
-                                                   args.attention_png)).parents):
+        maps = Path(os.path.realpath(args.attention_png)) if args.attention_png is not None else None
+        if maps is not None and (Path(os.path.realpath(page)) == maps or Path(os.path.realpath(page)) in maps.parents):
             raise UserError(f"--attention-png={short(str(args.attention_png))} and {named}: the page's file would be "
                             f"the heatmaps' folder, or hold it; give them different paths")
         if page.is_dir():
@@ -334,7 +333,7 @@ def decode_prompt(data: bytes, named: str, path: Path | None = None) -> str:
     "Unicode") is named so, with the command that converts it, as a data.dataset file is."""
     if len(data) > MAX_PROMPT_BYTES:
         raise UserError(prompt_too_long(named))
-    if path is not None and (data.startswith(WIDE_BOMS) or data.count(0) > len(data) // 4 or one_sided_zeros(data)):
+    if path is not None and maybe_wide(data):
         if (wide := wide_encoding(data[:SNIFFED])) is not None:  # (without a mark, Latin UTF-16 reads as UTF-8)
             raise UserError(f"{named} looks like {wide[0].upper()} text, not UTF-8; {convert(path, *wide)}")
     try:

@@ -346,30 +346,45 @@ def readable_config(run_dir: Path) -> bool:
     return True
 
 
-def current_digest(cfg: Config, digests: dict[Path, str | None]) -> str | None:
+Prepared = dict[Path, "dict[str, Any] | str"]  # each prepared data folder's meta.json, or why it cannot be had
+
+
+def prepared_meta(cfg: Config, prepared: Prepared) -> dict[str, Any] | str:
+    """meta.json of the data a run of cfg trains on, prepared as its first run would prepare it
+    (reused where up to date), or why it cannot be (a file removed, a download refused offline).
+    Once per prepared folder: `prepared` keeps each answer (a reuse checks the folder's digest,
+    reading every token)."""
+    try:
+        folder = prepared_dir(cfg.data)
+    except UserError as e:
+        return str(e)
+    if folder not in prepared:
+        if not (folder / "meta.json").is_file():  # (a large text's BPE takes a while: not in silence)
+            print(f"sweep: preparing {folder} (the runs on the same data reuse it)")
+        try:
+            prepared[folder] = json.loads((prepare(cfg, show_progress=False) / "meta.json").read_text())
+        except UserError as e:
+            prepared[folder] = str(e)
+    return prepared[folder]
+
+
+def current_digest(cfg: Config, prepared: Prepared) -> str | None:
     """The digest of the data a run of cfg would train on now (meta.json's, which train.py compares
-    with a checkpoint's data_digest): a data.dataset file or folder is prepared as train.py would
-    prepare it (reused where up to date; once per prepared folder: `digests` keeps each answer).
+    with a checkpoint's data_digest): a data.dataset file or folder is prepared (prepared_meta).
     None for a built-in corpus (its text is that of its settings, which changed_settings compares),
     and where the data cannot be prepared (a file removed: its finished runs are still reported,
     and a run to train is refused by cannot_start)."""
     if cfg.data.dataset in BUILTIN:
         return None
-    try:
-        folder = prepared_dir(cfg.data)
-        if folder not in digests:
-            digests[folder] = None
-            digests[folder] = json.loads((prepare(cfg, show_progress=False) / "meta.json").read_text())["digest"]
-    except UserError:
-        return None
-    return digests[folder]
+    meta = prepared_meta(cfg, prepared)
+    return meta["digest"] if isinstance(meta, dict) else None
 
 
-def existing_run(run_dir: Path, cfg: Config, digests: dict[Path, str | None] | None = None) -> tuple[str, str]:
+def existing_run(run_dir: Path, cfg: Config, prepared: Prepared | None = None) -> tuple[str, str]:
     """What to do with run_dir: ('train' | 'resume' | 'skip' | 'refuse' | 'stale', a note saying why). A run
     that stopped before its first checkpoint is started again (train.py rewrites its config.yaml
     and metrics.csv); a folder with best.pt but no ckpt.pt is left alone: no weights file is ever
-    deleted. A run trained on data that changed since (current_digest; `digests` keeps its answers)
+    deleted. A run trained on data that changed since (current_digest; `prepared` keeps its answers)
     is 'stale', refused: skipped, its results are of the old text; resumed, train.py would refuse it."""
     if (run_dir / "ckpt.pt").is_file():
         try:
@@ -381,7 +396,7 @@ def existing_run(run_dir: Path, cfg: Config, digests: dict[Path, str | None] | N
             return "refuse", (f"{run_dir} holds a run with other settings ({', '.join(changed)}); it is "
                               f"not reused: choose another --out, or delete it to retrain")
         saved = ckpt.get("data_digest")  # (none in a checkpoint of before version 3)
-        now = current_digest(cfg, {} if digests is None else digests) if saved is not None else None
+        now = current_digest(cfg, {} if prepared is None else prepared) if saved is not None else None
         if now is not None and now != saved:
             return "stale", (f"{run_dir} holds a run trained on other data: data.dataset={cfg.data.dataset!r} "
                               f"changed since; it is not reused: choose another --out, or remove the run to "
@@ -658,18 +673,18 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
     run's settings, say the same grid with another --set), or a run that train.py would refuse at
     its start (cannot_start), refuses the sweep, before anything is trained or the folder's report
     is rewritten: not after the runs before it trained for hours."""
-    digests: dict[Path, str | None] = {}  # each prepared data folder's digest, checked once
+    prepared: Prepared = {}  # each prepared data folder's meta.json, read once
     for run in plan:
-        run.action, run.why = existing_run(run.run_dir, run.cfg, digests)
-    reuse_elsewhere(config, plan, out, digests)
+        run.action, run.why = existing_run(run.run_dir, run.cfg, prepared)
+    reuse_elsewhere(config, plan, out, prepared)
     refused = []
     for run in plan:
         if run.action in ("refuse", "stale"):
             print(f"not reusable {run.name}: {run.why}")
             refused.append(run.why)
-    checked: dict[tuple[str, str], Any] = {}
+    checked: dict[tuple[str, str], str | None] = {}
     for run in plan:
-        if run.action in ("train", "resume") and (problem := cannot_start(run, config, checked)):
+        if run.action in ("train", "resume") and (problem := cannot_start(run, config, checked, prepared)):
             print(f"cannot train {run.name}: {problem}")
             refused.append(f"{run.name}: {problem}")
     if refused:
@@ -677,14 +692,15 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
         raise UserError(refused[0] + more)
 
 
-def cannot_start(run: Planned, config: str, checked: dict[tuple[str, str], Any]) -> str | None:
+def cannot_start(run: Planned, config: str, checked: dict[tuple[str, str], str | None], prepared: Prepared
+                 ) -> str | None:
     """What train.py would refuse the run for at its start, where that is cheap and certain now: its
     train.out_dir in use by another training (train.py run there by hand), or holding what train.py
     refuses (check_writable, runs.check_run_dir: a file, a link to nothing, a user's config.yaml), a
     device this machine lacks, a data.dataset file or folder that is not there, a model that cannot fit
     in memory, a new run's block longer than a split of its data (train.py's own functions, so its own
     message naming the key), else None. `checked` keeps each value's answer: a grid of many runs on
-    one dataset folder walks it (and prepares it, as its first run would) once."""
+    one dataset folder walks it once (and `prepared` prepares it once, as its first run would)."""
     cfg, resume = run.cfg, run.action == "resume"
     out_dir = Path(cfg.train.out_dir)
     if pid := lock_holder(out_dir):
@@ -713,32 +729,23 @@ def cannot_start(run: Planned, config: str, checked: dict[tuple[str, str], Any])
     except UserError as e:
         return str(e)
     if not resume:  # (a resumed run's block fitted its data, which existing_run has found unchanged)
-        return block_too_long(run, config, checked)
+        return block_too_long(run, config, prepared)
     return None
 
 
-def block_too_long(run: Planned, config: str, checked: dict[tuple[str, str], Any]) -> str | None:
+def block_too_long(run: Planned, config: str, prepared: Prepared) -> str | None:
     """Why a new run's model.block_size does not fit a split of its data (data.prepare.check_block_fits,
     train.py's check), naming where the size came from; else None. The data is prepared as the run
-    would prepare it (once per prepared folder; a later run reuses it)."""
-    folder = str(prepared_dir(run.cfg.data))
-    if ("prepared", folder) not in checked:
-        if not (Path(folder) / "meta.json").is_file():  # (a large text's BPE takes a while: not in silence)
-            print(f"sweep: preparing the data of {run.name} into {folder} (the runs on the same data reuse it)")
-        try:
-            meta = json.loads((prepare(run.cfg, show_progress=False) / "meta.json").read_text())
-            checked["prepared", folder] = (meta["train_tokens"], meta["val_tokens"])
-        except UserError as e:  # (a download refused offline, say: every run of it would fail alike)
-            checked["prepared", folder] = str(e)
-    if isinstance(sizes := checked["prepared", folder], str):
-        return sizes
-    n_train, n_val = sizes
+    would prepare it (prepared_meta: a later run reuses it)."""
+    meta = prepared_meta(run.cfg, prepared)
+    if isinstance(meta, str):  # (a download refused offline, say: every run of it would fail alike)
+        return meta
     block, source = run.cfg.model.block_size, ("--grid" if "model.block_size" in run.varied
                                                else config_source(config, run.overrides))
     if run.weights is not None:  # a run from other weights has their block
         block, source = run.weights.block_size, f"the weights of train.init_from={short(run.cfg.train.init_from)}"
     try:
-        check_block_fits(block, n_train, n_val, source)
+        check_block_fits(block, meta["train_tokens"], meta["val_tokens"], source)
     except UserError as e:
         return str(e)
     return None
@@ -767,7 +774,7 @@ def runs_elsewhere(out: Path, names: set[str]) -> list[tuple[Path, dict]]:
     return found
 
 
-def reuse_elsewhere(config: str, plan: list[Planned], out: Path, digests: dict[Path, str | None]) -> None:
+def reuse_elsewhere(config: str, plan: list[Planned], out: Path, prepared: Prepared) -> None:
     """Point each run to train at a run of the same settings that --out holds under another name,
     finished (skipped) or resumable (resumed there), and say so: the grid's keys in another order
     (n_layer=1,n_head=1 is n_head=1,n_layer=1), or --seeds added (n_head=1,seed=1337 is n_head=1).
@@ -783,7 +790,7 @@ def reuse_elsewhere(config: str, plan: list[Planned], out: Path, digests: dict[P
                 overrides = [*(o for o in run.overrides if not o.startswith("train.out_dir=")),
                              f"train.out_dir={json.dumps(str(folder))}"]
                 cfg = load_config(config, overrides)
-                action, why = existing_run(folder, cfg, digests)
+                action, why = existing_run(folder, cfg, prepared)
                 # (one it could not reuse: trained anew, as before; but one of data changed since is this
                 # run on the old data: refused, as under its own name, not trained again beside it)
                 if action in ("skip", "resume", "stale"):

@@ -645,9 +645,10 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
                  f"evaluation that beats the run's best val loss, {ckpt['best_val_loss']:.4f}; sample.py reads ckpt.pt "
                  f"until then") if best_gone else None
     stale_png = ckpt is not None and t.plot == "never" and (out_dir / "loss.png").exists()
-    redraw = shlex.join(["python", script_word("compare.py"), path_word(out_dir), "--plot-only"])
     png_note = (f"note: --resume with train.plot=never: {out_dir / 'loss.png'} stays as it was, at step {ckpt['step']} "
-                f"or before (draw it again with: {redraw})") if stale_png else None
+                f"or before (draw it again with: "
+                f"{shlex.join(['python', script_word('compare.py'), path_word(out_dir), '--plot-only'])})"
+                ) if stale_png else None
     own = Path(t.init_from)  # (the folder, or a checkpoint in it)
     if t.init_from and ckpt is None and (same_path(t.init_from, t.out_dir) or (
             own.name in ("ckpt.pt", "best.pt") and same_path(str(own.parent), t.out_dir))):

@@ -138,13 +138,19 @@ def read_text_file(path: Path) -> str:
         data = path.read_bytes()
     except OSError as e:
         raise UserError(f"cannot read dataset file {path}: {e.strerror}") from None
-    # UTF-16 (Windows' "Unicode") of Latin text is valid UTF-8 with every other byte 0: it would train on NULs
-    if not data.startswith(WIDE_BOMS) and data.count(0) <= len(data) // 4 and not one_sided_zeros(data):
+    if not maybe_wide(data):
         try:
             return clean_text(data.decode("utf-8"))
         except UnicodeDecodeError as e:
             raise UserError(not_text(path, data, e.start)) from None
     raise UserError(not_text(path, data, None))
+
+
+def maybe_wide(data: bytes) -> bool:
+    """Could `data` be UTF-16 or UTF-32 text (Windows' "Unicode": wide_encoding tells which), not UTF-8? A
+    byte order mark, a quarter of its bytes 0, or its zeros all on one side. (UTF-16 of Latin text is
+    valid UTF-8 with every other byte 0: read as UTF-8, it would train on NULs.)"""
+    return data.startswith(WIDE_BOMS) or data.count(0) > len(data) // 4 or one_sided_zeros(data)
 
 
 def one_sided_zeros(data: bytes) -> bool:
@@ -199,10 +205,8 @@ def not_text(path: Path, data: bytes, bad: int | None) -> str:
                 f"mend {them}, or write a copy without {them}: iconv -c -f utf-8 -t utf-8 {source} > {copy} "
                 f"(converting it from an 8-bit encoding would garble every other non-ASCII character)")
     if wide := double_byte_encodings(head):  # Chinese, Japanese or Korean: latin1 would garble every character
-        source, copy = pasted(path), pasted(path.with_name(path.stem + ".utf8.txt"))
         return (f"{path} is not UTF-8 ({where}); it reads as text in {', '.join(wide)} (Chinese, Japanese or Korean "
-                f"encodings, which one is a guess): convert it into a new file, e.g. iconv -f {wide[0]} -t utf-8 "
-                f"{source} > {copy}, and look at it (garbled: try the next)")
+                f"encodings: if the new file is garbled, try the next); {convert(path, wide[0], False)}")
     # (a few accented letters of latin1 text may read as a UTF-8 character by chance: É and a no-break space)
     return f"{path} is not UTF-8 ({where}); {convert(path, eight_bit_encoding(data, text), False)}"
 

@@ -340,6 +340,19 @@ def resolved(path: Path, what: str) -> Path:
                         f"to itself)") from None
 
 
+def prepared_data(folder: Path) -> bool:
+    """Is `folder` one of data/prepare.py's (meta.json and train.bin), not a run's?"""
+    return all((folder / name).is_file() for name in ("meta.json", "train.bin"))
+
+
+def run_around(path: Path, what: str) -> Path | None:
+    """The checkpoint of a training run that `path` lies inside (in a folder above it), else None: what
+    is written there would sit among that run's files, and go with it. `what` names the setting in the
+    message of a path that runs into a loop of links (resolved)."""
+    return next((folder / name for folder in resolved(path, what).parents for name in ("ckpt.pt", "best.pt")
+                 if (folder / name).is_file()), None)
+
+
 def file_kind(path: Path) -> str:
     """What `path`, which is no folder, is, for a message: 'a file', 'a pipe', 'a device' or 'a socket'."""
     try:
@@ -737,7 +750,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
             again = shlex.join(["python", script_word("train.py"), path_word(path / "config.yaml")])
             raise UserError(f"no checkpoint in {path}: its training stopped before it saved one; run that training "
                             f"again, e.g. {again}")
-        if all((path / n).is_file() for n in ("meta.json", "train.bin")):  # data/prepare.py's output
+        if prepared_data(path):
             raise UserError(f"{path} is a folder of prepared data (data.prepared_dir), not a run: give the run "
                             f"directory trained on it (its train.out_dir)")
         raise UserError(f"no checkpoint in {path} (expected best.pt or ckpt.pt): train first, "

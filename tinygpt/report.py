@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from data.prepare import token_keys
-from tinygpt.checkpoint import atomic_write_all, resolved
+from tinygpt.checkpoint import atomic_write_all, run_around
 from tinygpt.config import DataConfig
 from tinygpt.errors import UserError, first_few
 from tinygpt.plots import (MATPLOTLIB_NOTE, PNG_MARK, can_plot, png_marked, settings_png, val_loss_png,
@@ -478,8 +478,7 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         raise UserError(f"--out={str(out)!r} holds a Hugging Face model (config.json, model.safetensors: export.py's "
                         f"output); a report written there would mix with it: choose another folder")
-    parents = resolved(out, "--out").parents
-    if ckpt := next((p / name for p in parents for name in CHECKPOINTS if (p / name).is_file()), None):
+    if ckpt := run_around(out, "--out"):
         raise UserError(f"--out={str(out)!r} is inside the training run {ckpt.parent} (its {ckpt.name}); a report "
                         f"written there would sit among the run's files: choose a folder outside it")
     held = [] if its_runs else runs_inside(out)

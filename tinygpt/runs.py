@@ -29,7 +29,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
-                                not_regular, peek_checkpoint, remove_empty, resolved, saved_step_and_data)
+                                not_regular, peek_checkpoint, prepared_data, remove_empty, run_around,
+                                saved_step_and_data)
 from tinygpt.config import MAX_INT, Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path
 from tinygpt.errors import UserError, count, first_few, read_capped, reason, shown_as_unicode
 
@@ -196,12 +197,10 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
     if (out_dir / "best.pt").exists() and not died_at_its_first_save(out_dir):
         raise UserError(f"train.out_dir={str(out_dir)!r} holds best.pt but no ckpt.pt to resume from; move best.pt "
                         f"away to start a run there, or choose another out_dir")
-    around = next((p / name for p in resolved(out_dir, "train.out_dir").parents for name in CHECKPOINTS
-                   if (p / name).is_file()), None)
-    if around is not None:  # (its files would sit among another run's, and go with it)
+    if (around := run_around(out_dir, "train.out_dir")) is not None:
         raise UserError(f"train.out_dir={str(out_dir)!r} is inside the training run {around.parent} (its "
                         f"{around.name}): choose a folder outside it")
-    if (out_dir / "meta.json").is_file() and (out_dir / "train.bin").is_file():
+    if prepared_data(out_dir):
         raise UserError(f"train.out_dir={str(out_dir)!r} is a folder of prepared data (data.prepared_dir's): a run "
                         f"there would block its preparing again; choose another out_dir")
     held = runs_inside(out_dir)
