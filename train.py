@@ -380,18 +380,28 @@ class Run:
                             f"training ran: stopped at step {self.step} without writing there (a moved run resumes "
                             f"from its last checkpoint: --resume --set train.out_dir=NEW)")
 
-    def train_step(self, lr: float) -> torch.Tensor:
-        """One optimizer step through train_model (tinygpt/training.py). The first one through a compiled
-        model compiles it; where torch.compile cannot work here (no C++ compiler, say), the run goes on
-        without it from the same batches, with a warning (under DDP it stops, its step-0 ckpt.pt saved)."""
+    def train_step(self, lr: float, stop: Callable[[], bool] | None = None) -> torch.Tensor | None:
+        """One optimizer step through train_model (tinygpt/training.py), or None where stop() ended it
+        between micro-batches: then the batch and dropout random states are put back as they were, so
+        that the checkpoint saved next resumes by redoing the whole step. The first step through a
+        compiled model compiles it; where torch.compile cannot work here (no C++ compiler, say), the run
+        goes on without it from the same batches, with a warning (under DDP it stops, step 0's ckpt.pt saved)."""
         t = self.cfg.train
 
-        def step() -> torch.Tensor:
+        def step() -> torch.Tensor | None:
             return train_step(self.train_model, self.optimizer, self.scaler, self.autocast, self.next_batch,
-                              t.grad_accum, t.grad_clip, lr)
-        if not self.compiling:
-            return step()
+                              t.grad_accum, t.grad_clip, lr, stop)
         batches = self.batch_gen.get_state()
+        drawn = capture_rng_state(self.dist.device) if stop is not None else None  # (46 us: only where needed)
+        loss = self.compile_step(step, batches) if self.compiling else step()
+        if loss is None:
+            self.batch_gen.set_state(batches)
+            restore_rng_state(drawn, self.dist.device)
+        return loss
+
+    def compile_step(self, step: Callable[[], torch.Tensor | None], batches: torch.Tensor) -> torch.Tensor | None:
+        """The first step(), which compiles the model, and where torch.compile fails, step() again
+        from the same batches without it (see train_step)."""
         try:
             loss = step()
         except Exception as e:  # noqa: BLE001 (only the compiler's own errors are caught: see below)
@@ -535,6 +545,14 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
     bar = tqdm(total=t.max_iters, initial=run.step, disable=quiet or not dist.master, dynamic_ncols=True,
                file=sys.stderr)
     failing = False  # an error on its way out: the clean-up below must not hide it
+    # all processes stop together: --stop-at is the same step on each; a signal (here, or in another
+    # process of the run) is agreed on every step, and between the micro-batches of a step (its work
+    # undone: train.grad_accum=30000 took two minutes to stop, past a scheduler's grace before SIGKILL),
+    # but under DDP with NCCL (GPUs) only at log steps, where the loop syncs the host anyway (on CPUs,
+    # gloo's agreement is cheap beside the gradients' all-reduce; torchrun kills a worker 30 s after
+    # passing a signal on)
+    every_step = dist.world_size == 1 or dist.device.type == "cpu"
+    mid_step = (lambda: dist.any(stop.signum is not None)) if every_step and t.grad_accum > 1 else None
     try:
         while True:
             if (run.step % t.eval_interval == 0 or run.step == t.max_iters) and run.step != run.evaluated:
@@ -547,12 +565,8 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                 if dist.master and t.plot != "never" and plot_missed(run.out_dir):  # killed while drawing it
                     run.plot()
                 return "done"
-            # all processes stop together: --stop-at is the same step on each; a signal (here, or in
-            # another process of the run) is agreed on every step, but under DDP with NCCL (GPUs) only at
-            # log steps, where the loop syncs the host anyway (on CPUs, gloo's agreement is cheap beside
-            # the gradients' all-reduce; torchrun kills a worker 30 s after passing a signal on)
             signalled = False
-            if dist.world_size == 1 or dist.device.type == "cpu" or run.step % t.log_interval == 0:
+            if every_step or run.step % t.log_interval == 0:
                 signalled = dist.any(stop.signum is not None)
             if signalled or (stop_at is not None and run.step >= stop_at):
                 run.elapsed = time.perf_counter() - speed["t_start"]
@@ -571,7 +585,10 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
             lr = lr_at(run.step, t)  # warmup, then cosine decay
             # one optimizer step (tinygpt/training.py): for each of grad_accum micro-batches, forward,
             # next-token cross-entropy, backward; then clip the gradients, step, zero them
-            run.loss_sum += run.train_step(lr)
+            loss = run.train_step(lr, mid_step)
+            if loss is None:  # a signal during the step: undone, and saved by the check above
+                continue
+            run.loss_sum += loss
             run.loss_count += 1
             run.step += 1
             bar.update(1)

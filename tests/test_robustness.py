@@ -235,6 +235,60 @@ def test_resume_is_exact_with_dropout(corpus, tmp_path):
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 
+def test_a_signal_mid_step_undoes_the_step_and_resumes_exactly(corpus, tmp_path, monkeypatch):
+    """A Ctrl-C between the micro-batches of a long step (train.grad_accum) stops there, the step
+    undone, instead of after the whole step (grad_accum=30000 took 128 s to stop): its checkpoint is
+    at the step before, with the batch and dropout random states of before it, so a resume redoes the
+    step and ends bit for bit where a straight run does."""
+    import train
+    extra = ("model.dropout=0.1", "train.threads=1", "train.grad_accum=4", "train.max_iters=12")
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    train.main(train_args(corpus, straight, *extra))
+    batches = {"n": 0}
+    real = train.get_batch
+
+    def signal_in_step_7(*args, **kwargs):  # during step 7's third micro-batch (steps count from 0)
+        batches["n"] += 1
+        if batches["n"] == 7 * 4 + 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(train, "get_batch", signal_in_step_7)
+    with pytest.raises(SystemExit) as stop:
+        train.main(train_args(corpus, stopped, *extra))
+    assert stop.value.code == 128 + signal.SIGINT
+    assert batches["n"] == 7 * 4 + 3  # no micro-batch after the signal
+    assert load_checkpoint(stopped / "ckpt.pt")["step"] == 7  # step 7 undone, not finished
+    monkeypatch.setattr(train, "get_batch", real)
+    train.main(train_args(corpus, stopped, *extra) + ["--resume"])
+    assert losses(straight) == losses(stopped)
+    a, b = load_checkpoint(straight / "ckpt.pt"), load_checkpoint(stopped / "ckpt.pt")
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+@pytest.mark.slow
+def test_ddp_on_cpus_stops_between_micro_batches(corpus, tmp_path):
+    """Under torchrun on CPUs, a Ctrl-C is agreed between micro-batches too: a step of 100,000 of
+    them (minutes; torchrun kills its workers 30 s after passing the signal on) is undone, saved."""
+    run = tmp_path / "run"
+    args = train_args(corpus, run, "train.max_iters=100000", "train.eval_interval=100000", "train.batch_size=4",
+                      "train.grad_accum=100000")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(ROOT / "train.py"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)})
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (run / "ckpt.pt").exists():  # step 0's eval saves one
+            time.sleep(0.1)
+        time.sleep(1.0)  # inside step 0
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=25)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "interrupted at step 0: saved" in out, err[-2000:]
+    assert len(load_checkpoint(run / "ckpt.pt")["rng_ranks"]) == 2
+
+
 @pytest.mark.slow
 def test_ddp_ranks_draw_their_own_dropout_and_resume_exactly(corpus, tmp_path):
     """Under DDP each rank has its own random stream (seeded train.seed + rank), so its dropout
@@ -335,23 +389,27 @@ def test_signal_saves_a_checkpoint_and_stops(corpus, tmp_path, signum):
 def test_a_second_sigterm_during_the_step_still_saves(corpus, tmp_path):
     """torchrun, a job scheduler or a process-group kill signals the launcher and the worker
     together, and the launcher passes its signal on: the worker got two SIGTERMs at once, stopped
-    unsaved (exit 130) and lost the steps since its last checkpoint. A duplicate is now ignored."""
+    unsaved (exit 130) and lost the steps since its last checkpoint. A duplicate is now ignored.
+    And the stop comes between micro-batches: a step of 100,000 of them (minutes) is not waited for."""
     run = tmp_path / "run"
-    # 400 micro-steps per step: the step after step 0's save lasts long enough for both signals
-    args = train_args(corpus, run, "train.max_iters=100000", "train.eval_interval=100000", "train.grad_accum=400")
+    # 100,000 micro-steps per step: the step after step 0's save lasts long enough for both signals
+    args = train_args(corpus, run, "train.max_iters=100000", "train.eval_interval=100000", "train.grad_accum=100000")
     proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (run / "ckpt.pt").exists():
-        time.sleep(0.05)
-    time.sleep(0.3)  # inside step 1
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2)  # the first handler has run (Python merges a signal that is pending twice)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (run / "ckpt.pt").exists():
+            time.sleep(0.05)
+        time.sleep(0.3)  # inside step 0
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)  # the first handler has run (Python merges a signal that is pending twice)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
     assert proc.returncode == 128 + signal.SIGTERM and err == "interrupted\n", err[-2000:]
-    assert "continue with --resume" in out
-    assert load_checkpoint(run / "ckpt.pt")["step"] >= 1  # the step under way finished and saved
+    assert "interrupted at step 0: saved" in out and "continue with --resume" in out  # step 0 undone
 
 
 @pytest.mark.slow

@@ -48,13 +48,19 @@ def make_optimizer(model: GPT, t: TrainConfig, device: torch.device) -> torch.op
 
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
                autocast, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], grad_accum: int,
-               grad_clip: float, lr: float) -> torch.Tensor:
+               grad_clip: float, lr: float, stop: Callable[[], bool] | None = None) -> torch.Tensor | None:
     """One optimizer step over grad_accum micro-batches from next_batch(); returns the mean loss
-    as a device tensor (reading it would sync with the device, so the caller decides when)."""
+    as a device tensor (reading it would sync with the device, so the caller decides when).
+    stop() is asked before each micro-batch after the first: if it says stop, the gradients so far
+    are dropped, nothing is stepped, and None is returned (a Ctrl-C need not wait for a long step;
+    the caller puts back the random states the step drew from, so that a resume redoes it exactly)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
     total = torch.zeros((), device=next(model.parameters()).device)
     for micro in range(grad_accum):
+        if micro > 0 and stop is not None and stop():
+            optimizer.zero_grad(set_to_none=True)
+            return None
         x, y = next_batch()  # (B, T), (B, T)
         # under DDP, average gradients across processes only on the last micro-step
         no_sync = getattr(model, "no_sync", None)
