@@ -724,6 +724,9 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         if t.tensorboard:  # the attention images look at the first tokens of the training split
             run.board = TensorBoardLog(out_dir, data.tokenizer, data.train[:min(PROMPT_TOKENS, cfg.model.block_size)],
                                        run.resumed_at)
+            backfilled = run.board.backfill(run.metrics)  # (turned on at a resume: the steps before it)
+            if backfilled:
+                print(backfilled, file=sys.stderr)
     now = time.perf_counter()  # the clocks start with the steps: the setup above (matplotlib's import, say) is no
     speed.update(t_last=now, t_start=now - run.elapsed)  # training time (it was in the first row's tokens/s)
     failing = False  # (as in train_loop)

@@ -91,6 +91,41 @@ class Killed(BaseException):
     """A kill -9, as far as the run's files go: nothing after it is written for that step."""
 
 
+def test_turned_on_at_a_resume_the_steps_before_come_from_metrics_csv(tmp_path, one_thread, capsys):
+    """train.tensorboard turned on at a --resume: the curves began at the resume, the steps before it
+    missing. metrics.csv's rows up to it are now logged as scalars, with a note; the images cannot be."""
+    pytest.importorskip("tensorboard")
+    import train
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    run = tmp_path / "run"
+    args = [str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS, "train.max_iters=30",
+            f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"]
+    train.main([*args, "train.tensorboard=false", "--stop-at", "15"])
+    assert not (run / "tensorboard").exists()
+    capsys.readouterr()
+    train.main([*args, "--resume"])
+    assert ("note: train.tensorboard is new to this run: its scalars up to step 15 come from metrics.csv; the "
+            "attention images start with this resume") in capsys.readouterr().err
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    logs, evals = [r for r in rows if r["tokens_per_s"]], [r for r in rows if r["val_loss"]]
+    assert [(e.step, round(e.value, 4)) for e in events.Scalars("train/loss")] == \
+        [(int(r["step"]), float(r["train_loss"])) for r in logs]
+    assert [e.step for e in events.Scalars("train/loss")] == [5, 10, 15, 20, 25, 30]
+    assert [(e.step, round(e.value, 4)) for e in events.Scalars("eval/val_loss")] == \
+        [(int(r["step"]), float(r["val_loss"])) for r in evals]
+    assert [e.step for e in events.Scalars("eval/val_loss")] == [0, 10, 20, 30]
+    assert [e.step for e in events.Images("attention/layer0")] == [20, 30]
+    capsys.readouterr()
+    train.main([*args, "train.max_iters=35", "--resume"])  # a log of its own: nothing filled in again
+    assert "is new to this run" not in capsys.readouterr().err
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [5, 10, 15, 20, 25, 30, 35]
+
+
 @pytest.mark.slow
 def test_an_eval_killed_while_drawing_is_drawn_again_on_resume(tmp_path, monkeypatch, one_thread):
     """ckpt.pt was saved before the attention images were drawn (~0.5 s): a kill in between left a

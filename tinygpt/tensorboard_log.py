@@ -69,6 +69,9 @@ class TensorBoardLog:
         if threading.excepthook is not _quiet_writer_thread:
             global _prior_hook
             _prior_hook, threading.excepthook = threading.excepthook, _quiet_writer_thread
+        # a resume whose log holds no events (train.tensorboard turned on now): backfill() fills it in
+        self.empty_before = resumed_at is not None and not any(self.dir.glob("events.out.tfevents.*"))
+        self.resumed_at = resumed_at
         with self._writing():
             self.writer = SummaryWriter(str(self.dir), purge_step=0 if resumed_at is None else resumed_at + 1)
         self.prompt = [int(i) for i in prompt]
@@ -101,6 +104,24 @@ class TensorBoardLog:
                 if row.get(column) not in (None, ""):
                     self.writer.add_scalar(tag, float(row[column]), step)
             self.writer.flush()
+
+    def backfill(self, rows: list[dict[str, Any]]) -> str | None:
+        """A resumed run whose log was empty (trained without train.tensorboard until now): metrics.csv's
+        rows up to the resume go in as scalars, so the curves start at step 0, with a note; the attention
+        images of those steps cannot (their weights are gone). None where there was nothing to fill in."""
+        if not self.empty_before or not rows:
+            return None
+        with self._writing():
+            for row in rows:
+                step = int(row["step"])
+                if row.get("val_loss") not in (None, ""):  # an eval's row (a log row has no val loss)
+                    self.writer.add_scalar("eval/train_loss", float(row["train_loss"]), step)
+                    self.writer.add_scalar("eval/val_loss", float(row["val_loss"]), step)
+                else:
+                    self.log(step, row)
+            self.writer.flush()
+        return (f"note: train.tensorboard is new to this run: its scalars up to step {self.resumed_at} come from "
+                f"metrics.csv; the attention images start with this resume")
 
     @torch.no_grad()
     def eval(self, step: int, losses: dict[str, float], model: GPT) -> None:
