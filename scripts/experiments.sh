@@ -11,7 +11,8 @@
 # foundation, bench and speedrun read tiny shakespeare from SHAKESPEARE=PATH/tinyshakespeare.txt
 # (unset: ../shared/data/tinyshakespeare.txt); they stop at once, naming SHAKESPEARE, without it.
 # A relative SHAKESPEARE or OUT is a path from the folder the script is run from (the defaults: from
-# the repository root).
+# the repository root). A log in OUT is replaced only once its command has succeeded: a rerun that
+# fails or is refused leaves the earlier one whole.
 set -euo pipefail
 if [[ ${1-} == -h || ${1-} == --help ]]; then  # the header above, without its comment marks
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
@@ -28,6 +29,19 @@ parts="all default foundation attention ablation sweep jobs bench speedrun"
 usage() {  # usage WHAT: the usage line, ending with what was given instead; exit 2
   echo "usage: bash scripts/experiments.sh [${parts// / | }] (one of them; none: all, one after another, for hours); not $1" >&2
   exit 2
+}
+
+logged() {  # logged FILE CMD...: CMD's output on the terminal and into FILE, which it replaces only once CMD
+  # has succeeded: a refused or failed rerun leaves an earlier run's log whole (tee alone emptied it first)
+  local file=$1 rc
+  shift
+  if "$@" | tee "$file.part"; then
+    mv "$file.part" "$file"
+  else
+    rc=$?
+    rm -f "$file.part"
+    return $rc
+  fi
 }
 
 is_part() {  # is_part WORD: WORD is exactly one of $parts (a piece of the list, 'default foundation', is not)
@@ -51,26 +65,26 @@ fi
 
 if [[ $what == all || $what == default ]]; then
   # the default config over 3 seeds (probed), then the previous default over the same 3, wall times in one run
-  python -m scripts.default_run --seeds 3 --old-seeds 3 --out "$OUT/default_run" | tee "$OUT/default_run.txt"
+  logged "$OUT/default_run.txt" python -m scripts.default_run --seeds 3 --old-seeds 3 --out "$OUT/default_run"
 fi
 
 if [[ $what == all || $what == foundation ]]; then
   # the default config: wall time, then the share of 2,000 sampled words that occur in the corpus
-  python -m scripts.reproduce stories --out-dir "$OUT/stories" | tee "$OUT/stories.json"
+  logged "$OUT/stories.json" python -m scripts.reproduce stories --out-dir "$OUT/stories"
   # nanoGPT's CPU recipe on tiny shakespeare
-  python -m scripts.reproduce shakespeare --text "$SHAKESPEARE" --out-dir "$OUT/shakespeare" | tee "$OUT/shakespeare.json"
+  logged "$OUT/shakespeare.json" python -m scripts.reproduce shakespeare --text "$SHAKESPEARE" --out-dir "$OUT/shakespeare"
 fi
 
 if [[ $what == all || $what == attention ]]; then
   # causal vs bidirectional: the default config for 500 steps with and without the mask (single runs),
   # then what each generates from the same prompt (the bidirectional model: refused, then --force)
   if [[ -f $OUT/stories/run/best.pt ]]; then  # the coreference probe on foundation's default model
-    python probe.py "$OUT/stories/run" | tee "$OUT/probe_default.txt"
+    logged "$OUT/probe_default.txt" python probe.py "$OUT/stories/run"
   fi
   for causal in true false; do
     rm -rf "$OUT/causal_$causal"
-    python train.py configs/stories.yaml --quiet --set model.causal=$causal train.max_iters=500 \
-        train.out_dir="$OUT/causal_$causal" | tee "$OUT/causal_$causal.txt"
+    logged "$OUT/causal_$causal.txt" python train.py configs/stories.yaml --quiet --set model.causal=$causal \
+        train.max_iters=500 train.out_dir="$OUT/causal_$causal"
   done
   python sample.py "$OUT/causal_true" --prompt "Once upon a time" --max-new-tokens 40 --seed 1 >>"$OUT/causal_true.txt"
   python sample.py "$OUT/causal_false" --max-new-tokens 1 >>"$OUT/causal_false.txt" 2>&1 || true
@@ -81,15 +95,15 @@ fi
 if [[ $what == all || $what == ablation ]]; then
   # head ablation on the 3 seeds of the default (trained by `default` above, or here if missing)
   [[ -d "$OUT/default_run/seed1339/run" ]] || python -m scripts.default_run --seeds 3 --old-seeds 0 --out "$OUT/default_run"
-  python -m scripts.ablation_table "$OUT"/default_run/seed*/run --stories 30 --out "$OUT/ablation" | tee "$OUT/ablation.md"
+  logged "$OUT/ablation.md" python -m scripts.ablation_table "$OUT"/default_run/seed*/run --stories 30 --out "$OUT/ablation"
 fi
 
 if [[ $what == all || $what == sweep ]]; then
   # heads x layers on the default at a fixed budget of 500 steps, 3 seeds each, every run probed for
   # coreference, two runs at a time (one thread each on 2 cores)
-  python sweep.py configs/stories.yaml --quiet --seeds 3 --probe --jobs 2 --grid model.n_head=1,2,4,8 \
-      model.n_layer=1,2,4 --set train.max_iters=500 train.eval_interval=125 --out "$OUT/heads_layers" \
-      | tee "$OUT/heads_layers.txt"
+  logged "$OUT/heads_layers.txt" python sweep.py configs/stories.yaml --quiet --seeds 3 --probe --jobs 2 \
+      --grid model.n_head=1,2,4,8 model.n_layer=1,2,4 --set train.max_iters=500 train.eval_interval=125 \
+      --out "$OUT/heads_layers"
 fi
 
 if [[ $what == all || $what == jobs ]]; then
@@ -98,32 +112,34 @@ if [[ $what == all || $what == jobs ]]; then
   J=(configs/stories.yaml --quiet --grid model.n_head=1,2,4,8 --set train.max_iters=80 train.eval_interval=80
      train.eval_iters=10 train.plot=never data.prepared_dir="$OUT/jobs_prepared")
   python -m data.prepare configs/stories.yaml --set data.prepared_dir="$OUT/jobs_prepared" > /dev/null
+  rm -f "$OUT/jobs.txt.part"  # jobs.txt: this run's four timings, in place once all four are done
   for jobs in 1 2 2 1; do
     rm -rf "$OUT/jobs_sweep"
     start=$(date +%s.%N)
     python sweep.py "${J[@]}" --jobs $jobs --out "$OUT/jobs_sweep" > "$OUT/jobs_$jobs.txt"
-    echo "--jobs $jobs: $(python -c "print(f'{$(date +%s.%N) - $start:.1f}')") s" | tee -a "$OUT/jobs.txt"
+    echo "--jobs $jobs: $(python -c "print(f'{$(date +%s.%N) - $start:.1f}')") s" | tee -a "$OUT/jobs.txt.part"
   done
+  mv "$OUT/jobs.txt.part" "$OUT/jobs.txt"
 fi
 
 if [[ $what == all || $what == bench ]]; then
   # baby GPT training speed (float32 vs bfloat16) and generation with and without the KV cache
-  python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" train.device=cpu \
-      model.dropout=0 --steps 3 --attention --json "$OUT/bench_baby.json" | tee "$OUT/bench_baby.txt"
+  logged "$OUT/bench_baby.txt" python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" \
+      train.device=cpu model.dropout=0 --steps 3 --attention --json "$OUT/bench_baby.json"
   # float32 vs bfloat16 loss after 200 steps (the slow part: ~40 minutes on 2 cores)
-  python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" train.device=cpu \
-      model.dropout=0 --steps 0 --gen-tokens 0 --loss-steps 200 --json "$OUT/bench_loss.json" | tee "$OUT/bench_loss.txt"
+  logged "$OUT/bench_loss.txt" python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" \
+      train.device=cpu model.dropout=0 --steps 0 --gen-tokens 0 --loss-steps 200 --json "$OUT/bench_loss.json"
   # decoding and training with a busy process beside them; greedy decoding against transformers
-  python bench.py configs/stories.yaml --steps 0 --gen-tokens 0 --dtypes float32 --under-load \
-      --json "$OUT/bench_under_load.json" | tee "$OUT/bench_under_load.txt"
-  python bench.py configs/shakespeare_char.yaml --set data.dataset="$SHAKESPEARE" --steps 0 --gen-tokens 500 \
-      --dtypes float32 --vs-hf --json "$OUT/bench_vs_hf.json" | tee "$OUT/bench_vs_hf.txt"
+  logged "$OUT/bench_under_load.txt" python bench.py configs/stories.yaml --steps 0 --gen-tokens 0 --dtypes float32 \
+      --under-load --json "$OUT/bench_under_load.json"
+  logged "$OUT/bench_vs_hf.txt" python bench.py configs/shakespeare_char.yaml --set data.dataset="$SHAKESPEARE" \
+      --steps 0 --gen-tokens 500 --dtypes float32 --vs-hf --json "$OUT/bench_vs_hf.json"
 fi
 
 if [[ $what == all || $what == speedrun ]]; then
   # the speedrun config over 3 seeds (about a minute of training each)
   for seed in 1337 1338 1339; do
-    python -m scripts.reproduce shakespeare --text "$SHAKESPEARE" --config configs/shakespeare_char_fast.yaml \
-        --out-dir "$OUT/speedrun/seed$seed" --set train.seed=$seed | tee "$OUT/speedrun_seed$seed.json"
+    logged "$OUT/speedrun_seed$seed.json" python -m scripts.reproduce shakespeare --text "$SHAKESPEARE" \
+        --config configs/shakespeare_char_fast.yaml --out-dir "$OUT/speedrun/seed$seed" --set train.seed=$seed
   done
 fi

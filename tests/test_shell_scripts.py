@@ -422,6 +422,36 @@ def test_experiments_reads_a_relative_shakespeare_from_where_it_is_run(experimen
     assert (tmp_path / "ex").is_dir()
 
 
+def test_experiments_replaces_a_log_only_when_its_part_succeeds(tmp_path):
+    """`... | tee "$OUT/X"` emptied X before the command ran: a rerun that was refused (its run folder
+    taken) left the earlier run's figures a 0-byte file. Now X is replaced only once the command has
+    succeeded, and the jobs part's timings are this run's four, not appended to the last run's."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # a stand-in python: `-c` runs for real (the jobs part's timing); anything else prints a line and
+    # exits with $STANDIN_RC
+    (bin_dir / "python").write_text(f'#!/bin/sh\n[ "$1" = -c ] && exec {sys.executable} "$@"\n'
+                                    'echo "new result"\nexit "${STANDIN_RC:-0}"\n')
+    (bin_dir / "python").chmod(0o755)
+    out, text = tmp_path / "ex", tmp_path / "shakespeare.txt"
+    text.write_text("To be, or not to be\n" * 50)
+    env = {"OUT": str(out), "SHAKESPEARE": str(text), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    out.mkdir()
+    (out / "speedrun_seed1337.json").write_text('{"best_val_loss": 1.73}\n')
+    r = run_script("experiments.sh", "speedrun", env={**env, "STANDIN_RC": "2"})
+    assert r.returncode == 2, r.stderr
+    assert (out / "speedrun_seed1337.json").read_text() == '{"best_val_loss": 1.73}\n'  # the earlier run's, whole
+    assert not list(out.glob("*.part"))
+    r = run_script("experiments.sh", "speedrun", env=env)
+    assert r.returncode == 0, r.stderr
+    assert (out / "speedrun_seed1339.json").read_text() == (out / "speedrun_seed1337.json").read_text() == "new result\n"
+    for _ in range(2):
+        r = run_script("experiments.sh", "jobs", env=env)
+        assert r.returncode == 0, r.stderr
+    assert [line.split(":")[0] for line in (out / "jobs.txt").read_text().splitlines()] == \
+        ["--jobs 1", "--jobs 2", "--jobs 2", "--jobs 1"]
+
+
 @pytest.mark.parametrize("script", ["gpu_check.sh", "experiments.sh"])
 def test_help_prints_the_header_and_an_unknown_argument_is_refused(script, tmp_path):
     """`experiments.sh --help` was refused as an unknown part (exit 2); `gpu_check.sh --help` (or
