@@ -42,6 +42,12 @@ REFERENCES_PER_STORY = 12  # a little over the mean (11), for the memory estimat
 BYTES_PER_TOKEN = 40  # a window token held as a Python int in a list (pointer + int object)
 
 
+def not_stories(run: str | Path, dataset: str) -> UserError:
+    """The refusal of a run trained on other data than the stories (scripts/ablation_table.py too)."""
+    return UserError(f"{run} was trained on data.dataset={dataset!r}; the probe needs a run trained on the stories "
+                     f"corpus, whose pronoun references it measures (e.g. python train.py configs/stories.yaml)")
+
+
 def main(argv: Sequence[str] | None = None, out=None) -> dict:
     """Probe a run; print the tables and a final JSON line; return the figures."""
     out = out or sys.stdout
@@ -63,9 +69,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     device = resolve_device(args.device, "--device")
     model, cfg, tokenizer, ckpt = load_model(args.run, device)
     if cfg.data.dataset != "stories":
-        raise UserError(f"{args.run} was trained on data.dataset={cfg.data.dataset!r}; the probe needs a run "
-                        f"trained on the stories corpus, whose pronoun references it measures "
-                        f"(e.g. python train.py configs/stories.yaml)")
+        raise not_stories(args.run, cfg.data.dataset)
     if not cfg.model.causal and not args.force:  # the probe decodes greedily: sample.py refuses the same
         raise UserError(f"{args.run} was trained with model.causal=false: every position saw the token it had "
                         f"to predict, so its greedy continuations are garbage; retrain with causal: true (or "

@@ -25,9 +25,9 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     stop_while_starting()
 
 from scripts.reproduce import check_own_output, is_figure, run, saved_json
-from tinygpt.checkpoint import atomic_write_text, check_writable, resolve_checkpoint
+from tinygpt.checkpoint import atomic_write_text, check_writable, peek_checkpoint, resolve_checkpoint
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
-from tinygpt.report import stats
+from tinygpt.report import markdown_cell, stats
 
 SAVED = (".json", ".txt")  # a saved probe output, read instead of probing again
 
@@ -146,7 +146,7 @@ def table(rows: list[dict]) -> tuple[str, dict]:
         by_drop = (f"{r['pair_by_drop']}: {r['pair_by_drop_zero']:.1f} / {r['pair_by_drop_mean']:.1f}"
                    if r["pair_by_drop"] else "-")
         lines.append(
-            f"| {r['run']} | {r['accuracy']:.1f}% | {r['best_head']} ({r['best_attention']:.1f}%) | "
+            f"| {markdown_cell(r['run'])} | {r['accuracy']:.1f}% | {r['best_head']} ({r['best_attention']:.1f}%) | "
             f"{r['best_drop_zero']:.1f} / {r['best_drop_mean']:.1f} | {r['median_drop_zero']:.1f} / "
             f"{r['median_drop_mean']:.1f} | {r['best_rank_zero']} / {r['best_rank_mean']} of {r['heads']} | "
             f"{r['harmful_zero']} ({r['harmful_drop_zero']:.1f}) / {r['harmful_mean']} ({r['harmful_drop_mean']:.1f}) | "
@@ -168,9 +168,10 @@ def table(rows: list[dict]) -> tuple[str, dict]:
 
 def check_args(args) -> None:
     """Refuse, before the first probe (minutes each), what would stop a later one: --stories and
-    --device out of probe.py's range, a RUN that is no run (a typo, a folder without a checkpoint),
-    an --out that cannot be written. (Saved outputs are read and checked in main, before any probe.)"""
-    from probe import MAX_STORIES
+    --device out of probe.py's range, a RUN that is no run (a typo, a folder without a checkpoint) or
+    that was not trained on the stories, an --out that cannot be written. (Saved outputs are read and
+    checked in main, before any probe.)"""
+    from probe import MAX_STORIES, not_stories
     from tinygpt.runtime import resolve_device
     if not 1 <= args.stories <= MAX_STORIES:
         raise UserError(f"--stories={args.stories} must be in [1, {MAX_STORIES:,}] (probe.py --stories)")
@@ -179,7 +180,25 @@ def check_args(args) -> None:
         check_writable(args.out, "--out")
     for target in args.runs:
         if not is_saved(target):
-            resolve_checkpoint(target)  # as probe.py finds the run's checkpoint
+            ckpt = peek_checkpoint(resolve_checkpoint(target))  # as probe.py finds the run's checkpoint
+            config = ckpt.get("config") if ckpt is not None else None
+            dataset = config.get("data", {}).get("dataset") if isinstance(config, dict) else None
+            if isinstance(dataset, str) and dataset != "stories":  # (a damaged one: probe.py names what is wrong)
+                raise not_stories(target, dataset)
+
+
+def same_run(target: str, saved: dict[str, dict]) -> Path:
+    """The checkpoint `target` stands for, to tell one run given twice: a run's (RUN and RUN/best.pt are
+    one), a saved output's run where it is still there (else the output file itself)."""
+    if target not in saved:
+        return resolve_checkpoint(target).resolve()
+    run = saved[target].get("run")
+    if isinstance(run, str) and run and Path(run).exists():
+        try:
+            return resolve_checkpoint(run).resolve()
+        except UserError:
+            pass
+    return Path(target).resolve()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -190,12 +209,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--out", type=path_arg, help="keep each run's full probe output here")
     args = p.parse_args(argv)
     check_args(args)
-    seen: dict[Path, str] = {}
-    for target in args.runs:  # (one run twice: its figures would count as two seeds, a spread of 0)
-        first = seen.setdefault(Path(target).resolve(), target)
-        if first != target or args.runs.count(target) > 1:
-            raise UserError(f"{target} is given twice{f' (as {first})' if first != target else ''}: each run "
-                            f"counts once in the mean ± sd; give it once")
     targets = list(zip(args.runs, labels(args.runs)))
     if args.out is not None:  # (probe.py's output starts "probe of RUN:")
         for target, label in targets:
@@ -205,6 +218,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     def result(target: str, label: str) -> dict:
         return probe_result(target, label, args.stories, args.device, args.out)
     saved = {target: result(target, label) for target, label in targets if is_saved(target)}  # read: seconds
+    seen: dict[Path, str] = {}
+    for target in args.runs:  # (one run twice: its figures would count as two seeds, a spread of 0)
+        first = seen.setdefault(same_run(target, saved), target)
+        if first != target or args.runs.count(target) > 1:
+            raise UserError(f"{target} is given twice{f' (as {first})' if first != target else ''}: each run "
+                            f"counts once in the mean ± sd; give it once")
     rows = [summary(saved[target] if target in saved else result(target, label)) for target, label in targets]
     text, figures = table(rows)
     print(text)

@@ -131,14 +131,21 @@ def check_args(args) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = ArgParser(prog="python -m scripts.default_run", description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, default=3, help="runs of the current default (train.seed 1337, 1338, ...)")
-    p.add_argument("--old-seeds", type=int, default=1, help="runs of the previous default, the same seeds (0: none)")
-    p.add_argument("--first-seed", type=int, default=1337, help="the first of those seeds")
-    p.add_argument("--old", default=OLD, help="the commit whose default is the baseline")
-    p.add_argument("--out", type=path_arg, default=Path("out/default_run"))
+    training = {"seeds": 3, "old_seeds": 1, "first_seed": 1337, "old": OLD, "out": Path("out/default_run")}
+    p.add_argument("--seeds", type=int, help="runs of the current default (train.seed 1337, 1338, ...; default 3)")
+    p.add_argument("--old-seeds", type=int, help="runs of the previous default, the same seeds (0: none; default 1)")
+    p.add_argument("--first-seed", type=int, help="the first of those seeds (default 1337)")
+    p.add_argument("--old", help=f"the commit whose default is the baseline (default {OLD})")
+    p.add_argument("--out", type=path_arg, help="where the runs go (default out/default_run)")
     p.add_argument("--table", type=path_arg, nargs="+", metavar="OUTPUT",
                    help="only print the table of saved outputs' last lines (their runs merged)")
     args = p.parse_args(argv)
+    given = [f"--{key.replace('_', '-')}" for key in training if getattr(args, key) is not None]
+    if args.table and given:  # (they were dropped without a word)
+        p.error(f"{' '.join(given)}: --table only prints the table of saved outputs, it trains nothing")
+    for key, default in training.items():
+        if getattr(args, key) is None:
+            setattr(args, key, default)
     if args.table:
         rows, came_from = {}, {}
         for path in args.table:

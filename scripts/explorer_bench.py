@@ -49,13 +49,13 @@ PAGES = {"init": 1.0, "sharp": 20.0}  # each page's name, and how much its queri
 
 
 def render_ms(page: str, out: Path, name: str = "explorer_bench.html") -> float | None:
-    """Mean ms of one render() of the page (written to out/name) in headless Chromium, or None
-    without a browser (or when the page did not report its time)."""
+    """Mean ms of one render() of the page (written to out/name, browser or not) in headless Chromium,
+    or None without a browser (or when the page did not report its time)."""
+    path = out / name
+    atomic_write_text(path, page.replace("</body>", TIMING))
     browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
     if browser is None:
         return None
-    path = out / name
-    atomic_write_text(path, page.replace("</body>", TIMING))
     try:
         done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
                                path.resolve().as_uri()], capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
@@ -68,14 +68,21 @@ def render_ms(page: str, out: Path, name: str = "explorer_bench.html") -> float 
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = ArgParser(prog="python -m scripts.explorer_bench", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=path_arg, help="where to write the pages (default: a temp folder)")
+    p.add_argument("--out", type=path_arg, help="keep the pages here (default: a temp folder, removed at the end)")
     args = p.parse_args(argv)
     if args.out is not None:
         check_writable(args.out, "--out")  # a file, or a path through one: one line, not a traceback
         for name in PAGES:
             check_own_output(args.out / f"explorer_bench_{name}.html", attention_html.GENERATOR, "--out")
-    out = args.out or Path(tempfile.mkdtemp(prefix="tinygpt-explorer-"))
-    out.mkdir(parents=True, exist_ok=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        measure(args.out)
+    else:
+        with tempfile.TemporaryDirectory(prefix="tinygpt-explorer-") as temp:
+            measure(Path(temp))
+
+
+def measure(out: Path) -> None:
+    """The two pages' sizes and render times, their pages written into `out`."""
     text = generate_stories(20_000, 1)[0]
     tokenizer = WordTokenizer.from_text(text)
     torch.manual_seed(0)

@@ -68,6 +68,9 @@ def fewer(default: float, keep: float) -> str:
     (dividing by 1 instead printed the glibc defaults' count as one)."""
     if keep == 0:
         return "no faults at all with keep_freed_memory()"
+    if keep > default:  # (a ratio below 1 printed "0.0x fewer" where the defaults faulted less)
+        return f"ratio {keep / default:.1f}x more with keep_freed_memory()" if default else \
+            "no faults at all with the glibc defaults"
     return f"ratio {default / keep:.1f}x fewer"
 
 

@@ -169,8 +169,9 @@ def shakespeare(out_dir: Path, text: Path, config: str, extra: list[str]) -> dic
 def main(argv: Sequence[str] | None = None) -> None:
     p = ArgParser(prog="python -m scripts.reproduce", description=__doc__.splitlines()[0])
     p.add_argument("what", choices=["stories", "shakespeare"])
-    p.add_argument("--out-dir", type=path_arg, help="run directory (default: a fresh temp folder)")
-    p.add_argument("--text", type=path_arg, default=ROOT.parent / "shared/data/tinyshakespeare.txt",
+    p.add_argument("--out-dir", type=path_arg,
+                   help="a new folder for the work: the run is trained into DIR/run (default: a fresh temp folder)")
+    p.add_argument("--text", type=path_arg,
                    help="shakespeare: a local copy of tiny shakespeare (default: shared/data/tinyshakespeare.txt in the "
                         "folder that holds the repository)")
     p.add_argument("--config", help="shakespeare: the config to train (default: configs/shakespeare_char.yaml; "
@@ -178,6 +179,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="override config keys, as train.py does (may be given more than once)")
     args = p.parse_args(argv)
+    if args.what == "stories" and args.text is not None:  # (it was ignored, even a missing file)
+        p.error(f"--text {args.text} is for shakespeare: stories trains on the generated stories of "
+                f"configs/stories.yaml")
+    args.text = args.text or ROOT.parent / "shared/data/tinyshakespeare.txt"
     if args.what == "stories" and args.config is not None:  # (it was ignored: the default run trained instead)
         p.error(f"--config {args.config} is for shakespeare: stories measures the default run, configs/stories.yaml "
                 f"(change it with --set KEY=VALUE)")
@@ -208,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         result = stories(out_dir, args.set)
     else:
         result = shakespeare(out_dir, args.text.resolve(), args.config, args.set)
-    result["date"] = time.strftime("%Y-%m-%d")
+    result.update(run=str(out_dir), date=time.strftime("%Y-%m-%d"))
     print(json.dumps(result))
 
 

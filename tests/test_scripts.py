@@ -186,6 +186,15 @@ def test_default_run_table_still_reads_a_real_output(tmp_path, capsys):
     assert code == 0 and not err and "| previous default, seed 1337 |" in out and "(infx)" in out
 
 
+def test_default_run_table_refuses_the_training_flags(tmp_path, capsys):
+    """`--table OUTPUT --seeds 5 --out DIR` printed the table, the training flags dropped without a word."""
+    path = tmp_path / "saved.txt"
+    path.write_text(json.dumps({"runs": {"current default, seed 1337": RUN}}))
+    one_line(cli(script("default_run").main, ["--table", path, "--seeds", "5", "--out", tmp_path / "x"], capsys),
+             "--seeds --out: --table only prints the table of saved outputs, it trains nothing")
+    assert cli(script("default_run").main, ["--table", path], capsys)[0] == 0
+
+
 def test_default_run_table_of_runs_one_with_an_infinite_ratio(tmp_path, capsys):
     """Two current runs, one whose best head put no weight on the distractor (ratio inf, a figure
     saved_runs accepts): the mean row was a TypeError (no sd of an infinite value); now the mean alone."""
@@ -387,6 +396,7 @@ def test_reproduce_stories_trains_and_measures_the_corpus_of_its_sets(tmp_path, 
     assert train[0] == "train.py" and train[-2:] == ["data.stories_chars=20000", "data.stories_seed=7"], train
     result = json.loads(out.splitlines()[-1])
     assert result["share_in_corpus"] == 1.0 and result["unknown_examples"] == [], result
+    assert result["run"] == str((tmp_path / "out" / "run").resolve())  # (--out-dir DIR trains DIR/run: said)
 
 
 def test_reproduce_whole_val_loss_scores_every_token_once_against_the_next(tmp_path, monkeypatch, tiny_model_config,
@@ -424,6 +434,7 @@ def test_reproduce_whole_val_loss_scores_every_token_once_against_the_next(tmp_p
     (["--out-dir", ""], ["--out-dir", "empty path"]),
     (["--out-dir", "FILE"], ["--out-dir=", "is a file"]),
     (["--config", "nonexistent.yaml"], ["--config nonexistent.yaml", "is for shakespeare"]),  # (it was ignored)
+    (["--text", "/nonexistent/file.txt"], ["--text /nonexistent/file.txt", "is for shakespeare"]),  # (so was this)
     # trained on it, yet measured against the generated stories, the override recorded nowhere
     (["--set", "data.dataset=other.txt"], ["--set data.dataset=... is not taken", "generated stories"]),
 ])
@@ -604,6 +615,11 @@ def test_page_faults_without_faults_kept_is_no_ratio(capsys, monkeypatch):
     assert "no faults at all with keep_freed_memory(); step time 1.00x" in out and "9200.0x" not in out
     monkeypatch.setattr(module, "measure", lambda mode, steps: (0.5 if mode == "keep" else 9200.0, 0.1))
     assert "ratio 18400.0x fewer" in cli(module.main, ["--reps", "1"], capsys)[1]
+    # keep_freed_memory() faulting more (a busy machine): "ratio 0.0x fewer" before
+    monkeypatch.setattr(module, "measure", lambda mode, steps: (1.0 if mode == "keep" else 0.0, 0.1))
+    assert "no faults at all with the glibc defaults" in cli(module.main, ["--reps", "1"], capsys)[1]
+    monkeypatch.setattr(module, "measure", lambda mode, steps: (30.0 if mode == "keep" else 10.0, 0.1))
+    assert "ratio 3.0x more with keep_freed_memory()" in cli(module.main, ["--reps", "1"], capsys)[1]
 
 
 def test_ablation_table_reads_a_good_saved_output(tmp_path, capsys):
@@ -751,6 +767,39 @@ def test_ablation_table_refuses_a_run_given_twice(tmp_path, capsys):
         one_line(cli(script("ablation_table").main, args, capsys), "seed1.json is given twice", "give it once")
 
 
+def test_ablation_table_knows_a_run_by_its_checkpoint(tiny_stories_run, tmp_path, capsys, monkeypatch):
+    """RUN and RUN/best.pt (the checkpoint probe.py reads for RUN), or RUN and a saved probe output of
+    RUN, were two runs: `mean ± sd (2 runs) | 0.0 ± 0.0`, an interval built from one checkpoint."""
+    module = script("ablation_table")
+    monkeypatch.setattr(module, "run", no_long_work)
+    run = str(tiny_stories_run)
+    one_line(cli(module.main, [run, f"{run}/best.pt"], capsys), "best.pt is given twice", f"as {run}")
+    (tmp_path / "saved.json").write_text(json.dumps({**ablation_result(), "run": run}))
+    one_line(cli(module.main, [tmp_path / "saved.json", run], capsys), f"{run} is given twice", "saved.json")
+
+
+def test_ablation_table_refuses_a_run_not_of_the_stories_before_any_probe(tiny_stories_run, tmp_path, capsys,
+                                                                         monkeypatch):
+    """A run trained on other data came to light at its own probe, after the probes of the runs
+    before it (minutes each at the default --stories 100), the table lost."""
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    module = script("ablation_table")
+    monkeypatch.setattr(module, "run", no_long_work)
+    ckpt = load_checkpoint(tiny_stories_run / "best.pt")
+    ckpt["config"]["data"]["dataset"] = "shakespeare.txt"
+    (tmp_path / "other").mkdir()
+    save_checkpoint(tmp_path / "other" / "best.pt", ckpt)
+    one_line(cli(module.main, [tiny_stories_run, tmp_path / "other"], capsys),
+             f"{tmp_path / 'other'} was trained on data.dataset='shakespeare.txt'", "stories corpus")
+
+
+def test_ablation_table_escapes_a_bar_in_a_runs_name(tmp_path, capsys):
+    """A run named s|x broke its row into one column too many (compare.py escapes it)."""
+    (tmp_path / "s|x.json").write_text(json.dumps(ablation_result()))
+    code, out, err = cli(script("ablation_table").main, [tmp_path / "s|x.json"], capsys)
+    assert code == 0 and "| s\\|x | 90.0% |" in out, err
+
+
 def test_ablation_table_labels_a_whole_path_once(tmp_path):
     from scripts.ablation_table import labels
     assert labels([str(tmp_path / "a.json"), str(tmp_path / "a.txt")])[0] == str(tmp_path / "a")  # not '//tmp/...'
@@ -784,6 +833,21 @@ def test_explorer_bench_keeps_both_pages(tmp_path, monkeypatch, capsys):
     code, out, err = cli(module.main, ["--out", tmp_path], capsys)
     assert code == 0 and "one render: 2.5 ms" in out, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["explorer_bench_init.html", "explorer_bench_sharp.html"]
+
+
+def test_explorer_bench_writes_its_pages_without_a_browser_and_leaves_no_temp_folder(tmp_path, monkeypatch, capsys):
+    """Without Chromium, `--out DIR` ("where to write the pages") stayed empty; without --out, each call
+    left a tinygpt-explorer-* folder in the temp folder, never named."""
+    module = script("explorer_bench")
+    monkeypatch.setattr(module.shutil, "which", lambda name: None)
+    code, out, err = cli(module.main, ["--out", tmp_path / "pages"], capsys)
+    assert code == 0 and "no time (no browser" in out, err
+    assert sorted(p.name for p in (tmp_path / "pages").iterdir()) == ["explorer_bench_init.html",
+                                                                       "explorer_bench_sharp.html"]
+    monkeypatch.setattr(module.tempfile, "tempdir", str(tmp_path / "temp"))
+    (tmp_path / "temp").mkdir()
+    assert cli(module.main, [], capsys)[0] == 0
+    assert not list((tmp_path / "temp").iterdir())
 
 
 def test_page_faults_reports_medians_and_keeps_step_time_against_the_defaults(capsys, monkeypatch):

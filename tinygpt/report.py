@@ -260,7 +260,12 @@ def _fmt(column: str, value: Any, markdown: bool) -> str:
         return str(value)[:SHOWN_DIGEST]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _num(column, value)
-    # a | would end the cell, a line break the row (a run folder may be named with either)
+    return markdown_cell(value)
+
+
+def markdown_cell(value: Any) -> str:
+    """Text for a Markdown table cell: a | would end the cell, a line break the row (a run folder may be
+    named with either)."""
     return " ".join(str(value).splitlines()).replace("|", "\\|")
 
 
