@@ -33,9 +33,9 @@ import torch
 
 from data.prepare import Prepared, get_batch, load_for_training, prepare, same_dataset, token_keys, vocab_note
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimizer, load_weights,
-                                model_from_checkpoint, resolve_checkpoint, restore_rng_state, save_checkpoint,
-                                sweep_temp_files)
+from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimizer, load_run_checkpoint,
+                                load_weights, model_from_checkpoint, resolve_checkpoint, restore_rng_state,
+                                save_checkpoint, sweep_temp_files)
 from tinygpt.config import (FROM_WEIGHTS, Config, config_from_dict, config_source, config_to_dict, flat_config,
                             load_config, same_path)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
@@ -184,8 +184,7 @@ def load_init(cfg: Config) -> tuple[GPT, dict[str, Any], str]:
     """train.init_from (fine-tuning): the starting weights, their checkpoint, and the line that says
     so (printed once the data is known to fit them); the model config becomes theirs."""
     try:  # not found, a config given for a run, a file that is no checkpoint: the message names the key
-        path = resolve_checkpoint(cfg.train.init_from)
-        ckpt = load_checkpoint(path)
+        path, ckpt = load_run_checkpoint(cfg.train.init_from)
         model, init_cfg = model_from_checkpoint(ckpt, path)
     except UserError as e:
         raise UserError(f"train.init_from: {e}") from None

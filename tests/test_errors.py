@@ -1538,6 +1538,19 @@ def test_9_init_from_a_file_that_is_no_checkpoint_names_the_key(tmp, run, capsys
     assert line.startswith("error: train.init_from: ")
 
 
+def test_9_init_from_a_run_with_a_damaged_best_pt_points_to_its_ckpt_pt(tmp, run, capsys):
+    """As sample.py and export.py do: the run's other checkpoint loads, and the line says so."""
+    copy = tmp / "refused" / "damaged_best"
+    shutil.copytree(run, copy)
+    best = (copy / "best.pt").read_bytes()
+    (copy / "best.pt").write_bytes(best[:len(best) // 2])
+    out = tmp / "refused" / "init_damaged"
+    result = in_process("train.py", [*sets(tmp, out, f"train.init_from={copy}"), "--quiet"], capsys)
+    one_line(result, f"train.init_from: {copy}/best.pt is truncated",
+             f"the run's other checkpoint loads: give it instead, {copy}/ckpt.pt")
+    assert not out.exists()
+
+
 def test_15_a_file_named_tensorboard_in_out_dir_is_one_line(tmp, capsys):
     pytest.importorskip("tensorboard")
     folder = tmp / "refused" / "tb_file"

@@ -877,14 +877,13 @@ def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], mode
                               + (" or are negative" if key == "exp_avg_sq" else ""))
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokenizer: bool = True
-               ) -> tuple[GPT, Config, Tokenizer | None, dict[str, Any]]:
-    """Run directory or checkpoint -> (model in eval mode, Config, Tokenizer, checkpoint dict).
-    with_tokenizer=False skips building the tokenizer (None): a tiktoken encoding may be offline,
-    and an export does not need it."""
-    given, path = Path(path), resolve_checkpoint(path)
+def load_run_checkpoint(given: str | Path, device: str | torch.device = "cpu") -> tuple[Path, dict[str, Any]]:
+    """A run directory or checkpoint file -> (the checkpoint's path, its contents). A run's damaged
+    best.pt is refused with a pointer to its ckpt.pt where that one loads."""
+    given = Path(given)
+    path = resolve_checkpoint(given)
     try:
-        ckpt = load_checkpoint(path, map_location=device)
+        return path, load_checkpoint(path, map_location=device)
     except UserError as e:  # a run's damaged best.pt: its ckpt.pt may be whole
         other = path.with_name("ckpt.pt")
         if not (given.is_dir() and path.name == "best.pt" and other.is_file()):
@@ -894,6 +893,14 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokeni
         except UserError:
             raise e from None
         raise UserError(f"{e}; the run's other checkpoint loads: give it instead, {path_word(other)}") from None
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokenizer: bool = True
+               ) -> tuple[GPT, Config, Tokenizer | None, dict[str, Any]]:
+    """Run directory or checkpoint -> (model in eval mode, Config, Tokenizer, checkpoint dict).
+    with_tokenizer=False skips building the tokenizer (None): a tiktoken encoding may be offline,
+    and an export does not need it."""
+    path, ckpt = load_run_checkpoint(path, device)
     model, cfg = model_from_checkpoint(ckpt, path)
     try:
         tokenizer = tokenizer_from_dict(ckpt["tokenizer"]) if with_tokenizer else None
