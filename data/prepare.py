@@ -344,6 +344,9 @@ def _fingerprint(d: DataConfig) -> dict:
     # while it counted for all tokenizers, so those folders keep their names; either value now finds them
     settings = {"version": PREP_VERSION, "compact_vocab": True, **{key: getattr(d, key) for key in token_keys(d)}}
     if not _is_builtin(d.dataset):
+        # the files stand for the path: `x.txt`, `./x.txt`, its absolute path or a link to it are one source,
+        # one folder (each spelling had its own folder, prepared again)
+        del settings["dataset"]
         # ctime too: on POSIX a file rewritten with its size and mtime kept (cp -p, rsync -t, an archive)
         # has a new ctime, which no tool sets back (a chmod or a new link changes it too: a rebuild)
         settings["files"] = [(str(f.resolve()), (s := f.stat()).st_size, s.st_mtime_ns, s.st_ctime_ns)
@@ -374,7 +377,8 @@ def prepared_dir(d: DataConfig) -> Path:
     key = {k: v for k, v in settings.items() if k != "files"}
     key["paths"] = [f[0] for f in settings.get("files", [])]
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-    name = d.dataset if _is_builtin(d.dataset) else Path(d.dataset).stem.lstrip(".") or "text"  # (not hidden)
+    # (resolved: a link is named as its file; not hidden: no leading '.')
+    name = d.dataset if _is_builtin(d.dataset) else Path(d.dataset).expanduser().resolve().stem.lstrip(".") or "text"
     while len(os.fsencode(name)) > MAX_NAME_BYTES:  # a long file name: the folder's, with a temp
         name = name[:-1]                            # suffix, must stay within NAME_MAX (255 bytes)
     return Path(d.prepared_dir) / f"{name}-{d.tokenizer}-{digest}"

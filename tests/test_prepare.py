@@ -705,6 +705,22 @@ def test_a_dataset_spelt_two_ways_is_the_same_dataset(tmp_path, monkeypatch):
     assert not prep.same_dataset("stories", "./stories")
 
 
+def test_a_file_spelt_two_ways_is_prepared_once(tmp_path, monkeypatch):
+    """`data.dataset=x.txt`, then `./x.txt` (or its absolute path, or a link to it): each spelling
+    got a folder of its own, the same text prepared again."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.txt").write_text("To be, or not to be, that is the question.\n" * 40)
+    (tmp_path / "link.txt").symlink_to("x.txt")
+    made = set()
+    for spelling in ("x.txt", "./x.txt", str(tmp_path / "x.txt"), "link.txt"):
+        cfg = load_config(ROOT / "configs/shakespeare_char.yaml",
+                          [f"data.dataset={spelling}", f"data.prepared_dir={tmp_path / 'prepared'}"])
+        made.add(prep.prepare(cfg, show_progress=False))
+        assert prep.load_for_training(cfg, "--set").train.size > 0
+    assert len(made) == 1 and [p.name for p in (tmp_path / "prepared").iterdir()] == [made.pop().name]
+    assert next((tmp_path / "prepared").iterdir()).name.startswith("x-char-")  # (the link: named as its file)
+
+
 @pytest.mark.parametrize("pattern", ["gpt2", "cl100k_base", "o200k_base"])
 def test_chunked_encoding_gives_the_whole_texts_tokens_at_runs_of_whitespace(pattern, monkeypatch):
     # a chunk cut after the first of several line breaks split the run otherwise than the whole
