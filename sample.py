@@ -565,21 +565,24 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
 def read_prompts() -> Iterator[str | bytes]:
     """The lines of standard input, without their newline: at a terminal, typed (str) after a "> "
     prompt, with line editing and a one-line greeting on stderr; piped, each line's bytes, at most
-    MAX_PROMPT_BYTES and a CRLF (a longer line is yielded at once, for decode_prompt to refuse, and its
-    rest skipped; a line without end, /dev/zero's, stops the command after MAX_SKIPPED bytes)."""
+    MAX_PROMPT_BYTES and a CRLF (a longer line has its rest skipped, then is yielded cut, for
+    decode_prompt to refuse; a line without end, /dev/zero's, stops the command after MAX_SKIPPED
+    bytes, with that one line)."""
     if not sys.stdin.isatty():
         stdin, cap = sys.stdin.buffer, MAX_PROMPT_BYTES + 2  # a prompt of the limit and its CRLF
+        number = 0
         while line := stdin.readline(cap):
+            number += 1
             longer = len(line) == cap and not line.endswith(b"\n")  # readline stopped at its cap
-            yield line[:-2] if line.endswith(b"\r\n") else line.removesuffix(b"\n")  # (a Windows file's lines too)
             skipped = 0
             while longer:  # skip the rest of the line
                 rest = stdin.readline(cap)
                 skipped += len(rest)
                 longer = len(rest) == cap and not rest.endswith(b"\n")
                 if longer and skipped > MAX_SKIPPED:
-                    raise UserError(f"standard input has a line of more than {MAX_SKIPPED:,} bytes (no newline): "
-                                    f"no prompts; stopped reading it")
+                    raise UserError(f"line {number} of standard input runs past {MAX_SKIPPED:,} bytes with no "
+                                    f"newline: no prompts; stopped reading it")
+            yield line[:-2] if line.endswith(b"\r\n") else line.removesuffix(b"\n")  # (a Windows file's lines too)
         return
     print("type a prompt and press Enter; Ctrl-C stops an answer, Ctrl-D quits", file=sys.stderr)
     while True:

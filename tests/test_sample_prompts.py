@@ -291,15 +291,27 @@ def test_more_threads_than_cores_is_warned(tiny_stories_run, capsys):
 
 def test_interactive_stops_at_a_piped_line_without_end(tiny_stories_run, monkeypatch, capsys):
     """`sample.py RUN --interactive < /dev/zero` spun for good, without a word: an overlong line was
-    refused only at its newline. It is refused at once; past MAX_SKIPPED more bytes, reading stops."""
+    refused only at its newline. Past MAX_SKIPPED bytes, reading stops, with one line for the one
+    cause (the line's own refusal came first, two errors for one line)."""
     monkeypatch.setattr(sample, "MAX_PROMPT_BYTES", 64)
     monkeypatch.setattr(sample, "MAX_SKIPPED", 1000)
     stdin = io.TextIOWrapper(io.BytesIO(b"Mia had\n" + bytes(100_000)), encoding="utf-8")
     monkeypatch.setattr(sys, "stdin", stdin)
-    with pytest.raises(UserError, match=r"^standard input has a line of more than 1,000 bytes \(no newline\)"):
-        sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=io.StringIO())
+    answers = io.StringIO()
+    with pytest.raises(UserError, match=r"^line 2 of standard input runs past 1,000 bytes with no newline: no "
+                                        r"prompts; stopped reading it$"):
+        sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=answers)
     assert stdin.buffer.tell() < 2000  # (not read to its end)
-    assert "more than the 64 bytes" in capsys.readouterr().err  # the line's own refusal came first
+    assert "Mia had" in answers.getvalue()  # the line before was answered
+    assert "error" not in capsys.readouterr().err
+    # a long line that does end is refused alone, and the next one answered
+    stdin = io.TextIOWrapper(io.BytesIO(b"x" * 500 + b"\nMia had\n"), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    answers = io.StringIO()
+    with pytest.raises(UserError, match=r"^1 of the 2 lines of standard input was refused"):
+        sample.main([str(tiny_stories_run), "--interactive", *GREEDY], out=answers)
+    assert "Mia had" in answers.getvalue()
+    assert "error: line 1 of standard input has more than the 64 bytes" in capsys.readouterr().err
 
 
 @pytest.mark.slow
