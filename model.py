@@ -33,7 +33,8 @@ class ModelConfig:
     n_embd: int = 128  # residual stream width C
     dropout: float = 0.0  # dropout probability on the embeddings, attention weights and residual branches
     bias: bool = False  # bias in Linear layers and LayerNorms (never in the LM head: it is the tied embedding)
-    causal: bool = True  # mask future keys; false = bidirectional (an experiment: generation fails)
+    causal: bool = True  # mask future keys; false = bidirectional (an experiment: it trains seeing the future,
+    # so it generates garbage; sample.py refuses it without --force, and generation runs without the KV cache)
     vocab_size: int = 0  # number of token ids: always the tokenizer's (set when the data is loaded)
 
 # ---- the attention math. `attention` is the formula: the notebook and the tests call it, and the model
@@ -55,7 +56,9 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
 def causal_mask(T_q: int, T_k: int, device: torch.device | None = None) -> torch.Tensor:
     """(Tq, Tk) bool, True = may attend. The Tq queries are the last Tq of the Tk positions, so
     query i sits at position Tk - Tq + i and may attend keys 0 .. Tk - Tq + i."""
-    return torch.ones(T_q, T_k, dtype=torch.bool, device=device).tril_(diagonal=T_k - T_q)  # (in place: one copy)
+    query_pos = torch.arange(T_k - T_q, T_k, device=device)  # (Tq,)
+    key_pos = torch.arange(T_k, device=device)  # (Tk,)
+    return key_pos[None, :] <= query_pos[:, None]  # (Tq, Tk): a key at or before the query's own position
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -98,22 +101,20 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     return (att @ v.reshape(B * nh, Tk, hs)).view(B, nh, Tq, hs)  # (B*nh, Tq, hs) -> (B, nh, Tq, hs)
 
 
-def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                    dropout_p: float = 0.0) -> torch.Tensor:
-    """The formula in the fastest kernel for the case (tested equal to `attention`); no weights.
+    """`attention` under causal_mask (or no mask) in the fastest kernel for the case; no weights.
 
-    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs) -> y (B, nh, Tq, hs). mask must be None or the causal
-    mask (Tq, Tk) of the last Tq of Tk positions, as CausalSelfAttention slices it: where it is implied
-    (one query sees every key; a square one is the plain lower triangle) the fused kernels do not read
-    it, so for any other mask call `attention`."""
+    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), the Tq queries the last of the Tk positions -> y (B, nh, Tq, hs).
+    It knows no other mask: the fused kernels build the causal one themselves (tested equal to `attention`)."""
     Tq, Tk = q.size(2), k.size(2)
-    if Tq > 1 and q.device.type == "cpu" and q.dtype == torch.bfloat16:
-        return matmul_attention(q, k, v, mask, dropout_p)  # CPU + bfloat16: see its docstring
-    if mask is None or Tq == 1:  # no mask (causal=false), or one new query, which sees every cached key
+    if Tq > 1 and q.device.type == "cpu" and q.dtype == torch.bfloat16:  # CPU + bfloat16: see matmul_attention
+        return matmul_attention(q, k, v, causal_mask(Tq, Tk, q.device) if causal else None, dropout_p)
+    if not causal or Tq == 1:  # no mask, or one new query, which may attend every cached key
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
-    if Tq == Tk:  # no cache: the plain lower-triangular mask
+    if Tq == Tk:  # no cache: the plain lower triangle
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(Tq, Tk, q.device), dropout_p=dropout_p)
 
 
 class HeadTrace(NamedTuple):
@@ -133,16 +134,13 @@ class CausalSelfAttention(nn.Module):
         C = cfg.n_embd
         self.n_head = cfg.n_head
         self.causal = cfg.causal
-        self.dropout = cfg.dropout
+        self.attn_dropout_p = cfg.dropout  # on the attention weights, while training
         # W_Q, W_K, W_V for all heads at once: head h owns output columns h*hs .. (h+1)*hs
         self.q_proj = nn.Linear(C, C, bias=cfg.bias)
         self.k_proj = nn.Linear(C, C, bias=cfg.bias)
         self.v_proj = nn.Linear(C, C, bias=cfg.bias)
         self.out_proj = nn.Linear(C, C, bias=cfg.bias)  # mixes the concatenated heads
         self.resid_dropout = nn.Dropout(cfg.dropout)
-        # (block_size, block_size) True = may attend (key <= query position): built once and sliced per
-        # call (row Tk - T + i is causal_mask(T, Tk)'s row i), never saved
-        self.register_buffer("causal_mask", causal_mask(cfg.block_size, cfg.block_size), persistent=False)
 
     def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None,
                 need_weights: bool = False) -> tuple[torch.Tensor, HeadTrace | None]:
@@ -160,13 +158,13 @@ class CausalSelfAttention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs), k v (B, nh, Tk, hs)
         Tk = k.size(2)
         # 3) scores, mask, softmax  4) weight the values
-        mask = self.causal_mask[Tk - T:Tk, :Tk] if self.causal else None  # (T, Tk): our T are the last of the Tk
-        dropout_p = self.dropout if self.training else 0.0
+        dropout_p = self.attn_dropout_p if self.training else 0.0
         if need_weights:  # the readable path, exactly the formula
+            mask = causal_mask(T, Tk, x.device) if self.causal else None  # (T, Tk): our T are the last of the Tk
             y, att = attention(q, k, v, mask, dropout_p)  # (B, nh, T, hs), (B, nh, T, Tk)
             trace = HeadTrace(att, y)
-        else:  # the fast path: same maths, no weights
-            y, trace = fast_attention(q, k, v, mask, dropout_p), None  # (B, nh, T, hs)
+        else:  # the fast path: the same maths under the same mask, no weights
+            y, trace = fast_attention(q, k, v, self.causal, dropout_p), None  # (B, nh, T, hs)
         # 5) merge heads (concatenate), project
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.resid_dropout(self.out_proj(y)), trace
@@ -265,9 +263,12 @@ class GPT(nn.Module):
              need_weights: bool) -> tuple[torch.Tensor, list[HeadTrace]]:
         """The forward pass: idx (B, T) -> logits (B, T, V) and one HeadTrace (or None) per layer."""
         B, T = idx.shape
+        if kv_caches and not self.config.causal:  # there, a later token changes the earlier positions' keys
+            raise ValueError("a KV cache is exact only under the causal mask (causal=False): call without kv_caches")
         start = kv_caches[0].length if kv_caches else 0  # absolute position of idx[:, 0]
         if start + T > self.config.block_size:
-            raise ValueError(f"sequence of {start + T} tokens exceeds block_size={self.config.block_size}")
+            raise ValueError(f"sequence of {start + T} tokens exceeds block_size={self.config.block_size}: pass at "
+                             f"most block_size tokens (generate_steps crops the context)")
         pos = torch.arange(start, start + T, device=idx.device)  # (T,)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C)
         traces = []

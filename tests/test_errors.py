@@ -554,7 +554,7 @@ def test_6_yaml_nested_20000_deep_is_one_line(tmp, capsys):
 @pytest.mark.parametrize("override, culprit", [
     ("model.n_embd=1000000000", "needs at least"),
     ("model.n_layer=1000000000", "needs at least"),
-    ("model.block_size=100000000000", "attention masks"),
+    ("model.block_size=100000000000", "activations"),
     ("train.batch_size=1000000000", "activations"),
     ("train.grad_accum=1000000000", "one optimizer step"),
     ("train.eval_iters=1000000000", "one evaluation"),

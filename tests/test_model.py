@@ -73,7 +73,20 @@ def test_fast_attention_masks_several_new_queries_after_a_cache():
     q = torch.randn(2, 3, 2, 4)
     k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
     mask = causal_mask(2, 5)
-    torch.testing.assert_close(fast_attention(q, k, v, mask), attention(q, k, v, mask)[0], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(fast_attention(q, k, v, True), attention(q, k, v, mask)[0], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bfloat16 on a CPU: matmul_attention
+@pytest.mark.parametrize("T_q, T_k", [(5, 5), (1, 5), (2, 5)])  # no cache, one new query, several
+@pytest.mark.parametrize("causal", [True, False])
+def test_fast_attention_is_attention_under_causal_mask_or_none(T_q, T_k, causal, dtype):
+    """fast_attention took a mask it did not read where the fused kernels imply one: an edited mask
+    changed the readable path only. It now takes `causal` and builds nothing else."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, T, 8).to(dtype) for T in (T_q, T_k, T_k))
+    mask = causal_mask(T_q, T_k) if causal else None
+    tol = 1e-6 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(fast_attention(q, k, v, causal), attention(q, k, v, mask)[0], atol=tol, rtol=tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bfloat16: the CPU's fast path with Tq > 1
@@ -191,8 +204,10 @@ def test_kv_cache_fed_three_tokens_at_a_time_equals_recomputation(tiny_model_con
 def test_kv_cache_equals_recomputation_only_when_causal(tiny_model_config):
     cfg = replace(tiny_model_config, block_size=128)
     assert _cached_vs_uncached(make_model(cfg), 120) < 1e-5
-    # without the mask earlier positions would attend to later ones, so cached keys go stale
-    assert _cached_vs_uncached(make_model(cfg, causal=False), 120) > 1e-4
+    # without the mask earlier positions attend to later ones, so cached keys would go stale: refused
+    # (it returned wrong logits)
+    with pytest.raises(ValueError, match="a KV cache is exact only under the causal mask"):
+        _cached_vs_uncached(make_model(cfg, causal=False), 120)
 
 
 def test_generate_cached_equals_uncached_past_block_size(tiny_model_config):
@@ -273,8 +288,7 @@ def test_initialisation(tiny_model_config):
             assert abs(last.weight.std().item() - 0.02 / math.sqrt(8)) < 0.001
     assert abs(model.blocks[0].mlp.fc.weight.std().item() - 0.02) < 0.002
     assert abs(model.blocks[0].attn.q_proj.weight.std().item() - 0.02) < 0.002
-    assert model.blocks[0].attn.causal_mask.shape == (16, 16)
-    assert "blocks.0.attn.causal_mask" not in model.state_dict()  # never saved
+    assert list(model.buffers()) == []  # no (block_size, block_size) mask kept per layer: built per call
 
 
 def test_sample_next_rules():
@@ -425,7 +439,8 @@ def test_top_k_beyond_the_vocabulary_keeps_every_token():
 
 def test_the_causal_mask_is_built_without_a_second_copy():
     """torch.ones(T, T).tril() held two T x T tensors at once: an imported GPT-2 of 40,000 positions
-    peaked at 3.4 GB where the memory check counted 1.6 GB. tril_ builds it in place."""
+    peaked at 3.4 GB where the memory check counted 1.6 GB. It is now one comparison of two position
+    vectors, which allocates only its result."""
     code = ("import resource, sys, torch, model\n"
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "model.causal_mask(16_000, 16_000)\n"

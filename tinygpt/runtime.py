@@ -824,11 +824,10 @@ LAYER_OBJECTS = 37_000  # bytes of Python and torch objects a Block takes beside
 
 
 def model_memory(m: ModelConfig) -> dict[str, int]:
-    """Bytes a GPT(m) takes at least, by part: float32 weights, the per-layer causal masks, and each
-    layer's modules (what counts in a model of millions of layers 1 wide: 37 KB each, 345 GB for 10
-    million, which the weights alone put at 0.6 GB)."""
-    return {"weights": 4 * GPT.count_params(m), "attention masks": m.n_layer * m.block_size ** 2,
-            "layers' modules": m.n_layer * LAYER_OBJECTS}
+    """Bytes a GPT(m) takes at least, by part: float32 weights and each layer's modules (what counts in
+    a model of millions of layers 1 wide: 37 KB each, 345 GB for 10 million, which the weights alone
+    put at 0.6 GB)."""
+    return {"weights": 4 * GPT.count_params(m), "layers' modules": m.n_layer * LAYER_OBJECTS}
 
 
 def training_memory(m: ModelConfig, batch_size: int, dtype: str) -> dict[str, int]:
