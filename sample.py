@@ -168,6 +168,11 @@ def check_args(args) -> None:
     if args.list_vocab and any(asked.values()):  # (they were ignored: no page written, exit 0)
         raise UserError(f"--list-vocab prints the vocabulary and nothing else: drop "
                         f"{' and '.join(flag for flag, given in asked.items() if given)}, or --list-vocab")
+    files = [flag for flag in ("--attention-html", "--attention-png") if asked[flag]]
+    if args.interactive and files:  # (each answer's files replaced the last one's, without a word)
+        raise UserError(f"{' and '.join(files)} with --interactive: every answer would overwrite the last one's "
+                        f"{'files' if len(files) > 1 else 'page' if asked['--attention-html'] else 'heatmaps'}; give "
+                        f"each prompt its own call (--prompt TEXT), or drop {' and '.join(files)}")
     per_sample = args.attention_html is not None or (args.attention_png is not None and args.attention_of == "all")
     if per_sample and args.num_samples > MAX_SAMPLE_FILES:  # (their names were listed, and checked, first)
         raise UserError(f"--num-samples={args.num_samples:,} with --attention-html, or --attention-png and "

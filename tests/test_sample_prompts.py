@@ -289,6 +289,23 @@ def test_more_threads_than_cores_is_warned(tiny_stories_run, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, named", [
+    (["--attention-html", "PAGE"], "--attention-html with --interactive: every answer would overwrite the last one's page"),
+    (["--attention-png", "DIR"], "--attention-png with --interactive: every answer would overwrite the last one's heatmaps"),
+    (["--attention-html", "PAGE", "--attention-png", "DIR"], "--attention-html and --attention-png with --interactive"),
+])
+def test_interactive_refuses_the_files_each_answer_would_overwrite(tiny_stories_run, tmp_path, monkeypatch, flags,
+                                                                  named):
+    """Two piped prompts with --attention-html: `saved page.html` twice, the second answer's page in
+    place of the first's, titled "sample 1". Refused before any answer."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"Mia had\nTom had\n"), encoding="utf-8"))
+    flags = [str(tmp_path / "page.html") if f == "PAGE" else str(tmp_path / "maps") if f == "DIR" else f for f in flags]
+    answers = io.StringIO()
+    with pytest.raises(UserError, match=f"^{re.escape(named)}"):
+        sample.main([str(tiny_stories_run), "--interactive", *GREEDY, *flags], out=answers)
+    assert answers.getvalue() == "" and not (tmp_path / "page.html").exists()
+
+
 def test_interactive_stops_at_a_piped_line_without_end(tiny_stories_run, monkeypatch, capsys):
     """`sample.py RUN --interactive < /dev/zero` spun for good, without a word: an overlong line was
     refused only at its newline. Past MAX_SKIPPED bytes, reading stops, with one line for the one
