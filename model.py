@@ -117,13 +117,13 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(Tq, Tk, q.device), dropout_p=dropout_p)
 
 
+# ---- the transformer ----
+
+
 class HeadTrace(NamedTuple):
     """What one layer's heads did, returned by GPT.forward_with_attention."""
-    weights: torch.Tensor  # (B, nh, T, Tk) weights per head (query x key; Tk = T without a cache); rows sum to 1
+    weights: torch.Tensor  # (B, nh, T, T) weights per head (query x key); rows sum to 1
     outputs: torch.Tensor  # (B, nh, T, hs) each head's output, before the heads are merged
-
-
-# ---- the transformer ----
 
 
 class CausalSelfAttention(nn.Module):
@@ -394,7 +394,8 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
     uses the cache: its earlier positions attend to later ones, so their keys and values change with
     every new token. Call model.eval() first (checkpoint loading does): dropout would change the tokens."""
     if idx.size(1) == 0 or idx.min() < 0 or idx.max() >= model.config.vocab_size:
-        raise ValueError(f"idx must hold at least one token, each an id in 0..{model.config.vocab_size - 1}")
+        got = f"ids {idx.min().item()}..{idx.max().item()}" if idx.numel() else "no token"
+        raise ValueError(f"idx must hold at least one token, each an id in 0..{model.config.vocab_size - 1}: got {got}")
     block_size = model.config.block_size
     use_cache = use_cache and model.config.causal
     decode_step = model if decode_step is None else decode_step  # the one-token step with the cache
@@ -402,6 +403,8 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
     caches = None
     for _ in range(max_new_tokens):
         if window.size(1) > block_size:  # the last token did not fit: slide the window, drop the cache
+            # (by half a block, not one token: the cache is refilled once per block_size // 2 tokens, not
+            # every step; the uncached path slides alike, giving up context to give the same logits)
             window, caches = window[:, -max(1, block_size // 2):], None
         if not use_cache:
             logits = model(window)  # (B, W, V): the whole window every step
