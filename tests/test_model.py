@@ -4,6 +4,7 @@ parameter count, initialisation and sampling rules."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -322,8 +323,10 @@ def test_generation_from_no_token_or_an_unknown_id_says_so(tiny_model_config):
     # an IndexError from deep inside ("index -1 is out of bounds", "index out of range in self")
     model = GPT(tiny_model_config).eval()
     V = tiny_model_config.vocab_size
-    for idx in (torch.zeros(1, 0, dtype=torch.long), torch.tensor([[1, V]]), torch.tensor([[-1]])):
-        with pytest.raises(ValueError, match=rf"^idx must hold at least one token, each an id in 0\.\.{V - 1}$"):
+    for idx, got in ((torch.zeros(1, 0, dtype=torch.long), "no token"), (torch.tensor([[1, V]]), f"ids 1..{V}"),
+                     (torch.tensor([[-1]]), "ids -1..-1")):
+        with pytest.raises(ValueError, match=rf"^idx must hold at least one token, each an id in 0\.\.{V - 1}: "
+                                             rf"got {re.escape(got)}$"):
             next(generate_steps(model, idx, 3))
     assert len(list(generate_steps(model, torch.tensor([[V - 1]]), 3))) == 3
 
