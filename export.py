@@ -12,7 +12,6 @@ The output folder appears whole or not at all; it must be new, empty or an earli
 """
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Sequence
 
@@ -21,7 +20,8 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     stop_while_starting()
 
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.errors import ArgParser, UserError, count, path_arg, path_word, run_cli, script_word, work_is_files
+from tinygpt.errors import (ArgParser, UserError, count, path_arg, path_word, run_cli, script_word, shell_join,
+                            shell_quote, work_is_files)
 from tinygpt.hf import HF_FILES, export_hf, import_hf
 
 
@@ -48,15 +48,15 @@ def main(argv: Sequence[str] | None = None) -> Path:
         path = import_hf(args.src, args.out, args.force)
         ckpt = load_checkpoint(path)
         m = ckpt["config"]["model"]
-        print(f"wrote {path} and config.yaml ({count(m['n_layer'], 'layer')}, {count(m['n_head'], 'head')}, "
-              f"n_embd {m['n_embd']}, vocab {ckpt['tokenizer']['vocab_size']}); "
-              f"sample with: {shlex.join(['python', script_word('sample.py'), path_word(args.out)])}"
+        print(f"wrote {shell_quote(path)} and config.yaml ({count(m['n_layer'], 'layer')}, "
+              f"{count(m['n_head'], 'head')}, n_embd {m['n_embd']}, vocab {ckpt['tokenizer']['vocab_size']}); "
+              f"sample with: {shell_join(['python', script_word('sample.py'), path_word(args.out)])}"
               + (" (its tiktoken tokenizer needs the encoding's file: offline, set TIKTOKEN_CACHE_DIR)"
                  if ckpt["tokenizer"].get("kind") == "tiktoken" else ""))
         return path
     out = export_hf(args.src, args.out, args.force)
-    print(f"wrote {', '.join(HF_FILES)} into {out}; generate with transformers alone: "
-          f"pipeline('text-generation', model={str(out)!r}) (see {out / 'README_EXPORT.md'})")
+    print(f"wrote {', '.join(HF_FILES)} into {shell_quote(out)}; generate with transformers alone: "
+          f"pipeline('text-generation', model={str(out)!r}) (see {shell_quote(out / 'README_EXPORT.md')})")
     return out
 
 

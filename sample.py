@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import shlex
 import sys
 from collections import deque
 from contextlib import nullcontext
@@ -65,7 +64,7 @@ from tinygpt.checkpoint import (check_name_fits, check_writable, load_model, odd
                                 resolve_checkpoint)
 from tinygpt.config import MAX_THREADS
 from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, file_arg, path_arg, path_word,
-                            read_capped, run_cli, script_word, short)
+                            read_capped, run_cli, script_word, shell_join, shell_quote, short)
 from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.runs import run_lock, run_name, training_note
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
@@ -237,7 +236,7 @@ def check_output_files(args, n_layer: int) -> None:
     files = []
     if args.attention_png is not None and args.attention_png.suffix.lower() == ".png" \
             and not args.attention_png.is_dir():  # (a folder of that name, made by the user, is taken)
-        folder = shlex.quote(path_word(args.attention_png.with_suffix("")))
+        folder = shell_quote(path_word(args.attention_png.with_suffix("")))
         raise UserError(f"--attention-png takes a folder, not a file name: the heatmaps go into it, one per layer "
                         f"(attention_layer0.png, ...); give e.g. {folder}")
     if args.attention_png is not None:
@@ -509,7 +508,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         ids = encode_prompt(tokenizer, prompt)
     except UserError as e:
         raise UserError(f"{e}; see the whole vocabulary with: "
-                        f"{shlex.join(['python', script_word('sample.py'), path_word(args.run), '--list-vocab'])}") from None
+                        f"{shell_join(['python', script_word('sample.py'), path_word(args.run), '--list-vocab'])}") from None
     idx = torch.tensor([ids], dtype=torch.long, device=gen.device)  # (1, T)
     heatmaps = []
     if args.show_attention and args.attention_of == "prompt":

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import math
 import secrets
-import shlex
 import signal
 import sys
 import time
@@ -39,7 +38,7 @@ from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimiz
 from tinygpt.config import (FROM_WEIGHTS, Config, config_from_dict, config_source, config_to_dict, flat_config,
                             load_config, same_path)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
-                            short, stopping_on_a_signal, work_is_files)
+                            shell_join, shell_quote, short, stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from, resumed_metrics, run_lock,
                           write_config, write_metrics)
@@ -271,7 +270,7 @@ def _tokenizer_words(tok: dict[str, Any]) -> str:
 
 def _setting(value: Any) -> str:
     """A data setting's value as --set takes it (true, not True), quoted for the shell."""
-    return shlex.quote("true" if value is True else "false" if value is False else str(value))
+    return shell_quote("true" if value is True else "false" if value is False else str(value))
 
 
 @dataclass
@@ -663,7 +662,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     stale_png = ckpt is not None and t.plot == "never" and (out_dir / "loss.png").exists()
     png_note = (f"note: --resume with train.plot=never: {out_dir / 'loss.png'} stays as it was, at step {ckpt['step']} "
                 f"or before (draw it again with: "
-                f"{shlex.join(['python', script_word('compare.py'), path_word(out_dir), '--plot-only'])})"
+                f"{shell_join(['python', script_word('compare.py'), path_word(out_dir), '--plot-only'])})"
                 ) if stale_png else None
     own = Path(t.init_from)  # (the folder, or a checkpoint in it)
     if t.init_from and ckpt is None and (same_path(t.init_from, t.out_dir) or (
@@ -746,7 +745,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         force = [] if cfg.model.causal else ["--force"]  # sample.py refuses a model trained without the mask
         print(f"{why}: step {run.step}, best val loss {run.best_val:.4f}, "
               f"{time.perf_counter() - speed['t_start']:.1f} s; "
-              f"sample with: {shlex.join(['python', script_word('sample.py'), path_word(out_dir), *force])}")
+              f"sample with: {shell_join(['python', script_word('sample.py'), path_word(out_dir), *force])}")
     return {"step": run.step, "best_val_loss": run.best_val, "out_dir": str(out_dir)}
 
 

@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import sys
 import time
 import urllib.request
@@ -48,7 +47,7 @@ import torch
 from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, not_regular,
                                 remove_empty, sweep_temp_files)
 from tinygpt.config import Config, DataConfig, config_source, load_config, same_path
-from tinygpt.errors import ArgParser, UserError, first_few, path_word, run_cli, short
+from tinygpt.errors import ArgParser, UserError, first_few, path_word, run_cli, shell_quote, short
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import (MAX_TOKEN_BYTES, DamagedTokenizer, Tokenizer, build_tokenizer, clean_text,
                                tokenizer_from_dict)
@@ -278,7 +277,7 @@ def convert(path: Path, encoding: str, certain: bool) -> str:
 def pasted(path: Path) -> str:
     """`path` as one word of a command the user pastes: quoted for the shell, `./` before a name that
     starts with '-' (`iconv ... -ofoo.txt` wrote into foo.txt)."""
-    return shlex.quote(path_word(path))
+    return shell_quote(path_word(path))
 
 
 def download_shakespeare(folder: Path) -> Path:

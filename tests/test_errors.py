@@ -1857,3 +1857,15 @@ def test_read_capped_refuses_a_device_past_its_limit_and_says_why_it_cannot_read
         read_capped("/dev/zero", 10, lambda size: f"too big: {size}")
     with pytest.raises(UserError, match="^--prompt-file missing cannot be read: No such file or directory$"):
         read_capped(tmp_path / "missing", 10, str, lambda why: f"--prompt-file missing cannot be read: {why}")
+
+
+@pytest.mark.parametrize("word", ["plain", "with space", "it's", "a\nb", "tab\there", "back\\slash\nq'",
+                                  "x\udcff.txt", "rtl\u200fmark", "héllo", "-dash"])
+def test_shell_quote_pastes_back_to_the_word_on_one_line(word):
+    """A command a message suggests names the user's paths: with a line break in one, it split into
+    two lines, and pasted, named another file. bash reads the quoted word back as the word itself."""
+    from tinygpt.errors import shell_join, shell_quote
+    quoted = shell_quote(word)
+    assert "\n" not in quoted and quoted.isprintable()
+    done = subprocess.run(["bash", "-c", f"printf %s {shell_join([word, word])}"], capture_output=True, check=True)
+    assert done.stdout == os.fsencode(word) * 2

@@ -297,6 +297,25 @@ def test_force_never_deletes_a_folder_named_like_a_file_it_writes(tmp_path):
     assert (out / "config.json" / "thesis.txt").read_text() == "precious" and (tmp_path / "r" / "best.pt").is_dir()
 
 
+def test_a_line_break_in_the_folders_name_keeps_each_command_on_one_line(tmp_path, capsys):
+    """`export.py RUN $'out\\nhf'`: the success line split in two at the name; the import's "sample
+    with:" command too, and pasted it named another folder. Names with a control character are
+    written in bash's $'...' form, which pastes as it is."""
+    import subprocess
+    run, _, _ = make_run(tmp_path)
+    hf_dir, back = tmp_path / "out\nhf", tmp_path / "back\nrun"
+    export.main([run, str(hf_dir)])
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and f"into $'{tmp_path}/out\\nhf';" in out, out
+    export.main(["--from-hf", str(hf_dir), str(back)])
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1, out
+    command = out.split("sample with: ", 1)[1].strip()
+    folder = subprocess.run(["bash", "-c", f"set -- {command}; printf %s \"$3\""], capture_output=True,
+                            text=True, check=True).stdout
+    assert folder == str(back) and (back / "ckpt.pt").is_file()
+
+
 def test_an_export_of_a_run_being_trained_says_so(tmp_path, capsys):
     """Its best.pt goes on changing: the export (exit 0) said nothing of the moment it holds."""
     from tinygpt.runs import run_lock

@@ -16,7 +16,6 @@ import os
 import pickle
 import random
 import re
-import shlex
 import shutil
 import stat
 import tempfile
@@ -38,7 +37,8 @@ except ImportError:  # pragma: no cover - Windows: a temp file's writer is told 
 
 from model import GPT
 from tinygpt.config import Config, all_keys, config_from_dict
-from tinygpt.errors import UserError, count, first_few, path_word, reason, script_word, short
+from tinygpt.errors import (UserError, count, first_few, path_word, reason, script_word, shell_join,
+                            shell_quote, short)
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import DamagedTokenizer, Tokenizer, tokenizer_from_dict
 
@@ -397,7 +397,7 @@ def check_writable(path: str | Path, what: str, resume: bool = False) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         fix = ""
         if what in all_keys():  # a setting: say what to set (a resume needs its run there too)
-            fix = (f"; copy the run into a folder you can write and resume it there: cp -a {shlex.quote(str(path))} "
+            fix = (f"; copy the run into a folder you can write and resume it there: cp -a {shell_quote(str(path))} "
                    f"/tmp/tinygpt, then --resume --set {what}=/tmp/tinygpt" if resume else
                    f"; give a folder you can write, e.g. --set {what}=/tmp/tinygpt")
         raise UserError(f"{named} is not writable: {existing} denies writing (permissions or a read-only "
@@ -730,24 +730,24 @@ def resolve_checkpoint(path: str | Path) -> Path:
                                 f"ckpt.pt is a file")
         if (path / "config.json").is_file():  # export.py's output, or a GPT-2 from the Hub
             raise UserError(f"{path} is a Hugging Face model folder, not a run: bring it in as one with "
-                            f"{shlex.join(['python', script_word('export.py'), '--from-hf', path_word(path), 'NEW_RUN_DIR'])}")
+                            f"{shell_join(['python', script_word('export.py'), '--from-hf', path_word(path), 'NEW_RUN_DIR'])}")
         others = sorted(p.name for p in path.glob("*.pt") if p.is_file())  # a checkpoint saved under another name
         if others:
             raise UserError(f"no best.pt or ckpt.pt in {path}, which holds {first_few(others)}: give the file itself, "
-                            f"e.g. {shlex.quote(path_word(path / others[0]))}")
+                            f"e.g. {shell_quote(path_word(path / others[0]))}")
         runs = sorted(d.name for d in path.iterdir()
                       if d.is_dir() and any((d / n).is_file() for n in ("best.pt", "ckpt.pt")))
         if runs:  # a sweep's folder (its runs one level down)
             shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
             raise UserError(f"no checkpoint in {path}, which holds {len(runs)} run(s) ({shown}), as a sweep's folder "
-                            f"does: give one of them, e.g. {shlex.quote(path_word(path / runs[0]))}")
+                            f"does: give one of them, e.g. {shell_quote(path_word(path / runs[0]))}")
         from tinygpt.runs import lock_holder  # (runs imports this module)
         trainer = lock_holder(path)
         if trainer is not None:
             raise UserError(f"{path} is being trained now (process {trainer}) and has no checkpoint yet: the first "
                             f"is saved after its first evaluation; try again then")
         if (path / "config.yaml").is_file():  # a run killed before its first save
-            again = shlex.join(["python", script_word("train.py"), path_word(path / "config.yaml")])
+            again = shell_join(["python", script_word("train.py"), path_word(path / "config.yaml")])
             raise UserError(f"no checkpoint in {path}: its training stopped before it saved one; run that training "
                             f"again, e.g. {again}")
         if prepared_data(path):

@@ -27,6 +27,7 @@ import signal
 import stat
 import sys
 import threading
+import unicodedata
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -523,6 +524,33 @@ def file_arg(text: str) -> Path:
     return path_arg(text)
 
 
+def shell_quote(word: str | Path) -> str:
+    """shlex.quote, but a word holding a control or invisible character (a line break in a file
+    name, a byte that is not UTF-8) in bash's $'...' form with that character escaped: a command in
+    a message stays on one line and pastes as it is."""
+    text = str(word)
+    if not any(unicodedata.category(c).startswith("C") for c in text):
+        return shlex.quote(text)
+    escaped = []
+    for c in text:
+        if c in "\\'":
+            escaped.append("\\" + c)
+        elif "\ud800" <= c <= "\udfff":  # a byte of a name that is not UTF-8, as Python holds it
+            escaped.append("".join(f"\\x{b:02x}" for b in os.fsencode(c)))
+        elif unicodedata.category(c).startswith("C"):
+            escaped.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or
+                           (f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
+                            else f"\\U{ord(c):08x}"))
+        else:
+            escaped.append(c)
+    return "$'" + "".join(escaped) + "'"
+
+
+def shell_join(words: Sequence[str | Path]) -> str:
+    """shlex.join with shell_quote: a command for the user to paste, on one line."""
+    return " ".join(shell_quote(w) for w in words)
+
+
 def path_word(path: str | Path) -> str:
     """A path as a command's argument in a hint: one that starts with '-' gets './', which a
     command line would read as a flag."""
@@ -562,8 +590,8 @@ class ArgParser(argparse.ArgumentParser):
             dashed = [w for w in words if w.startswith("-") and not w.startswith("--") and w != "-"
                       and w not in self._option_string_actions]
             if dashed:
-                message += (f"; {elide(shlex.quote(dashed[0]), 60)} reads as a flag: a path that starts with '-' is "
-                            f"written {elide(shlex.quote('./' + dashed[0]), 60)}")
+                message += (f"; {elide(shell_quote(dashed[0]), 60)} reads as a flag: a path that starts with '-' is "
+                            f"written {elide(shell_quote('./' + dashed[0]), 60)}")
         if message.startswith("unrecognized arguments: ") and "--set" in self._option_string_actions and any(
                 "=" in w and "." in w.partition("=")[0] and not w.startswith("-")
                 for w in message.removeprefix("unrecognized arguments: ").split()):
@@ -573,5 +601,5 @@ class ArgParser(argparse.ArgumentParser):
             flags = [f for f in message.removeprefix("argument ").split(":")[0].split("/") if f in words[:-1]]
             after = words[words.index(flags[0]) + 1] if flags else ""
             if after.startswith("-") and after != "-":
-                message += f"; a value that starts with '-' is written {elide(shlex.quote(f'{flags[0]}={after}'), 60)}"
+                message += f"; a value that starts with '-' is written {elide(shell_quote(f'{flags[0]}={after}'), 60)}"
         raise UserError(f"{message} (see {self.prog} --help)")

@@ -51,7 +51,6 @@ import importlib
 import json
 import os
 import re
-import shlex
 import stat
 import sys
 from contextlib import contextmanager
@@ -65,7 +64,7 @@ from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, file_kind, load_model,
                                 load_weights, odd_file, resolve_checkpoint, resolved, save_checkpoint, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
-from tinygpt.errors import UserError, count, path_word, read_capped, reason, short
+from tinygpt.errors import UserError, count, path_word, read_capped, reason, shell_join, short
 from tinygpt.runs import LOCK, RUN_FILES, training_note, training_now, write_config
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import (GPT2_VOCAB, DamagedTokenizer, Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt,
@@ -408,7 +407,7 @@ def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path
         generation = generation_config(bos, eos, cfg.model.block_size)
         atomic_write_text(tmp / "generation_config.json", json.dumps(generation, indent=2) + "\n")
         atomic_write_text(tmp / "config.json", config)
-        command = shlex.join(["python", "export.py", str(run), "--format", "hf", str(out_dir)])
+        command = shell_join(["python", "export.py", str(run), "--format", "hf", str(out_dir)])
         atomic_write_text(tmp / "README_EXPORT.md", export_readme(
             cfg, tok, f"`{source}` (step {ckpt['step']}) by `{command}`", os.path.abspath(out_dir), bos, eos,
             tokenizer.decode([bos]), caution))
@@ -424,7 +423,7 @@ def export_readme(cfg: Config, tok: dict[str, Any], origin: str, folder: str, bo
     stop = f"; it stops early at token {eos} (end of text)" if eos is not None else ""
     unknown = ("; a character or word outside the vocabulary fails in the tokenizer with `Missing [UNK] token` "
                "(sample.py names it)" if tok.get("kind") in ("char", "word") else "")
-    back = shlex.join(["python", "export.py", "--from-hf", path_word(folder), "OUT_RUN_DIR"])
+    back = shell_join(["python", "export.py", "--from-hf", path_word(folder), "OUT_RUN_DIR"])
     hint = f"# PROMPT: at most {ctx}; do_sample=False: greedy; max_new_tokens=N: N more tokens"
     return f"""\
 # GPT-2 export of a tinygpt run
@@ -488,7 +487,7 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         run = any((folder / name).is_file() for name in ("ckpt.pt", "best.pt"))
         raise UserError(f"{folder} has no config.json: not a Hugging Face model folder" + (
-            f" but a tinygpt run; export it with {shlex.join(['python', 'export.py', str(folder), 'OUT'])}" * run))
+            f" but a tinygpt run; export it with {shell_join(['python', 'export.py', str(folder), 'OUT'])}" * run))
     try:
         hf = json.loads(read_capped(path, CONFIG_JSON_MAX, lambda size: f"{path} is not a model config: a GPT-2 "
                                     f"config.json is about 1 KB (tinygpt's export, with its tokenizer, a few MB), "
