@@ -38,7 +38,7 @@ from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimiz
 from tinygpt.config import (FROM_WEIGHTS, Config, config_from_dict, config_source, config_to_dict, flat_config,
                             load_config, same_path)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
-                            shell_join, shell_quote, short, stopping_on_a_signal, work_is_files)
+                            shell_join, shell_quote, short, stderr_is_terminal, stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from, resumed_metrics, run_lock,
                           write_config, write_metrics)
@@ -540,8 +540,9 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
     t, dist = run.cfg.train, run.dist
     metrics = run.metrics  # a resumed run's rows up to its step (a new run rewrites a killed one's)
     stop = StopFlag()
-    bar = tqdm(total=t.max_iters, initial=run.step, disable=quiet or not dist.master, dynamic_ncols=True,
-               file=sys.stderr)
+    # (a bar only at a terminal: into a log file, `2> log`, it wrote a \r-joined line ten times a second)
+    bar = tqdm(total=t.max_iters, initial=run.step, disable=quiet or not dist.master or not stderr_is_terminal(),
+               dynamic_ncols=True, file=sys.stderr)
     failing = False  # an error on its way out: the clean-up below must not hide it
     # all processes stop together: --stop-at is the same step on each; a signal (here, or in another
     # process of the run) is agreed on every step, and between the micro-batches of a step (its work

@@ -47,7 +47,8 @@ import torch
 from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, not_regular,
                                 remove_empty, sweep_temp_files)
 from tinygpt.config import Config, DataConfig, config_source, load_config, same_path
-from tinygpt.errors import ArgParser, UserError, first_few, path_word, run_cli, shell_quote, short
+from tinygpt.errors import (ArgParser, UserError, first_few, path_word, run_cli, shell_quote, short,
+                            stderr_is_terminal)
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import (MAX_TOKEN_BYTES, DamagedTokenizer, Tokenizer, build_tokenizer, clean_text,
                                tokenizer_from_dict)
@@ -402,8 +403,11 @@ def _encode(tokenizer: Tokenizer, text: str, show_progress: bool, chunk: int = 1
     (CHUNK_END), with a tqdm bar for large inputs."""
     from tqdm import tqdm
     pieces, pos = [], 0
+    long = show_progress and len(text) >= 4 * chunk
+    if long and not stderr_is_terminal():  # (a log file gets one line, not the bar's redraws)
+        print(f"tokenizing {len(text) / 1e6:,.1f} M characters", file=sys.stderr, flush=True)
     with tqdm(total=len(text), unit="char", unit_scale=True, desc="tokenizing",
-              disable=not show_progress or len(text) < 4 * chunk) as bar:
+              disable=not long or not stderr_is_terminal()) as bar:
         while pos < len(text):
             span = pos + CHUNK_SPAN * chunk
             cut = CHUNK_END.search(text, pos + chunk, span)

@@ -705,6 +705,17 @@ def test_a_dataset_spelt_two_ways_is_the_same_dataset(tmp_path, monkeypatch):
     assert not prep.same_dataset("stories", "./stories")
 
 
+def test_tokenizing_into_a_log_file_is_one_line(capsys):
+    """The tokenizing bar of a long text drew its redraws into a log file (`2> log`), \\r-joined; a log
+    now gets one line saying what is under way."""
+    from tinygpt.tokenizer import build_tokenizer
+    text = "the cat sat on the mat.\n" * 2000
+    tokenizer = build_tokenizer("char", text)
+    ids = prep._encode(tokenizer, text, True, chunk=1000)
+    assert ids.tolist() == tokenizer.encode(text)
+    assert capsys.readouterr().err == f"tokenizing {len(text) / 1e6:,.1f} M characters\n"
+
+
 def test_a_file_spelt_two_ways_is_prepared_once(tmp_path, monkeypatch):
     """`data.dataset=x.txt`, then `./x.txt` (or its absolute path, or a link to it): each spelling
     got a folder of its own, the same text prepared again."""

@@ -235,6 +235,19 @@ def test_resume_is_exact_with_dropout(corpus, tmp_path):
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 
+def test_no_progress_bar_into_a_log_file(corpus, tmp_path, capsys):
+    """`train.py CONFIG 2> log`: the bar's redraws went into the file, ten \\r-joined copies a second
+    (hours of training: megabytes of one line). The bar now draws at a terminal only; the eval lines
+    and the end line are still there."""
+    import train
+    args = train_args(corpus, tmp_path / "run", "train.max_iters=10")
+    args.remove("--quiet")
+    train.main(args)
+    out, err = capsys.readouterr()
+    assert "\r" not in err and "it/s" not in err, err
+    assert "step 10: train loss" in out and "done: step 10" in out
+
+
 def test_a_signal_mid_step_undoes_the_step_and_resumes_exactly(corpus, tmp_path, monkeypatch):
     """A Ctrl-C between the micro-batches of a long step (train.grad_accum) stops there, the step
     undone, instead of after the whole step (grad_accum=30000 took 128 s to stop): its checkpoint is

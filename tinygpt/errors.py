@@ -551,6 +551,15 @@ def shell_join(words: Sequence[str | Path]) -> str:
     return " ".join(shell_quote(w) for w in words)
 
 
+def stderr_is_terminal() -> bool:
+    """Is standard error a terminal? Progress bars draw there only: in a log file (`2> log`) a bar's
+    redraws pile up as one line of \r-joined copies."""
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        return False
+
+
 def path_word(path: str | Path) -> str:
     """A path as a command's argument in a hint: one that starts with '-' gets './', which a
     command line would read as a flag."""
