@@ -1869,3 +1869,18 @@ def test_shell_quote_pastes_back_to_the_word_on_one_line(word):
     assert "\n" not in quoted and quoted.isprintable()
     done = subprocess.run(["bash", "-c", f"printf %s {shell_join([word, word])}"], capture_output=True, check=True)
     assert done.stdout == os.fsencode(word) * 2
+
+
+@pytest.mark.parametrize("where", ["configs", "tinygpt", ".", "/", "HOME"])
+def test_a_run_into_a_shared_folder_is_refused(tmp, capsys, monkeypatch, where):
+    """`train.out_dir=configs` (or /, the home folder, the repository): the run's ckpt.pt, config.yaml
+    and metrics.csv went in among the repository's files."""
+    monkeypatch.chdir(ROOT)
+    if where == "HOME":
+        monkeypatch.setenv("HOME", str(tmp / "home"))
+        (tmp / "home").mkdir(exist_ok=True)
+        where = str(tmp / "home")
+    before = sorted(p.name for p in Path(where).iterdir())
+    result = in_process("train.py", [*sets(tmp, Path(where)), "--quiet"], capsys)
+    one_line(result, f"train.out_dir={where!r} is the ", "give it one of its own, e.g. out/NAME")
+    assert sorted(p.name for p in Path(where).iterdir()) == before

@@ -148,6 +148,30 @@ def new_run_from(weights: str | Path) -> str:
     return f"--set {shell_quote(f'train.init_from={weights}')} train.out_dir=NEW_DIR"
 
 
+REPOSITORY = Path(__file__).resolve().parents[1]
+SOURCE_FOLDERS = (".ci", ".git", "configs", "data", "docs", "notebooks", "scripts", "tests", "tinygpt")
+
+
+def shared_folder(out_dir: Path) -> str | None:
+    """What `out_dir` is, where it is a folder no run should be trained into (the file system's root,
+    the home folder, the repository or one of its source folders: a run's files would go among others);
+    None for any other folder."""
+    path = Path(os.path.realpath(out_dir))
+    if path == Path(path.anchor):
+        return "the file system's root"
+    try:
+        home = Path(os.path.realpath(Path.home()))
+    except (RuntimeError, KeyError):  # (no HOME and no entry in the password database)
+        home = None
+    if path == home:
+        return "the home folder"
+    if path == REPOSITORY:
+        return "the repository's own folder"
+    if path.parent == REPOSITORY and path.name in SOURCE_FOLDERS:
+        return f"the repository's {path.name}/ folder"
+    return None
+
+
 def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_set: bool = False) -> None:
     """Refuse what would mix two runs or overwrite a user's file: a new run into a folder holding a
     run's checkpoints or TensorBoard events, or holding a config.yaml, metrics.csv or loss.png that
@@ -161,6 +185,9 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
     (--set train.out_dir: the folder was named on purpose)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is {file_kind(out_dir)}, not a directory")
+    if not resume and (what := shared_folder(out_dir)) is not None:
+        raise UserError(f"train.out_dir={str(out_dir)!r} is {what}: a run writes its checkpoints, config.yaml, "
+                        f"metrics.csv and loss.png into its folder; give it one of its own, e.g. out/NAME")
     for name in TRAIN_FILES:
         odd = _not_a_run_file(out_dir / name)
         if odd:
