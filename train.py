@@ -474,14 +474,19 @@ def check_finite(run: Run) -> None:
         raise diverged("a weight", "not finite", run)
 
 
-def evaluate(run: Run, metrics: list[dict], t_start: float) -> dict[str, float]:
+def evaluate(run: Run, metrics: list[dict], t_start: float,
+             stop: Callable[[], bool] | None = None) -> dict[str, float] | None:
     """Estimate the losses; log them (metrics.csv, TensorBoard); save best.pt (a new lowest val
     loss) and ckpt.pt; plot. TensorBoard's events of this step are written before the checkpoints,
     so that a checkpoint covers only what is on disk: a run killed while they are drawn resumes
-    from the checkpoint before and draws them again (a resume purges what follows its checkpoint)."""
+    from the checkpoint before and draws them again (a resume purges what follows its checkpoint).
+    None, with nothing logged, where stop() ended the estimate (a signal: the loop saves; a resume
+    evaluates this step again)."""
     cfg, t = run.cfg, run.cfg.train
     losses = estimate_loss(run.model, {"train": run.data.train, "val": run.data.val}, t.batch_size,
-                           cfg.model.block_size, t.eval_iters, t.seed, run.dist.device, run.autocast, run.dist)
+                           cfg.model.block_size, t.eval_iters, t.seed, run.dist.device, run.autocast, run.dist, stop)
+    if losses is None:
+        return None
     run.elapsed = time.perf_counter() - t_start
     if not math.isfinite(losses["val"]):
         raise diverged("the val loss", losses["val"], run)
@@ -545,22 +550,24 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                dynamic_ncols=True, file=sys.stderr)
     failing = False  # an error on its way out: the clean-up below must not hide it
     # all processes stop together: --stop-at is the same step on each; a signal (here, or in another
-    # process of the run) is agreed on every step, and between the micro-batches of a step (its work
-    # undone: train.grad_accum=30000 took two minutes to stop, past a scheduler's grace before SIGKILL),
+    # process of the run) is agreed on every step, between the micro-batches of a step (its work undone:
+    # train.grad_accum=30000 took two minutes to stop, past a scheduler's grace before SIGKILL) and
+    # between an eval's batches (the eval left to the resume),
     # but under DDP with NCCL (GPUs) only at log steps, where the loop syncs the host anyway (on CPUs,
     # gloo's agreement is cheap beside the gradients' all-reduce; torchrun kills a worker 30 s after
     # passing a signal on)
     every_step = dist.world_size == 1 or dist.device.type == "cpu"
-    mid_step = (lambda: dist.any(stop.signum is not None)) if every_step and t.grad_accum > 1 else None
+    between = (lambda: dist.any(stop.signum is not None)) if every_step else None  # micro-batches, eval batches
+    mid_step = between if t.grad_accum > 1 else None
     try:
         while True:
             if (run.step % t.eval_interval == 0 or run.step == t.max_iters) and run.step != run.evaluated:
                 eval_start = time.perf_counter()
-                losses = evaluate(run, metrics, speed["t_start"])
+                losses = evaluate(run, metrics, speed["t_start"], between)  # (None: a signal, saved below)
                 speed["t_last"] += time.perf_counter() - eval_start  # tokens/s and MFU: training steps only
-                if dist.master:  # (tqdm's write prints even where its bar is off)
+                if losses is not None and dist.master:  # (tqdm's write prints even where its bar is off)
                     bar.write(f"step {run.step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-            if run.step >= t.max_iters:
+            if run.step >= t.max_iters and run.evaluated == run.step:  # (its last eval not stopped by a signal)
                 if dist.master and t.plot != "never" and plot_missed(run.out_dir):  # killed while drawing it
                     run.plot()
                 return "done"
@@ -599,7 +606,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
         failing = True
         raise
     finally:
-        if stop.signum is not None and run.step < t.max_iters:  # (after the last save, the run is done)
+        if stop.signum is not None and (run.step < t.max_iters or run.evaluated != run.step):  # (else: done)
             run.exit_code = 128 + stop.signum
         if run.exit_code:  # a later SIGTERM (torchrun's, once a peer has exited) is the same stop
             stopping_on_a_signal()

@@ -278,6 +278,40 @@ def test_a_signal_mid_step_undoes_the_step_and_resumes_exactly(corpus, tmp_path,
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 
+@pytest.mark.parametrize("eval_step", [10, 20])  # an eval on the way, the last one
+def test_a_signal_during_an_eval_stops_it_and_the_resume_evaluates_again(corpus, tmp_path, monkeypatch, eval_step):
+    """A Ctrl-C during an eval waited for all of it (train.eval_iters batches per split: minutes for a
+    large one). It stops between eval batches: nothing is logged for the step, the checkpoint is of the
+    step, and the resume evaluates it, ending bit for bit as a straight run (exit 130 even at the last
+    step, whose eval did not finish)."""
+    import train
+    from tinygpt import training
+    extra = ("model.dropout=0.1", "train.threads=1", "train.max_iters=20", "train.eval_iters=4")
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    train.main(train_args(corpus, straight, *extra))
+    calls = {"n": 0}
+    real = training.get_batch
+    before = 8 * (eval_step // 10)  # eval batches before that eval's: 2 splits x 4 per eval at 0 (and 10)
+
+    def signal_in_eval(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == before + 3:  # the eval's third batch
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(training, "get_batch", signal_in_eval)
+    with pytest.raises(SystemExit) as stop:
+        train.main(train_args(corpus, stopped, *extra))
+    assert stop.value.code == 128 + signal.SIGINT
+    assert calls["n"] == before + 3  # no eval batch after the signal
+    assert load_checkpoint(stopped / "ckpt.pt")["step"] == eval_step
+    assert str(eval_step) not in [r["step"] for r in metrics(stopped) if r["val_loss"]]
+    monkeypatch.setattr(training, "get_batch", real)
+    train.main(train_args(corpus, stopped, *extra) + ["--resume"])
+    assert losses(straight) == losses(stopped)
+    a, b = load_checkpoint(straight / "ckpt.pt"), load_checkpoint(stopped / "ckpt.pt")
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
 @pytest.mark.slow
 def test_ddp_on_cpus_stops_between_micro_batches(corpus, tmp_path):
     """Under torchrun on CPUs, a Ctrl-C is agreed between micro-batches too: a step of 100,000 of

@@ -82,15 +82,20 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler:
 
 @torch.no_grad()
 def estimate_loss(model: torch.nn.Module, splits: dict[str, np.ndarray], batch_size: int, block_size: int,
-                  eval_iters: int, seed: int, device: torch.device, autocast, dist: Distributed) -> dict[str, float]:
+                  eval_iters: int, seed: int, device: torch.device, autocast, dist: Distributed,
+                  stop: Callable[[], bool] | None = None) -> dict[str, float] | None:
     """Mean loss over eval_iters batches per split, on the same batches every time (own generator);
-    under DDP each process takes its slice of each batch and the means are averaged."""
+    under DDP each process takes its slice of each batch and the means are averaged. stop() is asked
+    before each batch: if it says stop, None (nothing drawn from a random stream a resume needs)."""
     model.eval()
     out = {}
     for split, data in splits.items():
         gen = torch.Generator().manual_seed(seed + 1)
         losses = torch.zeros(eval_iters, device=device)
         for i in range(eval_iters):
+            if stop is not None and stop():
+                model.train()
+                return None
             x, y = get_batch(data, batch_size, block_size, gen, device, dist.rank, dist.world_size)
             with autocast:
                 losses[i] = cross_entropy(model(x), y)
