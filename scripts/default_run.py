@@ -37,6 +37,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
 
 from scripts.reproduce import check_fresh, error_line, is_figure, run, saved_json
 from tinygpt.checkpoint import check_writable
+from tinygpt.config import set_word
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
 from tinygpt.report import stats
 
@@ -51,8 +52,9 @@ NUMBERS = ("wall_s", "best_val_loss", "antecedent", "distractor", "other", "head
 
 def train_and_probe(cwd: Path, out: Path, sets: list[str]) -> dict:
     """Train configs/stories.yaml in cwd into out (fresh data), probe it; the figures."""
-    seconds, _ = run(["train.py", "configs/stories.yaml", "--quiet", "--set", f"train.out_dir={out / 'run'}",
-                      f"data.prepared_dir={out / 'prepared'}", "train.plot=never", *sets], cwd)
+    seconds, _ = run(["train.py", "configs/stories.yaml", "--quiet", "--set",
+                      set_word("train.out_dir", str(out / "run")), set_word("data.prepared_dir", str(out / "prepared")),
+                      "train.plot=never", *sets], cwd)
     _, printed = run(["probe.py", str(out / "run"), "--device", "cpu"], cwd)
     probe = json.loads(printed.strip().splitlines()[-1])
     b, best = probe["behaviour"], probe["attention_attribute"]["best"]

@@ -30,7 +30,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     stop_while_starting()
 
 from tinygpt.checkpoint import check_writable, file_head
-from tinygpt.config import load_config
+from tinygpt.config import load_config, set_word
 from tinygpt.errors import ArgParser, UserError, elide, path_arg, read_capped, run_cli
 from tinygpt.runtime import run_child
 
@@ -117,7 +117,8 @@ def check_fresh(folder: Path, flag: str, value: Path) -> None:
 def stories(out_dir: Path, extra: list[str]) -> dict:
     from data.stories import generate_stories
 
-    seconds, _ = run(["train.py", "configs/stories.yaml", "--quiet", "--set", f"train.out_dir={out_dir}", *extra])
+    seconds, _ = run(["train.py", "configs/stories.yaml", "--quiet", "--set", set_word("train.out_dir", str(out_dir)),
+                      *extra])
     words: list[str] = []
     for seed in range(SAMPLES):  # 2,000 words from as many samples as it takes, up to SAMPLES
         _, text = run(["sample.py", str(out_dir), "--max-new-tokens", "2000", "--seed", str(seed)])
@@ -160,8 +161,8 @@ def whole_val_loss(run_dir: Path) -> float:
 
 
 def shakespeare(out_dir: Path, text: Path, config: str, extra: list[str]) -> dict:
-    seconds, _ = run(["train.py", config, "--quiet", "--set", f"train.out_dir={out_dir}",
-                      f"data.dataset={text}", *extra])
+    seconds, _ = run(["train.py", config, "--quiet", "--set", set_word("train.out_dir", str(out_dir)),
+                      set_word("data.dataset", str(text)), *extra])
     return {"config": config, "seconds_with_startup": round(seconds, 1), **from_metrics(out_dir),
             "whole_val_split_loss": round(whole_val_loss(out_dir), 4)}
 

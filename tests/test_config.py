@@ -517,8 +517,10 @@ def test_a_number_or_boolean_for_a_text_key_in_a_file_says_to_quote_it(tmp_path,
 def test_a_path_with_bytes_that_are_not_utf8_is_taken_as_it_is(tmp_path):
     """A folder named with a byte that is not UTF-8 (the shell passes it as a surrogate escape) was
     "not a valid YAML scalar (... starts with @ ...)": PyYAML refuses the surrogate."""
-    for given in ("/tmp/bad\udcffdir/run", '"/tmp/bad\udcffdir/run"', "/tmp/bad\udcffdir/run # a note"):
+    for given in ("/tmp/bad\udcffdir/run", '"/tmp/bad\udcffdir/run"'):
         assert load_config(write(tmp_path, ""), [f"train.out_dir={given}"]).train.out_dir == "/tmp/bad\udcffdir/run"
+    with pytest.raises(UserError, match="' #' starting a comment"):  # (a comment cut from a path: refused)
+        load_config(write(tmp_path, ""), ["train.out_dir=/tmp/bad\udcffdir/run # a note"])
     with pytest.raises(UserError, match="holds bytes that are not UTF-8 text"):
         load_config(write(tmp_path, ""), ["train.lr=1\udcff"])
     with pytest.raises(UserError, match="did you mean 'train.out_dir'"):  # a misspelt key is told as one
@@ -678,3 +680,23 @@ def test_an_unknown_key_of_a_known_section_lists_that_sections_keys():
     assert "model's keys: block_size, n_layer, n_head, n_embd" in str(info.value) and "sections" not in str(info.value)
     with pytest.raises(UserError, match="valid sections: model, data, train"):
         load_config(str(ROOT / "configs/stories.yaml"), ["averyveryverylongsectionname.n_layer=1"])
+
+
+@pytest.mark.parametrize("value", ["out/x", "/tmp/moved #1", "*star", "'quoted", "2024", "~", "trailing ", "@runs",
+                                   "a\tb", "x\udcff", "null"])
+def test_set_word_reads_back_as_the_path(value):
+    """A hint's --set 'train.out_dir=/tmp/moved #1', pasted, trained into /tmp/moved: YAML took ' #1' for a
+    comment. set_word quotes what YAML would change, and leaves the rest as typed."""
+    from tinygpt.config import parse_overrides, set_word
+    word = set_word("train.out_dir", value)
+    assert parse_overrides([word])["train"]["out_dir"] == value
+    assert (word == f"train.out_dir={value}") == (value in ("out/x", "2024", "~", "a\tb", "x\udcff", "null"))
+
+
+def test_a_comment_cut_from_a_path_value_is_refused():
+    """`--set "train.out_dir=/x/run #2"` trained into /x/run without a word."""
+    from tinygpt.config import parse_overrides
+    with pytest.raises(UserError, match=r"^--set 'train.out_dir=/x/run #2': YAML reads the value as '/x/run', ' #' "
+                                        r"starting a comment; to keep it, quote it: --set 'train.out_dir=\"/x/run #2\"'$"):
+        parse_overrides(["train.out_dir=/x/run #2"])
+    assert parse_overrides(["train.lr=3e-4 # a note"]) == {"train": {"lr": "3e-4"}}  # (a number's comment stays one)

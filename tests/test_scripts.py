@@ -359,13 +359,28 @@ def stories_children(calls: list, samples: dict[int, str]):
     def run(args, cwd=ROOT):
         calls.append(list(args))
         if args[0] == "train.py":
-            out = Path(next(a for a in args if a.startswith("train.out_dir=")).partition("=")[2])
+            from tinygpt.config import parse_overrides  # (as train.py reads it: YAML)
+            out = Path(parse_overrides([next(a for a in args if a.startswith("train.out_dir="))])["train"]["out_dir"])
             out.mkdir(parents=True, exist_ok=True)
             (out / "metrics.csv").write_text(STORIES_METRICS)
             return 100.0, ""
         assert args[0] == "sample.py", args
         return 1.0, samples.get(int(args[args.index("--seed") + 1]), "")
     return run
+
+
+def test_reproduce_trains_into_an_out_dir_whose_name_yaml_would_cut(tmp_path, capsys, monkeypatch):
+    """`--out-dir "r #1"`: the path went into --set unquoted, YAML read ' #1/run' as a comment, the run
+    landed in r/, and the script ended in an IndexError reading r #1/run."""
+    from data.stories import generate_stories
+    from scripts import reproduce
+    words = sorted(set(reproduce.WORD.findall(generate_stories(20000, 1337)[0])))
+    calls = []
+    monkeypatch.setattr(reproduce, "run", stories_children(calls, {0: " ".join(words * (2000 // len(words) + 1))}))
+    code, out, err = cli(reproduce.main, ["stories", "--out-dir", tmp_path / "r #1", "--set", "data.stories_chars=20000"],
+                         capsys)
+    assert code == 0 and not err, err
+    assert (tmp_path / "r #1" / "run" / "metrics.csv").is_file() and not (tmp_path / "r").exists()
 
 
 def test_reproduce_stories_measures_2000_words_of_different_samples(tmp_path, monkeypatch):

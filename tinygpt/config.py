@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import json
 import math
 import os
 import re
@@ -23,7 +24,7 @@ from typing import Any, Iterable
 import yaml
 
 from model import ModelConfig
-from tinygpt.errors import UserError, elide, read_capped, reason, short
+from tinygpt.errors import UserError, elide, read_capped, reason, shell_quote, short
 
 # ---- the schema ----
 
@@ -419,8 +420,26 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
                             f"--set 'train.out_dir=\"@runs\"')") from None
         if types.get(name) is str and not isinstance(value, str):
             value = bare
+        if types.get(name) is str and " #" in bare and value == bare.partition(" #")[0].rstrip():
+            # (`train.out_dir=/x/run #2` trained into /x/run, without a word)
+            raise UserError(f"{source} {short(item)}: YAML reads the value as {short(value)}, ' #' starting a "
+                            f"comment; to keep it, quote it: --set {shell_quote(set_word(key, bare))}")
         nested.setdefault(section, {})[name] = value
     return nested
+
+
+def set_word(key: str, value: str) -> str:
+    """KEY=VALUE for --set that reads back as the text `value` (a path): as it is where parse_overrides
+    keeps it, else in YAML's double quotes (JSON's are YAML's): ' #' would start a comment, a leading
+    '*' or quote is refused."""
+    plain = f"{key}={value}"
+    section, _, name = key.partition(".")
+    try:
+        if parse_overrides([plain]).get(section, {}).get(name) == value:
+            return plain
+    except UserError:
+        pass
+    return f"{key}={json.dumps(value)}"
 
 
 def check_type(item: str, source: str) -> None:

@@ -30,7 +30,8 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
                                 not_regular, peek_checkpoint, prepared_data, remove_empty, run_around,
                                 saved_step_and_data)
-from tinygpt.config import MAX_INT, Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path
+from tinygpt.config import (MAX_INT, Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path,
+                            set_word)
 from tinygpt.errors import UserError, count, first_few, read_capped, reason, shell_quote, shown_as_unicode
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
@@ -145,7 +146,7 @@ def _acquire(path: Path, in_use: str, setting: str) -> int:
 def new_run_from(weights: str | Path) -> str:
     """The settings that start a new run from these weights (a run directory or a checkpoint), quoted
     for the shell to paste: in another folder, as the run's own still holds it (a new run there is refused)."""
-    return f"--set {shell_quote(f'train.init_from={weights}')} train.out_dir=NEW_DIR"
+    return f"--set {shell_quote(set_word('train.init_from', str(weights)))} train.out_dir=NEW_DIR"
 
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -200,7 +201,8 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
         if elsewhere and (out_dir / "ckpt.pt").is_file():  # a copy: it would continue the original, not the copy
             raise UserError(f"--resume: {config} is in the run folder {here}, but its train.out_dir names another run, "
                             f"{out_dir}, which --resume would continue instead (a copied run); continue this one with "
-                            f"--set {shell_quote(f'train.out_dir={here}')}, or give {out_dir / 'config.yaml'}")
+                            f"--set {shell_quote(set_word('train.out_dir', str(here)))}, or give "
+                            f"{out_dir / 'config.yaml'}")
         if not (out_dir / "ckpt.pt").is_file():
             fix = "drop --resume to start a new run"
             if died_at_its_first_save(out_dir):  # its best.pt is the starting point: nothing to keep
@@ -210,7 +212,7 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
                        f"from its weights with {new_run_from(out_dir / 'best.pt')}")
             if elsewhere:
                 fix = (f"{config} is in the run folder {here}, but its train.out_dir names {out_dir} (a run moved "
-                       f"or renamed since): add --set {shell_quote(f'train.out_dir={here}')}")
+                       f"or renamed since): add --set {shell_quote(set_word('train.out_dir', str(here)))}")
             raise UserError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}; {fix}")
         if users_config(out_dir) and not same_path(str(config), str(out_dir / "config.yaml")):
             raise UserError(f"train.out_dir={str(out_dir)!r} holds config.yaml, which is not from a tinygpt run (not "
