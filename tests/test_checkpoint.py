@@ -1241,3 +1241,13 @@ def test_a_true_or_false_count_is_refused_at_resume(tmp_path, key):
     cfg.train.max_iters = 100
     with pytest.raises(UserError, match=f"cannot be resumed: it is damaged \\(its {key} is {state[key]}\\)"):
         train.load_resume(cfg, tmp_path)
+
+
+def test_a_checkpoint_under_a_name_that_is_not_utf8_is_peeked(tmp_path):
+    """A run folder named with a byte that is not UTF-8 (mkdir $'r\\xff'): torch maps a file by its name
+    as UTF-8, so every report (sweep, compare) called its finished runs `ckpt.pt damaged`."""
+    from tinygpt.checkpoint import peek_checkpoint
+    path = tmp_path / "r\udcff" / "ckpt.pt"
+    save_checkpoint(path, {"config": {}, "tokenizer": {}, "model": {"w": torch.ones(3)}, "step": 7})
+    peeked = peek_checkpoint(path)
+    assert peeked is not None and peeked["step"] == 7 and torch.equal(peeked["model"]["w"], torch.ones(3))

@@ -577,11 +577,18 @@ def check_archive(path: Path) -> None:
                         f"any size; it was not loaded")
 
 
+def is_utf8(text: str) -> bool:
+    """Does `text` (a path) hold no byte that is not UTF-8 (kept by Python as a lone surrogate)?"""
+    return not any("\udc80" <= c <= "\udcff" for c in text)
+
+
 def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> Any:
     """torch.load with weights_only=True; a refused or unreadable file is a one-line UserError
     naming it (a pickled Python object is said to be one: it was refused, never run). `mmap`: the
     tensors mapped, not read (milliseconds at any size)."""
     check_archive(path)
+    if mmap and not is_utf8(str(path)):  # (torch maps a file by its name as UTF-8: a finished run read as damaged)
+        mmap = False
     try:
         with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error says enough
             warnings.simplefilter("ignore")
