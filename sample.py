@@ -414,6 +414,12 @@ def remove_other_heatmaps(folder: Path, written: list[Path]) -> None:
             path.unlink(missing_ok=True)
 
 
+def page_set(page: Path) -> str:
+    """The name of the set `page` belongs to, its lock's: P.html for P.html and P_sampleN.html (one
+    call's cleanup of P.html's set removes a P_sample2.html another call writes)."""
+    return re.sub(r"_sample\d+$", "", page.stem) + page.suffix
+
+
 def remove_other_pages(page: Path, written: list[Path]) -> None:
     """The explorer pages of `page`'s set (PAGE.html, PAGE_sampleN.html) that an earlier call left (more
     samples) would pass for this one's: remove those this call has not written (yet: they are written
@@ -490,8 +496,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     page = args.attention_html
     with run_lock(args.attention_png, "--attention-png", "sample.py drawing heatmaps", HEATMAP_LOCK) \
             if args.attention_png is not None else nullcontext(), \
-            run_lock(page.parent, "--attention-html's folder", f"sample.py writing {short(page.name)} there",
-                     f".{page.name}.lock") if page is not None else nullcontext():
+            run_lock(page.parent, "--attention-html's folder", f"sample.py writing the pages of {short(page_set(page))} there",
+                     f".{page_set(page)}.lock") if page is not None else nullcontext():
         try:
             if args.interactive:
                 return interactive(model, tokenizer, args, out, gen, threads, decode_step)

@@ -523,8 +523,12 @@ def test_a_set_of_pages_is_one_calls_and_one_call_writes_it_at_a_time(tiny_stori
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.html", "p_sample4.html"]
     with run_lock(tmp_path, "--attention-html's folder", "sample.py writing 'p.html' there", ".p.html.lock"):
         refused([tiny_stories_run, *GREEDY, "--attention-html", page],
-                r"^--attention-html's folder='\S+' is in use by another sample.py writing 'p.html' there")
+                r"^--attention-html's folder='\S+' is in use by another sample.py writing the pages of 'p.html' there")
         run_sample([tiny_stories_run, *GREEDY, "--attention-html", tmp_path / "q.html"])  # another set: written
+        # p_sample2.html is of p.html's set, which that call's cleanup removes: it was written, said `saved`,
+        # and was then deleted by the call holding p.html
+        refused([tiny_stories_run, *GREEDY, "--attention-html", tmp_path / "p_sample2.html"],
+                r"^--attention-html's folder='\S+' is in use by another sample.py writing the pages of 'p.html' there")
 
 
 def test_a_prepared_data_folder_is_no_run(tiny_stories_run, tmp_path):
