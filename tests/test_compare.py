@@ -971,3 +971,25 @@ def test_a_config_yaml_that_is_no_file_is_called_so(tmp_path):
     (tmp_path / "config.yaml").mkdir()
     with pytest.raises(UserError, match=r"config.yaml is a folder; a run's config.yaml is a file$"):
         runs.read_config(tmp_path)
+
+
+def test_a_report_into_a_folder_in_use_is_refused(tmp_path):
+    """compare.py --out into a training's folder in its first seconds (only its .lock there yet): both
+    exited 0, the report among the run's files; --out into a running sweep's folder: that sweep's run
+    there failed (its folder held a report), or an inner sweep broke the outer one."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    with runs.run_lock(tmp_path / "training"):  # a training just started there
+        with pytest.raises(UserError, match=r"^--out='\S+training' is the folder of a training under way "
+                                            r"\(process \d+\)"):
+            compare.main([run, "--out", str(tmp_path / "training")])
+    swept = tmp_path / "sweep"
+    with runs.run_lock(swept, "--out", "sweep", runs.REPORT_LOCK):  # a sweep under way
+        for out in (swept / "n_head=2", swept / "n_head=2" / "deeper"):
+            with pytest.raises(UserError, match=rf"^--out='{re.escape(str(out))}' is inside {re.escape(str(swept))}, "
+                                                r"the folder a sweep or a comparison \(process \d+\) is writing now"):
+                compare.main([run, "--out", str(out)])
+        with pytest.raises(UserError, match=r"is inside .*, the folder a sweep or a comparison"):
+            sweep.main([SWEEP_CONFIG, "--grid", "model.n_head=1", "--out", str(swept / "inner")])
+        assert not (swept / "n_head=2").exists() and not (swept / "inner").exists()
+    compare.main([run, "--out", str(tmp_path / "training")])  # once they are done: written
+    assert (tmp_path / "training" / "results.md").is_file()

@@ -35,7 +35,7 @@ from tinygpt.config import DataConfig
 from tinygpt.errors import UserError, first_few
 from tinygpt.plots import (MATPLOTLIB_NOTE, PNG_MARK, can_plot, png_marked, settings_png, val_loss_png,
                            val_losses_by_step)
-from tinygpt.runs import CHECKPOINTS, runs_inside, users_config
+from tinygpt.runs import CHECKPOINTS, REPORT_LOCK, lock_holder, runs_inside, users_config
 
 SEED = "train.seed"
 DIGEST = "data_digest"  # a row's: the data its checkpoint was trained on (runs.summarize_run), None where unknown
@@ -473,6 +473,14 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
     which writes val_loss.png alone: into a report's folder, that would mix two reports (a report
     of the same runs is drawn again by compare.py without --plot-only)."""
     writes = ["val_loss.png"] if plot_only else REPORT_FILES
+    if (pid := lock_holder(out)) is not None:  # (a training's first seconds: its folder holds only .lock)
+        raise UserError(f"--out={str(out)!r} is the folder of a training under way (process {pid}); a report "
+                        f"written there would mix with the run's files: choose another folder")
+    for folder in Path(os.path.abspath(out)).parents:  # a running sweep's (or comparison's) folder, above
+        if (pid := lock_holder(folder, REPORT_LOCK)) is not None:
+            raise UserError(f"--out={str(out)!r} is inside {folder}, the folder a sweep or a comparison (process "
+                            f"{pid}) is writing now: its runs or report would meet this one; choose a folder "
+                            f"outside it")
     if any((out / name).is_file() for name in CHECKPOINTS):
         raise UserError(f"--out={str(out)!r} holds a training run (its ckpt.pt); a report written there would "
                         f"mix with the run's files: choose another folder")

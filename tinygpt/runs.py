@@ -636,15 +636,16 @@ def _holder(fd: int) -> str:
     return os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
 
 
-def lock_holder(run_dir: Path) -> str | None:
-    """The pid (as its .lock says it) of the training that holds run_dir's lock now, else None. The
+def lock_holder(run_dir: Path, name: str = LOCK) -> str | None:
+    """The pid (as its .lock says it) of the training that holds run_dir's lock now (or of the process
+    holding the lock file `name` there), else None. The
     lock is tried, not just read: a killed training's .lock stays behind, naming a process that has
     ended, or by now another process of that number. (Tried and released at once: a training starting
     in that microsecond tries again, _acquire.)"""
     if fcntl is None:  # pragma: no cover - Windows: its byte locks cannot be tried from outside
         return None
     try:
-        fd = os.open(run_dir / LOCK, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(run_dir / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:  # no lock file: nobody holds it
         return None
     try:  # shared: it conflicts with a training's exclusive lock, needs no write access (NFS emulates flock with
