@@ -45,6 +45,7 @@ from tinygpt.errors import ArgParser, UserError, count, elide, folder_ending, ru
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, device_name, following_free_cores, keep_freed_memory,
                              model_memory, parent_death_signal, peak_flops, resolve_device, sync)
+from tinygpt.runs import run_lock
 from tinygpt.training import make_optimizer, train_step
 
 
@@ -512,9 +513,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.config is None:
         args.config = default_config()
     dtypes = check_args(args)
-    if args.json is not None:  # the results are a file too: a reader of the output who leaves must not lose them
-        work_is_files()
+    if args.json is None:
+        return run_benchmarks(args, dtypes)
+    work_is_files()  # the results are a file too: a reader of the output who leaves must not lose them
+    target = Path(args.json)  # (one bench.py at a time writes it: a second one's result replaced the first's)
+    with run_lock(target.parent, "--json's folder", f"bench.py writing {short(target.name)} there",
+                  f".{target.name}.lock"):
+        return run_benchmarks(args, dtypes)
 
+
+def run_benchmarks(args, dtypes: list[str]) -> dict:
+    """What main's flags ask for, printed, and written to --json; the results."""
     cfg = load_config(args.config, args.set)
     device = resolve_device(cfg.train.device)
     if device.type == "cuda":

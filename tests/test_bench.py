@@ -216,6 +216,25 @@ class Started(Exception):
     """The benchmark got past its checks."""
 
 
+def test_a_second_bench_on_one_json_is_refused(tmp_path, monkeypatch):
+    """Two bench.py --json to one file: both exit 0, the file held the second's result alone, the first's
+    lost (and its figures, slowed by the second, without a note). One at a time now; the first is done
+    before it writes, so the second is refused before any work."""
+    import bench
+    from tinygpt.errors import UserError
+    from tinygpt.runs import run_lock
+    monkeypatch.setattr(bench, "load_config", lambda path, overrides: (_ for _ in ()).throw(Started()))
+    target = tmp_path / "b.json"
+    with run_lock(tmp_path, "--json's folder", "bench.py writing 'b.json' there", ".b.json.lock"):  # a first one
+        with pytest.raises(UserError, match=r"^--json's folder='\S+' is in use by another bench.py writing 'b.json' "
+                                            r"there \(process \d+\)"):
+            bench.main(["--steps", "1", "--gen-tokens", "0", "--json", str(target)])
+        with pytest.raises(Started):  # another file there: measured
+            bench.main(["--steps", "1", "--gen-tokens", "0", "--json", str(tmp_path / "c.json")])
+    with pytest.raises(Started):  # the first one done
+        bench.main(["--steps", "1", "--gen-tokens", "0", "--json", str(target)])
+
+
 def test_the_default_config_is_the_repositorys_from_any_folder(tmp_path, monkeypatch):
     """From another folder, bench.py's own default was `config file not found: configs/stories.yaml`;
     a relative CONFIG given stays relative to the current folder."""
