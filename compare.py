@@ -28,7 +28,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
-from tinygpt.errors import ArgParser, UserError, path_arg, path_word, run_cli, script_word
+from tinygpt.errors import ArgParser, UserError, path_arg, path_word, run_cli, script_word, shell_join, shell_quote
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.report import (NEVER_COMPARED, check_report_folder, data_changed, differing_keys, group_by_setting,
                             pictures_note, write_report, write_val_loss)
@@ -48,8 +48,9 @@ def check_not_a_sweep(run: Path) -> None:
     inner = sorted(d.name for d in run.iterdir() if d.is_dir() and (d / "config.yaml").is_file())
     if inner:  # (`DIR/*/`: the folders only, not the sweep's report files beside them)
         shown = ", ".join(inner[:3]) + (", ..." if len(inner) > 3 else "")
-        raise UserError(f"{run} is not a run directory: it holds {len(inner)} run(s) ({shown}), as a sweep's folder "
-                        f"does; give them: {script_word('compare.py')} {path_word(run)}/*/")
+        raise UserError(f"{shell_quote(run)} is not a run directory: it holds {len(inner)} run(s) ({shown}), as a sweep's folder "
+                        f"does; give them: {shell_join(['python', script_word('compare.py')])} "
+                        f"{shell_quote(path_word(run))}/*/")
 
 
 def draw(args, rows: list[dict], varied: list[str]) -> list[str]:

@@ -55,8 +55,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
                  if ckpt["tokenizer"].get("kind") == "tiktoken" else ""))
         return path
     out = export_hf(args.src, args.out, args.force)
-    print(f"wrote {', '.join(HF_FILES)} into {shell_quote(out)}; generate with transformers alone: "
-          f"pipeline('text-generation', model={str(out)!r}) (see {shell_quote(out / 'README_EXPORT.md')})")
+    print(f"wrote {', '.join(HF_FILES)} into {shell_quote(path_word(out))}; generate with transformers alone: "
+          f"pipeline('text-generation', model={str(out)!r}) (see {shell_quote(path_word(out / 'README_EXPORT.md'))})")
     return out
 
 

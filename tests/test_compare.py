@@ -993,3 +993,26 @@ def test_a_report_into_a_folder_in_use_is_refused(tmp_path):
         assert not (swept / "n_head=2").exists() and not (swept / "inner").exists()
     compare.main([run, "--out", str(tmp_path / "training")])  # once they are done: written
     assert (tmp_path / "training" / "results.md").is_file()
+
+
+def test_a_sweeps_folder_given_as_a_run_gets_a_command_that_pastes(tmp_path):
+    """`compare.py 'sw #2'`: the hint `compare.py sw #2/*/` had no `python`, and pasted, bash read
+    `#2/*/` as a comment; a line break in the name split it in two."""
+    folder = tmp_path / "sw #2\nx"
+    folder.mkdir()
+    for name in ("n_head=1", "n_head=2"):
+        fake_run(folder / name, 1, [(0, "4.1", "4.1")])
+    with pytest.raises(UserError) as refused:
+        compare.main([str(folder)])
+    line = str(refused.value)
+    assert "\n" not in line
+    hint = line.split("give them: ", 1)[1]
+    words = subprocess.run(["bash", "-c", f"set -- {hint}; printf '%s\\0' \"$@\""], capture_output=True, text=True,
+                           check=True).stdout.split("\0")[:-1]
+    assert words[0] == "python" and words[1].endswith("compare.py")
+    assert words[2:] == [f"{folder}/n_head=1/", f"{folder}/n_head=2/"]
+
+
+def test_a_title_stays_one_line_whatever_the_run_is_named():
+    """A run folder named with a line break drew its loss.png title on two lines (`nl` / `x: loss`)."""
+    assert plots.title_text("nl\nx: $5 tab\there") == "nl\\nx: \\$5 tab\\there"

@@ -33,7 +33,7 @@ import torch
 
 from model import GPT, HeadTrace, Step, causal_mask, next_token_probs
 from tinygpt.checkpoint import atomic_write, make_folder, remove_empty
-from tinygpt.plots import HEATMAP_MARK, missing_glyphs_quiet, plain_text
+from tinygpt.plots import HEATMAP_MARK, missing_glyphs_quiet, plain_text, title_text
 
 MASKED = "."  # a future key, masked to weight exactly 0
 SPACE = "␣"  # a space inside a token label
@@ -314,7 +314,7 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
     fig.supylabel("query (the position looking)", fontsize=9)
     fig.colorbar(image, ax=key_axes, label="% of the query's attention", shrink=0.8)
     if title:
-        fig.suptitle(plain_text(title), fontsize=11)
+        fig.suptitle(title_text(title), fontsize=11)
     return fig
 
 

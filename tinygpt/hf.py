@@ -407,7 +407,7 @@ def export_hf(run: str | Path, out_dir: str | Path, force: bool = False) -> Path
         generation = generation_config(bos, eos, cfg.model.block_size)
         atomic_write_text(tmp / "generation_config.json", json.dumps(generation, indent=2) + "\n")
         atomic_write_text(tmp / "config.json", config)
-        command = shell_join(["python", "export.py", str(run), "--format", "hf", str(out_dir)])
+        command = shell_join(["python", "export.py", path_word(run), "--format", "hf", path_word(out_dir)])
         atomic_write_text(tmp / "README_EXPORT.md", export_readme(
             cfg, tok, f"`{source}` (step {ckpt['step']}) by `{command}`", os.path.abspath(out_dir), bos, eos,
             tokenizer.decode([bos]), caution))
@@ -487,7 +487,7 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         run = any((folder / name).is_file() for name in ("ckpt.pt", "best.pt"))
         raise UserError(f"{folder} has no config.json: not a Hugging Face model folder" + (
-            f" but a tinygpt run; export it with {shell_join(['python', 'export.py', str(folder), 'OUT'])}" * run))
+            f" but a tinygpt run; export it with {shell_join(['python', 'export.py', path_word(folder), 'OUT'])}" * run))
     try:
         hf = json.loads(read_capped(path, CONFIG_JSON_MAX, lambda size: f"{path} is not a model config: a GPT-2 "
                                     f"config.json is about 1 KB (tinygpt's export, with its tokenizer, a few MB), "

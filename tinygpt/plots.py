@@ -23,6 +23,7 @@ import math
 import os
 import statistics
 import textwrap
+import unicodedata
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +43,12 @@ def plain_text(text: str) -> str:
     start mathtext, which draws garbage or raises on what is no formula; a byte of a file name that is
     not UTF-8 (a surrogate, as Python holds it, which matplotlib refuses) drawn as '\ufffd'."""
     return shown_as_unicode(text).replace("$", r"\$")
+
+
+def title_text(text: str) -> str:
+    """plain_text for a one-line title: a line break or another control character (a folder's name
+    may hold one) drawn as its escape, '\\n'."""
+    return plain_text("".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text))
 
 
 def _new_figure():
@@ -436,7 +443,7 @@ def plot_run(run_dir: str | Path, guard: Callable[[], None] | None = None) -> Pa
         ax.plot(*curves[-1], marker=".", label="train (eval)")
     curves.append(([m["step"] for m in evals], [m["val_loss"] for m in evals]))
     ax.plot(*curves[-1], marker="o", label="val")
-    ax.set(xlabel="step", ylabel="loss (nats/token)", title=plain_text(f"{run_dir.resolve().name}: loss"))
+    ax.set(xlabel="step", ylabel="loss (nats/token)", title=title_text(f"{run_dir.resolve().name}: loss"))
     ax.grid(alpha=0.3)
     focus_y(ax, curves)
     ax.legend(loc="center right")
