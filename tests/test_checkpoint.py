@@ -1251,3 +1251,24 @@ def test_a_checkpoint_under_a_name_that_is_not_utf8_is_peeked(tmp_path):
     save_checkpoint(path, {"config": {}, "tokenizer": {}, "model": {"w": torch.ones(3)}, "step": 7})
     peeked = peek_checkpoint(path)
     assert peeked is not None and peeked["step"] == 7 and torch.equal(peeked["model"]["w"], torch.ones(3))
+
+
+def test_a_ctrl_c_while_a_report_is_renamed_into_place_comes_after_it(tmp_path, monkeypatch):
+    """A report's files are renamed into place one by one: a Ctrl-C between two renames left results.md
+    new and the other files old. The signal is now held until every file is in place."""
+    import signal
+    from tinygpt import checkpoint
+    from tinygpt.checkpoint import atomic_write_all
+    atomic_write_all(tmp_path, {"a.txt": b"old", "b.txt": b"old", "c.txt": b"old"})
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        calls.append(dst)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # (Python's default handler: KeyboardInterrupt)
+        return real(src, dst)
+    monkeypatch.setattr(checkpoint.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_all(tmp_path, {"a.txt": b"new", "b.txt": b"new", "c.txt": b"new"})
+    assert [(tmp_path / n).read_bytes() for n in ("a.txt", "b.txt", "c.txt")] == [b"new"] * 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "c.txt"]

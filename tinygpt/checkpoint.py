@@ -17,8 +17,10 @@ import pickle
 import random
 import re
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 import time
 import warnings
 import zipfile
@@ -103,6 +105,34 @@ def remove_orphan(tmp: Path) -> None:
         tmp.parent.rmdir()
 
 
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP held back while the block runs (microseconds: renames), then handled
+    as they would have been. (pthread_sigmask cannot: another thread of torch's takes the signal.) In
+    the main thread only, where Python runs its handlers; elsewhere nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    kinds = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    before = {kind: signal.getsignal(kind) for kind in kinds}
+    for kind, handler in before.items():
+        if handler not in (signal.SIG_IGN, None):  # (an ignored signal stays ignored)
+            signal.signal(kind, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        for kind, handler in before.items():
+            if handler is not None:
+                signal.signal(kind, handler)
+        for signum in got:  # as they would have been handled: the handler's work, or the default's
+            handler = before[signum]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
+
+
 def atomic_write_all(folder: Path, files: dict[str, bytes], drop: Sequence[str] = (),
                      what: str = "set of files") -> None:
     """Replace several files in `folder` together (a report's tables and pictures): each is written
@@ -120,13 +150,14 @@ def atomic_write_all(folder: Path, files: dict[str, bytes], drop: Sequence[str] 
         for name, data in files.items():
             sweep_temp_files(targets[name])
             staged.append((temp_beside(targets[name], lambda f, data=data: f.write(data)), targets[name]))
-        for tmp, target in staged:
-            os.replace(tmp, target)
-            renamed = True
+        with signals_held():  # (a Ctrl-C between two renames left a report part new, part old)
+            for tmp, target in staged:
+                os.replace(tmp, target)
+                renamed = True
+            for stale in drop:
+                (folder / stale).unlink(missing_ok=True)
         for parent in {target.parent for _, target in staged}:
             fsync_dir(parent)
-        for stale in drop:
-            (folder / stale).unlink(missing_ok=True)
     except BaseException as e:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
