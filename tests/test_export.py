@@ -94,6 +94,18 @@ def test_safetensors_round_trip_and_malformed_files(tmp_path):
         assert "\n" not in str(err.value)
 
 
+def test_safetensors_under_a_name_that_is_not_utf8_load(tmp_path):
+    """`export.py --from-hf $'ex_\\xff' OUT` said `model.safetensors is not a valid safetensors file (Path
+    ... is not valid UTF-8)`: safetensors opens a file by its name as UTF-8."""
+    tensors = {"w": torch.arange(6.0).view(2, 3)}
+    for folder in (tmp_path / "ex_\udcff", tmp_path / "plain"):
+        hf.save_safetensors(folder / "model.safetensors", tensors, {"format": "pt"})
+        assert torch.equal(hf.load_safetensors(folder / "model.safetensors")["w"], tensors["w"])
+    (tmp_path / "ex_\udcff" / "bad.safetensors").write_bytes(b"\xff" * 64)
+    with pytest.raises(UserError, match="not a valid safetensors file"):
+        hf.load_safetensors(tmp_path / "ex_\udcff" / "bad.safetensors")
+
+
 # ---- export and import, no transformers needed ----
 
 

@@ -61,8 +61,9 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from model import GPT
-from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, file_kind, load_model,
-                                load_weights, odd_file, resolve_checkpoint, resolved, save_checkpoint, torch_load)
+from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, file_kind, is_utf8,
+                                load_model, load_weights, odd_file, resolve_checkpoint, resolved, save_checkpoint,
+                                torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, shell_join, short
 from tinygpt.runs import LOCK, RUN_FILES, training_note, training_now, write_config
@@ -114,7 +115,10 @@ def load_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
     try:
-        return st.load_file(str(path))
+        if is_utf8(str(path)):
+            return st.load_file(str(path))
+        with open(path, "rb") as f:  # (safetensors opens a file by its name as UTF-8: a folder named $'\xff')
+            return st.load(f.read())
     except Exception as e:  # safetensors reports damage as SafetensorError, OSError, ...
         raise UserError(f"{path} is not a valid safetensors file ({reason(e, 160)})") from None
 
