@@ -28,6 +28,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
+from tinygpt.checkpoint import dead_link, file_kind
 from tinygpt.errors import ArgParser, UserError, path_arg, path_word, run_cli, script_word, shell_join, shell_quote
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.report import (NEVER_COMPARED, check_report_folder, data_changed, differing_keys, group_by_setting,
@@ -85,9 +86,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     given: dict[Path, Path] = {}
     for run in args.runs:
-        if run.is_file():  # a checkpoint or a config: the run is the folder that holds them
-            raise UserError(f"{run} is a file; give the run directory (train.out_dir) that holds config.yaml and "
-                            f"metrics.csv")
+        if (dead := dead_link(run)) is not None:
+            raise UserError(f"{run} is {dead}; give the run directory (train.out_dir)")
+        if run.exists() and not run.is_dir():  # a checkpoint or a config (the run is the folder that holds them), a pipe
+            raise UserError(f"{run} is {file_kind(run)}; give the run directory (train.out_dir) that holds config.yaml "
+                            f"and metrics.csv")
         if not run.is_dir():
             raise UserError(f"run directory not found: {run}")
         check_not_a_sweep(run)

@@ -1016,3 +1016,13 @@ def test_a_sweeps_folder_given_as_a_run_gets_a_command_that_pastes(tmp_path):
 def test_a_title_stays_one_line_whatever_the_run_is_named():
     """A run folder named with a line break drew its loss.png title on two lines (`nl` / `x: loss`)."""
     assert plots.title_text("nl\nx: $5 tab\there") == "nl\\nx: \\$5 tab\\there"
+
+
+def test_a_run_that_is_a_dead_link_a_pipe_or_a_device_is_named_so(tmp_path):
+    """A link to nothing was `... is a file`, a pipe and /dev/null `run directory not found`."""
+    (tmp_path / "dang").symlink_to("nowhere")
+    os.mkfifo(tmp_path / "ff")
+    for path, said in ((tmp_path / "dang", "is a link ("), (tmp_path / "ff", "is a pipe;"),
+                       (Path("/dev/null"), "is a device;")):
+        with pytest.raises(UserError, match=f"^{re.escape(str(path))} {re.escape(said)}"):
+            compare.main([str(path)])
