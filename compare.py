@@ -29,7 +29,8 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     stop_while_starting()
 
 from tinygpt.checkpoint import dead_link, file_kind
-from tinygpt.errors import ArgParser, UserError, path_arg, path_word, run_cli, script_word, shell_join, shell_quote
+from tinygpt.errors import (ArgParser, UserError, path_arg, path_word, run_cli, script_word, shell_join, shell_quote,
+                            shown_path)
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.report import (NEVER_COMPARED, check_report_folder, data_changed, differing_keys, group_by_setting,
                             pictures_note, write_report, write_val_loss)
@@ -49,8 +50,8 @@ def check_not_a_sweep(run: Path) -> None:
     inner = sorted(d.name for d in run.iterdir() if d.is_dir() and (d / "config.yaml").is_file())
     if inner:  # (`DIR/*/`: the folders only, not the sweep's report files beside them)
         shown = ", ".join(inner[:3]) + (", ..." if len(inner) > 3 else "")
-        raise UserError(f"{shell_quote(run)} is not a run directory: it holds {len(inner)} run(s) ({shown}), as a sweep's folder "
-                        f"does; give them: {shell_join(['python', script_word('compare.py')])} "
+        raise UserError(f"{shell_quote(run)} is not a run directory: it holds {len(inner)} run(s) ({shown}), as a "
+                        f"sweep's folder does; give them: {shell_join(['python', script_word('compare.py')])} "
                         f"{shell_quote(path_word(run))}/*/")
 
 
@@ -70,7 +71,7 @@ def draw(args, rows: list[dict], varied: list[str]) -> list[str]:
             print(pictures_note([]))
         else:
             paths.append(str(path))
-    print(f"wrote {', '.join(paths)}" if paths else "wrote nothing")
+    print(f"wrote {', '.join(shown_path(p) for p in paths)}" if paths else "wrote nothing")
     return paths
 
 
@@ -88,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     for run in args.runs:
         if (dead := dead_link(run)) is not None:
             raise UserError(f"{run} is {dead}; give the run directory (train.out_dir)")
-        if run.exists() and not run.is_dir():  # a checkpoint or a config (the run is the folder that holds them), a pipe
+        if run.exists() and not run.is_dir():  # a checkpoint, a config (the run is the folder holding it), a pipe
             raise UserError(f"{run} is {file_kind(run)}; give the run directory (train.out_dir) that holds config.yaml "
                             f"and metrics.csv")
         if not run.is_dir():
@@ -117,8 +118,8 @@ def compare(args) -> dict:
     print(table, end="")
     if not varied and len(rows) > 1 and not data_changed(rows):  # (else the table says their data differ)
         print(f"(the runs' configs are identical apart from {', '.join(sorted(NEVER_COMPARED))}, which change no result)")
-    print(f"wrote {args.out / 'results.md'}, {args.out / 'results.csv'}, {args.out / 'summary.csv'}"
-          + "".join(f", {p}" for p in pngs))
+    written = [args.out / name for name in ("results.md", "results.csv", "summary.csv")] + [Path(p) for p in pngs]
+    print("wrote " + ", ".join(shown_path(p) for p in written))
     if note := pictures_note(pngs):
         print(note)
     return {"rows": rows, "varied": varied, "out": str(args.out), "plots": [str(p) for p in pngs]}

@@ -32,7 +32,7 @@ import torch
 from tinygpt.checkpoint import load_model, resolve_checkpoint
 from tinygpt.ablation import looks_like_heads, parse_heads
 from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, held_out_seed, probe, report
-from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, short
+from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, short, shown_path
 from tinygpt.runs import training_note
 from tinygpt.runtime import ThreadPolicy, check_memory, resolve_device
 
@@ -100,8 +100,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
         result["ablation"] = ablation(model, tokenizer, args.stories, seed, device, heads,
                                       looks["antecedent"] if looks["references"] else None, threads=threads)
     result["seconds"] = round(time.perf_counter() - t0, 1)
-    out.write(f"probe of {args.run}: {count(cfg.model.n_layer, 'layer')} x {count(cfg.model.n_head, 'head')}, "
-              f"block_size {cfg.model.block_size}, {cfg.data.tokenizer} tokens\n")
+    out.write(f"probe of {shown_path(args.run)}: {count(cfg.model.n_layer, 'layer')} x "
+              f"{count(cfg.model.n_head, 'head')}, block_size {cfg.model.block_size}, {cfg.data.tokenizer} tokens\n")
     out.write(report(result, cfg.model.n_layer, cfg.model.n_head) + "\n")
     if "ablation" in result:
         out.write("\n" + ablation_report(result["ablation"], result["attention_attribute"], cfg.model.n_layer,

@@ -64,7 +64,7 @@ from tinygpt.checkpoint import (check_name_fits, check_writable, load_model, odd
                                 resolve_checkpoint)
 from tinygpt.config import MAX_THREADS
 from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, file_arg, path_arg, path_word,
-                            read_capped, run_cli, script_word, shell_join, shell_quote, short)
+                            read_capped, run_cli, script_word, shell_join, shell_quote, short, shown_path)
 from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.runs import run_lock, run_name, training_note
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
@@ -390,7 +390,7 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
             args.attention_png = None  # say it once
             return []
         else:
-            out.write(f"saved {', '.join(str(p) for p in paths)}\n")
+            out.write(f"saved {', '.join(shown_path(p) for p in paths)}\n")
             if min(args.attention_last, len(window)) > attention_view.MAX_HEATMAP:
                 out.write(f"(the heatmaps show the last {attention_view.MAX_HEATMAP} tokens, the most that stay "
                           f"readable; the tables above show {min(args.attention_last, len(window))})\n")
@@ -496,7 +496,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     page = args.attention_html
     with run_lock(args.attention_png, "--attention-png", "sample.py drawing heatmaps", HEATMAP_LOCK) \
             if args.attention_png is not None else nullcontext(), \
-            run_lock(page.parent, "--attention-html's folder", f"sample.py writing the pages of {short(page_set(page))} there",
+            run_lock(page.parent, "--attention-html's folder",
+                     f"sample.py writing the pages of {short(page_set(page))} there",
                      f".{page_set(page)}.lock") if page is not None else nullcontext():
         try:
             if args.interactive:
@@ -562,7 +563,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
                 attention_view.sampling_rule(args.temperature, args.top_k, args.top_p))
             if i == 0:  # at once: a generation stopped must not leave an earlier call's pages beside it
                 remove_other_pages(args.attention_html, [path])
-            out.write(f"saved {path}\n")
+            out.write(f"saved {shown_path(path)}\n")
         if args.show_attention and args.attention_of == "all":
             out.write("\n")
             heatmaps += show_attention(model, tokenizer, ids + new_ids, args, out,

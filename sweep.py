@@ -96,7 +96,7 @@ from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type,
                              flat_config, load_config, parse_overrides, read_yaml)
 from tinygpt.coreference import held_out_seed, probe
 from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_arg, restore_signals, run_cli,
-                             short, work_is_files)
+                             short, shown_path, work_is_files)
 from tinygpt.report import (ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, pictures_note,
                             write_report)
 from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, check_run_dir, died_at_its_first_save, lock_holder,
@@ -946,7 +946,8 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     text, pngs = write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)}")
     print()
     print(text, end="")
-    print(f"wrote {out / 'results.md'}, {out / 'results.csv'}, {out / 'summary.csv'}" + "".join(f", {p}" for p in pngs))
+    written = [out / name for name in ("results.md", "results.csv", "summary.csv")] + [Path(p) for p in pngs]
+    print("wrote " + ", ".join(shown_path(p) for p in written))
     if note := pictures_note(pngs):
         print(note)
     if unstarted:

@@ -38,7 +38,8 @@ from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimiz
 from tinygpt.config import (FROM_WEIGHTS, Config, config_from_dict, config_source, config_to_dict, flat_config,
                             load_config, same_path)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
-                            shell_join, shell_quote, short, stderr_is_terminal, stopping_on_a_signal, work_is_files)
+                            shell_join, shell_quote, short, shown_path, stderr_is_terminal, stopping_on_a_signal,
+                            work_is_files)
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from, resumed_metrics, run_lock,
                           write_config, write_metrics)
@@ -583,7 +584,8 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                     run.exit_code = 128 + signal.SIGTERM
                 # on stderr if stdout's reader left (| head): how to continue must still be read
                 if dist.master:
-                    bar.write(f"{why} at step {run.step}: saved {run.out_dir / 'ckpt.pt'}; continue with --resume",
+                    saved = shown_path(run.out_dir / "ckpt.pt")
+                    bar.write(f"{why} at step {run.step}: saved {saved}; continue with --resume",
                               file=sys.stderr if getattr(sys.stdout, "left", False) else None)
                 return why
             if run.threads is not None:

@@ -48,7 +48,7 @@ from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_l
                                 remove_empty, sweep_temp_files)
 from tinygpt.config import Config, DataConfig, config_source, load_config, same_path
 from tinygpt.errors import (ArgParser, UserError, first_few, path_word, run_cli, shell_quote, short,
-                            stderr_is_terminal)
+                            shown_path, stderr_is_terminal)
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import (MAX_TOKEN_BYTES, DamagedTokenizer, Tokenizer, build_tokenizer, clean_text,
                                tokenizer_from_dict)
@@ -655,7 +655,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     cfg = load_config(args.config, args.set)
     out = prepare(cfg)
     meta = read_json(out / "meta.json")
-    print(f"{out}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, "
+    print(f"{shown_path(out)}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, "
           f"vocab {meta['vocab_size']:,}{vocab_note(cfg.data, meta['vocab_size'])} ({meta['dtype']})")
     try:  # prepared, but too short for this config's model: said now, not when train.py starts
         check_block_fits(cfg.model.block_size, meta["train_tokens"], meta["val_tokens"],

@@ -1884,3 +1884,21 @@ def test_a_run_into_a_shared_folder_is_refused(tmp, capsys, monkeypatch, where):
     result = in_process("train.py", [*sets(tmp, Path(where)), "--quiet"], capsys)
     one_line(result, f"train.out_dir={where!r} is the ", "give it one of its own, e.g. out/NAME")
     assert sorted(p.name for p in Path(where).iterdir()) == before
+
+
+def test_a_path_with_a_line_break_keeps_each_output_line_whole(run, tmp, capsys):
+    """`saved`, `wrote` and `probe of` lines printed a path's line break as it is: one message on two
+    lines. A path holding a control character is now shown as bash reads it back ($'...')."""
+    import shutil
+    odd = tmp / "nl\nrun"
+    if not odd.exists():
+        shutil.copytree(run, odd)
+    page = tmp / "p\nq.html"
+    done = in_process("sample.py", [run, "--prompt", "the", "--max-new-tokens", "2", "--attention-html", page], capsys)
+    assert done.code == 0, done.err
+    saved = [line for line in done.out.splitlines() if line.startswith("saved ")]
+    assert saved == [f"saved $'{tmp}/p\\nq.html'"], done.out
+    done = in_process("compare.py", [odd, "--plot-only"], capsys)
+    assert done.code == 0 and done.out == f"wrote $'{odd}/loss.png'".replace("\n", "\\n") + "\n", done.out
+    from tinygpt.errors import shown_path
+    assert shown_path(tmp / "plain dir") == f"{tmp}/plain dir"  # (an ordinary path: as it is)

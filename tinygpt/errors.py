@@ -546,6 +546,13 @@ def shell_quote(word: str | Path) -> str:
     return "$'" + "".join(escaped) + "'"
 
 
+def shown_path(path: str | Path) -> str:
+    """A path in a line of output: as it is, unless it holds a control or invisible character (a line
+    break would split the line), then as shell_quote writes it."""
+    text = str(path)
+    return shell_quote(text) if any(unicodedata.category(c).startswith("C") for c in text) else text
+
+
 def shell_join(words: Sequence[str | Path]) -> str:
     """shlex.join with shell_quote: a command for the user to paste, on one line."""
     return " ".join(shell_quote(w) for w in words)
