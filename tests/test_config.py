@@ -655,6 +655,9 @@ def test_a_path_that_starts_with_a_dash_is_said_to_read_as_a_flag():
         export.main(["out/run", "-dash"])
     with pytest.raises(UserError, match=r"required: config; -c.yaml reads as a flag: .* is written ./-c.yaml"):
         train.parse_args(["-c.yaml"])
+    # with --set after it: the config was first, and was told to come first (--set took nothing of it)
+    with pytest.raises(UserError, match=r"required: config; -c.yaml reads as a flag: .* is written ./-c.yaml \(see"):
+        train.parse_args(["-c.yaml", "--set", "train.max_iters=1"])
 
 
 def test_a_key_value_after_another_flag_is_said_to_need_set_again():

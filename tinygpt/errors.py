@@ -597,17 +597,18 @@ class ArgParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         words = getattr(self, "words", [])
         missing = message.partition(": ")[2].split(", ") if "arguments are required" in message else []
-        if any(not name.startswith("-") for name in missing) and any(w.startswith("--set") for w in words):
+        set_at = next((i for i, w in enumerate(words) if w.startswith("--set")), len(words))
+        # `export.py RUN -dash`, `train.py -dash.yaml --set ...`: a positional that starts with '-' (before
+        # --set's list, which takes any word) is read as an unknown flag
+        dashed = [w for w in words[:set_at] if w.startswith("-") and not w.startswith("--") and w != "-"
+                  and w not in self._option_string_actions]
+        if "arguments are required" in message and dashed:
+            message += (f"; {elide(shell_quote(dashed[0]), 60)} reads as a flag: a path that starts with '-' is "
+                        f"written {elide(shell_quote('./' + dashed[0]), 60)}")
+        elif any(not name.startswith("-") for name in missing) and set_at < len(words):
             # `train.py --set a=1 CONFIG`: --set takes every word after it, the config too
             message += ("; --set takes every word after it, the config too: give the config first, "
                         "CONFIG --set KEY=VALUE ...")
-        if "arguments are required" in message and not any(w.startswith("--set") for w in words):
-            # `export.py RUN -dash`: a positional that starts with '-' is read as an unknown flag
-            dashed = [w for w in words if w.startswith("-") and not w.startswith("--") and w != "-"
-                      and w not in self._option_string_actions]
-            if dashed:
-                message += (f"; {elide(shell_quote(dashed[0]), 60)} reads as a flag: a path that starts with '-' is "
-                            f"written {elide(shell_quote('./' + dashed[0]), 60)}")
         if message.startswith("unrecognized arguments: ") and "--set" in self._option_string_actions and any(
                 "=" in w and "." in w.partition("=")[0] and not w.startswith("-")
                 for w in message.removeprefix("unrecognized arguments: ").split()):
