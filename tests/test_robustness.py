@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -248,34 +249,46 @@ def test_no_progress_bar_into_a_log_file(corpus, tmp_path, capsys):
     assert "step 10: train loss" in out and "done: step 10" in out
 
 
+def stopped_and_resumed(corpus: Path, tmp_path: Path, monkeypatch, module, at: int, extra: tuple,
+                        check: Callable[[Path], None]) -> None:
+    """A straight run, and the same run sent Ctrl-C at the at-th call of module.get_batch (train's: a
+    micro-batch; tinygpt.training's: an eval batch), checked by `check` as the signal left it, then
+    resumed: both must end bit for bit alike."""
+    import train
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    train.main(train_args(corpus, straight, *extra))
+    calls = {"n": 0}
+    real = module.get_batch
+
+    def signal_at(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == at:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, "get_batch", signal_at)
+    with pytest.raises(SystemExit) as stop:
+        train.main(train_args(corpus, stopped, *extra))
+    assert stop.value.code == 128 + signal.SIGINT
+    assert calls["n"] == at  # no batch after the signal
+    check(stopped)
+    monkeypatch.setattr(module, "get_batch", real)
+    train.main(train_args(corpus, stopped, *extra) + ["--resume"])
+    assert losses(straight) == losses(stopped)
+    a, b = load_checkpoint(straight / "ckpt.pt"), load_checkpoint(stopped / "ckpt.pt")
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
 def test_a_signal_mid_step_undoes_the_step_and_resumes_exactly(corpus, tmp_path, monkeypatch):
     """A Ctrl-C between the micro-batches of a long step (train.grad_accum) stops there, the step
     undone, instead of after the whole step (grad_accum=30000 took 128 s to stop): its checkpoint is
     at the step before, with the batch and dropout random states of before it, so a resume redoes the
     step and ends bit for bit where a straight run does."""
     import train
-    extra = ("model.dropout=0.1", "train.threads=1", "train.grad_accum=4", "train.max_iters=12")
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    train.main(train_args(corpus, straight, *extra))
-    batches = {"n": 0}
-    real = train.get_batch
 
-    def signal_in_step_7(*args, **kwargs):  # during step 7's third micro-batch (steps count from 0)
-        batches["n"] += 1
-        if batches["n"] == 7 * 4 + 3:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(*args, **kwargs)
-    monkeypatch.setattr(train, "get_batch", signal_in_step_7)
-    with pytest.raises(SystemExit) as stop:
-        train.main(train_args(corpus, stopped, *extra))
-    assert stop.value.code == 128 + signal.SIGINT
-    assert batches["n"] == 7 * 4 + 3  # no micro-batch after the signal
-    assert load_checkpoint(stopped / "ckpt.pt")["step"] == 7  # step 7 undone, not finished
-    monkeypatch.setattr(train, "get_batch", real)
-    train.main(train_args(corpus, stopped, *extra) + ["--resume"])
-    assert losses(straight) == losses(stopped)
-    a, b = load_checkpoint(straight / "ckpt.pt"), load_checkpoint(stopped / "ckpt.pt")
-    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    def step_7_undone(stopped: Path) -> None:
+        assert load_checkpoint(stopped / "ckpt.pt")["step"] == 7  # not finished
+    extra = ("model.dropout=0.1", "train.threads=1", "train.grad_accum=4", "train.max_iters=12")
+    stopped_and_resumed(corpus, tmp_path, monkeypatch, train, 7 * 4 + 3, extra, step_7_undone)  # step 7's 3rd
 
 
 @pytest.mark.parametrize("eval_step", [10, 20])  # an eval on the way, the last one
@@ -284,32 +297,14 @@ def test_a_signal_during_an_eval_stops_it_and_the_resume_evaluates_again(corpus,
     large one). It stops between eval batches: nothing is logged for the step, the checkpoint is of the
     step, and the resume evaluates it, ending bit for bit as a straight run (exit 130 even at the last
     step, whose eval did not finish)."""
-    import train
     from tinygpt import training
-    extra = ("model.dropout=0.1", "train.threads=1", "train.max_iters=20", "train.eval_iters=4")
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    train.main(train_args(corpus, straight, *extra))
-    calls = {"n": 0}
-    real = training.get_batch
-    before = 8 * (eval_step // 10)  # eval batches before that eval's: 2 splits x 4 per eval at 0 (and 10)
 
-    def signal_in_eval(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == before + 3:  # the eval's third batch
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(*args, **kwargs)
-    monkeypatch.setattr(training, "get_batch", signal_in_eval)
-    with pytest.raises(SystemExit) as stop:
-        train.main(train_args(corpus, stopped, *extra))
-    assert stop.value.code == 128 + signal.SIGINT
-    assert calls["n"] == before + 3  # no eval batch after the signal
-    assert load_checkpoint(stopped / "ckpt.pt")["step"] == eval_step
-    assert str(eval_step) not in [r["step"] for r in metrics(stopped) if r["val_loss"]]
-    monkeypatch.setattr(training, "get_batch", real)
-    train.main(train_args(corpus, stopped, *extra) + ["--resume"])
-    assert losses(straight) == losses(stopped)
-    a, b = load_checkpoint(straight / "ckpt.pt"), load_checkpoint(stopped / "ckpt.pt")
-    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    def not_evaluated(stopped: Path) -> None:
+        assert load_checkpoint(stopped / "ckpt.pt")["step"] == eval_step
+        assert str(eval_step) not in [r["step"] for r in metrics(stopped) if r["val_loss"]]
+    extra = ("model.dropout=0.1", "train.threads=1", "train.max_iters=20", "train.eval_iters=4")
+    before = 8 * (eval_step // 10)  # eval batches before that eval's: 2 splits x 4 per eval at 0 (and 10)
+    stopped_and_resumed(corpus, tmp_path, monkeypatch, training, before + 3, extra, not_evaluated)
 
 
 @pytest.mark.slow
