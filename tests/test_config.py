@@ -700,6 +700,7 @@ def test_a_comment_cut_from_a_path_value_is_refused():
     """`--set "train.out_dir=/x/run #2"` trained into /x/run without a word."""
     from tinygpt.config import parse_overrides
     with pytest.raises(UserError, match=r"^--set 'train.out_dir=/x/run #2': YAML reads the value as '/x/run', ' #' "
-                                        r"starting a comment; to keep it, quote it: --set 'train.out_dir=\"/x/run #2\"'$"):
+                                        r"starting a comment; to keep it, quote it: "
+                                        r"--set 'train.out_dir=\"/x/run #2\"'$"):
         parse_overrides(["train.out_dir=/x/run #2"])
     assert parse_overrides(["train.lr=3e-4 # a note"]) == {"train": {"lr": "3e-4"}}  # (a number's comment stays one)

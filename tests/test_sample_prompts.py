@@ -290,12 +290,14 @@ def test_more_threads_than_cores_is_warned(tiny_stories_run, capsys):
 
 
 @pytest.mark.parametrize("flags, named", [
-    (["--attention-html", "PAGE"], "--attention-html with --interactive: every answer would overwrite the last one's page"),
-    (["--attention-png", "DIR"], "--attention-png with --interactive: every answer would overwrite the last one's heatmaps"),
+    (["--attention-html", "PAGE"],
+     "--attention-html with --interactive: every answer would overwrite the last one's page"),
+    (["--attention-png", "DIR"],
+     "--attention-png with --interactive: every answer would overwrite the last one's heatmaps"),
     (["--attention-html", "PAGE", "--attention-png", "DIR"], "--attention-html and --attention-png with --interactive"),
 ])
-def test_interactive_refuses_the_files_each_answer_would_overwrite(tiny_stories_run, tmp_path, monkeypatch, flags,
-                                                                  named):
+def test_interactive_refuses_the_files_each_answer_would_overwrite(tiny_stories_run, tmp_path, monkeypatch,
+                                                                   flags, named):
     """Two piped prompts with --attention-html: `saved page.html` twice, the second answer's page in
     place of the first's, titled "sample 1". Refused before any answer."""
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"Mia had\nTom had\n"), encoding="utf-8"))

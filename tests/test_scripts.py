@@ -377,8 +377,8 @@ def test_reproduce_trains_into_an_out_dir_whose_name_yaml_would_cut(tmp_path, ca
     words = sorted(set(reproduce.WORD.findall(generate_stories(20000, 1337)[0])))
     calls = []
     monkeypatch.setattr(reproduce, "run", stories_children(calls, {0: " ".join(words * (2000 // len(words) + 1))}))
-    code, out, err = cli(reproduce.main, ["stories", "--out-dir", tmp_path / "r #1", "--set", "data.stories_chars=20000"],
-                         capsys)
+    code, out, err = cli(reproduce.main,
+                         ["stories", "--out-dir", tmp_path / "r #1", "--set", "data.stories_chars=20000"], capsys)
     assert code == 0 and not err, err
     assert (tmp_path / "r #1" / "run" / "metrics.csv").is_file() and not (tmp_path / "r").exists()
 
@@ -794,7 +794,7 @@ def test_ablation_table_knows_a_run_by_its_checkpoint(tiny_stories_run, tmp_path
 
 
 def test_ablation_table_refuses_a_run_not_of_the_stories_before_any_probe(tiny_stories_run, tmp_path, capsys,
-                                                                         monkeypatch):
+                                                                          monkeypatch):
     """A run trained on other data came to light at its own probe, after the probes of the runs
     before it (minutes each at the default --stories 100), the table lost."""
     from tinygpt.checkpoint import load_checkpoint, save_checkpoint
@@ -857,8 +857,8 @@ def test_explorer_bench_writes_its_pages_without_a_browser_and_leaves_no_temp_fo
     monkeypatch.setattr(module.shutil, "which", lambda name: None)
     code, out, err = cli(module.main, ["--out", tmp_path / "pages"], capsys)
     assert code == 0 and "no time (no browser" in out, err
-    assert sorted(p.name for p in (tmp_path / "pages").iterdir()) == ["explorer_bench_init.html",
-                                                                       "explorer_bench_sharp.html"]
+    pages = sorted(p.name for p in (tmp_path / "pages").iterdir())
+    assert pages == ["explorer_bench_init.html", "explorer_bench_sharp.html"]
     monkeypatch.setattr(module.tempfile, "tempdir", str(tmp_path / "temp"))
     (tmp_path / "temp").mkdir()
     assert cli(module.main, [], capsys)[0] == 0

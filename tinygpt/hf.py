@@ -491,7 +491,8 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         run = any((folder / name).is_file() for name in ("ckpt.pt", "best.pt"))
         raise UserError(f"{folder} has no config.json: not a Hugging Face model folder" + (
-            f" but a tinygpt run; export it with {shell_join(['python', 'export.py', path_word(folder), 'OUT'])}" * run))
+            " but a tinygpt run; export it with "
+            f"{shell_join(['python', 'export.py', path_word(folder), 'OUT'])}" * run))
     try:
         hf = json.loads(read_capped(path, CONFIG_JSON_MAX, lambda size: f"{path} is not a model config: a GPT-2 "
                                     f"config.json is about 1 KB (tinygpt's export, with its tokenizer, a few MB), "
