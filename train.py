@@ -36,7 +36,7 @@ from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimiz
                                 load_weights, model_from_checkpoint, resolve_checkpoint, restore_rng_state,
                                 save_checkpoint, sweep_temp_files)
 from tinygpt.config import (FROM_WEIGHTS, Config, config_from_dict, config_source, config_to_dict, flat_config,
-                            load_config, same_path)
+                            load_config, same_path, set_word)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
                             shell_join, shell_quote, short, shown_path, stderr_is_terminal, stopping_on_a_signal,
                             work_is_files)
@@ -233,7 +233,7 @@ def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data: Prepared)
         fix = f"prepare the data with the run's: --set data.tokenizer={theirs.get('encoding')} data.compact_vocab=false"
     else:
         init_data = config_from_dict(init_ckpt["config"], str(cfg.train.init_from)).data
-        settings = [f"data.{key}={_setting(getattr(init_data, key))}" for key in token_keys(init_data)
+        settings = [_setting(f"data.{key}", getattr(init_data, key)) for key in token_keys(init_data)
                     if getattr(init_data, key) != getattr(cfg.data, key)]
         fix = (f"the run's vocabulary comes from its own data: prepare this data as it did, "
                f"--set {' '.join(settings)}" if settings else
@@ -269,9 +269,12 @@ def _tokenizer_words(tok: dict[str, Any]) -> str:
     return f"{name}{' compact' if 'ids' in tok else ''}, {count(tok.get('vocab_size'), 'token')}"
 
 
-def _setting(value: Any) -> str:
-    """A data setting's value as --set takes it (true, not True), quoted for the shell."""
-    return shell_quote("true" if value is True else "false" if value is False else str(value))
+def _setting(key: str, value: Any) -> str:
+    """KEY=VALUE as --set takes it (true, not True; a text YAML would change, a path with ' #', in
+    quotes: config.set_word), quoted for the shell."""
+    if isinstance(value, str):
+        return shell_quote(set_word(key, value))
+    return shell_quote(f"{key}={'true' if value is True else 'false' if value is False else value}")
 
 
 @dataclass
@@ -390,6 +393,8 @@ class Run:
         def step() -> torch.Tensor | None:
             return train_step(self.train_model, self.optimizer, self.scaler, self.autocast, self.next_batch,
                               t.grad_accum, t.grad_clip, lr, stop)
+        if stop is None and not self.compiling:  # (the usual step: no state to keep)
+            return step()
         batches = self.batch_gen.get_state()
         drawn = capture_rng_state(self.dist.device) if stop is not None else None  # (46 us: only where needed)
         loss = self.compile_step(step, batches) if self.compiling else step()
@@ -552,11 +557,10 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
     failing = False  # an error on its way out: the clean-up below must not hide it
     # all processes stop together: --stop-at is the same step on each; a signal (here, or in another
     # process of the run) is agreed on every step, between the micro-batches of a step (its work undone:
-    # train.grad_accum=30000 took two minutes to stop, past a scheduler's grace before SIGKILL) and
-    # between an eval's batches (the eval left to the resume),
-    # but under DDP with NCCL (GPUs) only at log steps, where the loop syncs the host anyway (on CPUs,
-    # gloo's agreement is cheap beside the gradients' all-reduce; torchrun kills a worker 30 s after
-    # passing a signal on)
+    # train.grad_accum=30000 took two minutes to stop, past a scheduler's grace before SIGKILL) and between
+    # an eval's batches (the eval left to the resume), but under DDP with NCCL (GPUs) only at log steps,
+    # where the loop syncs the host anyway (on CPUs, gloo's agreement is cheap beside the gradients'
+    # all-reduce; torchrun kills a worker 30 s after passing a signal on)
     every_step = dist.world_size == 1 or dist.device.type == "cpu"
     between = (lambda: dist.any(stop.signum is not None)) if every_step else None  # micro-batches, eval batches
     mid_step = between if t.grad_accum > 1 else None

@@ -524,12 +524,18 @@ def file_arg(text: str) -> Path:
     return path_arg(text)
 
 
+def unseen(text: str) -> bool:
+    """Does `text` hold a control or invisible character (Unicode's C* categories: a line break, a
+    direction mark, a byte of a name that is not UTF-8)?"""
+    return any(unicodedata.category(c).startswith("C") for c in text)
+
+
 def shell_quote(word: str | Path) -> str:
     """shlex.quote, but a word holding a control or invisible character (a line break in a file
     name, a byte that is not UTF-8) in bash's $'...' form with that character escaped: a command in
     a message stays on one line and pastes as it is."""
     text = str(word)
-    if not any(unicodedata.category(c).startswith("C") for c in text):
+    if not unseen(text):
         return shlex.quote(text)
     escaped = []
     for c in text:
@@ -537,7 +543,7 @@ def shell_quote(word: str | Path) -> str:
             escaped.append("\\" + c)
         elif "\ud800" <= c <= "\udfff":  # a byte of a name that is not UTF-8, as Python holds it
             escaped.append("".join(f"\\x{b:02x}" for b in os.fsencode(c)))
-        elif unicodedata.category(c).startswith("C"):
+        elif unseen(c):
             escaped.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or
                            (f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
                             else f"\\U{ord(c):08x}"))
@@ -550,7 +556,7 @@ def shown_path(path: str | Path) -> str:
     """A path in a line of output: as it is, unless it holds a control or invisible character (a line
     break would split the line), then as shell_quote writes it."""
     text = str(path)
-    return shell_quote(text) if any(unicodedata.category(c).startswith("C") for c in text) else text
+    return shell_quote(text) if unseen(text) else text
 
 
 def shell_join(words: Sequence[str | Path]) -> str:

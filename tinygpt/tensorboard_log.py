@@ -105,6 +105,10 @@ class TensorBoardLog:
                     self.writer.add_scalar(tag, float(row[column]), step)
             self.writer.flush()
 
+    def _eval_scalars(self, step: int, train_loss: float, val_loss: float) -> None:
+        self.writer.add_scalar("eval/train_loss", train_loss, step)
+        self.writer.add_scalar("eval/val_loss", val_loss, step)
+
     def backfill(self, rows: list[dict[str, Any]]) -> str | None:
         """A resumed run whose log was empty (trained without train.tensorboard until now): metrics.csv's
         rows up to the resume go in as scalars, so the curves start at step 0, with a note; the attention
@@ -115,8 +119,7 @@ class TensorBoardLog:
             for row in rows:
                 step = int(row["step"])
                 if row.get("val_loss") not in (None, ""):  # an eval's row (a log row has no val loss)
-                    self.writer.add_scalar("eval/train_loss", float(row["train_loss"]), step)
-                    self.writer.add_scalar("eval/val_loss", float(row["val_loss"]), step)
+                    self._eval_scalars(step, float(row["train_loss"]), float(row["val_loss"]))
                 else:
                     self.log(step, row)
             self.writer.flush()
@@ -127,8 +130,7 @@ class TensorBoardLog:
     def eval(self, step: int, losses: dict[str, float], model: GPT) -> None:
         """The eval's loss estimates -> scalars; every layer's attention over the prompt -> an image."""
         with self._writing():
-            self.writer.add_scalar("eval/train_loss", losses["train"], step)
-            self.writer.add_scalar("eval/val_loss", losses["val"], step)
+            self._eval_scalars(step, losses["train"], losses["val"])
         if self.images:
             was_training = model.training
             model.eval()  # no dropout in the weights shown
