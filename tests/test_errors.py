@@ -1902,3 +1902,22 @@ def test_a_path_with_a_line_break_keeps_each_output_line_whole(run, tmp, capsys)
     assert done.code == 0 and done.out == f"wrote $'{odd}/loss.png'".replace("\n", "\\n") + "\n", done.out
     from tinygpt.errors import shown_path
     assert shown_path(tmp / "plain dir") == f"{tmp}/plain dir"  # (an ordinary path: as it is)
+
+
+def test_an_error_naming_a_path_with_a_line_break_stays_one_line(run, tmp, capsys):
+    """About 40 messages (a config not found or not YAML, a damaged checkpoint, an export folder) put
+    a path in as it is: a line break in its name split `error: ...` over two lines. The last step
+    that prints any error now escapes control characters, whichever message quotes them."""
+    bad_yaml = tmp / "bad\nname.yaml"
+    bad_yaml.write_text("model: [\n", encoding="utf-8")
+    damaged = tmp / "dam\naged"
+    damaged.mkdir(exist_ok=True)
+    (damaged / "ckpt.pt").write_bytes(b"not a checkpoint")
+    for script, args, culprit in [("train.py", [tmp / "no\nsuch.yaml"], "no\\nsuch.yaml"),
+                                  ("train.py", [bad_yaml], "bad\\nname.yaml"),
+                                  ("sample.py", [damaged, "--prompt", "a"], "dam\\naged"),
+                                  ("export.py", [damaged, tmp / "out\x1bdir"], "dam\\naged")]:
+        one_line(in_process(script, args, capsys), culprit)
+    from tinygpt.errors import one_line as escaped_line
+    assert escaped_line("plain é text") == "plain é text"  # (nothing to escape: as it is)
+    assert escaped_line("a\tb\udcff\u200f") == "a\\tb\\xff\\u200f"

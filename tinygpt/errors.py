@@ -461,7 +461,7 @@ def work_is_files() -> None:
 def _fail(line: str | None, code: int) -> None:
     try:
         if line is not None:
-            print(line, file=sys.stderr)
+            print(one_line(line), file=sys.stderr)  # one line, whatever path or value the message quotes
     except OSError:  # stderr gone (a terminal that hung up, a closed pipe): the exit code still tells
         pass
     sys.exit(code)
@@ -537,19 +537,24 @@ def shell_quote(word: str | Path) -> str:
     text = str(word)
     if not unseen(text):
         return shlex.quote(text)
-    escaped = []
-    for c in text:
-        if c in "\\'":
-            escaped.append("\\" + c)
-        elif "\ud800" <= c <= "\udfff":  # a byte of a name that is not UTF-8, as Python holds it
-            escaped.append("".join(f"\\x{b:02x}" for b in os.fsencode(c)))
-        elif unseen(c):
-            escaped.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or
-                           (f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
-                            else f"\\U{ord(c):08x}"))
-        else:
-            escaped.append(c)
-    return "$'" + "".join(escaped) + "'"
+    return "$'" + "".join("\\" + c if c in "\\'" else escaped(c) for c in text) + "'"
+
+
+def escaped(c: str) -> str:
+    """One character as bash's $'...' writes it: a control or invisible one (unseen) as its escape
+    (\\n, \\x1b, \\u200f; a byte of a name that is not UTF-8 as \\xNN), any other as it is."""
+    if "\ud800" <= c <= "\udfff":  # a byte of a name that is not UTF-8, as Python holds it
+        return "".join(f"\\x{b:02x}" for b in os.fsencode(c))
+    if not unseen(c):
+        return c
+    return ({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or
+            (f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"))
+
+
+def one_line(text: str) -> str:
+    """`text` with each control or invisible character escaped (escaped): an error naming a file whose
+    name holds a line break stays one line, whichever message names it."""
+    return "".join(escaped(c) for c in text) if unseen(text) else text
 
 
 def shown_path(path: str | Path) -> str:

@@ -32,7 +32,8 @@ from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, fi
                                 saved_step_and_data)
 from tinygpt.config import (MAX_INT, Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path,
                             set_word)
-from tinygpt.errors import UserError, count, first_few, read_capped, reason, shell_quote, shown_as_unicode
+from tinygpt.errors import (UserError, count, first_few, read_capped, reason, shell_quote, shown_as_unicode,
+                            shown_path)
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
     import fcntl
@@ -628,7 +629,7 @@ def training_note(checkpoint: Path, step: Any, doing: str) -> str | None:
     replaces it), else None."""
     if not training_now(checkpoint.parent):
         return None
-    return f"note: {checkpoint.parent} is being trained now: this {doing} {checkpoint.name} as of step {step}"
+    return f"note: {shown_path(checkpoint.parent)} is being trained now: this {doing} {checkpoint.name} as of step {step}"
 
 
 def _holder(fd: int) -> str:
