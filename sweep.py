@@ -951,9 +951,9 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     if note := pictures_note(pngs):
         print(note)
     if unstarted:
-        print(f"{len(unstarted)} of {len(plan)} run(s) not started: {shown_path(args.config)} was edited while the sweep ran, "
-              f"and a sweep's runs share one config; restore it and rerun the sweep to finish them, or sweep the "
-              f"new config into another --out", file=sys.stderr)
+        print(f"{len(unstarted)} of {len(plan)} run(s) not started: {shown_path(args.config)} was edited while the "
+              f"sweep ran, and a sweep's runs share one config; restore it and rerun the sweep to finish them, or "
+              f"sweep the new config into another --out", file=sys.stderr)
     if failed:
         print(f"{len(failed)} of {len(plan)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
     if failed or unstarted:

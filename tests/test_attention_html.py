@@ -232,9 +232,11 @@ class Tokens(HTMLParser):
         if "tok" in classes:
             self.current = int(a["data-i"])
             self.tokens[self.current] = {"class": classes, "title": a.get("title", ""), "t": "", "w": "", "bars": 0,
-                                         "colours": []}
+                                         "colours": [], "style": a.get("style") or "", "w_style": ""}
         elif self.current is not None and classes and classes[0] in ("t", "w"):
             self.part = classes[0]
+            if self.part == "w":
+                self.tokens[self.current]["w_style"] = a.get("style") or ""
         elif self.current is not None and tag == "i":
             self.tokens[self.current]["bars"] += 1
             style = dict(attrs).get("style") or ""
@@ -301,6 +303,64 @@ def test_the_browser_shows_the_models_weights(tmp_path):
     assert all(tokens[k]["bars"] == 4 for k in range(T))
     tokens = rendered(path, "layer=0&head=all&query=2")
     assert [tokens[k]["bars"] for k in range(T)] == [4, 4, 4] + [0] * (T - 3)
+
+
+def luminance(rgb: list[float]) -> float:
+    """WCAG's relative luminance of an sRGB colour (0-255 channels)."""
+    lin = [c / 255 / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def text_contrast(style: str, text_style: str) -> float:
+    """The contrast ratio of text_style's colour on style's background (that colour at its alpha over
+    the white page)."""
+    *back, alpha = [float(x) for x in re.search(r"background(?:-color)?:\s*rgba?\(([^)]+)\)", style)[1].split(",")]
+    if len(back) == 2:  # rgb(r, g, b): opaque
+        back, alpha = back + [alpha], 1.0
+    text = [float(x) for x in re.search(r"(?:^|;)\s*color:\s*rgb\(([^)]+)\)", text_style)[1].split(",")]
+    over_white = [alpha * c + (1 - alpha) * 255 for c in back]
+    lighter, darker = sorted([luminance(over_white), luminance(text)], reverse=True)
+    return (lighter + 0.05) / (darker + 0.05)
+
+
+@pytest.mark.parametrize("n_head", [4, 16])
+def test_a_shaded_token_and_its_number_stay_readable_at_every_weight(tmp_path, n_head):
+    """Text turned white above a weight of 0.35, whatever the head's colour: white on the pale green,
+    orange or yellow of a weight of 0.44 read at about 2:1. The page now picks white or black by the
+    shade's luminance, for the token and its number alike (WCAG's 4.5:1 for text)."""
+    browser()  # skip early without one
+    tok = CharTokenizer.from_text(TEXT)
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=16, n_layer=1, n_head=n_head, n_embd=32, vocab_size=tok.vocab_size)).eval()
+    ids = tok.encode(TEXT[:16])
+    data = attention_html.explorer_data(model, tok, ids, 0, [], "contrast")
+    T, q = len(ids), len(ids) - 1
+    start = q * (q + 1) // 2  # the last query's row in the stored lower triangle
+    for head in range(n_head):  # that row's weights spread from 0 to 1, to meet every shade
+        data["weights"][0][head][start:start + T] = [round(data["scale"] * k / q) for k in range(T)]
+    path = tmp_path / "contrast.html"
+    path.write_text(attention_html.explorer_html(data), encoding="utf-8")
+    for head in sorted({0, 2, 4, 8, n_head - 1} & set(range(n_head))):  # blue, green, orange, olive; a hue
+        tokens = rendered(path, f"layer=0&head={head}&query={q}")
+        for k in range(1, T):  # (a weight of 0 draws no shade)
+            for text_style in (tokens[k]["style"], tokens[k]["w_style"]):  # the token, its number
+                assert text_contrast(tokens[k]["style"], text_style) >= 4.5, (head, k, tokens[k], text_style)
+
+
+def test_the_page_says_what_a_byte_label_is_when_it_shows_one(tmp_path):
+    """'\\xc3' labels (one byte of a character that BPE split) were explained nowhere on the page."""
+    browser()  # skip early without one
+    model, tok = tiny_model()
+    data = attention_html.explorer_data(model, tok, tok.encode("The cat"), 0, [], "bytes")
+    assert data["bytes"] is False
+    path = tmp_path / "page.html"
+    path.write_text(attention_html.explorer_html(data), encoding="utf-8")
+    legend = re.compile(r'id="legend"[^>]*>(.*?)</', re.S)
+    assert "xNN" not in legend.search(dom(path, ""))[1]
+    data["tokens"][1] = "\\xc3"  # as tokenizer._escape writes such a byte
+    data["bytes"] = True
+    path.write_text(attention_html.explorer_html(data), encoding="utf-8")
+    assert "; \\xNN = one byte: of a character split across tokens" in legend.search(dom(path, ""))[1]
 
 
 def test_the_notebook_view_wraps_the_page_in_an_iframe():

@@ -504,6 +504,20 @@ def test_the_legend_counts_one_earlier_key_in_the_singular():
     assert "on the 1 key before" in legend(12, 13, True) and "on the 5 keys before" in legend(12, 17, True)
 
 
+def test_the_legend_explains_a_byte_label_and_how_far_a_wide_row_may_be_from_100():
+    """Labels such as '\\xc3' (one byte of é, split by BPE) were explained nowhere; and a table of 128
+    keys, each cell rounded on its own, had rows summing to 82-113 under "rows sum to 100 up to rounding"."""
+    from tinygpt.attention_view import legend, shows_bytes
+    assert shows_bytes(["caf", "\\xc3", "\\xa9"]) and shows_bytes(["\\x1b"])
+    assert not shows_bytes(["\\\\x41", "a", "␣the"])  # a literal backslash before x41: no byte
+    assert "'\\xNN' = one byte" in legend(3, 3, True, ["caf", "\\xc3", "\\xa9"])
+    assert "xNN" not in legend(3, 3, True, ["The", "␣cat", "␣sat"])
+    weights = torch.full((1, 128), 1 / 128)  # 0.78% each: every cell prints 1, the row sums to 128
+    row = percent_table(weights, ["q"], [f"k{i}" for i in range(128)]).splitlines()[1].split()[1:]
+    assert sum(map(int, row)) == 128
+    assert "each rounded on its own" in legend(128, 128, True) and "up to rounding)" not in legend(128, 128, True)
+
+
 def test_one_token_and_a_full_stop_read_right():
     """'1 tokens'; a '.' token read like a masked cell in the tables; a 1-token heatmap spoke of
     hatched cells it did not have."""

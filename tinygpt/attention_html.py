@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, Sequence
 import torch
 
 from model import GPT, Step
-from tinygpt.attention_view import step_candidates, token_label, window_traces
+from tinygpt.attention_view import shows_bytes, step_candidates, token_label, window_traces
 from tinygpt.checkpoint import atomic_write_text, file_head
 
 SCALE = 1000  # weights stored as integers in units of 1/SCALE (0.1 %)
@@ -61,14 +61,15 @@ def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 
         raise ValueError(f"{len(steps)} steps for {n_generated} generated tokens, {T - first_generated} of them in "
                          f"the window")
     shown_steps = list(steps)[len(steps) - (T - first_generated):] if steps else []  # those inside the window
+    labels = [token_label(tokenizer, i) for i in window]
+    tops = [[[token_label(tokenizer, i), round(q, 4)] for i, q in s["top"]] for s in shown_steps]
     return {
         "title": title, "rule": rule, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "block_size": cfg.block_size,
         "causal": cfg.causal, "scale": SCALE, "earlier": len(ids) - T,
-        "tokens": [token_label(tokenizer, i) for i in window],
+        "tokens": labels, "bytes": shows_bytes(labels + [label for top in tops for label, _ in top]),
         "breaks": [k for k, i in enumerate(window) if "\n" in tokenizer.decode([i])],  # line break after these
         "first_generated": first_generated,
-        "steps": [{"ctx": s["ctx"], "p": round(s["p"], 4),
-                   "top": [[token_label(tokenizer, i), round(q, 4)] for i, q in s["top"]]} for s in shown_steps],
+        "steps": [{"ctx": s["ctx"], "p": round(s["p"], 4), "top": top} for s, top in zip(shown_steps, tops)],
         "weights": stored.tolist(),
     }
 
@@ -168,8 +169,26 @@ function weight(layer, head, q, k) {
 }
 const pct = w => (100 * w).toFixed(1);
 // a colour per head: the ten above while they last, else hues spread evenly (no two heads alike)
-const rgba = (head, alpha) => D.n_head <= COLORS.length ? `rgba(${COLORS[head].join(",")},${alpha})`
-  : `hsla(${Math.round(360 * head / D.n_head)},70%,42%,${alpha})`;
+function rgb(head) {
+  if (D.n_head <= COLORS.length) return COLORS[head];
+  const hue = 360 * head / D.n_head, a = 0.7 * 0.42;  // HSL (hue, 70%, 42%) in RGB
+  const f = n => {
+    const k = (n + hue / 30) % 12;
+    return Math.round(255 * (0.42 - a * Math.max(-1, Math.min(k - 3, 9 - k, 1))));
+  };
+  return [f(0), f(8), f(4)];
+}
+const rgba = (head, alpha) => `rgba(${rgb(head).join(",")},${alpha})`;
+// the text colour that reads on a head's colour at alpha over the white page: white or black, whichever
+// contrasts more (WCAG's relative luminance; either way at least 4.5:1)
+function ink(head, alpha) {
+  const lum = c => {  // a channel over white, linear
+    c = (alpha * c + (1 - alpha) * 255) / 255;
+    return c <= 0.04045 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+  };
+  const [r, g, b] = rgb(head), L = 0.2126 * lum(r) + 0.7152 * lum(g) + 0.0722 * lum(b);
+  return 1.05 / (L + 0.05) > (L + 0.05) / 0.05 ? "#fff" : "#000";
+}
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -199,7 +218,8 @@ document.getElementById("legend").textContent =
   `; ${D.n_layer} layer${D.n_layer === 1 ? "" : "s"} x ${D.n_head} head${D.n_head === 1 ? "" : "s"}. Hover a token to see where it looks (click to pin it, then hover ` +
   `the others for their weight in every head); shading = weight (square-root scale), number = % of the ` +
   `query's attention` + (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
-  "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + "); ␣ = space.";
+  "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + "); ␣ = space" +
+  (D.bytes ? "; \\\\xNN = one byte: of a character split across tokens, or a control character." : ".");
 function buttons(id, values, key) {
   const box = document.getElementById(id);
   for (const v of values) {
@@ -249,11 +269,11 @@ function render(hoveredKey) {
     const cell = span.querySelector(".w");
     cell.textContent = "";
     span.style.background = "";
-    span.style.color = "";
+    span.style.color = cell.style.color = "";
     if (w === undefined || masked) return;
     if (heads.length === 1) {  // one head: shading and the number
       span.style.background = rgba(heads[0], Math.sqrt(w[0]));
-      if (w[0] > 0.35) span.style.color = "#fff";
+      span.style.color = cell.style.color = ink(heads[0], Math.sqrt(w[0]));
       cell.textContent = pct(w[0]);
     } else {  // every head: one bar each, height = weight
       const bars = el("span", "bars");

@@ -13,10 +13,12 @@ column per key (a position it may look at):
     on            14   24   43   19
 
 Conventions (stated once here, printed by `legend`):
-- a cell is the whole percent of its row's attention; every row sums to 100 up to rounding;
+- a cell is the whole percent of its row's attention, rounded on its own; a row sums to 100 up to
+  that rounding, which adds up over many keys (a row of a hundred small weights can be far off);
 - "." is a future key under the causal mask: its weight is exactly 0, not just small ("0" is a
   real key that got under 0.5 %);
-- "␣" is a space inside a token label, so "␣the" is the BPE token " the"; a newline is "\\n";
+- "␣" is a space inside a token label, so "␣the" is the BPE token " the"; a newline is "\\n"; "\\xNN"
+  is one byte of a character that BPE split across tokens (é as "\\xc3" then "\\xa9");
 - "earlier" (when a long context is cropped to its last N tokens) is the summed weight on all
   keys before those N, so rows still sum to 100.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import textwrap
 import unicodedata
 from pathlib import Path
@@ -192,17 +195,27 @@ def crop_last(weights: torch.Tensor, labels: Sequence[str], last: int, mask: tor
     return view, view_mask, query_labels, key_labels
 
 
-def legend(shown: int, total: int, causal: bool) -> str:
-    """The conventions of the tables, as a paragraph wrapped at 100 characters."""
+def shows_bytes(labels: Sequence[str]) -> bool:
+    """Does a label hold a \\xNN escape (tokenizer._escape: one byte of a character that BPE split
+    across tokens, or a control character), not a literal backslash's '\\\\'?"""
+    return any(re.search(r"(?<!\\)(?:\\\\)*\\x[0-9a-f]{2}", label) for label in labels)
+
+
+def legend(shown: int, total: int, causal: bool, labels: Sequence[str] = ()) -> str:
+    """The conventions of the tables, as a paragraph wrapped at 100 characters; `labels` (the
+    tokens shown) adds what a \\xNN in one of them means."""
     parts = [f"{total} token{'s' * (total != 1)}" + (f", showing the last {shown}" if shown < total else ""),
              "rows: queries (the position predicting the next token), columns: keys",
-             "cells: % of the row's attention (rows sum to 100 up to rounding)"]
+             "cells: % of the row's attention, each rounded on its own (0 = under 0.5%), so a row sums to 100 "
+             "only up to that rounding, the further off the more keys it has"]
     if causal:
         # (a cell, unquoted: the token '.' is a label, quoted)
         parts.append(f"a cell of a lone {MASKED} = a future key, masked: weight exactly 0")
     else:
         parts.append("no causal mask: every position sees every other")
     parts.append(f"'{SPACE}' = space")
+    if shows_bytes(labels):
+        parts.append("'\\xNN' = one byte: of a character split across tokens, or a control character")
     if shown < total:
         earlier = total - shown
         parts.append(f"'{EARLIER}' = summed weight on the {earlier} key{'s' if earlier > 1 else ''} before")
@@ -215,7 +228,7 @@ def attention_tables(traces: Sequence[HeadTrace], labels: Sequence[str], last: i
     last `last` tokens, under a legend line."""
     T = len(labels)
     mask = causal_mask(T, T) if causal else None
-    blocks = [legend(min(last, T), T, causal)]
+    blocks = [legend(min(last, T), T, causal, labels[-last:])]
     for layer, trace in enumerate(traces):
         att = trace.weights[0].detach().float().cpu()  # (nh, T, T)
         view, view_mask, query_labels, key_labels = crop_last(att, labels, last, mask)

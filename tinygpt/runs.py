@@ -629,7 +629,8 @@ def training_note(checkpoint: Path, step: Any, doing: str) -> str | None:
     replaces it), else None."""
     if not training_now(checkpoint.parent):
         return None
-    return f"note: {shown_path(checkpoint.parent)} is being trained now: this {doing} {checkpoint.name} as of step {step}"
+    return (f"note: {shown_path(checkpoint.parent)} is being trained now: this {doing} {checkpoint.name} as of "
+            f"step {step}")
 
 
 def _holder(fd: int) -> str:
