@@ -188,6 +188,9 @@ def check_args(args) -> None:
 # ---- output paths, checked before any work ----
 
 
+PICTURE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".svg", ".pdf", ".webp"}  # not an --attention-html page's
+
+
 def check_output_folders(args) -> None:
     """Refuse the folders --attention-png and --attention-html cannot write into (a file, a path
     through a file, no permission, /proc), before the model is even loaded."""
@@ -199,6 +202,10 @@ def check_output_folders(args) -> None:
         if str(page) == "-":  # (not standard output, as --prompt-file - is standard input: a page is a file)
             raise UserError(f"{named}: the page is a file (its data and script in one); give a file name, e.g. "
                             f"--attention-html attention.html")
+        if page.suffix.lower() in PICTURE_SUFFIXES:  # the flags mixed up: --attention-png refuses x.png alike
+            raise UserError(f"{named}: the page is HTML, not a {page.suffix.lower()[1:].upper()} picture; name it "
+                            f"e.g. {shell_quote(path_word(page.with_suffix('.html')))} (the heatmaps' PNGs: "
+                            f"--attention-png FOLDER)")
         try:  # (the longest name: a page per sample, PAGE_sample10.html)
             check_name_fits(attention_html.numbered(page, args.num_samples - 1, args.num_samples))
         except UserError as e:  # (first: a name over 255 bytes cannot even be looked up)

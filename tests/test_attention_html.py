@@ -205,6 +205,10 @@ def test_sample_checks_the_page_paths_before_generating(run, tmp_path, monkeypat
     refused(["--attention-html", tmp_path / "two.html", "--num-samples", 2], "--attention-html: .*two_sample2.html")
     if Path("/proc/self").is_dir():  # even root cannot create a file in /proc
         refused(["--attention-html", "/proc/tinygpt.html"], "--attention-html=.*/proc")
+    # the flags mixed up: an HTML page under a picture's name was written, and opened as a broken picture
+    refused(["--attention-html", tmp_path / "heat.png"],
+            r"the page is HTML, not a PNG picture; name it e\.g\. .*heat\.html")
+    assert not (tmp_path / "heat.png").exists()
 
 
 # ---- in a real browser ----
