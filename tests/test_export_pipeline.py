@@ -287,6 +287,9 @@ def test_the_export_holds_a_tokenizer_and_a_generation_config(cases):
     # no pad token (transformers would make the newline special); left padding; the context plus one in all
     tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
     assert "pad_token" not in tokenizer_config and tokenizer_config["padding_side"] == "left"
+    # GPT-2's inputs: transformers 4 also returned token_type_ids, added as token 0's embedding at every
+    # position, so model.generate(**tok(text)) differed from the pipeline (logits off by up to 7.8)
+    assert tokenizer_config["model_input_names"] == ["input_ids", "attention_mask"]
     assert "pad_token_id" not in gen and gen["max_length"] == 65
     assert "word vocabulary" in config["tinygpt"]["note"] and "None" not in config["tinygpt"]["note"]
 

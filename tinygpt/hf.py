@@ -290,9 +290,13 @@ def tokenizer_config(cfg: Config) -> dict[str, Any]:
     split and dropped by decode(skip_special_tokens=True), the pipeline's default; ours are ordinary
     tokens (a pad token of the newline would drop every newline from generated text). So no pad token
     (a batch sets one at run time, README_EXPORT.md); padding on the left, as a decoder-only model must
-    (the pipeline pads so anyway; tok(texts, padding=True) for model.generate reads it here)."""
+    (the pipeline pads so anyway; tok(texts, padding=True) for model.generate reads it here). Its
+    inputs are GPT-2's, ids and attention mask: transformers 4's PreTrainedTokenizerFast also returns
+    token_type_ids by default, which GPT-2 adds as token 0's embedding at every position, so
+    model(**tok(text)) and model.generate(**tok(text)) gave other logits."""
     return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.model.block_size,
-            "clean_up_tokenization_spaces": False, "padding_side": "left"}
+            "clean_up_tokenization_spaces": False, "padding_side": "left",
+            "model_input_names": ["input_ids", "attention_mask"]}
 
 
 def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
@@ -448,7 +452,7 @@ predicted from the {ctx} before it. So a prompt of at most {ctx} continues to {L
 refused with transformers' ``ValueError: Input length of input_ids is N, but `max_length` is set to {L}``, \
 and a `max_new_tokens` that takes prompt and continuation past {L} tokens ends in transformers' `IndexError: \
 index out of range in self`, where tinygpt's sample.py slides its window and goes on (greedy, `do_sample=False` \
-and `--temperature 0`, the two give the same tokens up to {L} in all). Given `max_new_tokens`, transformers \
+and `--temperature 0`, the two give the same tokens up to {L} in all). Given `max_new_tokens`, transformers 5 \
 notes that `max_length` is set too: `max_new_tokens` takes precedence.
 - Batches: set a pad token first. Any token will do (the attention mask hides padding), e.g. the start token \
 (id {bos}, {pad!r}). The files name none: transformers makes a pad token of tokenizer_config.json a special \
@@ -460,7 +464,8 @@ token, and the pipeline drops special tokens from the text it decodes: every {pa
   tokenizer_config.json pads on the left, so `inputs = generate.tokenizer(prompts, padding=True, \
 return_tensors="pt")` then `out = generate.model.generate(**inputs, ...)` works too; there the padding \
 decodes as {pad!r}: decode only the new tokens, `out[:, inputs.input_ids.shape[1]:]`.
-- Attention weights: transformers' default attention (sdpa) returns none, `.attentions == ()`; with \
+- Attention weights: transformers' default attention (sdpa) returns none, `.attentions == ()` (a None per layer \
+in transformers 4); with \
 `AutoModelForCausalLM.from_pretrained(FOLDER, attn_implementation="eager")`, \
 `model(**inputs, output_attentions=True).attentions` holds one (1, {m.n_head}, T, T) tensor per layer (batch, \
 head, query, key): tinygpt's own weights, as `sample.py --attention-png` draws them.
