@@ -20,8 +20,8 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     stop_while_starting()
 
 from tinygpt.checkpoint import load_checkpoint
-from tinygpt.errors import (ArgParser, UserError, count, path_arg, path_word, run_cli, script_word, shell_join,
-                            shell_quote, work_is_files)
+from tinygpt.errors import (ArgParser, UserError, count, new_folder_arg, path_arg, path_word, run_cli, script_word,
+                            shell_join, shell_quote, work_is_files)
 from tinygpt.hf import HF_FILES, export_hf, import_hf
 
 
@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     p = ArgParser(prog="export.py", description="Export a tinygpt run as a Hugging Face GPT-2 checkpoint, "
                                                 "or import one (--from-hf).")
     p.add_argument("src", type=path_arg, help="run directory or checkpoint; with --from-hf a GPT-2 folder")
-    p.add_argument("out", type=path_arg,
+    p.add_argument("out", type=new_folder_arg,
                    help="output folder: the GPT-2 checkpoint; with --from-hf the new run directory")
     p.add_argument("--format", choices=["hf"], default=None, help="export format: hf (GPT-2 for transformers; the "
                    "default)")

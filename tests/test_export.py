@@ -1016,3 +1016,13 @@ def test_a_damaged_tokenizer_record_advises_exporting_again_not_preparing_data(t
         export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
     assert str(err.value) == (f"{tmp_path / 'hf' / 'config.json'}: the tinygpt.tokenizer it records is damaged "
                               f"(tokenizer data says vocab_size=37 but rebuilds with 2 tokens); export the run again")
+
+
+def test_an_empty_output_folder_gets_a_hint_export_takes():
+    """`export.py RUN ''` said "name one (. for the current folder)", and `.` is then refused: the
+    output replaces its folder whole."""
+    with pytest.raises(UserError, match=r"an empty path names no folder; name a new one \(the output takes") as info:
+        export.main(["some_run", ""])
+    assert "current folder" not in str(info.value)
+    with pytest.raises(UserError, match=r"\. for the current folder"):  # the run it reads may be .
+        export.main(["", "hf"])

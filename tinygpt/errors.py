@@ -506,6 +506,14 @@ def path_arg(text: str) -> Path:
     return Path(os.path.expanduser(text))
 
 
+def new_folder_arg(text: str) -> Path:
+    """path_arg for a folder that an output replaces whole (export.py's OUT): its hint for an empty
+    one names a new folder, not the current one, which the output cannot replace."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no folder; name a new one (the output takes its place whole)")
+    return path_arg(text)
+
+
 def folder_ending(text: str) -> str | None:
     """Why the path `text` names a folder by how it ends (/, /. or /..: Path drops the first two, and
     a file was written under the folder's name), or None."""
