@@ -286,6 +286,11 @@ def test_heatmap_figure_is_legible():
         assert hatched.get_hatch() == "///" and hatched.get_zorder() < image.get_zorder()
         assert (hatched.get_x(), hatched.get_y(), hatched.get_width(), hatched.get_height()) == (-0.5, -0.5, last, last)
         assert len(ax.texts) == last * (last + 1) // 2  # ... and a number on every other cell
+    # a scale for each: past 24 tokens the grey column carries no numbers, and its shades had none
+    scales = sorted(ax.get_ylabel() for ax in fig.axes if ax.get_ylabel().startswith("%"))
+    assert scales == ["% of the query's attention", f"% on the keys before ('{EARLIER}')"]
+    whole = attention_view.heatmap_figure(weights, labels, last=T)  # no earlier column: one scale
+    assert [ax.get_ylabel() for ax in whole.axes if ax.get_ylabel().startswith("%")] == ["% of the query's attention"]
 
 
 def test_dollar_signs_are_drawn_as_text():

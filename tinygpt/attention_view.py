@@ -313,7 +313,7 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
             _cell_numbers(ax, keys[head], numbers, dark_when_high=False)
         if earlier is not None:
             ax_e = fig.add_subplot(grid[r, c * per])
-            ax_e.imshow(earlier[head, :, None].numpy(), cmap="Greys", vmin=0, vmax=100)  # square cells, as the keys'
+            grey = ax_e.imshow(earlier[head, :, None].numpy(), cmap="Greys", vmin=0, vmax=100)  # square cells
             ax_e.set_xticks([0], [EARLIER], rotation=90, fontsize=8)
             ax_e.set_yticks(range(N), query_labels, fontsize=8, family=LABEL_FONT)
             ax.set_yticks(range(N), [])  # the labels are on the earlier column, left of both
@@ -322,10 +322,12 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
     notes = ["hatched: a future key, masked (weight exactly 0)"] if causal and N > 1 else []  # 1 token: none
     if earlier is not None:
         notes.append(f"grey column '{EARLIER}': the summed weight on the {T - N} key{'s' * (T - N > 1)} before "
-                     f"these {N}, on its own grey scale")
+                     f"these {N}, on its own grey scale (right)")
     fig.supxlabel("\n".join(["key (the position looked at)", *notes]), fontsize=9)
     fig.supylabel("query (the position looking)", fontsize=9)
     fig.colorbar(image, ax=key_axes, label="% of the query's attention", shrink=0.8)
+    if earlier is not None:  # the grey column's scale: past NUMBERED tokens its cells carry no number
+        fig.colorbar(grey, ax=key_axes, label=f"% on the keys before ('{EARLIER}')", shrink=0.8)
     if title:
         fig.suptitle(title_text(title), fontsize=11)
     return fig
