@@ -383,9 +383,9 @@ def check_args(args) -> list[str]:
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     bad = [d for d in dtypes if d not in ("float32", "bfloat16", "float16")]
     if bad or not dtypes:
-        raise UserError(f"--dtypes={args.dtypes!r}: use float32, bfloat16 and/or float16")
+        raise UserError(f"--dtypes={short(args.dtypes)}: use float32, bfloat16 and/or float16")
     if len(set(dtypes)) < len(dtypes):  # (it measured each once, without a word)
-        raise UserError(f"--dtypes={args.dtypes!r} names a dtype twice; give each once")
+        raise UserError(f"--dtypes={short(args.dtypes)} names a dtype twice; give each once")
     for flag, most in MAX_COUNTS.items():
         if not 0 <= getattr(args, flag) <= most:
             raise UserError(f"--{flag.replace('_', '-')}={getattr(args, flag)} must be in [0, {most:,}] (0 skips it)")

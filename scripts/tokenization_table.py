@@ -23,7 +23,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
 
 from data import stories
 from tinygpt.config import DataConfig
-from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.errors import ArgParser, UserError, run_cli, short
 from tinygpt.tokenizer import Tokenizer, WordTokenizer, build_tokenizer
 
 MAX_CHARS = 20_000_000  # 13x the default corpus (2 s): the corpus and its tokens are held in memory
@@ -50,10 +50,10 @@ def check_args(args) -> list[int]:
     except ValueError:
         sizes = []
     if not sizes or not all(BPE_SIZES[0] <= n <= BPE_SIZES[1] for n in sizes):
-        raise UserError(f"--sizes={args.sizes!r} must be comma-separated vocabulary sizes in "
+        raise UserError(f"--sizes={short(args.sizes)} must be comma-separated vocabulary sizes in "
                         f"{BPE_SIZES[0]}..{BPE_SIZES[1]} (256 bytes + the merges), e.g. 1024,1536")
     if len(set(sizes)) < len(sizes):  # (the same row was learned and printed twice)
-        raise UserError(f"--sizes={args.sizes!r} gives a size twice")
+        raise UserError(f"--sizes={short(args.sizes)} gives a size twice")
     return sizes
 
 

@@ -1921,3 +1921,23 @@ def test_an_error_naming_a_path_with_a_line_break_stays_one_line(run, tmp, capsy
     from tinygpt.errors import one_line as escaped_line
     assert escaped_line("plain é text") == "plain é text"  # (nothing to escape: as it is)
     assert escaped_line("a\tb\udcff\u200f") == "a\\tb\\xff\\u200f"
+
+
+def test_a_long_flag_value_is_cut_and_any_error_line_stays_under_1000_characters(run, capsys):
+    """`--device`, bench.py's `--dtypes` and tokenization_table's `--sizes` quoted a 5,000-character
+    value whole: a 5 KB error line. They now quote it as errors.short does, and the last step that
+    prints an error keeps any line to MAX_LINE characters, its start and its end."""
+    long = "y" * 5000
+    line = one_line(in_process("sample.py", [run, "--device", long], capsys), "--device='yyy", "must be auto")
+    assert len(line) < 300, line
+    line = one_line(in_process("bench.py", ["--dtypes", long], capsys), "--dtypes='yyy", "use float32")
+    assert len(line) < 300, line
+    from tinygpt.errors import MAX_LINE, UserError, run_cli
+
+    def says_much(argv):
+        raise UserError("culprit " + "x" * 5000 + " the fix")
+    with pytest.raises(SystemExit):
+        run_cli(says_much, [])
+    line = capsys.readouterr().err.rstrip("\n")
+    assert len(line) == MAX_LINE and line.startswith("error: culprit xx") and line.endswith("xx the fix")
+    assert " ... " in line

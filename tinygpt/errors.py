@@ -42,6 +42,7 @@ ENVIRONMENT_ERRNOS = {getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFB
                       if hasattr(errno, name)}
 FULL_DISK = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # of those, a file (or its disk, or a quota) that takes no more
 MAX_VALUE = 80  # characters of a value quoted in a message
+MAX_LINE = 1000  # characters of an error line at most (capped): the start and the end of a longer one
 
 MAX_INT_BITS = 128  # a longer integer is described by its size (see _Repr)
 
@@ -461,7 +462,7 @@ def work_is_files() -> None:
 def _fail(line: str | None, code: int) -> None:
     try:
         if line is not None:
-            print(one_line(line), file=sys.stderr)  # one line, whatever path or value the message quotes
+            print(capped(one_line(line)), file=sys.stderr)  # one line, whatever path or value it quotes
     except OSError:  # stderr gone (a terminal that hung up, a closed pipe): the exit code still tells
         pass
     sys.exit(code)
@@ -563,6 +564,15 @@ def one_line(text: str) -> str:
     """`text` with each control or invisible character escaped (escaped): an error naming a file whose
     name holds a line break stays one line, whichever message names it."""
     return "".join(escaped(c) for c in text) if unseen(text) else text
+
+
+def capped(line: str, limit: int = MAX_LINE) -> str:
+    """`line` if at most `limit` characters, else its start and its end around ' ... ': the culprit comes
+    first and the fix last, and a value quoted whole (a 5,000-character flag) must not fill the screen."""
+    if len(line) <= limit:
+        return line
+    head = limit * 2 // 3
+    return line[:head] + " ... " + line[len(line) - (limit - head - 5):]
 
 
 def shown_path(path: str | Path) -> str:

@@ -30,7 +30,7 @@ import torch
 
 from model import GPT, ModelConfig
 from tinygpt.config import DEVICES, WORDS, Config
-from tinygpt.errors import UserError, count, handle_signals, reason, restore_signals, torchrun_rank
+from tinygpt.errors import UserError, count, handle_signals, reason, restore_signals, short, torchrun_rank
 
 T = TypeVar("T")
 LOW_PRECISION = ("bfloat16", "float16")
@@ -41,7 +41,7 @@ LOW_PRECISION = ("bfloat16", "float16")
 def resolve_device(name: str, setting: str = "train.device") -> torch.device:
     """'auto' -> cuda, then mps, then cpu; an unknown or unavailable device is a UserError naming
     `setting` (the config key, or sample.py's --device)."""
-    named = f"{setting}={name!r}"
+    named = f"{setting}={short(name)}"
     if not DEVICES.fullmatch(name):
         raise UserError(f"{named} must be {WORDS['train.device']} (N a device's number, 0 to 999999, in plain "
                         f"digits, e.g. cuda:1)")
