@@ -1941,3 +1941,20 @@ def test_a_long_flag_value_is_cut_and_any_error_line_stays_under_1000_characters
     line = capsys.readouterr().err.rstrip("\n")
     assert len(line) == MAX_LINE and line.startswith("error: culprit xx") and line.endswith("xx the fix")
     assert " ... " in line
+
+
+def test_a_run_whose_best_pt_is_another_runs_is_refused_where_it_is_read(run, tmp, capsys):
+    """A best.pt copied in from another run was sampled, exported and trained on from (init_from)
+    under this run's name, without a word: only --resume compared the two files' run ids."""
+    mixed = damaged_copy(run, tmp / "mixed", name="ckpt.pt")  # ckpt.pt of this run ...
+    shutil.copy(damaged_copy(run, tmp / "other", run_id="another run") / "ckpt.pt", mixed / "best.pt")  # ... best.pt not
+    culprits = ("best.pt and ckpt.pt are of two runs", "give the file you mean")
+    one_line(in_process("sample.py", [mixed, "--prompt", "a", "--max-new-tokens", "2"], capsys), *culprits)
+    one_line(in_process("export.py", [mixed, tmp / "mixed_hf"], capsys), *culprits)
+    assert not (tmp / "mixed_hf").exists()
+    one_line(in_process("train.py", [*sets(tmp, tmp / "from_mixed", f"train.init_from={mixed}"), "--quiet"], capsys),
+             *culprits)
+    done = in_process("sample.py", [mixed / "best.pt", "--prompt", "a", "--max-new-tokens", "2"], capsys)
+    assert done.code == 0, done.err  # the file itself, named: as asked
+    shutil.copy(run / "best.pt", mixed / "best.pt")  # one run again
+    assert in_process("sample.py", [mixed, "--prompt", "a", "--max-new-tokens", "2"], capsys).code == 0

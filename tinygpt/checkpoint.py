@@ -638,6 +638,20 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool 
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({type(e).__name__})") from None
 
 
+def check_one_run(run: Path) -> None:
+    """Refuse a run directory whose best.pt and ckpt.pt are of two runs (their run_id differs: one
+    was copied in from another folder). Its best weights would be another model's, sampled, probed,
+    exported or trained on under this run's name. Checkpoints from before run ids pass."""
+    if not (run / "ckpt.pt").is_file():
+        return
+    best, last = peek_checkpoint(run / "best.pt"), peek_checkpoint(run / "ckpt.pt")
+    ids = [ckpt.get("run_id") if ckpt else None for ckpt in (best, last)]
+    if all(isinstance(i, str) for i in ids) and ids[0] != ids[1]:
+        raise UserError(f"{run}: its best.pt and ckpt.pt are of two runs (one copied in from another folder?), so "
+                        f"the run's best weights would be another model's; give the file you mean, "
+                        f"{shell_quote(path_word(run / 'best.pt'))} or {shell_quote(path_word(run / 'ckpt.pt'))}")
+
+
 def peek_checkpoint(path: Path) -> dict[str, Any] | None:
     """The checkpoint at `path` with its tensors mapped, not read, and nothing checked (a resume
     checks it), or None without a readable one: for a report of many runs."""
@@ -755,11 +769,14 @@ def check_types(ckpt: dict[str, Any], path: Path) -> None:
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A run directory -> its best.pt if present, else ckpt.pt; a file -> itself."""
+    """A run directory -> its best.pt if present (and of the run's ckpt.pt: one_run), else ckpt.pt;
+    a file -> itself."""
     path = Path(path)
     if path.is_dir():
         for name in ("best.pt", "ckpt.pt"):
             if (path / name).is_file():
+                if name == "best.pt":
+                    check_one_run(path)
                 return path / name
         for odd in (path / "best.pt", path / "ckpt.pt"):  # "no checkpoint" would not say which is wrong
             kind = odd_file(odd)
