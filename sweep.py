@@ -708,7 +708,7 @@ def cannot_start(run: Planned, config: str, checked: dict[tuple[str, str], str |
                 f"to end, or choose another --out")
     try:
         check_writable(out_dir, "train.out_dir", resume)
-        check_run_dir(out_dir, resume)
+        check_run_dir(out_dir, resume, prepared_dir=cfg.data.prepared_dir)
     except UserError as e:
         return str(e)
     checks = (("train.device", cfg.train.device, lambda: resolve_device(cfg.train.device)),

@@ -652,7 +652,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     out_dir = Path(t.out_dir)
     if dist.master:  # under DDP rank 0 decides, holding the folder's lock; the others wait for its verdict
         check_run_dir(out_dir, args.resume, args.config,
-                      out_dir_set=any(item.partition("=")[0].strip() == "train.out_dir" for item in args.set))
+                      out_dir_set=any(item.partition("=")[0].strip() == "train.out_dir" for item in args.set),
+                      prepared_dir=cfg.data.prepared_dir)
         for name in TRAIN_FILES:  # temp files of a writer killed mid-write: a resume may never write them again
             # (under the run lock only this training writes them, but for loss.png: compare.py --plot-only too)
             sweep_temp_files(out_dir / name, only_writer=name != "loss.png")

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, not_regular,
-                                remove_empty, sweep_temp_files)
+                                remove_empty, run_around, sweep_temp_files)
 from tinygpt.config import Config, DataConfig, config_source, load_config, same_path
 from tinygpt.errors import (ArgParser, UserError, first_few, path_word, run_cli, shell_quote, short,
                             shown_path, stderr_is_terminal)
@@ -504,6 +504,9 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     if _is_current(out, d):
         return out
     refuse_foreign_files(out)
+    if (around := run_around(out, "data.prepared_dir")) is not None:  # (a current one is read, not written)
+        raise UserError(f"data.prepared_dir={short(d.prepared_dir)} is inside the training run {around.parent} (its "
+                        f"{around.name}): the prepared data would sit among its files; choose a folder outside it")
     check_writable(out.parent, "data.prepared_dir")  # before the work, not after it
     created = make_folder(out.parent, "data.prepared_dir")
     try:

@@ -1958,3 +1958,23 @@ def test_a_run_whose_best_pt_is_another_runs_is_refused_where_it_is_read(run, tm
     assert done.code == 0, done.err  # the file itself, named: as asked
     shutil.copy(run / "best.pt", mixed / "best.pt")  # one run again
     assert in_process("sample.py", [mixed, "--prompt", "a", "--max-new-tokens", "2"], capsys).code == 0
+
+
+def test_a_run_and_prepared_data_never_share_a_folder(run, tmp, capsys):
+    """train.out_dir equal to data.prepared_dir (or holding it) put the cache's folder among the run's
+    files; a run into a data.prepared_dir holding prepared folders put its checkpoints among them; and
+    a data.prepared_dir inside another run gave that run a folder of data. Each ran, exit 0."""
+    same = tmp / "same"
+    one_line(in_process("train.py", [tmp / "config.yaml", "--set", f"data.dataset={tmp / 'corpus.txt'}",
+                                     f"data.prepared_dir={same}", f"train.out_dir={same}", "--quiet"], capsys),
+             f"data.prepared_dir={str(same)!r} is train.out_dir=", "give them separate folders")
+    assert not same.exists()
+    one_line(in_process("train.py", [tmp / "config.yaml", "--set", f"data.dataset={tmp / 'corpus.txt'}",
+                                     f"data.prepared_dir={tmp / 'cache2'}", f"train.out_dir={tmp / 'prepared'}",
+                                     "--quiet"], capsys),
+             f"train.out_dir={str(tmp / 'prepared')!r} holds prepared data", "choose another out_dir")
+    assert not (tmp / "prepared" / "ckpt.pt").exists()
+    before = sorted(p.name for p in run.iterdir())
+    one_line(in_process("train.py", [*sets(tmp, tmp / "beside", f"data.prepared_dir={run}"), "--quiet"], capsys),
+             f"data.prepared_dir={str(run)!r} is inside the training run {run}", "choose a folder outside it")
+    assert sorted(p.name for p in run.iterdir()) == before

@@ -28,11 +28,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
-                                not_regular, peek_checkpoint, prepared_data, remove_empty, run_around,
+                                not_regular, peek_checkpoint, prepared_data, remove_empty, resolved, run_around,
                                 saved_step_and_data)
 from tinygpt.config import (MAX_INT, Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path,
                             set_word)
-from tinygpt.errors import (UserError, count, first_few, read_capped, reason, shell_quote, shown_as_unicode,
+from tinygpt.errors import (UserError, count, first_few, read_capped, reason, shell_quote, short, shown_as_unicode,
                             shown_path)
 
 try:  # the run lock: flock on POSIX, msvcrt's byte lock on Windows; both die with their process
@@ -174,7 +174,8 @@ def shared_folder(out_dir: Path) -> str | None:
     return None
 
 
-def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_set: bool = False) -> None:
+def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_set: bool = False,
+                  prepared_dir: str | Path | None = None) -> None:
     """Refuse what would mix two runs or overwrite a user's file: a new run into a folder holding a
     run's checkpoints or TensorBoard events, or holding a config.yaml, metrics.csv or loss.png that
     no tinygpt run wrote; a resume with nothing to resume from. A folder whose run died before its
@@ -184,7 +185,8 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
     rewrites config.yaml too: one of the user's there is refused, unless it is `config`, the file read.
     A resume from a run's config.yaml whose train.out_dir names another folder (the run was moved,
     or copied: its config still names the original) is refused, saying which, unless `out_dir_set`
-    (--set train.out_dir: the folder was named on purpose)."""
+    (--set train.out_dir: the folder was named on purpose). A new run shares no folder with prepared
+    data: neither data.prepared_dir (`prepared_dir`) in it, nor prepared folders."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is {file_kind(out_dir)}, not a directory")
     if not resume and (what := shared_folder(out_dir)) is not None:
@@ -232,6 +234,16 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
     if prepared_data(out_dir):
         raise UserError(f"train.out_dir={str(out_dir)!r} is a folder of prepared data (data.prepared_dir's): a run "
                         f"there would block its preparing again; choose another out_dir")
+    if prepared_dir is not None:  # the cache's folders would be made among the run's files, and go with it
+        cache, run = resolved(Path(prepared_dir), "data.prepared_dir"), resolved(out_dir, "train.out_dir")
+        if cache == run or run in cache.parents:
+            raise UserError(f"data.prepared_dir={short(str(prepared_dir))} is train.out_dir={str(out_dir)!r} or a "
+                            f"folder inside it: the prepared data would mix with the run's files; give them "
+                            f"separate folders")
+    cached = prepared_inside(out_dir)
+    if cached:  # a data.prepared_dir, of this config or another: the run's files would sit among its folders
+        raise UserError(f"train.out_dir={str(out_dir)!r} holds prepared data ({first_few(cached)}: a "
+                        f"data.prepared_dir's folders): this run's files would mix with them; choose another out_dir")
     held = runs_inside(out_dir)
     if held:  # out/ itself, or a sweep's folder: the run's files would sit among its runs
         raise UserError(f"train.out_dir={str(out_dir)!r} holds runs in its folders ({first_few(held)}): this run's "
@@ -259,12 +271,22 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
 def runs_inside(folder: Path, limit: int = 10_000) -> list[str]:
     """The folders in `folder` that hold a run's ckpt.pt, by name (of its first `limit` entries: a
     home folder is not read whole)."""
+    return folders_inside(folder, lambda sub: (sub / "ckpt.pt").is_file(), limit)
+
+
+def prepared_inside(folder: Path, limit: int = 10_000) -> list[str]:
+    """The folders in `folder` that hold prepared data (data/prepare.py's), by name, as runs_inside."""
+    return folders_inside(folder, prepared_data, limit)
+
+
+def folders_inside(folder: Path, holds: Callable[[Path], bool], limit: int) -> list[str]:
+    """The names of the folders among `folder`'s first `limit` entries for which holds(path) is true."""
     names = []
     with suppress(OSError):
         with os.scandir(folder) as entries:
             for entry, _ in zip(entries, range(limit)):
                 with suppress(OSError):
-                    if entry.is_dir() and (Path(entry.path) / "ckpt.pt").is_file():
+                    if entry.is_dir() and holds(Path(entry.path)):
                         names.append(entry.name)
     return sorted(names)
 
