@@ -25,7 +25,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     stop_while_starting()
 
 from scripts.reproduce import check_own_output, is_figure, run, saved_json
-from tinygpt.checkpoint import atomic_write_text, check_writable, peek_checkpoint, resolve_checkpoint
+from tinygpt.checkpoint import atomic_write_text, check_writable, load_checkpoint, peek_checkpoint, resolve_checkpoint
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
 from tinygpt.report import markdown_cell, stats
 
@@ -180,7 +180,10 @@ def check_args(args) -> None:
         check_writable(args.out, "--out")
     for target in args.runs:
         if not is_saved(target):
-            ckpt = peek_checkpoint(resolve_checkpoint(target))  # as probe.py finds the run's checkpoint
+            path = resolve_checkpoint(target)  # as probe.py finds the run's checkpoint
+            ckpt = peek_checkpoint(path)
+            if ckpt is None:  # a device, a damaged file: loading says what is wrong, as probe.py would, at once
+                ckpt = load_checkpoint(path)
             config = ckpt.get("config") if ckpt is not None else None
             dataset = config.get("data", {}).get("dataset") if isinstance(config, dict) else None
             if isinstance(dataset, str) and dataset != "stories":  # (a damaged one: probe.py names what is wrong)

@@ -808,6 +808,20 @@ def test_ablation_table_refuses_a_run_not_of_the_stories_before_any_probe(tiny_s
              f"{tmp_path / 'other'} was trained on data.dataset='shakespeare.txt'", "stories corpus")
 
 
+@pytest.mark.parametrize("bad", ["device", "empty"])
+def test_ablation_table_refuses_a_damaged_checkpoint_or_a_device_before_any_probe(tiny_stories_run, tmp_path, capsys,
+                                                                                   monkeypatch, bad):
+    """/dev/zero, or a run whose best.pt is 0 bytes, passed the checks (unreadable, so no dataset to
+    check) and failed at its own probe, after the probes of the runs before it."""
+    module = script("ablation_table")
+    monkeypatch.setattr(module, "run", no_long_work)
+    target = Path("/dev/zero") if bad == "device" else tmp_path / "empty"
+    if bad == "empty":
+        target.mkdir()
+        (target / "best.pt").write_bytes(b"")
+    one_line(cli(module.main, [tiny_stories_run, target], capsys), str(target))
+
+
 def test_ablation_table_escapes_a_bar_in_a_runs_name(tmp_path, capsys):
     """A run named s|x broke its row into one column too many (compare.py escapes it)."""
     (tmp_path / "s|x.json").write_text(json.dumps(ablation_result()))
