@@ -1978,3 +1978,20 @@ def test_a_run_and_prepared_data_never_share_a_folder(run, tmp, capsys):
     one_line(in_process("train.py", [*sets(tmp, tmp / "beside", f"data.prepared_dir={run}"), "--quiet"], capsys),
              f"data.prepared_dir={str(run)!r} is inside the training run {run}", "choose a folder outside it")
     assert sorted(p.name for p in run.iterdir()) == before
+
+
+def test_a_loop_of_links_is_named_as_one(run, tmp, capsys):
+    """A config or run that is a loop of links read "not found"; bench.py --json through one passed its
+    check, and the results would replace the link after minutes of measurement."""
+    (tmp / "loop_a").symlink_to(tmp / "loop_b")
+    (tmp / "loop_b").symlink_to(tmp / "loop_a")
+    loop = tmp / "loop_a"
+    one_line(in_process("train.py", [loop], capsys), f"config file {loop} is a link", "runs into a loop of links")
+    one_line(in_process("sample.py", [loop], capsys), f"{loop} is a link", "runs into a loop of links",
+             "give a run directory or a checkpoint")
+    import bench
+    from tinygpt.errors import UserError
+    with pytest.raises(UserError, match="--json: cannot write .*loop_a: it is a link .* that runs into a loop of links"):
+        bench.check_json_target(str(loop))
+    (tmp / "to_nothing").symlink_to(tmp / "nothing")  # a link to nothing is said as before
+    one_line(in_process("train.py", [tmp / "to_nothing"], capsys), "that leads to no file or folder")

@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - Windows: a temp file's writer is told 
 
 from model import GPT
 from tinygpt.config import Config, all_keys, config_from_dict
-from tinygpt.errors import (UserError, count, first_few, path_word, reason, script_word, shell_join,
+from tinygpt.errors import (UserError, count, dead_link, first_few, path_word, reason, script_word, shell_join,
                             shell_quote, short)
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import DamagedTokenizer, Tokenizer, tokenizer_from_dict
@@ -245,6 +245,8 @@ def regular_file_target(path: Path) -> Path:
     plain file, or a reader's pipe); so is a name too long for its temp file (check_name_fits)."""
     check_name_fits(path)
     if path.is_symlink():
+        if (dead := dead_link(path)) is not None and "loop" in dead:  # (realpath would give the loop's own path)
+            raise UserError(f"cannot write {path}: it is {dead}; give the path of a file")
         path = Path(os.path.realpath(path))
     if path.exists() and not path.is_file():
         raise UserError(f"cannot write {path}: it is {not_regular(path)}; give the path of a file")
@@ -351,14 +353,6 @@ def pid_alive(pid: int) -> bool:
     except OSError:  # e.g. PermissionError: it exists, under another user
         return True
     return True
-
-
-def dead_link(path: Path) -> str | None:
-    """'a link (PATH -> TARGET) that leads to no file or folder' where `path` is a link to nothing
-    (or a loop of links), else None: for messages, which would otherwise say it does not exist."""
-    if path.is_symlink() and not path.exists():
-        return f"a link ({path} -> {os.readlink(path)}) that leads to no file or folder"
-    return None
 
 
 def resolved(path: Path, what: str) -> Path:
@@ -816,7 +810,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
             hint = (f"; {path} names a Hugging Face GPT-2: download its folder (config.json, model.safetensors), "
                     f"e.g. hf download {path} --local-dir DIR, bring it in with "
                     f"python export.py --from-hf DIR out/{path.name}, then use out/{path.name}")
-        raise UserError(f"run directory or checkpoint not found: {path}{hint}")
+        dead = dead_link(path)
+        raise UserError(f"{path} is {dead}; give a run directory or a checkpoint" if dead else
+                        f"run directory or checkpoint not found: {path}{hint}")
     if path.suffix.lower() in (".yaml", ".yml"):  # `sample.py configs/stories.yaml`
         raise UserError(f"{path} is a config, not a run: give the run directory it trained into (its "
                         f"train.out_dir) or a checkpoint (.pt)")

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 import yaml
 
 from model import ModelConfig
-from tinygpt.errors import UserError, elide, read_capped, reason, shell_quote, short
+from tinygpt.errors import UserError, dead_link, elide, read_capped, reason, shell_quote, short
 
 # ---- the schema ----
 
@@ -472,7 +472,8 @@ def read_yaml(path: str | Path) -> Any:
         example = path / "config.yaml" if (path / "config.yaml").is_file() else "configs/stories.yaml"  # (a run's)
         raise UserError(f"{path} is a directory; give a config file (.yaml), e.g. {example}")
     if not path.exists():
-        raise UserError(f"config file not found: {path}")
+        dead = dead_link(path)
+        raise UserError(f"config file {path} is {dead}" if dead else f"config file not found: {path}")
     data = read_capped(path, MAX_CONFIG_BYTES,  # (or a pipe)
                        lambda size: f"{path} is refused: it is over {MAX_CONFIG_BYTES:,} bytes, and a config is a "
                                     f"few plain keys", lambda why: f"cannot read config file {path}: {why}")

@@ -575,6 +575,19 @@ def capped(line: str, limit: int = MAX_LINE) -> str:
     return line[:head] + " ... " + line[len(line) - (limit - head - 5):]
 
 
+def dead_link(path: Path) -> str | None:
+    """'a link (PATH -> TARGET) that leads to no file or folder', or '... that runs into a loop of links',
+    where `path` is such a link, else None: for messages, which would otherwise say it does not exist."""
+    if not path.is_symlink() or path.exists():
+        return None
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"a link ({path} -> {os.readlink(path)}) that runs into a loop of links"
+    return f"a link ({path} -> {os.readlink(path)}) that leads to no file or folder"
+
+
 def shown_path(path: str | Path) -> str:
     """A path in a line of output: as it is, unless it holds a control or invisible character (a line
     break would split the line), then as shell_quote writes it."""
