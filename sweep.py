@@ -131,6 +131,9 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
         values = [v.strip() for v in text.split(",")]
         if not sep or key.count(".") != 1 or not all(values):
             raise UserError(f"--grid '{item}' must look like SECTION.KEY=V1,V2,..., e.g. model.n_head=1,2,4")
+        if text.strip().startswith("[") and text.strip().endswith("]"):  # a YAML list: its commas split it in halves
+            raise UserError(f"--grid {short(item)}: the values are listed without brackets, e.g. "
+                            f"{key}={','.join(v.strip(' []') for v in values)}")
         if key in grid:
             raise UserError(f"--grid {key} is given twice; list all its values once: {key}=V1,V2,...")
         grid[key] = list(dict.fromkeys(values))  # drop repeated values, keep the order

@@ -812,6 +812,15 @@ def test_a_grid_value_of_the_wrong_type_is_refused_before_any_training(tmp_path,
     assert not started.exists() and not (tmp_path / "sw").exists()
 
 
+def test_a_grid_written_as_a_yaml_list_gets_the_plain_form():
+    """`--grid 'model.n_head=[1,2]'` was split at its comma into '[1' and '2]', and '[1' refused with
+    a hint on quoting '@' and '*', which did not apply."""
+    with pytest.raises(UserError, match=r"^--grid 'model.n_head=\[1, 2\]': the values are listed without brackets, "
+                                        r"e\.g\. model.n_head=1,2$"):
+        sweep.parse_grid(["model.n_head=[1, 2]"])
+    assert sweep.parse_grid(["data.dataset=a].txt,b"]) == {"data.dataset": ["a].txt", "b"]}  # a bracket inside
+
+
 def test_a_grid_value_given_twice_is_trained_once_with_a_note(tmp_path, monkeypatch):
     """README: a duplicate combination "is skipped with a note"; it was dropped without one."""
     started = recording_train(tmp_path, monkeypatch)
