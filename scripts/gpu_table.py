@@ -5,7 +5,7 @@ in OUT (the `status` file of exit codes, bench.py's JSON files, the baby GPT's r
 
 (run from the repository root). A stage that failed or never ran shows as such in its row (one that
 failed after writing its figures, with them); the table itself never fails on a missing or damaged
-file.
+file. A folder without the `status` file, which the script writes first, is refused: no OUT of its.
 """
 from __future__ import annotations
 
@@ -142,6 +142,9 @@ def main(argv: Sequence[str] | None = None) -> str:
     args = p.parse_args(argv)
     if not args.out.is_dir():  # (a typo would print a table of stages that "did not run")
         raise UserError(f"{args.out} is not a folder: give the OUT that scripts/gpu_check.sh wrote")
+    if not (args.out / "status").is_file():  # (the script writes it first: a run's folder, an empty one, ...)
+        raise UserError(f"{args.out} holds no status file, which scripts/gpu_check.sh writes before its first "
+                        f"stage: give the OUT that it wrote")
     device = args.device or recorded_device(args.out)
     if device is None:  # (figures of a bench.py older than its device_name)
         import torch

@@ -520,6 +520,10 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
     assert odd["training, float32, TF32 off"] == odd["decoding, KV cache"] == "exit 0, but its figures are missing or damaged"
     assert odd["training, bfloat16"] == table["training, bfloat16"]
     (tmp_path / "nothing").mkdir()  # (an OUT that is not there at all is refused: a typo)
+    from tinygpt.errors import UserError
+    with pytest.raises(UserError, match="holds no status file, which scripts/gpu_check.sh writes before"):
+        gpu_table.main([str(tmp_path / "nothing"), "--device", "cpu"])  # (a run's folder, say: all "did not run")
+    (tmp_path / "nothing" / "status").write_text("")  # the script's first write: then stopped
     text = gpu_table.main([str(tmp_path / "nothing"), "--device", "cpu"])
     assert text == gpu_table.markdown(list(empty.items())) and text.startswith("| check | result |\n| --- | --- |\n| device | cpu |")
     # a stage that wrote its figures, then ran out of time: the figures stand, marked (they stood unmarked)
