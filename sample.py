@@ -188,9 +188,6 @@ def check_args(args) -> None:
 # ---- output paths, checked before any work ----
 
 
-PICTURE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".svg", ".pdf", ".webp"}  # not an --attention-html page's
-
-
 def check_output_folders(args) -> None:
     """Refuse the folders --attention-png and --attention-html cannot write into (a file, a path
     through a file, no permission, /proc), before the model is even loaded."""
@@ -202,10 +199,6 @@ def check_output_folders(args) -> None:
         if str(page) == "-":  # (not standard output, as --prompt-file - is standard input: a page is a file)
             raise UserError(f"{named}: the page is a file (its data and script in one); give a file name, e.g. "
                             f"--attention-html attention.html")
-        if page.suffix.lower() in PICTURE_SUFFIXES:  # the flags mixed up: --attention-png refuses x.png alike
-            raise UserError(f"{named}: the page is HTML, not a {page.suffix.lower()[1:].upper()} picture; name it "
-                            f"e.g. {shell_quote(path_word(page.with_suffix('.html')))} (the heatmaps' PNGs: "
-                            f"--attention-png FOLDER)")
         try:  # (the longest name: a page per sample, PAGE_sample10.html)
             check_name_fits(attention_html.numbered(page, args.num_samples - 1, args.num_samples))
         except UserError as e:  # (first: a name over 255 bytes cannot even be looked up)
@@ -232,6 +225,9 @@ def png_prefix(args, sample: int) -> str:
     if args.attention_of == "prompt" or args.num_samples == 1:
         return "attention"
     return f"attention_sample{sample + 1}"
+
+
+PICTURE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".svg", ".pdf", ".webp"}  # not an --attention-html page's
 
 
 def check_output_files(args, n_layer: int) -> None:
@@ -270,6 +266,12 @@ def check_output_files(args, n_layer: int) -> None:
                             f"{'an attention heatmap' if png else 'an attention explorer page'} that tinygpt wrote "
                             f"(a file of yours, or one written before tinygpt marked its own); move it away, or "
                             f"choose another {'folder' if png else 'file name'}")
+    page = args.attention_html
+    if page is not None and page.suffix.lower() in PICTURE_SUFFIXES:  # the flags mixed up (as --attention-png x.png)
+        raise UserError(f"--attention-html={short(str(page))}: the page is HTML, not a "
+                        f"{page.suffix.lower()[1:].upper()} picture; name it e.g. "
+                        f"{shell_quote(path_word(page.with_suffix('.html')))} (the heatmaps' PNGs: "
+                        f"--attention-png FOLDER)")
 
 
 # ---- a terminal: control characters shown, not obeyed ----

@@ -397,8 +397,9 @@ def test_a_refused_preparation_leaves_no_empty_prepared_dir(tmp_path):
 def test_a_dataset_link_to_nothing_or_a_builtin_in_capitals_is_named(tmp_path):
     (tmp_path / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
     (tmp_path / "loop.txt").symlink_to(tmp_path / "loop.txt")
-    for name, target in (("gone.txt", "nowhere.txt"), ("loop.txt", "loop.txt")):
-        with pytest.raises(UserError, match=rf"is a link \(.*{name} -> .*{target}\) that leads to no file or folder"):
+    for name, target, what in (("gone.txt", "nowhere.txt", "leads to no file or folder"),
+                               ("loop.txt", "loop.txt", "runs into a loop of links")):
+        with pytest.raises(UserError, match=rf"is a link \(.*{name} -> .*{target}\) that {what}"):
             prep.source_files(str(tmp_path / name))
     # the same loop inside a folder blamed the folder: `cannot read the folder books/sub: Too many levels ...`
     books = tmp_path / "books"
@@ -407,7 +408,7 @@ def test_a_dataset_link_to_nothing_or_a_builtin_in_capitals_is_named(tmp_path):
     (books / "sub" / "x.txt").symlink_to("y.txt")
     (books / "sub" / "y.txt").symlink_to("x.txt")
     with pytest.raises(UserError, match=rf"^data.dataset='{re.escape(str(books))}': .*sub/x.txt is a link \(.*x.txt -> "
-                                        r"y.txt\) that leads to no file or folder$"):
+                                        r"y.txt\) that runs into a loop of links$"):
         prep.source_files(str(books))
     with pytest.raises(UserError, match="nor an existing .txt file or folder; did you mean 'stories'"):
         prep.source_files("Stories")

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -669,13 +670,13 @@ def test_ablation_table_keeps_zero_and_mean_ablation_apart(tmp_path, capsys):
     (["RUN", "--stories", "0"], ["--stories=0 must be in [1, 10,000]"]),
     (["RUN", "--device", "gpu"], ["--device='gpu' must be auto, cpu"]),
 ])
-def test_ablation_table_checks_every_run_and_flag_before_the_first_probe(tmp_path, capsys, monkeypatch, args,
-                                                                         culprits):
+def test_ablation_table_checks_every_run_and_flag_before_the_first_probe(tiny_stories_run, tmp_path, capsys,
+                                                                         monkeypatch, args, culprits):
     """A typo in the second RUN (or a bad --stories) was found after the first run's probe: minutes."""
     module = script("ablation_table")
     monkeypatch.setattr(module, "run", no_long_work)
     (tmp_path / "RUN").mkdir()
-    (tmp_path / "RUN" / "ckpt.pt").write_bytes(b"a checkpoint")  # found, never loaded: the probe would
+    shutil.copy(tiny_stories_run / "best.pt", tmp_path / "RUN" / "ckpt.pt")  # a checkpoint: checked, never probed
     (tmp_path / "empty").mkdir()
     (tmp_path / "damaged.json").write_text("probe tables\nnot json")
     args = [str(tmp_path / a) if a in ("RUN", "typo_run", "empty", "damaged.json") else a for a in args]
@@ -692,14 +693,14 @@ def test_ablation_table_refuses_an_out_that_is_a_file_before_probing(tmp_path, c
     assert (tmp_path / "FILE").read_text() == "x"
 
 
-def test_the_scripts_outputs_never_overwrite_a_file_of_the_users(tmp_path, capsys, monkeypatch):
+def test_the_scripts_outputs_never_overwrite_a_file_of_the_users(tiny_stories_run, tmp_path, capsys, monkeypatch):
     """ablation_table --out DIR wrote DIR/probe_LABEL.txt over a user's notes of that name, after the
     probe; explorer_bench --out DIR its pages over a user's explorer_bench_init.html. Refused before
     any work; their own earlier outputs are replaced as before."""
     module = script("ablation_table")
     monkeypatch.setattr(module, "run", no_long_work)
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "ckpt.pt").write_bytes(b"a checkpoint")  # found, never loaded
+    shutil.copy(tiny_stories_run / "best.pt", tmp_path / "run" / "ckpt.pt")  # a checkpoint: checked, never probed
     (tmp_path / "abl").mkdir()
     (tmp_path / "abl" / "probe_run.txt").write_text("MY NOTES")
     one_line(cli(module.main, [str(tmp_path / "run"), "--out", str(tmp_path / "abl")], capsys),
