@@ -533,7 +533,10 @@ def test_a_path_with_spaces_is_cut_to_its_file_name_in_a_legend():
     path nor its file name."""
     assert plots.shortened(["n_head=2, dataset=/data/sub dir with spaces/a b.txt, lr=0.1", "n_head=4, dataset=stories"]) \
         == ["n_head=2, dataset=a b.txt, lr=0.1", "n_head=4, dataset=stories"]
-    assert plots.shortened(["dataset=/a/x.txt", "dataset=/b/x.txt"]) == ["dataset=/a/x.txt", "dataset=/b/x.txt"]
+    # two files of one name: as many of their last parts as tell them apart (whole paths crowded the ticks)
+    assert plots.shortened(["dataset=/a/x.txt", "dataset=/b/x.txt"]) == ["dataset=a/x.txt", "dataset=b/x.txt"]
+    assert plots.shortened(["dataset=/home/alice/corpora/v1/in.txt", "dataset=/home/alice/corpora/v2/in.txt"]) \
+        == ["dataset=v1/in.txt", "dataset=v2/in.txt"]
 
 
 # ---- the pictures: lines told apart however many, points at their ticks, labels as the reader sees them ----
@@ -631,7 +634,11 @@ def test_the_settings_x_ticks_are_file_names_that_do_not_run_together(monkeypatc
         return [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert ticks(["/long/dir/a.txt", "/long/dir/tinyshakespeare.txt", "/other/dir/stories_copy.txt"]) == [
         "a.txt", "tinyshakespeare.txt", "stories_copy.txt"]
-    assert ticks(["/x/a.txt", "/y/a.txt"]) == ["/x/a.txt", "/y/a.txt"]  # one name, two files: the paths
+    assert ticks(["/x/a.txt", "/y/a.txt"]) == ["x/a.txt", "y/a.txt"]  # one name, two files: what tells them apart
+    long = ["/tmp/data/a very long folder name for testing labels/x/text.txt",
+            "/tmp/data/another quite long folder name here/x/text.txt"]  # (the axes collapsed, labels cut)
+    assert ticks(long) == ["a very long folder\nname for testing\nlabels/x/text.txt",  # wrapped after / or at a space
+                           "another quite long\nfolder name here/x/\ntext.txt"]
 
 
 def test_labels_that_differ_only_in_characters_the_font_lacks_are_told_apart(monkeypatch):

@@ -22,6 +22,7 @@ import io
 import math
 import os
 import statistics
+import re
 import textwrap
 import unicodedata
 import warnings
@@ -100,14 +101,19 @@ def _png(fig, name: str) -> bytes:
 
 
 def shortened(labels: Sequence[str]) -> list[str]:
-    """The labels with each path cut to its last part (`dataset=tinyshakespeare.txt`: the folders
-    made a label too long to read), unless that makes two labels alike (two files of one name in
-    different folders): then they keep their paths."""
-    def last_part(setting: str) -> str:  # 'dataset=/data/my texts/a.txt' -> 'dataset=a.txt' (spaces and all)
+    """The labels with each path cut to its last parts, as few as tell the labels apart
+    (`dataset=tinyshakespeare.txt`; `dataset=v1/input.txt` and `dataset=v2/input.txt` for two files of
+    one name): the folders made a label too long to read, and whole paths crowded the ticks."""
+    def last_parts(setting: str, k: int) -> str:  # ('dataset=/data/my texts/a.txt', 1) -> 'dataset=a.txt'
         key, eq, value = setting.partition("=")
-        return f"{key}{eq}{value.rstrip('/').rsplit('/', 1)[-1]}" if eq and "/" in value.rstrip("/") else setting
-    short = [", ".join(last_part(setting) for setting in label.split(", ")) for label in labels]
-    return short if len(set(short)) == len(set(labels)) else list(labels)
+        parts = value.rstrip("/").split("/")
+        return f"{key}{eq}{'/'.join(parts[-k:])}" if eq and len(parts) > k else setting
+    deepest = max((len(s.partition("=")[2].split("/")) for label in labels for s in label.split(", ")), default=1)
+    for k in range(1, deepest):
+        short = [", ".join(last_parts(setting, k) for setting in label.split(", ")) for label in labels]
+        if len(set(short)) == len(set(labels)):
+            return short
+    return list(labels)
 
 
 @functools.lru_cache(maxsize=None)
@@ -166,10 +172,26 @@ def legend_labels(labels: Sequence[str], fig) -> list[str]:
 
 def tick_labels(values: Sequence[str], key: str) -> list[str]:
     """Tick labels for the values of the config `key`, shortened and told apart as legend labels are:
-    `日本.txt`, not `/long/dir/日本.txt` (the ticks ran into each other), paths kept where two files share
-    a name."""
+    `日本.txt`, not `/long/dir/日本.txt` (the ticks ran into each other), `v1/a.txt` and `v2/a.txt` where
+    two files share a name."""
     named = told_apart(shortened([f"{key}={value}" for value in values]))
-    return [plain_text(label.partition("=")[2]) for label in named]
+    return [plain_text(wrapped(label.partition("=")[2])) for label in named]
+
+
+TICK_WIDTH = 20  # characters of a tick label's line (wrapped)
+
+
+def wrapped(label: str, width: int = TICK_WIDTH) -> str:
+    """`label` on lines of about `width` characters, broken after a '/' or at a space (a longer piece
+    stays whole): two long paths side by side ran into each other, slanted or not, and squeezed the
+    panel to a sliver."""
+    lines, line = [], ""
+    for piece in re.findall(r"[^/ ]*(?:/| +|$)", label):
+        if line and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += piece
+    return "\n".join([*lines, line.rstrip()])
 
 
 LINE_STYLES = ["-", "--", ":", "-."]  # 4 line styles and 5 markers (no common factor): 20 rounds of the colours
@@ -349,6 +371,19 @@ SETTING_PANELS = [("best_val_loss", "best val loss (nats/token)", 1.0),
                   ("attribute_ratio", "best head: antecedent / distractor attention", 1.0)]
 
 
+def x_positions(values: Sequence[float] | None, n: int) -> tuple[list[float], bool]:
+    """Where settings.png draws its x values, and whether on a log scale: categories (values None) one
+    apart; numbers at their distances (16, 32, 128 were drawn evenly, and the line's slope lied), on a
+    log scale where they span a factor of 4 or more (a tenfold as far as a tenth), in units of the
+    closest two, so that evenly spaced values (1, 2, 3; 16, 32, 64) stay one apart."""
+    if values is None or n < 2:
+        return [float(i) for i in range(n)], False
+    log = min(values) > 0 and max(values) >= 4 * min(values)
+    at = [math.log(v) if log else float(v) for v in values]  # (sorted, distinct: each a setting of its own)
+    gap = min(b - a for a, b in zip(at, at[1:]))
+    return [(a - at[0]) / gap for a in at], log
+
+
 def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     """Each setting's result (report.group_by_setting) against the first varied key (numbers from small to
     large, anything else in first-seen order), one line per value of the others: the mean with its 95%
@@ -367,8 +402,10 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     for g in groups:
         first.setdefault(str(g["setting"][x_key]), g["setting"][x_key])
     xs = list(first)
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v for v in first.values()):
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in first.values())
+    if numbers:
         xs.sort(key=first.get)  # a number's axis runs from small to large, whatever order the runs came in
+    where, log = x_positions([first[x] for x in xs] if numbers else None, len(xs))
     lines: dict[str, list[dict[str, Any]]] = {}
     for g in groups:  # (a key that does not apply, a char run's bpe_vocab_size, is None: not named)
         name = ", ".join(f"{k.split('.', 1)[1]}={g['setting'][k]}" for k in line_keys if g["setting"][k] is not None)
@@ -383,7 +420,7 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
         values = []
         for i, (name, members) in enumerate(lines.items()):
             shift = side_by_side(i, len(lines))
-            pts = [(xs.index(str(g["setting"][x_key])) + shift, g["stats"][metric]) for g in members
+            pts = [(where[xs.index(str(g["setting"][x_key]))] + shift, g["stats"][metric]) for g in members
                    if g["stats"][metric]["mean"] is not None]
             if not pts:
                 continue
@@ -391,15 +428,18 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
             mean = [st["mean"] * scale for _, st in pts]
             err = [[(st["mean"] - st["lo"]) * scale if st["lo"] is not None else 0 for _, st in pts],
                    [(st["hi"] - st["mean"]) * scale if st["hi"] is not None else 0 for _, st in pts]]
-            ax.errorbar(x, mean, yerr=err, capsize=3, label=shown[name], **line_style(i, SETTINGS_MARKERS))
+            style = line_style(i, SETTINGS_MARKERS)
+            if not numbers:  # categories (datasets, tokenizers): a line from one to the next would be no trend
+                style["linestyle"] = "none"
+            ax.errorbar(x, mean, yerr=err, capsize=3, label=shown[name], **style)
             if len(ns) > 1:  # the settings' n differ: each point says its own (n=1: no interval, not a precise one)
                 for px, py, (_, st) in zip(x, mean, pts):
                     ax.annotate(f"n={st['n']}", (px, py), xytext=(0, 6), textcoords="offset points", fontsize=7,
                                 color="0.35", ha="center")  # (above the point: at the right edge, not cut)
             values += [m - lo for m, lo in zip(mean, err[0])] + [m + hi for m, hi in zip(mean, err[1])]
-        ax.set_xticks(range(len(xs)), tick_labels(xs, x_key.split(".", 1)[1]))
+        ax.set_xticks(where, tick_labels(xs, x_key.split(".", 1)[1]))
         slant_if_crowded(ax)
-        ax.set(xlabel=x_key.split(".", 1)[1], ylabel=ylabel)
+        ax.set(xlabel=x_key.split(".", 1)[1] + (" (log scale)" if log else ""), ylabel=ylabel)
         if metric == "attribute_ratio" and values and min(values) > 0 and max(values) > 10 * min(values):
             ax.set_yscale("log")  # ratios over more than a decade (a tenfold is as far as a tenth)
             ax.yaxis.set_minor_formatter(NullFormatter())  # (labelled, minor ticks pile up)
