@@ -331,6 +331,33 @@ def test_offline_without_cache_is_a_user_error(name, tmp_path, monkeypatch):
     assert "a new run can use data.tokenizer=bpe, char or word instead" in msg
 
 
+def test_a_download_that_never_answers_is_refused_in_bounded_time(tmp_path, monkeypatch):
+    """tiktoken downloads its file with no timeout: through a proxy that accepts and never answers,
+    `data.prepare`, train.py and sample.py of a gpt2 run hung until killed. The load now has a deadline."""
+    import threading
+    import time
+
+    import tiktoken
+
+    from tinygpt import tokenizer as tk
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # nothing cached: a download
+    answered = threading.Event()
+
+    def never_answers(name):  # (waits 10 s at most: the old code would wait for it, then fail otherwise)
+        answered.wait(10)
+        raise RuntimeError("the connection was closed")
+    monkeypatch.setattr(tiktoken, "get_encoding", never_answers)
+    monkeypatch.setattr(tk, "TIKTOKEN_LOAD_S", 0.5)
+    started = time.monotonic()
+    with pytest.raises(UserError, match=r"could not be loaded: its download from https://\S+r50k_base.tiktoken gave "
+                                        r"nothing in 0.5 s .*offline, set TIKTOKEN_CACHE_DIR"):
+        get_tiktoken_encoding("gpt2")
+    assert time.monotonic() - started < 5
+    answered.set()
+    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: "the encoding")
+    assert get_tiktoken_encoding("gpt2") == "the encoding"  # in time: its result
+
+
 def test_a_damaged_cached_encoding_file_is_named(tmp_path, monkeypatch):
     """A cut r50k_base file in TIKTOKEN_CACHE_DIR: tiktoken removed it without a word and tried the
     network, and the error said to set TIKTOKEN_CACHE_DIR, which the user had done."""

@@ -348,7 +348,11 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
                         f"there ({how})")
     was_cached = cached is not None and os.path.isfile(cached)
     try:
-        return tiktoken.get_encoding(canonical)
+        return within(TIKTOKEN_LOAD_S, tiktoken.get_encoding, canonical)
+    except TimeoutError:  # tiktoken downloads with no timeout: a network that never answers hung every command
+        raise UserError(f"{cant}: its download from {url or 'its URL'} gave nothing in {TIKTOKEN_LOAD_S} s (a "
+                        f"network or proxy that does not answer); offline, set TIKTOKEN_CACHE_DIR to a folder "
+                        f"holding the encoding file named by the sha1 of its URL ({how})") from None
     except Exception as e:  # no network and no cache, a proxy, a corrupt cached file, ...
         if was_cached and not os.path.exists(cached):  # (tiktoken removes a file that is not the one it expects)
             raise UserError(f"{cant}: its cached file {cached} was damaged (not the sha256 tiktoken expects), and "
@@ -364,6 +368,30 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
             f"{cant} ({type(e).__name__}: {reason(e)}); {cache} to a folder holding the encoding file named by the "
             f"sha1 of its URL ({how}); a new run can use data.tokenizer=bpe, char or word instead, which need no "
             f"download") from e
+
+
+TIKTOKEN_LOAD_S = 120  # seconds a tiktoken encoding may take to load: a download of its 1-4 MB file included
+
+
+def within(seconds: float, work: Callable[..., Any], *args: Any) -> Any:
+    """work(*args), or TimeoutError after `seconds`: it runs in a thread, left behind if it hangs (a
+    daemon: the command that then fails can still exit)."""
+    import threading
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["value"] = work(*args)
+        except BaseException as e:  # (raised again in the caller's thread)
+            done["error"] = e
+    thread = threading.Thread(target=run, daemon=True, name="tinygpt-load")
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"no result in {seconds} s")
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
 
 
 def tiktoken_cache_folder() -> str:
