@@ -284,9 +284,15 @@ def pasted(path: Path) -> str:
 def download_shakespeare(folder: Path) -> Path:
     """Tiny shakespeare, fetched once into folder and verified by sha256."""
     path = folder / "tinyshakespeare.txt"
-    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == SHAKESPEARE_SHA256:
-        return path
-    offline = "offline, point data.dataset at a local copy: --set data.dataset=path/to/tinyshakespeare.txt"
+    damaged = ""
+    if path.is_file():  # (its size first: a huge file there is not read whole to be refused)
+        if (path.stat().st_size == SHAKESPEARE_CHARS
+                and hashlib.sha256(path.read_bytes()).hexdigest() == SHAKESPEARE_SHA256):
+            return path
+        damaged = (f"; the copy downloaded before, {path}, is damaged (not the file's sha256), and is replaced by a "
+                   f"download")
+    offline = (f"offline, point data.dataset at a local copy: --set data.dataset=path/to/tinyshakespeare.txt"
+               f"{damaged}")
     try:  # at most the file's size and one byte more, within DOWNLOAD_S: a proxy's endless or slow reply ends
         data, deadline = bytearray(), time.monotonic() + DOWNLOAD_S
         with urllib.request.urlopen(SHAKESPEARE_URL, timeout=30) as r:

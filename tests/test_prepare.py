@@ -562,6 +562,21 @@ def test_offline_shakespeare_names_its_address_and_the_way_round(tmp_path, monke
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_damaged_earlier_download_is_named_when_the_network_is_away(tmp_path, monkeypatch):
+    """An earlier download of tiny shakespeare, since changed (a line added): offline, the error said
+    only "could not download", not that the copy there failed its check."""
+    import urllib.error
+
+    def offline(url, timeout):
+        raise urllib.error.URLError("no network")
+    monkeypatch.setattr(prep.urllib.request, "urlopen", offline)
+    (tmp_path / "tinyshakespeare.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
+    with pytest.raises(UserError, match=r"could not download tiny shakespeare .*; offline, point data.dataset at a "
+                                        r"local copy: .*; the copy downloaded before, .*tinyshakespeare.txt, is "
+                                        r"damaged \(not the file's sha256\)"):
+        prep.download_shakespeare(tmp_path)
+
+
 def test_compact_vocab_is_a_token_setting_of_tiktoken_encodings_only(tmp_path):
     """data.compact_vocab changes no token of a char, word or bpe run, yet counted as a token setting:
     `--resume --set data.compact_vocab=false` of a char run was refused, and the setting made another
