@@ -1033,3 +1033,24 @@ def test_a_run_that_is_a_dead_link_a_pipe_or_a_device_is_named_so(tmp_path):
                        (Path("/dev/null"), "is a device;")):
         with pytest.raises(UserError, match=f"^{re.escape(str(path))} {re.escape(said)}"):
             compare.main([str(path)])
+
+
+def test_losses_on_other_data_are_not_listed_as_differences():
+    """results.md said the losses of two datasets "do not compare as numbers", then listed them under
+    "Differences beyond the 95% intervals" (2.67 vs 1.03). A loss is compared only between settings
+    of the same data and tokens; the probe's shares still compare."""
+    from tinygpt import report
+    losses = {"a.txt": (2.67, 2.68), "b.txt": (1.02, 1.03)}
+    rows = [{"data.dataset": d, "train.seed": s, "best_val_loss": v, "antecedent": 0.9 if d == "a.txt" else 0.5 + s / 100}
+            for d, vs in losses.items() for s, v in zip((1, 2), vs)]
+    groups = report.group_by_setting(rows, ["data.dataset", "train.seed"])
+    assert [d.split(":")[0] for d in report.differences(groups)] == ["antecedent"]
+    unprobed = report.group_by_setting([{k: v for k, v in r.items() if k != "antecedent"} for r in rows],
+                                       ["data.dataset", "train.seed"])
+    only_loss = report.summary_text(unprobed, ["best_val_loss"], probed=False)
+    assert "Differences beyond" not in only_loss
+    assert "a comparison needs a 95% interval on both sides, 2 finished seeds or more each (n above), and for a " \
+           "loss the same data and tokens" in only_loss
+    sizes = [{**r, "model.n_embd": 16 if r.pop("data.dataset") == "a.txt" else 32} for r in rows]  # one dataset
+    groups = report.group_by_setting(sizes, ["model.n_embd", "train.seed"])
+    assert [d.split(":")[0] for d in report.differences(groups)] == ["best_val_loss", "antecedent"]

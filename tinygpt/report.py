@@ -40,6 +40,7 @@ from tinygpt.runs import CHECKPOINTS, REPORT_LOCK, lock_holder, runs_inside, use
 SEED = "train.seed"
 DIGEST = "data_digest"  # a row's: the data its checkpoint was trained on (runs.summarize_run), None where unknown
 DATA = "data.digest"  # in a setting: its runs' data_digest, where runs of its config were trained on other data
+PER_TOKEN = ("data.dataset", "data.tokenizer", "data.bpe_vocab_size", DATA)  # a loss is per token of these
 SHOWN_DIGEST = 10  # hex digits of a digest shown in a label or a Markdown table
 # where a run's files go and whether it draws loss.png: runs that differ only there computed the same
 NEVER_COMPARED = {"train.out_dir", "data.prepared_dir", "train.plot"}
@@ -201,21 +202,28 @@ def group_by_setting(rows: Sequence[dict[str, Any]], varied: Sequence[str]) -> l
     return list(groups.values())
 
 
+def comparable(a: dict[str, Any], b: dict[str, Any], metric: str) -> bool:
+    """Can settings a and b be compared in `metric`: both with a 95% interval (n >= 2), and, for a
+    loss, the same data and tokens (a loss is per token: a character's and a word's do not compare)?"""
+    if a["stats"][metric]["lo"] is None or b["stats"][metric]["lo"] is None:
+        return False
+    return "loss" not in metric or all(a["setting"].get(k) == b["setting"].get(k) for k in PER_TOKEN)
+
+
 def comparable_pairs(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = DIFFERENCES_IN) -> int:
-    """How many (metric, pair of settings) differences() can test: both with a 95% interval (n >= 2)."""
-    return sum(a["stats"][m]["lo"] is not None and b["stats"][m]["lo"] is not None
-               for m in metrics for i, a in enumerate(groups) for b in groups[i + 1:])
+    """How many (metric, pair of settings) differences() can test (comparable)."""
+    return sum(comparable(a, b, m) for m in metrics for i, a in enumerate(groups) for b in groups[i + 1:])
 
 
 def differences(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = DIFFERENCES_IN) -> list[str]:
-    """'metric: A mean [lo, hi] vs B mean [lo, hi]' for each pair of settings whose 95% intervals
-    do not overlap (both with n >= 2)."""
+    """'metric: A mean [lo, hi] vs B mean [lo, hi]' for each comparable pair of settings whose 95%
+    intervals do not overlap."""
     lines = []
     for m in metrics:
         for i, a in enumerate(groups):
             for b in groups[i + 1:]:
                 sa, sb = a["stats"][m], b["stats"][m]
-                if sa["lo"] is None or sb["lo"] is None:
+                if not comparable(a, b, m):
                     continue
                 if sa["hi"] < sb["lo"] or sb["hi"] < sa["lo"]:
                     lines.append(f"{m}: {a['label']} {_num(m, sa['mean'])} [{_num(m, sa['lo'])}, {_num(m, sa['hi'])}]"
@@ -344,10 +352,13 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
         return text
     shown = [m for m in DIFFERENCES_IN if m in metrics]
     tested, pairs = comparable_pairs(groups, shown), len(shown) * len(groups) * (len(groups) - 1) // 2
+    other_data = any(a["setting"].get(k) != b["setting"].get(k) for i, a in enumerate(groups) for b in groups[i + 1:]
+                     for k in PER_TOKEN)
+    losses = ", and for a loss the same data and tokens" if other_data else ""
     if not tested:  # (no interval on one side of every pair: nothing was tested)
         return text + (f"\nNo two settings could be compared in {', '.join(shown)}: a comparison needs a 95% "
-                       f"interval on both sides, 2 finished seeds or more each (n above).\n")
-    among = " (of the settings with 2 finished seeds or more: the others have no interval)" if tested < pairs else ""
+                       f"interval on both sides, 2 finished seeds or more each (n above){losses}.\n")
+    among = (f" (of the pairs that compare: 2 finished seeds or more each{losses})" if tested < pairs else "")
     return text + f"\nNo two settings differ beyond their 95% intervals in {', '.join(shown)}{among}.\n"
 
 
@@ -407,7 +418,7 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     metrics = [m for m in SUMMARY_METRICS if probed or m in RESULT_COLUMNS]
     groups = group_by_setting(rows, varied)
     text = table_markdown(rows, columns)
-    per_token = [k for k in varied if k in ("data.dataset", "data.tokenizer", "data.bpe_vocab_size")
+    per_token = [k for k in varied if k in PER_TOKEN
                  and len({str(r[k]) for r in rows if r[k] is not None}) > 1]
     if changed:  # the same data settings, another text: the dataset file was edited between the runs
         per_token.append(f"the data they were trained on ({DIGEST}: the dataset's text changed between them, "
