@@ -1041,7 +1041,8 @@ def test_losses_on_other_data_are_not_listed_as_differences():
     of the same data and tokens; the probe's shares still compare."""
     from tinygpt import report
     losses = {"a.txt": (2.67, 2.68), "b.txt": (1.02, 1.03)}
-    rows = [{"data.dataset": d, "train.seed": s, "best_val_loss": v, "antecedent": 0.9 if d == "a.txt" else 0.5 + s / 100}
+    share = {"a.txt": lambda s: 0.9, "b.txt": lambda s: 0.5 + s / 100}  # the probe's: apart
+    rows = [{"data.dataset": d, "train.seed": s, "best_val_loss": v, "antecedent": share[d](s)}
             for d, vs in losses.items() for s, v in zip((1, 2), vs)]
     groups = report.group_by_setting(rows, ["data.dataset", "train.seed"])
     assert [d.split(":")[0] for d in report.differences(groups)] == ["antecedent"]

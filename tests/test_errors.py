@@ -1947,7 +1947,8 @@ def test_a_run_whose_best_pt_is_another_runs_is_refused_where_it_is_read(run, tm
     """A best.pt copied in from another run was sampled, exported and trained on from (init_from)
     under this run's name, without a word: only --resume compared the two files' run ids."""
     mixed = damaged_copy(run, tmp / "mixed", name="ckpt.pt")  # ckpt.pt of this run ...
-    shutil.copy(damaged_copy(run, tmp / "other", run_id="another run") / "ckpt.pt", mixed / "best.pt")  # ... best.pt not
+    other = damaged_copy(run, tmp / "other", run_id="another run")
+    shutil.copy(other / "ckpt.pt", mixed / "best.pt")  # ... its best.pt not
     culprits = ("best.pt and ckpt.pt are of two runs", "give the file you mean")
     one_line(in_process("sample.py", [mixed, "--prompt", "a", "--max-new-tokens", "2"], capsys), *culprits)
     one_line(in_process("export.py", [mixed, tmp / "mixed_hf"], capsys), *culprits)
@@ -1991,7 +1992,7 @@ def test_a_loop_of_links_is_named_as_one(run, tmp, capsys):
              "give a run directory or a checkpoint")
     import bench
     from tinygpt.errors import UserError
-    with pytest.raises(UserError, match="--json: cannot write .*loop_a: it is a link .* that runs into a loop of links"):
+    with pytest.raises(UserError, match="--json: cannot write .*loop_a: it is a link .* that runs into a loop"):
         bench.check_json_target(str(loop))
     (tmp / "to_nothing").symlink_to(tmp / "nothing")  # a link to nothing is said as before
     one_line(in_process("train.py", [tmp / "to_nothing"], capsys), "that leads to no file or folder")

@@ -810,8 +810,8 @@ def test_ablation_table_refuses_a_run_not_of_the_stories_before_any_probe(tiny_s
 
 
 @pytest.mark.parametrize("bad", ["device", "empty"])
-def test_ablation_table_refuses_a_damaged_checkpoint_or_a_device_before_any_probe(tiny_stories_run, tmp_path, capsys,
-                                                                                   monkeypatch, bad):
+def test_ablation_table_refuses_a_damaged_checkpoint_or_a_device_before_any_probe(tiny_stories_run, tmp_path,
+                                                                                  capsys, monkeypatch, bad):
     """/dev/zero, or a run whose best.pt is 0 bytes, passed the checks (unreadable, so no dataset to
     check) and failed at its own probe, after the probes of the runs before it."""
     module = script("ablation_table")

@@ -763,7 +763,7 @@ def check_types(ckpt: dict[str, Any], path: Path) -> None:
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A run directory -> its best.pt if present (and of the run's ckpt.pt: one_run), else ckpt.pt;
+    """A run directory -> its best.pt if present (and of the run's ckpt.pt: check_one_run), else ckpt.pt;
     a file -> itself."""
     path = Path(path)
     if path.is_dir():

@@ -511,7 +511,8 @@ def new_folder_arg(text: str) -> Path:
     """path_arg for a folder that an output replaces whole (export.py's OUT): its hint for an empty
     one names a new folder, not the current one, which the output cannot replace."""
     if not text:
-        raise argparse.ArgumentTypeError("an empty path names no folder; name a new one (the output takes its place whole)")
+        raise argparse.ArgumentTypeError("an empty path names no folder; name a new one (the output takes its "
+                                         "place whole)")
     return path_arg(text)
 
 

@@ -381,6 +381,8 @@ def x_positions(values: Sequence[float] | None, n: int) -> tuple[list[float], bo
     log = min(values) > 0 and max(values) >= 4 * min(values)
     at = [math.log(v) if log else float(v) for v in values]  # (sorted, distinct: each a setting of its own)
     gap = min(b - a for a, b in zip(at, at[1:]))
+    if not gap > 0:  # two texts of one number (0 and 0.0): one apart, as categories
+        return [float(i) for i in range(n)], False
     return [(a - at[0]) / gap for a in at], log
 
 
