@@ -1055,3 +1055,25 @@ def test_losses_on_other_data_are_not_listed_as_differences():
     sizes = [{**r, "model.n_embd": 16 if r.pop("data.dataset") == "a.txt" else 32} for r in rows]  # one dataset
     groups = report.group_by_setting(sizes, ["model.n_embd", "train.seed"])
     assert [d.split(":")[0] for d in report.differences(groups)] == ["best_val_loss", "antecedent"]
+
+
+def test_the_settings_lines_run_in_order_and_a_line_with_nothing_to_draw_is_said(monkeypatch):
+    """The legend listed lr=0.01, 0.001, 0.003 (the order the runs came in) beside an axis sorted from
+    small to large; a setting whose runs all failed (lr=50, diverged) was left out of the legend
+    without a word, and its empty place still pushed the other line off its ticks."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"model.n_embd": e, "train.lr": lr} for lr in (1e-2, 1e-3, 3e-3) for e in (16, 32)])
+    plots.settings_png(report.group_by_setting(rows, ["model.n_embd", "train.lr", "train.seed"]))
+    (legend,) = figures["settings.png"].legends
+    assert [t.get_text() for t in legend.get_texts()] == ["lr=0.001", "lr=0.003", "lr=0.01"]
+    rows = setting_rows([{"model.n_embd": e, "train.lr": lr} for lr in (3e-3, 50) for e in (16, 32)])
+    for r in rows:
+        if r["train.lr"] == 50:
+            r["status"] = "failed (exit 1)"
+    plots.settings_png(report.group_by_setting(rows, ["model.n_embd", "train.lr", "train.seed"]))
+    fig = figures["settings.png"]
+    assert fig._suptitle.get_text().endswith("\nnot drawn, no finished run: lr=50")
+    (line,) = [c[0] for c in fig.axes[0].containers]
+    assert list(line.get_xdata()) == [0.0, 1.0]  # at its ticks: the only line drawn

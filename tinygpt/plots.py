@@ -386,6 +386,19 @@ def x_positions(values: Sequence[float] | None, n: int) -> tuple[list[float], bo
     return [(a - at[0]) / gap for a in at], log
 
 
+def in_order(setting: dict[str, Any], keys: Sequence[str], groups: Sequence[dict[str, Any]]) -> tuple:
+    """Where a line of `setting` comes among settings.png's lines: by each of `keys` in turn, numbers from
+    small to large (lr=0.001, 0.003, 0.01, not the order the runs came in), anything else as first seen."""
+    order = []
+    for k in keys:
+        values = [g["setting"][k] for g in groups if g["setting"][k] is not None]
+        if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            order.append(-math.inf if setting[k] is None else setting[k])
+        else:
+            order.append([str(v) for v in values].index(str(setting[k])) if setting[k] is not None else -1)
+    return tuple(order)
+
+
 def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     """Each setting's result (report.group_by_setting) against the first varied key (numbers from small to
     large, anything else in first-seen order), one line per value of the others: the mean with its 95%
@@ -414,6 +427,10 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
         if not name and line_keys:
             name = ", ".join(k.split(".", 1)[1] for k in line_keys) + ": does not apply"
         lines.setdefault(name or "mean", []).append(g)
+    lines = dict(sorted(lines.items(), key=lambda line: in_order(line[1][0]["setting"], line_keys, groups)))
+    unfinished = [name for name, members in lines.items()  # (all its runs failed or stopped: no point to draw)
+                  if not any(g["stats"][m]["mean"] is not None for g in members for m, _, _ in panels)]
+    lines = {name: members for name, members in lines.items() if name not in unfinished}
     shown = dict(zip(lines, legend_labels(list(lines), fig)))
     ns = {g["stats"][m]["n"] for g in groups for m, _, _ in panels if g["stats"][m]["mean"] is not None}
     from matplotlib.ticker import FuncFormatter, NullFormatter
@@ -461,6 +478,8 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
                  + (" (n=1: no interval)" if 1 in ns else ""))
     else:
         title = f"mean and 95% interval over {max(ns)} seeds" if max(ns) > 1 else "one run per setting"
+    if unfinished:  # (said, not left out without a word)
+        title += "\nnot drawn, no finished run: " + "; ".join(unfinished)
     fig.suptitle(title, fontsize=10)
     return _png(fig, "settings.png")
 
