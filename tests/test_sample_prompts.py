@@ -48,6 +48,18 @@ def test_list_vocab_prints_every_token(tiny_stories_run):
     assert tokens[tokenizer.encode(" ")[0]] == "␣" and tokens[tokenizer.encode("\n")[0]] == "\\n"
 
 
+def test_list_vocab_shows_a_lone_combining_mark_on_a_dotted_circle():
+    """A token that is a combining mark alone (U+0301 of a decomposed é) printed bare: it sat on the
+    column's padding, and the line read `    18   ́` with the accent over a space."""
+    import sample
+    from tinygpt.tokenizer import CharTokenizer
+    tokenizer = CharTokenizer.from_text("cafe\u0301 na\u0308ive")
+    tokens = sample.list_vocab(tokenizer, io.StringIO())
+    assert tokens[tokenizer.encode("\u0301")[0]] == "\u25cc\u0301"
+    assert tokens[tokenizer.encode("\u0308")[0]] == "◌\u0308"
+    assert tokens[tokenizer.encode("c")[0]] == "c"  # (the others as they are)
+
+
 def test_list_vocab_with_other_work_asked_for_is_refused(tiny_stories_run, tmp_path):
     """`--list-vocab --attention-html P` printed the vocabulary and exited 0 with no page written."""
     refused([tiny_stories_run, "--list-vocab", "--attention-html", tmp_path / "p.html", "--prompt", "Mia"],

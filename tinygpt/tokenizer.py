@@ -57,8 +57,10 @@ GPT2_VOCAB = 50257  # tokens of gpt2 / r50k_base: 50,256 BPE tokens and <|endoft
 
 
 def _escape(text: str) -> str:
-    """Readable one-line form of a token's text: '\\n' for a newline, spaces kept, bad bytes as \\xNN."""
-    out = []
+    """Readable one-line form of a token's text: '\\n' for a newline, spaces kept, bad bytes as \\xNN;
+    one that starts with a combining mark (a lone accent, U+0301) shows it on a dotted circle, '◌́',
+    as Unicode's charts do: bare, it sat on whatever came before (a column's padding, a table's edge)."""
+    out = ["\u25cc"] if text and unicodedata.category(text[0]).startswith("M") else []
     for ch in text:
         code = ord(ch)
         if ch == "\\":
