@@ -63,7 +63,7 @@ from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import (check_name_fits, check_writable, load_model, odd_file, regular_file_target,
                                 resolve_checkpoint)
 from tinygpt.config import MAX_THREADS
-from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, file_arg, one_line, path_arg,
+from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, error_line, file_arg, path_arg,
                             path_word, read_capped, run_cli, script_word, shell_join, shell_quote, short, shown_path)
 from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.runs import run_lock, run_name, training_note
@@ -639,7 +639,7 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
             samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
         except UserError as e:
             which = "" if isinstance(line, str) or named in str(e) else f"{named}: "
-            print(one_line(f"error: {which}{e}"), file=sys.stderr)
+            print(error_line(f"error: {which}{e}"), file=sys.stderr)
             refused += not isinstance(line, str)  # (piped: lines come as bytes)
         except KeyboardInterrupt as e:
             if isinstance(e, Terminated) or not isinstance(line, str):  # kill, a hang-up, or piped input

@@ -39,8 +39,8 @@ except ImportError:  # pragma: no cover - Windows: a temp file's writer is told 
 
 from model import GPT
 from tinygpt.config import Config, all_keys, config_from_dict
-from tinygpt.errors import (UserError, count, dead_link, first_few, path_word, reason, script_word, shell_join,
-                            shell_quote, short)
+from tinygpt.errors import (UserError, count, dead_link, first_few, link_loop, path_word, reason, script_word,
+                            shell_join, shell_quote, short)
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import DamagedTokenizer, Tokenizer, tokenizer_from_dict
 
@@ -245,8 +245,8 @@ def regular_file_target(path: Path) -> Path:
     plain file, or a reader's pipe); so is a name too long for its temp file (check_name_fits)."""
     check_name_fits(path)
     if path.is_symlink():
-        if (dead := dead_link(path)) is not None and "loop" in dead:  # (realpath would give the loop's own path)
-            raise UserError(f"cannot write {path}: it is {dead}; give the path of a file")
+        if link_loop(path):  # (realpath would give the loop's own path)
+            raise UserError(f"cannot write {path}: it is {dead_link(path)}; give the path of a file")
         path = Path(os.path.realpath(path))
     if path.exists() and not path.is_file():
         raise UserError(f"cannot write {path}: it is {not_regular(path)}; give the path of a file")
@@ -638,12 +638,17 @@ def check_one_run(run: Path) -> None:
     exported or trained on under this run's name. Checkpoints from before run ids pass."""
     if not (run / "ckpt.pt").is_file():
         return
-    best, last = peek_checkpoint(run / "best.pt"), peek_checkpoint(run / "ckpt.pt")
-    ids = [ckpt.get("run_id") if ckpt else None for ckpt in (best, last)]
-    if all(isinstance(i, str) for i in ids) and ids[0] != ids[1]:
+    if of_two_runs(peek_checkpoint(run / "best.pt"), peek_checkpoint(run / "ckpt.pt")):
         raise UserError(f"{run}: its best.pt and ckpt.pt are of two runs (one copied in from another folder?), so "
                         f"the run's best weights would be another model's; give the file you mean, "
                         f"{shell_quote(path_word(run / 'best.pt'))} or {shell_quote(path_word(run / 'ckpt.pt'))}")
+
+
+def of_two_runs(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Are checkpoints a and b (None: unread) of two runs, their run ids differing? Checkpoints from
+    before run ids are of no other run."""
+    ids = [ckpt.get("run_id") if ckpt else None for ckpt in (a, b)]
+    return all(isinstance(i, str) for i in ids) and ids[0] != ids[1]
 
 
 def peek_checkpoint(path: Path) -> dict[str, Any] | None:

@@ -462,7 +462,7 @@ def work_is_files() -> None:
 def _fail(line: str | None, code: int) -> None:
     try:
         if line is not None:
-            print(capped(one_line(line)), file=sys.stderr)  # one line, whatever path or value it quotes
+            print(error_line(line), file=sys.stderr)
     except OSError:  # stderr gone (a terminal that hung up, a closed pipe): the exit code still tells
         pass
     sys.exit(code)
@@ -567,6 +567,12 @@ def one_line(text: str) -> str:
     return "".join(escaped(c) for c in text) if unseen(text) else text
 
 
+def error_line(text: str) -> str:
+    """An error as printed: one line whatever path or value it quotes (one_line), of at most MAX_LINE
+    characters (capped)."""
+    return capped(one_line(text))
+
+
 def capped(line: str, limit: int = MAX_LINE) -> str:
     """`line` if at most `limit` characters, else its start and its end around ' ... ': the culprit comes
     first and the fix last, and a value quoted whole (a 5,000-character flag) must not fill the screen."""
@@ -581,12 +587,17 @@ def dead_link(path: Path) -> str | None:
     where `path` is such a link, else None: for messages, which would otherwise say it does not exist."""
     if not path.is_symlink() or path.exists():
         return None
+    leads = "runs into a loop of links" if link_loop(path) else "leads to no file or folder"
+    return f"a link ({path} -> {os.readlink(path)}) that {leads}"
+
+
+def link_loop(path: Path) -> bool:
+    """Does `path` run into a loop of links (a link that leads back to itself)?"""
     try:
         os.stat(path)
     except OSError as e:
-        if e.errno == errno.ELOOP:
-            return f"a link ({path} -> {os.readlink(path)}) that runs into a loop of links"
-    return f"a link ({path} -> {os.readlink(path)}) that leads to no file or folder"
+        return e.errno == errno.ELOOP
+    return False
 
 
 def shown_path(path: str | Path) -> str:

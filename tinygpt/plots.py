@@ -28,7 +28,7 @@ import unicodedata
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from tinygpt.checkpoint import atomic_write, file_head
 from tinygpt.errors import UserError, reason, shown_as_unicode
@@ -386,13 +386,18 @@ def x_positions(values: Sequence[float] | None, n: int) -> tuple[list[float], bo
     return [(a - at[0]) / gap for a in at], log
 
 
+def all_numbers(values: Iterable[Any]) -> bool:
+    """Are the values all finite numbers (not booleans), to be drawn and ordered as numbers, not as words?"""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+
+
 def in_order(setting: dict[str, Any], keys: Sequence[str], groups: Sequence[dict[str, Any]]) -> tuple:
     """Where a line of `setting` comes among settings.png's lines: by each of `keys` in turn, numbers from
     small to large (lr=0.001, 0.003, 0.01, not the order the runs came in), anything else as first seen."""
     order = []
     for k in keys:
         values = [g["setting"][k] for g in groups if g["setting"][k] is not None]
-        if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+        if values and all_numbers(values):
             order.append(-math.inf if setting[k] is None else setting[k])
         else:
             order.append([str(v) for v in values].index(str(setting[k])) if setting[k] is not None else -1)
@@ -417,7 +422,7 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     for g in groups:
         first.setdefault(str(g["setting"][x_key]), g["setting"][x_key])
     xs = list(first)
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in first.values())
+    numbers = all_numbers(first.values())
     if numbers:
         xs.sort(key=first.get)  # a number's axis runs from small to large, whatever order the runs came in
     where, log = x_positions([first[x] for x in xs] if numbers else None, len(xs))

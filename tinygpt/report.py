@@ -207,7 +207,12 @@ def comparable(a: dict[str, Any], b: dict[str, Any], metric: str) -> bool:
     loss, the same data and tokens (a loss is per token: a character's and a word's do not compare)?"""
     if a["stats"][metric]["lo"] is None or b["stats"][metric]["lo"] is None:
         return False
-    return "loss" not in metric or all(a["setting"].get(k) == b["setting"].get(k) for k in PER_TOKEN)
+    return "loss" not in metric or same_data(a, b)
+
+
+def same_data(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Were settings a and b trained on the same data and tokens (PER_TOKEN), so that their losses compare?"""
+    return all(a["setting"].get(k) == b["setting"].get(k) for k in PER_TOKEN)
 
 
 def comparable_pairs(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = DIFFERENCES_IN) -> int:
@@ -352,8 +357,7 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
         return text
     shown = [m for m in DIFFERENCES_IN if m in metrics]
     tested, pairs = comparable_pairs(groups, shown), len(shown) * len(groups) * (len(groups) - 1) // 2
-    other_data = any(a["setting"].get(k) != b["setting"].get(k) for i, a in enumerate(groups) for b in groups[i + 1:]
-                     for k in PER_TOKEN)
+    other_data = not all(same_data(a, b) for i, a in enumerate(groups) for b in groups[i + 1:])
     losses = ", and for a loss the same data and tokens" if other_data else ""
     if not tested:  # (no interval on one side of every pair: nothing was tested)
         return text + (f"\nNo two settings could be compared in {', '.join(shown)}: a comparison needs a 95% "

@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
-                                not_regular, peek_checkpoint, prepared_data, remove_empty, resolved, run_around,
-                                saved_step_and_data)
+                                not_regular, of_two_runs, peek_checkpoint, prepared_data, remove_empty, resolved,
+                                run_around, saved_step_and_data)
 from tinygpt.config import (MAX_INT, Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path,
                             set_word)
 from tinygpt.errors import (UserError, count, first_few, read_capped, reason, shell_quote, short, shown_as_unicode,
@@ -549,9 +549,7 @@ def check_best_pt(out_dir: Path, ckpt: dict[str, Any]) -> None:
     except UserError as e:
         raise UserError(f"--resume: {e}; its weights are lost: move it away to resume (sample.py then reads "
                         f"ckpt.pt, and a new lowest val loss writes another best.pt)") from None
-    if not isinstance(ckpt.get("run_id"), str):
-        return
-    if isinstance(best.get("run_id"), str) and best["run_id"] != ckpt["run_id"]:
+    if of_two_runs(best, ckpt):
         raise UserError(f"--resume: {out_dir / 'best.pt'} and {out_dir / 'ckpt.pt'} are of two runs (one copied in "
                         f"from another folder?): resuming would mix them; resume each run in its own folder, or "
                         f"move best.pt away to continue ckpt.pt's run here")
