@@ -181,7 +181,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, T, C) -> (B, T, C)"""
-        return self.dropout(self.out_proj(F.gelu(self.fc(x))))  # (B, T, C)
+        h = F.gelu(self.fc(x))  # (B, T, 4C): each position on its own, 4x wider
+        return self.dropout(self.out_proj(h))  # (B, T, C)
 
 
 class Block(nn.Module):

@@ -10,6 +10,17 @@ optimizer step (`train_step`), the schedule and the loss estimate live in tinygp
 shared with bench.py so that the benchmark times exactly this step. How a run stops (Ctrl-C,
 SIGTERM, a closed terminal) and resumes: docs/design.md, "The run directory"; what it refuses (a
 second training on its folder, a model that cannot fit in memory, ...): docs/errors.md.
+
+The loop (`train_loop`), without what makes it robust (signals, DDP, --stop-at, logging, the progress bar):
+
+    while step < max_iters:
+        if step % eval_interval == 0:    # evaluate():
+            losses = estimate_loss(...)  #   train and val loss, eval_iters batches each
+            save best.pt if losses["val"] is the lowest yet, then ckpt.pt
+        lr = lr_at(step, cfg.train)      # linear warmup, then cosine decay to min_lr
+        loss = train_step(...)           # grad_accum micro-batches (forward, loss / grad_accum, backward),
+        step += 1                        # then clip the gradients, AdamW step, zero them
+    then a last evaluate() at max_iters
 """
 from __future__ import annotations
 

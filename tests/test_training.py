@@ -64,6 +64,28 @@ def test_grad_accum_of_one_batch_twice_steps_as_that_batch_once(tiny_model_confi
         assert torch.allclose(p, q, atol=1e-6), name
 
 
+def test_grad_accum_of_four_micro_batches_steps_as_their_batch_of_four(tiny_model_config):
+    """grad_accum=4 over four different one-row micro-batches (next_batch drawn once per micro-step) takes
+    the step of one batch of the four rows, and returns its loss: accumulation is a bigger batch, in pieces."""
+    torch.manual_seed(0)
+    whole = GPT(tiny_model_config)
+    pieces = copy.deepcopy(whole)
+    x, y = a_batch(tiny_model_config.vocab_size)  # (4, 16): four different rows
+    with torch.no_grad():
+        expected_loss = cross_entropy(whole(x), y).item()
+    rows = iter([(x[i:i + 1], y[i:i + 1]) for i in range(4)])
+    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=1.0)
+    loss_whole = training.train_step(whole, sgd(whole), no_scaler(), contextlib.nullcontext(), lambda: (x, y), 1,
+                                     0.0, 1.0)
+    loss_pieces = training.train_step(pieces, sgd(pieces), no_scaler(), contextlib.nullcontext(),
+                                      lambda: next(rows), 4, 0.0, 1.0)
+    assert next(rows, None) is None  # each micro-step drew its own micro-batch
+    assert loss_whole.item() == pytest.approx(expected_loss, abs=1e-6)
+    assert loss_pieces.item() == pytest.approx(expected_loss, abs=1e-6)
+    for (name, p), q in zip(whole.named_parameters(), pieces.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), name
+
+
 def test_grad_clip_clips_at_any_positive_norm_and_zero_turns_it_off(tiny_model_config, monkeypatch):
     """train.grad_clip > 0 clips the gradient norm to it (1.0, the default, included); 0 is off."""
     calls, real = [], torch.nn.utils.clip_grad_norm_
@@ -141,6 +163,7 @@ def test_the_loss_estimate_runs_in_eval_mode_on_the_same_batches(tiny_model_conf
         by_hand = sum(cross_entropy(model(x), y).item() for x, y in batches[:3]) / 3
     assert first["val"] == pytest.approx(by_hand, abs=1e-5)
     assert all(torch.equal(a[0], b[0]) for a, b in zip(batches[:3], batches[3:]))
+    assert estimate() == first and not model.training  # a model in eval mode stays so (it was put in train mode)
 
 
 # ---- train.py: a Run built by build_run ----

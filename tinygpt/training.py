@@ -86,7 +86,9 @@ def estimate_loss(model: torch.nn.Module, splits: dict[str, np.ndarray], batch_s
                   stop: Callable[[], bool] | None = None) -> dict[str, float] | None:
     """Mean loss over eval_iters batches per split, on the same batches every time (own generator);
     under DDP each process takes its slice of each batch and the means are averaged. stop() is asked
-    before each batch: if it says stop, None (nothing drawn from a random stream a resume needs)."""
+    before each batch: if it says stop, None (nothing drawn from a random stream a resume needs).
+    The model is left in the mode it came in (dropout on again after a training run's eval)."""
+    was_training = model.training
     model.eval()
     out = {}
     for split, data in splits.items():
@@ -94,11 +96,11 @@ def estimate_loss(model: torch.nn.Module, splits: dict[str, np.ndarray], batch_s
         losses = torch.zeros(eval_iters, device=device)
         for i in range(eval_iters):
             if stop is not None and stop():
-                model.train()
+                model.train(was_training)
                 return None
             x, y = get_batch(data, batch_size, block_size, gen, device, dist.rank, dist.world_size)
             with autocast:
                 losses[i] = cross_entropy(model(x), y)
         out[split] = dist.mean(losses.mean()).item()
-    model.train()
+    model.train(was_training)
     return out
