@@ -335,7 +335,14 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
     logits / temperature, keeping only the top_k tokens and the top_p nucleus. At temperature 0
     (greedy: sample_next takes the argmax, whatever top_k and top_p say) they are the softmax of
     the logits, unfiltered. Tokens tied with the k-th largest logit, or with the least likely
-    token of the nucleus, are kept too."""
+    token of the nucleus, are kept too. Settings with no meaning raise ValueError: a negative
+    temperature would turn the distribution upside down without a word."""
+    if not (0 <= temperature < math.inf):  # (a NaN fails every comparison)
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), not {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1 (None: every token), not {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (None: no nucleus), not {top_p}")
     logits = logits.float()
     if temperature == 0:
         return torch.softmax(logits, dim=-1)  # (B, V)

@@ -361,6 +361,23 @@ def test_tiny_temperature_is_near_greedy_not_nan():
     assert torch.allclose(next_token_probs(logits, 2.0), torch.softmax(logits / 2.0, dim=-1))
 
 
+@pytest.mark.parametrize("setting, match", [
+    ({"temperature": -1.0}, "temperature must be a finite number >= 0"),  # was the distribution upside down
+    ({"temperature": float("nan")}, "temperature must be a finite number >= 0"),  # was all NaN
+    ({"temperature": float("inf")}, "temperature must be a finite number >= 0"),
+    ({"top_k": 0}, "top_k must be >= 1"),  # was a RuntimeError on sizes
+    ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"), ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+])
+def test_sampling_settings_with_no_meaning_are_refused_by_name(setting, match):
+    """next_token_probs and sample_next, called from code, name the setting (sample.py refuses its flags alike)."""
+    logits = torch.tensor([[2.0, 1.0, 0.0]])
+    args = {"temperature": 1.0, **setting}
+    with pytest.raises(ValueError, match=match):
+        next_token_probs(logits, **args)
+    with pytest.raises(ValueError, match=match):
+        sample_next(logits, **args)
+
+
 def test_a_model_without_the_causal_mask_generates_without_the_cache(tiny_model_config):
     """Its earlier positions attend to later ones, so cached keys go stale: generate recomputes
     the window each step whatever use_cache says (what `sample.py --force` shows)."""
