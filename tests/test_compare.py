@@ -1041,7 +1041,7 @@ def test_losses_on_other_data_are_not_listed_as_differences():
     of the same data and tokens; the probe's shares still compare."""
     from tinygpt import report
     losses = {"a.txt": (2.67, 2.68), "b.txt": (1.02, 1.03)}
-    share = {"a.txt": lambda s: 0.9, "b.txt": lambda s: 0.5 + s / 100}  # the probe's: apart
+    share = {"a.txt": lambda s: 0.9 + s / 100, "b.txt": lambda s: 0.5 + s / 100}  # the probe's: apart
     rows = [{"data.dataset": d, "train.seed": s, "best_val_loss": v, "antecedent": share[d](s)}
             for d, vs in losses.items() for s, v in zip((1, 2), vs)]
     groups = report.group_by_setting(rows, ["data.dataset", "train.seed"])
@@ -1077,3 +1077,64 @@ def test_the_settings_lines_run_in_order_and_a_line_with_nothing_to_draw_is_said
     assert fig._suptitle.get_text().endswith("\nnot drawn, no finished run: lr=50")
     (line,) = [c[0] for c in fig.axes[0].containers]
     assert list(line.get_xdata()) == [0.0, 1.0]  # at its ticks: the only line drawn
+
+
+# ---- what the summary over seeds claims, and how ----
+
+
+def _groups(values: dict[int, list[float]], metric: str = "best_val_loss"):
+    from tinygpt import report
+    rows = [{"model.n_head": h, "train.seed": s, "status": "done", metric: v}
+            for h, vs in values.items() for s, v in enumerate(vs, 1)]
+    return report.group_by_setting(rows, ["model.n_head", "train.seed"])
+
+
+def test_the_summary_names_its_rule_and_how_many_pairs_it_compared():
+    """'Differences beyond the 95% intervals' said neither the rule nor that 66 pairs were tried, and 'No two
+    settings differ' read as 'the same': over many pairs one may be chance, and overlap shows no equality."""
+    from tinygpt import report
+    apart = report.summary_text(_groups({1: [1.10, 1.11, 1.12], 2: [1.30, 1.31, 1.33], 4: [1.31, 1.32, 1.30]}),
+                                ["best_val_loss"], probed=False)
+    assert ("Differences beyond the 95% intervals (the two intervals do not overlap; 3 comparisons of a pair of "
+            "settings in a metric, not corrected for their number: among many, one may be chance):") in apart
+    close = report.summary_text(_groups({1: [1.10, 1.20, 1.15], 2: [1.12, 1.22, 1.16]}), ["best_val_loss"], False)
+    assert "No two settings differ beyond their 95% intervals in best_val_loss (1 comparison)." in close
+    assert "Intervals that overlap do not show two settings equal" in close
+
+
+def test_seeds_with_one_value_have_no_interval_and_are_not_compared():
+    """Three seeds at 0.1% (a share counted in whole references) against three at 0.0% were listed as a difference,
+    '0.0% [0.0%, 0.0%] vs 0.1% [0.1%, 0.1%]': a spread of 0 made an interval of width 0."""
+    from tinygpt import report
+    groups = _groups({1: [0.0, 0.0, 0.0], 2: [0.001, 0.001, 0.001]}, "antecedent")
+    assert groups[0]["stats"]["antecedent"]["std"] == 0 and groups[0]["stats"]["antecedent"]["lo"] is None
+    assert report.differences(groups, ["antecedent"]) == []
+    text = report.summary_text(groups, ["antecedent"], probed=False)
+    assert "0.1% ± 0 (no interval)" in text and "a spread of 0 is not a measured spread" in text
+
+
+def test_a_listed_difference_shows_the_digits_that_tell_its_intervals_apart():
+    """Ratios of 1.300-1.302 against 1.340-1.342 were listed as '1.3x [1.3x, 1.3x] vs 1.3x [1.3x, 1.3x]'."""
+    from tinygpt import report
+    groups = _groups({1: [1.300, 1.301, 1.302], 2: [1.340, 1.341, 1.342]}, "attribute_ratio")
+    [line] = report.differences(groups, ["attribute_ratio"])
+    assert line == "attribute_ratio: n_head=1 1.30x [1.30x, 1.30x] vs n_head=2 1.34x [1.34x, 1.34x]"
+    assert "± 0.001 [" in report.summary_markdown(groups, ["attribute_ratio"])  # a spread is not '± 0.001x'
+    groups = _groups({1: [0.600, 0.600, 0.601], 2: [0.603, 0.603, 0.604]}, "antecedent")  # shares: 60.0% vs 60.3%
+    assert report.differences(groups, ["antecedent"]) == [
+        "antecedent: n_head=1 60.03% [59.89%, 60.18%] vs n_head=2 60.33% [60.19%, 60.48%]"]
+
+
+def test_student_t_past_30_degrees_of_freedom():
+    """32 seeds (31 degrees of freedom) took the normal's 1.96, an interval 4% narrow: t is 2.0395 there."""
+    from tinygpt import report
+    assert [round(report.t95(df), 4) for df in (2, 30, 31, 60, 120)] == [4.303, 2.042, 2.0395, 2.0003, 1.9799]
+
+
+def test_single_runs_are_said_to_be_single_and_best_val_loss_what_it_is(tmp_path):
+    from tinygpt import report
+    rows = [{"run": f"h{h}", "model.n_head": h, "train.seed": 1, "status": "done", "best_val_loss": 1.0 + h / 10}
+            for h in (1, 2)]
+    text, _ = report.write_report(rows, ["model.n_head"], tmp_path, title="t")
+    assert "One run per setting: single runs, whose differences may be the seed's alone" in text
+    assert "best_val_loss: the lowest of a run's evaluations" in text

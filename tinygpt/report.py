@@ -5,9 +5,12 @@ by `write_report`.
 Runs that differ only by `train.seed` are one *setting*: the summary gives, for every metric, the
 mean, the standard deviation, the 95% confidence interval of the mean (Student's t, cut at the bounds
 the metric cannot pass: 0, and a share's 100%) and n, and
-lists the pairs of settings whose intervals do not overlap, the differences one can trust at that
-level. A single run per setting is reported as such (n = 1, no interval), and so are runs of one
-setting that share their seed (the same training repeated): one seed, their mean. Only finished runs
+lists the pairs of settings whose intervals do not overlap, saying how many pairs were compared: the
+rule is strict for one pair, but over many pairs one may be chance, and intervals that overlap do not
+show two settings equal. A single run per setting is reported as such (n = 1, no interval), and so are
+runs of one setting that share their seed (the same training repeated): one seed, their mean; seeds
+that all gave the same value (a share counted in whole references) have no interval either: a spread of
+0 is not a measured spread. Only finished runs
 (status `done`) enter the summary and the val-loss curves, each labelled with its n: a failed or unfinished
 run's figures are those of fewer steps. Runs trained on different data (their checkpoints' data digest: the
 dataset's text changed between them) are different settings, and their losses are said not to compare.
@@ -32,7 +35,7 @@ from typing import Any, Sequence
 from data.prepare import token_keys
 from tinygpt.checkpoint import atomic_write_all, run_around
 from tinygpt.config import DataConfig
-from tinygpt.errors import UserError, first_few
+from tinygpt.errors import UserError, count, first_few
 from tinygpt.plots import (MATPLOTLIB_NOTE, PNG_MARK, can_plot, png_marked, settings_png, val_loss_png,
                            val_losses_by_step)
 from tinygpt.runs import CHECKPOINTS, REPORT_LOCK, lock_holder, runs_inside, users_config
@@ -53,7 +56,7 @@ SUMMARY_METRICS = ["best_val_loss", "final_train_loss", "tokens_per_s", "wall_s"
                    "other", "attribute_share", "attribute_ratio", "name_ratio"]
 DIFFERENCES_IN = ["best_val_loss", "antecedent", "distractor", "attribute_ratio"]  # listed when they differ
 SHARES = {"antecedent", "distractor", "other", "attribute_share"}  # fractions of the references (or attention)
-# two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96)
+# two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then t95's expansion)
 T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
        2.045, 2.042]
@@ -95,8 +98,21 @@ def stats(values: Sequence[float]) -> dict[str, float | int | None]:
     if n == 1 or not all(map(math.isfinite, values)):  # (statistics.stdev fails on nan and inf)
         return {"mean": mean, "std": None, "lo": None, "hi": None, "n": n}
     std = statistics.stdev(values)
-    half = (T95[n - 2] if n - 1 <= len(T95) else 1.96) * std / math.sqrt(n)
+    if std == 0:  # identical seeds: an interval of width 0 would make any other value "differ"
+        return {"mean": mean, "std": 0.0, "lo": None, "hi": None, "n": n}
+    half = t95(n - 1) * std / math.sqrt(n)
     return {"mean": mean, "std": std, "lo": mean - half, "hi": mean + half, "n": n}
+
+
+def t95(df: int) -> float:
+    """The two-sided 95% quantile of Student's t with df degrees of freedom: the table to 30, then the
+    Cornish-Fisher expansion around the normal's 1.96 (within 2e-6 of it past 30; 1.96 itself was 4%
+    narrow at 31)."""
+    if df <= len(T95):
+        return T95[df - 1]
+    z = 1.959963984540054
+    return (z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))
 
 
 def within_bounds(metric: str, s: dict[str, Any]) -> dict[str, Any]:
@@ -222,7 +238,7 @@ def comparable_pairs(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = 
 
 def differences(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = DIFFERENCES_IN) -> list[str]:
     """'metric: A mean [lo, hi] vs B mean [lo, hi]' for each comparable pair of settings whose 95%
-    intervals do not overlap."""
+    intervals do not overlap, with the digits that show them apart (apart_digits)."""
     lines = []
     for m in metrics:
         for i, a in enumerate(groups):
@@ -231,36 +247,56 @@ def differences(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = DIFFE
                 if not comparable(a, b, m):
                     continue
                 if sa["hi"] < sb["lo"] or sb["hi"] < sa["lo"]:
-                    lines.append(f"{m}: {a['label']} {_num(m, sa['mean'])} [{_num(m, sa['lo'])}, {_num(m, sa['hi'])}]"
-                                 f" vs {b['label']} {_num(m, sb['mean'])} [{_num(m, sb['lo'])}, {_num(m, sb['hi'])}]")
+                    d = apart_digits(m, *((sa["hi"], sb["lo"]) if sa["hi"] < sb["lo"] else (sb["hi"], sa["lo"])))
+                    shown = lambda s: f"{_num(m, s['mean'], d)} [{_num(m, s['lo'], d)}, {_num(m, s['hi'], d)}]"
+                    lines.append(f"{m}: {a['label']} {shown(sa)} vs {b['label']} {shown(sb)}")
     return lines
+
+
+def apart_digits(metric: str, below: float, above: float) -> int:
+    """How many digits past the column's own _num needs to show below < above (two intervals' facing
+    bounds): a listed difference read '1.3x [1.3x, 1.3x] vs 1.3x [1.3x, 1.3x]' at the table's digits."""
+    value = lambda x, d: float(_num(metric, x, d).rstrip("%x").replace(",", ""))
+    return next((d for d in range(6) if value(below, d) < value(above, d)), 6)
 
 
 # ---- tables ----
 
 
-def times(x: float) -> str:
+def times(x: float, extra: int = 0) -> str:
     """A ratio: 1.64 -> '1.6x'; under 1 to two significant digits, never '1.0x' ('0.96x', '0.6x',
-    '0.031x'): a head that looks more at the distractor must not read as even."""
+    '0.031x'): a head that looks more at the distractor must not read as even. `extra` digits more."""
     if x >= 1:
-        return f"{x:.1f}x"
-    shown = f"{x:.2g}"
-    return ("0.99" if shown == "1" else shown) + "x"
+        return f"{x:.{1 + extra}f}x"
+    shown = f"{x:.{2 + extra}g}"
+    return ("0." + "9" * (2 + extra) if float(shown) >= 1 else shown) + "x"
 
 
-def _num(column: str, value: Any) -> str:
-    """A number as the column shows it: shares in percent, losses to 4 decimals, ratios to 1."""
+def _num(column: str, value: Any, extra: int = 0) -> str:
+    """A number as the column shows it: shares in percent, losses to 4 decimals, ratios to 1; `extra`
+    decimals more (a listed difference: apart_digits)."""
     if column in ("antecedent", "distractor", "other", "attribute_share"):
-        return f"{100 * value:.1f}%"
+        return f"{100 * value:.{1 + extra}f}%"
     if column in ("best_val_loss", "final_train_loss"):
-        return f"{value:.4f}"
+        return f"{value:.{4 + extra}f}"
     if column in ("attribute_ratio", "name_ratio"):
-        return times(value)
+        return times(value, extra)
     if column in ("params", "tokens_per_s"):
         return f"{value:,.0f}"
     if column == "wall_s":
         return f"{value:.1f}"
     return str(value)
+
+
+def _spread(column: str, std: float) -> str:
+    """A standard deviation as its column shows numbers, but a ratio's as a plain number (a spread is not a
+    multiple: '± 0.001x') and one that would read 0 to one significant digit ('0.00004', not '0.0000')."""
+    if column in ("attribute_ratio", "name_ratio"):
+        return f"{std:.2g}"
+    shown = _num(column, std)
+    if any(ch in "123456789" for ch in shown):
+        return shown
+    return f"{100 * std:.1g}%" if shown.endswith("%") else f"{std:.1g}"
 
 
 def _fmt(column: str, value: Any, markdown: bool) -> str:
@@ -313,8 +349,10 @@ def summary_markdown(groups: Sequence[dict[str, Any]], metrics: Sequence[str]) -
                 cells.append("")
             elif s["std"] is None:
                 cells.append(_num(m, s["mean"]))
+            elif s["lo"] is None:  # every seed the same value
+                cells.append(f"{_num(m, s['mean'])} ± 0 (no interval)")
             else:
-                cells.append(f"{_num(m, s['mean'])} ± {_num(m, s['std'])} [{_num(m, s['lo'])}, {_num(m, s['hi'])}]")
+                cells.append(f"{_num(m, s['mean'])} ± {_spread(m, s['std'])} [{_num(m, s['lo'])}, {_num(m, s['hi'])}]")
             if s["mean"] is not None and s["n"] != g["n"]:
                 cells[-1] += f" (n={s['n']})"
         lines.append(f"| {g['label']} | {g['n']} | " + " | ".join(cells) + " |")
@@ -347,23 +385,30 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
     if errors:  # (a diverged run resumed diverges again: "finish them" would send the user round in circles)
         text += (f"\n{errors} run(s) that ended in an error (see their status above) are left out of these "
                  f"figures: a rerun repeats the error until its cause is fixed.\n")
+    if any(g["stats"][m]["std"] == 0 for g in groups for m in metrics):
+        text += ("\nA setting whose seeds all gave the same value (± 0) has no interval in that metric, and is not "
+                 "compared in it: a spread of 0 is not a measured spread.\n")
     if probed:
         text += "\nBest head on the antecedent's attribute, per run: " + "; ".join(
             f"{g['label']}: {g['attribute_heads']}" for g in groups) + "\n"
-    diffs = differences(groups)
-    if diffs:
-        return text + "\nDifferences beyond the 95% intervals:\n" + "".join(f"- {d}\n" for d in diffs)
-    if len(groups) < 2:
-        return text
     shown = [m for m in DIFFERENCES_IN if m in metrics]
     tested, pairs = comparable_pairs(groups, shown), len(shown) * len(groups) * (len(groups) - 1) // 2
+    diffs = differences(groups)
+    if diffs:
+        return text + (f"\nDifferences beyond the 95% intervals (the two intervals do not overlap; "
+                       f"{count(tested, 'comparison')} of a pair of settings in a metric, not corrected for their "
+                       f"number: among many, one may be chance):\n") + "".join(f"- {d}\n" for d in diffs)
+    if len(groups) < 2:
+        return text
     other_data = not all(same_data(a, b) for i, a in enumerate(groups) for b in groups[i + 1:])
     losses = ", and for a loss the same data and tokens" if other_data else ""
     if not tested:  # (no interval on one side of every pair: nothing was tested)
         return text + (f"\nNo two settings could be compared in {', '.join(shown)}: a comparison needs a 95% "
                        f"interval on both sides, 2 finished seeds or more each (n above){losses}.\n")
-    among = (f" (of the pairs that compare: 2 finished seeds or more each{losses})" if tested < pairs else "")
-    return text + f"\nNo two settings differ beyond their 95% intervals in {', '.join(shown)}{among}.\n"
+    among = (f", of the pairs that compare: 2 finished seeds or more each{losses}" if tested < pairs else "")
+    return text + (f"\nNo two settings differ beyond their 95% intervals in {', '.join(shown)} "
+                   f"({count(tested, 'comparison')}{among}). Intervals that overlap do not show two settings equal: "
+                   f"a difference smaller than the seeds' spread goes unseen.\n")
 
 
 def repeats_note(groups: Sequence[dict[str, Any]]) -> str:
@@ -422,6 +467,8 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     metrics = [m for m in SUMMARY_METRICS if probed or m in RESULT_COLUMNS]
     groups = group_by_setting(rows, varied)
     text = table_markdown(rows, columns)
+    text += ("\nbest_val_loss: the lowest of a run's evaluations, each an estimate on train.eval_iters batches (the "
+             "lowest of several noisy estimates reads a little low); final_train_loss: the last evaluation's.\n")
     per_token = [k for k in varied if k in PER_TOKEN
                  and len({str(r[k]) for r in rows if r[k] is not None}) > 1]
     if changed:  # the same data settings, another text: the dataset file was edited between the runs
@@ -438,6 +485,9 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
         text += "\n" + notes
     if max(len(runs_by_seed(g["runs"])) for g in groups) > 1:  # several seeds per setting
         text += "\n" + summary_text(groups, metrics, probed)
+    elif len(groups) > 1:  # (the standard: a training result is a mean over seeds, or said to be a single run)
+        text += ("\nOne run per setting: single runs, whose differences may be the seed's alone; --seeds 3 or more "
+                 "gives each setting a mean and a spread over seeds.\n")
     pictures = {"val_loss.png": seeds_val_loss_png(groups), "settings.png": settings_png(groups)}
     drawn = {name: png for name, png in pictures.items() if png is not None}
     files = {"results.md": f"# {title}\n\n{text}", "results.csv": table_csv(rows, columns),
