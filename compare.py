@@ -103,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     check_report_folder(args.out, plot_only=args.plot_only)
     # held while it writes: a sweep or another comparison writing the same folder is refused
     with run_lock(args.out, "--out", "sweep or comparison", REPORT_LOCK):
+        check_report_folder(args.out, plot_only=args.plot_only)  # again, held: a training that started meanwhile
         return compare(args)
 
 

@@ -902,6 +902,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     check_report_folder(out, its_runs=True)
     # the folder checked (writable) and held before any training: a second sweep on it is refused at once
     with run_lock(out, "--out", "sweep or comparison", REPORT_LOCK):
+        check_report_folder(out, its_runs=True)  # again, held: a training that started on it meanwhile
         return train_grid(args, grid, out)
 
 

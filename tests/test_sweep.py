@@ -1530,3 +1530,32 @@ def test_a_single_log_row_is_drawn_as_a_point(tmp_path, monkeypatch):
     plots.plot_run(tmp_path)
     train = [line for line in figures["loss.png"].axes[0].get_lines() if line.get_label() == "train"]
     assert len(train) == 1 and len(train[0].get_xdata()) == 1 and train[0].get_marker() not in ("None", None, "")
+
+
+@pytest.mark.parametrize("command", ["sweep", "compare"])
+def test_a_training_that_takes_the_folder_as_the_report_starts_is_refused(tmp_path, monkeypatch, command):
+    """A training that took --out between the sweep's (or comparison's) check and its lock was not seen, nor did
+    the training see the sweep, whose lock was not there yet: both went on, into one mixed folder. Held, the
+    folder is checked again."""
+    from tinygpt.errors import UserError
+    module = sweep if command == "sweep" else compare
+    real = module.run_lock
+
+    @contextlib.contextmanager
+    def training_meanwhile(out, *args, **kwargs):
+        with runs.run_lock(Path(out)):  # a training starting on the folder, just after the first check
+            with real(out, *args, **kwargs) as held:
+                yield held
+    monkeypatch.setattr(module, "run_lock", training_meanwhile)
+    out = tmp_path / "out"
+    if command == "sweep":
+        argv = [CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), "--out", str(out)]
+    else:  # a run's files as a training writes them (compare.py reads config.yaml and metrics.csv)
+        from tinygpt.config import Config
+        (tmp_path / "run").mkdir()
+        runs.write_config(tmp_path / "run", Config())
+        runs.write_metrics(tmp_path / "run", [{"step": 0, "train_loss": 4.0, "val_loss": 4.0}])
+        argv = [str(tmp_path / "run"), "--out", str(out)]
+    with pytest.raises(UserError, match=rf"^--out={re.escape(repr(str(out)))} is the folder of a training under way"):
+        module.main(argv)
+    assert not (out / "n_head=1").exists() and not (out / "results.md").exists()

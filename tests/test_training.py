@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -325,6 +326,26 @@ def test_a_resume_of_a_finished_run_keeps_its_settings_in_config_yaml(tmp_path, 
     assert runs.read_config(tmp_path / "run").train.lr == 0.5
 
 
+def test_a_resume_at_its_stop_at_keeps_the_settings_it_was_trained_with(tmp_path, capsys):
+    """`--resume --stop-at 2 --set train.batch_size=2` on a run stopped at step 2 trains nothing, but config.yaml
+    and ckpt.pt then named batch_size 2 for steps trained with 4. Both keep the run's, with a note; a later
+    --stop-at trains on, and records the new settings."""
+    import train
+    from tinygpt import runs
+    from tinygpt.checkpoint import load_checkpoint
+    train.main(run_args(tmp_path, "run", "train.max_iters=4") + ["--stop-at", "2"])
+    before = (tmp_path / "run" / "ckpt.pt").read_bytes()
+    capsys.readouterr()
+    train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.batch_size=2") + ["--resume", "--stop-at", "2"])
+    assert "the run is at step 2, --stop-at 2: nothing is trained, so these settings are not used, and config.yaml " \
+        "keeps the run's: train.batch_size (a later --stop-at trains on)" in capsys.readouterr().err
+    assert runs.read_config(tmp_path / "run").train.batch_size == 4
+    assert (tmp_path / "run" / "ckpt.pt").read_bytes() == before
+    train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.batch_size=2") + ["--resume", "--stop-at", "3"])
+    assert runs.read_config(tmp_path / "run").train.batch_size == 2
+    assert load_checkpoint(tmp_path / "run" / "ckpt.pt")["config"]["train"]["batch_size"] == 2
+
+
 def test_the_mfu_peak_is_measured_on_every_core_the_run_may_use(tmp_path, monkeypatch):
     """A busy start gave the thread policy 1 thread, the peak was measured on it, and once the other
     process ended the run's MFU read 109%: the peak is measured with the most threads the policy gives."""
@@ -634,6 +655,28 @@ def test_a_new_run_is_refused_among_other_runs_or_a_report(tmp_path):
     with pytest.raises(UserError, match=r"is a folder of prepared data \(data.prepared_dir's\)"):
         train.main(run_args(tmp_path, str(prepared.relative_to(tmp_path)), "train.max_iters=0"))
     assert not (tmp_path / "out" / "a" / "sub").exists() and not (prepared / "config.yaml").exists()
+
+
+def test_a_training_in_its_first_seconds_is_a_run_to_the_folders_around_it(tmp_path):
+    """A training, or a sweep, holds its lock a moment before its first checkpoint, or run folder, exists: a
+    training started then on a folder inside it, around it, or on the sweep's folder went ahead, and left a run
+    inside a run, or a run mixed with a sweep's runs and report (each refused once the other had written)."""
+    import train
+    from tinygpt import runs
+    from tinygpt.errors import UserError
+    with runs.run_lock(tmp_path / "out" / "a"):  # a training starting: .lock, nothing else yet
+        with pytest.raises(UserError, match=r"^train.out_dir='\S+a/sub' is inside \S+a, the folder of a training "
+                                            rf"under way \(process {os.getpid()}\): choose a folder outside it$"):
+            train.main(run_args(tmp_path, "out/a/sub", "train.max_iters=0"))
+        with pytest.raises(UserError, match=r"^train.out_dir='\S+out' holds runs in its folders \(a\)"):
+            train.main(run_args(tmp_path, "out", "train.max_iters=0"))
+    with runs.run_lock(tmp_path / "sweep", "--out", "sweep", runs.REPORT_LOCK):  # a sweep starting
+        with pytest.raises(UserError, match=r"^train.out_dir='\S+sweep' is the folder of a sweep or a comparison under "
+                                            rf"way \(process {os.getpid()}\): this run's files would mix"):
+            train.main(run_args(tmp_path, "sweep", "train.max_iters=0"))
+    assert not (tmp_path / "out" / "a" / "sub").exists() and not (tmp_path / "sweep" / "config.yaml").exists()
+    with contextlib.redirect_stdout(io.StringIO()):  # the locks let go: a run inside a folder with no run is fine
+        assert train.main(run_args(tmp_path, "out/a/sub", "train.max_iters=0"))["step"] == 0
 
 
 def read_metrics_steps(run: Path) -> int:

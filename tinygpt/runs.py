@@ -189,6 +189,9 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
     data: neither data.prepared_dir (`prepared_dir`) in it, nor prepared folders."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"train.out_dir={str(out_dir)!r} is {file_kind(out_dir)}, not a directory")
+    if (pid := lock_holder(out_dir, REPORT_LOCK)) is not None:  # (its first seconds: no run folder in it yet)
+        raise UserError(f"train.out_dir={str(out_dir)!r} is the folder of a sweep or a comparison under way (process "
+                        f"{pid}): this run's files would mix with its runs and report; choose another out_dir")
     if not resume and (what := shared_folder(out_dir)) is not None:
         raise UserError(f"train.out_dir={str(out_dir)!r} is {what}: a run writes its checkpoints, config.yaml, "
                         f"metrics.csv and loss.png into its folder; give it one of its own, e.g. out/NAME")
@@ -231,6 +234,10 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
     if (around := run_around(out_dir, "train.out_dir")) is not None:
         raise UserError(f"train.out_dir={str(out_dir)!r} is inside the training run {around.parent} (its "
                         f"{around.name}): choose a folder outside it")
+    for folder in resolved(out_dir, "train.out_dir").parents:  # one in its first seconds: no checkpoint yet
+        if (pid := lock_holder(folder)) is not None:
+            raise UserError(f"train.out_dir={str(out_dir)!r} is inside {folder}, the folder of a training under way "
+                            f"(process {pid}): choose a folder outside it")
     if prepared_data(out_dir):
         raise UserError(f"train.out_dir={str(out_dir)!r} is a folder of prepared data (data.prepared_dir's): a run "
                         f"there would block its preparing again; choose another out_dir")
@@ -269,9 +276,9 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
 
 
 def runs_inside(folder: Path, limit: int = 10_000) -> list[str]:
-    """The folders in `folder` that hold a run's ckpt.pt, by name (of its first `limit` entries: a
-    home folder is not read whole)."""
-    return folders_inside(folder, lambda sub: (sub / "ckpt.pt").is_file(), limit)
+    """The folders in `folder` that hold a run's ckpt.pt, or a training under way (in its first seconds:
+    no checkpoint yet), by name (of its first `limit` entries: a home folder is not read whole)."""
+    return folders_inside(folder, lambda sub: (sub / "ckpt.pt").is_file() or lock_holder(sub) is not None, limit)
 
 
 def prepared_inside(folder: Path, limit: int = 10_000) -> list[str]:
