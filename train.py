@@ -204,11 +204,12 @@ def load_init(cfg: Config) -> tuple[GPT, dict[str, Any], str]:
     return model, ckpt, f"train.init_from: starting from {path} (step {ckpt['step']}), with its model config{not_ours}"
 
 
-def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int) -> Config:
-    """The settings config.yaml records: this call's, except for a resume of a run already at its
-    train.max_iters, which trains nothing: its checkpoint's (a changed train.lr, say, would be recorded
-    for steps that never ran it; a lost config.yaml is written again, from them), with a note."""
-    if ckpt is None or step < cfg.train.max_iters:
+def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: int | None = None) -> Config:
+    """The settings config.yaml records: this call's, except for a resume that trains nothing (the run
+    is at its train.max_iters, or at --stop-at): its checkpoint's (a changed train.lr, say, would be
+    recorded for steps that never ran it; a lost config.yaml is written again, from them), with a note."""
+    at_stop = stop_at is not None and stop_at <= step
+    if ckpt is None or (step < cfg.train.max_iters and not at_stop):
         return cfg
     try:
         saved = config_from_dict(ckpt["config"], "ckpt.pt")
@@ -218,9 +219,12 @@ def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int) -> Config:
     theirs = flat_config(saved)
     ignored = [key for key, value in flat_config(cfg).items() if theirs.get(key) != value]
     if ignored:
-        print(f"note: the run is at step {step}, its train.max_iters: nothing is trained, so these settings are not "
+        stopped = at_stop and step < cfg.train.max_iters
+        where, more = (f"--stop-at {stop_at}", "a later --stop-at") if stopped else ("its train.max_iters",
+                                                                                    "a larger train.max_iters")
+        print(f"note: the run is at step {step}, {where}: nothing is trained, so these settings are not "
               f"used, and config.yaml keeps the run's: {', '.join(ignored[:3])}{', ...' if len(ignored) > 3 else ''} "
-              f"(a larger train.max_iters trains on)", file=sys.stderr)
+              f"({more} trains on)", file=sys.stderr)
     return saved
 
 
@@ -593,7 +597,8 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
             if signalled or (stop_at is not None and run.step >= stop_at):
                 run.elapsed = time.perf_counter() - speed["t_start"]
                 check_finite(run)  # a diverged state must not replace the last good ckpt.pt
-                run.save("ckpt.pt")
+                if signalled or run.step != run.resumed_at:  # (a resume at --stop-at: ckpt.pt is this state,
+                    run.save("ckpt.pt")                     # and keeps the settings it was trained with)
                 why = "interrupted" if signalled else "stopped"
                 if signalled and stop.signum is None:  # (SIGTERM: what torchrun sends its workers)
                     run.exit_code = 128 + signal.SIGTERM
@@ -744,7 +749,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
             print("note: matplotlib is not installed: no loss.png (pip install matplotlib, or set "
                   "train.plot=never)", file=sys.stderr)
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_config(out_dir, trained_with(cfg, ckpt, run.step))
+        write_config(out_dir, trained_with(cfg, ckpt, run.step, args.stop_at))
         if t.tensorboard:  # the attention images look at the first tokens of the training split
             run.board = TensorBoardLog(out_dir, data.tokenizer, data.train[:min(PROMPT_TOKENS, cfg.model.block_size)],
                                        run.resumed_at)
