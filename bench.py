@@ -12,7 +12,8 @@ the compiled step too); --under-load measures decoding and training (in the firs
 idle and beside a busy process.
 
 Machines are shared and noisy, so every claim is a ratio of medians measured in the same run:
-repeated short measurements, alternated between the variants, median of each.
+repeated short measurements, alternated between the variants (each going first in turn, after a warm-up
+round that is not counted: `race`), median of each, its range (fastest to slowest) beside it.
 """
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ from tinygpt.checkpoint import atomic_write_text, check_name_fits, check_writabl
 from tinygpt.config import Config, config_source, load_config
 from tinygpt.errors import ArgParser, UserError, count, elide, folder_ending, run_cli, short, work_is_files
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
-                             compile_decoding, device_name, following_free_cores, keep_freed_memory,
-                             model_memory, parent_death_signal, peak_flops, resolve_device, sync)
+                             compile_decoding, cpu_kind, device_name, following_free_cores, keep_freed_memory,
+                             model_memory, peak_flops, resolve_device, sync)
 from tinygpt.runs import run_lock
 from tinygpt.training import make_optimizer, train_step
 
@@ -56,6 +57,30 @@ def timed(fn: Callable[[], object], device: torch.device) -> float:
     fn()
     sync(device)
     return time.perf_counter() - t0
+
+
+def turns(names: list, r: int) -> list:
+    """`names` in round r's order: each goes first in turn (in a fixed order, the second of two modes ran
+    6-11% slower idle at the same thread count: bench_under_load)."""
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
+def race(variants: dict, rounds: int, device: torch.device, warmup: int = 1) -> dict:
+    """Seconds each of `variants` (name -> fn) takes in each of `rounds` rounds, the variants alternated and
+    taking turns to go first, after `warmup` rounds that are not counted (first calls allocate and fill caches)."""
+    times: dict = {name: [] for name in variants}
+    for r in range(warmup + rounds):
+        for name in turns(list(variants), r):
+            t = timed(variants[name], device)
+            if r >= warmup:
+                times[name].append(t)
+    return times
+
+
+def spread(values: Sequence[float], scale: float = 1.0) -> list[float]:
+    """[fastest, slowest] of a series, times `scale` (1e3: ms); for rates, as tokens/s: [slowest, fastest]."""
+    return [min(values) * scale, max(values) * scale]
 
 
 class TrainBench:
@@ -85,16 +110,13 @@ def bench_training(cfg: Config, data, dtypes: list[str], device: torch.device, s
     for b in benches.values():  # warm-up (and compilation)
         for _ in range(3):
             b.step()
-    times: dict[str, list[float]] = {d: [] for d in dtypes}
-    for _ in range(steps):
-        for d, b in benches.items():
-            times[d].append(timed(lambda: b.step().item(), device))
+    times = race({d: (lambda b=b: b.step().item()) for d, b in benches.items()}, steps, device, warmup=0)
     tokens = cfg.train.batch_size * cfg.train.grad_accum * cfg.model.block_size
     flops_per_token = next(iter(benches.values())).model.flops_per_token()
     out = {}
     for d in dtypes:
         med = statistics.median(times[d])
-        out[d] = {"step_ms": med * 1e3, "tokens_per_s": tokens / med,
+        out[d] = {"step_ms": med * 1e3, "step_ms_range": spread(times[d], 1e3), "tokens_per_s": tokens / med,
                   "achieved_flops": flops_per_token * tokens / med}
     return out
 
@@ -114,15 +136,17 @@ def bench_generation(mcfg: ModelConfig, n_tokens: int, device: torch.device, rep
     torch.manual_seed(0)
     model = GPT(mcfg).to(device).eval()
     idx = torch.zeros(1, 1, dtype=torch.long, device=device)
-    texts, times = {}, {True: [], False: []}
-    for _ in range(reps):
-        for use_cache in (True, False):
-            out = []
-            times[use_cache].append(timed(lambda: out.extend(
-                int(t) for t in generate(model, idx, n_tokens, temperature=0, use_cache=use_cache)), device))
-            texts[use_cache] = out
+    texts: dict[bool, list[int]] = {}
+
+    def run(use_cache: bool) -> Callable[[], None]:
+        def decode() -> None:
+            texts[use_cache] = [int(t) for t in generate(model, idx, n_tokens, temperature=0, use_cache=use_cache)]
+        return decode
+    times = race({True: run(True), False: run(False)}, reps, device)
     cached, uncached = (n_tokens / statistics.median(times[c]) for c in (True, False))
     return {"cached_tokens_per_s": cached, "uncached_tokens_per_s": uncached, "speedup": cached / uncached,
+            "cached_range": spread([n_tokens / t for t in times[True]]),
+            "uncached_range": spread([n_tokens / t for t in times[False]]),
             "same_text": texts[True] == texts[False], "n_tokens": n_tokens,
             "model": f"{mcfg.n_layer}x{mcfg.n_head}x{mcfg.n_embd}, block {mcfg.block_size}"}
 
@@ -141,16 +165,17 @@ def bench_attention(cfg: Config, dtypes: list[str], device: torch.device, reps: 
                "matmul": lambda q, k, v: matmul_attention(q, k, v, mask)}
     out = {}
     for d in dtypes:
-        times: dict[str, list[float]] = {name: [] for name in kernels}
-        for rep in range(reps + 1):
-            for name, kernel in kernels.items():
-                q, k, v = (torch.randn(shape, device=device, dtype=getattr(torch, d), requires_grad=True)
-                           for _ in range(3))
-                t = timed(lambda: kernel(q, k, v).sum().backward(), device)
-                if rep:  # the first round warms up
-                    times[name].append(t)
+        q, k, v = (torch.randn(shape, device=device, dtype=getattr(torch, d), requires_grad=True) for _ in range(3))
+
+        def forward_backward(kernel: Callable) -> Callable[[], None]:
+            def run() -> None:
+                q.grad = k.grad = v.grad = None  # (not summed into the last call's)
+                kernel(q, k, v).sum().backward()
+            return run
+        times = race({name: forward_backward(kernel) for name, kernel in kernels.items()}, reps, device)
         med = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
-        out[d] = {"sdpa_ms": med["sdpa"], "matmul_ms": med["matmul"], "sdpa_over_matmul": med["sdpa"] / med["matmul"]}
+        out[d] = {"sdpa_ms": med["sdpa"], "matmul_ms": med["matmul"], "sdpa_over_matmul": med["sdpa"] / med["matmul"],
+                  "sdpa_ms_range": spread(times["sdpa"], 1e3), "matmul_ms_range": spread(times["matmul"], 1e3)}
     return out
 
 
@@ -228,12 +253,7 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
         compile_s = time.perf_counter() - start
         if step is not None:
             runs["tinygpt --compile"] = ours(model, "tinygpt --compile", step)
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for rep in range(reps + 1):
-        for name, fn in runs.items():
-            t = timed(fn, device)
-            if rep:  # the first round warms up
-                times[name].append(t)
+    times = race(runs, reps, device)
     weight_bytes = (model.num_params() - model.pos_emb.weight.numel()) * model.tok_emb.weight.element_size()
     matmul_share = matmul_time_share(runs["tinygpt"])
     matvec_s, matvec_bytes = matvec_time(model, device)
@@ -254,8 +274,9 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
             "same_tokens_bf16": outputs["tinygpt bfloat16"] == outputs["transformers bfloat16"],
             "bf16_same_tokens_share": sum(a == b for a, b in zip(outputs["tinygpt bfloat16"], outputs["tinygpt"])) / n_tokens,
             "ratio": tok_s["tinygpt"] / tok_s["transformers"], "same_tokens": outputs["tinygpt"] == outputs["transformers"],
-            "n_tokens": n_tokens, "weights_mb": weight_bytes / 2**20, "bandwidth_gb_s": bandwidth / 1e9,
+            "n_tokens": n_tokens, "rounds": reps, "weights_mb": weight_bytes / 2**20, "bandwidth_gb_s": bandwidth / 1e9,
             "streaming_gb_s": streaming / 1e9,
+            "tokens_per_s_range": {name: spread([n_tokens / t for t in ts]) for name, ts in times.items()},
             "bandwidth_limit_tokens_per_s": bandwidth / weight_bytes, "matmul_share": matmul_share,
             "matvec_ms": matvec_s * 1e3, "matvec_gb_s": matvec_bytes / matvec_s / 1e9,
             "transformers": transformers.__version__}
@@ -276,7 +297,18 @@ def matmul_time_share(fn: Callable[[], None]) -> float:
     return sum(e.self_cpu_time_total for e in ops if e.key in ("aten::mm", "aten::addmm", "aten::bmm")) / total
 
 
-BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+# the spin loop asks the kernel itself (Linux's prctl PR_SET_PDEATHSIG) for SIGTERM when bench.py dies: a
+# preexec_fn would run Python in a child forked from a process whose torch threads run (a deadlock risk)
+BUSY_LOOP = """import ctypes, os, signal, time
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+except (AttributeError, OSError):  # not Linux: the loop below checks its parent now and then
+    pass
+end = time.monotonic() + {seconds}
+while time.monotonic() < end and os.getppid() == {parent}:
+    for _ in range(100_000):
+        pass
+"""
 
 
 @contextmanager
@@ -286,8 +318,8 @@ def busy_process(seconds: float = 600.0) -> Iterator[None]:
     ending by itself after `seconds` whatever happens to us (ended before the block did, it is a
     UserError: the block's figures are not all loaded ones). In its own session, so that a Ctrl-C in
     the terminal reaches only us (it would print the loop's KeyboardInterrupt traceback)."""
-    proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(seconds=seconds)], start_new_session=True,
-                            preexec_fn=parent_death_signal())
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(seconds=seconds, parent=os.getpid())],
+                            start_new_session=True)
     try:
         time.sleep(0.3)  # let it get going (a SIGTERM here, too, must not leave it spinning)
         yield
@@ -338,7 +370,8 @@ def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device,
 
     results: dict[str, list[float]] = {}
     threads: dict[str, list[int]] = {}
-    trainer.step()  # warm-up
+    trainer.step()  # warm-up (the first calls allocate and fill caches)
+    decode(None)
     for rep in range(reps):
         for load in ("idle", "loaded"):
             with busy_process() if load == "loaded" else nullcontext():
@@ -356,6 +389,7 @@ def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device,
     for key, values in results.items():
         work, mode, load = key.split("|")
         out.setdefault(f"{work}|{mode}", {})[load] = statistics.median(values)
+        out[f"{work}|{mode}"][f"{load}_range"] = spread(values)
         out[f"{work}|{mode}"][f"{load}_threads"] = statistics.fmean(threads[key])
     for r in out.values():
         r["loaded_over_idle"] = r["loaded"] / r["idle"]
@@ -522,6 +556,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return run_benchmarks(args, dtypes)
 
 
+def span(lo_hi: Sequence[float], fmt: str = ",.0f") -> str:
+    """[lo, hi] -> '1,234-1,567': a median's range, as the tables print it."""
+    return f"{lo_hi[0]:{fmt}}-{lo_hi[1]:{fmt}}"
+
+
 def run_benchmarks(args, dtypes: list[str]) -> dict:
     """What main's flags ask for, printed, and written to --json; the results."""
     cfg = load_config(args.config, args.set)
@@ -549,6 +588,7 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
         check_memory(model_memory(gcfg), device, "the --gen-* model", "lower --gen-layers, --gen-embd or --gen-block")
     res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
                  "device": str(device), "device_name": device_name(device), "torch": torch.__version__,
+                 **({"cpu": cpu_kind()} if device.type == "cpu" else {}),
                  "threads": torch.get_num_threads(),
                  "config": args.config, "overrides": args.set,
                  "model": f"{m.n_layer}x{m.n_head}x{m.n_embd}, block {m.block_size}, batch {cfg.train.batch_size}"}
@@ -564,9 +604,11 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
         res["train"] = train
         base = dtypes[0]
         print(f"training  {res['model']}, {device}, torch {torch.__version__}, {count(res['threads'], 'thread')}")
-        print(f"{'dtype':<10}{'ms/step':>10}{'tokens/s':>12}{'vs ' + base:>12}{'MFU':>8}{'peak GFLOP/s':>14}")
+        print(f"{'dtype':<10}{'ms/step':>10}{'range':>16}{'tokens/s':>12}{'vs ' + base:>12}{'MFU':>8}"
+              f"{'peak GFLOP/s':>14}")
         for d, r in train.items():
-            print(f"{d:<10}{r['step_ms']:>10.1f}{r['tokens_per_s']:>12,.0f}"
+            lo, hi = r["step_ms_range"]
+            print(f"{d:<10}{r['step_ms']:>10.1f}{f'{lo:.1f}-{hi:.1f}':>16}{r['tokens_per_s']:>12,.0f}"
                   f"{r['tokens_per_s'] / train[base]['tokens_per_s']:>11.2f}x{r['mfu']:>8.1%}{peaks[d] / 1e9:>14.0f}")
     if args.loss_steps:
         res["loss_after_steps"] = {"steps": args.loss_steps, **loss_parity(cfg, data, dtypes, device, args.loss_steps)}
@@ -581,29 +623,36 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
         print(f"attention of one layer, forward + backward, (B, nh, T, hs) = ({cfg.train.batch_size}, {m.n_head}, "
               f"{m.block_size}, {m.n_embd // m.n_head}):")
         for d, r in res["attention"].items():
-            print(f"  {d:<10} SDPA {r['sdpa_ms']:8.2f} ms   two matmuls {r['matmul_ms']:8.2f} ms   "
-                  f"SDPA / matmuls {r['sdpa_over_matmul']:.2f}")
+            print(f"  {d:<10} SDPA {r['sdpa_ms']:8.2f} ms ({span(r['sdpa_ms_range'], '.2f')})   two matmuls "
+                  f"{r['matmul_ms']:8.2f} ms ({span(r['matmul_ms_range'], '.2f')})   SDPA / matmuls "
+                  f"{r['sdpa_over_matmul']:.2f}")
     if args.gen_tokens:
         g = bench_generation(gcfg, args.gen_tokens, device)
         res["generate"] = g
-        print(f"generation {g['model']}, {g['n_tokens']} tokens: KV cache {g['cached_tokens_per_s']:,.0f} tok/s, "
-              f"no cache {g['uncached_tokens_per_s']:,.0f} tok/s, {g['speedup']:.1f}x, same text: {g['same_text']}")
+        print(f"generation {g['model']}, {g['n_tokens']} tokens: KV cache {g['cached_tokens_per_s']:,.0f} tok/s "
+              f"({span(g['cached_range'])}), no cache {g['uncached_tokens_per_s']:,.0f} tok/s "
+              f"({span(g['uncached_range'])}), {g['speedup']:.1f}x, same text: {g['same_text']}")
     if args.vs_hf:
         h = res["vs_hf"] = bench_vs_hf(gcfg, args.gen_tokens or 500, device, compile_decoding_step=args.compile)
+        rng = {name: f" ({span(r)})" for name, r in h["tokens_per_s_range"].items()}
         print(f"greedy decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd}, block {gcfg.block_size}, {h['n_tokens']} tokens, "
-              f"same weights: tinygpt {h['tinygpt_tokens_per_s']:,.0f} tok/s, transformers {h['transformers']} generate "
-              f"{h['transformers_tokens_per_s']:,.0f} tok/s: {h['ratio']:.2f}x; same tokens: {h['same_tokens']}")
+              f"same weights: tinygpt {h['tinygpt_tokens_per_s']:,.0f} tok/s{rng['tinygpt']}, transformers "
+              f"{h['transformers']} generate {h['transformers_tokens_per_s']:,.0f} tok/s{rng['transformers']}: "
+              f"{h['ratio']:.2f}x; same tokens: {h['same_tokens']} (medians of {h['rounds']} rounds, ranges in brackets)")
         if "compiled_tokens_per_s" in h:
             print(f"  tinygpt's decoding step compiled (sample.py --compile, {h['compile_s']:.0f} s to compile): "
-                  f"{h['compiled_tokens_per_s']:,.0f} tok/s: {h['ratio_compiled']:.2f}x transformers; same tokens: "
+                  f"{h['compiled_tokens_per_s']:,.0f} tok/s{rng['tinygpt --compile']}: {h['ratio_compiled']:.2f}x "
+                  f"transformers; same tokens: "
                   f"{h['same_tokens_compiled']}")
         print(f"  bfloat16 weights in both (sample.py --dtype bfloat16): tinygpt {h['tinygpt_bf16_tokens_per_s']:,.0f} "
-              f"tok/s, transformers {h['transformers_bf16_tokens_per_s']:,.0f} tok/s: {h['ratio_bf16']:.2f}x; same "
+              f"tok/s{rng['tinygpt bfloat16']}, transformers {h['transformers_bf16_tokens_per_s']:,.0f} "
+              f"tok/s{rng['transformers bfloat16']}: {h['ratio_bf16']:.2f}x; same "
               f"tokens: {h['same_tokens_bf16']}; {h['bf16_same_tokens_share']:.0%} of tinygpt's tokens equal its "
               f"float32 ones")
         print(f"  memory bandwidth {h['bandwidth_gb_s']:.1f} GB/s (the faster of a streaming sum, "
               f"{h['streaming_gb_s']:.1f}, and the products below) over {h['weights_mb']:.1f} MiB of weights read "
-              f"per token: at most about {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s")
+              f"per token: about {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s for reading them alone (an estimate "
+              f"from measured rates, the KV cache's reads not counted: not a hard ceiling)")
         ms = 1e3 / h["tinygpt_tokens_per_s"]
         print(f"  matrix products: {h['matmul_share']:.0%} of tinygpt's float32 decoding time (torch.profiler), "
               f"{h['matmul_share'] * ms:.1f} of its {ms:.1f} ms per token; 2x transformers needs "
@@ -616,11 +665,13 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
         u = res["under_load"]
         print(f"under load: one busy process beside us; decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd} "
               f"(KV cache, float32), training {res['model']}, {dtypes[0]}; tokens/s, medians of 6 rounds, each mode first in 2")
-        print(f"{'':<26}{'idle':>10}{'loaded':>10}{'loaded/idle':>13}   threads used (mean per step): idle, loaded")
+        print(f"{'':<26}{'idle':>10}{'loaded':>10}{'loaded/idle':>13}   threads used (mean per step): idle, loaded;"
+              f" ranges: idle, loaded")
         for key, r in u.items():
             work, mode = key.split("|")
             print(f"{work + ', ' + mode:<26}{r['idle']:>10,.0f}{r['loaded']:>10,.0f}{r['loaded_over_idle']:>12.0%}"
-                  f"   {r['idle_threads']:.2f}, {r['loaded_threads']:.2f}")
+                  f"   {r['idle_threads']:.2f}, {r['loaded_threads']:.2f}; {span(r['idle_range'])}, "
+                  f"{span(r['loaded_range'])}")
         for work in ("decode", "train"):
             ceiling = u[f"{work}|one core fewer"]["idle"]
             print(f"{work}: the ceiling beside a busy process (one core fewer, idle) is "

@@ -43,11 +43,13 @@ def bench_run(tmp_path_factory, one_thread) -> tuple[dict, Path]:
 def test_bench_reports_every_section(bench_run):
     res, out = bench_run
     assert json.loads(out.read_text()) == json.loads(json.dumps(res))
+    assert set(res["cpu"]) == {"family", "model", "low_precision"}  # (the model name alone: 'AMD EPYC')
     flops_per_token = {}
     for d in ("float32", "bfloat16"):
         assert res["peak_gflops"][d] > 0
         train = res["train"][d]
         assert train["tokens_per_s"] == pytest.approx(4 * 32 / (train["step_ms"] / 1e3))
+        assert train["step_ms_range"][0] <= train["step_ms"] <= train["step_ms_range"][1]  # the median's range
         assert train["mfu"] > 0
         flops_per_token[d] = train["mfu"] * res["peak_gflops"][d] * 1e9 / train["tokens_per_s"]
     # the same model does the same FLOPs per token in either dtype: MFU is achieved / peak, no more
@@ -102,11 +104,25 @@ def test_the_kv_cache_speedup_is_cached_over_uncached_tokens_per_s(monkeypatch, 
     """5 tokens in 0.1 s with the cache and 0.4 s without: the cache is 4x faster, not 0.25x."""
     import bench
     from model import ModelConfig
-    scripted_times(monkeypatch, [0.1, 0.4] * 3)  # each round decodes with the cache, then without
+    # a warm-up round, not counted (9 s each), then 3 rounds, each mode going first in turn: without the
+    # cache first in round 1, with it in round 2, ...
+    scripted_times(monkeypatch, [9.0, 9.0, 0.4, 0.1, 0.1, 0.4, 0.4, 0.125])
     g = bench.bench_generation(ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16, vocab_size=11), 5,
                                torch.device("cpu"), reps=3)
     assert g["cached_tokens_per_s"] == pytest.approx(50.0) and g["uncached_tokens_per_s"] == pytest.approx(12.5)
     assert g["speedup"] == pytest.approx(4.0) and g["same_text"]
+    assert g["cached_range"] == pytest.approx([40.0, 50.0]) and g["uncached_range"] == pytest.approx([12.5, 12.5])
+
+
+def test_a_race_alternates_its_variants_each_going_first_in_turn_after_a_warm_up(monkeypatch):
+    """In a fixed order the second of two modes ran 6-11% slower idle: the first of each round rotates; the
+    warm-up round (first calls allocate and fill caches) is run, and not counted."""
+    import bench
+    calls = []
+    scripted_times(monkeypatch, [float(i) for i in range(12)])
+    times = bench.race({name: (lambda name=name: calls.append(name)) for name in "abc"}, 3, torch.device("cpu"))
+    assert calls == list("abc" "bca" "cab" "abc")
+    assert times == {"a": [5.0, 7.0, 9.0], "b": [3.0, 8.0, 10.0], "c": [4.0, 6.0, 11.0]}  # 0, 1, 2: the warm-up
 
 
 def test_loss_parity_is_the_mean_loss_of_the_last_10_steps(monkeypatch):

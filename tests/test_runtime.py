@@ -51,6 +51,16 @@ def test_cpu_bf16_detection_reads_the_cpu_flags(tmp_path):
     assert runtime.cpu_computes("bfloat16", tmp_path / "missing") is None  # unknown
 
 
+def test_cpu_kind_tells_two_cpus_of_one_model_name_apart(tmp_path):
+    """bench.py's JSON said 'AMD EPYC' for a Zen 3, a Zen 4 and a Zen 5 alike: it records family, model and
+    the low-precision flags, of the first core's block."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n"
+                       "flags\t\t: fpu avx512f avx512_bf16 amx_tile\n\nprocessor\t: 1\ncpu family\t: 26\n")
+    assert runtime.cpu_kind(cpuinfo) == {"family": "25", "model": "17", "low_precision": "avx512_bf16"}
+    assert runtime.cpu_kind(tmp_path / "missing") == {}
+
+
 def test_training_in_an_emulated_dtype_is_warned_about(tmp_path):
     """bfloat16 (or float16) asked for on a CPU without it: one warning line (training ran 16-18x
     slower); never for float32, a CPU that has it, a GPU, or where the flags cannot be read."""
@@ -75,6 +85,10 @@ def test_gpu_names_match_whole_words_most_specific_first():
     assert runtime.gpu_peak("NVIDIA H100 PCIe", "bfloat16", tf32=True)[0] == 756e12
     assert runtime.gpu_peak("NVIDIA H200", "bfloat16", tf32=True)[0] == 989e12
     assert runtime.gpu_peak("NVIDIA H200 NVL", "bfloat16", tf32=True)[0] == 835.5e12  # the PCIe card
+    # the H100 NVL took the SXM card's peaks (MFU 16% low), the 3090 Ti the 3090's (12% high)
+    assert runtime.gpu_peak("NVIDIA H100 NVL", "bfloat16", tf32=True) == (835.5e12, "nominal H100 NVL bfloat16")
+    assert runtime.gpu_peak("NVIDIA GeForce RTX 3090 Ti", "float32", tf32=False) == (40e12, "nominal RTX 3090 Ti float32")
+    assert runtime.gpu_peak("NVIDIA GeForce RTX 3090", "float32", tf32=False)[0] == 35.6e12
     # Volta/Turing: float16 tensor cores; no TF32, so float32 is float32 either way; bfloat16 emulated
     assert runtime.gpu_peak("Tesla T4", "float16", tf32=True) == (65e12, "nominal T4 float16")
     assert runtime.gpu_peak("Tesla T4", "float32", tf32=True)[0] == runtime.gpu_peak("Tesla T4", "float32", tf32=False)[0] == 8.1e12

@@ -73,6 +73,19 @@ def cpu_computes(dtype: str, cpuinfo: str | Path = "/proc/cpuinfo") -> bool | No
     return re.search(rf"\b({'|'.join(NATIVE_FLAGS[dtype])})\b", info) is not None
 
 
+def cpu_kind(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, str]:
+    """What tells this CPU from another of the same model name (bench.py's JSON): its family and model numbers
+    and the NATIVE_FLAGS it has ('avx512_bf16 amx_bf16'); {} where /proc/cpuinfo cannot be read."""
+    try:
+        info = Path(cpuinfo).read_text(errors="replace")
+    except OSError:
+        return {}
+    first = info.split("\n\n")[0]  # the first core's block
+    found = dict(re.findall(r"^(cpu family|model)\s*:\s*(\S+)$", first, re.M))
+    flags = sorted({f for names in NATIVE_FLAGS.values() for f in names if re.search(rf"\b{f}\b", first)})
+    return {"family": found.get("cpu family", "?"), "model": found.get("model", "?"), "low_precision": " ".join(flags)}
+
+
 def emulated_dtype_warning(dtype: str, device: torch.device, cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
     """A warning line when training in `dtype` was asked for on a CPU that only emulates it, else
     None. bfloat16 without AVX-512 BF16 or AMX trained the default model 16-18x slower than float32
@@ -681,15 +694,16 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
 
 # nominal dense peaks in TFLOP/s: (bfloat16/float16 tensor cores, TF32 tensor cores, plain float32).
 # Matched against torch.cuda.get_device_name as whole words, most specific first ("L40S" before
-# "L40" before "L4"; "H100 PCIe" before "H100", "H200 NVL" before "H200"). Volta and Turing (V100,
-# T4: Colab's free GPU) have float16 tensor cores only: no TF32 (the float32 column twice), and
-# bfloat16 runs emulated.
+# "L40" before "L4"; "H100 PCIe" and "H100 NVL" before "H100", "H200 NVL" before "H200", "RTX 3090 Ti"
+# before "RTX 3090"). Volta and Turing (V100, T4: Colab's free GPU) have float16 tensor cores only: no
+# TF32 (the float32 column twice), and bfloat16 runs emulated.
 GPU_PEAKS = {
     "H200 NVL": (835.5, 417.5, 60.0), "H200": (989.0, 494.7, 66.9), "H100 PCIe": (756.0, 378.0, 51.2),
-    "H100": (989.0, 494.7, 66.9), "A100": (312.0, 156.0, 19.5), "L40S": (362.1, 183.0, 91.6),
-    "L40": (181.0, 90.5, 90.5), "L4": (121.0, 60.0, 30.3), "A10": (125.0, 62.5, 31.2),
-    "RTX 4090": (165.2, 82.6, 82.6), "RTX 3090": (71.0, 35.6, 35.6), "V100S": (130.0, 16.4, 16.4),
-    "V100-PCIE": (112.0, 14.0, 14.0), "V100": (125.0, 15.7, 15.7), "T4": (65.0, 8.1, 8.1),
+    "H100 NVL": (835.5, 417.5, 60.0), "H100": (989.0, 494.7, 66.9), "A100": (312.0, 156.0, 19.5),
+    "L40S": (362.1, 183.0, 91.6), "L40": (181.0, 90.5, 90.5), "L4": (121.0, 60.0, 30.3), "A10": (125.0, 62.5, 31.2),
+    "RTX 4090": (165.2, 82.6, 82.6), "RTX 3090 Ti": (80.0, 40.0, 40.0), "RTX 3090": (71.0, 35.6, 35.6),
+    "V100S": (130.0, 16.4, 16.4), "V100-PCIE": (112.0, 14.0, 14.0), "V100": (125.0, 15.7, 15.7),
+    "T4": (65.0, 8.1, 8.1),
 }
 NO_BFLOAT16 = {"V100S", "V100-PCIE", "V100", "T4"}  # bfloat16 emulated: no faster than float32
 
