@@ -21,8 +21,10 @@ Most references are resolvable inside a short context: the antecedent's name and
 both lie in the 128 characters (about 25 words) before the attribute; a share reach back further
 (`corpus_stats` measures it). Names, pets, colours and places are drawn afresh for every story,
 sentences are built from a hundred templates and a dozen openers, and the words of the attribute
-kinds never appear in the filler sentences, so the text cannot simply be memorised and attributes
-are never confused with scenery.
+kinds appear in no generic slot and in no template but four (`bell`, `clock`, `grey`, `well`: scenery
+such as "Somewhere a bell rang"), so the text cannot simply be memorised and attributes are rarely
+confused with scenery (where one of those four is an attribute in a story that also says the scenery
+sentence, the probe counts the scenery as an earlier mention of the attribute).
 
 Pronouns stay unambiguous: a story has exactly one female and one male character who are referred
 to by pronoun; the optional third character is a role ("the old baker") never referred to by

@@ -196,8 +196,10 @@ def table(rows: dict[str, dict]) -> str:
     old = [r for name, r in rows.items() if name.startswith(PREVIOUS)]
     current = [r for name, r in rows.items() if not name.startswith(PREVIOUS)]
     old_wall = stats([r["wall_s"] for r in old])["mean"] if old else None
+    # (the ratio counts the distractor's weight 0 where its attribute is outside the window, which raises it;
+    # probe.py RUN prints it also over the references with both in view)
     lines = ["| run | wall s | vs previous | best val loss | antecedent | distractor | other | best head: "
-             "antecedent / distractor | targets |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+             "antecedent / distractor (ratio; 0 for a distractor out of view) | targets |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for name, r in rows.items():
         ratio = r["wall_s"] / old_wall if old else None
         is_old = name.startswith(PREVIOUS)

@@ -645,3 +645,36 @@ def test_a_run_being_trained_is_probed_and_sampled_as_of_the_step_it_holds(run, 
     assert result["step"] == step
     probe.main([str(run), "--stories", "2"], out=io.StringIO())
     assert "is being trained now" not in capsys.readouterr().err
+
+
+def test_a_copy_rule_with_no_model_is_the_line_the_accuracy_is_read_against():
+    """Most references repeat a possessive ("... played with her red kite. Then she played with her ▮"): copying
+    the word after the previous "her" gets them right with no pronoun resolved, and 91% meant nothing without
+    that line beside it."""
+    from types import SimpleNamespace
+    from data.stories import Reference
+    ref = Reference(0, "she", 0, "red", "colour", "Mia", [], "Tom", [], "blue")
+    case = lambda text: SimpleNamespace(ids=text, reference=ref)
+    plain = SimpleNamespace(decode=lambda ids: ids)  # the window's ids are its text here
+    assert coreference.copy_rule(plain, case("Tom had his blue drum. Mia played with her red kite. Then she "
+                                             "picked up her")) == "antecedent"
+    assert coreference.copy_rule(plain, case("Mia played with her red kite. Tom showed her blue paint. Then she "
+                                             "picked up her")) == "distractor"  # the last earlier 'her' it copies
+    assert coreference.copy_rule(plain, case("Mia had a red kite. Then she picked up her")) == "other"  # no 'her'
+
+
+def test_the_probe_reports_the_copy_rule_and_the_references_it_can_see(run):
+    """Beside the model's figures: the copy rule's on the same windows, and the model's over the references whose
+    attribute is in the window at all (elsewhere only a guess is right)."""
+    out = io.StringIO()
+    result = probe.main([str(run), "--stories", "12"], out=out)
+    model, _, tok, _ = load_model(run)
+    cases, _, _ = coreference.held_out_cases(tok, 12, result["seed"], model.config.block_size)
+    assert result["copy_rule"] == coreference.tally([coreference.copy_rule(tok, c) for c in cases])
+    seen = result["behaviour_attribute_in_window"]
+    assert seen["antecedent"] + seen["distractor"] + seen["other"] == sum(
+        bool(c.antecedent_attribute_positions) for c in cases)
+    text = out.getvalue()
+    assert "a rule with no model, copying the word that followed the last earlier 'her'" in text
+    assert f"(where its attribute is in the window, {sum(bool(c.antecedent_attribute_positions) for c in cases)} of" \
+        in text

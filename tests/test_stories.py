@@ -215,6 +215,14 @@ def test_attribute_pools_are_disjoint_from_each_other_and_from_the_fillers():
         assert not generic & every, (slot, generic & every)
 
 
+def test_the_templates_own_words_hold_only_the_four_known_attribute_words():
+    """The docs said no attribute word appears in a filler; the templates hold bell, clock, grey and well (scenery:
+    "Somewhere a bell rang"), kept because changing a template changes the corpus. No fifth may join them."""
+    every = {w.lower() for pool in ATTRIBUTE_POOLS.values() for v in pool for w in v.split()}
+    literal = {w.lower() for t in ALL_TEMPLATES for w in re.findall(r"[A-Za-z]+", re.sub(r"\{[^}]*\}", " ", t))}
+    assert literal & every == {"bell", "clock", "grey", "well"}
+
+
 def test_references_are_dense(corpus):
     """Most of a story's body is pronoun references: 8-14 per story, several per 1000 chars."""
     text, refs = corpus

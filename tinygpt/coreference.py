@@ -8,7 +8,12 @@ probe cuts the text right where the attribute is due, keeps the model's last blo
 measures:
 
 (a) behaviour: greedy decoding from the cut yields the antecedent's own attribute, the distractor's
-    attribute (the other character's of the same kind), or something else;
+    attribute (the other character's of the same kind), or something else; beside it, the same over
+    the references whose attribute value is in the window at all (elsewhere a model can only guess it),
+    and what a rule with no model scores (`copy_rule`: the word that followed the last earlier "her",
+    or whatever the window's last word is): most references repeat a possessive ("Mia played with her
+    red kite. Then she played with her ▮"), so copying gets many right without resolving the pronoun,
+    and the model's accuracy means something only above that line;
 (b) attention: for every layer and head, the weight that the last position of the cut (the one
     predicting the attribute) puts on the antecedent's tokens, beside the same weight on the
     distractor's tokens and what uniform attention would put there, measured twice:
@@ -203,6 +208,16 @@ def classify(decoded: str, ref: Reference) -> str:
     return "antecedent" if word == ref.attribute else "distractor" if word == ref.distractor_attribute else "other"
 
 
+def copy_rule(tokenizer, case: Case) -> str:
+    """What copying, with no model and no pronoun resolved, would write at the cut: the word that followed
+    the last earlier occurrence of the window's last word ("... Then she played with her ▮": the word after
+    the previous "her"), classified as the model's output is; 'other' where there is none in the window."""
+    text = tokenizer.decode(case.ids)
+    words = list(re.finditer(r"[A-Za-z]+", text))
+    earlier = [m for m in words[:-1] if m.group() == words[-1].group()] if words else []
+    return classify(text[earlier[-1].end():], case.reference) if earlier else "other"
+
+
 def r4(x: float) -> float:
     return round(float(x), 4)
 
@@ -243,8 +258,12 @@ def probe(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device
     return {
         "stories": n_stories - skipped, "skipped_stories": skipped, "seed": seed, "references": n_refs,
         "behaviour": tally(outcomes),
-        # the same, only where the antecedent's name is in the window
+        # the same, only where the antecedent's name is in the window (nearly always), and only where the
+        # value due is (the references a model can get right from the window at all)
         "behaviour_in_window": tally([o for o, (c, _, _) in zip(outcomes, results) if c.antecedent_positions]),
+        "behaviour_attribute_in_window": tally([o for o, (c, _, _) in zip(outcomes, results)
+                                                if c.antecedent_attribute_positions]),
+        "copy_rule": tally([copy_rule(tokenizer, c) for c, _, _ in results]),
         "attention_attribute": attention_on(
             [(c.antecedent_attribute_positions, c.distractor_attribute_positions, row) for c, _, row in results],
             cfg.n_layer, cfg.n_head),
@@ -400,6 +419,14 @@ def report(result: dict, n_layer: int, n_head: int) -> str:
     if named:
         lines.append(f"  (where the antecedent's name is in the window: {w['antecedent']} / {w['distractor']} / "
                      f"{w['other']} of {named}, {100 * w['accuracy']:.1f}% right)")
+    if (v := result.get("behaviour_attribute_in_window")) and v["accuracy"] is not None:
+        seen = v["antecedent"] + v["distractor"] + v["other"]
+        lines.append(f"  (where its attribute is in the window, {seen} of {R}: {v['antecedent']} / {v['distractor']} / "
+                     f"{v['other']}, {100 * v['accuracy']:.1f}% right; elsewhere only a guess can be right)")
+    if (c := result.get("copy_rule")) and c["accuracy"] is not None:
+        lines.append(f"  a rule with no model, copying the word that followed the last earlier 'her' (or whatever "
+                     f"word the window ends with): {c['antecedent']} / {c['distractor']} / {c['other']}, "
+                     f"{100 * c['accuracy']:.1f}% right: what needs no pronoun resolved")
     lines += ["", "attention of the position predicting the attribute (% of its attention; cell = antecedent / "
               "distractor, the distractor counting 0 where its tokens are not in the window)"]
     lines += attention_table(result["attention_attribute"], "earlier mentions of its attribute value", n_layer, n_head)
