@@ -57,7 +57,7 @@ from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
                              device_name, emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory,
                              peak_flops, resolve_device, resolve_dtype, too_many_threads, torch_threads)
-from tinygpt.tensorboard_log import PROMPT_TOKENS, TensorBoardLog, require_tensorboard
+from tinygpt.tensorboard_log import LOG_DIR, PROMPT_TOKENS, TensorBoardLog, require_tensorboard
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step, warmup_note
 
 
@@ -219,9 +219,10 @@ def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: i
     theirs = flat_config(saved)
     ignored = [key for key, value in flat_config(cfg).items() if theirs.get(key) != value]
     if ignored:
-        stopped = at_stop and step < cfg.train.max_iters
-        where, more = (f"--stop-at {stop_at}", "a later --stop-at") if stopped else ("its train.max_iters",
-                                                                                    "a larger train.max_iters")
+        if at_stop and step < cfg.train.max_iters:
+            where, more = f"--stop-at {stop_at}", "a later --stop-at"
+        else:
+            where, more = "its train.max_iters", "a larger train.max_iters"
         print(f"note: the run is at step {step}, {where}: nothing is trained, so these settings are not "
               f"used, and config.yaml keeps the run's: {', '.join(ignored[:3])}{', ...' if len(ignored) > 3 else ''} "
               f"({more} trains on)", file=sys.stderr)
@@ -756,6 +757,10 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
             backfilled = run.board.backfill(run.metrics)  # (turned on at a resume: the steps before it)
             if backfilled:
                 print(backfilled, file=sys.stderr)
+        elif args.resume and any((out_dir / LOG_DIR).glob("events.out.tfevents.*")):  # (the flag forgotten)
+            print(f"note: this run logs to TensorBoard ({out_dir / LOG_DIR}), but train.tensorboard is off now: the "
+                  f"steps of this resume are missing there until a resume with train.tensorboard=true fills their "
+                  f"scalars in from metrics.csv", file=sys.stderr)
     now = time.perf_counter()  # the clocks start with the steps: the setup above (matplotlib's import, say) is no
     speed.update(t_last=now, t_start=now - run.elapsed)  # training time (it was in the first row's tokens/s)
     failing = False  # (as in train_loop)

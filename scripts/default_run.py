@@ -199,7 +199,8 @@ def table(rows: dict[str, dict]) -> str:
     # (the ratio counts the distractor's weight 0 where its attribute is outside the window, which raises it;
     # probe.py RUN prints it also over the references with both in view)
     lines = ["| run | wall s | vs previous | best val loss | antecedent | distractor | other | best head: "
-             "antecedent / distractor (ratio; 0 for a distractor out of view) | targets |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+             "antecedent / distractor (ratio; 0 for a distractor out of view) | targets |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for name, r in rows.items():
         ratio = r["wall_s"] / old_wall if old else None
         is_old = name.startswith(PREVIOUS)

@@ -654,7 +654,9 @@ def test_a_copy_rule_with_no_model_is_the_line_the_accuracy_is_read_against():
     from types import SimpleNamespace
     from data.stories import Reference
     ref = Reference(0, "she", 0, "red", "colour", "Mia", [], "Tom", [], "blue")
-    case = lambda text: SimpleNamespace(ids=text, reference=ref)
+
+    def case(text: str) -> SimpleNamespace:
+        return SimpleNamespace(ids=text, reference=ref)
     plain = SimpleNamespace(decode=lambda ids: ids)  # the window's ids are its text here
     assert coreference.copy_rule(plain, case("Tom had his blue drum. Mia played with her red kite. Then she "
                                              "picked up her")) == "antecedent"

@@ -87,7 +87,8 @@ def test_gpu_names_match_whole_words_most_specific_first():
     assert runtime.gpu_peak("NVIDIA H200 NVL", "bfloat16", tf32=True)[0] == 835.5e12  # the PCIe card
     # the H100 NVL took the SXM card's peaks (MFU 16% low), the 3090 Ti the 3090's (12% high)
     assert runtime.gpu_peak("NVIDIA H100 NVL", "bfloat16", tf32=True) == (835.5e12, "nominal H100 NVL bfloat16")
-    assert runtime.gpu_peak("NVIDIA GeForce RTX 3090 Ti", "float32", tf32=False) == (40e12, "nominal RTX 3090 Ti float32")
+    ti = runtime.gpu_peak("NVIDIA GeForce RTX 3090 Ti", "float32", tf32=False)
+    assert ti == (40e12, "nominal RTX 3090 Ti float32")
     assert runtime.gpu_peak("NVIDIA GeForce RTX 3090", "float32", tf32=False)[0] == 35.6e12
     # Volta/Turing: float16 tensor cores; no TF32, so float32 is float32 either way; bfloat16 emulated
     assert runtime.gpu_peak("Tesla T4", "float16", tf32=True) == (65e12, "nominal T4 float16")

@@ -344,3 +344,30 @@ def test_without_the_package_it_is_a_one_line_error(tmp_path, monkeypatch):
         train.main([str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS,
                     f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={tmp_path / 'run'}"])
     assert not any(tmp_path.iterdir())  # nothing prepared, nothing written
+
+
+def test_a_session_trained_without_the_flag_leaves_no_gap_once_it_is_back(tmp_path, one_thread, capsys):
+    """A resume that forgot train.tensorboard=true said nothing, and the next resume with it filled nothing in: the
+    curves lacked those steps for good (metrics.csv had them). The resume without it says so; the next fills the
+    gap's scalars in from metrics.csv, with a note."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    run = tmp_path / "run"
+    args = [str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS, "train.max_iters=40",
+            f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"]
+    train.main([*args, "--stop-at", "12"])
+    capsys.readouterr()
+    train.main([*args, "train.tensorboard=false", "--resume", "--stop-at", "27"])
+    assert "note: this run logs to TensorBoard" in capsys.readouterr().err
+    train.main([*args, "--resume"])
+    assert ("note: part of this run was trained without train.tensorboard: its scalars of steps 15 to 25 come from "
+            "metrics.csv now; those steps have no attention images") in capsys.readouterr().err
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for tag, column, kind in (("train/loss", "train_loss", "tokens_per_s"), ("train/lr", "lr", "tokens_per_s"),
+                              ("eval/val_loss", "val_loss", "val_loss")):
+        assert [e.step for e in events.Scalars(tag)] == [int(r["step"]) for r in rows if r[kind]], tag
+    assert [e.step for e in events.Scalars("eval/val_loss")] == [0, 10, 20, 30, 40]
+    assert [e.step for e in events.Images("attention/layer0")] == [0, 10, 30, 40]

@@ -75,7 +75,9 @@ def test_grad_accum_of_four_micro_batches_steps_as_their_batch_of_four(tiny_mode
     with torch.no_grad():
         expected_loss = cross_entropy(whole(x), y).item()
     rows = iter([(x[i:i + 1], y[i:i + 1]) for i in range(4)])
-    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=1.0)
+
+    def sgd(m: torch.nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.SGD(m.parameters(), lr=1.0)
     loss_whole = training.train_step(whole, sgd(whole), no_scaler(), contextlib.nullcontext(), lambda: (x, y), 1,
                                      0.0, 1.0)
     loss_pieces = training.train_step(pieces, sgd(pieces), no_scaler(), contextlib.nullcontext(),

@@ -248,16 +248,22 @@ def differences(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = DIFFE
                     continue
                 if sa["hi"] < sb["lo"] or sb["hi"] < sa["lo"]:
                     d = apart_digits(m, *((sa["hi"], sb["lo"]) if sa["hi"] < sb["lo"] else (sb["hi"], sa["lo"])))
-                    shown = lambda s: f"{_num(m, s['mean'], d)} [{_num(m, s['lo'], d)}, {_num(m, s['hi'], d)}]"
-                    lines.append(f"{m}: {a['label']} {shown(sa)} vs {b['label']} {shown(sb)}")
+                    lines.append(f"{m}: {a['label']} {_mean_and_interval(m, sa, d)} vs {b['label']} "
+                                 f"{_mean_and_interval(m, sb, d)}")
     return lines
+
+
+def _mean_and_interval(metric: str, s: dict[str, Any], extra: int) -> str:
+    """'1.30x [1.30x, 1.30x]': a setting's mean and 95% interval, `extra` digits past the column's own."""
+    return f"{_num(metric, s['mean'], extra)} [{_num(metric, s['lo'], extra)}, {_num(metric, s['hi'], extra)}]"
 
 
 def apart_digits(metric: str, below: float, above: float) -> int:
     """How many digits past the column's own _num needs to show below < above (two intervals' facing
     bounds): a listed difference read '1.3x [1.3x, 1.3x] vs 1.3x [1.3x, 1.3x]' at the table's digits."""
-    value = lambda x, d: float(_num(metric, x, d).rstrip("%x").replace(",", ""))
-    return next((d for d in range(6) if value(below, d) < value(above, d)), 6)
+    def shown(x: float, extra: int) -> float:
+        return float(_num(metric, x, extra).rstrip("%x").replace(",", ""))
+    return next((d for d in range(6) if shown(below, d) < shown(above, d)), 6)
 
 
 # ---- tables ----

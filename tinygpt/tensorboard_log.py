@@ -33,6 +33,20 @@ from tinygpt.runs import run_name
 LOG_DIR = "tensorboard"  # inside the run directory
 PROMPT_TOKENS = 12  # the fixed prompt of the attention images: as many tokens as the tables show
 SCALARS = {"train_loss": "train/loss", "lr": "train/lr", "tokens_per_s": "speed/tokens_per_s", "mfu": "speed/mfu"}
+EVAL_SCALARS = {"train_loss": "eval/train_loss", "val_loss": "eval/val_loss"}
+
+
+def logged_steps(log_dir: Path, through: int) -> dict[str, set[int]]:
+    """The steps up to `through` at which the event files in log_dir hold each scalar tag: what earlier sessions
+    of the run logged (a session trained without train.tensorboard logged nothing)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    steps: dict[str, set[int]] = {}
+    for path in sorted(log_dir.glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(path)).Load():
+            if event.step <= through and event.HasField("summary"):
+                for value in event.summary.value:
+                    steps.setdefault(value.tag, set()).add(event.step)
+    return steps
 
 
 def require_tensorboard(run_dir: Path) -> None:
@@ -69,8 +83,9 @@ class TensorBoardLog:
         if threading.excepthook is not _quiet_writer_thread:
             global _prior_hook
             _prior_hook, threading.excepthook = threading.excepthook, _quiet_writer_thread
-        # a resume whose log holds no events (train.tensorboard turned on now): backfill() fills it in
-        self.empty_before = resumed_at is not None and not any(self.dir.glob("events.out.tfevents.*"))
+        # a resume: what the log holds up to it (nothing where train.tensorboard is turned on now, a gap
+        # where a session trained without it): backfill() fills the rest in from metrics.csv
+        self.logged = logged_steps(self.dir, resumed_at) if resumed_at is not None else None
         self.resumed_at = resumed_at
         with self._writing():
             self.writer = SummaryWriter(str(self.dir), purge_step=0 if resumed_at is None else resumed_at + 1)
@@ -110,21 +125,32 @@ class TensorBoardLog:
         self.writer.add_scalar("eval/val_loss", val_loss, step)
 
     def backfill(self, rows: list[dict[str, Any]]) -> str | None:
-        """A resumed run whose log was empty (trained without train.tensorboard until now): metrics.csv's
-        rows up to the resume go in as scalars, so the curves start at step 0, with a note; the attention
-        images of those steps cannot (their weights are gone). None where there was nothing to fill in."""
-        if not self.empty_before or not rows:
+        """A resumed run whose log lacks steps up to the resume (trained without train.tensorboard until now,
+        or in one of its sessions): those of metrics.csv's rows go in as scalars, so the curves have no gap,
+        with a note; the attention images of those steps cannot (their weights are gone). None where there
+        was nothing to fill in."""
+        if self.logged is None:
             return None
+        filled = []
         with self._writing():
             for row in rows:
                 step = int(row["step"])
-                if row.get("val_loss") not in (None, ""):  # an eval's row (a log row has no val loss)
-                    self._eval_scalars(step, float(row["train_loss"]), float(row["val_loss"]))
-                else:
-                    self.log(step, row)
+                # an eval's row has a val loss, a log row has none
+                tags = EVAL_SCALARS if row.get("val_loss") not in (None, "") else SCALARS
+                missing = {column: tag for column, tag in tags.items()
+                           if row.get(column) not in (None, "") and step not in self.logged.get(tag, ())}
+                for column, tag in missing.items():
+                    self.writer.add_scalar(tag, float(row[column]), step)
+                if missing:
+                    filled.append(step)
             self.writer.flush()
-        return (f"note: train.tensorboard is new to this run: its scalars up to step {self.resumed_at} come from "
-                f"metrics.csv; the attention images start with this resume")
+        if not filled:
+            return None
+        if not self.logged:
+            return (f"note: train.tensorboard is new to this run: its scalars up to step {self.resumed_at} come from "
+                    f"metrics.csv; the attention images start with this resume")
+        return (f"note: part of this run was trained without train.tensorboard: its scalars of steps {filled[0]} to "
+                f"{filled[-1]} come from metrics.csv now; those steps have no attention images")
 
     @torch.no_grad()
     def eval(self, step: int, losses: dict[str, float], model: GPT) -> None:
