@@ -117,7 +117,16 @@ def test_notebook_real_heads_mask_exactly_and_match_the_model(printed):
     assert "model.attention gives the same weights and outputs: True" in printed  # model.py's one formula
     assert "weights equal the model's layer 0: True" in printed
     assert "head outputs equal the model's layer 0: True" in printed
+    assert "merged and projected, it equals the layer's output: True" in printed  # step 5, the heads concatenated
     assert "masked weights exactly 0: True" in printed
+
+
+def test_notebook_shows_why_generation_needs_the_mask(printed):
+    """The README's and design.md's reason generation works token by token, shown on the notebook's model: a
+    prefix's logits do not change as tokens arrive (they do without the mask), and the KV cache agrees."""
+    assert "with the causal mask, a prefix's logits do not change as tokens arrive: True" in printed
+    assert "without it: False" in printed
+    assert "token by token with the KV cache, the same logits as the whole: True" in printed
 
 
 def test_notebook_shows_the_heatmap_as_an_image(executed):
