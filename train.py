@@ -358,19 +358,25 @@ class Run:
         saved_on = len(ranks) if isinstance(ranks, list) else 1  # processes the checkpoint was trained on
         if saved_on != self.dist.world_size and self.dist.master:  # train.batch_size is per process
             t, then = self.cfg.train, config_from_dict(ckpt["config"], "ckpt.pt").train
-            print(f"note: resumed on {self.dist.world_size} process(es), trained on {saved_on}: the global batch is "
-                  f"now {t.batch_size * t.grad_accum * self.dist.world_size} sequences, was "
-                  f"{then.batch_size * then.grad_accum * saved_on} (train.batch_size is per process)", file=sys.stderr)
+            now, before = t.batch_size * t.grad_accum * self.dist.world_size, then.batch_size * then.grad_accum * saved_on
+            batch = (f"the global batch is {now} sequences, as before" if now == before else
+                     f"the global batch is now {now} sequences, was {before}")
+            print(f"note: resumed on {self.dist.world_size} process(es), trained on {saved_on}: {batch} "
+                  f"(train.batch_size is per process)", file=sys.stderr)
         # a run stopped between evals (Ctrl-C, --stop-at) was not evaluated at its step; older checkpoints say nothing
         self.evaluated = ckpt.get("evaluated_step", self.step)
 
     def own(self, ckpt: dict[str, Any], key: str) -> Any:
         """This process's `key` (rng, loss_sum): under DDP each rank's own, saved as KEY_ranks; on
-        another number of processes (or from a checkpoint without them) rank 0's, `key`, for all."""
+        another number of processes (or from a checkpoint without them) rank 0's, `key`, for all, but
+        for the loss sum, the ranks' mean: the mean over processes that the next log row takes is then
+        the whole batch's (rank 0's alone was its share of the batch)."""
         ranks = ckpt.get(f"{key}_ranks")
         rank = self.dist.rank
         if isinstance(ranks, list) and len(ranks) == self.dist.world_size and type(ranks[rank]) is type(ckpt[key]):
             return ranks[rank]
+        if key == "loss_sum" and isinstance(ranks, list) and ranks and all(isinstance(x, float) for x in ranks):
+            return sum(ranks) / len(ranks)
         return ckpt[key]
 
     def save(self, name: str, with_optimizer: bool = True) -> None:
@@ -663,10 +669,31 @@ def main(argv: Sequence[str] | None = None) -> dict:
         dist.close()
 
 
+# settings that may differ between the machines of one torchrun run: where each finds its files, its cores
+PER_MACHINE = {"train.out_dir", "data.dataset", "data.prepared_dir", "train.init_from", "train.threads"}
+
+
+def check_same_settings(cfg: Config, dist: Distributed) -> None:
+    """Every process of a torchrun run must train the same config: on several machines each reads its own
+    config and --set, and a train.lr of another machine's trained on without a word (its weights drifting
+    from the others'), another model.n_embd ended in DDP's traceback. A collective: every process calls it."""
+    mine = {k: v for k, v in flat_config(cfg).items() if k not in PER_MACHINE}
+    others = dist.gather(mine)
+    for rank, theirs in enumerate(others):
+        differ = [k for k in mine if theirs.get(k) != mine[k]]
+        if differ:
+            shown = ", ".join(f"{k}={mine[k]!r} here, {theirs.get(k)!r} on process {rank}" for k in differ[:3])
+            raise UserError(f"process {dist.rank}: the processes of this torchrun run were given other settings: "
+                            f"{shown}{', ...' if len(differ) > 3 else ''}; give every machine the same config and "
+                            f"--set")
+
+
 def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callable[[], bool] | None = None) -> dict:
     """Check, prepare, build, then run the loop; returns the run's summary."""
     t = cfg.train
     out_dir = Path(t.out_dir)
+    if dist.world_size > 1:
+        check_same_settings(cfg, dist)
     if dist.master:  # under DDP rank 0 decides, holding the folder's lock; the others wait for its verdict
         check_run_dir(out_dir, args.resume, args.config,
                       out_dir_set=any(item.partition("=")[0].strip() == "train.out_dir" for item in args.set),

@@ -173,6 +173,7 @@ def test_a_process_but_rank_0_without_the_run_folder_says_it_must_be_shared(corp
     from tinygpt.errors import UserError
     from tinygpt.runtime import Distributed
     monkeypatch.setattr(Distributed, "barrier", lambda self: None)  # rank 0 found its ckpt.pt
+    monkeypatch.setattr(Distributed, "gather", lambda self, obj: [obj] * self.world_size)  # the same settings
     args = train.parse_args([*train_args(corpus, tmp_path / "elsewhere"), "--resume"])
     cfg = load_config(args.config, args.set)
     with pytest.raises(UserError, match=r"process 1: --resume: .*ckpt.pt, which process 0 resumes from, is not on "
@@ -220,6 +221,49 @@ def test_a_resume_on_another_number_of_processes_says_the_global_batch_changed(c
     train.main(train_args(corpus, run, "train.threads=1", "train.max_iters=10") + ["--resume"])
     assert ("note: resumed on 1 process(es), trained on 2: the global batch is now 8 sequences, was 16 "
             "(train.batch_size is per process)") in capsys.readouterr().err
+
+
+def test_a_resume_on_another_number_of_processes_logs_the_whole_batchs_loss(corpus, tmp_path, capsys):
+    """Resumed on 1 process from 2, the first log row took rank 0's loss sum alone (its half of the batch): the
+    ranks' mean is the batch's. The same global batch is said to be the same ('now 16, was 16' read as a change)."""
+    from types import SimpleNamespace
+    import train
+    ckpt = {"loss_sum": 3.0, "loss_sum_ranks": [3.0, 5.0], "rng": "r0", "rng_ranks": ["r0", "r1"]}
+    one = SimpleNamespace(dist=SimpleNamespace(rank=0, world_size=1))
+    assert train.Run.own(one, ckpt, "loss_sum") == 4.0 and train.Run.own(one, ckpt, "rng") == "r0"
+    two = SimpleNamespace(dist=SimpleNamespace(rank=1, world_size=2))
+    assert train.Run.own(two, ckpt, "loss_sum") == 5.0 and train.Run.own(two, ckpt, "rng") == "r1"  # its own
+    run = tmp_path / "run"
+    train.main(train_args(corpus, run, "train.threads=1") + ["--stop-at", "5"])
+    saved = load_checkpoint(run / "ckpt.pt")
+    saved.update(rng_ranks=[saved["rng"], saved["rng"]], loss_sum_ranks=[saved["loss_sum"]] * 2)
+    save_checkpoint(run / "ckpt.pt", saved)
+    capsys.readouterr()
+    train.main(train_args(corpus, run, "train.threads=1", "train.max_iters=10", "train.batch_size=16") + ["--resume"])
+    assert ("note: resumed on 1 process(es), trained on 2: the global batch is 16 sequences, as before "
+            "(train.batch_size is per process)") in capsys.readouterr().err
+
+
+def test_the_machines_of_one_torchrun_run_must_be_given_the_same_settings():
+    """On several machines each reads its own config and --set: another machine's train.lr trained on without a
+    word, its weights drifting from the others'. Every process compares (paths and threads may differ)."""
+    from types import SimpleNamespace
+    import train
+    from tinygpt.config import Config, flat_config
+    from tinygpt.errors import UserError
+    here, there = Config(), Config()
+    there.train.lr, there.train.out_dir, there.data.prepared_dir = 0.03, "/elsewhere/run", "/elsewhere/prepared"
+
+    def dist(of: list) -> SimpleNamespace:
+        keep = lambda c: {k: v for k, v in flat_config(c).items() if k not in train.PER_MACHINE}  # noqa: E731
+        return SimpleNamespace(rank=1, world_size=2, gather=lambda mine: [keep(c) for c in of])
+    with pytest.raises(UserError, match=r"^process 1: the processes of this torchrun run were given other settings: "
+                                        r"train.lr=0.001 here, 0.03 on process 0; give every machine the same"):
+        train.check_same_settings(here, dist([there, here]))
+    here.train.out_dir = "/here/run"  # where each machine finds its files may differ
+    same = Config()
+    same.train.out_dir = "/elsewhere/run"
+    train.check_same_settings(here, dist([same, here]))
 
 
 def test_resume_is_exact_with_dropout(corpus, tmp_path):
@@ -681,6 +725,12 @@ def test_more_threads_than_cores_is_warned(monkeypatch):
         "warning: train.threads=3 is more than the 2 cores this process can use: the threads take turns and training "
         "is much slower (0 follows the free cores)")
     assert warn(policy, 2, "x", "y") is None and warn(policy, 0, "x", "y") is None and warn(None, 3, "x", "y") is None
+    # torchrun's processes on one machine share its cores: 2 threads in each of 2 processes on 2 cores ran 3.3x slower
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert warn(policy, 2, "train.threads", "training") == (
+        "warning: train.threads=2 in each of the 2 processes of this machine is more than the 2 cores they can use: "
+        "the threads take turns and training is much slower (0 follows the free cores)")
+    assert warn(policy, 1, "train.threads", "training") is None
 
 
 def test_without_matplotlib_the_missing_loss_png_is_said_once(corpus, tmp_path, monkeypatch, capsys):

@@ -486,9 +486,11 @@ def too_many_threads(policy: ThreadPolicy | None, fixed: int, flag: str, work: s
     cores: they take turns on them (1024 on 2 cores trained 300x slower, and the MFU, its peak
     measured likewise, looked normal; sampling ran 2.3x slower)."""
     cores = usable_cores()
-    if policy is None or fixed <= cores:
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)  # torchrun's processes on this machine share them
+    if policy is None or fixed * local <= cores:
         return None
-    return (f"warning: {flag}={fixed} is more than the {count(cores, 'core')} this process can use: the "
+    each, who = (f" in each of the {local} processes of this machine", "they") if local > 1 else ("", "this process")
+    return (f"warning: {flag}={fixed}{each} is more than the {count(cores, 'core')} {who} can use: the "
             f"threads take turns and {work} is much slower (0 follows the free cores)")
 
 
