@@ -192,6 +192,12 @@ def test_a_worker_that_loses_its_peer_mid_step_says_so_in_one_line():
     with pytest.raises(RuntimeError, match="a bug"):  # anything else is not hidden
         with Distributed(1, 2, torch.device("cpu")).peers():
             raise RuntimeError("a bug")
+    # waiting at the data barrier past gloo's timeout while process 0 prepares a large dataset: its traceback
+    with pytest.raises(UserError, match=r"^process 1: another process of this torchrun run did not answer within the "
+                                        r"process group's timeout .*prepare it first \(python -m data.prepare CONFIG\)"):
+        with Distributed(1, 2, torch.device("cpu")).peers():
+            raise RuntimeError("[../gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv "
+                               "operation to complete")
 
 
 @pytest.mark.slow

@@ -245,6 +245,12 @@ class Distributed:
         try:
             yield
         except RuntimeError as e:
+            if self.world_size > 1 and "Timed out" in str(e):  # gloo's "Timed out waiting 1800000ms for recv"
+                # (the others wait at a barrier while process 0 prepares the data: a large dataset took longer)
+                raise UserError(f"process {self.rank}: another process of this torchrun run did not answer within "
+                                f"the process group's timeout (30 minutes unless set); if process 0 was preparing a "
+                                f"large dataset, prepare it first (python -m data.prepare CONFIG), then start "
+                                f"torchrun again") from None
             if self.world_size == 1 or "by peer" not in str(e):  # gloo: "Connection closed by peer", "reset by peer"
                 raise
             raise UserError(f"process {self.rank}: another process of this torchrun run stopped (its own "
