@@ -90,7 +90,8 @@ def applies(config: dict[str, Any], key: str) -> bool:
 
 def stats(values: Sequence[float]) -> dict[str, float | int | None]:
     """mean, std (n-1), the 95% interval of the mean and n; std and interval are None for n = 1,
-    and when a value is nan or inf (a diverged run: its mean says so, a spread would not)."""
+    and when a value is nan or inf (a diverged run: its mean says so, a spread would not); the
+    interval alone is None where every value is the same (std 0)."""
     n = len(values)
     if n == 0:
         return {"mean": None, "std": None, "lo": None, "hi": None, "n": 0}
