@@ -354,9 +354,11 @@ def _fingerprint(d: DataConfig) -> dict:
         # one folder (each spelling had its own folder, prepared again)
         del settings["dataset"]
         # ctime too: on POSIX a file rewritten with its size and mtime kept (cp -p, rsync -t, an archive)
-        # has a new ctime, which no tool sets back (a chmod or a new link changes it too: a rebuild)
-        settings["files"] = [(str(f.resolve()), (s := f.stat()).st_size, s.st_mtime_ns, s.st_ctime_ns)
-                             for f in source_files(d.dataset)]
+        # has a new ctime, which no tool sets back (a chmod or a new link changes it too: a rebuild); and the
+        # file itself (device, inode): a folder swapped for another (`mv data old && mv new data`) keeps its
+        # files' ctimes, and two copies made in one tick had the same size and times
+        settings["files"] = [(str(f.resolve()), (s := f.stat()).st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_dev,
+                              s.st_ino) for f in source_files(d.dataset)]
     return settings
 
 

@@ -452,6 +452,31 @@ def test_a_file_rewritten_with_its_size_and_mtime_kept_is_prepared_again(tmp_pat
     assert again == first and set((again / "tokenizer.json").read_text()) >= set("xy")
 
 
+def test_a_dataset_folder_swapped_for_another_is_prepared_again(tmp_path):
+    """Two versions of a corpus unpacked at once (same sizes, times within one clock tick), then `mv data old && mv
+    new data`: the files' path, size, mtime and ctime matched, and the old version's tokens were trained on without
+    a word. The file itself (device, inode) tells them apart."""
+    for _ in range(20):  # both files' times in one tick of the kernel's clock, as an unpacked archive's often are
+        for name, text in (("v1", "aaaa bbbb\n" * 50), ("v2", "xxxx yyyy\n" * 50)):
+            (tmp_path / name).mkdir(exist_ok=True)
+            (tmp_path / name / "x.txt").write_text(text)
+        for name in ("v1", "v2"):
+            os.utime(tmp_path / name / "x.txt", ns=(10**18, 10**18))
+        a, b = ((tmp_path / name / "x.txt").stat() for name in ("v1", "v2"))
+        if (a.st_size, a.st_mtime_ns, a.st_ctime_ns) == (b.st_size, b.st_mtime_ns, b.st_ctime_ns):
+            break
+    else:
+        pytest.skip("this file system's change times never matched: the swap cannot look unchanged here")
+    data = tmp_path / "data"
+    (tmp_path / "v1").rename(data)
+    first = prep.prepare(config(data, tmp_path / "prepared"), show_progress=False)
+    assert set((first / "tokenizer.json").read_text()) >= set("ab")
+    data.rename(tmp_path / "old")
+    (tmp_path / "v2").rename(data)
+    again = prep.prepare(config(data, tmp_path / "prepared"), show_progress=False)
+    assert set((again / "tokenizer.json").read_text()) >= set("xy")
+
+
 def test_a_pipe_or_a_device_in_a_prepared_folder_is_damage_not_a_hang(tmp_path):
     """meta.json replaced by a named pipe: train.py waited for a writer for good; tokenizer.json a
     link to /dev/zero: read until memory ran out. Either is a damaged folder: prepared again."""
