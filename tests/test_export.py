@@ -784,6 +784,33 @@ def test_gpt2_saved_by_transformers_imports(tmp_path, capsys):
     assert "tanh-approximated GELU" in capsys.readouterr().err
 
 
+def test_a_gpt2_sized_folder_with_another_tokenizer_is_refused(tmp_path, monkeypatch):
+    """A GPT-2 retrained on another BPE of 50,257 tokens was imported with GPT-2's tokenizer without a word:
+    sample.py decoded its ids as other text ('Hello worldLegendaryLegendary...'). Its own tokenizer files are
+    compared with GPT-2's vocabulary: GPT-2's imports, another is refused, a damaged file is named."""
+    transformers = pytest.importorskip("transformers")
+    import tiktoken
+    from conftest import r50k_cache
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(r50k_cache(tmp_path / "tiktoken")))
+    config = transformers.GPT2Config(vocab_size=hf.GPT2_VOCAB, n_positions=16, n_embd=8, n_layer=1, n_head=2,
+                                     activation_function="gelu")
+    transformers.GPT2LMHeadModel(config).save_pretrained(str(tmp_path / "hf"))
+    enc, alphabet = tiktoken.get_encoding("r50k_base"), hf.byte_level_alphabet()
+    gpt2 = {"".join(alphabet[b] for b in enc.decode_single_token_bytes(i)): i for i in range(hf.GPT2_VOCAB - 1)}
+    gpt2["<|endoftext|>"] = hf.GPT2_VOCAB - 1
+    (tmp_path / "hf" / "vocab.json").write_text(json.dumps(gpt2))
+    hf.import_hf(tmp_path / "hf", tmp_path / "run")  # GPT-2's own: imported
+    shifted = {token: (i + 1) % hf.GPT2_VOCAB for token, i in gpt2.items()}  # another BPE's ids
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(
+        {"model": {"vocab": shifted}, "added_tokens": [{"content": "<pad>", "id": hf.GPT2_VOCAB}]}))
+    with pytest.raises(UserError, match=r"tokenizer.json: this tokenizer is not GPT-2's \(other tokens or ids\)"):
+        hf.import_hf(tmp_path / "hf", tmp_path / "run2")
+    (tmp_path / "hf" / "tokenizer.json").write_text('{"model": {"vocab": [1, 2]}}')
+    with pytest.raises(UserError, match=r"tokenizer.json: not a tokenizer file tinygpt can read"):
+        hf.import_hf(tmp_path / "hf", tmp_path / "run2")
+    assert not (tmp_path / "run2").exists()
+
+
 def test_the_current_folder_is_never_replaced_and_a_folder_keeps_its_mode(tmp_path, monkeypatch):
     # `export.py RUN .` replaced the folder the shell stood in; an existing folder lost its setgid mode
     run, _, _ = make_run(tmp_path)

@@ -47,6 +47,7 @@ dependencies of the export and the import alone; they are imported when needed.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -709,6 +710,7 @@ def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> P
         check_recorded_tokenizer(tok, folder / "config.json")
         raw = {s: dict(v) for s, v in meta["config"].items() if isinstance(v, dict)}  # our own export
     elif m.vocab_size == GPT2_VOCAB:
+        check_gpt2_tokenizer(folder)  # its own tokenizer files, where it has them, must be GPT-2's
         # not instantiated here (tiktoken may be offline); sample.py builds it from this dict
         tok = {"kind": "tiktoken", "vocab_size": GPT2_VOCAB, "encoding": "gpt2"}
         raw = {"data": {"tokenizer": "gpt2", "compact_vocab": False}}
@@ -729,6 +731,54 @@ def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> P
         write_config(tmp, cfg)
     gelu_note(folder, hf)
     return out_dir / "ckpt.pt"
+
+
+# GPT-2's vocabulary as vocab.json spells it (byte_level_alphabet), <|endoftext|> = 50256, as vocab_digest hashes it
+GPT2_VOCAB_DIGEST = "f0248afbc89ab1251601a24897e01a6b925407b3141bd6a4ca1455369bfcd337"
+TOKENIZER_FILE_MAX = 64 * 2**20  # bytes: GPT-2's tokenizer.json is 1.4 MB
+
+
+def vocab_digest(vocab: dict[str, int]) -> str:
+    """A vocabulary (token -> id, as vocab.json and tokenizer.json spell tokens) as one hash of its
+    'id<TAB>token' lines in id order: two vocabularies hash alike when they give every id the same token."""
+    text = "\n".join(f"{i}\t{t}" for t, i in sorted(vocab.items(), key=lambda kv: kv[1]))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def folder_vocab(folder: Path) -> tuple[Path, dict[str, int]] | None:
+    """The vocabulary of a Hugging Face folder's own tokenizer files (tokenizer.json's model vocab and added
+    tokens, else vocab.json) with the file read, ids below GPT2_VOCAB (a pad token added past it is no id the
+    model makes); None where it has neither file. A file that is no such vocabulary is a one-line UserError."""
+    for name in ("tokenizer.json", "vocab.json"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(read_capped(path, TOKENIZER_FILE_MAX, lambda size: f"{path} is too large for a "
+                                          f"tokenizer file ({size:,} bytes)"))
+            if name == "tokenizer.json":
+                vocab = dict(data["model"]["vocab"])
+                vocab.update({t["content"]: t["id"] for t in data.get("added_tokens") or []})
+            else:
+                vocab = dict(data)
+            if not all(isinstance(t, str) and type(i) is int for t, i in vocab.items()):
+                raise TypeError("a token that is not text, or an id that is not a whole number")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            raise UserError(f"{path}: not a tokenizer file tinygpt can read ({reason(e)}); remove it to import the "
+                            f"model with GPT-2's tokenizer") from None
+        return path, {t: i for t, i in vocab.items() if 0 <= i < GPT2_VOCAB}
+    return None
+
+
+def check_gpt2_tokenizer(folder: Path) -> None:
+    """A GPT-2-sized folder (50,257 tokens) without tinygpt's record is imported with GPT-2's tokenizer; where
+    its own tokenizer files give other tokens or ids (a GPT-2 retrained on another language's BPE), sampling
+    from the import would decode its ids as other text: refused."""
+    found = folder_vocab(folder)
+    if found is not None and vocab_digest(found[1]) != GPT2_VOCAB_DIGEST:
+        raise UserError(f"{found[0]}: this tokenizer is not GPT-2's (other tokens or ids), and tinygpt reads a "
+                        f"GPT-2-sized model's ids with GPT-2's tokenizer only: its samples would be other text than "
+                        f"its own tokenizer gives; tinygpt cannot import it")
 
 
 def check_recorded_tokenizer(tok: dict[str, Any], path: Path) -> None:
