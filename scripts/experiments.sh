@@ -12,7 +12,9 @@
 # (unset: ../shared/data/tinyshakespeare.txt); they stop at once, naming SHAKESPEARE, without it.
 # A relative SHAKESPEARE or OUT is a path from the folder the script is run from (the defaults: from
 # the repository root). A log in OUT is replaced only once its command has succeeded: a rerun that
-# fails or is refused leaves the earlier one whole.
+# fails or is refused leaves the earlier one whole. default, foundation and speedrun train into folders
+# of their own (OUT/default_run, OUT/stories and OUT/shakespeare, OUT/speedrun) and never over an
+# earlier run: to run one of them again, move or delete its folder (it is refused before any work).
 set -euo pipefail
 if [[ ${1-} == -h || ${1-} == --help ]]; then  # the header above, without its comment marks
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
@@ -62,6 +64,18 @@ if ! why=$(mkdir -p "$OUT" 2>&1); then  # a file in the way, no permission: one 
   echo "error: cannot make the folder OUT=$OUT: ${why##*: }" >&2
   exit 2
 fi
+# the parts whose scripts refuse to train over an earlier run (their message names their own --out-dir):
+# refused here, before any part's work, naming the folder to move
+declare -A own=([default]=default_run [foundation]="stories shakespeare" [speedrun]=speedrun)
+for part in default foundation speedrun; do
+  [[ $what == all || $what == "$part" ]] || continue
+  for folder in ${own[$part]}; do
+    if [[ -e $OUT/$folder ]]; then
+      echo "error: $OUT/$folder holds an earlier run of part $part: move or delete it to run the part again" >&2
+      exit 2
+    fi
+  done
+done
 
 if [[ $what == all || $what == default ]]; then
   # the default config over 3 seeds (probed), then the previous default over the same 3, wall times in one run

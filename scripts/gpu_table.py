@@ -120,7 +120,11 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
 
 
 def markdown(table: Sequence[tuple[str, str]]) -> str:
-    return "\n".join(["| check | result |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in table)])
+    """The rows as a Markdown table; a sub-row's indent as &nbsp; (Markdown drops leading spaces), so that
+    the table goes into the docs as printed."""
+    def indented(k: str) -> str:
+        return "&nbsp;" * (len(k) - len(k.lstrip(" "))) + k.lstrip(" ")
+    return "\n".join(["| check | result |", "| --- | --- |", *(f"| {indented(k)} | {v} |" for k, v in table)])
 
 
 def recorded_device(out: Path) -> str | None:

@@ -16,6 +16,10 @@
 # this script (kill PID) is passed on to it. Either way the script waits for the command to end
 # (a tinygpt command prints `interrupted`, exit 130, 143 or 129), then removes the cgroup.
 set -uo pipefail
+if [ "${1-}" = -h ] || [ "${1-}" = --help ]; then  # the header above, without its comment marks
+  sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+fi
 if [ $# -lt 3 ]; then
   echo "usage: $0 CPUS MEMORY_MB COMMAND [ARG ...]" >&2
   exit 2

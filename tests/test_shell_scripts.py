@@ -411,6 +411,21 @@ def test_experiments_refuses_an_out_it_cannot_make(experiments, tmp_path):
     assert not mark.exists() and (tmp_path / "file").read_text() == "mine"
 
 
+@pytest.mark.parametrize("part, folder", [("speedrun", "speedrun"), ("foundation", "shakespeare"),
+                                          ("default", "default_run"), ("all", "stories")])
+def test_experiments_names_the_earlier_run_a_part_would_train_over(experiments, tmp_path, part, folder):
+    """A rerun of speedrun, foundation or default was refused by the script it runs, naming an --out-dir that
+    experiments.sh does not take (after foundation's first half had run). Now the folder is named, before any work."""
+    run, out, mark = experiments
+    (tmp_path / "shakespeare.txt").write_text("To be, or not to be\n" * 50)
+    (out / folder).mkdir(parents=True)
+    r = run(part, SHAKESPEARE=str(tmp_path / "shakespeare.txt"))
+    assert refused(r, f"{out / folder}") and r.stderr == (
+        f"error: {out / folder} holds an earlier run of part {'foundation' if part == 'all' else part}: move or "
+        f"delete it to run the part again\n"), r.stderr
+    assert not mark.exists()
+
+
 def test_experiments_reads_a_relative_shakespeare_from_where_it_is_run(experiments, tmp_path):
     """`cd data && SHAKESPEARE=tinyshakespeare.txt bash .../experiments.sh bench`: `no tiny
     shakespeare at tinyshakespeare.txt` (it was looked for from the repository root)."""
@@ -450,6 +465,17 @@ def test_experiments_replaces_a_log_only_when_its_part_succeeds(tmp_path):
         assert r.returncode == 0, r.stderr
     assert [line.split(":")[0] for line in (out / "jobs.txt").read_text().splitlines()] == \
         ["--jobs 1", "--jobs 2", "--jobs 2", "--jobs 1"]
+
+
+def test_in_cgroup_help_prints_its_header(tmp_path):
+    """`in_cgroup.sh --help` printed its usage line as an error (exit 2), where the other scripts print their
+    header."""
+    for flag in ("-h", "--help"):
+        r = run_script("in_cgroup.sh", flag, cwd=tmp_path)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        first = (ROOT / "scripts/in_cgroup.sh").read_text().splitlines()[1]
+        assert r.stdout.splitlines()[0] == first.removeprefix("# ")
+        assert "#" not in r.stdout and "set -" not in r.stdout
 
 
 @pytest.mark.parametrize("script", ["gpu_check.sh", "experiments.sh"])
