@@ -91,6 +91,16 @@ class Killed(BaseException):
     """A kill -9, as far as the run's files go: nothing after it is written for that step."""
 
 
+def events_and_rows(run: Path) -> tuple:
+    """The run's TensorBoard events, as TensorBoard's own reader reads them (every scalar and image), and
+    its metrics.csv rows."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    with open(run / "metrics.csv", newline="") as f:
+        return events, list(csv.DictReader(f))
+
+
 def test_turned_on_at_a_resume_the_steps_before_come_from_metrics_csv(tmp_path, one_thread, capsys):
     """train.tensorboard turned on at a --resume: the curves began at the resume, the steps before it
     missing. metrics.csv's rows up to it are now logged as scalars, with a note; the images cannot be."""
@@ -106,10 +116,7 @@ def test_turned_on_at_a_resume_the_steps_before_come_from_metrics_csv(tmp_path, 
     train.main([*args, "--resume"])
     assert ("note: train.tensorboard is new to this run: its scalars up to step 15 come from metrics.csv; the "
             "attention images start with this resume") in capsys.readouterr().err
-    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
-    events.Reload()
-    with open(run / "metrics.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
+    events, rows = events_and_rows(run)
     logs, evals = [r for r in rows if r["tokens_per_s"]], [r for r in rows if r["val_loss"]]
     assert [(e.step, round(e.value, 4)) for e in events.Scalars("train/loss")] == \
         [(int(r["step"]), float(r["train_loss"])) for r in logs]
@@ -351,7 +358,6 @@ def test_a_session_trained_without_the_flag_leaves_no_gap_once_it_is_back(tmp_pa
     curves lacked those steps for good (metrics.csv had them). The resume without it says so; the next fills the
     gap's scalars in from metrics.csv, with a note."""
     pytest.importorskip("tensorboard")
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     run = tmp_path / "run"
     args = [str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS, "train.max_iters=40",
             f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"]
@@ -362,10 +368,7 @@ def test_a_session_trained_without_the_flag_leaves_no_gap_once_it_is_back(tmp_pa
     train.main([*args, "--resume"])
     assert ("note: part of this run was trained without train.tensorboard: its scalars of steps 15 to 25 come from "
             "metrics.csv now; those steps have no attention images") in capsys.readouterr().err
-    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
-    events.Reload()
-    with open(run / "metrics.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
+    events, rows = events_and_rows(run)
     for tag, column, kind in (("train/loss", "train_loss", "tokens_per_s"), ("train/lr", "lr", "tokens_per_s"),
                               ("eval/val_loss", "val_loss", "val_loss")):
         assert [e.step for e in events.Scalars(tag)] == [int(r["step"]) for r in rows if r[kind]], tag
