@@ -358,7 +358,8 @@ class Run:
         saved_on = len(ranks) if isinstance(ranks, list) else 1  # processes the checkpoint was trained on
         if saved_on != self.dist.world_size and self.dist.master:  # train.batch_size is per process
             t, then = self.cfg.train, config_from_dict(ckpt["config"], "ckpt.pt").train
-            now, before = t.batch_size * t.grad_accum * self.dist.world_size, then.batch_size * then.grad_accum * saved_on
+            now = t.batch_size * t.grad_accum * self.dist.world_size
+            before = then.batch_size * then.grad_accum * saved_on
             batch = (f"the global batch is {now} sequences, as before" if now == before else
                      f"the global batch is now {now} sequences, was {before}")
             print(f"note: resumed on {self.dist.world_size} process(es), trained on {saved_on}: {batch} "

@@ -94,7 +94,7 @@ def test_notebook_is_nbformat_4(notebook):
     assert notebook["nbformat"] == 4 and isinstance(notebook["metadata"], dict)
     kinds = [c["cell_type"] for c in notebook["cells"]]
     assert kinds[0] == "markdown" and kinds.count("markdown") >= 5 and kinds.count("code") >= 5
-    ids = [cell.get("id") for cell in notebook["cells"]]  # nbformat 4.5 on: each cell's own (nbformat warns, later fails)
+    ids = [cell.get("id") for cell in notebook["cells"]]  # nbformat 4.5 on: every cell has its own
     assert notebook["nbformat_minor"] < 5 or (all(ids) and len(set(ids)) == len(ids)), ids
     for cell in notebook["cells"]:
         assert isinstance(cell["source"], list) and "metadata" in cell

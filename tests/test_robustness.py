@@ -193,8 +193,9 @@ def test_a_worker_that_loses_its_peer_mid_step_says_so_in_one_line():
         with Distributed(1, 2, torch.device("cpu")).peers():
             raise RuntimeError("a bug")
     # waiting at the data barrier past gloo's timeout while process 0 prepares a large dataset: its traceback
-    with pytest.raises(UserError, match=r"^process 1: another process of this torchrun run did not answer within the "
-                                        r"process group's timeout .*prepare it first \(python -m data.prepare CONFIG\)"):
+    with pytest.raises(UserError, match=r"^process 1: another process of this torchrun run did not answer within "
+                                        r"the process group's timeout .*prepare it first \(python -m data.prepare "
+                                        r"CONFIG\)"):
         with Distributed(1, 2, torch.device("cpu")).peers():
             raise RuntimeError("[../gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv "
                                "operation to complete")
@@ -260,8 +261,10 @@ def test_the_machines_of_one_torchrun_run_must_be_given_the_same_settings():
     here, there = Config(), Config()
     there.train.lr, there.train.out_dir, there.data.prepared_dir = 0.03, "/elsewhere/run", "/elsewhere/prepared"
 
+    def keep(c: Config) -> dict:
+        return {k: v for k, v in flat_config(c).items() if k not in train.PER_MACHINE}
+
     def dist(of: list) -> SimpleNamespace:
-        keep = lambda c: {k: v for k, v in flat_config(c).items() if k not in train.PER_MACHINE}  # noqa: E731
         return SimpleNamespace(rank=1, world_size=2, gather=lambda mine: [keep(c) for c in of])
     with pytest.raises(UserError, match=r"^process 1: the processes of this torchrun run were given other settings: "
                                         r"train.lr=0.001 here, 0.03 on process 0; give every machine the same"):
