@@ -63,27 +63,33 @@ def resolve_device(name: str, setting: str = "train.device") -> torch.device:
 NATIVE_FLAGS = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}  # x86 CPUs
 
 
+def cpu_info(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, str] | None:
+    """The first core's fields of /proc/cpuinfo ('model name', 'cpu family', 'flags', ...; Linux), None
+    where it cannot be read."""
+    try:
+        first = Path(cpuinfo).read_text(errors="replace").split("\n\n")[0]
+    except OSError:
+        return None
+    return {key.strip(): value.strip() for key, sep, value in (line.partition(":") for line in first.splitlines())
+            if sep}
+
+
 def cpu_computes(dtype: str, cpuinfo: str | Path = "/proc/cpuinfo") -> bool | None:
     """Does this CPU compute bfloat16 or float16 natively (NATIVE_FLAGS)? Read from the flags in
     /proc/cpuinfo (Linux); None where that cannot be read."""
-    try:
-        info = Path(cpuinfo).read_text(errors="replace")
-    except OSError:
-        return None
-    return re.search(rf"\b({'|'.join(NATIVE_FLAGS[dtype])})\b", info) is not None
+    info = cpu_info(cpuinfo)
+    return None if info is None else bool(set(info.get("flags", "").split()) & set(NATIVE_FLAGS[dtype]))
 
 
 def cpu_kind(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, str]:
     """What tells this CPU from another of the same model name (bench.py's JSON): its family and model numbers
     and the NATIVE_FLAGS it has ('avx512_bf16 amx_bf16'); {} where /proc/cpuinfo cannot be read."""
-    try:
-        info = Path(cpuinfo).read_text(errors="replace")
-    except OSError:
+    info = cpu_info(cpuinfo)
+    if info is None:
         return {}
-    first = info.split("\n\n")[0]  # the first core's block
-    found = dict(re.findall(r"^(cpu family|model)\s*:\s*(\S+)$", first, re.M))
-    flags = sorted({f for names in NATIVE_FLAGS.values() for f in names if re.search(rf"\b{f}\b", first)})
-    return {"family": found.get("cpu family", "?"), "model": found.get("model", "?"), "low_precision": " ".join(flags)}
+    flags = set(info.get("flags", "").split())
+    native = sorted(f for names in NATIVE_FLAGS.values() for f in names if f in flags)
+    return {"family": info.get("cpu family", "?"), "model": info.get("model", "?"), "low_precision": " ".join(native)}
 
 
 def emulated_dtype_warning(dtype: str, device: torch.device, cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
@@ -770,13 +776,8 @@ def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU's model name (/proc/cpuinfo; else what platform knows)."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
+    if name := (cpu_info() or {}).get("model name"):
+        return name
     import platform
     return platform.processor() or platform.machine()
 
