@@ -644,6 +644,21 @@ def test_7_a_checkpoint_claiming_an_absurd_size_is_refused(tmp, run, capsys, key
     one_line(in_process("sample.py", [path], capsys), str(path / "ckpt.pt"), "needs at least", "GB")
 
 
+@pytest.mark.parametrize("refusal", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                                     RuntimeError("[enforce fail at alloc_cpu.cpp:119] DefaultCPUAllocator: can't "
+                                                  "allocate memory: you tried to allocate 800000000 bytes"),
+                                     MemoryError()])
+def test_7_out_of_memory_while_loading_a_checkpoint_is_not_called_damage(run, capsys, monkeypatch, refusal):
+    """sample.py loads onto the device: a GPU too small for a whole best.pt was told that the file is
+    "truncated, corrupted or not a checkpoint" and to give the run's ckpt.pt instead."""
+    def refuse(*args, **kwargs):
+        raise refusal
+    monkeypatch.setattr(torch, "load", refuse)
+    result = in_process("sample.py", [run], capsys)
+    line = one_line(result, "out of")
+    assert "corrupted" not in line and "give it instead" not in line
+
+
 # ======== 8: the environment ========
 
 

@@ -39,8 +39,8 @@ except ImportError:  # pragma: no cover - Windows: a temp file's writer is told 
 
 from model import GPT
 from tinygpt.config import Config, all_keys, config_from_dict
-from tinygpt.errors import (UserError, count, dead_link, first_few, link_loop, path_word, reason, script_word,
-                            shell_join, shell_quote, short)
+from tinygpt.errors import (UserError, count, dead_link, first_few, link_loop, out_of_memory, path_word, reason,
+                            script_word, shell_join, shell_quote, short)
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import DamagedTokenizer, Tokenizer, tokenizer_from_dict
 
@@ -629,6 +629,8 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool 
                             f"weights_only loading refused them and it was not loaded") from None
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint") from None
     except Exception as e:  # torch reports damaged files with many exception types
+        if out_of_memory(e):  # not damage (run_cli says out of memory): a whole best.pt on too small a GPU
+            raise
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({type(e).__name__})") from None
 
 

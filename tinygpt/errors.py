@@ -75,6 +75,17 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(si
 _stopping = False
 
 
+CPU_ALLOCATOR_REFUSED = "DefaultCPUAllocator: can't allocate memory"  # torch's CPU allocator, refused
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Is `e` an allocation refused (Python's MemoryError, torch's CPU allocator, CUDA's
+    OutOfMemoryError)? A reader that catches every error of a damaged file lets these pass: run_cli
+    says "out of memory", not that the file is damaged."""
+    return isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and (
+        CPU_ALLOCATOR_REFUSED in str(e) or type(e).__name__ == "OutOfMemoryError"))
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised where the process is (stop_on_signals): it unwinds like Ctrl-C's
     KeyboardInterrupt, so the same cleanups run (a temp folder is removed, a lock released)."""
@@ -168,7 +179,7 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
     except MemoryError:
         _fail("error: out of memory; use a smaller model, batch or dataset", 2)
     except RuntimeError as e:
-        if "DefaultCPUAllocator: can't allocate memory" in str(e):  # torch's CPU allocator, refused
+        if CPU_ALLOCATOR_REFUSED in str(e):
             _fail("error: out of memory (an allocation was refused: the machine's memory, a container's limit or "
                   "ulimit -v); use a smaller model, batch or dataset", 2)
         if type(e).__name__ != "OutOfMemoryError":  # torch's (CUDA) out-of-memory error
