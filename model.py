@@ -33,8 +33,9 @@ class ModelConfig:
     n_embd: int = 128  # residual stream width C
     dropout: float = 0.0  # dropout probability on the embeddings, attention weights and residual branches
     bias: bool = False  # bias in Linear layers and LayerNorms (never in the LM head: it is the tied embedding)
-    causal: bool = True  # mask future keys; false = bidirectional (an experiment: it trains seeing the future,
-    # so it generates garbage; sample.py refuses it without --force, and generation runs without the KV cache)
+    # causal: mask future keys; false = bidirectional (an experiment: it trains seeing the future, so it
+    # generates garbage; sample.py refuses it without --force, and generation runs without the KV cache)
+    causal: bool = True
     vocab_size: int = 0  # number of token ids: always the tokenizer's (set when the data is loaded)
 
 # ---- the attention math. `attention` is the formula: the notebook and the tests call it, and the model
@@ -122,7 +123,7 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
 
 class HeadTrace(NamedTuple):
     """What one layer's heads did, returned by GPT.forward_with_attention."""
-    weights: torch.Tensor  # (B, nh, T, T) weights per head (query x key); rows sum to 1
+    weights: torch.Tensor  # (B, nh, T, Tk) weights per head (query x key; Tk = T without a cache); rows sum to 1
     outputs: torch.Tensor  # (B, nh, T, hs) each head's output, before the heads are merged
 
 
@@ -234,32 +235,6 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    # ---- sizes (the memory check before training, MFU): not needed to follow the forward pass ----
-
-    def num_params(self) -> int:
-        """Number of parameters (the tied embedding/LM-head matrix counted once)."""
-        return sum(p.numel() for p in self.parameters())
-
-    @staticmethod
-    def count_params(cfg: ModelConfig) -> int:
-        """num_params() of GPT(cfg), computed from the config without building it (so a size
-        check can run before any allocation): embeddings V*C + block_size*C, 12*C*C + 2*C per block
-        (4 attention and 2 MLP matrices, 2 LayerNorms), a final LayerNorm; biases add 11*C per
-        block and C at the end."""
-        C, L = cfg.n_embd, cfg.n_layer
-        per_block = 12 * C * C + 2 * C + (11 * C if cfg.bias else 0)
-        return cfg.vocab_size * C + cfg.block_size * C + L * per_block + C + (C if cfg.bias else 0)
-
-    def flops_per_token(self) -> int:
-        """Training FLOPs per token (forward + backward), PaLM appendix B / nanoGPT's estimate: each
-        weight does a multiply-add forward and two backward (6 per parameter, position embeddings
-        excluded: a lookup; the token embedding counts, being the LM head's matmul too), plus
-        attention's QK^T and att@V over the whole context (12 * L * T * C; the mask's skipped half
-        is counted, as PaLM and nanoGPT count it)."""
-        cfg = self.config
-        n = self.num_params() - self.pos_emb.weight.numel()
-        return 6 * n + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
-
     def _run(self, idx: torch.Tensor, kv_caches: list[KVCache] | None,
              need_weights: bool) -> tuple[torch.Tensor, list[HeadTrace]]:
         """The forward pass: idx (B, T) -> logits (B, T, V) and one HeadTrace (or None) per layer."""
@@ -295,6 +270,32 @@ class GPT(nn.Module):
         p = self.tok_emb.weight
         return [KVCache(batch_size, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head, p.device, p.dtype)
                 for _ in range(cfg.n_layer)]
+
+    # ---- sizes (the memory check before training, MFU): not needed to follow the forward pass ----
+
+    def num_params(self) -> int:
+        """Number of parameters (the tied embedding/LM-head matrix counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    @staticmethod
+    def count_params(cfg: ModelConfig) -> int:
+        """num_params() of GPT(cfg), computed from the config without building it (so a size
+        check can run before any allocation): embeddings V*C + block_size*C, 12*C*C + 2*C per block
+        (4 attention and 2 MLP matrices, 2 LayerNorms), a final LayerNorm; biases add 11*C per
+        block and C at the end."""
+        C, L = cfg.n_embd, cfg.n_layer
+        per_block = 12 * C * C + 2 * C + (11 * C if cfg.bias else 0)
+        return cfg.vocab_size * C + cfg.block_size * C + L * per_block + C + (C if cfg.bias else 0)
+
+    def flops_per_token(self) -> int:
+        """Training FLOPs per token (forward + backward), PaLM appendix B / nanoGPT's estimate: each
+        weight does a multiply-add forward and two backward (6 per parameter, position embeddings
+        excluded: a lookup; the token embedding counts, being the LM head's matmul too), plus
+        attention's QK^T and att@V over the whole context (12 * L * T * C; the mask's skipped half
+        is counted, as PaLM and nanoGPT count it)."""
+        cfg = self.config
+        n = self.num_params() - self.pos_emb.weight.numel()
+        return 6 * n + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
