@@ -72,7 +72,6 @@ from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_core
 from tinygpt.tokenizer import clean_text, encode_prompt
 
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
-ATTENTION_LAST = 16  # tokens in the attention tables by default: the README's example prompt (13) whole
 MIN_TEMPERATURE = 1e-6  # below it sampling is greedy in all but name, and float32 cannot hold 1e-46 (use 0)
 MAX_TEMPERATURE = 1e6  # above it every token is about as likely (float32: 4e38 is inf, and every logit ties)
 MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 tokens): the model sees only
@@ -122,7 +121,7 @@ def build_parser() -> ArgParser:
                       help="prompt (default): the prompt's tokens; all: the prompt plus each sample's "
                            "generated text (implies --show-attention)")
     view.add_argument("--attention-last", type=int, default=None, metavar="N",
-                      help="show the last N tokens (default 16); the weight on earlier keys is summed into "
+                      help=f"show the last N tokens (default {attention_view.SHOWN}); the weight on earlier keys is summed into "
                            "an 'earlier' column (implies --show-attention)")
     view.add_argument("--attention-png", type=path_arg, default=None, metavar="DIR",
                       help="also save one heatmap PNG per layer into DIR, heads as subplots (needs "
@@ -182,7 +181,7 @@ def check_args(args) -> None:
     if args.attention_of is not None or args.attention_last is not None or args.attention_png is not None:
         args.show_attention = True
     args.attention_of = args.attention_of or "prompt"
-    args.attention_last = args.attention_last or ATTENTION_LAST
+    args.attention_last = args.attention_last or attention_view.SHOWN
 
 
 # ---- output paths, checked before any work ----

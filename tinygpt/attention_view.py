@@ -43,6 +43,7 @@ SPACE = "␣"  # a space inside a token label
 EARLIER = "earlier"  # the column summing every key before the shown window
 CORNER = "query \\ key"
 MAX_LABEL = 10  # longer token labels are cut with "…"
+SHOWN = 16  # the last tokens the tables and heatmaps show by default: the README's example prompt (13) whole
 TOP_N = 5  # candidates shown per generation step
 MAX_HEATMAP = 64  # tokens a heatmap draws at most: its pixels (and matplotlib's time and memory) grow
 # with the square of the tokens; 128 took 2 GB and minutes for 11,000-pixel PNGs nobody can read
@@ -222,7 +223,7 @@ def legend(shown: int, total: int, causal: bool, labels: Sequence[str] = ()) -> 
     return textwrap.fill("; ".join(parts), width=100)
 
 
-def attention_tables(traces: Sequence[HeadTrace], labels: Sequence[str], last: int = 12,
+def attention_tables(traces: Sequence[HeadTrace], labels: Sequence[str], last: int = SHOWN,
                      causal: bool = True) -> str:
     """Every layer's and head's weights (batch item 0, T = len(labels)) as percent tables of the
     last `last` tokens, under a legend line."""
@@ -255,7 +256,7 @@ def _cell_numbers(ax, values: torch.Tensor, fontsize: float, dark_when_high: boo
                         color="white" if dark else "black", in_layout=False)  # inside its cell: no layout work
 
 
-def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12, causal: bool = True,
+def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHOWN, causal: bool = True,
                    title: str = "", pyplot: bool = False):
     """One layer's weights (nh, T, T) as a matplotlib Figure: a heatmap per head on a near-square
     grid (the first MAX_HEATMAP_HEADS heads), cropped like the tables but to at most MAX_HEATMAP
@@ -333,7 +334,7 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = 12,
     return fig
 
 
-def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: str | Path, last: int = 12,
+def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: str | Path, last: int = SHOWN,
                   causal: bool = True, prefix: str = "attention", title: str = "") -> list[Path]:
     """One PNG per layer, `out_dir/{prefix}_layer{L}.png`, heads as subplots, titled
     "{title}, layer L", each written atomically (a Ctrl-C leaves the old file or none, never half

@@ -31,7 +31,7 @@ from tinygpt.plots import missing_glyphs_quiet
 from tinygpt.runs import run_name
 
 LOG_DIR = "tensorboard"  # inside the run directory
-PROMPT_TOKENS = 12  # the fixed prompt of the attention images: as many tokens as the tables show
+PROMPT_TOKENS = attention_view.SHOWN  # the fixed prompt of the attention images: as many tokens as the tables show
 SCALARS = {"train_loss": "train/loss", "lr": "train/lr", "tokens_per_s": "speed/tokens_per_s", "mfu": "speed/mfu"}
 EVAL_SCALARS = {"train_loss": "eval/train_loss", "val_loss": "eval/val_loss"}
 
