@@ -136,7 +136,7 @@ def signals_held() -> Iterator[None]:
 def atomic_write_all(folder: Path, files: dict[str, bytes], drop: Sequence[str] = (),
                      what: str = "set of files") -> None:
     """Replace several files in `folder` together (a report's tables and pictures): each is written
-    to a temp file beside its place, and only once all are are they renamed into place; then the
+    to a temp file beside its place, and only once all are written are they renamed into place; then the
     `drop` ones (an earlier set's that this one lacks) are removed. A refusal (a full disk) while
     writing removes the temp files and leaves every earlier file as it was, never new tables beside
     an old picture; the message names the file, and says what is left (`what`: "report"). The

@@ -56,7 +56,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # clip the global gradient norm to this; 0 = off
     eval_interval: int = 250  # steps between train/val loss estimates and checkpoints
     eval_iters: int = 50  # batches per loss estimate
-    log_interval: int = 10  # steps between progress-bar and metrics.csv updates
+    log_interval: int = 10  # steps between progress-bar updates and metrics.csv rows (the file is written at evals)
     device: str = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps
     dtype: str = "float32"  # auto | float32 | bfloat16 | float16 (autocast; float16 adds a grad scaler);
     # auto = bfloat16 where the hardware computes it natively, float16 on Volta/Turing GPUs, else float32

@@ -9,7 +9,9 @@
     tensorboard/  TensorBoard event files, with train.tensorboard   (tinygpt/tensorboard_log.py)
     .lock         while a training writes the folder                 (run_lock)
 
-train.py writes them; sweep.py, compare.py, plots and export read them through this module only.
+train.py writes them, and sweep.py, compare.py, probe.py and export.py read them, through this module and
+tinygpt/checkpoint.py (the checkpoints' format, which of a run's two to read, and the atomic writes); the
+scripts themselves only ask whether a run's file exists, or how old it is.
 """
 from __future__ import annotations
 
