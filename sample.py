@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 from collections import deque
 from contextlib import nullcontext
@@ -218,12 +217,10 @@ def check_output_folders(args) -> None:
             raise UserError(f"{named}: {e}") from None
 
 
-def png_prefix(args, sample: int) -> str:
-    """The heatmaps' file name prefix for `sample` (from 0): one set for the prompt or a single
-    sample, else one per sample."""
-    if args.attention_of == "prompt" or args.num_samples == 1:
-        return "attention"
-    return f"attention_sample{sample + 1}"
+def heatmap_sample(args, sample: int) -> int | None:
+    """Which sample's heatmaps (attention_view.heatmap_file) `sample` (from 0) draws: None, one set, for the
+    prompt or a single sample, else its own."""
+    return None if args.attention_of == "prompt" or args.num_samples == 1 else sample
 
 
 PICTURE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".svg", ".pdf", ".webp"}  # not an --attention-html page's
@@ -242,8 +239,9 @@ def check_output_files(args, n_layer: int) -> None:
         raise UserError(f"--attention-png takes a folder, not a file name: the heatmaps go into it, one per layer "
                         f"(attention_layer0.png, ...); give e.g. {folder}")
     if args.attention_png is not None:
-        files += [("--attention-png", args.attention_png / f"{prefix}_layer{layer}.png")
-                  for prefix in {png_prefix(args, i) for i in range(args.num_samples if args.attention_of == "all" else 1)}
+        files += [("--attention-png", attention_view.heatmap_file(args.attention_png, layer, sample))
+                  for sample in {heatmap_sample(args, i) for i in range(args.num_samples if args.attention_of == "all"
+                                                                        else 1)}
                   for layer in range(n_layer)]
     if args.attention_html is not None:
         files += [("--attention-html", attention_html.numbered(args.attention_html, i, args.num_samples))
@@ -376,7 +374,7 @@ def prompt_too_long(named: str, size: int | None = None) -> str:
 
 
 @torch.no_grad()
-def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, png_prefix: str) -> list[Path]:
+def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, sample: int | None) -> list[Path]:
     """Print the attention tables of the last block_size tokens of `ids` (and save heatmaps: their paths)."""
     cfg = model.config
     window, traces = attention_view.window_traces(model, ids)  # per layer: weights (1, nh, T, T)
@@ -390,7 +388,7 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
         text = text if len(text) <= 60 else "…" + text[-59:]  # the end: the tokens shown
         try:
             paths = attention_view.save_heatmaps(traces, labels, args.attention_png, args.attention_last,
-                                                 cfg.causal, prefix=png_prefix,
+                                                 cfg.causal, sample=sample,
                                                  title=f"{run_name(args.run)}: {text!r}{cut}")
         except ImportError:
             print("note: --attention-png needs matplotlib (pip install matplotlib); printed the text "
@@ -410,29 +408,20 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
 
 
 HEATMAP_LOCK = ".heatmaps.lock"  # in --attention-png's folder while a sample.py draws there (runs.run_lock)
-HEATMAP_NAME = re.compile(r"attention(_sample\d+)?_layer\d+\.png")  # the names save_heatmaps gives
-
-
 def remove_other_heatmaps(folder: Path, written: list[Path]) -> None:
     """The heatmaps an earlier call left in `folder` (a model with more layers, more samples) would
     pass for this one's: remove, once this call's first are saved, those it has not written (yet: they
     are drawn again), by their mark (a user's file of such a name stays)."""
     for path in folder.iterdir():
-        if HEATMAP_NAME.fullmatch(path.name) and path not in written and png_marked(path, HEATMAP_MARK):
+        if attention_view.HEATMAP_NAME.fullmatch(path.name) and path not in written and png_marked(path, HEATMAP_MARK):
             path.unlink(missing_ok=True)
-
-
-def page_set(page: Path) -> str:
-    """The name of the set `page` belongs to, its lock's: P.html for P.html and P_sampleN.html (one
-    call's cleanup of P.html's set removes a P_sample2.html another call writes)."""
-    return re.sub(r"_sample\d+$", "", page.stem) + page.suffix
 
 
 def remove_other_pages(page: Path, written: list[Path]) -> None:
     """The explorer pages of `page`'s set (PAGE.html, PAGE_sampleN.html) that an earlier call left (more
     samples) would pass for this one's: remove those this call has not written (yet: they are written
     again), by their mark (a user's file of such a name stays)."""
-    names = re.compile(rf"{re.escape(page.stem)}(_sample\d+)?{re.escape(page.suffix)}")
+    names = attention_html.in_page_set(page)
     for path in page.parent.iterdir():
         if names.fullmatch(path.name) and path not in written and attention_html.is_explorer_page(path):
             path.unlink(missing_ok=True)
@@ -505,8 +494,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     with run_lock(args.attention_png, "--attention-png", "sample.py drawing heatmaps", HEATMAP_LOCK) \
             if args.attention_png is not None else nullcontext(), \
             run_lock(page.parent, "--attention-html's folder",
-                     f"sample.py writing the pages of {short(page_set(page))} there",
-                     f".{page_set(page)}.lock") if page is not None else nullcontext():
+                     f"sample.py writing the pages of {short(attention_html.page_set(page))} there",
+                     f".{attention_html.page_set(page)}.lock") if page is not None else nullcontext():
         try:
             if args.interactive:
                 return interactive(model, tokenizer, args, out, gen, threads, decode_step)
@@ -527,7 +516,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
     idx = torch.tensor([ids], dtype=torch.long, device=gen.device)  # (1, T)
     heatmaps = []
     if args.show_attention and args.attention_of == "prompt":
-        heatmaps += show_attention(model, tokenizer, ids, args, out, "the prompt", png_prefix(args, 0))
+        heatmaps += show_attention(model, tokenizer, ids, args, out, "the prompt", heatmap_sample(args, 0))
         if heatmaps:  # at once: a generation stopped (Ctrl-C) must not leave an earlier call's beside them
             remove_other_heatmaps(args.attention_png, heatmaps)
         out.write("\n")
@@ -575,7 +564,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         if args.show_attention and args.attention_of == "all":
             out.write("\n")
             heatmaps += show_attention(model, tokenizer, ids + new_ids, args, out,
-                                       f"the prompt and sample {i + 1}'s generated text", png_prefix(args, i))
+                                       f"the prompt and sample {i + 1}'s generated text", heatmap_sample(args, i))
             if heatmaps and i == 0:  # once, after the first sample's: the others only add this call's
                 remove_other_heatmaps(args.attention_png, heatmaps)
     return samples

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections import deque
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -104,6 +105,16 @@ def is_explorer_page(path: Path) -> bool:
 def numbered(path: Path, sample: int, n_samples: int) -> Path:
     """The page for sample `sample` (from 0): path itself for a single sample, else stem_sampleN."""
     return path if n_samples == 1 else path.with_name(f"{path.stem}_sample{sample + 1}{path.suffix}")
+
+
+def page_set(page: Path) -> str:
+    """The name of the set `page` belongs to: P.html for P.html and every P_sampleN.html (numbered)."""
+    return re.sub(r"_sample\d+$", "", page.stem) + page.suffix
+
+
+def in_page_set(page: Path) -> re.Pattern:
+    """The file names of `page`'s set: page's own and its numbered ones."""
+    return re.compile(rf"{re.escape(page.stem)}(_sample\d+)?{re.escape(page.suffix)}")
 
 
 def notebook_view(page: str, height: int = 520) -> "IPython.display.HTML":

@@ -334,9 +334,19 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHO
     return fig
 
 
+HEATMAP_NAME = re.compile(r"attention(_sample\d+)?_layer\d+\.png")  # every name heatmap_file gives
+
+
+def heatmap_file(folder: str | Path, layer: int, sample: int | None = None) -> Path:
+    """Where save_heatmaps puts layer `layer`'s heatmap: attention_layerL.png, or for sample N (from 0)
+    of several drawn apart, attention_sample{N+1}_layerL.png."""
+    prefix = "attention" if sample is None else f"attention_sample{sample + 1}"
+    return Path(folder) / f"{prefix}_layer{layer}.png"
+
+
 def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: str | Path, last: int = SHOWN,
-                  causal: bool = True, prefix: str = "attention", title: str = "") -> list[Path]:
-    """One PNG per layer, `out_dir/{prefix}_layer{L}.png`, heads as subplots, titled
+                  causal: bool = True, sample: int | None = None, title: str = "") -> list[Path]:
+    """One PNG per layer, `heatmap_file(out_dir, L, sample)`, heads as subplots, titled
     "{title}, layer L", each written atomically (a Ctrl-C leaves the old file or none, never half
     a PNG). Needs matplotlib (raises ImportError before writing anything without it). A folder it
     made is removed again if no PNG could be written in it (a full disk)."""
@@ -350,7 +360,7 @@ def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: s
             png = io.BytesIO()
             with missing_glyphs_quiet():
                 fig.savefig(png, format="png", dpi=100, metadata=dict([HEATMAP_MARK]))  # marked: told from a user's PNG
-            path = Path(out_dir) / f"{prefix}_layer{layer}.png"
+            path = heatmap_file(out_dir, layer, sample)
             atomic_write(path, lambda f: f.write(png.getvalue()))
             paths.append(path)
     except BaseException:
