@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from model import ModelConfig
-from tinygpt.config import (Config, DataConfig, TrainConfig, all_keys, config_from_dict,
-                    config_to_dict, config_to_yaml, load_config, parse_overrides, yaml_load)
+from tinygpt.config import (Config, DataConfig, LimitedSafeLoader, TrainConfig, all_keys, config_from_dict,
+                            config_to_dict, config_to_yaml, load_config, parse_overrides, yaml_load)
 from tinygpt.errors import UserError
 from conftest import ROOT
 
@@ -447,6 +447,22 @@ def test_a_merge_key_given_twice_is_refused_but_one_merging_a_list_works(tmp_pat
     assert "the key '<<' appears twice in one mapping (line 3)" in message
     cfg = load_config(write(tmp_path, "model:\n  <<: [&a {n_layer: 2}, {n_head: 2, n_layer: 5}]\n  n_embd: 32\n"))
     assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) == (2, 2, 32)  # the first mapping wins
+
+
+def test_merge_keys_read_alike_under_every_pyyaml(tmp_path, monkeypatch):
+    """PyYAML 6.0.4 (what a fresh install picks) let the later mapping of `<<: [*a, *b]` win: n_layer 5
+    where 6.0.3, and YAML's merge spec, give 2. The loader merges by itself, never by PyYAML's code."""
+    def pyyamls_merge(self, node):
+        raise AssertionError("PyYAML's own flatten_mapping ran")
+    monkeypatch.setattr(yaml.constructor.SafeConstructor, "flatten_mapping", pyyamls_merge)
+    text = ("base: &base {n_layer: 3, n_head: 4}\nmodel:\n  <<: [&a {n_layer: 2}, {n_head: 2, n_layer: 5}]\n"
+            "  n_embd: 32\n  block_size: 16\n")
+    assert yaml.load(text, Loader=LimitedSafeLoader)["model"] == {"n_layer": 2, "n_head": 2, "n_embd": 32,
+                                                                  "block_size": 16}
+    nested = "a: &a {n_layer: 1, n_head: 1}\nb: &b {<<: *a, n_head: 2}\nmodel:\n  <<: [*b, {n_layer: 9, n_embd: 8}]\n"
+    assert yaml.load(nested, Loader=LimitedSafeLoader)["model"] == {"n_layer": 1, "n_head": 2, "n_embd": 8}
+    cfg = load_config(write(tmp_path, "model:\n  <<: [{n_layer: 2}, {n_head: 2, n_layer: 5}]\n  n_embd: 32\n"))
+    assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) == (2, 2, 32)
 
 
 @pytest.mark.parametrize("text", ["model:\n  <<: {n_layer: 1, n_layer: 2}\n",

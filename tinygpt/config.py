@@ -142,6 +142,7 @@ class LimitedSafeLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
         self._composed = 0
+        self._flattened: set[int] = set()  # the mappings whose merge keys are done (by id)
 
     def compose_node(self, parent, index):  # recursive in PyYAML: count the levels, and the values
         self._depth += 1
@@ -179,21 +180,31 @@ class LimitedSafeLoader(yaml.SafeLoader):
                 what = f"{tag} {short(node.value)} is not {KINDS.get(tag, 'a value of that type')}"
             raise YAMLRefused(f"a value cannot be read (line {line}: {what})") from None
 
-    def flatten_mapping(self, node):  # PyYAML's error for `<<: 5` names neither the value nor the line
+    def flatten_mapping(self, node):
+        """YAML's merge key, done here so that every PyYAML reads a config alike: `<<: *base` gives the
+        mapping the keys of `base` it does not set itself, and `<<: [*a, *b]` those of a, then of b
+        (the earlier mapping wins, as YAML's merge spec says: PyYAML 6.0.4 let the later win where
+        6.0.3 let the earlier). PyYAML's error for `<<: 5` named neither the value nor the line. A key
+        given twice in the mapping as written is refused first (flattened, a merged key and the
+        mapping's own may both be there, the own one last)."""
+        if id(node) in self._flattened:  # an anchored mapping merged again, or built and then merged
+            return
+        self.check_unique_keys(node)
+        merged, own = [], []
         for key_node, value_node in node.value:
-            if key_node.tag == TAG + "merge":
-                for merged in value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]:
-                    if not isinstance(merged, yaml.MappingNode):
-                        raise YAMLRefused(f"a merge key '<<' takes a mapping or a list of mappings, not "
-                                          f"{short(self.construct_object(merged, deep=True))} "
-                                          f"(line {merged.start_mark.line + 1})")
-                    self.check_unique_keys(merged)  # (merged in, it is never constructed as a mapping itself)
-        super().flatten_mapping(node)
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            self.check_unique_keys(node)
-        return super().construct_mapping(node, deep)
+            if key_node.tag != TAG + "merge":
+                own.append((key_node, value_node))
+                continue
+            for source in value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]:
+                if not isinstance(source, yaml.MappingNode):
+                    raise YAMLRefused(f"a merge key '<<' takes a mapping or a list of mappings, not "
+                                      f"{short(self.construct_object(source, deep=True))} "
+                                      f"(line {source.start_mark.line + 1})")
+                self.flatten_mapping(source)  # (its own merges first)
+                merged.append(source.value)
+        # construct_mapping keeps the last of a key: the later sources first, then the earlier, then our own
+        node.value = [pair for pairs in reversed(merged) for pair in pairs] + own
+        self._flattened.add(id(node))
 
     def check_unique_keys(self, node: yaml.MappingNode) -> None:
         """Refuse a key given twice in one mapping: the second would silently replace the first."""
