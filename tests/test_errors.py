@@ -1673,12 +1673,18 @@ def test_a_closed_standard_stream_reads_or_writes_nothing(run, tmp):
              (f"1< {tmp / 'stdin_written'}", "export.py", run, "--format", "hf", tmp / "stdout_read_hf")]
     if os.path.exists("/dev/full"):
         cases.append(("> /dev/full", "export.py", run, "--format", "hf", tmp / "full_stdout_hf"))
+    # (the Hugging Face export needs the optional safetensors and tokenizers: without them, sample.py's cases only)
+    exports = bool(importlib.util.find_spec("safetensors") and importlib.util.find_spec("tokenizers"))
     for redirect, script, *args in cases:
+        if script == "export.py" and not exports:
+            continue
         command = shlex.join([sys.executable, str(ROOT / script), *map(str, args)]) + " " + redirect
         done = subprocess.run(command, shell=True, cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True, timeout=300)
         assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
-    assert page.is_file() and (hf / "config.json").is_file() and (tmp / "stdout_read_hf" / "config.json").is_file()
-    if os.path.exists("/dev/full"):
+    assert page.is_file()
+    if exports:
+        assert (hf / "config.json").is_file() and (tmp / "stdout_read_hf" / "config.json").is_file()
+    if exports and os.path.exists("/dev/full"):
         assert (tmp / "full_stdout_hf" / "config.json").is_file()
         # sample.py's text is its work: lost to a full disk, it fails, even while it writes a page too
         done = subprocess.run(shlex.join([sys.executable, str(ROOT / "sample.py"), str(run), "--max-new-tokens", "3",
