@@ -95,8 +95,8 @@ from tinygpt.checkpoint import check_writable, load_checkpoint, load_model, reso
 from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type, config_from_dict, config_source,
                              flat_config, load_config, parse_overrides, read_yaml)
 from tinygpt.coreference import held_out_seed, probe
-from tinygpt.errors import (ArgParser, UserError, elide, handle_signals, path_arg, restore_signals, run_cli,
-                             short, shown_path, work_is_files)
+from tinygpt.errors import (TORCHRUN_ENV, ArgParser, UserError, elide, handle_signals, path_arg, restore_signals,
+                             run_cli, short, shown_path, work_is_files)
 from tinygpt.report import (ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, pictures_note,
                             write_report)
 from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, check_run_dir, died_at_its_first_save, lock_holder,
@@ -253,7 +253,9 @@ class Runner:
     first, no new run starts. With jobs > 1 the runs' output (no progress bars) is relayed line by
     line behind each run's tag, and each run gets OMP_NUM_THREADS = its share of the cores (unless
     the environment sets it): small models train faster side by side on one thread each than one
-    after the other on all of them."""
+    after the other on all of them. Each run is one process: torchrun's variables, where the
+    environment holds them (a cluster's job), are not passed on; a run would wait for peers that never
+    come."""
 
     def __init__(self, jobs: int):
         self.jobs = jobs
@@ -261,9 +263,9 @@ class Runner:
         self.signum: int | None = None  # the first signal received
         self.told_a_run = False  # whether a run was running to hear it
         self.lock = threading.RLock()  # an RLock: the signal handler may run while the main thread holds it
-        self.env = None
+        self.env = {name: value for name, value in os.environ.items() if name not in TORCHRUN_ENV}
         if jobs > 1 and not os.environ.get("OMP_NUM_THREADS"):
-            self.env = {**os.environ, "OMP_NUM_THREADS": str(max(1, usable_cores() // jobs))}
+            self.env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // jobs))
         self.preexec_fn = parent_death_signal()  # a run gets SIGTERM if the sweep dies
 
     def say(self, line: str) -> None:

@@ -1134,6 +1134,34 @@ def test_13_an_output_folder_that_is_a_file(tmp, run, capsys):
 # ======== 12: Ctrl-C ========
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_12_a_torchrun_process_with_no_one_to_meet_stops_on_a_signal_and_says_what_it_waits_for(rank):
+    """torchrun's variables set with no process to meet (a cluster's job, a mistyped MASTER_ADDR):
+    init_process_group retried through every signal, so `kill` and Ctrl-C did nothing for its 30
+    minutes, silently (rank 0). Now a note after RENDEZVOUS_NOTE_S (1 s here), and SIGTERM stops it."""
+    import socket
+    with socket.socket() as s:  # a port no one listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**ENV, "RANK": rank, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    code = ("from tinygpt import runtime; from tinygpt.errors import run_cli\n"
+            "runtime.RENDEZVOUS_NOTE_S = 1.0\n"
+            "run_cli(lambda argv: runtime.Distributed.from_env(runtime.resolve_device('cpu')), None)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        import select
+        assert select.select([proc.stderr], [], [], 60)[0], "no word within 60 s"
+        line = proc.stderr.readline()  # the note: waiting, as it is told to
+        assert line.startswith(f"note: process {rank} of 2 has waited 1 s for the others at "
+                               f"MASTER_ADDR:MASTER_PORT=127.0.0.1:{port}; for a run of one process, unset RANK"), line
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 143
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
 # Loaded by Python at start-up (sitecustomize, from PYTHONPATH): the signal arrives the moment the
 # command starts importing torch, the slow import (a second or two) in which a Ctrl-C is likeliest
 SIGNAL_AT_IMPORT = """

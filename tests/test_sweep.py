@@ -1559,3 +1559,14 @@ def test_a_training_that_takes_the_folder_as_the_report_starts_is_refused(tmp_pa
     with pytest.raises(UserError, match=rf"^--out={re.escape(repr(str(out)))} is the folder of a training under way"):
         module.main(argv)
     assert not (out / "n_head=1").exists() and not (out / "results.md").exists()
+
+
+def test_a_sweeps_runs_do_not_inherit_torchrun_variables(monkeypatch):
+    """RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in the sweep's environment (a cluster's job) made
+    every run wait for peers that never came, 30 minutes each: each run is one process."""
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29577"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TINYGPT_KEPT", "yes")
+    for jobs in (1, 2):
+        env = sweep.Runner(jobs).env
+        assert not {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} & set(env) and env["TINYGPT_KEPT"] == "yes"

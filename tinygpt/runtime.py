@@ -20,6 +20,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from contextlib import contextmanager, nullcontext, redirect_stderr
@@ -180,6 +181,39 @@ def launched_by_torchrun() -> bool:
     return torchrun_rank() is not None
 
 
+RENDEZVOUS_NOTE_S = 30.0  # waiting this long for the other processes of a torchrun run, a note says why
+
+
+def init_process_group(backend: str) -> None:
+    """torch.distributed's init_process_group, run in a thread while this one waits. torch retries its
+    connection through every signal (EINTR): with no process to meet (torchrun's variables set by
+    hand or left by a cluster's job, a mistyped MASTER_ADDR, a machine that never started), Ctrl-C
+    and `kill` did nothing for the 30 minutes of its timeout. Here a signal stops the wait as it
+    stops anything else (`interrupted`), and a wait past RENDEZVOUS_NOTE_S says what it waits for."""
+    import torch.distributed as tdist
+    done, failed = threading.Event(), []
+
+    def init() -> None:
+        try:
+            tdist.init_process_group(backend=backend)
+        except BaseException as e:  # (raised here, in the waiting thread)
+            failed.append(e)
+        finally:
+            done.set()
+    threading.Thread(target=init, name="init_process_group", daemon=True).start()
+    start, noted = time.monotonic(), False
+    while not done.wait(0.2):  # (between the waits this thread's signal handlers run)
+        if not noted and time.monotonic() - start > RENDEZVOUS_NOTE_S:
+            env = os.environ
+            print(f"note: process {env['RANK']} of {env['WORLD_SIZE']} has waited {RENDEZVOUS_NOTE_S:.0f} s for the "
+                  f"others at MASTER_ADDR:MASTER_PORT={env['MASTER_ADDR']}:{env['MASTER_PORT']}; for a run of one "
+                  f"process, unset RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (Ctrl-C stops)", file=sys.stderr,
+                  flush=True)
+            noted = True
+    if failed:
+        raise failed[0]
+
+
 class Distributed:
     """One process, or one of several launched by torchrun (PyTorch DDP). The single-process run
     goes through the same calls; they do nothing when world_size == 1."""
@@ -198,7 +232,7 @@ class Distributed:
         if device.type == "cuda":
             device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
-        tdist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        init_process_group("nccl" if device.type == "cuda" else "gloo")
         return cls(tdist.get_rank(), tdist.get_world_size(), device)
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
