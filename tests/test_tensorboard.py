@@ -374,3 +374,13 @@ def test_a_session_trained_without_the_flag_leaves_no_gap_once_it_is_back(tmp_pa
         assert [e.step for e in events.Scalars(tag)] == [int(r["step"]) for r in rows if r[kind]], tag
     assert [e.step for e in events.Scalars("eval/val_loss")] == [0, 10, 20, 30, 40]
     assert [e.step for e in events.Images("attention/layer0")] == [0, 10, 30, 40]
+
+
+def test_a_run_folder_whose_name_is_not_utf8_is_refused_before_any_work(tmp_path):
+    """TensorBoard writes its paths as UTF-8: a folder name holding the byte 0xff ended in a
+    UnicodeEncodeError traceback, after config.yaml and an empty tensorboard/ were written."""
+    run = Path(os.fsdecode(bytes(tmp_path) + b"/tb\xff"))
+    with pytest.raises(UserError, match=r"^train.tensorboard=true: train.out_dir=.* holds a byte that is not UTF-8"):
+        train.main([str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS,
+                    f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"])
+    assert not run.exists()

@@ -25,8 +25,8 @@ import torch
 
 from model import GPT
 from tinygpt import attention_view
-from tinygpt.checkpoint import check_writable
-from tinygpt.errors import FULL_DISK, UserError, environment_error
+from tinygpt.checkpoint import check_writable, is_utf8
+from tinygpt.errors import FULL_DISK, UserError, environment_error, short
 from tinygpt.plots import missing_glyphs_quiet
 from tinygpt.runs import run_name
 
@@ -52,7 +52,13 @@ def logged_steps(log_dir: Path, through: int) -> dict[str, set[int]]:
 def require_tensorboard(run_dir: Path) -> None:
     """A one-line UserError, before any work, when the tensorboard package is missing or
     RUN_DIR/tensorboard cannot take its files (a file of that name, a link to nothing, a folder
-    that takes no new file): tensorboard's writer thread would print a traceback."""
+    that takes no new file): tensorboard's writer thread would print a traceback. Nor may the
+    folder's name hold a byte that is not UTF-8: TensorBoard writes its paths as UTF-8 (a traceback,
+    after config.yaml and an empty tensorboard/ were written)."""
+    if not is_utf8(str(run_dir)):
+        raise UserError(f"train.tensorboard=true: train.out_dir={short(str(run_dir))} holds a byte that is not "
+                        f"UTF-8, and TensorBoard writes its paths as UTF-8; give a folder whose name is UTF-8 (or set "
+                        f"train.tensorboard=false)")
     try:
         importlib.import_module("torch.utils.tensorboard")  # imports the tensorboard package
     except ImportError:
