@@ -30,7 +30,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 from tinygpt.checkpoint import dead_link, file_kind
 from tinygpt.errors import (ArgParser, UserError, path_arg, path_word, run_cli, script_word, shell_join, shell_quote,
-                            shown_path)
+                            shown_path, work_is_files)
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.report import (NEVER_COMPARED, check_report_folder, data_changed, differing_keys, group_by_setting,
                             pictures_note, write_report, write_val_loss)
@@ -127,4 +127,7 @@ def compare(args) -> dict:
 
 
 if __name__ == "__main__":
+    # its work is the report it writes (the table it prints is results.md's): a stdout that takes no more
+    # (| head, a full disk) must not fail it
+    work_is_files()
     run_cli(main)

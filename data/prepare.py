@@ -48,7 +48,7 @@ from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_l
                                 remove_empty, run_around, sweep_temp_files)
 from tinygpt.config import Config, DataConfig, config_source, load_config, same_path
 from tinygpt.errors import (ArgParser, UserError, first_few, path_word, run_cli, shell_quote, short,
-                            shown_path, stderr_is_terminal)
+                            shown_path, stderr_is_terminal, work_is_files)
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import (MAX_TOKEN_BYTES, DamagedTokenizer, Tokenizer, build_tokenizer, clean_text,
                                tokenizer_from_dict)
@@ -677,4 +677,5 @@ def main(argv: Sequence[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
+    work_is_files()  # its work is the prepared folder: a stdout that takes no more (a full disk) must not fail it
     run_cli(main)

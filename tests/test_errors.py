@@ -1722,6 +1722,24 @@ def test_a_closed_standard_stream_reads_or_writes_nothing(run, tmp):
         assert done.returncode == 2 and done.stderr == "error: No space left on device: standard output\n", done.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_report_or_a_prepared_folder_written_whole_is_no_failure_when_stdout_is_full(run, tmp):
+    """compare.py and `python -m data.prepare` with stdout on a full disk wrote their report (their
+    prepared folder) whole, then exited 2, `No space left on device: standard output`, as if they had
+    failed; train.py, sweep.py, export.py and bench.py go on with a warning, their work being files."""
+    import shlex
+    report, prepared = tmp / "full_stdout_report", tmp / "full_stdout_prepared"
+    for command, made in [([str(ROOT / "compare.py"), str(run), "--out", str(report)], report / "results.md"),
+                          (["-m", "data.prepare", str(ROOT / "configs/stories.yaml"), "--set",
+                            "data.stories_chars=20000", "data.tokenizer=char", f"data.prepared_dir={prepared}"],
+                           prepared)]:
+        done = subprocess.run(shlex.join([sys.executable, *command]) + " > /dev/full", shell=True, cwd=ROOT, env=ENV,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
+        assert "stdout cannot be written" in done.stderr and made.exists(), done.stderr
+
+
 def test_a_value_starting_with_a_dash_is_told_how_to_write_it(run, capsys):
     """`--prompt -x`: `argument --prompt: expected one argument`, and no word on `--prompt=-x`."""
     line = one_line(in_process("sample.py", [run, "--prompt", "-x"], capsys), "--prompt")
