@@ -134,6 +134,9 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
         if text.strip().startswith("[") and text.strip().endswith("]"):  # a YAML list: its commas split it in halves
             raise UserError(f"--grid {short(item)}: the values are listed without brackets, e.g. "
                             f"{key}={','.join(v.strip(' []') for v in values)}")
+        if any(v[0] in "'\"" and (len(v) == 1 or v[-1] != v[0]) for v in values):  # a quote the comma cut open
+            raise UserError(f"--grid {short(item)}: the values are split at every comma, in quotes too, so a value "
+                            f"cannot hold one; give that value with --set {key}=... in a sweep of its own")
         if key in grid:
             raise UserError(f"--grid {key} is given twice; list all its values once: {key}=V1,V2,...")
         grid[key] = list(dict.fromkeys(values))  # drop repeated values, keep the order

@@ -821,6 +821,16 @@ def test_a_grid_written_as_a_yaml_list_gets_the_plain_form():
     assert sweep.parse_grid(["data.dataset=a].txt,b"]) == {"data.dataset": ["a].txt", "b"]}  # a bracket inside
 
 
+@pytest.mark.parametrize("item", ['data.dataset="/d/a,b.txt",stories', "data.dataset=stories,'a,b'"])
+def test_a_grid_value_holding_a_comma_in_quotes_is_told_it_cannot(item):
+    """The comma inside the quotes split the value: `"/d/a` was refused as not a valid YAML scalar,
+    with a hint to write the quotes the user had written."""
+    with pytest.raises(UserError, match=r"the values are split at every comma, in quotes too, so a value cannot hold "
+                                        r"one; give that value with --set data.dataset=\.\.\. in a sweep of its own$"):
+        sweep.parse_grid([item])
+    assert sweep.parse_grid(["data.dataset='a b',\"c\""]) == {"data.dataset": ["'a b'", '"c"']}  # whole quotes pass
+
+
 def test_a_grid_value_given_twice_is_trained_once_with_a_note(tmp_path, monkeypatch):
     """README: a duplicate combination "is skipped with a note"; it was dropped without one."""
     started = recording_train(tmp_path, monkeypatch)
