@@ -24,15 +24,25 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli
 from tinygpt.runs import read_metrics
 
+MAX_FILE = 1 << 20  # bytes: gpu_check.sh's status and JSON files are a few KB; a larger one is not its
 TARGET_VAL_LOSS = 1.47  # nanoGPT's baby GPT on tiny shakespeare (its README)
 TRAINING = (("fp32", "float32", "float32, TF32 off"), ("tf32_bf16", "float32", "float32, TF32 on"),
             ("tf32_bf16", "bfloat16", "bfloat16"), ("compile", "bfloat16", "bfloat16 + torch.compile"))
 
 
+def read_small(path: Path) -> str:
+    """A file gpu_check.sh wrote, as text; a UserError for one too large to be its (read whole, a
+    100 MB file took 424 MB, then gave a table of stages that "did not run")."""
+    if path.is_file() and (size := path.stat().st_size) > MAX_FILE:
+        raise UserError(f"{path} holds {size:,} bytes: not a file scripts/gpu_check.sh wrote (its files are a few "
+                        f"KB); give the OUT folder of a check")
+    return path.read_text(encoding="utf-8")
+
+
 def read_status(out: Path) -> dict[str, str]:
     """OUT/status: one `stage=result` line per stage that ran."""
     try:
-        lines = (out / "status").read_text(encoding="utf-8").splitlines()
+        lines = read_small(out / "status").splitlines()
     except (OSError, ValueError):  # missing, or not text
         return {}
     return dict(line.split("=", 1) for line in lines if "=" in line)
@@ -41,7 +51,7 @@ def read_status(out: Path) -> dict[str, str]:
 def read_json(path: Path) -> dict:
     """A stage's JSON, or {} when it is missing or damaged."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_small(path))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

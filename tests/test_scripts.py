@@ -766,6 +766,17 @@ def test_gpu_table_reports_a_damaged_baby_run_as_a_row(tmp_path, capsys, csv):
     assert f"| baby GPT: time to val 1.47 | damaged: {tmp_path / 'baby' / 'metrics.csv'} has no elapsed time" in out
 
 
+@pytest.mark.parametrize("name", ["status", "decode.json"])
+def test_gpu_table_refuses_a_file_too_large_to_be_the_checks(tmp_path, capsys, name):
+    """A 100 MB status file of NULs was read whole (424 MB at the peak), then gave a table of stages
+    that "did not run", exit 0."""
+    from scripts import gpu_table
+    (tmp_path / "status").write_text("decode=exit 0\n")
+    with open(tmp_path / name, "ab") as f:
+        f.truncate(gpu_table.MAX_FILE + 1)
+    one_line(cli(gpu_table.main, [tmp_path, "--device", "cpu"], capsys), str(tmp_path / name), "not a file")
+
+
 def test_reproduce_keeps_every_set(tmp_path, capsys, monkeypatch):
     """`--set model.n_layer=0 --set train.seed=1`: the second --set replaced the first, which was
     dropped without a word (the run trained another config); now both are read, and the bad one refused."""
