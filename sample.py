@@ -120,8 +120,8 @@ def build_parser() -> ArgParser:
                       help="prompt (default): the prompt's tokens; all: the prompt plus each sample's "
                            "generated text (implies --show-attention)")
     view.add_argument("--attention-last", type=int, default=None, metavar="N",
-                      help=f"show the last N tokens (default {attention_view.SHOWN}); the weight on earlier keys is summed into "
-                           "an 'earlier' column (implies --show-attention)")
+                      help=f"show the last N tokens (default {attention_view.SHOWN}); the weight on earlier keys is "
+                           "summed into an 'earlier' column (implies --show-attention)")
     view.add_argument("--attention-png", type=path_arg, default=None, metavar="DIR",
                       help="also save one heatmap PNG per layer into DIR, heads as subplots (needs "
                            "matplotlib; implies --show-attention)")
@@ -408,6 +408,8 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
 
 
 HEATMAP_LOCK = ".heatmaps.lock"  # in --attention-png's folder while a sample.py draws there (runs.run_lock)
+
+
 def remove_other_heatmaps(folder: Path, written: list[Path]) -> None:
     """The heatmaps an earlier call left in `folder` (a model with more layers, more samples) would
     pass for this one's: remove, once this call's first are saved, those it has not written (yet: they
