@@ -319,13 +319,19 @@ def shown_safely(out):
 
 def read_prompt(args) -> str:
     """--prompt, or the UTF-8 text of --prompt-file: a file, a pipe or a device, - = standard input;
-    at most MAX_PROMPT_BYTES, never read whole when longer."""
+    at most MAX_PROMPT_BYTES, never read whole when longer. An empty file (or a closed standard input)
+    is sampled from with no prompt, as --prompt '' is, with a note: a file that was meant to hold one."""
     if args.prompt_file is None:
         return decode_prompt(text_bytes(args.prompt or "", "--prompt"), "--prompt")
     if str(args.prompt_file) == "-":  # its bytes: text mode would pass bad bytes on as surrogates
-        return decode_prompt(sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1), "--prompt-file - (standard input)")
-    named = f"--prompt-file {short(str(args.prompt_file))}"
-    return decode_prompt(read_prompt_file(args.prompt_file, named), named, Path(args.prompt_file))
+        named = "--prompt-file - (standard input)"
+        text = decode_prompt(sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1), named)
+    else:
+        named = f"--prompt-file {short(str(args.prompt_file))}"
+        text = decode_prompt(read_prompt_file(args.prompt_file, named), named, Path(args.prompt_file))
+    if not text:
+        print(f"note: {named} is empty: sampling with no prompt, as --prompt '' does", file=sys.stderr)
+    return text
 
 
 def text_bytes(text: str, named: str) -> bytes:

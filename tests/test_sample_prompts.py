@@ -74,6 +74,20 @@ def test_prompt_file_dash_reads_standard_input(tiny_stories_run, monkeypatch):
     assert from_stdin == from_flag and printed == "Mia had" + from_flag[0] + "\n"
 
 
+def test_an_empty_prompt_file_is_sampled_from_with_a_note(tiny_stories_run, tmp_path, monkeypatch, capsys):
+    """An empty --prompt-file (or standard input with nothing in it) sampled with no prompt, exit 0,
+    without a word: a file that was meant to hold the prompt."""
+    (tmp_path / "empty.txt").write_bytes(b"")
+    unprompted, _ = run_sample([tiny_stories_run, "--prompt", "", *GREEDY])
+    assert capsys.readouterr().err == ""
+    for source, stdin in ([tmp_path / "empty.txt", None], ["-", ""]):
+        texts, _ = run_sample([tiny_stories_run, "--prompt-file", source, *GREEDY], stdin, monkeypatch)
+        named = "- (standard input)" if source == "-" else repr(str(source))
+        assert texts == unprompted
+        note = f"note: --prompt-file {named} is empty: sampling with no prompt, as --prompt '' does\n"
+        assert capsys.readouterr().err == note
+
+
 def test_interactive_answers_each_line_with_one_model(tiny_stories_run, monkeypatch, capsys):
     loads = []
     monkeypatch.setattr(sample, "load_model", lambda *a, **k: loads.append(a) or load_model(*a, **k))
