@@ -21,7 +21,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
-from tinygpt.errors import ArgParser, UserError, path_arg, run_cli
+from tinygpt.errors import ArgParser, UserError, path_arg, read_capped, run_cli
 from tinygpt.runs import read_metrics
 
 MAX_FILE = 1 << 20  # bytes: gpu_check.sh's status and JSON files are a few KB; a larger one is not its
@@ -31,19 +31,20 @@ TRAINING = (("fp32", "float32", "float32, TF32 off"), ("tf32_bf16", "float32", "
 
 
 def read_small(path: Path) -> str:
-    """A file gpu_check.sh wrote, as text; a UserError for one too large to be its (read whole, a
-    100 MB file took 424 MB, then gave a table of stages that "did not run")."""
-    if path.is_file() and (size := path.stat().st_size) > MAX_FILE:
-        raise UserError(f"{path} holds {size:,} bytes: not a file scripts/gpu_check.sh wrote (its files are a few "
-                        f"KB); give the OUT folder of a check")
-    return path.read_text(encoding="utf-8")
+    """A file gpu_check.sh wrote, as text ("" where it is missing); a UserError for one too large to be its
+    (read whole, a 100 MB file took 424 MB, then gave a table of stages that "did not run")."""
+    if not path.exists():
+        return ""
+    return read_capped(path, MAX_FILE, lambda _: f"{path} holds more than {MAX_FILE:,} bytes: not a file "
+                       f"scripts/gpu_check.sh wrote (its files are a few KB); give the OUT folder of a check"
+                       ).decode("utf-8")
 
 
 def read_status(out: Path) -> dict[str, str]:
     """OUT/status: one `stage=result` line per stage that ran."""
     try:
         lines = read_small(out / "status").splitlines()
-    except (OSError, ValueError):  # missing, or not text
+    except ValueError:  # not text
         return {}
     return dict(line.split("=", 1) for line in lines if "=" in line)
 

@@ -179,11 +179,11 @@ def run_cli(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] 
     except MemoryError:
         _fail("error: out of memory; use a smaller model, batch or dataset", 2)
     except RuntimeError as e:
+        if not out_of_memory(e):
+            raise
         if CPU_ALLOCATOR_REFUSED in str(e):
             _fail("error: out of memory (an allocation was refused: the machine's memory, a container's limit or "
                   "ulimit -v); use a smaller model, batch or dataset", 2)
-        if type(e).__name__ != "OutOfMemoryError":  # torch's (CUDA) out-of-memory error
-            raise
         _fail(f"error: out of device memory ({reason(e, MAX_VALUE)}); use a smaller model or batch", 2)
     finally:
         if argv is None:  # the command itself: its work is done or refused, and its exit code says which

@@ -126,10 +126,6 @@ class TensorBoardLog:
                     self.writer.add_scalar(tag, float(row[column]), step)
             self.writer.flush()
 
-    def _eval_scalars(self, step: int, train_loss: float, val_loss: float) -> None:
-        self.writer.add_scalar("eval/train_loss", train_loss, step)
-        self.writer.add_scalar("eval/val_loss", val_loss, step)
-
     def backfill(self, rows: list[dict[str, Any]]) -> str | None:
         """A resumed run whose log lacks steps up to the resume (trained without train.tensorboard until now,
         or in one of its sessions): those of metrics.csv's rows go in as scalars, so the curves have no gap,
@@ -162,7 +158,8 @@ class TensorBoardLog:
     def eval(self, step: int, losses: dict[str, float], model: GPT) -> None:
         """The eval's loss estimates -> scalars; every layer's attention over the prompt -> an image."""
         with self._writing():
-            self._eval_scalars(step, losses["train"], losses["val"])
+            for split in ("train", "val"):
+                self.writer.add_scalar(EVAL_SCALARS[f"{split}_loss"], losses[split], step)
         if self.images:
             was_training = model.training
             model.eval()  # no dropout in the weights shown
