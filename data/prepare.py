@@ -515,7 +515,12 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     if (around := run_around(out, "data.prepared_dir")) is not None:  # (a current one is read, not written)
         raise UserError(f"data.prepared_dir={short(d.prepared_dir)} is inside the training run {around.parent} (its "
                         f"{around.name}): the prepared data would sit among its files; choose a folder outside it")
-    check_writable(out.parent, "data.prepared_dir")  # before the work, not after it
+    try:
+        check_writable(out.parent, "data.prepared_dir")  # before the work, not after it
+    except UserError as e:
+        if out.exists():  # a preparation is there, but not of these settings, or damaged: say why it is rebuilt
+            raise UserError(f"{short(out)} is to be prepared again (outdated or damaged), but {e}") from None
+        raise
     created = make_folder(out.parent, "data.prepared_dir")
     try:
         return _prepare(d, out, show_progress)

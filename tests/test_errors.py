@@ -682,6 +682,22 @@ def test_8_an_unwritable_folder_is_refused_before_any_work(tmp, capsys, monkeypa
     assert list(locked.iterdir()) == [] and not out.exists()
 
 
+def test_8_a_damaged_preparation_in_an_unwritable_prepared_dir_is_called_damaged(tmp, capsys, monkeypatch):
+    """It was refused as 'not writable' alone: the user, who had prepared it there, was not told why
+    it was to be written at all."""
+    from data import prepare
+    prepared = tmp / "prepared_locked"
+    args = [*sets(tmp, tmp / "refused" / "damaged_prep", f"data.prepared_dir={prepared}"), "--quiet"]
+    assert in_process("data.prepare", [args[0], *args[1:-1]], capsys).code == 0
+    folder = next(prepared.iterdir())
+    (folder / "val.bin").write_bytes((folder / "val.bin").read_bytes()[:-2])  # a truncated array
+    deny_writing(monkeypatch, prepared)
+    monkeypatch.setattr(prepare, "load_text", lambda d: pytest.fail("prepared before checking"))
+    one_line(in_process("train.py", args, capsys), folder.name, "outdated or damaged", "data.prepared_dir",
+             "not writable")
+    assert not (tmp / "refused" / "damaged_prep").exists()
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into read-only folders")
 def test_8_a_read_only_out_dir_is_refused(tmp, capsys):
     locked = tmp / "read_only"
