@@ -428,10 +428,11 @@ def remove_other_heatmaps(folder: Path, written: list[Path]) -> None:
 def remove_other_pages(page: Path, written: list[Path]) -> None:
     """The explorer pages of `page`'s set (PAGE.html, PAGE_sampleN.html) that an earlier call left (more
     samples) would pass for this one's: remove those this call has not written (yet: they are written
-    again), by their mark (a user's file of such a name stays)."""
+    again), by their mark: written for PAGE.html too (a user's file of such a name stays, and so does a
+    PAGE_sample2.html that a call of its own was asked for)."""
     names = attention_html.in_page_set(page)
     for path in page.parent.iterdir():
-        if names.fullmatch(path.name) and path not in written and attention_html.is_explorer_page(path):
+        if names.fullmatch(path.name) and path not in written and attention_html.written_for(path) == page.name:
             path.unlink(missing_ok=True)
 
 
@@ -501,7 +502,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     page = args.attention_html
     with run_lock(args.attention_png, "--attention-png", "sample.py drawing heatmaps", HEATMAP_LOCK) \
             if args.attention_png is not None else nullcontext(), \
-            run_lock(page.parent, "--attention-html's folder",
+            run_lock(page.parent, "folder of --attention-html",
                      f"sample.py writing the pages of {short(attention_html.page_set(page))} there",
                      f".{attention_html.page_set(page)}.lock") if page is not None else nullcontext():
         try:
@@ -565,7 +566,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             path = attention_html.write_explorer(
                 attention_html.numbered(args.attention_html, i, args.num_samples), model, tokenizer, ids + new_ids,
                 len(new_ids), recorded, f"{run_name(args.run)}: the prompt and sample {i + 1}",
-                attention_view.sampling_rule(args.temperature, args.top_k, args.top_p))
+                attention_view.sampling_rule(args.temperature, args.top_k, args.top_p), args.attention_html)
             if i == 0:  # at once: a generation stopped must not leave an earlier call's pages beside it
                 remove_other_pages(args.attention_html, [path])
             out.write(f"saved {shown_path(path)}\n")

@@ -367,6 +367,52 @@ def test_the_page_says_what_a_byte_label_is_when_it_shows_one(tmp_path):
     assert "; \\xNN = one byte: of a character split across tokens" in legend.search(dom(path, ""))[1]
 
 
+def test_the_page_shows_tokens_whole_not_cut_at_the_tables_width():
+    """The page cut every token at the tables' 10 characters: ' Northumberland' and ' Northumberlands' were
+    both '␣Northumb…', in the text, the hover panel and the candidates alike."""
+    from tinygpt.tokenizer import WordTokenizer
+    long_word = "x" * 100
+    tok = WordTokenizer.from_text(f"KING: Northumberland Northumberlands {long_word}")
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=8, n_layer=1, n_head=2, n_embd=16, vocab_size=tok.vocab_size)).eval()
+    ids = tok.encode(f"KING: Northumberland Northumberlands {long_word}")
+    step = {"ctx": len(ids) - 1, "p": 0.5, "top": [(ids[2], 0.5), (ids[3], 0.25)]}
+    data = attention_html.explorer_data(model, tok, ids, 1, [step], "words")
+    assert data["tokens"][2:4] == ["␣Northumberland", "␣Northumberlands"]
+    assert [label for label, _ in data["steps"][0]["top"]] == ["␣Northumberland", "␣Northumberlands"]
+    cut = data["tokens"][-1]  # a word tokenizer's token is as long as the word: the page's size stays bounded
+    assert len(cut) == attention_html.PAGE_LABEL and cut == "␣" + "x" * (attention_html.PAGE_LABEL - 2) + "…"
+
+
+def test_a_page_with_nothing_generated_says_nothing_of_generated_tokens(tmp_path):
+    """With --max-new-tokens 0 the legend still said 'underlined = generated (hover for its top candidates ...)'."""
+    browser()  # skip early without one
+    model, tok = tiny_model()
+    legend = re.compile(r'id="legend"[^>]*>(.*?)</', re.S)
+    path = tmp_path / "page.html"
+    for n_generated, said in ((0, False), (2, True)):
+        data = attention_html.explorer_data(model, tok, tok.encode("The cat"), n_generated, [], "legend")
+        path.write_text(attention_html.explorer_html(data), encoding="utf-8")
+        assert ("underlined = generated" in legend.search(dom(path, ""))[1]) == said
+
+
+def test_many_heads_draw_narrow_bars_so_the_text_stays_readable(tmp_path):
+    """64 heads drew 64 bars of 3 px and 63 gaps under every token in the all-heads view: about 256 px a
+    token, four tokens a line. Past 16 heads each bar is 1 px, with no gap."""
+    browser()  # skip early without one
+    tok = CharTokenizer.from_text(TEXT)
+    bar = re.compile(r'<i style="([^"]*)"')
+    for n_head, narrow in ((16, False), (32, True)):
+        torch.manual_seed(0)
+        model = GPT(ModelConfig(block_size=16, n_layer=1, n_head=n_head, n_embd=64, vocab_size=tok.vocab_size)).eval()
+        path = tmp_path / f"heads{n_head}.html"
+        path.write_text(attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode("The cat"))),
+                        encoding="utf-8")
+        styles = bar.findall(dom(path, "layer=0&head=all&query=6"))
+        assert len(styles) == 7 * n_head
+        assert all(("width: 1px" in style) == narrow for style in styles), styles[:2]
+
+
 def test_the_notebook_view_wraps_the_page_in_an_iframe():
     pytest.importorskip("IPython")
     model, tok = tiny_model()

@@ -164,7 +164,7 @@ def test_the_notebooks_saved_explorer_page_is_todays(notebook):
     cell = next(c for c in notebook["cells"] if c["cell_type"] == "code" and "notebook_view" in "".join(c["source"]))
     saved = "".join(next(o["data"]["text/html"] for o in cell["outputs"] if "text/html" in o.get("data", {})))
     page = html.unescape(re.fullmatch(r'<iframe srcdoc="(.*)" style=[^>]*></iframe>', saved, re.DOTALL)[1])
-    chunks = re.split("%DATA%|%TITLE%", PAGE)
+    chunks = re.split("%DATA%|%SET%|%TITLE%", PAGE)
     assert all(chunk in page for chunk in chunks), [c[:80] for c in chunks if c not in page]
     said = "".join("".join(o["text"]) for o in cell["outputs"] if o["output_type"] == "stream")
     assert f": {len(page):,} characters," in said, said

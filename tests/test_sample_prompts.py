@@ -550,14 +550,25 @@ def test_a_set_of_pages_is_one_calls_and_one_call_writes_it_at_a_time(tiny_stori
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p_sample1.html", "p_sample2.html", "p_sample4.html"]
     run_sample([tiny_stories_run, *GREEDY, "--attention-html", page])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.html", "p_sample4.html"]
-    with run_lock(tmp_path, "--attention-html's folder", "sample.py writing 'p.html' there", ".p.html.lock"):
+    with run_lock(tmp_path, "folder of --attention-html", "sample.py writing 'p.html' there", ".p.html.lock"):
         refused([tiny_stories_run, *GREEDY, "--attention-html", page],
-                r"^--attention-html's folder='\S+' is in use by another sample.py writing the pages of 'p.html' there")
+                r"^folder of --attention-html='\S+' is in use by another sample.py writing the pages of 'p.html' there")
         run_sample([tiny_stories_run, *GREEDY, "--attention-html", tmp_path / "q.html"])  # another set: written
-        # p_sample2.html is of p.html's set, which that call's cleanup removes: it was written, said `saved`,
-        # and was then deleted by the call holding p.html
+        # p_sample2.html may be one of that call's pages (it writes it with --num-samples 2): the two would mix
         refused([tiny_stories_run, *GREEDY, "--attention-html", tmp_path / "p_sample2.html"],
-                r"^--attention-html's folder='\S+' is in use by another sample.py writing the pages of 'p.html' there")
+                r"^folder of --attention-html='\S+' is in use by another sample.py writing the pages of 'p.html' there")
+
+
+def test_pages_asked_for_by_name_in_calls_of_their_own_are_no_set_to_clean(tiny_stories_run, tmp_path):
+    """story_sample1.html and story_sample2.html, each named in a call of its own, were deleted without a
+    word by a later call writing story.html: named like its samples, they passed for an earlier call's."""
+    for n in (1, 2):
+        run_sample([tiny_stories_run, *GREEDY, "--attention-html", tmp_path / f"story_sample{n}.html"])
+    run_sample([tiny_stories_run, *GREEDY, "--attention-html", tmp_path / "story.html"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["story.html", "story_sample1.html", "story_sample2.html"]
+    run_sample([tiny_stories_run, *GREEDY, "--num-samples", "3", "--attention-html", tmp_path / "story.html"])
+    run_sample([tiny_stories_run, *GREEDY, "--attention-html", tmp_path / "story.html"])  # the samples were its set
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["story.html"]
 
 
 def test_a_prepared_data_folder_is_no_run(tiny_stories_run, tmp_path):

@@ -650,6 +650,17 @@ def test_an_unknown_combining_mark_is_shown_as_its_escape():
         CharTokenizer.from_text("abe").encode("e\u0301")
 
 
+def test_an_invisible_character_past_ascii_is_not_shown_as_a_byte():
+    """A whole no-break space (U+00A0) was shown '\\xa0', as a lone byte 0xa0 of a split character is, and
+    the legend then called it one byte: past ASCII, an invisible character is now \\uNNNN."""
+    tok = CharTokenizer.from_text("a\u00a0b\u0085c\u00ad\x1b\U000e0001")
+    shown = {tok.decode([i]): tok.token_str(i) for i in range(tok.vocab_size)}
+    assert shown["\u00a0"] == "\\u00a0" and shown["\u0085"] == "\\u0085" and shown["\u00ad"] == "\\u00ad"
+    assert shown["\x1b"] == "\\x1b" and shown["\U000e0001"] == "\\U000e0001"
+    bpe = build_tokenizer("bpe", "voil\u00e0\u00a0! " * 50, bpe_vocab_size=300)  # the byte a0, and c2 a0 merged
+    assert sorted(s for s in map(bpe.token_str, range(bpe.vocab_size)) if "a0" in s) == ["\\u00a0", "\\xa0"]
+
+
 # ---- gaps found by a mutation audit ----
 
 def test_unknown_characters_beyond_ten_are_cut_short():

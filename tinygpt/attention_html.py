@@ -28,6 +28,10 @@ from tinygpt.attention_view import shows_bytes, step_candidates, token_label, wi
 from tinygpt.checkpoint import atomic_write_text, file_head
 
 SCALE = 1000  # weights stored as integers in units of 1/SCALE (0.1 %)
+# characters of a token the page shows (longer ones are cut with "…"): running text has no column to fit, unlike
+# the tables' MAX_LABEL, where " Northumberland" and " Northumberlands" were both "␣Northumb…"; a word
+# tokenizer's token is as long as a word of the text, so the page's size stays bounded
+PAGE_LABEL = 64
 
 
 def recorded(steps: Iterable[Step], sink: list[dict] | deque[dict], temperature: float, top_k: int | None,
@@ -62,8 +66,8 @@ def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 
         raise ValueError(f"{len(steps)} steps for {n_generated} generated tokens, {T - first_generated} of them in "
                          f"the window")
     shown_steps = list(steps)[len(steps) - (T - first_generated):] if steps else []  # those inside the window
-    labels = [token_label(tokenizer, i) for i in window]
-    tops = [[[token_label(tokenizer, i), round(q, 4)] for i, q in s["top"]] for s in shown_steps]
+    labels = [token_label(tokenizer, i, PAGE_LABEL) for i in window]
+    tops = [[[token_label(tokenizer, i, PAGE_LABEL), round(q, 4)] for i, q in s["top"]] for s in shown_steps]
     return {
         "title": title, "rule": rule, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "block_size": cfg.block_size,
         "causal": cfg.causal, "scale": SCALE, "earlier": len(ids) - T,
@@ -75,19 +79,24 @@ def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 
     }
 
 
-def explorer_html(data: dict) -> str:
-    """The page: PAGE with the data inlined as JSON ('<' escaped, so no text can end the script)."""
+def explorer_html(data: dict, page_set: str = "") -> str:
+    """The page: PAGE with the data inlined as JSON ('<' escaped, so no text can end the script).
+    `page_set`: the file name asked for, recorded in the page (written_for)."""
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
     title = html.escape(data["title"] or "attention")
-    # data first: the title's marker comes before it in PAGE, so a token "%TITLE%" stays as it is
-    return PAGE.replace("%DATA%", payload, 1).replace("%TITLE%", title, 1)
+    # data first, then the set, then the title: each marker comes before the text put in earlier, so a
+    # token "%TITLE%" (a file named "%TITLE%.html") stays as it is
+    return PAGE.replace("%DATA%", payload, 1).replace("%SET%", html.escape(page_set), 1).replace("%TITLE%", title, 1)
 
 
 def write_explorer(path: str | Path, model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 0,
-                   steps: Sequence[dict] = (), title: str = "", rule: str = "") -> Path:
-    """Write the explorer page for `ids` (see explorer_data) to `path`, atomically; return the path."""
+                   steps: Sequence[dict] = (), title: str = "", rule: str = "", asked: str | Path | None = None) -> Path:
+    """Write the explorer page for `ids` (see explorer_data) to `path`, atomically; return the path.
+    `asked`: the page the user named, of which `path` is a numbered one (`numbered`); default `path`."""
     path = Path(path)
-    atomic_write_text(path, explorer_html(explorer_data(model, tokenizer, ids, n_generated, steps, title, rule)))
+    page = explorer_html(explorer_data(model, tokenizer, ids, n_generated, steps, title, rule),
+                         Path(asked if asked is not None else path).name)
+    atomic_write_text(path, page)
     return path
 
 
@@ -105,6 +114,19 @@ def is_explorer_page(path: Path) -> bool:
 def numbered(path: Path, sample: int, n_samples: int) -> Path:
     """The page for sample `sample` (from 0): path itself for a single sample, else stem_sampleN."""
     return path if n_samples == 1 else path.with_name(f"{path.stem}_sample{sample + 1}{path.suffix}")
+
+
+SET_MARK = re.compile(rb'<meta name="tinygpt-page-set" content="([^"]*)">')  # in PAGE's head (written_for)
+
+
+def written_for(path: Path) -> str | None:
+    """The file name the page at `path` was asked for (PAGE.html for its PAGE_sampleN.html), or None:
+    not an explorer page, or one written before pages recorded it. A page a user named
+    story_sample2.html in a call of its own is not one of story.html's samples, though named alike."""
+    head = file_head(path)
+    if head is None or GENERATOR.encode() not in head or (found := SET_MARK.search(head)) is None:
+        return None
+    return html.unescape(found.group(1).decode("utf-8", "surrogateescape"))
 
 
 def page_set(page: Path) -> str:
@@ -134,6 +156,7 @@ PAGE = """<!doctype html>
 <head>
 <meta charset="utf-8">
 <meta name="generator" content="tinygpt attention explorer">
+<meta name="tinygpt-page-set" content="%SET%">
 <title>%TITLE%</title>
 <style>
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1em 2em; color: #222; }
@@ -229,7 +252,8 @@ document.getElementById("legend").textContent =
   `; ${D.n_layer} layer${D.n_layer === 1 ? "" : "s"} x ${D.n_head} head${D.n_head === 1 ? "" : "s"}. Hover a token to see where it looks (click to pin it, then hover ` +
   `the others for their weight in every head); shading = weight (square-root scale), number = % of the ` +
   `query's attention` + (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
-  "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + "); ␣ = space" +
+  (D.first_generated < T ? "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + ")" : "") +
+  "; ␣ = space" +
   (D.bytes ? "; \\\\xNN = one byte: of a character split across tokens, or a control character." : ".");
 function buttons(id, values, key) {
   const box = document.getElementById(id);
@@ -288,8 +312,10 @@ function render(hoveredKey) {
       cell.textContent = pct(w[0]);
     } else {  // every head: one bar each, height = weight
       const bars = el("span", "bars");
+      if (D.n_head > 16) bars.style.gap = "0";  // many heads: 1 px each, so a token stays about as wide as 16
       w.forEach((x, h) => {
         const bar = el("i");
+        if (D.n_head > 16) bar.style.width = "1px";
         bar.style.height = `${Math.max(12 * Math.sqrt(x), x > 0 ? 1 : 0)}px`;
         bar.style.background = rgba(h, 1);
         bars.appendChild(bar);

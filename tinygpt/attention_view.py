@@ -18,7 +18,8 @@ Conventions (stated once here, printed by `legend`):
 - "." is a future key under the causal mask: its weight is exactly 0, not just small ("0" is a
   real key that got under 0.5 %);
 - "␣" is a space inside a token label, so "␣the" is the BPE token " the"; a newline is "\\n"; "\\xNN"
-  is one byte of a character that BPE split across tokens (é as "\\xc3" then "\\xa9");
+  is one byte of a character that BPE split across tokens (é as "\\xc3" then "\\xa9"), "\\uNNNN" an
+  invisible character past ASCII (a no-break space "\\u00a0");
 - "earlier" (when a long context is cropped to its last N tokens) is the summed weight on all
   keys before those N, so rows still sum to 100.
 """
@@ -67,10 +68,10 @@ def window_traces(model: GPT, ids: Sequence[int]) -> tuple[list[int], list[HeadT
 # ---- labels ----
 
 
-def token_label(tokenizer, id: int) -> str:
-    """One token as a table label: tokenizer.token_str with spaces shown as ␣, cut to MAX_LABEL."""
+def token_label(tokenizer, id: int, cut: int = MAX_LABEL) -> str:
+    """One token as a table label: tokenizer.token_str with spaces shown as ␣, cut to `cut` characters."""
     label = tokenizer.token_str(id).replace(" ", SPACE)
-    return label if len(label) <= MAX_LABEL else label[:MAX_LABEL - 1] + "…"
+    return label if len(label) <= cut else label[:cut - 1] + "…"
 
 
 def token_labels(tokenizer, ids: Sequence[int]) -> list[str]:

@@ -57,7 +57,8 @@ GPT2_VOCAB = 50257  # tokens of gpt2 / r50k_base: 50,256 BPE tokens and <|endoft
 
 
 def _escape(text: str) -> str:
-    """Readable one-line form of a token's text: '\\n' for a newline, spaces kept, bad bytes as \\xNN;
+    """Readable one-line form of a token's text: '\\n' for a newline, spaces kept, bad bytes as \\xNN
+    (and ASCII's control characters; an invisible one past ASCII as \\uNNNN, a no-break space \\u00a0);
     one that starts with a combining mark (a lone accent, U+0301) shows it on a dotted circle, '◌́',
     as Unicode's charts do: bare, it sat on whatever came before (a column's padding, a table's edge)."""
     out = ["\u25cc"] if text and unicodedata.category(text[0]).startswith("M") else []
@@ -71,8 +72,10 @@ def _escape(text: str) -> str:
             out.append(f"\\x{code - 0xDC00:02x}")
         elif ch.isprintable():
             out.append(ch)
-        else:
-            out.append(repr(ch)[1:-1])
+        elif code < 0x80:  # an ASCII control character: \x1b
+            out.append(f"\\x{code:02x}")
+        else:  # an invisible character past ASCII: \u00a0, not \xa0, which a lone byte shows as
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
     return "".join(out)
 
 
