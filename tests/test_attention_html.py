@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -411,6 +412,19 @@ def test_many_heads_draw_narrow_bars_so_the_text_stays_readable(tmp_path):
         styles = bar.findall(dom(path, "layer=0&head=all&query=6"))
         assert len(styles) == 7 * n_head
         assert all(("width: 1px" in style) == narrow for style in styles), styles[:2]
+
+
+@pytest.mark.parametrize("name", ["story_sample2.html", 'quo"te <b>&amp;.html', os.fsdecode(b"bad\xffname.html")])
+def test_a_page_records_the_name_it_was_asked_for_in_utf_8(tmp_path, name):
+    """attention_html.written_for reads back the name given (sample.py removes a set's pages by it); a
+    name's byte that is not UTF-8 enters the page %-escaped: the page says it is UTF-8."""
+    model, tok = tiny_model()
+    path = tmp_path / "page.html"
+    attention_html.write_explorer(path, model, tok, tok.encode("The cat"), asked=tmp_path / name)
+    path.read_bytes().decode("utf-8")  # strict: no byte of the name as it was
+    assert attention_html.written_for(path) == name
+    path.write_text("<html>my own page named alike</html>")
+    assert attention_html.written_for(path) is None
 
 
 def test_the_notebook_view_wraps_the_page_in_an_iframe():

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from collections import deque
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
+from urllib.parse import quote, unquote_to_bytes
 
 import torch
 
@@ -81,12 +83,13 @@ def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 
 
 def explorer_html(data: dict, page_set: str = "") -> str:
     """The page: PAGE with the data inlined as JSON ('<' escaped, so no text can end the script).
-    `page_set`: the file name asked for, recorded in the page (written_for)."""
+    `page_set`: the file name asked for, recorded in the page (written_for) as its %-escaped bytes: a
+    name's byte that is not UTF-8 must not enter a page that says it is UTF-8."""
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
     title = html.escape(data["title"] or "attention")
     # data first, then the set, then the title: each marker comes before the text put in earlier, so a
     # token "%TITLE%" (a file named "%TITLE%.html") stays as it is
-    return PAGE.replace("%DATA%", payload, 1).replace("%SET%", html.escape(page_set), 1).replace("%TITLE%", title, 1)
+    return PAGE.replace("%DATA%", payload, 1).replace("%SET%", quote(os.fsencode(page_set), safe=""), 1).replace("%TITLE%", title, 1)
 
 
 def write_explorer(path: str | Path, model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 0,
@@ -126,7 +129,7 @@ def written_for(path: Path) -> str | None:
     head = file_head(path)
     if head is None or GENERATOR.encode() not in head or (found := SET_MARK.search(head)) is None:
         return None
-    return html.unescape(found.group(1).decode("utf-8", "surrogateescape"))
+    return os.fsdecode(unquote_to_bytes(found.group(1).decode("ascii", "replace")))
 
 
 def page_set(page: Path) -> str:
