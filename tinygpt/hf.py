@@ -462,6 +462,9 @@ token, and the pipeline drops special tokens from the text it decodes: every {pa
       generate.tokenizer.pad_token_id = generate.model.config.bos_token_id
       generate(["PROMPT", "A LONGER PROMPT"], batch_size=2, max_new_tokens=N, do_sample=False)   # as each alone
 
+  An empty prompt is the exception: in a batch it is all padding, masked whole, so it continues from nothing \
+(alone, from the start token): generate it alone.
+
   tokenizer_config.json pads on the left, so `inputs = generate.tokenizer(prompts, padding=True, \
 return_tensors="pt")` then `out = generate.model.generate(**inputs, ...)` works too; there the padding \
 decodes as {pad!r}: decode only the new tokens, `out[:, inputs.input_ids.shape[1]:]`.
