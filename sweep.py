@@ -54,7 +54,7 @@ out-of-memory kill or a user error in one run is reported (a signal by its name,
 SIGKILL`; with --jobs, the run's `error:` line in its report row) and the sweep goes on with the
 next; every run starts from a clean process (seeds, threads, device memory); and Ctrl-C is passed
 to each running run once, so it saves its checkpoint before the sweep stops (no other run starts;
-the report lists those as `not started`). The cost is ~2 s of start-up per run. `--jobs N` trains N
+the report lists those as their folders have them: `not started` where none is). The cost is ~2 s of start-up per run. `--jobs N` trains N
 runs at once, each on its share of the CPU cores, their output line by line behind each run's name:
 small models use several cores poorly, so on a CPU side by side is faster than one after the other.
 A sweep plans at most 1,000 runs (combinations x seeds), and --jobs at most one run per CPU core
@@ -938,8 +938,10 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
             with ThreadPoolExecutor(runner.jobs) as pool:
                 results = list(pool.map(lambda job: train_one(args, runner, *job), zip(tags, plan)))
     started = any(row is not None for row in results)
-    # a run the interruption kept from starting is listed too: without it the grid looks smaller
-    rows = [row if row is not None else {"run": run.name, "status": "not started", **run.values()}
+    # a run the interruption kept this call from reaching is listed too (without it the grid looks smaller), as
+    # its folder has it: an earlier call may have trained it, whole or in part
+    rows = [row if row is not None else {**(run_row(run, runner) or {"run": run.name, "status": "not started"}),
+                                         **run.values()}
             for row, run in zip(results, plan)]
     if runner.signum is not None:
         if started:  # none when the signal came before the first run started

@@ -633,6 +633,25 @@ def test_a_run_that_finished_as_the_sweep_was_stopped_is_done(tmp_path, monkeypa
     assert "n_head=2" not in out.split("sweep interrupted")[0]  # no run starts after the signal
 
 
+def test_an_interrupted_sweeps_report_gives_the_runs_it_did_not_reach_as_their_folders_have_them(
+        first_sweep, tmp_path, monkeypatch, capfd):
+    """Interrupted before it reached them, runs an earlier call had trained (finished, or in part) were
+    'not started' in the report, which replaced the one that showed them."""
+    out = tmp_path / "sw"
+    shutil.copytree(first_sweep["out"] / "n_head=2", out / "n_head=2")  # finished by an earlier call
+    fake = tmp_path / "fake_train.py"
+    fake.write_text("import os, signal, sys, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                    "os.kill(os.getppid(), signal.SIGINT)\ntime.sleep(0.5)\nsys.exit(0)\n")
+    monkeypatch.setattr(sweep, "TRAIN_PY", fake)
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--grid", "model.n_head=4,2,1", *shrink(first_sweep["tmp"] / "prepared"),
+                    "--out", str(out)])
+    assert exit_info.value.code == 130 and "sweep interrupted" in capfd.readouterr().out
+    rows = {r["run"]: r for r in read_csv(out / "results.csv")}
+    assert rows["n_head=2"]["status"] == "done" and float(rows["n_head=2"]["best_val_loss"]) > 0
+    assert rows["n_head=1"]["status"] == "not started"  # (no folder: it never trained)
+
+
 def test_a_run_stopped_by_a_signal_of_its_own_is_said_to_be_stopped(tmp_path, monkeypatch, capfd):
     """A SIGTERM sent to one run (not the sweep): train.py saves and exits 143, and the sweep said
     `failed with exit code 143 (its error is above)` above its `interrupted` line."""
