@@ -1151,6 +1151,13 @@ def test_a_second_sweep_on_the_same_folder_is_refused_at_once(tmp_path, monkeypa
         assert str(refused.value) == (f"--out={str(out)!r} is in use by another sweep or comparison (process {proc.pid}); "
                                       f"wait for it to end, or choose another --out")
         assert printed.getvalue() == ""  # not even planned
+        # nor is a training into a run folder the sweep plans (it trained there; the sweep's run then failed,
+        # and its report gave the other run's numbers under the sweep's settings), resumed or new
+        for resume in ([], ["--resume"]):
+            with pytest.raises(UserError, match=rf"^train.out_dir='\S+sw/n_head=2' is inside \S+sw, the folder of a "
+                                                rf"sweep or a comparison under way \(process {proc.pid}\)"):
+                train.main([CONFIG, "--set", *shrink(tmp_path / "p")[1:], f"train.out_dir={out / 'n_head=2'}",
+                            "--quiet", *resume])
         assert sorted(p.name for p in out.iterdir()) == [".sweep.lock", "n_head=1"]
         assert sorted(p.name for p in run.iterdir()) == ["pid"]  # its live run untouched
         proc.kill()

@@ -194,6 +194,13 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
     if (pid := lock_holder(out_dir, REPORT_LOCK)) is not None:  # (its first seconds: no run folder in it yet)
         raise UserError(f"train.out_dir={str(out_dir)!r} is the folder of a sweep or a comparison under way (process "
                         f"{pid}): this run's files would mix with its runs and report; choose another out_dir")
+    ours = (str(os.getpid()), str(os.getppid()))  # the sweep checking its plan, and its runs (its children)
+    for folder in resolved(out_dir, "train.out_dir").parents:  # a run the sweep plans there: it would find it
+        # trained with another's settings, and report it as its own
+        if (pid := lock_holder(folder, REPORT_LOCK)) is not None and pid not in ours:
+            raise UserError(f"train.out_dir={str(out_dir)!r} is inside {folder}, the folder of a sweep or a comparison "
+                            f"under way (process {pid}): its runs would mix with this one; choose a folder outside "
+                            f"it, or wait for it to end")
     if not resume and (what := shared_folder(out_dir)) is not None:
         raise UserError(f"train.out_dir={str(out_dir)!r} is {what}: a run writes its checkpoints, config.yaml, "
                         f"metrics.csv and loss.png into its folder; give it one of its own, e.g. out/NAME")
