@@ -126,8 +126,13 @@ NUMERIC = ("accuracy", "best_attention", "best_drop_zero", "best_drop_mean", "me
 def table(rows: list[dict]) -> tuple[str, dict]:
     """The markdown table (a row per run, then mean ± sd) and the aggregate figures (tinygpt.report.stats:
     mean, sd, 95% interval of the mean, n)."""
-    agg = {key: stats([r[key] for r in rows if r[key] is not None]) for key in NUMERIC}
-    same = sum(r["best_head"] == r["harmful_zero"] for r in rows)
+    # a run that resolves no reference: no removal can lower its accuracy, so its drops say nothing of its heads
+    # (probe.py says so): its accuracy and attention count, its drops do not
+    told = [r for r in rows if r["accuracy"] > 0]
+    agg = {key: stats([r[key] for r in (rows if key in ("accuracy", "best_attention") else told)
+                       if r[key] is not None]) for key in NUMERIC}
+    # the head hurts most where its drop is the largest, shared or not (its rank is then "1-5", a tie)
+    same = sum(r["harmful_zero"] != "none" and r["best_drop_zero"] == r["harmful_drop_zero"] for r in told)
 
     def pm(key: str) -> str:
         s = agg[key]
@@ -156,8 +161,11 @@ def table(rows: list[dict]) -> tuple[str, dict]:
                  f"{pm('median_drop_mean')} | | {pm('harmful_drop_zero')} / {pm('harmful_drop_mean')} | "
                  f"{pair_pm('pair_drop')} | {pair_pm('pair_by_drop')} |")
     lines.append("")
+    if blind := [r["run"] for r in rows if r not in told]:
+        lines.append(f"{', '.join(map(markdown_cell, blind))}: no reference resolved (accuracy 0%), so no removal can "
+                     f"lower it: the drops say nothing of its heads and are left out of the mean ± sd (train it longer)")
     lines.append(f"drops in accuracy points; the head with the most attention on the antecedent's attribute is the "
-                 f"one whose removal hurts most (zero ablation) in {same} of {len(rows)} runs")
+                 f"one whose removal hurts most (zero ablation; a tie counts) in {same} of {len(told)} runs")
     for key, what in (("best_drop_zero", "its drop (zero)"), ("median_drop_zero", "the median head's (zero)"),
                       ("pair_drop_zero", "the top two's together (zero)")):
         s = agg[key]

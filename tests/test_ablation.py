@@ -256,6 +256,27 @@ def test_when_no_head_hurts_none_is_named():
     assert "| none (0.0) / none (0.0) |" in markdown and figures["most_attention_is_most_harmful"] == 0
 
 
+def test_the_table_counts_a_tie_for_most_harmful_and_leaves_out_the_drops_of_a_run_that_resolves_nothing():
+    """A head tied for the largest drop (rank 1-5) was counted as not the most harmful; a run at 0% accuracy,
+    whose drops probe.py says say nothing, was averaged into the drops' mean ± sd without a word."""
+    def row(run: str, baseline: float, best_drop: float, harmful_drop: float) -> dict:
+        ab = {"baseline": baseline, "references": 10, "mean_over": {"stories": 3, "seed": 1, "positions": 90},
+              "drop": {"zero": [[best_drop, harmful_drop]], "mean": [[best_drop, harmful_drop]]},
+              "median_drop": {"zero": 0.0, "mean": 0.0},
+              "most_harmful": {m: {"layer": 0, "head": 1, "drop": harmful_drop} for m in ("zero", "mean")},
+              "together": [],
+              "most_attention": {"layer": 0, "head": 0, "attention": 0.4, "drop_zero": best_drop,
+                                 "drop_mean": best_drop, "rank_zero": "1-2", "rank_mean": "1-2"}}
+        return ablation_table.summary({"label": run, "n_layer": 1, "n_head": 2, "ablation": ab})
+    tied, blind = row("tied", 0.5, 0.2, 0.2), row("blind", 0.0, 0.0, 0.0)
+    markdown, figures = ablation_table.table([tied, row("other", 0.5, 0.1, 0.3), blind])
+    assert figures["most_attention_is_most_harmful"] == 1  # the tie
+    assert "hurts most (zero ablation; a tie counts) in 1 of 2 runs" in markdown
+    assert "blind: no reference resolved (accuracy 0%)" in markdown
+    assert figures["mean_sd"]["best_drop_zero"]["n"] == 2 and figures["mean_sd"]["best_drop_zero"]["mean"] == 15.0
+    assert figures["mean_sd"]["accuracy"]["n"] == 3  # (its accuracy counts)
+
+
 def test_only_heads_whose_removal_lowers_the_accuracy_are_top_heads():
     """All drops 0 (a model that has learned nothing to lose): "removed together (top two by
     zero-ablation drop)" named the first two heads; now there is no such pair."""
