@@ -40,8 +40,8 @@ setting, every metric's mean, standard deviation and 95% interval over the seeds
 settings differ beyond their intervals, and plots the mean val-loss curves with a band and each
 setting's results with their intervals (settings.png: against the first grid key, one line per
 value of the others); a run that failed or did not finish is listed but not averaged. `--probe`
-adds the coreference probe (tinygpt/coreference.py) to every run
-trained on `stories`: the shares of references resolved to the antecedent, the distractor or
+adds the coreference probe (tinygpt/coreference.py) to every run (each must train on `stories`: a grid
+with another data.dataset is refused before any training): the shares of references resolved to the antecedent, the distractor or
 neither, and the best heads' attention ratios; it is saved as probe.json in the run directory, so
 a rerun does not probe again (unless --probe-stories changed).
 
@@ -93,7 +93,7 @@ from data.prepare import BUILTIN, check_block_fits, prepare, prepared_dir, same_
 from model import ModelConfig
 from tinygpt.checkpoint import check_writable, load_checkpoint, load_model, resolve_checkpoint
 from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type, config_from_dict, config_source,
-                             flat_config, load_config, parse_overrides, read_yaml)
+                             flat_config, load_config, parse_overrides, read_yaml, unknown_key)
 from tinygpt.coreference import held_out_seed, probe
 from tinygpt.errors import (TORCHRUN_ENV, ArgParser, UserError, elide, handle_signals, path_arg, restore_signals,
                              run_cli, short, shown_path, work_is_files)
@@ -168,11 +168,8 @@ def check_keys(config: str, grid: dict[str, list[str]], sets: Sequence[str]) -> 
         if key == "model.vocab_size":
             raise UserError("--grid model.vocab_size: the vocabulary size comes from the tokenizer; vary "
                             "data.tokenizer or data.bpe_vocab_size instead")
-        if key not in known:
-            try:
-                load_config(config, [f"{key}={values[0]}"])
-            except UserError as e:
-                raise UserError(f"--grid {key}: {e}") from None
+        if key not in known:  # (parse_grid let only SECTION.KEY through)
+            raise unknown_key(key, "--grid")
 
 
 def check_types(grid: dict[str, list[str]]) -> None:
@@ -455,6 +452,8 @@ def existing_run(run_dir: Path, cfg: Config, prepared: Prepared | None = None) -
 
 # ---- the probe (--probe) ----
 
+PROBE_STORIES = 100  # held-out stories of each run's probe, unless --probe-stories
+
 
 def probe_run(run_dir: Path, n_stories: int, runner: Runner) -> dict | None:
     """The coreference probe of a finished run (its best.pt, else ckpt.pt), saved as probe.json
@@ -498,8 +497,9 @@ def parse_args(argv: Sequence[str] | None):
                    help="train every setting with N seeds (train.seed, train.seed+1, ...) and report the mean, "
                         "spread and 95%% interval of each metric over them")
     p.add_argument("--probe", action="store_true",
-                   help="also run the coreference probe on every run (models trained on stories)")
-    p.add_argument("--probe-stories", type=int, default=100, metavar="N", help="held-out stories the probe uses (default: 100)")
+                   help="also run the coreference probe on every run (each must train on data.dataset=stories)")
+    p.add_argument("--probe-stories", type=int, default=None, metavar="N",
+                   help=f"held-out stories the probe uses, with --probe (default: {PROBE_STORIES})")
     p.add_argument("--out", type=path_arg, default=None, help="sweep folder (default: out/sweeps/<config stem>)")
     p.add_argument("--quiet", action="store_true", help="no progress bars from the runs")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
@@ -515,6 +515,10 @@ def parse_args(argv: Sequence[str] | None):
     if args.seeds < 1:
         raise UserError(f"--seeds={args.seeds} must be >= 1")
     from probe import MAX_STORIES  # (a billion held-out stories were generated for 10 GB, deaf to Ctrl-C)
+    if args.probe_stories is not None and not args.probe:
+        raise UserError(f"--probe-stories={args.probe_stories} sets the stories of the probe, which runs with --probe "
+                        f"only: add --probe, or drop --probe-stories")
+    args.probe_stories = PROBE_STORIES if args.probe_stories is None else args.probe_stories
     if not 1 <= args.probe_stories <= MAX_STORIES:
         raise UserError(f"--probe-stories={args.probe_stories} must be in [1, {MAX_STORIES:,}] (probe.py --stories)")
     return args

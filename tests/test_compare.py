@@ -719,6 +719,20 @@ def test_runs_trained_on_different_data_are_different_settings(tmp_path):
     assert "| all runs | 3 |" in printed and "digest" not in printed, printed
 
 
+def test_a_metric_no_pair_could_be_compared_in_is_not_said_to_show_no_difference():
+    """Probe shares alike in every seed (± 0: no interval) were listed among the metrics in which 'No two
+    settings differ', though no pair was compared in them; the parenthesis gave the n >= 2 rule alone."""
+    from tinygpt import report
+    rows = [{"run": f"h{head}s{seed}", "status": "done", "model.n_head": head, "train.seed": seed,
+             "best_val_loss": loss, "antecedent": 0.5, "distractor": 0.25, "attribute_ratio": 1 + seed * head / 10}
+            for head, losses in ((1, (2.0, 2.1)), (2, (2.05, 2.15))) for seed, loss in zip((1, 2), losses)]
+    groups = report.group_by_setting(rows, ["model.n_head", "train.seed"])
+    last = report.summary_text(groups, report.DIFFERENCES_IN, True).splitlines()[-1]
+    assert last.startswith("No two settings differ beyond their 95% intervals in best_val_loss, attribute_ratio (2 "
+                           "comparisons, of the pairs with an interval on both sides: 2 finished seeds or more, not "
+                           "all alike; antecedent, distractor not compared: no pair has an interval on both sides)")
+
+
 def test_the_n_shown_is_the_n_counted(tmp_path, monkeypatch):
     """val_loss.png said `n_head=2 (mean of 2)`, averaging a seed stopped early, where the table said
     n=1; settings.png's title said 'over 2 seeds' of a setting of one (a point with no bar, looking

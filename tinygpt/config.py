@@ -266,7 +266,7 @@ def all_keys() -> list[str]:
     return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
 
 
-def _unknown_key(key: str, source: str) -> UserError:
+def unknown_key(key: str, source: str) -> UserError:
     """'did you mean' the closest valid key (a bare section name is matched against sections)."""
     if key in all_keys():  # `model.n_layer: 2` at the top of a file: a dotted key is --set's spelling
         section, name = key.split(".", 1)
@@ -369,7 +369,7 @@ def config_from_dict(raw: Any, source: str) -> Config:
             raise UserError(f"a config section ({source}) is {_yaml_word(section)}, not a name; valid sections: "
                             f"{', '.join(SECTIONS)}")
         if section not in SECTIONS:
-            raise _unknown_key(section, source)
+            raise unknown_key(section, source)
         if values is None:
             continue
         if not isinstance(values, dict):
@@ -381,7 +381,7 @@ def config_from_dict(raw: Any, source: str) -> Config:
                                 f"{section}'s keys: {', '.join(types)}")
             key = f"{section}.{name}"
             if name not in types:
-                raise _unknown_key(key, source)
+                raise unknown_key(key, source)
             setattr(getattr(cfg, section), name, _coerce(value, types[name], key, source))
     validate(cfg, source)
     return cfg
@@ -524,7 +524,7 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     overrides = list(overrides)
     for section, values in parse_overrides(overrides).items():
         if section not in SECTIONS:
-            raise _unknown_key(f"{section}.{next(iter(values))}", "--set")
+            raise unknown_key(f"{section}.{next(iter(values))}", "--set")
         base = merged.get(section)
         if base is not None and not isinstance(base, dict):  # config_from_dict would say so without --set
             raise UserError(f"section '{section}' ({path}) must be a mapping of keys to values")

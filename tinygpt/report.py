@@ -412,8 +412,12 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
     if not tested:  # (no interval on one side of every pair: nothing was tested)
         return text + (f"\nNo two settings could be compared in {', '.join(shown)}: a comparison needs a 95% "
                        f"interval on both sides, 2 finished seeds or more each (n above){losses}.\n")
-    among = (f", of the pairs that compare: 2 finished seeds or more each{losses}" if tested < pairs else "")
-    return text + (f"\nNo two settings differ beyond their 95% intervals in {', '.join(shown)} "
+    among = (f", of the pairs with an interval on both sides: 2 finished seeds or more, not all alike{losses}"
+             if tested < pairs else "")
+    compared = [m for m in shown if comparable_pairs(groups, [m])]  # (a metric no pair compares in is no finding)
+    unseen = [m for m in shown if m not in compared]
+    among += f"; {', '.join(unseen)} not compared: no pair has an interval on both sides" if unseen else ""
+    return text + (f"\nNo two settings differ beyond their 95% intervals in {', '.join(compared)} "
                    f"({count(tested, 'comparison')}{among}). Intervals that overlap do not show two settings equal: "
                    f"a difference smaller than the seeds' spread goes unseen.\n")
 
