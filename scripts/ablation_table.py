@@ -214,9 +214,10 @@ def same_run(target: str, saved: dict[str, dict]) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = ArgParser(prog="python -m scripts.ablation_table", description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", help="run directories (or saved probe.py --ablate outputs, .json/.txt)")
+    p.add_argument("runs", nargs="+", type=lambda text: str(path_arg(text)),  # ('' is no run: refused at once)
+                   help="run directories (or saved probe.py --ablate outputs, .json/.txt)")
     p.add_argument("--stories", type=int, default=100, help="held-out stories per probe (probe.py --stories)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="where each probe runs (probe.py --device; default: auto)")
     p.add_argument("--out", type=path_arg, help="keep each run's full probe output here")
     args = p.parse_args(argv)
     check_args(args)

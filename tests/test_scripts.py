@@ -794,6 +794,15 @@ def test_ablation_table_refuses_a_run_given_twice(tmp_path, capsys):
         one_line(cli(script("ablation_table").main, args, capsys), "seed1.json is given twice", "give it once")
 
 
+def test_ablation_table_refuses_an_empty_run_at_once(tiny_stories_run, capsys, monkeypatch):
+    """'' (an unset $RUN) from inside a run folder passed the checks as '.', printed `probing  ...`, then
+    failed in probe.py's own refusal; probe.py, compare.py and sample.py refuse it up front."""
+    module = script("ablation_table")
+    monkeypatch.setattr(module, "run", no_long_work)
+    monkeypatch.chdir(tiny_stories_run)
+    one_line(cli(module.main, [""], capsys), "argument runs: an empty path names no file or folder")
+
+
 def test_ablation_table_knows_a_run_by_its_checkpoint(tiny_stories_run, tmp_path, capsys, monkeypatch):
     """RUN and RUN/best.pt (the checkpoint probe.py reads for RUN), or RUN and a saved probe output of
     RUN, were two runs: `mean ± sd (2 runs) | 0.0 ± 0.0`, an interval built from one checkpoint."""
