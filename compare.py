@@ -34,7 +34,7 @@ from tinygpt.errors import (ArgParser, UserError, path_arg, path_word, run_cli, 
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.report import (NEVER_COMPARED, check_report_folder, data_changed, differing_keys, group_by_setting,
                             pictures_note, write_report, write_val_loss)
-from tinygpt.runs import REPORT_LOCK, run_lock, summarize_run
+from tinygpt.runs import REPORT_LOCK, not_a_run_file, run_lock, summarize_run
 
 
 def run_labels(run_dirs: Sequence[Path]) -> list[str]:
@@ -59,6 +59,9 @@ def draw(args, rows: list[dict], varied: list[str]) -> list[str]:
     """--plot-only: each run's loss.png, and the val-loss comparison of several runs; the paths."""
     if not can_plot():
         raise UserError("--plot-only needs matplotlib: pip install matplotlib")
+    for run in args.runs:  # before any is drawn: a link would be written through (as train.py refuses it)
+        if odd := not_a_run_file(run / "loss.png"):
+            raise UserError(f"{run / 'loss.png'} is {odd}: --plot-only writes the run's own loss.png; remove it")
     paths = []
     for run in args.runs:
         path = plot_run(run)

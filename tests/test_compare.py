@@ -901,6 +901,19 @@ def test_the_matplotlib_note_is_said_only_without_pictures(tmp_path, monkeypatch
     assert result["plots"] == [] and "matplotlib is not installed: no val_loss.png and settings.png" in printed
 
 
+def test_plot_only_does_not_write_through_a_runs_loss_png_link(tmp_path):
+    """RUN/loss.png a link to a file outside the run: --plot-only rewrote that file with the picture (train.py
+    refuses such a link, and --out's val_loss.png link is refused). Nothing is drawn, the target untouched."""
+    pytest.importorskip("matplotlib")
+    runs_ = [fake_run(tmp_path / n, s, [(0, "4.1", "4.1"), (10, "3.9", "3.9")]) for n, s in (("a", 1), ("b", 2))]
+    (tmp_path / "victim.png").write_bytes(b"someone's picture")
+    (Path(runs_[1]) / "loss.png").symlink_to(tmp_path / "victim.png")
+    with pytest.raises(UserError, match=r"b/loss.png is a link to \S+victim.png .*--plot-only writes the run's own"):
+        compare.main([*runs_, "--plot-only", "--out", str(tmp_path / "cmp")])
+    assert (tmp_path / "victim.png").read_bytes() == b"someone's picture"
+    assert not (Path(runs_[0]) / "loss.png").exists() and not (tmp_path / "cmp").exists()
+
+
 def test_plot_only_of_a_run_without_metrics_draws_nothing_and_says_so(tmp_path):
     """A run just started (no metrics.csv yet): no 'None' among the pictures drawn."""
     pytest.importorskip("matplotlib")

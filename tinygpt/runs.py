@@ -205,7 +205,7 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
         raise UserError(f"train.out_dir={str(out_dir)!r} is {what}: a run writes its checkpoints, config.yaml, "
                         f"metrics.csv and loss.png into its folder; give it one of its own, e.g. out/NAME")
     for name in TRAIN_FILES:
-        odd = _not_a_run_file(out_dir / name)
+        odd = not_a_run_file(out_dir / name)
         if odd:
             raise UserError(f"train.out_dir={str(out_dir)!r} holds {name}, {odd}, where a run writes its {name}; "
                             f"remove it, or choose another out_dir")
@@ -315,7 +315,7 @@ def users_config(out_dir: Path) -> bool:
     return first is not None and not _is_header(first) and not RESOLVED_HEADER.startswith(first)
 
 
-def _not_a_run_file(path: Path) -> str | None:
+def not_a_run_file(path: Path) -> str | None:
     """What is odd about `path`, where train.py writes one of its files, or None (missing, or a plain
     file): a link (to nothing, or to a file: the write would land outside the folder, in another
     run's maybe), a folder, a pipe or a device."""
