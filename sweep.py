@@ -40,10 +40,10 @@ setting, every metric's mean, standard deviation and 95% interval over the seeds
 settings differ beyond their intervals, and plots the mean val-loss curves with a band and each
 setting's results with their intervals (settings.png: against the first grid key, one line per
 value of the others); a run that failed or did not finish is listed but not averaged. `--probe`
-adds the coreference probe (tinygpt/coreference.py) to every run (each must train on `stories`: a grid
-with another data.dataset is refused before any training): the shares of references resolved to the antecedent, the distractor or
-neither, and the best heads' attention ratios; it is saved as probe.json in the run directory, so
-a rerun does not probe again (unless --probe-stories changed).
+adds the coreference probe (tinygpt/coreference.py) to every run (each must train on `stories`: a
+grid with another data.dataset is refused before any training): the shares of references resolved
+to the antecedent, the distractor or neither, and the best heads' attention ratios; it is saved as
+probe.json in the run directory, so a rerun does not probe again (unless --probe-stories changed).
 
 Each run reads the config file as it starts: one edited during the sweep so that it gives a run other
 settings than planned (an edited comment does not) leaves that run `not started (config edited)`, exit 1,
@@ -54,8 +54,9 @@ out-of-memory kill or a user error in one run is reported (a signal by its name,
 SIGKILL`; with --jobs, the run's `error:` line in its report row) and the sweep goes on with the
 next; every run starts from a clean process (seeds, threads, device memory); and Ctrl-C is passed
 to each running run once, so it saves its checkpoint before the sweep stops (no other run starts;
-the report lists those as their folders have them: `not started` where none is). The cost is ~2 s of start-up per run. `--jobs N` trains N
-runs at once, each on its share of the CPU cores, their output line by line behind each run's name:
+the report lists those as their folders have them: `not started` where none is). The cost is ~2 s
+of start-up per run. `--jobs N` trains N runs at once, each on its share of the CPU cores, their
+output line by line behind each run's name:
 small models use several cores poorly, so on a CPU side by side is faster than one after the other.
 A sweep plans at most 1,000 runs (combinations x seeds), and --jobs at most one run per CPU core
 this process may use. On Linux, a sweep that dies (even by SIGKILL) sends its running runs SIGTERM

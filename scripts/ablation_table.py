@@ -162,10 +162,12 @@ def table(rows: list[dict]) -> tuple[str, dict]:
                  f"{pair_pm('pair_drop')} | {pair_pm('pair_by_drop')} |")
     lines.append("")
     if blind := [r["run"] for r in rows if r not in told]:
-        lines.append(f"{', '.join(map(markdown_cell, blind))}: no reference resolved (accuracy 0%), so no removal can "
-                     f"lower it: the drops say nothing of its heads and are left out of the mean ± sd (train it longer)")
+        lines.append(f"{', '.join(map(markdown_cell, blind))}: no reference resolved (accuracy 0%), so no removal "
+                     f"can lower it: the drops say nothing of its heads and are left out of the mean ± sd (train it "
+                     f"longer)")
     lines.append(f"drops in accuracy points; the head with the most attention on the antecedent's attribute is the "
-                 f"one whose removal hurts most (zero ablation; a tie counts) in {same} of {len(told)} runs")
+                 f"one whose removal hurts most (zero ablation; a tie counts) in {same} of {len(told)} "
+                 f"runs")
     for key, what in (("best_drop_zero", "its drop (zero)"), ("median_drop_zero", "the median head's (zero)"),
                       ("pair_drop_zero", "the top two's together (zero)")):
         s = agg[key]

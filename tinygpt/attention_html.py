@@ -89,11 +89,13 @@ def explorer_html(data: dict, page_set: str = "") -> str:
     title = html.escape(data["title"] or "attention")
     # data first, then the set, then the title: each marker comes before the text put in earlier, so a
     # token "%TITLE%" (a file named "%TITLE%.html") stays as it is
-    return PAGE.replace("%DATA%", payload, 1).replace("%SET%", quote(os.fsencode(page_set), safe=""), 1).replace("%TITLE%", title, 1)
+    page = PAGE.replace("%DATA%", payload, 1).replace("%SET%", quote(os.fsencode(page_set), safe=""), 1)
+    return page.replace("%TITLE%", title, 1)
 
 
 def write_explorer(path: str | Path, model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 0,
-                   steps: Sequence[dict] = (), title: str = "", rule: str = "", asked: str | Path | None = None) -> Path:
+                   steps: Sequence[dict] = (), title: str = "", rule: str = "",
+                   asked: str | Path | None = None) -> Path:
     """Write the explorer page for `ids` (see explorer_data) to `path`, atomically; return the path.
     `asked`: the page the user named, of which `path` is a numbered one (`numbered`); default `path`."""
     path = Path(path)
@@ -255,7 +257,8 @@ document.getElementById("legend").textContent =
   `; ${D.n_layer} layer${D.n_layer === 1 ? "" : "s"} x ${D.n_head} head${D.n_head === 1 ? "" : "s"}. Hover a token to see where it looks (click to pin it, then hover ` +
   `the others for their weight in every head); shading = weight (square-root scale), number = % of the ` +
   `query's attention` + (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
-  (D.first_generated < T ? "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + ")" : "") +
+  (D.first_generated < T ?
+    "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + ")" : "") +
   "; ␣ = space" +
   (D.bytes ? "; \\\\xNN = one byte: of a character split across tokens, or a control character." : ".");
 function buttons(id, values, key) {
