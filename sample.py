@@ -100,7 +100,7 @@ def build_parser() -> ArgParser:
     p.add_argument("--no-kv-cache", action="store_true", help="recompute the whole context every step")
     p.add_argument("--compile", action="store_true",
                    help="compile the one-token decoding step with torch.compile first (about a minute; then a "
-                        "6x6x384 model decodes 1.4-2.8x faster on 2 CPU cores: worth it for big models, long or many samples)")
+                        "6x6x384 model decodes 1.4-3.0x faster on 2 CPU cores: worth it for big models, long or many samples)")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                    help="the weights' precision while generating: bfloat16 halves the bytes each token reads "
