@@ -508,7 +508,7 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     """Make sure the configured dataset is prepared; return its folder (reused when up to date)."""
     d = cfg.data
     out = prepared_dir(d)
-    sweep_temp_files(out)  # the temp folders of preparations killed mid-write (their writer is dead)
+    sweep_dead_preparations(Path(d.prepared_dir))
     if _is_current(out, d):
         return out
     refuse_foreign_files(out)
@@ -527,6 +527,19 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     except BaseException:
         remove_empty(created)  # a refused or stopped preparation leaves no empty data.prepared_dir
         raise
+
+
+def sweep_dead_preparations(folder: Path) -> None:
+    """The temp folders of preparations killed mid-write (their writer is dead) in data.prepared_dir, of
+    every setting's folder, not only this config's: a preparation is mostly killed for settings that were
+    wrong, which are never prepared again, and its temp folder was left for good."""
+    try:
+        names = {found[1] for p in folder.iterdir()
+                 if (found := re.fullmatch(r"\.(.+)\.\d+\.[a-z0-9_]{8}\.(?:tmp|old)", p.name))}
+    except OSError:  # no such folder yet, or not one to read
+        return
+    for name in sorted(names):
+        sweep_temp_files(folder / name)  # (only names of tinygpt's form, and never a live writer's)
 
 
 PREPARED_FILES = ("train.bin", "val.bin", "tokenizer.json", "meta.json")

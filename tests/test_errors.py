@@ -258,6 +258,10 @@ def test_1_a_killed_preparation_leaves_no_temp_folder(tmp):
     finally:
         running.kill()
         running.wait()
+    # another setting's, killed the same way (its settings wrong, never prepared again): it was left for good
+    other = prepared / ".stories-bpe-0123456789.999999999.abcd1234.tmp"
+    other.mkdir()
+    (other / "train.bin").write_bytes(b"\0" * 64)
     assert prepare(cfg, show_progress=False) == folder  # prepared already: only the sweep
     assert [p.name for p in prepared.iterdir()] == [folder.name]
 
