@@ -486,6 +486,18 @@ def test_a_value_pyyaml_cannot_build_says_what_is_wrong_and_where(tmp_path, text
     assert "unsupported YAML tag" not in message and "no value after it" not in message
 
 
+@pytest.mark.parametrize("text, where", [("1.0e-400", "file"), ("1e-400", "file"), ("1.0e-400", "--set"),
+                                         ("1e-400", "--set")])
+def test_a_float_too_small_to_hold_is_named_as_written_not_as_0(tmp_path, text, where):
+    """train.weight_decay: 1e-400 read as 0.0 without a word (train.lr=1e-400 was told 'train.lr=0.0 must be
+    > 0', a value the user never wrote); 0.0, 0e5 and 1e-300 still read."""
+    body, sets = (f"train:\n  weight_decay: {text}\n", []) if where == "file" else ("", [f"train.weight_decay={text}"])
+    message = user_error(write(tmp_path, body), sets)
+    assert f"'{text}'" in message and "too small for a float: it would read as 0.0" in message, message
+    for fine, value in (("0.0", 0.0), ("0e5", 0.0), ("1e-300", 1e-300)):
+        assert load_config(write(tmp_path, ""), [f"train.weight_decay={fine}"]).train.weight_decay == value
+
+
 def test_dates_and_base_60_are_not_guessed(tmp_path):
     cfg = load_config(write(tmp_path, "train: {out_dir: 2024-12-01}\n"))
     assert cfg.train.out_dir == "2024-12-01"  # not a datetime.date, refused as "not str" before

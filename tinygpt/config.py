@@ -124,6 +124,11 @@ TAG_NODES = {TAG + "map": yaml.MappingNode, TAG + "set": yaml.MappingNode, TAG +
 KINDS = {"!!bool": "a boolean (true or false)", "!!timestamp": "a date"}  # what PyYAML looks a value up as
 
 
+def underflows(text: str, number: Any) -> bool:
+    """Is `number`, read from `text`, a 0.0 that the text does not mean (1e-400: past float's smallest)?"""
+    return isinstance(number, float) and number == 0 and re.search(r"[1-9]", re.split("[eE]", text)[0]) is not None
+
+
 class LimitedSafeLoader(yaml.SafeLoader):
     """yaml.SafeLoader (plain data only, never Python objects) that refuses documents nested deeper
     than MAX_DEPTH, holding more than MAX_NODES values, or expanding to more through aliases: PyYAML
@@ -168,7 +173,11 @@ class LimitedSafeLoader(yaml.SafeLoader):
         if node.tag in self.yaml_constructors and not isinstance(node, want):
             raise YAMLRefused(f"{tag} takes {NODES[want]}, not {NODES[type(node)]} (line {line})")
         try:
-            return super().construct_object(node, deep)
+            value = super().construct_object(node, deep)
+            if node.tag == TAG + "float" and underflows(node.value, value):
+                raise YAMLRefused(f"a value cannot be read (line {line}: {short(node.value)} is too small for a "
+                                  f"float: it would read as 0.0)")
+            return value
         except (LookupError, ValueError, TypeError, AttributeError, OverflowError) as e:
             if not isinstance(node, yaml.ScalarNode):  # (yaml_load says what it can)
                 raise
@@ -311,6 +320,8 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
         if number is not None:
             if not math.isfinite(number):
                 raise UserError(f"{key}={short(value)} ({source}) must be a finite number")
+            if isinstance(value, str) and underflows(value, number):  # (YAML 1.1 leaves 1e-400 text: no dot)
+                raise UserError(f"{key}={short(value)} ({source}) is too small for a float: it would read as 0.0")
             return number
     if typ is str and isinstance(value, str):
         if "\0" in value:
