@@ -1,7 +1,8 @@
 """tinygpt: a decoder-only GPT built on causal multi-head attention, in plain PyTorch.
 
 Shape legend: B batch, T time (tokens), C n_embd, nh n_head, hs head_size = C // nh, V vocab_size;
-Tq queries and Tk keys (T_q, T_k as arguments): Tk = cached + new positions, Tq = Tk = T without a cache.
+Tq queries and Tk keys (T_q, T_k as arguments): Tk = cached + new positions, Tq = Tk = T without a cache;
+W the generation window's length (at most block_size).
 Read top to bottom: masked_softmax, causal_mask -> attention (the formula) -> matmul_attention,
 fast_attention (the same maths in faster kernels) -> HeadTrace -> CausalSelfAttention (heads) -> MLP
 -> Block -> GPT -> cross_entropy -> KVCache -> next_token_probs, sample_next -> Step, generate_steps,
@@ -111,11 +112,15 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     Tq, Tk = q.size(2), k.size(2)
     if Tq > 1 and q.device.type == "cpu" and q.dtype == torch.bfloat16:  # CPU + bfloat16: see matmul_attention
         return matmul_attention(q, k, v, causal_mask(Tq, Tk, q.device) if causal else None, dropout_p)
+    # the next two branches build the plain triangle themselves: after editing causal_mask, send every case
+    # through attn_mask=causal_mask(Tq, Tk, q.device), as the last branch does
     if not causal or Tq == 1:  # no mask, or one new query, which may attend every cached key
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # (B, nh, Tq, hs)
     if Tq == Tk:  # no cache: the plain lower triangle
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(Tq, Tk, q.device), dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)  # (B, nh, Tq, hs)
+    # queries after a cache: SDPA's is_causal would align the triangle top-left (query i sees keys 0..i)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(Tq, Tk, q.device),
+                                          dropout_p=dropout_p)  # (B, nh, Tq, hs)
 
 
 # ---- the transformer ----
@@ -167,8 +172,8 @@ class CausalSelfAttention(nn.Module):
         else:  # the fast path: the same maths under the same mask, no weights
             y, trace = fast_attention(q, k, v, self.causal, dropout_p), None  # (B, nh, T, hs)
         # 5) merge heads (concatenate), project
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
-        return self.resid_dropout(self.out_proj(y)), trace
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): view needs the memory in that order
+        return self.resid_dropout(self.out_proj(y)), trace  # (B, T, C)
 
 
 class MLP(nn.Module):
@@ -356,10 +361,10 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
     if top_p is not None and top_p < 1.0:
         # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
         sorted_p, order = torch.sort(probs, dim=-1, descending=True)  # (B, V)
-        drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # mass before this token already >= p
+        drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # (B, V) bool: mass before this token already >= p
         drop[:, 0] = False  # the most likely token always stays (a tiny p is 0 in float32)
         least = sorted_p.masked_fill(drop, float("inf")).amin(dim=-1, keepdim=True)  # (B, 1) least likely kept
-        drop = sorted_p < least  # tokens tied with it stay too (the sort's order must not choose)
+        drop = sorted_p < least  # (B, V) bool: tokens tied with it stay too (the sort's order must not choose)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))  # (B, V), unsorted
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
@@ -414,12 +419,12 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
         if window.size(1) > block_size:  # the last token did not fit: slide the window, drop the cache
             # (by half a block, not one token: the cache is refilled once per block_size // 2 tokens, not
             # every step; the uncached path slides alike, giving up context to give the same logits)
-            window, caches = window[:, -max(1, block_size // 2):], None
+            window, caches = window[:, -max(1, block_size // 2):], None  # (B, W), W = max(1, block_size // 2)
         if not use_cache:
             logits = model(window)  # (B, W, V): the whole window every step
         elif caches is None:
             caches = model.new_kv_caches(window.size(0))
-            logits = model(window, caches)  # prefill: the window's keys and values
+            logits = model(window, caches)  # (B, W, V); prefill: the window's keys and values
         else:
             logits = decode_step(window[:, -1:], caches)  # (B, 1, V): only the newest token is new
         next_id = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)  # (B,)

@@ -31,21 +31,15 @@ import torch
 
 from tinygpt.checkpoint import load_model, resolve_checkpoint
 from tinygpt.ablation import looks_like_heads, parse_heads
-from tinygpt.coreference import HELD_OUT_OFFSET, ablation, ablation_report, held_out_seed, probe, report
+from tinygpt.coreference import (HELD_OUT_OFFSET, ablation, ablation_report, check_stories, held_out_seed, not_stories,
+                                 probe, report)
 from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, short, shown_path
 from tinygpt.runs import training_note
 from tinygpt.runtime import ThreadPolicy, check_memory, resolve_device
 
 EACH = "each"  # --ablate without a list: every head in turn
-MAX_STORIES = 10_000  # 100x the default: about 110,000 references, hours of decoding on a CPU
 REFERENCES_PER_STORY = 12  # a little over the mean (11), for the memory estimate
 BYTES_PER_TOKEN = 40  # a window token held as a Python int in a list (pointer + int object)
-
-
-def not_stories(run: str | Path, dataset: str) -> UserError:
-    """The refusal of a run trained on other data than the stories (scripts/ablation_table.py too)."""
-    return UserError(f"{run} was trained on data.dataset={dataset!r}; the probe needs a run trained on the stories "
-                     f"corpus, whose pronoun references it measures (e.g. python train.py configs/stories.yaml)")
 
 
 def main(argv: Sequence[str] | None = None, out=None) -> dict:
@@ -62,8 +56,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
                         "head in turn; with a list (layer.head, from 0), those heads together")
     p.add_argument("--force", action="store_true", help="probe even a model trained without the causal mask")
     args = p.parse_args(argv)
-    if not 1 <= args.stories <= MAX_STORIES:
-        raise UserError(f"--stories={args.stories} must be in [1, {MAX_STORIES:,}]")
+    check_stories(args.stories, "--stories")
     if args.seed is not None and not 0 <= args.seed < 2**63:  # as sample.py: random.Random(-s) is Random(s)
         raise UserError(f"--seed={args.seed} must be in [0, 2**63)")
     device = resolve_device(args.device, "--device")

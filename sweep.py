@@ -90,12 +90,12 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from data.prepare import BUILTIN, check_block_fits, prepare, prepared_dir, same_dataset
+from data.prepare import BUILTIN, check_block_fits, prepare, prepared_dir, read_json, same_dataset
 from model import ModelConfig
 from tinygpt.checkpoint import check_writable, load_checkpoint, load_model, resolve_checkpoint
 from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type, config_from_dict, config_source,
                              flat_config, load_config, parse_overrides, read_yaml, unknown_key)
-from tinygpt.coreference import held_out_seed, probe
+from tinygpt.coreference import check_stories, held_out_seed, probe
 from tinygpt.errors import (TORCHRUN_ENV, ArgParser, UserError, elide, handle_signals, path_arg, restore_signals,
                              run_cli, short, shown_path, work_is_files)
 from tinygpt.report import (ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, pictures_note,
@@ -368,8 +368,8 @@ def prepared_meta(cfg: Config, prepared: Prepared) -> dict[str, Any] | str:
         if not (folder / "meta.json").is_file():  # (a large text's BPE takes a while: not in silence)
             print(f"sweep: preparing {folder} (the runs on the same data reuse it)")
         try:
-            prepared[folder] = json.loads((prepare(cfg, show_progress=False) / "meta.json").read_text())
-        except UserError as e:
+            prepared[folder] = read_json(prepare(cfg, show_progress=False) / "meta.json")  # (prepare's own reader)
+        except (UserError, OSError, ValueError) as e:
             prepared[folder] = str(e)
     return prepared[folder]
 
@@ -515,13 +515,11 @@ def parse_args(argv: Sequence[str] | None):
                         f"use --jobs {cores} or fewer")
     if args.seeds < 1:
         raise UserError(f"--seeds={args.seeds} must be >= 1")
-    from probe import MAX_STORIES  # (a billion held-out stories were generated for 10 GB, deaf to Ctrl-C)
     if args.probe_stories is not None and not args.probe:
         raise UserError(f"--probe-stories={args.probe_stories} sets the stories of the probe, which runs with --probe "
                         f"only: add --probe, or drop --probe-stories")
     args.probe_stories = PROBE_STORIES if args.probe_stories is None else args.probe_stories
-    if not 1 <= args.probe_stories <= MAX_STORIES:
-        raise UserError(f"--probe-stories={args.probe_stories} must be in [1, {MAX_STORIES:,}] (probe.py --stories)")
+    check_stories(args.probe_stories, "--probe-stories", " (probe.py --stories)")
     return args
 
 

@@ -181,10 +181,9 @@ def check_args(args) -> None:
     --device out of probe.py's range, a RUN that is no run (a typo, a folder without a checkpoint) or
     that was not trained on the stories, an --out that cannot be written. (Saved outputs are read and
     checked in main, before any probe.)"""
-    from probe import MAX_STORIES, not_stories
+    from tinygpt.coreference import check_stories, not_stories
     from tinygpt.runtime import resolve_device
-    if not 1 <= args.stories <= MAX_STORIES:
-        raise UserError(f"--stories={args.stories} must be in [1, {MAX_STORIES:,}] (probe.py --stories)")
+    check_stories(args.stories, "--stories", " (probe.py --stories)")
     resolve_device(args.device, "--device")
     if args.out is not None:
         check_writable(args.out, "--out")

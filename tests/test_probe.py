@@ -1,4 +1,4 @@
-"""Guards coreference.py, the coreference coreference.
+"""Guards tinygpt/coreference.py, the coreference probe, and probe.py.
 
 Char offsets map to the right token positions (char tokenizer, a hand-built BPE encoding including a
 character split across byte tokens, and GPT-2's ranks when the shared offline copy is at hand); a
@@ -461,7 +461,7 @@ def test_probe_refuses_flags_out_of_range(run, capsys, monkeypatch):
     assert "--stories=1000000000000" in one_line_exit_2(capsys, [str(run), "--stories", "1000000000000"])
     # within the bound, the windows must still fit in memory (the model itself does)
     monkeypatch.setattr("tinygpt.runtime.available_memory", lambda device: 100 * 2**20)
-    assert "lower --stories" in one_line_exit_2(capsys, [str(run), "--stories", str(probe.MAX_STORIES)])
+    assert "lower --stories" in one_line_exit_2(capsys, [str(run), "--stories", str(coreference.MAX_STORIES)])
 
 
 def test_probe_without_a_usable_reference_says_why(run, capsys, monkeypatch):

@@ -39,8 +39,8 @@ except ImportError:  # pragma: no cover - Windows: a temp file's writer is told 
 
 from model import GPT
 from tinygpt.config import Config, all_keys, config_from_dict
-from tinygpt.errors import (UserError, count, dead_link, first_few, link_loop, out_of_memory, path_word, reason,
-                            script_word, shell_join, shell_quote, short)
+from tinygpt.errors import (STOP_SIGNALS, UserError, count, dead_link, first_few, link_loop, out_of_memory, path_word,
+                            reason, script_word, shell_join, shell_quote, short)
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import DamagedTokenizer, Tokenizer, tokenizer_from_dict
 
@@ -114,7 +114,7 @@ def signals_held() -> Iterator[None]:
         yield
         return
     got: list[int] = []
-    kinds = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    kinds = list(STOP_SIGNALS)
     before = {kind: signal.getsignal(kind) for kind in kinds}
     for kind, handler in before.items():
         if handler not in (signal.SIG_IGN, None):  # (an ignored signal stays ignored)

@@ -56,6 +56,20 @@ SLACK = 8  # extra tokens encoded before the window, so its first token is cut a
 BATCH = 32  # cases run together (windows of equal length)
 WORD = re.compile(r"\s*([A-Za-z]+)")  # the first word of a continuation
 WHITESPACE = re.compile(r"\s")
+MAX_STORIES = 10_000  # held-out stories at most: 100x the default, about 110,000 references, hours on a CPU
+
+
+def check_stories(n: int, flag: str, note: str = "") -> None:
+    """Refuse a number of held-out stories outside [1, MAX_STORIES] (`flag` names it, `note` follows): a
+    billion were generated for 10 GB, deaf to Ctrl-C (probe.py, sweep.py --probe, the ablation table)."""
+    if not 1 <= n <= MAX_STORIES:
+        raise UserError(f"{flag}={n} must be in [1, {MAX_STORIES:,}]{note}")
+
+
+def not_stories(run: object, dataset: str) -> UserError:
+    """The refusal of a run trained on other data than the stories (probe.py, the ablation table)."""
+    return UserError(f"{run} was trained on data.dataset={dataset!r}; the probe needs a run trained on the stories "
+                     f"corpus, whose pronoun references it measures (e.g. python train.py configs/stories.yaml)")
 
 
 def held_out_seed(stories_seed: int) -> int:

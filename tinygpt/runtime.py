@@ -31,7 +31,8 @@ import torch
 
 from model import GPT, ModelConfig
 from tinygpt.config import DEVICES, WORDS, Config
-from tinygpt.errors import UserError, count, handle_signals, reason, restore_signals, short, torchrun_rank
+from tinygpt.errors import (TORCHRUN_ENV, UserError, count, handle_signals, reason, restore_signals, short,
+                            torchrun_rank)
 
 T = TypeVar("T")
 LOW_PRECISION = ("bfloat16", "float16")
@@ -207,8 +208,8 @@ def init_process_group(backend: str) -> None:
             env = os.environ
             print(f"note: process {env['RANK']} of {env['WORLD_SIZE']} has waited {RENDEZVOUS_NOTE_S:.0f} s for the "
                   f"others at MASTER_ADDR:MASTER_PORT={env['MASTER_ADDR']}:{env['MASTER_PORT']}; for a run of one "
-                  f"process, unset RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (Ctrl-C stops)", file=sys.stderr,
-                  flush=True)
+                  f"process, unset {', '.join(TORCHRUN_ENV[:-1])} and {TORCHRUN_ENV[-1]} (Ctrl-C stops)",
+                  file=sys.stderr, flush=True)
             noted = True
     if failed:
         raise failed[0]
