@@ -41,7 +41,7 @@ import torch
 from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
 from tinygpt.checkpoint import atomic_write_text, check_name_fits, check_writable, regular_file_target
-from tinygpt.config import Config, config_source, load_config
+from tinygpt.config import Config, config_source, load_config, set_key
 from tinygpt.errors import ArgParser, UserError, count, elide, folder_ending, run_cli, short, work_is_files
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, cpu_kind, device_name, following_free_cores, keep_freed_memory,
@@ -435,7 +435,7 @@ def check_args(args) -> list[str]:
         raise UserError("--compile compiles the training step of --steps and the decoding step of --vs-hf: with "
                         "neither it would change nothing; add one, or leave --compile out")
     for item in args.set:  # settings bench.py takes as flags: the config's would be ignored without a word
-        key = item.partition("=")[0].strip()
+        key = set_key(item)
         flag = {"train.dtype": "--dtypes bfloat16 (a list: float32,bfloat16)", "train.compile": "--compile"}.get(key)
         if flag:
             raise UserError(f"--set {elide(item, 80)}: bench.py measures what its flags ask for, not {key}: "

@@ -47,7 +47,7 @@ from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimiz
                                 load_weights, model_from_checkpoint, resolve_checkpoint, restore_rng_state,
                                 save_checkpoint, sweep_temp_files)
 from tinygpt.config import (FROM_WEIGHTS, Config, config_from_dict, config_source, config_to_dict, flat_config,
-                            load_config, same_path, set_word)
+                            load_config, same_path, set_key, set_word)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
                             shell_join, shell_quote, short, shown_path, stderr_is_terminal, stopping_on_a_signal,
                             work_is_files)
@@ -697,7 +697,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         check_same_settings(cfg, dist)
     if dist.master:  # under DDP rank 0 decides, holding the folder's lock; the others wait for its verdict
         check_run_dir(out_dir, args.resume, args.config,
-                      out_dir_set=any(item.partition("=")[0].strip() == "train.out_dir" for item in args.set),
+                      out_dir_set=any(set_key(item) == "train.out_dir" for item in args.set),
                       prepared_dir=cfg.data.prepared_dir)
         for name in TRAIN_FILES:  # temp files of a writer killed mid-write: a resume may never write them again
             # (under the run lock only this training writes them, but for loss.png: compare.py --plot-only too)

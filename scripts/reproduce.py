@@ -30,7 +30,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     stop_while_starting()
 
 from tinygpt.checkpoint import check_writable, file_head
-from tinygpt.config import load_config, set_word
+from tinygpt.config import load_config, set_key, set_word
 from tinygpt.errors import ArgParser, UserError, elide, path_arg, read_capped, run_cli
 from tinygpt.runtime import run_child
 
@@ -194,11 +194,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         p.error(f"no tiny shakespeare at {args.text}: give --text PATH/tinyshakespeare.txt")
     # the run folder is --out-dir/run: a train.out_dir of --set would train elsewhere, and the
     # metrics and samples be read from a folder with no run in it
-    if any(s.partition("=")[0].strip() == "train.out_dir" for s in args.set):
+    if any(set_key(s) == "train.out_dir" for s in args.set):
         p.error("--set train.out_dir=... is not taken: the run folder is --out-dir DIR (DIR/run)")
     # the figures are of the text the script names: stories measures its samples against the generated
     # stories, shakespeare trains on --text
-    if any(s.partition("=")[0].strip() == "data.dataset" for s in args.set):
+    if any(set_key(s) == "data.dataset" for s in args.set):
         why = ("stories trains on and measures against the generated stories" if args.what == "stories" else
                "give the text with --text PATH")
         p.error(f"--set data.dataset=... is not taken: {why}")

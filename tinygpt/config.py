@@ -401,6 +401,11 @@ def config_from_dict(raw: Any, source: str) -> Config:
 BREAKS = "\t\n\r\x0b\x0c\x85\u2028\u2029"  # a tab and what YAML (or Python) reads as a line break
 
 
+def set_key(item: str) -> str:
+    """The dotted key of one --set item as parse_overrides reads it: 'train.lr' of ' train.lr =3e-4'."""
+    return item.partition("=")[0].strip()
+
+
 def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
     """['model.n_head=8', 'train.lr=3e-4'] -> {'model': {'n_head': 8}, 'train': {'lr': '3e-4'}}.
 
@@ -412,8 +417,8 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
     for spaces, tabs and line breaks at either end, which YAML drops too."""
     nested: dict[str, dict] = {}
     for item in overrides:
-        key, sep, text = item.partition("=")
-        key = key.strip()
+        _, sep, text = item.partition("=")
+        key = set_key(item)
         if not sep or key.count(".") != 1:
             raise UserError(f"{source} {short(item)} must look like SECTION.KEY=VALUE, e.g. model.n_head=8")
         section, name = key.split(".")
