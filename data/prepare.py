@@ -656,7 +656,7 @@ def load_prepared(folder: str | Path) -> Prepared:
 
 def get_batch(data: np.ndarray, batch_size: int, block_size: int, generator: torch.Generator,
               device: torch.device, rank: int = 0, world_size: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows of block_size+1 tokens -> inputs x (B, T) and next-token targets y (B, T).
+    """Random windows of block_size+1 tokens -> inputs idx (B, T) and next-token targets (B, T).
 
     Under DDP every process draws the same global batch of batch_size * world_size windows from
     the same generator and keeps its own slice, so the processes see different data and together
@@ -669,7 +669,7 @@ def get_batch(data: np.ndarray, batch_size: int, block_size: int, generator: tor
         w = w.pin_memory().to(device, non_blocking=True)
     else:
         w = w.to(device)
-    return w[:, :-1], w[:, 1:]  # x (B, T), y (B, T): y is x shifted by one
+    return w[:, :-1], w[:, 1:]  # idx (B, T), targets (B, T): targets is idx shifted by one
 
 
 # ---- command line ----

@@ -61,12 +61,12 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler:
         if micro > 0 and stop is not None and stop():
             optimizer.zero_grad(set_to_none=True)
             return None
-        x, y = next_batch()  # (B, T), (B, T)
+        idx, targets = next_batch()  # (B, T), (B, T)
         # under DDP, average gradients across processes only on the last micro-step
         no_sync = getattr(model, "no_sync", None)
         with no_sync() if no_sync is not None and micro < grad_accum - 1 else nullcontext():
             with autocast:
-                loss = cross_entropy(model(x), y)
+                loss = cross_entropy(model(idx), targets)
             # the gradients of grad_accum micro-batches add up; dividing each loss by grad_accum
             # makes their sum the gradient of the mean loss, as if it were one big batch
             scaler.scale(loss / grad_accum).backward()
@@ -98,9 +98,9 @@ def estimate_loss(model: torch.nn.Module, splits: dict[str, np.ndarray], batch_s
             if stop is not None and stop():
                 model.train(was_training)
                 return None
-            x, y = get_batch(data, batch_size, block_size, gen, device, dist.rank, dist.world_size)
+            idx, targets = get_batch(data, batch_size, block_size, gen, device, dist.rank, dist.world_size)
             with autocast:
-                losses[i] = cross_entropy(model(x), y)
+                losses[i] = cross_entropy(model(idx), targets)
         out[split] = dist.mean(losses.mean()).item()
     model.train(was_training)
     return out
