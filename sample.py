@@ -46,7 +46,7 @@ import math
 import os
 import sys
 from collections import deque
-from contextlib import nullcontext
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -497,20 +497,27 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     decode_step = None
     if args.compile:  # for the threads of an idle machine (a busy one decodes uncompiled, on fewer)
         decode_step = compile_decoding(model, threads=None if threads is None else threads.fixed or threads.max_threads)
-    # one sample.py at a time draws heatmaps into a folder, or writes a set of pages: each removes the
-    # heatmaps (pages) of the set it did not write
-    page = args.attention_html
-    with run_lock(args.attention_png, "--attention-png", "sample.py drawing heatmaps", HEATMAP_LOCK) \
-            if args.attention_png is not None else nullcontext(), \
-            run_lock(page.parent, "folder of --attention-html",
-                     f"sample.py writing the pages of {short(attention_html.page_set(page))} there",
-                     f".{attention_html.page_set(page)}.lock") if page is not None else nullcontext():
+    with output_locks(args):
         try:
             if args.interactive:
                 return interactive(model, tokenizer, args, out, gen, threads, decode_step)
             return generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
         except FloatingPointError as e:  # model.sample_next: the weights overflow
             raise UserError(f"{args.run}: {e}") from None
+
+
+def output_locks(args) -> ExitStack:
+    """The locks of the folders sample.py writes pictures into: one sample.py at a time draws heatmaps into a
+    folder, or writes a set of pages, as each removes the heatmaps (pages) of the set it did not write."""
+    with ExitStack() as locks:  # (the first is let go if the second is refused)
+        if args.attention_png is not None:
+            locks.enter_context(run_lock(args.attention_png, "--attention-png", "sample.py drawing heatmaps",
+                                         HEATMAP_LOCK))
+        if (page := args.attention_html) is not None:
+            pages = attention_html.page_set(page)
+            locks.enter_context(run_lock(page.parent, "folder of --attention-html",
+                                         f"sample.py writing the pages of {short(pages)} there", f".{pages}.lock"))
+        return locks.pop_all()
 
 
 def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.Generator,
