@@ -135,6 +135,8 @@ def check_args(args) -> None:
     """Sampling flags out of range are user errors."""
     if args.max_new_tokens < 0:
         raise UserError(f"--max-new-tokens={args.max_new_tokens} must be >= 0")
+    # the model's own rules (model.next_token_probs raises ValueError) in the flags' words, then the command's
+    # narrower ones: a temperature that means nothing
     if not math.isfinite(args.temperature) or args.temperature < 0:
         raise UserError(f"--temperature={args.temperature} must be a number >= 0 (0 = greedy)")
     if 0 < args.temperature < MIN_TEMPERATURE:

@@ -468,3 +468,13 @@ def test_the_causal_mask_is_built_without_a_second_copy():
     grew = int(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout)
     assert grew < 1.5 * 16_000 ** 2  # one mask of 256 MB (two: 512)
+
+
+@pytest.mark.parametrize("shape", [dict(n_layer=1, n_head=1, n_embd=8, bias=False),
+                                   dict(n_layer=3, n_head=4, n_embd=32, bias=True)])
+def test_count_params_states_the_architecture_a_built_model_has(tiny_model_config, shape):
+    """GPT.count_params is the architecture in closed form (sweep.py's tables use it without building a
+    model): an edit of the model must edit it too, or this fails."""
+    from dataclasses import replace
+    cfg = replace(tiny_model_config, **shape)
+    assert GPT.count_params(cfg) == GPT(cfg).num_params()
