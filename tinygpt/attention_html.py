@@ -25,7 +25,7 @@ from urllib.parse import quote, unquote_to_bytes
 
 import torch
 
-from model import GPT, Step
+from model import GPT, Step, causal_mask
 from tinygpt.attention_view import shows_bytes, step_candidates, token_label, window_traces
 from tinygpt.checkpoint import atomic_write_text, file_head
 
@@ -59,8 +59,7 @@ def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 
     att = torch.stack([t.weights[0] for t in traces]).float().cpu()  # (n_layer, nh, T, T)
     stored = (att * SCALE).round().int()
     if cfg.causal:  # keep each query's allowed keys only: row q holds keys 0..q
-        rows, cols = torch.tril_indices(T, T)
-        stored = stored[..., rows, cols]  # (n_layer, nh, T(T+1)/2)
+        stored = stored[..., causal_mask(T, T)]  # (n_layer, nh, T(T+1)/2), row by row: the model's own mask
     else:
         stored = stored.flatten(-2)  # (n_layer, nh, T*T)
     first_generated = max(T - n_generated, 0)
