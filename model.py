@@ -187,8 +187,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, T, C) -> (B, T, C)"""
-        h = F.gelu(self.fc(x))  # (B, T, 4C): each position on its own, 4x wider
-        return self.dropout(self.out_proj(h))  # (B, T, C)
+        hidden = F.gelu(self.fc(x))  # (B, T, 4C): each position on its own, 4x wider
+        return self.dropout(self.out_proj(hidden))  # (B, T, C)
 
 
 class Block(nn.Module):
@@ -272,15 +272,15 @@ class GPT(nn.Module):
     def new_kv_caches(self, batch_size: int) -> list[KVCache]:
         """Empty per-layer caches for generating `batch_size` sequences."""
         cfg = self.config
-        p = self.tok_emb.weight
-        return [KVCache(batch_size, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head, p.device, p.dtype)
+        weight = self.tok_emb.weight  # (the caches live where the model does, in its dtype)
+        return [KVCache(batch_size, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head, weight.device, weight.dtype)
                 for _ in range(cfg.n_layer)]
 
     # ---- sizes (the memory check before training, MFU): not needed to follow the forward pass ----
 
     def num_params(self) -> int:
         """Number of parameters (the tied embedding/LM-head matrix counted once)."""
-        return sum(p.numel() for p in self.parameters())
+        return sum(param.numel() for param in self.parameters())
 
     @staticmethod
     def count_params(cfg: ModelConfig) -> int:
@@ -299,8 +299,8 @@ class GPT(nn.Module):
         attention's QK^T and att@V over the whole context (12 * L * T * C; the mask's skipped half
         is counted, as PaLM and nanoGPT count it)."""
         cfg = self.config
-        n = self.num_params() - self.pos_emb.weight.numel()
-        return 6 * n + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
+        n_weights = self.num_params() - self.pos_emb.weight.numel()
+        return 6 * n_weights + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
