@@ -205,17 +205,23 @@ def load_init(cfg: Config) -> tuple[GPT, dict[str, Any], str]:
 
 
 def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: int | None = None) -> Config:
-    """The settings config.yaml records: this call's, except for a resume that trains nothing (the run
-    is at its train.max_iters, or at --stop-at): its checkpoint's (a changed train.lr, say, would be
-    recorded for steps that never ran it; a lost config.yaml is written again, from them), with a note."""
+    """The settings config.yaml records: this call's, except for a resume that does nothing (the run is
+    at its train.max_iters, or at --stop-at, and its step evaluated): its checkpoint's (a changed
+    train.lr, say, would be recorded for steps that never ran it; a lost config.yaml is written again,
+    from them), with a note. An evaluation still due at the step runs under this call's settings, and
+    so do the drawing and TensorBoard's backfill: those are recorded."""
+    t = cfg.train
     at_stop = stop_at is not None and stop_at <= step
-    if ckpt is None or (step < cfg.train.max_iters and not at_stop):
+    if ckpt is None or (step < t.max_iters and not at_stop):
         return cfg
+    if (step % t.eval_interval == 0 or step == t.max_iters) and ckpt.get("evaluated_step", step) != step:
+        return cfg  # (train_loop's test: the step's eval, stopped before it ran, runs now)
     try:
         saved = config_from_dict(ckpt["config"], "ckpt.pt")
     except UserError:  # (an older checkpoint's config that no longer reads: this call's, as before)
         return cfg
     saved.train.out_dir = cfg.train.out_dir  # (a moved run: where it is now)
+    saved.train.plot, saved.train.tensorboard = t.plot, t.tensorboard  # (they act even so: a picture, a backfill)
     theirs = flat_config(saved)
     ignored = [key for key, value in flat_config(cfg).items() if theirs.get(key) != value]
     if ignored:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 import io
 import os
 import re
@@ -326,6 +327,28 @@ def test_a_resume_of_a_finished_run_keeps_its_settings_in_config_yaml(tmp_path, 
     assert runs.read_config(tmp_path / "run").train.max_iters == 2 and "not used" not in capsys.readouterr().err
     train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.lr=0.5") + ["--resume"])
     assert runs.read_config(tmp_path / "run").train.lr == 0.5
+
+
+def test_a_resume_that_evaluates_or_draws_records_the_settings_it_ran_with(tmp_path, capsys):
+    """Stopped at step 3 (no eval there), resumed with train.max_iters=3: the note said nothing is trained and
+    the settings are not used, yet step 3 was evaluated as the run's last (a metrics row, best.pt) under
+    max_iters 3, which ckpt.pt recorded while config.yaml kept 4. Turning TensorBoard on at a finished run
+    backfills its events: config.yaml said it was off."""
+    import train
+    from tinygpt import runs
+    from tinygpt.checkpoint import load_checkpoint
+    run = tmp_path / "run"
+    train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.eval_interval=2") + ["--stop-at", "3"])
+    capsys.readouterr()
+    train.main(run_args(tmp_path, "run", "train.max_iters=3", "train.eval_interval=2") + ["--resume"])
+    assert "not used" not in capsys.readouterr().err
+    assert max(r["step"] for r in runs.read_metrics(run) if r.get("val_loss") is not None) == 3  # evaluated
+    saved = load_checkpoint(run / "ckpt.pt")["config"]["train"]
+    assert runs.read_config(run).train.max_iters == 3 == saved["max_iters"]
+    if importlib.util.find_spec("tensorboard") is not None:
+        train.main(run_args(tmp_path, "run", "train.max_iters=3", "train.eval_interval=2", "train.tensorboard=true")
+                   + ["--resume"])
+        assert any((run / "tensorboard").glob("events.out.tfevents.*")) and runs.read_config(run).train.tensorboard
 
 
 def test_a_resume_at_its_stop_at_keeps_the_settings_it_was_trained_with(tmp_path, capsys):
