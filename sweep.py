@@ -756,7 +756,7 @@ def block_too_long(run: Planned, config: str, prepared: Prepared) -> str | None:
     if run.weights is not None:  # a run from other weights has their block
         block, source = run.weights.block_size, f"the weights of train.init_from={short(run.cfg.train.init_from)}"
     try:
-        check_block_fits(block, meta["train_tokens"], meta["val_tokens"], source)
+        check_block_fits(block, meta["train_tokens"], meta["val_tokens"], source, run.weights is not None)
     except UserError as e:
         return str(e)
     return None

@@ -235,13 +235,14 @@ def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: i
     return saved
 
 
-def load_data(cfg: Config, dist: Distributed, source: str, quiet: bool = False) -> Prepared:
+def load_data(cfg: Config, dist: Distributed, source: str, quiet: bool = False,
+              from_weights: str | None = None) -> Prepared:
     """Prepare the dataset (rank 0; the others wait; `quiet`: without its progress bar), then
-    memory-map it; this sets cfg.model.vocab_size from the tokenizer."""
+    memory-map it; this sets cfg.model.vocab_size from the tokenizer (`from_weights`: load_for_training's)."""
     if dist.master:
         prepare(cfg, show_progress=not quiet)
     dist.barrier()
-    return load_for_training(cfg, source)
+    return load_for_training(cfg, source, from_weights)
 
 
 def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data: Prepared) -> None:
@@ -747,7 +748,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     # batch (DDP copies rank 0's initial weights to the others); one process: train.seed itself
     torch.manual_seed(t.seed + dist.rank)
     # (this sets cfg.model.vocab_size from the tokenizer)
-    data = load_data(cfg, dist, config_source(args.config, args.set), args.quiet)
+    data = load_data(cfg, dist, config_source(args.config, args.set), args.quiet,
+                     t.init_from if init_model is not None else None)
     if init_ckpt is not None:
         check_init_tokenizer(cfg, init_ckpt, data)
         print(init_line)  # (after the check: a refused start says only why)

@@ -599,24 +599,28 @@ class Prepared:
     meta: dict
 
 
-def check_block_fits(block_size: int, n_train: int, n_val: int, source: str) -> None:
+def check_block_fits(block_size: int, n_train: int, n_val: int, source: str, from_weights: bool = False) -> None:
     """Each split must hold more tokens than a block (a batch draws block_size + 1 in a row); else a
-    UserError naming model.block_size and where it came from (`source`), with the fixes that can work."""
+    UserError naming model.block_size and where it came from (`source`), with the fixes that can work
+    (`from_weights`: train.init_from's weights set the block, which no model.block_size changes)."""
     for split, n in (("train", n_train), ("val", n_val)):
         if n <= block_size:
             shortest = min(n_train, n_val)  # (below the train split's, the val split's refused next)
-            fixes = [f"a model.block_size below {shortest}"] * (shortest >= 2) + ["more text"] + \
-                ["another data.val_fraction"] * (n_train + n_val >= 2 * (block_size + 1))
+            fixes = [f"a model.block_size below {shortest}"] * (shortest >= 2 and not from_weights) + ["more text"] + \
+                ["another data.val_fraction"] * (n_train + n_val >= 2 * (block_size + 1)) + \
+                ["another train.init_from"] * from_weights
             raise UserError(f"the {split} split has {n:,} token{'s' * (n != 1)}, not more than model.block_size="
                             f"{block_size} ({source}): use {', '.join(fixes[:-1])}"
                             f"{' or ' * (len(fixes) > 1)}{fixes[-1]}")
 
 
-def load_for_training(cfg: Config, source: str) -> Prepared:
+def load_for_training(cfg: Config, source: str, from_weights: str | None = None) -> Prepared:
     """The prepared data of cfg (prepare it first), checked to be longer than a block; sets
-    cfg.model.vocab_size from its tokenizer: the one place the vocabulary size is decided."""
+    cfg.model.vocab_size from its tokenizer: the one place the vocabulary size is decided.
+    `from_weights`: the train.init_from whose weights set the model (and its block)."""
     data = load_prepared(prepared_dir(cfg.data))
-    check_block_fits(cfg.model.block_size, len(data.train), len(data.val), source)
+    block_source = f"the weights of train.init_from={short(from_weights)}" if from_weights else source
+    check_block_fits(cfg.model.block_size, len(data.train), len(data.val), block_source, from_weights is not None)
     if cfg.model.vocab_size not in (0, data.tokenizer.vocab_size):  # e.g. a run's config.yaml, other data
         raise UserError(f"model.vocab_size={cfg.model.vocab_size} ({source}) is not the tokenizer's "
                         f"{data.tokenizer.vocab_size}: the vocabulary comes from the data; remove the key, or "

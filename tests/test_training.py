@@ -451,6 +451,21 @@ def test_init_from_a_compact_run_names_the_data_settings_that_give_its_vocabular
     assert said.endswith("prepare this data as it did, --set data.compact_vocab=true")
 
 
+def test_a_block_from_init_from_too_long_for_the_data_names_the_weights_not_model_block_size(tmp_path):
+    """The refusal named `model.block_size=16 (CONFIG with --set)`, a size the user never gave (they set 4),
+    and told them to lower model.block_size, which the weights of train.init_from override."""
+    import train
+    from tinygpt.errors import UserError
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "run", "train.max_iters=0"))
+    with pytest.raises(UserError) as refused:
+        train.main(run_args(tmp_path, "new", "train.max_iters=0", f"train.init_from={tmp_path / 'run'}",
+                            "model.block_size=4", "data.val_fraction=0.004"))
+    message = str(refused.value)
+    assert "not more than model.block_size=16 (the weights of train.init_from=" in message, message
+    assert "a model.block_size below" not in message and "another train.init_from" in message, message
+
+
 def test_init_from_says_which_model_settings_of_this_config_it_replaces(tmp_path):
     """train.init_from takes the saved run's model config: the line it prints names exactly this
     config's settings that differ from it (what the user asked for and will not get), no others."""
