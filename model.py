@@ -395,30 +395,26 @@ class Step(NamedTuple):
 def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                    top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
                    generator: torch.Generator | None = None, decode_step: Callable | None = None) -> Iterator[Step]:
-    """Continue idx (B, T) by max_new_tokens tokens, one at a time, yielding each Step.
-
-    Each step feeds the context, reads the last position's logits, samples, appends. Positions are
-    absolute and below block_size, so the context is a window (a longer prompt is first cut to its last
-    block_size tokens): when the next token does not fit, the window slides forward by half a block
-    (the newest block_size//2 tokens stay, at least one) and, with the cache, is computed afresh
-    once; both paths follow this policy, so cached and uncached logits stay equal (up to
-    floating-point rounding: the same sums in another order).
-    `decode_step` runs the one-token steps with the cache instead of the model (the same function,
-    compiled: tinygpt/runtime.py, compile_decoding). A model trained without the causal mask never
-    uses the cache: its earlier positions attend to later ones, so their keys and values change with
-    every new token. Call model.eval() first (checkpoint loading does): dropout would change the tokens."""
+    """Continue idx (B, T) by max_new_tokens tokens, one at a time, yielding each Step: feed the context,
+    read the last position's logits, sample, append. Call model.eval() first (checkpoint loading does):
+    dropout would change the tokens. `decode_step`: the one-token step, compiled (runtime.compile_decoding)."""
     if idx.size(1) == 0 or idx.min() < 0 or idx.max() >= model.config.vocab_size:
         got = f"ids {idx.min().item()}..{idx.max().item()}" if idx.numel() else "no token"
         raise ValueError(f"idx must hold at least one token, each an id in 0..{model.config.vocab_size - 1}: got {got}")
     block_size = model.config.block_size
+    # a model trained without the causal mask never uses the cache: its earlier positions attend to later
+    # ones, so their keys and values change with every new token
     use_cache = use_cache and model.config.causal
     decode_step = model if decode_step is None else decode_step  # the one-token step with the cache
+    # positions are absolute and below block_size, so the context is a window (a longer prompt is cut to
+    # its last block_size tokens)
     window = idx[:, -block_size:]  # (B, W): the tokens the model sees, W <= block_size
     caches = None
     for _ in range(max_new_tokens):
         if window.size(1) > block_size:  # the last token did not fit: slide the window, drop the cache
-            # (by half a block, not one token: the cache is refilled once per block_size // 2 tokens, not
-            # every step; the uncached path slides alike, giving up context to give the same logits)
+            # by half a block, not one token: the cache is refilled once per block_size // 2 tokens, not every
+            # step; the uncached path slides alike, so cached and uncached logits stay equal (up to rounding:
+            # the same sums in another order)
             window, caches = window[:, -max(1, block_size // 2):], None  # (B, W), W = max(1, block_size // 2)
         if not use_cache:
             logits = model(window)  # (B, W, V): the whole window every step
