@@ -753,10 +753,11 @@ def block_too_long(run: Planned, config: str, prepared: Prepared) -> str | None:
         return meta
     block, source = run.cfg.model.block_size, ("--grid" if "model.block_size" in run.varied
                                                else config_source(config, run.overrides))
+    from_weights = None
     if run.weights is not None:  # a run from other weights has their block
-        block, source = run.weights.block_size, f"the weights of train.init_from={short(run.cfg.train.init_from)}"
+        block, from_weights = run.weights.block_size, run.cfg.train.init_from
     try:
-        check_block_fits(block, meta["train_tokens"], meta["val_tokens"], source, run.weights is not None)
+        check_block_fits(block, meta["train_tokens"], meta["val_tokens"], source, from_weights)
     except UserError as e:
         return str(e)
     return None

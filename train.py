@@ -46,8 +46,8 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimizer, load_run_checkpoint,
                                 load_weights, model_from_checkpoint, resolve_checkpoint, restore_rng_state,
                                 save_checkpoint, sweep_temp_files)
-from tinygpt.config import (FROM_WEIGHTS, Config, config_from_dict, config_source, config_to_dict, flat_config,
-                            load_config, same_path, set_key, set_word)
+from tinygpt.config import (FROM_WEIGHTS, Config, TrainConfig, config_from_dict, config_source, config_to_dict,
+                            flat_config, load_config, same_path, set_key, set_word)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
                             shell_join, shell_quote, short, shown_path, stderr_is_terminal, stopping_on_a_signal,
                             work_is_files)
@@ -204,6 +204,12 @@ def load_init(cfg: Config) -> tuple[GPT, dict[str, Any], str]:
     return model, ckpt, f"train.init_from: starting from {path} (step {ckpt['step']}), with its model config{not_ours}"
 
 
+def eval_due(t: TrainConfig, step: int, evaluated: int) -> bool:
+    """Is `step` one to evaluate (every eval_interval steps, and the last) and not evaluated yet (`evaluated`:
+    the last step that was)?"""
+    return (step % t.eval_interval == 0 or step == t.max_iters) and step != evaluated
+
+
 def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: int | None = None) -> Config:
     """The settings config.yaml records: this call's, except for a resume that does nothing (the run is
     at its train.max_iters, or at --stop-at, and its step evaluated): its checkpoint's (a changed
@@ -214,8 +220,8 @@ def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: i
     at_stop = stop_at is not None and stop_at <= step
     if ckpt is None or (step < t.max_iters and not at_stop):
         return cfg
-    if (step % t.eval_interval == 0 or step == t.max_iters) and ckpt.get("evaluated_step", step) != step:
-        return cfg  # (train_loop's test: the step's eval, stopped before it ran, runs now)
+    if eval_due(t, step, ckpt.get("evaluated_step", step)):
+        return cfg  # (the step's eval, stopped before it ran, runs now)
     try:
         saved = config_from_dict(ckpt["config"], "ckpt.pt")
     except UserError:  # (an older checkpoint's config that no longer reads: this call's, as before)
@@ -596,7 +602,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
     mid_step = between if t.grad_accum > 1 else None
     try:
         while True:
-            if (run.step % t.eval_interval == 0 or run.step == t.max_iters) and run.step != run.evaluated:
+            if eval_due(t, run.step, run.evaluated):
                 eval_start = time.perf_counter()
                 losses = evaluate(run, metrics, speed["t_start"], between)  # (None: a signal, saved below)
                 speed["t_last"] += time.perf_counter() - eval_start  # tokens/s and MFU: training steps only

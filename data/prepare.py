@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, not_regular,
-                                remove_empty, run_around, sweep_temp_files)
+                                remove_empty, run_around, sweep_folder_temp_files)
 from tinygpt.config import Config, DataConfig, config_source, load_config, same_path
 from tinygpt.errors import (ArgParser, UserError, first_few, path_word, run_cli, shell_quote, short,
                             shown_path, stderr_is_terminal, work_is_files)
@@ -508,7 +508,9 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     """Make sure the configured dataset is prepared; return its folder (reused when up to date)."""
     d = cfg.data
     out = prepared_dir(d)
-    sweep_dead_preparations(Path(d.prepared_dir))
+    # the temp folders of preparations killed mid-write (their writer is dead), of every setting's folder: a
+    # preparation is mostly killed for settings that were wrong, never prepared again
+    sweep_folder_temp_files(Path(d.prepared_dir))
     if _is_current(out, d):
         return out
     refuse_foreign_files(out)
@@ -527,19 +529,6 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
     except BaseException:
         remove_empty(created)  # a refused or stopped preparation leaves no empty data.prepared_dir
         raise
-
-
-def sweep_dead_preparations(folder: Path) -> None:
-    """The temp folders of preparations killed mid-write (their writer is dead) in data.prepared_dir, of
-    every setting's folder, not only this config's: a preparation is mostly killed for settings that were
-    wrong, which are never prepared again, and its temp folder was left for good."""
-    try:
-        names = {found[1] for p in folder.iterdir()
-                 if (found := re.fullmatch(r"\.(.+)\.\d+\.[a-z0-9_]{8}\.(?:tmp|old)", p.name))}
-    except OSError:  # no such folder yet, or not one to read
-        return
-    for name in sorted(names):
-        sweep_temp_files(folder / name)  # (only names of tinygpt's form, and never a live writer's)
 
 
 PREPARED_FILES = ("train.bin", "val.bin", "tokenizer.json", "meta.json")
@@ -599,16 +588,19 @@ class Prepared:
     meta: dict
 
 
-def check_block_fits(block_size: int, n_train: int, n_val: int, source: str, from_weights: bool = False) -> None:
+def check_block_fits(block_size: int, n_train: int, n_val: int, source: str, from_weights: str | None = None) -> None:
     """Each split must hold more tokens than a block (a batch draws block_size + 1 in a row); else a
-    UserError naming model.block_size and where it came from (`source`), with the fixes that can work
-    (`from_weights`: train.init_from's weights set the block, which no model.block_size changes)."""
+    UserError naming model.block_size and where it came from (`source`, or `from_weights`: the
+    train.init_from whose weights set the block, which no model.block_size changes), with the fixes that can work."""
+    if from_weights is not None:
+        source = f"the weights of train.init_from={short(from_weights)}"
     for split, n in (("train", n_train), ("val", n_val)):
         if n <= block_size:
             shortest = min(n_train, n_val)  # (below the train split's, the val split's refused next)
-            fixes = [f"a model.block_size below {shortest}"] * (shortest >= 2 and not from_weights) + ["more text"] + \
+            fixes = [f"a model.block_size below {shortest}"] * (shortest >= 2 and from_weights is None) + \
+                ["more text"] + \
                 ["another data.val_fraction"] * (n_train + n_val >= 2 * (block_size + 1)) + \
-                ["another train.init_from"] * from_weights
+                ["another train.init_from"] * (from_weights is not None)
             raise UserError(f"the {split} split has {n:,} token{'s' * (n != 1)}, not more than model.block_size="
                             f"{block_size} ({source}): use {', '.join(fixes[:-1])}"
                             f"{' or ' * (len(fixes) > 1)}{fixes[-1]}")
@@ -619,8 +611,7 @@ def load_for_training(cfg: Config, source: str, from_weights: str | None = None)
     cfg.model.vocab_size from its tokenizer: the one place the vocabulary size is decided.
     `from_weights`: the train.init_from whose weights set the model (and its block)."""
     data = load_prepared(prepared_dir(cfg.data))
-    block_source = f"the weights of train.init_from={short(from_weights)}" if from_weights else source
-    check_block_fits(cfg.model.block_size, len(data.train), len(data.val), block_source, from_weights is not None)
+    check_block_fits(cfg.model.block_size, len(data.train), len(data.val), source, from_weights)
     if cfg.model.vocab_size not in (0, data.tokenizer.vocab_size):  # e.g. a run's config.yaml, other data
         raise UserError(f"model.vocab_size={cfg.model.vocab_size} ({source}) is not the tokenizer's "
                         f"{data.tokenizer.vocab_size}: the vocabulary comes from the data; remove the key, or "

@@ -256,13 +256,28 @@ def regular_file_target(path: Path) -> Path:
 STARTED = time.time()  # about when this process started (this module is among its first imports)
 
 
+# the name of a temp file or folder tinygpt makes for NAME (temp_beside, atomic_dir): .NAME.PID.xxxxxxxx.tmp
+# or .old, the last part mkstemp's 8 characters
+LEFTOVER = re.compile(r"\.(.+)\.(\d+)\.[a-z0-9_]{8}\.(?:tmp|old)")
+
+
 def leftover_pid(name: str, of: Path) -> int | None:
     """The writer's pid if `name` is exactly the name of a temp file or folder tinygpt makes for `of`
-    (temp_beside, atomic_dir: `.NAME.PID.xxxxxxxx.tmp` or `.old`, the last part mkstemp's 8
-    characters), else None: a user's `.page.html.draft.tmp`, or the leftovers of a neighbour
+    (LEFTOVER), else None: a user's `.page.html.draft.tmp`, or the leftovers of a neighbour
     (`.hf1.x.PID.xxxxxxxx.old` beside hf1), are not ours to remove."""
-    found = re.fullmatch(rf"\.{re.escape(of.name)}\.(\d+)\.[a-z0-9_]{{8}}\.(tmp|old)", name)
-    return int(found[1]) if found else None
+    found = LEFTOVER.fullmatch(name)
+    return int(found[2]) if found and found[1] == of.name else None
+
+
+def sweep_folder_temp_files(folder: Path) -> None:
+    """sweep_temp_files of every name in `folder` that has leftovers (LEFTOVER), not one path's: the
+    writers of a cache's other entries may have died too."""
+    try:
+        names = {found[1] for entry in folder.iterdir() if (found := LEFTOVER.fullmatch(entry.name))}
+    except OSError:  # no such folder yet, or not one to read
+        return
+    for name in sorted(names):
+        sweep_temp_files(folder / name)
 
 
 def sweep_temp_files(path: Path, only_writer: bool = False) -> None:
