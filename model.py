@@ -45,11 +45,10 @@ class ModelConfig:
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the last dim after setting scores where `mask` is False to -inf.
-
-    scores (..., Tq, Tk), mask (Tq, Tk) bool, True = may attend -> weights (..., Tq, Tk), rows sum to 1
-    and masked weights are exactly 0 (exp(-inf) = 0). Each row must allow a key (a row of -inf
-    alone gives NaN); the causal mask always allows the query's own position."""
+    """Softmax over the last dim after setting scores where `mask` is False to -inf: scores (..., Tq, Tk),
+    mask (Tq, Tk) bool, True = may attend -> weights (..., Tq, Tk), rows sum to 1, masked ones exactly 0."""
+    # exp(-inf) = 0. Each row must allow a key (a row of -inf alone gives NaN): the causal mask always
+    # allows the query's own position
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1)
@@ -65,12 +64,9 @@ def causal_mask(T_q: int, T_k: int, device: torch.device | None = None) -> torch
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
               dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference path, exactly the formula: returns (y, att). Steps 3-4 of
-    CausalSelfAttention.forward below, after 1) projecting and 2) splitting the heads.
-
-    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend or None
-    -> y (B, nh, Tq, hs), att (B, nh, Tq, Tk) the weights before dropout. dropout_p: 0.0 outside
-    training (F.dropout drops whenever it is above 0)."""
+    """The reference path, exactly the formula (steps 3-4 of CausalSelfAttention.forward): q (B, nh, Tq, hs),
+    k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend or None -> y (B, nh, Tq, hs), att (B, nh, Tq, Tk)
+    the weights before dropout. dropout_p: 0.0 outside training (F.dropout drops whenever it is above 0)."""
     hs = q.size(-1)
     # q·k sums hs products, so its variance grows like hs; dividing by sqrt(hs) brings it back to about 1
     # (for unit-variance q and k), so a wide head's softmax does not saturate: Vaswani et al. 2017, §3.2.1, note 4
@@ -85,13 +81,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 
 def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                      dropout_p: float = 0.0) -> torch.Tensor:
-    """The same formula as `attention`, as two batched matmuls with the scale and the mask fused
-    into the first (baddbmm: an additive -inf/0 mask + QK^T / sqrt(hs)). It runs the CPU's bfloat16
-    fast path: there PyTorch's fused SDPA kernel is slower than this, while in float32 and float16
-    SDPA is faster (docs/results.md, bench.py --attention; on GPUs SDPA's fused kernels run).
-
-    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend, or None
-    -> y (B, nh, Tq, hs)"""
+    """The same formula as `attention` in two batched matmuls, the scale and the mask fused into the first:
+    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask (Tq, Tk) True = may attend, or None -> y (B, nh, Tq, hs)."""
+    # the CPU's bfloat16 fast path: there PyTorch's fused SDPA kernel is slower than this, while in float32 and
+    # float16 SDPA is faster (docs/results.md, bench.py --attention; on GPUs SDPA's fused kernels run)
     B, nh, Tq, hs = q.shape
     Tk = k.size(2)
     additive_mask = torch.zeros((Tq, Tk), dtype=q.dtype, device=q.device)  # (Tq, Tk): 0 = may attend
@@ -105,10 +98,9 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
 
 def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                    dropout_p: float = 0.0) -> torch.Tensor:
-    """`attention` under causal_mask (or no mask) in the fastest kernel for the case; no weights.
-
-    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), the Tq queries the last of the Tk positions -> y (B, nh, Tq, hs).
-    It knows no other mask: the fused kernels build the causal one themselves (tested equal to `attention`)."""
+    """`attention` under causal_mask (or no mask) in the fastest kernel for the case; no weights. q (B, nh, Tq, hs),
+    k and v (B, nh, Tk, hs), the Tq queries the last of the Tk positions -> y (B, nh, Tq, hs). It knows no other
+    mask: the fused kernels build the causal one themselves (tested equal to `attention`)."""
     Tq, Tk = q.size(2), k.size(2)
     if Tq > 1 and q.device.type == "cpu" and q.dtype == torch.bfloat16:  # CPU + bfloat16: see matmul_attention
         return matmul_attention(q, k, v, causal_mask(Tq, Tk, q.device) if causal else None, dropout_p)
@@ -284,20 +276,20 @@ class GPT(nn.Module):
 
     @staticmethod
     def count_params(cfg: ModelConfig) -> int:
-        """num_params() of GPT(cfg), computed from the config without building it (so a size
-        check can run before any allocation): embeddings V*C + block_size*C, 12*C*C + 2*C per block
-        (4 attention and 2 MLP matrices, 2 LayerNorms), a final LayerNorm; biases add 11*C per
-        block and C at the end."""
+        """num_params() of GPT(cfg), computed from the config without building it (so a size check can run
+        before any allocation)."""
+        # embeddings V*C + block_size*C; per block 12*C*C + 2*C (4 attention and 2 MLP matrices, 2 LayerNorms);
+        # a final LayerNorm; biases add 11*C per block and C at the end
         C, L = cfg.n_embd, cfg.n_layer
         per_block = 12 * C * C + 2 * C + (11 * C if cfg.bias else 0)
         return cfg.vocab_size * C + cfg.block_size * C + L * per_block + C + (C if cfg.bias else 0)
 
     def flops_per_token(self) -> int:
-        """Training FLOPs per token (forward + backward), PaLM appendix B / nanoGPT's estimate: each
-        weight does a multiply-add forward and two backward (6 per parameter, position embeddings
-        excluded: a lookup; the token embedding counts, being the LM head's matmul too), plus
-        attention's QK^T and att@V over the whole context (12 * L * T * C; the mask's skipped half
-        is counted, as PaLM and nanoGPT count it)."""
+        """Training FLOPs per token (forward + backward), PaLM appendix B / nanoGPT's estimate."""
+        # each weight does a multiply-add forward and two backward: 6 per parameter (position embeddings
+        # excluded: a lookup; the token embedding counts, being the LM head's matmul too), plus attention's
+        # QK^T and att@V over the whole context, 12 * L * T * C (the mask's skipped half counted, as PaLM and
+        # nanoGPT count it)
         cfg = self.config
         n_weights = self.num_params() - self.pos_emb.weight.numel()
         return 6 * n_weights + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
@@ -313,10 +305,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 class KVCache:
-    """One layer's keys and values for the positions seen so far.
-
-    Correct only under the causal mask: an earlier position never attends to a later one, so its
-    key and value never change when tokens are appended and can be computed once and reused."""
+    """One layer's keys and values for the positions seen so far. Correct only under the causal mask: an earlier
+    position never attends to a later one, so its key and value never change when tokens are appended and can be
+    computed once and reused."""
 
     def __init__(self, B: int, nh: int, max_T: int, hs: int, device: torch.device, dtype: torch.dtype):
         # laid out (B, max_T, nh, hs) as the projections make them, so append is a plain slice copy
@@ -337,12 +328,10 @@ class KVCache:
 
 def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                      top_p: float | None = None) -> torch.Tensor:
-    """logits (B, V) -> the probabilities the next token is drawn from (B, V): softmax of
-    logits / temperature, keeping only the top_k tokens and the top_p nucleus. At temperature 0
-    (greedy: sample_next takes the argmax, whatever top_k and top_p say) they are the softmax of
-    the logits, unfiltered. Tokens tied with the k-th largest logit, or with the least likely
-    token of the nucleus, are kept too. Settings with no meaning raise ValueError: a negative
-    temperature would turn the distribution upside down without a word."""
+    """logits (B, V) -> the probabilities the next token is drawn from (B, V): softmax of logits / temperature,
+    keeping only the top_k tokens and the top_p nucleus (ties with the k-th largest logit, or with the least likely
+    token of the nucleus, kept too). Settings with no meaning raise ValueError."""
+    # a negative temperature would turn the distribution upside down without a word
     if not (0 <= temperature < math.inf):  # (a NaN fails every comparison)
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), not {temperature}")
     if top_k is not None and top_k < 1:
@@ -350,7 +339,7 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (None: no nucleus), not {top_p}")
     logits = logits.float()
-    if temperature == 0:
+    if temperature == 0:  # greedy: sample_next takes the argmax, whatever top_k and top_p say; unfiltered
         return torch.softmax(logits, dim=-1)  # (B, V)
     # the largest logit becomes 0 before dividing, so a tiny temperature cannot overflow to inf
     logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature  # (B, V), all <= 0

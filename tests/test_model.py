@@ -3,6 +3,7 @@ the SDPA fast path, causality and why generation and the KV cache rely on it (do
 parameter count, initialisation and sampling rules."""
 from __future__ import annotations
 
+import ast
 import math
 import re
 import subprocess
@@ -253,7 +254,7 @@ def test_parameter_count_formula(tiny_model_config):
 
 
 def test_flops_per_token_by_hand(tiny_model_config):
-    """The docstring's formula written out: 6 FLOPs per weight (position embeddings excluded, the tied
+    """The formula in flops_per_token's comment written out: 6 FLOPs per weight (position embeddings excluded, the tied
     token embedding counted once) plus 12 * L * T * C for attention's two matmuls."""
     C, V, T, L = 32, 37, 16, 2
     assert (tiny_model_config.n_embd, tiny_model_config.vocab_size, tiny_model_config.block_size,
@@ -478,3 +479,13 @@ def test_count_params_states_the_architecture_a_built_model_has(tiny_model_confi
     from dataclasses import replace
     cfg = replace(tiny_model_config, **shape)
     assert GPT.count_params(cfg) == GPT(cfg).num_params()
+
+
+def test_every_docstring_of_model_py_is_one_to_three_lines():
+    """model.py reads in one sitting: each function and class says what it does, with its shapes, in 1-3 lines;
+    the why and the maths go in comments beside the lines they explain."""
+    tree = ast.parse((ROOT / "model.py").read_text(encoding="utf-8"))
+    long_ones = {node.name: doc.strip().count("\n") + 1 for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                 and (doc := ast.get_docstring(node, clean=False)) and doc.strip().count("\n") >= 3}
+    assert long_ones == {}
