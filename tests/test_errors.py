@@ -777,6 +777,21 @@ def test_an_export_readme_quotes_its_folder_as_python_reads_it(run, tmp, capsys)
     assert ast.literal_eval(line) == str(out)
 
 
+def test_an_export_removes_the_temp_folders_of_killed_exports_beside_it(run, tmp, capsys):
+    """An export killed (SIGKILL) while writing leaves its hidden temp folder, a model's weights: it went only
+    when an export of that same name came, and an export is mostly killed for a name that was wrong. A live
+    export's temp folder (its writer's pid is running) is kept."""
+    pytest.importorskip("safetensors")
+    pytest.importorskip("tokenizers")
+    dead = tmp / ".wrong_name.999999999.abcd1234.tmp"  # a dead writer's (pid beyond pid_max)
+    dead.mkdir()
+    (dead / "model.safetensors").write_bytes(b"\0" * 64)
+    live = tmp / f".other.{os.getpid()}.abcd1234.tmp"
+    live.mkdir()
+    assert in_process("export.py", [run, "--format", "hf", tmp / "hf_swept"], capsys).code == 0
+    assert not dead.exists() and live.is_dir()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["sample.py", "probe.py", "export.py"])
 def test_an_empty_run_argument_is_refused_not_read_as_the_current_folder(run, script):

@@ -64,7 +64,7 @@ import torch
 from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, file_kind, is_utf8,
                                 load_model, load_weights, odd_file, resolve_checkpoint, resolved, save_checkpoint,
-                                torch_load)
+                                sweep_folder_temp_files, torch_load)
 from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, shell_join, short
 from tinygpt.runs import LOCK, RUN_FILES, training_note, training_now, write_config
@@ -362,6 +362,9 @@ def whole_folder(out_dir: Path, names: Sequence[str], force: bool) -> Iterator[P
         raise UserError(f"output folder {out_dir} {where} the current folder, and the output replaces it whole: "
                         f"name a new folder, e.g. {out_dir / 'hf'}")
     mode = stat.S_IMODE(target.stat().st_mode) if target.is_dir() else None
+    # the temp folders of exports killed (SIGKILL) mid-write into this folder's neighbours: atomic_dir sweeps
+    # only its own name's, and an export is mostly killed for a name that was wrong, never used again
+    sweep_folder_temp_files(target.parent)
     with atomic_dir(target, keep_existing) as tmp:
         if mode is not None:  # the folder it replaces keeps its permissions (a group's setgid folder, say)
             tmp.chmod(mode)
