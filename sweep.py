@@ -923,9 +923,25 @@ def other_runs(out: Path, plan: Sequence[Planned]) -> list[str]:
     return sorted(d.name for d in out.iterdir() if d.name not in mine and (d / "ckpt.pt").is_file())
 
 
+def drop_damaged_probes(plan: Sequence[Planned]) -> None:
+    """With --probe, a run's damaged probe.json (a disk fault, a hand edit) is removed with a note, so the
+    run is probed again: the sweep wrote it. (Without --probe, the report's reading of it refuses.)"""
+    for run in plan:
+        try:
+            read_probe(run.run_dir)
+        except UserError as e:
+            try:
+                (run.run_dir / "probe.json").unlink()
+            except OSError:  # (not ours to remove: the report's reading refuses it)
+                continue
+            print(f"note: {str(e).partition('; delete it')[0]}: removed, to probe the run again")
+
+
 def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     """Plan the grid's runs, train them and write the report, the sweep folder held."""
     plan = make_plan(args, grid, out)
+    if args.probe:
+        drop_damaged_probes(plan)
     check_reusable(args.config, plan, out)
     if others := other_runs(out, plan):
         print(f"note: --out={str(out)!r} also holds {len(others)} run(s) that are not in this grid "
