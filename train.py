@@ -795,7 +795,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         write_config(out_dir, trained_with(cfg, ckpt, run.step, args.stop_at))
         if t.tensorboard:  # the attention images look at the first tokens of the training split
             run.board = TensorBoardLog(out_dir, data.tokenizer, data.train[:min(PROMPT_TOKENS, cfg.model.block_size)],
-                                       run.resumed_at)
+                                       run.resumed_at, run.check_folder)
             backfilled = run.board.backfill(run.metrics)  # (turned on at a resume: the steps before it)
             if backfilled:
                 print(backfilled, file=sys.stderr)

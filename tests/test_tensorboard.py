@@ -285,6 +285,34 @@ def test_a_log_that_cannot_be_written_gives_the_fix_for_its_error_and_a_way_on_t
         board.close()
 
 
+def test_a_run_folder_removed_while_it_logs_says_so_not_that_the_log_cannot_be_written(tmp_path, monkeypatch,
+                                                                                       one_thread):
+    """`rm -rf` of a training's folder with train.tensorboard on: the event file, opened again at each flush, was
+    the first write to fail, and the line blamed the log (`cannot write the TensorBoard log ...: No such file or
+    directory: b'...'`), where a training without it says the folder was removed."""
+    pytest.importorskip("tensorboard")
+    from tinygpt import tensorboard_log
+    run, logged = tmp_path / "run", tensorboard_log.TensorBoardLog.log
+
+    def removed_meanwhile(board, step, row):
+        if step == 10:
+            shutil.rmtree(run)
+        logged(board, step, row)
+    monkeypatch.setattr(tensorboard_log.TensorBoardLog, "log", removed_meanwhile)
+    with pytest.raises(UserError, match=f"^train.out_dir={str(run)!r} was removed or moved .* while this training ran"):
+        train.main([str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS,
+                    f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"])
+    assert not run.exists()
+
+
+def test_a_file_name_given_as_bytes_is_shown_as_text():
+    """TensorBoard's writer names its file as bytes: the line showed `b'/runs/x/tensorboard/events...'`."""
+    import errno
+    from tinygpt.errors import environment_error
+    error = OSError(errno.ENOENT, "No such file or directory", b"/runs/x/tensorboard/events.out.tfevents.1")
+    assert environment_error(error) == "No such file or directory: /runs/x/tensorboard/events.out.tfevents.1"
+
+
 def test_the_images_name_the_run_when_its_folder_is_given_as_a_dot(tmp_path, monkeypatch):
     # train.out_dir=. titled every attention image ", step 2, layer 0: ..."
     pytest.importorskip("tensorboard")

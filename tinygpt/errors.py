@@ -132,7 +132,8 @@ def reason(e: BaseException, limit: int = 120) -> str:
 def environment_error(e: OSError) -> str:
     """One line for an OSError the machine raised: what, and on which file (a path over 200
     characters, say 5,000 refused as too long, keeps its first 100 and its last 97)."""
-    name = "" if e.filename is None else str(e.filename)
+    # (a file name given as bytes, as TensorBoard's writer gives it, is shown as text, not b'...')
+    name = "" if e.filename is None else os.fsdecode(e.filename) if isinstance(e.filename, bytes) else str(e.filename)
     if len(name) > 200:
         name = f"{name[:100]}...{name[-97:]}"
     return f"{e.strerror or type(e).__name__}{': ' + name if name else ''}"

@@ -18,7 +18,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -79,8 +79,11 @@ def figure_pixels(fig) -> np.ndarray:
 class TensorBoardLog:
     """Writes a run's scalars and attention images; one per run, on the main process only."""
 
-    def __init__(self, run_dir: Path, tokenizer, prompt: Sequence[int], resumed_at: int | None = None) -> None:
+    def __init__(self, run_dir: Path, tokenizer, prompt: Sequence[int], resumed_at: int | None = None,
+                 guard: Callable[[], None] | None = None) -> None:
+        """`guard`: checkpoint.atomic_write's (train.Run.check_folder), asked first when a write fails."""
         from torch.utils.tensorboard import SummaryWriter
+        self.guard = guard
         # purge_step: a resumed run drops what an interrupted session wrote after its checkpoint (the
         # steps after it; metrics.csv keeps the checkpoint's own step, and so does this: eval writes a
         # step's events before its checkpoint); a new run drops all earlier events, those of a run
@@ -112,6 +115,8 @@ class TensorBoardLog:
             if WRITER_ERRORS:
                 raise WRITER_ERRORS.pop()
         except OSError as e:  # the fix for the error, and how to go on: --resume only where there is a checkpoint
+            if self.guard is not None:
+                self.guard()  # the run folder removed (rm -rf) or moved while it trained: that is the cause to tell
             fix = "raise the file size limit (ulimit -f)" if e.errno == errno.EFBIG else \
                 "make room" if e.errno in FULL_DISK else "mend that"
             then = "continue with --resume" if (self.dir.parent / "ckpt.pt").is_file() else "run the command again"
