@@ -41,7 +41,8 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from data.prepare import Prepared, get_batch, load_for_training, prepare, same_dataset, token_keys, vocab_note
+from data.prepare import (Prepared, get_batch, load_for_training, prepare, prepared_dir, same_dataset, token_keys,
+                          vocab_note)
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimizer, load_run_checkpoint,
                                 load_weights, model_from_checkpoint, resolve_checkpoint, restore_rng_state,
@@ -248,6 +249,13 @@ def load_data(cfg: Config, dist: Distributed, source: str, quiet: bool = False,
     if dist.master:
         prepare(cfg, show_progress=not quiet)
     dist.barrier()
+    folder = prepared_dir(cfg.data)  # (on several machines each finds it on its own disk: all say who lacks it)
+    lacking = [(rank, path) for rank, path in enumerate(dist.gather(None if folder.is_dir() else str(folder))) if path]
+    if lacking:
+        rank, path = lacking[0]
+        raise UserError(f"process {rank}: the prepared data {path} is not on its machine: process 0 prepares it on "
+                        f"its own; set data.prepared_dir to a folder that all the run's machines share, or prepare "
+                        f"the data on each machine first: python -m data.prepare CONFIG [--set ...]")
     return load_for_training(cfg, source, from_weights)
 
 
@@ -361,6 +369,10 @@ class Run:
             self.scaler.load_state_dict(ckpt["scaler"])
         self.batch_gen.set_state(ckpt["batch_rng"])
         restore_rng_state(self.own(ckpt, "rng"), self.dist.device)
+        if self.dist.rank > 0 and not saved_per_rank(ckpt, "rng", self.dist):
+            # on another number of processes every rank took rank 0's states: the same dropout masks on every
+            # rank for the rest of the run. A stream of its own instead, from the seed, its rank and the step
+            torch.manual_seed((self.cfg.train.seed + self.dist.rank + ckpt["step"] * self.dist.world_size) % 2**63)
         self.step, self.best_val, self.elapsed = ckpt["step"], ckpt["best_val_loss"], ckpt["elapsed_s"]
         self.loss_sum.fill_(self.own(ckpt, "loss_sum"))
         self.loss_count = ckpt["loss_count"]
@@ -386,9 +398,8 @@ class Run:
         for the loss sum, the ranks' mean: the mean over processes that the next log row takes is then
         the whole batch's (rank 0's alone was its share of the batch)."""
         ranks = ckpt.get(f"{key}_ranks")
-        rank = self.dist.rank
-        if isinstance(ranks, list) and len(ranks) == self.dist.world_size and type(ranks[rank]) is type(ckpt[key]):
-            return ranks[rank]
+        if saved_per_rank(ckpt, key, self.dist):
+            return ranks[self.dist.rank]
         if key == "loss_sum" and isinstance(ranks, list) and ranks and all(isinstance(x, float) for x in ranks):
             return sum(ranks) / len(ranks)
         return ckpt[key]
@@ -465,6 +476,12 @@ class Run:
         t, d = self.cfg.train, self.dist
         return get_batch(self.data.train, t.batch_size, self.cfg.model.block_size, self.batch_gen, d.device,
                          d.rank, d.world_size)
+
+
+def saved_per_rank(ckpt: dict[str, Any], key: str, dist: Distributed) -> bool:
+    """Did the checkpoint keep `key` (rng, loss_sum) for each process of this run (KEY_ranks, saved on as many)?"""
+    ranks = ckpt.get(f"{key}_ranks")
+    return isinstance(ranks, list) and len(ranks) == dist.world_size and type(ranks[dist.rank]) is type(ckpt[key])
 
 
 def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: dict | None,
@@ -687,19 +704,35 @@ def main(argv: Sequence[str] | None = None) -> dict:
 PER_MACHINE = {"train.out_dir", "data.dataset", "data.prepared_dir", "train.init_from", "train.threads"}
 
 
-def check_same_settings(cfg: Config, dist: Distributed) -> None:
-    """Every process of a torchrun run must train the same config: on several machines each reads its own
-    config and --set, and a train.lr of another machine's trained on without a word (its weights drifting
-    from the others'), another model.n_embd ended in DDP's traceback. A collective: every process calls it."""
-    mine = {k: v for k, v in flat_config(cfg).items() if k not in PER_MACHINE}
+def check_same_settings(cfg: Config, dist: Distributed, flags: dict[str, Any]) -> None:
+    """Every process of a torchrun run must train the same config and `flags` (--resume, --stop-at): on several
+    machines each reads its own config and --set, and a train.lr of another machine's trained on without a word
+    (its weights drifting from the others'), another model.n_embd ended in DDP's traceback, and --resume on one
+    machine alone in gloo's abort. A collective: every process calls it."""
+    mine = {**{k: v for k, v in flat_config(cfg).items() if k not in PER_MACHINE}, **flags}
     others = dist.gather(mine)
     for rank, theirs in enumerate(others):
         differ = [k for k in mine if theirs.get(k) != mine[k]]
         if differ:
             shown = ", ".join(f"{k}={mine[k]!r} here, {theirs.get(k)!r} on process {rank}" for k in differ[:3])
             raise UserError(f"process {dist.rank}: the processes of this torchrun run were given other settings: "
-                            f"{shown}{', ...' if len(differ) > 3 else ''}; give every machine the same config and "
-                            f"--set")
+                            f"{shown}{', ...' if len(differ) > 3 else ''}; give every machine the same config, "
+                            f"--set and flags")
+
+
+def check_same_start(dist: Distributed, data: Prepared, ckpt: dict[str, Any] | None) -> None:
+    """Every process must train on the same tokens and resume the same checkpoint: on several machines each reads
+    its own prepared folder and ckpt.pt, and other text trained each process on its own without a word (or ended in
+    DDP's traceback: another vocabulary), another run's ckpt.pt mixed two runs' states. A collective."""
+    mine = {"prepared data": data.meta["digest"][:12],
+            "ckpt.pt": None if ckpt is None else f"run {ckpt.get('run_id')}, step {ckpt['step']}"}
+    for rank, theirs in enumerate(dist.gather(mine)):
+        differ = [f"{what} ({mine[what]} on process {dist.rank}, {theirs[what]} on process {rank})"
+                  for what in mine if theirs[what] != mine[what]]
+        if differ:
+            raise UserError(f"process {dist.rank}: the processes of this torchrun run read other files: "
+                            f"{'; '.join(differ)}: the run's machines must find the same data.dataset and share "
+                            f"train.out_dir")
 
 
 def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callable[[], bool] | None = None) -> dict:
@@ -707,7 +740,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     t = cfg.train
     out_dir = Path(t.out_dir)
     if dist.world_size > 1:
-        check_same_settings(cfg, dist)
+        check_same_settings(cfg, dist, {"--resume": args.resume, "--stop-at": args.stop_at})
     if dist.master:  # under DDP rank 0 decides, holding the folder's lock; the others wait for its verdict
         check_run_dir(out_dir, args.resume, args.config,
                       out_dir_set=any(set_key(item) == "train.out_dir" for item in args.set),
@@ -756,6 +789,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     # (this sets cfg.model.vocab_size from the tokenizer)
     data = load_data(cfg, dist, config_source(args.config, args.set), args.quiet,
                      t.init_from if init_model is not None else None)
+    if dist.world_size > 1:
+        check_same_start(dist, data, ckpt)
     if init_ckpt is not None:
         check_init_tokenizer(cfg, init_ckpt, data)
         print(init_line)  # (after the check: a refused start says only why)

@@ -268,11 +268,65 @@ def test_the_machines_of_one_torchrun_run_must_be_given_the_same_settings():
         return SimpleNamespace(rank=1, world_size=2, gather=lambda mine: [keep(c) for c in of])
     with pytest.raises(UserError, match=r"^process 1: the processes of this torchrun run were given other settings: "
                                         r"train.lr=0.001 here, 0.03 on process 0; give every machine the same"):
-        train.check_same_settings(here, dist([there, here]))
+        train.check_same_settings(here, dist([there, here]), {})
     here.train.out_dir = "/here/run"  # where each machine finds its files may differ
     same = Config()
     same.train.out_dir = "/elsewhere/run"
-    train.check_same_settings(here, dist([same, here]))
+    train.check_same_settings(here, dist([same, here]), {})
+
+
+def test_the_machines_of_one_torchrun_run_must_be_given_the_same_flags():
+    """--resume (or --stop-at) on one machine alone: gloo's C++ abort (`Is there a distributed collective mismatch`),
+    and the stop's checkpoint lost."""
+    from types import SimpleNamespace
+    import train
+    from tinygpt.config import Config, flat_config
+    from tinygpt.errors import UserError
+    settings = {k: v for k, v in flat_config(Config()).items() if k not in train.PER_MACHINE}
+    flags = {"--resume": True, "--stop-at": 13}
+    for theirs, shown in [({"--resume": False, "--stop-at": 13}, "--resume=True here, False on process 0"),
+                          ({"--resume": True, "--stop-at": None}, "--stop-at=13 here, None on process 0")]:
+        dist = SimpleNamespace(rank=1, world_size=2, gather=lambda mine: [{**settings, **theirs}, mine])
+        with pytest.raises(UserError, match=f"^process 1: .* other settings: {re.escape(shown)}; give every machine "
+                                            f"the same config, --set and flags$"):
+            train.check_same_settings(Config(), dist, flags)
+    train.check_same_settings(Config(), SimpleNamespace(rank=1, gather=lambda mine: [mine, mine]), flags)
+
+
+def test_the_machines_of_one_torchrun_run_must_read_the_same_data_and_checkpoint():
+    """Each machine reads its own prepared data and ckpt.pt: other text trained each process on its own without a
+    word (another vocabulary: DDP's traceback), and another run's ckpt.pt was resumed beside this one's."""
+    from types import SimpleNamespace
+    import train
+    from tinygpt.errors import UserError
+    data = SimpleNamespace(meta={"digest": "a" * 64})
+    ckpt = {"run_id": "0123abcd", "step": 13}
+
+    def dist(theirs: dict) -> SimpleNamespace:
+        return SimpleNamespace(rank=0, gather=lambda mine: [mine, {**mine, **theirs}])
+    with pytest.raises(UserError, match=r"^process 0: the processes of this torchrun run read other files: prepared "
+                                        r"data \(aaaaaaaaaaaa on process 0, bbbbbbbbbbbb on process 1\): the run's "
+                                        r"machines must find the same data.dataset and share train.out_dir$"):
+        train.check_same_start(dist({"prepared data": "b" * 12}), data, ckpt)
+    with pytest.raises(UserError, match=r"ckpt.pt \(run 0123abcd, step 13 on process 0, run 99, step 17 on process 1\)"):
+        train.check_same_start(dist({"ckpt.pt": "run 99, step 17"}), data, ckpt)
+    train.check_same_start(dist({}), data, ckpt)
+
+
+def test_a_machine_without_the_prepared_data_is_named_not_called_damaged(corpus, tmp_path):
+    """Process 0 prepares the data on its machine; another machine without it (another data.prepared_dir, not
+    shared) said `the prepared data in ... is damaged (FileNotFoundError); delete the folder`: there was none."""
+    from types import SimpleNamespace
+    import train
+    from tinygpt.config import load_config
+    from tinygpt.errors import UserError
+    cfg = load_config(str(ROOT / "configs/stories.yaml"), train_args(corpus, tmp_path / "run")[3:])
+    dist = SimpleNamespace(master=False, rank=1, barrier=lambda: None, gather=lambda mine: [None, mine])
+    with pytest.raises(UserError, match=rf"^process 1: the prepared data {re.escape(str(tmp_path))}/prepared/\S+ is "
+                                        r"not on its machine: process 0 prepares it on its own; set data.prepared_dir "
+                                        r"to a folder that all the run's machines share, or prepare the data on each "
+                                        r"machine first: python -m data.prepare CONFIG \[--set ...\]$"):
+        train.load_data(cfg, dist, "test")
 
 
 def test_resume_is_exact_with_dropout(corpus, tmp_path):
@@ -382,6 +436,21 @@ def test_ddp_on_cpus_stops_between_micro_batches(corpus, tmp_path):
         proc.wait()
     assert "interrupted at step 0: saved" in out, err[-2000:]
     assert len(load_checkpoint(run / "ckpt.pt")["rng_ranks"]) == 2
+
+
+@pytest.mark.slow
+def test_a_resume_on_more_processes_gives_each_rank_its_own_dropout(corpus, tmp_path):
+    """A run of 1 process resumed on 2: every rank took rank 0's RNG states, and drew the same dropout masks as the
+    others for the rest of the run (the checkpoint then kept two equal states)."""
+    run = tmp_path / "run"
+    import train
+    train.main(train_args(corpus, run, "model.dropout=0.1", "train.max_iters=20", "train.threads=1")
+               + ["--stop-at", "13"])
+    done = torchrun(tmp_path, [*train_args(corpus, run, "model.dropout=0.1", "train.max_iters=20",
+                                           "train.batch_size=4"), "--resume"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    ranks = load_checkpoint(run / "ckpt.pt")["rng_ranks"]
+    assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])
 
 
 @pytest.mark.slow
