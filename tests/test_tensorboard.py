@@ -314,6 +314,19 @@ def test_a_file_name_given_as_bytes_is_shown_as_text():
     assert environment_error(error) == "No such file or directory: /runs/x/tensorboard/events.out.tfevents.1"
 
 
+def test_one_missing_step_is_named_alone(tmp_path):
+    """A gap of one log step was told as `its scalars of steps 25 to 25`."""
+    pytest.importorskip("tensorboard")
+    from tinygpt import tensorboard_log
+    from tinygpt.tokenizer import CharTokenizer
+    board = tensorboard_log.TensorBoardLog(tmp_path, CharTokenizer.from_text("abc"), [0, 1, 2], resumed_at=25)
+    board.logged = {tag: {20} for tag in tensorboard_log.SCALARS.values()}  # what an earlier session logged
+    rows = [{"step": step, "train_loss": "2.0", "lr": "1e-3", "tokens_per_s": "100", "mfu": "0.1"} for step in (20, 25)]
+    assert board.backfill(rows) == ("note: part of this run was trained without train.tensorboard: its scalars of "
+                                    "step 25 come from metrics.csv now; that step has no attention images")
+    board.close()
+
+
 def test_the_images_name_the_run_when_its_folder_is_given_as_a_dot(tmp_path, monkeypatch):
     # train.out_dir=. titled every attention image ", step 2, layer 0: ..."
     pytest.importorskip("tensorboard")

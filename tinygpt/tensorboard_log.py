@@ -156,8 +156,9 @@ class TensorBoardLog:
         if not self.logged:
             return (f"note: train.tensorboard is new to this run: its scalars up to step {self.resumed_at} come from "
                     f"metrics.csv; the attention images start with this resume")
-        return (f"note: part of this run was trained without train.tensorboard: its scalars of steps {filled[0]} to "
-                f"{filled[-1]} come from metrics.csv now; those steps have no attention images")
+        steps = f"step {filled[0]}" if len(filled) == 1 else f"steps {filled[0]} to {filled[-1]}"
+        return (f"note: part of this run was trained without train.tensorboard: its scalars of {steps} come from "
+                f"metrics.csv now; {'that step has' if len(filled) == 1 else 'those steps have'} no attention images")
 
     @torch.no_grad()
     def eval(self, step: int, losses: dict[str, float], model: GPT) -> None:
