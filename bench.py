@@ -18,7 +18,7 @@ round that is not counted: `race`), median of each, its range (fastest to slowes
 from __future__ import annotations
 
 import copy
-import importlib.util
+import importlib
 import json
 import math
 import os
@@ -30,7 +30,7 @@ import time
 import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then is `interrupted`, not a traceback
     from tinygpt.errors import stop_while_starting
@@ -445,9 +445,18 @@ def check_args(args) -> list[str]:
                         f"its positions, so a context of one token leaves nothing to decode")
     if args.json is not None:
         check_json_target(args.json)
-    if args.vs_hf and importlib.util.find_spec("transformers") is None:  # found after the other benchmarks ran
-        raise UserError("--vs-hf needs Hugging Face transformers: pip install transformers "
-                        "(or pip install -r requirements-dev.txt)")
+    if args.vs_hf:  # imported now: found missing (or broken: a dependency of another version) after the other
+        try:  # benchmarks ran, their results were lost to a traceback
+            importlib.import_module("transformers")
+        except ModuleNotFoundError as e:
+            if e.name != "transformers":
+                raise UserError(f"--vs-hf: transformers cannot be imported ({e}); mend its install (pip install -U "
+                                f"transformers), or leave --vs-hf out") from None
+            raise UserError("--vs-hf needs Hugging Face transformers: pip install transformers "
+                            "(or pip install -r requirements-dev.txt)") from None
+        except Exception as e:  # (a version that does not import with this torch, say)
+            raise UserError(f"--vs-hf: transformers cannot be imported ({type(e).__name__}: {short(str(e))}); mend "
+                            f"its install (pip install -U transformers), or leave --vs-hf out") from None
     return dtypes
 
 
@@ -564,6 +573,9 @@ def span(lo_hi: Sequence[float], fmt: str = ",.0f") -> str:
 def run_benchmarks(args, dtypes: list[str]) -> dict:
     """What main's flags ask for, printed, and written to --json; the results."""
     cfg = load_config(args.config, args.set)
+    if args.under_load and cfg.train.threads:  # its rows would all run on the pinned count, labelled otherwise
+        raise UserError(f"--under-load compares torch's default threads, the thread policy and one core fewer: "
+                        f"train.threads={cfg.train.threads} pins them to one count; leave it out")
     device = resolve_device(cfg.train.device)
     if device.type == "cuda":
         configure_cuda(cfg.train.tf32)
@@ -585,7 +597,10 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
     gcfg = ModelConfig(block_size=args.gen_block, n_layer=args.gen_layers, n_head=args.gen_heads,
                        n_embd=args.gen_embd, vocab_size=m.vocab_size)  # the decoding benches' model
     if args.gen_tokens or args.vs_hf or args.under_load:
-        check_memory(model_memory(gcfg), device, "the --gen-* model", "lower --gen-layers, --gen-embd or --gen-block")
+        parts = model_memory(gcfg)
+        if args.vs_hf:  # transformers' float32 copy, ours in bfloat16, and theirs in float32 on its way to bfloat16
+            parts["--vs-hf's copies"] = parts["weights"] * 10 // 4
+        check_memory(parts, device, "the --gen-* model", "lower --gen-layers, --gen-embd or --gen-block")
     res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
                  "device": str(device), "device_name": device_name(device), "torch": torch.__version__,
                  **({"cpu": cpu_kind()} if device.type == "cpu" else {}),
@@ -680,10 +695,22 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
     res["peak_memory_mb"] = peak_memory_mb(device)
     if res["peak_memory_mb"] is not None:
         print(f"peak memory: {res['peak_memory_mb']:,.0f} MiB")
-    print(json.dumps(res))
+    print(json.dumps(json_numbers(res), allow_nan=False))
     if args.json:
-        atomic_write_text(args.json, json.dumps(res, indent=1))
+        atomic_write_text(args.json, json.dumps(json_numbers(res), indent=1, allow_nan=False))
     return res
+
+
+def json_numbers(value: Any) -> Any:
+    """`value` with every NaN and infinity (a diverged loss) as None: JSON has no such numbers, and Python's
+    `NaN` in the file fails every strict reader (JavaScript's JSON.parse among them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_numbers(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_numbers(item) for item in value]
+    return value
 
 
 if __name__ == "__main__":

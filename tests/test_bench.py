@@ -305,6 +305,62 @@ def test_a_busy_process_that_ended_before_its_round_refuses_the_figures():
         pass
 
 
+@pytest.mark.parametrize("failure", ["ModuleNotFoundError(\"No module named 'huggingface_hub.utils'\", "
+                                     "name='huggingface_hub.utils')", "RuntimeError('built for another torch')"],
+                         ids=["a dependency missing", "another error"])
+def test_vs_hf_with_a_transformers_that_does_not_import_is_refused_before_any_work(tmp_path, monkeypatch, failure):
+    """transformers installed, but one of its dependencies missing (or of another version): found (find_spec) but
+    not imported until the end, a traceback after every other benchmark had run, their results lost."""
+    import bench
+    from tinygpt.errors import UserError
+    (tmp_path / "transformers").mkdir()
+    (tmp_path / "transformers" / "__init__.py").write_text(f"raise {failure}\n")
+    monkeypatch.delitem(sys.modules, "transformers", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(bench, "prepare", lambda cfg: pytest.fail("the benchmark started"))
+    with pytest.raises(UserError, match=r"^--vs-hf: transformers cannot be imported \(.*(huggingface_hub.utils|another "
+                                        r"torch).*\); mend its install \(pip install -U transformers\), or leave "
+                                        r"--vs-hf out$"):
+        bench.main([str(ROOT / "configs/stories.yaml"), "--vs-hf"])
+
+
+def test_under_load_with_the_threads_pinned_is_refused(monkeypatch):
+    """--under-load's rows (torch's default threads, the policy, one core fewer) all ran on train.threads, labelled
+    as the three."""
+    import bench
+    from tinygpt.errors import UserError
+    monkeypatch.setattr(bench, "prepare", lambda cfg: pytest.fail("the benchmark started"))
+    with pytest.raises(UserError, match=r"^--under-load compares torch's default threads, the thread policy and one "
+                                        r"core fewer: train.threads=1 pins them to one count; leave it out$"):
+        bench.main([str(ROOT / "configs/stories.yaml"), "--under-load", "--set", "train.threads=1"])
+
+
+def test_vs_hf_counts_the_copies_it_makes(tmp_path, monkeypatch):
+    """--vs-hf holds transformers' copy of the weights and two bfloat16 ones beside ours (a float32 copy on the
+    way): a model whose weights alone fit was killed by the kernel, the memory check having counted them once."""
+    import bench
+    from tinygpt import runtime
+    from tinygpt.errors import UserError
+    pytest.importorskip("transformers")
+    gen = ["--gen-layers", "1", "--gen-heads", "1", "--gen-embd", "256", "--gen-block", "4"]
+    argv = [str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "data.tokenizer=char",
+            "train.device=cpu", f"data.prepared_dir={tmp_path / 'prepared'}", "--steps", "0", *gen]
+    monkeypatch.setattr(runtime, "available_memory", lambda device: 10 << 20)  # 10 MiB: 3.2 MB of weights fit
+    bench.main([*argv, "--gen-tokens", "1"])  # the model alone fits
+    monkeypatch.setattr(bench, "bench_vs_hf", lambda *a, **k: pytest.fail("the benchmark started"))
+    with pytest.raises(UserError, match=r"^the --gen-\* model needs at least .*--vs-hf's copies"):
+        bench.main([*argv, "--gen-tokens", "0", "--vs-hf"])
+
+
+def test_a_diverged_loss_is_written_as_json_null():
+    """A diverged --loss-steps run wrote `NaN` into --json: no JSON reader but Python's takes it."""
+    import json
+    import bench
+    result = {"loss": {"float32": float("nan"), "bfloat16": 2.5}, "ranges": [1.0, float("inf")], "n": 3}
+    assert json.dumps(bench.json_numbers(result), allow_nan=False) == \
+        '{"loss": {"float32": null, "bfloat16": 2.5}, "ranges": [1.0, null], "n": 3}'
+
+
 def test_vs_hf_without_transformers_is_refused_before_any_work(monkeypatch):
     """It was a traceback at the end, after every other benchmark had run, their results lost."""
     import bench
