@@ -46,6 +46,11 @@ logged() {  # logged FILE CMD...: CMD's output on the terminal and into FILE, wh
   fi
 }
 
+yaml_string() {  # yaml_string TEXT: TEXT as one YAML single-quoted scalar, which --set reads as it is (unquoted,
+  local q="'"      # a path with ' #' in it was cut there, one with ': ' read as a mapping)
+  printf '%s' "$q${1//$q/$q$q}$q"
+}
+
 is_part() {  # is_part WORD: WORD is exactly one of $parts (a piece of the list, 'default foundation', is not)
   local part
   for part in $parts; do [[ $1 == "$part" ]] && return 0; done
@@ -98,7 +103,7 @@ if [[ $what == all || $what == attention ]]; then
   for causal in true false; do
     rm -rf "$OUT/causal_$causal"
     logged "$OUT/causal_$causal.txt" python train.py configs/stories.yaml --quiet --set model.causal=$causal \
-        train.max_iters=500 train.out_dir="$OUT/causal_$causal"
+        train.max_iters=500 train.out_dir="$(yaml_string "$OUT/causal_$causal")"
   done
   python sample.py "$OUT/causal_true" --prompt "Once upon a time" --max-new-tokens 40 --seed 1 >>"$OUT/causal_true.txt"
   python sample.py "$OUT/causal_false" --max-new-tokens 1 >>"$OUT/causal_false.txt" 2>&1 || true
@@ -124,8 +129,8 @@ if [[ $what == all || $what == jobs ]]; then
   # sweep.py --jobs 1 against --jobs 2: four 80-step runs of the default, in the order 1 2 2 1
   # (about 11 minutes); the data is prepared once, first
   J=(configs/stories.yaml --quiet --grid model.n_head=1,2,4,8 --set train.max_iters=80 train.eval_interval=80
-     train.eval_iters=10 train.plot=never data.prepared_dir="$OUT/jobs_prepared")
-  python -m data.prepare configs/stories.yaml --set data.prepared_dir="$OUT/jobs_prepared" > /dev/null
+     train.eval_iters=10 train.plot=never data.prepared_dir="$(yaml_string "$OUT/jobs_prepared")")
+  python -m data.prepare configs/stories.yaml --set data.prepared_dir="$(yaml_string "$OUT/jobs_prepared")" > /dev/null
   rm -f "$OUT/jobs.txt.part"  # jobs.txt: this run's four timings, in place once all four are done
   for jobs in 1 2 2 1; do
     rm -rf "$OUT/jobs_sweep"
@@ -138,15 +143,15 @@ fi
 
 if [[ $what == all || $what == bench ]]; then
   # baby GPT training speed (float32 vs bfloat16) and generation with and without the KV cache
-  logged "$OUT/bench_baby.txt" python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" \
+  logged "$OUT/bench_baby.txt" python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$(yaml_string "$SHAKESPEARE")" \
       train.device=cpu model.dropout=0 --steps 3 --attention --json "$OUT/bench_baby.json"
   # float32 vs bfloat16 loss after 200 steps (the slow part: ~40 minutes on 2 cores)
-  logged "$OUT/bench_loss.txt" python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" \
+  logged "$OUT/bench_loss.txt" python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$(yaml_string "$SHAKESPEARE")" \
       train.device=cpu model.dropout=0 --steps 0 --gen-tokens 0 --loss-steps 200 --json "$OUT/bench_loss.json"
   # decoding and training with a busy process beside them; greedy decoding against transformers
   logged "$OUT/bench_under_load.txt" python bench.py configs/stories.yaml --steps 0 --gen-tokens 0 --dtypes float32 \
       --under-load --json "$OUT/bench_under_load.json"
-  logged "$OUT/bench_vs_hf.txt" python bench.py configs/shakespeare_char.yaml --set data.dataset="$SHAKESPEARE" \
+  logged "$OUT/bench_vs_hf.txt" python bench.py configs/shakespeare_char.yaml --set data.dataset="$(yaml_string "$SHAKESPEARE")" \
       --steps 0 --gen-tokens 500 --dtypes float32 --vs-hf --json "$OUT/bench_vs_hf.json"
 fi
 

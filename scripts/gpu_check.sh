@@ -54,6 +54,10 @@ fi
 [[ -z ${OUT:-} || $OUT == /* ]] || OUT=$PWD/$OUT
 cd "$(dirname "$0")/.."
 die() { echo "error: $*" >&2; exit 2; }
+yaml_string() {  # yaml_string TEXT: TEXT as one YAML single-quoted scalar, which --set reads as it is (unquoted,
+  local q="'"      # a path with ' #' in it was cut there, one with ': ' read as a mapping)
+  printf '%s' "$q${1//$q/$q$q}$q"
+}
 # the Python that holds torch: `python`, else `python3` (machines with only the latter), or $PYTHON
 PY=${PYTHON:-$(command -v python || command -v python3)}
 [ -n "$PY" ] || die "no python or python3 on PATH (set PYTHON=path)"
@@ -235,8 +239,8 @@ stage() {
 }
 
 # shellcheck disable=SC2086  # TESTS, SMALL, BABY and GEN are lists of words
-BENCH=("$PY" bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$SHAKESPEARE" model.dropout=0 $SMALL)
-TRAIN=("$PY" train.py configs/shakespeare_char_gpu.yaml --quiet --set data.dataset="$SHAKESPEARE" $SMALL)
+BENCH=("$PY" bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$(yaml_string "$SHAKESPEARE")" model.dropout=0 $SMALL)
+TRAIN=("$PY" train.py configs/shakespeare_char_gpu.yaml --quiet --set data.dataset="$(yaml_string "$SHAKESPEARE")" $SMALL)
 
 echo "== 1. tests: $TESTS"
 # shellcheck disable=SC2086
@@ -246,7 +250,7 @@ summary=$(tail -n 1 "$OUT/tests.txt" 2> /dev/null | grep -E "passed|failed|error
 
 echo "== 2. baby GPT to val 1.47 (dtype auto)"
 # shellcheck disable=SC2086
-stage baby 300 "${TRAIN[@]}" train.out_dir="$OUT/baby" train.eval_interval=250 train.plot=never $BABY
+stage baby 300 "${TRAIN[@]}" train.out_dir="$(yaml_string "$OUT/baby")" train.eval_interval=250 train.plot=never $BABY
 
 echo "== 3. training speed per dtype"
 stage fp32 90 "${BENCH[@]}" train.tf32=false --dtypes float32 --steps 20 --gen-tokens 0 --json "$OUT/fp32.json"
@@ -258,7 +262,7 @@ echo "== 4. decoding, and the same weights through transformers"
 stage decode 180 "${BENCH[@]}" --dtypes float32 --steps 0 $GEN --vs-hf --json "$OUT/decode.json"
 
 echo "== 5. torchrun, NCCL, one process"
-stage ddp 120 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 "${TRAIN[@]:1}" train.out_dir="$OUT/ddp" \
+stage ddp 120 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 "${TRAIN[@]:1}" train.out_dir="$(yaml_string "$OUT/ddp")" \
     train.max_iters=50 train.eval_interval=50 train.eval_iters=5 train.plot=never
 
 echo "== 6. decoding with the step compiled"

@@ -33,7 +33,7 @@ TRAINING = (("fp32", "float32", "float32, TF32 off"), ("tf32_bf16", "float32", "
 def read_small(path: Path) -> str:
     """A file gpu_check.sh wrote, as text ("" where it is missing); a UserError for one too large to be its
     (read whole, a 100 MB file took 424 MB, then gave a table of stages that "did not run")."""
-    if not path.exists():
+    if not path.is_file():  # (missing; or a FIFO, whose read waits for a writer for good: none of the check's)
         return ""
     return read_capped(path, MAX_FILE, lambda _: f"{path} holds more than {MAX_FILE:,} bytes: not a file "
                        f"scripts/gpu_check.sh wrote (its files are a few KB); give the OUT folder of a check"
@@ -53,7 +53,7 @@ def read_json(path: Path) -> dict:
     """A stage's JSON, or {} when it is missing or damaged."""
     try:
         data = json.loads(read_small(path))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: '[' x 100,000
         return {}
     return data if isinstance(data, dict) else {}
 

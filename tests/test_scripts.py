@@ -777,6 +777,21 @@ def test_gpu_table_refuses_a_file_too_large_to_be_the_checks(tmp_path, capsys, n
     one_line(cli(gpu_table.main, [tmp_path, "--device", "cpu"], capsys), str(tmp_path / name), "not a file")
 
 
+@pytest.mark.parametrize("damage", ["nested", "fifo"])
+def test_gpu_table_reads_a_stage_json_nested_deep_or_a_fifo_as_damaged(tmp_path, capsys, damage):
+    """A decode.json of '[' x 100,000 ended in RecursionError's traceback (the table promises never to fail on a
+    damaged file); a FIFO in its place was waited on for good."""
+    from scripts import gpu_table
+    (tmp_path / "status").write_text("decode=exit 0\n")
+    if damage == "nested":
+        (tmp_path / "decode.json").write_text("[" * 100_000)
+    else:
+        os.mkfifo(tmp_path / "decode.json")
+    code, out, err = cli(gpu_table.main, [tmp_path, "--device", "cpu"], capsys)
+    assert code == 0 and not err
+    assert "| decoding, KV cache | exit 0, but its figures are missing or damaged |" in out
+
+
 def test_reproduce_keeps_every_set(tmp_path, capsys, monkeypatch):
     """`--set model.n_layer=0 --set train.seed=1`: the second --set replaced the first, which was
     dropped without a word (the run trained another config); now both are read, and the bad one refused."""

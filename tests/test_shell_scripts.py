@@ -433,8 +433,64 @@ def test_experiments_reads_a_relative_shakespeare_from_where_it_is_run(experimen
     (tmp_path / "shakespeare.txt").write_text("To be, or not to be\n" * 50)
     r = run("bench", cwd=tmp_path, SHAKESPEARE="shakespeare.txt", OUT="ex")
     assert r.returncode == 3, r.stderr  # the stand-in python's: bench.py "ran"
-    assert f"data.dataset={tmp_path / 'shakespeare.txt'}" in mark.read_text().splitlines()
+    assert read_sets(mark.read_text().splitlines()).data.dataset == str(tmp_path / "shakespeare.txt")
     assert (tmp_path / "ex").is_dir()
+
+
+def read_sets(argv: list[str], config: str = "configs/shakespeare_char_gpu.yaml"):
+    """The config a command line's --set items give (as train.py and bench.py read them)."""
+    from tinygpt.config import load_config
+    items = argv[argv.index("--set") + 1:]
+    items = items[:next((i for i, item in enumerate(items) if item.startswith("--")), len(items))]
+    return load_config(str(ROOT / config), items)
+
+
+ODD = "it's #1: a, [b]"  # a folder name YAML reads otherwise unquoted: a comment, a mapping, a quote, a list
+
+
+def test_experiments_passes_odd_paths_to_set_as_they_are(experiments, tmp_path):
+    """SHAKESPEARE or OUT holding ' #' went into --set unquoted: YAML cut the path at the comment, and bench.py
+    refused a --set the user never typed."""
+    run, _, mark = experiments
+    text = tmp_path / ODD / "shakespeare.txt"
+    text.parent.mkdir()
+    text.write_text("To be, or not to be\n" * 50)
+    r = run("bench", SHAKESPEARE=str(text), OUT=str(tmp_path / ODD / "ex"))
+    assert r.returncode == 3, r.stderr  # the stand-in python's
+    assert read_sets(mark.read_text().splitlines()).data.dataset == str(text)
+    r = run("attention", OUT=str(tmp_path / ODD / "ex"))
+    assert r.returncode == 3, r.stderr
+    assert read_sets(mark.read_text().splitlines(), "configs/stories.yaml").train.out_dir == \
+        str(tmp_path / ODD / "ex" / "causal_true")
+
+
+def test_gpu_check_passes_odd_paths_to_set_as_they_are(tmp_path):
+    """As experiments.sh: the check's stages each failed on a --set the user never typed."""
+    calls = tmp_path / "calls"
+    python = tmp_path / "python"  # a stand-in that logs each call's arguments, then fails (the table: the real one)
+    python.write_text(f"""#!/bin/sh
+case "$1 $2" in
+  "-c "*) exit 0 ;;
+  "-m scripts.gpu_table") exec {sys.executable} "$@" ;;
+esac
+printf '%s\\n' "$@" > "{calls}/$$"
+exit 3
+""")
+    python.chmod(0o755)
+    calls.mkdir()
+    text, out = tmp_path / ODD / "shakespeare.txt", tmp_path / ODD / "gc"
+    text.parent.mkdir()
+    text.write_text("To be, or not to be\n" * 50)
+    r = run_script("gpu_check.sh", env={"OUT": str(out), "REHEARSE": "1", "BUDGET": "60", "SHAKESPEARE": str(text),
+                                        "PYTHON": str(python)})
+    assert r.returncode == 1, r.stderr  # every stage failed: the stand-in's exit 3
+    logged = [f.read_text().splitlines() for f in calls.iterdir()]
+    trains = [argv for argv in logged if "train.py" in argv]
+    assert len(trains) == 2 and len([argv for argv in logged if "bench.py" in argv]) >= 4
+    for argv in logged:
+        if "--set" in argv:
+            assert read_sets(argv).data.dataset == str(text), argv
+    assert sorted(read_sets(argv).train.out_dir for argv in trains) == [str(out / "baby"), str(out / "ddp")]
 
 
 def test_experiments_replaces_a_log_only_when_its_part_succeeds(tmp_path):
