@@ -45,7 +45,7 @@ if [[ $# -gt 0 ]]; then  # settings are environment variables: an argument was i
     sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
     exit 0
   fi
-  echo "error: gpu_check.sh takes no arguments, not $1: its settings are environment variables (OUT=DIR," \
+  echo "error: gpu_check.sh takes no arguments, not '$1': its settings are environment variables (OUT=DIR," \
        "SHAKESPEARE=FILE, BUDGET=S, REHEARSE=1, TESTS=..., PYTHON=...); --help says more" >&2
   exit 2
 fi

@@ -22,6 +22,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     stop_while_starting()
 
 from tinygpt.errors import ArgParser, UserError, path_arg, read_capped, run_cli
+from tinygpt.report import markdown_cell
 from tinygpt.runs import read_metrics
 
 MAX_FILE = 1 << 20  # bytes: gpu_check.sh's status and JSON files are a few KB; a larger one is not its
@@ -135,7 +136,9 @@ def markdown(table: Sequence[tuple[str, str]]) -> str:
     the table goes into the docs as printed."""
     def indented(k: str) -> str:
         return "&nbsp;" * (len(k) - len(k.lstrip(" "))) + k.lstrip(" ")
-    return "\n".join(["| check | result |", "| --- | --- |", *(f"| {indented(k)} | {v} |" for k, v in table)])
+    # (a | or a line break in a result, a --device name or a path, would end its cell or its row)
+    return "\n".join(["| check | result |", "| --- | --- |",
+                      *(f"| {indented(k)} | {markdown_cell(v)} |" for k, v in table)])
 
 
 def recorded_device(out: Path) -> str | None:

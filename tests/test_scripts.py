@@ -792,6 +792,15 @@ def test_gpu_table_reads_a_stage_json_nested_deep_or_a_fifo_as_damaged(tmp_path,
     assert "| decoding, KV cache | exit 0, but its figures are missing or damaged |" in out
 
 
+def test_gpu_table_keeps_a_device_name_with_a_bar_or_a_line_break_in_its_cell(tmp_path, capsys):
+    """`--device 'A|B'` split the first row into three cells; a line break ended the table there."""
+    from scripts import gpu_table
+    (tmp_path / "status").write_text("tests=exit 0\n")
+    code, out, err = cli(gpu_table.main, [tmp_path, "--device", "A|B\nC"], capsys)
+    assert code == 0 and not err
+    assert "\n| device | A\\|B C |\n" in out
+
+
 def test_reproduce_keeps_every_set(tmp_path, capsys, monkeypatch):
     """`--set model.n_layer=0 --set train.seed=1`: the second --set replaced the first, which was
     dropped without a word (the run trained another config); now both are read, and the bad one refused."""

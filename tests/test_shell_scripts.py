@@ -544,5 +544,7 @@ def test_help_prints_the_header_and_an_unknown_argument_is_refused(script, tmp_p
         assert r.stdout.splitlines()[0] == (ROOT / "scripts" / script).read_text().splitlines()[1].removeprefix("# ")
         assert "#" not in r.stdout.splitlines()[0] and "set -" not in r.stdout
     r = run_script(script, "out", env={"OUT": str(tmp_path / "o")}, cwd=tmp_path)
-    assert refused(r, "out"), r.stderr
+    assert refused(r, "'out'"), r.stderr
+    r = run_script(script, "", env={"OUT": str(tmp_path / "o")}, cwd=tmp_path)  # (an unset variable: `not :`)
+    assert refused(r, "not ''"), r.stderr
     assert list(tmp_path.iterdir()) == []
