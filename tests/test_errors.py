@@ -1577,6 +1577,21 @@ def test_14_a_pickle_payload_is_named_as_such(tmp, capsys):
     assert "PWNED" not in result.out and "weights_only=False" not in result.err
 
 
+def test_14_a_flipped_bit_in_a_name_torch_wrote_is_damage_not_a_payload(tmp, run, capsys):
+    """One bit of `_rebuild_tensor_v2` flipped (3 of ~3,700 single-bit flips in a checkpoint): the file was said to
+    hold pickled Python objects, code that could run, where it was damaged; a torch name that exists but is not
+    allowed stays a pickled object."""
+    data = bytearray((run / "best.pt").read_bytes())
+    at = data.find(b"_rebuild_tensor_v2") + 10
+    data[at] ^= 1  # _rebuild_tdnsor_v2
+    path = tmp / "flipped_name.pt"
+    path.write_bytes(bytes(data))
+    one_line(in_process("sample.py", [path], capsys), str(path), "is corrupted: it names 'torch._utils._rebuild_tdnsor_v2'",
+             "which is nothing in torch", "use another copy")
+    torch.save({"format": "tinygpt-checkpoint", "x": torch.nn.Identity()}, tmp / "module.pt")
+    one_line(in_process("sample.py", [tmp / "module.pt"], capsys), "holds pickled Python objects")
+
+
 def test_14_a_shape_mismatch_names_the_tensor_and_both_shapes(tmp, run, capsys):
     def widen(ckpt):
         ckpt["model"]["pos_emb.weight"] = torch.zeros(64, 32)

@@ -19,6 +19,7 @@ import re
 import shutil
 import signal
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -639,6 +640,9 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool 
         # torch's reader says "Invalid argument" (EINVAL) of an archive cut short
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({e.strerror or type(e).__name__})") from None
     except pickle.UnpicklingError as e:
+        if (name := no_such_torch_name(str(e))) is not None:  # a byte flipped in a name torch writes: damage
+            raise UserError(f"{path} is corrupted: it names {short(name)}, which is nothing in torch (a byte "
+                            f"changed on disk or in a copy?); use another copy") from None
         if re.search(r"unsupported global", str(e), re.IGNORECASE):  # a class or function: code could run
             raise UserError(f"{path} holds pickled Python objects (code could run when they load); "
                             f"weights_only loading refused them and it was not loaded") from None
@@ -647,6 +651,23 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool 
         if out_of_memory(e):  # not damage (run_cli says out of memory): a whole best.pt on too small a GPU
             raise
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({type(e).__name__})") from None
+
+
+def no_such_torch_name(refusal: str) -> str | None:
+    """The global that torch's weights_only refusal names, where it is a name under torch that is nothing
+    (`torch._utils._rebuild_tenror_v2`: one bit of `_rebuild_tensor_v2` flipped), else None: a class or function
+    that exists is a pickled object. Looked up among the modules already imported, never importing one."""
+    found = re.search(r"GLOBAL ([\w.]+)", refusal)
+    if found is None or not found[1].startswith("torch."):
+        return None
+    parts = found[1].split(".")
+    for i in range(len(parts), 0, -1):
+        if (obj := sys.modules.get(".".join(parts[:i]))) is not None:
+            for attr in parts[i:]:
+                if (obj := getattr(obj, attr, None)) is None:
+                    return found[1]
+            return None
+    return found[1]
 
 
 def check_one_run(run: Path) -> None:
