@@ -59,8 +59,8 @@ import torch
 from data.prepare import SNIFFED, convert, maybe_wide, wide_encoding
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
-from tinygpt.checkpoint import (check_name_fits, check_writable, load_model, odd_file, regular_file_target,
-                                resolve_checkpoint)
+from tinygpt.checkpoint import (check_name_fits, check_path_length, check_writable, load_model, odd_file,
+                                regular_file_target, resolve_checkpoint)
 from tinygpt.config import MAX_THREADS
 from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, error_line, file_arg, path_arg,
                             path_word, read_capped, run_cli, script_word, shell_join, shell_quote, short, shown_path)
@@ -199,6 +199,7 @@ def check_output_folders(args) -> None:
         if str(page) == "-":  # (not standard output, as --prompt-file - is standard input: a page is a file)
             raise UserError(f"{named}: the page is a file (its data and script in one); give a file name, e.g. "
                             f"--attention-html attention.html")
+        check_path_length(page, named)
         try:  # (the longest name: a page per sample, PAGE_sample10.html)
             check_name_fits(attention_html.numbered(page, args.num_samples - 1, args.num_samples))
         except UserError as e:  # (first: a name over 255 bytes cannot even be looked up)

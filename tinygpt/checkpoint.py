@@ -222,7 +222,7 @@ def file_head(path: Path, n: int = 4096) -> bytes | None:
 def name_max(folder: Path) -> int:
     """The longest file name, in bytes, that `folder` (or its nearest existing parent) takes: 255
     on most file systems."""
-    while not folder.exists() and folder != folder.parent:
+    while not os.path.exists(folder) and folder != folder.parent:  # (os.path's: False for a name too long)
         folder = folder.parent
     try:
         return os.pathconf(folder, "PC_NAME_MAX")
@@ -426,6 +426,7 @@ def check_writable(path: str | Path, what: str, resume: bool = False) -> None:
     `resume`: the folder holds a run to continue (another folder would hold none: copy it there)."""
     path = Path(path)
     named = f"{what}={short(str(path))}" if what.startswith("-") or "." in what else f"{what} {path}"
+    check_path_length(path, named)
     if path.exists() and not path.is_dir():
         raise UserError(f"{named} is {file_kind(path)}, not a directory")
     if (dead := dead_link(path)) is not None:
@@ -447,6 +448,22 @@ def check_writable(path: str | Path, what: str, resume: bool = False) -> None:
         tempfile.TemporaryFile(dir=existing).close()
     except OSError as e:
         raise UserError(f"{named} is not writable: {existing} takes no new file ({e.strerror})") from None
+
+
+def check_path_length(path: Path, named: str) -> None:
+    """Refuse a path with a part longer than a file name may be (255 bytes), or longer as a whole than a path may
+    be, in words naming the setting (`named`): it was `File name too long: PATH`, from the first look at it."""
+    try:
+        path.exists()
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        longest = max(path.parts, key=lambda part: len(os.fsencode(part)))
+        if len(os.fsencode(longest)) > name_max(Path(path.anchor or ".")):
+            raise UserError(f"{named} cannot be created: its part {short(longest)} is {len(os.fsencode(longest))} "
+                            f"bytes, longer than a file name may be") from None
+        raise UserError(f"{named} cannot be created: it is {len(os.fsencode(str(path)))} bytes long, longer than a "
+                        f"path may be") from None
 
 
 def make_folder(path: Path, what: str) -> list[Path]:
