@@ -421,6 +421,18 @@ def test_a_cache_setting_tiktoken_cannot_use_is_said(setting, tmp_path, monkeypa
         build_tokenizer("cl100k_base", "hello")
 
 
+def test_a_cache_folder_set_without_the_file_is_told_to_hold_it_not_to_be_set(tmp_path, monkeypatch):
+    """TIKTOKEN_CACHE_DIR set to an empty folder: `offline, set TIKTOKEN_CACHE_DIR to a folder holding ...`, a
+    variable already set; what is missing is the file, under the name tiktoken looks for."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    key = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"  # sha1 of cl100k_base's URL
+    folder = re.escape(str(tmp_path))
+    with pytest.raises(UserError, match=rf"network disabled in tests\); offline, TIKTOKEN_CACHE_DIR={folder} "
+                                        rf"must hold the encoding file as {key}: copy cl100k_base.tiktoken \(from "
+                                        rf"https://\S+\) to {re.escape(str(tmp_path / key))}; a new run"):
+        build_tokenizer("cl100k_base", "hello")
+
+
 @pytest.fixture
 def gpt2_offline(tmp_path, monkeypatch):
     """TIKTOKEN_CACHE_DIR holding the GPT-2 ranks (skip if absent)."""

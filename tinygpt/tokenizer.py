@@ -363,16 +363,18 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
             raise UserError(f"{cant}: its cached file {cached} was damaged (not the sha256 tiktoken expects), and "
                             f"tiktoken removed it; copy the file there again ({how})") from e
         variable = "TIKTOKEN_CACHE_DIR" if "TIKTOKEN_CACHE_DIR" in os.environ else "DATA_GYM_CACHE_DIR"
+        where = f"to a folder holding the encoding file named by the sha1 of its URL ({how})"
         if not folder:
-            cache = f"{variable} is empty, which turns tiktoken's cache off; set TIKTOKEN_CACHE_DIR"
+            fix = f"{variable} is empty, which turns tiktoken's cache off; set TIKTOKEN_CACHE_DIR {where}"
         elif os.path.exists(folder) and not os.path.isdir(folder):
-            cache = f"{variable}={folder} is not a folder; set TIKTOKEN_CACHE_DIR"
+            fix = f"{variable}={folder} is not a folder; set TIKTOKEN_CACHE_DIR {where}"
+        elif variable in os.environ and cached is not None:  # set by the user: the file is what is missing
+            fix = (f"offline, {variable}={folder} must hold the encoding file as {key}: copy {file}.tiktoken (from "
+                   f"{url}) to {cached}")
         else:
-            cache = "offline, set TIKTOKEN_CACHE_DIR"
-        raise UserError(
-            f"{cant} ({type(e).__name__}: {reason(e)}); {cache} to a folder holding the encoding file named by the "
-            f"sha1 of its URL ({how}); a new run can use data.tokenizer=bpe, char or word instead, which need no "
-            f"download") from e
+            fix = f"offline, set TIKTOKEN_CACHE_DIR {where}"
+        raise UserError(f"{cant} ({type(e).__name__}: {reason(e)}); {fix}; a new run can use data.tokenizer=bpe, "
+                        f"char or word instead, which need no download") from e
 
 
 TIKTOKEN_LOAD_S = 120  # seconds a tiktoken encoding may take to load: a download of its 1-4 MB file included
