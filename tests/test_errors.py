@@ -1282,6 +1282,15 @@ def test_12_a_torchrun_worker_refusing_a_setting_leaves_the_saying_to_rank_0():
     assert (done.returncode, done.stderr) == (2, "error: model.n_head=3 is refused\n")
 
 
+@pytest.mark.parametrize("rank, printed", [("0", True), ("1", False)])
+def test_12_under_torchrun_the_help_is_printed_once(capsys, monkeypatch, rank, printed):
+    """`torchrun --nproc_per_node=2 train.py --help` printed the help twice, once a process."""
+    for key, value in {"RANK": rank, "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(key, value)
+    result = in_process("train.py", ["--help"], capsys)
+    assert result.code == 0 and ("usage: train.py" in result.out) == printed, result.out
+
+
 def test_12_a_rank_left_in_the_shell_is_no_torchrun_launch(tmp, run, capsys, monkeypatch):
     """RANK set by another tool, outside torchrun: train.py (and each run of a sweep) ended in
     torch.distributed's traceback ("WORLD_SIZE expected"), and a Ctrl-C of sample.py said nothing."""

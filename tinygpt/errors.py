@@ -686,3 +686,8 @@ class ArgParser(argparse.ArgumentParser):
             if after.startswith("-") and after != "-":
                 message += f"; a value that starts with '-' is written {elide(shell_quote(f'{flags[0]}={after}'), 60)}"
         raise UserError(f"{message} (see {self.prog} --help)")
+
+    def print_help(self, file=None) -> None:
+        """The help, once: under torchrun by rank 0 alone (every process printed it, one copy after another)."""
+        if torchrun_rank() in (None, 0):
+            super().print_help(file)
