@@ -1595,8 +1595,8 @@ def test_14_a_flipped_bit_in_a_name_torch_wrote_is_damage_not_a_payload(tmp, run
     data[at] ^= 1  # _rebuild_tdnsor_v2
     path = tmp / "flipped_name.pt"
     path.write_bytes(bytes(data))
-    one_line(in_process("sample.py", [path], capsys), str(path), "is corrupted: it names 'torch._utils._rebuild_tdnsor_v2'",
-             "which is nothing in torch", "use another copy")
+    one_line(in_process("sample.py", [path], capsys), str(path),
+             "is corrupted: it names 'torch._utils._rebuild_tdnsor_v2'", "which is nothing in torch", "use another copy")
     torch.save({"format": "tinygpt-checkpoint", "x": torch.nn.Identity()}, tmp / "module.pt")
     one_line(in_process("sample.py", [tmp / "module.pt"], capsys), "holds pickled Python objects")
 

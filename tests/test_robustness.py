@@ -308,7 +308,8 @@ def test_the_machines_of_one_torchrun_run_must_read_the_same_data_and_checkpoint
                                         r"data \(aaaaaaaaaaaa on process 0, bbbbbbbbbbbb on process 1\): the run's "
                                         r"machines must find the same data.dataset and share train.out_dir$"):
         train.check_same_start(dist({"prepared data": "b" * 12}), data, ckpt)
-    with pytest.raises(UserError, match=r"ckpt.pt \(run 0123abcd, step 13 on process 0, run 99, step 17 on process 1\)"):
+    with pytest.raises(UserError, match=r"ckpt.pt \(run 0123abcd, step 13 on process 0, run 99, step 17 on "
+                                        r"process 1\)"):
         train.check_same_start(dist({"ckpt.pt": "run 99, step 17"}), data, ckpt)
     train.check_same_start(dist({}), data, ckpt)
 
