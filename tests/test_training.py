@@ -397,23 +397,42 @@ def test_a_resume_keeps_the_mfu_peak_measured_at_the_runs_start(tmp_path, monkey
     resume on the same device, dtype and threads; anything else (or a damaged record) measures anew."""
     import train
     from tinygpt.checkpoint import load_checkpoint, save_checkpoint
-    peaks = iter([1e9, 2e9, 3e9])
+    peaks = iter([1e12, 2e12, 3e12])  # (above what the tiny run does: else measured again)
     monkeypatch.setattr(train, "peak_flops", lambda dtype, device: (next(peaks), "measured"))
     run = tmp_path / "run"
     with contextlib.redirect_stdout(io.StringIO()) as out:
         train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.threads=1") + ["--stop-at", "2"])
-        assert load_checkpoint(run / "ckpt.pt")["mfu_peak"]["flops"] == 1e9
+        assert load_checkpoint(run / "ckpt.pt")["mfu_peak"]["flops"] == 1e12
         train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.threads=1") + ["--resume", "--stop-at", "3"])
-    assert "MFU against 1 GFLOP/s (measured, at the run's start)" in out.getvalue()
+    assert "MFU against 1,000 GFLOP/s (measured, at the run's start)" in out.getvalue()
     ckpt = load_checkpoint(run / "ckpt.pt")
-    assert ckpt["mfu_peak"]["flops"] == 1e9 and ckpt["mfu_peak"]["source"] == "measured, at the run's start"
+    assert ckpt["mfu_peak"]["flops"] == 1e12 and ckpt["mfu_peak"]["source"] == "measured, at the run's start"
     ckpt["mfu_peak"]["flops"] = float("nan")  # damaged: measured again
     save_checkpoint(run / "ckpt.pt", ckpt)
     with contextlib.redirect_stdout(io.StringIO()) as out:
         train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.threads=2") + ["--resume", "--stop-at", "3"])
         train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.threads=1") + ["--resume"])  # other threads
-    assert "MFU against 2 GFLOP/s (measured)" in out.getvalue()
-    assert "MFU against 3 GFLOP/s (measured)" in out.getvalue()
+    assert "MFU against 2,000 GFLOP/s (measured)" in out.getvalue()
+    assert "MFU against 3,000 GFLOP/s (measured)" in out.getvalue()
+
+
+def test_a_peak_measured_in_a_stalled_moment_is_measured_again(tmp_path, monkeypatch, capsys):
+    """A busy moment at the start measured 2 GFLOP/s where the machine does 300: every row of the run read an MFU
+    of 3,000-6,200%, and the checkpoint kept the peak, so every resume did too. A log step that does more FLOP/s
+    than the peak measures it again, and the checkpoint keeps the new one."""
+    import train
+    from tinygpt import runs
+    from tinygpt.checkpoint import load_checkpoint
+    peaks = iter([(1.0, "measured 256^2 float32 matmul"), (1e15, "measured 2048^2 float32 matmul")])
+    monkeypatch.setattr(train, "peak_flops", lambda dtype, device: next(peaks))
+    train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.log_interval=2") + ["--stop-at", "2"])
+    assert "above the MFU peak measured at the run's start (0 GFLOP/s, a busy moment's): measured again, MFU is " \
+        "against 1,000,000 GFLOP/s from here" in capsys.readouterr().err
+    assert all(row["mfu"] < 1 for row in runs.read_metrics(tmp_path / "run") if row.get("mfu") is not None)
+    assert load_checkpoint(tmp_path / "run" / "ckpt.pt")["mfu_peak"]["flops"] == 1e15
+    train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.log_interval=2") + ["--resume"])  # kept
+    assert "MFU against 1,000,000 GFLOP/s (measured 2048^2 float32 matmul, at the run's start)" in \
+        capsys.readouterr().out
 
 
 def test_stop_at_0_saves_step_0_and_stops(tmp_path):
