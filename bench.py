@@ -18,6 +18,7 @@ round that is not counted: `race`), median of each, its range (fastest to slowes
 from __future__ import annotations
 
 import copy
+import ctypes
 import importlib
 import json
 import math
@@ -26,6 +27,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from contextlib import contextmanager, nullcontext
@@ -288,13 +290,38 @@ def matmul_time_share(fn: Callable[[], None]) -> float:
     from torch.profiler import ProfilerActivity, profile
     # (torch 2.11 on CUDA warned, as the profile started, that the profiler clears its events at the
     # end of each cycle: this one profile is one cycle)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), without_profiler_lines():
         warnings.filterwarnings("ignore", message=".*Profiler clears events")
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             fn()
     ops = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in ops)
     return sum(e.self_cpu_time_total for e in ops if e.key in ("aten::mm", "aten::addmm", "aten::bmm")) / total
+
+
+@contextmanager
+def without_profiler_lines() -> Iterator[None]:
+    """torch 2.13's profiler prints `USDT:... SyncActivityProfilerHandler.cpp:52] profiler_start` (and `_stop`) on
+    stderr, in the middle of the table: the block runs with stderr in a temp file, whose other lines (a warning
+    of the work profiled) are printed after it."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:  # (C stdio's buffer: its lines come out at the process's exit otherwise)
+                ctypes.CDLL(None).fflush(None)
+            except (OSError, TypeError, AttributeError):  # (no C library to ask: Windows)
+                pass
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            for line in caught.read().decode(errors="replace").splitlines(keepends=True):
+                if "SyncActivityProfilerHandler" not in line:
+                    sys.stderr.write(line)
 
 
 # the spin loop asks the kernel itself (Linux's prctl PR_SET_PDEATHSIG) for SIGTERM when bench.py dies: a

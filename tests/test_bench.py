@@ -352,6 +352,19 @@ def test_vs_hf_counts_the_copies_it_makes(tmp_path, monkeypatch):
         bench.main([*argv, "--gen-tokens", "0", "--vs-hf"])
 
 
+def test_the_profilers_own_lines_stay_out_of_the_table(capfd):
+    """torch 2.13's profiler printed `USDT:... profiler_start` and `profiler_stop` on stderr, amid --vs-hf's table;
+    what the profiled work itself prints still comes through."""
+    import bench
+
+    def work():
+        torch.randn(8, 8) @ torch.randn(8, 8)
+        print("a line of the work", file=sys.stderr)
+    share = bench.matmul_time_share(work)
+    err = capfd.readouterr().err
+    assert 0 < share <= 1 and "a line of the work" in err and "profiler_st" not in err, err
+
+
 def test_a_diverged_loss_is_written_as_json_null():
     """A diverged --loss-steps run wrote `NaN` into --json: no JSON reader but Python's takes it."""
     import json
