@@ -104,7 +104,8 @@ def build_parser() -> ArgParser:
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                    help="the weights' precision while generating: bfloat16 halves the bytes each token reads "
-                        "(faster where decoding waits on memory; the greedy text may differ slightly)")
+                        "(faster where decoding waits on memory; the greedy text may part from float32's, at the first "
+                        "token where two candidates are near-tied: soon on a weakly trained model)")
     p.add_argument("--threads", type=int, default=0,
                    help="CPU threads: 0 (default) = the cores other processes leave free and a CPU quota "
                         "allows, re-checked as it runs")
