@@ -51,6 +51,8 @@ yaml_string() {  # yaml_string TEXT: TEXT as one YAML single-quoted scalar, whic
   printf '%s' "$q${1//$q/$q$q}$q"
 }
 
+TEXT="data.dataset=$(yaml_string "$SHAKESPEARE")"  # the --set item of tiny shakespeare
+
 is_part() {  # is_part WORD: WORD is exactly one of $parts (a piece of the list, 'default foundation', is not)
   local part
   for part in $parts; do [[ $1 == "$part" ]] && return 0; done
@@ -143,15 +145,15 @@ fi
 
 if [[ $what == all || $what == bench ]]; then
   # baby GPT training speed (float32 vs bfloat16) and generation with and without the KV cache
-  logged "$OUT/bench_baby.txt" python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$(yaml_string "$SHAKESPEARE")" \
+  logged "$OUT/bench_baby.txt" python bench.py configs/shakespeare_char_gpu.yaml --set "$TEXT" \
       train.device=cpu model.dropout=0 --steps 3 --attention --json "$OUT/bench_baby.json"
   # float32 vs bfloat16 loss after 200 steps (the slow part: ~40 minutes on 2 cores)
-  logged "$OUT/bench_loss.txt" python bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$(yaml_string "$SHAKESPEARE")" \
+  logged "$OUT/bench_loss.txt" python bench.py configs/shakespeare_char_gpu.yaml --set "$TEXT" \
       train.device=cpu model.dropout=0 --steps 0 --gen-tokens 0 --loss-steps 200 --json "$OUT/bench_loss.json"
   # decoding and training with a busy process beside them; greedy decoding against transformers
   logged "$OUT/bench_under_load.txt" python bench.py configs/stories.yaml --steps 0 --gen-tokens 0 --dtypes float32 \
       --under-load --json "$OUT/bench_under_load.json"
-  logged "$OUT/bench_vs_hf.txt" python bench.py configs/shakespeare_char.yaml --set data.dataset="$(yaml_string "$SHAKESPEARE")" \
+  logged "$OUT/bench_vs_hf.txt" python bench.py configs/shakespeare_char.yaml --set "$TEXT" \
       --steps 0 --gen-tokens 500 --dtypes float32 --vs-hf --json "$OUT/bench_vs_hf.json"
 fi
 

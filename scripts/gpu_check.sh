@@ -239,8 +239,9 @@ stage() {
 }
 
 # shellcheck disable=SC2086  # TESTS, SMALL, BABY and GEN are lists of words
-BENCH=("$PY" bench.py configs/shakespeare_char_gpu.yaml --set data.dataset="$(yaml_string "$SHAKESPEARE")" model.dropout=0 $SMALL)
-TRAIN=("$PY" train.py configs/shakespeare_char_gpu.yaml --quiet --set data.dataset="$(yaml_string "$SHAKESPEARE")" $SMALL)
+TEXT="data.dataset=$(yaml_string "$SHAKESPEARE")"  # the --set item of tiny shakespeare
+BENCH=("$PY" bench.py configs/shakespeare_char_gpu.yaml --set "$TEXT" model.dropout=0 $SMALL)
+TRAIN=("$PY" train.py configs/shakespeare_char_gpu.yaml --quiet --set "$TEXT" $SMALL)
 
 echo "== 1. tests: $TESTS"
 # shellcheck disable=SC2086
@@ -262,8 +263,8 @@ echo "== 4. decoding, and the same weights through transformers"
 stage decode 180 "${BENCH[@]}" --dtypes float32 --steps 0 $GEN --vs-hf --json "$OUT/decode.json"
 
 echo "== 5. torchrun, NCCL, one process"
-stage ddp 120 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 "${TRAIN[@]:1}" train.out_dir="$(yaml_string "$OUT/ddp")" \
-    train.max_iters=50 train.eval_interval=50 train.eval_iters=5 train.plot=never
+stage ddp 120 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 "${TRAIN[@]:1}" \
+    train.out_dir="$(yaml_string "$OUT/ddp")" train.max_iters=50 train.eval_interval=50 train.eval_iters=5 train.plot=never
 
 echo "== 6. decoding with the step compiled"
 # shellcheck disable=SC2086
