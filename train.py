@@ -769,10 +769,12 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
             # (under the run lock only this training writes them, but for loss.png: compare.py --plot-only too)
             sweep_temp_files(out_dir / name, only_writer=name != "loss.png")
     dist.barrier()
-    if args.resume and not dist.master and not (out_dir / "ckpt.pt").is_file():
-        raise UserError(f"process {dist.rank}: --resume: {out_dir / 'ckpt.pt'}, which process 0 resumes from, is not "
-                        f"on this machine: every process reads it, so train.out_dir must be a folder that all the "
-                        f"run's machines share")
+    if args.resume and dist.world_size > 1:  # (rank 0 found it: check_run_dir) all say which one lacks it, together
+        found = dist.gather((out_dir / "ckpt.pt").is_file())
+        if not all(found):
+            raise UserError(f"process {found.index(False)}: --resume: {out_dir / 'ckpt.pt'}, which process 0 resumes "
+                            f"from, is not on its machine: every process reads it, so train.out_dir must be a folder "
+                            f"that all the run's machines share")
     if t.tensorboard:
         require_tensorboard(out_dir)
     asked = cfg.model  # (a resumed run from other weights keeps their model config: a note names what it drops)

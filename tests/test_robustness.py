@@ -173,11 +173,12 @@ def test_a_process_but_rank_0_without_the_run_folder_says_it_must_be_shared(corp
     from tinygpt.errors import UserError
     from tinygpt.runtime import Distributed
     monkeypatch.setattr(Distributed, "barrier", lambda self: None)  # rank 0 found its ckpt.pt
-    monkeypatch.setattr(Distributed, "gather", lambda self, obj: [obj] * self.world_size)  # the same settings
+    # the same settings, and rank 0 found ckpt.pt: every process says which one lacks it (rank 0 too, first)
+    monkeypatch.setattr(Distributed, "gather", lambda self, obj: [True if obj is False else obj, obj])
     args = train.parse_args([*train_args(corpus, tmp_path / "elsewhere"), "--resume"])
     cfg = load_config(args.config, args.set)
-    with pytest.raises(UserError, match=r"process 1: --resume: .*ckpt.pt, which process 0 resumes from, is not on "
-                                        r"this machine: .* must be a folder that all the run's machines share"):
+    with pytest.raises(UserError, match=r"^process 1: --resume: .*ckpt.pt, which process 0 resumes from, is not on "
+                                        r"its machine: .* must be a folder that all the run's machines share"):
         train.train(args, cfg, Distributed(1, 2, torch.device("cpu")))
 
 
