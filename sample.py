@@ -200,11 +200,11 @@ def check_output_folders(args) -> None:
         if str(page) == "-":  # (not standard output, as --prompt-file - is standard input: a page is a file)
             raise UserError(f"{named}: the page is a file (its data and script in one); give a file name, e.g. "
                             f"--attention-html attention.html")
-        check_path_length(page, named)
         try:  # (the longest name: a page per sample, PAGE_sample10.html)
             check_name_fits(attention_html.numbered(page, args.num_samples - 1, args.num_samples))
         except UserError as e:  # (first: a name over 255 bytes cannot even be looked up)
             raise UserError(f"{named}: {e}") from None
+        check_path_length(page, named)  # (a folder's name over 255 bytes, or the whole path too long)
         maps = Path(os.path.realpath(args.attention_png)) if args.attention_png is not None else None
         if maps is not None and (Path(os.path.realpath(page)) == maps or Path(os.path.realpath(page)) in maps.parents):
             raise UserError(f"--attention-png={short(str(args.attention_png))} and {named}: the page's file would be "
