@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import codecs
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -349,6 +350,8 @@ def _fingerprint(d: DataConfig) -> dict:
     # compact_vocab=True where it does not apply (char, word, bpe): the default every such folder recorded
     # while it counted for all tokenizers, so those folders keep their names; either value now finds them
     settings = {"version": PREP_VERSION, "compact_vocab": True, **{key: getattr(d, key) for key in token_keys(d)}}
+    if d.dataset == "stories":  # the generator's code: its word lists edited (as story_words.py invites) make other
+        settings["generator"] = stories_code_digest()  # stories, which the same settings reused without a word
     if not _is_builtin(d.dataset):
         # the files stand for the path: `x.txt`, `./x.txt`, its absolute path or a link to it are one source,
         # one folder (each spelling had its own folder, prepared again)
@@ -360,6 +363,14 @@ def _fingerprint(d: DataConfig) -> dict:
         settings["files"] = [(str(f.resolve()), (s := f.stat()).st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_dev,
                               s.st_ino) for f in source_files(d.dataset)]
     return settings
+
+
+@functools.lru_cache(maxsize=1)
+def stories_code_digest() -> str:
+    """sha256 of the stories generator's code (data/stories.py and data/story_words.py), first 12 hex digits."""
+    here = Path(__file__).parent
+    return hashlib.sha256(b"".join((here / name).read_bytes() for name in ("stories.py", "story_words.py"))
+                          ).hexdigest()[:12]
 
 
 def _check_unchanged(d: DataConfig, before: dict) -> None:
@@ -382,7 +393,7 @@ MAX_NAME_BYTES = 64  # of the dataset's name in its prepared folder's name
 def prepared_dir(d: DataConfig) -> Path:
     """data.prepared_dir / <source>-<tokenizer>-<hash of the data settings>."""
     settings = _fingerprint(d)
-    key = {k: v for k, v in settings.items() if k != "files"}
+    key = {k: v for k, v in settings.items() if k not in ("files", "generator")}  # (their change: a rebuild)
     key["paths"] = [f[0] for f in settings.get("files", [])]
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     # (resolved: a link is named as its file; not hidden: no leading '.')

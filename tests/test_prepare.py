@@ -562,6 +562,21 @@ def test_learning_a_bpe_from_a_long_text_is_said_first(tmp_path, monkeypatch, ca
     assert "learning" not in capsys.readouterr().err
 
 
+def test_an_edited_stories_generator_prepares_its_stories_again(tmp_path, monkeypatch):
+    """data/story_words.py invites edits ("Edit here to change what the stories say"), but the preparation was
+    keyed on its settings alone: the old stories were reused without a word, and probe.py's held-out stories,
+    made by the new code, were of text the model never saw. The generator's code is in the fingerprint."""
+    cfg = load_config(ROOT / "configs/stories.yaml", ["data.stories_chars=10000", "data.tokenizer=char",
+                                                      f"data.prepared_dir={tmp_path}"])
+    folder = prep.prepare(cfg, show_progress=False)
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["settings"]["generator"] == prep.stories_code_digest()
+    monkeypatch.setattr(prep, "stories_code_digest", lambda: "edited")  # story_words.py changed
+    assert prep.prepared_dir(cfg.data) == folder  # the same folder, prepared again
+    assert prep.prepare(cfg, show_progress=False) == folder
+    assert json.loads((folder / "meta.json").read_text())["settings"]["generator"] == "edited"
+
+
 def test_a_bpe_that_runs_out_of_pairs_says_so(tmp_path, capsys):
     """bpe_vocab_size=65536 on a small text gave a vocabulary of 278 without a word."""
     text = tmp_path / "t.txt"
