@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import time
+import unicodedata
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,10 @@ def folder_files(folder: Path, dataset: str) -> list[Path]:
                         continue
                     if entry.is_dir(follow_symlinks=False):
                         folders.append(Path(entry.path))
+                    elif entry.is_symlink() and os.path.isdir(entry.path):  # (skipped, its text left out unsaid)
+                        raise UserError(f"data.dataset={dataset!r}: {entry.path} is a link to a folder, which is not "
+                                        f"followed (a loop would never end): move or copy the folder in, or link "
+                                        f"its .txt files")
                     elif entry.name.lower().endswith(".txt"):  # (a.TXT too: as a file alone, it is read)
                         try:
                             regular = entry.is_file()  # (a link to a regular file is one)
@@ -122,13 +127,15 @@ def folder_files(folder: Path, dataset: str) -> list[Path]:
                             regular = False
                         if not regular:
                             odd = Path(entry.path)
-                            kind = dead_link(odd) or ("a link to a folder, not a regular file" if odd.is_dir()
-                                                      else not_regular(odd))
+                            kind = dead_link(odd) or not_regular(odd)
                             raise UserError(f"data.dataset={dataset!r}: {odd} is {kind}")
                         files.append(Path(entry.path))
         except OSError as e:
             raise UserError(f"data.dataset={dataset!r}: cannot read the folder {current}: {e.strerror}") from None
-    return sorted(files)
+    # by each name's NFC form (then its bytes): a name spelt decomposed (NFD, as a Mac copy may spell é) sorted
+    # elsewhere, and the same folder gave other tokens and another val split on another machine
+    return sorted(files, key=lambda f: [(unicodedata.normalize("NFC", part), part)
+                                        for part in f.relative_to(folder).parts])
 
 
 def read_text_file(path: Path) -> str:

@@ -94,13 +94,18 @@ def test_a_folder_nested_a_thousand_deep_is_read(tmp_path):
 @pytest.mark.skipif(sys.platform == "win32", reason="no FIFOs")
 def test_what_a_folder_dataset_cannot_read_is_refused_not_left_out(tmp_path, monkeypatch):
     """A .txt that is a pipe or a link to nothing, or a subfolder that cannot be read, was skipped
-    without a word: the run trained on part of the data. A link to a folder is not followed."""
+    without a word: the run trained on part of the data. A link to a folder is not followed (a loop would never
+    end), and is refused: skipped, the text in the folder it links was left out without a word."""
     books = tmp_path / "books"
     (books / "sub").mkdir(parents=True)
     (books / "a.txt").write_text("one\n")
     (books / "sub" / "b.txt").write_text("two\n")
-    (books / "more").symlink_to(tmp_path)  # a loop, were it followed
     assert [p.name for p in prep.source_files(str(books))] == ["a.txt", "b.txt"]
+    (books / "more").symlink_to(tmp_path)  # a loop, were it followed
+    with pytest.raises(UserError, match=r"more is a link to a folder, which is not followed \(a loop would never "
+                                        r"end\): move or copy the folder in, or link its .txt files$"):
+        prep.source_files(str(books))
+    (books / "more").unlink()
     (books / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
     with pytest.raises(UserError, match=r"gone.txt is a link \(.*\) that leads to no file"):
         prep.source_files(str(books))
@@ -110,7 +115,7 @@ def test_what_a_folder_dataset_cannot_read_is_refused_not_left_out(tmp_path, mon
         prep.source_files(str(books))
     (books / "sub" / "fifo.txt").unlink()
     (books / "sub" / "c.txt").symlink_to(books / "sub")
-    with pytest.raises(UserError, match="c.txt is a link to a folder, not a regular file"):
+    with pytest.raises(UserError, match="c.txt is a link to a folder, which is not followed"):
         prep.source_files(str(books))
     (books / "sub" / "c.txt").unlink()
     scandir = os.scandir
@@ -427,6 +432,20 @@ def test_hidden_files_and_folders_are_not_text(tmp_path):
         (books / name).unlink()
     with pytest.raises(UserError, match=r"holds no .txt files \(hidden ones, named with a leading '.', are left out\)"):
         prep.source_files(str(books))
+
+
+def test_a_folders_files_are_in_one_order_however_their_names_are_spelt(tmp_path):
+    """`é.txt` spelt composed (NFC) in one copy of a folder and decomposed (NFD, as a Mac copy may spell it) in
+    another sorted on either side of `f.txt`: the same text gave other tokens and another val split."""
+    import unicodedata
+    orders = []
+    for form in ("NFC", "NFD"):
+        folder = tmp_path / form
+        folder.mkdir()
+        (folder / unicodedata.normalize(form, "\u00e9.txt")).write_text("accent\n")
+        (folder / "f.txt").write_text("plain\n")
+        orders.append([unicodedata.normalize("NFC", p.name) for p in prep.source_files(str(folder))])
+    assert orders[0] == orders[1] == ["f.txt", "\u00e9.txt"]
 
 
 def test_a_folder_reads_its_upper_case_txt_files_too(tmp_path):
