@@ -383,9 +383,9 @@ def stories_code_digest() -> str:
 def _check_unchanged(d: DataConfig, before: dict) -> None:
     """Refuse a source file that changed while it was read and tokenized: meta.json would record
     its new size and times beside the tokens of its old text, and that folder would be reused."""
-    try:
+    try:  # (a refusal of its own, a pipe or a link to nothing that appeared meanwhile, names its file: it stands)
         after = _fingerprint(d)
-    except (UserError, OSError):  # deleted meanwhile
+    except OSError:  # deleted meanwhile
         after = {}
     old = {f[0]: f[1:] for f in before.get("files", [])}
     new = {f[0]: f[1:] for f in after.get("files", [])}

@@ -434,6 +434,19 @@ def test_hidden_files_and_folders_are_not_text(tmp_path):
         prep.source_files(str(books))
 
 
+def test_a_pipe_that_appears_while_a_folder_is_prepared_is_named(tmp_path):
+    """A pipe named zz.txt appearing mid-preparation was told as `B.txt changed while it was being prepared`: the
+    after-look's own refusal was swallowed and the first file blamed."""
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "B.txt").write_text("one\n")
+    d = config(books, tmp_path / "prepared").data
+    before = prep._fingerprint(d)
+    os.mkfifo(books / "zz.txt")
+    with pytest.raises(UserError, match=r"zz.txt is a pipe, not a regular file$"):
+        prep._check_unchanged(d, before)
+
+
 def test_a_folders_files_are_in_one_order_however_their_names_are_spelt(tmp_path):
     """`é.txt` spelt composed (NFC) in one copy of a folder and decomposed (NFD, as a Mac copy may spell it) in
     another sorted on either side of `f.txt`: the same text gave other tokens and another val split."""
