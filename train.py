@@ -187,7 +187,7 @@ def check_resume_data(cfg: Config, ckpt: dict[str, Any], data: Prepared) -> None
     what = f"--resume: data.dataset={short(cfg.data.dataset)} is not the data {out_dir}/ckpt.pt was trained on"
     if ckpt["tokenizer"] != data.tokenizer.to_dict():
         raise UserError(f"{what}: it changed since, and its vocabulary changed with it (token ids would mean "
-                        f"other tokens); restore the file, or train a new run on the new data")
+                        f"other tokens); restore it, or train a new run on the new data")
     raise UserError(f"{what}: it changed since; restore it, or train on the new data as a new run from these "
                     f"weights: {new_run_from(out_dir)}")
 
