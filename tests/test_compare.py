@@ -7,6 +7,7 @@ import contextlib
 import csv
 import errno
 import io
+import json
 import os
 import re
 import struct
@@ -79,6 +80,35 @@ def test_a_probe_json_that_is_not_the_probes_figures_is_one_line(tmp_path, text)
     (tmp_path / "a" / "probe.json").write_text(text)
     with pytest.raises(UserError, match=r"a/probe.json (is damaged|does not hold the probe's figures)"):
         compare.main([run, "--out", str(tmp_path / "cmp")])
+
+
+def probe_figures(references: int, antecedent: int, stories: int) -> dict:
+    """A probe.json's figures (tinygpt.coreference.probe) of `references` over `stories` held-out stories."""
+    best = {"layer": 0, "head": 1, "antecedent": 0.4, "ratio": 2.0}
+    return {"references": references, "stories": stories, "skipped_stories": 0,
+            "behaviour": {"antecedent": antecedent, "distractor": 1, "other": references - antecedent - 1},
+            "attention_attribute": {"best": best, "references": references},
+            "attention": {"best": best, "references": references}}
+
+
+def test_probe_figures_of_different_held_out_sets_say_so(tmp_path):
+    """Runs probed with --probe-stories 5 and 12 were averaged and compared as one measure, with no word, and no
+    column said how many references each share was of."""
+    a = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    b = fake_run(tmp_path / "b", 2, [(0, "4.1", "4.1"), (10, "3.8", "3.8")])
+    for run, figures in ((a, probe_figures(40, 30, 5)), (b, probe_figures(95, 70, 12))):
+        (Path(run) / "probe.json").write_text(json.dumps(figures))
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        compare.main([a, b, "--out", str(tmp_path / "cmp")])
+    text = printed.getvalue()
+    assert "| references | antecedent | distractor | other |" in text
+    assert "| 40 | 75.0% |" in text and "| 95 | 73.7% |" in text
+    assert "probed on different numbers of held-out stories (5, 12)" in text
+    assert "attribute_share (in the summary): the best head's mean weight on the antecedent's attribute" in text
+    (Path(b) / "probe.json").write_text(json.dumps(probe_figures(40, 28, 5)))
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        compare.main([a, b, "--out", str(tmp_path / "cmp")])
+    assert "different numbers of held-out stories" not in printed.getvalue()
 
 
 def test_a_run_given_twice_or_an_out_holding_a_run_is_refused_before_writing(tmp_path, monkeypatch):

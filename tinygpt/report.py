@@ -50,7 +50,8 @@ NEVER_COMPARED = {"train.out_dir", "data.prepared_dir", "train.plot"}
 # what every per-run table shows after the run name and the varied config values
 RESULT_COLUMNS = ["params", "status", "best_val_loss", "final_train_loss", "tokens_per_s", "wall_s"]
 # the probe's figures (sweep.py --probe): shares of the references, the best heads and their ratios
-PROBE_COLUMNS = ["antecedent", "distractor", "other", "attribute_head", "attribute_ratio", "name_head", "name_ratio"]
+PROBE_COLUMNS = ["references", "antecedent", "distractor", "other", "attribute_head", "attribute_ratio", "name_head",
+                 "name_ratio"]
 # what the summary over seeds averages
 SUMMARY_METRICS = ["best_val_loss", "final_train_loss", "tokens_per_s", "wall_s", "antecedent", "distractor",
                    "other", "attribute_share", "attribute_ratio", "name_ratio"]
@@ -488,10 +489,17 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     if per_token:  # a loss is per token: a character's and a word's do not compare
         text += (f"\nThe runs differ in {', '.join(per_token)}: their losses are per token of different "
                  f"vocabularies or texts, and do not compare as numbers.\n")
-    if probed:  # what the ratio columns are, and what they are not
-        text += ("\nattribute_ratio, name_ratio: the best head's mean weight on the antecedent's tokens over its mean "
-                 "weight on the distractor's, which counts 0 where the distractor is outside the window; probe.py "
-                 "RUN also gives the ratio over the references with both in the window.\n")
+    if probed:  # what the probe's columns are, and what they are not
+        text += ("\nreferences: the held-out references the probe measured, of which antecedent, distractor and other "
+                 "are the shares; attribute_share (in the summary): the best head's mean weight on the antecedent's "
+                 "attribute; attribute_ratio, name_ratio: the best head's mean weight on the antecedent's tokens over "
+                 "its mean weight on the distractor's, which counts 0 where the distractor is outside the window; "
+                 "probe.py RUN also gives the ratio over the references with both in the window.\n")
+        stories = sorted({r["probe_stories"] for r in rows if r.get("probe_stories") is not None})
+        if len(stories) > 1:  # (sweep.py --probe-stories of another call, or probe.py's): other held-out sets
+            text += (f"\nThe runs were probed on different numbers of held-out stories "
+                     f"({', '.join(map(str, stories))}): their probe figures are of different reference sets, and "
+                     f"compare only roughly.\n")
     if notes := repeats_note(groups):
         text += "\n" + notes
     if max(len(runs_by_seed(g["runs"])) for g in groups) > 1:  # several seeds per setting

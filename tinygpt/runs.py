@@ -637,7 +637,11 @@ def probe_columns(result: dict[str, Any] | None) -> dict[str, Any]:
     if not result or not result["references"]:
         return {}
     b, n = result["behaviour"], result["references"]
-    columns = {"antecedent": b["antecedent"] / n, "distractor": b["distractor"] / n, "other": b["other"] / n}
+    columns = {"references": n, "antecedent": b["antecedent"] / n, "distractor": b["distractor"] / n,
+               "other": b["other"] / n}
+    counts = [result.get("stories"), result.get("skipped_stories")]
+    if all(type(count) is int for count in counts):  # the held-out stories it was probed on (--probe-stories)
+        columns["probe_stories"] = sum(counts)
     attr, name = result["attention_attribute"]["best"], result["attention"]["best"]
     if attr is not None and result["attention_attribute"]["references"]:
         columns.update(attribute_head=f"L{attr['layer']}H{attr['head']}", attribute_share=attr["antecedent"],
