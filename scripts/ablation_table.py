@@ -26,7 +26,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
 
 from scripts.reproduce import check_own_output, is_figure, run, saved_json
 from tinygpt.checkpoint import atomic_write_text, check_writable, load_checkpoint, peek_checkpoint, resolve_checkpoint
-from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
+from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, short
 from tinygpt.report import markdown_cell, stats
 
 SAVED = (".json", ".txt")  # a saved probe output, read instead of probing again
@@ -156,7 +156,7 @@ def table(rows: list[dict]) -> tuple[str, dict]:
             f"{r['median_drop_mean']:.1f} | {r['best_rank_zero']} / {r['best_rank_mean']} of {r['heads']} | "
             f"{r['harmful_zero']} ({r['harmful_drop_zero']:.1f}) / {r['harmful_mean']} ({r['harmful_drop_mean']:.1f}) | "
             f"{pair} | {by_drop} |")
-    lines.append(f"| mean ± sd ({len(rows)} runs) | {pm('accuracy')} | {pm('best_attention')} | "
+    lines.append(f"| mean ± sd ({count(len(rows), 'run')}) | {pm('accuracy')} | {pm('best_attention')} | "
                  f"{pm('best_drop_zero')} / {pm('best_drop_mean')} | {pm('median_drop_zero')} / "
                  f"{pm('median_drop_mean')} | | {pm('harmful_drop_zero')} / {pm('harmful_drop_mean')} | "
                  f"{pair_pm('pair_drop')} | {pair_pm('pair_by_drop')} |")

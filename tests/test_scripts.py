@@ -657,7 +657,7 @@ def test_ablation_table_keeps_zero_and_mean_ablation_apart(tmp_path, capsys):
     lines = out.splitlines()
     assert lines[2] == ("| seed1 | 90.0% | 1.0 (70.0%) | 20.0 / 10.0 | 1.0 / 2.0 | 1 / 1-2 of 4 "
                         "| 1.0 (20.0) / 0.1 (15.0) | 1.0+0.1: 30.0 / 20.0 | - |")
-    assert lines[3] == ("| mean ± sd (1 runs) | 90.0 | 70.0 | 20.0 / 10.0 | 1.0 / 2.0 | | 20.0 / 15.0 "
+    assert lines[3] == ("| mean ± sd (1 run) | 90.0 | 70.0 | 20.0 / 10.0 | 1.0 / 2.0 | | 20.0 / 15.0 "
                         "| 30.0 / 20.0 | - |")
     assert "hurts most (zero ablation; a tie counts) in 1 of 1 runs" in out
     assert json.loads(lines[-1])["most_attention_is_most_harmful"] == 1
