@@ -1595,10 +1595,14 @@ def test_14_a_flipped_bit_in_a_name_torch_wrote_is_damage_not_a_payload(tmp, run
     data[at] ^= 1  # _rebuild_tdnsor_v2
     path = tmp / "flipped_name.pt"
     path.write_bytes(bytes(data))
-    one_line(in_process("sample.py", [path], capsys), str(path),
-             "is corrupted: it names 'torch._utils._rebuild_tdnsor_v2'", "which is nothing in torch", "use another copy")
-    torch.save({"format": "tinygpt-checkpoint", "x": torch.nn.Identity()}, tmp / "module.pt")
-    one_line(in_process("sample.py", [tmp / "module.pt"], capsys), "holds pickled Python objects")
+    one_line(in_process("sample.py", [path], capsys), str(path), "is corrupted: it names "
+             "'torch._utils._rebuild_tdnsor_v2', one character off torch's torch._utils._rebuild_tensor_v2",
+             "use another copy")
+    # a torch name that exists (a module; a function of a module not imported yet) is a pickled object's
+    from torch.utils import cpp_extension
+    for name, thing in (("module", torch.nn.Identity()), ("function", cpp_extension.load_inline)):
+        torch.save({"format": "tinygpt-checkpoint", "x": thing}, tmp / f"{name}.pt")
+        one_line(in_process("sample.py", [tmp / f"{name}.pt"], capsys), "holds pickled Python objects")
 
 
 def test_14_a_shape_mismatch_names_the_tensor_and_both_shapes(tmp, run, capsys):

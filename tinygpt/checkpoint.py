@@ -19,7 +19,6 @@ import re
 import shutil
 import signal
 import stat
-import sys
 import tempfile
 import threading
 import time
@@ -658,8 +657,8 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool 
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({e.strerror or type(e).__name__})") from None
     except pickle.UnpicklingError as e:
         if (name := no_such_torch_name(str(e))) is not None:  # a byte flipped in a name torch writes: damage
-            raise UserError(f"{path} is corrupted: it names {short(name)}, which is nothing in torch (a byte "
-                            f"changed on disk or in a copy?); use another copy") from None
+            raise UserError(f"{path} is corrupted: it names {name} (a byte changed on disk or in a copy?); use "
+                            f"another copy") from None
         if re.search(r"unsupported global", str(e), re.IGNORECASE):  # a class or function: code could run
             raise UserError(f"{path} holds pickled Python objects (code could run when they load); "
                             f"weights_only loading refused them and it was not loaded") from None
@@ -671,20 +670,21 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool 
 
 
 def no_such_torch_name(refusal: str) -> str | None:
-    """The global that torch's weights_only refusal names, where it is a name under torch that is nothing
-    (`torch._utils._rebuild_tenror_v2`: one bit of `_rebuild_tensor_v2` flipped), else None: a class or function
-    that exists is a pickled object. Looked up among the modules already imported, never importing one."""
+    """'NAME, one character off torch's KNOWN' where the global torch's weights_only refusal names is one character
+    away from a global that loader allows (`torch._utils._rebuild_tdnsor_v2`: one bit of `_rebuild_tensor_v2`
+    flipped), else None: any other name, one torch has (`torch.utils.cpp_extension.load_inline`) or not, is a
+    pickled object's."""
     found = re.search(r"GLOBAL ([\w.]+)", refusal)
-    if found is None or not found[1].startswith("torch."):
+    try:
+        from torch._weights_only_unpickler import _get_allowed_globals  # (private: missing, nothing is damage)
+        allowed = _get_allowed_globals()
+    except (ImportError, AttributeError, TypeError):
         return None
-    parts = found[1].split(".")
-    for i in range(len(parts), 0, -1):
-        if (obj := sys.modules.get(".".join(parts[:i]))) is not None:
-            for attr in parts[i:]:
-                if (obj := getattr(obj, attr, None)) is None:
-                    return found[1]
-            return None
-    return found[1]
+    if found is None:
+        return None
+    name = found[1]
+    near = [known for known in allowed if len(known) == len(name) and sum(a != b for a, b in zip(known, name)) == 1]
+    return f"{short(name)}, one character off torch's {near[0]}" if near else None
 
 
 def check_one_run(run: Path) -> None:
