@@ -291,7 +291,8 @@ def mfu_peak(ckpt: dict[str, Any] | None, dtype: str, device: torch.device, thre
     if isinstance(saved, dict) and saved.get("on") == on and isinstance(saved.get("source"), str) \
             and isinstance(saved.get("flops"), float) and 0 < saved["flops"] < 1e18:  # (else: measured again)
         source = saved["source"]  # a measurement is said to be the start's (a GPU's nominal peak is no such)
-        if source.startswith("measured") and not source.endswith("at the run's start"):
+        if source.startswith("measured") and not source.endswith("at the run's start") \
+                and "measured again at step" not in source:  # (one measured mid-run says so: measure_peak_again)
             source += ", at the run's start"
         return {**saved, "source": source, "dtype": dtype, "threads": threads}
     with torch_threads(threads):
@@ -304,8 +305,9 @@ def measure_peak_again(run: Run, speed: dict[str, float], achieved: float) -> No
     stalled moment (a busy machine read 2 GFLOP/s where it does 300, and every row of the run, resumes included, read
     3,000-8,000%). Measured again, as mfu_peak did, and never below what the run has just done; saved with it."""
     with torch_threads(run.peak["threads"]):
-        flops, source = peak_flops(run.peak["dtype"], run.dist.device)
+        flops, source = peak_flops(run.peak["dtype"], run.dist.device, again=True)
     flops = max(float(flops), achieved)
+    source += f", measured again at step {run.step}"
     if run.dist.master:
         from tqdm import tqdm  # (the bar's own write: a line between its redraws)
         tqdm.write(f"note: at step {run.step} training ran {achieved / 1e9:,.0f} GFLOP/s, above the MFU peak "

@@ -817,12 +817,15 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
-def peak_flops(dtype: str, device: torch.device, budget_s: float = 0.5) -> tuple[float, str]:
-    """(FLOP/s, where the figure comes from) for MFU: nominal on a known GPU, else measured."""
+def peak_flops(dtype: str, device: torch.device, budget_s: float = 0.5, again: bool = False) -> tuple[float, str]:
+    """(FLOP/s, where the figure comes from) for MFU: nominal on a known GPU, else measured (`again`: not the
+    figure this process measured before, which measured_matmul_peak keeps)."""
     if device.type == "cuda":
         known = gpu_peak(torch.cuda.get_device_name(device), dtype, tf32_enabled())
         if known is not None:
             return known
+    if again:
+        measured_matmul_peak.cache_clear()
     flops, n = measured_matmul_peak(getattr(torch, dtype), device, budget_s)
     return flops, f"measured {n}^2 {dtype} matmul"
 
