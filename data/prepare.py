@@ -383,9 +383,13 @@ def stories_code_digest() -> str:
 def _check_unchanged(d: DataConfig, before: dict) -> None:
     """Refuse a source file that changed while it was read and tokenized: meta.json would record
     its new size and times beside the tokens of its old text, and that folder would be reused."""
-    try:  # (a refusal of its own, a pipe or a link to nothing that appeared meanwhile, names its file: it stands)
+    try:
         after = _fingerprint(d)
     except OSError:  # deleted meanwhile
+        after = {}
+    except UserError:  # the dataset deleted meanwhile (it would read as a setting naming nothing), or a refusal of
+        if os.path.lexists(os.path.expanduser(d.dataset)):  # its own: a pipe or a dead link that appeared, named
+            raise
         after = {}
     old = {f[0]: f[1:] for f in before.get("files", [])}
     new = {f[0]: f[1:] for f in after.get("files", [])}
