@@ -450,19 +450,23 @@ def check_writable(path: str | Path, what: str, resume: bool = False) -> None:
 
 
 def check_path_length(path: Path, named: str) -> None:
-    """Refuse a path with a part longer than a file name may be (255 bytes), or longer as a whole than a path may
-    be, in words naming the setting (`named`): it was `File name too long: PATH`, from the first look at it."""
+    """Refuse a path with a part longer than a file name may be where it would go (255 bytes on most file systems),
+    or longer as a whole than a path may be, in words naming the setting (`named`): it was `File name too long:
+    PATH`, and only where the file system was asked (not under a folder still to be made)."""
+    longest = max(path.parts, key=lambda part: len(os.fsencode(part)), default="")
+    if len(os.fsencode(longest)) > name_max(path):
+        raise UserError(f"{named} cannot be created: its part {short(longest)} is {len(os.fsencode(longest))} "
+                        f"bytes, longer than a file name may be")
+    folder = path.absolute()
+    while not os.path.exists(folder) and folder != folder.parent:
+        folder = folder.parent
     try:
-        path.exists()
-    except OSError as e:
-        if e.errno != errno.ENAMETOOLONG:
-            raise
-        longest = max(path.parts, key=lambda part: len(os.fsencode(part)))
-        if len(os.fsencode(longest)) > name_max(Path(path.anchor or ".")):
-            raise UserError(f"{named} cannot be created: its part {short(longest)} is {len(os.fsencode(longest))} "
-                            f"bytes, longer than a file name may be") from None
-        raise UserError(f"{named} cannot be created: it is {len(os.fsencode(str(path)))} bytes long, longer than a "
-                        f"path may be") from None
+        path_max = os.pathconf(folder, "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):  # (no pathconf on Windows: not checked here)
+        return
+    if len(os.fsencode(str(path.absolute()))) >= path_max:
+        raise UserError(f"{named} cannot be created: it is {len(os.fsencode(str(path.absolute()))):,} bytes long, "
+                        f"longer than a path may be ({path_max - 1:,})")
 
 
 def make_folder(path: Path, what: str) -> list[Path]:
