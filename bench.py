@@ -305,10 +305,10 @@ def without_profiler_lines() -> Iterator[None]:
     stderr, in the middle of the table: the block runs with stderr in a temp file, whose other lines (a warning
     of the work profiled) are printed after it."""
     sys.stderr.flush()
-    saved = os.dup(2)
     with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
+        saved = os.dup(2)
         try:
+            os.dup2(caught.fileno(), 2)
             yield
         finally:
             try:  # (C stdio's buffer: its lines come out at the process's exit otherwise)
