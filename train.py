@@ -249,13 +249,16 @@ def load_data(cfg: Config, dist: Distributed, source: str, quiet: bool = False,
     if dist.master:
         prepare(cfg, show_progress=not quiet)
     dist.barrier()
-    folder = prepared_dir(cfg.data)  # (on several machines each finds it on its own disk: all say who lacks it)
-    lacking = [(rank, path) for rank, path in enumerate(dist.gather(None if folder.is_dir() else str(folder))) if path]
-    if lacking:
-        rank, path = lacking[0]
-        raise UserError(f"process {rank}: the prepared data {path} is not on its machine: process 0 prepares it on "
-                        f"its own; set data.prepared_dir to a folder that all the run's machines share, or prepare "
-                        f"the data on each machine first: python -m data.prepare CONFIG [--set ...]")
+    if dist.world_size > 1:  # on several machines each finds it on its own disk: all say which process lacks it
+        folder = prepared_dir(cfg.data)
+        lacking = [(rank, path) for rank, path in enumerate(dist.gather(None if folder.is_dir() else str(folder)))
+                   if path]
+        if lacking:
+            rank, path = lacking[0]
+            raise UserError(f"process {rank}: the prepared data {path} is not on its machine: process 0 prepares it "
+                            f"on its own; prepare the data on each machine first (python -m data.prepare CONFIG "
+                            f"[--set ...]), or share data.prepared_dir, the dataset at the same path on each machine "
+                            f"(the folder's name depends on it)")
     return load_for_training(cfg, source, from_weights)
 
 
@@ -747,7 +750,7 @@ def check_same_start(dist: Distributed, data: Prepared, ckpt: dict[str, Any] | N
     """Every process must train on the same tokens and resume the same checkpoint: on several machines each reads
     its own prepared folder and ckpt.pt, and other text trained each process on its own without a word (or ended in
     DDP's traceback: another vocabulary), another run's ckpt.pt mixed two runs' states. A collective."""
-    mine = {"prepared data": data.meta["digest"][:12],
+    mine = {"prepared data": str(data.meta.get("digest"))[:12],
             "ckpt.pt": None if ckpt is None else f"run {ckpt.get('run_id')}, step {ckpt['step']}"}
     for rank, theirs in enumerate(dist.gather(mine)):
         differ = [f"{what} ({mine[what]} on process {dist.rank}, {theirs[what]} on process {rank})"
@@ -773,11 +776,14 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
             sweep_temp_files(out_dir / name, only_writer=name != "loss.png")
     dist.barrier()
     if args.resume and dist.world_size > 1:  # (rank 0 found it: check_run_dir) all say which one lacks it, together
-        found = dist.gather((out_dir / "ckpt.pt").is_file())
-        if not all(found):
-            raise UserError(f"process {found.index(False)}: --resume: {out_dir / 'ckpt.pt'}, which process 0 resumes "
-                            f"from, is not on its machine: every process reads it, so train.out_dir must be a folder "
-                            f"that all the run's machines share")
+        ckpt_path = out_dir / "ckpt.pt"
+        missing = dist.gather(None if ckpt_path.is_file() else str(ckpt_path))
+        lacking = [(rank, path) for rank, path in enumerate(missing) if path]
+        if lacking:
+            rank, path = lacking[0]
+            raise UserError(f"process {rank}: --resume: {path}, which process 0 resumes from, is not on its machine: "
+                            f"every process reads it, so train.out_dir must be a folder that all the run's machines "
+                            f"share")
     if t.tensorboard:
         require_tensorboard(out_dir)
     asked = cfg.model  # (a resumed run from other weights keeps their model config: a note names what it drops)

@@ -174,7 +174,7 @@ def test_a_process_but_rank_0_without_the_run_folder_says_it_must_be_shared(corp
     from tinygpt.runtime import Distributed
     monkeypatch.setattr(Distributed, "barrier", lambda self: None)  # rank 0 found its ckpt.pt
     # the same settings, and rank 0 found ckpt.pt: every process says which one lacks it (rank 0 too, first)
-    monkeypatch.setattr(Distributed, "gather", lambda self, obj: [True if obj is False else obj, obj])
+    monkeypatch.setattr(Distributed, "gather", lambda self, obj: [None if isinstance(obj, str) else obj, obj])
     args = train.parse_args([*train_args(corpus, tmp_path / "elsewhere"), "--resume"])
     cfg = load_config(args.config, args.set)
     with pytest.raises(UserError, match=r"^process 1: --resume: .*ckpt.pt, which process 0 resumes from, is not on "
@@ -323,11 +323,11 @@ def test_a_machine_without_the_prepared_data_is_named_not_called_damaged(corpus,
     from tinygpt.config import load_config
     from tinygpt.errors import UserError
     cfg = load_config(str(ROOT / "configs/stories.yaml"), train_args(corpus, tmp_path / "run")[3:])
-    dist = SimpleNamespace(master=False, rank=1, barrier=lambda: None, gather=lambda mine: [None, mine])
+    dist = SimpleNamespace(master=False, rank=1, world_size=2, barrier=lambda: None, gather=lambda mine: [None, mine])
     with pytest.raises(UserError, match=rf"^process 1: the prepared data {re.escape(str(tmp_path))}/prepared/\S+ is "
-                                        r"not on its machine: process 0 prepares it on its own; set data.prepared_dir "
-                                        r"to a folder that all the run's machines share, or prepare the data on each "
-                                        r"machine first: python -m data.prepare CONFIG \[--set ...\]$"):
+                                        r"not on its machine: process 0 prepares it on its own; prepare the data on "
+                                        r"each machine first \(python -m data.prepare CONFIG \[--set ...\]\), or "
+                                        r"share data.prepared_dir, the dataset at the same path on each machine"):
         train.load_data(cfg, dist, "test")
 
 
