@@ -100,7 +100,7 @@ from tinygpt.errors import (TORCHRUN_ENV, ArgParser, UserError, elide, handle_si
                              run_cli, short, shown_path, work_is_files)
 from tinygpt.report import (ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, pictures_note,
                             write_report)
-from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, check_run_dir, died_at_its_first_save, lock_holder,
+from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, DamagedProbe, check_run_dir, died_at_its_first_save, lock_holder,
                           read_config, read_probe, resumed_metrics, run_lock, summarize_run, trained_steps,
                           users_config, write_probe)
 from tinygpt.runtime import (ThreadPolicy, check_training_fits, parent_death_signal, resolve_device, resolve_dtype,
@@ -929,12 +929,14 @@ def drop_damaged_probes(plan: Sequence[Planned]) -> None:
     for run in plan:
         try:
             read_probe(run.run_dir)
-        except UserError as e:
+        except DamagedProbe as e:
             try:
                 (run.run_dir / "probe.json").unlink()
-            except OSError:  # (not ours to remove: the report's reading refuses it)
+            except OSError:
                 continue
-            print(f"note: {str(e).partition('; delete it')[0]}: removed, to probe the run again")
+            print(f"note: {e.what}: removed, to probe the run again")
+        except UserError:  # one that cannot be read (no permission) is left as it is: the plan's reading says so
+            continue
 
 
 def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:

@@ -604,6 +604,25 @@ def test_a_damaged_probe_json_is_probed_again(tmp_path, damage):
     assert json.loads(probe_json.read_text()) == first  # the same weights, the same held-out stories
 
 
+def test_a_probe_json_that_cannot_be_read_is_left_not_removed_as_damaged(tmp_path, monkeypatch, capsys):
+    """A probe.json the sweep cannot read (no permission, an I/O error) was removed as a damaged one: only one
+    that reads, but not as the probe's figures, is the sweep's to replace."""
+    from types import SimpleNamespace
+    from tinygpt.errors import UserError
+    from tinygpt.runs import DamagedProbe
+    (tmp_path / "probe.json").write_text("{}")
+    plan = [SimpleNamespace(run_dir=tmp_path)]
+    monkeypatch.setattr(sweep, "read_probe", lambda run_dir: (_ for _ in ()).throw(
+        UserError(f"cannot read {run_dir / 'probe.json'}: Permission denied")))
+    sweep.drop_damaged_probes(plan)
+    assert (tmp_path / "probe.json").exists() and capsys.readouterr().out == ""
+    monkeypatch.setattr(sweep, "read_probe", lambda run_dir: (_ for _ in ()).throw(
+        DamagedProbe(f"{run_dir / 'probe.json'} is damaged (x)")))
+    sweep.drop_damaged_probes(plan)
+    assert not (tmp_path / "probe.json").exists()
+    assert capsys.readouterr().out == f"note: {tmp_path / 'probe.json'} is damaged (x): removed, to probe the run again\n"
+
+
 def test_parallel_runs_share_the_cores_between_their_threads(monkeypatch):
     """--jobs 2 on 4 cores: each run gets OMP_NUM_THREADS=2; all 4 each, the runs' threads would
     fight over the cores. One job keeps the threads as they are."""

@@ -590,20 +590,30 @@ def write_probe(run_dir: Path, result: dict[str, Any]) -> None:
     atomic_write_text(run_dir / "probe.json", json.dumps(result) + "\n")
 
 
+class DamagedProbe(UserError):
+    """A probe.json that reads, but not as the probe's figures; `what` says so without the fix."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what}; delete it and probe again")
+        self.what = what
+
+
 def read_probe(run_dir: str | Path) -> dict[str, Any] | None:
     """The probe's figures saved in a run directory, or None (not probed, or probed before its
-    last checkpoint was written)."""
+    last checkpoint was written); DamagedProbe where it holds something else (a UserError where it
+    cannot be read)."""
     path = Path(run_dir) / "probe.json"
     if not path.is_file():
         return None
+    too_big = f"{path} is damaged: larger than the {MAX_PROBE_BYTES >> 20} MiB a probe writes"
+    if path.stat().st_size > MAX_PROBE_BYTES:  # (read_capped refuses it too, but as no damage)
+        raise DamagedProbe(too_big)
     try:
-        too_big = f"{path} is damaged: larger than the {MAX_PROBE_BYTES >> 20} MiB a probe writes; delete it, probe again"
-        result = json.loads(read_capped(path, MAX_PROBE_BYTES, lambda _: too_big))
+        result = json.loads(read_capped(path, MAX_PROBE_BYTES, lambda _: f"{too_big}; delete it and probe again"))
     except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: '[' x 100,000
-        raise UserError(f"{path} is damaged ({e}); delete it and probe again") from None
+        raise DamagedProbe(f"{path} is damaged ({e})") from None
     if not _is_probe(result):
-        raise UserError(f"{path} does not hold the probe's figures (sweep.py --probe writes them); delete it and "
-                        f"probe again")
+        raise DamagedProbe(f"{path} does not hold the probe's figures (sweep.py --probe writes them)")
     best = Path(run_dir) / "best.pt"
     if best.is_file() and result.get("checkpoint_mtime_ns") != best.stat().st_mtime_ns:
         return None  # a stale probe of older weights
