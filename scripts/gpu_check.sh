@@ -264,7 +264,8 @@ stage decode 180 "${BENCH[@]}" --dtypes float32 --steps 0 $GEN --vs-hf --json "$
 
 echo "== 5. torchrun, NCCL, one process"
 stage ddp 120 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 "${TRAIN[@]:1}" \
-    train.out_dir="$(yaml_string "$OUT/ddp")" train.max_iters=50 train.eval_interval=50 train.eval_iters=5 train.plot=never
+    train.out_dir="$(yaml_string "$OUT/ddp")" train.max_iters=50 train.eval_interval=50 train.eval_iters=5 \
+    train.plot=never
 
 echo "== 6. decoding with the step compiled"
 # shellcheck disable=SC2086
