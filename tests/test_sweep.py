@@ -620,7 +620,8 @@ def test_a_probe_json_that_cannot_be_read_is_left_not_removed_as_damaged(tmp_pat
         DamagedProbe(f"{run_dir / 'probe.json'} is damaged (x)")))
     sweep.drop_damaged_probes(plan)
     assert not (tmp_path / "probe.json").exists()
-    assert capsys.readouterr().out == f"note: {tmp_path / 'probe.json'} is damaged (x): removed, to probe the run again\n"
+    note = f"note: {tmp_path / 'probe.json'} is damaged (x): removed, to probe the run again\n"
+    assert capsys.readouterr().out == note
 
 
 def test_parallel_runs_share_the_cores_between_their_threads(monkeypatch):
