@@ -251,10 +251,8 @@ def load_data(cfg: Config, dist: Distributed, source: str, quiet: bool = False,
     dist.barrier()
     if dist.world_size > 1:  # on several machines each finds it on its own disk: all say which process lacks it
         folder = prepared_dir(cfg.data)
-        lacking = [(rank, path) for rank, path in enumerate(dist.gather(None if folder.is_dir() else str(folder)))
-                   if path]
-        if lacking:
-            rank, path = lacking[0]
+        if lacking := first_lacking(dist, folder, folder.is_dir()):
+            rank, path = lacking
             raise UserError(f"process {rank}: the prepared data {path} is not on its machine: process 0 prepares it "
                             f"on its own; prepare the data on each machine first (python -m data.prepare CONFIG "
                             f"[--set ...]), or share data.prepared_dir, the dataset at the same path on each machine "
@@ -295,7 +293,7 @@ def mfu_peak(ckpt: dict[str, Any] | None, dtype: str, device: torch.device, thre
             and isinstance(saved.get("flops"), float) and 0 < saved["flops"] < 1e18:  # (else: measured again)
         source = saved["source"]  # a measurement is said to be the start's (a GPU's nominal peak is no such)
         if source.startswith("measured") and not source.endswith("at the run's start") \
-                and "measured again at step" not in source:  # (one measured mid-run says so: measure_peak_again)
+                and "measured again" not in source:  # (one measured mid-run says so: measure_peak_again)
             source += ", at the run's start"
         return {**saved, "source": source, "dtype": dtype, "threads": threads}
     with torch_threads(threads):
@@ -317,7 +315,7 @@ def measure_peak_again(run: Run, speed: dict[str, float], achieved: float) -> No
                    f"measured at the run's start ({speed['peak'] / 1e9:,.0f} GFLOP/s, a busy moment's): measured "
                    f"again, MFU is against {flops / 1e9:,.0f} GFLOP/s from here")
     run.peak = {**run.peak, "flops": flops, "source": source}
-    speed.update(peak=flops, peak_again=1.0)
+    speed["peak"] = flops
 
 
 def _tokenizer_words(tok: dict[str, Any]) -> str:
@@ -609,7 +607,9 @@ def log(run: Run, metrics: list[dict], lr: float, speed: dict[str, float]) -> di
     step_time = (now - speed["t_last"]) / max(run.step - speed["step_last"], 1)
     achieved = speed["flops_per_step"] / step_time  # FLOP/s of this process
     # above twice the peak: no busy start explains it (that reads 100-150%), a stalled measurement does; once a run
-    if achieved > 2 * speed["peak"] and run.peak["source"].startswith("measured") and "peak_again" not in speed:
+    # (its source then says so)
+    if (achieved > 2 * speed["peak"] and run.peak["source"].startswith("measured")
+            and "measured again" not in run.peak["source"]):
         measure_peak_again(run, speed, achieved)
         now = time.perf_counter()  # (measuring is no step of the next row)
     tok_s, mfu = speed["tokens_per_step"] / step_time, achieved / speed["peak"]
@@ -730,20 +730,34 @@ def main(argv: Sequence[str] | None = None) -> dict:
 PER_MACHINE = {"train.out_dir", "data.dataset", "data.prepared_dir", "train.init_from", "train.threads"}
 
 
+def first_difference(dist: Distributed, mine: dict[str, Any]) -> tuple[int, dict[str, Any], list[str]] | None:
+    """The first process whose `mine` is not this one's: (its rank, its `mine`, the keys that differ), else None.
+    A collective: every process calls it."""
+    for rank, theirs in enumerate(dist.gather(mine)):
+        if differ := [key for key in mine if theirs.get(key) != mine[key]]:
+            return rank, theirs, differ
+    return None
+
+
+def first_lacking(dist: Distributed, path: Path, present: bool) -> tuple[int, str] | None:
+    """The first process that lacks its `path` (`present`: whether this one has it), with the path as that process
+    names it (on several machines they may differ), else None. A collective: every process calls it."""
+    return next(((rank, theirs) for rank, theirs in enumerate(dist.gather(None if present else str(path))) if theirs),
+                None)
+
+
 def check_same_settings(cfg: Config, dist: Distributed, flags: dict[str, Any]) -> None:
     """Every process of a torchrun run must train the same config and `flags` (--resume, --stop-at): on several
     machines each reads its own config and --set, and a train.lr of another machine's trained on without a word
     (its weights drifting from the others'), another model.n_embd ended in DDP's traceback, and --resume on one
     machine alone in gloo's abort. A collective: every process calls it."""
     mine = {**{k: v for k, v in flat_config(cfg).items() if k not in PER_MACHINE}, **flags}
-    others = dist.gather(mine)
-    for rank, theirs in enumerate(others):
-        differ = [k for k in mine if theirs.get(k) != mine[k]]
-        if differ:
-            shown = ", ".join(f"{k}={mine[k]!r} here, {theirs.get(k)!r} on process {rank}" for k in differ[:3])
-            raise UserError(f"process {dist.rank}: the processes of this torchrun run were given other settings: "
-                            f"{shown}{', ...' if len(differ) > 3 else ''}; give every machine the same config, "
-                            f"--set and flags")
+    if found := first_difference(dist, mine):
+        rank, theirs, differ = found
+        shown = ", ".join(f"{k}={mine[k]!r} here, {theirs.get(k)!r} on process {rank}" for k in differ[:3])
+        raise UserError(f"process {dist.rank}: the processes of this torchrun run were given other settings: "
+                        f"{shown}{', ...' if len(differ) > 3 else ''}; give every machine the same config, "
+                        f"--set and flags")
 
 
 def check_same_start(dist: Distributed, data: Prepared, ckpt: dict[str, Any] | None) -> None:
@@ -752,13 +766,12 @@ def check_same_start(dist: Distributed, data: Prepared, ckpt: dict[str, Any] | N
     DDP's traceback: another vocabulary), another run's ckpt.pt mixed two runs' states. A collective."""
     mine = {"prepared data": str(data.meta.get("digest"))[:12],
             "ckpt.pt": None if ckpt is None else f"run {ckpt.get('run_id')}, step {ckpt['step']}"}
-    for rank, theirs in enumerate(dist.gather(mine)):
-        differ = [f"{what} ({mine[what]} on process {dist.rank}, {theirs[what]} on process {rank})"
-                  for what in mine if theirs[what] != mine[what]]
-        if differ:
-            raise UserError(f"process {dist.rank}: the processes of this torchrun run read other files: "
-                            f"{'; '.join(differ)}: the run's machines must find the same data.dataset and share "
-                            f"train.out_dir")
+    if found := first_difference(dist, mine):
+        rank, theirs, differ = found
+        shown = "; ".join(f"{what} ({mine[what]} on process {dist.rank}, {theirs[what]} on process {rank})"
+                          for what in differ)
+        raise UserError(f"process {dist.rank}: the processes of this torchrun run read other files: {shown}: the "
+                        f"run's machines must find the same data.dataset and share train.out_dir")
 
 
 def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callable[[], bool] | None = None) -> dict:
@@ -776,11 +789,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
             sweep_temp_files(out_dir / name, only_writer=name != "loss.png")
     dist.barrier()
     if args.resume and dist.world_size > 1:  # (rank 0 found it: check_run_dir) all say which one lacks it, together
-        ckpt_path = out_dir / "ckpt.pt"
-        missing = dist.gather(None if ckpt_path.is_file() else str(ckpt_path))
-        lacking = [(rank, path) for rank, path in enumerate(missing) if path]
-        if lacking:
-            rank, path = lacking[0]
+        if lacking := first_lacking(dist, out_dir / "ckpt.pt", (out_dir / "ckpt.pt").is_file()):
+            rank, path = lacking
             raise UserError(f"process {rank}: --resume: {path}, which process 0 resumes from, is not on its machine: "
                             f"every process reads it, so train.out_dir must be a folder that all the run's machines "
                             f"share")

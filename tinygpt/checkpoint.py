@@ -660,7 +660,7 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool 
         # torch's reader says "Invalid argument" (EINVAL) of an archive cut short
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({e.strerror or type(e).__name__})") from None
     except pickle.UnpicklingError as e:
-        if (name := no_such_torch_name(str(e))) is not None:  # a byte flipped in a name torch writes: damage
+        if (name := flipped_torch_name(str(e))) is not None:  # a byte flipped in a name torch writes: damage
             raise UserError(f"{path} is corrupted: it names {name} (a byte changed on disk or in a copy?); use "
                             f"another copy") from None
         if re.search(r"unsupported global", str(e), re.IGNORECASE):  # a class or function: code could run
@@ -673,7 +673,7 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool 
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({type(e).__name__})") from None
 
 
-def no_such_torch_name(refusal: str) -> str | None:
+def flipped_torch_name(refusal: str) -> str | None:
     """'NAME, one character off torch's KNOWN' where the global torch's weights_only refusal names is one character
     away from a global that loader allows (`torch._utils._rebuild_tdnsor_v2`: one bit of `_rebuild_tensor_v2`
     flipped), else None: any other name, one torch has (`torch.utils.cpp_extension.load_inline`) or not, is a
