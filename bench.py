@@ -46,8 +46,8 @@ from tinygpt.checkpoint import atomic_write_text, check_name_fits, check_writabl
 from tinygpt.config import Config, config_source, load_config, set_key
 from tinygpt.errors import ArgParser, UserError, count, elide, folder_ending, run_cli, short, work_is_files
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
-                             compile_decoding, cpu_kind, device_name, following_free_cores, keep_freed_memory,
-                             model_memory, peak_flops, resolve_device, sync)
+                             compile_decoding, cpu_kind, device_name, following_free_cores, int8_problem,
+                             int8_weights, keep_freed_memory, model_memory, peak_flops, resolve_device, sync)
 from tinygpt.runs import run_lock
 from tinygpt.training import make_optimizer, train_step
 
@@ -210,9 +210,11 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     GPT2LMHeadModel.generate (its KV cache), alternated, medians of `reps`; the tokens must be the
     same. Beside them, the limit that memory bandwidth sets: decoding one token reads every weight
     once (the embedding is a lookup, but the tied LM head reads the whole matrix), at the faster of
-    the rates a streaming sum and the matrix products alone read. With
+    the rates a streaming sum and the matrix products alone read. Where the device runs them, tinygpt
+    with int8 weights too (sample.py --dtype int8), quantized from the same weights. With
     compile_decoding_step, also tinygpt with its decoding step compiled (sample.py --compile), and
-    the seconds that compiling took."""
+    the seconds that compiling took, and the int8 model with its step compiled, raced against the
+    int8 model alone."""
     import transformers  # optional: pip install -r requirements-dev.txt
 
     from tinygpt.hf import gpt2_state_dict
@@ -248,6 +250,10 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     runs = {"tinygpt": ours(model, "tinygpt"), "transformers": theirs(hf, "transformers"),
             "tinygpt bfloat16": ours(low, "tinygpt bfloat16"),
             "transformers bfloat16": theirs(copy.deepcopy(hf).to(torch.bfloat16), "transformers bfloat16")}
+    int8 = int8_problem(model, device)  # None: int8 weights run here
+    if int8 is None:
+        int8_model = int8_weights(copy.deepcopy(model))
+        runs["tinygpt int8"] = ours(int8_model, "tinygpt int8")
     compile_s, step = None, None
     if compile_decoding_step:
         start = time.perf_counter()
@@ -256,7 +262,18 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
         if step is not None:
             runs["tinygpt --compile"] = ours(model, "tinygpt --compile", step)
     times = race(runs, reps, device)
-    weight_bytes = (model.num_params() - model.pos_emb.weight.numel()) * model.tok_emb.weight.element_size()
+    int8_compiled = {}
+    if compile_decoding_step and int8 is None:  # in a race of its own, after the first: a second model compiled
+        int8_step = compile_decoding(int8_model)  # in the process slowed the first's compiled step 4x (615 to 149
+        if int8_step is not None:  # tok/s on Zen 4), which sample.py, compiling one model, never sees
+            compiled_race = race({"int8": runs["tinygpt int8"], "int8 --compile": ours(
+                int8_model, "tinygpt int8 --compile", int8_step)}, reps, device)
+            rates = {name: n_tokens / statistics.median(ts) for name, ts in compiled_race.items()}
+            int8_compiled = {"int8_compiled_tokens_per_s": rates["int8 --compile"],
+                             "int8_compiled_over_int8": rates["int8 --compile"] / rates["int8"],
+                             "int8_compiled_range": spread([n_tokens / t for t in compiled_race["int8 --compile"]]),
+                             "same_tokens_int8_compiled": outputs["tinygpt int8 --compile"] == outputs["tinygpt int8"]}
+    weight_bytes = read_per_token(model)
     matmul_share = matmul_time_share(runs["tinygpt"])
     matvec_s, matvec_bytes = matvec_time(model, device)
     # a streaming sum can read slower than the products do (an Intel Xeon whose 480 MiB L3 holds the
@@ -269,7 +286,16 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
         compiled = {"compiled_tokens_per_s": tok_s["tinygpt --compile"], "compile_s": compile_s,
                     "ratio_compiled": tok_s["tinygpt --compile"] / tok_s["transformers"],
                     "same_tokens_compiled": outputs["tinygpt --compile"] == outputs["transformers"]}
-    return {**compiled, "tinygpt_tokens_per_s": tok_s["tinygpt"], "transformers_tokens_per_s": tok_s["transformers"],
+    int8_results = {"int8_problem": int8} if int8 else {
+        "tinygpt_int8_tokens_per_s": tok_s["tinygpt int8"],
+        "int8_weights_mb": read_per_token(int8_model) / 2**20,
+        "int8_bandwidth_limit_tokens_per_s": bandwidth / read_per_token(int8_model),
+        "ratio_int8": tok_s["tinygpt int8"] / tok_s["transformers"],
+        "ratio_int8_vs_bf16": tok_s["tinygpt int8"] / tok_s["transformers bfloat16"],
+        "int8_same_tokens_share": sum(a == b for a, b in zip(outputs["tinygpt int8"], outputs["tinygpt"])) / n_tokens,
+        **int8_compiled}
+    return {**compiled, **int8_results, "tinygpt_tokens_per_s": tok_s["tinygpt"],
+            "transformers_tokens_per_s": tok_s["transformers"],
             "tinygpt_bf16_tokens_per_s": tok_s["tinygpt bfloat16"],
             "transformers_bf16_tokens_per_s": tok_s["transformers bfloat16"],
             "ratio_bf16": tok_s["tinygpt bfloat16"] / tok_s["transformers bfloat16"],
@@ -282,6 +308,17 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
             "bandwidth_limit_tokens_per_s": bandwidth / weight_bytes, "matmul_share": matmul_share,
             "matvec_ms": matvec_s * 1e3, "matvec_gb_s": matvec_bytes / matvec_s / 1e9,
             "transformers": transformers.__version__}
+
+
+def read_per_token(model: GPT) -> int:
+    """Bytes of weights that decoding one token reads: every parameter and buffer (int8 weights and their
+    scales too) but the embeddings, of which it reads one row each; the tied LM head reads the whole
+    token embedding (with int8 weights the head has a copy of its own, and the embedding is a lookup)."""
+    lookups = {id(model.pos_emb.weight)}
+    if model.lm_head.weight is not model.tok_emb.weight:
+        lookups.add(id(model.tok_emb.weight))
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()] if id(t) not in lookups}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 def matmul_time_share(fn: Callable[[], None]) -> float:
@@ -625,8 +662,8 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
                        n_embd=args.gen_embd, vocab_size=m.vocab_size)  # the decoding benches' model
     if args.gen_tokens or args.vs_hf or args.under_load:
         parts = model_memory(gcfg)
-        if args.vs_hf:  # transformers' float32 copy, ours in bfloat16, and theirs in float32 on its way to bfloat16
-            parts["--vs-hf's copies"] = parts["weights"] * 10 // 4
+        if args.vs_hf:  # transformers' float32 copy, ours in bfloat16, theirs in float32 on its way to bfloat16,
+            parts["--vs-hf's copies"] = parts["weights"] * 14 // 4  # and ours in float32 on its way to int8
         check_memory(parts, device, "the --gen-* model", "lower --gen-layers, --gen-embd or --gen-block")
     res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
                  "device": str(device), "device_name": device_name(device), "torch": torch.__version__,
@@ -691,6 +728,20 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
               f"tok/s{rng['transformers bfloat16']}: {h['ratio_bf16']:.2f}x; same "
               f"tokens: {h['same_tokens_bf16']}; {h['bf16_same_tokens_share']:.0%} of tinygpt's tokens equal its "
               f"float32 ones")
+        if "int8_problem" in h:
+            print(f"  int8 weights: not measured ({h['int8_problem']})")
+        else:
+            print(f"  int8 weights, quantized from the same weights (sample.py --dtype int8): tinygpt "
+                  f"{h['tinygpt_int8_tokens_per_s']:,.0f} tok/s{rng['tinygpt int8']}: {h['ratio_int8']:.2f}x "
+                  f"transformers' float32, {h['ratio_int8_vs_bf16']:.2f}x its bfloat16; "
+                  f"{h['int8_same_tokens_share']:.0%} of tinygpt's tokens equal its float32 ones; "
+                  f"{h['int8_weights_mb']:.1f} MiB read per token: about "
+                  f"{h['int8_bandwidth_limit_tokens_per_s']:,.0f} tok/s for reading them alone")
+            if "int8_compiled_tokens_per_s" in h:
+                print(f"  int8 weights, the decoding step compiled (in a race with int8 alone): "
+                      f"{h['int8_compiled_tokens_per_s']:,.0f} tok/s ({span(h['int8_compiled_range'])}), "
+                      f"{h['int8_compiled_over_int8']:.2f}x int8 uncompiled; same tokens: "
+                      f"{h['same_tokens_int8_compiled']}")
         print(f"  memory bandwidth {h['bandwidth_gb_s']:.1f} GB/s (the faster of a streaming sum, "
               f"{h['streaming_gb_s']:.1f}, and the products below) over {h['weights_mb']:.1f} MiB of weights read "
               f"per token: about {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s for reading them alone (an estimate "

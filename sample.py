@@ -66,8 +66,8 @@ from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, co
                             path_word, read_capped, run_cli, script_word, shell_join, shell_quote, short, shown_path)
 from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.runs import run_lock, run_name, training_note
-from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, keep_freed_memory,
-                             resolve_device, too_many_threads)
+from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, int8_problem, int8_weights,
+                             keep_freed_memory, resolve_device, too_many_threads)
 from tinygpt.tokenizer import clean_text, encode_prompt
 
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
@@ -102,10 +102,11 @@ def build_parser() -> ArgParser:
                    help="compile the one-token decoding step with torch.compile first (about a minute; then a "
                         "6x6x384 model decodes 1.4-3.0x faster on 2 CPU cores: worth it for big models, long or many samples)")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                   help="the weights' precision while generating: bfloat16 halves the bytes each token reads "
-                        "(faster where decoding waits on memory; the greedy text may part from float32's, at the first "
-                        "token where two candidates are near-tied: soon on a weakly trained model)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "int8"), default="float32",
+                   help="the weights' precision while generating: bfloat16 halves the bytes each token reads, int8 "
+                        "(CPU only: int8 weights, one scale per row, bfloat16 activations) quarters them (faster where "
+                        "decoding waits on memory; the greedy text may part from float32's, at the first token where "
+                        "two candidates are near-tied: soon on a weakly trained model)")
     p.add_argument("--threads", type=int, default=0,
                    help="CPU threads: 0 (default) = the cores other processes leave free and a CPU quota "
                         "allows, re-checked as it runs")
@@ -158,6 +159,9 @@ def check_args(args) -> None:
                         f"more threads than cores only slow it down)")
     if args.compile and args.no_kv_cache:
         raise UserError("--compile compiles the decoding step with the KV cache: drop --no-kv-cache")
+    if args.compile and args.dtype == "int8":  # (measured: bench.py --vs-hf --compile, docs/results.md)
+        raise UserError("--compile with --dtype int8: the compiled step decodes int8 weights slower than torch's "
+                        "int8 kernel alone: drop --compile")
     if args.num_samples < 1:
         raise UserError(f"--num-samples={args.num_samples} must be >= 1")
     asked = {"--prompt": args.prompt is not None, "--prompt-file": args.prompt_file is not None,
@@ -479,9 +483,14 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     prompt = read_prompt(args)
     device = resolve_device(args.device, "--device")
     model, cfg, tokenizer, ckpt = load_model(args.run, device)
-    model = model.to(getattr(torch, args.dtype))
     if args.list_vocab:
         return list_vocab(tokenizer, out)
+    if args.dtype == "int8":
+        if problem := int8_problem(model, device):
+            raise UserError(f"{args.run}: {problem}")
+        model = int8_weights(model)
+    else:
+        model = model.to(getattr(torch, args.dtype))
     check_output_files(args, cfg.model.n_layer)
     if not cfg.model.causal and not args.force:
         raise UserError(f"{args.run} was trained with model.causal=false: every position saw the token it "

@@ -10,7 +10,8 @@ the result.
 
 `stories`: trains configs/stories.yaml, samples 2,000 words with sample.py and reports the share of
 them that occur in the training corpus. `shakespeare`: trains a shakespeare config on a local copy of
-tiny shakespeare and reports the best val loss. Both print one JSON line at the end.
+tiny shakespeare and reports the best val loss, and the whole val split's, in float32 and with the
+int8 weights of sample.py --dtype int8. Both print one JSON line at the end.
 """
 from __future__ import annotations
 
@@ -138,9 +139,10 @@ def stories(out_dir: Path, extra: list[str]) -> dict:
             "unknown_examples": sorted({w for w in words if w not in corpus})[:20]}
 
 
-def whole_val_loss(run_dir: Path) -> float:
+def whole_val_loss(run_dir: Path, int8: bool = False) -> float:
     """Mean next-token loss of the best checkpoint over the whole validation split, in consecutive
-    windows of block_size tokens (every token scored once), in float32."""
+    windows of block_size tokens (every token scored once), in float32; int8: with the weights that
+    sample.py --dtype int8 decodes with."""
     import numpy as np
     import torch
 
@@ -149,6 +151,9 @@ def whole_val_loss(run_dir: Path) -> float:
     from model import cross_entropy
 
     model, cfg, _, _ = load_model(run_dir, "cpu")
+    if int8:
+        from tinygpt.runtime import int8_weights
+        model = int8_weights(model)
     folder = prepared_dir(cfg.data)
     val = load_prepared(folder if folder.is_absolute() else ROOT / folder).val
     T = cfg.model.block_size
@@ -161,10 +166,18 @@ def whole_val_loss(run_dir: Path) -> float:
 
 
 def shakespeare(out_dir: Path, text: Path, config: str, extra: list[str]) -> dict:
+    import torch
+
+    from tinygpt.checkpoint import load_model
+    from tinygpt.runtime import int8_problem
     seconds, _ = run(["train.py", config, "--quiet", "--set", set_word("train.out_dir", str(out_dir)),
                       set_word("data.dataset", str(text)), *extra])
-    return {"config": config, "seconds_with_startup": round(seconds, 1), **from_metrics(out_dir),
-            "whole_val_split_loss": round(whole_val_loss(out_dir), 4)}
+    result = {"config": config, "seconds_with_startup": round(seconds, 1), **from_metrics(out_dir),
+              "whole_val_split_loss": round(whole_val_loss(out_dir), 4)}
+    int8 = int8_problem(load_model(out_dir, "cpu", with_tokenizer=False)[0], torch.device("cpu"))
+    if int8:  # why sample.py --dtype int8 cannot run this model
+        return {**result, "int8": int8}
+    return {**result, "whole_val_split_loss_int8": round(whole_val_loss(out_dir, int8=True), 4)}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

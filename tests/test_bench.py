@@ -412,6 +412,10 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
     assert h["ratio"] == pytest.approx(h["tinygpt_tokens_per_s"] / h["transformers_tokens_per_s"])
     assert h["ratio_bf16"] == pytest.approx(h["tinygpt_bf16_tokens_per_s"] / h["transformers_bf16_tokens_per_s"])
     assert 0 <= h["bf16_same_tokens_share"] <= 1 and h["bandwidth_limit_tokens_per_s"] > 0
+    assert "int8_problem" not in h and 0 <= h["int8_same_tokens_share"] <= 1  # int8 weights: a CPU, n_embd 32
+    assert h["ratio_int8"] == pytest.approx(h["tinygpt_int8_tokens_per_s"] / h["transformers_tokens_per_s"])
+    int8 = h["tinygpt_int8_tokens_per_s"]
+    assert h["ratio_int8_vs_bf16"] == pytest.approx(int8 / h["transformers_bf16_tokens_per_s"])
     assert 0 < h["matmul_share"] < 1
     assert h["matvec_ms"] > 0 and h["matvec_gb_s"] > 0
     # no read measured here is faster than the one the limit assumes, and the limit is that rate over
@@ -468,6 +472,23 @@ def test_the_bandwidth_limit_counts_the_weights_a_token_reads(monkeypatch, one_t
     weights = 37 * C + 12 * C * C + 2 * C + C  # embedding (the tied LM head), one block, the final LayerNorm
     assert h["weights_mb"] == pytest.approx(4 * weights / 2**20)
     assert h["bandwidth_limit_tokens_per_s"] == pytest.approx(h["bandwidth_gb_s"] * 1e9 / (4 * weights))
+    # int8: one byte a weight of the six products and the LM head (its own copy), a bfloat16 scale a row,
+    # the LayerNorms in bfloat16; the embedding is a lookup
+    int8 = 12 * C * C + 37 * C + 2 * (9 * C + 37) + 2 * (2 * C + C)
+    assert h["int8_weights_mb"] == pytest.approx(int8 / 2**20)
+    assert h["int8_bandwidth_limit_tokens_per_s"] == pytest.approx(h["bandwidth_gb_s"] * 1e9 / int8)
+
+
+def test_vs_hf_says_why_int8_weights_were_not_measured(monkeypatch, one_thread, capsys):
+    """A width torch's int8 kernel cannot read (n_embd 24): the race runs without int8, and says why."""
+    pytest.importorskip("transformers")
+    import bench
+    from model import ModelConfig
+    monkeypatch.setattr(bench, "memory_bandwidth", lambda device: 1e9)  # (a 256 MiB read, not measured here)
+    h = bench.bench_vs_hf(ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=24, vocab_size=37), 4,
+                          torch.device("cpu"), reps=1)
+    assert h["int8_problem"].startswith("--dtype int8 needs model.n_embd a multiple of 16")
+    assert "tinygpt int8" not in h["tokens_per_s_range"] and "ratio_int8" not in h and h["same_tokens"]
 
 
 @pytest.mark.slow

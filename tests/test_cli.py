@@ -300,6 +300,32 @@ def test_dtype_bfloat16_generates_with_bfloat16_weights(run, monkeypatch):
     assert seen[-1] == torch.float32  # the default
 
 
+def test_dtype_int8_generates_with_int8_weights(samples, run, monkeypatch):
+    """--dtype int8: every Linear of the model holds int8 weights as it generates; refused with --compile
+    (slower than int8 alone), and, naming the run, for a width torch's int8 kernel cannot read."""
+    import sample
+    from tinygpt import runtime
+    from tinygpt.errors import UserError
+    seen = []
+    real = sample.generate_steps
+
+    def spy(model, *args, **kwargs):
+        seen.append(sorted({type(m).__name__ for m in model.modules() if "Linear" in type(m).__name__}))
+        return real(model, *args, **kwargs)
+    monkeypatch.setattr(sample, "generate_steps", spy)
+    args = [run, "--prompt", PROMPT, "--max-new-tokens", 40, "--temperature", 0, "--dtype", "int8"]
+    generated = continuation(split_samples(sample_text(args))[0])
+    assert seen == [["Int8Linear"]] and len(generated) == 40 and set(generated) <= set(VOCAB)
+    with pytest.raises(UserError, match=r"^--compile with --dtype int8: the compiled step decodes int8 weights "
+                                        r"slower than torch's int8 kernel alone: drop --compile$"):
+        sample_text(args + ["--compile"])
+    monkeypatch.setattr(runtime, "INT8_IN_MULTIPLE", 64)  # the run's n_embd is 32
+    with pytest.raises(UserError, match=rf"^{re.escape(str(run))}: --dtype int8 needs model.n_embd a multiple "
+                                        rf"of 64 .* this model's is 32: use bfloat16$"):
+        sample_text(args)
+    assert len(seen) == 1
+
+
 def test_compile_decodes_through_the_compiled_step(samples, run, monkeypatch):
     """--compile hands generation the step compile_decoding returns (compiling itself is tested in
     test_runtime.py); when it returns None (compiling failed), the model decodes: the same text."""

@@ -619,3 +619,80 @@ def test_a_script_stopped_by_sigterm_lets_its_training_save(tmp_path):
     finally:
         parent.kill()
     assert (tmp_path / "saved").read_text() == str(int(signal.SIGTERM))  # the child saved, not killed
+
+
+# ---- int8 weights for decoding (sample.py --dtype int8) ----
+
+
+@pytest.mark.parametrize("n_in, n_out, bias", [(32, 48, True), (64, 7, False)])
+def test_int8_linear_is_its_rounded_weights_times_their_row_scales(n_in, n_out, bias):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(n_in, n_out, bias=bias)
+    with torch.no_grad():
+        linear.weight[1] = 0  # an all-zero row stays zero
+    q = runtime.Int8Linear(linear)
+    assert q.weight.dtype == torch.int8 and q.weight.shape == (n_out, n_in) and q.scale.shape == (n_out,)
+    assert 126 <= int(q.weight.abs().amax(dim=1)[0]) <= 127 and not q.weight[1].any()  # a row's largest |w|: ~127
+    dequantized = q.weight.float() * q.scale.float()[:, None]  # (out, in)
+    assert ((dequantized - linear.weight).abs() <= q.scale.float()[:, None] * 0.5 + 1e-7).all()  # round to nearest
+    x = torch.randn(2, 3, n_in).bfloat16()  # (B, T, in)
+    want = x.float() @ dequantized.T + (q.bias.float() if bias else 0)  # (B, T, out)
+    got = q(x)
+    assert got.shape == (2, 3, n_out) and got.dtype == torch.bfloat16
+    assert torch.allclose(got.float(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_int8_linear_copies_an_input_that_starts_off_alignment():
+    """torch's kernel loads whole aligned rows: a view at an offset (the stride of a bigger row) crashed
+    the process; Int8Linear hands it a fresh copy. In a child process, so that a crash fails one test."""
+    code = """
+import torch
+from tinygpt import runtime
+torch.manual_seed(0)
+q = runtime.Int8Linear(torch.nn.Linear(64, 40))
+big = torch.randn(4, 80).bfloat16()
+x = big[:, 8:72]  # (4, 64): 16 bytes past an aligned start, rows 160 bytes apart
+assert not x.is_contiguous() and x.data_ptr() % 32
+assert torch.equal(q(x), q(x.contiguous()))
+print("ok")
+"""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0 and done.stdout == "ok\n", (done.returncode, done.stderr[-2000:])
+
+
+def test_int8_weights_decode_the_float32_tokens(tiny_model_config):
+    """Every Linear becomes an Int8Linear (the tied LM head too, the embedding stays a bfloat16 lookup),
+    and the greedy tokens are float32's where no two logits are near-tied."""
+    import copy
+
+    from model import GPT, generate
+    torch.manual_seed(0)
+    model = GPT(tiny_model_config).eval()
+    with torch.no_grad():
+        model.tok_emb.weight.mul_(50)  # clear margins between logits: rounding cannot flip a token
+    idx = torch.randint(0, tiny_model_config.vocab_size, (1, 5))
+    want = [int(t) for t in generate(model, idx, 40, temperature=0)]  # through window slides (block 16)
+    assert runtime.int8_problem(model, torch.device("cpu")) is None
+    low = runtime.int8_weights(copy.deepcopy(model))
+    assert not any(isinstance(m, torch.nn.Linear) for m in low.modules())
+    assert sum(isinstance(m, runtime.Int8Linear) for m in low.modules()) == 6 * tiny_model_config.n_layer + 1
+    assert low.tok_emb.weight.dtype == torch.bfloat16 and not low.training
+    assert [int(t) for t in generate(low, idx, 40, temperature=0)] == want
+    with torch.no_grad():
+        assert torch.allclose(low(idx).float(), model(idx), atol=0.05 * model(idx).abs().max().item())
+
+
+def test_int8_problem_names_the_device_or_the_width(tiny_model_config):
+    from dataclasses import replace
+
+    from model import GPT
+    model = GPT(tiny_model_config)  # n_embd 32
+    assert "CPU only" in runtime.int8_problem(model, torch.device("cuda")) and "not on cuda" in \
+        runtime.int8_problem(model, torch.device("cuda"))
+    narrow = GPT(replace(tiny_model_config, n_embd=24))
+    assert runtime.int8_problem(narrow, torch.device("cpu")) == (
+        "--dtype int8 needs model.n_embd a multiple of 16 (torch's int8 kernel reads rows 16 values at a time); "
+        "this model's is 24: use bfloat16")

@@ -442,6 +442,10 @@ def test_reproduce_whole_val_loss_scores_every_token_once_against_the_next(tmp_p
         logits = model(tokens[:70 * T].view(70, T))
         expected = F.cross_entropy(logits.reshape(70 * T, -1), tokens[1:70 * T + 1])
     assert reproduce.whole_val_loss(tmp_path / "run") == pytest.approx(float(expected), rel=1e-5)
+    # with the int8 weights of sample.py --dtype int8 (last: they replace the model's Linears in place)
+    from tinygpt.runtime import Int8Linear
+    assert reproduce.whole_val_loss(tmp_path / "run", int8=True) == pytest.approx(float(expected), rel=2e-2)
+    assert isinstance(model.lm_head, Int8Linear)
 
 
 @pytest.mark.parametrize("args, culprits", [

@@ -739,6 +739,61 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
     return decode_step
 
 
+# ---- int8 weights for decoding (sample.py --dtype int8) ----
+
+INT8_IN_MULTIPLE = 16  # torch's CPU int8 kernel reads each input row 16 values at a time, with no tail
+
+
+def int8_problem(model: GPT, device: torch.device) -> str | None:
+    """Why `int8_weights` cannot run this model here (a sentence for --dtype int8), or None."""
+    if device.type != "cpu":
+        return (f"--dtype int8 runs on the CPU only (tinygpt uses torch's CPU int8 kernel), not on {device.type}: "
+                f"add --device cpu, or use bfloat16")
+    if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+        return f"--dtype int8 needs torch's int8 weight kernel, which torch {torch.__version__} lacks: use bfloat16"
+    if model.config.n_embd % INT8_IN_MULTIPLE:  # (4 * n_embd then is too): every Linear reads n_embd or 4 * n_embd
+        return (f"--dtype int8 needs model.n_embd a multiple of {INT8_IN_MULTIPLE} (torch's int8 kernel reads rows "
+                f"{INT8_IN_MULTIPLE} values at a time); this model's is {model.config.n_embd}: use bfloat16")
+    return None
+
+
+class Int8Linear(torch.nn.Module):
+    """An nn.Linear for decoding, its weight (out, in) stored as int8 with one scale per output row: a
+    quarter of float32's bytes to read per token. x (..., in) bfloat16 -> (..., out) bfloat16; the
+    kernel widens the weights in registers and sums in float32."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        w = linear.weight.detach().float()  # (out, in)
+        # symmetric: each row's largest |w| becomes about 127 (an all-zero row stays zero). The kernel takes
+        # the scales in the input's dtype, so w is rounded to the nearest multiple of the bfloat16 scale
+        scale = (w.abs().amax(dim=1).clamp(min=1e-30) / 127).to(torch.bfloat16)  # (out,)
+        q = torch.round(w / scale.float()[:, None]).clamp(-127, 127)  # (out, in): each within half a step
+        self.register_buffer("weight", q.to(torch.int8))  # (out, in)
+        self.register_buffer("scale", scale)  # (out,)
+        bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16)
+        self.register_buffer("bias", bias)  # (out,) or None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.size(-1))  # (N, in)
+        if rows.data_ptr() % 64 or not rows.is_contiguous():  # the kernel loads whole aligned rows (a view
+            rows = rows.clone(memory_format=torch.contiguous_format)  # at an offset would crash it): a fresh copy
+        y = torch._weight_int8pack_mm(rows, self.weight, self.scale)  # (N, out): rows @ (weight * scale)^T
+        y = y.view(*x.shape[:-1], y.size(-1))  # (..., out)
+        return y if self.bias is None else y + self.bias
+
+
+def int8_weights(model: GPT) -> GPT:
+    """`model`, changed in place, for decoding only: bfloat16, every nn.Linear an Int8Linear (the tied LM
+    head gets its own int8 copy; the embedding, a lookup, stays bfloat16). Check int8_problem first."""
+    model = model.to(torch.bfloat16)
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(module, name, Int8Linear(child))
+    return model.eval()
+
+
 # ---- peak FLOP/s for MFU ----
 
 # nominal dense peaks in TFLOP/s: (bfloat16/float16 tensor cores, TF32 tensor cores, plain float32).
