@@ -479,16 +479,43 @@ def test_the_bandwidth_limit_counts_the_weights_a_token_reads(monkeypatch, one_t
     assert h["int8_bandwidth_limit_tokens_per_s"] == pytest.approx(h["bandwidth_gb_s"] * 1e9 / int8)
 
 
-def test_vs_hf_says_why_int8_weights_were_not_measured(monkeypatch, one_thread, capsys):
+@pytest.mark.slow
+def test_vs_hf_compile_races_the_compiled_int8_step_against_int8_alone(tmp_path, one_thread, monkeypatch, capsys):
+    """--vs-hf --compile: the float32 step compiled in the main race, the int8 one in a race of its own
+    after it, both decoding the tokens of their uncompiled models."""
+    pytest.importorskip("transformers")
+    from test_runtime import has_cpp_compiler
+    if not has_cpp_compiler():
+        pytest.skip("no C++ compiler for torch.compile")
+    import bench
+    from tinygpt import runtime
+    monkeypatch.setattr(runtime, "COMPILE_OPTIONS", {})  # (no search of matrix kernels: seconds, not a minute)
+    res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
+                      f"data.prepared_dir={tmp_path / 'prepared'}", "train.device=cpu", "--steps", "0",
+                      "--gen-tokens", "8", "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32",
+                      "--gen-block", "16", "--vs-hf", "--compile"])
+    h = res["vs_hf"]
+    assert h["same_tokens_compiled"] and h["same_tokens_int8_compiled"]
+    assert h["int8_compiled_tokens_per_s"] > 0 and h["int8_compiled_over_int8"] > 0
+    assert "tinygpt int8 --compile" not in h["tokens_per_s_range"]  # (not in the main race)
+    out = capsys.readouterr().out
+    assert f"int8 weights, the decoding step compiled (in a race with int8 alone): " \
+           f"{h['int8_compiled_tokens_per_s']:,.0f} tok/s (" in out and "x int8 uncompiled; same tokens: True" in out
+
+
+def test_vs_hf_says_why_int8_weights_were_not_measured(tmp_path, monkeypatch, one_thread, capsys):
     """A width torch's int8 kernel cannot read (n_embd 24): the race runs without int8, and says why."""
     pytest.importorskip("transformers")
     import bench
-    from model import ModelConfig
     monkeypatch.setattr(bench, "memory_bandwidth", lambda device: 1e9)  # (a 256 MiB read, not measured here)
-    h = bench.bench_vs_hf(ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=24, vocab_size=37), 4,
-                          torch.device("cpu"), reps=1)
+    res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
+                      f"data.prepared_dir={tmp_path / 'prepared'}", "train.device=cpu", "--steps", "0",
+                      "--gen-tokens", "4", "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "24",
+                      "--gen-block", "16", "--vs-hf"])
+    h = res["vs_hf"]
     assert h["int8_problem"].startswith("--dtype int8 needs model.n_embd a multiple of 16")
     assert "tinygpt int8" not in h["tokens_per_s_range"] and "ratio_int8" not in h and h["same_tokens"]
+    assert f"  int8 weights: not measured ({h['int8_problem']})\n" in capsys.readouterr().out
 
 
 @pytest.mark.slow
