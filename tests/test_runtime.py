@@ -642,6 +642,11 @@ def test_int8_linear_is_its_rounded_weights_times_their_row_scales(n_in, n_out, 
     assert torch.allclose(got.float(), want, rtol=2e-2, atol=2e-2)
 
 
+def test_int8_linear_refuses_a_width_the_kernel_cannot_read():
+    with pytest.raises(ValueError, match="^in_features=30 is not a multiple of 16$"):
+        runtime.Int8Linear(torch.nn.Linear(30, 7))
+
+
 def test_int8_linear_copies_an_input_that_starts_off_alignment():
     """torch's kernel loads whole aligned rows: a view at an offset (the stride of a bigger row) crashed
     the process; Int8Linear hands it a fresh copy. In a child process, so that a crash fails one test."""
@@ -680,6 +685,9 @@ def test_int8_weights_decode_the_float32_tokens(tiny_model_config):
     assert not any(isinstance(m, torch.nn.Linear) for m in low.modules())
     assert sum(isinstance(m, runtime.Int8Linear) for m in low.modules()) == 6 * tiny_model_config.n_layer + 1
     assert low.tok_emb.weight.dtype == torch.bfloat16 and not low.training
+    # rounded from the float32 weights, not from their bfloat16 rounding (two roundings move some by a step)
+    assert torch.equal(low.lm_head.weight, runtime.Int8Linear(model.lm_head).weight)
+    assert low.lm_head.weight.dtype == torch.int8 and low.lm_head.scale.dtype == torch.bfloat16
     assert [int(t) for t in generate(low, idx, 40, temperature=0)] == want
     with torch.no_grad():
         assert torch.allclose(low(idx).float(), model(idx), atol=0.05 * model(idx).abs().max().item())

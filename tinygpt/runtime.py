@@ -764,6 +764,8 @@ class Int8Linear(torch.nn.Module):
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
+        if linear.in_features % INT8_IN_MULTIPLE:  # the kernel would read past each row, or crash
+            raise ValueError(f"in_features={linear.in_features} is not a multiple of {INT8_IN_MULTIPLE}")
         w = linear.weight.detach().float()  # (out, in)
         # symmetric: each row's largest |w| becomes about 127 (an all-zero row stays zero). The kernel takes
         # the scales in the input's dtype, so w is rounded to the nearest multiple of the bfloat16 scale
@@ -784,14 +786,13 @@ class Int8Linear(torch.nn.Module):
 
 
 def int8_weights(model: GPT) -> GPT:
-    """`model`, changed in place, for decoding only: bfloat16, every nn.Linear an Int8Linear (the tied LM
-    head gets its own int8 copy; the embedding, a lookup, stays bfloat16). Check int8_problem first."""
-    model = model.to(torch.bfloat16)
+    """`model`, changed in place, for decoding only: every nn.Linear an Int8Linear (the tied LM head gets
+    its own int8 copy), the rest (embeddings, LayerNorms) bfloat16. Check int8_problem first."""
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
-                setattr(module, name, Int8Linear(child))
-    return model.eval()
+                setattr(module, name, Int8Linear(child))  # rounded from the weights as they are, not bfloat16's
+    return model.to(torch.bfloat16).eval()  # (int8 tensors keep their dtype)
 
 
 # ---- peak FLOP/s for MFU ----
