@@ -250,8 +250,8 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     runs = {"tinygpt": ours(model, "tinygpt"), "transformers": theirs(hf, "transformers"),
             "tinygpt bfloat16": ours(low, "tinygpt bfloat16"),
             "transformers bfloat16": theirs(copy.deepcopy(hf).to(torch.bfloat16), "transformers bfloat16")}
-    int8 = int8_problem(model, device)  # None: int8 weights run here
-    if int8 is None:
+    int8_why_not = int8_problem(mcfg, device)  # None: int8 weights run here
+    if int8_why_not is None:
         int8_model = int8_weights(copy.deepcopy(model))
         runs["tinygpt int8"] = ours(int8_model, "tinygpt int8")
     compile_s, step = None, None
@@ -263,9 +263,11 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
             runs["tinygpt --compile"] = ours(model, "tinygpt --compile", step)
     times = race(runs, reps, device)
     int8_compiled = {}
-    if compile_decoding_step and int8 is None:  # in a race of its own, after the first: a second model compiled
-        int8_step = compile_decoding(int8_model)  # in the process slowed the first's compiled step 4x (615 to 149
-        if int8_step is not None:  # tok/s on Zen 4), which sample.py, compiling one model, never sees
+    # the int8 model's step compiled, in a race of its own after the first: a second model compiled before
+    # the first race slowed the first's compiled step 4x there (Zen 4), which sample.py, compiling one, never sees
+    if compile_decoding_step and int8_why_not is None:
+        int8_step = compile_decoding(int8_model)
+        if int8_step is not None:
             compiled_race = race({"int8": runs["tinygpt int8"], "int8 --compile": ours(
                 int8_model, "tinygpt int8 --compile", int8_step)}, reps, device)
             rates = {name: n_tokens / statistics.median(ts) for name, ts in compiled_race.items()}
@@ -286,7 +288,7 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
         compiled = {"compiled_tokens_per_s": tok_s["tinygpt --compile"], "compile_s": compile_s,
                     "ratio_compiled": tok_s["tinygpt --compile"] / tok_s["transformers"],
                     "same_tokens_compiled": outputs["tinygpt --compile"] == outputs["transformers"]}
-    int8_results = {"int8_problem": int8} if int8 else {
+    int8_results = {"int8_problem": int8_why_not} if int8_why_not else {
         "tinygpt_int8_tokens_per_s": tok_s["tinygpt int8"],
         "int8_weights_mb": read_per_token(int8_model) / 2**20,
         "int8_bandwidth_limit_tokens_per_s": bandwidth / read_per_token(int8_model),
@@ -663,7 +665,7 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
     if args.gen_tokens or args.vs_hf or args.under_load:
         parts = model_memory(gcfg)
         if args.vs_hf:  # transformers' float32 copy, ours in bfloat16, theirs in float32 on its way to bfloat16,
-            parts["--vs-hf's copies"] = parts["weights"] * 14 // 4  # and ours in float32 on its way to int8
+            parts["--vs-hf's copies"] = parts["weights"] * 15 // 4  # and ours in float32 on its way to int8 (1/4)
         check_memory(parts, device, "the --gen-* model", "lower --gen-layers, --gen-embd or --gen-block")
     res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
                  "device": str(device), "device_name": device_name(device), "torch": torch.__version__,

@@ -486,8 +486,9 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
     if args.list_vocab:
         return list_vocab(tokenizer, out)
     if args.dtype == "int8":
-        if problem := int8_problem(model, device):
-            raise UserError(f"{args.run}: {problem}")
+        if why_not := int8_problem(cfg.model, device):
+            fix = "add --device cpu, or use --dtype bfloat16" if device.type != "cpu" else "use --dtype bfloat16"
+            raise UserError(f"{args.run}: --dtype int8: {why_not}: {fix}")
         model = int8_weights(model)
     else:
         model = model.to(getattr(torch, args.dtype))

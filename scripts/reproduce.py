@@ -139,45 +139,41 @@ def stories(out_dir: Path, extra: list[str]) -> dict:
             "unknown_examples": sorted({w for w in words if w not in corpus})[:20]}
 
 
-def whole_val_loss(run_dir: Path, int8: bool = False) -> float:
+def whole_val_losses(run_dir: Path) -> dict:
     """Mean next-token loss of the best checkpoint over the whole validation split, in consecutive
-    windows of block_size tokens (every token scored once), in float32; int8: with the weights that
-    sample.py --dtype int8 decodes with."""
+    windows of block_size tokens (every token scored once): in float32, and with the weights of
+    sample.py --dtype int8 (or why they cannot run it)."""
     import numpy as np
     import torch
 
     from tinygpt.checkpoint import load_model
+    from tinygpt.runtime import int8_problem, int8_weights
     from data.prepare import load_prepared, prepared_dir
     from model import cross_entropy
 
     model, cfg, _, _ = load_model(run_dir, "cpu")
-    if int8:
-        from tinygpt.runtime import int8_weights
-        model = int8_weights(model)
     folder = prepared_dir(cfg.data)
     val = load_prepared(folder if folder.is_absolute() else ROOT / folder).val
     T = cfg.model.block_size
     n = (len(val) - 1) // T
     x = torch.from_numpy(np.asarray(val[:n * T], dtype=np.int64)).view(n, T)
     y = torch.from_numpy(np.asarray(val[1:n * T + 1], dtype=np.int64)).view(n, T)
-    with torch.no_grad():
-        losses = [cross_entropy(model(x[i:i + 64]), y[i:i + 64]) * len(x[i:i + 64]) for i in range(0, n, 64)]
-    return float(sum(losses) / n)
+
+    @torch.no_grad()
+    def loss(m: torch.nn.Module) -> float:
+        losses = [cross_entropy(m(x[i:i + 64]), y[i:i + 64]) * len(x[i:i + 64]) for i in range(0, n, 64)]
+        return round(float(sum(losses) / n), 4)
+    result = {"whole_val_split_loss": loss(model)}
+    if why_not := int8_problem(cfg.model, torch.device("cpu")):
+        return {**result, "int8": why_not}
+    return {**result, "whole_val_split_loss_int8": loss(int8_weights(model))}
 
 
 def shakespeare(out_dir: Path, text: Path, config: str, extra: list[str]) -> dict:
-    import torch
-
-    from tinygpt.checkpoint import load_model
-    from tinygpt.runtime import int8_problem
     seconds, _ = run(["train.py", config, "--quiet", "--set", set_word("train.out_dir", str(out_dir)),
                       set_word("data.dataset", str(text)), *extra])
-    result = {"config": config, "seconds_with_startup": round(seconds, 1), **from_metrics(out_dir),
-              "whole_val_split_loss": round(whole_val_loss(out_dir), 4)}
-    int8 = int8_problem(load_model(out_dir, "cpu", with_tokenizer=False)[0], torch.device("cpu"))
-    if int8:  # why sample.py --dtype int8 cannot run this model
-        return {**result, "int8": int8}
-    return {**result, "whole_val_split_loss_int8": round(whole_val_loss(out_dir, int8=True), 4)}
+    return {"config": config, "seconds_with_startup": round(seconds, 1), **from_metrics(out_dir),
+            **whole_val_losses(out_dir)}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

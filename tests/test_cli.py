@@ -320,8 +320,8 @@ def test_dtype_int8_generates_with_int8_weights(samples, run, monkeypatch):
                                         r"slower than torch's int8 kernel alone: drop --compile$"):
         sample_text(args + ["--compile"])
     monkeypatch.setattr(runtime, "INT8_IN_MULTIPLE", 64)  # the run's n_embd is 32
-    with pytest.raises(UserError, match=rf"^{re.escape(str(run))}: --dtype int8 needs model.n_embd a multiple "
-                                        rf"of 64 .* this model's is 32: use bfloat16$"):
+    with pytest.raises(UserError, match=rf"^{re.escape(str(run))}: --dtype int8: int8 weights need model.n_embd a "
+                                        rf"multiple of 64 .* this model's is 32: use --dtype bfloat16$"):
         sample_text(args)
     assert len(seen) == 1
 

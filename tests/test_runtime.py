@@ -636,7 +636,7 @@ def test_int8_linear_is_its_rounded_weights_times_their_row_scales(n_in, n_out, 
     dequantized = q.weight.float() * q.scale.float()[:, None]  # (out, in)
     assert ((dequantized - linear.weight).abs() <= q.scale.float()[:, None] * 0.5 + 1e-7).all()  # round to nearest
     x = torch.randn(2, 3, n_in).bfloat16()  # (B, T, in)
-    want = x.float() @ dequantized.T + (q.bias.float() if bias else 0)  # (B, T, out)
+    want = x.float() @ dequantized.T + (linear.bias.detach() if bias else 0)  # (B, T, out)
     got = q(x)
     assert got.shape == (2, 3, n_out) and got.dtype == torch.bfloat16
     assert torch.allclose(got.float(), want, rtol=2e-2, atol=2e-2)
@@ -648,17 +648,18 @@ def test_int8_linear_refuses_a_width_the_kernel_cannot_read():
 
 
 def test_int8_linear_copies_an_input_that_starts_off_alignment():
-    """torch's kernel loads whole aligned rows: a view at an offset (the stride of a bigger row) crashed
-    the process; Int8Linear hands it a fresh copy. In a child process, so that a crash fails one test."""
+    """torch's kernel loads whole aligned rows: an input 16 bytes past an aligned start crashed the
+    process; Int8Linear hands it a fresh copy. In a child process, so that a crash fails one test."""
     code = """
 import torch
 from tinygpt import runtime
 torch.manual_seed(0)
 q = runtime.Int8Linear(torch.nn.Linear(64, 40))
-big = torch.randn(4, 80).bfloat16()
-x = big[:, 8:72]  # (4, 64): 16 bytes past an aligned start, rows 160 bytes apart
-assert not x.is_contiguous() and x.data_ptr() % 32
-assert torch.equal(q(x), q(x.contiguous()))
+x = torch.randn(4 * 64 + 8).bfloat16()[8:].view(4, 64)  # (4, 64), contiguous, 16 bytes off alignment
+assert x.is_contiguous() and x.data_ptr() % 32
+want = q(x.clone())
+assert torch.equal(q(x), want)
+assert torch.equal(q(torch.randn(4, 80).bfloat16()[:, 8:72].copy_(x)), want)  # rows 160 bytes apart
 print("ok")
 """
     import subprocess
@@ -680,7 +681,7 @@ def test_int8_weights_decode_the_float32_tokens(tiny_model_config):
         model.tok_emb.weight.mul_(50)  # clear margins between logits: rounding cannot flip a token
     idx = torch.randint(0, tiny_model_config.vocab_size, (1, 5))
     want = [int(t) for t in generate(model, idx, 40, temperature=0)]  # through window slides (block 16)
-    assert runtime.int8_problem(model, torch.device("cpu")) is None
+    assert runtime.int8_problem(tiny_model_config, torch.device("cpu")) is None
     low = runtime.int8_weights(copy.deepcopy(model))
     assert not any(isinstance(m, torch.nn.Linear) for m in low.modules())
     assert sum(isinstance(m, runtime.Int8Linear) for m in low.modules()) == 6 * tiny_model_config.n_layer + 1
@@ -695,12 +696,8 @@ def test_int8_weights_decode_the_float32_tokens(tiny_model_config):
 
 def test_int8_problem_names_the_device_or_the_width(tiny_model_config):
     from dataclasses import replace
-
-    from model import GPT
-    model = GPT(tiny_model_config)  # n_embd 32
-    assert "CPU only" in runtime.int8_problem(model, torch.device("cuda")) and "not on cuda" in \
-        runtime.int8_problem(model, torch.device("cuda"))
-    narrow = GPT(replace(tiny_model_config, n_embd=24))
-    assert runtime.int8_problem(narrow, torch.device("cpu")) == (
-        "--dtype int8 needs model.n_embd a multiple of 16 (torch's int8 kernel reads rows 16 values at a time); "
-        "this model's is 24: use bfloat16")
+    assert runtime.int8_problem(tiny_model_config, torch.device("cuda")) == \
+        "int8 weights run on the CPU only (torch's CPU int8 kernel), not on cuda"  # (n_embd 32)
+    assert runtime.int8_problem(replace(tiny_model_config, n_embd=24), torch.device("cpu")) == (
+        "int8 weights need model.n_embd a multiple of 16 (torch's int8 kernel reads rows 16 values at a time); "
+        "this model's is 24")

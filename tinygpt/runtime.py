@@ -744,16 +744,15 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
 INT8_IN_MULTIPLE = 16  # torch's CPU int8 kernel reads each input row 16 values at a time, with no tail
 
 
-def int8_problem(model: GPT, device: torch.device) -> str | None:
-    """Why `int8_weights` cannot run this model here (a sentence for --dtype int8), or None."""
+def int8_problem(m: ModelConfig, device: torch.device) -> str | None:
+    """Why `int8_weights` cannot run a model of config m on device (a reason, the caller says the fix), or None."""
     if device.type != "cpu":
-        return (f"--dtype int8 runs on the CPU only (tinygpt uses torch's CPU int8 kernel), not on {device.type}: "
-                f"add --device cpu, or use bfloat16")
+        return f"int8 weights run on the CPU only (torch's CPU int8 kernel), not on {device.type}"
     if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
-        return f"--dtype int8 needs torch's int8 weight kernel, which torch {torch.__version__} lacks: use bfloat16"
-    if model.config.n_embd % INT8_IN_MULTIPLE:  # (4 * n_embd then is too): every Linear reads n_embd or 4 * n_embd
-        return (f"--dtype int8 needs model.n_embd a multiple of {INT8_IN_MULTIPLE} (torch's int8 kernel reads rows "
-                f"{INT8_IN_MULTIPLE} values at a time); this model's is {model.config.n_embd}: use bfloat16")
+        return f"torch {torch.__version__} lacks the int8 weight kernel"
+    if m.n_embd % INT8_IN_MULTIPLE:  # (4 * n_embd then is too): every Linear reads n_embd or 4 * n_embd values
+        return (f"int8 weights need model.n_embd a multiple of {INT8_IN_MULTIPLE} (torch's int8 kernel reads rows "
+                f"{INT8_IN_MULTIPLE} values at a time); this model's is {m.n_embd}")
     return None
 
 
