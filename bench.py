@@ -506,6 +506,9 @@ def check_args(args) -> list[str]:
         if flag:
             raise UserError(f"--set {elide(item, 80)}: bench.py measures what its flags ask for, not {key}: "
                             f"give {flag}")
+        if key == "train.init_from":  # (it timed random weights, the JSON listing the setting as if applied)
+            raise UserError(f"--set {elide(item, 80)}: bench.py times random weights of the config's shape, never "
+                            f"a run's: drop train.init_from")
     if args.vs_hf and args.gen_block < 2:  # transformers decodes at most gen_block - 1 tokens past the prompt
         raise UserError(f"--vs-hf needs --gen-block >= 2 (not {args.gen_block}): transformers cannot decode past "
                         f"its positions, so a context of one token leaves nothing to decode")

@@ -754,7 +754,8 @@ def test_json_results_survive_a_reader_who_leaves(tmp_path):
 
 def test_flags_that_would_do_nothing_or_lose_the_results_are_refused_at_once(tmp_path, monkeypatch):
     """Before any work: --compile with neither --steps nor --vs-hf (it compiled nothing, exit 0);
-    --set train.dtype or train.compile (ignored: float32, uncompiled, was measured); a --json path
+    --set train.dtype or train.compile (ignored: float32, uncompiled, was measured), train.init_from
+    (random weights were timed, the JSON listing it as applied); a --json path
     that ends in /. or /.. (a file named like the folder, or `Device or resource busy` after the
     benchmark) or whose name leaves no room for its temp file (`File name too long` after it)."""
     import bench
@@ -765,6 +766,8 @@ def test_flags_that_would_do_nothing_or_lose_the_results_are_refused_at_once(tmp
              (["--set", "train.dtype=bfloat16"], r"^--set train.dtype=bfloat16: bench.py measures what its flags ask "
               r"for, not train.dtype: give --dtypes bfloat16"),
              (["--set", "train.compile=true"], r"not train.compile: give --compile$"),
+             (["--set", "train.init_from=/no/run"], r"^--set train.init_from=/no/run: bench.py times random "
+              r"weights of the config's shape, never a run's: drop train.init_from$"),
              (["--json", f"{tmp_path}/newdir/."], r"^--json .*newdir/. ends in '.', which names a folder; give a "
               r"file name, e.g. .*newdir/bench.json$"),
              (["--json", f"{tmp_path}/gone/.."], r"^--json .*gone/.. ends in '..', which names a folder"),

@@ -732,3 +732,17 @@ def test_a_comment_cut_from_a_path_value_is_refused():
                                         r"--set 'train.out_dir=\"/x/run #2\"'$"):
         parse_overrides(["train.out_dir=/x/run #2"])
     assert parse_overrides(["train.lr=3e-4 # a note"]) == {"train": {"lr": "3e-4"}}  # (a number's comment stays one)
+
+
+@pytest.mark.parametrize("value, read", [("&x /runs/a", "/runs/a"), ("--- a", "a"), ("|", ""), ("!!str a", "a")])
+def test_yaml_syntax_read_out_of_a_path_value_is_refused(value, read):
+    """`--set "train.out_dir=&x /runs/a"` trained into /runs/a (YAML's anchor dropped), `--- a` into a, and
+    `|` was refused as an empty path: the text given was not the one used, without a word."""
+    import re
+
+    from tinygpt.config import parse_overrides, set_word
+    with pytest.raises(UserError, match=rf"^--set 'train.out_dir={re.escape(value)}': YAML reads the value as "
+                                        rf"'{re.escape(read)}', not as the text given; to keep the text, quote it: "
+                                        rf"--set 'train.out_dir=\"{re.escape(value)}\"'$"):
+        parse_overrides([f"train.out_dir={value}"])
+    assert parse_overrides([set_word("train.out_dir", value)]) == {"train": {"out_dir": value}}  # (the fix given)

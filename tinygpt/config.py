@@ -451,6 +451,10 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
             # (`train.out_dir=/x/run #2` trained into /x/run, without a word)
             raise UserError(f"{source} {short(item)}: YAML reads the value as {short(value)}, ' #' starting a "
                             f"comment; to keep it, quote it: --set {shell_quote(set_word(key, bare))}")
+        if types.get(name) is str and value != bare and bare[:1] not in ("'", '"'):
+            # (YAML syntax read out of the text: `&x /runs/a` trained into /runs/a, `--- a` into a, `|` was empty)
+            raise UserError(f"{source} {short(item)}: YAML reads the value as {short(value)}, not as the text given; "
+                            f"to keep the text, quote it: --set {shell_quote(set_word(key, bare))}")
         nested.setdefault(section, {})[name] = value
     return nested
 
