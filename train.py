@@ -176,6 +176,25 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
     return ckpt
 
 
+TRAINING_KEYS = ("batch_size", "grad_accum", "lr", "min_lr", "warmup_iters", "weight_decay", "beta1", "beta2",
+                 "grad_clip", "eval_iters", "dtype")  # what a step computes, and which eval picks best.pt
+
+
+def changed_training(cfg: Config, ckpt: dict[str, Any]) -> str | None:
+    """A note for a resume whose training settings differ from the checkpoint's (allowed: a lower lr
+    to go on with is a choice), or None: the steps from here train otherwise, and config.yaml will
+    give the new values for the whole run."""
+    saved = ckpt["config"].get("train")
+    now = config_to_dict(cfg)["train"]
+    changed = [f"train.{k}={short(now[k])} (was {short(saved.get(k))})" for k in TRAINING_KEYS
+               if isinstance(saved, dict) and k in saved and saved[k] != now[k]]
+    if not changed:
+        return None
+    more = f" and {count(len(changed) - 2, 'more setting')}" if len(changed) > 2 else ""
+    return (f"note: --resume with {', '.join(changed[:2])}{more}: the steps from {ckpt['step']} on train with the "
+            f"new values, and config.yaml will give them for the whole run (to go on exactly, give the run's own)")
+
+
 def check_resume_data(cfg: Config, ckpt: dict[str, Any], data: Prepared) -> None:
     """The prepared data must be what the checkpoint was trained on (same text, same tokenizer):
     an edited dataset file would silently remap token ids. Checkpoints before version 3 record no
@@ -802,6 +821,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     kept = (not_this_configs(asked, config_from_dict(ckpt["config"], str(out_dir / "ckpt.pt")).model)
             if ckpt is not None and t.init_from else "")
     kept_note = f"note: --resume: a run started from train.init_from keeps its weights' model config{kept}" * bool(kept)
+    trains_on = ckpt is not None and ckpt["step"] < t.max_iters and (args.stop_at is None or args.stop_at > ckpt["step"])
+    changed_note = changed_training(cfg, ckpt) if trains_on else None  # (else a note says nothing is trained)
     best_gone = ckpt is not None and math.isfinite(ckpt["best_val_loss"]) and not (out_dir / "best.pt").exists()
     best_note = (f"note: --resume: {out_dir} has no best.pt (removed since?): it is written again only at an "
                  f"evaluation that beats the run's best val loss, {ckpt['best_val_loss']:.4f}; sample.py reads ckpt.pt "
@@ -860,8 +881,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         passed = args.stop_at is not None and args.stop_at < run.step  # (a resume: it stops at once)
         stop_note = f"note: --stop-at {args.stop_at} is before step {run.step}, where the run already is" * passed
         too_many = too_many_threads(run.threads, t.threads, "train.threads", "training")
-        for warning in (emulated_dtype_warning(dtype, dist.device), note, kept_note, best_note, png_note, too_many,
-                        warmup_note(t), stop_note):
+        for warning in (emulated_dtype_warning(dtype, dist.device), note, kept_note, changed_note, best_note, png_note,
+                        too_many, warmup_note(t), stop_note):
             if warning:
                 print(warning, file=sys.stderr)
         if t.plot != "never" and not can_plot():

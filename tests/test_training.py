@@ -290,6 +290,22 @@ def test_a_resume_keeps_the_best_val_loss_and_best_pt(tmp_path):
     assert load_checkpoint(run / "ckpt.pt")["best_val_loss"] == 0.001
 
 
+def test_a_resume_with_other_training_settings_says_so(tmp_path, capsys):
+    """A resume that forgot the run's --set train.lr=... trained on with the config's lr, and config.yaml
+    then gave that lr for the whole run (compare.py called the two runs the same training), without a word.
+    Allowed (a lower lr to go on with is a choice), but said; the run's own values say nothing."""
+    import train
+    run = tmp_path / "run"
+    train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.lr=1e-3") + ["--stop-at", "2"])
+    capsys.readouterr()
+    train.main(run_args(tmp_path, "run", "train.max_iters=6", "train.lr=1e-3") + ["--resume", "--stop-at", "4"])
+    assert "note: --resume with" not in capsys.readouterr().err
+    train.main(run_args(tmp_path, "run", "train.max_iters=6", "train.batch_size=3") + ["--resume"])
+    assert ("note: --resume with train.batch_size=3 (was 4), train.lr=0.002 (was 0.001): the steps from 4 on train "
+            "with the new values, and config.yaml will give them for the whole run (to go on exactly, give the run's "
+            "own)\n") in capsys.readouterr().err
+
+
 def test_a_resume_says_when_best_pt_is_gone_or_loss_png_stays_behind(tmp_path, capsys):
     """best.pt deleted, then --resume: it came back only at an evaluation that beat the best val loss,
     perhaps never, and sample.py read ckpt.pt meanwhile, without a word. With train.plot=never, a
