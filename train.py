@@ -680,15 +680,17 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
             if signalled or (stop_at is not None and run.step >= stop_at):
                 run.elapsed = time.perf_counter() - speed["t_start"]
                 check_finite(run)  # a diverged state must not replace the last good ckpt.pt
-                if signalled or run.step != run.resumed_at:  # (a resume at --stop-at: ckpt.pt is this state,
-                    run.save("ckpt.pt")                     # and keeps the settings it was trained with)
+                saving = signalled or run.step != run.resumed_at  # (a resume at --stop-at: ckpt.pt is this state,
+                if saving:                                          # and keeps the settings it was trained with)
+                    run.save("ckpt.pt")
                 why = "interrupted" if signalled else "stopped"
                 if signalled and stop.signum is None:  # (SIGTERM: what torchrun sends its workers)
                     run.exit_code = 128 + signal.SIGTERM
                 # on stderr if stdout's reader left (| head): how to continue must still be read
                 if dist.master:
                     saved = shown_path(run.out_dir / "ckpt.pt")
-                    bar.write(f"{why} at step {run.step}: saved {saved}; continue with --resume",
+                    told = f"saved {saved}" if saving else f"{saved} is already this step's, kept as it was"
+                    bar.write(f"{why} at step {run.step}: {told}; continue with --resume",
                               file=sys.stderr if getattr(sys.stdout, "left", False) else None)
                 return why
             if run.threads is not None:

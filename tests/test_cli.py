@@ -408,13 +408,19 @@ def test_resume_between_log_steps_logs_the_same_train_loss(tmp):
 
 
 def test_a_stop_at_already_passed_is_said(tmp, capsys):
-    """--resume --stop-at 3 of a run at step 6 stopped at once and said only 'stopped: step 6'."""
+    """--resume --stop-at 3 of a run at step 6 stopped at once and said only 'stopped: step 6', and that it
+    saved ckpt.pt, which it left as it was."""
     import train
     base = inproc_base(tmp, f"train.out_dir={tmp / 'stop_passed'}", "train.max_iters=10")
     train.main(base + ["--stop-at", "6"])
     capsys.readouterr()
+    saved = (tmp / "stop_passed" / "ckpt.pt").read_bytes()
     assert train.main(base + ["--resume", "--stop-at", "3"])["step"] == 6
-    assert "note: --stop-at 3 is before step 6, where the run already is\n" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "note: --stop-at 3 is before step 6, where the run already is\n" in err
+    # nothing was saved, and it says so (it said "saved ckpt.pt")
+    assert f"stopped at step 6: {tmp / 'stop_passed' / 'ckpt.pt'} is already this step's, kept as it was; continue " \
+        "with --resume" in out + err and (tmp / "stop_passed" / "ckpt.pt").read_bytes() == saved
     train.main(base + ["--resume", "--stop-at", "8"])
     assert "--stop-at" not in capsys.readouterr().err  # a step ahead: no note
 
