@@ -823,7 +823,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     kept = (not_this_configs(asked, config_from_dict(ckpt["config"], str(out_dir / "ckpt.pt")).model)
             if ckpt is not None and t.init_from else "")
     kept_note = f"note: --resume: a run started from train.init_from keeps its weights' model config{kept}" * bool(kept)
-    trains_on = ckpt is not None and ckpt["step"] < t.max_iters and (args.stop_at is None or args.stop_at > ckpt["step"])
+    last = t.max_iters if args.stop_at is None else min(t.max_iters, args.stop_at)  # the step this call ends at
+    trains_on = ckpt is not None and ckpt["step"] < last
     changed_note = changed_training(cfg, ckpt) if trains_on else None  # (else a note says nothing is trained)
     best_gone = ckpt is not None and math.isfinite(ckpt["best_val_loss"]) and not (out_dir / "best.pt").exists()
     best_note = (f"note: --resume: {out_dir} has no best.pt (removed since?): it is written again only at an "

@@ -295,7 +295,6 @@ def test_a_resume_with_other_training_settings_says_so(tmp_path, capsys):
     then gave that lr for the whole run (compare.py called the two runs the same training), without a word.
     Allowed (a lower lr to go on with is a choice), but said; the run's own values say nothing."""
     import train
-    run = tmp_path / "run"
     train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.lr=1e-3") + ["--stop-at", "2"])
     capsys.readouterr()
     train.main(run_args(tmp_path, "run", "train.max_iters=6", "train.lr=1e-3") + ["--resume", "--stop-at", "4"])
