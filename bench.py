@@ -246,6 +246,9 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
             outputs[name] = out[0, 1:].tolist()
         return run
 
+    def per_s(times: dict) -> dict[str, float]:  # each variant's median tokens/s
+        return {name: n_tokens / statistics.median(ts) for name, ts in times.items()}
+
     low = copy.deepcopy(model).to(torch.bfloat16)  # the same weights in bfloat16, in both: half the bytes per token
     runs = {"tinygpt": ours(model, "tinygpt"), "transformers": theirs(hf, "transformers"),
             "tinygpt bfloat16": ours(low, "tinygpt bfloat16"),
@@ -270,7 +273,7 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
         if int8_step is not None:
             compiled_race = race({"int8": runs["tinygpt int8"], "int8 --compile": ours(
                 int8_model, "tinygpt int8 --compile", int8_step)}, reps, device)
-            rates = {name: n_tokens / statistics.median(ts) for name, ts in compiled_race.items()}
+            rates = per_s(compiled_race)
             int8_compiled = {"int8_compiled_tokens_per_s": rates["int8 --compile"],
                              "int8_compiled_over_int8": rates["int8 --compile"] / rates["int8"],
                              "int8_compiled_range": spread([n_tokens / t for t in compiled_race["int8 --compile"]]),
@@ -282,16 +285,16 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     # weights: 25 GB/s against 48, docs/results.md): the limit takes the faster of the two rates
     streaming = memory_bandwidth(device)
     bandwidth = max(streaming, matvec_bytes / matvec_s)
-    tok_s = {name: n_tokens / statistics.median(ts) for name, ts in times.items()}
+    tok_s = per_s(times)
     compiled = {}
     if step is not None:
         compiled = {"compiled_tokens_per_s": tok_s["tinygpt --compile"], "compile_s": compile_s,
                     "ratio_compiled": tok_s["tinygpt --compile"] / tok_s["transformers"],
                     "same_tokens_compiled": outputs["tinygpt --compile"] == outputs["transformers"]}
+    int8_bytes = 0 if int8_why_not else read_per_token(int8_model)
     int8_results = {"int8_problem": int8_why_not} if int8_why_not else {
         "tinygpt_int8_tokens_per_s": tok_s["tinygpt int8"],
-        "int8_weights_mb": read_per_token(int8_model) / 2**20,
-        "int8_bandwidth_limit_tokens_per_s": bandwidth / read_per_token(int8_model),
+        "int8_weights_mb": int8_bytes / 2**20, "int8_bandwidth_limit_tokens_per_s": bandwidth / int8_bytes,
         "ratio_int8": tok_s["tinygpt int8"] / tok_s["transformers"],
         "ratio_int8_vs_bf16": tok_s["tinygpt int8"] / tok_s["transformers bfloat16"],
         "int8_same_tokens_share": sum(a == b for a, b in zip(outputs["tinygpt int8"], outputs["tinygpt"])) / n_tokens,

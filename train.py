@@ -185,9 +185,9 @@ def changed_training(cfg: Config, ckpt: dict[str, Any]) -> str | None:
     to go on with is a choice), or None: the steps from here train otherwise, and config.yaml will
     give the new values for the whole run."""
     saved = ckpt["config"].get("train")
-    now = config_to_dict(cfg)["train"]
-    changed = [f"train.{k}={short(now[k])} (was {short(saved.get(k))})" for k in TRAINING_KEYS
-               if isinstance(saved, dict) and k in saved and saved[k] != now[k]]
+    saved, now = saved if isinstance(saved, dict) else {}, config_to_dict(cfg)["train"]
+    changed = [f"train.{k}={short(now[k])} (was {short(saved[k])})" for k in TRAINING_KEYS
+               if k in saved and saved[k] != now[k]]
     if not changed:
         return None
     more = f" and {count(len(changed) - 2, 'more setting')}" if len(changed) > 2 else ""
@@ -230,6 +230,11 @@ def eval_due(t: TrainConfig, step: int, evaluated: int) -> bool:
     return (step % t.eval_interval == 0 or step == t.max_iters) and step != evaluated
 
 
+def trains_on(t: TrainConfig, step: int, stop_at: int | None) -> bool:
+    """Does a call that starts at `step` train any step (below train.max_iters and --stop-at)?"""
+    return step < t.max_iters and (stop_at is None or step < stop_at)
+
+
 def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: int | None = None) -> Config:
     """The settings config.yaml records: this call's, except for a resume that does nothing (the run is
     at its train.max_iters, or at --stop-at, and its step evaluated): its checkpoint's (a changed
@@ -237,8 +242,7 @@ def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: i
     from them), with a note. An evaluation still due at the step runs under this call's settings, and
     so do the drawing and TensorBoard's backfill: those are recorded."""
     t = cfg.train
-    at_stop = stop_at is not None and stop_at <= step
-    if ckpt is None or (step < t.max_iters and not at_stop):
+    if ckpt is None or trains_on(t, step, stop_at):
         return cfg
     if eval_due(t, step, ckpt.get("evaluated_step", step)):
         return cfg  # (the step's eval, stopped before it ran, runs now)
@@ -251,7 +255,7 @@ def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: i
     theirs = flat_config(saved)
     ignored = [key for key, value in flat_config(cfg).items() if theirs.get(key) != value]
     if ignored:
-        if at_stop and step < cfg.train.max_iters:
+        if step < cfg.train.max_iters:  # (so --stop-at is what stops it)
             where, more = f"--stop-at {stop_at}", "a later --stop-at"
         else:
             where, more = "its train.max_iters", "a larger train.max_iters"
@@ -823,9 +827,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     kept = (not_this_configs(asked, config_from_dict(ckpt["config"], str(out_dir / "ckpt.pt")).model)
             if ckpt is not None and t.init_from else "")
     kept_note = f"note: --resume: a run started from train.init_from keeps its weights' model config{kept}" * bool(kept)
-    last = t.max_iters if args.stop_at is None else min(t.max_iters, args.stop_at)  # the step this call ends at
-    trains_on = ckpt is not None and ckpt["step"] < last
-    changed_note = changed_training(cfg, ckpt) if trains_on else None  # (else a note says nothing is trained)
+    changed_note = (changed_training(cfg, ckpt) if ckpt is not None and trains_on(t, ckpt["step"], args.stop_at)
+                    else None)  # (else trained_with's note says nothing is trained)
     best_gone = ckpt is not None and math.isfinite(ckpt["best_val_loss"]) and not (out_dir / "best.pt").exists()
     best_note = (f"note: --resume: {out_dir} has no best.pt (removed since?): it is written again only at an "
                  f"evaluation that beats the run's best val loss, {ckpt['best_val_loss']:.4f}; sample.py reads ckpt.pt "

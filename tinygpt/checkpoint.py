@@ -218,15 +218,21 @@ def file_head(path: Path, n: int = 4096) -> bytes | None:
         return None
 
 
-def name_max(folder: Path) -> int:
-    """The longest file name, in bytes, that `folder` (or its nearest existing parent) takes: 255
-    on most file systems."""
+def path_limit(folder: Path, name: str) -> int | None:
+    """os.pathconf's `name` (PC_NAME_MAX, PC_PATH_MAX) for `folder`, or its nearest existing parent; None
+    where it cannot be asked (no pathconf on Windows)."""
     while not os.path.exists(folder) and folder != folder.parent:  # (os.path's: False for a name too long)
         folder = folder.parent
     try:
-        return os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError, AttributeError):  # (no pathconf on Windows)
-        return 255
+        return os.pathconf(folder, name)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def name_max(folder: Path) -> int:
+    """The longest file name, in bytes, that `folder` (or its nearest existing parent) takes: 255
+    on most file systems."""
+    return path_limit(folder, "PC_NAME_MAX") or 255
 
 
 def check_name_fits(path: Path) -> None:
@@ -457,14 +463,8 @@ def check_path_length(path: Path, named: str) -> None:
     if len(os.fsencode(longest)) > name_max(path):
         raise UserError(f"{named} cannot be created: its part {short(longest)} is {len(os.fsencode(longest))} "
                         f"bytes, longer than a file name may be")
-    folder = path.absolute()
-    while not os.path.exists(folder) and folder != folder.parent:
-        folder = folder.parent
-    try:
-        path_max = os.pathconf(folder, "PC_PATH_MAX")
-    except (OSError, ValueError, AttributeError):  # (no pathconf on Windows: not checked here)
-        return
-    if len(os.fsencode(str(path.absolute()))) >= path_max:
+    path_max = path_limit(path.absolute(), "PC_PATH_MAX")
+    if path_max is not None and len(os.fsencode(str(path.absolute()))) >= path_max:
         raise UserError(f"{named} cannot be created: it is {len(os.fsencode(str(path.absolute()))):,} bytes long, "
                         f"longer than a path may be ({path_max - 1:,})")
 

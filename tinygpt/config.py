@@ -447,14 +447,13 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
                             f"--set 'train.out_dir=\"@runs\"')") from None
         if types.get(name) is str and not isinstance(value, str):
             value = bare
-        if types.get(name) is str and " #" in bare and value == bare.partition(" #")[0].rstrip():
-            # (`train.out_dir=/x/run #2` trained into /x/run, without a word)
-            raise UserError(f"{source} {short(item)}: YAML reads the value as {short(value)}, ' #' starting a "
-                            f"comment; to keep it, quote it: --set {shell_quote(set_word(key, bare))}")
         if types.get(name) is str and value != bare and bare[:1] not in ("'", '"'):
-            # (YAML syntax read out of the text: `&x /runs/a` trained into /runs/a, `--- a` into a, `|` was empty)
-            raise UserError(f"{source} {short(item)}: YAML reads the value as {short(value)}, not as the text given; "
-                            f"to keep the text, quote it: --set {shell_quote(set_word(key, bare))}")
+            # YAML syntax read out of the unquoted text, without a word: `train.out_dir=/x/run #2` trained into
+            # /x/run (a comment), `&x /runs/a` into /runs/a (an anchor), `--- a` into a; `|` was empty
+            comment = " #" in bare and value == bare.partition(" #")[0].rstrip()
+            why, kept = ("' #' starting a comment", "it") if comment else ("not as the text given", "the text")
+            raise UserError(f"{source} {short(item)}: YAML reads the value as {short(value)}, {why}; to keep {kept}, "
+                            f"quote it: --set {shell_quote(set_word(key, bare))}")
         nested.setdefault(section, {})[name] = value
     return nested
 
