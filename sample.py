@@ -466,9 +466,9 @@ def steps_rows(tokenizer, steps: Iterator[Step], args) -> Iterator[tuple[int, st
     for n, step in enumerate(steps, start=1):
         chosen, p, top = attention_view.step_candidates(step, args.temperature, args.top_k, args.top_p)
         candidates = "  ".join(f"{attention_view.right(attention_view.token_label(tokenizer, i), width)} "
-                               f"{100 * q:5.1f}%" for i, q in top)
+                               f"{attention_view.step_percent(q):>5}%" for i, q in top)
         label = attention_view.left(attention_view.token_label(tokenizer, chosen), max(width, TOKEN_COLUMN))
-        yield chosen, f"{n:>4}  {step.context:>4}  {label}  {100 * p:5.1f}%  {candidates}\n"
+        yield chosen, f"{n:>4}  {step.context:>4}  {label}  {attention_view.step_percent(p):>5}%  {candidates}\n"
 
 
 def main(argv: Sequence[str] | None = None, out=None) -> list[str]:

@@ -27,7 +27,7 @@ import torch
 import sample
 from model import GPT, ModelConfig, generate_steps
 from tinygpt import attention_html
-from tinygpt.attention_view import TOP_N, token_label
+from tinygpt.attention_view import TOP_N, step_percent, token_label
 from tinygpt.errors import UserError
 from tinygpt.tokenizer import CharTokenizer
 from data.stories import generate_stories
@@ -88,7 +88,7 @@ def test_page_is_self_contained_and_holds_the_models_weights():
             rows, cols = torch.tril_indices(T, T)
             assert stored.numel() == T * (T + 1) // 2  # only the allowed keys
             torch.testing.assert_close(stored, att[layer, head, rows, cols], rtol=0, atol=0.5 / data["scale"] + 1e-6)
-    assert [s["p"] for s in data["steps"]] == [round(s["p"], 4) for s in steps]
+    assert [s["p"] for s in data["steps"]] == [step_percent(s["p"]) for s in steps]
     assert all(len(s["top"]) == TOP_N for s in data["steps"])
 
 
@@ -138,9 +138,10 @@ def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
     assert len(rows) == len(data["steps"]) == 8
     for row, step in zip(rows, data["steps"]):
         assert row[1] == str(step["ctx"])
-        # the chosen token's probability, as printed to 0.1%, beside the page's p (kept to 4 digits)
-        printed = [float(cell[:-1]) for cell in row if re.fullmatch(r"\d+\.\d%", cell)]
-        assert any(abs(value - 100 * step["p"]) <= 0.0551 for value in printed), (row, step["p"])
+        # the chosen token's probability and the candidates', as printed (0.1%): the page's, digit for digit
+        # (it kept 4 digits and rounded again: 0.07454 read 7.4 beside the table's 7.5)
+        printed = [cell[:-1] for cell in row if re.fullmatch(r"\d+\.\d%", cell)]
+        assert printed == [step["p"]] + [p for _, p in step["top"]], (row, step)
     assert f"saved {tmp_path / 'page.html'}" in out.getvalue()
     sample.main([run, "--prompt", prompt, "--max-new-tokens", "2", "--num-samples", "2",
                  "--attention-html", str(tmp_path / "two.html")], out=io.StringIO())
@@ -299,8 +300,8 @@ def test_the_browser_shows_the_models_weights(tmp_path):
         # own direction, and "ו 1.9%" read "1.9 ו"
         shown = re.search(rf"top {TOP_N}: \u2068{re.escape(token_label(tok, top[0]))}\u2069 (\d+\.\d)%",
                           tokens[k]["title"])
-        # shown to 0.1% from p kept to 4 digits: off by at most 0.05 + 0.005 percentage points
-        assert shown and abs(float(shown[1]) - 100 * top[1]) <= 0.0551, (tokens[k]["title"], top)
+        # as --show-steps prints it, to 0.1%, rounded once
+        assert shown and shown[1] == step_percent(top[1]), (tokens[k]["title"], top)
         assert "page's one pass" not in tokens[k]["title"]  # no slide here: drawn from the context shown
     assert all("gen" not in tokens[k]["class"] for k in range(data["first_generated"]))
     # all heads of the layer at once: one bar per head on each key it may see, none on the future
@@ -492,8 +493,19 @@ def test_the_steps_shown_are_those_of_the_tokens_in_the_window():
     steps = [{"ctx": 16, "p": k / 100, "top": [(ids[26 + k], k / 100)]} for k in range(20)]
     data = attention_html.explorer_data(model, tok, ids, n_generated=20, steps=steps)
     assert data["first_generated"] == 0
-    assert [s["p"] for s in data["steps"]] == [k / 100 for k in range(4, 20)]
+    assert [s["p"] for s in data["steps"]] == [f"{k}.0" for k in range(4, 20)]
     assert [s["top"][0][0] for s in data["steps"]] == [token_label(tok, i) for i in ids[-16:]]
+
+
+def test_a_steps_probability_is_rounded_once_as_the_table_rounds_it():
+    """The page kept 4 digits of each probability and its script rounded them again to 0.1%: p = 0.07454
+    read 7.4% where --show-steps printed 7.5%, 0.06052 read 6.0 for 6.1. It now stores the table's text."""
+    model, tok = tiny_model()
+    ids = tok.encode(TEXT)
+    step = {"ctx": len(ids) - 1, "p": 0.07454, "top": [(ids[-1], 0.07454), (ids[0], 0.06052)]}
+    data = attention_html.explorer_data(model, tok, ids, 1, [step])
+    assert data["steps"][0]["p"] == "7.5" and [p for _, p in data["steps"][0]["top"]] == ["7.5", "6.1"]
+    assert "${s.p}%" in attention_html.PAGE and "${p}%" in attention_html.PAGE  # shown as stored
 
 
 def test_a_title_or_token_holding_markup_stays_text():

@@ -102,6 +102,11 @@ def test_wide_characters_keep_the_columns_aligned():
     lines = grid.splitlines()
     assert len({attention_view.columns(line) for line in lines}) == 1, grid  # every row ends where the header does
     assert attention_view.columns("猫😀e\u0301") == 5 and attention_view.left("猫", 4) == "猫  "
+    # marks of combining class 0 are drawn on the character before too: a Thai vowel sign (U+0E34), a
+    # Devanagari one (U+0941), an emoji's variation selector (U+FE0F) were counted as a column each
+    assert [attention_view.columns(t) for t in ("กิน", "गुरु", "\u2764\ufe0f", "\u25cc\u0e31")] == [2, 2, 1, 1]
+    grid = attention_view.format_grid([["100", "."], ["40", "60"]], ["กิน", "the"], ["กิน", "the"])
+    assert len({attention_view.columns(line) for line in grid.splitlines()}) == 1, grid
 
 
 def test_crop_last_sums_cut_off_keys_into_earlier():

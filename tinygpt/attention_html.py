@@ -26,7 +26,7 @@ from urllib.parse import quote, unquote_to_bytes
 import torch
 
 from model import GPT, Step, causal_mask
-from tinygpt.attention_view import shows_bytes, step_candidates, token_label, window_traces
+from tinygpt.attention_view import shows_bytes, step_candidates, step_percent, token_label, window_traces
 from tinygpt.checkpoint import atomic_write_text, file_head
 
 SCALE = 1000  # weights stored as integers in units of 1/SCALE (0.1 %)
@@ -68,14 +68,14 @@ def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 
                          f"the window")
     shown_steps = list(steps)[len(steps) - (T - first_generated):] if steps else []  # those inside the window
     labels = [token_label(tokenizer, i, PAGE_LABEL) for i in window]
-    tops = [[[token_label(tokenizer, i, PAGE_LABEL), round(q, 4)] for i, q in s["top"]] for s in shown_steps]
+    tops = [[[token_label(tokenizer, i, PAGE_LABEL), step_percent(q)] for i, q in s["top"]] for s in shown_steps]
     return {
         "title": title, "rule": rule, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "block_size": cfg.block_size,
         "causal": cfg.causal, "scale": SCALE, "earlier": len(ids) - T,
         "tokens": labels, "bytes": shows_bytes(labels + [label for top in tops for label, _ in top]),
         "breaks": [k for k, i in enumerate(window) if "\n" in tokenizer.decode([i])],  # line break after these
         "first_generated": first_generated,
-        "steps": [{"ctx": s["ctx"], "p": round(s["p"], 4), "top": top} for s, top in zip(shown_steps, tops)],
+        "steps": [{"ctx": s["ctx"], "p": step_percent(s["p"]), "top": top} for s, top in zip(shown_steps, tops)],
         "weights": stored.tolist(),
     }
 
@@ -241,11 +241,11 @@ function iso(t) { return "\u2068" + t + "\u2069"; }
 function candidates(i) {  // the --show-steps data of generated token i, as text
   const s = D.steps[i - D.first_generated];
   if (!s) return "no step data";
-  const top = s.top.map(([t, p]) => `${iso(t)} ${pct(p)}%`).join(", ");
+  const top = s.top.map(([t, p]) => `${iso(t)} ${p}%`).join(", ");
   // the page is one pass over the tokens shown, where token i has i before it; when it was drawn the
   // model saw s.ctx (fewer after the window slid, more when earlier tokens are not shown)
   const pass = s.ctx === i ? "" : `; its weights here come from the page's one pass, where it has ${i} before it`;
-  return `drawn with p = ${pct(s.p)}% from a context of ${s.ctx} tokens${pass}; top ${s.top.length}: ${top}`;
+  return `drawn with p = ${s.p}% from a context of ${s.ctx} tokens${pass}; top ${s.top.length}: ${top}`;
 }
 
 // ---- the page, built once ----

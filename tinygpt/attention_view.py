@@ -101,13 +101,21 @@ def step_candidates(step: Step, temperature: float, top_k: int | None, top_p: fl
     return chosen, float(probs[chosen]), [(int(i), float(q)) for q, i in zip(top_probs, top_ids) if q > 0]
 
 
+def step_percent(q: float) -> str:
+    """A step's probability as `--show-steps` and the attention page print it: a percent to 0.1 ("7.5").
+    One rounding, here: the page once kept 4 digits and rounded again, and 0.07454 read 7.4 beside 7.5."""
+    return f"{100 * q:.1f}"
+
+
 # ---- text tables ----
 
 
 def columns(text: str) -> int:
     """The terminal columns `text` takes (len() counts characters): 2 for a wide one (East Asian wide
-    or fullwidth: CJK, most emoji), 0 for a combining mark, else 1."""
-    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    or fullwidth: CJK, most emoji), 0 for a mark drawn on the one before (a combining accent, and the
+    marks of combining class 0 too: Thai and Devanagari vowel signs, an emoji's variation selector), else 1."""
+    return sum(0 if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me")
+               else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def left(text: str, width: int) -> str:
