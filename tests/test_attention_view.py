@@ -298,6 +298,27 @@ def test_heatmap_figure_is_legible():
     assert [ax.get_ylabel() for ax in whole.axes if ax.get_ylabel().startswith("%")] == ["% of the query's attention"]
 
 
+def test_a_narrow_heatmaps_title_and_notes_fit_in_the_figure():
+    """The figure is sized for its heads and tokens; with one head and one token its title and the note
+    on the grey column ran past both edges of the PNG ("...of 56: block_size=16), laye"). They now break
+    into lines that fit."""
+    pytest.importorskip("matplotlib")
+    T = 16
+    torch.manual_seed(0)
+    weights = masked_softmax(torch.randn(1, T, T), causal_mask(T, T))  # (1, T, T)
+    title = "rc2: 'ot go to Mantua.' (the last 16 of 56: block_size=16), layer 0"
+    for last in (1, 3):
+        fig = attention_view.heatmap_figure(weights, [f"t{i}" for i in range(T)], last=last, title=title)
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)  # (the constrained layout runs here, as savefig runs it)
+        box = fig.bbox
+        for text in (fig._suptitle, fig._supxlabel):
+            extent = text.get_window_extent(renderer)
+            assert box.x0 <= extent.x0 and extent.x1 <= box.x1 and box.y0 <= extent.y0, (last, text.get_text())
+        assert " ".join(fig._suptitle.get_text().split()) == title  # all of it, in lines
+
+
 def test_dollar_signs_are_drawn_as_text():
     """Two '$' in a prompt ("It cost $5 and $6") would start matplotlib's mathtext: a formula, or a
     ParseException on "a $ b $ c $$ d"."""

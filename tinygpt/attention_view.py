@@ -265,6 +265,13 @@ def _cell_numbers(ax, values: torch.Tensor, fontsize: float, dark_when_high: boo
                         color="white" if dark else "black", in_layout=False)  # inside its cell: no layout work
 
 
+def fitted(text: str, inches: float, fontsize: float) -> str:
+    """`text`'s lines broken to fit `inches` at `fontsize` points (a glyph ~0.6 em wide on average): a
+    figure sized for one head and a few tokens cut its title and notes at both edges."""
+    width = max(20, int(inches * 72 / (0.6 * fontsize)))
+    return "\n".join(part for line in text.split("\n") for part in textwrap.wrap(line, width) or [""])
+
+
 def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHOWN, causal: bool = True,
                    title: str = "", pyplot: bool = False):
     """One layer's weights (nh, T, T) as a matplotlib Figure: a heatmap per head on a near-square
@@ -333,13 +340,13 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHO
     if earlier is not None:
         notes.append(f"grey column '{EARLIER}': the summed weight on the {T - N} key{'s' * (T - N > 1)} before "
                      f"these {N}, on its own grey scale (right)")
-    fig.supxlabel("\n".join(["key (the position looked at)", *notes]), fontsize=9)
+    fig.supxlabel(fitted("\n".join(["key (the position looked at)", *notes]), size[0], 9), fontsize=9)
     fig.supylabel("query (the position looking)", fontsize=9)
     fig.colorbar(image, ax=key_axes, label="% of the query's attention", shrink=0.8)
     if earlier is not None:  # the grey column's scale: past NUMBERED tokens its cells carry no number
         fig.colorbar(grey, ax=key_axes, label=f"% on the keys before ('{EARLIER}')", shrink=0.8)
     if title:
-        fig.suptitle(title_text(title), fontsize=11)
+        fig.suptitle(fitted(title_text(title), size[0], 11), fontsize=11)
     return fig
 
 
