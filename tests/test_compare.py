@@ -73,6 +73,39 @@ def test_numbers_no_training_logs_are_a_damaged_metrics_csv(tmp_path, rows, culp
         compare.main([run, "--out", str(tmp_path / "cmp")])
 
 
+@pytest.mark.parametrize("key", ["elapsed_s", "tokens_per_s", "mfu"])
+def test_a_measurement_no_training_logs_is_a_damaged_metrics_csv(tmp_path, key):
+    """A wall time (or tokens/s, MFU) of 1e308 in two seeds' metrics.csv overflowed the mean over seeds:
+    a traceback (OverflowError in fsum), and one run alone printed a 300-digit number."""
+    for name in ("a", "b"):
+        fake_run(tmp_path / name, 1 if name == "a" else 2, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+        path = tmp_path / name / "metrics.csv"
+        head, *lines = path.read_text().splitlines()
+        column = head.split(",").index(key)
+        cells = lines[-1].split(",")
+        cells[column] = "1.5e308"
+        path.write_text("\n".join([head, *lines[:-1], ",".join(cells)]) + "\n")
+    with pytest.raises(UserError, match=re.escape(f"(row 2: {key}=1.5e+308 is not a value a training logs)")):
+        compare.main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp")])
+
+
+def test_a_metrics_csv_saved_by_a_spreadsheet_or_without_losses(tmp_path):
+    """A byte-order mark before "step" (a spreadsheet saved the file again) was refused as "no step column";
+    a -0.0 loss showed as a best val loss of -0.0000; a header with no loss column (renamed, or written
+    with ", ") made the run `done` with every loss empty."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "-0.0")])
+    path = tmp_path / "a" / "metrics.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    with contextlib.redirect_stdout(io.StringIO()):
+        result = compare.main([run, "--out", str(tmp_path / "cmp")])
+    assert result["rows"][0]["best_val_loss"] == 0.0 and str(result["rows"][0]["best_val_loss"]) == "0.0"
+    assert "-0.0" not in (tmp_path / "cmp" / "results.md").read_text()
+    path.write_text("step,loss_train,loss_val\n0,4.1,4.1\n10,3.9,3.9\n")
+    with pytest.raises(UserError, match=re.escape("metrics.csv is damaged or not a tinygpt metrics file (it has no "
+                                                  "train_loss or val_loss column)")):
+        compare.main([run, "--out", str(tmp_path / "cmp")])
+
+
 @pytest.mark.parametrize("text", ['{"behaviour": 1}', "1e999999", "[" * 100_000, "[]", "{not json"],
                          ids=["no references", "a number", "deep", "a list", "not json"])
 def test_a_probe_json_that_is_not_the_probes_figures_is_one_line(tmp_path, text):
@@ -152,6 +185,29 @@ def test_a_run_named_with_a_bar_or_a_line_break_keeps_the_table_whole(tmp_path):
         compare.main([run, "--out", str(tmp_path / "cmp")])
     rows = [line for line in (tmp_path / "cmp" / "results.md").read_text().splitlines() if line.startswith("| a")]
     assert len(rows) == 1 and rows[0].startswith("| a\\|x b |")
+
+
+def test_a_setting_or_run_name_holding_markup_stays_one_cell_of_text(tmp_path):
+    """The summary's setting (a sweep over data.dataset=`d|1.txt`) was written raw: its | split the row
+    into one cell more, a line break it in two. A backslash before a | ate it (`\\|back` showed `|back`), and
+    `<!--` in a folder's name hid the rest of results.md on GitHub."""
+    from tinygpt import report
+    rows = [{"data.dataset": name, "train.seed": seed, "best_val_loss": 1.0 + seed / 10}
+            for name in ("d|1.txt", "d\n2.txt") for seed in (1, 2)]
+    table = report.summary_markdown(report.group_by_setting(rows, ["data.dataset", "train.seed"]), ["best_val_loss"])
+    lines = table.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| dataset=d\\|1.txt | 2 |") and lines[3].startswith("| dataset=d 2.txt |")
+    assert report.markdown_cell("\\|back <!-- x") == "\\\\\\|back &lt;!-- x"
+
+
+def test_results_csv_keeps_every_digit_as_summary_csv_does(tmp_path):
+    """results.csv wrote 6 significant digits: 1,790,122 tokens/s in results.md was 1.79012e+06 there."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    path = tmp_path / "a" / "metrics.csv"
+    path.write_text(path.read_text() + "10,3.8,,1.0e-03,1790122.5,0.25,12.0\n")
+    with contextlib.redirect_stdout(io.StringIO()):
+        compare.main([run, "--out", str(tmp_path / "cmp")])
+    assert "1790122.5" in (tmp_path / "cmp" / "results.csv").read_text()
 
 
 def test_a_comparison_into_a_folder_a_sweep_is_writing_is_refused(tmp_path):

@@ -312,7 +312,7 @@ def _fmt(column: str, value: Any, markdown: bool) -> str:
     if value is None:
         return ""
     if not markdown:
-        return f"{value:.6g}" if isinstance(value, float) else str(value)
+        return repr(value) if isinstance(value, float) else str(value)  # every digit, as summary.csv
     if column == DIGEST:
         return str(value)[:SHOWN_DIGEST]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -321,9 +321,10 @@ def _fmt(column: str, value: Any, markdown: bool) -> str:
 
 
 def markdown_cell(value: Any) -> str:
-    """Text for a Markdown table cell: a | would end the cell, a line break the row (a run folder may be
-    named with either)."""
-    return " ".join(str(value).splitlines()).replace("|", "\\|")
+    """Text for a Markdown table cell: a | would end the cell, a line break the row, a backslash before a
+    | would eat it, and a < start HTML (`<!--` hid the rest of the page); a run folder may hold any."""
+    text = " ".join(str(value).splitlines()).replace("\\", "\\\\").replace("|", "\\|")
+    return text.replace("<", "&lt;")
 
 
 def table_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -363,7 +364,7 @@ def summary_markdown(groups: Sequence[dict[str, Any]], metrics: Sequence[str]) -
                 cells.append(f"{_num(m, s['mean'])} ± {_spread(m, s['std'])} [{_num(m, s['lo'])}, {_num(m, s['hi'])}]")
             if s["mean"] is not None and s["n"] != g["n"]:
                 cells[-1] += f" (n={s['n']})"
-        lines.append(f"| {g['label']} | {g['n']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {markdown_cell(g['label'])} | {g['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

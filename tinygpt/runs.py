@@ -467,7 +467,7 @@ def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, A
     data = read_capped(path, MAX_METRICS_BYTES,
                        lambda size: f"{damaged} (larger than the {MAX_METRICS_BYTES >> 20} MiB a run writes)")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # (saved again by a spreadsheet: a byte-order mark before "step")
         if text and not text.endswith("\n"):  # tinygpt ends every row with one: a file cut off mid-row
             raise ValueError("its last row is cut short: no line end")
         return parse_metrics(io.StringIO(text), as_text)
@@ -480,12 +480,14 @@ def parse_metrics(lines: Iterable[str], as_text: bool = False) -> list[dict[str,
     reader = csv.DictReader(lines)
     if reader.fieldnames is None or "step" not in reader.fieldnames:
         raise ValueError("it has no step column")
+    if "train_loss" not in reader.fieldnames and "val_loss" not in reader.fieldnames:  # (a renamed header:
+        raise ValueError("it has no train_loss or val_loss column")  # the run was reported done, with no loss)
     texts, rows = [], []
     for raw in reader:
         if None in raw or None in raw.values():  # (DictReader's keys for extra fields, values for missing ones)
             raise ValueError(f"row {reader.line_num - 1} has another number of fields than the header")
         text = {k: v or "" for k, v in raw.items() if k in METRICS}
-        row = {k: float(v) if v else None for k, v in text.items()}
+        row = {k: float(v) + 0.0 if v else None for k, v in text.items()}  # (+ 0.0: a -0.0 loss is 0.0)
         check_values(row, reader.line_num - 1)
         texts.append(text)
         rows.append(row)
@@ -495,10 +497,15 @@ def parse_metrics(lines: Iterable[str], as_text: bool = False) -> list[dict[str,
 FLOAT32_MAX = 3.4028234663852886e38  # a loss is a float32 cross-entropy: at most this when finite
 
 
+MEASURED = ("tokens_per_s", "mfu", "elapsed_s")  # (lr is the config's: any finite number train.lr takes)
+MAX_MEASURED = 1e15  # no tokens/s, MFU or seconds a training logs reaches it (a second is 31 million years)
+
+
 def check_values(row: dict[str, float | None], n: int) -> None:
     """Row n's numbers are ones a training can log (ValueError if not): a whole step, no negative
-    number, a loss in float32's range. A nan or inf (a diverged run: compare.py shows it, the plots
-    leave it out) is kept; a finite 1e308 broke the plots' axes, and -1e308 was shown as a best loss."""
+    number, a loss in float32's range, a measurement under MAX_MEASURED. A nan or inf (a diverged run:
+    compare.py shows it, the plots leave it out) is kept; a finite 1e308 broke the plots' axes, -1e308
+    was shown as a best loss, and a wall time of 1e308 overflowed the mean over seeds (a traceback)."""
     if row.get("step") is None or not math.isfinite(row["step"]):
         raise ValueError("a row has no step")
     if row["step"] < 0 or row["step"] != int(row["step"]) or row["step"] > MAX_INT:  # (train.max_iters's bound)
@@ -506,7 +513,7 @@ def check_values(row: dict[str, float | None], n: int) -> None:
     for key, value in row.items():
         if value is None or not math.isfinite(value):
             continue
-        if value < 0 or (key.endswith("_loss") and value > FLOAT32_MAX):
+        if value < 0 or (key.endswith("_loss") and value > FLOAT32_MAX) or (key in MEASURED and value > MAX_MEASURED):
             raise ValueError(f"row {n}: {key}={value:g} is not {'a loss' if key.endswith('_loss') else 'a value'} "
                              f"a training logs")
 
