@@ -49,7 +49,7 @@ import torch
 from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, not_regular,
                                 remove_empty, run_around, sweep_folder_temp_files)
 from tinygpt.config import Config, DataConfig, config_source, load_config, same_path
-from tinygpt.errors import (ArgParser, UserError, first_few, path_word, run_cli, shell_quote, short,
+from tinygpt.errors import (ArgParser, UserError, count, first_few, path_word, run_cli, shell_quote, short,
                             shown_path, stderr_is_terminal, work_is_files)
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import (MAX_TOKEN_BYTES, DamagedTokenizer, Tokenizer, build_tokenizer, clean_text,
@@ -79,13 +79,14 @@ def same_dataset(a: str, b: str) -> bool:
     return same_path(a, b)
 
 
-def source_files(dataset: str) -> list[Path]:
-    """The .txt files a path dataset stands for; a UserError if there are none."""
+def source_files(dataset: str, left_out: list[Path] | None = None) -> list[Path]:
+    """The text files a path dataset stands for (the file; a folder's .txt files, its other files put in
+    `left_out`); a UserError if there are none."""
     path = Path(dataset).expanduser()  # ('~name' of no user is refused by config.py before this)
     if path.is_file():
         return [path]
     if path.is_dir():
-        files = folder_files(path, dataset)
+        files = folder_files(path, dataset, left_out)
         if not files:
             raise UserError(f"data.dataset={dataset!r}: the folder holds no .txt files (hidden ones, named with a "
                             f"leading '.', are left out)")
@@ -96,11 +97,12 @@ def source_files(dataset: str) -> list[Path]:
         raise UserError(f"data.dataset={dataset!r} is {dead}")
     hint = f"; did you mean {dataset.lower()!r}?" if dataset.lower() in BUILTIN else ""
     raise UserError(f"data.dataset={dataset!r} is neither {' nor '.join(BUILTIN)} nor an existing "
-                    f".txt file or folder{hint}")
+                    f"text file or folder{hint}")
 
 
-def folder_files(folder: Path, dataset: str) -> list[Path]:
-    """The .txt files (.TXT too) under `folder`, at any depth, sorted, hidden ones (and hidden folders) left out.
+def folder_files(folder: Path, dataset: str, left_out: list[Path] | None = None) -> list[Path]:
+    """The .txt files (.TXT too) under `folder`, at any depth, sorted, hidden ones (and hidden folders) left out;
+    its other files go into `left_out` (load_text names them: two thirds of a corpus in .md left out unsaid).
     Walked with a list, not recursion (a folder
     nested a thousand deep overflowed Python's stack); a link to a folder is not followed (a loop would
     never end). A link to a folder, a folder that cannot be read, or a .txt that is no regular file (a
@@ -130,6 +132,8 @@ def folder_files(folder: Path, dataset: str) -> list[Path]:
                             kind = dead_link(odd) or not_regular(odd)
                             raise UserError(f"data.dataset={dataset!r}: {odd} is {kind}")
                         files.append(Path(entry.path))
+                    elif left_out is not None:
+                        left_out.append(Path(entry.path))
         except OSError as e:
             raise UserError(f"data.dataset={dataset!r}: cannot read the folder {current}: {e.strerror}") from None
     # by each name's NFC form (then its bytes): a name spelt decomposed (NFD, as a Mac copy may spell é) sorted
@@ -148,10 +152,19 @@ def read_text_file(path: Path) -> str:
         raise UserError(f"cannot read dataset file {path}: {e.strerror}") from None
     if not maybe_wide(data):
         try:
-            return clean_text(data.decode("utf-8"))
+            text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise UserError(not_text(path, data, e.start)) from None
+        if (at := data.find(bytes(ZERO_RUN))) >= 0:  # valid UTF-8, but no text: it trained on the NULs unsaid
+            run = len(data) - at - len(data[at:].lstrip(b"\0"))
+            raise UserError(f"{path} holds {run:,} zero bytes in a row at offset {at:,} (a file zero-filled where a "
+                            f"crash cut it short, or not text); data.dataset takes UTF-8 text files: cut them away, "
+                            f"e.g. tr -d '\\000' < {pasted(path)} > {pasted(path.with_name(path.stem + '.clean.txt'))}")
+        return clean_text(text)
     raise UserError(not_text(path, data, None))
+
+
+ZERO_RUN = 64  # this many 0 bytes in a row are no text's (UTF-16 has 2 or 3, a few stray NULs fewer)
 
 
 def maybe_wide(data: bytes) -> bool:
@@ -328,7 +341,13 @@ def load_text(d: DataConfig) -> str:
     if d.dataset == "shakespeare":
         files = [download_shakespeare(Path(d.prepared_dir) / "downloads")]
     else:
-        files = source_files(d.dataset)
+        left_out: list[Path] = []
+        files = source_files(d.dataset, left_out)
+        if left_out:
+            names = sorted(shown_path(f.relative_to(Path(d.dataset).expanduser())) for f in left_out)
+            print(f"note: data.dataset={d.dataset!r}: read its {count(len(files), '.txt file')}; "
+                  f"{count(len(names), 'other file')} left out ({first_few(names)}): a folder's .txt files are "
+                  f"its text", file=sys.stderr)
     text = "\n\n".join(read_text_file(f) for f in files)
     if not text.strip():
         raise UserError(f"data.dataset={d.dataset!r} holds no text (empty or whitespace only)")

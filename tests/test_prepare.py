@@ -415,10 +415,41 @@ def test_a_dataset_link_to_nothing_or_a_builtin_in_capitals_is_named(tmp_path):
     with pytest.raises(UserError, match=rf"^data.dataset='{re.escape(str(books))}': .*sub/x.txt is a link \(.*x.txt -> "
                                         r"y.txt\) that runs into a loop of links$"):
         prep.source_files(str(books))
-    with pytest.raises(UserError, match="nor an existing .txt file or folder; did you mean 'stories'"):
+    with pytest.raises(UserError, match="nor an existing text file or folder; did you mean 'stories'"):
         prep.source_files("Stories")
-    with pytest.raises(UserError, match="nor an existing .txt file or folder$"):
+    with pytest.raises(UserError, match="nor an existing text file or folder$"):
         prep.source_files("novels")
+
+
+def test_a_run_of_zero_bytes_in_utf8_text_is_refused_a_stray_one_is_read(tmp_path):
+    """Text with a zero-filled tail (a file a crash cut short) or 4,000 NULs up front is valid UTF-8 and was
+    trained on without a word: --list-vocab showed token 0 '\\x00'. A few stray NULs are still read."""
+    text = b"First Citizen:\nBefore we proceed any further, hear me speak.\n" * 300
+    path = tmp_path / "x.txt"
+    for data, at, run in ((text + bytes(3000), len(text), 3000), (bytes(4000) + text, 0, 4000)):
+        path.write_bytes(data)
+        with pytest.raises(UserError, match=rf"^{re.escape(str(path))} holds {run:,} zero bytes in a row at offset "
+                                            rf"{at:,} \(a file zero-filled .* tr -d '\\000' < "):
+            prep.read_text_file(path)
+    path.write_bytes(text + bytes(63) + text)  # no text has 64 in a row; fewer may be a stray few
+    assert "\0" * 63 in prep.read_text_file(path)
+
+
+def test_a_folders_files_that_are_not_txt_are_named_in_a_note(tmp_path, capsys):
+    """ch2.md and ch3.text of a folder dataset were left out without a word: a third of the corpus trained."""
+    books = tmp_path / "books"
+    books.mkdir()
+    for name in ("ch1.txt", "ch2.md", "ch3.text"):
+        (books / name).write_text(f"{name} says hello there.\n" * 50)
+    text = prep.load_text(SimpleNamespace(dataset=str(books)))
+    assert "ch1.txt" in text and "ch2.md" not in text
+    err = capsys.readouterr().err
+    assert err == (f"note: data.dataset={str(books)!r}: read its 1 .txt file; 2 other files left out (ch2.md, "
+                   f"ch3.text): a folder's .txt files are its text\n")
+    (books / "ch2.md").unlink()
+    (books / "ch3.text").unlink()
+    prep.load_text(SimpleNamespace(dataset=str(books)))
+    assert capsys.readouterr().err == ""  # nothing left out, nothing said
 
 
 def test_hidden_files_and_folders_are_not_text(tmp_path):
