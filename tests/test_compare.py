@@ -805,6 +805,19 @@ def test_runs_trained_on_different_data_are_different_settings(tmp_path):
     assert "| all runs | 3 |" in printed and "digest" not in printed, printed
 
 
+def test_one_dataset_spelt_two_ways_is_one_setting(tmp_path):
+    """Two seeds trained on one file, given once by its absolute path and once by a relative one, were two
+    settings whose losses "do not compare as numbers"; both checkpoints recorded the same data_digest."""
+    rows = [(0, "4.1", "4.1"), (10, "3.9", "3.9")]
+    a = trained_on(config_run(tmp_path / "cA", rows, **{"train.seed": 1, "data.dataset": "/data/d.txt"}), "a" * 64)
+    b = trained_on(config_run(tmp_path / "cB", rows, **{"train.seed": 2, "data.dataset": "../data/d.txt"}), "a" * 64)
+    result, printed = compared([a, b, "--out", str(tmp_path / "cmp")])
+    assert result["varied"] == ["train.seed"] and "do not compare" not in printed and "| all runs | 2 |" in printed
+    c = trained_on(config_run(tmp_path / "cC", rows, **{"train.seed": 3, "data.dataset": "/data/e.txt"}), "c" * 64)
+    result, printed = compared([a, c, "--out", str(tmp_path / "cmp2")])  # other data: other settings, as before
+    assert "data.dataset" in result["varied"] and "do not compare as numbers" in printed
+
+
 def test_a_metric_no_pair_could_be_compared_in_is_not_said_to_show_no_difference():
     """Probe shares alike in every seed (± 0: no interval) were listed among the metrics in which 'No two
     settings differ', though no pair was compared in them; the parenthesis gave the n >= 2 rule alone."""
