@@ -818,6 +818,34 @@ def test_one_dataset_spelt_two_ways_is_one_setting(tmp_path):
     assert "data.dataset" in result["varied"] and "do not compare as numbers" in printed
 
 
+def test_a_run_resumed_on_another_schedule_is_said_to_be_one(tmp_path):
+    """A run trained 20 steps of a 20-step schedule, then resumed with train.max_iters=40, was averaged as
+    a seed of 40-step runs without a word: its lr had decayed by step 20 and rose again after. The logged
+    rates (a row at step s logs the step before's) against the config's schedule now say so."""
+    from tinygpt.training import lr_at
+
+    def run(name: str, seed: int, schedule_iters: list[int]) -> str:
+        cfg = Config()
+        cfg.train.seed, cfg.train.max_iters, cfg.train.warmup_iters = seed, 40, 0
+        path = tmp_path / name
+        path.mkdir()
+        runs.write_config(path, cfg)
+        rows = []
+        for step in range(0, 41, 10):
+            t = Config().train
+            t.max_iters, t.warmup_iters = schedule_iters[0] if step <= 20 else schedule_iters[1], 0
+            rows.append({"step": step, "train_loss": "3.9", "val_loss": "3.9", "lr": f"{lr_at(max(step - 1, 0), t):.3e}"})
+        runs.write_metrics(path, rows)
+        return str(path)
+    straight = run("a", 1, [40, 40])
+    resumed = run("b", 2, [20, 40])
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        compared([straight, resumed, "--out", str(tmp_path / "cmp")])
+    notes = [line for line in err.getvalue().splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith(f"note: {resumed}: its metrics.csv logs lr=") and " at step 10, " in notes[0]
+    assert "(resumed with a larger train.max_iters or another train.lr?)" in notes[0]
+
+
 def test_a_metric_no_pair_could_be_compared_in_is_not_said_to_show_no_difference():
     """Probe shares alike in every seed (± 0: no interval) were listed among the metrics in which 'No two
     settings differ', though no pair was compared in them; the parenthesis gave the n >= 2 rule alone."""

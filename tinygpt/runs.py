@@ -748,6 +748,8 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
     elif damaged:
         status += ", ckpt.pt damaged"
     evals = [r for r in metrics if r.get("val_loss") is not None and r.get("train_loss") is not None]
+    if off := off_schedule(metrics, cfg):
+        note = "\n".join(filter(None, [note, f"note: {shown_path(run_dir)}: {off}"]))
     return {
         "run": label if label is not None else str(run_dir),
         "params": count_params(cfg.model),
@@ -764,6 +766,25 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         "data_digest": digest,
         "note": note,
     }
+
+
+def off_schedule(metrics: list[dict[str, Any]], cfg: Config) -> str | None:
+    """Where the learning rates metrics.csv logged are not the schedule `cfg` gives (a row at step s logs
+    the rate of the step before it, lr_at(s - 1), to its 4 digits): the first such row, said, else None. So
+    shows a run resumed with a larger train.max_iters (its cosine had decayed over the old length) or
+    another train.lr, which a report grouped with runs trained so from the start."""
+    from tinygpt.training import lr_at  # (here: training.py imports data.prepare, which imports this module)
+
+    def near(a: float, b: float) -> bool:
+        return abs(a - b) <= 1e-3 * max(abs(a), abs(b)) + 1e-12
+    for r in metrics:
+        step, lr = int(r["step"]), r.get("lr")
+        if lr is not None and math.isfinite(lr) and not any(near(lr, lr_at(s, cfg.train)) for s in (step - 1, step)):
+            return (f"its metrics.csv logs lr={lr:.4g} at step {step}, where its config's schedule gives "
+                    f"{lr_at(max(step - 1, 0), cfg.train):.4g}: it was trained on other settings there (resumed "
+                    f"with a larger train.max_iters or another train.lr?), so its results are not one training's "
+                    f"with its config.yaml")
+    return None
 
 
 def trained_config(run_dir: Path, ckpt: dict[str, Any] | None) -> tuple[Config, str | None]:
