@@ -596,6 +596,25 @@ def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(tmp, capsys):
     assert [[r[k] for k in keys] for r in read_metrics(b)] == [[r[k] for k in keys] for r in read_metrics(a)]
 
 
+def test_a_row_added_to_metrics_csv_before_the_checkpoints_step_is_not_resumed_over(tmp):
+    """A row appended by hand to a stopped run's metrics.csv, at a step ckpt.pt has seen, passed as
+    "written later": a sweep's rerun reported it as the run's loss, and --resume dropped it unsaid."""
+    import train
+    from tinygpt.errors import UserError
+    out = tmp / "appended"
+    base = inproc_base(tmp, f"train.out_dir={out}", "train.max_iters=20", "train.eval_interval=10")
+    train.main(base + ["--stop-at", "10"])
+    path = out / "metrics.csv"
+    path.write_text(path.read_text() + "10,3.0000,3.0000,1.000e-03,,,0.1\n")
+    before = snapshot(out)
+    with pytest.raises(UserError, match=r"metrics\.csv and .*ckpt\.pt's copy of it differ in the eval row of step 10: "
+                                        r"metrics\.csv was edited"):
+        train.main(base + ["--resume"])
+    assert snapshot(out) == before
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-2]))  # cut short: restored, as before
+    assert train.main(base + ["--resume"])["step"] == 20
+
+
 def test_counts_of_one_are_singular_in_what_train_py_says(tmp, capsys):
     """A 1-layer, 1-head model started as `(1 layers, 1 heads, ...)`; a restored row as `1 row(s)`."""
     import train

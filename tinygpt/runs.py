@@ -579,13 +579,16 @@ def check_best_pt(out_dir: Path, ckpt: dict[str, Any]) -> None:
 
 
 def _first_difference(ours: list[str], theirs: list[str]) -> str | None:
-    """Where two copies of metrics.csv's lines disagree ("eval row of step 10", "columns"); None
-    when one is the start of the other (one was written later)."""
-    for i, (a, b) in enumerate(zip(ours, theirs)):
+    """Where ckpt.pt's copy of metrics.csv (`ours`) and metrics.csv's lines up to its step (`theirs`)
+    disagree ("eval row of step 10", "columns"); None when theirs is the start of ours (metrics.csv cut
+    short: ckpt.pt restores the rest). A row of theirs past ours, at a step ckpt.pt has seen, no training
+    wrote: a row added by hand was reported as the run's result, and a resume dropped it unsaid."""
+    for i, b in enumerate(theirs):
+        a = ours[i] if i < len(ours) else None
         if a != b:
             if not i:
                 return "columns"
-            row = dict(zip(METRICS, a.split(",")))  # (a step has a log row and an eval row: say which)
+            row = dict(zip(METRICS, (a or b).split(",")))  # (a step has a log row and an eval row: say which)
             return f"{'eval' if row.get('val_loss') else 'log'} row of step {row['step']}"
     return None
 
