@@ -550,10 +550,11 @@ class Planned:
         return {k: flat[k] for k in self.varied}
 
 
-def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
+def make_plan(args, grid: dict[str, list[str]], out: Path) -> tuple[list[Planned], list[str]]:
     """Every combination checked like a --set, before any training; the invalid ones are skipped
-    with a note, but a value invalid in every combination it is in (model.n_layer=0, train.dtype=
-    bfloat17) refuses the sweep, naming it: its runs would be missing from the report without a word."""
+    with a note (returned too, for the report), but a value invalid in every combination it is in
+    (model.n_layer=0, train.dtype=bfloat17) refuses the sweep, naming it: its runs would be missing
+    from the report without a word."""
     keys = list(grid)
     combos = list(itertools.product(*grid.values()))
     plan = []
@@ -609,7 +610,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> list[Planned]:
     for line in notes:
         print(line)
     print(f"sweep: {len(plan)} run(s) of {len(combos)} combination(s) into {out}")
-    return plan
+    return plan, notes
 
 
 def weights_model(init_from: str, models: dict[str, ModelConfig | str]) -> ModelConfig:
@@ -941,7 +942,7 @@ def drop_damaged_probes(plan: Sequence[Planned]) -> None:
 
 def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     """Plan the grid's runs, train them and write the report, the sweep folder held."""
-    plan = make_plan(args, grid, out)
+    plan, skipped = make_plan(args, grid, out)
     if args.probe:
         drop_damaged_probes(plan)
     check_reusable(args.config, plan, out)
@@ -967,7 +968,7 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
             for row, run in zip(results, plan)]
     if runner.signum is not None:
         if started:  # none when the signal came before the first run started
-            write_report(rows, list(grid), out, title=f"Sweep of {args.config} (interrupted)")
+            write_report(rows, list(grid), out, title=f"Sweep of {args.config} (interrupted)", skipped=skipped)
         print("sweep interrupted: rerun the same command to resume it"
               + (f" (results so far: {out / 'results.md'})" if started else ""))
         if runner.jobs > 1 or not runner.told_a_run:  # (one run at a time prints it on the terminal itself)
@@ -976,7 +977,8 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     failed = [r["run"] for r in rows if str(r.get("status", "")).startswith("failed")]
     unstarted = [r["run"] for r in rows if str(r.get("status", "")).startswith(NOT_AS_PLANNED)]
 
-    text, pngs = write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)}")
+    text, pngs = write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)}",
+                              skipped=skipped)
     print()
     print(text, end="")
     written = [out / name for name in ("results.md", "results.csv", "summary.csv")] + [Path(p) for p in pngs]

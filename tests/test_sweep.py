@@ -932,6 +932,9 @@ def test_a_value_impossible_beside_some_values_only_is_skipped_with_a_note(tmp_p
                             *without(shrink(tmp_path / "prepared"), "model.n_embd=16"), "--out", str(tmp_path / "sw")])
     assert "skip n_head=3,n_embd=16: model.n_embd=16 is not divisible by model.n_head=3" in printed
     assert started.read_text().splitlines() == ["n_head=1,n_embd=16", "n_head=1,n_embd=48", "n_head=3,n_embd=48"]
+    # results.md says so too: it listed 3 runs, and never that the grid had 4 combinations
+    assert ("\nNot trained: 1 combination(s) of the grid, skipped:\n- n_head=3,n_embd=16: model.n_embd=16 is not "
+            "divisible by model.n_head=3") in (tmp_path / "sw" / "results.md").read_text()
     with pytest.raises(UserError, match=r"^--grid model.n_head=3 is invalid in every combination: model.n_embd=16 is "
                                         r"not divisible by model.n_head=3"), contextlib.redirect_stdout(io.StringIO()):
         sweep.main([CONFIG, "--grid", "model.n_head=1,3", *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw2")])

@@ -469,12 +469,13 @@ def seeds_val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
 
 
 def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir: str | Path,
-                 title: str) -> tuple[str, list[Path]]:
+                 title: str, skipped: Sequence[str] = ()) -> tuple[str, list[Path]]:
     """Write results.md (per run, then per setting over seeds), results.csv, summary.csv,
     val_loss.png and settings.png (each setting's result with its interval) into out_dir, all or
     none of them (checkpoint.atomic_write_all); return (the Markdown text printed, the plots drawn: none without
     matplotlib). Each row holds 'run', the `varied` config keys, RESULT_COLUMNS and, when probed,
-    the probe's columns."""
+    the probe's columns. `skipped`: a sweep's notes on the combinations it did not train (results.md
+    lists them: the grid looked smaller, its report silent on them)."""
     out_dir = Path(out_dir)
     for r in rows:  # the varied values come from each run's config unless the row sets them
         config = r.get("config", {})
@@ -516,6 +517,9 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
                  "gives each setting a mean and a spread over seeds.\n")
     pictures = {"val_loss.png": seeds_val_loss_png(groups), "settings.png": settings_png(groups)}
     drawn = {name: png for name, png in pictures.items() if png is not None}
+    if skipped:
+        text += (f"\nNot trained: {len(skipped)} combination(s) of the grid, skipped:\n"
+                 + "".join(f"- {' '.join(line.removeprefix('skip ').splitlines())}\n" for line in skipped))
     files = {"results.md": f"# {title}\n\n{text}", "results.csv": table_csv(rows, columns),
              "summary.csv": summary_csv(groups, metrics)}
     # (a path in the text that is not UTF-8, a name's byte 0xff, is written as its own bytes: atomic_write_text)
