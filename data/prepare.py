@@ -520,6 +520,10 @@ GENERATING = 24  # bytes a character of data/stories.py's corpus takes at its pe
 # pieces, and their ids as Python ints), 23-25 on random words, 137 on a text with no space (bpe learning's
 # arrays per byte). Counted as 3, a 48 MB text got past the check and was killed at 1.2 GB
 PREPARING = {"char": 17, "word": 14, "bpe": 14}
+# learning a BPE on text with (almost) no space, where each line is one long piece (Chinese or Japanese text,
+# DNA): 63 bytes per byte between a 3 and a 9 MB text of random letters (567 and 943 MB max RSS); counted as 14,
+# a 50 MB one passed the check needing 0.7 GB and took 3 GB
+UNSPACED_BPE, UNSPACED = 64, 0.02  # under 2% of the first MiB's bytes whitespace (English has ~17%)
 
 
 def corpus_memory(d: DataConfig) -> int:
@@ -530,9 +534,27 @@ def corpus_memory(d: DataConfig) -> int:
     elif d.dataset == "shakespeare":
         chars = SHAKESPEARE_CHARS
     else:
-        chars = sum(f.stat().st_size for f in source_files(d.dataset))
+        files = source_files(d.dataset)
+        chars = sum(f.stat().st_size for f in files)
+        if d.tokenizer == "bpe" and unspaced(files):
+            return UNSPACED_BPE * chars
     per_char = PREPARING.get(d.tokenizer, PREPARING["bpe"])
     return max(per_char * chars, GENERATING * chars if d.dataset == "stories" else 0)
+
+
+def unspaced(files: Sequence[Path], sample: int = 1 << 20) -> bool:
+    """Is the text of `files` (its first `sample` bytes) almost without whitespace (UNSPACED)?"""
+    head = b""
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                head += fh.read(sample - len(head))
+        except OSError:  # (read_text_file names it, as it reads)
+            return False
+        if len(head) >= sample:
+            break
+    spaces = sum(head.count(c) for c in b" \t\n\r")
+    return len(head) > 0 and spaces < UNSPACED * len(head)
 
 
 def _digest(tokenizer: Tokenizer | dict, train: np.ndarray, val: np.ndarray) -> str:

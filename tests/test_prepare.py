@@ -614,6 +614,26 @@ def test_a_word_or_bpe_text_too_big_to_prepare_is_refused_at_once(tmp_path, monk
     assert not (tmp_path / "prepared").exists()
 
 
+def test_learning_a_bpe_on_text_without_spaces_is_counted_at_its_own_cost(tmp_path, monkeypatch):
+    """Text with no space (Chinese, DNA: each line one long piece) takes ~63 bytes a byte to learn a BPE on,
+    not 14: a 50 MB one passed the check needing 0.7 GB and took 3 GB. The same size with spaces, and a char
+    tokenizer on the unspaced text, still pass under the same limit."""
+    from tinygpt import runtime
+    unspaced, spaced = tmp_path / "u.txt", tmp_path / "s.txt"
+    unspaced.write_text(("abcdefghij" * 10_000 + "\n") * 20)  # 2 MB: 28 MB at 14 bytes a byte, 128 MB at 64
+    spaced.write_text(("abcd efghi " * 10_000 + "\n") * 20)
+    monkeypatch.setattr(runtime, "available_memory", lambda device: 64 * 2**20)
+    cfg = config(unspaced, tmp_path / "prepared")
+    cfg.data.tokenizer = "bpe"
+    assert prep.corpus_memory(cfg.data) == 64 * unspaced.stat().st_size
+    with pytest.raises(UserError, match=r"^preparing data.dataset='\S+u.txt' needs at least [\d.]+ GB of memory"):
+        prep.prepare(cfg, show_progress=False)
+    cfg.data.dataset = str(spaced)
+    assert prep.corpus_memory(cfg.data) == 14 * spaced.stat().st_size
+    cfg.data.dataset, cfg.data.tokenizer = str(unspaced), "char"
+    assert prep.corpus_memory(cfg.data) == 17 * unspaced.stat().st_size
+
+
 def test_learning_a_bpe_from_a_long_text_is_said_first(tmp_path, monkeypatch, capsys):
     """A 50 MB text with no space learned its BPE for minutes with nothing on the screen (the progress
     bar is the encoding's, after it): a line now says what is being done first."""
