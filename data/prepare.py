@@ -517,8 +517,8 @@ GENERATING = 24  # bytes a character of data/stories.py's corpus takes at its pe
 # bytes a character of the text takes at the peak of its preparation, at least (python -m data.prepare's
 # max RSS less the interpreter's, on tiny shakespeare 8 times over, 8.9 MB): char 17 (the text, and its ids
 # as int64 twice while the chunks are joined); word and bpe 15-16 (the text cut into a list of words or
-# pieces, and their ids as Python ints), 23-25 on random words, 137 on a text with no space (bpe learning's
-# arrays per byte). Counted as 3, a 48 MB text got past the check and was killed at 1.2 GB
+# pieces, and their ids as Python ints), 23-25 on random words (bpe on a text with no space: UNSPACED_BPE
+# below). Counted as 3, a 48 MB text got past the check and was killed at 1.2 GB
 PREPARING = {"char": 17, "word": 14, "bpe": 14}
 # learning a BPE on text with (almost) no space, where each line is one long piece (Chinese or Japanese text,
 # DNA): 63 bytes per byte between a 3 and a 9 MB text of random letters (567 and 943 MB max RSS); counted as 14,
