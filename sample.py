@@ -593,8 +593,8 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             out.write(f"saved {shown_path(path)}\n")
         if args.show_attention and args.attention_of == "all":
             out.write("\n")
-            heatmaps += show_attention(model, tokenizer, ids + new_ids, args, out,
-                                       f"the prompt and sample {i + 1}'s generated text", heatmap_sample(args, i))
+            what = f"the prompt and sample {i + 1}'s generated text" if new_ids else "the prompt (nothing generated)"
+            heatmaps += show_attention(model, tokenizer, ids + new_ids, args, out, what, heatmap_sample(args, i))
             if heatmaps and i == 0:  # once, after the first sample's: the others only add this call's
                 remove_other_heatmaps(args.attention_png, heatmaps)
     return samples

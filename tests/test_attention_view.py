@@ -196,6 +196,10 @@ def test_attention_of_all_covers_the_generated_text(run, prompt):
     keys, rows = tables[0, 0]
     assert "".join(r[0] for r in rows).replace("␣", " ").replace("\\n", "\n") == generated
     assert f"{len(prompt) + 6} tokens, showing the last 6" in out.getvalue()
+    assert "=== attention over the prompt and sample 1's generated text" in out.getvalue()
+    out = io.StringIO()  # nothing generated: the header said "and sample 1's generated text" all the same
+    sample.main([run, "--prompt", prompt, "--max-new-tokens", "0", "--attention-of", "all"], out=out)
+    assert "=== attention over the prompt (nothing generated)" in out.getvalue() and "generated text" not in out.getvalue()
 
 
 def test_bidirectional_model_shows_no_masked_cells(run, prompt, tmp_path):
