@@ -199,7 +199,8 @@ def test_attention_of_all_covers_the_generated_text(run, prompt):
     assert "=== attention over the prompt and sample 1's generated text" in out.getvalue()
     out = io.StringIO()  # nothing generated: the header said "and sample 1's generated text" all the same
     sample.main([run, "--prompt", prompt, "--max-new-tokens", "0", "--attention-of", "all"], out=out)
-    assert "=== attention over the prompt (nothing generated)" in out.getvalue() and "generated text" not in out.getvalue()
+    printed = out.getvalue()
+    assert "=== attention over the prompt (nothing generated)" in printed and "generated text" not in printed
 
 
 def test_bidirectional_model_shows_no_masked_cells(run, prompt, tmp_path):

@@ -196,7 +196,8 @@ def test_a_setting_or_run_name_holding_markup_stays_one_cell_of_text(tmp_path):
             for name in ("d|1.txt", "d\n2.txt") for seed in (1, 2)]
     table = report.summary_markdown(report.group_by_setting(rows, ["data.dataset", "train.seed"]), ["best_val_loss"])
     lines = table.splitlines()
-    assert len(lines) == 4 and lines[2].startswith("| dataset=d\\|1.txt | 2 |") and lines[3].startswith("| dataset=d 2.txt |")
+    assert len(lines) == 4 and lines[2].startswith("| dataset=d\\|1.txt | 2 |")
+    assert lines[3].startswith("| dataset=d 2.txt |")
     assert report.markdown_cell("\\|back <!-- x") == "\\\\\\|back &lt;!-- x"
 
 
@@ -834,7 +835,8 @@ def test_a_run_resumed_on_another_schedule_is_said_to_be_one(tmp_path):
         for step in range(0, 41, 10):
             t = Config().train
             t.max_iters, t.warmup_iters = schedule_iters[0] if step <= 20 else schedule_iters[1], 0
-            rows.append({"step": step, "train_loss": "3.9", "val_loss": "3.9", "lr": f"{lr_at(max(step - 1, 0), t):.3e}"})
+            lr = lr_at(max(step - 1, 0), t)  # (a row logs the rate of the step before it)
+            rows.append({"step": step, "train_loss": "3.9", "val_loss": "3.9", "lr": f"{lr:.3e}"})
         runs.write_metrics(path, rows)
         return str(path)
     straight = run("a", 1, [40, 40])
@@ -842,7 +844,8 @@ def test_a_run_resumed_on_another_schedule_is_said_to_be_one(tmp_path):
     with contextlib.redirect_stderr(io.StringIO()) as err:
         compared([straight, resumed, "--out", str(tmp_path / "cmp")])
     notes = [line for line in err.getvalue().splitlines() if line.startswith("note:")]
-    assert len(notes) == 1 and notes[0].startswith(f"note: {resumed}: its metrics.csv logs lr=") and " at step 10, " in notes[0]
+    assert len(notes) == 1 and notes[0].startswith(f"note: {resumed}: its metrics.csv logs lr=")
+    assert " at step 10, " in notes[0]
     assert "(resumed with a larger train.max_iters or another train.lr?)" in notes[0]
 
 
