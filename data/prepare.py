@@ -156,7 +156,7 @@ def read_text_file(path: Path) -> str:
         except UnicodeDecodeError as e:
             raise UserError(not_text(path, data, e.start)) from None
         if (at := data.find(bytes(ZERO_RUN))) >= 0:  # valid UTF-8, but no text: it trained on the NULs unsaid
-            run = len(data) - at - len(data[at:].lstrip(b"\0"))
+            run = re.match(rb"\0*", data[at:at + (1 << 30)]).end()  # (a slice of a bytes copies: at most 1 GiB)
             raise UserError(f"{path} holds {run:,} zero bytes in a row at offset {at:,} (a file zero-filled where a "
                             f"crash cut it short, or not text); data.dataset takes UTF-8 text files: cut them away, "
                             f"e.g. tr -d '\\000' < {pasted(path)} > {pasted(path.with_name(path.stem + '.clean.txt'))}")
@@ -523,7 +523,8 @@ PREPARING = {"char": 17, "word": 14, "bpe": 14}
 # learning a BPE on text with (almost) no space, where each line is one long piece (Chinese or Japanese text,
 # DNA): 63 bytes per byte between a 3 and a 9 MB text of random letters (567 and 943 MB max RSS); counted as 14,
 # a 50 MB one passed the check needing 0.7 GB and took 3 GB
-UNSPACED_BPE, UNSPACED = 64, 0.02  # under 2% of the first MiB's bytes whitespace (English has ~17%)
+UNSPACED_BPE = 64  # bytes per byte of such a text
+UNSPACED = 0.02  # such a text: under 2% of its first MiB's bytes whitespace (English has ~17%)
 
 
 def corpus_memory(d: DataConfig) -> int:

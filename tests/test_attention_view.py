@@ -32,6 +32,7 @@ import torch
 from tinygpt import attention_view
 import sample
 from tinygpt.attention_view import EARLIER, MASKED, crop_last, mask_table, percent_table, scores_table, token_label
+from tinygpt.plots import title_text
 from conftest import TINY_STORIES
 from data.stories import generate_stories
 from tinygpt.errors import UserError
@@ -308,13 +309,13 @@ def test_a_narrow_heatmaps_title_and_notes_fit_in_the_figure():
     on the grey column ran past both edges of the PNG ("...of 56: block_size=16), laye"). They now break
     into lines that fit."""
     pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     T = 16
     torch.manual_seed(0)
     weights = masked_softmax(torch.randn(1, T, T), causal_mask(T, T))  # (1, T, T)
     title = "rc2: 'ot go to Mantua.' (the last 16 of 56: block_size=16), layer 0"
     for last in (1, 3):
         fig = attention_view.heatmap_figure(weights, [f"t{i}" for i in range(T)], last=last, title=title)
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
         renderer = FigureCanvasAgg(fig).get_renderer()
         fig.draw(renderer)  # (the constrained layout runs here, as savefig runs it)
         box = fig.bbox
@@ -322,6 +323,9 @@ def test_a_narrow_heatmaps_title_and_notes_fit_in_the_figure():
             extent = text.get_window_extent(renderer)
             assert box.x0 <= extent.x0 and extent.x1 <= box.x1 and box.y0 <= extent.y0, (last, text.get_text())
         assert " ".join(fig._suptitle.get_text().split()) == title  # all of it, in lines
+    # a word is never split: an escaped '\\$' cut in two ended a line in '\\' and left the '$' bare (mathtext)
+    title = "x" * 19 + "$5 and $6"
+    assert attention_view.wrapped(title_text(title), 1.0, 11).split("\n") == ["xxxxxxxxxxxxxxxxxxx\\$5", "and \\$6"]
 
 
 def test_dollar_signs_are_drawn_as_text():

@@ -615,6 +615,24 @@ def test_a_row_added_to_metrics_csv_before_the_checkpoints_step_is_not_resumed_o
     assert train.main(base + ["--resume"])["step"] == 20
 
 
+def test_an_eval_row_a_dead_resume_wrote_at_a_step_still_to_evaluate_is_written_again(tmp_path):
+    """Ctrl-C during step 10's eval saves ckpt.pt at step 10, its eval still due; the resume evaluates it,
+    writes the row to metrics.csv, and dies before saving ckpt.pt (a full disk, a kill). That row is not
+    ckpt.pt's, but no edit either: the next resume evaluates again. Where the eval was done (evaluated_step
+    10), the same row is an edit, refused."""
+    from tinygpt import runs
+    from tinygpt.errors import UserError
+    log = [{"step": 0, "train_loss": "4.2", "val_loss": "4.2", "lr": "0.0"},
+           {"step": 10, "train_loss": "4.1", "lr": "9.9e-05", "tokens_per_s": "100", "mfu": "0.01", "elapsed_s": "1.0"}]
+    eval_row = {"step": 10, "train_loss": "4.0", "val_loss": "4.1", "lr": "9.9e-05", "elapsed_s": "1.1"}
+    runs.write_metrics(tmp_path, log + [eval_row])
+    ckpt = {"step": 10, "evaluated_step": 0, "metrics_csv": runs.metrics_text(log)}
+    rows, note = runs.resumed_metrics(tmp_path, ckpt)
+    assert [r["step"] for r in rows] == ["0", "10"] and note is None  # ckpt.pt's rows: the eval runs again
+    with pytest.raises(UserError, match=r"differ in the eval row of step 10: metrics\.csv was edited"):
+        runs.resumed_metrics(tmp_path, {**ckpt, "evaluated_step": 10})
+
+
 def test_counts_of_one_are_singular_in_what_train_py_says(tmp, capsys):
     """A 1-layer, 1-head model started as `(1 layers, 1 heads, ...)`; a restored row as `1 row(s)`."""
     import train

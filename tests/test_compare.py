@@ -817,6 +817,9 @@ def test_one_dataset_spelt_two_ways_is_one_setting(tmp_path):
     c = trained_on(config_run(tmp_path / "cC", rows, **{"train.seed": 3, "data.dataset": "/data/e.txt"}), "c" * 64)
     result, printed = compared([a, c, "--out", str(tmp_path / "cmp2")])  # other data: other settings, as before
     assert "data.dataset" in result["varied"] and "do not compare as numbers" in printed
+    d = config_run(tmp_path / "cD", rows, **{"train.seed": 4, "data.dataset": "/data/d.txt"})  # no checkpoint:
+    e = config_run(tmp_path / "cE", rows, **{"train.seed": 5, "data.dataset": "/data/e.txt"})  # no digest to go by
+    assert "data.dataset" in compared([d, e, "--out", str(tmp_path / "cmp3")])[0]["varied"]
 
 
 def test_a_run_resumed_on_another_schedule_is_said_to_be_one(tmp_path):

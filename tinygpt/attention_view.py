@@ -113,7 +113,8 @@ def step_percent(q: float) -> str:
 def columns(text: str) -> int:
     """The terminal columns `text` takes (len() counts characters): 2 for a wide one (East Asian wide
     or fullwidth: CJK, most emoji), 0 for a mark drawn on the one before (a combining accent, and the
-    marks of combining class 0 too: Thai and Devanagari vowel signs, an emoji's variation selector), else 1."""
+    marks of combining class 0 too: Thai vowel signs, Devanagari's that sit above or below, an emoji's
+    variation selector, as wcwidth counts them), else 1."""
     return sum(0 if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me")
                else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
@@ -265,11 +266,13 @@ def _cell_numbers(ax, values: torch.Tensor, fontsize: float, dark_when_high: boo
                         color="white" if dark else "black", in_layout=False)  # inside its cell: no layout work
 
 
-def fitted(text: str, inches: float, fontsize: float) -> str:
-    """`text`'s lines broken to fit `inches` at `fontsize` points (a glyph ~0.6 em wide on average): a
-    figure sized for one head and a few tokens cut its title and notes at both edges."""
+def wrapped(text: str, inches: float, fontsize: float) -> str:
+    """`text`'s lines broken at spaces to fit `inches` at `fontsize` points (a glyph ~0.6 em wide on average): a
+    figure sized for one head and a few tokens cut its title and notes at both edges. A word is never split:
+    a title's escaped `\\$` cut in two would start matplotlib's mathtext."""
     width = max(20, int(inches * 72 / (0.6 * fontsize)))
-    return "\n".join(part for line in text.split("\n") for part in textwrap.wrap(line, width) or [""])
+    return "\n".join(part for line in text.split("\n")
+                     for part in textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False) or [""])
 
 
 def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHOWN, causal: bool = True,
@@ -340,13 +343,13 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHO
     if earlier is not None:
         notes.append(f"grey column '{EARLIER}': the summed weight on the {T - N} key{'s' * (T - N > 1)} before "
                      f"these {N}, on its own grey scale (right)")
-    fig.supxlabel(fitted("\n".join(["key (the position looked at)", *notes]), size[0], 9), fontsize=9)
+    fig.supxlabel(wrapped("\n".join(["key (the position looked at)", *notes]), size[0], 9), fontsize=9)
     fig.supylabel("query (the position looking)", fontsize=9)
     fig.colorbar(image, ax=key_axes, label="% of the query's attention", shrink=0.8)
     if earlier is not None:  # the grey column's scale: past NUMBERED tokens its cells carry no number
         fig.colorbar(grey, ax=key_axes, label=f"% on the keys before ('{EARLIER}')", shrink=0.8)
     if title:
-        fig.suptitle(fitted(title_text(title), size[0], 11), fontsize=11)
+        fig.suptitle(wrapped(title_text(title), size[0], 11), fontsize=11)
     return fig
 
 

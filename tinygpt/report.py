@@ -318,7 +318,7 @@ def _fmt(column: str, value: Any, markdown: bool) -> str:
     if value is None:
         return ""
     if not markdown:
-        return repr(value) if isinstance(value, float) else str(value)  # every digit, as summary.csv
+        return str(value)  # every digit of a float, as summary.csv
     if column == DIGEST:
         return str(value)[:SHOWN_DIGEST]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -519,7 +519,7 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     drawn = {name: png for name, png in pictures.items() if png is not None}
     if skipped:
         text += (f"\nNot trained: {len(skipped)} combination(s) of the grid, skipped:\n"
-                 + "".join(f"- {' '.join(line.removeprefix('skip ').splitlines())}\n" for line in skipped))
+                 + "".join(f"- {markdown_cell(line.removeprefix('skip '))}\n" for line in skipped))
     files = {"results.md": f"# {title}\n\n{text}", "results.csv": table_csv(rows, columns),
              "summary.csv": summary_csv(groups, metrics)}
     # (a path in the text that is not UTF-8, a name's byte 0xff, is written as its own bytes: atomic_write_text)

@@ -540,8 +540,12 @@ def resumed_metrics(out_dir: Path, ckpt: dict[str, Any]) -> tuple[list[dict[str,
         rows = parse_metrics(ours, as_text=True)
     except (ValueError, csv.Error) as e:
         raise UserError(f"{ckpt_path} cannot be resumed: its copy of metrics.csv is damaged ({e})") from None
+    # an eval still due at the step (a Ctrl-C stopped it) runs again on resume: a row of it that a resume wrote
+    # before it died unsaved (a full disk, a kill) is not ckpt.pt's, and is written again
+    due = ckpt.get("evaluated_step", step) != step
     try:
-        kept = [r for r in read_metrics(out_dir, as_text=True) if float(r["step"]) <= step]
+        kept = [r for r in read_metrics(out_dir, as_text=True) if float(r["step"]) < step
+                or (float(r["step"]) == step and not (due and r["val_loss"]))]
         theirs, state = (metrics_text(kept).splitlines(), "lacked") if path.is_file() else ([], "was missing")
     except UserError:  # the checkpoint has the rows: take them
         theirs, state = [], "was damaged"
@@ -581,8 +585,9 @@ def check_best_pt(out_dir: Path, ckpt: dict[str, Any]) -> None:
 def _first_difference(ours: list[str], theirs: list[str]) -> str | None:
     """Where ckpt.pt's copy of metrics.csv (`ours`) and metrics.csv's lines up to its step (`theirs`)
     disagree ("eval row of step 10", "columns"); None when theirs is the start of ours (metrics.csv cut
-    short: ckpt.pt restores the rest). A row of theirs past ours, at a step ckpt.pt has seen, no training
-    wrote: a row added by hand was reported as the run's result, and a resume dropped it unsaid."""
+    short: ckpt.pt restores the rest). Theirs longer than ours disagrees too: no training writes a row at a
+    step its checkpoint has seen after saving it (a row added by hand was reported as the run's result, and a
+    resume dropped it unsaid)."""
     for i, b in enumerate(theirs):
         a = ours[i] if i < len(ours) else None
         if a != b:
@@ -778,11 +783,11 @@ def off_schedule(metrics: list[dict[str, Any]], cfg: Config) -> str | None:
     another train.lr, which a report grouped with runs trained so from the start."""
     from tinygpt.training import lr_at  # (here: training.py imports data.prepare, which imports this module)
 
-    def near(a: float, b: float) -> bool:
-        return abs(a - b) <= 1e-3 * max(abs(a), abs(b)) + 1e-12
+    def scheduled(lr: float, step: int) -> bool:  # (older files logged lr_at(step) in eval rows: either is the schedule)
+        return any(abs(lr - lr_at(s, cfg.train)) <= 1e-3 * lr_at(s, cfg.train) + 1e-12 for s in (step - 1, step))
     for r in metrics:
         step, lr = int(r["step"]), r.get("lr")
-        if lr is not None and math.isfinite(lr) and not any(near(lr, lr_at(s, cfg.train)) for s in (step - 1, step)):
+        if lr is not None and math.isfinite(lr) and not scheduled(lr, step):
             return (f"its metrics.csv logs lr={lr:.4g} at step {step}, where its config's schedule gives "
                     f"{lr_at(max(step - 1, 0), cfg.train):.4g}: it was trained on other settings there (resumed "
                     f"with a larger train.max_iters or another train.lr?), so its results are not one training's "
