@@ -783,7 +783,7 @@ def off_schedule(metrics: list[dict[str, Any]], cfg: Config) -> str | None:
     another train.lr, which a report grouped with runs trained so from the start."""
     from tinygpt.training import lr_at  # (here: training.py imports data.prepare, which imports this module)
 
-    def scheduled(lr: float, step: int) -> bool:  # (older files logged lr_at(step) in eval rows: either is the schedule)
+    def scheduled(lr: float, step: int) -> bool:  # (older files logged lr_at(step) in eval rows: either is)
         return any(abs(lr - lr_at(s, cfg.train)) <= 1e-3 * lr_at(s, cfg.train) + 1e-12 for s in (step - 1, step))
     for r in metrics:
         step, lr = int(r["step"]), r.get("lr")
