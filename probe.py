@@ -31,8 +31,8 @@ import torch
 
 from tinygpt.checkpoint import load_model, resolve_checkpoint
 from tinygpt.ablation import looks_like_heads, parse_heads
-from tinygpt.coreference import (HELD_OUT_OFFSET, ablation, ablation_report, check_stories, held_out_seed, not_stories,
-                                 probe, report)
+from tinygpt.coreference import (HELD_OUT_OFFSET, MEAN_SEED_OFFSET, SEEDS, ablation, ablation_report, check_stories,
+                                 held_out_seed, not_stories, probe, report)
 from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, short, shown_path
 from tinygpt.runs import training_note
 from tinygpt.runtime import ThreadPolicy, check_memory, resolve_device
@@ -79,6 +79,9 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     if seed == cfg.data.stories_seed:
         print(f"note: --seed {seed} is the training corpus's data.stories_seed: these stories are not held out",
               file=sys.stderr)
+    elif args.ablate is not None and (seed + MEAN_SEED_OFFSET) % SEEDS == cfg.data.stories_seed:
+        print(f"note: --ablate's mean-ablation stories (seed {cfg.data.stories_seed}, --seed + {MEAN_SEED_OFFSET}) are "
+              f"the training corpus's data.stories_seed: those stories are not held out", file=sys.stderr)
     # threads for the cores other processes leave free: with a busy process beside it, torch's one
     # thread per core probed 5x slower than one thread (docs/results.md)
     threads = ThreadPolicy() if device.type == "cpu" else None

@@ -353,6 +353,18 @@ def test_probe_ablate_a_chosen_set(run):
     assert "removed together (chosen): 0.1 + 1.0" in out.getvalue()
 
 
+def test_probe_ablate_on_the_training_stories_says_so(run, capsys):
+    """--seed one below the run's data.stories_seed: the mean-ablation stories (--seed + 1) are the training
+    corpus, and the output called them "other held-out" stories without a note (--seed itself got one)."""
+    from tinygpt.checkpoint import load_checkpoint
+    trained = load_checkpoint(f"{run}/best.pt")["config"]["data"]["stories_seed"]
+    probe.main([run, "--stories", "1", "--seed", str(trained - 1), "--ablate", "0.0"], out=io.StringIO())
+    assert (f"note: --ablate's mean-ablation stories (seed {trained}, --seed + 1) are the training corpus's "
+            f"data.stories_seed: those stories are not held out") in capsys.readouterr().err
+    probe.main([run, "--stories", "1", "--seed", str(trained - 1)], out=io.StringIO())  # no ablation: none
+    assert "not held out" not in capsys.readouterr().err
+
+
 def test_probe_refuses_a_head_the_model_lacks(run, capsys):
     with pytest.raises(SystemExit) as exit_info:
         run_cli(probe.main, [run, "--ablate", "0.7"])
