@@ -44,7 +44,7 @@ from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
 from tinygpt.checkpoint import atomic_write_text, check_name_fits, check_writable, regular_file_target
 from tinygpt.config import Config, config_source, load_config, set_key
-from tinygpt.errors import ArgParser, UserError, count, elide, folder_ending, run_cli, short, work_is_files
+from tinygpt.errors import ArgParser, UserError, count, dead_link, elide, folder_ending, run_cli, short, work_is_files
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, cpu_kind, device_name, following_free_cores, int8_problem,
                              int8_weights, keep_freed_memory, model_memory, peak_flops, resolve_device, sync)
@@ -537,6 +537,9 @@ def check_json_target(text: str) -> None:
     loses its results (minutes of measurement)."""
     if not text:  # Path('') is '.', the current folder
         raise UserError("--json '' is an empty path; give a file name, e.g. --json bench.json")
+    if text == "-":  # (a file named '-' was written: the results are printed on standard output already)
+        raise UserError("--json - would be a file named '-'; the results are printed on standard output already: "
+                        "give a file name, e.g. --json bench.json")
     if (why := folder_ending(text)) is not None:  # Path drops a final / or /.: a file named like the folder
         raise UserError(f"--json {why}; give a file name, e.g. {os.path.join(os.path.normpath(text), 'bench.json')}")
     try:
@@ -545,6 +548,8 @@ def check_json_target(text: str) -> None:
         raise UserError(f"--json: {e}") from None
     if Path(text).is_dir():
         raise UserError(f"--json {text} is a folder; give a file name, e.g. {Path(text) / 'bench.json'}")
+    if (dead := dead_link(Path(text))) is not None:  # (written through, it made the missing folders, even at /)
+        raise UserError(f"--json {short(text)} is {dead}; choose another file name")
     try:
         target = regular_file_target(Path(text))  # /dev/null or a pipe: the write would replace it
     except UserError as e:

@@ -509,7 +509,9 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
         print(warning, file=sys.stderr)
     keep_freed_memory()
     decode_step = None
-    if args.compile:  # for the threads of an idle machine (a busy one decodes uncompiled, on fewer)
+    if args.compile and args.max_new_tokens == 0:  # (it compiled for 13 s to a minute, then decoded nothing)
+        print("note: --max-new-tokens 0 decodes nothing: the decoding step is not compiled", file=sys.stderr)
+    elif args.compile:  # for the threads of an idle machine (a busy one decodes uncompiled, on fewer)
         decode_step = compile_decoding(model, threads=None if threads is None else threads.fixed or threads.max_threads)
     with output_locks(args):
         try:

@@ -228,6 +228,21 @@ def test_json_replaces_an_earlier_result_only(bench_run, tmp_path):
     assert not bench.is_bench_result(earlier)
 
 
+def test_json_through_a_link_to_nothing_or_named_dash_is_refused(tmp_path, monkeypatch):
+    """--json through a link to a missing file made the missing folders and wrote there (as root, at /), exit
+    0; `--json -` wrote a file named '-'. Both are refused before any work, as sample.py's --attention-html is."""
+    import bench
+    from tinygpt.errors import UserError
+    link = tmp_path / "dl.json"
+    link.symlink_to(tmp_path / "gone" / "x.json")
+    with pytest.raises(UserError, match=r"^--json .*dl\.json' is a link \(.* -> .*gone/x\.json\) that leads to no "):
+        bench.check_json_target(str(link))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"^--json - would be a file named '-'; the results are printed on standard"):
+        bench.check_json_target("-")
+    assert not (tmp_path / "gone").exists() and not (tmp_path / "-").exists()
+
+
 class Started(Exception):
     """The benchmark got past its checks."""
 

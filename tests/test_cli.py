@@ -27,7 +27,7 @@ import shlex
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -351,6 +351,12 @@ def test_compile_decodes_through_the_compiled_step(samples, run, monkeypatch):
     assert compiled_for[-1] == 1  # or the count asked for
     monkeypatch.setattr(sample, "compile_decoding", lambda model, threads=None: None)
     assert sample_text(args + ["--compile"]) == greedy
+    # nothing to decode: it compiled for 13 s to a minute all the same; now a note says it does not
+    compiled_for.clear()
+    monkeypatch.setattr(sample, "compile_decoding", fake_compile)
+    with redirect_stderr(io.StringIO()) as err:
+        sample_text([run, "--prompt", PROMPT, "--max-new-tokens", 0, "--compile"])
+    assert compiled_for == [] and "note: --max-new-tokens 0 decodes nothing" in err.getvalue()
 
 
 # ---- stop and resume ----
