@@ -499,8 +499,8 @@ def check_args(args) -> list[str]:
     if args.gen_embd % args.gen_heads:
         raise UserError(f"--gen-embd={args.gen_embd} is not divisible by --gen-heads={args.gen_heads}")
     if not (args.steps or args.loss_steps or args.gen_tokens or args.attention or args.vs_hf or args.under_load):
-        raise UserError("--steps 0 and --gen-tokens 0 leave nothing to measure (it printed an empty table, exit 0): "
-                        "keep one, or add --loss-steps, --attention, --vs-hf or --under-load")
+        raise UserError("--steps 0 and --gen-tokens 0 leave nothing to measure: keep one, or add --loss-steps, "
+                        "--attention, --vs-hf or --under-load")
     if args.compile and not (args.steps or args.vs_hf):
         raise UserError("--compile compiles the training step of --steps and the decoding step of --vs-hf: with "
                         "neither it would change nothing; add one, or leave --compile out")
