@@ -44,7 +44,7 @@ from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
 from tinygpt.checkpoint import atomic_write_text, check_name_fits, check_writable, regular_file_target
 from tinygpt.config import Config, config_source, load_config, set_key
-from tinygpt.errors import (ArgParser, UserError, count, dead_link, elide, folder_ending, link_loop, run_cli, short,
+from tinygpt.errors import (ArgParser, UserError, count, dead_link, elide, folder_ending, run_cli, short,
                             work_is_files)
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, cpu_kind, device_name, following_free_cores, int8_problem,
@@ -549,13 +549,12 @@ def check_json_target(text: str) -> None:
         raise UserError(f"--json: {e}") from None
     if Path(text).is_dir():
         raise UserError(f"--json {text} is a folder; give a file name, e.g. {Path(text) / 'bench.json'}")
-    # a link to nothing: written through, it made the missing folders (even at /); a loop regular_file_target names
-    if not link_loop(Path(text)) and (dead := dead_link(Path(text))) is not None:
-        raise UserError(f"--json {short(text)} is {dead}; choose another file name")
     try:
         target = regular_file_target(Path(text))  # /dev/null or a pipe: the write would replace it
     except UserError as e:
         raise UserError(f"--json: {e}") from None
+    if (dead := dead_link(Path(text))) is not None:  # a link to nothing (a loop is refused above): written through,
+        raise UserError(f"--json {short(text)} is {dead}; choose another file name")  # it made the missing folders
     if target.exists() and not is_bench_result(target):
         raise UserError(f"--json: it would overwrite {short(text)}, which is not a result that bench.py wrote "
                         f"(a file of yours); move it away, or choose another file name")

@@ -784,7 +784,7 @@ def off_schedule(metrics: list[dict[str, Any]], cfg: Config) -> str | None:
     from tinygpt.training import lr_at  # (here: training.py imports data.prepare, which imports this module)
 
     def scheduled(lr: float, step: int) -> bool:  # (older files logged lr_at(step) in eval rows: either is)
-        return any(abs(lr - lr_at(s, cfg.train)) <= 1e-3 * lr_at(s, cfg.train) + 1e-12 for s in (step - 1, step))
+        return any(math.isclose(lr, lr_at(s, cfg.train), rel_tol=1e-3, abs_tol=1e-12) for s in (step - 1, step))
     for r in metrics:
         step, lr = int(r["step"]), r.get("lr")
         if lr is not None and math.isfinite(lr) and not scheduled(lr, step):
