@@ -193,6 +193,19 @@ def check_args(args) -> None:
 # ---- output paths, checked before any work ----
 
 
+def greedy_note(args) -> str | None:
+    """--temperature 0 always takes the likeliest token: the flags that shape a random draw change nothing,
+    and every sample is the same text. Said once, so that identical samples do not read as a bug."""
+    if args.temperature != 0 or args.max_new_tokens == 0:
+        return None
+    idle = [flag for flag, given in (("--top-k", args.top_k is not None), ("--top-p", args.top_p is not None))
+            if given]
+    said = [f"{' and '.join(idle)} change{'' if len(idle) > 1 else 's'} nothing"] if idle else []
+    if args.num_samples > 1:
+        said.append(f"the {args.num_samples} samples are one text")
+    return f"note: --temperature 0 is greedy: {'; '.join(said)}" if said else None
+
+
 def check_output_folders(args) -> None:
     """Refuse the folders --attention-png and --attention-html cannot write into (a file, a path
     through a file, no permission, /proc), before the model is even loaded."""
@@ -501,6 +514,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> list[str]:
         raise UserError(f"--compile compiles the decoding step with the KV cache, which {args.run}, trained with "
                         f"model.causal=false, cannot use (its past changes with every token): drop --compile")
     if note := training_note(resolve_checkpoint(args.run), ckpt["step"], "samples"):
+        print(note, file=sys.stderr)
+    if note := greedy_note(args):
         print(note, file=sys.stderr)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     threads = ThreadPolicy(fixed=args.threads) if device.type == "cpu" else None

@@ -269,6 +269,19 @@ def test_greedy_is_the_same_without_the_kv_cache(samples, run):
     assert sample_text(args + ["--no-kv-cache"]) == greedy
 
 
+def test_greedy_says_that_its_samples_are_one_text(run):
+    """Three identical samples, --top-k ignored, without a word, read as a bug: a note says why."""
+    args = [run, "--prompt", PROMPT, "--max-new-tokens", 8, "--temperature", 0]
+    with redirect_stderr(io.StringIO()) as err:
+        parts = split_samples(sample_text(args + ["--num-samples", 3, "--top-k", 5]))
+    assert len(parts) == 3 and len(set(parts)) == 1
+    assert "note: --temperature 0 is greedy: --top-k changes nothing; the 3 samples are one text" in err.getvalue()
+    with redirect_stderr(io.StringIO()) as err:
+        sample_text(args)
+        sample_text([run, "--prompt", PROMPT, "--max-new-tokens", 8, "--num-samples", 2, "--top-k", 5])
+    assert "greedy" not in err.getvalue()  # one greedy sample, or sampling: nothing to say
+
+
 def test_num_samples_prints_that_many(samples):
     parts = split_samples(ok(samples["seed7"]).stdout)
     assert len(parts) == 2 and parts[0] != parts[1]
