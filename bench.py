@@ -616,7 +616,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the training model and, with --vs-hf, also race the compiled decoding step")
     p.add_argument("--loss-steps", type=int, default=0, help="also compare the loss after this many steps")
-    p.add_argument("--gen-tokens", type=int, default=500, help="greedy tokens the generation benchmark decodes, 0 skips it (default: %(default)s)")
+    p.add_argument("--gen-tokens", type=int, default=500,
+                   help="greedy tokens the generation benchmark (and --vs-hf) decodes; 0 skips the benchmark, "
+                        "and --vs-hf then decodes 500 (default: %(default)s)")
     p.add_argument("--gen-layers", type=int, default=6, help="layers of the decoding benchmarks' model, random weights (default: %(default)s)")
     p.add_argument("--gen-heads", type=int, default=6, help="its heads (default: %(default)s)")
     p.add_argument("--gen-embd", type=int, default=384, help="its width, n_embd (default: %(default)s)")
