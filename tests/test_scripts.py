@@ -752,6 +752,19 @@ def test_explorer_bench_refuses_an_out_that_is_no_folder(tmp_path, capsys, monke
     one_line(cli(module.main, ["--out", out], capsys), "--out", culprit)
 
 
+def test_explorer_bench_sizes_are_the_ones_docs_attention_quotes(tmp_path, capsys, monkeypatch):
+    """The page sizes docs/attention.md quotes are the ones the script prints: a change to the page's
+    script had left them 10 bytes too large."""
+    module = script("explorer_bench")
+    monkeypatch.setattr(module, "render_ms", lambda page, out, name="": None)  # (sizes only: no browser)
+    module.measure(tmp_path)
+    printed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    doc = " ".join((ROOT / "docs" / "attention.md").read_text().split())
+    quoted = re.search(r"means and their range: ([\d,]+) bytes .* initialisation, .*?; ([\d,]+) bytes", doc)
+    assert quoted, "docs/attention.md no longer quotes the explorer's sizes as this test reads them"
+    assert [int(q.replace(",", "")) for q in quoted.groups()] == [printed["init_bytes"], printed["sharp_bytes"]]
+
+
 def test_explorer_bench_says_when_the_browser_times_out(tmp_path, monkeypatch):
     """A browser that does not finish the page (a busy machine): one line, not subprocess's traceback."""
     module = script("explorer_bench")
