@@ -40,8 +40,13 @@ import math
 import random
 import re
 import string
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Iterable
+
+if __name__ == "__main__" and not __package__:  # `python data/stories.py`: the repository root is not importable
+    print("error: run it from the repository root as a module: python -m data.stories", file=sys.stderr)
+    sys.exit(2)
 
 from data.story_words import (
     FEMALE_NAMES, MALE_NAMES, FEMALE_NOUNS, MALE_NOUNS, TOWNS, TOWN_ADJECTIVES, ROLES,

@@ -61,6 +61,14 @@ def test_same_text_in_another_process_with_another_hash_seed():
     assert out == hashlib.sha256(generate_stories(20_000, 5)[0].encode()).hexdigest()
 
 
+def test_run_as_a_file_it_says_how_to_run_it():
+    """`python data/stories.py` (its statistics) ended in ModuleNotFoundError: the repository root is not on the
+    path of a script run as a file; as `python data/prepare.py`, it now says to run it as a module."""
+    done = subprocess.run([sys.executable, "data/stories.py"], cwd=ROOT, capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "error: run it from the repository root as a module: python -m data.stories\n"
+
+
 @pytest.mark.parametrize("n_chars", [1, 5_000, 120_000])
 def test_size_stops_at_the_story_that_crosses_n_chars(n_chars):
     text, _ = generate_stories(n_chars, seed=3)
