@@ -224,7 +224,7 @@ def test_a_key_that_is_not_a_name_is_refused(tmp_path, text, expected):
     ("data: {val_fraction: 0}", ["data.val_fraction=0.0", "(0, 1)"]),
     ("data: {val_fraction: 1}", ["data.val_fraction"]),
     ("data: {dataset: '  '}", ["data.dataset"]),
-    ("train: {lr: 0.001, min_lr: 0.01}", ["train.min_lr=0.01", "train.lr=0.001"]),
+    ("train: {lr: 0.001, min_lr: 0.01}", ["train.min_lr=0.01", "train.lr=0.001", "e.g. train.min_lr=0.0001"]),
     ("train: {lr: 0}", ["train.lr=0.0", "> 0"]),
     ("train: {lr: .nan}", ["train.lr=nan"]),
     ("train: {device: gpu}", ["train.device='gpu'", "cuda:N"]),

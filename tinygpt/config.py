@@ -608,7 +608,8 @@ def validate(cfg: Config, source: str) -> None:
     need(0 <= t.seed < MAX_INT, "train.seed", t.seed, "must be in [0, 2**63 - 1)")
     need(t.warmup_iters >= 0, "train.warmup_iters", t.warmup_iters, "must be >= 0")
     need(math.isfinite(t.lr) and t.lr > 0, "train.lr", t.lr, "must be > 0")
-    need(0 <= t.min_lr <= t.lr, "train.min_lr", t.min_lr, f"must be in [0, train.lr={t.lr}]")
+    need(0 <= t.min_lr <= t.lr, "train.min_lr", t.min_lr, f"must be in [0, train.lr={t.lr}]"
+         + (f": a train.lr below it needs a lower one too, e.g. train.min_lr={t.lr / 10:g}" if t.min_lr > t.lr else ""))
     need(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0")
     need(0 <= t.beta1 < 1, "train.beta1", t.beta1, "must be in [0, 1)")
     need(0 <= t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)")
