@@ -551,16 +551,33 @@ def test_a_key_given_twice_or_integer_weights_are_refused(tmp_path):
         hf.load_hf_gpt2(tmp_path / "hf")
 
 
+def test_a_tensor_given_twice_with_and_without_its_prefix_is_refused(tmp_path):
+    """wte.weight beside a zeroed transformer.wte.weight: tinygpt kept one without a word and transformers loads
+    the other, so the imported model was not the one transformers runs."""
+    run, config = export_run(tmp_path)
+    weights = hf.load_safetensors(tmp_path / "hf" / "model.safetensors")
+    name = next(k for k in weights if k.endswith("wte.weight"))
+    bare = name.removeprefix("transformer.")
+    weights["transformer." + bare if name == bare else bare] = torch.zeros_like(weights[name])
+    hf.save_safetensors(tmp_path / "hf" / "model.safetensors", weights, {"format": "pt"})
+    with pytest.raises(UserError, match=r"hf: the weights hold 'wte.weight' twice, as 'wte.weight' and "
+                                        r"'transformer.wte.weight'; the checkpoint is damaged$"):
+        export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
+    assert not (tmp_path / "back").exists()
+
+
 def test_a_recorded_model_section_or_encoding_that_is_damaged_is_refused(tmp_path):
     """tinygpt.config.model as a list ended in a traceback (AttributeError: 'list' object has no
     attribute 'get'); a tiktoken encoding name that is no encoding was imported, and sample.py refused
     the run it wrote."""
     run, config = export_run(tmp_path)
     back = tmp_path / "back"
-    for model, shown in [([1, 2], r"\[1, 2\]"), ("x", "'x'")]:
-        meta = {**config["tinygpt"], "config": {**config["tinygpt"]["config"], "model": model}}
+    # (a train section of [1] was imported as the default training settings, without a word)
+    for section, value, shown in [("model", [1, 2], r"\[1, 2\]"), ("model", "x", "'x'"), ("train", [1], r"\[1\]"),
+                                  ("data", None, "None")]:
+        meta = {**config["tinygpt"], "config": {**config["tinygpt"]["config"], section: value}}
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "tinygpt": meta}))
-        with pytest.raises(UserError, match=rf"config.json: the tinygpt.config.model it records is {shown}, not a "
+        with pytest.raises(UserError, match=rf"config.json: the tinygpt.config.{section} it records is {shown}, not a "
                                             r"mapping \(damaged\); export the run again$"):
             export.main(["--from-hf", str(tmp_path / "hf"), str(back)])
     tokenizer = {"kind": "tiktoken", "vocab_size": config["vocab_size"], "encoding": "../../etc/passwd"}
@@ -669,7 +686,10 @@ def test_a_damaged_config_json_is_told_in_its_own_keys_and_a_damaged_record_is_n
     path, back = tmp_path / "hf" / "config.json", tmp_path / "back"
     record = config["tinygpt"]
     other = {**record, "config": {**record["config"], "data": {**record["config"]["data"], "tokenizer": "word"}}}
-    for change, match in [({"n_positions": -1}, r"config.json: n_positions=-1 must be a whole number >= 1$"),
+    for change, match in [({"n_positions": -1}, r"config.json: n_positions=-1 must be a whole number >= 1 that fits "
+                                                r"in 64 bits$"),
+                          # (it was named model.block_size=..., a key config.json does not hold)
+                          ({"n_positions": 10**30}, r"config.json: n_positions=10{30} must be a whole number >= 1 "),
                           ({"n_embd": 30}, r"config.json: n_embd=30 is not divisible by n_head=4$"),
                           ({"tinygpt": [1, 2]}, r"config.json: the tinygpt record it holds .* is damaged"),
                           ({"tinygpt": {**record, "tokenizer": {**record["tokenizer"], "vocab_size": 37.0}}},

@@ -65,7 +65,7 @@ from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, file_kind, is_utf8,
                                 load_model, load_weights, odd_file, resolve_checkpoint, resolved, save_checkpoint,
                                 sweep_folder_temp_files, torch_load)
-from tinygpt.config import Config, config_from_dict, config_to_dict
+from tinygpt.config import MAX_INT, Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, shell_join, short
 from tinygpt.runs import LOCK, RUN_FILES, training_note, training_now, write_config
 from tinygpt.runtime import check_memory, model_memory
@@ -526,8 +526,8 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
         if not isinstance(hf[key], (int, float)) or isinstance(hf[key], bool):
             raise UserError(f"{path}: {key}={short(hf[key])} must be a number")
     for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size"):  # (named as config.json names them)
-        if type(hf[key]) is not int or hf[key] < 1:
-            raise UserError(f"{path}: {key}={short(hf[key])} must be a whole number >= 1")
+        if type(hf[key]) is not int or not 1 <= hf[key] <= MAX_INT:  # (past 64 bits: named as config.json does)
+            raise UserError(f"{path}: {key}={short(hf[key])} must be a whole number >= 1 that fits in 64 bits")
     if hf["n_embd"] % hf["n_head"]:
         raise UserError(f"{path}: n_embd={hf['n_embd']} is not divisible by n_head={hf['n_head']}")
     for key in ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention", "tie_word_embeddings"):
@@ -574,10 +574,13 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
                 raise UserError(f"{folder / name} is {kind}: the weights must be a file")
         raise UserError(f"{folder} has neither model.safetensors nor pytorch_model.bin")
     out = {}
-    for name, t in tensors.items():
-        name = name.removeprefix("transformer.")
+    for full, t in tensors.items():
+        name = full.removeprefix("transformer.")
         if name.endswith((".attn.bias", ".attn.masked_bias")) and t.dim() != 1:  # old mask buffers
             continue
+        if name in out:  # (one was kept without a word, and transformers loads the other)
+            raise UserError(f"{folder}: the weights hold {name!r} twice, as {name!r} and {'transformer.' + name!r}; "
+                            f"the checkpoint is damaged")
         out[name] = t
     return out
 
@@ -650,6 +653,11 @@ def tinygpt_record(hf: dict[str, Any], path: Path) -> dict[str, Any]:
     if not parts_ok or ("vocab_size" in tok and type(tok["vocab_size"]) is not int):
         raise UserError(f"{path}: the tinygpt record it holds (written by tinygpt's export) is damaged (its "
                         f"tokenizer and config must be mappings, the vocab_size a whole number); export the run again")
+    for section, values in record.get("config", {}).items():  # (a train section of [1] became the defaults)
+        if not isinstance(values, dict):
+            named = section if section.isidentifier() and len(section) < 40 else short(section)
+            raise UserError(f"{path}: the tinygpt.config.{named} it records is {short(values)}, not a "
+                            f"mapping (damaged); export the run again")
     return record
 
 
@@ -667,10 +675,7 @@ def _read_hf(folder: str | Path) -> tuple[GPT, dict[str, Any]]:
     meta = tinygpt_record(hf, folder / "config.json")
     weights = read_hf_weights(folder)
     # our own export of a bias-free model comes back bias-free (exactly the same computation)
-    orig = meta.get("config", {}).get("model", {}) if isinstance(meta.get("config"), dict) else {}
-    if not isinstance(orig, dict):
-        raise UserError(f"{folder / 'config.json'}: the tinygpt.config.model it records is {short(orig)}, not a "
-                        f"mapping (damaged); export the run again")
+    orig = meta.get("config", {}).get("model", {})  # (a mapping: tinygpt_record checked)
     bias = not (orig.get("bias") is False and _all_biases_zero(weights))
     dropout = hf["resid_pdrop"] or 0.0  # (checked by read_hf_config; null: no dropout)
     raw = {"block_size": hf["n_positions"], "n_layer": hf["n_layer"], "n_head": hf["n_head"], "n_embd": hf["n_embd"],
@@ -714,7 +719,7 @@ def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> P
     tok = meta.get("tokenizer")
     if isinstance(tok, dict) and tok.get("vocab_size") == m.vocab_size and isinstance(meta.get("config"), dict):
         check_recorded_tokenizer(tok, folder / "config.json")
-        raw = {s: dict(v) for s, v in meta["config"].items() if isinstance(v, dict)}  # our own export
+        raw = {s: dict(v) for s, v in meta["config"].items()}  # our own export (mappings: tinygpt_record checked)
     elif m.vocab_size == GPT2_VOCAB:
         check_gpt2_tokenizer(folder)  # its own tokenizer files, where it has them, must be GPT-2's
         # not instantiated here (tiktoken may be offline); sample.py builds it from this dict
