@@ -20,7 +20,7 @@ import tiktoken.registry
 from conftest import r50k_cache
 from tinygpt import tokenizer as tk
 from tinygpt.errors import UserError
-from tinygpt.tokenizer import (CharTokenizer, TiktokenTokenizer, WordTokenizer, build_tokenizer,
+from tinygpt.tokenizer import (CharTokenizer, TiktokenTokenizer, WordTokenizer, build_tokenizer, encode_prompt,
                        get_tiktoken_encoding, tokenizer_from_dict)
 
 UNICODE_PARAGRAPH = ("Once upon a time, Zoë met a café owner in Zürich.\n"
@@ -682,3 +682,19 @@ def test_unknown_characters_beyond_ten_are_cut_short():
     msg = str(err.value)
     assert msg.startswith("text has 13 character(s) not in the char vocabulary: '0', '1', '2', '3', '4', '5', "
                           "'6', '7', '8', '9', ...; ")
+
+
+@pytest.mark.parametrize("kind", [CharTokenizer, WordTokenizer])
+@pytest.mark.parametrize("corpus_form", ["NFC", "NFD"])
+def test_a_prompt_spelt_in_the_other_unicode_form_is_encoded(kind, corpus_form):
+    """"café" typed with a combining accent was refused by a vocabulary learned from "café" with a composed é
+    (`' cafe' (closest: ' café'), '\\u0301'`): the two look the same. Either form now encodes, as the corpus's."""
+    import unicodedata
+    text = unicodedata.normalize(corpus_form, "le café est très bon. " * 20)
+    tokenizer = kind.from_text(text)
+    as_trained = tokenizer.encode(unicodedata.normalize(corpus_form, "le café"))
+    for form in ("NFC", "NFD"):
+        assert encode_prompt(tokenizer, unicodedata.normalize(form, "le café")) == as_trained
+    with pytest.raises(UserError, match="not in the"):  # what neither form can encode is still refused
+        encode_prompt(tokenizer, "le café x")
+

@@ -791,14 +791,30 @@ def clean_text(text: str) -> str:
 
 
 def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
-    """Prompt -> ids; an empty prompt starts from a newline (or token 0 if there is none)."""
-    ids = tokenizer.encode(prompt) if prompt else []
+    """Prompt -> ids; an empty prompt starts from a newline (or token 0 if there is none). A prompt that a char or
+    word vocabulary refuses as typed is encoded in Unicode's other form where that one encodes: "é" as one code
+    point (NFC) or as "e" and a combining accent (NFD) look the same, and a keyboard or a copy gives either."""
+    try:
+        ids = tokenizer.encode(prompt) if prompt else []
+    except UserError:
+        forms = {unicodedata.normalize(form, prompt) for form in ("NFC", "NFD")} - {prompt}
+        ids = next((ids for form in sorted(forms) if (ids := encodable(tokenizer, form)) is not None), None)
+        if ids is None:
+            raise
     if not ids:
         try:
             ids = tokenizer.encode("\n")
         except UserError:
             ids = [0]
     return ids
+
+
+def encodable(tokenizer: Tokenizer, text: str) -> list[int] | None:
+    """text's ids, or None where the vocabulary cannot encode it."""
+    try:
+        return tokenizer.encode(text)
+    except UserError:
+        return None
 
 
 def build_tokenizer(name: str, text: str, compact: bool = True, bpe_vocab_size: int = 1024) -> Tokenizer:
