@@ -513,6 +513,15 @@ def test_octal_is_not_guessed_and_number_texts_say_how_to_write_them(tmp_path):
             load_config(write(tmp_path, ""), [f"train.max_iters={value}"])
 
 
+def test_a_quoted_number_is_told_to_drop_its_quotes(tmp_path):
+    """model.n_layer: "1" (or !!str 1) was told `write it in plain digits, 1`, which it already was."""
+    for body, sets in (('model: {n_layer: "1"}\n', []), ("model: {n_layer: !!str 1}\n", []),
+                       ("", ['model.n_layer="1"'])):
+        with pytest.raises(UserError, match=r"model.n_layer='1' .* must be of type int, not str: a number in quotes "
+                                            r"\(or tagged !!str\) is text; write it without them, 1$"):
+            load_config(write(tmp_path, body), sets)
+
+
 def test_a_negative_stories_seed_is_refused(tmp_path):
     """random.Random(-5) is Random(5): the corpus of -5 would be the corpus of 5 under another name."""
     with pytest.raises(UserError, match=r"data.stories_seed=-5 .* must be in \[0, 2\*\*63 - 1\)"):

@@ -347,7 +347,9 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
     if typ is int and isinstance(value, str):  # 0500, 1e3: numbers YAML reads as text
         with contextlib.suppress(ValueError, OverflowError):
             number = float(value)
-            if number.is_integer():
+            if number.is_integer() and value == str(int(number)):  # "1" (quoted, or tagged !!str): plain already
+                hint = f": a number in quotes (or tagged !!str) is text; write it without them, {value}"
+            elif number.is_integer():
                 hint = f": write it in plain digits, {int(number)}"
     if typ is str and value is None and key in PATHS:  # `out_dir: ~` meant the home folder
         hint = ": ~, null or an empty value is YAML's null; quote a path, e.g. '~' or '~/runs'"
