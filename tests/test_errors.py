@@ -2128,6 +2128,13 @@ def test_a_run_and_prepared_data_never_share_a_folder(run, tmp, capsys):
     one_line(in_process("train.py", [*sets(tmp, tmp / "beside", f"data.prepared_dir={run}"), "--quiet"], capsys),
              f"data.prepared_dir={str(run)!r} is inside the training run {run}", "choose a folder outside it")
     assert sorted(p.name for p in run.iterdir()) == before
+    # a run into the very folder its preparation is about to make: it replaced the run's folder, the run then
+    # blamed a folder "removed or moved" and left prepared data beside its config.yaml
+    cache = tmp / "cache3"
+    one_line(in_process("train.py", [*sets(tmp, cache / "corpus-char-0123456789", f"data.prepared_dir={cache}"),
+                                     "--quiet"], capsys),
+             f"is a folder of data.prepared_dir={str(cache)!r}", "give the run a folder outside it")
+    assert not cache.exists()
 
 
 def test_a_loop_of_links_is_named_as_one(run, tmp, capsys):
