@@ -60,7 +60,7 @@ from data.prepare import SNIFFED, convert, maybe_wide, wide_encoding
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
 from tinygpt.checkpoint import (check_name_fits, check_path_length, check_writable, load_model, odd_file,
-                                regular_file_target, resolve_checkpoint)
+                                regular_file_target, resolve_checkpoint, sweep_folder_temp_files)
 from tinygpt.config import MAX_THREADS
 from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, error_line, file_arg, path_arg,
                             path_word, read_capped, run_cli, script_word, shell_join, shell_quote, short, shown_path)
@@ -444,6 +444,7 @@ def remove_other_heatmaps(folder: Path, written: list[Path]) -> None:
     for path in folder.iterdir():
         if attention_view.HEATMAP_NAME.fullmatch(path.name) and path not in written and png_marked(path, HEATMAP_MARK):
             path.unlink(missing_ok=True)
+    sweep_folder_temp_files(folder, attention_view.HEATMAP_NAME)  # (a killed writer's: of layers no longer drawn too)
 
 
 def remove_other_pages(page: Path, written: list[Path]) -> None:
@@ -455,6 +456,7 @@ def remove_other_pages(page: Path, written: list[Path]) -> None:
     for path in page.parent.iterdir():
         if names.fullmatch(path.name) and path not in written and attention_html.written_for(path) == page.name:
             path.unlink(missing_ok=True)
+    sweep_folder_temp_files(page.parent, names)  # (a killed writer's: of sample pages no longer written too)
 
 
 # ---- --show-steps ----

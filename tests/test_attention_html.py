@@ -516,3 +516,17 @@ def test_a_title_or_token_holding_markup_stays_text():
     assert page_data(page) == data
     assert page.count("</script>") == attention_html.PAGE.count("</script>")
     assert "<title>a &lt;/title&gt;&lt;b&gt;b &amp; c&lt;/b&gt;</title>" in page
+
+
+def test_a_killed_writers_temp_page_of_a_sample_no_longer_written_is_swept(tmp_path):
+    """A writer killed while staging att_sample2.html, then `--attention-html att.html` of one sample: the temp
+    page (60-100 KB) stayed for good, as only the names written were swept."""
+    import sample
+    page = tmp_path / "att.html"
+    page.write_text("<html>a page</html>")
+    dead = tmp_path / ".att_sample2.html.99999999.abcdefgh.tmp"  # pid 99999999: beyond Linux's pid_max
+    other = tmp_path / ".notes.html.99999999.abcdefgh.tmp"  # another file's: not this page set's to sweep
+    dead.write_text("half a page")
+    other.write_text("half a note")
+    sample.remove_other_pages(page, [page])
+    assert not dead.exists() and other.exists() and page.exists()

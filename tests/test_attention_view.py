@@ -592,6 +592,34 @@ def test_tokens_the_font_lacks_draw_without_a_warning_each(tmp_path):
     assert [str(w.message) for w in caught] == [] and (tmp_path / "attention_layer0.png").exists()
 
 
+def test_a_stop_while_heatmaps_are_drawn_leaves_the_earlier_set_whole(tmp_path, monkeypatch):
+    """Each layer's PNG was replaced as soon as it was drawn: a Ctrl-C while layer 1 was drawn left this call's
+    layer 0 beside an earlier call's layer 1, both looking whole. The set is now drawn first, then written
+    together; and a killed writer's temp file of a layer the next model lacks is swept by sample.py."""
+    pytest.importorskip("matplotlib")
+    import sample
+    from types import SimpleNamespace
+    T = 4
+    traces = [SimpleNamespace(weights=masked_softmax(torch.randn(1, 2, T, T), causal_mask(T, T))) for _ in range(2)]
+    earlier = attention_view.save_heatmaps(traces, list("abcd"), tmp_path)
+    before = {path.name: path.read_bytes() for path in earlier}
+    real, drawn = attention_view.heatmap_figure, []
+
+    def stopped_at_layer_1(*args, **kwargs):
+        drawn.append(1)
+        if len(drawn) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+    monkeypatch.setattr(attention_view, "heatmap_figure", stopped_at_layer_1)
+    with pytest.raises(KeyboardInterrupt):
+        attention_view.save_heatmaps(traces, list("wxyz"), tmp_path, title="another prompt")
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+    dead = tmp_path / ".attention_layer5.png.99999999.abcdefgh.tmp"  # (pid beyond pid_max: a dead writer's)
+    dead.write_bytes(b"half a png")
+    sample.remove_other_heatmaps(tmp_path, earlier)
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(before)
+
+
 def test_a_label_of_max_label_characters_is_shown_whole():
     """A label that fits (10 characters: "␣something") was cut to 9 and "…", hiding its last letter."""
     class Word:

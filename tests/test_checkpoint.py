@@ -1253,6 +1253,18 @@ def test_a_checkpoint_under_a_name_that_is_not_utf8_is_peeked(tmp_path):
     assert peeked is not None and peeked["step"] == 7 and torch.equal(peeked["model"]["w"], torch.ones(3))
 
 
+def test_a_killed_writers_temp_file_of_a_dropped_name_is_swept(tmp_path):
+    """A writer killed while staging settings.png, then a report of one setting (no settings.png): only the
+    names written were swept, so the dead writer's 60-100 KB temp file stayed for good."""
+    from tinygpt.checkpoint import atomic_write_all
+    dead = tmp_path / ".settings.png.99999999.abcdefgh.tmp"  # pid 99999999: beyond Linux's pid_max, never alive
+    live = tmp_path / f".settings.png.{os.getpid()}.ijklmnop.tmp"  # this process's: a live writer's, kept
+    dead.write_bytes(b"half a png")
+    live.write_bytes(b"being written")
+    atomic_write_all(tmp_path, {"results.md": b"# report\n"}, drop=["settings.png"])
+    assert not dead.exists() and live.exists()
+
+
 def test_a_ctrl_c_while_a_report_is_renamed_into_place_comes_after_it(tmp_path, monkeypatch):
     """A report's files are renamed into place one by one: a Ctrl-C between two renames left results.md
     new and the other files old. The signal is now held until every file is in place."""

@@ -36,7 +36,7 @@ from typing import Sequence
 import torch
 
 from model import GPT, HeadTrace, Step, causal_mask, next_token_probs
-from tinygpt.checkpoint import atomic_write, make_folder, remove_empty
+from tinygpt.checkpoint import atomic_write_all, make_folder, remove_empty
 from tinygpt.plots import HEATMAP_MARK, missing_glyphs_quiet, plain_text, title_text
 
 MASKED = "."  # a future key, masked to weight exactly 0
@@ -366,23 +366,24 @@ def heatmap_file(folder: str | Path, layer: int, sample: int | None = None) -> P
 def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: str | Path, last: int = SHOWN,
                   causal: bool = True, sample: int | None = None, title: str = "") -> list[Path]:
     """One PNG per layer, `heatmap_file(out_dir, L, sample)`, heads as subplots, titled
-    "{title}, layer L", each written atomically (a Ctrl-C leaves the old file or none, never half
-    a PNG). Needs matplotlib (raises ImportError before writing anything without it). A folder it
+    "{title}, layer L", all drawn first, then written together (atomic_write_all: a Ctrl-C leaves the
+    earlier call's set or this one, never half a PNG, nor this call's layer 0 beside an earlier call's
+    layer 1). Needs matplotlib (raises ImportError before writing anything without it). A folder it
     made is removed again if no PNG could be written in it (a full disk)."""
     import matplotlib  # noqa: F401  (fail before creating the folder)
 
-    paths, created = [], make_folder(Path(out_dir), "--attention-png")
+    pngs = {}
+    for layer, trace in enumerate(traces):
+        fig = heatmap_figure(trace.weights[0], labels, last, causal,
+                             title=f"{title}, layer {layer}" if title else f"layer {layer}")
+        png = io.BytesIO()
+        with missing_glyphs_quiet():
+            fig.savefig(png, format="png", dpi=100, metadata=dict([HEATMAP_MARK]))  # marked: told from a user's PNG
+        pngs[heatmap_file(out_dir, layer, sample).name] = png.getvalue()
+    created = make_folder(Path(out_dir), "--attention-png")
     try:
-        for layer, trace in enumerate(traces):
-            fig = heatmap_figure(trace.weights[0], labels, last, causal,
-                                 title=f"{title}, layer {layer}" if title else f"layer {layer}")
-            png = io.BytesIO()
-            with missing_glyphs_quiet():
-                fig.savefig(png, format="png", dpi=100, metadata=dict([HEATMAP_MARK]))  # marked: told from a user's PNG
-            path = heatmap_file(out_dir, layer, sample)
-            atomic_write(path, lambda f: f.write(png.getvalue()))
-            paths.append(path)
+        atomic_write_all(Path(out_dir), pngs, what="set of heatmaps")
     except BaseException:
         remove_empty(created)
         raise
-    return paths
+    return [Path(out_dir) / name for name in pngs]

@@ -147,6 +147,8 @@ def atomic_write_all(folder: Path, files: dict[str, bytes], drop: Sequence[str] 
     name, renamed = "", False
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        for stale in drop:  # (a writer killed mid-write of a file this set no longer has: nobody else sweeps it)
+            sweep_temp_files(folder / stale)
         for name, data in files.items():
             sweep_temp_files(targets[name])
             staged.append((temp_beside(targets[name], lambda f, data=data: f.write(data)), targets[name]))
@@ -275,13 +277,15 @@ def leftover_pid(name: str, of: Path) -> int | None:
     return int(found[2]) if found and found[1] == of.name else None
 
 
-def sweep_folder_temp_files(folder: Path) -> None:
+def sweep_folder_temp_files(folder: Path, names: re.Pattern | None = None) -> None:
     """sweep_temp_files of every name in `folder` that has leftovers (LEFTOVER), not one path's: the
-    writers of a cache's other entries may have died too."""
+    writers of a cache's other entries may have died too. `names`: only the names it matches (a set of
+    files of which a call writes some: heatmaps of a model with fewer layers)."""
     try:
-        names = {found[1] for entry in folder.iterdir() if (found := LEFTOVER.fullmatch(entry.name))}
+        found_names = {found[1] for entry in folder.iterdir() if (found := LEFTOVER.fullmatch(entry.name))}
     except OSError:  # no such folder yet, or not one to read
         return
+    names = {name for name in found_names if names is None or names.fullmatch(name)}
     for name in sorted(names):
         sweep_temp_files(folder / name)
 
