@@ -190,9 +190,6 @@ def check_args(args) -> None:
     args.attention_last = args.attention_last or attention_view.SHOWN
 
 
-# ---- output paths, checked before any work ----
-
-
 def greedy_note(args) -> str | None:
     """--temperature 0 always takes the likeliest token: the flags that shape a random draw change nothing,
     and every sample is the same text. Said once, so that identical samples do not read as a bug."""
@@ -204,6 +201,9 @@ def greedy_note(args) -> str | None:
     if args.num_samples > 1:
         said.append(f"the {args.num_samples} samples are one text")
     return f"note: --temperature 0 is greedy: {'; '.join(said)}" if said else None
+
+
+# ---- output paths, checked before any work ----
 
 
 def check_output_folders(args) -> None:

@@ -277,16 +277,15 @@ def leftover_pid(name: str, of: Path) -> int | None:
     return int(found[2]) if found and found[1] == of.name else None
 
 
-def sweep_folder_temp_files(folder: Path, names: re.Pattern | None = None) -> None:
+def sweep_folder_temp_files(folder: Path, pattern: re.Pattern | None = None) -> None:
     """sweep_temp_files of every name in `folder` that has leftovers (LEFTOVER), not one path's: the
-    writers of a cache's other entries may have died too. `names`: only the names it matches (a set of
+    writers of a cache's other entries may have died too. `pattern`: only the names it matches (a set of
     files of which a call writes some: heatmaps of a model with fewer layers)."""
     try:
-        found_names = {found[1] for entry in folder.iterdir() if (found := LEFTOVER.fullmatch(entry.name))}
+        names = {found[1] for entry in folder.iterdir() if (found := LEFTOVER.fullmatch(entry.name))}
     except OSError:  # no such folder yet, or not one to read
         return
-    names = {name for name in found_names if names is None or names.fullmatch(name)}
-    for name in sorted(names):
+    for name in sorted(name for name in names if pattern is None or pattern.fullmatch(name)):
         sweep_temp_files(folder / name)
 
 
