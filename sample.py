@@ -580,7 +580,8 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         if args.attention_html is not None:  # keep the candidates of the steps the page can show
             steps = attention_html.recorded(steps, recorded, args.temperature, args.top_k, args.top_p)
         if args.show_steps:  # the table replaces the streamed text; the text follows it whole
-            out.write(steps_header(args, label_width(tokenizer)))
+            if args.max_new_tokens:  # (no steps: no table, not a header over no rows)
+                out.write(steps_header(args, label_width(tokenizer)))
             for chosen, row in steps_rows(tokenizer, steps, args):
                 new_ids.append(chosen)
                 out.write(row)

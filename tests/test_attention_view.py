@@ -480,6 +480,13 @@ def test_show_steps_greedy_matches_the_plain_run(run, prompt):
     assert out.getvalue().endswith("\n" + prompt + plain + "\n")  # the text, once, after the table
 
 
+def test_show_steps_of_nothing_generated_prints_no_table(run, prompt):
+    """--show-steps --max-new-tokens 0 printed the table's header over no rows."""
+    out = io.StringIO()
+    sample.main([run, "--prompt", prompt, "--max-new-tokens", "0", "--show-steps"], out=out)
+    assert "candidates" not in out.getvalue() and out.getvalue().endswith(prompt + "\n")
+
+
 def test_show_steps_sampling_keeps_the_same_draws(run, prompt):
     args = [run, "--prompt", prompt, "--max-new-tokens", 10, "--temperature", 1.2, "--top-k", 3, "--seed", 5]
     plain = sample.main([str(a) for a in args], out=io.StringIO())
