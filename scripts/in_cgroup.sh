@@ -8,9 +8,11 @@
 # CPUS is 0 or from 0.01 (the kernel's least quota, 1 ms per 100 ms) to the cores this process may
 # use; MEMORY_MB is 0 or a whole number from 6 (docker's least) to the machine's memory. Any other
 # value: one line naming it, exit 2, nothing made or run.
-# Needs root (or a delegated cgroup) and Linux cgroups, v1 or v2 (on v2 it enables the cpu and memory
-# controllers for the root's children, as container runtimes do); where it cannot make the cgroup it
-# exits 77 and leaves none behind. The cgroup is removed when the command ends; its exit code is ours
+# Needs root (or a delegated cgroup) and Linux cgroups, v1 or v2. On v1 the new cgroup is made inside this
+# process's own, so a limit around the caller (a container's) still holds; on v2, where a cgroup holding
+# processes cannot hand limits to children, under the root (it enables the cpu and memory controllers for
+# the root's children, as container runtimes do). Where it cannot make the cgroup it exits 77 and leaves
+# none behind. The cgroup is removed when the command ends; its exit code is ours
 # (a command killed by SIGKILL, as the kernel kills one over MEMORY_MB, is reported in one line).
 # Stopping: Ctrl-C and a hang-up reach the command from the terminal, as if it ran alone; SIGTERM to
 # this script (kill PID) is passed on to it. Either way the script waits for the command to end
@@ -73,7 +75,8 @@ report_signal() {
     INT|TERM|HUP|PIPE) ;;
     KILL)
       if [ "$BYTES" != 0 ]; then
-        echo "error: the command was killed (SIGKILL, exit $1): the kernel kills one over MEMORY_MB=$MEMORY_MB" >&2
+        echo "error: the command was killed (SIGKILL, exit $1): the kernel kills one over" \
+             "MEMORY_MB=$MEMORY_MB (or over a limit around it)" >&2
       else
         echo "error: the command was killed (SIGKILL, exit $1)" >&2
       fi ;;
@@ -89,6 +92,18 @@ NAME=tinygpt-limits-$$
 made=()
 trap 'for d in "${made[@]}"; do rmdir "$d" 2>/dev/null; done' EXIT
 
+# own CONTROLLER: the folder of this process's cgroup in CONTROLLER's v1 hierarchy (/proc/self/cgroup
+# names it; a made group nested there keeps the caller's own limits above it). Not found: exit 77.
+own() {
+  local path
+  path=$(awk -F: -v c="$1" '{ n = split($2, cs, ",")
+                              for (i = 1; i <= n; i++) if (cs[i] == c) { sub(/^[^:]*:[^:]*:/, ""); print; exit } }' \
+         /proc/self/cgroup)
+  path=$ROOT/$1${path%/}
+  [ -d "$path" ] || { echo "cannot find this process's $1 cgroup under $ROOT/$1" >&2; exit 77; }
+  echo "$path"
+}
+
 group() {  # group FOLDER FILE VALUE: make FOLDER/$NAME (once) and write VALUE to its FILE
   if [ ! -d "$1/$NAME" ]; then
     mkdir "$1/$NAME" 2>/dev/null || { echo "cannot make a cgroup under $1 (root needed)" >&2; exit 77; }
@@ -102,10 +117,12 @@ if [ -f $ROOT/cgroup.controllers ]; then  # cgroup v2: one group holds both limi
   [ "$QUOTA" != 0 ] && group $ROOT cpu.max "$QUOTA 100000"
   [ "$BYTES" != 0 ] && group $ROOT memory.max "$BYTES"
   dirs=($ROOT)
-else  # cgroup v1: a group in each controller's hierarchy
-  [ "$QUOTA" != 0 ] && group $ROOT/cpu cpu.cfs_quota_us "$QUOTA"
-  [ "$BYTES" != 0 ] && group $ROOT/memory memory.limit_in_bytes "$BYTES"
-  dirs=($ROOT/cpu $ROOT/memory)
+else  # cgroup v1: a group in each controller's hierarchy, inside this process's own cgroup there
+  CPU=$(own cpu) || exit 77
+  MEM=$(own memory) || exit 77
+  [ "$QUOTA" != 0 ] && group "$CPU" cpu.cfs_quota_us "$QUOTA"
+  [ "$BYTES" != 0 ] && group "$MEM" memory.limit_in_bytes "$BYTES"
+  dirs=("$CPU" "$MEM")
 fi
 # on_signal NUMBER: a signal to this shell. Before the command has started ($! is its pid once it
 # has; nothing else runs in the background here), the script ends: `interrupted`, 128 + NUMBER.

@@ -318,6 +318,32 @@ def test_in_cgroup_counts_the_machines_cores_whatever_omp_num_threads_says():
     assert (r.returncode, r.stdout) == (0, CGROUP_MARK + "\n"), r.stderr
 
 
+def own_cgroup(controller: str) -> Path:
+    """This process's cgroup folder in `controller`'s v1 hierarchy (where in_cgroup.sh nests its own)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        number, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return Path("/sys/fs/cgroup") / controller / path.lstrip("/")
+    return Path("/sys/fs/cgroup") / controller
+
+
+def test_in_cgroup_nests_its_cgroup_inside_the_callers():
+    """The cgroup was made at the hierarchy's root: a MEMORY_MB above a limit around the caller (a container's)
+    lifted that limit, and a command allocated 500 MB under an outer 300 MB. It is now made inside the caller's
+    own cgroup (cgroup v1; v2 makes it under the root, as documented)."""
+    if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        pytest.skip("cgroup v2: in_cgroup.sh makes its group under the root there")
+    r = run_script("in_cgroup.sh", "1", "64", "cat", "/proc/self/cgroup")
+    if r.returncode == 77:
+        pytest.skip(f"cannot make a cgroup here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    inside = {controllers: path for _, controllers, path in (line.split(":", 2) for line in r.stdout.splitlines())}
+    for controller in ("cpu", "memory"):
+        path = next(p for c, p in inside.items() if controller in c.split(","))
+        assert Path("/sys/fs/cgroup", controller, path.lstrip("/")).parent == own_cgroup(controller), (controller, path)
+        assert Path(path).name.startswith("tinygpt-limits-")
+
+
 def test_in_cgroup_reports_a_kill_in_one_line():
     """A command the kernel kills (here: over its memory limit) ended in bash's `Killed` and the
     subshell's source, 4 lines; now one line names the signal and MEMORY_MB, exit 137 kept. Needs
@@ -360,7 +386,7 @@ def test_in_cgroup_stops_the_command_and_removes_the_cgroup_on_a_signal(tmp_path
                              str(tmp_path / "command.py"), str(ready)], text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1", MARK: mark})
-    cgroups = [Path("/sys/fs/cgroup/cpu") / f"tinygpt-limits-{proc.pid}", Path("/sys/fs/cgroup") / f"tinygpt-limits-{proc.pid}"]
+    cgroups = [own_cgroup("cpu") / f"tinygpt-limits-{proc.pid}", Path("/sys/fs/cgroup") / f"tinygpt-limits-{proc.pid}"]
     try:
         stderr, left = stop_and_collect(proc, mark, signum, to_group, ready=lambda pid: ready.exists())
         assert (proc.returncode, stderr) == (128 + signum, "interrupted\n"), (proc.returncode, stderr)
