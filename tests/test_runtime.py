@@ -285,6 +285,18 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("value", ["²", "١", "abc", "0", "-1"])
+def test_an_omp_num_threads_that_is_no_count_is_ignored(monkeypatch, value):
+    """OMP_NUM_THREADS=² ("²".isdigit() is True, int() refuses it) ended every command in a ValueError
+    traceback; like abc, it is now no cap: the cores decide."""
+    threads = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+        assert runtime.ThreadPolicy().max_threads == max(1, min(runtime.usable_cores(), len(runtime.usable_cpus())))
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_a_pinned_thread_count_is_kept_beside_a_busy_neighbour(monkeypatch):
     """train.threads=2 is the user's: train.py's once-a-second re-check of the free cores set 1 instead."""
     clock = {"wall": 0.0, "busy": 0, "total": 0}

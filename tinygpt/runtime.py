@@ -597,7 +597,7 @@ class ThreadPolicy:
     def __init__(self, max_threads: int | None = None, fixed: int = 0, interval_s: float = 1.0):
         self.cpus = usable_cpus()
         env = os.environ.get("OMP_NUM_THREADS", "")
-        cap = int(env) if env.isdigit() and int(env) > 0 else usable_cores()
+        cap = int(env) if env.isascii() and env.isdigit() and int(env) > 0 else usable_cores()  # ("²": no int)
         self.max_threads = max(1, min(cap, len(self.cpus), max_threads or cap))
         self.fixed, self.interval_s = fixed, interval_s
         self.threads = torch.get_num_threads()
