@@ -203,7 +203,9 @@ def test_probe_ablate_prints_the_drop_table(ablate_output):
         assert all(d == pytest.approx(ab["baseline"] - a, abs=1e-4)
                    for arow, drow in zip(acc, drop) for a, d in zip(arow, drow))
         worst = ab["most_harmful"][mode]
-        assert drop[worst["layer"]][worst["head"]] == max(max(row) for row in drop)
+        assert worst["drop"] == max(max(row) for row in drop)
+        if worst["drop"] > 0:  # (else no head: layer and head null)
+            assert drop[worst["layer"]][worst["head"]] == worst["drop"]
     looks = result["attention_attribute"]["antecedent"]
     best = ab["most_attention"]
     assert looks[best["layer"]][best["head"]] == max(max(row) for row in looks)
@@ -242,7 +244,7 @@ def test_when_no_head_hurts_none_is_named():
     zeros = [[0.0, 0.0], [0.0, 0.0]]
     ab = {"baseline": 0.5, "references": 10, "mean_over": {"stories": 3, "seed": 1, "positions": 90},
           "drop": {"zero": zeros, "mean": zeros}, "median_drop": {"zero": 0.0, "mean": 0.0},
-          "most_harmful": {m: {"layer": 0, "head": 0, "drop": 0.0} for m in ("zero", "mean")}, "together": []}
+          "most_harmful": {m: {"layer": None, "head": None, "drop": 0.0} for m in ("zero", "mean")}, "together": []}
     text = coreference.ablation_report(ab, None, 2, 2)
     assert "hurts most when removed (zero): none, no head's removal lowers the accuracy" in text
     assert "head 0.0" not in text
@@ -306,6 +308,16 @@ def ablation_of(monkeypatch, baseline: float, accuracy: dict, n_layer: int, n_he
         "accuracy": accuracy[removed_now[-1]] if removed_now[-1] else baseline})
     model = GPT(ModelConfig(block_size=8, n_layer=n_layer, n_head=n_head, n_embd=12, vocab_size=5))
     return coreference.ablation(model, None, n_stories, seed=3, device=torch.device("cpu"))
+
+
+def test_when_no_removal_lowers_the_accuracy_the_json_names_no_head(monkeypatch):
+    """probe.py --ablate printed "none" for the most harmful head while its JSON line named head 0.0, the first
+    of equal heads, as a reader of the JSON would take it: layer and head are now null."""
+    accuracy = {((0, 0),): 0.5, ((0, 1),): 0.6, ((0, 0), (0, 1)): 0.5}
+    ab = ablation_of(monkeypatch, 0.5, accuracy, n_layer=1, n_head=2)
+    for mode in ("zero", "mean"):
+        assert ab["most_harmful"][mode] == {"layer": None, "head": None, "drop": 0.0}
+    assert "hurts most when removed (zero): none" in coreference.ablation_report(ab, None, 1, 2)
 
 
 def test_the_drop_is_the_accuracy_lost_and_its_median_a_heads(monkeypatch):
@@ -399,7 +411,7 @@ def test_the_report_of_a_model_that_resolves_nothing_says_so():
     zeros = [[0.0, 0.0], [0.0, 0.0]]
     ab = {"baseline": 0.0, "references": 10, "mean_over": {"stories": 4, "seed": 6, "positions": 100},
           "accuracy": {"zero": zeros, "mean": zeros}, "drop": {"zero": zeros, "mean": zeros},
-          "most_harmful": {m: {"layer": 0, "head": 0, "drop": 0.0} for m in ("zero", "mean")},
+          "most_harmful": {m: {"layer": None, "head": None, "drop": 0.0} for m in ("zero", "mean")},
           "median_drop": {"zero": 0.0, "mean": 0.0},
           "most_attention": {"layer": 1, "head": 1, "attention": 0.4, "drop_zero": 0.0, "drop_mean": 0.0,
                              "rank_zero": coreference.rank_among(zeros, 0.0), "rank_mean": coreference.rank_among(zeros, 0.0)},

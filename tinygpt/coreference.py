@@ -370,7 +370,9 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
         drop = {mode: torch.tensor([[baseline - cell[mode] for cell in row] for row in grid]) for mode in MODES}
         result["accuracy"] = {mode: [[cell[mode] for cell in row] for row in grid] for mode in MODES}
         result["drop"] = {mode: [[r4(x) for x in row] for row in drop[mode].tolist()] for mode in MODES}
-        result["most_harmful"] = {mode: {**head_dict(top_heads(drop[mode], 1)[0]),
+        # no head where no removal lowers the accuracy (the first of equal heads is no finding): layer and head null
+        result["most_harmful"] = {mode: {**(head_dict(top_heads(drop[mode], 1)[0]) if drop[mode].max() > 0
+                                            else {"layer": None, "head": None}),
                                          "drop": r4(drop[mode].max())} for mode in MODES}
         result["median_drop"] = {mode: r4(drop[mode].median()) for mode in MODES}  # a head's: the lower middle
         if attention is not None:
