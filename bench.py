@@ -617,8 +617,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
                    help="torch.compile the training model and, with --vs-hf, also race the compiled decoding step")
     p.add_argument("--loss-steps", type=int, default=0, help="also compare the loss after this many steps")
     p.add_argument("--gen-tokens", type=int, default=500,
-                   help="greedy tokens the generation benchmark (and --vs-hf) decodes; 0 skips the benchmark, "
-                        "and --vs-hf then decodes 500 (default: %(default)s)")
+                   help="greedy tokens the generation benchmark (and --vs-hf, at most --gen-block - 1) decodes; 0 "
+                        "skips the benchmark, and --vs-hf then decodes 500 (default: %(default)s)")
     p.add_argument("--gen-layers", type=int, default=6, help="layers of the decoding benchmarks' model, random weights (default: %(default)s)")
     p.add_argument("--gen-heads", type=int, default=6, help="its heads (default: %(default)s)")
     p.add_argument("--gen-embd", type=int, default=384, help="its width, n_embd (default: %(default)s)")
@@ -640,8 +640,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return run_benchmarks(args, dtypes)
     work_is_files()  # the results are a file too: a reader of the output who leaves must not lose them
     target = Path(args.json)  # (one bench.py at a time writes it: a second one's result replaced the first's)
-    with run_lock(target.parent, "--json's folder", f"bench.py writing {short(target.name)} there",
-                  f".{target.name}.lock"):
+    with run_lock(target.parent, "--json", name=f".{target.name}.lock",  # (a lock per file, not per folder)
+                  in_use=f"--json={short(str(target))} is being written by another bench.py"):
         return run_benchmarks(args, dtypes)
 
 
@@ -707,7 +707,8 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
                   f"{r['tokens_per_s'] / train[base]['tokens_per_s']:>11.2f}x{r['mfu']:>8.1%}{peaks[d] / 1e9:>14.0f}")
     if args.loss_steps:
         res["loss_after_steps"] = {"steps": args.loss_steps, **loss_parity(cfg, data, dtypes, device, args.loss_steps)}
-        print(f"loss after {args.loss_steps} steps (the mean of the last {min(10, args.loss_steps)}): " +
+        last = "the last step's" if args.loss_steps == 1 else f"the mean of the last {min(10, args.loss_steps)}"
+        print(f"loss after {count(args.loss_steps, 'step')} ({last}): " +
               ", ".join(f"{d} {res['loss_after_steps'][d]:.4f}" for d in dtypes))
         diverged = [d for d in dtypes if not math.isfinite(res["loss_after_steps"][d])]
         if diverged:  # (train.py stops there, naming the step)
@@ -724,13 +725,19 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
     if args.gen_tokens:
         g = bench_generation(gcfg, args.gen_tokens, device)
         res["generate"] = g
-        print(f"generation {g['model']}, {g['n_tokens']} tokens: KV cache {g['cached_tokens_per_s']:,.0f} tok/s "
+        print(f"generation {g['model']}, {count(g['n_tokens'], 'token')}: KV cache "
+              f"{g['cached_tokens_per_s']:,.0f} tok/s "
               f"({span(g['cached_range'])}), no cache {g['uncached_tokens_per_s']:,.0f} tok/s "
               f"({span(g['uncached_range'])}), {g['speedup']:.1f}x, same text: {g['same_text']}")
     if args.vs_hf:
         h = res["vs_hf"] = bench_vs_hf(gcfg, args.gen_tokens or 500, device, compile_decoding_step=args.compile)
         rng = {name: f" ({span(r)})" for name, r in h["tokens_per_s_range"].items()}
-        print(f"greedy decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd}, block {gcfg.block_size}, {h['n_tokens']} tokens, "
+        if h["n_tokens"] < (args.gen_tokens or 500):  # (transformers cannot slide past its positions)
+            print(f"note: --vs-hf decodes at most --gen-block - 1 = {h['n_tokens']:,} tokens, not the "
+                  f"{args.gen_tokens or 500:,} asked: transformers' model has no position past its block",
+                  file=sys.stderr)
+        print(f"greedy decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd}, block {gcfg.block_size}, "
+              f"{count(h['n_tokens'], 'token')}, "
               f"same weights: tinygpt {h['tinygpt_tokens_per_s']:,.0f} tok/s{rng['tinygpt']}, transformers "
               f"{h['transformers']} generate {h['transformers_tokens_per_s']:,.0f} tok/s{rng['transformers']}: "
               f"{h['ratio']:.2f}x; same tokens: {h['same_tokens']} (medians of {h['rounds']} rounds, ranges in brackets)")

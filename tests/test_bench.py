@@ -256,9 +256,11 @@ def test_a_second_bench_on_one_json_is_refused(tmp_path, monkeypatch):
     from tinygpt.runs import run_lock
     monkeypatch.setattr(bench, "load_config", lambda path, overrides: (_ for _ in ()).throw(Started()))
     target = tmp_path / "b.json"
-    with run_lock(tmp_path, "--json's folder", "bench.py writing 'b.json' there", ".b.json.lock"):  # a first one
-        with pytest.raises(UserError, match=r"^--json's folder='\S+' is in use by another bench.py writing 'b.json' "
-                                            r"there \(process \d+\)"):
+    # a first one (its lock as bench.main takes it); the refusal named the folder, though the lock is per file
+    with run_lock(tmp_path, "--json", name=".b.json.lock", in_use=f"--json={str(target)!r} is being written by another "
+                                                                  f"bench.py"):
+        with pytest.raises(UserError, match=r"^--json='\S+b.json' is being written by another bench.py \(process \d+\); "
+                                            r"wait for it to end, or choose another --json$"):
             bench.main(["--steps", "1", "--gen-tokens", "0", "--json", str(target)])
         with pytest.raises(Started):  # another file there: measured
             bench.main(["--steps", "1", "--gen-tokens", "0", "--json", str(tmp_path / "c.json")])
@@ -414,15 +416,18 @@ def test_a_decoding_model_too_big_is_refused_before_any_benchmark(tmp_path, monk
                     "--gen-heads", "1", "--gen-embd", "65536", flag])
 
 
-def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread):
+def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread, capsys):
     pytest.importorskip("transformers")
     import bench
     res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
                       f"data.prepared_dir={tmp_path / 'prepared'}", "train.device=cpu", "--steps", "0",
-                      "--gen-tokens", "16", "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32",
+                      "--gen-tokens", "40", "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32",
                       "--gen-block", "32", "--vs-hf", "--json", str(tmp_path / "decode.json")])
     h = res["vs_hf"]
-    assert h["same_tokens"] and h["n_tokens"] == 16  # same weights, same greedy tokens: a fair race
+    assert h["same_tokens"] and h["n_tokens"] == 31  # same weights, same greedy tokens: a fair race
+    out, err = capsys.readouterr()  # (40 asked: capped at the block without a word, "40 tokens" then "31 tokens")
+    assert "note: --vs-hf decodes at most --gen-block - 1 = 31 tokens, not the 40 asked" in err
+    assert "generation 1x2x32, block 32, 40 tokens:" in out and "block 32, 31 tokens, same weights" in out
     assert h["tinygpt_tokens_per_s"] > 0 and h["transformers_tokens_per_s"] > 0 and h["tinygpt_bf16_tokens_per_s"] > 0
     assert h["ratio"] == pytest.approx(h["tinygpt_tokens_per_s"] / h["transformers_tokens_per_s"])
     assert h["ratio_bf16"] == pytest.approx(h["tinygpt_bf16_tokens_per_s"] / h["transformers_bf16_tokens_per_s"])
@@ -811,9 +816,10 @@ def test_a_diverged_loss_comparison_says_so(monkeypatch, capsys, tmp_path):
     bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "train.device=cpu",
                 f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=1", "model.n_embd=16",
                 "model.block_size=16", "train.lr=100000", "--steps", "0", "--gen-tokens", "0", "--dtypes", "float32",
-                "--loss-steps", "3"])
-    assert ("note: the loss diverged in float32 (not finite): no comparison; lower train.lr (now 100000)\n"
-            in capsys.readouterr().err)
+                "--loss-steps", "1"])
+    out, err = capsys.readouterr()
+    assert "note: the loss diverged in float32 (not finite): no comparison; lower train.lr (now 100000)\n" in err
+    assert "loss after 1 step (the last step's): float32 nan" in out  # (it said "1 steps (the mean of the last 1)")
 
 
 def test_the_model_memory_check_counts_each_layers_modules():

@@ -69,18 +69,19 @@ def run_name(path: str | Path) -> str:
 
 @contextmanager
 def run_lock(out_dir: Path, setting: str = "train.out_dir", user: str = "training",
-             name: str = LOCK, resume: bool = False) -> Iterator[Callable[[], bool]]:
+             name: str = LOCK, resume: bool = False, in_use: str | None = None) -> Iterator[Callable[[], bool]]:
     """Hold out_dir for one training (or, with sweep.py's arguments, one sweep: `setting` names
     the folder in messages, `user` the kind of holder, `name` the lock file): a second one on the
     same folder is refused with one line instead of mixing two runs' files. The lock is the
     operating system's (flock), so a process that dies, even by SIGKILL, releases it, and the
     stale lock file it leaves is taken over. Folders this creates are removed again if nothing
     was written into them (`resume`: the folder holds the run to continue, for check_writable's
-    advice). Yields `held()`: is the lock file at its place still the one held here
-    (False once the folder was removed, and perhaps made again by a new training)?"""
+    advice; `in_use`: the refusal's words, for a lock on one file of the folder). Yields `held()`: is the lock
+    file at its place still the one held here (False once the folder was removed, and perhaps made again by a new
+    training)?"""
     check_writable(out_dir, setting, resume)
     created = make_folder(out_dir, setting)
-    fd = _acquire(out_dir / name, f"{setting}={str(out_dir)!r} is in use by another {user}",
+    fd = _acquire(out_dir / name, in_use or f"{setting}={str(out_dir)!r} is in use by another {user}",
                   setting.removeprefix("train."))
     def held() -> bool:
         try:
