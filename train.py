@@ -57,7 +57,7 @@ from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from
                           write_config, write_metrics)
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
                              device_name, emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory,
-                             peak_flops, resolve_device, resolve_dtype, too_many_threads, torch_threads)
+                             peak_flops, resolve_device, resolve_dtype, tf32_enabled, too_many_threads, torch_threads)
 from tinygpt.tensorboard_log import LOG_DIR, PROMPT_TOKENS, TensorBoardLog, require_tensorboard
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step, warmup_note
 
@@ -311,6 +311,8 @@ def mfu_peak(ckpt: dict[str, Any] | None, dtype: str, device: torch.device, thre
     189 GFLOP/s, and the MFU curve halved at the resume while tokens/s stayed), else measured
     now on `threads` threads."""
     on = f"{device_name(device)}, {dtype}, {count(threads, 'thread')}"
+    if device.type == "cuda" and dtype == "float32":  # (train.tf32 switched at a resume: the other peak, 7.4x apart)
+        on += f", TF32 {'on' if tf32_enabled() else 'off'}"
     saved = ckpt.get("mfu_peak") if ckpt is not None else None
     if isinstance(saved, dict) and saved.get("on") == on and isinstance(saved.get("source"), str) \
             and isinstance(saved.get("flops"), float) and 0 < saved["flops"] < 1e18:  # (else: measured again)

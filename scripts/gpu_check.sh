@@ -13,7 +13,7 @@
 # 2. nanoGPT's baby GPT (configs/shakespeare_char_gpu.yaml, dtype auto: bfloat16 from Ampere on): time to val 1.47;
 # 3. training tokens/s and MFU in float32 (TF32 off, then on), bfloat16, bfloat16 + torch.compile;
 # 4. KV-cache decoding tokens/s (6x6x384, block 512), and the same weights through transformers;
-# 5. a one-process torchrun run over NCCL;
+# 5. a one-process torchrun run over NCCL (its process group starts and stops; one process runs no collective);
 # 6. decoding again with the step compiled (sample.py --compile);
 # 7. the table, from what the stages left in $OUT (scripts/gpu_table.py; tests/test_bench.py checks it on CPU).
 #
@@ -246,7 +246,7 @@ TRAIN=("$PY" train.py configs/shakespeare_char_gpu.yaml --quiet --set "$TEXT" $S
 echo "== 1. tests: $TESTS"
 # shellcheck disable=SC2086
 stage tests "$TESTS_LIMIT" "$PY" -m pytest -q -x -p no:cacheprovider $TESTS
-summary=$(tail -n 1 "$OUT/tests.txt" 2> /dev/null | grep -E "passed|failed|error" | tr -d '=' | xargs)
+summary=$(tail -n 1 "$OUT/tests.txt" 2> /dev/null | grep -E "passed|failed|error|skipped" | tr -d '=' | xargs)
 [ -n "$summary" ] && status tests "$summary"
 
 echo "== 2. baby GPT to val 1.47 (dtype auto)"
@@ -262,7 +262,7 @@ echo "== 4. decoding, and the same weights through transformers"
 # shellcheck disable=SC2086
 stage decode 180 "${BENCH[@]}" --dtypes float32 --steps 0 $GEN --vs-hf --json "$OUT/decode.json"
 
-echo "== 5. torchrun, NCCL, one process"
+echo "== 5. torchrun, NCCL, one process (no collective: the process group starts and stops)"
 stage ddp 120 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 "${TRAIN[@]:1}" \
     train.out_dir="$(yaml_string "$OUT/ddp")" train.max_iters=50 train.eval_interval=50 train.eval_iters=5 \
     train.plot=never

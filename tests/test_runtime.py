@@ -102,6 +102,27 @@ def test_gpu_names_match_whole_words_most_specific_first():
     assert runtime.gpu_peak("NVIDIA A100-SXM4-80GB", "float32", tf32=False)[0] == 19.5e12
     assert runtime.gpu_peak("NVIDIA GeForce GTX 1080", "bfloat16", tf32=True) is None
     assert runtime.gpu_peak("NVIDIA A1000", "bfloat16", tf32=True) is None  # not an A100
+    # T4 and V100 have no TF32: their float32 was labelled "TF32"; laptop and cut-down cards took the desktop
+    # card's peak
+    assert runtime.gpu_peak("Tesla T4", "float32", tf32=True) == (8.1e12, "nominal T4 float32 (no TF32 on it)")
+    for name in ("NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA GeForce RTX 4090 D", "NVIDIA RTX A4000 Max-Q"):
+        assert runtime.gpu_peak(name, "bfloat16", tf32=True) is None, name
+
+
+def test_a_resume_that_switches_tf32_looks_the_mfu_peak_up_again(monkeypatch):
+    """train.tf32 switched at a resume kept the checkpoint's float32 peak: with TF32 on, an H100 run divided by
+    66.9 TFLOP/s instead of 494.7 (its MFU 7.4x too high), and the other way round."""
+    import train
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(train, "tf32_enabled", lambda: False)
+    monkeypatch.setattr(runtime, "tf32_enabled", lambda: False)
+    off = train.mfu_peak(None, "float32", cuda, 16)
+    assert off["source"] == "nominal H100 float32"
+    assert train.mfu_peak({"mfu_peak": off}, "float32", cuda, 16)["source"] == "nominal H100 float32"  # kept
+    monkeypatch.setattr(train, "tf32_enabled", lambda: True)
+    monkeypatch.setattr(runtime, "tf32_enabled", lambda: True)
+    assert train.mfu_peak({"mfu_peak": off}, "float32", cuda, 16)["source"] == "nominal H100 TF32"
 
 
 def test_tf32_follows_the_config_after_any_earlier_setting():

@@ -9,6 +9,7 @@ in_cgroup.sh run)."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -35,16 +36,17 @@ def refused(r: subprocess.CompletedProcess, *names: str) -> bool:
             and all(n in r.stderr for n in names) and r.stdout == "")
 
 
-def fake_python(folder: Path, stage_seconds: float = 0) -> Path:
+def fake_python(folder: Path, stage_seconds: float = 0, pytest_says: str = "") -> Path:
     """A stand-in for gpu_check.sh's PYTHON: any `-c` check passes (torch imports, a GPU is there),
     the table (scripts.gpu_table) is the real one, every stage fails (exit 3); the first stage
-    (pytest) takes `stage_seconds` first."""
+    (pytest) takes `stage_seconds` first, and where `pytest_says` a summary line, prints it and passes."""
     path = folder / "python"
+    passes = f'printf "%s\\n" {shlex.quote(pytest_says)}; exit 0' if pytest_says else ":"
     path.write_text(f"""#!/bin/sh
 case "$1 $2" in
   "-c "*) exit 0 ;;
   "-m scripts.gpu_table") exec {sys.executable} "$@" ;;
-  "-m pytest") sleep {stage_seconds} ;;
+  "-m pytest") sleep {stage_seconds}; {passes} ;;
 esac
 echo "a stand-in for python: this stage fails"
 exit 3
@@ -257,6 +259,17 @@ def test_gpu_check_reads_relative_paths_from_where_it_is_run(gpu_check, tmp_path
     r = run(cwd=tmp_path, SHAKESPEARE="shakespeare.txt", OUT="gc", BUDGET="1")
     assert r.returncode == 0, (r.returncode, r.stderr, r.stdout[-300:])
     assert "skipped" in (tmp_path / "gc/status").read_text()
+
+
+def test_gpu_check_reports_tests_that_all_skipped(tmp_path):
+    """A test stage whose tests all skipped (`7 skipped in 14.94s`) showed only `exit 0` in the table: the
+    summary was looked for as passed, failed or error."""
+    text = tmp_path / "shakespeare.txt"
+    text.write_text("To be, or not to be\n" * 50)
+    out = tmp_path / "gc"
+    run_script("gpu_check.sh", env={"OUT": str(out), "REHEARSE": "1", "BUDGET": "60", "SHAKESPEARE": str(text),
+                                    "PYTHON": str(fake_python(tmp_path, pytest_says="7 skipped in 14.94s"))})
+    assert "tests=7 skipped in 14.94s\n" in (out / "status").read_text()
 
 
 @pytest.fixture

@@ -814,12 +814,16 @@ NO_BFLOAT16 = {"V100S", "V100-PCIE", "V100", "T4"}  # bfloat16 emulated: no fast
 
 def gpu_peak(name: str, dtype: str, tf32: bool) -> tuple[float, str] | None:
     """(FLOP/s, source) for a GPU named `name` (as CUDA reports it), or None if it is not known."""
+    if re.search(r"Laptop|Mobile|Max-Q|(?<![A-Za-z0-9])(D|M)$", name):  # a laptop's chip, a cut-down 4090 D:
+        return None  # not the desktop card's peak (measured instead)
     for key, (low, tf32_peak, fp32) in GPU_PEAKS.items():
         if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name):
             if dtype == "float16" or (dtype == "bfloat16" and key not in NO_BFLOAT16):
                 return low * 1e12, f"nominal {key} {dtype}"
             if dtype == "bfloat16":
                 return fp32 * 1e12, f"nominal {key} float32 (its bfloat16 is emulated)"
+            if key in NO_BFLOAT16:  # (no TF32 either: "TF32" named what these chips lack)
+                return fp32 * 1e12, f"nominal {key} float32 (no TF32 on it)"
             return (tf32_peak * 1e12, f"nominal {key} TF32") if tf32 else (fp32 * 1e12, f"nominal {key} float32")
     return None
 
