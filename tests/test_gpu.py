@@ -1,7 +1,7 @@
 """Guards the CUDA path (skipped without a GPU; scripts/gpu_check.sh runs it on one): the fused
 attention kernels equal the formula, the KV cache equals recomputation, TF32 follows train.tf32,
-a short bfloat16 training run on the GPU learns and reports MFU against the chip's peak, and a run
-with dropout resumes as if never stopped."""
+a short bfloat16 training run on the GPU learns and reports MFU against the chip's peak, a run
+with dropout resumes as if never stopped, and a float16 run learns and sample.py decodes from it there."""
 from __future__ import annotations
 
 import pytest
@@ -79,3 +79,28 @@ def test_a_resumed_run_with_dropout_continues_as_if_never_stopped_on_the_gpu(tmp
               for run in ("straight", "split")]
     after = [step for step in losses[0] if step > 10]
     assert len(after) == 10 and all(abs(losses[0][s] - losses[1][s]) < 2e-4 for s in after), losses
+
+
+def test_a_float16_run_and_sample_py_on_the_gpu(tmp_path):
+    """What no other GPU check ran: float16 training (its GradScaler) on the GPU, and sample.py itself there (its
+    generator on the GPU; greedy text the same with and without the KV cache; a seed repeats; bfloat16 weights)."""
+    import io
+
+    import sample
+    import train
+    from conftest import ROOT
+    from tinygpt.runs import read_metrics
+    run = tmp_path / "run"
+    train.main([str(ROOT / "configs/stories.yaml"), "--quiet", "--set", "data.stories_chars=50000",
+                f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}", f"train.device={CUDA}",
+                "train.dtype=float16", "train.max_iters=60", "train.eval_interval=30", "train.eval_iters=4",
+                "model.block_size=64", "train.plot=never"])
+    vals = [r["val_loss"] for r in read_metrics(run) if r["val_loss"] is not None]
+    assert all(v == v for v in vals) and vals[-1] < vals[0] - 0.5  # finite (no overflow the scaler missed), learning
+
+    def text(*flags) -> str:
+        return sample.main([str(run), "--prompt", "Mia had a", "--max-new-tokens", "40", "--device", str(CUDA),
+                            *map(str, flags)], out=io.StringIO())[0]
+    greedy = text("--temperature", 0)
+    assert len(greedy) > 0 and greedy == text("--temperature", 0, "--no-kv-cache")
+    assert text("--seed", 3) == text("--seed", 3) and text("--seed", 3, "--dtype", "bfloat16")
