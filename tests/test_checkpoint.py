@@ -298,6 +298,43 @@ def test_an_archive_with_compressed_entries_is_refused_unread(saved, tmp_path, m
     assert "compressed" in message and "data.pkl" in message and "packed.pt" in message
 
 
+def test_a_pickle_of_numbers_that_collide_in_a_dict_is_refused_unread(tmp_path, monkeypatch):
+    """A 1.3 MB ckpt.pt whose pickle is a dict of 100,000 keys, each a multiple of 2**61 - 1 (all one hash),
+    took minutes to unpickle (quadratic) before any check; 2.6 MB never finished. Refused unread now."""
+    big = 2**61 - 1
+    keys = [(k * big).to_bytes(((k * big).bit_length() + 8) // 8, "little", signed=True) for k in range(1, 201)]
+    pickled = b"\x80\x02}(" + b"".join(b"\x8a" + bytes([len(key)]) + key + b"N" for key in keys) + b"u."
+    flood = tmp_path / "flood.pt"
+    with zipfile.ZipFile(flood, "w") as archive:  # (entries stored, as torch.save writes them)
+        archive.writestr("archive/data.pkl", pickled)
+        archive.writestr("archive/byteorder", "little")
+        archive.writestr("archive/version", "3\n")
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was reached"))
+    assert "distinct numbers of one hash" in refusal(flood)
+
+
+def test_a_pt_file_of_another_program_is_no_checkpoint_to_peek_at(tmp_path):
+    """compare.py called a run "done" whose ckpt.pt was `torch.save({'a': 1})`, which --resume refuses as not a
+    tinygpt checkpoint: peeked at, it is none (the report says `ckpt.pt damaged`)."""
+    from tinygpt.checkpoint import peek_checkpoint
+    torch.save({"a": 1}, tmp_path / "ckpt.pt")
+    assert peek_checkpoint(tmp_path / "ckpt.pt") is None
+
+
+def test_a_config_of_more_layers_than_its_weights_is_refused_before_a_model_is_built(saved, monkeypatch):
+    """model.n_layer edited to 100,000 in a 67 KB checkpoint passed the memory check (8 GB) and built a meta model
+    of 100,000 layers, minutes and 3.7 GB, before the weights' 2 layers were compared with it."""
+    from tinygpt import checkpoint
+    path, *_ = saved
+    state = load_checkpoint(path)
+    state["config"]["model"]["n_layer"] = 100_000
+    monkeypatch.setattr(checkpoint, "check_memory", lambda *a, **k: None)  # (whatever memory this machine has)
+    monkeypatch.setattr(checkpoint, "GPT", lambda *a, **k: pytest.fail("a model was built"))
+    with pytest.raises(UserError, match=r"config gives model.n_layer=100000, its weights hold 2 layers; the "
+                                        r"checkpoint is damaged$"):
+        checkpoint.model_from_checkpoint(state, path)
+
+
 @pytest.mark.parametrize("content", [
     "hello world\nthis is not a checkpoint\n",
     "The cat sat on the mat.\n",

@@ -23,6 +23,7 @@ import torch
 import compare
 import sweep
 from tinygpt import plots, runs
+from tinygpt.checkpoint import FORMAT
 from tinygpt.config import Config
 from tinygpt.errors import UserError
 from conftest import ROOT, capture_figures
@@ -583,7 +584,7 @@ def test_a_run_training_now_is_told_from_a_stopped_one_and_its_final_train_loss_
         # training it now is told (it was not: the rows alone said done)
         cfg.train.max_iters = 20
         runs.write_config(run, cfg)
-        torch.save({"step": 10}, run / "ckpt.pt")
+        torch.save({"format": FORMAT, "step": 10}, run / "ckpt.pt")
         assert runs.summarize_run(run)["status"] == "training, step 20/20"
     assert runs.summarize_run(run)["status"] == "step 10/20"
 
@@ -771,7 +772,7 @@ def test_the_off_the_top_note_counts_each_hidden_point_once(monkeypatch, seeds):
 
 def trained_on(run: str, digest: str, step: int = 10) -> str:
     """Give a fake run the ckpt.pt of a run trained on data of `digest` (train.py records data_digest)."""
-    torch.save({"step": step, "data_digest": digest}, Path(run) / "ckpt.pt")
+    torch.save({"format": FORMAT, "step": step, "data_digest": digest}, Path(run) / "ckpt.pt")
     return run
 
 

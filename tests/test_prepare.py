@@ -920,3 +920,15 @@ def test_a_vocab_size_the_data_does_not_have_offers_a_fix_from_the_command_line(
         prep.load_for_training(cfg, "run/config.yaml")
     cfg.model.vocab_size = 0  # the fix works
     assert prep.load_for_training(cfg, "run/config.yaml").tokenizer.vocab_size == cfg.model.vocab_size == 11
+
+
+def test_a_prepared_json_file_over_its_cap_is_damage_read_unread(tmp_path, monkeypatch):
+    """A meta.json made sparse and 2 GB long (4 KB on disk) was read whole: 46 s and 4.4 GB before the folder
+    was prepared again. A file over JSON_MAX is damage, refused by its size."""
+    from data import prepare as prep
+    meta = tmp_path / "meta.json"
+    meta.write_text("{}")
+    os.truncate(meta, prep.JSON_MAX + 1)
+    monkeypatch.setattr(Path, "read_text", lambda *a, **k: pytest.fail("the file was read"))
+    with pytest.raises(ValueError, match="holds more than 64 MiB"):
+        prep.read_json(meta)

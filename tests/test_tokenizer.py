@@ -697,4 +697,3 @@ def test_a_prompt_spelt_in_the_other_unicode_form_is_encoded(kind, corpus_form):
         assert encode_prompt(tokenizer, unicodedata.normalize(form, "le café")) == as_trained
     with pytest.raises(UserError, match="not in the"):  # what neither form can encode is still refused
         encode_prompt(tokenizer, "le café x")
-

@@ -14,11 +14,13 @@ import errno
 import math
 import os
 import pickle
+import pickletools
 import random
 import re
 import shutil
 import signal
 import stat
+import struct
 import tempfile
 import threading
 import time
@@ -639,6 +641,39 @@ def check_archive(path: Path) -> None:
         raise UserError(f"{path} is not a checkpoint torch.save wrote: it holds compressed entries "
                         f"({short(packed[0]) if packed else 'sizes beyond the file'}) that could unpack to "
                         f"any size; it was not loaded")
+    pickled = next((e for e in entries if e.filename.rsplit("/", 1)[-1] == "data.pkl"), None)
+    if pickled is not None:  # its bytes read where torch reads them, its CRC unchecked as torch leaves it
+        try:  # (a stored entry: its bytes follow its local header, 30 bytes, and the name and extra field it sizes)
+            with open(path, "rb") as f:
+                f.seek(pickled.header_offset + 26)
+                name_length, extra_length = struct.unpack("<HH", f.read(4))
+                f.seek(pickled.header_offset + 30 + name_length + extra_length)
+                data = f.read(pickled.file_size)
+        except (OSError, struct.error):  # (unreadable, or cut short: torch.load says so)
+            return
+        check_pickled_numbers(data, path)
+
+
+SAME_HASH_MAX = 64  # distinct numbers of one hash in a checkpoint's pickle: a real one has 1 (2 for -1 and -2)
+
+
+def check_pickled_numbers(data: bytes, path: Path) -> None:
+    """Refuse a pickle whose numbers are chosen to collide in a dict. Python hashes an integer modulo 2**61 - 1,
+    so 100,000 keys that are multiples of it (a 1.3 MB file) make unpickling the dict take minutes (quadratic)
+    before anything can be checked; a number is read from each opcode (no object built), milliseconds for a real
+    checkpoint's. A pickle that cannot be read so is left to torch.load to refuse."""
+    by_hash: dict[int, set[int | float]] = {}
+    try:
+        for _, number, _ in pickletools.genops(data):
+            if isinstance(number, (int, float)) and not isinstance(number, bool):
+                same = by_hash.setdefault(hash(number), set())
+                same.add(number)
+                if len(same) > SAME_HASH_MAX:
+                    raise UserError(f"{path} is not a checkpoint tinygpt wrote: its pickle holds more than "
+                                    f"{SAME_HASH_MAX} distinct numbers of one hash (built to make loading it take "
+                                    f"hours); it was not loaded")
+    except (ValueError, KeyError, IndexError, struct.error):  # (not a pickle genops can read: torch.load says so)
+        return
 
 
 def is_utf8(text: str) -> bool:
@@ -715,14 +750,14 @@ def of_two_runs(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
 
 def peek_checkpoint(path: Path) -> dict[str, Any] | None:
     """The checkpoint at `path` with its tensors mapped, not read, and nothing checked (a resume
-    checks it), or None without a readable one: for a report of many runs."""
+    checks it), or None without a readable one of tinygpt's: for a report of many runs."""
     if not path.is_file():
         return None
     try:
         ckpt = torch_load(path, mmap=True)
     except UserError:  # (damaged, or a legacy format torch cannot map)
         return None
-    return ckpt if isinstance(ckpt, dict) else None
+    return ckpt if isinstance(ckpt, dict) and ckpt.get("format") == FORMAT else None  # (another program's .pt: none)
 
 
 def saved_step_and_data(ckpt: dict[str, Any] | None) -> tuple[int | None, str | None]:
@@ -896,6 +931,12 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, 
         raise UserError(f"{path}: model.vocab_size={cfg.model.vocab_size} does not match its tokenizer's "
                         f"{short(tok_size)}; the checkpoint is damaged")
     m = cfg.model
+    weights = ckpt["model"]
+    layers = {int(found[1]) for name in (weights if isinstance(weights, dict) else ())
+              if isinstance(name, str) and (found := re.match(r"blocks\.(\d{1,9})\.", name))}
+    if isinstance(weights, dict) and len(layers) != m.n_layer:  # (before the shell of 100,000 layers: minutes, GBs)
+        raise UserError(f"{path}: its config gives model.n_layer={m.n_layer}, its weights hold "
+                        f"{count(len(layers), 'layer')}; the checkpoint is damaged")
     check_memory(model_memory(m), torch.device("cpu"), f"the model of {path} ({count(m.n_layer, 'layer')}, "
                  f"n_embd {m.n_embd}, block {m.block_size}, vocab {m.vocab_size})",
                  "its config is damaged, or it needs a bigger machine")
