@@ -641,10 +641,9 @@ def check_archive(path: Path) -> None:
         raise UserError(f"{path} is not a checkpoint torch.save wrote: it holds compressed entries "
                         f"({short(packed[0]) if packed else 'sizes beyond the file'}) that could unpack to "
                         f"any size; it was not loaded")
-    pickled = next((e for e in entries if e.filename.rsplit("/", 1)[-1] == "data.pkl"), None)
-    if pickled is not None:  # its bytes read where torch reads them, its CRC unchecked as torch leaves it
-        try:  # (a stored entry: its bytes follow its local header, 30 bytes, and the name and extra field it sizes)
-            with open(path, "rb") as f:
+    for pickled in (e for e in entries if e.filename.endswith(".pkl")):  # data.pkl (any that torch might read)
+        try:  # its bytes read where torch reads them, the CRC unchecked as torch leaves it (a stored entry: they
+            with open(path, "rb") as f:  # follow its local header, 30 bytes, and the name and extra field it sizes)
                 f.seek(pickled.header_offset + 26)
                 name_length, extra_length = struct.unpack("<HH", f.read(4))
                 f.seek(pickled.header_offset + 30 + name_length + extra_length)
