@@ -493,19 +493,21 @@ def _is_current(folder: Path, d: DataConfig) -> bool:
         return False  # missing, unreadable or damaged (RecursionError: JSON nested 100,000 deep): (re)build
 
 
-JSON_MAX = 64 * 2**20  # bytes of a prepared folder's meta.json or tokenizer.json (a 65,536-token BPE's: ~2 MB)
-
-
 def read_json(path: Path) -> Any:
     """A prepared folder's meta.json or tokenizer.json. Only a regular file is read (OSError else: the
-    folder is damaged): a pipe there would wait for a writer for good, a link to /dev/zero never end;
-    and only one of at most JSON_MAX bytes (ValueError else: damaged), as a sparse 2 GB meta.json was read
-    whole (4.4 GB of memory, and more for a longer one)."""
+    folder is damaged): a pipe there would wait for a writer for good, a link to /dev/zero never end.
+    It is read a MiB at a time, and a NUL byte, which no JSON holds, is damage (ValueError) at once: a
+    sparse meta.json of 2 GB (4 KB on disk: a hole reads as NULs) was read whole, 4.4 GB of memory.
+    (No cap on the size: a word vocabulary's tokenizer.json may be 100 MB.)"""
     if not path.is_file():
         raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
-    if path.stat().st_size > JSON_MAX:
-        raise ValueError(f"{path} holds more than {JSON_MAX >> 20} MiB")
-    return json.loads(path.read_text())
+    chunks = []
+    with open(path, "rb") as f:
+        while chunk := f.read(2**20):
+            if b"\0" in chunk:
+                raise ValueError(f"{path} holds a NUL byte: not JSON")
+            chunks.append(chunk)
+    return json.loads(b"".join(chunks))
 
 
 def vocab_note(d: DataConfig, vocab_size: int) -> str:

@@ -118,11 +118,17 @@ if [ -f $ROOT/cgroup.controllers ]; then  # cgroup v2: one group holds both limi
   [ "$BYTES" != 0 ] && group $ROOT memory.max "$BYTES"
   dirs=($ROOT)
 else  # cgroup v1: a group in each controller's hierarchy, inside this process's own cgroup there
-  CPU=$(own cpu) || exit 77
-  MEM=$(own memory) || exit 77
-  [ "$QUOTA" != 0 ] && group "$CPU" cpu.cfs_quota_us "$QUOTA"
-  [ "$BYTES" != 0 ] && group "$MEM" memory.limit_in_bytes "$BYTES"
-  dirs=("$CPU" "$MEM")
+  dirs=()  # (a controller not asked for is not looked up: a machine may have it off)
+  if [ "$QUOTA" != 0 ]; then
+    CPU=$(own cpu) || exit 77
+    group "$CPU" cpu.cfs_quota_us "$QUOTA"
+    dirs+=("$CPU")
+  fi
+  if [ "$BYTES" != 0 ]; then
+    MEM=$(own memory) || exit 77
+    group "$MEM" memory.limit_in_bytes "$BYTES"
+    dirs+=("$MEM")
+  fi
 fi
 # on_signal NUMBER: a signal to this shell. Before the command has started ($! is its pid once it
 # has; nothing else runs in the background here), the script ends: `interrupted`, 128 + NUMBER.

@@ -2133,8 +2133,10 @@ def test_a_run_and_prepared_data_never_share_a_folder(run, tmp, capsys):
     cache = tmp / "cache3"
     one_line(in_process("train.py", [*sets(tmp, cache / "corpus-char-0123456789", f"data.prepared_dir={cache}"),
                                      "--quiet"], capsys),
-             f"is a folder of data.prepared_dir={str(cache)!r}", "give the run a folder outside it")
+             f"is named as a folder of data.prepared_dir={str(cache)!r}", "give the run another name")
     assert not cache.exists()
+    done = in_process("train.py", [*sets(tmp, cache / "myrun", f"data.prepared_dir={cache}"), "--quiet"], capsys)
+    assert done.code == 0, done.err  # a name no preparation makes: trained, as before
 
 
 def test_a_loop_of_links_is_named_as_one(run, tmp, capsys):

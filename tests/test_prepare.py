@@ -922,13 +922,22 @@ def test_a_vocab_size_the_data_does_not_have_offers_a_fix_from_the_command_line(
     assert prep.load_for_training(cfg, "run/config.yaml").tokenizer.vocab_size == cfg.model.vocab_size == 11
 
 
-def test_a_prepared_json_file_over_its_cap_is_damage_read_unread(tmp_path, monkeypatch):
+def test_a_sparse_prepared_json_file_is_damage_found_at_its_first_hole(tmp_path):
     """A meta.json made sparse and 2 GB long (4 KB on disk) was read whole: 46 s and 4.4 GB before the folder
-    was prepared again. A file over JSON_MAX is damage, refused by its size."""
+    was prepared again. Its first hole (NUL bytes, which no JSON holds) is damage, found in the first MiB; a long
+    file that is JSON (a word vocabulary's tokenizer.json may be 100 MB) is read as before."""
+    import tracemalloc
     from data import prepare as prep
     meta = tmp_path / "meta.json"
-    meta.write_text("{}")
-    os.truncate(meta, prep.JSON_MAX + 1)
-    monkeypatch.setattr(Path, "read_text", lambda *a, **k: pytest.fail("the file was read"))
-    with pytest.raises(ValueError, match="holds more than 64 MiB"):
-        prep.read_json(meta)
+    meta.write_text('{"a": 1}')
+    os.truncate(meta, 2**31)  # 2 GB, nothing on disk past the first bytes
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="holds a NUL byte"):
+            prep.read_json(meta)
+        assert tracemalloc.get_traced_memory()[1] < 16 * 2**20  # (the old reader held 2 GB)
+    finally:
+        tracemalloc.stop()
+    long = tmp_path / "tokenizer.json"
+    long.write_text('{"words": "' + "x" * (3 * 2**20) + '"}')
+    assert len(prep.read_json(long)["words"]) == 3 * 2**20

@@ -798,9 +798,10 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
         ids = tokenizer.encode(prompt) if prompt else []
     except UserError:
         forms = {unicodedata.normalize(form, prompt) for form in ("NFC", "NFD")} - {prompt}
-        ids = next((ids for form in sorted(forms) if (ids := encodable(tokenizer, form)) is not None), None)
-        if ids is None:
+        encoded = [ids for ids in map(functools.partial(ids_or_none, tokenizer), sorted(forms)) if ids is not None]
+        if not encoded:
             raise
+        ids = encoded[0]
     if not ids:
         try:
             ids = tokenizer.encode("\n")
@@ -809,7 +810,7 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
     return ids
 
 
-def encodable(tokenizer: Tokenizer, text: str) -> list[int] | None:
+def ids_or_none(tokenizer: Tokenizer, text: str) -> list[int] | None:
     """text's ids, or None where the vocabulary cannot encode it."""
     try:
         return tokenizer.encode(text)
