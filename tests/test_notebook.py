@@ -16,6 +16,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import re
 
 import pytest
 import torch
@@ -155,15 +156,22 @@ def test_notebook_shows_the_explorer_inline(executed):
 
 def test_the_notebooks_saved_text_is_what_a_fresh_run_prints(notebook, executed):
     """What a reader sees saved on GitHub is what running the notebook prints, on any number of cores: on 2 cores
-    one score printed -0.10 where the saved notebook (1 thread) said -0.11 (the notebook now trains on one thread)."""
+    one score printed -0.10 where the saved notebook (1 thread) said -0.11 (the notebook now trains on one thread).
+    Another kind of CPU (AVX2 against AVX-512) may still round a score on the edge the other way: a number may
+    differ by one unit in its last digit, nothing else may differ."""
     if executed is None:
         pytest.skip("needs nbclient, nbformat and ipykernel (requirements-dev.txt)")
+    number = re.compile(r"-?\d+\.\d+")
 
     def stdout(cells) -> list[str]:
         return ["".join("".join(o["text"]) for o in c["outputs"]
                         if o["output_type"] == "stream" and o["name"] == "stdout")
                 for c in cells if c["cell_type"] == "code"]
-    assert stdout(executed.cells) == stdout(notebook["cells"])
+    for fresh, saved in zip(stdout(executed.cells), stdout(notebook["cells"]), strict=True):
+        assert number.sub("#", fresh) == number.sub("#", saved)  # the same text around the numbers
+        for a, b in zip(number.findall(fresh), number.findall(saved), strict=True):
+            last = 10.0 ** -len(b.split(".")[1])  # one unit in the last printed digit
+            assert abs(float(a) - float(b)) <= last * 1.001, (a, b)
 
 
 def test_the_notebooks_saved_explorer_page_is_todays(notebook):
