@@ -650,28 +650,60 @@ def check_archive(path: Path) -> None:
                 data = f.read(pickled.file_size)
         except (OSError, struct.error):  # (unreadable, or cut short: torch.load says so)
             return
-        check_pickled_numbers(data, path)
+        check_pickled_keys(data, path)
 
 
-SAME_HASH_MAX = 64  # distinct numbers of one hash in a checkpoint's pickle: a real one has 1 (2 for -1 and -2)
+SAME_HASH_MAX = 64  # distinct dict keys of one hash in a checkpoint's pickle: a real one has none (keys: texts, ids)
+KEYS_OF = {"SETITEM": slice(1, 2), "SETITEMS": slice(0, None, 2), "DICT": slice(0, None, 2),
+           "ADDITEMS": slice(None), "FROZENSET": slice(None)}  # which popped items an opcode makes keys of
 
 
-def check_pickled_numbers(data: bytes, path: Path) -> None:
-    """Refuse a pickle whose numbers are chosen to collide in a dict. Python hashes an integer modulo 2**61 - 1,
-    so 100,000 keys that are multiples of it (a 1.3 MB file) make unpickling the dict take minutes (quadratic)
-    before anything can be checked; a number is read from each opcode (no object built), milliseconds for a real
-    checkpoint's. A pickle that cannot be read so is left to torch.load to refuse."""
-    by_hash: dict[int, set[int | float]] = {}
+def check_pickled_keys(data: bytes, path: Path) -> None:
+    """Refuse a pickle whose dict keys are chosen to collide. Python hashes an integer modulo 2**61 - 1, and a
+    tuple by its items' hashes, so 100,000 keys that are multiples of 2**61 - 1 (a 1.3 MB file), or pairs of
+    numbers solved to hash alike, make unpickling the dict quadratic: minutes before anything can be checked. The
+    opcodes are walked as pickletools.dis walks them, by their stack effects, no object built: numbers, texts and
+    tuples of them are followed (through the memo too) to the keys they become. Milliseconds for a real
+    checkpoint; a pickle that cannot be walked so is left to torch.load to refuse."""
+    mark, stack, memo, by_hash = object(), [], {}, {}
     try:
-        for _, number, _ in pickletools.genops(data):
-            if isinstance(number, (int, float)) and not isinstance(number, bool):
-                same = by_hash.setdefault(hash(number), set())
-                same.add(number)
+        for op, arg, _ in pickletools.genops(data):
+            if op.name == "MARK":
+                stack.append(mark)
+                continue
+            if op.name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):  # (store the top, pop nothing)
+                memo[len(memo) if op.name == "MEMOIZE" else arg] = stack[-1]
+                continue
+            if pickletools.markobject in op.stack_before:  # the items above the mark, and those it takes below it
+                top = len(stack) - 1 - stack[::-1].index(mark)
+                items, below = stack[top + 1:], op.stack_before.index(pickletools.markobject)
+                del stack[top - below:]
+            else:
+                below = len(op.stack_before)
+                items = stack[len(stack) - below:] if below else []
+                del stack[len(stack) - below:]
+            for key in items[KEYS_OF[op.name]] if op.name in KEYS_OF else ():
+                try:
+                    same = by_hash.setdefault(hash(key), set())
+                except TypeError:  # (a placeholder holding an unhashable: no key a dict could take)
+                    continue
+                same.add(key)
                 if len(same) > SAME_HASH_MAX:
-                    raise UserError(f"{path} is not a checkpoint tinygpt wrote: its pickle holds more than "
-                                    f"{SAME_HASH_MAX} distinct numbers of one hash (built to make loading it take "
-                                    f"hours); it was not loaded")
-    except (ValueError, KeyError, IndexError, struct.error):  # (not a pickle genops can read: torch.load says so)
+                    raise UserError(f"{path} is not a checkpoint tinygpt wrote: its pickle builds a dict of more than "
+                                    f"{SAME_HASH_MAX} keys of one hash (made to make loading it take hours); it was "
+                                    f"not loaded")
+            if op.name.startswith("TUPLE"):
+                stack.append(tuple(items))
+            elif op.name in ("GET", "BINGET", "LONG_BINGET"):
+                stack.append(memo.get(arg, object()))
+            elif op.name == "DUP":
+                stack += [items[0], items[0]]
+            elif isinstance(arg, (int, float, str, bytes)) and not op.stack_before and len(op.stack_after) == 1 \
+                    and op.name not in ("GLOBAL", "STACK_GLOBAL", "INST", "PERSID", "EXT1", "EXT2", "EXT4"):
+                stack.append(arg)  # a number or a text the opcode pushes
+            else:  # anything else: an object of no interest, each its own (its hash is its identity)
+                stack += [object() for _ in op.stack_after]
+    except (ValueError, KeyError, IndexError, struct.error):  # (not a pickle this walk can follow: torch.load says)
         return
 
 
