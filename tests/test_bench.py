@@ -259,8 +259,8 @@ def test_a_second_bench_on_one_json_is_refused(tmp_path, monkeypatch):
     # a first one (its lock as bench.main takes it); the refusal named the folder, though the lock is per file
     with run_lock(tmp_path, "--json", name=".b.json.lock", in_use=f"--json={str(target)!r} is being written by another "
                                                                   f"bench.py"):
-        with pytest.raises(UserError, match=r"^--json='\S+b.json' is being written by another bench.py \(process \d+\); "
-                                            r"wait for it to end, or choose another --json$"):
+        with pytest.raises(UserError, match=r"^--json='\S+b.json' is being written by another bench.py "
+                                            r"\(process \d+\); wait for it to end, or choose another --json$"):
             bench.main(["--steps", "1", "--gen-tokens", "0", "--json", str(target)])
         with pytest.raises(Started):  # another file there: measured
             bench.main(["--steps", "1", "--gen-tokens", "0", "--json", str(tmp_path / "c.json")])
