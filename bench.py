@@ -730,11 +730,12 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
               f"({span(g['cached_range'])}), no cache {g['uncached_tokens_per_s']:,.0f} tok/s "
               f"({span(g['uncached_range'])}), {g['speedup']:.1f}x, same text: {g['same_text']}")
     if args.vs_hf:
-        h = res["vs_hf"] = bench_vs_hf(gcfg, args.gen_tokens or 500, device, compile_decoding_step=args.compile)
+        asked = args.gen_tokens or 500
+        h = res["vs_hf"] = bench_vs_hf(gcfg, asked, device, compile_decoding_step=args.compile)
         rng = {name: f" ({span(r)})" for name, r in h["tokens_per_s_range"].items()}
-        if h["n_tokens"] < (args.gen_tokens or 500):  # (transformers cannot slide past its positions)
+        if h["n_tokens"] < asked:  # (transformers cannot slide past its positions)
             print(f"note: --vs-hf decodes at most --gen-block - 1 = {h['n_tokens']:,} tokens, not the "
-                  f"{args.gen_tokens or 500:,} asked: transformers' model has no position past its block",
+                  f"{asked:,} asked: transformers' model has no position past its block",
                   file=sys.stderr)
         print(f"greedy decoding {gcfg.n_layer}x{gcfg.n_head}x{gcfg.n_embd}, block {gcfg.block_size}, "
               f"{count(h['n_tokens'], 'token')}, "

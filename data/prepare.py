@@ -418,6 +418,7 @@ def _check_unchanged(d: DataConfig, before: dict) -> None:
 
 
 MAX_NAME_BYTES = 64  # of the dataset's name in its prepared folder's name
+PREPARED_NAME = re.compile(r".+-[\w.]+-[0-9a-f]{10}")  # prepared_dir's names: <source>-<tokenizer>-<hash>
 
 
 def prepared_dir(d: DataConfig) -> Path:

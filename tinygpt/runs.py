@@ -257,8 +257,9 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
             raise UserError(f"data.prepared_dir={short(str(prepared_dir))} is train.out_dir={str(out_dir)!r} or a "
                             f"folder inside it: the prepared data would mix with the run's files; give them "
                             f"separate folders")
-        if run.parent == cache and re.fullmatch(r".+-[\w.]+-[0-9a-f]{10}", run.name):  # (named as prepared_dir
-            # names a prepared folder: its own preparation replaced it, and the run blamed a folder "removed or moved")
+        from data.prepare import PREPARED_NAME  # (here: data/prepare.py imports this module)
+        if run.parent == cache and PREPARED_NAME.fullmatch(run.name):  # (its own preparation replaced it, and the
+            # run blamed a folder "removed or moved")
             raise UserError(f"train.out_dir={str(out_dir)!r} is named as a folder of data.prepared_dir="
                             f"{short(str(prepared_dir))}, which data preparation makes and replaces whole: "
                             f"give the run another name")

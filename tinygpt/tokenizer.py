@@ -30,6 +30,7 @@ import os
 import re
 import unicodedata
 from abc import ABC, abstractmethod
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -797,25 +798,18 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
     try:
         ids = tokenizer.encode(prompt) if prompt else []
     except UserError:
-        forms = {unicodedata.normalize(form, prompt) for form in ("NFC", "NFD")} - {prompt}
-        encoded = [ids for ids in map(functools.partial(ids_or_none, tokenizer), sorted(forms)) if ids is not None]
-        if not encoded:
+        for form in sorted({unicodedata.normalize(form, prompt) for form in ("NFC", "NFD")} - {prompt}):
+            with suppress(UserError):
+                ids = tokenizer.encode(form)
+                break
+        else:
             raise
-        ids = encoded[0]
     if not ids:
         try:
             ids = tokenizer.encode("\n")
         except UserError:
             ids = [0]
     return ids
-
-
-def ids_or_none(tokenizer: Tokenizer, text: str) -> list[int] | None:
-    """text's ids, or None where the vocabulary cannot encode it."""
-    try:
-        return tokenizer.encode(text)
-    except UserError:
-        return None
 
 
 def build_tokenizer(name: str, text: str, compact: bool = True, bpe_vocab_size: int = 1024) -> Tokenizer:
