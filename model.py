@@ -236,7 +236,7 @@ class GPT(nn.Module):
              need_weights: bool) -> tuple[torch.Tensor, list[HeadTrace]]:
         """The forward pass: idx (B, T) -> logits (B, T, V) and one HeadTrace (or None) per layer."""
         B, T = idx.shape
-        if kv_caches and not self.config.causal:  # there, a later token changes the earlier positions' keys
+        if kv_caches and not self.config.causal:  # there, a later token changes earlier keys (layer 1 on)
             raise ValueError("a KV cache is exact only under the causal mask (causal=False): call without kv_caches")
         start = kv_caches[0].length if kv_caches else 0  # absolute position of idx[:, 0]
         if start + T > self.config.block_size:
@@ -392,7 +392,7 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
         raise ValueError(f"idx must hold at least one token, each an id in 0..{model.config.vocab_size - 1}: got {got}")
     block_size = model.config.block_size
     # a model trained without the causal mask never uses the cache: its earlier positions attend to later
-    # ones, so their keys and values change with every new token
+    # ones, so from the second layer on their keys and values change with every new token
     use_cache = use_cache and model.config.causal
     decode_step = model if decode_step is None else decode_step  # the one-token step with the cache
     # positions are absolute and below block_size, so the context is a window (a longer prompt is cut to

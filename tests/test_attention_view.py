@@ -33,7 +33,7 @@ from tinygpt import attention_view
 import sample
 from tinygpt.attention_view import EARLIER, MASKED, crop_last, mask_table, percent_table, scores_table, token_label
 from tinygpt.plots import title_text
-from conftest import TINY_STORIES
+from conftest import ROOT, TINY_STORIES
 from data.stories import generate_stories
 from tinygpt.errors import UserError
 from model import GPT, causal_mask, generate_steps, masked_softmax
@@ -94,6 +94,21 @@ def test_worked_example_tables():
     assert mask_table(mask, WORKED_TOKENS).splitlines()[3].split() == ["sat", "✓", "✓", "✓", "✗"]
     # without a mask nothing is shown as masked, even a weight that rounds to 0
     assert MASKED not in percent_table(torch.tensor([[0.999, 0.001]] * 2), ["a", "b"])
+
+
+def test_design_md_draws_the_worked_example_as_the_formatter_prints_it():
+    """The module's docstring says design.md's worked example and a real model's heads look the same. design.md
+    wrote a masked weight as "0", which the convention keeps for a real key under 0.5 %, and left masked
+    scores blank where the tables print −∞."""
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip() in WORKED_TOKENS]
+    assert [row[0] for row in rows] == WORKED_TOKENS
+    mask = causal_mask(4, 4)
+    scores = scores_table(torch.tensor(WORKED_SCORES), WORKED_TOKENS, mask=mask, decimals=1).splitlines()[1:]
+    percents = percent_table(masked_softmax(torch.tensor(WORKED_SCORES), mask), WORKED_TOKENS, mask=mask)
+    assert [row[:5] for row in rows] == [line.split() for line in scores]
+    assert [row[6:] for row in rows] == [line.split() for line in percents.splitlines()[1:]]
 
 
 def test_wide_characters_keep_the_columns_aligned():

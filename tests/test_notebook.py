@@ -26,7 +26,7 @@ from conftest import ROOT
 
 NOTEBOOK = ROOT / "notebooks" / "attention_mechanics.ipynb"
 TOKENS = ["The", "cat", "sat", "on"]
-# the worked example, the masked cells ("0" there) printed as MASKED
+# the worked example of docs/design.md, the masked cells printed as MASKED
 PERCENT = [["100", MASKED, MASKED, MASKED], ["35", "65", MASKED, MASKED], ["17", "56", "28", MASKED],
            ["14", "24", "43", "19"]]
 SCORES = [["0.8", "−∞", "−∞", "−∞"], ["0.3", "0.9", "−∞", "−∞"], ["0.2", "1.4", "0.7", "−∞"],
