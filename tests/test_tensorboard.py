@@ -327,6 +327,39 @@ def test_one_missing_step_is_named_alone(tmp_path):
     board.close()
 
 
+def test_a_missing_step_with_a_log_row_and_an_eval_row_is_named_once(tmp_path):
+    """A step that has both rows in metrics.csv (an eval step that is a log step too) was counted twice:
+    `its scalars of steps 30 to 30`."""
+    pytest.importorskip("tensorboard")
+    from tinygpt import tensorboard_log
+    from tinygpt.tokenizer import CharTokenizer
+    board = tensorboard_log.TensorBoardLog(tmp_path, CharTokenizer.from_text("abc"), [0, 1, 2], resumed_at=30)
+    board.logged = {tag: {20} for tag in [*tensorboard_log.SCALARS.values(), *tensorboard_log.EVAL_SCALARS.values()]}
+    log = {"train_loss": "2.0", "lr": "1e-3", "tokens_per_s": "100", "mfu": "0.1", "val_loss": ""}
+    rows = [{"step": step, **log} for step in (20, 30)] + [{"step": 30, "train_loss": "2.1", "val_loss": "2.2"}]
+    assert board.backfill(rows) == ("note: part of this run was trained without train.tensorboard: its scalars of "
+                                    "step 30 come from metrics.csv now; that step has no attention images")
+    board.close()
+
+
+def test_a_damaged_event_file_is_named_not_blamed_on_a_session_without_the_flag(tmp_path):
+    """An event file of bytes TensorBoard cannot read (its loader skips it without a word) was told as `part of
+    this run was trained without train.tensorboard` (or as the flag being new to the run): the note names it."""
+    pytest.importorskip("tensorboard")
+    from tinygpt import tensorboard_log
+    from tinygpt.tokenizer import CharTokenizer
+    (tmp_path / "tensorboard").mkdir()
+    damaged = tmp_path / "tensorboard" / "events.out.tfevents.1.host.1.0"
+    damaged.write_bytes(bytes(range(256)) * 12)
+    board = tensorboard_log.TensorBoardLog(tmp_path, CharTokenizer.from_text("abc"), [0, 1, 2], resumed_at=20)
+    rows = [{"step": step, "train_loss": "2.0", "lr": "1e-3", "tokens_per_s": "100", "mfu": "0.1"} for step in (10, 20)]
+    note = board.backfill(rows)
+    assert note == (f"note: TensorBoard cannot read {damaged} (damaged): its scalars of steps 10 to 20 come from "
+                    f"metrics.csv now; those steps have no attention images")
+    board.close()
+    assert tensorboard_log.logged_steps(tmp_path / "tensorboard", 20)[1] == [damaged]  # the new file reads
+
+
 def test_the_images_name_the_run_when_its_folder_is_given_as_a_dot(tmp_path, monkeypatch):
     # train.out_dir=. titled every attention image ", step 2, layer 0: ..."
     pytest.importorskip("tensorboard")

@@ -26,7 +26,7 @@ import torch
 from model import GPT
 from tinygpt import attention_view
 from tinygpt.checkpoint import check_writable, is_utf8
-from tinygpt.errors import FULL_DISK, UserError, environment_error, short
+from tinygpt.errors import FULL_DISK, UserError, environment_error, first_few, short
 from tinygpt.plots import missing_glyphs_quiet
 from tinygpt.runs import run_name
 
@@ -36,17 +36,23 @@ SCALARS = {"train_loss": "train/loss", "lr": "train/lr", "tokens_per_s": "speed/
 EVAL_SCALARS = {"train_loss": "eval/train_loss", "val_loss": "eval/val_loss"}
 
 
-def logged_steps(log_dir: Path, through: int) -> dict[str, set[int]]:
+def logged_steps(log_dir: Path, through: int) -> tuple[dict[str, set[int]], list[Path]]:
     """The steps up to `through` at which the event files in log_dir hold each scalar tag: what earlier sessions
-    of the run logged (a session trained without train.tensorboard logged nothing)."""
+    of the run logged (a session trained without train.tensorboard logged nothing); and the event files that
+    hold bytes but no event TensorBoard can read (damaged: the loader skips them without a word)."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     steps: dict[str, set[int]] = {}
+    unreadable = []
     for path in sorted(log_dir.glob("events.out.tfevents.*")):
+        read = False
         for event in EventFileLoader(str(path)).Load():
+            read = True
             if event.step <= through and event.HasField("summary"):
                 for value in event.summary.value:
                     steps.setdefault(value.tag, set()).add(event.step)
-    return steps
+        if not read and path.is_file() and path.stat().st_size:
+            unreadable.append(path)
+    return steps, unreadable
 
 
 def require_tensorboard(run_dir: Path) -> None:
@@ -94,7 +100,7 @@ class TensorBoardLog:
             _prior_hook, threading.excepthook = threading.excepthook, _quiet_writer_thread
         # a resume: what the log holds up to it (nothing where train.tensorboard is turned on now, a gap
         # where a session trained without it): backfill() fills the rest in from metrics.csv
-        self.logged = logged_steps(self.dir, resumed_at) if resumed_at is not None else None
+        self.logged, self.unreadable = logged_steps(self.dir, resumed_at) if resumed_at is not None else (None, [])
         self.resumed_at = resumed_at
         with self._writing():
             self.writer = SummaryWriter(str(self.dir), purge_step=0 if resumed_at is None else resumed_at + 1)
@@ -138,7 +144,7 @@ class TensorBoardLog:
         was nothing to fill in."""
         if self.logged is None:
             return None
-        filled = []
+        filled = set()
         with self._writing():
             for row in rows:
                 step = int(row["step"])
@@ -149,16 +155,21 @@ class TensorBoardLog:
                 for column, tag in missing.items():
                     self.writer.add_scalar(tag, float(row[column]), step)
                 if missing:
-                    filled.append(step)
+                    filled.add(step)  # (a step has a log row and an eval row)
             self.writer.flush()
         if not filled:
             return None
+        first, last = min(filled), max(filled)
+        steps = f"step {first}" if first == last else f"steps {first} to {last}"
+        no_images = f"{'that step has' if first == last else 'those steps have'} no attention images"
+        if self.unreadable:
+            return (f"note: TensorBoard cannot read {first_few([str(path) for path in self.unreadable])} (damaged): "
+                    f"its scalars of {steps} come from metrics.csv now; {no_images}")
         if not self.logged:
             return (f"note: train.tensorboard is new to this run: its scalars up to step {self.resumed_at} come from "
                     f"metrics.csv; the attention images start with this resume")
-        steps = f"step {filled[0]}" if len(filled) == 1 else f"steps {filled[0]} to {filled[-1]}"
         return (f"note: part of this run was trained without train.tensorboard: its scalars of {steps} come from "
-                f"metrics.csv now; {'that step has' if len(filled) == 1 else 'those steps have'} no attention images")
+                f"metrics.csv now; {no_images}")
 
     @torch.no_grad()
     def eval(self, step: int, losses: dict[str, float], model: GPT) -> None:
