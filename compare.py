@@ -5,7 +5,8 @@
 
 Reads each run's config.yaml and metrics.csv (nothing is trained or loaded onto a device) and
 prints a table: the config keys whose values differ between the runs, parameters, status, best val
-loss, final train loss, median tokens/s and wall time. The same table goes to DIR/results.md and
+loss, final train loss, median tokens/s and training time (wall_s: from the first step, setup not
+counted, summed over resumes). The same table goes to DIR/results.md and
 DIR/results.csv, the val-loss curves to DIR/val_loss.png and, for two settings or more, each
 setting's results to DIR/settings.png (when matplotlib is installed), each run labelled by its
 differing config values. sweep.py writes its results with the same code (tinygpt/report.py). `--plot-only` draws

@@ -1101,6 +1101,16 @@ def test_a_grid_point_that_a_data_key_does_not_change_is_one_run(tmp_path, monke
             "draws, not the run)") in printed
 
 
+def test_a_report_shows_a_grid_key_that_changes_no_result(tmp_path):
+    """--grid data.prepared_dir=A,B trains A (B is the same run, skipped with a note): its column was blank, as
+    if the key did not apply to the run."""
+    rows = [{"run": "prepared_dir=A", "status": "done", "best_val_loss": 1.0,
+             "config": {"data.tokenizer": "char", "data.prepared_dir": "A", "train.seed": 1}}]
+    report.write_report(rows, ["data.prepared_dir"], tmp_path, title="Sweep of x")
+    table = list(csv.DictReader(io.StringIO((tmp_path / "results.csv").read_text())))
+    assert [r["data.prepared_dir"] for r in table] == ["A"]
+
+
 def test_a_report_leaves_out_a_grid_value_that_does_not_apply(tmp_path):
     """A sweep's rows carry each grid value as text: a char run's data.bpe_vocab_size showed as a
     setting, and the report said the runs' losses were per token of different vocabularies."""

@@ -79,7 +79,12 @@ def differing_keys(summaries: Sequence[dict[str, Any]]) -> list[str]:
             return False
         values = [c.get(key) for c in configs if applies(c, key)]
         return any(v != values[0] for v in values[1:])
-    return [k for k in configs[0] if k not in NEVER_COMPARED and differs(k)]
+    keys = [k for k in configs[0] if k not in NEVER_COMPARED and differs(k)]
+    if "model.vocab_size" in keys and any(k.startswith("data.") for k in keys):
+        # the tokenizer makes it: it differs because a data key does (settings.png drew it as the setting on
+        # its x axis, the dataset and tokenizer only in its legend); a key of its own where no data key differs
+        keys.remove("model.vocab_size")
+    return keys
 
 
 def applies(config: dict[str, Any], key: str) -> bool:
@@ -480,7 +485,7 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     for r in rows:  # the varied values come from each run's config unless the row sets them
         config = r.get("config", {})
         for k in varied:  # (none where the key does not apply: a char run's bpe_vocab_size)
-            r[k] = r.get(k, config.get(k)) if applies(config, k) else None
+            r[k] = r.get(k, config.get(k)) if k in NEVER_COMPARED or applies(config, k) else None
     probed = any(r.get("antecedent") is not None for r in rows)
     changed = data_changed(rows)
     columns = ["run", *varied, *([DIGEST] if changed else []), *RESULT_COLUMNS, *(PROBE_COLUMNS if probed else [])]
@@ -488,7 +493,8 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     groups = group_by_setting(rows, varied)
     text = table_markdown(rows, columns)
     text += ("\nbest_val_loss: the lowest of a run's evaluations, each an estimate on train.eval_iters batches (the "
-             "lowest of several noisy estimates reads a little low); final_train_loss: the last evaluation's.\n")
+             "lowest of several noisy estimates reads a little low); final_train_loss: the last evaluation's; wall_s: "
+             "seconds of training from the first step, evaluations included, setup not, over all its sessions.\n")
     per_token = [k for k in varied if k in PER_TOKEN
                  and len({str(r[k]) for r in rows if r[k] is not None}) > 1]
     if changed:  # the same data settings, another text: the dataset file was edited between the runs
