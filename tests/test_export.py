@@ -721,6 +721,13 @@ def test_tokenizer_notes_say_what_the_ids_are():
     assert "GPT-2's own" in hf.tokenizer_note({"kind": "tiktoken", "vocab_size": 50257, "encoding": "gpt2"})
     word = hf.tokenizer_note({"kind": "word", "vocab_size": 2, "words": [" a", "b"]})
     assert "word vocabulary" in word and "tiktoken" not in word and "None" not in word
+    # where the note sends a reader is a key of config.json, which records the tokenizer under tinygpt.tokenizer:
+    # `tinygpt.tokenizer.merges` read as a Python name (`from tinygpt import tokenizer`), which has no such thing
+    for tok in ({"kind": "char", "vocab_size": 2, "chars": "ab"}, {"kind": "word", "vocab_size": 2, "words": ["a"]},
+                {"kind": "bpe", "vocab_size": 257, "merges": []},
+                {"kind": "tiktoken", "vocab_size": 3, "encoding": "gpt2", "ids": [0, 5, 9]}):
+        named = re.findall(r"(config\.json's )?tinygpt\.tokenizer\.(\w+)", hf.tokenizer_note(tok))
+        assert named == [("config.json's ", next(k for k in tok if k not in ("kind", "vocab_size", "encoding")))], tok
 
 
 # ---- parity with transformers ----

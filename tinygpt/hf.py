@@ -236,18 +236,19 @@ def tokenizer_note(tok: dict[str, Any]) -> str:
     kind, encoding = tok.get("kind"), tok.get("encoding")
     if kind == "char":
         return ("token ids are tinygpt's character vocabulary, not GPT-2's BPE: id i is character i of "
-                "tinygpt.tokenizer.chars; tokenizer.json gives these ids")
+                "config.json's tinygpt.tokenizer.chars; tokenizer.json gives these ids")
     if kind == "word":
         return ("token ids are tinygpt's word vocabulary, not GPT-2's BPE: id i is piece i of "
-                "tinygpt.tokenizer.words (a word with the space before it, a punctuation mark or a "
+                "config.json's tinygpt.tokenizer.words (a word with the space before it, a punctuation mark or a "
                 "whitespace character); tokenizer.json gives these ids")
     if kind == "bpe":
         return ("token ids are a byte-level BPE learned from the run's training text (GPT-2's way, other "
-                "merges): tinygpt.tokenizer.merges; tokenizer.json gives these ids, a stock GPT-2 tokenizer does not")
+                "merges): config.json's tinygpt.tokenizer.merges; tokenizer.json gives these ids, a stock GPT-2 "
+                "tokenizer does not")
     if "ids" in tok:
         return (f"token ids are remapped: a compact vocabulary of the tiktoken {encoding!r} encoding, "
-                f"id i = {encoding} id tinygpt.tokenizer.ids[i]; tokenizer.json gives these ids, a stock "
-                f"GPT-2 tokenizer gives wrong ones")
+                f"id i = {encoding} id config.json's tinygpt.tokenizer.ids[i]; tokenizer.json gives these ids, "
+                f"a stock GPT-2 tokenizer gives wrong ones")
     if encoding in ("gpt2", "r50k_base"):
         return ("token ids are GPT-2's own (tiktoken gpt2 = r50k_base): tokenizer.json and a stock GPT-2 tokenizer "
                 "agree, but on `<|endoftext|>` written in the text: plain text here, id 50256 to a stock tokenizer")
