@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 from collections import deque
 from contextlib import ExitStack
@@ -325,6 +326,15 @@ class ControlsShown:
         return getattr(self.stream, name)
 
 
+def terminal_width(out) -> int | None:
+    """The columns of the terminal `out` writes to (COLUMNS where set), for tables to fit; None for a
+    file or a pipe, which gets every row whole."""
+    try:
+        return shutil.get_terminal_size().columns if out.isatty() else None
+    except (AttributeError, ValueError):
+        return None
+
+
 def shown_safely(out):
     """`out` wrapped in ControlsShown at a terminal; a file or a pipe (scripts, `> out.txt`) gets
     the exact text, and so does a stream without isatty or a closed one."""
@@ -408,7 +418,7 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
     labels = attention_view.token_labels(tokenizer, window)
     cut = f" (the last {len(window)} of {len(ids)}: block_size={cfg.block_size})" if len(window) < len(ids) else ""
     out.write(f"=== attention over {what}{cut} ===\n")
-    out.write(attention_view.attention_tables(traces, labels, args.attention_last, cfg.causal))
+    out.write(attention_view.attention_tables(traces, labels, args.attention_last, cfg.causal, terminal_width(out)))
     out.flush()
     if args.attention_png is not None:
         text = tokenizer.decode(window)

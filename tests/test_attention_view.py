@@ -151,6 +151,40 @@ def test_token_labels_are_readable():
     assert label.startswith("␣x") and label.endswith("…") and len(label) == attention_view.MAX_LABEL
 
 
+def test_a_table_wider_than_the_terminal_goes_in_blocks_of_columns_each_with_the_row_labels():
+    """At an 80-column terminal the README's example prompt gave rows of 83 columns: the terminal put each
+    row's last cell on a line of its own, which read as a row (and split a key's label in two)."""
+    labels = [f"k{i}" for i in range(16)]
+    weights = masked_softmax(torch.zeros(16, 16), causal_mask(16, 16))
+    whole = percent_table(weights, labels, mask=causal_mask(16, 16))
+    assert "\n\n" not in whole and max(map(attention_view.columns, whole.splitlines())) > 80
+    fitted = percent_table(weights, labels, mask=causal_mask(16, 16), width=80)
+    blocks = [block.splitlines() for block in fitted.split("\n\n")]
+    assert len(blocks) == 2 and all(attention_view.columns(line) <= 80 for block in blocks for line in block)
+    keys = [key for block in blocks for key in block[0][len(attention_view.CORNER):].split()]
+    assert keys == labels  # every key once, in order
+    for r, line in enumerate(whole.splitlines()[1:]):  # each row's cells are the whole table's, in two blocks
+        cells = [cell for block in blocks for cell in block[1 + r].split()[1:]]
+        assert [block[1 + r].split()[0] for block in blocks] == [labels[r]] * 2 and cells == line.split()[1:]
+    assert percent_table(weights, labels, mask=causal_mask(16, 16), width=2000) == whole
+    narrow = percent_table(weights, labels, mask=causal_mask(16, 16), width=5).split("\n\n")
+    assert len(narrow) == 16  # narrower than a label and a cell: one column a block, never none
+    legend = attention_view.legend(16, 40, True, width=60)
+    assert max(map(len, legend.splitlines())) <= 60 and max(map(len, attention_view.legend(16, 40, True).splitlines())) > 60
+
+
+def test_sample_fits_the_tables_to_a_terminal_and_keeps_a_pipes_rows_whole(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return super().isatty() or True  # (closed: ValueError, as a real stream's)
+    monkeypatch.setenv("COLUMNS", "72")
+    assert sample.terminal_width(Terminal()) == 72
+    assert sample.terminal_width(io.StringIO()) is None
+    closed = Terminal()
+    closed.close()
+    assert sample.terminal_width(closed) is None
+
+
 # ---- sample.py --show-attention ----
 
 

@@ -131,19 +131,30 @@ def right(text: str, width: int) -> str:
 
 
 def format_grid(cells: Sequence[Sequence[str]], row_labels: Sequence[str], col_labels: Sequence[str],
-                corner: str = CORNER) -> str:
+                corner: str = CORNER, width: int | None = None) -> str:
     """A grid of strings: row labels left-aligned, cells right-aligned under their column label. A
-    token whose label is MASKED itself (".") is quoted, so that it does not read as a masked cell."""
+    token whose label is MASKED itself (".") is quoted, so that it does not read as a masked cell.
+    `width` (a terminal's columns): rows that would be wider go in blocks of columns, one under the
+    other, each with the row labels again (a terminal wrapped each row's last cells onto a line of
+    their own, which read as a row); None: every row whole, as a file or a pipe gets it."""
     row_labels, col_labels = ([f"'{label}'" if label == MASKED else label for label in labels]
                               for labels in (row_labels, col_labels))
     assert len(cells) == len(row_labels), f"{len(cells)} rows but {len(row_labels)} row labels"
     assert all(len(row) == len(col_labels) for row in cells), f"rows must have {len(col_labels)} cells"
     first = max([columns(corner), *map(columns, row_labels)])
     widths = [max([3, columns(label), *(columns(row[j]) for row in cells)]) for j, label in enumerate(col_labels)]
-    lines = [left(corner, first) + "".join("  " + right(lab, w) for lab, w in zip(col_labels, widths))]
-    for label, row in zip(row_labels, cells):
-        lines.append(left(label, first) + "".join("  " + right(c, w) for c, w in zip(row, widths)))
-    return "\n".join(line.rstrip() for line in lines)
+    blocks, start = [], 0
+    while start < len(widths) or not blocks:  # (a block holds at least one column, however narrow the terminal)
+        end, used = start + 1, first + 2 + sum(widths[start:start + 1])
+        while end < len(widths) and (width is None or used + 2 + widths[end] <= width):
+            used, end = used + 2 + widths[end], end + 1
+        span = slice(start, end)
+        lines = [left(corner, first) + "".join("  " + right(lab, w) for lab, w in zip(col_labels[span], widths[span]))]
+        for label, row in zip(row_labels, cells):
+            lines.append(left(label, first) + "".join("  " + right(c, w) for c, w in zip(row[span], widths[span])))
+        blocks.append("\n".join(line.rstrip() for line in lines))
+        start = end
+    return "\n\n".join(blocks)
 
 
 def _square(values: torch.Tensor, query_labels: Sequence[str], key_labels: Sequence[str] | None,
@@ -174,12 +185,12 @@ def scores_table(scores: torch.Tensor, query_labels: Sequence[str], key_labels: 
 
 
 def percent_table(weights: torch.Tensor, query_labels: Sequence[str], key_labels: Sequence[str] | None = None,
-                  mask: torch.Tensor | None = None) -> str:
+                  mask: torch.Tensor | None = None, width: int | None = None) -> str:
     """Attention weights (Tq, Tk), rows summing to 1 -> whole percents, MASKED where mask is False."""
     key_labels, mask = _square(weights, query_labels, key_labels, mask)
     percent = (weights.detach().float().cpu() * 100).round().int().tolist()
     cells = [[str(p) if m else MASKED for p, m in zip(prow, mrow)] for prow, mrow in zip(percent, mask.tolist())]
-    return format_grid(cells, query_labels, key_labels)
+    return format_grid(cells, query_labels, key_labels, width=width)
 
 
 # ---- real models: crop, tables for every head, heatmaps ----
@@ -212,9 +223,9 @@ def shows_bytes(labels: Sequence[str]) -> bool:
     return any(re.search(r"(?<!\\)(?:\\\\)*\\x[0-9a-f]{2}", label) for label in labels)
 
 
-def legend(shown: int, total: int, causal: bool, labels: Sequence[str] = ()) -> str:
-    """The conventions of the tables, as a paragraph wrapped at 100 characters; `labels` (the
-    tokens shown) adds what a \\xNN in one of them means."""
+def legend(shown: int, total: int, causal: bool, labels: Sequence[str] = (), width: int | None = None) -> str:
+    """The conventions of the tables, as a paragraph wrapped at 100 characters (or a narrower terminal's
+    `width`); `labels` (the tokens shown) adds what a \\xNN in one of them means."""
     parts = [f"{total} token{'s' * (total != 1)}" + (f", showing the last {shown}" if shown < total else ""),
              "rows: queries (the position predicting the next token), columns: keys",
              "cells: % of the row's attention, each rounded on its own (0 = under 0.5%), so a row sums to 100 "
@@ -230,22 +241,22 @@ def legend(shown: int, total: int, causal: bool, labels: Sequence[str] = ()) -> 
     if shown < total:
         earlier = total - shown
         parts.append(f"'{EARLIER}' = summed weight on the {earlier} key{'s' if earlier > 1 else ''} before")
-    return textwrap.fill("; ".join(parts), width=100)
+    return textwrap.fill("; ".join(parts), width=min(100, width or 100), break_long_words=False)
 
 
 def attention_tables(traces: Sequence[HeadTrace], labels: Sequence[str], last: int = SHOWN,
-                     causal: bool = True) -> str:
+                     causal: bool = True, width: int | None = None) -> str:
     """Every layer's and head's weights (batch item 0, T = len(labels)) as percent tables of the
-    last `last` tokens, under a legend line."""
+    last `last` tokens, under a legend line; `width`: a terminal's columns (format_grid)."""
     T = len(labels)
     mask = causal_mask(T, T) if causal else None
-    blocks = [legend(min(last, T), T, causal, labels[-last:])]
+    blocks = [legend(min(last, T), T, causal, labels[-last:], width)]
     for layer, trace in enumerate(traces):
         att = trace.weights[0].detach().float().cpu()  # (nh, T, T)
         view, view_mask, query_labels, key_labels = crop_last(att, labels, last, mask)
         for head in range(att.size(0)):
             blocks.append(f"layer {layer} head {head}\n"
-                          + percent_table(view[head], query_labels, key_labels, view_mask))
+                          + percent_table(view[head], query_labels, key_labels, view_mask, width))
     return "\n\n".join(blocks) + "\n"
 
 
