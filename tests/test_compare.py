@@ -17,6 +17,7 @@ import warnings
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -679,6 +680,34 @@ def test_forty_lines_are_forty_different_lines_in_both_pictures(monkeypatch):
     plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.lr", "train.seed"]))  # 12 lr lines
     data_lines = [bar[0] for bar in figures["settings.png"].axes[0].containers]  # each error bar's line of means
     assert len(data_lines) == 12 and len({drawn_as(line) for line in data_lines}) == 12
+
+
+def test_curves_on_the_same_values_all_show(monkeypatch):
+    """A sweep over model.n_head=1,2,4 starts every setting from the same weights: its three val-loss curves lay on
+    one another, and the picture showed the last one only (not a pixel of the other two's colours), while the legend
+    listed three. A line with later ones on it is drawn wider, and shows around them; lines apart keep one width."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+    from matplotlib.colors import to_rgb
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = [{**row, "best_val_loss": 1.5} for row in setting_rows([{"model.n_head": h} for h in (1, 2, 4)], (1, 2))]
+    for row in rows:  # the same curve for every setting
+        row["metrics"] = [{"step": s, "val_loss": 4.2 if s == 0 else 1.5 + 1 / s} for s in range(0, 101, 10)]
+    png = plots.val_loss_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
+    ax = figures["val_loss.png"].axes[0]
+    box = ax.get_window_extent()  # the axes, in the PNG's pixels from its bottom left (its legend is below them)
+    pixels = matplotlib.image.imread(io.BytesIO(png))[..., :3]
+    pixels = pixels[pixels.shape[0] - int(box.y1):pixels.shape[0] - int(box.y0), int(box.x0):int(box.x1)]
+    lines = ax.lines
+    assert len(lines) == 3
+    for line in lines:
+        assert (np.abs(pixels - np.array(to_rgb(line.get_color()))).max(axis=-1) < 0.02).sum() > 200, line.get_label()
+    widths = [line.get_linewidth() for line in lines]
+    assert widths[0] > widths[1] > widths[2]
+    plots.val_loss_png(report.group_by_setting(setting_rows([{"model.n_head": h} for h in (1, 2, 4)], (1, 2)),
+                                               ["model.n_head", "train.seed"]))  # curves apart: as before
+    assert len({line.get_linewidth() for line in figures["val_loss.png"].axes[0].lines}) == 1
 
 
 def test_a_numbers_axis_runs_from_small_to_large(monkeypatch):

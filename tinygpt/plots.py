@@ -292,6 +292,22 @@ def curve_label(g: dict[str, Any], banded: bool) -> str:
     return g["label"] + (f" ({', '.join(told)})" if told else "")
 
 
+def nest_overlapping(ax, pixels: float = 3.0) -> None:
+    """Lines that lie on one another (an n_head sweep's: every setting starts from the same weights) showed the
+    last drawn alone, while the legend listed them all: a line with k later lines within `pixels` of it all along
+    is drawn 1.8 points wider per such line, so that each shows around the one above it."""
+    low, high = ax.get_ylim()
+    per_pixel = abs(high - low) / max(ax.get_window_extent().height, 1.0)
+    curves = [dict(zip(line.get_xdata(), line.get_ydata())) for line in ax.lines]
+
+    def apart(a: dict, b: dict) -> float:
+        shared = a.keys() & b.keys()
+        return max(abs(a[s] - b[s]) for s in shared) if shared else math.inf
+    for i, line in enumerate(ax.lines):
+        above = sum(apart(curves[i], later) <= pixels * per_pixel for later in curves[i + 1:])
+        line.set_linewidth(line.get_linewidth() + 1.8 * above)
+
+
 def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
     """Val loss vs step, one line per setting (report.group_by_setting): the mean over its runs
     (seeds) with a band of ± one standard deviation, labelled by the varied values and, where some
@@ -325,6 +341,7 @@ def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
            title="validation loss" + (": mean ± 1 std over seeds (n per line)" if banded else ""))
     ax.grid(alpha=0.3)
     focus_y(ax, curves, edges, aside)
+    nest_overlapping(ax)
     if ax.lines:  # below the axes and what hangs under them (tick labels, x label, the note): it covers no curve
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.transforms import offset_copy
