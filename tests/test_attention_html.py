@@ -298,8 +298,9 @@ def test_the_browser_shows_the_models_weights(tmp_path):
         top = step["top"][0]
         # each candidate isolated (U+2068 .. U+2069): a right-to-left one took the numbers beside it into its
         # own direction, and "ו 1.9%" read "1.9 ו"
-        shown = re.search(rf"top {TOP_N}: \u2068{re.escape(token_label(tok, top[0]))}\u2069 (\d+\.\d)%",
-                          tokens[k]["title"])
+        label = token_label(tok, top[0])
+        label = label if any(ch.isalnum() for ch in label) else f"'{label}'"  # (punctuation: quoted)
+        shown = re.search(rf"top {TOP_N}: \u2068{re.escape(label)}\u2069 (\d+\.\d)%", tokens[k]["title"])
         # as --show-steps prints it, to 0.1%, rounded once
         assert shown and shown[1] == step_percent(top[1]), (tokens[k]["title"], top)
         assert "page's one pass" not in tokens[k]["title"]  # no slide here: drawn from the context shown
@@ -367,6 +368,26 @@ def test_the_page_says_what_a_byte_label_is_when_it_shows_one(tmp_path):
     data["bytes"] = True
     path.write_text(attention_html.explorer_html(data), encoding="utf-8")
     assert "; \\xNN = one byte: of a character split across tokens" in legend.search(dom(path, ""))[1]
+
+
+def test_a_token_of_no_letter_or_digit_is_quoted_where_the_panel_names_or_lists_it(tmp_path):
+    """The panel read `query 20: . (generated: ... top 5: . 81.5%, ␣a 2.8%, , 0.9%)`: a bare "." or "," read as
+    the text's own punctuation. They are quoted, as the heatmaps label them; in the text itself they stay bare."""
+    browser()  # skip early without one
+    model, tok = tiny_model()
+    data, _, _, _ = generated_page(model, tok)
+    g = data["first_generated"]
+    data["tokens"][g] = "."
+    data["steps"][0]["top"] = [[",", "0.9"], ["a", "0.5"]]
+    path = tmp_path / "page.html"
+    path.write_text(attention_html.explorer_html(data), encoding="utf-8")
+    page = dom(path, f"layer=0&head=0&query={g}")
+    text = re.sub(r"<[^>]+>", "", page)
+    assert f"query {g}: '.' (generated: " in text
+    assert "top 2: \u2068','\u2069 0.9%, \u2068a\u2069 0.5%" in text
+    parser = Tokens()
+    parser.feed(page)
+    assert parser.tokens[g]["t"] == "."  # the text shows the token as it is
 
 
 def test_the_page_shows_tokens_whole_not_cut_at_the_tables_width():

@@ -237,7 +237,10 @@ function generated(i) { return i >= D.first_generated; }
 function shownHeads() { return state.head === "all" ? [...Array(D.n_head).keys()] : [state.head]; }
 // a token inside running text, isolated: a right-to-left one (Hebrew, Arabic) would otherwise take the
 // numbers and commas beside it into its own direction, and "ו 1.9%" would read "1.9 ו"
-function iso(t) { return "\u2068" + t + "\u2069"; }
+// a token named in the panel or a list: one with no letter or digit quoted, as the heatmaps label it (a bare
+// "." or "," read as the list's own punctuation: "top 5: . 81.5%, , 0.9%"); in a list, isolated too (U+2068..9)
+function quoted(t) { return /[\\p{L}\\p{N}]/u.test(t) ? t : `'${t}'`; }
+function iso(t) { return "\u2068" + quoted(t) + "\u2069"; }
 function candidates(i) {  // the --show-steps data of generated token i, as text
   const s = D.steps[i - D.first_generated];
   if (!s) return "no step data";
@@ -334,7 +337,7 @@ function describe(q, key) {  // the panel under the text
   info.textContent = "";
   if (q === null) { info.textContent = "Hover a token."; return; }
   const line = (...parts) => { const p = el("div"); parts.forEach(x => p.append(x)); info.appendChild(p); };
-  line(`query ${q}: `, el("b", "k", D.tokens[q]), generated(q) ? ` (generated: ${candidates(q)})` : " (prompt)",
+  line(`query ${q}: `, el("b", "k", quoted(D.tokens[q])), generated(q) ? ` (generated: ${candidates(q)})` : " (prompt)",
        state.pinned ? " [pinned: click it again to unpin]" : "");
   for (const h of shownHeads()) {
     const keys = [...Array(T).keys()].filter(k => weight(state.layer, h, q, k) !== null)
@@ -346,7 +349,7 @@ function describe(q, key) {  // the panel under the text
   }
   if (key !== undefined && key !== q) {
     const ws = [...Array(D.n_head).keys()].map(h => weight(state.layer, h, q, key));
-    line(`key ${key} `, el("b", "k", D.tokens[key]), ws[0] === null ? ": a future key, masked in every head" :
+    line(`key ${key} `, el("b", "k", quoted(D.tokens[key])), ws[0] === null ? ": a future key, masked in every head" :
          `: layer ${state.layer}, ` + ws.map((w, h) => `head ${h} ${pct(w)}%`).join(", "));
   }
 }
