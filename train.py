@@ -180,14 +180,28 @@ TRAINING_KEYS = ("batch_size", "grad_accum", "lr", "min_lr", "warmup_iters", "we
                  "grad_clip", "eval_iters", "dtype")  # what a step computes, and which eval picks best.pt
 
 
-def changed_training(cfg: Config, ckpt: dict[str, Any]) -> str | None:
+def processes_of(ckpt: dict[str, Any]) -> int:
+    """How many processes the checkpoint was trained on (DDP saves each rank's random state)."""
+    ranks = ckpt.get("rng_ranks")
+    return len(ranks) if isinstance(ranks, list) else 1
+
+
+def changed_training(cfg: Config, ckpt: dict[str, Any], processes: int = 1) -> str | None:
     """A note for a resume whose training settings differ from the checkpoint's (allowed: a lower lr
     to go on with is a choice), or None: the steps from here train otherwise, and config.yaml will
-    give the new values for the whole run."""
+    give the new values for the whole run. On another number of `processes`, a train.batch_size (per
+    process) or grad_accum that keeps the global batch is no change: it is what goes on as before (the
+    note told to give the run's own, which would have changed the global batch)."""
     saved = ckpt["config"].get("train")
     saved, now = saved if isinstance(saved, dict) else {}, config_to_dict(cfg)["train"]
+
+    def global_batch(train: dict[str, Any], n: int) -> int | None:
+        b, a = train.get("batch_size"), train.get("grad_accum")
+        return b * a * n if type(b) is int and type(a) is int else None
+    before = global_batch(saved, processes_of(ckpt))
+    kept = processes != processes_of(ckpt) and before is not None and before == global_batch(now, processes)
     changed = [f"train.{k}={short(now[k])} (was {short(saved[k])})" for k in TRAINING_KEYS
-               if k in saved and saved[k] != now[k]]
+               if k in saved and saved[k] != now[k] and not (kept and k in ("batch_size", "grad_accum"))]
     if not changed:
         return None
     more = f" and {count(len(changed) - 2, 'more setting')}" if len(changed) > 2 else ""
@@ -423,8 +437,7 @@ class Run:
         self.resumed_at = self.step
         if isinstance(ckpt.get("run_id"), str):  # (a checkpoint from before it: this resume names the run)
             self.run_id = ckpt["run_id"]
-        ranks = ckpt.get("rng_ranks")
-        saved_on = len(ranks) if isinstance(ranks, list) else 1  # processes the checkpoint was trained on
+        saved_on = processes_of(ckpt)
         if saved_on != self.dist.world_size and self.dist.master:  # train.batch_size is per process
             t, then = self.cfg.train, config_from_dict(ckpt["config"], "ckpt.pt").train
             now = t.batch_size * t.grad_accum * self.dist.world_size
@@ -829,7 +842,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     kept = (not_this_configs(asked, config_from_dict(ckpt["config"], str(out_dir / "ckpt.pt")).model)
             if ckpt is not None and t.init_from else "")
     kept_note = f"note: --resume: a run started from train.init_from keeps its weights' model config{kept}" * bool(kept)
-    changed_note = (changed_training(cfg, ckpt) if ckpt is not None and trains_on(t, ckpt["step"], args.stop_at)
+    changed_note = (changed_training(cfg, ckpt, dist.world_size) if ckpt is not None and trains_on(t, ckpt["step"], args.stop_at)
                     else None)  # (else trained_with's note says nothing is trained)
     best_gone = ckpt is not None and math.isfinite(ckpt["best_val_loss"]) and not (out_dir / "best.pt").exists()
     best_note = (f"note: --resume: {out_dir} has no best.pt (removed since?): it is written again only at an "

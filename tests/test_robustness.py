@@ -248,8 +248,17 @@ def test_a_resume_on_another_number_of_processes_logs_the_whole_batchs_loss(corp
     save_checkpoint(run / "ckpt.pt", saved)
     capsys.readouterr()
     train.main(train_args(corpus, run, "train.threads=1", "train.max_iters=10", "train.batch_size=16") + ["--resume"])
+    err = capsys.readouterr().err
     assert ("note: resumed on 1 process(es), trained on 2: the global batch is 16 sequences, as before "
-            "(train.batch_size is per process)") in capsys.readouterr().err
+            "(train.batch_size is per process)") in err
+    # nor is train.batch_size=16 a change to undo: the note said "to go on exactly, give the run's own" (8), which
+    # would have halved the global batch
+    assert "--resume with train.batch_size" not in err, err
+    from tinygpt.config import load_config
+    args = train_args(corpus, run, "train.batch_size=16")
+    cfg, two_processes = load_config(args[0], args[3:]), {**saved, "step": 5}
+    assert train.changed_training(cfg, two_processes, 1) is None
+    assert "train.batch_size=16 (was 8)" in train.changed_training(cfg, two_processes, 2)  # the same 2: a change
 
 
 def test_the_machines_of_one_torchrun_run_must_be_given_the_same_settings():
