@@ -60,11 +60,12 @@ import torch
 from data.prepare import SNIFFED, convert, maybe_wide, wide_encoding
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
-from tinygpt.checkpoint import (check_name_fits, check_path_length, check_writable, load_model, odd_file,
+from tinygpt.checkpoint import (check_name_fits, check_path_length, check_writable, file_kind, load_model, odd_file,
                                 regular_file_target, resolve_checkpoint, sweep_folder_temp_files)
 from tinygpt.config import MAX_THREADS
-from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, error_line, file_arg, path_arg,
-                            path_word, read_capped, run_cli, script_word, shell_join, shell_quote, short, shown_path)
+from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, dead_link, error_line, file_arg,
+                            path_arg, path_word, read_capped, run_cli, script_word, shell_join, shell_quote, short,
+                            shown_path)
 from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.runs import run_lock, run_name, training_note
 from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, int8_problem, int8_weights,
@@ -392,10 +393,14 @@ def decode_prompt(data: bytes, named: str, path: Path | None = None) -> str:
 def read_prompt_file(path: Path, named: str) -> bytes:
     """The bytes of `path`, which may be a pipe (<(...)) or a device (/dev/stdin, /dev/null), at most
     MAX_PROMPT_BYTES (read_capped: a regular file over the limit is refused by its size, unread)."""
+    if (link := dead_link(path)) is not None:  # (not "not found": the link is there)
+        raise UserError(f"{named} is {link}")
     if not path.exists():
         raise UserError(f"--prompt-file not found: {short(str(path))}")
     if path.is_dir():
         raise UserError(f"{named} is a directory, not a file")
+    if file_kind(path) == "a socket":  # (opening one fails with "No such device or address")
+        raise UserError(f"{named} is a socket, not a file")
     return read_capped(path, MAX_PROMPT_BYTES, lambda size: prompt_too_long(named, size),
                        lambda why: f"{named} cannot be read: {why}")
 

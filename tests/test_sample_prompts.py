@@ -651,6 +651,18 @@ def test_a_prompt_file_may_be_a_pipe_or_a_device(tiny_stories_run, tmp_path):
     refused([tiny_stories_run, "--prompt-file", tmp_path, *GREEDY], "is a directory")
     refused([tiny_stories_run, "--prompt-file", tmp_path / "nope.txt", *GREEDY],
             "--prompt-file not found: .*nope.txt")
+    # a link to nothing or into a loop was "not found" (the link is there), a socket "No such device or address"
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone.txt")
+    (tmp_path / "loop_a").symlink_to(tmp_path / "loop_b")
+    (tmp_path / "loop_b").symlink_to(tmp_path / "loop_a")
+    refused([tiny_stories_run, "--prompt-file", tmp_path / "dangling", *GREEDY],
+            r"--prompt-file .*dangling' is a link \(.*dangling -> .*gone.txt\) that leads to no file or folder$")
+    refused([tiny_stories_run, "--prompt-file", tmp_path / "loop_a", *GREEDY],
+            r"--prompt-file .*loop_a' is a link \(.*\) that runs into a loop of links$")
+    import socket
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(tmp_path / "sock"))
+        refused([tiny_stories_run, "--prompt-file", tmp_path / "sock", *GREEDY], r"sock' is a socket, not a file$")
 
 
 # ---- control characters: shown at a terminal, exact in a file or a pipe ----
