@@ -16,6 +16,7 @@ import io
 import json
 import importlib.util
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -1800,6 +1801,26 @@ def test_a_report_or_a_prepared_folder_written_whole_is_no_failure_when_stdout_i
                               stderr=subprocess.PIPE, text=True, timeout=300)
         assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
         assert "stdout cannot be written" in done.stderr and made.exists(), done.stderr
+
+
+def test_help_on_a_full_disk_is_an_error_not_a_silent_success():
+    """`sample.py --help > /dev/full` (probe.py, bench.py too) exited 0 without a word: argparse drops a failed
+    write, and its output, the whole of the command's work, was lost. A reader that left (`| head -1`) is no error."""
+    import errno
+    from tinygpt.errors import ArgParser
+
+    class Full(io.StringIO):
+        def flush(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(OSError, match="No space left"):
+        ArgParser(prog="x").print_help(Full())
+    if os.path.exists("/dev/full"):
+        done = subprocess.run(f"{shlex.quote(sys.executable)} sample.py --help > /dev/full", shell=True, cwd=ROOT,
+                              env=ENV, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert (done.returncode, done.stderr) == (2, "error: No space left on device: standard output\n")
+    done = subprocess.run(f"{shlex.quote(sys.executable)} sample.py --help | head -c 10", shell=True, cwd=ROOT,
+                          env=ENV, capture_output=True, text=True, timeout=120)
+    assert (done.stdout, done.stderr) == ("usage: sam", "")
 
 
 def test_a_value_starting_with_a_dash_is_told_how_to_write_it(run, capsys):

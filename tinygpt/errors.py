@@ -687,6 +687,14 @@ class ArgParser(argparse.ArgumentParser):
                 message += f"; a value that starts with '-' is written {elide(shell_quote(f'{flags[0]}={after}'), 60)}"
         raise UserError(f"{message} (see {self.prog} --help)")
 
+    def _print_message(self, message: str, file=None) -> None:
+        """argparse's, without dropping a failed write: `--help > /dev/full` exited 0 without a word, its whole
+        output lost (run_cli now names the full disk; a reader that left, `--help | head -1`, ends quietly)."""
+        file = file or sys.stderr
+        if message and file is not None:
+            file.write(message)
+            file.flush()
+
     def print_help(self, file=None) -> None:
         """The help, once: under torchrun by rank 0 alone (every process printed it, one copy after another)."""
         if torchrun_rank() in (None, 0):
