@@ -589,19 +589,21 @@ def default_config() -> str:
     return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).resolve() == shipped else str(shipped)
 
 
-def pin_or_note_threads(fixed: int) -> None:
+def pin_or_note_threads(fixed: int) -> int | None:
     """train.threads: N pins the bench's CPU threads. Else it keeps torch's default, a thread a core,
-    so that its figures are the machine's: and says so when other processes keep cores busy now,
-    since every parallel op then waits for the thread that shares a busy core (README, Performance)."""
+    so that its figures are the machine's: and says so (on stderr, beside the table) when other processes
+    keep cores busy now, since every parallel op then waits for the thread that shares a busy core (README,
+    Performance). -> those busy cores, for the results (None where the threads are pinned)."""
     default = torch.get_num_threads()
     free = ThreadPolicy(fixed=fixed).threads  # (it sets torch's threads: `fixed`, else the cores free now)
     if fixed:
-        return
+        return None
     torch.set_num_threads(default)
     if free < default:
         print(f"note: other processes keep {default - free} of the {default} cores busy now: on {default} threads "
               f"every parallel op waits for a busy core, so these figures measure that; rerun on an idle machine, "
-              f"or pin the threads (--set train.threads={free})")
+              f"or pin the threads (--set train.threads={free})", file=sys.stderr)
+    return default - free
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -657,10 +659,11 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
         raise UserError(f"--under-load compares torch's default threads, the thread policy and one core fewer: "
                         f"train.threads={cfg.train.threads} pins them to one count; leave it out")
     device = resolve_device(cfg.train.device)
+    busy = None
     if device.type == "cuda":
         configure_cuda(cfg.train.tf32)
     else:
-        pin_or_note_threads(cfg.train.threads)
+        busy = pin_or_note_threads(cfg.train.threads)
     keep_freed_memory()  # as train.py does
     prepare(cfg)
     data = load_for_training(cfg, config_source(args.config, args.set))  # sets cfg.model.vocab_size
@@ -685,6 +688,7 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
                  "device": str(device), "device_name": device_name(device), "torch": torch.__version__,
                  **({"cpu": cpu_kind()} if device.type == "cpu" else {}),
                  "threads": torch.get_num_threads(),
+                 **({"busy_cores_at_start": busy} if busy is not None else {}),  # (other processes': the note)
                  "config": args.config, "overrides": args.set,
                  "model": f"{m.n_layer}x{m.n_head}x{m.n_embd}, block {m.block_size}, batch {cfg.train.batch_size}"}
     if args.steps:  # MFU = achieved / peak, the peak measured here for each dtype (2 s each on a CPU)
