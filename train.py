@@ -842,7 +842,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     kept = (not_this_configs(asked, config_from_dict(ckpt["config"], str(out_dir / "ckpt.pt")).model)
             if ckpt is not None and t.init_from else "")
     kept_note = f"note: --resume: a run started from train.init_from keeps its weights' model config{kept}" * bool(kept)
-    changed_note = (changed_training(cfg, ckpt, dist.world_size) if ckpt is not None and trains_on(t, ckpt["step"], args.stop_at)
+    changed_note = (changed_training(cfg, ckpt, dist.world_size)
+                    if ckpt is not None and trains_on(t, ckpt["step"], args.stop_at)
                     else None)  # (else trained_with's note says nothing is trained)
     best_gone = ckpt is not None and math.isfinite(ckpt["best_val_loss"]) and not (out_dir / "best.pt").exists()
     best_note = (f"note: --resume: {out_dir} has no best.pt (removed since?): it is written again only at an "
