@@ -63,7 +63,7 @@ def cell(result: Callable[[], str], failed: str) -> str:
     """result(), or `failed` when the stage left nothing, or something other than bench.py writes."""
     try:
         return result()
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):  # (10**400: a float)
         return failed
 
 

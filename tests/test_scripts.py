@@ -790,6 +790,17 @@ def test_gpu_table_reports_a_damaged_baby_run_as_a_row(tmp_path, capsys, csv):
     assert f"| baby GPT: time to val 1.47 | damaged: {tmp_path / 'baby' / 'metrics.csv'} has no elapsed time" in out
 
 
+def test_gpu_table_reports_a_figure_too_large_for_a_float_as_damaged(tmp_path, capsys):
+    """tokens_per_s 10**400 (valid JSON) ended the table in an OverflowError traceback; it never fails on a damaged
+    file, its docstring says."""
+    from scripts import gpu_table
+    (tmp_path / "status").write_text("fp32=exit 0\ndecode=exit 0\n")
+    (tmp_path / "fp32.json").write_text('{"train": {"float32": {"tokens_per_s": 1' + "0" * 400 + ', "mfu": 0.1}}}')
+    (tmp_path / "decode.json").write_text('{"generate": {"speedup": 1' + "0" * 400 + ', "cached_tokens_per_s": 1}}')
+    code, out, err = cli(gpu_table.main, [tmp_path, "--device", "cpu"], capsys)
+    assert code == 0 and not err and out.count("figures are missing or damaged") >= 2, out
+
+
 @pytest.mark.parametrize("name", ["status", "decode.json"])
 def test_gpu_table_refuses_a_file_too_large_to_be_the_checks(tmp_path, capsys, name):
     """A 100 MB status file of NULs was read whole (424 MB at the peak), then gave a table of stages
