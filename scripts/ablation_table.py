@@ -224,9 +224,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     check_args(args)
     targets = list(zip(args.runs, labels(args.runs)))
     if args.out is not None:  # (probe.py's output starts "probe of RUN:")
+        named: dict[Path, str] = {}
         for target, label in targets:
             if not is_saved(target):
                 check_own_output(saved_path(args.out, label), "probe of ", "--out")
+                # (a/b_c and a_b/c: one file, the second run's output written over the first's)
+                if (other := named.setdefault(saved_path(args.out, label), target)) != target:
+                    raise UserError(f"--out: {other} and {target} would both keep their probe output in "
+                                    f"{saved_path(args.out, label)}; probe them in two calls, or rename a folder")
 
     def result(target: str, label: str) -> dict:
         return probe_result(target, label, args.stories, args.device, args.out)

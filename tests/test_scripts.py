@@ -720,6 +720,14 @@ def test_the_scripts_outputs_never_overwrite_a_file_of_the_users(tiny_stories_ru
     (tmp_path / "abl" / "probe_run.txt").write_text("probe of run: 1 layer x 1 head ...")  # an earlier output: taken
     with pytest.raises(AssertionError, match="long work started"):
         module.main([str(tmp_path / "run"), "--out", str(tmp_path / "abl")])
+    # two runs whose labels differ only in a '/' and a '_' (a_b/c and a/b_c beside z/c) share one file name: the
+    # second run's output was written over the first's, the table's three rows resting on two kept outputs
+    for folder in ("a_b/c", "a/b_c", "z/c"):
+        (tmp_path / "col" / folder).mkdir(parents=True)
+        shutil.copy(tiny_stories_run / "best.pt", tmp_path / "col" / folder / "ckpt.pt")
+    one_line(cli(module.main, [*(str(tmp_path / "col" / f) for f in ("a_b/c", "a/b_c", "z/c")),
+                               "--out", str(tmp_path / "abl2")], capsys),
+             "a_b/c and ", "b_c would both keep their probe output in ", "probe_a_b_c.txt")
     bench = script("explorer_bench")
     monkeypatch.setattr(bench, "generate_stories", no_long_work)
     (tmp_path / "pages").mkdir()
