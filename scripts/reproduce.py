@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -219,10 +220,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     out_dir = (args.out_dir or Path(tempfile.mkdtemp(prefix="tinygpt-"))).resolve() / "run"
     if args.out_dir is None:  # (a temp folder: say where the run is kept, to sample from or remove)
         print(f"the run: {out_dir}", file=sys.stderr, flush=True)
-    if args.what == "stories":
-        result = stories(out_dir, args.set)
-    else:
-        result = shakespeare(out_dir, args.text.resolve(), args.config, args.set)
+    try:
+        if args.what == "stories":
+            result = stories(out_dir, args.set)
+        else:
+            result = shakespeare(out_dir, args.text.resolve(), args.config, args.set)
+    except BaseException:  # a refusal or a stop before the first checkpoint: nothing to sample from or resume,
+        if args.out_dir is None and not (out_dir / "ckpt.pt").exists():  # and the temp folder stayed, empty
+            shutil.rmtree(out_dir.parent, ignore_errors=True)
+        raise
     result.update(run=str(out_dir), date=time.strftime("%Y-%m-%d"))
     print(json.dumps(result))
 

@@ -514,6 +514,32 @@ def test_reproduce_refuses_a_bad_set_before_making_its_temp_folder(tmp_path, cap
     assert list(tmp_path.iterdir()) == []
 
 
+def test_reproduce_removes_its_temp_folder_when_the_training_fails_before_a_checkpoint(tmp_path, capsys, monkeypatch):
+    """A refusal only train.py could make (`--text /bin/true`: a binary file) left the temp folder behind, empty,
+    after printing `the run: ...`; one that holds a checkpoint stays (to resume or sample from)."""
+    import tempfile
+
+    from scripts import reproduce
+
+    def refused(*args, **kwargs):
+        raise UserError("data.dataset='/usr/bin/true' is a binary file")
+    monkeypatch.setattr(reproduce, "run", refused)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    code, _, err = cli(reproduce.main, ["stories", "--set", "train.max_iters=1"], capsys)
+    assert code == 2 and err.splitlines()[-1] == "error: data.dataset='/usr/bin/true' is a binary file", err
+    assert list(tmp_path.iterdir()) == []
+
+    def checkpointed_then_refused(*args, **kwargs):
+        run = next(tmp_path.glob("tinygpt-*")) / "run"
+        run.mkdir()
+        (run / "ckpt.pt").write_bytes(b"a checkpoint")
+        raise UserError("stopped")
+    monkeypatch.setattr(reproduce, "run", checkpointed_then_refused)
+    code, _, err = cli(reproduce.main, ["stories", "--set", "train.max_iters=1"], capsys)
+    assert code == 2 and err.splitlines()[-1] == "error: stopped", err
+    assert [p.name for p in tmp_path.glob("tinygpt-*/run/*")] == ["ckpt.pt"]
+
+
 # ---- tokenization_table ----
 
 
