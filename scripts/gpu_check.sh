@@ -203,9 +203,10 @@ if [ "$REHEARSE" = 1 ]; then  # the same commands, on the CPU, at a size that ta
     BABY="train.max_iters=100 train.eval_interval=50"
     GEN="--gen-layers 2 --gen-heads 2 --gen-embd 64 --gen-block 128 --gen-tokens 100"
     DEVICE="cpu: a rehearsal with a tiny model, not a measurement"
+    BACKEND="gloo, the CPU's"
 else
     TESTS=${TESTS:-tests/test_gpu.py tests/test_model.py}
-    SMALL="" BABY="" GEN="--gen-tokens 500" DEVICE=""
+    SMALL="" BABY="" GEN="--gen-tokens 500" DEVICE="" BACKEND="NCCL"
     "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
         || die "no CUDA device here: this check needs a GPU (REHEARSE=1 runs it on the CPU)"
 fi
@@ -262,7 +263,7 @@ echo "== 4. decoding, and the same weights through transformers"
 # shellcheck disable=SC2086
 stage decode 180 "${BENCH[@]}" --dtypes float32 --steps 0 $GEN --vs-hf --json "$OUT/decode.json"
 
-echo "== 5. torchrun, NCCL, one process (no collective: the process group starts and stops)"
+echo "== 5. torchrun, $BACKEND, one process (no collective: the process group starts and stops)"
 stage ddp 120 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 "${TRAIN[@]:1}" \
     train.out_dir="$(yaml_string "$OUT/ddp")" train.max_iters=50 train.eval_interval=50 train.eval_iters=5 \
     train.plot=never

@@ -127,7 +127,8 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
                        f"same tokens: {compiled['same_tokens_compiled']}"),
         "compiling failed (decode_compiled.txt says why)" if compiled
         else failed("decode_compiled"))))
-    result.append(("torchrun, 1 process (NCCL starts; no collective)",  # (one process wraps no DDP)
+    backend = "gloo" if device.startswith("cpu") else "NCCL"  # (a rehearsal's torchrun runs on the CPU: gloo)
+    result.append((f"torchrun, 1 process ({backend} starts; no collective)",  # (one process wraps no DDP)
                    "ok" if status.get("ddp") == "exit 0" else failed("ddp")))
     return result
 

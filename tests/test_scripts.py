@@ -1043,4 +1043,7 @@ def test_gpu_table_torchrun_is_ok_only_where_it_exited_0(tmp_path, status, row):
     """A torchrun stage that never ran, or ran out of time, read `ok`: any status but `exit 1` was one."""
     from scripts import gpu_table
     gpu_out(tmp_path, "baby=exit 0\n" + status)
-    assert dict(gpu_table.rows(tmp_path, "cpu"))["torchrun, 1 process (NCCL starts; no collective)"] == row
+    assert dict(gpu_table.rows(tmp_path, "NVIDIA H100 80GB HBM3"))["torchrun, 1 process (NCCL starts; no collective)"] \
+        == row
+    # a rehearsal (REHEARSE=1) runs torchrun on the CPU, over gloo: the row said NCCL
+    assert dict(gpu_table.rows(tmp_path, "cpu: a rehearsal"))["torchrun, 1 process (gloo starts; no collective)"] == row
