@@ -89,8 +89,9 @@ check_python() {
 
 # What the check writes in OUT, and all it ever deletes there: each stage's output, the bench
 # stages' JSON, status, and two training runs' folders holding what train.py writes in a run
-# (tinygpt/runs.py; the check's runs draw no loss.png and keep no TensorBoard events, but a user's
-# rerun might). Anything else in OUT may be the user's (OUT=. is the checkout, OUT=~ the home folder).
+# (tinygpt/runs.py; the check's runs draw no loss.png, but a user's rerun might; a tensorboard/ folder is
+# never the check's, and is refused as the user's). Anything else in OUT may be the user's (OUT=. is the
+# checkout, OUT=~ the home folder).
 STAGES=(tests baby fp32 tf32_bf16 compile decode ddp decode_compiled)
 OUT_FILES="status ${STAGES[*]/%/.txt} fp32.json tf32_bf16.json compile.json decode.json decode_compiled.json"
 RUNS="baby ddp"
