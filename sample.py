@@ -484,19 +484,30 @@ def label_width(tokenizer) -> int:
     return max(attention_view.columns(attention_view.token_label(tokenizer, i)) for i in range(tokenizer.vocab_size))
 
 
-def steps_header(args, width: int) -> str:
+def candidates_shown(width: int, columns: int | None) -> int:
+    """How many of the TOP_N candidates a --show-steps row shows: all in a file or a pipe (`columns` None),
+    as many as fit a terminal's `columns` (at least one): a row of five BPE tokens, 125 columns, wrapped
+    at 80 into a second line that read as a row."""
+    if columns is None:
+        return attention_view.TOP_N
+    before = 4 + 2 + 4 + 2 + max(width, TOKEN_COLUMN) + 2 + 6  # step, ctx, token, p
+    return max(1, min(attention_view.TOP_N, (columns - before) // (2 + width + 1 + 6)))
+
+
+def steps_header(args, width: int, shown: int = attention_view.TOP_N) -> str:
     rule = attention_view.sampling_rule(args.temperature, args.top_k, args.top_p)
     return (f"{'step':>4}  {'ctx':>4}  {'token':<{max(width, TOKEN_COLUMN)}}  {'p':>6}  "
-            f"top-{attention_view.TOP_N} candidates ({rule})\n")
+            f"top-{shown} candidates ({rule})\n")
 
 
-def steps_rows(tokenizer, steps: Iterator[Step], args) -> Iterator[tuple[int, str]]:
-    """For each Step of model.generate_steps, (token id, its table row)."""
+def steps_rows(tokenizer, steps: Iterator[Step], args, shown: int = attention_view.TOP_N
+               ) -> Iterator[tuple[int, str]]:
+    """For each Step of model.generate_steps, (token id, its table row of the `shown` top candidates)."""
     width = label_width(tokenizer)
     for n, step in enumerate(steps, start=1):
         chosen, p, top = attention_view.step_candidates(step, args.temperature, args.top_k, args.top_p)
         candidates = "  ".join(f"{attention_view.right(attention_view.token_label(tokenizer, i), width)} "
-                               f"{attention_view.step_percent(q):>5}%" for i, q in top)
+                               f"{attention_view.step_percent(q):>5}%" for i, q in top[:shown])
         label = attention_view.left(attention_view.token_label(tokenizer, chosen), max(width, TOKEN_COLUMN))
         yield chosen, f"{n:>4}  {step.context:>4}  {label}  {attention_view.step_percent(p):>5}%  {candidates}\n"
 
@@ -595,9 +606,10 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         if args.attention_html is not None:  # keep the candidates of the steps the page can show
             steps = attention_html.recorded(steps, recorded, args.temperature, args.top_k, args.top_p)
         if args.show_steps:  # the table replaces the streamed text; the text follows it whole
+            shown = candidates_shown(label_width(tokenizer), terminal_width(out))
             if args.max_new_tokens:  # (no steps: no table, not a header over no rows)
-                out.write(steps_header(args, label_width(tokenizer)))
-            for chosen, row in steps_rows(tokenizer, steps, args):
+                out.write(steps_header(args, label_width(tokenizer), shown))
+            for chosen, row in steps_rows(tokenizer, steps, args, shown):
                 new_ids.append(chosen)
                 out.write(row)
                 out.flush()

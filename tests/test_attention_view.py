@@ -731,3 +731,23 @@ def test_the_steps_columns_line_up_with_their_header(run, prompt):
     header, *rows = text.splitlines()[:6]
     column = header.index("p  top-")
     assert header.startswith("step   ctx  token") and all(row[column] == "%" for row in rows), text
+
+
+def test_the_steps_rows_fit_a_terminal_with_as_many_candidates_as_fit(run, prompt, monkeypatch):
+    """A row of five BPE candidates is 125 columns: at 80 the terminal wrapped each row into a second line that
+    read as a row. At a terminal a row shows as many candidates as fit, the header says how many; a file or a
+    pipe gets all five."""
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    args = [run, "--prompt", prompt, "--max-new-tokens", "5", "--temperature", "0", "--show-steps"]
+    piped = run_sample(args).splitlines()[:6]
+    assert "top-5 candidates" in piped[0] and max(map(len, piped[1:])) > 40
+    monkeypatch.setenv("COLUMNS", "40")
+    out = Terminal()
+    sample.main(args, out=out)
+    header, *rows = out.getvalue().splitlines()[:6]
+    shown = int(re.search(r"top-(\d) candidates", header)[1])
+    assert 1 <= shown < 5 and all(attention_view.columns(row) <= 40 for row in rows), out.getvalue()
+    assert all(row.startswith(whole[:len(row)]) for row, whole in zip(rows, piped[1:]))  # the first candidates
+    assert sample.candidates_shown(10, 20) == 1  # narrower than one: one still
