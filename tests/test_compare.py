@@ -708,6 +708,19 @@ def test_curves_on_the_same_values_all_show(monkeypatch):
     plots.val_loss_png(report.group_by_setting(setting_rows([{"model.n_head": h} for h in (1, 2, 4)], (1, 2)),
                                                ["model.n_head", "train.seed"]))  # curves apart: as before
     assert len({line.get_linewidth() for line in figures["val_loss.png"].axes[0].lines}) == 1
+    # curves that share step 0's loss alone (off the top), another eval_interval's, are apart: one width
+    rows = [{"train.eval_interval": 10, "train.seed": 1, "best_val_loss": 1.5,
+             "metrics": [{"step": s, "val_loss": 4.2 if s == 0 else 1.5 + 1 / s} for s in range(0, 101, 10)]},
+            {"train.eval_interval": 25, "train.seed": 1, "best_val_loss": 1.9,
+             "metrics": [{"step": s, "val_loss": 4.2 if s == 0 else 1.9 + 1 / s} for s in (0, 25, 75)]}]
+    plots.val_loss_png(report.group_by_setting(rows, ["train.eval_interval", "train.seed"]))
+    assert len({line.get_linewidth() for line in figures["val_loss.png"].axes[0].lines}) == 1
+    # ten curves on one another: nested, but none wider than 1.5 + 7.2 points (it gave 17.7)
+    same = [{"step": s, "val_loss": 4.2 if s == 0 else 1.5 + 1 / s} for s in range(0, 101, 10)]
+    rows = [{"train.threads": n, "train.seed": 1, "best_val_loss": 1.5, "metrics": same} for n in range(1, 11)]
+    plots.val_loss_png(report.group_by_setting(rows, ["train.threads", "train.seed"]))
+    widths = [line.get_linewidth() for line in figures["val_loss.png"].axes[0].lines]
+    assert widths == sorted(widths, reverse=True) and len(set(widths)) == 10 and max(widths) <= 1.5 + 7.2 + 1e-9
 
 
 def test_a_numbers_axis_runs_from_small_to_large(monkeypatch):

@@ -247,8 +247,8 @@ def tokenizer_note(tok: dict[str, Any]) -> str:
                 "tokenizer does not")
     if "ids" in tok:
         return (f"token ids are remapped: a compact vocabulary of the tiktoken {encoding!r} encoding, "
-                f"id i = {encoding} id config.json's tinygpt.tokenizer.ids[i]; tokenizer.json gives these ids, "
-                f"a stock GPT-2 tokenizer gives wrong ones")
+                f"id i is {encoding} id ids[i], ids being config.json's tinygpt.tokenizer.ids; tokenizer.json gives "
+                f"these ids, a stock GPT-2 tokenizer gives wrong ones")
     if encoding in ("gpt2", "r50k_base"):
         return ("token ids are GPT-2's own (tiktoken gpt2 = r50k_base): tokenizer.json and a stock GPT-2 tokenizer "
                 "agree, but on `<|endoftext|>` written in the text: plain text here, id 50256 to a stock tokenizer")
