@@ -189,19 +189,14 @@ def processes_of(ckpt: dict[str, Any]) -> int:
 def changed_training(cfg: Config, ckpt: dict[str, Any], processes: int = 1) -> str | None:
     """A note for a resume whose training settings differ from the checkpoint's (allowed: a lower lr
     to go on with is a choice), or None: the steps from here train otherwise, and config.yaml will
-    give the new values for the whole run. On another number of `processes`, a train.batch_size (per
-    process) or grad_accum that keeps the global batch is no change: it is what goes on as before (the
-    note told to give the run's own, which would have changed the global batch)."""
+    give the new values for the whole run. On another number of `processes`, train.batch_size (per
+    process) and grad_accum are left to Run.resume's note on the global batch, which names the
+    batch_size that keeps it: this note told to give the run's own, which changes it there."""
     saved = ckpt["config"].get("train")
     saved, now = saved if isinstance(saved, dict) else {}, config_to_dict(cfg)["train"]
-
-    def global_batch(train: dict[str, Any], n: int) -> int | None:
-        b, a = train.get("batch_size"), train.get("grad_accum")
-        return b * a * n if type(b) is int and type(a) is int else None
-    before = global_batch(saved, processes_of(ckpt))
-    kept = processes != processes_of(ckpt) and before is not None and before == global_batch(now, processes)
+    other_processes = processes != processes_of(ckpt)
     changed = [f"train.{k}={short(now[k])} (was {short(saved[k])})" for k in TRAINING_KEYS
-               if k in saved and saved[k] != now[k] and not (kept and k in ("batch_size", "grad_accum"))]
+               if k in saved and saved[k] != now[k] and not (other_processes and k in ("batch_size", "grad_accum"))]
     if not changed:
         return None
     more = f" and {count(len(changed) - 2, 'more setting')}" if len(changed) > 2 else ""
@@ -442,10 +437,12 @@ class Run:
             t, then = self.cfg.train, config_from_dict(ckpt["config"], "ckpt.pt").train
             now = t.batch_size * t.grad_accum * self.dist.world_size
             before = then.batch_size * then.grad_accum * saved_on
+            per, rest = divmod(before, t.grad_accum * self.dist.world_size)  # the batch_size that keeps it
+            keeps = f": train.batch_size={per} keeps it" if now != before and per and not rest else ""
             batch = (f"the global batch is {now} sequences, as before" if now == before else
                      f"the global batch is now {now} sequences, was {before}")
             print(f"note: resumed on {self.dist.world_size} process(es), trained on {saved_on}: {batch} "
-                  f"(train.batch_size is per process)", file=sys.stderr)
+                  f"(train.batch_size is per process{keeps})", file=sys.stderr)
         # a run stopped between evals (Ctrl-C, --stop-at) was not evaluated at its step; older checkpoints say nothing
         self.evaluated = ckpt.get("evaluated_step", self.step)
 

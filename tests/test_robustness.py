@@ -228,7 +228,7 @@ def test_a_resume_on_another_number_of_processes_says_the_global_batch_changed(c
     capsys.readouterr()
     train.main(train_args(corpus, run, "train.threads=1", "train.max_iters=10") + ["--resume"])
     assert ("note: resumed on 1 process(es), trained on 2: the global batch is now 8 sequences, was 16 "
-            "(train.batch_size is per process)") in capsys.readouterr().err
+            "(train.batch_size is per process: train.batch_size=16 keeps it)") in capsys.readouterr().err
 
 
 def test_a_resume_on_another_number_of_processes_logs_the_whole_batchs_loss(corpus, tmp_path, capsys):
@@ -259,6 +259,10 @@ def test_a_resume_on_another_number_of_processes_logs_the_whole_batchs_loss(corp
     cfg, two_processes = load_config(args[0], args[3:]), {**saved, "step": 5}
     assert train.changed_training(cfg, two_processes, 1) is None
     assert "train.batch_size=16 (was 8)" in train.changed_training(cfg, two_processes, 2)  # the same 2: a change
+    # a batch that changes the global one on another number of processes: "give the run's own" (8) changed it
+    # too; the note on the global batch names the batch_size that keeps it (above), this one says nothing more
+    cfg = load_config(args[0], [*args[3:], "train.batch_size=12"])
+    assert train.changed_training(cfg, two_processes, 1) is None
 
 
 def test_the_machines_of_one_torchrun_run_must_be_given_the_same_settings():
