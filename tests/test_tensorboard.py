@@ -359,6 +359,23 @@ def test_a_damaged_event_file_is_named_not_blamed_on_a_session_without_the_flag(
     board.close()
     assert tensorboard_log.logged_steps(tmp_path / "tensorboard", 20)[1] == [damaged]  # the new file reads
 
+    # damaged from the middle on: its loader reads the first records and stops without a word, and the note again
+    # blamed a session without the flag ("steps 10 to 20"), or called the flag new to the run
+    from torch.utils.tensorboard import SummaryWriter
+    for name in [p.name for p in (tmp_path / "tensorboard").iterdir()]:
+        (tmp_path / "tensorboard" / name).unlink()
+    writer = SummaryWriter(str(tmp_path / "tensorboard"))
+    for step in (0, 10, 20):
+        writer.add_scalar("train/loss", 2.0, step)
+    writer.close()
+    written = next((tmp_path / "tensorboard").iterdir())
+    assert tensorboard_log.logged_steps(tmp_path / "tensorboard", 20) == ({"train/loss": {0, 10, 20}}, [])
+    data = bytearray(written.read_bytes())
+    data[len(data) // 2:] = bytes((b * 7 + 13) % 256 for b in data[len(data) // 2:])
+    written.write_bytes(bytes(data))
+    steps, unreadable = tensorboard_log.logged_steps(tmp_path / "tensorboard", 20)
+    assert unreadable == [written] and steps.get("train/loss", set()) < {0, 10, 20}
+
 
 def test_the_images_name_the_run_when_its_folder_is_given_as_a_dot(tmp_path, monkeypatch):
     # train.out_dir=. titled every attention image ", step 2, layer 0: ..."

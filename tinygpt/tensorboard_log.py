@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import math
 import sys
 import threading
 from contextlib import contextmanager
@@ -38,21 +39,33 @@ EVAL_SCALARS = {"train_loss": "eval/train_loss", "val_loss": "eval/val_loss"}
 
 def logged_steps(log_dir: Path, through: int) -> tuple[dict[str, set[int]], list[Path]]:
     """The steps up to `through` at which the event files in log_dir hold each scalar tag: what earlier sessions
-    of the run logged (a session trained without train.tensorboard logged nothing); and the event files that
-    hold bytes but no event TensorBoard can read (damaged: the loader skips them without a word)."""
+    of the run logged (a session trained without train.tensorboard logged nothing); and the event files
+    TensorBoard cannot read whole (damaged: its loader stops at the first bad record without a word)."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     steps: dict[str, set[int]] = {}
     unreadable = []
     for path in sorted(log_dir.glob("events.out.tfevents.*")):
-        read = False
+        read = 0
         for event in EventFileLoader(str(path)).Load():
-            read = True
+            read += 1
             if event.step <= through and event.HasField("summary"):
                 for value in event.summary.value:
                     steps.setdefault(value.tag, set()).add(event.step)
-        if not read and path.is_file() and path.stat().st_size:
+        if path.is_file() and read < whole_records(path):
             unreadable.append(path)
     return steps, unreadable
+
+
+def whole_records(path: Path) -> int | float:
+    """How many records an event file holds, by their lengths alone (a record: its length in 8 bytes, 4 of
+    checksum, the data, 4 more); inf where the lengths do not add up to the file's size (damaged, or cut)."""
+    size, at, records = path.stat().st_size, 0, 0
+    with open(path, "rb") as f:
+        while at + 12 <= size:
+            f.seek(at)
+            at += 16 + int.from_bytes(f.read(8), "little")
+            records += 1
+    return records if at == size else math.inf
 
 
 def require_tensorboard(run_dir: Path) -> None:
