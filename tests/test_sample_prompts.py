@@ -720,6 +720,7 @@ def test_control_characters_shown_as_escapes(tiny_stories_run, monkeypatch):
 def test_every_mode_shows_control_characters_at_a_terminal(tiny_stories_run, monkeypatch, mode):
     """--show-steps' text after its table, --interactive's echoed prompt and answer, every sample."""
     monkeypatch.setattr(sample, "load_model", sample.load_model)
+    monkeypatch.setenv("COLUMNS", "1000")  # (a narrower terminal gets fewer --show-steps candidates than a pipe)
     with_controls(sample)
     args = [str(tiny_stories_run), *mode, *SAMPLED] + ([] if mode == ["--interactive"] else ["--prompt", PROMPT])
     texts = {}
