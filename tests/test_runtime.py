@@ -318,6 +318,26 @@ def test_an_omp_num_threads_that_is_no_count_is_ignored(monkeypatch, value):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("env, limit", [({"OMP_NUM_THREADS": " 1"}, 1), ({"OMP_NUM_THREADS": "1,1"}, 1),
+                                        ({"MKL_NUM_THREADS": "1"}, 1),
+                                        ({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "2"}, 2),
+                                        ({"OMP_NUM_THREADS": "abc"}, None), ({}, None)])
+def test_the_environments_thread_limit_is_read_as_torch_reads_it(monkeypatch, env, limit):
+    """OMP_NUM_THREADS=' 1', '1,1' and MKL_NUM_THREADS=1 start torch on one thread; the policy took none of them
+    for a limit and raised the count to the cores."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert runtime.env_threads() == limit
+    threads = torch.get_num_threads()
+    try:
+        if limit == 1:
+            assert runtime.ThreadPolicy().max_threads == 1
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_a_pinned_thread_count_is_kept_beside_a_busy_neighbour(monkeypatch):
     """train.threads=2 is the user's: train.py's once-a-second re-check of the free cores set 1 instead."""
     clock = {"wall": 0.0, "busy": 0, "total": 0}

@@ -569,6 +569,19 @@ def _runnable_tasks() -> int | None:
     return None
 
 
+def env_threads() -> int | None:
+    """The thread limit OMP_NUM_THREADS or MKL_NUM_THREADS sets, read as the OpenMP runtime and torch read them
+    (the lower where both are set; spaces around it, and a list's first count, `1,1`), or None: ` 1`, `1,1` and
+    MKL_NUM_THREADS=1 started torch on one thread, and the policy raised it to the cores. A value they ignore
+    (`0`, `abc`, `²`) sets none."""
+    limits = []
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        text = os.environ.get(name, "").split(",")[0].strip()
+        if text.isascii() and text.isdigit() and int(text) > 0:  # ("²" is a digit, and no int)
+            limits.append(int(text))
+    return min(limits, default=None)
+
+
 class ThreadPolicy:
     """Intra-op CPU threads for the cores that other processes leave free, re-checked as it runs.
 
@@ -578,7 +591,7 @@ class ThreadPolicy:
     (docs/results.md). So every `interval_s` seconds `update()` measures how many cores the other
     processes kept busy since the last check (/proc/stat for this process's CPUs, minus this
     process's own CPU time) and sets torch's threads to the free cores, at least 1 and at most the
-    OMP_NUM_THREADS environment variable if set, else usable_cores() (the physical cores this process
+    limit the environment sets (env_threads), else usable_cores() (the physical cores this process
     may use, as many as its container's CPU quota allows; torch's own default is one thread per
     physical core), and at most `max_threads` if given (a share of the cores). `fixed` > 0 pins the
     count instead. Off /proc (macOS, Windows) it keeps torch's default.
@@ -592,12 +605,12 @@ class ThreadPolicy:
 
     Float sums split over a different number of threads round differently, so a run whose thread
     count moved is equal to float rounding, not bit for bit, to one that kept it: pin the count
-    (`fixed`, train.threads: N, or OMP_NUM_THREADS=N) for bit-identical repeats and resumes."""
+    (`fixed`, train.threads: N) for bit-identical repeats and resumes (OMP_NUM_THREADS=N caps it: only
+    N=1 pins it)."""
 
     def __init__(self, max_threads: int | None = None, fixed: int = 0, interval_s: float = 1.0):
         self.cpus = usable_cpus()
-        env = os.environ.get("OMP_NUM_THREADS", "")
-        cap = int(env) if env.isascii() and env.isdigit() and int(env) > 0 else usable_cores()  # ("²": no int)
+        cap = env_threads() or usable_cores()
         self.max_threads = max(1, min(cap, len(self.cpus), max_threads or cap))
         self.fixed, self.interval_s = fixed, interval_s
         self.threads = torch.get_num_threads()
