@@ -500,10 +500,10 @@ def steps_header(args, width: int, shown: int = attention_view.TOP_N) -> str:
             f"top-{shown} candidates ({rule})\n")
 
 
-def steps_rows(tokenizer, steps: Iterator[Step], args, shown: int = attention_view.TOP_N
+def steps_rows(tokenizer, steps: Iterator[Step], args, width: int, shown: int = attention_view.TOP_N
                ) -> Iterator[tuple[int, str]]:
-    """For each Step of model.generate_steps, (token id, its table row of the `shown` top candidates)."""
-    width = label_width(tokenizer)
+    """For each Step of model.generate_steps, (token id, its table row of the `shown` top candidates); `width`:
+    label_width's."""
     for n, step in enumerate(steps, start=1):
         chosen, p, top = attention_view.step_candidates(step, args.temperature, args.top_k, args.top_p)
         candidates = "  ".join(f"{attention_view.right(attention_view.token_label(tokenizer, i), width)} "
@@ -596,6 +596,9 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             remove_other_heatmaps(args.attention_png, heatmaps)
         out.write("\n")
     samples = []
+    if args.show_steps:  # the table's token columns, and how many candidates a row has room for
+        width = label_width(tokenizer)
+        shown = candidates_shown(width, terminal_width(out))
     for i in range(args.num_samples):
         if i:
             out.write("\n---------------\n")
@@ -606,10 +609,9 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         if args.attention_html is not None:  # keep the candidates of the steps the page can show
             steps = attention_html.recorded(steps, recorded, args.temperature, args.top_k, args.top_p)
         if args.show_steps:  # the table replaces the streamed text; the text follows it whole
-            shown = candidates_shown(label_width(tokenizer), terminal_width(out))
             if args.max_new_tokens:  # (no steps: no table, not a header over no rows)
-                out.write(steps_header(args, label_width(tokenizer), shown))
-            for chosen, row in steps_rows(tokenizer, steps, args, shown):
+                out.write(steps_header(args, width, shown))
+            for chosen, row in steps_rows(tokenizer, steps, args, width, shown):
                 new_ids.append(chosen)
                 out.write(row)
                 out.flush()

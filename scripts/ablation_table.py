@@ -227,11 +227,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         named: dict[Path, str] = {}
         for target, label in targets:
             if not is_saved(target):
-                check_own_output(saved_path(args.out, label), "probe of ", "--out")
+                kept = saved_path(args.out, label)
+                check_own_output(kept, "probe of ", "--out")
                 # (a/b_c and a_b/c: one file, the second run's output written over the first's)
-                if (other := named.setdefault(saved_path(args.out, label), target)) != target:
-                    raise UserError(f"--out: {other} and {target} would both keep their probe output in "
-                                    f"{saved_path(args.out, label)}; probe them in two calls, or rename a folder")
+                if (other := named.setdefault(kept, target)) != target:
+                    raise UserError(f"--out: {other} and {target} would both keep their probe output in {kept}; "
+                                    f"probe them in two calls, or rename a folder")
 
     def result(target: str, label: str) -> dict:
         return probe_result(target, label, args.stories, args.device, args.out)
