@@ -183,8 +183,16 @@ def batched(generate, folder, prompts, n):
     inputs = tok(prompts, padding=True, return_tensors="pt")  # (2, T): the shorter prompt padded
     out = generate.model.generate(**inputs, max_new_tokens=n, do_sample=False)  # (2, T + n)
     new = tok.batch_decode(out[:, inputs.input_ids.shape[1]:])  # the new tokens only: no padding
+    # the recipe's last line: clear the pad token before saving, or the saved copy makes it a special token
+    generate.tokenizer.pad_token = None
+    generate.save_pretrained(folder + "-saved")
+    pad_text = tok.decode([generate.model.config.bos_token_id])
+    text = prompts[0] + pad_text + prompts[1]
+    saved = AutoTokenizer.from_pretrained(folder + "-saved")
     return {"alone": alone, "piped": piped, "generated": [p + t for p, t in zip(prompts, new)],
-            "pads": inputs.attention_mask.eq(0).sum(dim=1).tolist()}
+            "pads": inputs.attention_mask.eq(0).sum(dim=1).tolist(),
+            "saved": [saved.decode(saved(text)["input_ids"], skip_special_tokens=True),
+                      AutoTokenizer.from_pretrained(folder).decode(tok(text)["input_ids"], skip_special_tokens=True)]}
 
 
 result = {}
@@ -253,6 +261,7 @@ def test_a_batch_continues_each_prompt_as_alone(name, cases, hf_side):
     assert batch["pads"][0] == 0 and batch["pads"][1] > 0  # the shorter prompt was padded (on the left)
     assert batch["piped"] == batch["alone"]
     assert batch["generated"] == batch["alone"]
+    assert batch["saved"][0] == batch["saved"][1]  # saved after clearing the pad token: text decodes as before
 
 
 @pytest.mark.slow

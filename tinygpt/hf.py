@@ -467,7 +467,8 @@ token, and the pipeline drops special tokens from the text it decodes: every {pa
       generate(["PROMPT", "A LONGER PROMPT"], batch_size=2, max_new_tokens=N, do_sample=False)   # as each alone
 
   An empty prompt is the exception: in a batch it is all padding, masked whole, so it continues from nothing \
-(alone, from the start token): generate it alone.
+(alone, from the start token): generate it alone. Before `generate.save_pretrained(...)`, clear the pad token \
+(`generate.tokenizer.pad_token = None`), or the saved copy names it, and its text drops every {pad!r}.
 
   tokenizer_config.json pads on the left, so `inputs = generate.tokenizer(prompts, padding=True, \
 return_tensors="pt")` then `out = generate.model.generate(**inputs, ...)` works too; there the padding \
