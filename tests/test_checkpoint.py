@@ -1091,10 +1091,13 @@ def test_a_negative_count_is_refused_at_resume(tmp_path, key):
 
 
 @pytest.mark.parametrize("key, value", [("loss_count", 2**70), ("loss_count", 8), ("loss_sum", float("inf")),
-                                        ("elapsed_s", float("inf"))])
+                                        ("elapsed_s", float("inf")), ("elapsed_s", 2**1500), ("loss_sum", 2**1500),
+                                        ("best_val_loss", 2**1500)],
+                         ids=lambda v: "2**1500" if v == 2**1500 else None)
 def test_an_impossible_count_is_refused_at_resume(tmp_path, key, value):
     """loss_count 2**70 (the losses since the last log: at most the step's 7) resumed, then the
-    first log raised `OverflowError: int too big to convert` with a traceback."""
+    first log raised `OverflowError: int too big to convert` with a traceback; an elapsed_s, loss_sum
+    or best_val_loss of 2**1500 made no float for the check itself (`int too large to convert`)."""
     import train
     from tinygpt.config import config_from_dict
     state, model, _ = tiny_state()
@@ -1359,3 +1362,22 @@ def test_a_ctrl_c_while_a_report_is_renamed_into_place_comes_after_it(tmp_path, 
         atomic_write_all(tmp_path, {"a.txt": b"new", "b.txt": b"new", "c.txt": b"new"})
     assert [(tmp_path / n).read_bytes() for n in ("a.txt", "b.txt", "c.txt")] == [b"new"] * 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "c.txt"]
+
+
+def test_a_sparse_checkpoint_is_refused_unread(tmp_path):
+    """A best.pt of 76 KB on disk and 8.6 GB in size (a sparse file: holes read as zeros) took 8.6 GB of
+    memory and 22 s before its checksum refused it; holes, which torch.save never leaves, are asked of the
+    file system first. A whole checkpoint of that size loads as before (the test's is small)."""
+    from tinygpt.checkpoint import mostly_holes
+    state, _, _ = tiny_state()
+    path = tmp_path / "best.pt"
+    save_checkpoint(path, state)
+    assert not mostly_holes(path)
+    os.truncate(path, 2**27)  # 128 MiB, nothing on disk past the checkpoint's bytes
+    if not mostly_holes(path):
+        pytest.skip("this file system stores no holes")
+    started = time.perf_counter()
+    with pytest.raises(UserError, match=f"^{re.escape(str(path))} is damaged: most of its 134,217,728 bytes were "
+                                        f"never written \\(a sparse file"):
+        load_checkpoint(path)
+    assert time.perf_counter() - started < 1.0
