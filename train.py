@@ -47,8 +47,8 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimizer, load_run_checkpoint,
                                 load_weights, model_from_checkpoint, resolve_checkpoint, restore_rng_state,
                                 save_checkpoint, sweep_temp_files)
-from tinygpt.config import (FROM_WEIGHTS, Config, TrainConfig, config_from_dict, config_source, config_to_dict,
-                            flat_config, load_config, same_path, set_key, set_word)
+from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, TrainConfig, config_from_dict, config_source,
+                            config_to_dict, flat_config, load_config, same_path, set_key, set_word)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
                             shell_join, shell_quote, short, shown_path, stderr_is_terminal, stopping_on_a_signal,
                             work_is_files)
@@ -138,6 +138,7 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
         value = ckpt[key]  # (its numbers are sums, counts and seconds: never negative)
         if (not isinstance(value, types) or isinstance(value, bool) or (isinstance(value, float) and math.isnan(value))
                 or (isinstance(value, (int, float)) and value < 0)
+                or (isinstance(value, int) and value > MAX_INT)  # (2**1500 would not make a float: a traceback)
                 or (key in ("loss_sum", "elapsed_s") and not math.isfinite(value))
                 or (key == "loss_count" and value > ckpt["step"])):  # (losses since the last log: at most its steps)
             raise UserError(f"{path} cannot be resumed: it is damaged (its {key} is {short(value)}); "

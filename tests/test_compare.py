@@ -108,8 +108,13 @@ def test_a_metrics_csv_saved_by_a_spreadsheet_or_without_losses(tmp_path):
         compare.main([run, "--out", str(tmp_path / "cmp")])
 
 
-@pytest.mark.parametrize("text", ['{"behaviour": 1}', "1e999999", "[" * 100_000, "[]", "{not json"],
-                         ids=["no references", "a number", "deep", "a list", "not json"])
+HUGE_COUNTS = ('{"references": 1, "behaviour": {"antecedent": 1%s, "distractor": 0, "other": 0}, '
+               '"attention_attribute": {"best": null, "references": 0}, "attention": {"best": null, "references": 0}}'
+               % ("0" * 400))  # (its share made no float: an OverflowError traceback)
+
+
+@pytest.mark.parametrize("text", ['{"behaviour": 1}', "1e999999", "[" * 100_000, "[]", "{not json", HUGE_COUNTS],
+                         ids=["no references", "a number", "deep", "a list", "not json", "a count of 401 digits"])
 def test_a_probe_json_that_is_not_the_probes_figures_is_one_line(tmp_path, text):
     run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
     (tmp_path / "a" / "probe.json").write_text(text)

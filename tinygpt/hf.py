@@ -543,8 +543,9 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     n_embd = hf["n_embd"]
     checks = [
         (hf.get("n_inner") in (None, 4 * n_embd), f"n_inner={hf.get('n_inner')} (tinygpt's MLP is 4*n_embd wide)"),
-        (abs(hf.get("layer_norm_epsilon", 1e-5) - 1e-5) < 1e-12,
-         f"layer_norm_epsilon={hf.get('layer_norm_epsilon')} (tinygpt uses 1e-5)"),
+        # (an integer is not 1e-5, and one of 401 digits made no float for the difference: a traceback)
+        (isinstance(hf["layer_norm_epsilon"], float) and abs(hf["layer_norm_epsilon"] - 1e-5) < 1e-12,
+         f"layer_norm_epsilon={short(hf['layer_norm_epsilon'])} (tinygpt uses 1e-5)"),
         (hf.get("scale_attn_weights", True), "scale_attn_weights=false"),
         (not hf.get("scale_attn_by_inverse_layer_idx", False), "scale_attn_by_inverse_layer_idx=true"),
         (not hf.get("add_cross_attention", False), "add_cross_attention=true"),

@@ -644,8 +644,9 @@ def read_probe(run_dir: str | Path) -> dict[str, Any] | None:
 
 def _is_probe(result: Any) -> bool:
     """Does `result` have the shape probe_columns reads (numbers where it takes numbers)?"""
-    def number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    def number(value: Any) -> bool:  # (an integer of 401 digits makes no float: its shares were a traceback)
+        return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)
+                                            and abs(value) <= MAX_INT)
     try:
         # (a best head of None: no reference had the tokens in the window, so none was measured)
         measured = [best for best in (result["attention_attribute"]["best"], result["attention"]["best"])
