@@ -170,6 +170,18 @@ def test_the_loss_estimate_runs_in_eval_mode_on_the_same_batches(tiny_model_conf
     assert estimate() == first and not model.training  # a model in eval mode stays so (it was put in train mode)
 
 
+def test_the_loss_estimate_holds_no_buffer_of_eval_iters_losses(tiny_model_config):
+    """train.eval_iters=430000000 passed the time check (0.1 ms batches) and allocated a buffer of its
+    losses, 1.7 GB, that no memory check counted; 2**40 failed to allocate. The losses are summed."""
+    model = GPT(tiny_model_config)
+    data = np.arange(200, dtype=np.uint16) % tiny_model_config.vocab_size
+    asked = []
+    stop = lambda: asked.append(1) or len(asked) > 2  # stop at the third batch
+    assert training.estimate_loss(model, {"val": data}, 4, 16, 2**40, 1337, CPU, contextlib.nullcontext(),
+                                  Distributed(0, 1, CPU), stop) is None
+    assert len(asked) == 3
+
+
 # ---- train.py: a Run built by build_run ----
 
 

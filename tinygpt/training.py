@@ -93,14 +93,15 @@ def estimate_loss(model: torch.nn.Module, splits: dict[str, np.ndarray], batch_s
     out = {}
     for split, data in splits.items():
         gen = torch.Generator().manual_seed(seed + 1)
-        losses = torch.zeros(eval_iters, device=device)
-        for i in range(eval_iters):
+        total = torch.zeros((), device=device)  # a sum, not a buffer of eval_iters losses (10**9 of them: 4 GB)
+        for _ in range(eval_iters):
             if stop is not None and stop():
                 model.train(was_training)
                 return None
             idx, targets = get_batch(data, batch_size, block_size, gen, device, dist.rank, dist.world_size)
             with autocast:
-                losses[i] = cross_entropy(model(idx), targets)
-        out[split] = dist.mean(losses.mean()).item()
+                loss = cross_entropy(model(idx), targets)
+            total += loss.float()
+        out[split] = dist.mean(total / eval_iters).item()
     model.train(was_training)
     return out
