@@ -47,7 +47,7 @@ import os
 import shutil
 import sys
 from collections import deque
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -78,6 +78,7 @@ MAX_TEMPERATURE = 1e6  # above it every token is about as likely (float32: 4e38 
 MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 tokens): the model sees only
 # the last block_size tokens, and a 40 MB prompt cost 900 MB to encode and was echoed whole
 MAX_SAMPLE_FILES = 10_000  # samples that each write a page or heatmaps (a million files is no one's wish)
+TERMINAL_LINE = 4095  # bytes of a line a terminal without line editing passes (Linux's; it drops the rest unsaid)
 MAX_SKIPPED = 64 << 20  # bytes of a piped line's rest skipped before --interactive stops (/dev/zero has no end)
 
 
@@ -494,10 +495,15 @@ def candidates_shown(width: int, columns: int | None) -> int:
     return max(1, min(attention_view.TOP_N, (columns - before) // (2 + width + 1 + 6)))
 
 
-def steps_header(args, width: int, shown: int = attention_view.TOP_N) -> str:
+def steps_header(args, width: int, shown: int = attention_view.TOP_N, columns: int | None = None) -> str:
+    """The --show-steps table's header; where it would be wider than the terminal's `columns` (86 at 80:
+    it wrapped above rows that fit), the sampling rule goes on a line of its own above it."""
     rule = attention_view.sampling_rule(args.temperature, args.top_k, args.top_p)
-    return (f"{'step':>4}  {'ctx':>4}  {'token':<{max(width, TOKEN_COLUMN)}}  {'p':>6}  "
-            f"top-{shown} candidates ({rule})\n")
+    head = f"{'step':>4}  {'ctx':>4}  {'token':<{max(width, TOKEN_COLUMN)}}  {'p':>6}  "
+    what = f"top-{shown} candidate{'s' * (shown > 1)}"
+    if columns is None or len(head) + len(what) + len(rule) + 3 <= columns:
+        return f"{head}{what} ({rule})\n"
+    return f"({rule})\n{head}{what if len(head) + len(what) <= columns else f'top-{shown}'}\n"
 
 
 def steps_rows(tokenizer, steps: Iterator[Step], args, width: int, shown: int = attention_view.TOP_N
@@ -598,7 +604,8 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
     samples = []
     if args.show_steps:  # the table's token columns, and how many candidates a row has room for
         width = label_width(tokenizer)
-        shown = candidates_shown(width, terminal_width(out))
+        columns = terminal_width(out)
+        shown = candidates_shown(width, columns)
     for i in range(args.num_samples):
         if i:
             out.write("\n---------------\n")
@@ -610,7 +617,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             steps = attention_html.recorded(steps, recorded, args.temperature, args.top_k, args.top_p)
         if args.show_steps:  # the table replaces the streamed text; the text follows it whole
             if args.max_new_tokens:  # (no steps: no table, not a header over no rows)
-                out.write(steps_header(args, width, shown))
+                out.write(steps_header(args, width, shown, columns))
             for chosen, row in steps_rows(tokenizer, steps, args, width, shown):
                 new_ids.append(chosen)
                 out.write(row)
@@ -621,12 +628,19 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
             out.write(prompt)
             decoder = tokenizer.stream_decoder()
             pieces = []
-            for step in steps:
-                new_ids.append(int(step.token[0]))
-                piece = decoder.push(new_ids[-1])
-                pieces.append(piece)
-                out.write(piece)
-                out.flush()
+            try:
+                for step in steps:
+                    new_ids.append(int(step.token[0]))
+                    piece = decoder.push(new_ids[-1])
+                    pieces.append(piece)
+                    out.write(piece)
+                    out.flush()
+            except KeyboardInterrupt:  # the text ends its line: `interrupted` (stderr) came after it, on its line
+                if not args.interactive:  # (which writes its own, before `(stopped)`)
+                    with suppress(OSError, ValueError):
+                        out.write("\n")
+                        out.flush()
+                raise
             pieces.append(decoder.flush())
             out.write(pieces[-1] + "\n")
             text = "".join(pieces)
@@ -671,21 +685,40 @@ def read_prompts() -> Iterator[str | bytes]:
                                     f"newline: no prompts; stopped reading it")
             yield line[:-2] if line.endswith(b"\r\n") else line.removesuffix(b"\n")  # (a Windows file's lines too)
         return
+    editing = line_editing()
     print("type a prompt and press Enter; Ctrl-C stops an answer, Ctrl-D quits", file=sys.stderr)
     while True:
         try:
             if sys.stdout.isatty():
-                yield input("> ")
+                line = input("> ")
             else:  # (input() writes its prompt on stdout: into the file of answers, `> answers.txt`)
                 print("> ", end="", file=sys.stderr, flush=True)
-                yield input()
+                line = input()
+            if not editing and len(line.encode("utf-8", "surrogateescape")) >= TERMINAL_LINE:
+                print(f"error: the line typed is {TERMINAL_LINE:,} bytes, the most a terminal passes without line "
+                      f"editing{' (> FILE turns it off)' * (not sys.stdout.isatty())}: its rest may be lost; give a "
+                      f"long prompt with --prompt-file", file=sys.stderr)
+                continue
+            yield line
         except EOFError:
             print(file=sys.stderr)
             return
         except KeyboardInterrupt as e:  # Ctrl-C at the prompt drops the line typed, as a shell does
+            print(file=sys.stderr)  # (after the line typed: the next prompt, or `interrupted`, on a line of its own)
             if isinstance(e, Terminated):  # kill or a hang-up: stop
                 raise
-            print(file=sys.stderr)
+
+
+def line_editing() -> bool:
+    """Does input() edit the lines typed (arrow keys, history, lines of any length)? It does with the
+    readline module, imported here, and only where standard output is the terminal too. Without, the
+    terminal's own line mode took arrow keys as text (`To be\x1b[D\x1b[DX` reached the model) and
+    dropped a line's bytes past 4,095 without a word."""
+    try:
+        import readline  # noqa: F401 (imported, it is what input() edits with)
+    except ImportError:  # Windows: its console edits lines itself
+        return sys.platform == "win32"
+    return sys.stdout.isatty()
 
 
 def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads: ThreadPolicy | None,

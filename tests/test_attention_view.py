@@ -736,7 +736,8 @@ def test_the_steps_columns_line_up_with_their_header(run, prompt):
 def test_the_steps_rows_fit_a_terminal_with_as_many_candidates_as_fit(run, prompt, monkeypatch):
     """A row of five BPE candidates is 125 columns: at 80 the terminal wrapped each row into a second line that
     read as a row. At a terminal a row shows as many candidates as fit, the header says how many; a file or a
-    pipe gets all five."""
+    pipe gets all five. The header fits too: where the sampling rule does not, it goes on a line above (the
+    header was 81-104 columns, wrapped above rows that fit)."""
     class Terminal(io.StringIO):
         def isatty(self):
             return True
@@ -746,8 +747,13 @@ def test_the_steps_rows_fit_a_terminal_with_as_many_candidates_as_fit(run, promp
     monkeypatch.setenv("COLUMNS", "40")
     out = Terminal()
     sample.main(args, out=out)
-    header, *rows = out.getvalue().splitlines()[:6]
-    shown = int(re.search(r"top-(\d) candidates", header)[1])
-    assert 1 <= shown < 5 and all(attention_view.columns(row) <= 40 for row in rows), out.getvalue()
+    rule, header, *rows = out.getvalue().splitlines()[:7]
+    shown = int(re.search(r"top-(\d)( candidates?)?$", header)[1])
+    assert rule == piped[0][piped[0].index("("):] and header.startswith("step")
+    assert 1 <= shown < 5 and all(attention_view.columns(row) <= 40 for row in [header] + rows), out.getvalue()
     assert all(row.startswith(whole[:len(row)]) for row, whole in zip(rows, piped[1:]))  # the first candidates
     assert sample.candidates_shown(10, 20) == 1  # narrower than one: one still
+    monkeypatch.setenv("COLUMNS", "200")
+    out = Terminal()
+    sample.main(args, out=out)
+    assert out.getvalue().splitlines()[0] == piped[0]  # wide enough: one line, as in a file

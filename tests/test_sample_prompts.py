@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -430,19 +431,96 @@ def test_at_a_terminal_ctrl_c_stops_the_answer_not_the_session(tiny_stories_run)
         start = len(seen)
         os.write(fd, b"half a prompt")
         read_until(b"half a prompt", start)  # echoed by readline: it is waiting for keys
+        start = seen.index(b"half a prompt", start)
         os.write(fd, b"\x03")  # Ctrl-C at the prompt: a fresh prompt, the line typed dropped
-        if not read_until(b"^C\r\n> ", start, wait_s=10):
+        if not read_until(b"\r\n> ", start, wait_s=10):
             # CPython's readline handles a signal only while it waits for a key: one that lands just
             # before (this process descheduled, under load) stays pending, whatever key comes next,
             # until the line ends. A second Ctrl-C, as a user would press, ends it.
             os.write(fd, b"\x03")
-            read_until(b"^C\r\n> ", start)
+            read_until(b"\r\n> ", start)
         os.write(fd, b"\x04")  # Ctrl-D
         _, status = os.waitpid(pid, 0)
     finally:
         end_child(pid, fd)
     assert os.waitstatus_to_exitcode(status) == 0, seen[-500:]
     assert b"interrupted" not in seen and b"Traceback" not in seen
+
+
+def at_terminal(argv: list, stdout_file: Path | None = None) -> tuple[int, int, Callable]:
+    """sample.py run with a pseudo-terminal as stdin and stderr (and stdout, or `stdout_file`): its pid, the
+    terminal's fd, and read_until(marker, after=0) which reads the terminal until `marker` shows past offset
+    `after` of what it printed and returns all printed so far."""
+    pty = pytest.importorskip("pty")
+    import select
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        if stdout_file is not None:
+            os.dup2(os.open(stdout_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+        os.execv(sys.executable, [sys.executable, str(ROOT / "sample.py"), *map(str, argv)])
+    seen = [b""]
+
+    def read_until(marker: bytes, after: int = 0) -> bytes:
+        deadline = time.time() + 120
+        while seen[0].find(marker, after) < 0:
+            assert time.time() < deadline, seen[0][-500:]
+            if select.select([fd], [], [], 0.5)[0]:
+                try:
+                    seen[0] += os.read(fd, 65536)
+                except OSError:  # EIO: sample.py ended
+                    pytest.fail(f"sample.py ended before {marker!r}: {seen[0][-500:]!r}")
+        return seen[0]
+    return pid, fd, read_until
+
+
+@pytest.mark.slow
+def test_at_a_terminal_the_line_typed_is_edited_not_sent_with_its_keys(tiny_stories_run, tmp_path):
+    """docs/usage.md promised line editing, but nothing imported readline: the terminal's own line mode
+    sent arrow keys as text (`To be\\x1b[D\\x1b[DX` reached the model). With stdout a file (no editing
+    there), a line cut at the terminal's 4,095 bytes was answered cut: now refused, naming --prompt-file."""
+    pid, fd, read_until = at_terminal([tiny_stories_run, "--interactive", *GREEDY])
+    try:
+        start = len(read_until(b"> "))
+        os.write(fd, b"Mia hd\x7fad\x1b[D\x1b[Do\n")  # "Mia had", Backspace, then "o" two to the left
+        seen = read_until(b"\n> ", start)  # the answer, then the next prompt
+        os.write(fd, b"\x04")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        end_child(pid, fd)
+    assert os.waitstatus_to_exitcode(status) == 0 and b"Mia hoad" in seen and b"\\x1b" not in seen, seen[-500:]
+    answers = tmp_path / "answers.txt"
+    pid, fd, read_until = at_terminal([tiny_stories_run, "--interactive", *GREEDY], answers)
+    try:
+        read_until(b"> ")
+        for _ in range(5):  # 5,000 bytes and Enter: the terminal keeps 4,095
+            os.write(fd, b"a" * 1000)
+            time.sleep(0.05)
+        os.write(fd, b"\n")
+        seen = read_until(b"--prompt-file")
+        os.write(fd, b"\x04")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        end_child(pid, fd)
+    assert b"error: the line typed is 4,095 bytes, the most a terminal passes without line editing" in seen
+    assert answers.read_text() == ""  # not answered cut
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_streamed_answer_says_interrupted_on_a_line_of_its_own(tiny_stories_run):
+    """`interrupted` came after the text on its line (`...Mia had a^Cinterrupted`)."""
+    pid, fd, read_until = at_terminal([tiny_stories_run, "--prompt", "Mia had", "--temperature", "0",
+                                       "--max-new-tokens", "100000", "--device", "cpu"])
+    try:
+        start = len(read_until(b"Mia had"))
+        read_until(b"", start + 200)
+        os.write(fd, b"\x03")
+        seen = read_until(b"interrupted")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        end_child(pid, fd)
+    assert os.waitstatus_to_exitcode(status) == 130
+    assert re.search(rb"\n\r?\n?interrupted\r\n$", seen) and not re.search(rb"[^\n]interrupted", seen), seen[-200:]
 
 
 def test_a_refused_prompt_points_at_the_vocabulary(tiny_stories_run):
