@@ -940,6 +940,12 @@ def drop_damaged_probes(plan: Sequence[Planned]) -> None:
             continue
 
 
+def runs_at_once(jobs: int, plan: Sequence[Planned]) -> int:
+    """--jobs, or fewer where fewer runs are left to train: a finished run, skipped, shares no cores (one run
+    left of two, --jobs 2, trained on one thread of two)."""
+    return max(1, min(jobs, sum(run.action != "skip" for run in plan)))
+
+
 def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     """Plan the grid's runs, train them and write the report, the sweep folder held."""
     plan, skipped = make_plan(args, grid, out)
@@ -952,7 +958,7 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
               f"replaces the folder's (results.md and the files beside it; give this sweep another --out to keep "
               f"both)", file=sys.stderr)
 
-    runner = Runner(min(args.jobs, len(plan)))  # the cores are shared by the runs that can run at once
+    runner = Runner(runs_at_once(args.jobs, plan))  # the cores are shared by the runs that can run at once
     tags = [f"[{i}/{len(plan)}] {run.name}" for i, run in enumerate(plan, 1)]
     with runner.forwarding_signals():
         if runner.jobs == 1:

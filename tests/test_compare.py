@@ -1205,7 +1205,8 @@ def test_a_config_yaml_that_is_no_file_is_called_so(tmp_path):
 def test_a_report_into_a_folder_in_use_is_refused(tmp_path):
     """compare.py --out into a training's folder in its first seconds (only its .lock there yet): both
     exited 0, the report among the run's files; --out into a running sweep's folder: that sweep's run
-    there failed (its folder held a report), or an inner sweep broke the outer one."""
+    there failed (its folder held a report), or an inner sweep broke the outer one; --out above a running
+    sweep's folder: every run that sweep started next was refused (inside a folder held by a report)."""
     run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
     with runs.run_lock(tmp_path / "training"):  # a training just started there
         with pytest.raises(UserError, match=r"^--out='\S+training' is the folder of a training under way "
@@ -1220,6 +1221,14 @@ def test_a_report_into_a_folder_in_use_is_refused(tmp_path):
         with pytest.raises(UserError, match=r"is inside .*, the folder a sweep or a comparison"):
             sweep.main([SWEEP_CONFIG, "--grid", "model.n_head=1", "--out", str(swept / "inner")])
         assert not (swept / "n_head=2").exists() and not (swept / "inner").exists()
+        # the other way round: a report over a sweep under way (its later runs were refused, inside a held folder)
+        with pytest.raises(UserError, match=rf"^--out='{re.escape(str(tmp_path))}' holds {re.escape(str(swept))}, "
+                                            r"the folder a sweep or a comparison \(process \d+\) is writing now: the "
+                                            r"runs it starts would be refused"):
+            compare.main([run, "--out", str(tmp_path)])
+        with pytest.raises(UserError, match=r"holds .*sweep, the folder a sweep or a comparison"):
+            sweep.main([SWEEP_CONFIG, "--grid", "model.n_head=1", "--out", str(tmp_path)])
+        assert not (tmp_path / "results.md").exists() and not (tmp_path / "model.n_head=1").exists()
     compare.main([run, "--out", str(tmp_path / "training")])  # once they are done: written
     assert (tmp_path / "training" / "results.md").is_file()
 

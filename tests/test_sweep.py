@@ -634,6 +634,15 @@ def test_parallel_runs_share_the_cores_between_their_threads(monkeypatch):
     assert "OMP_NUM_THREADS" not in sweep.Runner(1).env
 
 
+def test_runs_finished_earlier_share_no_cores():
+    """A rerun with --jobs 2 and one run of two left to train: it trained on one thread of two, as if beside
+    the finished one, which was skipped."""
+    from types import SimpleNamespace
+    plan = [SimpleNamespace(action=action) for action in ("skip", "resume", "train", "skip")]
+    assert sweep.runs_at_once(2, plan[:2]) == 1 and sweep.runs_at_once(2, plan[:3]) == 2
+    assert sweep.runs_at_once(4, plan) == 2 and sweep.runs_at_once(2, [plan[0]]) == 1
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_killed_run_is_said_to_be_killed_not_to_have_printed_an_error(tmp_path, monkeypatch, capfd, jobs):
     """`kill -9` of a run (the kernel's out-of-memory killer sends SIGKILL) was `failed with exit code

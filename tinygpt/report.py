@@ -564,6 +564,26 @@ def write_val_loss(groups: Sequence[dict[str, Any]], out_dir: Path) -> Path | No
 # ---- telling a report's files from a user's ----
 
 
+BELOW_DEPTH, BELOW_FOLDERS = 6, 10_000  # how deep and how many folders report_under_way_below looks through
+
+
+def report_under_way_below(out: Path) -> tuple[Path, str] | None:
+    """A folder inside `out` where a sweep or a comparison is writing now, and its process: each run that
+    sweep starts refuses a folder above it held by another (check_run_dir), so a report on `out` would make
+    its later runs fail. Looked for BELOW_DEPTH folders deep, in at most BELOW_FOLDERS folders (a sweep's
+    folder is a few below out/; a home folder given as --out is not searched whole)."""
+    top, seen = os.path.abspath(out), 0
+    for folder, subfolders, files in os.walk(top):
+        seen += 1
+        if seen > BELOW_FOLDERS:
+            return None
+        if folder.count(os.sep) - top.count(os.sep) >= BELOW_DEPTH:
+            subfolders.clear()
+        if folder != top and REPORT_LOCK in files and (pid := lock_holder(Path(folder), REPORT_LOCK)) is not None:
+            return Path(folder), pid
+    return None
+
+
 def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = False) -> None:
     """Refuse, as the --out of a report (sweep.py, compare.py), a folder holding a training run:
     the report's files would mix with the run's; a file of a report's names that no report wrote
@@ -582,6 +602,10 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
             raise UserError(f"--out={str(out)!r} is inside {folder}, the folder a sweep or a comparison (process "
                             f"{pid}) is writing now: its runs or report would meet this one; choose a folder "
                             f"outside it")
+    if (below := report_under_way_below(out)) is not None:  # its runs would meet this folder's lock, above them
+        raise UserError(f"--out={str(out)!r} holds {below[0]}, the folder a sweep or a comparison (process "
+                        f"{below[1]}) is writing now: the runs it starts would be refused while this one holds "
+                        f"the folder above them; choose another folder, or wait for it to end")
     if any((out / name).is_file() for name in CHECKPOINTS):
         raise UserError(f"--out={str(out)!r} holds a training run (its ckpt.pt); a report written there would "
                         f"mix with the run's files: choose another folder")
