@@ -129,6 +129,7 @@ def test_notebook_shows_why_generation_needs_the_mask(printed):
     prefix's logits do not change as tokens arrive (they do without the mask), and the KV cache agrees."""
     assert "with the causal mask, a prefix's logits do not change as tokens arrive: True" in printed
     assert "without it: False" in printed
+    assert "without it, a cached key would go stale as tokens arrive: True" in printed  # why the cache is refused
     assert "token by token with the KV cache, the same logits as the whole: True" in printed
 
 
