@@ -30,8 +30,8 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
     stop_while_starting()
 
 from tinygpt.checkpoint import dead_link, file_kind
-from tinygpt.errors import (ArgParser, UserError, path_arg, path_word, run_cli, script_word, shell_join, shell_quote,
-                            shown_path, work_is_files)
+from tinygpt.errors import (ArgParser, UserError, first_few, path_arg, path_word, run_cli, script_word, shell_join,
+                            shell_quote, shown_path, work_is_files)
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.report import (NEVER_COMPARED, check_report_folder, data_changed, differing_keys, group_by_setting,
                             pictures_note, write_report, write_val_loss)
@@ -50,8 +50,8 @@ def check_not_a_sweep(run: Path) -> None:
         return
     inner = sorted(d.name for d in run.iterdir() if d.is_dir() and (d / "config.yaml").is_file())
     if inner:  # (`DIR/*/`: the folders only, not the sweep's report files beside them)
-        shown = ", ".join(inner[:3]) + (", ..." if len(inner) > 3 else "")
-        raise UserError(f"{shell_quote(run)} is not a run directory: it holds {len(inner)} run(s) ({shown}), as a "
+        raise UserError(f"{shell_quote(run)} is not a run directory: it holds {len(inner)} run(s) "
+                        f"({first_few(inner)}), as a "
                         f"sweep's folder does; give them: {shell_join(['python', script_word('compare.py')])} "
                         f"{shell_quote(path_word(run))}/*/")
 

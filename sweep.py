@@ -96,8 +96,8 @@ from tinygpt.checkpoint import check_writable, load_checkpoint, load_model, reso
 from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type, config_from_dict, config_source,
                              flat_config, load_config, parse_overrides, read_yaml, unknown_key)
 from tinygpt.coreference import check_stories, held_out_seed, probe
-from tinygpt.errors import (TORCHRUN_ENV, ArgParser, UserError, elide, handle_signals, path_arg, restore_signals,
-                             run_cli, short, shown_path, work_is_files)
+from tinygpt.errors import (TORCHRUN_ENV, ArgParser, UserError, elide, first_few, handle_signals, path_arg,
+                            restore_signals, run_cli, short, shown_path, work_is_files)
 from tinygpt.report import (ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, pictures_note,
                             write_report)
 from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, DamagedProbe, check_run_dir, died_at_its_first_save, lock_holder,
@@ -422,7 +422,7 @@ def existing_run(run_dir: Path, cfg: Config, prepared: Prepared | None = None) -
             # metrics.csv's rows only from a checkpoint that carries them)
             if (lost or edited) and (isinstance(ckpt.get("metrics_csv"), str) or "metrics.csv" not in lost):
                 what = [f"{' and '.join(lost)} lost or damaged"] * bool(lost) + [
-                    f"config.yaml edited ({', '.join(edited[:3])}{', ...' if len(edited) > 3 else ''})"] * bool(edited)
+                    f"config.yaml edited ({first_few(edited)})"] * bool(edited)
                 return "resume", (f"finished earlier (step {ckpt['step']}), its {' and its '.join(what)}: restored "
                                   f"from its ckpt.pt")
             missing = [name for name in ("config.yaml", "metrics.csv") if not (run_dir / name).is_file()]
@@ -444,9 +444,8 @@ def existing_run(run_dir: Path, cfg: Config, prepared: Prepared | None = None) -
         if not any((run_dir / name).exists() or (run_dir / name).is_symlink() for name in TRAIN_FILES):
             theirs = sorted(p.name for p in run_dir.iterdir() if not p.name.startswith("."))
             if theirs:  # (a killed run's lock or temp files alone: its folder, made before its first file)
-                listed = ", ".join(theirs[:3]) + (", ..." if len(theirs) > 3 else "")
-                return "refuse", (f"{run_dir} holds {listed} but no file of a run: it is not one of this sweep's "
-                                  f"runs, and a run there would mix with them; move them away, or choose another --out")
+                return "refuse", (f"{run_dir} holds {first_few(theirs)} but no file of a run: it is not one of "
+                                  f"this sweep's runs, and a run there would mix with them; move them away, or choose another --out")
         return "train", f"{run_dir} has no checkpoint (it stopped before its first); starting it again"
     return "train", "training"
 
@@ -876,7 +875,7 @@ def config_edited(config: str, run: Planned) -> str | None:
     changed = [f"{key}={short(value)}" for key, value in now.items() if planned.get(key) != value]
     if not changed:
         return None
-    return f"{config} was edited during the sweep: it now sets {', '.join(changed[:3])}" + ", ..." * (len(changed) > 3)
+    return f"{config} was edited during the sweep: it now sets {first_few(changed)}"
 
 
 def run_row(run: Planned, runner: Runner) -> dict | None:
@@ -954,7 +953,7 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     check_reusable(args.config, plan, out)
     if others := other_runs(out, plan):
         print(f"note: --out={str(out)!r} also holds {len(others)} run(s) that are not in this grid "
-              f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): they stay, but this sweep's report "
+              f"({first_few(others)}): they stay, but this sweep's report "
               f"replaces the folder's (results.md and the files beside it; give this sweep another --out to keep "
               f"both)", file=sys.stderr)
 

@@ -49,9 +49,9 @@ from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimiz
                                 save_checkpoint, sweep_temp_files)
 from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, TrainConfig, config_from_dict, config_source,
                             config_to_dict, flat_config, load_config, same_path, set_key, set_word)
-from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, path_word, reason, run_cli, script_word,
-                            shell_join, shell_quote, short, shown_path, stderr_is_terminal, stopping_on_a_signal,
-                            work_is_files)
+from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, first_few, path_word, reason, run_cli,
+                            script_word, shell_join, shell_quote, short, shown_path, stderr_is_terminal,
+                            stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from, resumed_metrics, run_lock,
                           write_config, write_metrics)
@@ -270,7 +270,7 @@ def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: i
         else:
             where, more = "its train.max_iters", "a larger train.max_iters"
         print(f"note: the run is at step {step}, {where}: nothing is trained, so these settings are not "
-              f"used, and config.yaml keeps the run's: {', '.join(ignored[:3])}{', ...' if len(ignored) > 3 else ''} "
+              f"used, and config.yaml keeps the run's: {first_few(ignored)} "
               f"({more} trains on)", file=sys.stderr)
     return saved
 

@@ -1057,7 +1057,7 @@ def test_runs_of_one_folder_name_are_labelled_by_their_paths_and_dot_is_a_label(
     assert [r["run"] for r in result["rows"]] == ["."] and "\n| . |" in printed
 
 
-@pytest.mark.parametrize("n, shown", [(3, "(h1, h2, h3)"), (4, "(h1, h2, h3, ...)")])
+@pytest.mark.parametrize("n, shown", [(3, "(h1, h2, h3)"), (4, "(h1, h2, h3 and 1 more)")])
 def test_a_sweeps_folder_names_its_first_three_runs_in_order(tmp_path, n, shown):
     """The runs named in order, made last first (the folder's own order is not the names'), three at most."""
     (tmp_path / "sw").mkdir()

@@ -949,9 +949,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
         runs = sorted(d.name for d in path.iterdir()
                       if d.is_dir() and any((d / n).is_file() for n in ("best.pt", "ckpt.pt")))
         if runs:  # a sweep's folder (its runs one level down)
-            shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
-            raise UserError(f"no checkpoint in {path}, which holds {len(runs)} run(s) ({shown}), as a sweep's folder "
-                            f"does: give one of them, e.g. {shell_quote(path_word(path / runs[0]))}")
+            raise UserError(f"no checkpoint in {path}, which holds {len(runs)} run(s) ({first_few(runs)}), as a "
+                            f"sweep's folder does: give one of them, e.g. {shell_quote(path_word(path / runs[0]))}")
         from tinygpt.runs import lock_holder  # (runs imports this module)
         trainer = lock_holder(path)
         if trainer is not None:

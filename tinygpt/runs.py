@@ -443,8 +443,8 @@ def read_config(run_dir: str | Path) -> Config:
     lacking = [f"{section}.{key}" for section, keys in ALWAYS_WRITTEN.items() for key in keys
                if not (isinstance(raw, dict) and isinstance(raw.get(section), dict) and key in raw[section])]
     if lacking:
-        raise UserError(f"{path} is damaged (cut short or emptied): it lacks {', '.join(lacking[:3])}"
-                        f"{', ...' if len(lacking) > 3 else ''}, which train.py always writes; train.py CONFIG "
+        raise UserError(f"{path} is damaged (cut short or emptied): it lacks {first_few(lacking)}, "
+                        f"which train.py always writes; train.py CONFIG "
                         f"--resume writes it again (with the run's settings), if the run's ckpt.pt is there")
     return config_from_dict(raw, str(path))
 
@@ -827,6 +827,6 @@ def trained_config(run_dir: Path, ckpt: dict[str, Any] | None) -> tuple[Config, 
               if getattr(getattr(saved, section), key) != value and f"{section}.{key}" != "train.out_dir"]
     if not edited:
         return cfg, None
-    return saved, (f"note: {run_dir / 'config.yaml'} disagrees with its ckpt.pt ({', '.join(edited[:3])}"
-                   f"{', ...' if len(edited) > 3 else ''}): the checkpoint's settings, which the run trained with, "
+    return saved, (f"note: {run_dir / 'config.yaml'} disagrees with its ckpt.pt ({first_few(edited)}): "
+                   f"the checkpoint's settings, which the run trained with, "
                    f"are shown")
