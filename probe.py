@@ -29,6 +29,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
+from data.stories import REFERENCES_PER_STORY
 from tinygpt.checkpoint import load_model, resolve_checkpoint
 from tinygpt.ablation import looks_like_heads, parse_heads
 from tinygpt.coreference import (HELD_OUT_OFFSET, MEAN_SEED_OFFSET, SEEDS, ablation, ablation_report, check_stories,
@@ -38,7 +39,6 @@ from tinygpt.runs import training_note
 from tinygpt.runtime import ThreadPolicy, check_memory, resolve_device
 
 EACH = "each"  # --ablate without a list: every head in turn
-REFERENCES_PER_STORY = 12  # a little over the mean (11), for the memory estimate
 BYTES_PER_TOKEN = 40  # a window token held as a Python int in a list (pointer + int object)
 
 
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
         raise UserError(f"{args.run} was trained with model.causal=false: every position saw the token it had "
                         f"to predict, so its greedy continuations are garbage; retrain with causal: true (or "
                         f"pass --force to probe it)")
-    windows = REFERENCES_PER_STORY * args.stories * cfg.model.block_size * BYTES_PER_TOKEN
+    windows = max(REFERENCES_PER_STORY) * args.stories * cfg.model.block_size * BYTES_PER_TOKEN  # (at most)
     check_memory({"the held-out windows": windows * (2 if args.ablate is not None else 1)}, torch.device("cpu"),
                  f"--stories={args.stories}", "lower --stories")
     heads = None

@@ -35,7 +35,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
-from scripts.reproduce import check_fresh, error_line, is_figure, run, saved_json
+from scripts.reproduce import check_fresh, child_error_line, is_figure, run, saved_json
 from tinygpt.checkpoint import check_writable
 from tinygpt.config import set_word
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
@@ -176,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                          check=True).stdout
                 subprocess.run(["tar", "-x", "-C", tmp], input=archive, capture_output=True, check=True)
             except subprocess.CalledProcessError as e:
-                raise UserError(f"{e.cmd[0]} {e.cmd[1]} failed (exit {e.returncode}): {error_line(e.stderr)}") from None
+                raise UserError(f"{e.cmd[0]} {e.cmd[1]} failed (exit {e.returncode}): {child_error_line(e.stderr)}") from None
             for i in range(args.old_seeds):
                 seed = args.first_seed + i
                 print(f"previous default ({args.old}), seed {seed}: training ...", flush=True)

@@ -24,7 +24,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
-from scripts.reproduce import error_line
+from scripts.reproduce import child_error_line
 from tinygpt.errors import ArgParser, UserError, run_cli
 from tinygpt.runtime import parent_death_signal
 
@@ -58,7 +58,7 @@ def measure(mode: str, steps: int) -> tuple[float, float]:
     done = subprocess.run([sys.executable, "-c", CHILD, mode, str(steps)], cwd=ROOT, capture_output=True, text=True,
                           preexec_fn=parent_death_signal())
     if done.returncode != 0:  # (not glibc, or the machine refusing: out of memory)
-        raise UserError(f"the {mode!r} measurement failed (exit {done.returncode}): {error_line(done.stderr)}")
+        raise UserError(f"the {mode!r} measurement failed (exit {done.returncode}): {child_error_line(done.stderr)}")
     out = done.stdout.split()
     return float(out[0]), float(out[1])
 

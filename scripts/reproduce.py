@@ -42,7 +42,7 @@ WORD = re.compile(r"[A-Za-z]+")
 SAMPLES = 10  # sample.py runs for 2,000 words: a model that writes words needs 2; one that never does, forever
 
 
-def error_line(stderr: str | bytes) -> str:
+def child_error_line(stderr: str | bytes) -> str:
     """A failed command's own one line (its last on stderr, `error: ` dropped), for ours."""
     text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr
     lines = [line for line in text.splitlines() if line.strip()]
@@ -78,7 +78,7 @@ def run(args: list[str], cwd: Path = ROOT) -> tuple[float, str]:
     done = run_child([sys.executable, *args], cwd)  # stopped, a training of ours saves its checkpoint
     if done.returncode != 0:
         where = "" if cwd == ROOT else f" in {cwd}"
-        raise UserError(f"{elide(' '.join(args))} failed{where} (exit {done.returncode}): {error_line(done.stderr)}")
+        raise UserError(f"{elide(' '.join(args))} failed{where} (exit {done.returncode}): {child_error_line(done.stderr)}")
     return time.perf_counter() - t0, done.stdout
 
 

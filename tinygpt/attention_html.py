@@ -20,7 +20,7 @@ import os
 import re
 from collections import deque
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 from urllib.parse import quote, unquote_to_bytes
 
 import torch
@@ -28,6 +28,9 @@ import torch
 from model import GPT, Step, causal_mask
 from tinygpt.attention_view import shows_bytes, step_candidates, step_percent, token_label, window_traces
 from tinygpt.checkpoint import atomic_write_text, file_head
+
+if TYPE_CHECKING:  # (the notebook's; imported when notebook_view runs)
+    from IPython.display import HTML
 
 SCALE = 1000  # weights stored as integers in units of 1/SCALE (0.1 %)
 # characters of a token the page shows (longer ones are cut with "…"): running text has no column to fit, unlike
@@ -143,7 +146,7 @@ def in_page_set(page: Path) -> re.Pattern:
     return re.compile(rf"{re.escape(page.stem)}(_sample\d+)?{re.escape(page.suffix)}")
 
 
-def notebook_view(page: str, height: int = 520) -> "IPython.display.HTML":
+def notebook_view(page: str, height: int = 520) -> HTML:
     """The page inline in a Jupyter notebook (an iframe, so its script and style stay its own).
     Needs IPython (raises ImportError without it)."""
     import warnings

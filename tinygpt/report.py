@@ -38,7 +38,7 @@ from tinygpt.config import DataConfig
 from tinygpt.errors import UserError, count, first_few
 from tinygpt.plots import (MATPLOTLIB_NOTE, PNG_MARK, can_plot, png_marked, settings_png, val_loss_png,
                            val_losses_by_step)
-from tinygpt.runs import CHECKPOINTS, REPORT_LOCK, lock_holder, runs_inside, users_config
+from tinygpt.runs import CHECKPOINTS, REPORT_LOCK, first_line, lock_holder, runs_inside, users_config
 
 SEED = "train.seed"
 DIGEST = "data_digest"  # a row's: the data its checkpoint was trained on (runs.summarize_run), None where unknown
@@ -643,16 +643,9 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
                         f"replace the whole report")
 
 
-def _first_line(path: Path) -> str:
-    with open(path, "rb") as f:
-        return f.readline(65536).decode("utf-8", "replace").rstrip("\r\n")
-
-
 def report_maker(out_dir: Path) -> str | None:
     """What wrote out_dir's results.md, by its title: 'sweep', 'comparison', or None (no report's)."""
-    try:
-        first = _first_line(out_dir / "results.md")
-    except OSError:
+    if (first := first_line(out_dir / "results.md", 65536)) is None:
         return None
     return next((maker for title, maker in TITLES.items() if first.startswith(title)), None)
 
@@ -666,7 +659,7 @@ def is_report_file(out_dir: Path, name: str) -> bool:
         if name == "results.md":
             return report_maker(out_dir) is not None
         if name.endswith(".csv"):
-            header = next(csv.reader([_first_line(path)]), [])
+            header = next(csv.reader([first_line(path, 65536) or ""]), [])
             first, wanted = ("run", RESULT_COLUMNS) if name == "results.csv" else ("setting", ["best_val_loss_mean"])
             return header[:1] == [first] and set(wanted) <= set(header)
         if png_marked(path, PNG_MARK):

@@ -318,7 +318,7 @@ def users_config(out_dir: Path) -> bool:
     """Is out_dir/config.yaml a file of the user's, not a run's (without a run's header; an empty one,
     or one cut short within the header, is a damaged run's)? A resume, which rewrites it, would lose it."""
     own = out_dir / "config.yaml"
-    first = _first_line(own) if own.is_file() else None
+    first = first_line(own) if own.is_file() else None
     return first is not None and not _is_header(first) and not RESOLVED_HEADER.startswith(first)
 
 
@@ -405,11 +405,12 @@ RESOLVED_HEADER = config_to_yaml(Config()).split("\n", 1)[0]  # the first line o
 OLD_HEADER = re.compile(r"# model\.vocab_size = \d+ \(from the tokenizer\)")  # the same, before 2026-11-29
 
 
-def _first_line(path: Path) -> str | None:
-    """The first line of `path` (at most 200 bytes, without its newline), or None if it cannot be read."""
+def first_line(path: Path, limit: int = 200) -> str | None:
+    """The first line of `path` (at most `limit` bytes, without its line end), or None if it cannot be read:
+    a config.yaml's header, a report's title or CSV header."""
     try:
         with open(path, "rb") as f:
-            return f.readline(200).decode("utf-8", "replace").rstrip("\n")
+            return f.readline(limit).decode("utf-8", "replace").rstrip("\r\n")
     except OSError:
         return None
 
@@ -421,7 +422,7 @@ def _is_header(line: str) -> bool:
 
 def _is_resolved_config(path: Path) -> bool:
     """Does `path` start with the header write_config gives a run's config.yaml (or gave it)?"""
-    first = _first_line(path)
+    first = first_line(path)
     return first is not None and _is_header(first)
 
 

@@ -1009,7 +1009,9 @@ def check_training_fits(cfg: Config, dtype: str, device: torch.device) -> None:
                  f"training ({count(m.n_layer, 'layer')}, n_embd {m.n_embd}, block {m.block_size}, "
                  f"batch {t.batch_size})",
                  "lower model.n_layer, model.n_embd, model.block_size or train.batch_size")
-    forward = 2 * GPT.count_params(m) * t.batch_size * m.block_size  # FLOPs of one micro-batch's forward
+    # FLOPs of one micro-batch's forward, roughly (GPT.flops_per_token / 3, attention's term left out: no model
+    # exists yet, and the check only needs to tell a day from minutes)
+    forward = 2 * GPT.count_params(m) * t.batch_size * m.block_size
     check_step_time(3 * forward * t.grad_accum, t.grad_accum, f"one optimizer step (train.grad_accum="
                     f"{t.grad_accum} x train.batch_size={t.batch_size})", "lower train.grad_accum or train.batch_size")
     check_step_time(2 * forward * t.eval_iters, 2 * t.eval_iters, f"one evaluation (train.eval_iters="
