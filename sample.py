@@ -712,7 +712,7 @@ def read_prompts() -> Iterator[str | bytes]:
 def line_editing() -> bool:
     """Does input() edit the lines typed (arrow keys, history, lines of any length)? It does with the
     readline module, imported here, and only where standard output is the terminal too. Without, the
-    terminal's own line mode took arrow keys as text (`To be\x1b[D\x1b[DX` reached the model) and
+    terminal's own line mode took arrow keys as text (`To be\\x1b[D\\x1b[DX` reached the model) and
     dropped a line's bytes past 4,095 without a word."""
     try:
         import readline  # noqa: F401 (imported, it is what input() edits with)

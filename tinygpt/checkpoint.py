@@ -633,20 +633,23 @@ def mostly_holes(path: Path) -> bool:
     tinygpt writes has one, and its size is no bound on the work: a checkpoint of 76 KB on disk and
     8.6 GB in size took 8.6 GB of memory and 22 s to be found damaged. Holes are asked of the file
     system (SEEK_DATA, SEEK_HOLE), not guessed from its blocks: a compressing file system stores
-    fewer blocks than bytes and no hole."""
-    st = path.stat()
-    if st.st_size < SPARSE_MIN or getattr(st, "st_blocks", st.st_size) * 512 >= st.st_size // 2 or \
-            not hasattr(os, "SEEK_DATA"):
+    fewer blocks than bytes and no hole. (False where the file cannot be read: its reader says why.)"""
+    try:
+        st = path.stat()
+        if st.st_size < SPARSE_MIN or getattr(st, "st_blocks", st.st_size) * 512 >= st.st_size // 2 or \
+                not hasattr(os, "SEEK_DATA"):
+            return False
+        with open(path, "rb") as f:
+            written = position = 0
+            while position < st.st_size and written < st.st_size // 2:
+                try:
+                    start = os.lseek(f.fileno(), position, os.SEEK_DATA)
+                except OSError as e:  # ENXIO: no data after position; else the file system cannot say
+                    return e.errno == errno.ENXIO
+                position = os.lseek(f.fileno(), start, os.SEEK_HOLE)
+                written += position - start
+    except OSError:
         return False
-    with open(path, "rb") as f:
-        written = position = 0
-        while position < st.st_size and written < st.st_size // 2:
-            try:
-                start = os.lseek(f.fileno(), position, os.SEEK_DATA)
-            except OSError as e:  # ENXIO: no data after position; else the file system cannot say
-                return e.errno == errno.ENXIO
-            position = os.lseek(f.fileno(), start, os.SEEK_HOLE)
-            written += position - start
     return written < st.st_size // 2
 
 
