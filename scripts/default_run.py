@@ -176,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                                          check=True).stdout
                 subprocess.run(["tar", "-x", "-C", tmp], input=archive, capture_output=True, check=True)
             except subprocess.CalledProcessError as e:
-                raise UserError(f"{e.cmd[0]} {e.cmd[1]} failed (exit {e.returncode}): {child_error_line(e.stderr)}") from None
+                raise UserError(f"{e.cmd[0]} {e.cmd[1]} failed (exit {e.returncode}): "
+                                f"{child_error_line(e.stderr)}") from None
             for i in range(args.old_seeds):
                 seed = args.first_seed + i
                 print(f"previous default ({args.old}), seed {seed}: training ...", flush=True)

@@ -78,7 +78,8 @@ def run(args: list[str], cwd: Path = ROOT) -> tuple[float, str]:
     done = run_child([sys.executable, *args], cwd)  # stopped, a training of ours saves its checkpoint
     if done.returncode != 0:
         where = "" if cwd == ROOT else f" in {cwd}"
-        raise UserError(f"{elide(' '.join(args))} failed{where} (exit {done.returncode}): {child_error_line(done.stderr)}")
+        raise UserError(f"{elide(' '.join(args))} failed{where} (exit {done.returncode}): "
+                        f"{child_error_line(done.stderr)}")
     return time.perf_counter() - t0, done.stdout
 
 

@@ -176,7 +176,10 @@ def test_the_loss_estimate_holds_no_buffer_of_eval_iters_losses(tiny_model_confi
     model = GPT(tiny_model_config)
     data = np.arange(200, dtype=np.uint16) % tiny_model_config.vocab_size
     asked = []
-    stop = lambda: asked.append(1) or len(asked) > 2  # stop at the third batch
+
+    def stop() -> bool:  # at the third batch
+        asked.append(1)
+        return len(asked) > 2
     assert training.estimate_loss(model, {"val": data}, 4, 16, 2**40, 1337, CPU, contextlib.nullcontext(),
                                   Distributed(0, 1, CPU), stop) is None
     assert len(asked) == 3
