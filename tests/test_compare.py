@@ -1281,8 +1281,8 @@ def test_losses_on_other_data_are_not_listed_as_differences():
                                        ["data.dataset", "train.seed"])
     only_loss = report.summary_text(unprobed, ["best_val_loss"], probed=False)
     assert "Differences beyond" not in only_loss
-    assert "a comparison needs a 95% interval on both sides, 2 finished seeds or more each (n above), and for a " \
-           "loss the same data and tokens" in only_loss
+    assert ("a comparison needs a 95% interval on both sides, 2 finished seeds or more each (n above), not all alike "
+            "(± 0), and for a loss the same data and tokens") in only_loss
     sizes = [{**r, "model.n_embd": 16 if r.pop("data.dataset") == "a.txt" else 32} for r in rows]  # one dataset
     groups = report.group_by_setting(sizes, ["model.n_embd", "train.seed"])
     assert [d.split(":")[0] for d in report.differences(groups)] == ["best_val_loss", "antecedent"]
@@ -1320,14 +1320,39 @@ def _groups(values: dict[int, list[float]], metric: str = "best_val_loss"):
     return report.group_by_setting(rows, ["model.n_head", "train.seed"])
 
 
+def test_a_shown_mean_is_rounded_as_a_reader_rounds_the_csvs_number():
+    """The mean of 1.5965 and 1.9058, 1.75115 in summary.csv, showed as 1.7511 (its float is 1.75114999...);
+    a share of 91.625% as 91.6% (half up: 91.6|25)."""
+    from tinygpt import report
+    mean = report.stats([1.5965, 1.9058])["mean"]
+    assert repr(mean) == "1.75115" and report._num("best_val_loss", mean) == "1.7512"
+    assert report._num("best_val_loss", (1.7181 + 1.6874) / 2) == "1.7028"
+    assert report._num("antecedent", 0.91625) == "91.6%" and report._num("antecedent", 0.91675) == "91.7%"
+    assert report._num("best_val_loss", float("nan")) == "nan" and report._num("best_val_loss", -0.0) == "-0.0000"
+
+
+def test_settings_alike_are_apart_by_chance_as_often_as_the_summary_says():
+    """The summary's CHANCE (1 comparison of 200): over 100 settings of one distribution, 3 seeds each, 15 of
+    4,950 pairs were listed as differing, all chance, under 'among many, one may be chance'."""
+    import random
+    from tinygpt import report
+    rng, apart = random.Random(0), 0
+    for _ in range(20_000):
+        a, b = (report.stats([rng.gauss(0, 1) for _ in range(3)]) for _ in range(2))
+        apart += a["hi"] < b["lo"] or b["hi"] < a["lo"]
+    assert 0.6 * report.CHANCE < apart / 20_000 < 1.4 * report.CHANCE
+
+
 def test_the_summary_names_its_rule_and_how_many_pairs_it_compared():
     """'Differences beyond the 95% intervals' said neither the rule nor that 66 pairs were tried, and 'No two
-    settings differ' read as 'the same': over many pairs one may be chance, and overlap shows no equality."""
+    settings differ' read as 'the same': over many pairs some are chance (how many: 1 of 200 said "one may be"),
+    and overlap shows no equality."""
     from tinygpt import report
     apart = report.summary_text(_groups({1: [1.10, 1.11, 1.12], 2: [1.30, 1.31, 1.33], 4: [1.31, 1.32, 1.30]}),
                                 ["best_val_loss"], probed=False)
     assert ("Differences beyond the 95% intervals (the two intervals do not overlap; 3 comparisons of a pair of "
-            "settings in a metric, not corrected for their number: among many, one may be chance):") in apart
+            "settings in a metric, not corrected for their number: the intervals of two settings alike are apart in "
+            "about 1 comparison of 200, so about 0.015 of these are expected by chance alone):") in apart
     close = report.summary_text(_groups({1: [1.10, 1.20, 1.15], 2: [1.12, 1.22, 1.16]}), ["best_val_loss"], False)
     assert "No two settings differ beyond their 95% intervals in best_val_loss (1 comparison)." in close
     assert "Intervals that overlap do not show two settings equal" in close
@@ -1359,7 +1384,7 @@ def test_a_listed_difference_shows_the_digits_that_tell_its_intervals_apart():
 def test_student_t_past_30_degrees_of_freedom():
     """32 seeds (31 degrees of freedom) took the normal's 1.96, an interval 4% narrow: t is 2.0395 there."""
     from tinygpt import report
-    assert [round(report.t95(df), 4) for df in (2, 30, 31, 60, 120)] == [4.303, 2.042, 2.0395, 2.0003, 1.9799]
+    assert [round(report.t95(df), 4) for df in (2, 30, 31, 60, 120)] == [4.3027, 2.0423, 2.0395, 2.0003, 1.9799]
 
 
 def test_single_runs_are_said_to_be_single_and_best_val_loss_what_it_is(tmp_path):

@@ -1280,7 +1280,7 @@ def test_count_params_matches_a_built_model(tiny_model_config, bias):
 def test_stats_mean_spread_and_interval():
     s = report.stats([1.0, 2.0, 3.0])
     assert s["mean"] == 2.0 and s["std"] == 1.0 and s["n"] == 3
-    half = 4.303 / 3 ** 0.5  # Student's t, 2 degrees of freedom
+    half = 4.302653 / 3 ** 0.5  # Student's t, 2 degrees of freedom
     assert abs(s["lo"] - (2 - half)) < 1e-9 and abs(s["hi"] - (2 + half)) < 1e-9
     assert report.stats([5.0]) == {"mean": 5.0, "std": None, "lo": None, "hi": None, "n": 1}
 
@@ -1289,7 +1289,7 @@ def test_stats_over_31_values_take_t_of_30_degrees_of_freedom():
     """The table of Student's t holds 30 degrees of freedom (2.042), the last: 31 seeds took 1.96 instead."""
     s = report.stats([0.0] * 15 + [1.0] + [2.0] * 15)  # mean 1, std 1 (30 / 30)
     assert s["mean"] == 1.0 and s["std"] == 1.0 and s["n"] == 31
-    half = 2.042 / 31 ** 0.5
+    half = 2.042272 / 31 ** 0.5
     assert abs(s["lo"] - (1 - half)) < 1e-9 and abs(s["hi"] - (1 + half)) < 1e-9
 
 
@@ -1307,7 +1307,7 @@ def test_summary_csv_gives_the_mean_of_skewed_seeds_and_its_interval(tmp_path):
     report.write_report(rows, ["model.n_head", "train.seed"], tmp_path, title="t")
     (row,) = read_csv(tmp_path / "summary.csv")
     std = 7 ** 0.5  # deviations -2, -1, 3 from 13: (4 + 1 + 9) / (3 - 1)
-    half = 4.303 * std / 3 ** 0.5
+    half = 4.302653 * std / 3 ** 0.5
     assert row["setting"] == "n_head=1" and row["best_val_loss_n"] == "3"
     assert float(row["best_val_loss_mean"]) == 13.0 and float(row["best_val_loss_std"]) == pytest.approx(std)
     assert float(row["best_val_loss_lo"]) == pytest.approx(13 - half)
@@ -1546,7 +1546,7 @@ def test_an_interval_cut_at_0_is_drawn_cut(tmp_path, monkeypatch):
     ax = figures["settings.png"].axes[0]
     std = ((1.0 ** 2 + 0.9 ** 2 + 1.9 ** 2) / 2) ** 0.5  # deviations from the mean 1.1
     (low, high), _ = ax.containers[0][2][0].get_segments()  # the error bars of n_head=1, then n_head=2
-    assert low[1] == pytest.approx(0.0) and high[1] == pytest.approx(1.1 + 4.303 * std / 3 ** 0.5)
+    assert low[1] == pytest.approx(0.0) and high[1] == pytest.approx(1.1 + 4.302653 * std / 3 ** 0.5)
 
 
 def test_the_settings_plot_neither_magnifies_nor_hides(tmp_path, monkeypatch):

@@ -6,8 +6,9 @@ Runs that differ only by `train.seed` are one *setting*: the summary gives, for 
 mean, the standard deviation, the 95% confidence interval of the mean (Student's t, cut at the bounds
 the metric cannot pass: 0, and a share's 100%) and n, and
 lists the pairs of settings whose intervals do not overlap, saying how many pairs were compared: the
-rule is strict for one pair, but over many pairs one may be chance, and intervals that overlap do not
-show two settings equal. A single run per setting is reported as such (n = 1, no interval), and so are
+rule is strict for one pair, but the intervals of two settings alike are apart in about 1 comparison of
+200 (CHANCE), so among many some are chance (the report says how many to expect); and intervals that overlap
+do not show two settings equal. A single run per setting is reported as such (n = 1, no interval), and so are
 runs of one setting that share their seed (the same training repeated): one seed, their mean; seeds
 that all gave the same value (a share counted in whole references) have no interval either: a spread of
 0 is not a measured spread. Only finished runs
@@ -29,6 +30,7 @@ import math
 import os
 import statistics
 from collections import Counter
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -50,17 +52,19 @@ NEVER_COMPARED = {"train.out_dir", "data.prepared_dir", "train.plot"}
 # what every per-run table shows after the run name and the varied config values
 RESULT_COLUMNS = ["params", "status", "best_val_loss", "final_train_loss", "tokens_per_s", "wall_s"]
 # the probe's figures (sweep.py --probe): shares of the references, the best heads and their ratios
-PROBE_COLUMNS = ["references", "antecedent", "distractor", "other", "attribute_head", "attribute_ratio", "name_head",
-                 "name_ratio"]
+PROBE_COLUMNS = ["references", "antecedent", "distractor", "other", "attribute_head", "attribute_share",
+                 "attribute_ratio", "name_head", "name_ratio"]
 # what the summary over seeds averages
 SUMMARY_METRICS = ["best_val_loss", "final_train_loss", "tokens_per_s", "wall_s", "antecedent", "distractor",
                    "other", "attribute_share", "attribute_ratio", "name_ratio"]
 DIFFERENCES_IN = ["best_val_loss", "antecedent", "distractor", "attribute_ratio"]  # listed when they differ
 SHARES = {"antecedent", "distractor", "other", "attribute_share"}  # fractions of the references (or attention)
-# two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then t95's expansion)
-T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-       2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-       2.045, 2.042]
+# two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then t95's expansion), to 6 decimals: the
+# 3 of a printed table moved an interval's last shown digit (400 ± 435.9 over 3 seeds: [0, 1482.9], not 1482.8)
+T95 = [12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157, 2.228139,
+       2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905, 2.109816, 2.100922, 2.093024, 2.085963,
+       2.079614, 2.073873, 2.068658, 2.063899, 2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272]
+CHANCE = 0.005  # how often the 95% intervals of two settings alike do not overlap (2 to 10 seeds each: 0.4-0.55%)
 
 
 def differing_keys(summaries: Sequence[dict[str, Any]]) -> list[str]:
@@ -291,13 +295,22 @@ def times(x: float, extra: int = 0) -> str:
     return ("0." + "9" * (2 + extra) if float(shown) >= 1 else shown) + "x"
 
 
+def rounded(value: float, places: int, scale: int = 1) -> str:
+    """`value` times `scale` to `places` decimals, rounded as a reader rounds the number the CSV files hold:
+    the mean 1.75115 (summary.csv) showed as 1.7511, its float being 1.75114999...; now 1.7512."""
+    if not math.isfinite(value):
+        return f"{value * scale:.{places}f}"
+    exact = Decimal(repr(float(value))) * scale
+    return f"{exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP):f}"
+
+
 def _num(column: str, value: Any, extra: int = 0) -> str:
     """A number as the column shows it: shares in percent, losses to 4 decimals, ratios to 1; `extra`
     decimals more (a listed difference: apart_digits)."""
     if column in ("antecedent", "distractor", "other", "attribute_share"):
-        return f"{100 * value:.{1 + extra}f}%"
+        return f"{rounded(value, 1 + extra, 100)}%"
     if column in ("best_val_loss", "final_train_loss"):
-        return f"{value:.{4 + extra}f}"
+        return rounded(value, 4 + extra)
     if column in ("attribute_ratio", "name_ratio"):
         return times(value, extra)
     if column in ("params", "tokens_per_s"):
@@ -417,14 +430,17 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
     if diffs:
         return text + (f"\nDifferences beyond the 95% intervals (the two intervals do not overlap; "
                        f"{count(tested, 'comparison')} of a pair of settings in a metric, not corrected for their "
-                       f"number: among many, one may be chance):\n") + "".join(f"- {d}\n" for d in diffs)
+                       f"number: the intervals of two settings alike are apart in about 1 comparison of "
+                       f"{1 / CHANCE:.0f}, so about {tested * CHANCE:.2g} of these are expected by chance alone):\n"
+                       ) + "".join(f"- {d}\n" for d in diffs)
     if len(groups) < 2:
         return text
     other_data = not all(same_data(a, b) for i, a in enumerate(groups) for b in groups[i + 1:])
     losses = ", and for a loss the same data and tokens" if other_data else ""
     if not tested:  # (no interval on one side of every pair: nothing was tested)
         return text + (f"\nNo two settings could be compared in {', '.join(shown)}: a comparison needs a 95% "
-                       f"interval on both sides, 2 finished seeds or more each (n above){losses}.\n")
+                       f"interval on both sides, 2 finished seeds or more each (n above), not all alike (± 0)"
+                       f"{losses}.\n")
     among = (f", of the pairs with an interval on both sides: 2 finished seeds or more, not all alike{losses}"
              if tested < pairs else "")
     compared = [m for m in shown if comparable_pairs(groups, [m])]  # (a metric no pair compares in is no finding)
