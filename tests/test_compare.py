@@ -144,7 +144,9 @@ def test_probe_figures_of_different_held_out_sets_say_so(tmp_path):
     assert "| references | antecedent | distractor | other |" in text
     assert "| 40 | 75.0% |" in text and "| 95 | 73.7% |" in text
     assert "probed on different numbers of held-out stories (5, 12)" in text
-    assert "attribute_share (in the summary): the best head's mean weight on the antecedent's attribute" in text
+    assert "attribute_share: the best head's (attribute_head's) mean weight on the antecedent's attribute" in text
+    header = (tmp_path / "cmp" / "results.csv").read_text().splitlines()[0].split(",")
+    assert header.index("attribute_share") == header.index("attribute_head") + 1  # each run's, as averaged
     (Path(b) / "probe.json").write_text(json.dumps(probe_figures(40, 28, 5)))
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         compare.main([a, b, "--out", str(tmp_path / "cmp")])

@@ -521,7 +521,7 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
                  f"vocabularies or texts, and do not compare as numbers.\n")
     if probed:  # what the probe's columns are, and what they are not
         text += ("\nreferences: the held-out references the probe measured, of which antecedent, distractor and other "
-                 "are the shares; attribute_share (in the summary): the best head's mean weight on the antecedent's "
+                 "are the shares; attribute_share: the best head's (attribute_head's) mean weight on the antecedent's "
                  "attribute; attribute_ratio, name_ratio: the best head's mean weight on the antecedent's tokens over "
                  "its mean weight on the distractor's, which counts 0 where the distractor is outside the window; "
                  "probe.py RUN also gives the ratio over the references with both in the window.\n")
