@@ -78,7 +78,7 @@ MAX_TEMPERATURE = 1e6  # above it every token is about as likely (float32: 4e38 
 MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 tokens): the model sees only
 # the last block_size tokens, and a 40 MB prompt cost 900 MB to encode and was echoed whole
 MAX_SAMPLE_FILES = 10_000  # samples that each write a page or heatmaps (a million files is no one's wish)
-TERMINAL_LINE = 4095  # bytes of a line a terminal without line editing passes (Linux's; it drops the rest unsaid)
+TERMINAL_LINE = 4095  # bytes of a line Linux's terminal passes without line editing (it drops the rest unsaid)
 MAX_SKIPPED = 64 << 20  # bytes of a piped line's rest skipped before --interactive stops (/dev/zero has no end)
 
 
@@ -685,7 +685,7 @@ def read_prompts() -> Iterator[str | bytes]:
                                     f"newline: no prompts; stopped reading it")
             yield line[:-2] if line.endswith(b"\r\n") else line.removesuffix(b"\n")  # (a Windows file's lines too)
         return
-    editing = line_editing()
+    editing, longest = line_editing(), terminal_line()
     print("type a prompt and press Enter; Ctrl-C stops an answer, Ctrl-D quits", file=sys.stderr)
     while True:
         try:
@@ -694,8 +694,8 @@ def read_prompts() -> Iterator[str | bytes]:
             else:  # (input() writes its prompt on stdout: into the file of answers, `> answers.txt`)
                 print("> ", end="", file=sys.stderr, flush=True)
                 line = input()
-            if not editing and len(line.encode("utf-8", "surrogateescape")) >= TERMINAL_LINE:
-                print(f"error: the line typed is {TERMINAL_LINE:,} bytes, the most a terminal passes without line "
+            if not editing and len(line.encode("utf-8", "surrogateescape")) >= longest:
+                print(f"error: the line typed is {longest:,} bytes, the most a terminal passes without line "
                       f"editing{' (> FILE turns it off)' * (not sys.stdout.isatty())}: its rest may be lost; give a "
                       f"long prompt with --prompt-file", file=sys.stderr)
                 continue
@@ -707,6 +707,17 @@ def read_prompts() -> Iterator[str | bytes]:
             print(file=sys.stderr)  # (after the line typed: the next prompt, or `interrupted`, on a line of its own)
             if isinstance(e, Terminated):  # kill or a hang-up: stop
                 raise
+
+
+def terminal_line() -> int:
+    """The longest line the terminal on stdin passes in its own line mode: Linux's 4,095 bytes; elsewhere
+    its MAX_CANON less the newline (macOS: 1,023)."""
+    if sys.platform.startswith("linux"):  # (its fpathconf says 255, the POSIX minimum, not its 4,096)
+        return TERMINAL_LINE
+    try:
+        return os.fpathconf(sys.stdin.fileno(), "PC_MAX_CANON") - 1
+    except (OSError, ValueError, AttributeError):
+        return TERMINAL_LINE
 
 
 def line_editing() -> bool:

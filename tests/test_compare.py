@@ -1235,6 +1235,24 @@ def test_a_report_into_a_folder_in_use_is_refused(tmp_path):
     assert (tmp_path / "training" / "results.md").is_file()
 
 
+def test_a_fifo_of_the_locks_name_below_out_does_not_stop_a_report(tmp_path):
+    """compare.py looks for a sweep under way below its --out: a FIFO named .sweep.lock there was opened to
+    try its lock, and the open waited for a writer for good."""
+    import signal
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    (tmp_path / "out" / "sub").mkdir(parents=True)
+    os.mkfifo(tmp_path / "out" / "sub" / runs.REPORT_LOCK)
+    previous = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the report waited on the FIFO"))
+    signal.alarm(20)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            compare.main([run, "--out", str(tmp_path / "out")])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert (tmp_path / "out" / "results.md").is_file()
+
+
 def test_a_sweeps_folder_given_as_a_run_gets_a_command_that_pastes(tmp_path):
     """`compare.py 'sw #2'`: the hint `compare.py sw #2/*/` had no `python`, and pasted, bash read
     `#2/*/` as a comment; a line break in the name split it in two."""

@@ -720,8 +720,8 @@ def lock_holder(run_dir: Path, name: str = LOCK) -> str | None:
     in that microsecond tries again, _acquire.)"""
     if fcntl is None:  # pragma: no cover - Windows: its byte locks cannot be tried from outside
         return None
-    try:
-        fd = os.open(run_dir / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:  # (O_NONBLOCK: a FIFO of the lock's name would wait for a writer for good, a compare.py above it too)
+        fd = os.open(run_dir / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:  # no lock file: nobody holds it
         return None
     try:  # shared: it conflicts with a training's exclusive lock, needs no write access (NFS emulates flock with
