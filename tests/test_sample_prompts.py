@@ -515,7 +515,7 @@ def test_ctrl_c_during_a_streamed_answer_says_interrupted_on_a_line_of_its_own(t
         start = len(read_until(b"Mia had"))
         read_until(b"", start + 200)
         os.write(fd, b"\x03")
-        seen = read_until(b"interrupted")
+        seen = read_until(b"interrupted\r\n")
         _, status = os.waitpid(pid, 0)
     finally:
         end_child(pid, fd)
