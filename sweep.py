@@ -223,6 +223,25 @@ def signal_name(signum: int) -> str:
 STOPPED = {128 + s: s.name for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)}  # train.py's exits after saving
 
 
+def mtime_ns(path: Path) -> int | None:
+    """The file's modification time, None where there is none."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def what_it_left(saved_before: int | None, ckpt: Path) -> str:
+    """What a run the sweep's signal stopped left behind, by its ckpt.pt's time before it started (None: none):
+    a second Ctrl-C stops train.py at once, unsaved, and the sweep said `its checkpoint saved` all the same."""
+    saved = mtime_ns(ckpt)
+    if saved is None:
+        return "before its first checkpoint (it will start again)"
+    if saved != saved_before:
+        return "its checkpoint saved"
+    return "unsaved (stopped at once: a second Ctrl-C): a rerun resumes it from its last checkpoint"
+
+
 def how_it_failed(ended: Ended) -> str:
     """The sweep's line on a run that failed: a signal by its name (the run printed nothing), a stop
     by a signal sent to the run alone (train.py saved its checkpoint and exits 128 + the signal),
@@ -832,15 +851,14 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
     if run.action != "skip":
         cmd = [sys.executable, str(TRAIN_PY), args.config, "--set", *run.overrides]
         cmd += ["--resume"] * (run.action == "resume") + ["--quiet"] * (args.quiet or runner.jobs > 1)
-        t0 = time.perf_counter()
+        t0, saved_before = time.perf_counter(), mtime_ns(run.run_dir / "ckpt.pt")
         ended = runner.run(cmd, tag)
         if ended is None:
             return None
         rc = ended.code
         if runner.signum is not None and rc != 0:  # it stopped (saving a checkpoint if it had begun): resumable
             # (a run that had finished when the signal came exits 0: it is done, whatever the sweep does next)
-            runner.say(f"{tag}: stopped, " + ("its checkpoint saved" if (run.run_dir / "ckpt.pt").is_file() else
-                                              "before its first checkpoint (it will start again)"))
+            runner.say(f"{tag}: stopped, {what_it_left(saved_before, run.run_dir / 'ckpt.pt')}")
             row = run_row(run, runner) or {"run": run.name, "status": "interrupted before its first checkpoint"}
             return {**row, **run.values()}
         runner.say(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else

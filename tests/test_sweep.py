@@ -666,6 +666,18 @@ def test_a_killed_run_is_said_to_be_killed_not_to_have_printed_an_error(tmp_path
                                                                                  "failed (exit 3)"]
 
 
+def test_a_run_stopped_unsaved_is_not_said_to_be_saved(tmp_path):
+    """A second Ctrl-C stops train.py at once, its ckpt.pt as it was: the sweep said `its checkpoint saved`."""
+    ckpt = tmp_path / "ckpt.pt"
+    assert sweep.what_it_left(None, ckpt) == "before its first checkpoint (it will start again)"
+    ckpt.write_bytes(b"step 0")
+    before = sweep.mtime_ns(ckpt)
+    assert sweep.what_it_left(before, ckpt).startswith("unsaved (stopped at once: a second Ctrl-C)")
+    assert sweep.what_it_left(None, ckpt) == "its checkpoint saved"  # its first, written meanwhile
+    os.utime(ckpt, ns=(before + 10**9, before + 10**9))  # saved again at the stop
+    assert sweep.what_it_left(before, ckpt) == "its checkpoint saved"
+
+
 def test_a_run_that_finished_as_the_sweep_was_stopped_is_done(tmp_path, monkeypatch, capfd):
     """The sweep's Ctrl-C came as its run finished (the run exits 0: its work was done): the sweep
     said `stopped, its checkpoint saved` where results.md said `done`."""
