@@ -85,6 +85,11 @@ RESUME_TYPES = {"optimizer": dict, "scaler": dict, "rng": dict, "loss_sum": (int
                 "best_val_loss": (int, float), "elapsed_s": (int, float)}
 
 
+def stdout_left() -> bool:
+    """Has stdout's reader left (ReaderMayLeave)? What must still be read then goes to stderr."""
+    return getattr(sys.stdout, "left", False)
+
+
 def adopt_model(cfg: Config, theirs: ModelConfig) -> None:
     """A run started from other weights (train.init_from) takes their model config, with this run's
     dropout; the vocabulary size comes from the data, as always."""
@@ -704,11 +709,15 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                 if signalled and stop.signum is None:  # (SIGTERM: what torchrun sends its workers)
                     run.exit_code = 128 + signal.SIGTERM
                 # on stderr if stdout's reader left (| head): how to continue must still be read
+                if signalled:  # saved: a second signal now is the same stop, and a lost stdout no "going on"
+                    stopping_on_a_signal()
                 if dist.master:
                     saved = shown_path(run.out_dir / "ckpt.pt")
                     told = f"saved {saved}" if saving else f"{saved} is already this step's, kept as it was"
-                    bar.write(f"{why} at step {run.step}: {told}; continue with --resume",
-                              file=sys.stderr if getattr(sys.stdout, "left", False) else None)
+                    line, left = f"{why} at step {run.step}: {told}; continue with --resume", stdout_left()
+                    bar.write(line, file=sys.stderr if left else None)
+                    if not left and (sys.stdout.flush() or stdout_left()):  # its reader left as it was written
+                        bar.write(line, file=sys.stderr)  # (`| tee log`: a Ctrl-C stops tee too, and the line was lost)
                 return why
             if run.threads is not None:
                 run.threads.update()  # follow the cores other processes leave free (checked once a second)

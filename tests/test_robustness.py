@@ -658,6 +658,30 @@ def test_a_closed_stdout_does_not_stop_training(corpus, tmp_path, buffered):
 
 
 @pytest.mark.slow
+def test_ctrl_c_with_the_reader_of_stdout_gone_still_says_how_to_continue(corpus, tmp_path):
+    """`train.py | tee log` and Ctrl-C, which stops tee too: the line `interrupted at step N: saved ...;
+    continue with --resume` met the closed pipe and was lost, and the warning said the run was going on."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"),
+                             *train_args(corpus, run, "train.max_iters=100000", "train.eval_interval=100000")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    while not (run / "ckpt.pt").is_file():  # training (stdout, a pipe, holds its lines in Python's buffer)
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    time.sleep(1)
+    proc.stdout.close()  # the reader leaves, as tee does on the same Ctrl-C
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, err[-2000:]
+    lines = err.splitlines()
+    assert "warning: stdout was closed (its reader left)" in lines, err  # not "going on": it stops
+    assert re.fullmatch(r"interrupted at step \d+: saved \S+ckpt.pt; continue with --resume", lines[-2]), err
+    assert lines[-1] == "interrupted"
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a file whose disk is always full)")
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_a_log_on_a_full_disk_does_not_stop_the_training(corpus, tmp_path, stream):

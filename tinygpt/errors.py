@@ -458,8 +458,8 @@ class ReaderMayLeave:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, self.stream.fileno())
         os.close(devnull)
-        if self.name == "stdout":  # (stderr's own loss cannot be told)
-            print(f"warning: stdout {why}; going on without printing there", file=sys.stderr)
+        if self.name == "stdout":  # (stderr's own loss cannot be told; a run stopping on a signal goes on no more)
+            print(f"warning: stdout {why}" + "; going on without printing there" * (not _stopping), file=sys.stderr)
 
     def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, ...: the stream's own
         return getattr(self.stream, name)
