@@ -213,6 +213,9 @@ def test_train_threads_pins_the_bench_and_a_busy_machine_is_noted(tmp_path, monk
         assert result["threads"] == 1 and "busy_cores_at_start" not in result  # pinned: not looked at
         printed = capsys.readouterr()
         assert "note:" not in printed.out + printed.err and ", 1 thread\n" in printed.out  # (not `1 threads`)
+        table = printed.out.split(", 1 thread\n", 1)[1].splitlines()[:2]  # its header and float32's row
+        assert table[0].startswith("dtype") and table[1].startswith("float32")
+        assert all(len(row) <= 79 for row in table), table  # (82: an 80-column terminal wrapped the peak)
     finally:
         torch.set_num_threads(threads)
 
