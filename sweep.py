@@ -464,7 +464,8 @@ def existing_run(run_dir: Path, cfg: Config, prepared: Prepared | None = None) -
             theirs = sorted(p.name for p in run_dir.iterdir() if not p.name.startswith("."))
             if theirs:  # (a killed run's lock or temp files alone: its folder, made before its first file)
                 return "refuse", (f"{run_dir} holds {first_few(theirs)} but no file of a run: it is not one of "
-                                  f"this sweep's runs, and a run there would mix with them; move them away, or choose another --out")
+                                  f"this sweep's runs, and a run there would mix with them; move them away, or "
+                                  f"choose another --out")
         return "train", f"{run_dir} has no checkpoint (it stopped before its first); starting it again"
     return "train", "training"
 

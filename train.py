@@ -708,16 +708,18 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
                 why = "interrupted" if signalled else "stopped"
                 if signalled and stop.signum is None:  # (SIGTERM: what torchrun sends its workers)
                     run.exit_code = 128 + signal.SIGTERM
-                # on stderr if stdout's reader left (| head): how to continue must still be read
                 if signalled:  # saved: a second signal now is the same stop, and a lost stdout no "going on"
                     stopping_on_a_signal()
-                if dist.master:
+                if dist.master:  # how to continue must still be read: on stderr where stdout's reader has left (|
+                    # head), or leaves as the line is written (`| tee log`: a Ctrl-C stops tee too)
                     saved = shown_path(run.out_dir / "ckpt.pt")
                     told = f"saved {saved}" if saving else f"{saved} is already this step's, kept as it was"
-                    line, left = f"{why} at step {run.step}: {told}; continue with --resume", stdout_left()
-                    bar.write(line, file=sys.stderr if left else None)
-                    if not left and (sys.stdout.flush() or stdout_left()):  # its reader left as it was written
-                        bar.write(line, file=sys.stderr)  # (`| tee log`: a Ctrl-C stops tee too, and the line was lost)
+                    line = f"{why} at step {run.step}: {told}; continue with --resume"
+                    if not stdout_left():
+                        bar.write(line)
+                        sys.stdout.flush()
+                    if stdout_left():
+                        bar.write(line, file=sys.stderr)
                 return why
             if run.threads is not None:
                 run.threads.update()  # follow the cores other processes leave free (checked once a second)

@@ -575,9 +575,9 @@ def _digest(tokenizer: Tokenizer | dict, train: np.ndarray, val: np.ndarray) -> 
     data = tokenizer if isinstance(tokenizer, dict) else tokenizer.to_dict()
     h = hashlib.sha256(json.dumps(data, sort_keys=True).encode())
     for ids in (train, val):
-        buffer = memoryview(np.ascontiguousarray(ids)).cast("B")  # (a memory-mapped array is read, not copied)
-        for start in range(0, len(buffer), 2**26):  # in pieces: Ctrl-C is heard between two (one call for 20 GB
-            h.update(buffer[start:start + 2**26])  # held it 30 s)
+        buffer, piece = memoryview(np.ascontiguousarray(ids)).cast("B"), 2**26  # (memory-mapped: read, not copied)
+        for start in range(0, len(buffer), piece):  # in pieces: Ctrl-C is heard between two (one call for 20 GB
+            h.update(buffer[start:start + piece])  # held it 30 s)
     return h.hexdigest()
 
 
