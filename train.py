@@ -665,6 +665,16 @@ def log(run: Run, metrics: list[dict], lr: float, speed: dict[str, float]) -> di
     return row
 
 
+# the bar's line: no steps/s (tokens/s says it), so at 80 columns its tail still holds tokens/s and MFU
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+
+
+def bar_postfix(row: dict[str, str]) -> str:
+    """What the bar shows of a log step's row (the metrics file keeps every digit)."""
+    return (f"loss {row['train_loss']}, lr {float(row['lr']):.2e}, {float(row['tokens_per_s']):,.0f} tok/s, "
+            f"mfu {float(row['mfu']):.0%}")
+
+
 def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bool) -> str:
     """Step until max_iters (or a signal, or --stop-at); returns why it ended."""
     from tqdm import tqdm
@@ -673,7 +683,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
     stop = StopFlag()
     # (a bar only at a terminal: into a log file, `2> log`, it wrote a \r-joined line ten times a second)
     bar = tqdm(total=t.max_iters, initial=run.step, disable=quiet or not dist.master or not stderr_is_terminal(),
-               dynamic_ncols=True, file=sys.stderr)
+               dynamic_ncols=True, file=sys.stderr, bar_format=BAR_FORMAT)
     failing = False  # an error on its way out: the clean-up below must not hide it
     # all processes stop together: --stop-at is the same step on each; a signal (here, or in another
     # process of the run) is agreed on every step, between the micro-batches of a step (its work undone:
@@ -735,8 +745,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
             bar.update(1)
             if run.step % t.log_interval == 0 or run.step == t.max_iters:
                 row = log(run, metrics, lr, speed)
-                bar.set_postfix(loss=row["train_loss"], lr=row["lr"], tok_s=f"{float(row['tokens_per_s']):,.0f}",
-                                mfu=f"{float(row['mfu']):.0%}")
+                bar.set_postfix_str(bar_postfix(row))
     except BaseException:
         failing = True
         raise

@@ -367,8 +367,46 @@ def test_no_progress_bar_into_a_log_file(corpus, tmp_path, capsys):
     args.remove("--quiet")
     train.main(args)
     out, err = capsys.readouterr()
-    assert "\r" not in err and "it/s" not in err, err
+    assert "\r" not in err and "tok/s" not in err, err
     assert "step 10: train loss" in out and "done: step 10" in out
+
+
+@pytest.mark.slow
+def test_at_80_columns_the_bar_shows_tokens_per_second(corpus, tmp_path):
+    """At a terminal 80 columns wide the bar's tail ended `mfu=4%, tok_s` (steps/s and key=value took
+    the room): the figure a user watches was cut. Now the bar's last draw, within 80 columns, holds the
+    loss, tokens/s and MFU."""
+    pty = pytest.importorskip("pty")
+    import fcntl
+    import select
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    args = train_args(corpus, tmp_path / "run", "train.max_iters=300", "train.eval_interval=300",
+                      "train.eval_iters=1", "train.log_interval=50")
+    args.remove("--quiet")
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], stdin=slave, stdout=slave,
+                            stderr=slave, env={**env, "OMP_NUM_THREADS": "1"})
+    os.close(slave)
+    seen = b""
+    while True:  # read until the terminal's other end closes (EIO on Linux) or the output ends
+        if select.select([master], [], [], 1.0)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    assert proc.wait(timeout=120) == 0, seen[-2000:]
+    draws = [d.rstrip() for d in re.split(r"[\r\n]", seen.decode(errors="replace")) if "300/300" in d]
+    assert draws, seen[-2000:]
+    assert len(draws[-1]) <= 80 and re.search(r"loss \d\.\d{4}, lr .+, [\d,]+ tok/s, mfu \d+%]$", draws[-1]), draws
 
 
 def stopped_and_resumed(corpus: Path, tmp_path: Path, monkeypatch, module, at: int, extra: tuple,
