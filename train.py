@@ -914,9 +914,9 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     if dist.master:
         m = cfg.model
         print(f"model: {run.model.num_params():,} parameters ({count(m.n_layer, 'layer')}, {count(m.n_head, 'head')}, "
-              f"{m.n_embd} wide, block {m.block_size}, vocab {m.vocab_size}{vocab_note(cfg.data, m.vocab_size)}); "
-              f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {dist.world_size} x {dist.device}"
-              f"{threads_note(run.threads, t.threads)}, {dtype}; {tokens_per_step:,} tokens/step; MFU against "
+              f"{m.n_embd} wide, block {m.block_size}, vocab {m.vocab_size}{vocab_note(cfg.data, m.vocab_size)})\n"
+              f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {tokens_per_step:,} tokens/step\n"
+              f"device: {dist.world_size} x {dist.device}{threads_note(run.threads, t.threads)}, {dtype}; MFU against "
               f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
         passed = args.stop_at is not None and args.stop_at < run.step  # (a resume: it stops at once)
         stop_note = f"note: --stop-at {args.stop_at} is before step {run.step}, where the run already is" * passed

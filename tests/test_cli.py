@@ -227,7 +227,9 @@ def test_train_writes_a_complete_run(run):
 def test_train_prints_a_summary(runs, run):
     out = runs["results"]["main"].stdout
     assert f"vocab {len(VOCAB)}" in out and f"done: step {STEPS}" in out
-    assert re.search(r"; 1 x cpu \(\d+ threads?(, following the free cores)?\), float32;", out), out  # (a busy machine: fewer)
+    # one idea a line: the model, the data, the device (threads: fewer on a busy machine)
+    assert re.match(r"model: [\d,]+ parameters \(.*\)\ndata: [\d,]+ train / [\d,]+ val tokens; ", out), out
+    assert re.search(r"\ndevice: 1 x cpu \(\d+ threads?(, following the free cores)?\), float32;", out), out
     hint = out.split("sample with: ")[1].splitlines()[0]
     # quoted: a shell pastes it whole; trained from a folder outside the repository, it names sample.py's path
     assert shlex.split(hint) == ["python", str(ROOT / "sample.py"), str(run)]

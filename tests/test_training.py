@@ -300,7 +300,7 @@ def test_tokens_per_step_count_every_micro_batch(tmp_path):
     import train
     with contextlib.redirect_stdout(io.StringIO()) as out:
         train.main(run_args(tmp_path, "run", "train.max_iters=1", "train.grad_accum=2"))
-    assert "; 128 tokens/step;" in out.getvalue()
+    assert "; 128 tokens/step\n" in out.getvalue()
 
 
 def test_a_resume_keeps_the_best_val_loss_and_best_pt(tmp_path):
