@@ -203,11 +203,28 @@ def changed_training(cfg: Config, ckpt: dict[str, Any], processes: int = 1) -> s
     other_processes = processes != processes_of(ckpt)
     changed = [f"train.{k}={short(now[k])} (was {short(saved[k])})" for k in TRAINING_KEYS
                if k in saved and saved[k] != now[k] and not (other_processes and k in ("batch_size", "grad_accum"))]
-    if not changed:
-        return None
     more = f" and {count(len(changed) - 2, 'more setting')}" if len(changed) > 2 else ""
-    return (f"note: --resume with {', '.join(changed[:2])}{more}: the steps from {ckpt['step']} on train with the "
-            f"new values, and config.yaml will give them for the whole run (to go on exactly, give the run's own)")
+    notes = [f"note: --resume with {', '.join(changed[:2])}{more}: the steps from {ckpt['step']} on train with the "
+             f"new values, and config.yaml will give them for the whole run (to go on exactly, give the run's own)"
+             ] if changed else []
+    moved = schedule_moved(cfg.train, saved, ckpt["step"])
+    return "\n".join(notes + [moved] * bool(moved)) or None
+
+
+def schedule_moved(t: TrainConfig, saved: dict[str, Any], step: int) -> str:
+    """A note for a resume with another train.max_iters once the cosine decay has begun (a larger one
+    is how a run trains on): the decay stretches or shrinks to the new last step, so the learning rate
+    jumps at the resume; or "" where it does not move."""
+    before = saved.get("max_iters")
+    if not isinstance(before, int) or isinstance(before, bool) or before == t.max_iters:
+        return ""
+    lr_now = lr_at(step, t)
+    lr_before = lr_at(step, replace(t, max_iters=before))
+    if f"{lr_now:.3g}" == f"{lr_before:.3g}":  # (in the warmup, or past both ends: the same lr)
+        return ""
+    return (f"note: --resume with train.max_iters={t.max_iters} (was {before}): the learning rate's cosine decay "
+            f"now ends at step {t.max_iters}, so at step {step} the lr {'rises' if lr_now > lr_before else 'falls'} "
+            f"from {lr_before:.3g} to {lr_now:.3g} (metrics.csv's lr column shows the jump)")
 
 
 def check_resume_data(cfg: Config, ckpt: dict[str, Any], data: Prepared) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import csv
 import importlib.util
 import io
 import math
@@ -329,12 +330,39 @@ def test_a_resume_with_other_training_settings_says_so(tmp_path, capsys):
     import train
     train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.lr=1e-3") + ["--stop-at", "2"])
     capsys.readouterr()
-    train.main(run_args(tmp_path, "run", "train.max_iters=6", "train.lr=1e-3") + ["--resume", "--stop-at", "4"])
+    train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.lr=1e-3") + ["--resume", "--stop-at", "3"])
     assert "note: --resume with" not in capsys.readouterr().err
-    train.main(run_args(tmp_path, "run", "train.max_iters=6", "train.batch_size=3") + ["--resume"])
-    assert ("note: --resume with train.batch_size=3 (was 4), train.lr=0.002 (was 0.001): the steps from 4 on train "
+    train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.batch_size=3") + ["--resume"])
+    assert ("note: --resume with train.batch_size=3 (was 4), train.lr=0.002 (was 0.001): the steps from 3 on train "
             "with the new values, and config.yaml will give them for the whole run (to go on exactly, give the run's "
             "own)\n") in capsys.readouterr().err
+
+
+def test_a_resume_with_more_steps_says_the_learning_rate_jumps(tmp_path, capsys):
+    """`a larger train.max_iters trains on`, but the cosine decay then stretches to the new end: at the
+    resume the learning rate jumped back up (5x in a run of 20 steps resumed to 40) without a word, where
+    a changed train.lr got a note. Now it gets one, with the two learning rates; in the warmup, where the
+    length does not move the lr, none."""
+    import train
+    train.main(run_args(tmp_path, "run", "train.max_iters=6", "train.warmup_iters=2", "train.min_lr=2e-4") +
+               ["--stop-at", "1"])
+    capsys.readouterr()
+    train.main(run_args(tmp_path, "run", "train.max_iters=12", "train.warmup_iters=2", "train.min_lr=2e-4") +
+               ["--resume", "--stop-at", "2"])
+    assert "note: --resume with" not in capsys.readouterr().err  # step 1: still warming up, the same lr
+    train.main(run_args(tmp_path, "run", "train.max_iters=6", "train.warmup_iters=2", "train.min_lr=2e-4") +
+               ["--resume"])
+    capsys.readouterr()
+    train.main(run_args(tmp_path, "run", "train.max_iters=12", "train.warmup_iters=2", "train.min_lr=2e-4") +
+               ["--resume"])
+    err = capsys.readouterr().err
+    note = re.search(r"note: --resume with train.max_iters=12 \(was 6\): the learning rate's cosine decay now ends at "
+                     r"step 12, so at step 6 the lr rises from (\S+) to (\S+) \(metrics.csv's lr column shows the "
+                     r"jump\)\n", err)
+    assert note and err.count("note:") == 1, err
+    with open(tmp_path / "run" / "metrics.csv") as f:  # the lr of the step from 6 to 7, the resume's first
+        lr_7 = next(float(row["lr"]) for row in csv.DictReader(f) if row["step"] == "7")
+    assert note[1] == "0.0002" and note[2] == f"{lr_7:.3g}" and lr_7 > 5 * 2e-4  # (from the end's train.min_lr)
 
 
 def test_a_resume_says_when_best_pt_is_gone_or_loss_png_stays_behind(tmp_path, capsys):
