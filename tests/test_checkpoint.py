@@ -646,6 +646,26 @@ def test_non_finite_weights_are_refused_by_name(tmp_path):
         load_model(path, with_tokenizer=False)
 
 
+def test_an_untied_lm_head_is_refused(tmp_path):
+    """The LM head is the token embedding (one tensor). A file whose two copies differ loaded without
+    a word: load_state_dict copied both into the one tensor, and the model sampled with the head's values
+    as its embedding (`AAAAAAAAAA`). The two must be equal; as saved, they are one storage."""
+    state, _, _ = tiny_state()
+    path = tmp_path / "tied.pt"
+    save_checkpoint(path, state)
+    loaded = load_checkpoint(path)["model"]
+    assert loaded["lm_head.weight"].data_ptr() == loaded["tok_emb.weight"].data_ptr()  # the quick path's case
+    load_model(path, with_tokenizer=False)
+    state["model"]["lm_head.weight"] = state["model"]["tok_emb.weight"].clone()  # equal, not shared: fine
+    save_checkpoint(path, state)
+    load_model(path, with_tokenizer=False)
+    state["model"]["lm_head.weight"][3, 1] += 1.0
+    save_checkpoint(path, state)
+    with pytest.raises(UserError, match=r"weight 'lm_head.weight' differs from 'tok_emb.weight', one tensor in the "
+                                        r"model \(tied\); the checkpoint is damaged"):
+        load_model(path, with_tokenizer=False)
+
+
 def test_a_checkpoint_cut_short_is_called_truncated(saved, tmp_path):
     # torch's reader said "cannot read ...: Invalid argument" of a file cut to 20-50 KB
     data = saved[0].read_bytes()
