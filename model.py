@@ -104,8 +104,8 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     Tq, Tk = q.size(2), k.size(2)
     if Tq > 1 and q.device.type == "cpu" and q.dtype == torch.bfloat16:  # CPU + bfloat16: see matmul_attention
         return matmul_attention(q, k, v, causal_mask(Tq, Tk, q.device) if causal else None, dropout_p)
-    # the next two branches build the plain triangle themselves: after editing causal_mask, send every case
-    # through attn_mask=causal_mask(Tq, Tk, q.device), as the last branch does
+    # the next two branches assume causal_mask is the plain triangle (for one query its last row, which masks
+    # nothing): after editing causal_mask, send every case through attn_mask=causal_mask(Tq, Tk, q.device)
     if not causal or Tq == 1:  # no mask, or one new query, which may attend every cached key
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # (B, nh, Tq, hs)
     if Tq == Tk:  # no cache: the plain lower triangle
