@@ -945,8 +945,9 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         if t.plot != "never" and not can_plot():
             print("note: matplotlib is not installed: no loss.png (pip install matplotlib, or set "
                   "train.plot=never)", file=sys.stderr)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        write_config(out_dir, trained_with(cfg, ckpt, run.step, args.stop_at))
+        # (run_lock made out_dir; removed or moved since, while the data were prepared, it must not come back
+        # holding a config.yaml, perhaps over a new run's there)
+        write_config(out_dir, trained_with(cfg, ckpt, run.step, args.stop_at), run.check_folder)
         if t.tensorboard:  # the attention images look at the first tokens of the training split
             run.board = TensorBoardLog(out_dir, data.tokenizer, data.train[:min(PROMPT_TOKENS, cfg.model.block_size)],
                                        run.resumed_at, run.check_folder)

@@ -790,6 +790,30 @@ def test_a_run_folder_removed_during_a_save_is_not_left_holding_it(corpus, tmp_p
     assert (list(run.iterdir()) == []) if removal.endswith("mkdir") else not run.exists()
 
 
+@pytest.mark.parametrize("removal", ["rm", "mv"])
+def test_a_run_folder_removed_while_its_data_load_does_not_come_back(corpus, tmp_path, monkeypatch, removal):
+    """Removed (or moved) while the data were prepared, before the first checkpoint: train.py said
+    "without writing there", but its config.yaml made the folder again, and a second training that had
+    taken the name meanwhile found the first one's config.yaml over its own (its --resume refused)."""
+    import train
+    from tinygpt.errors import UserError
+    run, loading = tmp_path / "run", train.load_data
+
+    def removed_meanwhile(*args, **kwargs):
+        data = loading(*args, **kwargs)
+        if removal == "mv":
+            run.rename(tmp_path / "moved")
+        else:
+            shutil.rmtree(run)
+        return data
+    monkeypatch.setattr(train, "load_data", removed_meanwhile)
+    with pytest.raises(UserError, match=re.escape(f"train.out_dir={str(run)!r} was removed or moved (or its .lock) "
+                                                  f"while this training ran: stopped at step 0")):
+        train.main(train_args(corpus, run, "train.threads=1"))
+    assert not run.exists()
+    assert removal == "rm" or [p.name for p in (tmp_path / "moved").iterdir()] == [".lock"]  # (stale: no harm)
+
+
 @pytest.mark.slow
 def test_after_a_closed_stdout_ctrl_c_says_how_to_continue_on_stderr(corpus, tmp_path):
     """The note "saved ...; continue with --resume" went to the closed stdout: nobody read it."""

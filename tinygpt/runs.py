@@ -397,8 +397,8 @@ def _foreign_file(out_dir: Path) -> Path | None:
     return None
 
 
-def write_config(out_dir: Path, cfg: Config) -> None:
-    atomic_write_text(out_dir / "config.yaml", config_to_yaml(cfg))
+def write_config(out_dir: Path, cfg: Config, guard: Callable[[], None] | None = None) -> None:
+    atomic_write_text(out_dir / "config.yaml", config_to_yaml(cfg), guard)  # (guard: checkpoint.atomic_write's)
 
 
 RESOLVED_HEADER = config_to_yaml(Config()).split("\n", 1)[0]  # the first line of every config.yaml a run writes
