@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import stat
 import statistics
 import time
 from contextlib import contextmanager, suppress
@@ -110,6 +111,9 @@ def _acquire(path: Path, in_use: str, setting: str) -> int:
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a named pipe or a device opens and locks, then fails
+                os.close(fd)
+                raise OSError(errno.EINVAL, "a named pipe or a device")
         except OSError as e:
             raise UserError(f"{setting}: its lock file {path} cannot be used ({e.strerror or reason(e)}: not a plain "
                             f"file); remove it, or choose another {setting}") from None
