@@ -1204,6 +1204,19 @@ def test_a_config_yaml_that_is_no_file_is_called_so(tmp_path):
         runs.read_config(tmp_path)
 
 
+def test_a_run_in_its_first_seconds_is_called_a_training_not_a_stray_folder(tmp_path):
+    """While a training prepares its data, its folder holds only .lock: compare.py said "not a run
+    directory ... (train into it first)" of a folder being trained, where sample.py says to try again."""
+    starting = tmp_path / "starting"
+    starting.mkdir()  # (the user's: it stays when the lock goes)
+    with runs.run_lock(starting):
+        with pytest.raises(UserError, match=rf"^{re.escape(str(starting))} is being trained now \(process "
+                                            rf"{os.getpid()}\) and has no config.yaml yet: .*; try again then$"):
+            compare.main([str(starting), "--out", str(tmp_path / "report")])
+    with pytest.raises(UserError, match="is not a run directory: it has no config.yaml"):  # (left as it was)
+        compare.main([str(starting), "--out", str(tmp_path / "report")])
+
+
 def test_a_report_into_a_folder_in_use_is_refused(tmp_path):
     """compare.py --out into a training's folder in its first seconds (only its .lock there yet): both
     exited 0, the report among the run's files; --out into a running sweep's folder: that sweep's run

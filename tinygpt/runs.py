@@ -443,6 +443,9 @@ def read_config(run_dir: str | Path) -> Config:
     if path.exists() and not path.is_file():  # (a folder, a pipe, a link to a device)
         raise UserError(f"{path} is {not_regular(path)}; a run's config.yaml is a file")
     if not path.is_file():
+        if (trainer := lock_holder(run_dir)) is not None:  # (a training starting: its data prepared, say)
+            raise UserError(f"{run_dir} is being trained now (process {trainer}) and has no config.yaml yet: it is "
+                            f"written once the data are loaded and the model built; try again then")
         raise UserError(f"{run_dir} is not a run directory: it has no config.yaml (train into it first)")
     raw = read_yaml(path)
     lacking = [f"{section}.{key}" for section, keys in ALWAYS_WRITTEN.items() for key in keys
