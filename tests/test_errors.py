@@ -38,8 +38,8 @@ CONFIG = """\
 model: {block_size: 32, n_layer: 2, n_head: 2, n_embd: 32}
 data: {tokenizer: char}
 train: {batch_size: 8, max_iters: 30, eval_interval: 15, eval_iters: 2, log_interval: 10, warmup_iters: 5,
-        device: cpu, dtype: float32, plot: never}
-"""
+        lr: 1.0e-3, min_lr: 1.0e-3, device: cpu, dtype: float32, plot: never}
+"""  # (lr = min_lr: a resume with a larger max_iters trains on at the same lr, with no note on its schedule)
 BOMB = ("model: {n_layer: [&a [lol,lol,lol,lol,lol,lol,lol,lol,lol], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], "
         "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c], &e [*d,*d,*d,*d,*d,*d,*d,*d,*d], "
         "&f [*e,*e,*e,*e,*e,*e,*e,*e,*e], &g [*f,*f,*f,*f,*f,*f,*f,*f,*f], &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]]}\n")
