@@ -417,8 +417,10 @@ def prompt_too_long(named: str, size: int | None = None) -> str:
 
 
 @torch.no_grad()
-def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, sample: int | None) -> list[Path]:
-    """Print the attention tables of the last block_size tokens of `ids` (and save heatmaps: their paths)."""
+def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, sample: int | None,
+                   first: bool) -> list[Path]:
+    """Print the attention tables of the last block_size tokens of `ids` (and save heatmaps: their paths;
+    the `first` of this call's replace an earlier call's set)."""
     cfg = model.config
     window, traces = attention_view.window_traces(model, ids)  # per layer: weights (1, nh, T, T)
     labels = attention_view.token_labels(tokenizer, window)
@@ -431,7 +433,7 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
         text = text if len(text) <= 60 else "…" + text[-59:]  # the end: the tokens shown
         try:
             paths = attention_view.save_heatmaps(traces, labels, args.attention_png, args.attention_last,
-                                                 cfg.causal, sample=sample,
+                                                 cfg.causal, sample=sample, replace_set=first,
                                                  title=f"{run_name(args.run)}: {text!r}{cut}")
         except ImportError:
             print("note: --attention-png needs matplotlib (pip install matplotlib); printed the text "
@@ -451,16 +453,6 @@ def show_attention(model: GPT, tokenizer, ids: list[int], args, out, what: str, 
 
 
 HEATMAP_LOCK = ".heatmaps.lock"  # in --attention-png's folder while a sample.py draws there (runs.run_lock)
-
-
-def remove_other_heatmaps(folder: Path, written: list[Path]) -> None:
-    """The heatmaps an earlier call left in `folder` (a model with more layers, more samples) would
-    pass for this one's: remove, once this call's first are saved, those it has not written (yet: they
-    are drawn again), by their mark (a user's file of such a name stays)."""
-    for path in folder.iterdir():
-        if attention_view.HEATMAP_NAME.fullmatch(path.name) and path not in written and png_marked(path, HEATMAP_MARK):
-            path.unlink(missing_ok=True)
-    sweep_folder_temp_files(folder, attention_view.HEATMAP_NAME)  # (a killed writer's: of layers no longer drawn too)
 
 
 def remove_other_pages(page: Path, written: list[Path]) -> None:
@@ -597,9 +589,8 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
     idx = torch.tensor([ids], dtype=torch.long, device=gen.device)  # (1, T)
     heatmaps = []
     if args.show_attention and args.attention_of == "prompt":
-        heatmaps += show_attention(model, tokenizer, ids, args, out, "the prompt", heatmap_sample(args, 0))
-        if heatmaps:  # at once: a generation stopped (Ctrl-C) must not leave an earlier call's beside them
-            remove_other_heatmaps(args.attention_png, heatmaps)
+        # (first: an earlier call's heatmaps go as these are saved, not after: a Ctrl-C must not leave a mixed set)
+        heatmaps += show_attention(model, tokenizer, ids, args, out, "the prompt", heatmap_sample(args, 0), first=True)
         out.write("\n")
     samples = []
     if args.show_steps:  # the table's token columns, and how many candidates a row has room for
@@ -657,9 +648,8 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         if args.show_attention and args.attention_of == "all":
             out.write("\n")
             what = f"the prompt and sample {i + 1}'s generated text" if new_ids else "the prompt (nothing generated)"
-            heatmaps += show_attention(model, tokenizer, ids + new_ids, args, out, what, heatmap_sample(args, i))
-            if heatmaps and i == 0:  # once, after the first sample's: the others only add this call's
-                remove_other_heatmaps(args.attention_png, heatmaps)
+            heatmaps += show_attention(model, tokenizer, ids + new_ids, args, out, what, heatmap_sample(args, i),
+                                       first=i == 0)  # (the first sample's replace an earlier call's set)
     return samples
 
 

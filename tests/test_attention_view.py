@@ -652,9 +652,8 @@ def test_tokens_the_font_lacks_draw_without_a_warning_each(tmp_path):
 def test_a_stop_while_heatmaps_are_drawn_leaves_the_earlier_set_whole(tmp_path, monkeypatch):
     """Each layer's PNG was replaced as soon as it was drawn: a Ctrl-C while layer 1 was drawn left this call's
     layer 0 beside an earlier call's layer 1, both looking whole. The set is now drawn first, then written
-    together; and a killed writer's temp file of a layer the next model lacks is swept by sample.py."""
+    together; and a killed writer's temp file of a layer the next model lacks is swept by a call's first set."""
     pytest.importorskip("matplotlib")
-    import sample
     from types import SimpleNamespace
     T = 4
     traces = [SimpleNamespace(weights=masked_softmax(torch.randn(1, 2, T, T), causal_mask(T, T))) for _ in range(2)]
@@ -673,8 +672,35 @@ def test_a_stop_while_heatmaps_are_drawn_leaves_the_earlier_set_whole(tmp_path, 
     assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
     dead = tmp_path / ".attention_layer5.png.99999999.abcdefgh.tmp"  # (pid beyond pid_max: a dead writer's)
     dead.write_bytes(b"half a png")
-    sample.remove_other_heatmaps(tmp_path, earlier)
+    monkeypatch.setattr(attention_view, "heatmap_figure", real)
+    attention_view.save_heatmaps(traces, list("abcd"), tmp_path, replace_set=True)
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(before)
+
+
+def test_a_calls_first_heatmaps_replace_an_earlier_set_in_one_step(tmp_path, monkeypatch):
+    """sample.py removed an earlier call's heatmaps (of samples 2 and 3, say) after its own first set was
+    saved, and a Ctrl-C held during the renames was delivered between the two: this call's sample 1 was
+    left beside the earlier call's samples 2 and 3, each whole and marked. They now go in the same step;
+    a user's PNG of such a name (unmarked) stays."""
+    pytest.importorskip("matplotlib")
+    from types import SimpleNamespace
+    T = 4
+    traces = [SimpleNamespace(weights=masked_softmax(torch.randn(1, 2, T, T), causal_mask(T, T))) for _ in range(2)]
+    for sample in range(3):
+        attention_view.save_heatmaps(traces, list("abcd"), tmp_path, sample=sample)
+    (tmp_path / "attention_sample4_layer0.png").write_bytes(b"\x89PNG a user's picture")
+    first = (tmp_path / "attention_sample1_layer0.png").read_bytes()
+    real = attention_view.atomic_write_all
+
+    def stopped_as_the_renames_end(*args, **kwargs):  # (a Ctrl-C held by signals_held, delivered at its end)
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(attention_view, "atomic_write_all", stopped_as_the_renames_end)
+    with pytest.raises(KeyboardInterrupt):
+        attention_view.save_heatmaps(traces, list("wxyz"), tmp_path, sample=0, title="another prompt", replace_set=True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "attention_sample1_layer0.png", "attention_sample1_layer1.png", "attention_sample4_layer0.png"]
+    assert (tmp_path / "attention_sample1_layer0.png").read_bytes() != first  # (this call's: another prompt)
 
 
 def test_a_label_of_max_label_characters_is_shown_whole():

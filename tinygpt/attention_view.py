@@ -36,8 +36,8 @@ from typing import Sequence
 import torch
 
 from model import GPT, HeadTrace, Step, causal_mask, next_token_probs
-from tinygpt.checkpoint import atomic_write_all, make_folder, remove_empty
-from tinygpt.plots import HEATMAP_MARK, missing_glyphs_quiet, plain_text, title_text
+from tinygpt.checkpoint import atomic_write_all, make_folder, remove_empty, sweep_folder_temp_files
+from tinygpt.plots import HEATMAP_MARK, missing_glyphs_quiet, plain_text, png_marked, title_text
 
 MASKED = "."  # a future key, masked to weight exactly 0
 SPACE = "␣"  # a space inside a token label
@@ -375,12 +375,16 @@ def heatmap_file(folder: str | Path, layer: int, sample: int | None = None) -> P
 
 
 def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: str | Path, last: int = SHOWN,
-                  causal: bool = True, sample: int | None = None, title: str = "") -> list[Path]:
+                  causal: bool = True, sample: int | None = None, title: str = "",
+                  replace_set: bool = False) -> list[Path]:
     """One PNG per layer, `heatmap_file(out_dir, L, sample)`, heads as subplots, titled
     "{title}, layer L", all drawn first, then written together (atomic_write_all: a Ctrl-C leaves the
     earlier call's set or this one, never half a PNG, nor this call's layer 0 beside an earlier call's
-    layer 1). Needs matplotlib (raises ImportError before writing anything without it). A folder it
-    made is removed again if no PNG could be written in it (a full disk)."""
+    layer 1). `replace_set` (a call's first): the heatmaps an earlier call left (more layers, more
+    samples; told by their mark: a user's PNG of such a name stays) go in the same step, as they would
+    pass for this call's, and so do dead writers' temp files of any heatmap name. Needs matplotlib
+    (raises ImportError before writing anything without it). A folder it made is removed again if no
+    PNG could be written in it (a full disk)."""
     import matplotlib  # noqa: F401  (fail before creating the folder)
 
     pngs = {}
@@ -392,9 +396,13 @@ def save_heatmaps(traces: Sequence[HeadTrace], labels: Sequence[str], out_dir: s
             fig.savefig(png, format="png", dpi=100, metadata=dict([HEATMAP_MARK]))  # marked: told from a user's PNG
         pngs[heatmap_file(out_dir, layer, sample).name] = png.getvalue()
     created = make_folder(Path(out_dir), "--attention-png")
-    try:
-        atomic_write_all(Path(out_dir), pngs, what="set of heatmaps")
+    earlier = [path.name for path in Path(out_dir).iterdir() if HEATMAP_NAME.fullmatch(path.name)
+               and path.name not in pngs and png_marked(path, HEATMAP_MARK)] if replace_set else []
+    try:  # (the earlier ones dropped with the renames: a Ctrl-C between the two left a mixed set)
+        atomic_write_all(Path(out_dir), pngs, drop=earlier, what="set of heatmaps")
     except BaseException:
         remove_empty(created)
         raise
+    if replace_set:
+        sweep_folder_temp_files(Path(out_dir), HEATMAP_NAME)  # (a killed writer's: of layers no longer drawn too)
     return [Path(out_dir) / name for name in pngs]
