@@ -23,8 +23,9 @@ both lie in the 128 characters (about 25 words) before the attribute; a share re
 sentences are built from a hundred templates and a dozen openers, and the words of the attribute
 kinds appear in no generic slot and in no template but four (`bell`, `clock`, `grey`, `well`: scenery
 such as "Somewhere a bell rang"), so the text cannot simply be memorised and attributes are rarely
-confused with scenery (where one of those four is an attribute in a story that also says the scenery
-sentence, the probe counts the scenery as an earlier mention of the attribute).
+confused with scenery (where `bell`, `clock` or `well` is an attribute in a story that also says the
+scenery sentence, the probe counts the scenery as an earlier mention of the attribute; "Grey clouds",
+capitalised, is another word to it, and another token).
 
 Pronouns stay unambiguous: a story has exactly one female and one male character who are referred
 to by pronoun; the optional third character is a role ("the old baker") never referred to by

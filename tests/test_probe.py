@@ -510,6 +510,16 @@ def test_the_best_head_is_found_in_a_grid_of_more_heads_than_layers():
     best = coreference.attention_on([([0], [1], weights)], 2, 3)["best"]
     assert (best["layer"], best["head"], best["antecedent"], best["distractor"]) == (0, 2, 0.7, 0.1)
 
+
+def test_the_best_head_and_the_ablations_most_attention_are_one_head():
+    """Two heads equal to 4 decimals (0.0316, an untrained model's): the best head was the higher of the
+    unrounded means (head 1), the ablation's "most attention" the first of the rounded ones (head 0),
+    two heads in one report. Both now rank what the report shows: ties go to the first."""
+    weights = torch.tensor([[[0.031600, 0.968400], [0.031604, 0.968396]]])  # (n_layer, nh, T)
+    a = coreference.attention_on([([0], [1], weights)], 1, 2)
+    assert a["antecedent"] == [[0.0316, 0.0316]] and (a["best"]["layer"], a["best"]["head"]) == (0, 0)
+    assert coreference.top_heads(torch.tensor(a["antecedent"]), 1) == [(0, 0)]  # what ablation() picks from it
+
 # ---- what the output says ----
 
 

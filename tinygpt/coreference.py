@@ -314,14 +314,17 @@ def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer
         return {"references": 0, "distractor_visible": 0, "uniform": None, "per_key": None,
                 "antecedent": None, "distractor": None, "best": None}
     ant_mean, dis_mean = ant_sum / counted, dis_sum / counted  # (n_layer, nh)
-    layer, head = divmod(int(ant_mean.argmax()), n_head)
+    shown = [[r4(x) for x in row] for row in ant_mean.tolist()]
+    # ranked as shown (ties: the first), as the ablation ranks it: two heads equal to 4 decimals named
+    # one head "best" and the other "most attention" in one report
+    layer, head = top_heads(torch.tensor(shown, dtype=torch.float64), 1)[0]
     best_ant, best_dis = float(ant_mean[layer, head]), float(dis_mean[layer, head])
     # over the same references on both sides (a ratio of sums is the ratio of means)
     paired_ant, paired_dis = float(ant_paired_sum[layer, head]), float(dis_sum[layer, head])
     return {
         "references": counted, "distractor_visible": distractor_visible,
         "uniform": r4(uniform_sum / counted), "per_key": r4(per_key_sum / counted),
-        "antecedent": [[r4(x) for x in row] for row in ant_mean.tolist()],
+        "antecedent": shown,
         "distractor": [[r4(x) for x in row] for row in dis_mean.tolist()],
         "best": {"layer": layer, "head": head, "antecedent": r4(best_ant), "distractor": r4(best_dis),
                  "ratio": ratio(best_ant, best_dis), "ratio_in_window": ratio(paired_ant, paired_dis)},
