@@ -464,8 +464,9 @@ class Run:
             keeps = f": train.batch_size={per} keeps it" if now != before and per and not rest else ""
             batch = (f"the global batch is {now} sequences, as before" if now == before else
                      f"the global batch is now {now} sequences, was {before}")
-            print(f"note: resumed on {self.dist.world_size} process(es), trained on {saved_on}: {batch} "
-                  f"(train.batch_size is per process{keeps})", file=sys.stderr)
+            processes = count(self.dist.world_size, "process", "processes")
+            print(f"note: resumed on {processes}, trained on {saved_on}: {batch} (train.batch_size is per "
+                  f"process{keeps})", file=sys.stderr)
         # a run stopped between evals (Ctrl-C, --stop-at) was not evaluated at its step; older checkpoints say nothing
         self.evaluated = ckpt.get("evaluated_step", self.step)
 

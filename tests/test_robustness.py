@@ -227,7 +227,7 @@ def test_a_resume_on_another_number_of_processes_says_the_global_batch_changed(c
     save_checkpoint(run / "ckpt.pt", ckpt)
     capsys.readouterr()
     train.main(train_args(corpus, run, "train.threads=1", "train.max_iters=10") + ["--resume"])
-    assert ("note: resumed on 1 process(es), trained on 2: the global batch is now 8 sequences, was 16 "
+    assert ("note: resumed on 1 process, trained on 2: the global batch is now 8 sequences, was 16 "
             "(train.batch_size is per process: train.batch_size=16 keeps it)") in capsys.readouterr().err
 
 
@@ -249,7 +249,7 @@ def test_a_resume_on_another_number_of_processes_logs_the_whole_batchs_loss(corp
     capsys.readouterr()
     train.main(train_args(corpus, run, "train.threads=1", "train.max_iters=10", "train.batch_size=16") + ["--resume"])
     err = capsys.readouterr().err
-    assert ("note: resumed on 1 process(es), trained on 2: the global batch is 16 sequences, as before "
+    assert ("note: resumed on 1 process, trained on 2: the global batch is 16 sequences, as before "
             "(train.batch_size is per process)") in err
     # nor is train.batch_size=16 a change to undo: the note said "to go on exactly, give the run's own" (8), which
     # would have halved the global batch
