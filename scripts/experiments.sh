@@ -14,7 +14,8 @@
 # the repository root). A log in OUT is replaced only once its command has succeeded: a rerun that
 # fails or is refused leaves the earlier one whole. default, foundation and speedrun train into folders
 # of their own (OUT/default_run, OUT/stories and OUT/shakespeare, OUT/speedrun) and never over an
-# earlier run: to run one of them again, move or delete its folder (it is refused before any work).
+# earlier run: to run one of them again, move or delete its folder (it is refused before any work). A
+# second run of the script in the same OUT is refused while the first one runs.
 set -euo pipefail
 if [[ ${1-} == -h || ${1-} == --help ]]; then  # the header above, without its comment marks
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
@@ -69,6 +70,13 @@ if [[ " all foundation bench speedrun " == *" $what "* && ! -f $SHAKESPEARE ]]; 
 fi
 if ! why=$(mkdir -p "$OUT" 2>&1); then  # a file in the way, no permission: one line, before any work
   echo "error: cannot make the folder OUT=$OUT: ${why##*: }" >&2
+  exit 2
+fi
+# one run at a time in OUT (flock(1), where there is one: Linux), held on the folder itself until the script
+# and its commands end: a second one's refused part removed the first one's log as it was written
+if command -v flock > /dev/null && { ! exec 9< "$OUT" || ! flock -n 9; } 2> /dev/null; then
+  echo "error: OUT=$OUT is in use by another scripts/experiments.sh (or gpu_check.sh): wait for it to end, or" \
+       "choose another OUT" >&2
   exit 2
 fi
 # the parts whose scripts refuse to train over an earlier run (their message names their own --out-dir):

@@ -31,10 +31,10 @@
 #
 # Exit code: 0 when every stage that ran passed (one skipped for lack of budget is no failure, only
 # a row that says so); 1 when one failed or ran out of time (the table still prints, then one line
-# naming them) or the table itself failed; 2, with one line and before any stage, for a bad setting: BUDGET not 1 to 86400
+# naming them) or the table itself failed; 2, with one line and before any stage, for a bad setting: BUDGET not 15 to 86400
 # seconds, REHEARSE not 0 or 1 (empty: 0), a PYTHON that cannot import torch, no tiny shakespeare,
-# an OUT that cannot be made or written or that holds what the check does not write, or no GPU
-# without REHEARSE=1.
+# an OUT that cannot be made or written, that holds what the check does not write or that another check
+# is using, or no GPU without REHEARSE=1.
 #
 # Ctrl-C, kill (SIGTERM) or a hang-up (SIGHUP) stops the running stage, all of its processes, marks
 # it `interrupted` in $OUT/status (its STAGE.txt holds what it printed until then), prints the one
@@ -66,13 +66,13 @@ SHAKESPEARE=${SHAKESPEARE:-../shared/data/tinyshakespeare.txt}
 BUDGET=${BUDGET:-540}
 REHEARSE=${REHEARSE:-0}
 
-# check_budget: whole seconds, 1 to a day. Leading zeros go (bash arithmetic reads 010 as octal)
-# and the length is bounded first (9223372036854775808 wraps to a negative there).
+# check_budget: whole seconds, 15 (what a stage needs to start) to a day. Leading zeros go (bash arithmetic
+# reads 010 as octal) and the length is bounded first (9223372036854775808 wraps to a negative there).
 check_budget() {
     [[ $BUDGET =~ ^[0-9]+$ ]] || die "BUDGET=$BUDGET must be a whole number of seconds"
     local seconds=${BUDGET#"${BUDGET%%[!0]*}"}
-    if [ -z "$seconds" ] || [ ${#seconds} -gt 5 ] || [ "$seconds" -gt 86400 ]; then
-        die "BUDGET=$BUDGET is out of range: 1 to 86400 seconds (default 540)"
+    if [ -z "$seconds" ] || [ ${#seconds} -gt 5 ] || [ "$seconds" -gt 86400 ] || [ "$seconds" -lt 15 ]; then
+        die "BUDGET=$BUDGET is out of range: 15 to 86400 seconds (a stage needs 15 s to start; default 540)"
     fi
     BUDGET=$seconds
 }
@@ -128,6 +128,11 @@ ours() {
 prepare_out() {
     local why path others=() shown
     why=$(mkdir -p "$OUT" 2>&1) || die "cannot make the folder OUT=$OUT: ${why##*: }"
+    # one check at a time in OUT (flock(1), where there is one: Linux), held on the folder itself until
+    # the check and its stages end: a second one's clearing deleted the first one's files as it wrote them
+    if command -v flock > /dev/null && { ! exec 9< "$OUT" || ! flock -n 9; } 2> /dev/null; then
+        die "OUT=$OUT is in use by another check (or scripts/experiments.sh): wait for it to end, or choose another OUT"
+    fi
     for path in "$OUT"/* "$OUT"/.[!.]* "$OUT"/..?*; do
         [ -e "$path" ] || [ -L "$path" ] || continue  # a pattern that matched nothing
         ours "$path" || others+=("${path##*/}")

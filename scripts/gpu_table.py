@@ -101,7 +101,9 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
                     f"({status.get('baby', 'did not run')})")
     else:
         best = min((r["val_loss"] for r in vals), default=None)
-        baby = f"not reached (best {'none' if best is None else f'{best:.3f}'}; {status.get('baby', 'did not run')})"
+        why = status.get("baby", "did not run")
+        never_ran = best is None and (why.startswith("skipped") or why == "did not run")  # (nothing to reach)
+        baby = why if never_ran else f"not reached (best {'none' if best is None else f'{best:.3f}'}; {why})"
     result.append((f"baby GPT: time to val {TARGET_VAL_LOSS}", baby))
 
     for name, dtype, label in TRAINING:

@@ -675,6 +675,7 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
     # nothing there at all: every row says so, and the table still prints
     empty = dict(gpu_table.rows(tmp_path / "nothing", "cpu"))
     assert empty["tests (TESTS)"] == "did not run" and empty["training, bfloat16"] == "did not run"
+    assert empty["baby GPT: time to val 1.47"] == "did not run"  # (it read "not reached (best none; did not run)")
     # a stage that left something else than bench.py writes: its row says it failed, the rest stand
     (tmp_path / "fp32.json").write_text('{"train": {"float32": {"tokens_per_s": "fast"}}}')
     (tmp_path / "decode.json").write_text("[1, 2]")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -75,6 +76,7 @@ def gpu_check(tmp_path):
     ({"BUDGET": "1.5"}, ["BUDGET=1.5"]),
     ({"BUDGET": "9223372036854775808"}, ["BUDGET=9223372036854775808"]),  # wraps in bash arithmetic
     ({"BUDGET": "86401"}, ["BUDGET=86401"]),
+    ({"BUDGET": "14"}, ["BUDGET=14", "15 to 86400"]),  # no stage can start: every one skipped, exit 0
     ({"REHEARSE": "yes"}, ["REHEARSE=yes"]),  # read as 'not a rehearsal'
     ({"REHEARSE": "2"}, ["REHEARSE=2"]),
     ({"PYTHON": "/nonexistent"}, ["PYTHON=/nonexistent"]),  # every stage exit 127, the check exit 0
@@ -153,7 +155,7 @@ def test_gpu_check_refuses_an_out_that_holds_what_it_does_not_write(gpu_check, t
 def test_gpu_check_clears_an_earlier_checks_output(gpu_check):
     """What the check writes is all it takes an OUT to hold (its runs' folders, whatever is in them,
     and a JSON half-written by a killed bench.py included), and it is cleared, never passed off as
-    this check's (BUDGET=1: every stage skipped)."""
+    this check's (every stage fails at once, with the stand-in Python)."""
     run, out = gpu_check
     for name in EARLIER_CHECK:
         if name.endswith("/"):  # a run, killed while it saved a checkpoint
@@ -162,10 +164,35 @@ def test_gpu_check_clears_an_earlier_checks_output(gpu_check):
                 (out / name / file).write_text("an earlier run's")
         else:
             (out / name).write_text("an earlier check's")
-    r = run(BUDGET="1")
-    assert r.returncode == 0, (r.returncode, r.stderr, r.stdout[-300:])
-    assert sorted(p.name for p in out.iterdir()) == [".decode.json.4242.x1y2z3.tmp", "status"]  # (bench.py's to sweep)
-    assert all(line.endswith("skipped: the 1 s budget was spent") for line in (out / "status").read_text().splitlines())
+    r = run(BUDGET="15")
+    assert r.returncode == 1, (r.returncode, r.stderr, r.stdout[-300:])
+    # (the decode stage's JSON temp file: bench.py's to sweep, and the stand-in ran no bench.py)
+    assert sorted(p.name for p in out.iterdir()) == sorted([".decode.json.4242.x1y2z3.tmp", "status",
+                                                            *(f"{s}.txt" for s in STAGES)])
+    assert all("an earlier" not in p.read_text() for p in out.iterdir() if p.suffix == ".txt")
+    assert (out / "status").read_text().splitlines() == [f"{s}=exit 3" for s in STAGES]
+
+
+@pytest.mark.skipif(shutil.which("flock") is None, reason="flock(1) holds the lock (Linux)")
+@pytest.mark.parametrize("script", ["gpu_check.sh", "experiments.sh"])
+def test_a_second_run_in_the_same_out_is_refused(gpu_check, experiments, script):
+    """Two gpu_check.sh in one OUT: the second one's clearing deleted the first one's files as it wrote
+    them, and both wrote one status file; two experiments.sh: the second one's refused part removed the
+    first one's log as it was written. The second is now refused, one line, touching nothing."""
+    import fcntl
+    run, out = gpu_check if script == "gpu_check.sh" else experiments[:2]
+    out.mkdir(exist_ok=True)
+    (out / "status").write_text("an earlier check's")
+    fd = os.open(out, os.O_RDONLY)  # a first run holds the folder
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        r = run() if script == "gpu_check.sh" else run("jobs")
+        assert refused(r, f"OUT={out} is in use by another"), (r.returncode, r.stderr, r.stdout[-300:])
+        assert [p.name for p in out.iterdir()] == ["status"] and (out / "status").read_text() == "an earlier check's"
+    finally:
+        os.close(fd)
+    if script == "experiments.sh":  # the lock gone with its holder: the part runs (its stand-in python exits 3)
+        assert run("jobs").returncode == 3 and experiments[2].exists()
 
 
 MARK = "TINYGPT_SHELL_TEST"  # an environment variable that only the processes a test starts carry
