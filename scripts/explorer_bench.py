@@ -11,6 +11,7 @@ Ends with one JSON line.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -56,9 +57,12 @@ def render_ms(page: str, out: Path, name: str = "explorer_bench.html") -> float 
     browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
     if browser is None:
         return None
+    # its profile and temp files in a folder of ours: stopped (Ctrl-C, kill), it left a folder in $TMPDIR
     try:
-        done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
-                               path.resolve().as_uri()], capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
+        with tempfile.TemporaryDirectory(prefix="tinygpt-chromium-", ignore_cleanup_errors=True) as own:
+            done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={own}",
+                                   "--dump-dom", path.resolve().as_uri()], capture_output=True, text=True,
+                                  timeout=BROWSER_TIMEOUT_S, env={**os.environ, "TMPDIR": own})
     except subprocess.TimeoutExpired:
         raise UserError(f"{browser} did not render {path} within {BROWSER_TIMEOUT_S} s (a busy machine?); "
                         f"run it again when the machine is quieter") from None

@@ -799,6 +799,24 @@ def test_explorer_bench_sizes_are_the_ones_docs_attention_quotes(tmp_path, capsy
     assert [int(q.replace(",", "")) for q in quoted.groups()] == [printed["init_bytes"], printed["sharp_bytes"]]
 
 
+def test_explorer_bench_keeps_the_browsers_files_in_a_folder_it_removes(tmp_path, monkeypatch):
+    """Chromium killed with the script (Ctrl-C, kill) left its profile folder in $TMPDIR, one per kill.
+    Its profile and temp files now go in a folder of the script's, removed whatever happens. (The
+    stand-in browser leaves its files, as a killed Chromium does.)"""
+    module = script("explorer_bench")
+    browser, user_tmp = tmp_path / "chromium", tmp_path / "tmp"
+    browser.write_text('#!/bin/sh\nmkdir "$TMPDIR/org.chromium.Chromium.x"\n'
+                       'for a; do case "$a" in --user-data-dir=*) touch "${a#*=}/Local State";; esac; done\n'
+                       'echo "<p>RENDER_MS=1.5</p>"\n')
+    browser.chmod(0o755)
+    user_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(user_tmp))
+    monkeypatch.setattr(module.tempfile, "tempdir", None)  # (read $TMPDIR again)
+    monkeypatch.setattr(module.shutil, "which", lambda name: str(browser) if name == "chromium" else None)
+    assert module.render_ms("<body></body>", tmp_path) == 1.5
+    assert list(user_tmp.iterdir()) == []
+
+
 def test_explorer_bench_says_when_the_browser_times_out(tmp_path, monkeypatch):
     """A browser that does not finish the page (a busy machine): one line, not subprocess's traceback."""
     module = script("explorer_bench")
