@@ -659,11 +659,8 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
         raise UserError(f"--under-load compares torch's default threads, the thread policy and one core fewer: "
                         f"train.threads={cfg.train.threads} pins them to one count; leave it out")
     device = resolve_device(cfg.train.device)
-    busy = None
     if device.type == "cuda":
         configure_cuda(cfg.train.tf32)
-    else:
-        busy = pin_or_note_threads(cfg.train.threads)
     keep_freed_memory()  # as train.py does
     prepare(cfg)
     data = load_for_training(cfg, config_source(args.config, args.set))  # sets cfg.model.vocab_size
@@ -684,6 +681,7 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
         if args.vs_hf:  # transformers' float32 copy, ours in bfloat16, theirs in float32 on its way to bfloat16,
             parts["--vs-hf's copies"] = parts["weights"] * 15 // 4  # and ours in float32 on its way to int8 (1/4)
         check_memory(parts, device, "the --gen-* model", "lower --gen-layers, --gen-embd or --gen-block")
+    busy = None if device.type == "cuda" else pin_or_note_threads(cfg.train.threads)  # (a refusal says only why)
     res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
                  "device": str(device), "device_name": device_name(device), "torch": torch.__version__,
                  **({"cpu": cpu_kind()} if device.type == "cpu" else {}),

@@ -303,18 +303,24 @@ def test_the_default_config_is_the_repositorys_from_any_folder(tmp_path, monkeyp
 @pytest.mark.parametrize("flag, match", [
     ("--under-load", r"^training \(1 layer, n_embd 16, block 256, batch 10000000\) needs at least [\d,.]+ GB"),
     ("--attention", r"^--attention \(batch 10000000, block 256, 1 heads\) needs at least [\d,.]+ GB")])
-def test_a_config_too_big_for_under_load_or_attention_is_refused_at_once(tmp_path, monkeypatch, flag, match):
+def test_a_config_too_big_for_under_load_or_attention_is_refused_at_once(tmp_path, monkeypatch, capsys, flag, match):
     """With --steps 0 the training memory check was skipped: --under-load (which trains the config) and
-    --attention (one layer's attention) allocated it, and ended in `out of memory` naming no key."""
+    --attention (one layer's attention) allocated it, and ended in `out of memory` naming no key. On a
+    busy machine, the refusal came after a note on the busy cores: two lines for one refusal."""
     import bench
+    from types import SimpleNamespace
     from tinygpt.errors import UserError
     for name in ("bench_under_load", "bench_attention"):
         monkeypatch.setattr(bench, name, lambda *a, **k: pytest.fail("the benchmark started"))
+    monkeypatch.setattr(bench, "ThreadPolicy", lambda fixed: SimpleNamespace(threads=1))  # a core busy
+    monkeypatch.setattr(bench.torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(bench.torch, "set_num_threads", lambda n: None)
     with pytest.raises(UserError, match=match):
         bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "train.device=cpu",
                     f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=1",
                     "model.n_embd=16", "model.block_size=256", "train.batch_size=10000000", "--steps", "0",
                     "--gen-tokens", "0", "--dtypes", "float32", flag])
+    assert "cores busy" not in capsys.readouterr().err  # (the refusal's line is all)
 
 
 def test_a_busy_process_that_ended_before_its_round_refuses_the_figures():
