@@ -732,24 +732,28 @@ def test_the_scripts_refuse_what_they_do_not_know(tmp_path, script, env, args, m
 def test_gpu_check_keeps_to_its_budget(tmp_path):
     """The stages share one budget (the check must end within 10 minutes): a stage that no longer
     fits is skipped and says so in the table, which still prints. (REHEARSE=1 with the whole budget,
-    every stage on the CPU with a tiny model, takes ~3 minutes: run by hand, not here.)"""
+    every stage on the CPU with a tiny model, takes ~3 minutes: run by hand, not here; a stand-in Python
+    runs the stages, the first for 1 s of the 15 s budget, the least that starts one.)"""
     import subprocess
+    from test_shell_scripts import fake_python
     text = tmp_path / "shakespeare.txt"
     text.write_text("To be, or not to be\n" * 50)
     (tmp_path / "gc").mkdir()  # an earlier check's output, in the same folder
     (tmp_path / "gc/tests.txt").write_text("== 12 passed in 3.0s ==\n")
     (tmp_path / "gc/compile.json").write_text(json.dumps({"train": {"bfloat16": {"tokens_per_s": 1e6, "mfu": 0.5}}}))
     r = subprocess.run(["bash", str(ROOT / "scripts/gpu_check.sh")], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "OUT": str(tmp_path / "gc"), "REHEARSE": "1", "BUDGET": "10",
-                            "SHAKESPEARE": str(text)})
+                       env={**os.environ, "OUT": str(tmp_path / "gc"), "REHEARSE": "1", "BUDGET": "15",
+                            "SHAKESPEARE": str(text),
+                            "PYTHON": str(fake_python(tmp_path, 1, "== 1 passed in 1.0s =="))})
     assert r.returncode == 0, r.stderr
     status = (tmp_path / "gc/status").read_text().splitlines()
-    assert [line.split("=")[0] for line in status] == \
-        ["tests", "baby", "fp32", "tf32_bf16", "compile", "decode", "ddp", "decode_compiled"]
-    assert all(line.endswith("=skipped: the 10 s budget was spent") for line in status)
+    assert status[:2] == ["tests=exit 0", "tests=1 passed in 1.0s"]  # (the stage's exit, then pytest's summary)
+    assert [line.split("=")[0] for line in status[2:]] == \
+        ["baby", "fp32", "tf32_bf16", "compile", "decode", "ddp", "decode_compiled"]
+    assert all(line.endswith("=skipped: the 15 s budget was spent") for line in status[2:])
     # (and an earlier check's figures are gone, not shown as this one's)
-    assert "| training, bfloat16 + torch.compile | skipped: the 10 s budget was spent |" in r.stdout
-    assert "| tests (TESTS) | skipped: the 10 s budget was spent |" in r.stdout
+    assert "| training, bfloat16 + torch.compile | skipped: the 15 s budget was spent |" in r.stdout
+    assert "| tests (TESTS) | 1 passed in 1.0s |" in r.stdout
     assert "| device | cpu: a rehearsal with a tiny model, not a measurement |" in r.stdout
 
 
