@@ -74,10 +74,14 @@ if ! why=$(mkdir -p "$OUT" 2>&1); then  # a file in the way, no permission: one 
 fi
 # one run at a time in OUT (flock(1), where there is one: Linux), held on the folder itself until the script
 # and its commands end: a second one's refused part removed the first one's log as it was written
-if command -v flock > /dev/null && { ! exec 9< "$OUT" || ! flock -n 9; } 2> /dev/null; then
-  echo "error: OUT=$OUT is in use by another scripts/experiments.sh (or gpu_check.sh): wait for it to end, or" \
-       "choose another OUT" >&2
-  exit 2
+if command -v flock > /dev/null; then
+  [[ -r $OUT ]] || { echo "error: cannot read the folder OUT=$OUT" >&2; exit 2; }
+  exec 9< "$OUT"
+  if ! flock -n 9; then
+    echo "error: OUT=$OUT is in use by another scripts/experiments.sh (or gpu_check.sh): wait for it to end, or" \
+         "choose another OUT" >&2
+    exit 2
+  fi
 fi
 # the parts whose scripts refuse to train over an earlier run (their message names their own --out-dir):
 # refused here, before any part's work, naming the folder to move

@@ -130,8 +130,10 @@ prepare_out() {
     why=$(mkdir -p "$OUT" 2>&1) || die "cannot make the folder OUT=$OUT: ${why##*: }"
     # one check at a time in OUT (flock(1), where there is one: Linux), held on the folder itself until
     # the check and its stages end: a second one's clearing deleted the first one's files as it wrote them
-    if command -v flock > /dev/null && { ! exec 9< "$OUT" || ! flock -n 9; } 2> /dev/null; then
-        die "OUT=$OUT is in use by another check (or scripts/experiments.sh): wait for it to end, or choose another OUT"
+    if command -v flock > /dev/null; then
+        [ -r "$OUT" ] || die "cannot read the folder OUT=$OUT"
+        exec 9< "$OUT"
+        flock -n 9 || die "OUT=$OUT is in use by another check (or scripts/experiments.sh): wait for it to end, or choose another OUT"
     fi
     for path in "$OUT"/* "$OUT"/.[!.]* "$OUT"/..?*; do
         [ -e "$path" ] || [ -L "$path" ] || continue  # a pattern that matched nothing
