@@ -3,8 +3,9 @@
 Three kinds, one interface (`Tokenizer`); char and word share `_TableTokenizer`:
 - `CharTokenizer`: one token per character; the vocabulary is the sorted set of characters of the
   training text (Karpathy's char-level Shakespeare).
-- `WordTokenizer`: one token per word (with the space before it, as GPT-2 does: " red"), per
-  punctuation mark and per other whitespace character; the vocabulary is the sorted set of the
+- `WordTokenizer`: one token per word, a run of letters (with the space before it, as GPT-2 does:
+  " red"), per number, per punctuation mark and per other whitespace character (a combining mark
+  is not a letter to `re`: a token of its own); the vocabulary is the sorted set of the
   training text's tokens. Offline like `char`, and for a closed-vocabulary text such as the stories
   corpus each name and attribute is one token, so a model copies it with one attention hop.
 - `TiktokenTokenizer`: a tiktoken BPE encoding (`gpt2`, `r50k_base`, `cl100k_base`, ...). By default
