@@ -59,6 +59,7 @@ from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, chec
                              device_name, emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory,
                              peak_flops, resolve_device, resolve_dtype, tf32_enabled, too_many_threads, torch_threads)
 from tinygpt.tensorboard_log import LOG_DIR, PROMPT_TOKENS, TensorBoardLog, require_tensorboard
+from tinygpt.tokenizer import same_tokens
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step, warmup_note
 
 
@@ -119,7 +120,8 @@ def same_weights(a: str, b: str) -> bool:
 def not_this_configs(ours: ModelConfig, theirs: ModelConfig) -> str:
     """', not this config's model.n_layer=3, ...': the model settings of this config that the weights'
     own (`theirs`, as saved with them) replace in a run from train.init_from, or ''."""
-    replaced = [f"model.{k}={getattr(ours, k)}" for k in FROM_WEIGHTS if getattr(ours, k) != getattr(theirs, k)]
+    replaced = [_setting(f"model.{k}", getattr(ours, k)) for k in FROM_WEIGHTS
+                if getattr(ours, k) != getattr(theirs, k)]  # (in --set's words: true, not True)
     if ours.vocab_size not in (0, theirs.vocab_size):  # (0: from the tokenizer)
         replaced.append(f"model.vocab_size={ours.vocab_size}")
     return f", not this config's {', '.join(replaced)}" if replaced else ""
@@ -320,7 +322,7 @@ def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data: Prepared)
     refusal names both tokenizers and how to get the run's: a full tiktoken vocabulary (GPT-2's)
     fits any text; a learned or compact one is the run's own text's, so only its data settings give it."""
     theirs = init_ckpt["tokenizer"]
-    if theirs == data.tokenizer.to_dict():
+    if same_tokens(theirs, data.tokenizer.to_dict()):
         return
     if theirs.get("kind") == "tiktoken" and "ids" not in theirs:
         fix = f"prepare the data with the run's: --set data.tokenizer={theirs.get('encoding')} data.compact_vocab=false"

@@ -552,6 +552,24 @@ def test_init_from_a_compact_run_names_the_data_settings_that_give_its_vocabular
     assert said.endswith("prepare this data as it did, --set data.compact_vocab=true")
 
 
+def test_init_from_a_gpt2_run_takes_r50k_base_data():
+    """r50k_base is gpt2 under its other name (the same ranks, regex and ids): a fine-tune of a gpt2 run
+    on data tokenized with r50k_base was refused as `another tokenizer`. Another encoding still is."""
+    import train
+    from tinygpt.errors import UserError
+    ours = Config()
+    ours.train = replace(ours.train, init_from="out/run")
+    init_ckpt = {"config": {}, "tokenizer": {"kind": "tiktoken", "vocab_size": 50257, "encoding": "gpt2"}}
+    for name, fits in (("r50k_base", True), ("gpt2", True), ("p50k_base", False)):
+        data = SimpleNamespace(tokenizer=SimpleNamespace(
+            to_dict=lambda: {"kind": "tiktoken", "vocab_size": 50257, "encoding": name}))
+        if fits:
+            train.check_init_tokenizer(ours, init_ckpt, data)
+        else:
+            with pytest.raises(UserError, match="another tokenizer or vocabulary"):
+                train.check_init_tokenizer(ours, init_ckpt, data)
+
+
 def test_a_block_from_init_from_too_long_for_the_data_names_the_weights_not_model_block_size(tmp_path):
     """The refusal named `model.block_size=16 (CONFIG with --set)`, a size the user never gave (they set 4),
     and told them to lower model.block_size, which the weights of train.init_from override."""
@@ -574,11 +592,12 @@ def test_init_from_says_which_model_settings_of_this_config_it_replaces(tmp_path
     run = tiny_run(tmp_path)
     run.save("best.pt", with_optimizer=False)
     cfg = Config()
-    cfg.model = replace(run.cfg.model, n_layer=2, n_embd=32, dropout=0.25, vocab_size=0)
+    bias = not run.cfg.model.bias  # (said as --set takes it: true, not True)
+    cfg.model = replace(run.cfg.model, n_layer=2, n_embd=32, dropout=0.25, vocab_size=0, bias=bias)
     cfg.train = replace(cfg.train, init_from=str(tmp_path / "run"))
     _, _, line = train.load_init(cfg)
     assert line == (f"train.init_from: starting from {tmp_path / 'run' / 'best.pt'} (step 0), with its model config, "
-                    f"not this config's model.n_layer=2, model.n_embd=32")
+                    f"not this config's model.n_layer=2, model.n_embd=32, model.bias={str(bias).lower()}")
     assert (cfg.model.n_layer, cfg.model.n_embd, cfg.model.dropout) == (1, 16, 0.25)  # theirs, with our dropout
 
 

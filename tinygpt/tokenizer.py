@@ -824,6 +824,16 @@ def build_tokenizer(name: str, text: str, compact: bool = True, bpe_vocab_size: 
     return TiktokenTokenizer.from_text(name, text, compact=compact)
 
 
+def same_tokens(a: dict, b: dict) -> bool:
+    """Do two tokenizers' `to_dict()` forms give the same tokens and ids? Equal, where a tiktoken encoding
+    may go by its other name: gpt2 is r50k_base (a fine-tune of a gpt2 run on r50k_base data was refused)."""
+    def named_once(d: dict) -> dict:
+        name = d.get("encoding")
+        tiktoken = d.get("kind") == "tiktoken" and isinstance(name, str)
+        return {**d, "encoding": _ALIASES.get(name, name)} if tiktoken else d
+    return named_once(a) == named_once(b)
+
+
 def tokenizer_from_dict(d: dict) -> Tokenizer:
     """Rebuild a tokenizer from `Tokenizer.to_dict()` output (e.g. from a checkpoint or JSON file)."""
     if not isinstance(d, dict):
