@@ -58,7 +58,7 @@ from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
                              device_name, emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory,
                              peak_flops, resolve_device, resolve_dtype, tf32_enabled, too_many_threads, torch_threads)
-from tinygpt.tensorboard_log import LOG_DIR, PROMPT_TOKENS, TensorBoardLog, require_tensorboard
+from tinygpt.tensorboard_log import LOG_DIR, PROMPT_TOKENS, TensorBoardLog, mark_a_session_without, require_tensorboard
 from tinygpt.tokenizer import same_tokens
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step, warmup_note
 
@@ -957,10 +957,12 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
             backfilled = run.board.backfill(run.metrics)  # (turned on at a resume: the steps before it)
             if backfilled:
                 print(backfilled, file=sys.stderr)
-        elif args.resume and any((out_dir / LOG_DIR).glob("events.out.tfevents.*")):  # (the flag forgotten)
-            print(f"note: this run logs to TensorBoard ({out_dir / LOG_DIR}), but train.tensorboard is off now: the "
-                  f"steps of this resume are missing there until a resume with train.tensorboard=true fills their "
-                  f"scalars in from metrics.csv", file=sys.stderr)
+        elif any((out_dir / LOG_DIR).glob("events.out.tfevents.*")):  # (the flag forgotten, or a dead start's log)
+            mark_a_session_without(out_dir, run.resumed_at if args.resume else None)
+            if args.resume:
+                print(f"note: this run logs to TensorBoard ({out_dir / LOG_DIR}), but train.tensorboard is off now: "
+                      f"the steps of this resume are missing there until a resume with train.tensorboard=true fills "
+                      f"their scalars in from metrics.csv", file=sys.stderr)
     now = time.perf_counter()  # the clocks start with the steps: the setup above (matplotlib's import, say) is no
     speed.update(t_last=now, t_start=now - run.elapsed)  # training time (it was in the first row's tokens/s)
     failing = False  # (as in train_loop)

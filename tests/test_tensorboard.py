@@ -468,6 +468,34 @@ def test_a_session_trained_without_the_flag_leaves_no_gap_once_it_is_back(tmp_pa
     assert [e.step for e in events.Images("attention/layer0")] == [0, 10, 30, 40]
 
 
+def test_a_killed_sessions_late_events_do_not_outlive_a_session_without_the_flag(tmp_path, one_thread, capsys):
+    """Killed after logging steps its checkpoint never reached, then resumed without train.tensorboard, then
+    with it: the killed session's events of those steps stayed (only a session with the flag marked them
+    dropped), and the last resume took them for logged, so TensorBoard showed values metrics.csv does not
+    have (another lr, here). The session without the flag now marks them dropped too; the resume with it
+    fills those steps in from metrics.csv. A dangling link named like an event file is one line."""
+    pytest.importorskip("tensorboard")
+    run = tmp_path / "run"
+    args = [str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS, "train.max_iters=40",
+            f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"]
+    train.main([*args, "--stop-at", "20"])
+    at_20 = {name: (run / name).read_bytes() for name in ("ckpt.pt", "metrics.csv")}
+    train.main([*args, "--resume", "--stop-at", "30"])  # logs 25 and 30 ...
+    for name, data in at_20.items():  # ... and is killed before its checkpoint: as if it never saved
+        (run / name).write_bytes(data)
+    train.main([*args, "train.tensorboard=false", "train.lr=5e-4", "--resume", "--stop-at", "30"])
+    capsys.readouterr()
+    train.main([*args, "train.lr=5e-4", "--resume"])
+    assert "its scalars of steps 25 to 30 come from metrics.csv now" in capsys.readouterr().err
+    events, rows = events_and_rows(run)
+    logged = {int(r["step"]): float(r["lr"]) for r in rows if r["tokens_per_s"]}
+    assert {e.step: pytest.approx(e.value, rel=1e-3) for e in events.Scalars("train/lr")} == logged
+    (run / "tensorboard" / "events.out.tfevents.0.link").symlink_to(tmp_path / "nothing")
+    with pytest.raises(UserError, match=r"events.out.tfevents.0.link is named as a TensorBoard event file, but is a "
+                                        r"link to nothing; remove it$"):
+        train.main([*args, "train.max_iters=45", "--resume"])
+
+
 def test_a_run_folder_whose_name_is_not_utf8_is_refused_before_any_work(tmp_path):
     """TensorBoard writes its paths as UTF-8: a folder name holding the byte 0xff ended in a
     UnicodeEncodeError traceback, after config.yaml and an empty tensorboard/ were written."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import importlib
 import math
+import os
 import sys
 import threading
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ import torch
 
 from model import GPT
 from tinygpt import attention_view
-from tinygpt.checkpoint import check_writable, is_utf8
+from tinygpt.checkpoint import check_writable, is_utf8, not_regular
 from tinygpt.errors import FULL_DISK, UserError, environment_error, first_few, short
 from tinygpt.plots import missing_glyphs_quiet
 from tinygpt.runs import run_name
@@ -42,18 +43,41 @@ def logged_steps(log_dir: Path, through: int) -> tuple[dict[str, set[int]], list
     of the run logged (a session trained without train.tensorboard logged nothing); and the event files
     TensorBoard cannot read whole (damaged: its loader stops at the first bad record without a word)."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.compat.proto.event_pb2 import SessionLog
     steps: dict[str, set[int]] = {}
     unreadable = []
-    for path in sorted(log_dir.glob("events.out.tfevents.*")):
+    for path in sorted(log_dir.glob("events.out.tfevents.*")):  # (in TensorBoard's order)
+        if not path.is_file():  # (a link to nothing: tensorboard's NotFoundError, a traceback)
+            what = "a link to nothing" if not path.exists() else not_regular(path)
+            raise UserError(f"{path} is named as a TensorBoard event file, but is {what}; remove it")
         read = 0
         for event in EventFileLoader(str(path)).Load():
             read += 1
+            if event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                for seen in steps.values():  # a later session (purge_step) replaced these: TensorBoard drops them
+                    seen.difference_update([s for s in seen if s >= event.step])
             if event.step <= through and event.HasField("summary"):
                 for value in event.summary.value:
                     steps.setdefault(value.tag, set()).add(event.step)
         if path.is_file() and read < whole_records(path):
             unreadable.append(path)
     return steps, unreadable
+
+
+def mark_a_session_without(run_dir: Path, resumed_at: int | None) -> None:
+    """A session that trains without train.tensorboard in a run whose log has events: the log is marked
+    as a session with it marks it (its writer's purge_step), where the tensorboard package is there and the
+    folder takes a file: the events an interrupted session wrote after this one's start (killed between an
+    eval and its checkpoint; a new run's dead first start) are then dropped by TensorBoard, and filled in
+    from metrics.csv by a later resume with it, not shown beside metrics.csv's other values for those steps."""
+    log_dir = Path(run_dir) / LOG_DIR
+    if log_dir.is_symlink() or not log_dir.is_dir() or not os.access(log_dir, os.W_OK | os.X_OK):
+        return  # (the log is optional here: no error for a session that does not write it)
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+        SummaryWriter(str(log_dir), purge_step=0 if resumed_at is None else resumed_at + 1).close()
+    except (ImportError, OSError):
+        pass
 
 
 def whole_records(path: Path) -> int | float:
