@@ -105,6 +105,7 @@ from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, DamagedProbe, check_run_dir,
                           users_config, write_probe)
 from tinygpt.runtime import (ThreadPolicy, check_training_fits, parent_death_signal, resolve_device, resolve_dtype,
                              usable_cores)
+from tinygpt.tensorboard_log import require_tensorboard
 
 TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
@@ -117,7 +118,7 @@ MAX_RUNS = 1_000
 # a rerun may change these and still reuse a run: they do not change what is computed (train.max_iters
 # does: the learning rate's cosine decays over it, so a run resumed to more steps is not the run asked for)
 REUSABLE_ACROSS = {"train.out_dir", "train.device", "train.compile", "train.threads", "train.plot", "train.tf32",
-                   "data.prepared_dir", "model.vocab_size"}
+                   "train.tensorboard", "data.prepared_dir", "model.vocab_size"}
 
 # ---- the grid ----
 
@@ -677,7 +678,7 @@ def why_the_same(keys: Sequence[str], flat: dict) -> str:
     unused = [k for k in keys if k not in NEVER_COMPARED and not applies(flat, k)]
     reasons = []
     if moot:
-        reasons.append(f"{', '.join(moot)} changes where a run's files go or when it draws, not the run")
+        reasons.append(f"{', '.join(moot)} changes where a run's files go or what it draws or logs, not the run")
     if unused:
         reasons.append(f"{', '.join(unused)} does not change the tokens of a data.tokenizer={flat['data.tokenizer']!r} run")
     return "; ".join(reasons)
@@ -757,6 +758,8 @@ def cannot_start(run: Planned, config: str, checked: dict[tuple[str, str], str |
     try:  # as train.py checks first, before the data's vocabulary is known (arithmetic: no cache needed)
         device = resolve_device(cfg.train.device)
         check_training_fits(cfg, resolve_dtype(cfg.train.dtype, device), device)
+        if cfg.train.tensorboard:  # (the package, the log folder: each run failed in turn, a report of failures)
+            require_tensorboard(out_dir)
     except UserError as e:
         return str(e)
     if not resume:  # (a resumed run's block fitted its data, which existing_run has found unchanged)

@@ -262,11 +262,12 @@ def test_losses_of_other_tokenizers_are_said_not_to_compare(tmp_path):
 
 def test_runs_that_differ_only_in_where_their_files_go_are_one_setting(tmp_path):
     """Two seeds whose data was prepared in different folders (or one drew loss.png and the other
-    not) computed the same: one setting, averaged, not two settings labelled by folder paths."""
+    not, or logged to TensorBoard) computed the same: one setting, averaged, not two settings labelled
+    by folder paths (train.tensorboard was a column, and settings.png plotted the loss against it)."""
     a = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
     b = tmp_path / "b"
     cfg = Config()
-    cfg.train.seed, cfg.train.max_iters, cfg.train.plot = 2, 10, "never"
+    cfg.train.seed, cfg.train.max_iters, cfg.train.plot, cfg.train.tensorboard = 2, 10, "never", True
     cfg.data.prepared_dir = str(tmp_path / "elsewhere")
     b.mkdir()
     runs.write_config(b, cfg)

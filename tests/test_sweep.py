@@ -330,6 +330,9 @@ def test_a_grid_over_a_setting_a_rerun_may_change_asks_for_a_run_of_each_value()
     plain = load_config(CONFIG, ["train.compile=false"])
     assert sweep.same_run(compiled, plain, ["model.n_head"])  # not in the grid: the same run
     assert not sweep.same_run(compiled, plain, ["train.compile"])
+    # nor does a TensorBoard log change what a run computes (a rerun that turned it off was refused)
+    logged = flat_config(load_config(CONFIG, ["train.tensorboard=true"]))
+    assert sweep.same_run(logged, load_config(CONFIG, ["train.tensorboard=false"]), ["model.n_head"])
 
 
 def test_a_run_stopped_under_another_name_is_resumed_in_its_folder(first_sweep, tmp_path, monkeypatch):
@@ -366,6 +369,19 @@ def test_a_value_that_train_py_would_refuse_at_its_start_is_refused_before_any_t
                     "--out", str(tmp_path / "sw")])
     assert "\n" not in str(refused.value) and "cannot train " in printed.getvalue()
     assert not started.exists() and not (tmp_path / "sw").exists()  # nothing trained, nothing written
+
+
+def test_a_sweep_that_logs_to_tensorboard_without_the_package_is_refused_before_any_training(first_sweep, tmp_path,
+                                                                                           monkeypatch):
+    """train.tensorboard=true without the tensorboard package: each run failed in turn (exit 2), and the
+    sweep wrote a report of failures, exit 1. train.py's check now runs first, as its other checks do."""
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # (its import fails: not installed)
+    started = recording_train(tmp_path, monkeypatch)
+    with pytest.raises(UserError, match=r"^n_head=1: train.tensorboard=true needs the tensorboard package"), \
+            contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(first_sweep["tmp"] / "prepared"),
+                    "train.tensorboard=true", "--out", str(tmp_path / "sw")])
+    assert not started.exists() and not (tmp_path / "sw").exists()
 
 
 @pytest.mark.parametrize("case, match", [
@@ -1118,8 +1134,8 @@ def test_a_grid_point_that_a_data_key_does_not_change_is_one_run(tmp_path, monke
     _, printed = run_sweep([CONFIG, "--grid", "train.plot=end,never",
                             *[a for a in shrink(tmp_path / "prepared") if a != "train.plot=never"],
                             "--out", str(tmp_path / "sw2")])
-    assert ("skip plot=never: the same run as plot=end (train.plot changes where a run's files go or when it "
-            "draws, not the run)") in printed
+    assert ("skip plot=never: the same run as plot=end (train.plot changes where a run's files go or what it "
+            "draws or logs, not the run)") in printed
 
 
 def test_a_report_shows_a_grid_key_that_changes_no_result(tmp_path):

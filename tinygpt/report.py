@@ -47,8 +47,9 @@ DIGEST = "data_digest"  # a row's: the data its checkpoint was trained on (runs.
 DATA = "data.digest"  # in a setting: its runs' data_digest, where runs of its config were trained on other data
 PER_TOKEN = ("data.dataset", "data.tokenizer", "data.bpe_vocab_size", DATA)  # a loss is per token of these
 SHOWN_DIGEST = 10  # hex digits of a digest shown in a label or a Markdown table
-# where a run's files go and whether it draws loss.png: runs that differ only there computed the same
-NEVER_COMPARED = {"train.out_dir", "data.prepared_dir", "train.plot"}
+# where a run's files go, whether it draws loss.png and logs to TensorBoard: runs that differ only there
+# computed the same
+NEVER_COMPARED = {"train.out_dir", "data.prepared_dir", "train.plot", "train.tensorboard"}
 # what every per-run table shows after the run name and the varied config values
 RESULT_COLUMNS = ["params", "status", "best_val_loss", "final_train_loss", "tokens_per_s", "wall_s"]
 # the probe's figures (sweep.py --probe): shares of the references, the best heads and their ratios
