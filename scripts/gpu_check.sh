@@ -219,6 +219,9 @@ else
         || die "no CUDA device here: this check needs a GPU (REHEARSE=1 runs it on the CPU)"
 fi
 [ -f "$SHAKESPEARE" ] || die "no tiny shakespeare at $SHAKESPEARE: set SHAKESPEARE=path"
+# the budget counts from the start: the checks above (torch's import, the GPU's) spent some of it
+[ $((BUDGET - SECONDS)) -ge 15 ] || die "BUDGET=$BUDGET leaves $((BUDGET - SECONDS)) s after the checks (${SECONDS} s)," \
+    "and a stage needs 15 s to start: give more"
 prepare_out
 status() { echo "$1=$2" >> "$OUT/status"; }
 

@@ -664,6 +664,11 @@ def test_an_untied_lm_head_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"weight 'lm_head.weight' differs from 'tok_emb.weight', one tensor in the "
                                         r"model \(tied\); the checkpoint is damaged"):
         load_model(path, with_tokenizer=False)
+    for name in ("tok_emb.weight", "lm_head.weight"):  # a diverged run's, equal copies: NaN, not "differs"
+        state["model"][name] = state["model"]["tok_emb.weight"].clone().fill_(float("nan"))
+    save_checkpoint(path, state)
+    with pytest.raises(UserError, match="weight 'tok_emb.weight' holds NaN or infinite values"):
+        load_model(path, with_tokenizer=False)
 
 
 def test_a_checkpoint_cut_short_is_called_truncated(saved, tmp_path):

@@ -406,7 +406,19 @@ def test_at_80_columns_the_bar_shows_tokens_per_second(corpus, tmp_path):
     assert proc.wait(timeout=120) == 0, seen[-2000:]
     draws = [d.rstrip() for d in re.split(r"[\r\n]", seen.decode(errors="replace")) if "300/300" in d]
     assert draws, seen[-2000:]
-    assert len(draws[-1]) <= 80 and re.search(r"loss \d\.\d{4}, lr .+, [\d,]+ tok/s, mfu \d+%]$", draws[-1]), draws
+    assert len(draws[-1]) <= 80 and re.search(r"loss \d\.\d{4}, [\d,]+ tok/s, mfu \d+%]$", draws[-1]), draws
+
+
+@pytest.mark.parametrize("done, elapsed, tok_s", [(4900, 4000, 1_500_000), (1500, 60, 30_123)],
+                         ids=["gpu-past-an-hour", "cpu"])
+def test_the_bars_tail_fits_80_columns_on_a_gpu_run_past_an_hour(done, elapsed, tok_s):
+    """configs/shakespeare_char_gpu.yaml's 5,000 steps past an hour at 1.5M tokens/s: the tail ended
+    `1,500,000 tok/s, mfu` (the lr took the room), its figure cut."""
+    from tqdm import tqdm
+    import train
+    row = {"train_loss": "1.2345", "lr": "6.000e-04", "tokens_per_s": str(tok_s), "mfu": "0.3500"}
+    line = tqdm.format_meter(done, 5000, elapsed, ncols=80, bar_format=train.BAR_FORMAT, postfix=train.bar_postfix(row))
+    assert len(line) <= 80 and line.endswith(f", loss 1.2345, {tok_s:,} tok/s, mfu 35%]"), line
 
 
 def stopped_and_resumed(corpus: Path, tmp_path: Path, monkeypatch, module, at: int, extra: tuple,

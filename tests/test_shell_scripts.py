@@ -70,6 +70,18 @@ def gpu_check(tmp_path):
     return (lambda cwd=None, **env: run_script("gpu_check.sh", env={**base, **env}, cwd=cwd)), out
 
 
+def test_gpu_check_refuses_a_budget_its_checks_leave_too_little_of(gpu_check, tmp_path):
+    """BUDGET=15 passed the range check, then torch's import took 4 s of it: every stage skipped, `the 15 s
+    budget was spent` after 4 s, exit 0. What the checks leave is checked before OUT is touched."""
+    run, out = gpu_check
+    slow = tmp_path / "slow_python"  # (its checks take 2 s, as torch's import does)
+    slow.write_text("#!/bin/sh\n[ \"$1\" = -c ] && sleep 2\nexit 0\n")
+    slow.chmod(0o755)
+    r = run(BUDGET="16", PYTHON=str(slow))
+    assert refused(r, "BUDGET=16 leaves", "a stage needs 15 s to start"), (r.returncode, r.stderr, r.stdout[-300:])
+    assert [p.name for p in out.iterdir()] == ["status"] and (out / "status").read_text() == "an earlier check's"
+
+
 @pytest.mark.parametrize("env, names", [
     ({"BUDGET": "0"}, ["BUDGET=0"]),
     ({"BUDGET": "-5"}, ["BUDGET=-5"]),

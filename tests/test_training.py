@@ -363,6 +363,16 @@ def test_a_resume_with_more_steps_says_the_learning_rate_jumps(tmp_path, capsys)
     with open(tmp_path / "run" / "metrics.csv") as f:  # the lr of the step from 6 to 7, the resume's first
         lr_7 = next(float(row["lr"]) for row in csv.DictReader(f) if row["step"] == "7")
     assert note[1] == "0.0002" and note[2] == f"{lr_7:.3g}" and lr_7 > 5 * 2e-4  # (from the end's train.min_lr)
+    # with train.lr changed too, "from" is the run's own schedule's lr: a lower lr over more steps falls
+    train.main(run_args(tmp_path, "run2", "train.max_iters=12", "train.warmup_iters=2", "train.min_lr=2e-4") +
+               ["--stop-at", "9"])
+    capsys.readouterr()
+    train.main(run_args(tmp_path, "run2", "train.max_iters=24", "train.warmup_iters=2", "train.min_lr=1e-5",
+                        "train.lr=1e-4") + ["--resume", "--stop-at", "10"])
+    saved = train.TrainConfig(lr=2e-3, min_lr=2e-4, warmup_iters=2, max_iters=12)  # (stories.yaml's lr)
+    assert (f"so at step 9 the lr falls from {train.lr_at(9, saved):.3g} to "
+            f"{train.lr_at(9, train.TrainConfig(lr=1e-4, min_lr=1e-5, warmup_iters=2, max_iters=24)):.3g} "
+            f"(metrics.csv") in capsys.readouterr().err
 
 
 def test_a_resume_says_when_best_pt_is_gone_or_loss_png_stays_behind(tmp_path, capsys):

@@ -1037,6 +1037,10 @@ def check_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], path
     if extra:
         raise UserError(f"{path}: the weights hold {short(extra[0])}, which its model has not; the checkpoint "
                         f"is damaged")
+    for name, t in weights.items():  # a diverged run, or a damaged file: sampling would fail on NaN probabilities
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise UserError(f"{path}: weight {name!r} holds NaN or infinite values (a diverged run or a damaged "
+                            f"file); nothing can be computed with it")
     tied: dict[int, list[str]] = {}  # names of one parameter: lm_head.weight is tok_emb.weight
     for name, p in model.named_parameters(remove_duplicate=False):
         tied.setdefault(id(p), []).append(name)
@@ -1044,13 +1048,9 @@ def check_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], path
         for name in others:
             a, b = weights[first], weights[name]
             shared = a.data_ptr() == b.data_ptr() and a.dtype == b.dtype and a.stride() == b.stride()  # (as saved)
-            if not shared and not torch.equal(a, b):
+            if not shared and not torch.equal(a, b):  # (finite, checked above: NaN equals no NaN)
                 raise UserError(f"{path}: weight {name!r} differs from {first!r}, one tensor in the model (tied); "
                                 f"the checkpoint is damaged")
-    for name, t in weights.items():  # a diverged run, or a damaged file: sampling would fail on NaN probabilities
-        if t.is_floating_point() and not torch.isfinite(t).all():
-            raise UserError(f"{path}: weight {name!r} holds NaN or infinite values (a diverged run or a damaged "
-                            f"file); nothing can be computed with it")
 
 
 MOMENTS = ("exp_avg", "exp_avg_sq")  # what AdamW keeps per weight (training.make_optimizer), beside its step
