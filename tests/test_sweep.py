@@ -371,8 +371,7 @@ def test_a_value_that_train_py_would_refuse_at_its_start_is_refused_before_any_t
     assert not started.exists() and not (tmp_path / "sw").exists()  # nothing trained, nothing written
 
 
-def test_a_sweep_that_logs_to_tensorboard_without_the_package_is_refused_before_any_training(first_sweep, tmp_path,
-                                                                                           monkeypatch):
+def test_a_sweep_that_logs_to_tensorboard_without_the_package_is_refused_up_front(first_sweep, tmp_path, monkeypatch):
     """train.tensorboard=true without the tensorboard package: each run failed in turn (exit 2), and the
     sweep wrote a report of failures, exit 1. train.py's check now runs first, as its other checks do."""
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # (its import fails: not installed)
