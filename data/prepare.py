@@ -79,14 +79,14 @@ def same_dataset(a: str, b: str) -> bool:
     return same_path(a, b)
 
 
-def source_files(dataset: str, left_out: list[Path] | None = None) -> list[Path]:
+def source_files(dataset: str, left_out: list[Path] | None = None, prepared: str | Path | None = None) -> list[Path]:
     """The text files a path dataset stands for (the file; a folder's .txt files, its other files put in
-    `left_out`); a UserError if there are none."""
+    `left_out`, data.prepared_dir (`prepared`) skipped where it lies inside); a UserError if there are none."""
     path = Path(dataset).expanduser()  # ('~name' of no user is refused by config.py before this)
     if path.is_file():
         return [path]
     if path.is_dir():
-        files = folder_files(path, dataset, left_out)
+        files = folder_files(path, dataset, left_out, prepared)
         if not files:
             raise UserError(f"data.dataset={dataset!r}: the folder holds no .txt files (hidden ones, named with a "
                             f"leading '.', are left out)")
@@ -100,15 +100,22 @@ def source_files(dataset: str, left_out: list[Path] | None = None) -> list[Path]
                     f"text file or folder{hint}")
 
 
-def folder_files(folder: Path, dataset: str, left_out: list[Path] | None = None) -> list[Path]:
+def folder_files(folder: Path, dataset: str, left_out: list[Path] | None = None,
+                 prepared: str | Path | None = None) -> list[Path]:
     """The .txt files (.TXT too) under `folder`, at any depth, sorted, hidden ones (and hidden folders) left out;
     its other files go into `left_out` (load_text names them: two thirds of a corpus in .md left out unsaid).
+    The folder `prepared` (data.prepared_dir) is not the text: inside the dataset's folder (data.dataset=data,
+    data.prepared_dir=data/prepared), its download of tiny shakespeare was read as part of the dataset.
     Walked with a list, not recursion (a folder
     nested a thousand deep overflowed Python's stack); a link to a folder is not followed (a loop would
     never end). A link to a folder, a folder that cannot be read, or a .txt that is no regular file (a
     device or a pipe would block or never end, a link to nothing has no text) is refused: left out, the
     run would train on part of the data without a word."""
     files, folders = [], [folder]
+    try:
+        own = os.stat(prepared) if prepared is not None else None
+    except OSError:  # (not made yet: nothing of ours to skip)
+        own = None
     while folders:
         current = folders.pop()
         try:
@@ -117,7 +124,8 @@ def folder_files(folder: Path, dataset: str, left_out: list[Path] | None = None)
                     if entry.name.startswith("."):  # .git, .ipynb_checkpoints, an editor's backup: not the text
                         continue
                     if entry.is_dir(follow_symlinks=False):
-                        folders.append(Path(entry.path))
+                        if own is None or not os.path.samestat(entry.stat(follow_symlinks=False), own):
+                            folders.append(Path(entry.path))
                     elif entry.is_symlink() and os.path.isdir(entry.path):  # (skipped, its text left out unsaid)
                         raise UserError(f"data.dataset={dataset!r}: {entry.path} is a link to a folder, which is not "
                                         f"followed (a loop would never end): move or copy the folder in, or link "
@@ -342,7 +350,7 @@ def load_text(d: DataConfig) -> str:
         files = [download_shakespeare(Path(d.prepared_dir) / "downloads")]
     else:
         left_out: list[Path] = []
-        files = source_files(d.dataset, left_out)
+        files = source_files(d.dataset, left_out, d.prepared_dir)
         if left_out:
             names = sorted(shown_path(f.relative_to(Path(d.dataset).expanduser())) for f in left_out)
             print(f"note: data.dataset={d.dataset!r}: read its {count(len(files), '.txt file')}; "
@@ -387,7 +395,7 @@ def _fingerprint(d: DataConfig) -> dict:
         # file itself (device, inode): a folder swapped for another (`mv data old && mv new data`) keeps its
         # files' ctimes, and two copies made in one tick had the same size and times
         settings["files"] = [(str(f.resolve()), (s := f.stat()).st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_dev,
-                              s.st_ino) for f in source_files(d.dataset)]
+                              s.st_ino) for f in source_files(d.dataset, prepared=d.prepared_dir)]
     return settings
 
 
@@ -546,7 +554,7 @@ def corpus_memory(d: DataConfig) -> int:
     elif d.dataset == "shakespeare":
         chars = SHAKESPEARE_CHARS
     else:
-        files = source_files(d.dataset)
+        files = source_files(d.dataset, prepared=d.prepared_dir)
         chars = sum(f.stat().st_size for f in files)
         if d.tokenizer == "bpe" and unspaced(files):
             return UNSPACED_BPE * chars

@@ -73,6 +73,21 @@ def test_a_fifo_or_a_device_as_dataset_is_not_a_regular_file(tmp_path):
         prep.source_files(str(tmp_path / "missing.txt"))
 
 
+def test_a_prepared_dir_inside_the_dataset_folder_is_not_read_as_its_text(tmp_path, capsys):
+    """data.dataset=data with data.prepared_dir=data/prepared (the defaults' folder): tiny shakespeare's
+    download there was read as part of the dataset (1,000 characters given, 1.1 M tokens trained on), and
+    the prepared files were named as text left out."""
+    data = tmp_path / "data"
+    (data / "prepared" / "downloads").mkdir(parents=True)
+    (data / "prepared" / "downloads" / "tinyshakespeare.txt").write_text("ROMEO: not mine\n" * 100)
+    (data / "mybook.txt").write_text("my own words, and only these\n" * 20)
+    folder = prep.prepare(config(data, data / "prepared"), show_progress=False)
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["train_tokens"] + meta["val_tokens"] == len("my own words, and only these\n" * 20)
+    assert "prepared" not in capsys.readouterr().out  # (nor named as text left out)
+    assert prep.source_files(str(data), prepared=data / "prepared") == [data / "mybook.txt"]
+
+
 def test_a_folder_nested_a_thousand_deep_is_read(tmp_path):
     """Path.rglob recursed once per level: ~990 levels deep was a RecursionError traceback."""
     deep = bottom = tmp_path / "books"
@@ -441,14 +456,14 @@ def test_a_folders_files_that_are_not_txt_are_named_in_a_note(tmp_path, capsys):
     books.mkdir()
     for name in ("ch1.txt", "ch2.md", "ch3.text"):
         (books / name).write_text(f"{name} says hello there.\n" * 50)
-    text = prep.load_text(SimpleNamespace(dataset=str(books)))
+    text = prep.load_text(SimpleNamespace(dataset=str(books), prepared_dir=str(tmp_path / "prepared")))
     assert "ch1.txt" in text and "ch2.md" not in text
     err = capsys.readouterr().err
     assert err == (f"note: data.dataset={str(books)!r}: read its 1 .txt file; 2 other files left out (ch2.md, "
                    f"ch3.text): a folder's .txt files are its text\n")
     (books / "ch2.md").unlink()
     (books / "ch3.text").unlink()
-    prep.load_text(SimpleNamespace(dataset=str(books)))
+    prep.load_text(SimpleNamespace(dataset=str(books), prepared_dir=str(tmp_path / "prepared")))
     assert capsys.readouterr().err == ""  # nothing left out, nothing said
 
 
