@@ -662,8 +662,7 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
     if device.type == "cuda":
         configure_cuda(cfg.train.tf32)
     keep_freed_memory()  # as train.py does
-    prepare(cfg)
-    data = load_for_training(cfg, config_source(args.config, args.set))  # sets cfg.model.vocab_size
+    data = load_for_training(cfg, config_source(args.config, args.set), folder=prepare(cfg))  # sets its vocab_size
     if args.steps or args.loss_steps or args.under_load:  # (--under-load trains the config too)
         for d in dtypes:
             check_training_fits(cfg, d, device)

@@ -306,18 +306,20 @@ def load_data(cfg: Config, dist: Distributed, source: str, quiet: bool = False,
               from_weights: str | None = None) -> Prepared:
     """Prepare the dataset (rank 0; the others wait; `quiet`: without its progress bar), then
     memory-map it; this sets cfg.model.vocab_size from the tokenizer (`from_weights`: load_for_training's)."""
-    if dist.master:
-        prepare(cfg, show_progress=not quiet)
+    # the folder rank 0 prepared is the one loaded (a folder dataset that gained a file since would be named
+    # otherwise by a new walk: a folder never made, called damaged)
+    folder = prepare(cfg, show_progress=not quiet) if dist.master else None
     dist.barrier()
-    if dist.world_size > 1:  # on several machines each finds it on its own disk: all say which process lacks it
+    if folder is None:  # the other processes name it once it is there
         folder = prepared_dir(cfg.data)
+    if dist.world_size > 1:  # on several machines each finds it on its own disk: all say which process lacks it
         if lacking := first_lacking(dist, folder, folder.is_dir()):
             rank, path = lacking
             raise UserError(f"process {rank}: the prepared data {path} is not on its machine: process 0 prepares it "
                             f"on its own; prepare the data on each machine first (python -m data.prepare CONFIG "
                             f"[--set ...]), or share data.prepared_dir, the dataset at the same path on each machine "
                             f"(the folder's name depends on it)")
-    return load_for_training(cfg, source, from_weights)
+    return load_for_training(cfg, source, from_weights, folder)
 
 
 def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data: Prepared) -> None:

@@ -691,11 +691,14 @@ def check_block_fits(block_size: int, n_train: int, n_val: int, source: str, fro
                             f"{' or ' * (len(fixes) > 1)}{fixes[-1]}")
 
 
-def load_for_training(cfg: Config, source: str, from_weights: str | None = None) -> Prepared:
+def load_for_training(cfg: Config, source: str, from_weights: str | None = None,
+                      folder: Path | None = None) -> Prepared:
     """The prepared data of cfg (prepare it first), checked to be longer than a block; sets
     cfg.model.vocab_size from its tokenizer: the one place the vocabulary size is decided.
-    `from_weights`: the train.init_from whose weights set the model (and its block)."""
-    data = load_prepared(prepared_dir(cfg.data))
+    `from_weights`: the train.init_from whose weights set the model (and its block). `folder`: the one
+    prepare() returned (a folder dataset that gained a file since is named otherwise by a new walk: that
+    folder was not made, and its loading said "damaged ... delete the folder" of none)."""
+    data = load_prepared(folder if folder is not None else prepared_dir(cfg.data))
     check_block_fits(cfg.model.block_size, len(data.train), len(data.val), source, from_weights)
     if cfg.model.vocab_size not in (0, data.tokenizer.vocab_size):  # e.g. a run's config.yaml, other data
         raise UserError(f"model.vocab_size={cfg.model.vocab_size} ({source}) is not the tokenizer's "

@@ -296,6 +296,26 @@ def run_args(tmp_path: Path, run: str, *extra: str) -> list[str]:
             "train.plot=never", "train.threads=1", "train.device=cpu", *extra]
 
 
+def test_a_folder_dataset_that_gains_a_file_as_training_starts_trains_on_what_was_prepared(tmp_path, monkeypatch):
+    """A file added to a folder dataset just after its preparation: training named the prepared folder by a
+    new walk of the dataset, a folder never made, and said `the prepared data ... is damaged (FileNotFoundError);
+    delete the folder` of none. It loads the folder prepare() made (the next run prepares the new file too)."""
+    import train
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "a.txt").write_text(TEXT)
+    preparing = train.prepare
+
+    def a_file_lands_meanwhile(*args, **kwargs):
+        folder = preparing(*args, **kwargs)
+        (books / "late.txt").write_text(TEXT[:500])
+        return folder
+    monkeypatch.setattr(train, "prepare", a_file_lands_meanwhile)
+    with contextlib.redirect_stdout(io.StringIO()):
+        done = train.main(run_args(tmp_path, "run", f"data.dataset={books}", "train.max_iters=1"))
+    assert done["step"] == 1
+
+
 def test_tokens_per_step_count_every_micro_batch(tmp_path):
     """tokens/step (and with it tokens/s and MFU) is batch_size * grad_accum * block_size: 4 * 2 * 16."""
     import train
