@@ -614,7 +614,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
                 out.write(row)
                 out.flush()
             text = tokenizer.decode(new_ids) if new_ids else ""
-            out.write(f"\n{prompt}{text}\n")
+            out.write(f"{chr(10) * bool(args.max_new_tokens)}{prompt}{text}\n")  # (below a table: a blank line)
         else:
             out.write(prompt)
             decoder = tokenizer.stream_decoder()
