@@ -614,7 +614,9 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
                 out.write(row)
                 out.flush()
             text = tokenizer.decode(new_ids) if new_ids else ""
-            out.write(f"{chr(10) * bool(args.max_new_tokens)}{prompt}{text}\n")  # (below a table: a blank line)
+            if args.max_new_tokens:  # a blank line between the table and the text (none without a table)
+                out.write("\n")
+            out.write(f"{prompt}{text}\n")
         else:
             out.write(prompt)
             decoder = tokenizer.stream_decoder()

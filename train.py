@@ -206,30 +206,27 @@ def changed_training(cfg: Config, ckpt: dict[str, Any], processes: int = 1) -> s
     changed = [f"train.{k}={short(now[k])} (was {short(saved[k])})" for k in TRAINING_KEYS
                if k in saved and saved[k] != now[k] and not (other_processes and k in ("batch_size", "grad_accum"))]
     more = f" and {count(len(changed) - 2, 'more setting')}" if len(changed) > 2 else ""
-    notes = [f"note: --resume with {', '.join(changed[:2])}{more}: the steps from {ckpt['step']} on train with the "
-             f"new values, and config.yaml will give them for the whole run (to go on exactly, give the run's own)"
-             ] if changed else []
-    moved = schedule_moved(cfg.train, saved, ckpt["step"])
-    return "\n".join(notes + [moved] * bool(moved)) or None
+    notes = []
+    if changed:
+        notes.append(f"note: --resume with {', '.join(changed[:2])}{more}: the steps from {ckpt['step']} on train "
+                     f"with the new values, and config.yaml will give them for the whole run (to go on exactly, give "
+                     f"the run's own)")
+    if moved := schedule_moved(cfg.train, config_from_dict(ckpt["config"], "ckpt.pt").train, ckpt["step"]):
+        notes.append(moved)
+    return "\n".join(notes) or None
 
 
-def schedule_moved(t: TrainConfig, saved: dict[str, Any], step: int) -> str:
-    """A note for a resume with another train.max_iters once the cosine decay has begun (a larger one
-    is how a run trains on): the decay stretches or shrinks to the new last step, so the learning rate
-    jumps at the resume; or "" where it does not move."""
-    before = saved.get("max_iters")
-    if not isinstance(before, int) or isinstance(before, bool) or before == t.max_iters:
+def schedule_moved(t: TrainConfig, then: TrainConfig, step: int) -> str:
+    """A note for a resume with another train.max_iters than the run's (`then`) once the cosine decay has
+    begun (a larger one is how a run trains on): the decay stretches or shrinks to the new last step, so the
+    learning rate jumps at the resume, from the run's own schedule's lr; or "" where it does not move."""
+    lr_now, lr_before = lr_at(step, t), lr_at(step, then)
+    if t.max_iters == then.max_iters or f"{lr_now:.3g}" == f"{lr_before:.3g}":  # (the warmup: the same lr)
         return ""
-    lr_now = lr_at(step, t)
-    # the lr the run's own schedule gave this step (its lr, min_lr and warmup too: a resume may change them)
-    had = {k: saved[k] for k in ("lr", "min_lr", "warmup_iters") if isinstance(saved.get(k), (int, float))
-           and not isinstance(saved[k], bool) and math.isfinite(saved[k]) and saved[k] >= 0}
-    lr_before = lr_at(step, replace(t, max_iters=before, **had))
-    if f"{lr_now:.3g}" == f"{lr_before:.3g}":  # (in the warmup, or past both ends: the same lr)
-        return ""
-    return (f"note: --resume with train.max_iters={t.max_iters} (was {before}): the learning rate's cosine decay "
-            f"now ends at step {t.max_iters}, so at step {step} the lr {'rises' if lr_now > lr_before else 'falls'} "
-            f"from {lr_before:.3g} to {lr_now:.3g} (metrics.csv's lr column shows the jump)")
+    return (f"note: --resume with train.max_iters={t.max_iters} (was {then.max_iters}): the learning rate's cosine "
+            f"decay now ends at step {t.max_iters}, so at step {step} the lr "
+            f"{'rises' if lr_now > lr_before else 'falls'} from {lr_before:.3g} to {lr_now:.3g} (metrics.csv's lr "
+            f"column shows the jump)")
 
 
 def check_resume_data(cfg: Config, ckpt: dict[str, Any], data: Prepared) -> None:
