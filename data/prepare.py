@@ -104,8 +104,10 @@ def folder_files(folder: Path, dataset: str, left_out: list[Path] | None = None,
                  prepared: str | Path | None = None) -> list[Path]:
     """The .txt files (.TXT too) under `folder`, at any depth, sorted, hidden ones (and hidden folders) left out;
     its other files go into `left_out` (load_text names them: two thirds of a corpus in .md left out unsaid).
-    The folder `prepared` (data.prepared_dir) is not the text: inside the dataset's folder (data.dataset=data,
-    data.prepared_dir=data/prepared), its download of tiny shakespeare was read as part of the dataset.
+    What preparing writes in the folder `prepared` (data.prepared_dir: its `downloads` and prepared folders) is not
+    the text: inside the dataset's folder (data.dataset=data, data.prepared_dir=data/prepared), its download of
+    tiny shakespeare was read as part of the dataset. The user's own files there are (data.prepared_dir=data/sub
+    left sub/*.txt out unsaid).
     Walked with a list, not recursion (a folder
     nested a thousand deep overflowed Python's stack); a link to a folder is not followed (a loop would
     never end). A link to a folder, a folder that cannot be read, or a .txt that is no regular file (a
@@ -119,12 +121,13 @@ def folder_files(folder: Path, dataset: str, left_out: list[Path] | None = None,
     while folders:
         current = folders.pop()
         try:
+            ours = own is not None and os.path.samestat(os.stat(current), own)  # data.prepared_dir itself
             with os.scandir(current) as entries:
                 for entry in entries:
                     if entry.name.startswith("."):  # .git, .ipynb_checkpoints, an editor's backup: not the text
                         continue
                     if entry.is_dir(follow_symlinks=False):
-                        if own is None or not os.path.samestat(entry.stat(follow_symlinks=False), own):
+                        if not (ours and (entry.name == "downloads" or PREPARED_NAME.fullmatch(entry.name))):
                             folders.append(Path(entry.path))
                     elif entry.is_symlink() and os.path.isdir(entry.path):  # (skipped, its text left out unsaid)
                         raise UserError(f"data.dataset={dataset!r}: {entry.path} is a link to a folder, which is not "

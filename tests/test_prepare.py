@@ -88,6 +88,23 @@ def test_a_prepared_dir_inside_the_dataset_folder_is_not_read_as_its_text(tmp_pa
     assert prep.source_files(str(data), prepared=data / "prepared") == [data / "mybook.txt"]
 
 
+def test_the_users_text_in_a_prepared_dir_inside_the_dataset_folder_is_read(tmp_path):
+    """Only what preparing writes there is skipped: data.prepared_dir=books/sub left books/sub/*.txt (93% of the
+    text) out without a word."""
+    books = tmp_path / "books"
+    (books / "sub" / "deeper").mkdir(parents=True)
+    (books / "a.txt").write_text("first file text\n" * 20)
+    (books / "sub" / "b.txt").write_text("second file text more\n" * 200)
+    (books / "sub" / "deeper" / "c.txt").write_text("third\n")
+    for _ in range(2):  # the second time, the prepared folder and its files lie in books/sub
+        folder = prep.prepare(config(books, books / "sub"), show_progress=False)
+        meta = json.loads((folder / "meta.json").read_text())
+        assert meta["train_tokens"] + meta["val_tokens"] == 20 * 16 + 200 * 22 + 6 + 2 * 2  # 2 joins of "\n\n"
+    (books / "sub" / "downloads").mkdir()
+    (books / "sub" / "downloads" / "input.txt").write_text("ROMEO\n")
+    assert [p.relative_to(books).as_posix() for p in prep.source_files(str(books), prepared=books / "sub")] == \
+        ["a.txt", "sub/b.txt", "sub/deeper/c.txt"]
+
 def test_a_folder_nested_a_thousand_deep_is_read(tmp_path):
     """Path.rglob recursed once per level: ~990 levels deep was a RecursionError traceback."""
     deep = bottom = tmp_path / "books"
