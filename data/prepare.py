@@ -544,7 +544,8 @@ GENERATING = 24  # bytes a character of data/stories.py's corpus takes at its pe
 PREPARING = {"char": 17, "word": 14, "bpe": 14}
 # learning a BPE on text with (almost) no space, where each line is one long piece (Chinese or Japanese text,
 # DNA): 63 bytes per byte between a 3 and a 9 MB text of random letters (567 and 943 MB max RSS); counted as 14,
-# a 50 MB one passed the check needing 0.7 GB and took 3 GB
+# a 50 MB one passed the check needing 0.7 GB and took 3 GB. Encoding it with gpt2 takes about as much (50 MB of
+# random ACGT: 2.75 GB max RSS, 3 minutes)
 UNSPACED_BPE = 64  # bytes per byte of such a text
 UNSPACED = 0.02  # such a text: under 2% of its first MiB's bytes whitespace (English has ~17%)
 
@@ -559,7 +560,7 @@ def corpus_memory(d: DataConfig) -> int:
     else:
         files = source_files(d.dataset, prepared=d.prepared_dir)
         chars = sum(f.stat().st_size for f in files)
-        if d.tokenizer == "bpe" and unspaced(files):
+        if d.tokenizer not in ("char", "word") and unspaced(files):  # a tiktoken encoding too (55 bytes a byte)
             return UNSPACED_BPE * chars
     per_char = PREPARING.get(d.tokenizer, PREPARING["bpe"])
     return max(per_char * chars, GENERATING * chars if d.dataset == "stories" else 0)
@@ -576,8 +577,13 @@ def unspaced(files: Sequence[Path], sample: int = 1 << 20) -> bool:
             return False
         if len(head) >= sample:
             break
-    spaces = sum(head.count(c) for c in b" \t\n\r")
-    return len(head) > 0 and spaces < UNSPACED * len(head)
+    return unspaced_text(head.decode("latin-1"))  # (a character a byte: the same counts)
+
+
+def unspaced_text(text: str, sample: int = 1 << 20) -> bool:
+    """unspaced, of a text already read (its first `sample` characters)."""
+    head = text[:sample]
+    return len(head) > 0 and sum(head.count(c) for c in " \t\n\r") < UNSPACED * len(head)
 
 
 def _digest(tokenizer: Tokenizer | dict, train: np.ndarray, val: np.ndarray) -> str:
@@ -649,6 +655,10 @@ def _prepare(d: DataConfig, out: Path, show_progress: bool) -> Path:
     if show_progress and d.tokenizer == "bpe" and len(text) >= LONG_TEXT:  # (before the tokenizing bar: silent)
         print(f"learning {d.bpe_vocab_size - 256:,} BPE merges from {len(text) / 1e6:,.1f} M characters (no progress "
               f"bar; tens of millions take minutes)", file=sys.stderr)
+    elif show_progress and d.tokenizer not in ("char", "word") and len(text) >= LONG_TEXT and unspaced_text(text):
+        # a tiktoken encoding reads a text with no space as one piece: its bar stood at 0% for 3 minutes (50 MB)
+        print(f"encoding {len(text) / 1e6:,.1f} M characters with {d.tokenizer}: the text has almost no whitespace, "
+              f"so it is read as one long piece (no progress bar; tens of millions take minutes)", file=sys.stderr)
     tokenizer = build_tokenizer(d.tokenizer, text, compact=d.compact_vocab, bpe_vocab_size=d.bpe_vocab_size)
     ids = _encode(tokenizer, text, show_progress)
     n_val = int(len(ids) * d.val_fraction)

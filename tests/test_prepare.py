@@ -105,6 +105,7 @@ def test_the_users_text_in_a_prepared_dir_inside_the_dataset_folder_is_read(tmp_
     assert [p.relative_to(books).as_posix() for p in prep.source_files(str(books), prepared=books / "sub")] == \
         ["a.txt", "sub/b.txt", "sub/deeper/c.txt"]
 
+
 def test_a_folder_nested_a_thousand_deep_is_read(tmp_path):
     """Path.rglob recursed once per level: ~990 levels deep was a RecursionError traceback."""
     deep = bottom = tmp_path / "books"
@@ -664,6 +665,23 @@ def test_learning_a_bpe_on_text_without_spaces_is_counted_at_its_own_cost(tmp_pa
     assert prep.corpus_memory(cfg.data) == 14 * spaced.stat().st_size
     cfg.data.dataset, cfg.data.tokenizer = str(unspaced), "char"
     assert prep.corpus_memory(cfg.data) == 17 * unspaced.stat().st_size
+    cfg.data.tokenizer = "gpt2"  # encoding it takes as much (50 MB of ACGT: 2.75 GB, counted as 0.7)
+    assert prep.corpus_memory(cfg.data) == 64 * unspaced.stat().st_size
+
+
+def test_encoding_a_long_text_without_spaces_with_tiktoken_is_said_first(tmp_path, monkeypatch, capsys):
+    """tiktoken reads a text with no whitespace as one piece: 50 MB of it stood at 0% of the tokenizing bar
+    for 3 minutes. A line says so first; a text with spaces gets the bar alone."""
+    from conftest import r50k_cache
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(r50k_cache(tmp_path / "tiktoken")))
+    monkeypatch.setattr(prep, "LONG_TEXT", 1000)  # (instead of 4 MiB of text)
+    for name, text in (("dna", "ACGT" * 500 + "\n"), ("words", "the cat sat on the mat. " * 100)):
+        (tmp_path / f"{name}.txt").write_text(text)
+        cfg = config(tmp_path / f"{name}.txt", tmp_path / "prepared")
+        cfg.data.tokenizer = "gpt2"
+        prep.prepare(cfg, show_progress=True)
+        said = "encoding 0.0 M characters with gpt2: the text has almost no whitespace" in capsys.readouterr().err
+        assert said == (name == "dna")
 
 
 def test_learning_a_bpe_from_a_long_text_is_said_first(tmp_path, monkeypatch, capsys):
