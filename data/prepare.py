@@ -84,13 +84,13 @@ def source_files(dataset: str, left_out: list[Path] | None = None, prepared: str
     `left_out`, data.prepared_dir (`prepared`) skipped where it lies inside); a UserError if there are none."""
     path = Path(dataset).expanduser()  # ('~name' of no user is refused by config.py before this)
     if path.is_file():
-        return [path]
+        return refuse_holes([path], dataset)
     if path.is_dir():
         files = folder_files(path, dataset, left_out, prepared)
         if not files:
             raise UserError(f"data.dataset={dataset!r}: the folder holds no .txt files (hidden ones, named with a "
                             f"leading '.', are left out)")
-        return files
+        return refuse_holes(files, dataset)
     if path.exists():  # a FIFO would block the read forever, a device never ends
         raise UserError(f"data.dataset={dataset!r} is {not_regular(path)}; give a .txt file or a folder of them")
     if (dead := dead_link(path)) is not None:
@@ -98,6 +98,16 @@ def source_files(dataset: str, left_out: list[Path] | None = None, prepared: str
     hint = f"; did you mean {dataset.lower()!r}?" if dataset.lower() in BUILTIN else ""
     raise UserError(f"data.dataset={dataset!r} is neither {' nor '.join(BUILTIN)} nor an existing "
                     f"text file or folder{hint}")
+
+
+def refuse_holes(files: list[Path], dataset: str) -> list[Path]:
+    """`files`, unless one is mostly holes (a sparse file: 1 GB of them, 4 KB on disk, was read whole for 10 s to
+    be refused as zeros; 20 GB of them were refused as needing 340 GB of memory)."""
+    for f in files:
+        if mostly_holes(f):
+            raise UserError(f"data.dataset={dataset!r}: {f} is no text: most of its {f.stat().st_size:,} bytes were "
+                            f"never written (a sparse file, holes that read as zeros)")
+    return files
 
 
 def folder_files(folder: Path, dataset: str, left_out: list[Path] | None = None,

@@ -106,6 +106,21 @@ def test_the_users_text_in_a_prepared_dir_inside_the_dataset_folder_is_read(tmp_
         ["a.txt", "sub/b.txt", "sub/deeper/c.txt"]
 
 
+def test_a_sparse_dataset_file_is_refused_unread(tmp_path):
+    """A 1 GB file of holes (4 KB on disk) was read whole for 10 s to be refused as zeros; 20 GB of them were
+    refused as needing 340 GB of memory. As a file or in a folder: named at once, before the memory check."""
+    (tmp_path / "books").mkdir()
+    sparse = tmp_path / "books" / "holes.txt"
+    with open(sparse, "wb") as f:
+        f.truncate(20 << 30)
+    if sparse.stat().st_blocks * 512 >= sparse.stat().st_size // 2:
+        pytest.skip("this file system keeps no holes")
+    for dataset in (sparse, tmp_path / "books"):
+        with pytest.raises(UserError, match=r"holes.txt is no text: most of its 21,474,836,480 bytes were never "
+                                            r"written \(a sparse file"):
+            prep.prepare(config(dataset, tmp_path / "prepared"), show_progress=False)
+    assert not (tmp_path / "prepared").exists()
+
 def test_a_folder_nested_a_thousand_deep_is_read(tmp_path):
     """Path.rglob recursed once per level: ~990 levels deep was a RecursionError traceback."""
     deep = bottom = tmp_path / "books"
