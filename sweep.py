@@ -640,7 +640,7 @@ def weights_model(init_from: str, models: dict[str, ModelConfig | str]) -> Model
     if init_from not in models:
         try:
             path = resolve_checkpoint(init_from)
-            models[init_from] = config_from_dict(load_checkpoint(path)["config"], str(path)).model
+            models[init_from] = config_from_dict(load_checkpoint(path)["config"], str(path), recorded=True).model
         except UserError as e:
             models[init_from] = f"train.init_from: {e}"
     if isinstance(models[init_from], str):

@@ -163,7 +163,7 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
                         f"{was} ({path}); a resumed run continues from its own ckpt.pt: drop it, or start "
                         f"a new run from those weights with {new_run_from(cfg.train.init_from)}")
     if cfg.train.init_from:  # a run started from other weights: its model config is theirs, as saved here
-        adopt_model(cfg, config_from_dict(ckpt["config"], str(path)).model)
+        adopt_model(cfg, config_from_dict(ckpt["config"], str(path), recorded=True).model)
     current = config_to_dict(cfg)
     seed = saved_train.get("seed") if isinstance(saved_train, dict) else None
     if seed is not None and seed != cfg.train.seed:  # (the random state is the checkpoint's: only eval would follow)
@@ -211,7 +211,8 @@ def changed_training(cfg: Config, ckpt: dict[str, Any], processes: int = 1) -> s
         notes.append(f"note: --resume with {', '.join(changed[:2])}{more}: the steps from {ckpt['step']} on train "
                      f"with the new values, and config.yaml will give them for the whole run (to go on exactly, give "
                      f"the run's own)")
-    if moved := schedule_moved(cfg.train, config_from_dict(ckpt["config"], "ckpt.pt").train, ckpt["step"]):
+    then = config_from_dict(ckpt["config"], "ckpt.pt", recorded=True).train
+    if moved := schedule_moved(cfg.train, then, ckpt["step"]):
         notes.append(moved)
     return "\n".join(notes) or None
 
@@ -281,7 +282,7 @@ def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: i
     if eval_due(t, step, ckpt.get("evaluated_step", step)):
         return cfg  # (the step's eval, stopped before it ran, runs now)
     try:
-        saved = config_from_dict(ckpt["config"], "ckpt.pt")
+        saved = config_from_dict(ckpt["config"], "ckpt.pt", recorded=True)
     except UserError:  # (an older checkpoint's config that no longer reads: this call's, as before)
         return cfg
     saved.train.out_dir = cfg.train.out_dir  # (a moved run: where it is now)
@@ -329,7 +330,7 @@ def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data: Prepared)
     if theirs.get("kind") == "tiktoken" and "ids" not in theirs:
         fix = f"prepare the data with the run's: --set data.tokenizer={theirs.get('encoding')} data.compact_vocab=false"
     else:
-        init_data = config_from_dict(init_ckpt["config"], str(cfg.train.init_from)).data
+        init_data = config_from_dict(init_ckpt["config"], str(cfg.train.init_from), recorded=True).data
         settings = [_setting(f"data.{key}", getattr(init_data, key)) for key in token_keys(init_data)
                     if getattr(init_data, key) != getattr(cfg.data, key)]
         fix = (f"the run's vocabulary comes from its own data: prepare this data as it did, "
@@ -461,7 +462,7 @@ class Run:
             self.run_id = ckpt["run_id"]
         saved_on = processes_of(ckpt)
         if saved_on != self.dist.world_size and self.dist.master:  # train.batch_size is per process
-            t, then = self.cfg.train, config_from_dict(ckpt["config"], "ckpt.pt").train
+            t, then = self.cfg.train, config_from_dict(ckpt["config"], "ckpt.pt", recorded=True).train
             now = t.batch_size * t.grad_accum * self.dist.world_size
             before = then.batch_size * then.grad_accum * saved_on
             per, rest = divmod(before, t.grad_accum * self.dist.world_size)  # the batch_size that keeps it
@@ -879,7 +880,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     asked = cfg.model  # (a resumed run from other weights keeps their model config: a note names what it drops)
     ckpt = load_resume(cfg, out_dir) if args.resume else None
     metrics, note = resumed_metrics(out_dir, ckpt) if ckpt is not None else ([], None)  # before anything is written
-    kept = (not_this_configs(asked, config_from_dict(ckpt["config"], str(out_dir / "ckpt.pt")).model)
+    kept = (not_this_configs(asked, config_from_dict(ckpt["config"], str(out_dir / "ckpt.pt"),
+                                                     recorded=True).model)
             if ckpt is not None and t.init_from else "")
     kept_note = f"note: --resume: a run started from train.init_from keeps its weights' model config{kept}" * bool(kept)
     changed_note = (changed_training(cfg, ckpt, dist.world_size)

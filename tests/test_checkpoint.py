@@ -27,7 +27,7 @@ from tinygpt.checkpoint import (FORMAT, VERSION, atomic_write, atomic_write_text
                         load_checkpoint, load_model, resolve_checkpoint, restore_rng_state,
                         save_checkpoint)
 from model import ModelConfig
-from tinygpt.config import Config, config_to_dict
+from tinygpt.config import Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError
 from model import GPT
 from tinygpt.tokenizer import CharTokenizer
@@ -179,6 +179,23 @@ def test_load_model_accepts_the_checkpoint_file_itself(saved):
     loaded, *_ = load_model(path)
     assert all(torch.equal(a, b) for a, b in zip(loaded.parameters(), model.parameters()))
 
+
+def test_a_run_whose_recorded_paths_hold_a_dollar_loads_after_they_moved(tmp_path):
+    """A config tinygpt wrote has its paths checked already: a run trained on '$x.txt' (or into 'r$v') was refused
+    by sample, export, probe, compare and init_from once the file or the run had moved ('$x is not expanded')."""
+    from tinygpt.runs import read_config, write_config
+    state, model, _ = tiny_state()
+    state["config"]["data"]["dataset"] = str(tmp_path / "gone" / "$x.txt")
+    state["config"]["train"]["out_dir"] = str(tmp_path / "r$v")
+    run = tmp_path / "moved"
+    save_checkpoint(run / "best.pt", state)
+    loaded, cfg, *_ = load_model(run)
+    assert cfg.data.dataset == str(tmp_path / "gone" / "$x.txt")
+    assert all(torch.equal(a, b) for a, b in zip(loaded.parameters(), model.parameters()))
+    write_config(run, cfg)
+    assert read_config(run).train.out_dir == str(tmp_path / "r$v")
+    with pytest.raises(UserError, match=r"\$x is not expanded in a config"):  # a config a user writes: refused
+        config_from_dict(state["config"], "tiny.yaml")
 
 def test_load_uses_weights_only(saved, monkeypatch):
     path, *_ = saved

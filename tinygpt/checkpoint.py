@@ -986,7 +986,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
 def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, Config]:
     """A loaded checkpoint -> (model with its weights, Config). The tokenizer itself is not built
     (a tiktoken encoding may be offline), only checked to have the model's vocabulary size."""
-    cfg = config_from_dict(ckpt["config"], str(path))
+    cfg = config_from_dict(ckpt["config"], str(path), recorded=True)
     tok = ckpt["tokenizer"]
     tok_size = tok.get("vocab_size") if isinstance(tok, dict) else None
     if cfg.model.vocab_size <= 0 or tok_size != cfg.model.vocab_size:

@@ -293,10 +293,10 @@ def unknown_key(key: str, source: str) -> UserError:
     return UserError(f"unknown config key {short(key)} ({source}){hint}")
 
 
-def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
+def _coerce(value: Any, typ: type, key: str, source: str, recorded: bool = False) -> Any:
     """Check one value against its field type; ints are accepted for floats. Integers must fit
     in 64 bits, floats must be finite, strings must not hold a NUL; a path must be encodable as a
-    file name and has '~' expanded."""
+    file name and has '~' expanded, and a `$VAR` in it is refused unless `recorded` (see config_from_dict)."""
     if typ is bool and isinstance(value, bool):
         return value
     if typ is int and isinstance(value, int) and not isinstance(value, bool):
@@ -339,7 +339,7 @@ def _coerce(value: Any, typ: type, key: str, source: str) -> Any:
                 raise UserError(f"{key}={short(value)} ({source}): {user} names no user of this machine (no home "
                                 f"folder to expand it to)")
             variable = re.search(r"\$(\{\w+\}|[A-Za-z_]\w*)", value)
-            if variable and not os.path.lexists(value):  # (it would make a folder named `$HOME`)
+            if variable and not recorded and not os.path.lexists(value):  # (it would make a folder named `$HOME`)
                 raise UserError(f"{key}={short(value)} ({source}): {variable.group()} is not expanded in a config; "
                                 f"write the path itself (a leading ~ is your home folder)")
         return value
@@ -369,8 +369,10 @@ def _yaml_word(key: Any) -> str:
     return short(key)
 
 
-def config_from_dict(raw: Any, source: str) -> Config:
-    """Build a validated Config from nested plain data (as read from YAML)."""
+def config_from_dict(raw: Any, source: str, recorded: bool = False) -> Config:
+    """Build a validated Config from nested plain data (as read from YAML). `recorded`: a config tinygpt wrote
+    (a run's config.yaml, a checkpoint's), whose paths were checked when it was written: a `$` in one is a
+    name (a run trained on '$x.txt' was refused by every command once the file had moved)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -395,7 +397,7 @@ def config_from_dict(raw: Any, source: str) -> Config:
             key = f"{section}.{name}"
             if name not in types:
                 raise unknown_key(key, source)
-            setattr(getattr(cfg, section), name, _coerce(value, types[name], key, source))
+            setattr(getattr(cfg, section), name, _coerce(value, types[name], key, source, recorded))
     validate(cfg, source)
     return cfg
 

@@ -733,7 +733,7 @@ def import_hf(folder: str | Path, out_dir: str | Path, force: bool = False) -> P
                         f"records no tinygpt tokenizer of {m.vocab_size} tokens, so the token ids cannot be decoded")
     raw["model"] = config_to_dict(Config(model=m))["model"]  # vocab_size included: a saved config
     raw.setdefault("train", {})["out_dir"] = str(out_dir)
-    cfg = config_from_dict(raw, str(folder / "config.json"))
+    cfg = config_from_dict(raw, str(folder / "config.json"), recorded=True)
     said = tok.get("encoding") if tok.get("kind") == "tiktoken" else tok.get("kind")
     if cfg.data.tokenizer != said:  # (a hand edit: the run's config.yaml would contradict its checkpoint)
         raise UserError(f"{folder / 'config.json'}: tinygpt.config says data.tokenizer={short(cfg.data.tokenizer)}, "

@@ -454,7 +454,7 @@ def read_config(run_dir: str | Path) -> Config:
         raise UserError(f"{path} is damaged (cut short or emptied): it lacks {first_few(lacking)}, "
                         f"which train.py always writes; train.py CONFIG "
                         f"--resume writes it again (with the run's settings), if the run's ckpt.pt is there")
-    return config_from_dict(raw, str(path))
+    return config_from_dict(raw, str(path), recorded=True)
 
 
 # ---- metrics.csv ----
@@ -819,7 +819,7 @@ def trained_config(run_dir: Path, ckpt: dict[str, Any] | None) -> tuple[Config, 
     saved = None
     if ckpt is not None and isinstance(ckpt.get("config"), dict):
         with suppress(UserError):  # (damaged: config.yaml decides)
-            saved = config_from_dict(ckpt["config"], str(run_dir / "ckpt.pt"))
+            saved = config_from_dict(ckpt["config"], str(run_dir / "ckpt.pt"), recorded=True)
     try:
         cfg = read_config(run_dir)
     except UserError as e:
