@@ -197,6 +197,20 @@ def test_a_run_whose_recorded_paths_hold_a_dollar_loads_after_they_moved(tmp_pat
     with pytest.raises(UserError, match=r"\$x is not expanded in a config"):  # a config a user writes: refused
         config_from_dict(state["config"], "tiny.yaml")
 
+@pytest.mark.parametrize("section, key", [("tokenizer", "vocab_size"), ("config", "block_size")])
+def test_a_tensor_where_a_checkpoint_holds_a_number_is_refused(tmp_path, section, key):
+    """With a valid checksum, `vocab_size: tensor([58, 58])` was a traceback in sample.py, probe.py and init_from
+    ('Boolean value of Tensor ... is ambiguous'), `block_size: tensor([0., 0., 0.])` in a resume and a sweep."""
+    state, _, _ = tiny_state()
+    holder = state["tokenizer"] if section == "tokenizer" else state["config"]["model"]
+    holder[key] = torch.zeros(3)
+    save_checkpoint(tmp_path / "ckpt.pt", state)  # (its checksum is of these contents)
+    where = f"{section}/{key}" if section == "tokenizer" else f"config/model/{key}"
+    for load in (load_checkpoint, load_model):
+        with pytest.raises(UserError, match=f"ckpt.pt is damaged: tensor '{where}' stands where tinygpt saves a "
+                                            f"plain value"):
+            load(tmp_path / "ckpt.pt")
+
 def test_load_uses_weights_only(saved, monkeypatch):
     path, *_ = saved
     calls = []

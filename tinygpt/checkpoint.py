@@ -869,7 +869,8 @@ def check_tensors(ckpt: dict[str, Any], path: Path) -> None:
     float as 20000 x 20000) would be materialised, gigabytes from a small file. Views sharing a
     storage, and texts (pickle stores one text once, however often it is referred to), may add up to
     at most 4x the file (tied weights: 2x), so hashing takes a few reads of it (a 1.3 MB file naming
-    one 1 MB text 20000 times took minutes)."""
+    one 1 MB text 20000 times took minutes). A tensor in the config or the tokenizer, which hold plain values, is
+    refused too (compared with a number, `block_size: tensor([0., 0., 0.])` was a traceback)."""
     stack: list[tuple[Any, tuple | None]] = [(ckpt, None)]  # (value, where: (parent's where, its key))
     seen, total, limit = set(), 0, 4 * path.stat().st_size
     while stack:
@@ -880,6 +881,8 @@ def check_tensors(ckpt: dict[str, Any], path: Path) -> None:
                 stack += [(key, (where, key)), (item, (where, key))]  # (a key may be a tensor, or hold one)
         elif isinstance(value, torch.Tensor):
             what = f"{path} is damaged: tensor {short(entry_name(where))}"
+            if entry_name(where).split("/")[0] in ("config", "tokenizer"):
+                raise UserError(f"{what} stands where tinygpt saves a plain value (a number, a text)")
             if not dense(value):
                 raise UserError(f"{what} is not a dense tensor ({value.layout}, on {value.device.type})")
             size, stored = value.numel() * value.element_size(), value.untyped_storage().nbytes()
