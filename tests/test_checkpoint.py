@@ -211,6 +211,29 @@ def test_a_tensor_where_a_checkpoint_holds_a_number_is_refused(tmp_path, section
                                             f"plain value"):
             load(tmp_path / "ckpt.pt")
 
+def test_a_small_legacy_format_file_claiming_huge_tensors_is_damage_named(tmp_path):
+    """torch's legacy format (no zip archive) allocates what a tensor claims before reading it: a 116 KB file
+    claiming 100 GB was 'out of memory (an allocation was refused ...)', naming no file."""
+    import io
+    import pickle
+    import pickletools
+    state, _, _ = tiny_state()
+    torch.save({"format": FORMAT, "version": VERSION, **state, "checksum": checkpoint.checksum(state)},
+               tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    data = (tmp_path / "legacy.pt").read_bytes()
+    header = io.BytesIO(data)
+    for _ in range(3):  # magic number, protocol, system info; then the pickle naming the storages
+        pickle.load(header)
+    ops = list(pickletools.genops(data[header.tell():]))
+    first = next(i for i, (_, arg, _) in enumerate(ops) if arg == "storage")
+    op, _, at = next(x for x in ops[first:] if x[0].name.startswith("BININT"))  # its element count
+    at += header.tell()
+    width = {"BININT1": 2, "BININT2": 3, "BININT": 5}[op.name]
+    (tmp_path / "huge.pt").write_bytes(data[:at] + b"\x8a\x06" + (10**13).to_bytes(6, "little") + data[at + width:])
+    with pytest.raises(UserError, match=r"huge.pt is truncated, corrupted or not a checkpoint"):
+        load_checkpoint(tmp_path / "huge.pt")
+    assert load_checkpoint(tmp_path / "legacy.pt")["step"] == 7  # (the format itself is read)
+
 def test_load_uses_weights_only(saved, monkeypatch):
     path, *_ = saved
     calls = []

@@ -662,7 +662,7 @@ def check_archive(path: Path) -> None:
         raise UserError(f"{path} is damaged: most of its {path.stat().st_size:,} bytes were never written (a sparse "
                         f"file, holes that read as zeros), which torch.save never leaves; it was not loaded")
     if not zipfile.is_zipfile(path):
-        return  # not an archive: torch.load refuses it, or reads the legacy format within its size
+        return  # not an archive: torch.load refuses it, or reads the legacy format (torch_load: a claim past memory)
     try:
         with zipfile.ZipFile(path) as archive:
             entries = archive.infolist()
@@ -769,9 +769,13 @@ def torch_load(path: Path, map_location: str | torch.device = "cpu", mmap: bool 
                             f"weights_only loading refused them and it was not loaded") from None
         raise UserError(f"{path} is truncated, corrupted or not a checkpoint") from None
     except Exception as e:  # torch reports damaged files with many exception types
-        if out_of_memory(e):  # not damage (run_cli says out of memory): a whole best.pt on too small a GPU
+        # not damage (run_cli says out of memory): a whole best.pt on too small a GPU. But a file in torch's legacy
+        # format (not a zip archive: check_archive cannot bound it) allocates what its tensors claim before reading
+        # them: a 116 KB one claiming 100 GB was "out of memory", naming no file
+        if out_of_memory(e) and zipfile.is_zipfile(path):
             raise
-        raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({type(e).__name__})") from None
+        what = "claims more memory than there is" if out_of_memory(e) else type(e).__name__
+        raise UserError(f"{path} is truncated, corrupted or not a checkpoint ({what})") from None
 
 
 def flipped_torch_name(refusal: str) -> str | None:
