@@ -27,6 +27,7 @@ import codecs
 import difflib
 import functools
 import hashlib
+import heapq
 import os
 import re
 import unicodedata
@@ -414,20 +415,32 @@ def tiktoken_cache_folder() -> str:
 def bpe_merges(piece: bytes, ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     """The merges BPE makes, in order, encoding `piece` with `ranks` (token bytes -> rank) as
     tiktoken does: starting from single bytes, the adjacent pair whose concatenation has the lowest
-    rank merges (the leftmost on a tie), until no adjacent pair forms a token."""
-    parts = [piece[i:i + 1] for i in range(len(piece))]
+    rank merges (the leftmost on a tie), until no adjacent pair forms a token. The candidate pairs wait
+    in a heap, so a piece of L bytes takes L log L steps, not L * L (export.py replays every token of a
+    vocabulary: 63,000 tokens of 1,024 bytes took 73 minutes)."""
+    parts = [piece[i:i + 1] for i in range(len(piece))]  # parts[i]: the part starting at byte i, while alive
+    after = [*range(1, len(parts)), None]  # the start of the next alive part
+    before: list[int | None] = [None, *range(len(parts) - 1)]
+    pairs: list[tuple[int, int, bytes, bytes]] = []  # (rank, start of the left part, left, right)
+
+    def offer(i: int | None) -> None:  # the pair starting at part i, if it forms a token
+        if i is not None and (j := after[i]) is not None and (rank := ranks.get(parts[i] + parts[j])) is not None:
+            heapq.heappush(pairs, (rank, i, parts[i], parts[j]))
+
+    for i in range(len(parts) - 1):
+        offer(i)
     merges = []
-    while len(parts) > 1:
-        best = None  # (rank, position) of the pair to merge
-        for i in range(len(parts) - 1):
-            rank = ranks.get(parts[i] + parts[i + 1])
-            if rank is not None and (best is None or rank < best[0]):
-                best = (rank, i)
-        if best is None:
-            break
-        i = best[1]
-        merges.append((parts[i], parts[i + 1]))
-        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+    while pairs:
+        _, i, left, right = heapq.heappop(pairs)
+        j = after[i]
+        if parts[i] != left or j is None or parts[j] != right:  # stale: a part of it merged since (parts only grow)
+            continue
+        merges.append((left, right))
+        parts[i], parts[j], after[i] = left + right, b"", after[j]  # (an empty part matches no pair)
+        if after[i] is not None:
+            before[after[i]] = i
+        offer(before[i])
+        offer(i)
     return merges
 
 
