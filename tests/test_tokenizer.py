@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 
 import pytest
@@ -223,6 +224,31 @@ def test_bpe_merges_of_a_long_token_take_l_log_l_steps_not_l_squared():
     assert len(merges) == 1023 and merges[-1] == (b"a" * 512, b"a" * 512) and merges[0] == (b"a", b"a")
     assert Counted.lookups < 4 * 1024  # a rescan after each merge: about 1024 * 1024 / 2
     assert tk.bpe_merges(b"a" * 1025, ranks)[-1] == (b"a" * 512, b"a" * 512)  # the last byte stays alone
+
+def _rescanning_bpe_merges(piece: bytes, ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """bpe_merges as it was until 2026-12 (commit 0ed9f7d): every adjacent pair rescanned after every merge."""
+    parts, merges = [piece[i:i + 1] for i in range(len(piece))], []
+    while len(parts) > 1:
+        found = [(ranks[parts[i] + parts[i + 1]], i) for i in range(len(parts) - 1) if parts[i] + parts[i + 1] in ranks]
+        if not found:
+            break
+        _, i = min(found)  # the lowest rank, the leftmost on a tie
+        merges.append((parts[i], parts[i + 1]))
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+    return merges
+
+
+def test_bpe_merges_are_the_rescans_on_random_vocabularies():
+    """The heap gives the merges of the plain rescan, ties included (a token formed at two places at once)."""
+    rng = random.Random(0)
+    for _ in range(200):
+        tokens = {bytes([c]) for c in b"abc"}
+        while len(tokens) < 30:
+            tokens.add(bytes(rng.choice(b"abc") for _ in range(rng.randint(2, 6))))
+        ranks = {t: r for r, t in enumerate(rng.sample(sorted(tokens), len(tokens)))}
+        for _ in range(20):
+            piece = bytes(rng.choice(b"abc") for _ in range(rng.randint(0, 30)))
+            assert tk.bpe_merges(piece, ranks) == _rescanning_bpe_merges(piece, ranks), (piece, ranks)
 
 def test_bpe_compact_vocab_and_remap(toy):
     text = "the cat sat"
