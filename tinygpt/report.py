@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import math
 import os
@@ -33,6 +34,8 @@ from collections import Counter
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, Sequence
+
+import numpy as np
 
 from data.prepare import token_keys
 from tinygpt.checkpoint import atomic_write_all, run_around
@@ -45,7 +48,11 @@ from tinygpt.runs import CHECKPOINTS, REPORT_LOCK, first_line, lock_holder, runs
 SEED = "train.seed"
 DIGEST = "data_digest"  # a row's: the data its checkpoint was trained on (runs.summarize_run), None where unknown
 DATA = "data.digest"  # in a setting: its runs' data_digest, where runs of its config were trained on other data
-PER_TOKEN = ("data.dataset", "data.tokenizer", "data.bpe_vocab_size", DATA)  # a loss is per token of these
+# a loss is per token of these, on the val split they make: another val_fraction, or stories of another size or seed,
+# is another val text (and with bpe or word tokens, another vocabulary learned from it). compact_vocab is not: the
+# same tokens, the same text (a setting to compare)
+PER_TOKEN = ("data.dataset", "data.tokenizer", "data.bpe_vocab_size", "data.val_fraction", "data.stories_chars",
+             "data.stories_seed", DATA)
 SHOWN_DIGEST = 10  # hex digits of a digest shown in a label or a Markdown table
 # where a run's files go, whether it draws loss.png and logs to TensorBoard: runs that differ only there
 # computed the same
@@ -66,6 +73,19 @@ T95 = [12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.
        2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905, 2.109816, 2.100922, 2.093024, 2.085963,
        2.079614, 2.073873, 2.068658, 2.063899, 2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272]
 CHANCE = 0.005  # how often the 95% intervals of two settings alike do not overlap (2 to 10 seeds each: 0.4-0.55%)
+
+
+@functools.lru_cache(maxsize=None)
+def chance(n1: int, n2: int, draws: int = 200_000) -> float:
+    """How often the 95% intervals of two settings alike, of n1 and n2 seeds, do not overlap: CHANCE where the two
+    n are equal, more where they differ (2 against 10 seeds: 1.5%, 1 comparison of 70). For one distribution (sd 1)
+    the means differ by a normal of variance 1/n1 + 1/n2, apart where beyond the two half-widths t * s / sqrt(n);
+    averaged over `draws` pairs of sample sd's s (chi-square with n - 1 df; seeded: the same on every call)."""
+    rng = np.random.default_rng(0)
+    s1, s2 = (np.sqrt(rng.chisquare(n - 1, draws) / (n - 1)) for n in (n1, n2))
+    half_widths = t95(n1 - 1) * s1 / math.sqrt(n1) + t95(n2 - 1) * s2 / math.sqrt(n2)
+    z = half_widths / math.sqrt(1 / n1 + 1 / n2)  # in sd's of the difference of the means
+    return sum(map(math.erfc, (z / math.sqrt(2)).tolist())) / draws  # P(|difference| > z), averaged
 
 
 def differing_keys(summaries: Sequence[dict[str, Any]]) -> list[str]:
@@ -254,6 +274,13 @@ def comparable_pairs(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = 
     return sum(comparable(a, b, m) for m in metrics for i, a in enumerate(groups) for b in groups[i + 1:])
 
 
+def expected_by_chance(groups: Sequence[dict[str, Any]], metrics: Sequence[str]) -> float:
+    """How many of the comparable pairs differences() tests would be apart were every setting alike (chance of
+    each pair's two n: a lost seed makes it likelier)."""
+    return sum(chance(a["stats"][m]["n"], b["stats"][m]["n"]) for m in metrics
+               for i, a in enumerate(groups) for b in groups[i + 1:] if comparable(a, b, m))
+
+
 def differences(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = DIFFERENCES_IN) -> list[str]:
     """'metric: A mean [lo, hi] vs B mean [lo, hi]' for each comparable pair of settings whose 95%
     intervals do not overlap, with the digits that show them apart (apart_digits)."""
@@ -432,7 +459,8 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
         return text + (f"\nDifferences beyond the 95% intervals (the two intervals do not overlap; "
                        f"{count(tested, 'comparison')} of a pair of settings in a metric, not corrected for their "
                        f"number: the intervals of two settings alike are apart in about 1 comparison of "
-                       f"{1 / CHANCE:.0f}, so about {tested * CHANCE:.2g} of these are expected by chance alone):\n"
+                       f"{1 / CHANCE:.0f} (more often where their numbers of seeds differ), so about "
+                       f"{expected_by_chance(groups, shown):.2g} of these are expected by chance alone):\n"
                        ) + "".join(f"- {d}\n" for d in diffs)
     if len(groups) < 2:
         return text
