@@ -7,14 +7,16 @@ mean, the standard deviation, the 95% confidence interval of the mean (Student's
 the metric cannot pass: 0, and a share's 100%) and n, and
 lists the pairs of settings whose intervals do not overlap, saying how many pairs were compared: the
 rule is strict for one pair, but the intervals of two settings alike are apart in about 1 comparison of
-200 (CHANCE), so among many some are chance (the report says how many to expect); and intervals that overlap
-do not show two settings equal. A single run per setting is reported as such (n = 1, no interval), and so are
+200 (CHANCE; more often for unequal numbers of seeds: chance), so among many some are chance (the report says
+how many to expect); and intervals that overlap do not show two settings equal. A single run per setting is
+reported as such (n = 1, no interval), and so are
 runs of one setting that share their seed (the same training repeated): one seed, their mean; seeds
 that all gave the same value (a share counted in whole references) have no interval either: a spread of
 0 is not a measured spread. Only finished runs
 (status `done`) enter the summary and the val-loss curves, each labelled with its n: a failed or unfinished
 run's figures are those of fewer steps. Runs trained on different data (their checkpoints' data digest: the
-dataset's text changed between them) are different settings, and their losses are said not to compare.
+dataset's text changed between them) are different settings, and their losses are said not to compare, as are
+those of runs with another val split or stories corpus (PER_TOKEN).
 
 The report's files are all made first, then put in place together (`atomic_write_all`): a refusal (a
 full disk) leaves the folder's earlier report whole. Each is recognisable as a report's (results.md's
