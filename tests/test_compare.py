@@ -1462,3 +1462,21 @@ def test_single_runs_are_said_to_be_single_and_best_val_loss_what_it_is(tmp_path
     text, _ = report.write_report(rows, ["model.n_head"], tmp_path, title="t")
     assert "One run per setting: single runs, whose differences may be the seed's alone" in text
     assert "best_val_loss: the lowest of a run's evaluations" in text
+
+
+def test_runs_started_on_other_thread_counts_are_said_so(tmp_path):
+    """A sweep rerun with --jobs 2 beside runs trained one at a time: n_head=4 read 36,581 tokens/s against
+    113,249 for n_head=2 (the same parameters; alone, n_head=4 does 114,802), with no word. The checkpoints'
+    start thread counts (their MFU peak's) are read, and a difference is said."""
+    from tinygpt import report, runs
+    rows = [{"run": f"h{h}", "model.n_head": h, "train.seed": 1, "status": "done", "best_val_loss": 1.0 + h / 10,
+             "tokens_per_s": 110_000 if h == 2 else 36_000, "threads": 2 if h == 2 else 1} for h in (2, 4)]
+    text, _ = report.write_report(rows, ["model.n_head"], tmp_path / "a", title="t")
+    assert ("The runs started on different numbers of threads (1, 2: sweep.py --jobs, train.threads, or cores other "
+            "processes held): their tokens_per_s and wall_s show that") in text
+    for r in rows:
+        r["threads"] = 2
+    text, _ = report.write_report(rows, ["model.n_head"], tmp_path / "b", title="t")
+    assert "different numbers of threads" not in text
+    assert runs.started_threads({"mfu_peak": {"threads": 1, "flops": 1e9}}) == 1
+    assert runs.started_threads({"mfu_peak": {"threads": True}}) is runs.started_threads(None) is None

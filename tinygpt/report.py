@@ -542,6 +542,11 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     text += ("\nbest_val_loss: the lowest of a run's evaluations, each an estimate on train.eval_iters batches (the "
              "lowest of several noisy estimates reads a little low); final_train_loss: the last evaluation's; wall_s: "
              "seconds of training from the first step, evaluations included, setup not, over all its sessions.\n")
+    started = sorted({r["threads"] for r in rows if isinstance(r.get("threads"), int)})
+    if len(started) > 1:  # two at a time on 2 cores read 3x slower than the same setting alone, with no word
+        text += (f"\nThe runs started on different numbers of threads ({', '.join(map(str, started))}: sweep.py "
+                 f"--jobs, train.threads, or cores other processes held): their tokens_per_s and wall_s show that as "
+                 f"much as their settings.\n")
     per_token = [k for k in varied if k in PER_TOKEN
                  and len({str(r[k]) for r in rows if r[k] is not None}) > 1]
     if changed:  # the same data settings, another text: the dataset file was edited between the runs

@@ -788,8 +788,16 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         "config": flat_config(cfg),
         "metrics": metrics,
         "data_digest": digest,
+        "threads": started_threads(ckpt),
         "note": note,
     }
+
+
+def started_threads(ckpt: dict[str, Any] | None) -> int | None:
+    """The threads a peeked checkpoint's run started its CPU training on (its MFU peak's), or None."""
+    peak = ckpt.get("mfu_peak") if ckpt is not None else None
+    threads = peak.get("threads") if isinstance(peak, dict) else None
+    return threads if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0 else None
 
 
 def off_schedule(metrics: list[dict[str, Any]], cfg: Config) -> str | None:
