@@ -1480,3 +1480,20 @@ def test_runs_started_on_other_thread_counts_are_said_so(tmp_path):
     assert "different numbers of threads" not in text
     assert runs.started_threads({"mfu_peak": {"threads": 1, "flops": 1e9}}) == 1
     assert runs.started_threads({"mfu_peak": {"threads": True}}) is runs.started_threads(None) is None
+
+
+def test_pictures_of_losses_that_do_not_compare_say_so(tmp_path, monkeypatch):
+    """results.md said a char run's and a word run's losses do not compare; settings.png and val_loss.png drew
+    3.6 and 7.9 on one 'nats/token' axis, saying nothing."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    for tokenizers, said in ((("char", "word"), True), (("char", "char"), False)):
+        rows = setting_rows([{"data.tokenizer": t, "model.n_head": h} for t, h in zip(tokenizers, (1, 2))],
+                            seeds=(1, 2))
+        for r in rows:
+            r.update(status="done", run=f"{r['data.tokenizer']}{r['model.n_head']}-{r['train.seed']}")
+        report.write_report(rows, ["data.tokenizer", "model.n_head"], tmp_path / str(said), title="t")
+        settings_title = figures["settings.png"].axes[0].get_title()
+        assert ("they do not compare" in settings_title) is said, settings_title
+        assert ("they do not compare" in figures["val_loss.png"].axes[0].get_title()) is said

@@ -310,12 +310,16 @@ def nest_overlapping(ax, pixels: float = 3.0) -> None:
         line.set_linewidth(line.get_linewidth() + step * k)
 
 
-def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
+APART = "losses per token of other vocabularies or texts: they do not compare"  # (report.one_data: False)
+
+
+def val_loss_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes | None:
     """Val loss vs step, one line per setting (report.group_by_setting): the mean over its runs
     (seeds) with a band of ± one standard deviation, labelled by the varied values and, where some
     line is a mean, each line's n: the PNG, or None without matplotlib. A group may say how many
     seeds it holds (`n`), how many runs were left out of it (`left_out`), and that its runs are not
-    finished (`finished`: False, `failed`): drawn, but not fitted by the y-axis (focus_y)."""
+    finished (`finished`: False, `failed`): drawn, but not fitted by the y-axis (focus_y). `apart`: the settings
+    were trained on other data or tokens (APART is said under the title)."""
     fig = _new_figure()
     if fig is None:
         return None
@@ -340,7 +344,8 @@ def val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
         curves.append((steps, mean))
         edges += [(steps, [m + d for m, d in zip(mean, std)]), (steps, [m - d for m, d in zip(mean, std)])]
     ax.set(xlabel="step", ylabel="val loss (nats/token)",
-           title="validation loss" + (": mean ± 1 std over seeds (n per line)" if banded else ""))
+           title="validation loss" + (": mean ± 1 std over seeds (n per line)" if banded else "")
+           + (f"\n({APART})" if apart else ""))
     ax.grid(alpha=0.3)
     focus_y(ax, curves, edges, aside)
     nest_overlapping(ax)
@@ -423,12 +428,12 @@ def in_order(setting: dict[str, Any], keys: Sequence[str], groups: Sequence[dict
     return tuple(order)
 
 
-def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
+def settings_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes | None:
     """Each setting's result (report.group_by_setting) against the first varied key (numbers from small to
     large, anything else in first-seen order), one line per value of the others: the mean with its 95%
     interval over seeds as an error bar, one panel per metric in SETTING_PANELS that at least 2 settings
     have (the probe's only when probed): the PNG, or None without matplotlib or without 2 settings to
-    compare."""
+    compare. `apart`: the settings were trained on other data or tokens (APART is said over a loss's panel)."""
     panels = [p for p in SETTING_PANELS if sum(g["stats"][p[0]]["mean"] is not None for g in groups) > 1]
     fig = _new_figure() if panels else None
     if fig is None:
@@ -483,6 +488,8 @@ def settings_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
         ax.set_xticks(where, tick_labels(xs, x_key.split(".", 1)[1]))
         slant_if_crowded(ax)
         ax.set(xlabel=x_key.split(".", 1)[1] + (" (log scale)" if log else ""), ylabel=ylabel)
+        if apart and "loss" in metric:  # (a char run's 3.6 and a word run's 7.9 on one axis, said nowhere)
+            ax.set_title(APART.replace(": ", ":\n"), fontsize="small")
         if metric == "attribute_ratio" and values and min(values) > 0 and max(values) > 10 * min(values):
             ax.set_yscale("log")  # ratios over more than a decade (a tenfold is as far as a tenth)
             ax.yaxis.set_minor_formatter(NullFormatter())  # (labelled, minor ticks pile up)

@@ -271,6 +271,11 @@ def same_data(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a["setting"].get(k) == b["setting"].get(k) for k in PER_TOKEN)
 
 
+def one_data(groups: Sequence[dict[str, Any]]) -> bool:
+    """Were all the settings trained on the same data and tokens (same_data), so that all their losses compare?"""
+    return all(same_data(a, b) for i, a in enumerate(groups) for b in groups[i + 1:])
+
+
 def comparable_pairs(groups: Sequence[dict[str, Any]], metrics: Sequence[str] = DIFFERENCES_IN) -> int:
     """How many (metric, pair of settings) differences() can test (comparable)."""
     return sum(comparable(a, b, m) for m in metrics for i, a in enumerate(groups) for b in groups[i + 1:])
@@ -466,8 +471,7 @@ def summary_text(groups: Sequence[dict[str, Any]], metrics: Sequence[str], probe
                        ) + "".join(f"- {d}\n" for d in diffs)
     if len(groups) < 2:
         return text
-    other_data = not all(same_data(a, b) for i, a in enumerate(groups) for b in groups[i + 1:])
-    losses = ", and for a loss the same data and tokens" if other_data else ""
+    losses = ", and for a loss the same data and tokens" if not one_data(groups) else ""
     if not tested:  # (no interval on one side of every pair: nothing was tested)
         return text + (f"\nNo two settings could be compared in {', '.join(shown)}: a comparison needs a 95% "
                        f"interval on both sides, 2 finished seeds or more each (n above), not all alike (± 0)"
@@ -517,7 +521,7 @@ def seeds_val_loss_png(groups: Sequence[dict[str, Any]]) -> bytes | None:
         drawn.append({**g, "runs": one_run_per_seed(finished or g["runs"]), "n": len(runs_by_seed(finished)),
                       "finished": bool(finished), "left_out": len(g["runs"]) - len(finished),
                       "failed": not finished and any(map(ended_in_error, g["runs"]))})
-    return val_loss_png(drawn)
+    return val_loss_png(drawn, apart=not one_data(groups))
 
 
 def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir: str | Path,
@@ -573,7 +577,7 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     elif len(groups) > 1:  # (the standard: a training result is a mean over seeds, or said to be a single run)
         text += ("\nOne run per setting: single runs, whose differences may be the seed's alone; sweep.py --seeds 3 "
                  "or more gives each setting a mean and a spread over seeds.\n")
-    pictures = {"val_loss.png": seeds_val_loss_png(groups), "settings.png": settings_png(groups)}
+    pictures = {"val_loss.png": seeds_val_loss_png(groups), "settings.png": settings_png(groups, apart=not one_data(groups))}
     drawn = {name: png for name, png in pictures.items() if png is not None}
     if skipped:
         text += (f"\nNot trained: {len(skipped)} combination(s) of the grid, skipped:\n"
