@@ -213,6 +213,9 @@ def check_output_folders(args) -> None:
     """Refuse the folders --attention-png and --attention-html cannot write into (a file, a path
     through a file, no permission, /proc), before the model is even loaded."""
     if args.attention_png is not None:
+        if str(args.attention_png) == "-" and not args.attention_png.is_dir():  # (made a folder named '-' unsaid)
+            raise UserError("--attention-png=-: the heatmaps are PNG files, one per layer, written into a folder (not "
+                            "standard output); give a folder name, e.g. --attention-png attention")
         check_writable(args.attention_png, "--attention-png")
     if args.attention_html is not None:
         page = args.attention_html

@@ -616,6 +616,16 @@ def test_page_paths_found_wrong_after_the_generation_are_refused_first(tiny_stor
     assert list(tmp_path.iterdir()) == []
 
 
+def test_heatmaps_into_a_dash_are_refused_not_a_folder_named_dash(tiny_stories_run, tmp_path, monkeypatch):
+    """`--attention-png -` wrote ./-/attention_layer0.png, exit 0 (`--attention-html -` was refused); a folder
+    the user named '-' is taken."""
+    monkeypatch.chdir(tmp_path)
+    refused([tiny_stories_run, *GREEDY, "--attention-png", "-"], r"^--attention-png=-: the heatmaps are PNG files")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "-").mkdir()
+    run_sample([tiny_stories_run, *GREEDY, "--prompt", "Mia", "--attention-png", "-"])
+    assert any(p.suffix == ".png" for p in (tmp_path / "-").iterdir())
+
 def test_a_set_of_pages_is_one_calls_and_one_call_writes_it_at_a_time(tiny_stories_run, tmp_path):
     """Three samples' pages, then one sample's: p_sample1..3.html stayed beside the new p.html, passing for
     this call's. Two sample.py writing one set at once mixed their pages (both said `saved`)."""
