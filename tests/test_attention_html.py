@@ -120,6 +120,22 @@ def test_a_token_holding_a_line_break_among_other_characters_breaks_the_line():
     assert attention_html.explorer_data(model, tok, ids)["breaks"] == [8, 9]
 
 
+def test_a_wide_models_page_holds_at_most_its_budget_of_weights(monkeypatch):
+    """GPT-2's shape over its 1,024 tokens (12 layers x 12 heads) made a page of 152 MB (2.7 GB and 32 s to write, 50 s
+    to open in Chromium). A page holds at most PAGE_WEIGHTS weights: the last page_tokens tokens, one pass over them;
+    the default model's page (4 x 4 x 128) is whole."""
+    from model import ModelConfig as M
+    assert attention_html.page_tokens(M(block_size=128, n_layer=4, n_head=4, vocab_size=9)) == 128
+    assert attention_html.page_tokens(M(block_size=1024, n_layer=12, n_head=12, n_embd=768, vocab_size=9)) == 166
+    model, tok = tiny_model()  # 2 layers x 4 heads, block 16: 8 x 136 weights over 16 tokens
+    monkeypatch.setattr(attention_html, "PAGE_WEIGHTS", 8 * 45)  # 9 tokens: 8 x 45
+    ids = tok.encode("The cat sat on the mat.")[:16]
+    data = attention_html.explorer_data(model, tok, ids)
+    assert len(data["tokens"]) == 9 and data["earlier"] == 7 and len(data["weights"][0][0]) == 45
+    assert data["weights"][1][3] == (model_weights(model, ids[-9:])[1, 3] * 1000).round().int()[
+        torch.tril(torch.ones(9, 9, dtype=torch.bool))].tolist()  # one forward pass over the 9 shown
+
+
 # ---- sample.py --attention-html ----
 
 
@@ -127,6 +143,16 @@ def test_a_token_holding_a_line_break_among_other_characters_breaks_the_line():
 def run(tiny_stories_run):
     return str(tiny_stories_run)
 
+
+def test_sample_says_when_the_page_shows_fewer_tokens_than_the_model_saw(run, tmp_path, monkeypatch):
+    prompt = generate_stories(20000, 1337)[0][:40]
+    for tokens, said in ((8, True), (1, False)):
+        monkeypatch.setattr(attention_html, "PAGE_WEIGHTS", 200 if said else 10**9)
+        out = io.StringIO()
+        sample.main([run, "--prompt", prompt, "--max-new-tokens", str(tokens), "--attention-html",
+                     str(tmp_path / "page.html")], out=out)
+        shown = len(page_data((tmp_path / "page.html").read_text(encoding="utf-8"))["tokens"])
+        assert ("(the page shows the last" in out.getvalue()) is said and (shown < 40) is said
 
 def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
     prompt = generate_stories(20000, 1337)[0][:30]

@@ -10,12 +10,14 @@ candidates it was drawn from (sample.py --show-steps's data). The address may se
 load, e.g. `page.html#layer=1&head=all&query=5` (the same code path as a click).
 
 Weights are stored as whole thousandths (0.1 %), the precision the page shows; under the causal
-mask only each query's allowed keys are stored (the lower triangle).
+mask only each query's allowed keys are stored (the lower triangle). A page holds at most PAGE_WEIGHTS of them
+(page_tokens): a wide model's page covers its last tokens only.
 """
 from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import re
 from collections import deque
@@ -50,14 +52,28 @@ def recorded(steps: Iterable[Step], sink: list[dict] | deque[dict], temperature:
         yield step
 
 
+PAGE_WEIGHTS = 2_000_000  # weights a page holds at most, about 6 MB (2.8 bytes each): GPT-2's shape over its 1,024
+# tokens (12 layers x 12 heads) made a page of 152 MB, 2.7 GB and 32 s to write, 50 s to open in Chromium
+
+
+def page_tokens(cfg) -> int:
+    """The most tokens a page shows for a model of config `cfg` (a ModelConfig): its block_size, or fewer where
+    n_layer x n_head weights per pair of them (the lower triangle's, under the causal mask) pass PAGE_WEIGHTS."""
+    heads = cfg.n_layer * cfg.n_head
+    T = min(cfg.block_size, math.isqrt(2 * PAGE_WEIGHTS // heads) + 1)  # (then down to the first that fits)
+    while T > 1 and heads * (T * (T + 1) // 2 if cfg.causal else T * T) > PAGE_WEIGHTS:
+        T -= 1
+    return T
+
+
 @torch.no_grad()
 def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 0,
                   steps: Sequence[dict] = (), title: str = "", rule: str = "") -> dict:
-    """The page's data for the last block_size tokens of `ids`, whose last n_generated tokens were
-    generated (`steps`: the `recorded` data of the last len(steps) of them, at least those inside the
-    window, drawn by `rule`, e.g. attention_view.sampling_rule's)."""
+    """The page's data for the last block_size tokens of `ids` (page_tokens: fewer for a wide model), whose last
+    n_generated tokens were generated (`steps`: the `recorded` data of the last len(steps) of them, at least those
+    inside the window, drawn by `rule`, e.g. attention_view.sampling_rule's)."""
     cfg = model.config
-    window, traces = window_traces(model, ids)  # per layer weights (1, nh, T, T)
+    window, traces = window_traces(model, list(ids)[-page_tokens(cfg):])  # per layer weights (1, nh, T, T)
     T = len(window)
     att = torch.stack([t.weights[0] for t in traces]).float().cpu()  # (n_layer, nh, T, T)
     stored = (att * SCALE).round().int()
@@ -261,7 +277,7 @@ document.getElementById("legend").textContent =
   `${T} token${T === 1 ? "" : "s"}, in one forward pass` + (D.earlier ? ` (the last ${T}; ${D.earlier} earlier tokens not shown)` : "") +
   `; ${D.n_layer} layer${D.n_layer === 1 ? "" : "s"} x ${D.n_head} head${D.n_head === 1 ? "" : "s"}. Hover a token to see where it looks (click to pin it, then hover ` +
   `the others for their weight in every head); shading = weight (square-root scale), number = % of the ` +
-  `query's attention` + (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
+  `query's attention, to 0.1 (over many keys the rounded numbers of a row may not add up to 100)` + (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
   (D.first_generated < T ?
     "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + ")" : "") +
   "; ␣ = space" +
