@@ -166,7 +166,7 @@ def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
         assert row[1] == str(step["ctx"])
         # the chosen token's probability and the candidates', as printed (0.1%): the page's, digit for digit
         # (it kept 4 digits and rounded again: 0.07454 read 7.4 beside the table's 7.5)
-        printed = [cell[:-1] for cell in row if re.fullmatch(r"\d+\.\d%", cell)]
+        printed = [cell[:-1] for cell in row if re.fullmatch(r"(\d+\.\d|<0\.1)%", cell)]
         assert printed == [step["p"]] + [p for _, p in step["top"]], (row, step)
     assert f"saved {tmp_path / 'page.html'}" in out.getvalue()
     sample.main([run, "--prompt", prompt, "--max-new-tokens", "2", "--num-samples", "2",

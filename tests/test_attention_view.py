@@ -784,3 +784,11 @@ def test_the_steps_rows_fit_a_terminal_with_as_many_candidates_as_fit(run, promp
     out = Terminal()
     sample.main(args, out=out)
     assert out.getvalue().splitlines()[0] == piped[0]  # wide enough: one line, as in a file
+
+
+def test_a_probability_that_rounds_to_0_is_not_printed_as_0():
+    """A weak model with a vocabulary of thousands: --show-steps and the page printed the drawn token at 0.0% above
+    candidates at 0.1%. Below 0.05% it reads "<0.1"; an exact 0 (a token top-k left out) stays 0.0."""
+    from tinygpt.attention_view import step_percent
+    assert [step_percent(q) for q in (0.0, 1e-9, 0.00049, 0.0006, 0.07454, 1.0)] == \
+        ["0.0", "<0.1", "<0.1", "0.1", "7.5", "100.0"]

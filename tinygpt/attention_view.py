@@ -102,9 +102,11 @@ def step_candidates(step: Step, temperature: float, top_k: int | None, top_p: fl
 
 
 def step_percent(q: float) -> str:
-    """A step's probability as `--show-steps` and the attention page print it: a percent to 0.1 ("7.5").
-    One rounding, here: the page once kept 4 digits and rounded again, and 0.07454 read 7.4 beside 7.5."""
-    return f"{100 * q:.1f}"
+    """A step's probability as `--show-steps` and the attention page print it: a percent to 0.1 ("7.5"), "<0.1"
+    where it is not 0 but rounds to it (a weak model's drawn token read 0.0% above candidates at 0.1%). One
+    rounding, here: the page once kept 4 digits and rounded again, and 0.07454 read 7.4 beside 7.5."""
+    shown = f"{100 * q:.1f}"
+    return "<0.1" if shown == "0.0" and q > 0 else shown
 
 
 # ---- text tables ----
