@@ -1081,3 +1081,17 @@ def test_an_empty_output_folder_gets_a_hint_export_takes():
     assert "current folder" not in str(info.value)
     with pytest.raises(UserError, match=r"\. for the current folder"):  # the run it reads may be .
         export.main(["", "hf"])
+
+
+def test_an_export_folder_name_too_long_for_its_temp_folder_is_refused_naming_it(tmp_path):
+    """A folder name of 240 bytes (mkdir takes it) failed with `File name too long: .hhh...hhh.2516.n6wtxlml.tmp`,
+    a temp folder the user never named. The name and its limit are said; nothing is left."""
+    pytest.importorskip("safetensors")
+    run, _, _ = make_run(tmp_path)
+    long = tmp_path / "out" / ("h" * 250)
+    with pytest.raises(UserError, match=r"cannot write .*: its name is 250 bytes, and the temp folder it is written "
+                                        r"through adds \d+: give a name of at most \d+ bytes"):
+        export.main([run, str(long)])
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    export.main([run, str(tmp_path / "out" / ("h" * 230))])
+    assert (tmp_path / "out" / ("h" * 230) / "config.json").is_file()

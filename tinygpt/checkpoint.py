@@ -239,13 +239,14 @@ def name_max(folder: Path) -> int:
     return path_limit(folder, "PC_NAME_MAX") or 255
 
 
-def check_name_fits(path: Path) -> None:
-    """Refuse a file name too long for the temp file a write goes through (temp_beside adds about 22
-    bytes): the write would fail with `File name too long` only after the work."""
+def check_name_fits(path: Path, kind: str = "file") -> None:
+    """Refuse a file (or folder: `kind`) name too long for the temp file a write goes through (temp_beside and
+    atomic_dir add about 22 bytes): the write would fail with `File name too long` only after the work, naming
+    the temp file."""
     name, longest = len(os.fsencode(path.name)), name_max(path.parent)
     extra = len(f"..{os.getpid()}.XXXXXXXX.tmp")
     if name + extra > longest:
-        raise UserError(f"cannot write {short(str(path))}: its name is {name} bytes, and the temp file it is "
+        raise UserError(f"cannot write {short(str(path))}: its name is {name} bytes, and the temp {kind} it is "
                         f"written through adds {extra}: give a name of at most {longest - extra} bytes")
 
 
@@ -521,6 +522,7 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     if os.path.ismount(path):  # (a Docker volume): the folder cannot be renamed, and tmp would be on the parent's disk
         raise UserError(f"cannot replace {path}: it is a mount point (the top of another file system); give a "
                         f"new folder inside it, e.g. {path / 'export'}")
+    check_name_fits(path, "folder")  # (a name of 240 bytes: 'File name too long' of the temp folder, after the work)
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep_temp_files(path)  # the temp folders of writers killed mid-write
     # the writer's pid in the name, and its lock on the folder (hold_while_written): sweep_temp_files
