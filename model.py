@@ -98,9 +98,9 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
 
 def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                    dropout_p: float = 0.0) -> torch.Tensor:
-    """`attention` under causal_mask (or no mask) in the fastest kernel for the case; no weights. q (B, nh, Tq, hs),
-    k and v (B, nh, Tk, hs), the Tq queries the last of the Tk positions -> y (B, nh, Tq, hs). It knows no other
-    mask: the fused kernels build the causal one themselves (tested equal to `attention`)."""
+    """`attention` under causal_mask (or no mask) in the fastest kernel for the case, no weights (tested equal to it):
+    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), the Tq queries the last of the Tk positions -> y (B, nh, Tq, hs).
+    It knows no other mask: SDPA's is_causal builds it, one new query needs none, queries after a cache pass it."""
     Tq, Tk = q.size(2), k.size(2)
     if Tq > 1 and q.device.type == "cpu" and q.dtype == torch.bfloat16:  # CPU + bfloat16: see matmul_attention
         return matmul_attention(q, k, v, causal_mask(Tq, Tk, q.device) if causal else None, dropout_p)
@@ -232,8 +232,8 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def _run(self, idx: torch.Tensor, kv_caches: list[KVCache] | None,
-             need_weights: bool) -> tuple[torch.Tensor, list[HeadTrace]]:
+    def _forward(self, idx: torch.Tensor, kv_caches: list[KVCache] | None,
+                 need_weights: bool) -> tuple[torch.Tensor, list[HeadTrace | None]]:
         """The forward pass: idx (B, T) -> logits (B, T, V) and one HeadTrace (or None) per layer."""
         B, T = idx.shape
         if kv_caches and not self.config.causal:  # there, a later token changes earlier keys (layer 1 on)
@@ -254,12 +254,12 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, kv_caches: list[KVCache] | None = None) -> torch.Tensor:
         """idx (B, T) token ids -> logits (B, T, V): position t scores the token at t+1.
         With kv_caches (one per layer), idx holds only the new tokens."""
-        return self._run(idx, kv_caches, need_weights=False)[0]
+        return self._forward(idx, kv_caches, need_weights=False)[0]
 
     def forward_with_attention(self, idx: torch.Tensor) -> tuple[torch.Tensor, list[HeadTrace]]:
         """Like forward, through the readable path, also returning each layer's HeadTrace:
         weights (B, nh, T, T) and per-head outputs (B, nh, T, hs)."""
-        return self._run(idx, None, need_weights=True)
+        return self._forward(idx, None, need_weights=True)
 
     def new_kv_caches(self, batch_size: int) -> list[KVCache]:
         """Empty per-layer caches for generating `batch_size` sequences."""

@@ -2,12 +2,13 @@
 
     python train.py CONFIG.yaml [--set KEY=VALUE ...] [--resume] [--stop-at STEP] [--quiet]
 
-`train()`, at the bottom, goes: config and run directory -> processes -> data -> model and
-optimizer -> the loop; the file above it holds the setup steps, then the loop. Every
+`main()`, at the bottom, reads the config and the flags, starts the processes (DDP) and takes the run
+directory, then calls `train()`, above it: data -> model and optimizer -> the loop. The file runs in
+that order: the setup steps, the loop, then the checks that several processes agree. Every
 `train.eval_interval` steps the loop estimates train/val loss and writes ckpt.pt (everything needed
 to resume exactly) and best.pt (lowest val loss); metrics.csv gets a row per log and eval. One
-optimizer step (`train_step`), the schedule and the loss estimate live in tinygpt/training.py,
-shared with bench.py so that the benchmark times exactly this step. How a run stops (Ctrl-C,
+optimizer step (`train_step`), the optimizer, the schedule and the loss estimate live in
+tinygpt/training.py; bench.py times the same step and optimizer. How a run stops (Ctrl-C,
 SIGTERM, a closed terminal) and resumes: docs/design.md, "The run directory"; what it refuses (a
 second training on its folder, a model that cannot fit in memory, ...): docs/errors.md.
 
@@ -512,7 +513,7 @@ class Run:
                             f"training ran: stopped at step {self.step} without writing there (a moved run resumes "
                             f"from its last checkpoint: --resume --set train.out_dir=NEW)")
 
-    def train_step(self, lr: float, stop: Callable[[], bool] | None = None) -> torch.Tensor | None:
+    def take_step(self, lr: float, stop: Callable[[], bool] | None = None) -> torch.Tensor | None:
         """One optimizer step through train_model (tinygpt/training.py), or None where stop() ended it
         between micro-batches: then the batch and dropout random states are put back as they were, so
         that the checkpoint saved next resumes by redoing the whole step. The first step through a
@@ -535,7 +536,7 @@ class Run:
 
     def compile_step(self, step: Callable[[], torch.Tensor | None], batches: torch.Tensor) -> torch.Tensor | None:
         """The first step(), which compiles the model, and where torch.compile fails, step() again
-        from the same batches without it (see train_step)."""
+        from the same batches without it (see take_step)."""
         try:
             loss = step()
         except Exception as e:  # noqa: BLE001 (only the compiler's own errors are caught: see below)
@@ -634,7 +635,8 @@ def evaluate(run: Run, metrics: list[dict], t_start: float,
         raise diverged("the val loss", losses["val"], run)
     if run.dist.master:
         metrics.append({"step": run.step, "train_loss": f"{losses['train']:.4f}", "val_loss": f"{losses['val']:.4f}",
-                        # the lr of the step that led here, as the log row of this step gives it
+                        # the lr of the step that led here, as the log row of this step gives it (at step 0: the
+                        # first step's)
                         "lr": f"{lr_at(max(run.step - 1, 0), t):.3e}", "elapsed_s": f"{run.elapsed:.1f}"})
         run.save_metrics(metrics)
         if run.board is not None:
@@ -759,7 +761,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
             lr = lr_at(run.step, t)  # warmup, then cosine decay
             # one optimizer step (tinygpt/training.py): for each of grad_accum micro-batches, forward,
             # next-token cross-entropy, backward; then clip the gradients, step, zero them
-            loss = run.train_step(lr, mid_step)
+            loss = run.take_step(lr, mid_step)
             if loss is None:  # a signal during the step: undone, and saved by the check above
                 continue
             run.loss_sum += loss

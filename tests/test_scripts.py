@@ -794,7 +794,7 @@ def test_explorer_bench_sizes_are_the_ones_docs_attention_quotes(tmp_path, capsy
     module.measure(tmp_path)
     printed = json.loads(capsys.readouterr().out.splitlines()[-1])
     doc = " ".join((ROOT / "docs" / "attention.md").read_text().split())
-    quoted = re.search(r"means and their range: ([\d,]+) bytes .* initialisation, .*?; ([\d,]+) bytes", doc)
+    quoted = re.search(r"The pages are ([\d,]+) and ([\d,]+) bytes", doc)
     assert quoted, "docs/attention.md no longer quotes the explorer's sizes as this test reads them"
     assert [int(q.replace(",", "")) for q in quoted.groups()] == [printed["init_bytes"], printed["sharp_bytes"]]
 

@@ -1,6 +1,6 @@
-"""The pieces of training that train.py's loop and bench.py share, so that a benchmark times
-exactly the step that trains: the learning-rate schedule, the optimizer, one optimizer step, and
-the loss estimate."""
+"""The pieces of training: the learning-rate schedule, the optimizer, one optimizer step, and the
+loss estimate. train.py's loop runs them; bench.py times the same optimizer and step, so that a
+benchmark times exactly the step that trains."""
 from __future__ import annotations
 
 import math
