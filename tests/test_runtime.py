@@ -754,3 +754,21 @@ def test_int8_problem_names_the_device_or_the_width(tiny_model_config):
     assert runtime.int8_problem(replace(tiny_model_config, n_embd=24), torch.device("cpu")) == (
         "int8 weights need model.n_embd a multiple of 16 (torch's int8 kernel reads rows 16 values at a time); "
         "this model's is 24")
+
+
+def test_torchruns_local_variables_that_are_no_numbers_are_refused_naming_them(tiny_stories_run, monkeypatch):
+    """LOCAL_WORLD_SIZE=abc (or LOCAL_RANK under a launch) was int()'s ValueError traceback, in sample.py and
+    train.py alike."""
+    import io
+
+    import sample
+    from tinygpt import runtime
+    from tinygpt.errors import UserError
+    for value in ("abc", "-1", "1.5", "٣"):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+        with pytest.raises(UserError, match=rf"^the environment variable LOCAL_WORLD_SIZE='?{value}'? must be a whole "
+                                            rf"number >= 0, as torchrun sets it; unset it"):
+            sample.main([str(tiny_stories_run), "--max-new-tokens", "2"], out=io.StringIO())
+    monkeypatch.setenv("LOCAL_RANK", " 3 ")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "")
+    assert runtime.launcher_number("LOCAL_RANK", 0) == 3 and runtime.launcher_number("LOCAL_WORLD_SIZE", 1) == 1

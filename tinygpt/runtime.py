@@ -182,6 +182,18 @@ def launched_by_torchrun() -> bool:
     return torchrun_rank() is not None
 
 
+def launcher_number(name: str, default: int) -> int:
+    """The environment variable `name` that torchrun sets (LOCAL_RANK, LOCAL_WORLD_SIZE) as a number >= 0; `default`
+    where it is unset or empty. Anything else is refused (int('abc') was a traceback)."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not (value.isascii() and value.isdigit()):
+        raise UserError(f"the environment variable {name}={short(value)} must be a whole number >= 0, as torchrun sets "
+                        f"it; unset it (unset {name}), or launch with torchrun")
+    return int(value)
+
+
 RENDEZVOUS_NOTE_S = 30.0  # waiting this long for the other processes of a torchrun run, a note says why
 
 
@@ -229,7 +241,7 @@ class Distributed:
             return cls(0, 1, device)
         import torch.distributed as tdist
         stop_with_the_launcher()
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        local_rank = launcher_number("LOCAL_RANK", 0)
         if device.type == "cuda":
             device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
@@ -533,7 +545,7 @@ def too_many_threads(policy: ThreadPolicy | None, fixed: int, flag: str, work: s
     cores: they take turns on them (1024 on 2 cores trained 300x slower, and the MFU, its peak
     measured likewise, looked normal; sampling ran 2.3x slower)."""
     cores = usable_cores()
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)  # torchrun's processes on this machine share them
+    local = max(1, launcher_number("LOCAL_WORLD_SIZE", 1))  # torchrun's processes on this machine share them
     if policy is None or fixed * local <= cores:
         return None
     each, who = (f" in each of the {local} processes of this machine", "they") if local > 1 else ("", "this process")
