@@ -469,6 +469,29 @@ def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path, monkeypatch):
     assert runtime.available_memory(cpu) == min(machine, 2 ** 29 - 123)  # the tighter of the two
 
 
+def test_a_cgroups_page_cache_is_not_counted_as_used_memory(tmp_path, monkeypatch):
+    """memory.current (v1: memory.usage_in_bytes) counts the file cache the kernel drops when asked: a container at
+    2 GiB whose cache had filled to 1.9 GiB (checkpoints written, data prepared) refused every training as having
+    0.0 GB. Its inactive files are left out, as docker's and Kubernetes' working set does."""
+    cpu = torch.device("cpu")
+    machine = runtime.available_memory(cpu)
+    if machine is None:
+        pytest.skip("no /proc/meminfo")
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    v1.mkdir(), v2.mkdir()
+    (v2 / "memory.max").write_text(f"{2 ** 31}\n")
+    (v2 / "memory.current").write_text(f"{2 ** 31 - 50 * 2 ** 20}\n")
+    (v2 / "memory.stat").write_text(f"anon 104857600\nfile 2040109465\nactive_file 100\ninactive_file {2 ** 30}\n")
+    monkeypatch.setattr(runtime, "cgroup_dirs", lambda controller: [v2])
+    assert runtime.available_memory(cpu) == min(machine, 2 ** 30 + 50 * 2 ** 20)
+    (v1 / "memory.limit_in_bytes").write_text(f"{2 ** 31}\n")
+    (v1 / "memory.usage_in_bytes").write_text(f"{2 ** 31}\n")
+    (v1 / "memory.stat").write_text(f"cache 2\ninactive_file 7\ntotal_inactive_file {2 ** 29}\n")
+    monkeypatch.setattr(runtime, "cgroup_dirs", lambda controller: [v1])
+    assert runtime.available_memory(cpu) == min(machine, 2 ** 29)  # (the hierarchy's total)
+    (v1 / "memory.stat").write_text("not a stat file")
+    assert runtime.available_memory(cpu) == 0  # (unread: all of the usage counts, as before)
+
 def test_a_real_cgroup_limit_reaches_the_thread_count_and_the_memory_check():
     """scripts/in_cgroup.sh runs a process as `docker run --cpus=1 --memory=1g` would (root and
     Linux cgroups needed: it skips elsewhere)."""

@@ -950,7 +950,7 @@ def available_memory(device: torch.device) -> int | None:
             limit = (d / ("memory.max" if v2 else "memory.limit_in_bytes")).read_text().strip()
             if limit != "max" and free is not None:  # (v1's "no limit" is a number above any free memory)
                 used = int((d / ("memory.current" if v2 else "memory.usage_in_bytes")).read_text())
-                free = min(free, max(int(limit) - used, 0))
+                free = min(free, max(int(limit) - (used - reclaimable_cache(d)), 0))
         except (OSError, ValueError):
             continue
     try:  # ulimit -v: every allocation takes address space, whatever memory is free
@@ -963,6 +963,18 @@ def available_memory(device: torch.device) -> int | None:
     except (ImportError, OSError, ValueError):  # not Unix, or no /proc
         pass
     return free
+
+
+def reclaimable_cache(cgroup: Path) -> int:
+    """Bytes of a memory cgroup's usage that are page cache the kernel drops when asked (its inactive files: the
+    "working set" of docker and Kubernetes is the usage less them), 0 where unknown. Counted as used, a container
+    whose cache had filled (checkpoints written, data prepared) refused every training and sample."""
+    try:
+        stat = dict(line.split() for line in (cgroup / "memory.stat").read_text().splitlines() if line.count(" ") == 1)
+        # (v1: total_inactive_file counts the cgroups below too; v2 has inactive_file only)
+        return int(stat.get("total_inactive_file", stat.get("inactive_file", 0)))
+    except (OSError, ValueError):
+        return 0
 
 
 LAYER_OBJECTS = 37_000  # bytes of Python and torch objects a Block takes beside its tensors (measured: 3,000 layers)
