@@ -672,8 +672,8 @@ def log(run: Run, metrics: list[dict], lr: float, speed: dict[str, float]) -> di
     now = time.perf_counter()
     step_time = (now - speed["t_last"]) / max(run.step - speed["step_last"], 1)
     achieved = speed["flops_per_step"] / step_time  # FLOP/s of this process
-    # above twice the peak: no busy start explains it (that reads 100-150%), a stalled measurement does; once a run
-    # (its source then says so)
+    # above twice the peak: only a stalled measurement explains it (the fastest of its repeats was slow too); once a
+    # run (its source then says so)
     if (achieved > 2 * speed["peak"] and run.peak["source"].startswith("measured")
             and "measured again" not in run.peak["source"]):
         measure_peak_again(run, speed, achieved)
