@@ -369,6 +369,17 @@ def test_cpu_ticks_waiting_for_the_disk_are_idle_not_busy(monkeypatch):
     assert runtime._cpu_jiffies({5}) is None  # no such CPU: nothing known
 
 
+def test_cpu_ticks_of_niced_processes_are_free_to_a_process_of_normal_priority(monkeypatch):
+    """A `nice -n 19` job on one of 2 cores: the policy left 1 thread (20,200 tokens/s), where 2 train 29,400 (the
+    kernel gives the niced job little of its core). Started with nice itself, the process shares a core with its
+    kind: their ticks are busy."""
+    stat = ["cpu0 10 40 10 50 0 0 0 0 0 0", "cpu1 10 0 10 80 0 0 0 0 0 0", "procs_running 1"]
+    monkeypatch.setattr(runtime, "_proc_stat", lambda: [line.split() for line in stat])
+    monkeypatch.setattr(runtime, "niceness", lambda: 0)
+    assert runtime._cpu_jiffies({0, 1}) == (40, 210)
+    monkeypatch.setattr(runtime, "niceness", lambda: 10)
+    assert runtime._cpu_jiffies({0, 1}) == (80, 210)
+
 def test_thread_policy_first_look_counts_the_threads_ready_to_run(monkeypatch):
     """Before any window of ticks: the median of 5 instant counts of runnable threads, minus us."""
     fake_cores(monkeypatch, {0, 1})  # 2 cores, no SMT, no CPU quota

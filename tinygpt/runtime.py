@@ -562,14 +562,26 @@ def _proc_stat() -> list[list[str]]:
 
 
 def _cpu_jiffies(cpus: set[int]) -> tuple[int, int] | None:
-    """(busy, total) clock ticks since boot of the given CPUs, from /proc/stat (Linux), else None."""
+    """(busy, total) clock ticks since boot of the given CPUs, from /proc/stat (Linux), else None. The ticks of
+    niced processes (the nice column) are not busy for a process of normal priority: the kernel gives it nearly all
+    of a core a `nice -n 19` job holds (beside one, 2 threads trained 29,400 tokens/s, the 1 thread the policy left
+    20,200). A niced process's own ticks are there too, and it shares a core with its kind: then they are busy."""
     busy = total = 0
+    nice_is_free = niceness() <= 0
     for name, *fields in _proc_stat():
         if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
             ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
             total += sum(ticks)
-            busy += sum(ticks) - ticks[3] - ticks[4]
+            busy += sum(ticks) - ticks[3] - ticks[4] - (ticks[1] if nice_is_free else 0)
     return (busy, total) if total else None
+
+
+def niceness() -> int:
+    """This process's nice value (0 unless started with `nice`; 0 where unknown)."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    except (AttributeError, OSError):  # (not Unix)
+        return 0
 
 
 def _runnable_tasks() -> int | None:
