@@ -68,8 +68,8 @@ from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, co
                             shown_path)
 from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.runs import run_lock, run_name, training_note
-from tinygpt.runtime import (ThreadPolicy, compile_decoding, following_free_cores, int8_problem, int8_weights,
-                             keep_freed_memory, resolve_device, too_many_threads)
+from tinygpt.runtime import (ThreadPolicy, check_compile_cache, compile_decoding, following_free_cores, int8_problem,
+                             int8_weights, keep_freed_memory, resolve_device, too_many_threads)
 from tinygpt.tokenizer import clean_text, encode_prompt
 
 TOKEN_COLUMN = 5  # the --show-steps token column is at least as wide as its header, "token"
@@ -160,6 +160,8 @@ def check_args(args) -> None:
     if not 0 <= args.threads <= MAX_THREADS:  # libgomp fails, or segfaults, asked for tens of thousands
         raise UserError(f"--threads={short(args.threads)} must be in 0..{MAX_THREADS} (0 = the free cores; "
                         f"more threads than cores only slow it down)")
+    if args.compile:
+        check_compile_cache("--compile")
     if args.compile and args.no_kv_cache:
         raise UserError("--compile compiles the decoding step with the KV cache: drop --no-kv-cache")
     if args.compile and args.dtype == "int8":  # (measured: bench.py --vs-hf --compile, docs/results.md)

@@ -56,8 +56,8 @@ from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, first_
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from, resumed_metrics, run_lock,
                           write_config, write_metrics)
-from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_training_fits, configure_cuda,
-                             device_name, emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory,
+from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_compile_cache, check_training_fits,
+                             configure_cuda, device_name, emulated_dtype_warning, exit_as_torchrun_worker, keep_freed_memory,
                              peak_flops, resolve_device, resolve_dtype, tf32_enabled, too_many_threads, torch_threads)
 from tinygpt.tensorboard_log import LOG_DIR, PROMPT_TOKENS, TensorBoardLog, mark_a_session_without, require_tensorboard
 from tinygpt.tokenizer import same_tokens
@@ -879,6 +879,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
                             f"share")
     if t.tensorboard:
         require_tensorboard(out_dir)
+    if t.compile:
+        check_compile_cache("train.compile")
     asked = cfg.model  # (a resumed run from other weights keeps their model config: a note names what it drops)
     ckpt = load_resume(cfg, out_dir) if args.resume else None
     metrics, note = resumed_metrics(out_dir, ckpt) if ckpt is not None else ([], None)  # before anything is written

@@ -825,3 +825,20 @@ def test_torchruns_local_variables_that_are_no_numbers_are_refused_naming_them(t
     monkeypatch.setenv("LOCAL_RANK", " 3 ")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "")
     assert runtime.launcher_number("LOCAL_RANK", 0) == 3 and runtime.launcher_number("LOCAL_WORLD_SIZE", 1) == 1
+
+
+def test_a_compile_cache_folder_that_cannot_be_made_is_refused_naming_it(tiny_stories_run, tmp_path):
+    """TORCHINDUCTOR_CACHE_DIR through a file (or read-only) stopped `sample.py --compile` with `error: Not a
+    directory: ...`, and train.py with train.compile after preparing its data, naming neither the variable nor
+    torch.compile (a compile failure is otherwise a warning). Refused first, naming both."""
+    import os
+    import subprocess
+    import sys
+    from conftest import ROOT
+    (tmp_path / "file.txt").write_text("x")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "file.txt" / "cache")}
+    r = subprocess.run([sys.executable, "sample.py", str(tiny_stories_run), "--compile", "--max-new-tokens", "2"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.startswith("error: --compile: torch.compile keeps its work in ") and r.stderr.count("\n") == 1
+    assert "which cannot be made (Not a directory); the environment variable TORCHINDUCTOR_CACHE_DIR=" in r.stderr

@@ -776,6 +776,24 @@ def compile_decoding(model: GPT, log=None, threads: int | None = None) -> Callab
     return decode_step
 
 
+def check_compile_cache(flag: str) -> None:
+    """Refuse `flag` (train.compile, --compile) before any work where torch.compile cannot make the folder it keeps
+    its work in (TORCHINDUCTOR_CACHE_DIR, else one in /tmp): it failed there with `Not a directory: ...`, naming
+    neither, after the data were prepared."""
+    asked = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    try:  # (importing torch._inductor makes the folder already; cache_dir is private: where it moved, torch says why)
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+        cache_dir()
+    except ImportError:
+        return
+    except OSError as e:
+        folder = e.filename if isinstance(e.filename, str) else asked
+        fix = (f"the environment variable TORCHINDUCTOR_CACHE_DIR={short(asked)} names it: give a folder that can be "
+               f"written, or unset it" if asked else "set TORCHINDUCTOR_CACHE_DIR to a folder that can be written")
+        raise UserError(f"{flag}: torch.compile keeps its work in {short(folder)}, which cannot be made "
+                        f"({e.strerror or type(e).__name__}); {fix}") from None
+
+
 # ---- int8 weights for decoding (sample.py --dtype int8) ----
 
 INT8_IN_MULTIPLE = 16  # torch's CPU int8 kernel reads each input row 16 values at a time, with no tail
