@@ -842,3 +842,20 @@ def test_a_compile_cache_folder_that_cannot_be_made_is_refused_naming_it(tiny_st
     assert r.returncode == 2 and r.stdout == "", r.stderr
     assert r.stderr.startswith("error: --compile: torch.compile keeps its work in ") and r.stderr.count("\n") == 1
     assert "which cannot be made (Not a directory); the environment variable TORCHINDUCTOR_CACHE_DIR=" in r.stderr
+
+
+def test_a_memory_refusal_names_the_bound_that_leaves_too_little(monkeypatch):
+    """Under `ulimit -v 1500000` on a machine with 21 GB free, training was refused as 'this machine has 0.8 GB
+    available'. The refusal names the bound that leaves the least: the machine, a container's limit, ulimit -v."""
+    import re
+    from tinygpt.errors import UserError
+    GB = 2 ** 30
+    cases = (({"machine": 21 * GB, "ulimit": GB}, "ulimit -v leaves this process 1.0 GB of address space"),
+             ({"machine": 21 * GB, "cgroup": 2 * GB}, "its container's memory limit (a cgroup) leaves 2.0 GB"),
+             ({"machine": GB, "cgroup": 2 * GB}, "this machine has 1.0 GB available"))
+    for limits, said in cases:
+        monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: limits)
+        assert runtime.available_memory(torch.device("cpu")) == min(limits.values())
+        with pytest.raises(UserError, match=rf"needs at least 5.0 GB of memory \(weights 5.0 GB\), but "
+                                            rf"{re.escape(said)}; use less$"):
+            runtime.check_memory({"weights": 5 * GB}, torch.device("cpu"), "training", "use less")

@@ -963,32 +963,48 @@ FAST_FLOPS = 1e15
 
 
 def available_memory(device: torch.device) -> int | None:
-    """Bytes that can still be allocated on `device`: a GPU's free memory; on a CPU the kernel's
-    MemAvailable, capped by the cgroup limit of a container and by the address space `ulimit -v`
-    leaves this process (clusters set it); None where unknown (nothing refused)."""
+    """Bytes that can still be allocated on `device`: a GPU's free memory; on a CPU the least of
+    cpu_memory_limits (the machine's, a container's, ulimit -v's); None where unknown (nothing refused)."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     if device.type != "cpu":
         return None
-    free = None
+    return min(cpu_memory_limits().values(), default=None)
+
+
+MEMORY_LIMITS = {  # what bounds the memory a CPU process can still take, as check_memory says it
+    "machine": "this machine has {} available",
+    "cgroup": "its container's memory limit (a cgroup) leaves {}",
+    "ulimit": "ulimit -v leaves this process {} of address space",
+}
+
+
+def cpu_memory_limits() -> dict[str, int]:
+    """The bytes each bound of MEMORY_LIMITS leaves (where known): the kernel's MemAvailable, the cgroup limit of a
+    container, and the address space `ulimit -v` leaves this process (clusters set it)."""
+    limits = {}
     try:
         meminfo = Path("/proc/meminfo").read_text()
         match = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.MULTILINE)
-        free = int(match.group(1)) * 1024 if match else None
+        if match:
+            limits["machine"] = int(match.group(1)) * 1024
     except OSError:
         pass
-    if free is None and hasattr(os, "sysconf"):
+    if "machine" not in limits and hasattr(os, "sysconf"):
         try:
-            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            limits["machine"] = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (ValueError, OSError):
             pass
+    if "machine" not in limits:  # (nothing known of the machine: nothing refused)
+        return {}
     for d in cgroup_dirs("memory"):  # a container may allow far less than the machine has
         try:
             v2 = (d / "memory.max").exists()
             limit = (d / ("memory.max" if v2 else "memory.limit_in_bytes")).read_text().strip()
-            if limit != "max" and free is not None:  # (v1's "no limit" is a number above any free memory)
+            if limit != "max":  # (v1's "no limit" is a number above any free memory)
                 used = int((d / ("memory.current" if v2 else "memory.usage_in_bytes")).read_text())
-                free = min(free, max(int(limit) - (used - reclaimable_cache(d)), 0))
+                left = max(int(limit) - (used - reclaimable_cache(d)), 0)
+                limits["cgroup"] = min(left, limits.get("cgroup", left))
         except (OSError, ValueError):
             continue
     try:  # ulimit -v: every allocation takes address space, whatever memory is free
@@ -996,11 +1012,11 @@ def available_memory(device: torch.device) -> int | None:
         limit = resource.getrlimit(resource.RLIMIT_AS)[0]
         status = Path("/proc/self/status").read_text()
         match = re.search(r"^VmSize:\s+(\d+) kB", status, re.MULTILINE)
-        if limit != resource.RLIM_INFINITY and match and free is not None:
-            free = min(free, max(limit - int(match.group(1)) * 1024, 0))
+        if limit != resource.RLIM_INFINITY and match:
+            limits["ulimit"] = max(limit - int(match.group(1)) * 1024, 0)
     except (ImportError, OSError, ValueError):  # not Unix, or no /proc
         pass
-    return free
+    return limits
 
 
 def reclaimable_cache(cgroup: Path) -> int:
@@ -1048,9 +1064,12 @@ def check_memory(parts: dict[str, int], device: torch.device, what: str, fix: st
         return
     largest = ", ".join(f"{k} {gigabytes(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:3]
                         if v >= need / 100)
-    where = "this machine" if device.type == "cpu" else str(device)
-    raise UserError(f"{what} needs at least {gigabytes(need)} of memory ({largest}), but {where} has "
-                    f"{gigabytes(have)} available; {fix}")
+    if device.type == "cpu":  # the bound that leaves `have` (a machine with 21 GB was said to have 0.8: ulimit -v's)
+        bound = next((k for k, v in cpu_memory_limits().items() if v == have), "machine")
+        left = MEMORY_LIMITS[bound].format(gigabytes(have))
+    else:
+        left = f"{device} has {gigabytes(have)} available"
+    raise UserError(f"{what} needs at least {gigabytes(need)} of memory ({largest}), but {left}; {fix}")
 
 
 def check_step_time(flops: float, passes: int, what: str, fix: str) -> None:
