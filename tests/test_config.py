@@ -755,3 +755,12 @@ def test_yaml_syntax_read_out_of_a_path_value_is_refused(value, read):
                                         rf"--set 'train.out_dir=\"{re.escape(value)}\"'$"):
         parse_overrides([f"train.out_dir={value}"])
     assert parse_overrides([set_word("train.out_dir", value)]) == {"train": {"out_dir": value}}  # (the fix given)
+
+
+def test_a_device_number_written_otherwise_is_said_why(tmp_path):
+    """`--set train.device=cuda:01` (or cuda:1000000) said only `must be auto, cpu, cuda, cuda:N or mps`, where
+    sample.py --device says what N may be."""
+    for device in ("cuda:01", "cuda:1000000", "cuda:٣"):
+        message = user_error(write(tmp_path, ""), [f"train.device={device}"])
+        assert message.endswith("must be auto, cpu, cuda, cuda:N or mps (N a device's number, 0 to 999999, in plain "
+                                "digits, e.g. cuda:1)"), message

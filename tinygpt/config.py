@@ -83,6 +83,7 @@ SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": 
 DEVICES = re.compile(r"auto|cpu|mps|cuda(:(0|[1-9][0-9]{0,5}))?")
 # the keys that take one of a few words: what to write instead of a YAML bool (`plot: off`)
 WORDS = {"train.device": "auto, cpu, cuda, cuda:N or mps", "train.plot": "end, eval or never"}
+DEVICE_RULE = f"must be {WORDS['train.device']} (N a device's number, 0 to 999999, in plain digits, e.g. cuda:1)"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # the model settings a run from other weights (train.init_from) takes from them: only its dropout is its own
 # (and its vocabulary size comes from the data, which must be tokenized as theirs was)
@@ -618,7 +619,7 @@ def validate(cfg: Config, source: str) -> None:
     need(0 <= t.beta1 < 1, "train.beta1", t.beta1, "must be in [0, 1)")
     need(0 <= t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)")
     need(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 turns clipping off)")
-    need(bool(DEVICES.fullmatch(t.device)), "train.device", t.device, f"must be {WORDS['train.device']}")
+    need(bool(DEVICES.fullmatch(t.device)), "train.device", t.device, DEVICE_RULE)
     need(t.dtype in DTYPES, "train.dtype", t.dtype, f"must be one of {', '.join(DTYPES)}")
     need(bool(t.out_dir.strip()), "train.out_dir", t.out_dir, "must be a directory path")
     need(bool(d.prepared_dir.strip()), "data.prepared_dir", d.prepared_dir, "must be a directory path")

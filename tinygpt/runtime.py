@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import torch
 
 from model import GPT, ModelConfig
-from tinygpt.config import DEVICES, WORDS, Config
+from tinygpt.config import DEVICE_RULE, DEVICES, Config
 from tinygpt.errors import (TORCHRUN_ENV, UserError, count, handle_signals, reason, restore_signals, short,
                             torchrun_rank)
 
@@ -45,8 +45,7 @@ def resolve_device(name: str, setting: str = "train.device") -> torch.device:
     `setting` (the config key, or sample.py's --device)."""
     named = f"{setting}={short(name)}"
     if not DEVICES.fullmatch(name):
-        raise UserError(f"{named} must be {WORDS['train.device']} (N a device's number, 0 to 999999, in plain "
-                        f"digits, e.g. cuda:1)")
+        raise UserError(f"{named} {DEVICE_RULE}")
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
