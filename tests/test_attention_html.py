@@ -154,6 +154,7 @@ def test_sample_says_when_the_page_shows_fewer_tokens_than_the_model_saw(run, tm
         shown = len(page_data((tmp_path / "page.html").read_text(encoding="utf-8"))["tokens"])
         assert ("(the page shows the last" in out.getvalue()) is said and (shown < 40) is said
 
+
 def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
     prompt = generate_stories(20000, 1337)[0][:30]
     out = io.StringIO()

@@ -197,6 +197,7 @@ def test_a_run_whose_recorded_paths_hold_a_dollar_loads_after_they_moved(tmp_pat
     with pytest.raises(UserError, match=r"\$x is not expanded in a config"):  # a config a user writes: refused
         config_from_dict(state["config"], "tiny.yaml")
 
+
 @pytest.mark.parametrize("section, key", [("tokenizer", "vocab_size"), ("config", "block_size")])
 def test_a_tensor_where_a_checkpoint_holds_a_number_is_refused(tmp_path, section, key):
     """With a valid checksum, `vocab_size: tensor([58, 58])` was a traceback in sample.py, probe.py and init_from
@@ -210,6 +211,7 @@ def test_a_tensor_where_a_checkpoint_holds_a_number_is_refused(tmp_path, section
         with pytest.raises(UserError, match=f"ckpt.pt is damaged: tensor '{where}' stands where tinygpt saves a "
                                             f"plain value"):
             load(tmp_path / "ckpt.pt")
+
 
 def test_a_small_legacy_format_file_claiming_huge_tensors_is_damage_named(tmp_path):
     """torch's legacy format (no zip archive) allocates what a tensor claims before reading it: a 116 KB file
@@ -233,6 +235,7 @@ def test_a_small_legacy_format_file_claiming_huge_tensors_is_damage_named(tmp_pa
     with pytest.raises(UserError, match=r"huge.pt is truncated, corrupted or not a checkpoint"):
         load_checkpoint(tmp_path / "huge.pt")
     assert load_checkpoint(tmp_path / "legacy.pt")["step"] == 7  # (the format itself is read)
+
 
 def test_load_uses_weights_only(saved, monkeypatch):
     path, *_ = saved

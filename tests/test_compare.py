@@ -1410,6 +1410,7 @@ def test_losses_on_another_val_split_or_stories_are_not_compared():
             for c in (False, True) for s in (1, 2, 3)]  # the same tokens of the same text: compared
     assert len(report.differences(report.group_by_setting(rows, ["data.compact_vocab", "train.seed"]))) == 1
 
+
 def test_the_summary_names_its_rule_and_how_many_pairs_it_compared():
     """'Differences beyond the 95% intervals' said neither the rule nor that 66 pairs were tried, and 'No two
     settings differ' read as 'the same': over many pairs some are chance (how many: 1 of 200 said "one may be"),

@@ -121,6 +121,7 @@ def test_a_sparse_dataset_file_is_refused_unread(tmp_path):
             prep.prepare(config(dataset, tmp_path / "prepared"), show_progress=False)
     assert not (tmp_path / "prepared").exists()
 
+
 def test_a_folder_nested_a_thousand_deep_is_read(tmp_path):
     """Path.rglob recursed once per level: ~990 levels deep was a RecursionError traceback."""
     deep = bottom = tmp_path / "books"

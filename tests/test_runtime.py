@@ -380,6 +380,7 @@ def test_cpu_ticks_of_niced_processes_are_free_to_a_process_of_normal_priority(m
     monkeypatch.setattr(runtime, "niceness", lambda: 10)
     assert runtime._cpu_jiffies({0, 1}) == (80, 210)
 
+
 def test_thread_policy_first_look_counts_the_threads_ready_to_run(monkeypatch):
     """Before any window of ticks: the median of 5 instant counts of runnable threads, minus us."""
     fake_cores(monkeypatch, {0, 1})  # 2 cores, no SMT, no CPU quota
@@ -502,6 +503,7 @@ def test_a_cgroups_page_cache_is_not_counted_as_used_memory(tmp_path, monkeypatc
     assert runtime.available_memory(cpu) == min(machine, 2 ** 29)  # (the hierarchy's total)
     (v1 / "memory.stat").write_text("not a stat file")
     assert runtime.available_memory(cpu) == 0  # (unread: all of the usage counts, as before)
+
 
 def test_a_real_cgroup_limit_reaches_the_thread_count_and_the_memory_check():
     """scripts/in_cgroup.sh runs a process as `docker run --cpus=1 --memory=1g` would (root and
@@ -684,6 +686,7 @@ def test_the_measured_peak_is_the_fastest_repeat_not_a_stalled_one(monkeypatch):
     finally:
         runtime.measured_matmul_peak.cache_clear()  # (no faked figure left for the other tests)
     assert n == 256 and flops == pytest.approx(2 * 256 ** 3 / 0.0003)
+
 
 RUN_CHILD = """
 import sys

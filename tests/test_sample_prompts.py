@@ -626,6 +626,7 @@ def test_heatmaps_into_a_dash_are_refused_not_a_folder_named_dash(tiny_stories_r
     run_sample([tiny_stories_run, *GREEDY, "--prompt", "Mia", "--attention-png", "-"])
     assert any(p.suffix == ".png" for p in (tmp_path / "-").iterdir())
 
+
 def test_a_set_of_pages_is_one_calls_and_one_call_writes_it_at_a_time(tiny_stories_run, tmp_path):
     """Three samples' pages, then one sample's: p_sample1..3.html stayed beside the new p.html, passing for
     this call's. Two sample.py writing one set at once mixed their pages (both said `saved`)."""

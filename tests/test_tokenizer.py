@@ -225,6 +225,7 @@ def test_bpe_merges_of_a_long_token_take_l_log_l_steps_not_l_squared():
     assert Counted.lookups < 4 * 1024  # a rescan after each merge: about 1024 * 1024 / 2
     assert tk.bpe_merges(b"a" * 1025, ranks)[-1] == (b"a" * 512, b"a" * 512)  # the last byte stays alone
 
+
 def _rescanning_bpe_merges(piece: bytes, ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     """bpe_merges as it was until 2026-12 (commit 0ed9f7d): every adjacent pair rescanned after every merge."""
     parts, merges = [piece[i:i + 1] for i in range(len(piece))], []
@@ -249,6 +250,7 @@ def test_bpe_merges_are_the_rescans_on_random_vocabularies():
         for _ in range(20):
             piece = bytes(rng.choice(b"abc") for _ in range(rng.randint(0, 30)))
             assert tk.bpe_merges(piece, ranks) == _rescanning_bpe_merges(piece, ranks), (piece, ranks)
+
 
 def test_bpe_compact_vocab_and_remap(toy):
     text = "the cat sat"

@@ -277,7 +277,8 @@ document.getElementById("legend").textContent =
   `${T} token${T === 1 ? "" : "s"}, in one forward pass` + (D.earlier ? ` (the last ${T}; ${D.earlier} earlier tokens not shown)` : "") +
   `; ${D.n_layer} layer${D.n_layer === 1 ? "" : "s"} x ${D.n_head} head${D.n_head === 1 ? "" : "s"}. Hover a token to see where it looks (click to pin it, then hover ` +
   `the others for their weight in every head); shading = weight (square-root scale), number = % of the ` +
-  `query's attention, to 0.1 (over many keys the rounded numbers of a row may not add up to 100)` + (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
+  `query's attention, to 0.1 (over many keys the rounded numbers of a row may not add up to 100)` +
+  (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
   (D.first_generated < T ?
     "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + ")" : "") +
   "; ␣ = space" +

@@ -577,7 +577,8 @@ def write_report(rows: Sequence[dict[str, Any]], varied: Sequence[str], out_dir:
     elif len(groups) > 1:  # (the standard: a training result is a mean over seeds, or said to be a single run)
         text += ("\nOne run per setting: single runs, whose differences may be the seed's alone; sweep.py --seeds 3 "
                  "or more gives each setting a mean and a spread over seeds.\n")
-    pictures = {"val_loss.png": seeds_val_loss_png(groups), "settings.png": settings_png(groups, apart=not one_data(groups))}
+    pictures = {"val_loss.png": seeds_val_loss_png(groups),
+                "settings.png": settings_png(groups, apart=not one_data(groups))}
     drawn = {name: png for name, png in pictures.items() if png is not None}
     if skipped:
         text += (f"\nNot trained: {len(skipped)} combination(s) of the grid, skipped:\n"
