@@ -653,10 +653,10 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
                 remove_other_pages(args.attention_html, [path])
             out.write(f"saved {shown_path(path)}\n")
             cfg = model.config
-            if min(len(ids) + len(new_ids), cfg.block_size) > (shown := attention_html.page_tokens(cfg)):
-                out.write(f"(the page shows the last {shown} tokens: {cfg.n_layer} layers x {cfg.n_head} heads over "
-                          f"all {cfg.block_size} the model sees would pass {attention_html.PAGE_WEIGHTS:,} weights, "
-                          f"a page of tens of megabytes, slow to open)\n")
+            if (seen := min(len(ids) + len(new_ids), cfg.block_size)) > (shown := attention_html.page_tokens(cfg)):
+                out.write(f"(the page shows the last {shown} of {seen} tokens: {cfg.n_layer} layers x {cfg.n_head} "
+                          f"heads over them all would pass {attention_html.PAGE_WEIGHTS:,} weights, a page of tens of "
+                          f"megabytes, slow to open)\n")
         if args.show_attention and args.attention_of == "all":
             out.write("\n")
             what = f"the prompt and sample {i + 1}'s generated text" if new_ids else "the prompt (nothing generated)"

@@ -763,4 +763,19 @@ def test_a_device_number_written_otherwise_is_said_why(tmp_path):
     for device in ("cuda:01", "cuda:1000000", "cuda:٣"):
         message = user_error(write(tmp_path, ""), [f"train.device={device}"])
         assert message.endswith("must be auto, cpu, cuda, cuda:N or mps (N a device's number, 0 to 999999, in plain "
-                                "digits, e.g. cuda:1)"), message
+                                "digits, no leading 0: cuda:1)"), message
+
+
+def test_a_moved_runs_own_config_resumes_though_its_paths_hold_a_dollar(tmp_path):
+    """`train.py RUN/config.yaml --resume` of a run trained on 'd$x.txt' into 'r$v', moved since, was refused as
+    '$v is not expanded in a config'. A run's own config.yaml holds what tinygpt wrote; a --set is the user's."""
+    from tinygpt.config import RUN_HEADER
+    run = tmp_path / "moved"
+    run.mkdir()
+    (run / "config.yaml").write_text(f"{RUN_HEADER}\ndata:\n  dataset: {tmp_path}/gone/d$x.txt\ntrain:\n"
+                                     f"  out_dir: {tmp_path}/r$v\n")
+    cfg = load_config(run / "config.yaml")
+    assert cfg.train.out_dir == f"{tmp_path}/r$v" and cfg.data.dataset == f"{tmp_path}/gone/d$x.txt"
+    assert "$HOME is not expanded" in user_error(run / "config.yaml", ["train.out_dir=$HOME/x"])
+    (run / "plain.yaml").write_text(f"train:\n  out_dir: {tmp_path}/r$v\n")  # a config a user wrote: checked
+    assert "$v is not expanded in a config" in user_error(run / "plain.yaml")

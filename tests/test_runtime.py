@@ -191,7 +191,7 @@ def test_unknown_devices_are_user_errors():
         with pytest.raises(UserError, match="must be auto, cpu, cuda, cuda:N or mps"):
             runtime.resolve_device(name)
     # (in plain digits, yet refused: it said only "N in plain digits")
-    with pytest.raises(UserError, match=r"\(N a device's number, 0 to 999999, in plain digits, e.g. cuda:1\)$"):
+    with pytest.raises(UserError, match=r"\(N a device's number, 0 to 999999, in plain digits, no leading 0: cuda:1\)$"):
         runtime.resolve_device("cuda:99999999999999999999")
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match="--device='cuda:0': CUDA is not available"):
@@ -372,11 +372,15 @@ def test_cpu_ticks_waiting_for_the_disk_are_idle_not_busy(monkeypatch):
 def test_cpu_ticks_of_niced_processes_are_free_to_a_process_of_normal_priority(monkeypatch):
     """A `nice -n 19` job on one of 2 cores: the policy left 1 thread (20,200 tokens/s), where 2 train 29,400 (the
     kernel gives the niced job little of its core). Started with nice itself, the process shares a core with its
-    kind: their ticks are busy."""
+    kind; under autogrouping a niced job of another session gets half its core: then their ticks are busy."""
     stat = ["cpu0 10 40 10 50 0 0 0 0 0 0", "cpu1 10 0 10 80 0 0 0 0 0 0", "procs_running 1"]
     monkeypatch.setattr(runtime, "_proc_stat", lambda: [line.split() for line in stat])
     monkeypatch.setattr(runtime, "niceness", lambda: 0)
+    monkeypatch.setattr(runtime, "autogrouping", lambda: False)
     assert runtime._cpu_jiffies({0, 1}) == (40, 210)
+    monkeypatch.setattr(runtime, "autogrouping", lambda: True)
+    assert runtime._cpu_jiffies({0, 1}) == (80, 210)
+    monkeypatch.setattr(runtime, "autogrouping", lambda: False)
     monkeypatch.setattr(runtime, "niceness", lambda: 10)
     assert runtime._cpu_jiffies({0, 1}) == (80, 210)
 
@@ -862,3 +866,8 @@ def test_a_memory_refusal_names_the_bound_that_leaves_too_little(monkeypatch):
         with pytest.raises(UserError, match=rf"needs at least 5.0 GB of memory \(weights 5.0 GB\), but "
                                             rf"{re.escape(said)}; use less$"):
             runtime.check_memory({"weights": 5 * GB}, torch.device("cpu"), "training", "use less")
+    # a container's usage moves between the two reads: the nearest bound is named, not "this machine"
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 21 * GB, "cgroup": 2 * GB - 4096})
+    monkeypatch.setattr(runtime, "available_memory", lambda device: 2 * GB)
+    with pytest.raises(UserError, match=r"but its container's memory limit \(a cgroup\) leaves 2.0 GB; use less$"):
+        runtime.check_memory({"weights": 5 * GB}, torch.device("cpu"), "training", "use less")

@@ -19,7 +19,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 import yaml
 
@@ -83,7 +83,7 @@ SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": 
 DEVICES = re.compile(r"auto|cpu|mps|cuda(:(0|[1-9][0-9]{0,5}))?")
 # the keys that take one of a few words: what to write instead of a YAML bool (`plot: off`)
 WORDS = {"train.device": "auto, cpu, cuda, cuda:N or mps", "train.plot": "end, eval or never"}
-DEVICE_RULE = f"must be {WORDS['train.device']} (N a device's number, 0 to 999999, in plain digits, e.g. cuda:1)"
+DEVICE_RULE = f"must be {WORDS['train.device']} (N a device's number, 0 to 999999, in plain digits, no leading 0: cuda:1)"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # the model settings a run from other weights (train.init_from) takes from them: only its dropout is its own
 # (and its vocabulary size comes from the data, which must be tokenized as theirs was)
@@ -370,10 +370,11 @@ def _yaml_word(key: Any) -> str:
     return short(key)
 
 
-def config_from_dict(raw: Any, source: str, recorded: bool = False) -> Config:
+def config_from_dict(raw: Any, source: str, recorded: bool | Collection[str] = False) -> Config:
     """Build a validated Config from nested plain data (as read from YAML). `recorded`: a config tinygpt wrote
-    (a run's config.yaml, a checkpoint's), whose paths were checked when it was written: a `$` in one is a
-    name (a run trained on '$x.txt' was refused by every command once the file had moved)."""
+    (a run's config.yaml, a checkpoint's), or those of its keys ('train.out_dir') that hold what it wrote, whose
+    paths were checked when it was written: a `$` in one is a name (a run trained on '$x.txt' was refused by
+    every command once the file had moved)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -398,7 +399,8 @@ def config_from_dict(raw: Any, source: str, recorded: bool = False) -> Config:
             key = f"{section}.{name}"
             if name not in types:
                 raise unknown_key(key, source)
-            setattr(getattr(cfg, section), name, _coerce(value, types[name], key, source, recorded))
+            as_written = recorded if isinstance(recorded, bool) else key in recorded
+            setattr(getattr(cfg, section), name, _coerce(value, types[name], key, source, as_written))
     validate(cfg, source)
     return cfg
 
@@ -546,6 +548,8 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
         raise UserError(f"{path} must hold a mapping with sections {', '.join(SECTIONS)}, not {type(raw).__name__}")
     merged = {k: dict(v) if isinstance(v, dict) else v for k, v in (raw or {}).items()}
     overrides = list(overrides)
+    # a run's own config.yaml (`train.py RUN/config.yaml --resume`, the run moved since): its values are recorded
+    recorded = {f"{s}.{k}" for s, v in merged.items() if isinstance(v, dict) for k in v} if is_run_config(path) else ()
     for section, values in parse_overrides(overrides).items():
         if section not in SECTIONS:
             raise unknown_key(f"{section}.{next(iter(values))}", "--set")
@@ -553,7 +557,8 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
         if base is not None and not isinstance(base, dict):  # config_from_dict would say so without --set
             raise UserError(f"section '{section}' ({path}) must be a mapping of keys to values")
         merged[section] = {**(base or {}), **values}
-    return config_from_dict(merged, config_source(path, overrides))
+        recorded = [key for key in recorded if not (key.startswith(f"{section}.") and key.split(".", 1)[1] in values)]
+    return config_from_dict(merged, config_source(path, overrides), recorded)
 
 
 def config_source(path: str | Path, overrides: Iterable[str] = ()) -> str:
@@ -566,10 +571,24 @@ def config_to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
 
 
+RUN_HEADER = "# the resolved config of this run; model.vocab_size comes from the tokenizer"  # config.yaml's first line
+
+
 def config_to_yaml(cfg: Config) -> str:
     """The resolved config of a run, as its config.yaml."""
-    return ("# the resolved config of this run; model.vocab_size comes from the tokenizer\n"
-            + yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    return RUN_HEADER + "\n" + yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
+
+
+def is_run_config(path: str | Path) -> bool:
+    """Did a run write the file at `path` (its config.yaml: RUN_HEADER first)? False where it cannot be read, and
+    for what is no regular file (a pipe's bytes, `train.py <(cat c.yaml)`, are read once)."""
+    if not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.readline(len(RUN_HEADER) + 3).decode("utf-8", "replace").rstrip("\r\n") == RUN_HEADER
+    except OSError:
+        return False
 
 
 # ---- validation ----

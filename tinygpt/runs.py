@@ -33,8 +33,8 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
                                 not_regular, of_two_runs, peek_checkpoint, prepared_data, remove_empty, resolved,
                                 run_around, saved_step_and_data)
-from tinygpt.config import (MAX_INT, Config, config_from_dict, config_to_yaml, flat_config, read_yaml, same_path,
-                            set_word)
+from tinygpt.config import (MAX_INT, RUN_HEADER, Config, config_from_dict, config_to_yaml, flat_config, read_yaml,
+                            same_path, set_word)
 from tinygpt.errors import (UserError, count, first_few, read_capped, reason, shell_quote, short, shown_as_unicode,
                             shown_path)
 
@@ -405,7 +405,7 @@ def write_config(out_dir: Path, cfg: Config, guard: Callable[[], None] | None = 
     atomic_write_text(out_dir / "config.yaml", config_to_yaml(cfg), guard)  # (guard: checkpoint.atomic_write's)
 
 
-RESOLVED_HEADER = config_to_yaml(Config()).split("\n", 1)[0]  # the first line of every config.yaml a run writes
+RESOLVED_HEADER = RUN_HEADER  # the first line of every config.yaml a run writes
 OLD_HEADER = re.compile(r"# model\.vocab_size = \d+ \(from the tokenizer\)")  # the same, before 2026-11-29
 
 

@@ -562,17 +562,27 @@ def _proc_stat() -> list[list[str]]:
 
 def _cpu_jiffies(cpus: set[int]) -> tuple[int, int] | None:
     """(busy, total) clock ticks since boot of the given CPUs, from /proc/stat (Linux), else None. The ticks of
-    niced processes (the nice column) are not busy for a process of normal priority: the kernel gives it nearly all
-    of a core a `nice -n 19` job holds (beside one, 2 threads trained 29,400 tokens/s, the 1 thread the policy left
-    20,200). A niced process's own ticks are there too, and it shares a core with its kind: then they are busy."""
+    niced processes (the nice column) are not busy for a process of normal priority where nice ranks all processes:
+    the kernel gives it nearly all of a core a `nice -n 19` job holds (beside one, 2 threads trained 29,400 tokens/s,
+    the 1 thread the policy left 20,200). Not under autogrouping, where nice ranks a terminal session's processes
+    only and a niced job of another session gets half its core; nor for a niced process, whose own ticks are there."""
     busy = total = 0
-    nice_is_free = niceness() <= 0
+    nice_is_free = niceness() <= 0 and not autogrouping()
     for name, *fields in _proc_stat():
         if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
             ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
             total += sum(ticks)
             busy += sum(ticks) - ticks[3] - ticks[4] - (ticks[1] if nice_is_free else 0)
     return (busy, total) if total else None
+
+
+def autogrouping() -> bool:
+    """Does the scheduler group processes by session (sched_autogroup_enabled, on in many distributions), so that
+    nice weighs a process only against its own session's? True where unknown to be off."""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "0"
+    except OSError:  # (a kernel without autogrouping: nice ranks all processes)
+        return not Path("/proc/sys/kernel").is_dir()
 
 
 def niceness() -> int:
@@ -1063,9 +1073,10 @@ def check_memory(parts: dict[str, int], device: torch.device, what: str, fix: st
         return
     largest = ", ".join(f"{k} {gigabytes(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:3]
                         if v >= need / 100)
-    if device.type == "cpu":  # the bound that leaves `have` (a machine with 21 GB was said to have 0.8: ulimit -v's)
-        bound = next((k for k, v in cpu_memory_limits().items() if v == have), "machine")
-        left = MEMORY_LIMITS[bound].format(gigabytes(have))
+    if device.type == "cpu":  # the bound that leaves `have` (a machine with 21 GB was said to have 0.8: ulimit -v's),
+        # read again: the nearest (a container's usage moves between two reads)
+        limits = cpu_memory_limits() or {"machine": have}
+        left = MEMORY_LIMITS[min(limits, key=lambda k: abs(limits[k] - have))].format(gigabytes(have))
     else:
         left = f"{device} has {gigabytes(have)} available"
     raise UserError(f"{what} needs at least {gigabytes(need)} of memory ({largest}), but {left}; {fix}")
