@@ -58,7 +58,8 @@ from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from
                           write_config, write_metrics)
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_compile_cache, check_training_fits,
                              configure_cuda, device_name, emulated_dtype_warning, exit_as_torchrun_worker,
-                             keep_freed_memory, peak_flops, resolve_device, resolve_dtype, tf32_enabled, too_many_threads, torch_threads)
+                             keep_freed_memory, peak_flops, resolve_device, resolve_dtype, tf32_enabled,
+                             too_many_threads, torch_threads)
 from tinygpt.tensorboard_log import LOG_DIR, PROMPT_TOKENS, TensorBoardLog, mark_a_session_without, require_tensorboard
 from tinygpt.tokenizer import same_tokens
 from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step, warmup_note

@@ -191,7 +191,8 @@ def test_unknown_devices_are_user_errors():
         with pytest.raises(UserError, match="must be auto, cpu, cuda, cuda:N or mps"):
             runtime.resolve_device(name)
     # (in plain digits, yet refused: it said only "N in plain digits")
-    with pytest.raises(UserError, match=r"\(N a device's number, 0 to 999999, in plain digits, no leading 0: cuda:1\)$"):
+    with pytest.raises(UserError, match=r"\(N a device's number, 0 to 999999, in plain digits, no leading 0: "
+                                        r"cuda:1\)$"):
         runtime.resolve_device("cuda:99999999999999999999")
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match="--device='cuda:0': CUDA is not available"):
@@ -468,13 +469,20 @@ def test_cores_are_physical_cores_as_torch_counts_them(tmp_path):
         assert 1 <= ours <= torch_default
 
 
-def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path, monkeypatch):
+def cgroup_folders(tmp_path) -> tuple[torch.device, int, Path, Path]:
+    """(the CPU, the memory it has now, two empty folders to fake a cgroup v1's and a v2's files in); skips
+    without /proc/meminfo."""
     cpu = torch.device("cpu")
     machine = runtime.available_memory(cpu)
     if machine is None:
         pytest.skip("no /proc/meminfo")
     v1, v2 = tmp_path / "v1", tmp_path / "v2"
     v1.mkdir(), v2.mkdir()
+    return cpu, machine, v1, v2
+
+
+def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path, monkeypatch):
+    cpu, machine, v1, v2 = cgroup_folders(tmp_path)
     (v1 / "memory.limit_in_bytes").write_text(f"{2 ** 30}\n")
     (v1 / "memory.usage_in_bytes").write_text(f"{2 ** 28}\n")
     (v2 / "memory.max").write_text("max\n")
@@ -489,12 +497,7 @@ def test_a_cgroups_page_cache_is_not_counted_as_used_memory(tmp_path, monkeypatc
     """memory.current (v1: memory.usage_in_bytes) counts the file cache the kernel drops when asked: a container at
     2 GiB whose cache had filled to 1.9 GiB (checkpoints written, data prepared) refused every training as having
     0.0 GB. Its inactive files are left out, as docker's and Kubernetes' working set does."""
-    cpu = torch.device("cpu")
-    machine = runtime.available_memory(cpu)
-    if machine is None:
-        pytest.skip("no /proc/meminfo")
-    v1, v2 = tmp_path / "v1", tmp_path / "v2"
-    v1.mkdir(), v2.mkdir()
+    cpu, machine, v1, v2 = cgroup_folders(tmp_path)
     (v2 / "memory.max").write_text(f"{2 ** 31}\n")
     (v2 / "memory.current").write_text(f"{2 ** 31 - 50 * 2 ** 20}\n")
     (v2 / "memory.stat").write_text(f"anon 104857600\nfile 2040109465\nactive_file 100\ninactive_file {2 ** 30}\n")

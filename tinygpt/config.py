@@ -83,7 +83,8 @@ SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": 
 DEVICES = re.compile(r"auto|cpu|mps|cuda(:(0|[1-9][0-9]{0,5}))?")
 # the keys that take one of a few words: what to write instead of a YAML bool (`plot: off`)
 WORDS = {"train.device": "auto, cpu, cuda, cuda:N or mps", "train.plot": "end, eval or never"}
-DEVICE_RULE = f"must be {WORDS['train.device']} (N a device's number, 0 to 999999, in plain digits, no leading 0: cuda:1)"
+DEVICE_RULE = (f"must be {WORDS['train.device']} (N a device's number, 0 to 999999, in plain digits, no leading 0: "
+               f"cuda:1)")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # the model settings a run from other weights (train.init_from) takes from them: only its dropout is its own
 # (and its vocabulary size comes from the data, which must be tokenized as theirs was)
