@@ -376,7 +376,7 @@ def test_vs_hf_counts_the_copies_it_makes(tmp_path, monkeypatch):
     gen = ["--gen-layers", "1", "--gen-heads", "1", "--gen-embd", "256", "--gen-block", "4"]
     argv = [str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "data.tokenizer=char",
             "train.device=cpu", f"data.prepared_dir={tmp_path / 'prepared'}", "--steps", "0", *gen]
-    monkeypatch.setattr(runtime, "available_memory", lambda device: 10 << 20)  # 10 MiB: 3.2 MB of weights fit
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 10 << 20})  # 10 MiB: 3.2 MB of weights fit
     bench.main([*argv, "--gen-tokens", "1"])  # the model alone fits
     monkeypatch.setattr(bench, "bench_vs_hf", lambda *a, **k: pytest.fail("the benchmark started"))
     with pytest.raises(UserError, match=r"^the --gen-\* model needs at least .*--vs-hf's copies"):

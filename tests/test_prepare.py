@@ -636,7 +636,7 @@ def test_a_stories_corpus_too_big_to_generate_is_refused_at_once(tmp_path, monke
     """10**9 characters passed the check (3 GB for its tokens) and the generator then took ~24 GB."""
     from data import stories
     from tinygpt import runtime
-    monkeypatch.setattr(runtime, "available_memory", lambda device: 20 * 2**30)
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 20 * 2**30})
 
     def too_late(*args, **kwargs):  # (a regression must fail here, not fill the memory)
         raise AssertionError("the corpus was generated before the memory check refused it")
@@ -655,7 +655,7 @@ def test_a_word_or_bpe_text_too_big_to_prepare_is_refused_at_once(tmp_path, monk
     from tinygpt import runtime
     text = tmp_path / "t.txt"
     text.write_text("the cat sat on the mat. " * 40_000)  # 960 kB: 2.9 MB at 3 bytes a character, 13 MB at 14
-    monkeypatch.setattr(runtime, "available_memory", lambda device: 8 * 2**20)
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 8 * 2**20})
     cfg = config(text, tmp_path / "prepared")
     cfg.data.tokenizer = tokenizer
     with pytest.raises(UserError, match=r"^preparing data.dataset='\S+t.txt' needs at least [\d.]+ GB of memory"):
@@ -671,7 +671,7 @@ def test_learning_a_bpe_on_text_without_spaces_is_counted_at_its_own_cost(tmp_pa
     unspaced, spaced = tmp_path / "u.txt", tmp_path / "s.txt"
     unspaced.write_text(("abcdefghij" * 10_000 + "\n") * 20)  # 2 MB: 28 MB at 14 bytes a byte, 128 MB at 64
     spaced.write_text(("abcd efghi " * 10_000 + "\n") * 20)
-    monkeypatch.setattr(runtime, "available_memory", lambda device: 64 * 2**20)
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 64 * 2**20})
     cfg = config(unspaced, tmp_path / "prepared")
     cfg.data.tokenizer = "bpe"
     assert prep.corpus_memory(cfg.data) == 64 * unspaced.stat().st_size

@@ -460,7 +460,7 @@ def test_probe_refuses_flags_out_of_range(run, capsys, monkeypatch):
     assert "--seed=-1337" in one_line_exit_2(capsys, [str(run), "--seed", "-1337"])
     assert "--stories=1000000000000" in one_line_exit_2(capsys, [str(run), "--stories", "1000000000000"])
     # within the bound, the windows must still fit in memory (the model itself does)
-    monkeypatch.setattr("tinygpt.runtime.available_memory", lambda device: 100 * 2**20)
+    monkeypatch.setattr("tinygpt.runtime.cpu_memory_limits", lambda: {"machine": 100 * 2**20})
     assert "lower --stories" in one_line_exit_2(capsys, [str(run), "--stories", str(coreference.MAX_STORIES)])
 
 

@@ -869,8 +869,8 @@ def test_a_memory_refusal_names_the_bound_that_leaves_too_little(monkeypatch):
         with pytest.raises(UserError, match=rf"needs at least 5.0 GB of memory \(weights 5.0 GB\), but "
                                             rf"{re.escape(said)}; use less$"):
             runtime.check_memory({"weights": 5 * GB}, torch.device("cpu"), "training", "use less")
-    # a container's usage moves between the two reads: the nearest bound is named, not "this machine"
-    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 21 * GB, "cgroup": 2 * GB - 4096})
-    monkeypatch.setattr(runtime, "available_memory", lambda device: 2 * GB)
+    # the limits are read once: the figure said is the bound's own (a container's usage moves between two reads)
+    reads = iter([{"machine": 21 * GB, "cgroup": 2 * GB - 4096}])  # (a second read: StopIteration)
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: next(reads))
     with pytest.raises(UserError, match=r"but its container's memory limit \(a cgroup\) leaves 2.0 GB; use less$"):
         runtime.check_memory({"weights": 5 * GB}, torch.device("cpu"), "training", "use less")

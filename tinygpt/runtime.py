@@ -971,14 +971,23 @@ MIN_PASS_S = 1e-4
 FAST_FLOPS = 1e15
 
 
-def available_memory(device: torch.device) -> int | None:
-    """Bytes that can still be allocated on `device`: a GPU's free memory; on a CPU the least of
-    cpu_memory_limits (the machine's, a container's, ulimit -v's); None where unknown (nothing refused)."""
+def memory_left(device: torch.device) -> tuple[int, str] | None:
+    """(bytes that can still be allocated on `device`, what leaves no more, as words to format them into): a GPU's
+    free memory; on a CPU the least of cpu_memory_limits (the machine's, a container's, ulimit -v's: a machine with
+    21 GB free was said to have 0.8, ulimit -v's figure). None where unknown (nothing refused)."""
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    if device.type != "cpu":
+        return torch.cuda.mem_get_info(device)[0], f"{device} has {{}} available"
+    limits = cpu_memory_limits() if device.type == "cpu" else {}
+    if not limits:
         return None
-    return min(cpu_memory_limits().values(), default=None)
+    bound = min(limits, key=limits.get)
+    return limits[bound], MEMORY_LIMITS[bound]
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on `device` (memory_left), None where unknown."""
+    left = memory_left(device)
+    return None if left is None else left[0]
 
 
 MEMORY_LIMITS = {  # what bounds the memory a CPU process can still take, as check_memory says it
@@ -1068,18 +1077,14 @@ def gigabytes(n: float) -> str:
 def check_memory(parts: dict[str, int], device: torch.device, what: str, fix: str) -> None:
     """Refuse (one line) when `what` needs more bytes than `device` has available; the message
     says how much, and the largest parts."""
-    need, have = sum(parts.values()), available_memory(device)
-    if have is None or need <= have:
+    need, left = sum(parts.values()), memory_left(device)
+    if left is None or need <= left[0]:
         return
+    have, bound = left
     largest = ", ".join(f"{k} {gigabytes(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:3]
                         if v >= need / 100)
-    if device.type == "cpu":  # the bound that leaves `have` (a machine with 21 GB was said to have 0.8: ulimit -v's),
-        # read again: the nearest (a container's usage moves between two reads)
-        limits = cpu_memory_limits() or {"machine": have}
-        left = MEMORY_LIMITS[min(limits, key=lambda k: abs(limits[k] - have))].format(gigabytes(have))
-    else:
-        left = f"{device} has {gigabytes(have)} available"
-    raise UserError(f"{what} needs at least {gigabytes(need)} of memory ({largest}), but {left}; {fix}")
+    raise UserError(f"{what} needs at least {gigabytes(need)} of memory ({largest}), but "
+                    f"{bound.format(gigabytes(have))}; {fix}")
 
 
 def check_step_time(flops: float, passes: int, what: str, fix: str) -> None:
