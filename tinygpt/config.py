@@ -549,16 +549,18 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
         raise UserError(f"{path} must hold a mapping with sections {', '.join(SECTIONS)}, not {type(raw).__name__}")
     merged = {k: dict(v) if isinstance(v, dict) else v for k, v in (raw or {}).items()}
     overrides = list(overrides)
-    # a run's own config.yaml (`train.py RUN/config.yaml --resume`, the run moved since): its values are recorded
-    recorded = {f"{s}.{k}" for s, v in merged.items() if isinstance(v, dict) for k in v} if is_run_config(path) else ()
-    for section, values in parse_overrides(overrides).items():
+    given = parse_overrides(overrides)
+    for section, values in given.items():
         if section not in SECTIONS:
             raise unknown_key(f"{section}.{next(iter(values))}", "--set")
         base = merged.get(section)
         if base is not None and not isinstance(base, dict):  # config_from_dict would say so without --set
             raise UserError(f"section '{section}' ({path}) must be a mapping of keys to values")
         merged[section] = {**(base or {}), **values}
-        recorded = [key for key in recorded if not (key.startswith(f"{section}.") and key.split(".", 1)[1] in values)]
+    # a run's own config.yaml (`train.py RUN/config.yaml --resume`, the run moved since) holds what tinygpt wrote;
+    # a --set is the user's
+    recorded = ({f"{s}.{k}" for s, v in (raw or {}).items() if isinstance(v, dict) for k in v}
+                - {f"{s}.{k}" for s, v in given.items() for k in v}) if is_run_config(path) else set()
     return config_from_dict(merged, config_source(path, overrides), recorded)
 
 
@@ -573,6 +575,7 @@ def config_to_dict(cfg: Config) -> dict:
 
 
 RUN_HEADER = "# the resolved config of this run; model.vocab_size comes from the tokenizer"  # config.yaml's first line
+OLD_HEADER = re.compile(r"# model\.vocab_size = \d+ \(from the tokenizer\)")  # the same, before 2026-11-29
 
 
 def config_to_yaml(cfg: Config) -> str:
@@ -580,14 +583,19 @@ def config_to_yaml(cfg: Config) -> str:
     return RUN_HEADER + "\n" + yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
 
 
+def is_run_header(line: str) -> bool:
+    """Is `line` the first line a run writes in its config.yaml (or wrote, OLD_HEADER)?"""
+    return line == RUN_HEADER or OLD_HEADER.fullmatch(line) is not None
+
+
 def is_run_config(path: str | Path) -> bool:
-    """Did a run write the file at `path` (its config.yaml: RUN_HEADER first)? False where it cannot be read, and
+    """Did a run write the file at `path` (its config.yaml: is_run_header first)? False where it cannot be read, and
     for what is no regular file (a pipe's bytes, `train.py <(cat c.yaml)`, are read once)."""
     if not os.path.isfile(path):
         return False
     try:
         with open(path, "rb") as f:
-            return f.readline(len(RUN_HEADER) + 3).decode("utf-8", "replace").rstrip("\r\n") == RUN_HEADER
+            return is_run_header(f.readline(len(RUN_HEADER) + 3).decode("utf-8", "replace").rstrip("\r\n"))
     except OSError:
         return False
 

@@ -21,7 +21,6 @@ import io
 import json
 import math
 import os
-import re
 import stat
 import statistics
 import time
@@ -33,8 +32,8 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
                                 not_regular, of_two_runs, peek_checkpoint, prepared_data, remove_empty, resolved,
                                 run_around, saved_step_and_data)
-from tinygpt.config import (MAX_INT, RUN_HEADER, Config, config_from_dict, config_to_yaml, flat_config, read_yaml,
-                            same_path, set_word)
+from tinygpt.config import (MAX_INT, RUN_HEADER, Config, config_from_dict, config_to_yaml, flat_config, is_run_config,
+                            is_run_header, read_yaml, same_path, set_word)
 from tinygpt.errors import (UserError, count, first_few, read_capped, reason, shell_quote, short, shown_as_unicode,
                             shown_path)
 
@@ -217,7 +216,7 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
     if resume:
         here = Path(config).parent
         elsewhere = (bool(config) and not out_dir_set and (here / "ckpt.pt").is_file()  # a run's own config.yaml:
-                     and _is_resolved_config(Path(config)) and not same_path(str(here), str(out_dir)))  # its header
+                     and is_run_config(Path(config)) and not same_path(str(here), str(out_dir)))  # its header
         if elsewhere and (out_dir / "ckpt.pt").is_file():  # a copy: it would continue the original, not the copy
             raise UserError(f"--resume: {config} is in the run folder {here}, but its train.out_dir names another run, "
                             f"{out_dir}, which --resume would continue instead (a copied run); continue this one with "
@@ -323,7 +322,7 @@ def users_config(out_dir: Path) -> bool:
     or one cut short within the header, is a damaged run's)? A resume, which rewrites it, would lose it."""
     own = out_dir / "config.yaml"
     first = first_line(own) if own.is_file() else None
-    return first is not None and not _is_header(first) and not RESOLVED_HEADER.startswith(first)
+    return first is not None and not is_run_header(first) and not RUN_HEADER.startswith(first)
 
 
 def not_a_run_file(path: Path) -> str | None:
@@ -364,7 +363,7 @@ def _events_of_an_earlier_run(out_dir: Path, trained: int) -> bool:
             return False
     except OSError:  # unreadable: no run of ours wrote it (require_tensorboard says so, if one would now)
         return False
-    if not _is_resolved_config(out_dir / "config.yaml"):
+    if not is_run_config(out_dir / "config.yaml"):
         return True
     return trained > 0
 
@@ -375,7 +374,7 @@ def died_at_its_first_save(out_dir: Path) -> bool:
     starting the run again."""
     if (out_dir / "ckpt.pt").exists() or not (out_dir / "best.pt").is_file():
         return False
-    if not _is_resolved_config(out_dir / "config.yaml"):
+    if not is_run_config(out_dir / "config.yaml"):
         return False
     try:
         return load_checkpoint(out_dir / "best.pt").get("step") == 0
@@ -388,7 +387,7 @@ def _foreign_file(out_dir: Path) -> Path | None:
     header of a run's resolved config (a valid config of the user's is theirs, maybe the very
     config being trained), a config.yaml or metrics.csv that does not read as ours, or a loss.png
     with neither beside it."""
-    if (out_dir / "config.yaml").exists() and not _is_resolved_config(out_dir / "config.yaml"):
+    if (out_dir / "config.yaml").exists() and not is_run_config(out_dir / "config.yaml"):
         return out_dir / "config.yaml"
     for name, read in (("config.yaml", read_config), ("metrics.csv", read_metrics)):
         if (out_dir / name).exists():
@@ -405,10 +404,6 @@ def write_config(out_dir: Path, cfg: Config, guard: Callable[[], None] | None = 
     atomic_write_text(out_dir / "config.yaml", config_to_yaml(cfg), guard)  # (guard: checkpoint.atomic_write's)
 
 
-RESOLVED_HEADER = RUN_HEADER  # the first line of every config.yaml a run writes
-OLD_HEADER = re.compile(r"# model\.vocab_size = \d+ \(from the tokenizer\)")  # the same, before 2026-11-29
-
-
 def first_line(path: Path, limit: int = 200) -> str | None:
     """The first line of `path` (at most `limit` bytes, without its line end), or None if it cannot be read:
     a config.yaml's header, a report's title or CSV header."""
@@ -417,17 +412,6 @@ def first_line(path: Path, limit: int = 200) -> str | None:
             return f.readline(limit).decode("utf-8", "replace").rstrip("\r\n")
     except OSError:
         return None
-
-
-def _is_header(line: str) -> bool:
-    """Is `line` the header write_config gives a run's config.yaml (or gave it)?"""
-    return line == RESOLVED_HEADER or OLD_HEADER.fullmatch(line) is not None
-
-
-def _is_resolved_config(path: Path) -> bool:
-    """Does `path` start with the header write_config gives a run's config.yaml (or gave it)?"""
-    first = first_line(path)
-    return first is not None and _is_header(first)
 
 
 # keys every config.yaml that train.py wrote holds (it writes them all): one without them is damaged
