@@ -877,28 +877,31 @@ def check_tensors(ckpt: dict[str, Any], path: Path) -> None:
     at most 4x the file (tied weights: 2x), so hashing takes a few reads of it (a 1.3 MB file naming
     one 1 MB text 20000 times took minutes). A tensor in the config or the tokenizer, which hold plain values, is
     refused too (compared with a number, `block_size: tensor([0., 0., 0.])` was a traceback)."""
-    stack: list[tuple[Any, tuple | None]] = [(ckpt, None)]  # (value, where: (parent's where, its key))
+    # (value, where: (parent's where, its key), top: the checkpoint's key it lies under)
+    stack: list[tuple[Any, tuple | None, Any]] = [(ckpt, None, None)]
     seen, total, limit = set(), 0, 4 * path.stat().st_size
     while stack:
-        value, where = stack.pop()
+        value, where, top = stack.pop()
         if isinstance(value, (dict, list, tuple)) and id(value) not in seen:
             seen.add(id(value))
             for key, item in value.items() if isinstance(value, dict) else enumerate(value):
-                stack += [(key, (where, key)), (item, (where, key))]  # (a key may be a tensor, or hold one)
+                under = key if where is None else top
+                stack += [(key, (where, key), under), (item, (where, key), under)]  # (a key may be a tensor)
         elif isinstance(value, torch.Tensor):
-            what = f"{path} is damaged: tensor {short(entry_name(where))}"
-            if entry_name(where).split("/")[0] in ("config", "tokenizer"):
-                raise UserError(f"{what} stands where tinygpt saves a plain value (a number, a text)")
+            def damaged(why: str) -> UserError:  # (the entry's name built for the message only)
+                return UserError(f"{path} is damaged: tensor {short(entry_name(where))}{why}")
+            if top in ("config", "tokenizer"):
+                raise damaged(" stands where tinygpt saves a plain value (a number, a text)")
             if not dense(value):
-                raise UserError(f"{what} is not a dense tensor ({value.layout}, on {value.device.type})")
+                raise damaged(f" is not a dense tensor ({value.layout}, on {value.device.type})")
             size, stored = value.numel() * value.element_size(), value.untyped_storage().nbytes()
             if not value.is_contiguous() or value.storage_offset() * value.element_size() + size > stored:
-                raise UserError(f"{what} of shape {tuple(value.shape)} is a view (strides {value.stride()}) of "
-                                f"{stored} stored bytes, not a whole tensor as tinygpt saves them")
+                raise damaged(f" of shape {tuple(value.shape)} is a view (strides {value.stride()}) of {stored} "
+                              f"stored bytes, not a whole tensor as tinygpt saves them")
             total += size
             if total > limit:
-                raise UserError(f"{what}: the tensors up to it claim over 4x the file's bytes (views of shared "
-                                f"bytes), not whole tensors as tinygpt saves them")
+                raise damaged(": the tensors up to it claim over 4x the file's bytes (views of shared bytes), not "
+                              "whole tensors as tinygpt saves them")
         elif isinstance(value, (str, bytes, bytearray)):
             total += len(value)
             if total > limit:
