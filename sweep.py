@@ -92,9 +92,9 @@ import torch
 
 from data.prepare import BUILTIN, check_block_fits, prepare, prepared_dir, read_json, same_dataset
 from model import ModelConfig
-from tinygpt.checkpoint import check_writable, load_checkpoint, load_model, resolve_checkpoint
-from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type, config_from_dict, config_source,
-                             flat_config, load_config, parse_overrides, read_yaml, unknown_key)
+from tinygpt.checkpoint import check_writable, checkpoint_config, load_checkpoint, load_model, resolve_checkpoint
+from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type, config_source, flat_config,
+                            load_config, parse_overrides, read_yaml, unknown_key)
 from tinygpt.coreference import check_stories, held_out_seed, probe
 from tinygpt.errors import (TORCHRUN_ENV, ArgParser, UserError, elide, first_few, handle_signals, path_arg,
                             restore_signals, run_cli, short, shown_path, work_is_files)
@@ -640,7 +640,7 @@ def weights_model(init_from: str, models: dict[str, ModelConfig | str]) -> Model
     if init_from not in models:
         try:
             path = resolve_checkpoint(init_from)
-            models[init_from] = config_from_dict(load_checkpoint(path)["config"], str(path), recorded=True).model
+            models[init_from] = checkpoint_config(load_checkpoint(path), path).model
         except UserError as e:
             models[init_from] = f"train.init_from: {e}"
     if isinstance(models[init_from], str):

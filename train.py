@@ -45,11 +45,11 @@ import torch
 from data.prepare import (Prepared, get_batch, load_for_training, prepare, prepared_dir, same_dataset, token_keys,
                           vocab_note)
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import (capture_rng_state, load_checkpoint, load_optimizer, load_run_checkpoint,
-                                load_weights, model_from_checkpoint, resolve_checkpoint, restore_rng_state,
-                                save_checkpoint, sweep_temp_files)
-from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, TrainConfig, config_from_dict, config_source,
-                            config_to_dict, flat_config, load_config, same_path, set_key, set_word)
+from tinygpt.checkpoint import (capture_rng_state, checkpoint_config, load_checkpoint, load_optimizer,
+                                load_run_checkpoint, load_weights, model_from_checkpoint, resolve_checkpoint,
+                                restore_rng_state, save_checkpoint, sweep_temp_files)
+from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, TrainConfig, config_source, config_to_dict, flat_config,
+                            load_config, same_path, set_key, set_word)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, first_few, path_word, reason, run_cli,
                             script_word, shell_join, shell_quote, short, shown_path, stderr_is_terminal,
                             stopping_on_a_signal, work_is_files)
@@ -165,7 +165,7 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
                         f"{was} ({path}); a resumed run continues from its own ckpt.pt: drop it, or start "
                         f"a new run from those weights with {new_run_from(cfg.train.init_from)}")
     if cfg.train.init_from:  # a run started from other weights: its model config is theirs, as saved here
-        adopt_model(cfg, config_from_dict(ckpt["config"], str(path), recorded=True).model)
+        adopt_model(cfg, checkpoint_config(ckpt, path).model)
     current = config_to_dict(cfg)
     seed = saved_train.get("seed") if isinstance(saved_train, dict) else None
     if seed is not None and seed != cfg.train.seed:  # (the random state is the checkpoint's: only eval would follow)
@@ -213,7 +213,7 @@ def changed_training(cfg: Config, ckpt: dict[str, Any], processes: int = 1) -> s
         notes.append(f"note: --resume with {', '.join(changed[:2])}{more}: the steps from {ckpt['step']} on train "
                      f"with the new values, and config.yaml will give them for the whole run (to go on exactly, give "
                      f"the run's own)")
-    then = config_from_dict(ckpt["config"], "ckpt.pt", recorded=True).train
+    then = checkpoint_config(ckpt, "ckpt.pt").train
     if moved := schedule_moved(cfg.train, then, ckpt["step"]):
         notes.append(moved)
     return "\n".join(notes) or None
@@ -284,7 +284,7 @@ def trained_with(cfg: Config, ckpt: dict[str, Any] | None, step: int, stop_at: i
     if eval_due(t, step, ckpt.get("evaluated_step", step)):
         return cfg  # (the step's eval, stopped before it ran, runs now)
     try:
-        saved = config_from_dict(ckpt["config"], "ckpt.pt", recorded=True)
+        saved = checkpoint_config(ckpt, "ckpt.pt")
     except UserError:  # (an older checkpoint's config that no longer reads: this call's, as before)
         return cfg
     saved.train.out_dir = cfg.train.out_dir  # (a moved run: where it is now)
@@ -332,7 +332,7 @@ def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data: Prepared)
     if theirs.get("kind") == "tiktoken" and "ids" not in theirs:
         fix = f"prepare the data with the run's: --set data.tokenizer={theirs.get('encoding')} data.compact_vocab=false"
     else:
-        init_data = config_from_dict(init_ckpt["config"], str(cfg.train.init_from), recorded=True).data
+        init_data = checkpoint_config(init_ckpt, cfg.train.init_from).data
         settings = [_setting(f"data.{key}", getattr(init_data, key)) for key in token_keys(init_data)
                     if getattr(init_data, key) != getattr(cfg.data, key)]
         fix = (f"the run's vocabulary comes from its own data: prepare this data as it did, "
@@ -464,7 +464,7 @@ class Run:
             self.run_id = ckpt["run_id"]
         saved_on = processes_of(ckpt)
         if saved_on != self.dist.world_size and self.dist.master:  # train.batch_size is per process
-            t, then = self.cfg.train, config_from_dict(ckpt["config"], "ckpt.pt", recorded=True).train
+            t, then = self.cfg.train, checkpoint_config(ckpt, "ckpt.pt").train
             now = t.batch_size * t.grad_accum * self.dist.world_size
             before = then.batch_size * then.grad_accum * saved_on
             per, rest = divmod(before, t.grad_accum * self.dist.world_size)  # the batch_size that keeps it
@@ -885,8 +885,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     asked = cfg.model  # (a resumed run from other weights keeps their model config: a note names what it drops)
     ckpt = load_resume(cfg, out_dir) if args.resume else None
     metrics, note = resumed_metrics(out_dir, ckpt) if ckpt is not None else ([], None)  # before anything is written
-    kept = (not_this_configs(asked, config_from_dict(ckpt["config"], str(out_dir / "ckpt.pt"),
-                                                     recorded=True).model)
+    kept = (not_this_configs(asked, checkpoint_config(ckpt, out_dir / "ckpt.pt").model)
             if ckpt is not None and t.init_from else "")
     kept_note = f"note: --resume: a run started from train.init_from keeps its weights' model config{kept}" * bool(kept)
     changed_note = (changed_training(cfg, ckpt, dist.world_size)

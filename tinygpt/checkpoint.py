@@ -995,10 +995,16 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return path
 
 
+def checkpoint_config(ckpt: dict[str, Any], source: str | Path) -> Config:
+    """The Config a loaded checkpoint trained with (`source` names it in a refusal): recorded, so its paths are not
+    checked again (a run trained on '$x.txt' was refused by every command once the file had moved)."""
+    return config_from_dict(ckpt["config"], str(source), recorded=True)
+
+
 def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, Config]:
     """A loaded checkpoint -> (model with its weights, Config). The tokenizer itself is not built
     (a tiktoken encoding may be offline), only checked to have the model's vocabulary size."""
-    cfg = config_from_dict(ckpt["config"], str(path), recorded=True)
+    cfg = checkpoint_config(ckpt, path)
     tok = ckpt["tokenizer"]
     tok_size = tok.get("vocab_size") if isinstance(tok, dict) else None
     if cfg.model.vocab_size <= 0 or tok_size != cfg.model.vocab_size:

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import (atomic_write_text, check_writable, dead_link, file_kind, load_checkpoint, make_folder,
-                                not_regular, of_two_runs, peek_checkpoint, prepared_data, remove_empty, resolved,
-                                run_around, saved_step_and_data)
+from tinygpt.checkpoint import (atomic_write_text, check_writable, checkpoint_config, dead_link, file_kind,
+                                load_checkpoint, make_folder, not_regular, of_two_runs, peek_checkpoint, prepared_data,
+                                remove_empty, resolved, run_around, saved_step_and_data)
 from tinygpt.config import (MAX_INT, RUN_HEADER, Config, config_from_dict, config_to_yaml, flat_config, is_run_config,
                             is_run_header, read_yaml, same_path, set_word)
 from tinygpt.errors import (UserError, count, first_few, read_capped, reason, shell_quote, short, shown_as_unicode,
@@ -811,7 +811,7 @@ def trained_config(run_dir: Path, ckpt: dict[str, Any] | None) -> tuple[Config, 
     saved = None
     if ckpt is not None and isinstance(ckpt.get("config"), dict):
         with suppress(UserError):  # (damaged: config.yaml decides)
-            saved = config_from_dict(ckpt["config"], str(run_dir / "ckpt.pt"), recorded=True)
+            saved = checkpoint_config(ckpt, run_dir / "ckpt.pt")
     try:
         cfg = read_config(run_dir)
     except UserError as e:
