@@ -621,6 +621,9 @@ def test_one_token_and_a_full_stop_read_right():
     hatched cells it did not have."""
     from tinygpt.attention_view import legend
     assert legend(1, 1, True).startswith("1 token;") and legend(2, 2, True).startswith("2 tokens;")
+    # one token shown: its one cell is never a masked one
+    assert "future key" not in legend(1, 1, True) and "future key" not in legend(1, 5, True)
+    assert "future key" in legend(2, 2, True) and "no causal mask" in legend(1, 1, False)
     mask = causal_mask(3, 3)
     table = percent_table(masked_softmax(torch.zeros(3, 3), mask), ["a", MASKED, "b"], mask=mask).splitlines()
     assert table[0].split()[-3:] == ["a", f"'{MASKED}'", "b"] and table[2].split()[:2] == [f"'{MASKED}'", "50"]
@@ -723,6 +726,8 @@ def test_the_heatmap_counts_one_earlier_key_in_the_singular():
     one = attention_view.heatmap_figure(weights, list("abcde"), last=4).get_supxlabel()
     two = attention_view.heatmap_figure(weights, list("abcde"), last=3).get_supxlabel()
     assert "on the 1 key before these 4" in one and "on the 2 keys before these 3" in two
+    last = attention_view.heatmap_figure(weights, list("abcde"), last=1).get_supxlabel()
+    assert "on the 4 keys before this one," in " ".join(last.split())  # not "these 1" (the label wraps)
 
 
 def test_the_header_says_the_window_was_cut_only_when_it_was(run, prompt):

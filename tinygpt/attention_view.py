@@ -232,10 +232,10 @@ def legend(shown: int, total: int, causal: bool, labels: Sequence[str] = (), wid
              "rows: queries (the position predicting the next token), columns: keys",
              "cells: % of the row's attention, each rounded on its own (0 = under 0.5%), so a row sums to 100 "
              "only up to that rounding, the further off the more keys it has"]
-    if causal:
+    if causal and shown > 1:  # (one token shown: its one cell is never masked)
         # (a cell, unquoted: the token '.' is a label, quoted)
         parts.append(f"a cell of a lone {MASKED} = a future key, masked: weight exactly 0")
-    else:
+    elif not causal:
         parts.append("no causal mask: every position sees every other")
     parts.append(f"'{SPACE}' = space")
     if shows_bytes(labels):
@@ -355,7 +355,7 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHO
     notes = ["hatched: a future key, masked (weight exactly 0)"] if causal and N > 1 else []  # 1 token: none
     if earlier is not None:
         notes.append(f"grey column '{EARLIER}': the summed weight on the {T - N} key{'s' * (T - N > 1)} before "
-                     f"these {N}, on its own grey scale (right)")
+                     + (f"these {N}" if N > 1 else "this one") + ", on its own grey scale (right)")
     fig.supxlabel(wrapped("\n".join(["key (the position looked at)", *notes]), size[0], 9), fontsize=9)
     fig.supylabel("query (the position looking)", fontsize=9)
     fig.colorbar(image, ax=key_axes, label="% of the query's attention", shrink=0.8)
