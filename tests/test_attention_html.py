@@ -339,6 +339,27 @@ def test_the_browser_shows_the_models_weights(tmp_path):
     assert [tokens[k]["bars"] for k in range(T)] == [4, 4, 4] + [0] * (T - 3)
 
 
+def test_the_address_picks_a_view_only_with_plain_numbers(tmp_path):
+    """#query=1e1 pinned token 1 and #query=abc token 0 (parseInt): a view nobody asked for. Only digits pick
+    one now (past the last: the last); anything else leaves the view as it opens."""
+    browser()  # skip early without one
+    model, tok = tiny_model()
+    data, page, ids, steps = generated_page(model, tok)
+    path = tmp_path / "explorer.html"
+    path.write_text(page, encoding="utf-8")
+    T = len(ids)
+
+    def pinned(fragment: str) -> list[int]:
+        return [k for k, shown in rendered(path, fragment).items() if "query" in shown["class"]]
+
+    assert pinned("query=3") == [3] and pinned(f"query={T + 5}") == [T - 1]
+    for odd in ("1e1", "abc", "-1", "", "2.5"):
+        assert pinned(f"query={odd}") == pinned(""), odd
+    assert pinned("") == []
+    # a bad layer or head is ignored too, and a good query still pins
+    assert pinned("layer=x&head=-1&query=2") == [2]
+
+
 def luminance(rgb: list[float]) -> float:
     """WCAG's relative luminance of an sRGB colour (0-255 channels)."""
     lin = [c / 255 / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]

@@ -375,11 +375,13 @@ function describe(q, key) {  // the panel under the text
 }
 
 // ---- the address may pick the view: #layer=1&head=all&query=5 ----
+// (a number past the last is the last; anything but digits, "1e1" or "-1", is ignored: the view stays as it was)
 const asked = new URLSearchParams(location.hash.slice(1));
-if (asked.has("layer")) state.layer = Math.min(D.n_layer - 1, Math.max(0, parseInt(asked.get("layer")) || 0));
-if (asked.has("head")) state.head = asked.get("head") === "all" ? "all"
-  : Math.min(D.n_head - 1, Math.max(0, parseInt(asked.get("head")) || 0));
-if (asked.has("query")) pin(Math.min(T - 1, Math.max(0, parseInt(asked.get("query")) || 0)));
+const number = (key, count) => /^[0-9]+$/.test(asked.get(key) ?? "") ? Math.min(count - 1, +asked.get(key)) : null;
+const [layer, head, query] = [number("layer", D.n_layer), number("head", D.n_head), number("query", T)];
+if (layer !== null) state.layer = layer;
+if (head !== null || asked.get("head") === "all") state.head = head ?? "all";
+if (query !== null) pin(query);
 else render();
 </script>
 </body>
