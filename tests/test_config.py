@@ -772,6 +772,7 @@ def test_a_moved_runs_own_config_resumes_though_its_paths_hold_a_dollar(tmp_path
     from tinygpt.config import RUN_HEADER
     run = tmp_path / "moved"
     run.mkdir()
+    (run / "ckpt.pt").write_bytes(b"")  # (what makes the folder a run's; not read here)
     (run / "config.yaml").write_text(f"{RUN_HEADER}\ndata:\n  dataset: {tmp_path}/gone/d$x.txt\ntrain:\n"
                                      f"  out_dir: {tmp_path}/r$v\n")
     cfg = load_config(run / "config.yaml")
@@ -779,3 +780,6 @@ def test_a_moved_runs_own_config_resumes_though_its_paths_hold_a_dollar(tmp_path
     assert "$HOME is not expanded" in user_error(run / "config.yaml", ["train.out_dir=$HOME/x"])
     (run / "plain.yaml").write_text(f"train:\n  out_dir: {tmp_path}/r$v\n")  # a config a user wrote: checked
     assert "$v is not expanded in a config" in user_error(run / "plain.yaml")
+    # the header copied along, to edit for a new run, does not make a copy the run's: it made a folder named `$HOME`
+    (tmp_path / "copy.yaml").write_text((run / "config.yaml").read_text())
+    assert "$x is not expanded in a config" in user_error(tmp_path / "copy.yaml")  # (data.dataset's, the first)

@@ -558,9 +558,10 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
             raise UserError(f"section '{section}' ({path}) must be a mapping of keys to values")
         merged[section] = {**(base or {}), **values}
     # a run's own config.yaml (`train.py RUN/config.yaml --resume`, the run moved since) holds what tinygpt wrote;
-    # a --set is the user's
+    # a --set is the user's, and so is a copy taken out of its run to edit (the header came along; no checkpoint)
+    own = is_run_config(path) and any(os.path.isfile(Path(path).parent / name) for name in ("ckpt.pt", "best.pt"))
     recorded = ({f"{s}.{k}" for s, v in (raw or {}).items() if isinstance(v, dict) for k in v}
-                - {f"{s}.{k}" for s, v in given.items() for k in v}) if is_run_config(path) else set()
+                - {f"{s}.{k}" for s, v in given.items() for k in v}) if own else set()
     return config_from_dict(merged, config_source(path, overrides), recorded)
 
 
