@@ -152,6 +152,10 @@ def test_unknown_key_via_set_suggests_the_closest(tmp_path):
     message = user_error(path, ["train.learning_rat=0.1"])
     assert "train.learning_rat" in message and str(path) in message
     assert user_error(path, ["model.n_embed=64"]).endswith("did you mean 'model.n_embd'?")
+    # upper case: letter for letter, 'model.N_LAYER' was nearest to 'model.n_head', 'data.TOKENIZER' to nothing
+    assert user_error(path, ["model.N_LAYER=2"]).endswith("did you mean 'model.n_layer'?")
+    assert user_error(path, ["data.TOKENIZER=char"]).endswith("did you mean 'data.tokenizer'?")
+    assert user_error(write(tmp_path, "MODEL: {n_layer: 2}\n", "c.yaml")).endswith("did you mean 'model'?")
 
 
 def test_unknown_section_is_refused(tmp_path):

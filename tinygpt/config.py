@@ -284,8 +284,9 @@ def unknown_key(key: str, source: str) -> UserError:
         return UserError(f"config key {short(key)} ({source}) is written dotted, as --set takes it; in a file, "
                          f"nest it: '{section}:' with '{name}: ...' indented under it")
     candidates = all_keys() if "." in key else list(SECTIONS)
-    near = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
-    section = key.split(".", 1)[0]
+    # (matched lower-cased, as every key is: 'model.N_LAYER' was nearest to 'model.n_head' letter for letter)
+    near = difflib.get_close_matches(key.lower(), candidates, n=1, cutoff=0.5)
+    section = key.split(".", 1)[0].lower()
     if near:
         hint = f"; did you mean '{near[0]}'?"
     elif "." in key and section in SECTIONS:  # a known section: its keys, not the sections
