@@ -60,12 +60,12 @@ import torch
 from data.prepare import SNIFFED, convert, maybe_wide, wide_encoding
 from model import GPT, Step, generate_steps
 from tinygpt import attention_html, attention_view
-from tinygpt.checkpoint import (check_name_fits, check_path_length, check_writable, file_kind, load_model, odd_file,
-                                regular_file_target, resolve_checkpoint, sweep_folder_temp_files)
+from tinygpt.checkpoint import (check_name_fits, check_writable, file_kind, load_model, odd_file, regular_file_target,
+                                resolve_checkpoint, sweep_folder_temp_files)
 from tinygpt.config import MAX_THREADS
-from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, count, dead_link, error_line, file_arg,
-                            path_arg, path_word, read_capped, run_cli, script_word, shell_join, shell_quote, short,
-                            shown_path)
+from tinygpt.errors import (ArgParser, ReaderMayLeave, Terminated, UserError, check_path_length, count, dead_link,
+                            error_line, file_arg, path_arg, path_word, read_capped, run_cli, script_word, shell_join,
+                            shell_quote, short, shown_path)
 from tinygpt.plots import HEATMAP_MARK, png_marked
 from tinygpt.runs import run_lock, run_name, training_note
 from tinygpt.runtime import (ThreadPolicy, check_compile_cache, compile_decoding, following_free_cores, int8_problem,

@@ -770,6 +770,19 @@ def test_a_device_number_written_otherwise_is_said_why(tmp_path):
                                 "digits, no leading 0: cuda:1)"), message
 
 
+@pytest.mark.parametrize("key", ["data.dataset", "data.prepared_dir", "train.out_dir", "train.init_from"])
+def test_a_path_no_file_system_takes_is_refused_naming_its_key(tmp_path, key):
+    """A part over 255 bytes (`data.prepared_dir=/tmp/ppp...`, `data.dataset=/tmp/ppp....txt`) ended in
+    `error: File name too long: PATH`, naming no key, once a file was opened (train.out_dir's alone was named)."""
+    path = write(tmp_path, "")
+    part = "p" * 300
+    message = user_error(path, [f"{key}={tmp_path}/{part}/x.txt"])
+    assert message.startswith(f"{key}=") and "is no possible path: its part 'ppp" in message
+    assert message.endswith("is 300 bytes, longer than a file name may be"), message
+    message = user_error(path, [f"{key}={tmp_path}/" + "/".join(["y" * 200] * 25)])  # 5,000 bytes in all
+    assert message.startswith(f"{key}=") and "longer than a path may be (4,095)" in message
+    assert load_config(path, [f"{key}={tmp_path}/{'p' * 255}"])  # the longest name is taken
+
 def test_a_moved_runs_own_config_resumes_though_its_paths_hold_a_dollar(tmp_path):
     """`train.py RUN/config.yaml --resume` of a run trained on 'd$x.txt' into 'r$v', moved since, was refused as
     '$v is not expanded in a config'. A run's own config.yaml holds what tinygpt wrote; a --set is the user's."""

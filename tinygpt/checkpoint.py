@@ -41,8 +41,8 @@ except ImportError:  # pragma: no cover - Windows: a temp file's writer is told 
 
 from model import GPT
 from tinygpt.config import Config, all_keys, config_from_dict
-from tinygpt.errors import (STOP_SIGNALS, UserError, count, dead_link, first_few, link_loop, out_of_memory, path_word,
-                            reason, script_word, shell_join, shell_quote, short)
+from tinygpt.errors import (STOP_SIGNALS, UserError, check_path_length, count, dead_link, first_few, link_loop,
+                            name_max, out_of_memory, path_word, reason, script_word, shell_join, shell_quote, short)
 from tinygpt.runtime import check_memory, model_memory
 from tinygpt.tokenizer import DamagedTokenizer, Tokenizer, tokenizer_from_dict
 
@@ -220,23 +220,6 @@ def file_head(path: Path, n: int = 4096) -> bytes | None:
             return f.read(n)
     except OSError:
         return None
-
-
-def path_limit(folder: Path, name: str) -> int | None:
-    """os.pathconf's `name` (PC_NAME_MAX, PC_PATH_MAX) for `folder`, or its nearest existing parent; None
-    where it cannot be asked (no pathconf on Windows)."""
-    while not os.path.exists(folder) and folder != folder.parent:  # (os.path's: False for a name too long)
-        folder = folder.parent
-    try:
-        return os.pathconf(folder, name)
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def name_max(folder: Path) -> int:
-    """The longest file name, in bytes, that `folder` (or its nearest existing parent) takes: 255
-    on most file systems."""
-    return path_limit(folder, "PC_NAME_MAX") or 255
 
 
 def check_name_fits(path: Path, kind: str = "file") -> None:
@@ -459,20 +442,6 @@ def check_writable(path: str | Path, what: str, resume: bool = False) -> None:
         tempfile.TemporaryFile(dir=existing).close()
     except OSError as e:
         raise UserError(f"{named} is not writable: {existing} takes no new file ({e.strerror})") from None
-
-
-def check_path_length(path: Path, named: str) -> None:
-    """Refuse a path with a part longer than a file name may be where it would go (255 bytes on most file systems),
-    or longer as a whole than a path may be, in words naming the setting (`named`): it was `File name too long:
-    PATH`, and only where the file system was asked (not under a folder still to be made)."""
-    longest = max(path.parts, key=lambda part: len(os.fsencode(part)), default="")
-    if len(os.fsencode(longest)) > name_max(path):
-        raise UserError(f"{named} cannot be created: its part {short(longest)} is {len(os.fsencode(longest))} "
-                        f"bytes, longer than a file name may be")
-    path_max = path_limit(path.absolute(), "PC_PATH_MAX")
-    if path_max is not None and len(os.fsencode(str(path.absolute()))) >= path_max:
-        raise UserError(f"{named} cannot be created: it is {len(os.fsencode(str(path.absolute()))):,} bytes long, "
-                        f"longer than a path may be ({path_max - 1:,})")
 
 
 def make_folder(path: Path, what: str) -> list[Path]:

@@ -24,7 +24,7 @@ from typing import Any, Collection, Iterable
 import yaml
 
 from model import ModelConfig
-from tinygpt.errors import UserError, dead_link, elide, read_capped, reason, shell_quote, short
+from tinygpt.errors import UserError, check_path_length, dead_link, elide, read_capped, reason, shell_quote, short
 
 # ---- the schema ----
 
@@ -345,6 +345,8 @@ def _coerce(value: Any, typ: type, key: str, source: str, recorded: bool = False
             if variable and not recorded and not os.path.lexists(value):  # (it would make a folder named `$HOME`)
                 raise UserError(f"{key}={short(value)} ({source}): {variable.group()} is not expanded in a config; "
                                 f"write the path itself (a leading ~ is your home folder)")
+            if not recorded:  # (it was `File name too long: PATH`, naming no key, once a file was opened)
+                check_path_length(Path(value), f"{key}={short(value)} ({source})", "is no possible path")
         return value
     hint = ""
     if typ is int and isinstance(value, str):  # 0500, 1e3: numbers YAML reads as text

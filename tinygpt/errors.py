@@ -612,6 +612,38 @@ def link_loop(path: Path) -> bool:
     return False
 
 
+def path_limit(folder: Path, name: str) -> int | None:
+    """os.pathconf's `name` (PC_NAME_MAX, PC_PATH_MAX) for `folder`, or its nearest existing parent; None
+    where it cannot be asked (no pathconf on Windows)."""
+    while not os.path.exists(folder) and folder != folder.parent:  # (os.path's: False for a name too long)
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def name_max(folder: Path) -> int:
+    """The longest file name, in bytes, that `folder` (or its nearest existing parent) takes: 255
+    on most file systems."""
+    return path_limit(folder, "PC_NAME_MAX") or 255
+
+
+def check_path_length(path: Path, named: str, cannot: str = "cannot be created") -> None:
+    """Refuse a path with a part longer than a file name may be where it would go (255 bytes on most file systems),
+    or longer as a whole than a path may be, in words naming the setting (`named`; `cannot`: what that rules out):
+    it was `File name too long: PATH`, and only where the file system was asked (not under a folder still to be
+    made)."""
+    longest = max(path.parts, key=lambda part: len(os.fsencode(part)), default="")
+    if len(os.fsencode(longest)) > name_max(path):
+        raise UserError(f"{named} {cannot}: its part {short(longest)} is {len(os.fsencode(longest))} "
+                        f"bytes, longer than a file name may be")
+    path_max = path_limit(path.absolute(), "PC_PATH_MAX")
+    if path_max is not None and len(os.fsencode(str(path.absolute()))) >= path_max:
+        raise UserError(f"{named} {cannot}: it is {len(os.fsencode(str(path.absolute()))):,} bytes long, "
+                        f"longer than a path may be ({path_max - 1:,})")
+
+
 def shown_path(path: str | Path) -> str:
     """A path in a line of output: as it is, unless it holds a control or invisible character (a line
     break would split the line), then as shell_quote writes it."""
