@@ -399,6 +399,8 @@ def _fingerprint(d: DataConfig) -> dict:
     settings = {"version": PREP_VERSION, "compact_vocab": True, **{key: getattr(d, key) for key in token_keys(d)}}
     if d.dataset == "stories":  # the generator's code: its word lists edited (as story_words.py invites) make other
         settings["generator"] = stories_code_digest()  # stories, which the same settings reused without a word
+    if d.tokenizer == "word":  # words keep their combining marks since 2026-12-06 (WordTokenizer.RULE): other pieces
+        settings["word_rule"] = 2  # where the text has marks, so a folder prepared before is prepared again
     if not _is_builtin(d.dataset):
         # the files stand for the path: `x.txt`, `./x.txt`, its absolute path or a link to it are one source,
         # one folder (each spelling had its own folder, prepared again)

@@ -336,7 +336,9 @@ def test_letters_newer_than_pythons_unicode_split_as_python_splits_them():
     ours = tk.build_tokenizer("word", text)
     theirs = tokenizers.Tokenizer.from_str(hf.hf_tokenizer(ours).to_str())  # as tokenizer.json loads
     assert theirs.encode(text).ids == ours.encode(text) and theirs.decode(ours.encode(text)) == text
-    assert len(hf.word_pattern()) < 20_000  # ranges of code points, not one entry per letter (~130,000)
+    # ranges of code points, not one entry per letter (~130,000; the letters' ranges are spelled twice, once
+    # for a word's start, once after its marks)
+    assert len(hf.word_pattern()) < 40_000
 
 
 @pytest.mark.parametrize("compact", [True, False])

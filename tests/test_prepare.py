@@ -784,7 +784,8 @@ def test_compact_vocab_is_a_token_setting_of_tiktoken_encodings_only(tmp_path):
         # the name's hash is of what it was while every tokenizer counted compact_vocab (True, the default)
         keys = ["dataset", "tokenizer", "compact_vocab", "val_fraction", "stories_chars", "stories_seed"]
         old = {"version": prep.PREP_VERSION, "paths": [], **{key: getattr(on, key) for key in keys},
-               **({"bpe_vocab_size": on.bpe_vocab_size} if tokenizer == "bpe" else {})}
+               **({"bpe_vocab_size": on.bpe_vocab_size} if tokenizer == "bpe" else {}),
+               **({"word_rule": 2} if tokenizer == "word" else {})}  # (word folders: renamed with the rule)
         digest = hashlib.sha1(json.dumps(old, sort_keys=True).encode()).hexdigest()[:10]
         assert prep.prepared_dir(on).name == f"stories-{tokenizer}-{digest}"
 

@@ -99,6 +99,21 @@ def test_word_tokens_carry_their_space_and_round_trip():
     assert "".join(dec.push(i) for i in tok.encode(UNICODE_PARAGRAPH)) + dec.flush() == UNICODE_PARAGRAPH
 
 
+def test_a_word_keeps_its_combining_marks():
+    """Python's \\w holds no combining mark: 'près' written decomposed (e + U+0300) was ' pre', '\\u0300', 's', and
+    'café' shared ' cafe' with 'cafe'; a Hindi word split at every vowel sign (3 words: 16 pieces)."""
+    import unicodedata
+    text = unicodedata.normalize("NFD", "le café est près de la rivière. ") + "नमस्ते दुनिया हिन्दी, cafe"
+    pieces = WordTokenizer.split(text)
+    assert "".join(pieces) == text  # every character in exactly one piece
+    assert pieces == ["le", unicodedata.normalize("NFD", " café"), " est", unicodedata.normalize("NFD", " près"),
+                      " de", " la", unicodedata.normalize("NFD", " rivière"), ".", " नमस्ते", " दुनिया",
+                      " हिन्दी", ",", " cafe"]
+    assert WordTokenizer.split("1\u0301 \u0301x") == ["1", "\u0301", " \u0301", "x"]  # a mark on no letter: alone
+    tok = build_tokenizer("word", text)
+    assert tok.decode(tok.encode(text)) == text and tok.vocab_size == len(set(pieces))
+
+
 def test_word_unknown_words_are_listed():
     tok = WordTokenizer.from_text("the cat sat on the mat.")
     assert tok.decode(tok.encode("the mat sat on the cat.")) == "the mat sat on the cat."

@@ -69,8 +69,8 @@ from tinygpt.config import MAX_INT, Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, shell_join, short
 from tinygpt.runs import LOCK, RUN_FILES, training_note, training_now, write_config
 from tinygpt.runtime import check_memory, model_memory
-from tinygpt.tokenizer import (GPT2_VOCAB, DamagedTokenizer, Tokenizer, TiktokenTokenizer, bpe_merges, encode_prompt,
-                               tiktoken_data, tokenizer_from_dict)
+from tinygpt.tokenizer import (GPT2_VOCAB, DamagedTokenizer, Tokenizer, TiktokenTokenizer, bpe_merges, combining_marks,
+                               encode_prompt, tiktoken_data, tokenizer_from_dict)
 
 # GPT2Config's defaults (the 124M GPT-2) for keys a config.json leaves out
 GPT2_DEFAULTS = {"vocab_size": GPT2_VOCAB, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
@@ -131,18 +131,18 @@ UNK = "[UNK]"  # never a piece of our vocabularies (the regexes split it), so an
 
 
 def word_pattern() -> str:
-    r"""WordTokenizer.PATTERN in the regex dialect of `tokenizers` (Oniguruma), each class spelled out
-    as the code points Python's `re` puts in it: letters [^\W\d_], digits \d, whitespace \s (that is
-    \x1c-\x1f too, unlike \p{White_Space}). Unicode's classes (\p{L}, \p{Nd}) would follow the tables
-    of `tokenizers`, which can be newer than Python's: a letter that Python's tables lack yet (U+1C89,
+    r"""WordTokenizer.RULE in the regex dialect of `tokenizers` (Oniguruma), each class spelled out
+    as the code points Python's `re` puts in it: letters [^\W\d_], marks (combining_marks), digits \d,
+    whitespace \s (that is \x1c-\x1f too, unlike \p{White_Space}). Unicode's classes (\p{L}, \p{M}, \p{Nd}) would
+    follow the tables of `tokenizers`, which can be newer than Python's: a letter that Python's tables lack yet (U+1C89,
     Unicode 16) was part of a word there, a piece of its own here, and tokenizer.json refused the text."""
     every = "".join(map(chr, range(sys.maxunicode + 1)))
 
     def spelled(cls: str) -> str:  # the code points of cls as ranges: \x{30}-\x{39}\x{660}-\x{669}...
         return "".join(f"\\x{{{m.start():x}}}" + (f"-\\x{{{m.end() - 1:x}}}" if m.end() - m.start() > 1 else "")
                        for m in re.finditer(f"{cls}+", every))
-    letters, digits, spaces = map(spelled, (r"[^\W\d_]", r"\d", r"\s"))
-    return rf" ?[{letters}]+| ?[{digits}]+| ?[^{spaces}]|[{spaces}]"
+    letters, marks, digits, spaces = map(spelled, (r"[^\W\d_]", f"[{combining_marks()}]", r"\d", r"\s"))
+    return rf" ?[{letters}]+(?:[{marks}]+[{letters}]*)*| ?[{digits}]+| ?[^{spaces}]|[{spaces}]"
 
 
 def byte_level_alphabet() -> dict[int, str]:
