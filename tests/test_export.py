@@ -785,6 +785,8 @@ def test_readme_export_says_the_limits_in_tokens():
     assert "1 layer, 1 head," in readme and "1 tokens" not in readme
     assert "a prompt of at most 1 token continues to 2 tokens in all" in readme
     assert "but `max_length` is set to 2``" in readme and "generate.tokenizer.pad_token_id = " in readme
+    # sample.py takes an accent in either Unicode form; tokenizer.json takes text as typed: said
+    assert "first tries an accent's other Unicode form" in " ".join(readme.split())
 
 
 def test_gpt2_saved_by_transformers_imports(tmp_path, capsys):

@@ -435,7 +435,9 @@ def export_readme(cfg: Config, tok: dict[str, Any], origin: str, folder: str, bo
     L, ctx = m.block_size + 1, count(m.block_size, "token")  # max_length, the context
     stop = f"; it stops early at token {eos} (end of text)" if eos is not None else ""
     unknown = ("; a character or word outside the vocabulary fails in the tokenizer with `Missing [UNK] token` "
-               "(sample.py names it)" if tok.get("kind") in ("char", "word") else "")
+               "(sample.py names it, and first tries an accent's other Unicode form, é as one code point or as e and "
+               "a combining accent: here write it as the training text did)" if tok.get("kind") in ("char", "word")
+               else "")
     back = shell_join(["python", "export.py", "--from-hf", path_word(folder), "OUT_RUN_DIR"])
     hint = f"# PROMPT: at most {ctx}; do_sample=False: greedy; max_new_tokens=N: N more tokens"
     return f"""\
