@@ -96,6 +96,12 @@ def source_files(dataset: str, left_out: list[Path] | None = None, prepared: str
     if (dead := dead_link(path)) is not None:
         raise UserError(f"data.dataset={dataset!r} is {dead}")
     hint = f"; did you mean {dataset.lower()!r}?" if dataset.lower() in BUILTIN else ""
+    # 'café.txt' typed with é as one code point, the file named with e and a combining accent (as macOS names
+    # files), or the other way round: the two look the same
+    for other in sorted({unicodedata.normalize(form, dataset) for form in ("NFC", "NFD")} - {dataset}):
+        if os.path.lexists(Path(other).expanduser()):
+            hint = (f"; {other!r} is there: the same letters, its accents written in Unicode's other form "
+                    f"(one code point, or a letter and a combining accent); give that one")
     raise UserError(f"data.dataset={dataset!r} is neither {' nor '.join(BUILTIN)} nor an existing "
                     f"text file or folder{hint}")
 

@@ -468,6 +468,18 @@ def test_a_dataset_link_to_nothing_or_a_builtin_in_capitals_is_named(tmp_path):
         prep.source_files("Stories")
     with pytest.raises(UserError, match="nor an existing text file or folder$"):
         prep.source_files("novels")
+    # a name typed with é as one code point, the file's with e and a combining accent (or the other way round)
+    import unicodedata
+    for on_disk, typed in (("NFD", "NFC"), ("NFC", "NFD")):
+        folder = tmp_path / on_disk
+        folder.mkdir()
+        (folder / unicodedata.normalize(on_disk, "café.txt")).write_text("text\n")
+        given, there = (str(folder / unicodedata.normalize(form, "café.txt")) for form in (typed, on_disk))
+        with pytest.raises(UserError) as info:
+            prep.source_files(given)
+        assert str(info.value).endswith(f"; {there!r} is there: the same letters, its accents written in "
+                                        f"Unicode's other form (one code point, or a letter and a combining "
+                                        f"accent); give that one")
 
 
 def test_a_run_of_zero_bytes_in_utf8_text_is_refused_a_stray_one_is_read(tmp_path):
