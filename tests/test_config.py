@@ -533,8 +533,14 @@ def test_a_negative_stories_seed_is_refused(tmp_path):
 
 
 def test_a_value_yaml_reads_only_in_quotes_says_so(tmp_path):
-    with pytest.raises(UserError, match=r"not a valid YAML scalar \(YAML reads a text that starts with @"):
+    with pytest.raises(UserError, match=r"not a valid YAML scalar \(YAML reads a text that starts with @.*: "
+                                        r"--set 'train.out_dir=\"@runs\"'\)$"):
         load_config(write(tmp_path, ""), ["train.out_dir=@runs"])
+    from tinygpt.config import parse_overrides  # a grid's fix in the grid's words; a number's, none to quote
+    with pytest.raises(UserError, match=r"quotes: --grid 'data.dataset=\"@x\"'\)$"):
+        parse_overrides(["data.dataset=@x"], "--grid")
+    with pytest.raises(UserError, match=r"only in quotes\)$"):
+        parse_overrides(["model.n_layer=*2"])
     assert load_config(write(tmp_path, ""), ['train.out_dir="@runs"']).train.out_dir == "@runs"
 
 
@@ -745,6 +751,10 @@ def test_a_comment_cut_from_a_path_value_is_refused():
                                         r"--set 'train.out_dir=\"/x/run #2\"'$"):
         parse_overrides(["train.out_dir=/x/run #2"])
     assert parse_overrides(["train.lr=3e-4 # a note"]) == {"train": {"lr": "3e-4"}}  # (a number's comment stays one)
+    # in a sweep's --grid, the fix is the grid's (it said --set, which a grid key refuses: both would give it)
+    with pytest.raises(UserError, match=r"quote it: --grid 'data.dataset=\"/d/x #1.txt\"', its other values after "
+                                        r"a comma$"):
+        parse_overrides(["data.dataset=/d/x #1.txt"], "--grid")
 
 
 @pytest.mark.parametrize("value, read", [("&x /runs/a", "/runs/a"), ("--- a", "a"), ("|", ""), ("!!str a", "a")])

@@ -453,9 +453,9 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
             if any(ch in text for ch in BREAKS):
                 raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar: it holds a "
                                 f"tab or a line break") from None
+            quoted = f": {source} {shell_quote(f'{key}={json.dumps(bare)}')}" if types.get(name) is str else ""
             raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar (YAML reads a text "
-                            f"that starts with @, *, !, &, % or a quote only in quotes, e.g. "
-                            f"--set 'train.out_dir=\"@runs\"')") from None
+                            f"that starts with @, *, !, &, % or a quote only in quotes{quoted})") from None
         if types.get(name) is str and not isinstance(value, str):
             value = bare
         if types.get(name) is str and value != bare and bare[:1] not in ("'", '"'):
@@ -463,8 +463,9 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
             # /x/run (a comment), `&x /runs/a` into /runs/a (an anchor), `--- a` into a; `|` was empty
             comment = " #" in bare and value == bare.partition(" #")[0].rstrip()
             why, kept = ("' #' starting a comment", "it") if comment else ("not as the text given", "the text")
+            more = ", its other values after a comma" if source == "--grid" else ""  # (the grid's fix, not --set's)
             raise UserError(f"{source} {short(item)}: YAML reads the value as {short(value)}, {why}; to keep {kept}, "
-                            f"quote it: --set {shell_quote(set_word(key, bare))}")
+                            f"quote it: {source} {shell_quote(set_word(key, bare))}{more}")
         nested.setdefault(section, {})[name] = value
     return nested
 
