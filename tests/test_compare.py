@@ -586,6 +586,41 @@ def test_the_legends_of_runs_differing_in_many_keys_lie_whole_inside_the_picture
         assert all("dataset=tinyshakespeare_" in t.get_text() and "folder" not in t.get_text() for t in texts), name
 
 
+def test_an_unfinished_run_among_runs_of_many_keys_leaves_the_pictures_whole(tmp_path, monkeypatch):
+    """An unfinished run's "off the chart: dataset=..., tokenizer=..., ... (unfinished)" note and settings.png's
+    "not drawn, no finished run: ..." title line were one line each, wider than the picture: val_loss.png's axes
+    were squeezed into its right third, the note and the title cut at the edges, and the legend ran off the
+    right (with four runs, constrained layout warned that the axes collapsed). Now both are wrapped."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    figures = capture_figures(monkeypatch)
+    keys = {"train.lr": 2e-3, "train.min_lr": 2e-4, "train.dtype": "auto"}
+    shk = config_run(tmp_path / "shk", [(0, "4.2", "4.2"), (10, "3.96", "3.96"), (20, "3.85", "3.85")],
+                     **{"data.dataset": "tinyshakespeare.txt", "data.tokenizer": "char"})
+    unfinished = config_run(tmp_path / "unf", [(s, "5.7", f"{5.7 - s / 200}") for s in range(0, 400, 20)],
+                            **{"data.tokenizer": "bpe", "train.max_iters": 100000, **keys})
+    trained_on(unfinished, "", step=380)
+    others = [config_run(tmp_path / name, [(0, "4.1", "4.1"), (10, "3.7", "3.7"), (20, "3.5", f"{3.5 + i}")],
+                         **{"data.tokenizer": tokenizer, **keys})
+              for i, (name, tokenizer) in enumerate((("sc", "char"), ("sb", "bpe")))]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compared([shk, unfinished, *others, "--out", str(tmp_path / "cmp")])
+    assert [str(w.message) for w in caught] == []  # ("constrained_layout not applied because axes sizes collapsed")
+    for name in ("val_loss.png", "settings.png"):
+        fig = figures[name]
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+        texts = [t for t in [fig._suptitle, *fig.texts, *(t for ax in fig.axes for t in (ax.title, *ax.texts)),
+                             *(t for legend in legends for t in legend.get_texts())]
+                 if t is not None and t.get_text().strip()]
+        assert any("unfinished" in t.get_text() or "no finished run" in t.get_text() for t in texts), name
+        for t in texts:  # every title, note, label and legend entry lies whole inside the picture
+            box = t.get_window_extent(renderer)
+            assert fig.bbox.x0 - 1 <= box.x0 and box.x1 <= fig.bbox.x1 + 1, (name, t.get_text())
+        assert fig.axes[0].get_window_extent(renderer).width > 0.5 * fig.bbox.width, name  # not squeezed
+
 def test_a_run_training_now_is_told_from_a_stopped_one_and_its_final_train_loss_is_an_evals(tmp_path):
     """compare.py showed a killed run as `step 20/30`, exactly as one still training, and took its
     final train loss from the last row, a log row (the mean of the last few batches) where it stopped

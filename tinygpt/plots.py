@@ -170,6 +170,14 @@ def legend_labels(labels: Sequence[str], fig) -> list[str]:
     return [plain_text(textwrap.fill(label, width, break_on_hyphens=False)) for label in told_apart(shortened(labels))]
 
 
+def fit_width(text: str, fig, points: float, share: float = 1.0) -> str:
+    """`text`, each of its lines wrapped at spaces to `share` of the figure's width in characters of a
+    `points`-size font (about 0.6 em each): a long note or title line ran off the picture's edges, and the
+    layout squeezed the axes into a third of it to make room."""
+    width = max(20, int(share * fig.get_figwidth() * 72 / (0.6 * points)) - 4)
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in text.split("\n"))
+
+
 def tick_labels(values: Sequence[str], key: str) -> list[str]:
     """Tick labels for the values of the config `key`, shortened and told apart as legend labels are:
     `日本.txt`, not `/long/dir/日本.txt` (the ticks ran into each other), `v1/a.txt` and `v2/a.txt` where
@@ -264,8 +272,9 @@ def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = (),
         if outside:
             step, loss = max(outside, key=lambda p: abs(p[1] - (low + high) / 2))
             notes.append(plain_text(f"off the chart: {label}, up to {loss:.3g} at step {step:.0f}"))
-    if notes:
-        ax.annotate("\n".join(notes), xy=(1.0, 0.0), xycoords="axes fraction", xytext=(0, -34),
+    if notes:  # (right-aligned at the axes' right end: wrapped to the width left of it)
+        ax.annotate(fit_width("\n".join(notes), ax.figure, 8, share=0.85), xy=(1.0, 0.0), xycoords="axes fraction",
+                    xytext=(0, -34),
                     textcoords="offset points", ha="right", va="top", fontsize=8, color="0.35")
 
 
@@ -345,7 +354,7 @@ def val_loss_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
         edges += [(steps, [m + d for m, d in zip(mean, std)]), (steps, [m - d for m, d in zip(mean, std)])]
     ax.set(xlabel="step", ylabel="val loss (nats/token)",
            title="validation loss" + (": mean ± 1 std over seeds (n per line)" if banded else "")
-           + (f"\n({APART})" if apart else ""))
+           + (f"\n({APART.replace(': ', ':' + chr(10))})" if apart else ""))  # (on one line: wider than the picture)
     ax.grid(alpha=0.3)
     focus_y(ax, curves, edges, aside)
     nest_overlapping(ax)
@@ -511,7 +520,7 @@ def settings_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
         title = f"mean and 95% interval over {max(ns)} seeds" if max(ns) > 1 else "one run per setting"
     if unfinished:  # (said, not left out without a word)
         title += "\nnot drawn, no finished run: " + "; ".join(unfinished)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(fit_width(title, fig, 10), fontsize=10)
     return _png(fig, "settings.png")
 
 
