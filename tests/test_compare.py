@@ -783,6 +783,23 @@ def test_a_numbers_axis_runs_from_small_to_large(monkeypatch):
         assert means == pytest.approx([1.5 + given.index(v) / 40 + 1 / 200 for v in drawn]), key
 
 
+def test_a_key_that_does_not_apply_is_a_tick_of_its_own_beside_the_numbers(monkeypatch):
+    """A sweep over data.bpe_vocab_size=280,300 and data.tokenizer=char,bpe: the char run's vocabulary size does
+    not apply (None), and settings.png's ticks read `None, 280, 300`, evenly apart as words, the bpe points not
+    joined by a line."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"data.bpe_vocab_size": v, "data.tokenizer": t}
+                         for v, t in ((300, "bpe"), (None, "char"), (280, "bpe"))])
+    plots.settings_png(report.group_by_setting(rows, ["data.bpe_vocab_size", "data.tokenizer", "train.seed"]))
+    ax = figures["settings.png"].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [plots.NOT_APPLIED, "280", "300"]
+    assert list(ax.get_xticks()) == [-1.0, 0.0, 1.0]  # the numbers at their distance, 'does not apply' left of them
+    bpe, char = sorted(ax.containers, key=lambda c: len(c[0].get_xdata()), reverse=True)
+    assert len(bpe[0].get_xdata()) == 2 and bpe[0].get_linestyle() != "None"  # 280 to 300: a line
+    assert char[0].get_linestyle() == "None" and round(char[0].get_xdata()[0]) == -1
+
 def test_the_settings_points_stay_near_their_ticks_however_many_lines(monkeypatch):
     """Ten lines drawn 0.06 apart lay up to 0.27 from their tick, half-way to the next one's."""
     pytest.importorskip("matplotlib")

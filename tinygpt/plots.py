@@ -437,6 +437,9 @@ def in_order(setting: dict[str, Any], keys: Sequence[str], groups: Sequence[dict
     return tuple(order)
 
 
+NOT_APPLIED = "does not\napply"  # settings.png's tick of the settings the x key does not apply to
+
+
 def settings_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes | None:
     """Each setting's result (report.group_by_setting) against the first varied key (numbers from small to
     large, anything else in first-seen order), one line per value of the others: the mean with its 95%
@@ -455,10 +458,16 @@ def settings_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
     for g in groups:
         first.setdefault(str(g["setting"][x_key]), g["setting"][x_key])
     xs = list(first)
-    numbers = all_numbers(first.values())
-    if numbers:
-        xs.sort(key=first.get)  # a number's axis runs from small to large, whatever order the runs came in
-    where, log = x_positions([first[x] for x in xs] if numbers else None, len(xs))
+    # a value None: the key does not apply to the setting (a char run's bpe_vocab_size): drawn left of the numbers
+    # (as "None", it made them categories: 280 and 300 evenly apart, unjoined)
+    applies = {x: v for x, v in first.items() if v is not None}
+    numbers = bool(applies) and all_numbers(applies.values())
+    if numbers:  # a number's axis runs from small to large, whatever order the runs came in
+        xs = [x for x in xs if first[x] is None] + sorted(applies, key=applies.get)
+        where, log = x_positions([first[x] for x in xs if first[x] is not None], len(applies))
+        where = [where[0] - 1.0] * (len(xs) - len(applies)) + where
+    else:
+        where, log = x_positions(None, len(xs))
     lines: dict[str, list[dict[str, Any]]] = {}
     for g in groups:  # (a key that does not apply, a char run's bpe_vocab_size, is None: not named)
         name = ", ".join(f"{k.split('.', 1)[1]}={g['setting'][k]}" for k in line_keys if g["setting"][k] is not None)
@@ -486,7 +495,8 @@ def settings_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
             err = [[(st["mean"] - st["lo"]) * scale if st["lo"] is not None else 0 for _, st in pts],
                    [(st["hi"] - st["mean"]) * scale if st["hi"] is not None else 0 for _, st in pts]]
             style = line_style(i, SETTINGS_MARKERS)
-            if not numbers:  # categories (datasets, tokenizers): a line from one to the next would be no trend
+            # categories (datasets, tokenizers), or "does not apply" beside numbers: a line would be no trend
+            if not numbers or any(first[str(g["setting"][x_key])] is None for g in members):
                 style["linestyle"] = "none"
             ax.errorbar(x, mean, yerr=err, capsize=3, label=shown[name], **style)
             if len(ns) > 1:  # the settings' n differ: each point says its own (n=1: no interval, not a precise one)
@@ -494,7 +504,8 @@ def settings_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
                     ax.annotate(f"n={st['n']}", (px, py), xytext=(0, 6), textcoords="offset points", fontsize=7,
                                 color="0.35", ha="center")  # (above the point: at the right edge, not cut)
             values += [m - lo for m, lo in zip(mean, err[0])] + [m + hi for m, hi in zip(mean, err[1])]
-        ax.set_xticks(where, tick_labels(xs, x_key.split(".", 1)[1]))
+        ax.set_xticks(where, [NOT_APPLIED if first[x] is None else label
+                              for x, label in zip(xs, tick_labels(xs, x_key.split(".", 1)[1]))])
         slant_if_crowded(ax)
         ax.set(xlabel=x_key.split(".", 1)[1] + (" (log scale)" if log else ""), ylabel=ylabel)
         if apart and "loss" in metric:  # (a char run's 3.6 and a word run's 7.9 on one axis, said nowhere)
