@@ -638,7 +638,7 @@ def evaluate(run: Run, metrics: list[dict], t_start: float,
         metrics.append({"step": run.step, "train_loss": f"{losses['train']:.4f}", "val_loss": f"{losses['val']:.4f}",
                         # the lr of the step that led here, as the log row of this step gives it (at step 0: the
                         # first step's)
-                        "lr": f"{lr_at(max(run.step - 1, 0), t):.3e}", "elapsed_s": f"{run.elapsed:.1f}"})
+                        "lr": f"{lr_at(max(run.step - 1, 0), t):.3e}", "elapsed_s": f"{run.elapsed:.3f}"})
         run.save_metrics(metrics)
         if run.board is not None:
             run.board.eval(run.step, losses, run.model)
@@ -684,7 +684,8 @@ def log(run: Run, metrics: list[dict], lr: float, speed: dict[str, float]) -> di
     run.loss_sum.zero_()
     run.loss_count = 0
     row = {"step": run.step, "train_loss": f"{train_loss:.4f}", "lr": f"{lr:.3e}", "tokens_per_s": f"{tok_s:.0f}",
-           "mfu": f"{mfu:.4f}", "elapsed_s": f"{now - speed['t_start']:.1f}"}
+           "mfu": f"{mfu:.4f}", "elapsed_s": f"{now - speed['t_start']:.3f}"}  # (to 0.1 s, the seeds of a
+    # short run's wall_s tied, reported "the same value (± 0)")
     metrics.append(row)
     if run.board is not None:
         run.board.log(run.step, row)

@@ -779,6 +779,9 @@ def test_the_last_step_is_logged_between_log_intervals(tmp_path):
         train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.log_interval=3"))
     logs = [row["step"] for row in read_metrics(tmp_path / "run") if row["tokens_per_s"] is not None]
     assert logs == [3, 4]
+    # elapsed_s to the millisecond: to 0.1 s, short runs' wall_s tied across seeds ("the same value (± 0)")
+    cells = [line.split(",")[-1] for line in (tmp_path / "run" / "metrics.csv").read_text().splitlines()[1:]]
+    assert cells and all(re.fullmatch(r"\d+\.\d{3}", cell) for cell in cells), cells
 
 
 def test_train_step_steps_with_the_lr_it_is_given(tiny_model_config):
