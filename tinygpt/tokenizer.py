@@ -314,7 +314,7 @@ class WordTokenizer(_TableTokenizer):
 @functools.cache
 def combining_marks() -> str:
     """Every combining mark (Unicode's category M: the accents of decomposed text, vowel signs, variation
-    selectors) as the ranges of a regex class, e.g. '\\u0300-\\u036f...', by Python's own tables. (Found by
+    selectors) as the ranges of a regex class, '\\U00000300-\\U0000036f...', by Python's own tables. (Found by
     looking at every code point: a quarter of a second, once a process.)"""
     marks = [c for c in range(0x110000) if unicodedata.category(chr(c)).startswith("M")]
     starts = [c for i, c in enumerate(marks) if i == 0 or marks[i - 1] != c - 1]
