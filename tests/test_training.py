@@ -697,7 +697,7 @@ def test_a_log_rows_elapsed_s_counts_from_the_start_of_training(tmp_path, monkey
         run.loss_sum.fill_(2.0)
         run.loss_count, run.step, clock[0] = 1, step, float(step)
         train.log(run, rows, 0.5, speed)
-    assert [r["elapsed_s"] for r in rows] == ["11.0", "12.0"]
+    assert [r["elapsed_s"] for r in rows] == ["11.000", "12.000"]
 
 
 def test_threads_note_says_whether_the_count_follows_the_free_cores():
