@@ -133,7 +133,7 @@ class CausalSelfAttention(nn.Module):
         self.n_head = cfg.n_head
         self.causal = cfg.causal
         self.attn_dropout_p = cfg.dropout  # on the attention weights, while training
-        # W_Q, W_K, W_V for all heads at once: head h owns output columns h*hs .. (h+1)*hs
+        # W_Q, W_K, W_V for all heads at once: head h owns output columns h*hs .. (h+1)*hs - 1
         self.q_proj = nn.Linear(C, C, bias=cfg.bias)
         self.k_proj = nn.Linear(C, C, bias=cfg.bias)
         self.v_proj = nn.Linear(C, C, bias=cfg.bias)
@@ -237,7 +237,8 @@ class GPT(nn.Module):
         """The forward pass: idx (B, T) -> logits (B, T, V) and one HeadTrace (or None) per layer."""
         B, T = idx.shape
         if kv_caches and not self.config.causal:  # there, a later token changes earlier keys (layer 1 on)
-            raise ValueError("a KV cache is exact only under the causal mask (causal=False): call without kv_caches")
+            raise ValueError("a KV cache is exact only under the causal mask, and this model has causal=False: "
+                             "call without kv_caches")
         start = kv_caches[0].length if kv_caches else 0  # absolute position of idx[:, 0]
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens exceeds block_size={self.config.block_size}: pass at "

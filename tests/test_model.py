@@ -153,6 +153,20 @@ def test_reference_path_equals_sdpa(tiny_model_config, causal, bias):
         assert torch.all(w[..., future] > 0)
 
 
+def test_a_block_is_pre_layernorm_residuals_around_attention_and_an_erf_gelu_mlp(tiny_model_config):
+    """Block: x + attn(ln_1(x)), then x + mlp(ln_2(x)), the MLP C -> 4C -> exact (erf) GELU -> C. Without it no
+    test here failed for a block that dropped a residual (`x = attn_out`) or took ReLU for GELU (only the
+    export's comparison with transformers did, which needs the optional extras)."""
+    block = make_model(tiny_model_config).blocks[0]
+    x = torch.randn(2, 5, tiny_model_config.n_embd, generator=torch.Generator().manual_seed(1))  # (B, T, C)
+    with torch.no_grad():
+        y, _ = block(x)
+        h = x + block.attn(block.ln_1(x))[0]  # (attention's own maths: the tests above)
+        z = block.mlp.fc(block.ln_2(h))  # (B, T, 4C)
+        expected = h + block.mlp.out_proj(0.5 * z * (1 + torch.erf(z / math.sqrt(2))))
+    assert block.mlp.fc.out_features == 4 * tiny_model_config.n_embd
+    torch.testing.assert_close(y, expected, rtol=0, atol=1e-6)  # (tanh's GELU is up to 4.7e-4 off)
+
 def _future_changes_past(model: GPT) -> float:
     """Largest change of logits at positions < 8 when only tokens >= 8 change."""
     idx = torch.randint(0, model.config.vocab_size, (2, 16))
