@@ -837,6 +837,32 @@ def test_torchruns_local_variables_that_are_no_numbers_are_refused_naming_them(t
     assert runtime.launcher_number("LOCAL_RANK", 0) == 3 and runtime.launcher_number("LOCAL_WORLD_SIZE", 1) == 1
 
 
+@pytest.mark.parametrize("env, said", [
+    ({"WORLD_SIZE": "0"}, "RANK=0 and WORLD_SIZE=0 name no process of a run"),
+    ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3 and WORLD_SIZE=2 name no process of a run"),  # (it waited for good)
+    ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' must be a whole number >= 0"),
+    ({"RANK": "-1"}, "RANK='-1' must be a whole number >= 0"),
+    ({"MASTER_PORT": "70000"}, "MASTER_PORT='70000' is no port (1 .. 65535)"),
+    ({"MASTER_PORT": "http"}, "MASTER_PORT='http' must be a whole number >= 0"),
+    ("busy", "cannot meet the others at MASTER_ADDR:MASTER_PORT=127.0.0.1:")])
+def test_torchruns_variables_set_to_what_no_run_has_are_refused_in_one_line(monkeypatch, env, said):
+    """torchrun's variables set by hand or left by another job: WORLD_SIZE=0 or 'two', MASTER_PORT=70000 or 'http'
+    or a port another process listens on ended in torch.distributed's traceback (exit 1); RANK=3 of WORLD_SIZE=2
+    waited for a rendezvous that could never be."""
+    import socket
+
+    from tinygpt import runtime
+    from tinygpt.errors import UserError
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    base = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(listener.getsockname()[1])}
+    for name, value in {**base, **(env if isinstance(env, dict) else {})}.items():
+        monkeypatch.setenv(name, value)
+    with listener, pytest.raises(UserError) as info:
+        runtime.Distributed.from_env(torch.device("cpu"))
+    assert said in str(info.value) and "unset" in str(info.value) and "\n" not in str(info.value), str(info.value)
+
 def test_a_compile_cache_folder_that_cannot_be_made_is_refused_naming_it(tiny_stories_run, tmp_path):
     """TORCHINDUCTOR_CACHE_DIR through a file (or read-only) stopped `sample.py --compile` with `error: Not a
     directory: ...`, and train.py with train.compile after preparing its data, naming neither the variable nor

@@ -223,7 +223,28 @@ def init_process_group(backend: str) -> None:
                   file=sys.stderr, flush=True)
             noted = True
     if failed:
+        if isinstance(failed[0], getattr(tdist, "DistNetworkError", ())):  # a busy port, an address of no machine
+            env = os.environ
+            where = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+            raise UserError(f"process {env['RANK']} of {env['WORLD_SIZE']} cannot meet the others at "
+                            f"MASTER_ADDR:MASTER_PORT={where}: {reason(failed[0], 240)}; "
+                            f"give another MASTER_PORT (torchrun --master_port), or for a run of one process unset "
+                            f"{', '.join(TORCHRUN_ENV[:-1])} and {TORCHRUN_ENV[-1]}") from None
         raise failed[0]
+
+
+def check_launcher_env() -> None:
+    """Refuse torchrun's variables set by hand (or left by another job) to what no run can have: torch.distributed
+    met WORLD_SIZE=0 or 'two', or MASTER_PORT=70000, with a traceback, and RANK=3 of WORLD_SIZE=2 waited for good."""
+    rank, world = launcher_number("RANK", 0), launcher_number("WORLD_SIZE", 1)
+    unset = (f"for a run of one process unset {', '.join(TORCHRUN_ENV[:-1])} and {TORCHRUN_ENV[-1]}, or launch with "
+             f"torchrun")
+    if not 0 <= rank < world:
+        raise UserError(f"the environment variables RANK={rank} and WORLD_SIZE={world} name no process of a run (RANK "
+                        f"is 0 .. WORLD_SIZE - 1, as torchrun sets them); {unset}")
+    if not 0 < launcher_number("MASTER_PORT", 0) <= 65535:
+        raise UserError(f"the environment variable MASTER_PORT={short(os.environ['MASTER_PORT'])} is no port (1 .. "
+                        f"65535); {unset}")
 
 
 class Distributed:
@@ -239,6 +260,7 @@ class Distributed:
         if not launched_by_torchrun():
             return cls(0, 1, device)
         import torch.distributed as tdist
+        check_launcher_env()
         stop_with_the_launcher()
         local_rank = launcher_number("LOCAL_RANK", 0)
         if device.type == "cuda":
