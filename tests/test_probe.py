@@ -511,6 +511,18 @@ def test_the_best_head_is_found_in_a_grid_of_more_heads_than_layers():
     assert (best["layer"], best["head"], best["antecedent"], best["distractor"]) == (0, 2, 0.7, 0.1)
 
 
+def test_the_best_heads_shares_are_kept_to_6_decimals_so_a_table_rounds_them_once():
+    """The best head's shares were rounded to 4 decimals (0.006459 to 0.0065), and a table printing them to
+    0.1% rounded again: `93.2% / 0.7% (144.3x)`, where no 0.7% gives 144.3x (docs/results.md had that cell)."""
+    weights = torch.tensor([[[0.932, 0.006459, 1 - 0.932 - 0.006459]]], dtype=torch.float64)  # (n_layer, nh, T)
+    best = coreference.attention_on([([0], [1], weights)], 1, 1)["best"]
+    assert (best["antecedent"], best["distractor"]) == (0.932, 0.006459)
+    from scripts.default_run import table
+    row = {"wall_s": 1262, "best_val_loss": 0.9145, "antecedent": 0.948, "distractor": 0.011, "other": 0.04,
+           "head": "L3H2", "head_antecedent": best["antecedent"], "head_distractor": best["distractor"],
+           "ratio": best["ratio"]}
+    assert "L3H2: 93.2% / 0.6% (144.3x)" in table({"previous default, seed 1337": row})
+
 def test_the_best_head_and_the_ablations_most_attention_are_one_head():
     """Two heads equal to 4 decimals (0.0316, an untrained model's): the best head was the higher of the
     unrounded means (head 1), the ablation's "most attention" the first of the rounded ones (head 0),
