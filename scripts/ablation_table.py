@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import suppress
 from pathlib import Path
 from typing import Sequence
 
@@ -199,18 +200,18 @@ def check_args(args) -> None:
                 raise not_stories(target, dataset)
 
 
-def same_run(target: str, saved: dict[str, dict]) -> Path:
-    """The checkpoint `target` stands for, to tell one run given twice: a run's (RUN and RUN/best.pt are
-    one), a saved output's run where it is still there (else the output file itself)."""
+def same_run(target: str, saved: dict[str, dict]) -> Path | str:
+    """What tells one run given twice: the run id its checkpoints carry (RUN, RUN/best.pt, RUN/ckpt.pt and a copy
+    of RUN are one run; by path alone, the last two counted twice), else the checkpoint `target` stands for, or a
+    saved output's run where it is still there (else the output file itself)."""
+    path = Path(target).resolve()
     if target not in saved:
-        return resolve_checkpoint(target).resolve()
-    run = saved[target].get("run")
-    if isinstance(run, str) and run and Path(run).exists():
-        try:
-            return resolve_checkpoint(run).resolve()
-        except UserError:
-            pass
-    return Path(target).resolve()
+        path = resolve_checkpoint(target).resolve()
+    elif isinstance(run := saved[target].get("run"), str) and run and Path(run).exists():
+        with suppress(UserError):
+            path = resolve_checkpoint(run).resolve()
+    ckpt = peek_checkpoint(path) if path.suffix == ".pt" else None
+    return ckpt["run_id"] if ckpt and isinstance(ckpt.get("run_id"), str) else path
 
 
 def main(argv: Sequence[str] | None = None) -> None:

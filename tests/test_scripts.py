@@ -923,6 +923,11 @@ def test_ablation_table_knows_a_run_by_its_checkpoint(tiny_stories_run, tmp_path
     one_line(cli(module.main, [run, f"{run}/best.pt"], capsys), "best.pt is given twice", f"as {run}")
     (tmp_path / "saved.json").write_text(json.dumps({**ablation_result(), "run": run}))
     one_line(cli(module.main, [tmp_path / "saved.json", run], capsys), f"{run} is given twice", "saved.json")
+    # RUN/ckpt.pt (not the checkpoint RUN stands for) and a copy of RUN: the same run, known by its run id
+    one_line(cli(module.main, [run, f"{run}/ckpt.pt"], capsys), "ckpt.pt is given twice", f"as {run}")
+    import shutil
+    shutil.copytree(run, tmp_path / "copy")
+    one_line(cli(module.main, [run, str(tmp_path / "copy")], capsys), "copy is given twice", f"as {run}")
 
 
 def test_ablation_table_refuses_a_run_not_of_the_stories_before_any_probe(tiny_stories_run, tmp_path, capsys,
