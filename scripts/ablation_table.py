@@ -140,7 +140,7 @@ def table(rows: list[dict]) -> tuple[str, dict]:
         return "" if s["mean"] is None else f"{s['mean']:.1f}" + (f" ± {s['std']:.1f}" if s["std"] is not None else "")
 
     def pair_pm(key: str) -> str:
-        """A pair's drops, zero / mean; `-` where no run has the pair, as in the runs' rows."""
+        """Drops, zero / mean; `-` where no run has them (a pair no run has; every run at 0%: no drops counted)."""
         return "-" if agg[f"{key}_zero"]["mean"] is None else f"{pm(f'{key}_zero')} / {pm(f'{key}_mean')}"
 
     lines = ["| run | accuracy | most attention on the attribute | its drop, zero / mean | median head's drop, "
@@ -158,17 +158,16 @@ def table(rows: list[dict]) -> tuple[str, dict]:
             f"{r['harmful_zero']} ({r['harmful_drop_zero']:.1f}) / {r['harmful_mean']} ({r['harmful_drop_mean']:.1f}) | "
             f"{pair} | {by_drop} |")
     lines.append(f"| mean ± sd ({count(len(rows), 'run')}) | {pm('accuracy')} | {pm('best_attention')} | "
-                 f"{pm('best_drop_zero')} / {pm('best_drop_mean')} | {pm('median_drop_zero')} / "
-                 f"{pm('median_drop_mean')} | | {pm('harmful_drop_zero')} / {pm('harmful_drop_mean')} | "
+                 f"{pair_pm('best_drop')} | {pair_pm('median_drop')} | | {pair_pm('harmful_drop')} | "
                  f"{pair_pm('pair_drop')} | {pair_pm('pair_by_drop')} |")
     lines.append("")
     if blind := [r["run"] for r in rows if r["accuracy"] <= 0]:
         lines.append(f"{', '.join(map(markdown_cell, blind))}: no reference resolved (accuracy 0%), so no removal "
                      f"can lower it: the drops say nothing of its heads and are left out of the mean ± sd (train it "
                      f"longer)")
-    lines.append(f"drops in accuracy points; the head with the most attention on the antecedent's attribute is the "
-                 f"one whose removal hurts most (zero ablation; a tie counts) in {same} of {len(told)} "
-                 f"runs")
+    lines.append("drops in accuracy points" + (f"; the head with the most attention on the antecedent's attribute "
+                                               f"is the one whose removal hurts most (zero ablation; a tie counts) "
+                                               f"in {same} of {len(told)} runs" if told else ""))
     for key, what in (("best_drop_zero", "its drop (zero)"), ("median_drop_zero", "the median head's (zero)"),
                       ("pair_drop_zero", "the top two's together (zero)")):
         s = agg[key]

@@ -277,6 +277,12 @@ def test_the_table_counts_a_tie_for_most_harmful_and_leaves_out_the_drops_of_a_r
     assert "blind: no reference resolved (accuracy 0%)" in markdown
     assert figures["mean_sd"]["best_drop_zero"]["n"] == 2 and figures["mean_sd"]["best_drop_zero"]["mean"] == 15.0
     assert figures["mean_sd"]["accuracy"]["n"] == 3  # (its accuracy counts)
+    # every run at 0%: no drop counted, so '-' in each drop cell (it was ' / ' beside the pairs' '-') and no
+    # "hurts most ... in 0 of 0 runs"
+    markdown, _ = ablation_table.table([blind, {**blind, "run": "blind2"}])
+    mean_row = next(line for line in markdown.splitlines() if line.startswith("| mean ± sd"))
+    assert [cell.strip() for cell in mean_row.split("|")[3:-1]] == ["40.0 ± 0.0", "-", "-", "", "-", "-", "-"]
+    assert "0 of 0" not in markdown and "drops in accuracy points\n" in markdown + "\n"
 
 
 def test_only_heads_whose_removal_lowers_the_accuracy_are_top_heads():
