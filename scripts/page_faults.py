@@ -25,7 +25,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     stop_while_starting()
 
 from scripts.reproduce import child_error_line
-from tinygpt.errors import ArgParser, UserError, run_cli
+from tinygpt.errors import ArgParser, UserError, count, run_cli
 from tinygpt.runtime import parent_death_signal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +66,8 @@ def measure(mode: str, steps: int) -> tuple[float, float]:
 def fewer(default: float, keep: float) -> str:
     """How many times fewer faults keep_freed_memory() takes; where it takes none there is no ratio
     (dividing by 1 instead printed the glibc defaults' count as one)."""
+    if keep == default:  # (it said "ratio 1.0x fewer")
+        return "the same count with both"
     if keep == 0:
         return "no faults at all with keep_freed_memory()"
     if keep > default:  # (a ratio below 1 printed "0.0x fewer" where the defaults faulted less)
@@ -83,13 +85,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not 1 <= getattr(args, flag) <= most:
             raise UserError(f"--{flag}={getattr(args, flag)} must be in [1, {most:,}]")
     runs: dict[str, list[tuple[float, float]]] = {"keep": [], "glibc defaults": []}
-    for _ in range(args.reps):
-        for mode in runs:
+    for rep in range(args.reps):  # each mode first in turn: a machine warming or cooling favours neither
+        for mode in list(runs)[::1 if rep % 2 == 0 else -1]:
             runs[mode].append(measure(mode, args.steps))
     res = {mode: {"faults_per_step": statistics.median(f for f, _ in r), "ms_per_step": 1e3 * statistics.median(s for _, s in r),
                   "faults_each_run": [f for f, _ in r]} for mode, r in runs.items()}
     keep, default = res["keep"], res["glibc defaults"]
-    print(f"minor page faults per training step, default model, medians of {args.reps} processes each:")
+    print(f"minor page faults per training step, default model, medians of {count(args.reps, 'process', 'processes')} "
+          f"each:")
     print(f"  glibc defaults        {default['faults_per_step']:>9,.0f}  ({default['ms_per_step']:.0f} ms/step; runs: "
           f"{', '.join(f'{f:,.0f}' for f in default['faults_each_run'])})")
     print(f"  keep_freed_memory()   {keep['faults_per_step']:>9,.0f}  ({keep['ms_per_step']:.0f} ms/step; runs: "

@@ -673,6 +673,14 @@ def test_page_faults_without_faults_kept_is_no_ratio(capsys, monkeypatch):
     assert "no faults at all with the glibc defaults" in cli(module.main, ["--reps", "1"], capsys)[1]
     monkeypatch.setattr(module, "measure", lambda mode, steps: (30.0 if mode == "keep" else 10.0, 0.1))
     assert "ratio 3.0x more with keep_freed_memory()" in cli(module.main, ["--reps", "1"], capsys)[1]
+    # equal counts: "ratio 1.0x fewer", under "medians of 1 processes each"; the modes always went keep first
+    order = []
+    monkeypatch.setattr(module, "measure", lambda mode, steps: order.append(mode) or (4096.0, 0.1))
+    out = cli(module.main, ["--reps", "1"], capsys)[1]
+    assert "the same count with both" in out and "fewer" not in out and "medians of 1 process each" in out
+    order.clear()
+    cli(module.main, ["--reps", "2"], capsys)
+    assert order == ["keep", "glibc defaults", "glibc defaults", "keep"]  # each first in turn
 
 
 def test_ablation_table_reads_a_good_saved_output(tmp_path, capsys):
