@@ -621,6 +621,7 @@ def test_an_unfinished_run_among_runs_of_many_keys_leaves_the_pictures_whole(tmp
             assert fig.bbox.x0 - 1 <= box.x0 and box.x1 <= fig.bbox.x1 + 1, (name, t.get_text())
         assert fig.axes[0].get_window_extent(renderer).width > 0.5 * fig.bbox.width, name  # not squeezed
 
+
 def test_a_run_training_now_is_told_from_a_stopped_one_and_its_final_train_loss_is_an_evals(tmp_path):
     """compare.py showed a killed run as `step 20/30`, exactly as one still training, and took its
     final train loss from the last row, a log row (the mean of the last few batches) where it stopped
@@ -799,6 +800,7 @@ def test_a_key_that_does_not_apply_is_a_tick_of_its_own_beside_the_numbers(monke
     bpe, char = sorted(ax.containers, key=lambda c: len(c[0].get_xdata()), reverse=True)
     assert len(bpe[0].get_xdata()) == 2 and bpe[0].get_linestyle() != "None"  # 280 to 300: a line
     assert char[0].get_linestyle() == "None" and round(char[0].get_xdata()[0]) == -1
+
 
 def test_the_settings_points_stay_near_their_ticks_however_many_lines(monkeypatch):
     """Ten lines drawn 0.06 apart lay up to 0.27 from their tick, half-way to the next one's."""

@@ -793,6 +793,7 @@ def test_a_path_no_file_system_takes_is_refused_naming_its_key(tmp_path, key):
     assert message.startswith(f"{key}=") and "longer than a path may be (4,095)" in message
     assert load_config(path, [f"{key}={tmp_path}/{'p' * 255}"])  # the longest name is taken
 
+
 def test_a_moved_runs_own_config_resumes_though_its_paths_hold_a_dollar(tmp_path):
     """`train.py RUN/config.yaml --resume` of a run trained on 'd$x.txt' into 'r$v', moved since, was refused as
     '$v is not expanded in a config'. A run's own config.yaml holds what tinygpt wrote; a --set is the user's."""

@@ -167,6 +167,7 @@ def test_a_block_is_pre_layernorm_residuals_around_attention_and_an_erf_gelu_mlp
     assert block.mlp.fc.out_features == 4 * tiny_model_config.n_embd
     torch.testing.assert_close(y, expected, rtol=0, atol=1e-6)  # (tanh's GELU is up to 4.7e-4 off)
 
+
 def _future_changes_past(model: GPT) -> float:
     """Largest change of logits at positions < 8 when only tokens >= 8 change."""
     idx = torch.randint(0, model.config.vocab_size, (2, 16))

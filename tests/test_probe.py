@@ -523,6 +523,7 @@ def test_the_best_heads_shares_are_kept_to_6_decimals_so_a_table_rounds_them_onc
            "ratio": best["ratio"]}
     assert "L3H2: 93.2% / 0.6% (144.3x)" in table({"previous default, seed 1337": row})
 
+
 def test_the_best_head_and_the_ablations_most_attention_are_one_head():
     """Two heads equal to 4 decimals (0.0316, an untrained model's): the best head was the higher of the
     unrounded means (head 1), the ablation's "most attention" the first of the rounded ones (head 0),

@@ -863,6 +863,7 @@ def test_torchruns_variables_set_to_what_no_run_has_are_refused_in_one_line(monk
         runtime.Distributed.from_env(torch.device("cpu"))
     assert said in str(info.value) and "unset" in str(info.value) and "\n" not in str(info.value), str(info.value)
 
+
 def test_a_compile_cache_folder_that_cannot_be_made_is_refused_naming_it(tiny_stories_run, tmp_path):
     """TORCHINDUCTOR_CACHE_DIR through a file (or read-only) stopped `sample.py --compile` with `error: Not a
     directory: ...`, and train.py with train.compile after preparing its data, naming neither the variable nor
