@@ -842,6 +842,7 @@ def test_torchruns_local_variables_that_are_no_numbers_are_refused_naming_them(t
     ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3 and WORLD_SIZE=2 name no process of a run"),  # (it waited for good)
     ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' must be a whole number >= 0"),
     ({"RANK": "-1"}, "RANK='-1' must be a whole number >= 0"),
+    ({"RANK": "abc", "WORLD_SIZE": "2"}, "RANK='abc' must be a whole number >= 0"),  # (it trained as one process)
     ({"MASTER_PORT": "70000"}, "MASTER_PORT='70000' is no port (1 .. 65535)"),
     ({"MASTER_PORT": "http"}, "MASTER_PORT='http' must be a whole number >= 0"),
     ("busy", "cannot meet the others at MASTER_ADDR:MASTER_PORT=127.0.0.1:")])

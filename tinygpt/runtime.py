@@ -257,10 +257,11 @@ class Distributed:
 
     @classmethod
     def from_env(cls, device: torch.device) -> "Distributed":
+        if all(name in os.environ for name in TORCHRUN_ENV):  # (RANK=abc is no launch to torchrun_rank: it trained
+            check_launcher_env()  # as one process without a word)
         if not launched_by_torchrun():
             return cls(0, 1, device)
         import torch.distributed as tdist
-        check_launcher_env()
         stop_with_the_launcher()
         local_rank = launcher_number("LOCAL_RANK", 0)
         if device.type == "cuda":
