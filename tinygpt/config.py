@@ -453,7 +453,7 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
             if any(ch in text for ch in BREAKS):
                 raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar: it holds a "
                                 f"tab or a line break") from None
-            quoted = f": {source} {shell_quote(f'{key}={json.dumps(bare)}')}" if types.get(name) is str else ""
+            quoted = f": {source} {shell_quote(quoted_word(key, bare))}" if types.get(name) is str else ""
             raise UserError(f"{source} {short(item)}: the value is not a valid YAML scalar (YAML reads a text "
                             f"that starts with @, *, !, &, % or a quote only in quotes{quoted})") from None
         if types.get(name) is str and not isinstance(value, str):
@@ -465,7 +465,7 @@ def parse_overrides(overrides: Iterable[str], source: str = "--set") -> dict:
             why, kept = ("' #' starting a comment", "it") if comment else ("not as the text given", "the text")
             more = ", its other values after a comma" if source == "--grid" else ""  # (the grid's fix, not --set's)
             raise UserError(f"{source} {short(item)}: YAML reads the value as {short(value)}, {why}; to keep {kept}, "
-                            f"quote it: {source} {shell_quote(set_word(key, bare))}{more}")
+                            f"quote it: {source} {shell_quote(quoted_word(key, bare))}{more}")
         nested.setdefault(section, {})[name] = value
     return nested
 
@@ -481,6 +481,13 @@ def set_word(key: str, value: str) -> str:
             return plain
     except UserError:
         pass
+    return quoted_word(key, value)
+
+
+def quoted_word(key: str, value: str) -> str:
+    """KEY="VALUE" in YAML's double quotes (JSON's are YAML's), read back as the text `value` whatever it holds:
+    parse_overrides' advice for a value it misreads or refuses (set_word there recursed into parse_overrides
+    until Python's recursion limit, which the refusal of a bad scalar caught)."""
     return f"{key}={json.dumps(value)}"
 
 
@@ -562,10 +569,9 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
             raise UserError(f"section '{section}' ({path}) must be a mapping of keys to values")
         merged[section] = {**(base or {}), **values}
     # a run's own config.yaml (`train.py RUN/config.yaml --resume`, the run moved since) holds what tinygpt wrote;
-    # a --set is the user's, and so is a copy taken out of its run to edit (the header came along; no checkpoint)
-    own = is_run_config(path) and any(os.path.isfile(Path(path).parent / name) for name in ("ckpt.pt", "best.pt"))
+    # a --set is the user's
     recorded = ({f"{s}.{k}" for s, v in (raw or {}).items() if isinstance(v, dict) for k in v}
-                - {f"{s}.{k}" for s, v in given.items() for k in v}) if own else set()
+                - {f"{s}.{k}" for s, v in given.items() for k in v}) if is_runs_own_config(path) else set()
     return config_from_dict(merged, config_source(path, overrides), recorded)
 
 
@@ -603,6 +609,12 @@ def is_run_config(path: str | Path) -> bool:
             return is_run_header(f.readline(len(RUN_HEADER) + 3).decode("utf-8", "replace").rstrip("\r\n"))
     except OSError:
         return False
+
+
+def is_runs_own_config(path: str | Path) -> bool:
+    """Is the file at `path` a run's own config.yaml, is_run_config beside the run's checkpoint? A copy taken out
+    of its run to edit (the header came along) is the user's: its `$HOME` made a folder of that name."""
+    return is_run_config(path) and any(os.path.isfile(Path(path).parent / name) for name in ("ckpt.pt", "best.pt"))
 
 
 # ---- validation ----
