@@ -53,7 +53,7 @@ from tinygpt.errors import (ArgParser, UserError, count, first_few, path_word, r
                             shown_path, stderr_is_terminal, work_is_files)
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import (MAX_TOKEN_BYTES, DamagedTokenizer, Tokenizer, build_tokenizer, clean_text,
-                               tokenizer_from_dict)
+                               other_forms, tokenizer_from_dict)
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -98,7 +98,7 @@ def source_files(dataset: str, left_out: list[Path] | None = None, prepared: str
     hint = f"; did you mean {dataset.lower()!r}?" if dataset.lower() in BUILTIN else ""
     # 'café.txt' typed with é as one code point, the file named with e and a combining accent (as macOS names
     # files), or the other way round: the two look the same
-    for other in sorted({unicodedata.normalize(form, dataset) for form in ("NFC", "NFD")} - {dataset}):
+    for other in other_forms(dataset):
         if os.path.lexists(Path(other).expanduser()):
             hint = (f"; {other!r} is there: the same letters, its accents written in Unicode's other form "
                     f"(one code point, or a letter and a combining accent); give that one")

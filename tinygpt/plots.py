@@ -166,15 +166,15 @@ def legend_labels(labels: Sequence[str], fig) -> list[str]:
     """Labels for a legend of one entry a line under the plot: shortened and told apart, then wrapped at
     ', ' to the figure's width, so that a label of many differing config values lies wholly inside the
     picture (it ran off both edges); drawn as text (plain_text)."""
-    width = max(20, int(fig.get_figwidth() * 72 / 5.5) - 10)  # characters: 'small' ones are ~5.5 pt, less the marker
-    return [plain_text(textwrap.fill(label, width, break_on_hyphens=False)) for label in told_apart(shortened(labels))]
+    # ('small' characters are ~5.5 pt wide; 10 fewer: the marker beside the label)
+    return [plain_text(fit_width(label, fig, 5.5, less=10)) for label in told_apart(shortened(labels))]
 
 
-def fit_width(text: str, fig, points: float, share: float = 1.0) -> str:
-    """`text`, each of its lines wrapped at spaces to `share` of the figure's width in characters of a
-    `points`-size font (about 0.6 em each): a long note or title line ran off the picture's edges, and the
-    layout squeezed the axes into a third of it to make room."""
-    width = max(20, int(share * fig.get_figwidth() * 72 / (0.6 * points)) - 4)
+def fit_width(text: str, fig, char_points: float, share: float = 1.0, less: int = 4) -> str:
+    """`text`, each of its lines wrapped at spaces to `share` of the figure's width in characters `char_points`
+    wide (about 0.6 of the font's size), `less` fewer: a long label, note or title line ran off the picture's
+    edges, and the layout squeezed the axes into a third of it to make room."""
+    width = max(20, int(share * fig.get_figwidth() * 72 / char_points) - less)
     return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in text.split("\n"))
 
 
@@ -273,7 +273,7 @@ def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = (),
             step, loss = max(outside, key=lambda p: abs(p[1] - (low + high) / 2))
             notes.append(plain_text(f"off the chart: {label}, up to {loss:.3g} at step {step:.0f}"))
     if notes:  # (right-aligned at the axes' right end: wrapped to the width left of it)
-        ax.annotate(fit_width("\n".join(notes), ax.figure, 8, share=0.85), xy=(1.0, 0.0), xycoords="axes fraction",
+        ax.annotate(fit_width("\n".join(notes), ax.figure, 0.6 * 8, share=0.85), xy=(1.0, 0.0), xycoords="axes fraction",
                     xytext=(0, -34),
                     textcoords="offset points", ha="right", va="top", fontsize=8, color="0.35")
 
@@ -531,7 +531,7 @@ def settings_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
         title = f"mean and 95% interval over {max(ns)} seeds" if max(ns) > 1 else "one run per setting"
     if unfinished:  # (said, not left out without a word)
         title += "\nnot drawn, no finished run: " + "; ".join(unfinished)
-    fig.suptitle(fit_width(title, fig, 10), fontsize=10)
+    fig.suptitle(fit_width(title, fig, 0.6 * 10), fontsize=10)
     return _png(fig, "settings.png")
 
 

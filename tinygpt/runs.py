@@ -33,7 +33,7 @@ from tinygpt.checkpoint import (atomic_write_text, check_writable, checkpoint_co
                                 load_checkpoint, make_folder, not_regular, of_two_runs, peek_checkpoint, prepared_data,
                                 remove_empty, resolved, run_around, saved_step_and_data)
 from tinygpt.config import (MAX_INT, RUN_HEADER, Config, config_from_dict, config_to_yaml, flat_config, is_run_config,
-                            is_run_header, read_yaml, same_path, set_word)
+                            is_run_header, is_runs_own_config, read_yaml, same_path, set_word)
 from tinygpt.errors import (UserError, count, first_few, read_capped, reason, shell_quote, short, shown_as_unicode,
                             shown_path)
 
@@ -215,8 +215,8 @@ def check_run_dir(out_dir: Path, resume: bool, config: str | Path = "", out_dir_
                             f"remove it, or choose another out_dir")
     if resume:
         here = Path(config).parent
-        elsewhere = (bool(config) and not out_dir_set and (here / "ckpt.pt").is_file()  # a run's own config.yaml:
-                     and is_run_config(Path(config)) and not same_path(str(here), str(out_dir)))  # its header
+        elsewhere = (bool(config) and not out_dir_set and (here / "ckpt.pt").is_file()  # (a run to resume there)
+                     and is_runs_own_config(config) and not same_path(str(here), str(out_dir)))
         if elsewhere and (out_dir / "ckpt.pt").is_file():  # a copy: it would continue the original, not the copy
             raise UserError(f"--resume: {config} is in the run folder {here}, but its train.out_dir names another run, "
                             f"{out_dir}, which --resume would continue instead (a copied run); continue this one with "

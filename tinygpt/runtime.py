@@ -194,6 +194,14 @@ def launcher_number(name: str, default: int) -> int:
 
 
 RENDEZVOUS_NOTE_S = 30.0  # waiting this long for the other processes of a torchrun run, a note says why
+ONE_PROCESS = f"for a run of one process, unset {', '.join(TORCHRUN_ENV[:-1])} and {TORCHRUN_ENV[-1]}"  # the advice
+
+
+def meeting() -> tuple[str, str]:
+    """Whom and where torchrun's variables say this process meets: 'process R of W ... the others at ...'."""
+    env = os.environ
+    return (f"process {env['RANK']} of {env['WORLD_SIZE']}", f"the others at MASTER_ADDR:MASTER_PORT="
+            f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}")
 
 
 def init_process_group(backend: str) -> None:
@@ -216,20 +224,15 @@ def init_process_group(backend: str) -> None:
     start, noted = time.monotonic(), False
     while not done.wait(0.2):  # (between the waits this thread's signal handlers run)
         if not noted and time.monotonic() - start > RENDEZVOUS_NOTE_S:
-            env = os.environ
-            print(f"note: process {env['RANK']} of {env['WORLD_SIZE']} has waited {RENDEZVOUS_NOTE_S:.0f} s for the "
-                  f"others at MASTER_ADDR:MASTER_PORT={env['MASTER_ADDR']}:{env['MASTER_PORT']}; for a run of one "
-                  f"process, unset {', '.join(TORCHRUN_ENV[:-1])} and {TORCHRUN_ENV[-1]} (Ctrl-C stops)",
+            who, others = meeting()
+            print(f"note: {who} has waited {RENDEZVOUS_NOTE_S:.0f} s for {others}; {ONE_PROCESS} (Ctrl-C stops)",
                   file=sys.stderr, flush=True)
             noted = True
     if failed:
         if isinstance(failed[0], getattr(tdist, "DistNetworkError", ())):  # a busy port, an address of no machine
-            env = os.environ
-            where = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
-            raise UserError(f"process {env['RANK']} of {env['WORLD_SIZE']} cannot meet the others at "
-                            f"MASTER_ADDR:MASTER_PORT={where}: {reason(failed[0], 240)}; "
-                            f"give another MASTER_PORT (torchrun --master_port), or for a run of one process unset "
-                            f"{', '.join(TORCHRUN_ENV[:-1])} and {TORCHRUN_ENV[-1]}") from None
+            who, others = meeting()
+            raise UserError(f"{who} cannot meet {others}: {reason(failed[0], 240)}; give another MASTER_PORT "
+                            f"(torchrun --master_port), or {ONE_PROCESS}") from None
         raise failed[0]
 
 
@@ -237,8 +240,7 @@ def check_launcher_env() -> None:
     """Refuse torchrun's variables set by hand (or left by another job) to what no run can have: torch.distributed
     met WORLD_SIZE=0 or 'two', or MASTER_PORT=70000, with a traceback, and RANK=3 of WORLD_SIZE=2 waited for good."""
     rank, world = launcher_number("RANK", 0), launcher_number("WORLD_SIZE", 1)
-    unset = (f"for a run of one process unset {', '.join(TORCHRUN_ENV[:-1])} and {TORCHRUN_ENV[-1]}, or launch with "
-             f"torchrun")
+    unset = f"{ONE_PROCESS}, or launch with torchrun"
     if not 0 <= rank < world:
         raise UserError(f"the environment variables RANK={rank} and WORLD_SIZE={world} name no process of a run (RANK "
                         f"is 0 .. WORLD_SIZE - 1, as torchrun sets them); {unset}")

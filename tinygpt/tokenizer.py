@@ -824,6 +824,12 @@ def clean_text(text: str) -> str:
     return text.removeprefix("\ufeff").replace("\r\n", "\n")
 
 
+def other_forms(text: str) -> list[str]:
+    """`text` in Unicode's other forms, where they differ from it: "é" as one code point (NFC) or as "e" and a
+    combining accent (NFD) look the same, and a keyboard, a copy or a file system gives either."""
+    return sorted({unicodedata.normalize(form, text) for form in ("NFC", "NFD")} - {text})
+
+
 def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
     """Prompt -> ids; an empty prompt starts from a newline (or token 0 if there is none). A prompt that a char or
     word vocabulary refuses as typed is encoded in Unicode's other form where that one encodes: "é" as one code
@@ -831,7 +837,7 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
     try:
         ids = tokenizer.encode(prompt) if prompt else []
     except UserError:
-        for form in sorted({unicodedata.normalize(form, prompt) for form in ("NFC", "NFD")} - {prompt}):
+        for form in other_forms(prompt):
             with suppress(UserError):
                 ids = tokenizer.encode(form)
                 break
