@@ -273,8 +273,8 @@ def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = (),
             step, loss = max(outside, key=lambda p: abs(p[1] - (low + high) / 2))
             notes.append(plain_text(f"off the chart: {label}, up to {loss:.3g} at step {step:.0f}"))
     if notes:  # (right-aligned at the axes' right end: wrapped to the width left of it)
-        ax.annotate(fit_width("\n".join(notes), ax.figure, 0.6 * 8, share=0.85), xy=(1.0, 0.0), xycoords="axes fraction",
-                    xytext=(0, -34),
+        ax.annotate(fit_width("\n".join(notes), ax.figure, 0.6 * 8, share=0.85), xy=(1.0, 0.0),
+                    xycoords="axes fraction", xytext=(0, -34),
                     textcoords="offset points", ha="right", va="top", fontsize=8, color="0.35")
 
 
