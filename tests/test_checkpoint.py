@@ -918,6 +918,22 @@ def test_a_full_disk_inside_atomic_dir_names_the_folder_not_its_temp_folder(tmp_
     assert list(tmp_path.iterdir()) == []
 
 
+
+def test_an_error_inside_atomic_dir_removes_the_parent_folders_it_made(tmp_path):
+    """export.py RUN new/a/hf stopped by Ctrl-C mid-write: `interrupted`, and the empty new/ and new/a/
+    stayed behind, though the docs say Ctrl-C leaves nothing. A parent that held something stays."""
+    with pytest.raises(KeyboardInterrupt):
+        with checkpoint.atomic_dir(tmp_path / "new" / "a" / "hf") as tmp:
+            (tmp / "config.json").write_text("{}")
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        with checkpoint.atomic_dir(tmp_path / "kept" / "a" / "hf"):
+            (tmp_path / "kept" / "other.txt").write_text("someone else's")
+            raise KeyboardInterrupt
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["other.txt"]
+
 def test_a_stop_that_comes_while_an_os_error_is_handled_is_a_stop_not_a_write_error(tmp_path):
     """SIGTERM inside Path.exists() (its FileNotFoundError being handled) during export.py: `error:
     cannot write OUT: No such file or directory (the previous folder is intact)`, exit 2, for a stop."""

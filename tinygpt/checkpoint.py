@@ -486,12 +486,14 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
     is dropped, even when it appears between our check and our rename; an outdated one is
     replaced: moved aside, ours renamed in, and only then deleted. On an error (a Ctrl-C
     included) the temp folder is removed and an old folder moved aside is put back; after the
-    rename, a stop still removes the old folder and leaves the new one, whole."""
+    rename, a stop still removes the old folder and leaves the new one, whole. Parent folders it
+    made are removed on an error too, once empty."""
     path = Path(path)
     if os.path.ismount(path):  # (a Docker volume): the folder cannot be renamed, and tmp would be on the parent's disk
         raise UserError(f"cannot replace {path}: it is a mount point (the top of another file system); give a "
                         f"new folder inside it, e.g. {path / 'export'}")
     check_name_fits(path, "folder")  # (a name of 240 bytes: 'File name too long' of the temp folder, after the work)
+    made = [p for p in path.parents if not p.exists()]  # the parents we make: removed again on an error
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep_temp_files(path)  # the temp folders of writers killed mid-write
     # the writer's pid in the name, and its lock on the folder (hold_while_written): sweep_temp_files
@@ -535,6 +537,7 @@ def atomic_dir(path: str | Path, keep_existing: Callable[[Path], bool] = lambda 
         for old in aside:  # one whose move aside failed is empty: removed (rmdir leaves any other)
             with suppress(OSError):
                 old.rmdir()
+        remove_empty(made)  # (Ctrl-C leaves nothing: not even OUT's new parent folders, empty)
         # a full disk (numpy's short write has no errno), or atomic_write's refusal of a file in tmp,
         # which would name a temp folder the user never named
         cause = os_error_behind(e) or (e.__cause__ if isinstance(e.__cause__, OSError) else None)
