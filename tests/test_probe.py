@@ -525,10 +525,10 @@ def test_the_best_heads_shares_are_kept_to_6_decimals_so_a_table_rounds_them_onc
 
 
 def test_the_best_head_and_the_ablations_most_attention_are_one_head():
-    """Two heads equal to 4 decimals (0.0316, an untrained model's): the best head was the higher of the
-    unrounded means (head 1), the ablation's "most attention" the first of the rounded ones (head 0),
+    """Two heads equal as probe.json keeps them (0.0316, an untrained model's): the best head was the higher
+    of the unrounded means (head 1), the ablation's "most attention" the first of the rounded ones (head 0),
     two heads in one report. Both now rank what the report shows: ties go to the first."""
-    weights = torch.tensor([[[0.031600, 0.968400], [0.031604, 0.968396]]])  # (n_layer, nh, T)
+    weights = torch.tensor([[[0.0316000, 0.9684000], [0.0316004, 0.9683996]]])  # (n_layer, nh, T)
     a = coreference.attention_on([([0], [1], weights)], 1, 2)
     assert a["antecedent"] == [[0.0316, 0.0316]] and (a["best"]["layer"], a["best"]["head"]) == (0, 0)
     assert coreference.top_heads(torch.tensor(a["antecedent"]), 1) == [(0, 0)]  # what ablation() picks from it
@@ -560,6 +560,16 @@ def test_a_ratio_under_one_is_printed_under_one():
     from tinygpt.report import _num
     assert _num("attribute_ratio", 0.96) == "0.96x"  # the sweep and compare tables said 1.0x
 
+
+
+def test_a_ratio_and_a_share_are_rounded_once():
+    """probe.json kept the ratio 0.089608 / 0.017414 = 5.1457 as 5.15, printed 5.2x; a share of 0.006459 as
+    0.0065, 0.7% in the layer x head table beside 0.6% for the same head on the best-head line."""
+    a = coreference.attention_on([([0], [1], last_row(0.089608, 0.017414, 0.892978))], 1, 1)
+    assert best_head_line(a).endswith("9.0% on the antecedent's, 1.7% on the distractor's (5.1x the distractor's)")
+    a = coreference.attention_on([([0], [1], last_row(0.932, 0.006459, 0.061541))], 1, 1)
+    assert coreference.attention_table(a, "its name", 1, 1)[3].split() == ["layer", "0", "93.2", "/", "0.6"]
+    assert "93.2% on the antecedent's, 0.6% on the distractor's (144.3x" in best_head_line(a)
 
 def test_no_ratio_when_the_distractor_is_never_in_the_window():
     """No reference with both in the window: no ratio at all (before: "the distractor: 0", read as

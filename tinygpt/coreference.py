@@ -47,7 +47,7 @@ from data.stories import Reference, generate_story, join_stories
 from model import GPT
 from tinygpt.ablation import Head, ablated, head_means, head_name
 from tinygpt.errors import UserError, count
-from tinygpt.report import times
+from tinygpt.report import rounded, times
 from tinygpt.runtime import ThreadPolicy, following_free_cores
 
 HELD_OUT_OFFSET = 1_000_003  # default seed = data.stories_seed + this: never the training corpus
@@ -236,6 +236,12 @@ def r4(x: float) -> float:
     return round(float(x), 4)
 
 
+def r6(x: float) -> float:
+    """A head's share, as probe.json keeps it: tables round it once more (to 0.1%), and 4 decimals
+    rounded twice (0.006459 as 0.0065, then 0.7%) disagreed with a ratio of the unrounded ones."""
+    return round(float(x), 6)
+
+
 def tally(outcomes: Sequence[str]) -> dict:
     """classify's outcomes -> their counts and the accuracy (the antecedent's share; None of no
     outcome: a share of nothing would read as 0%)."""
@@ -314,8 +320,8 @@ def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer
         return {"references": 0, "distractor_visible": 0, "uniform": None, "per_key": None,
                 "antecedent": None, "distractor": None, "best": None}
     ant_mean, dis_mean = ant_sum / counted, dis_sum / counted  # (n_layer, nh)
-    shown = [[r4(x) for x in row] for row in ant_mean.tolist()]
-    # ranked as shown (ties: the first), as the ablation ranks it: two heads equal to 4 decimals named
+    shown = [[r6(x) for x in row] for row in ant_mean.tolist()]
+    # ranked as shown (ties: the first), as the ablation ranks it: two heads equal as shown named
     # one head "best" and the other "most attention" in one report
     layer, head = top_heads(torch.tensor(shown, dtype=torch.float64), 1)[0]
     best_ant, best_dis = float(ant_mean[layer, head]), float(dis_mean[layer, head])
@@ -325,10 +331,8 @@ def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer
         "references": counted, "distractor_visible": distractor_visible,
         "uniform": r4(uniform_sum / counted), "per_key": r4(per_key_sum / counted),
         "antecedent": shown,
-        "distractor": [[r4(x) for x in row] for row in dis_mean.tolist()],
-        # (6 decimals: a table printing them to 0.1% rounded 4 decimals again, 0.006459 as 0.0065, 0.7%, beside a
-        # ratio of the unrounded ones, 144.3x, that no 0.7% gives)
-        "best": {"layer": layer, "head": head, "antecedent": round(best_ant, 6), "distractor": round(best_dis, 6),
+        "distractor": [[r6(x) for x in row] for row in dis_mean.tolist()],
+        "best": {"layer": layer, "head": head, "antecedent": r6(best_ant), "distractor": r6(best_dis),
                  "ratio": ratio(best_ant, best_dis), "ratio_in_window": ratio(paired_ant, paired_dis)},
     }
 
@@ -460,25 +464,26 @@ def attention_table(a: dict, what: str, n_layer: int, n_head: int) -> list[str]:
     if not a["references"]:
         return ["", f"on {what}: no reference had one inside the window"]
     lines = ["", f"on {what}, mean over the {count(a['references'], 'reference')} with it in the window:"]
-    cells = [[f"{100 * a['antecedent'][i][h]:5.1f} / {100 * a['distractor'][i][h]:4.1f}" for h in range(n_head)]
-             for i in range(n_layer)]
+    cells = [[f"{rounded(a['antecedent'][i][h], 1, 100):>5} / {rounded(a['distractor'][i][h], 1, 100):>4}"
+              for h in range(n_head)] for i in range(n_layer)]
     width = max(len(c) for row in cells for c in row)
     lines.append(" " * 9 + "".join(f"  {'head ' + str(h):>{width}}" for h in range(n_head)))
     lines += [f"{'layer ' + str(i):<9}" + "".join(f"  {c:>{width}}" for c in row) for i, row in enumerate(cells)]
     best = a["best"]
-    lines += [f"uniform attention would put {100 * a['uniform']:.1f}% there (1/keys = {100 * a['per_key']:.2f}% "
-              f"per key); the distractor's are in the window for {a['distractor_visible']} of {a['references']}",
-              f"best head: layer {best['layer']} head {best['head']}: {100 * best['antecedent']:.1f}% on the "
-              f"antecedent's, {100 * best['distractor']:.1f}% on the distractor's ({best_ratio(a)})"]
+    lines += [f"uniform attention would put {rounded(a['uniform'], 1, 100)}% there (1/keys = "
+              f"{rounded(a['per_key'], 2, 100)}% per key); the distractor's are in the window for "
+              f"{a['distractor_visible']} of {a['references']}",
+              f"best head: layer {best['layer']} head {best['head']}: {rounded(best['antecedent'], 1, 100)}% on the "
+              f"antecedent's, {rounded(best['distractor'], 1, 100)}% on the distractor's ({best_ratio(a)})"]
     return lines
 
 
 def ratio(a: float, b: float) -> float | None:
-    """a / b to 2 decimals, under 1 to 4 and never rounded up to 1 (0.99996 must not read as 1);
-    None where b is 0."""
+    """a / b to 6 decimals, never rounded up to 1 (0.9999996 must not read as 1); None where b is 0.
+    (Tables round it once more, to 0.1: kept to 2 decimals, 5.1457 was 5.15, then shown as 5.2x.)"""
     if b <= 0:
         return None
-    return round(a / b, 2) if a >= b else min(r4(a / b), 0.9999)
+    return r6(a / b) if a >= b else min(r6(a / b), 0.999999)
 
 
 def best_ratio(a: dict) -> str:

@@ -323,11 +323,13 @@ def apart_digits(metric: str, below: float, above: float) -> int:
 
 def times(x: float, extra: int = 0) -> str:
     """A ratio: 1.64 -> '1.6x'; under 1 to two significant digits, never '1.0x' ('0.96x', '0.6x',
-    '0.031x'): a head that looks more at the distractor must not read as even. `extra` digits more."""
-    if x >= 1:
-        return f"{x:.{1 + extra}f}x"
-    shown = f"{x:.{2 + extra}g}"
-    return ("0." + "9" * (2 + extra) if float(shown) >= 1 else shown) + "x"
+    '0.031x'): a head that looks more at the distractor must not read as even. `extra` digits more.
+    Rounded as `rounded` rounds (the ratio 2.25 in results.csv: 2.3x, not Python's 2.2x)."""
+    if x >= 1 or not math.isfinite(x):
+        return f"{rounded(x, 1 + extra)}x"
+    exact = Decimal(repr(float(x)))
+    shown = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 1 - extra), rounding=ROUND_HALF_UP)
+    return ("0." + "9" * (2 + extra) if shown >= 1 else f"{shown.normalize():f}") + "x"
 
 
 def rounded(value: float, places: int, scale: int = 1) -> str:
@@ -348,10 +350,10 @@ def _num(column: str, value: Any, extra: int = 0) -> str:
         return rounded(value, 4 + extra)
     if column in ("attribute_ratio", "name_ratio"):
         return times(value, extra)
-    if column in ("params", "tokens_per_s"):
-        return f"{value:,.0f}"
+    if column in ("params", "tokens_per_s"):  # (a median of two rates ends in .5: 28928.5 is 28,929)
+        return f"{int(Decimal(rounded(value, 0))):,}" if math.isfinite(value) else f"{value:,.0f}"
     if column == "wall_s":
-        return f"{value:.1f}"
+        return rounded(value, 1)
     return str(value)
 
 
