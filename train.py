@@ -990,8 +990,9 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         sys.exit(run.exit_code)
     if dist.master:
         force = [] if cfg.model.causal else ["--force"]  # sample.py refuses a model trained without the mask
-        print(f"{why}: step {run.step}, best val loss {run.best_val:.4f}, "
-              f"{time.perf_counter() - speed['t_start']:.1f} s; "
+        # training time as metrics.csv's elapsed_s (and a sweep's wall_s) has it; in all: saves and the picture too
+        print(f"{why}: step {run.step}, best val loss {run.best_val:.4f}, {run.elapsed:.1f} s of training "
+              f"({time.perf_counter() - speed['t_start']:.1f} s in all); "
               f"sample with: {shell_join(['python', script_word('sample.py'), path_word(out_dir), *force])}")
     return {"step": run.step, "best_val_loss": run.best_val, "out_dir": str(out_dir)}
 
