@@ -143,7 +143,7 @@ def check_args(args) -> None:
     # the model's own rules (model.next_token_probs raises ValueError) in the flags' words, then the command's
     # narrower ones: a temperature that means nothing
     if not math.isfinite(args.temperature) or args.temperature < 0:
-        raise UserError(f"--temperature={args.temperature} must be a number >= 0 (0 = greedy)")
+        raise UserError(f"--temperature={args.temperature} must be a finite number >= 0 (0 = greedy)")
     if 0 < args.temperature < MIN_TEMPERATURE:
         raise UserError(f"--temperature={args.temperature} is too small to mean anything (below "
                         f"{MIN_TEMPERATURE:g} it is greedy in all but name); use 0 for greedy, "

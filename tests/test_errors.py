@@ -1124,6 +1124,7 @@ def test_10_resume_below_the_runs_step_is_refused(tmp, run, capsys):
 @pytest.mark.parametrize("args, culprit", [
     (["--temperature", "nan"], "--temperature=nan"),
     (["--temperature", "inf"], "--temperature=inf"),
+    (["--temperature", "1e309"], "--temperature=inf must be a finite number"),  # (it said: "a number >= 0")
     (["--temperature", "1e-45"], "too small"),
     (["--temperature", "4e38"], "too large"),
     (["--seed", str(2**63)], "--seed"),
