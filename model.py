@@ -257,10 +257,11 @@ class GPT(nn.Module):
         With kv_caches (one per layer), idx holds only the new tokens."""
         return self._forward(idx, kv_caches, need_weights=False)[0]
 
-    def forward_with_attention(self, idx: torch.Tensor) -> tuple[torch.Tensor, list[HeadTrace]]:
+    def forward_with_attention(self, idx: torch.Tensor,
+                               kv_caches: list[KVCache] | None = None) -> tuple[torch.Tensor, list[HeadTrace]]:
         """Like forward, through the readable path, also returning each layer's HeadTrace:
-        weights (B, nh, T, T) and per-head outputs (B, nh, T, hs)."""
-        return self._forward(idx, None, need_weights=True)
+        weights (B, nh, T, Tk) and per-head outputs (B, nh, T, hs); Tk = T without kv_caches."""
+        return self._forward(idx, kv_caches, need_weights=True)
 
     def new_kv_caches(self, batch_size: int) -> list[KVCache]:
         """Empty per-layer caches for generating `batch_size` sequences."""

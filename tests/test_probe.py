@@ -247,6 +247,34 @@ def test_run_batch_decodes_the_greedy_continuation_of_each_window():
                 assert ids == [int(t) for t in greedy] and len(set(ids)) > 1
 
 
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_run_batch_weighs_only_the_last_position_through_the_readable_path(monkeypatch, causal):
+    """The probe reads the last position's attention only, yet it kept every layer's (B, nh, T, T) weights:
+    block_size 2048 took 6.8 GB for a 1-layer, 32-wide model (memory growing with T squared, unchecked).
+    The earlier positions go through the fast path into a KV cache; the weights are those of the full pass.
+    (A model trained without the mask, probed with --force, has no cache: the full pass, as before.)"""
+    text, refs = story_with_references()
+    tok = CharTokenizer(text)
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=64, n_layer=2, n_head=2, n_embd=16, vocab_size=tok.vocab_size,
+                            causal=causal)).eval()
+    cases = [coreference.build_case(tok, text, 0, ref, block_size=40) for ref in refs[:2]]
+    batch = next(coreference.batches(cases, 2))
+    seq = torch.tensor([c.ids for c in batch])
+    with torch.no_grad():
+        full = torch.stack([t.weights[:, :, -1, :] for t in model.forward_with_attention(seq)[1]], dim=1)
+    queries, readable = [], model.forward_with_attention  # the positions each readable pass weighs
+
+    def recorded(idx, *args):
+        queries.append(idx.size(1))
+        return readable(idx, *args)
+
+    monkeypatch.setattr(model, "forward_with_attention", recorded)
+    new, last_row = coreference.run_batch(model, batch, torch.device("cpu"))
+    assert queries == [1 if causal else seq.size(1)] and last_row.shape == full.shape
+    assert torch.allclose(last_row, full, atol=1e-6) and abs(float(last_row.sum()) - 2 * 2 * 2) < 1e-4
+
 def test_tally_accuracy_is_the_antecedents_share_of_all_outcomes():
     """'other' answers count against the accuracy: 2 right of 4 is 0.5, not 2 of 3."""
     result = coreference.tally(["antecedent", "other", "distractor", "antecedent"])
@@ -570,6 +598,8 @@ def test_a_ratio_and_a_share_are_rounded_once():
     a = coreference.attention_on([([0], [1], last_row(0.932, 0.006459, 0.061541))], 1, 1)
     assert coreference.attention_table(a, "its name", 1, 1)[3].split() == ["layer", "0", "93.2", "/", "0.6"]
     assert "93.2% on the antecedent's, 0.6% on the distractor's (144.3x" in best_head_line(a)
+    a = coreference.attention_on([(list(range(6)), [6], torch.full((1, 1, 11), 1 / 11))], 1, 1)  # 6 keys of 11
+    assert coreference.attention_table(a, "its name", 1, 1)[4].startswith("uniform attention would put 54.5% there")
 
 def test_no_ratio_when_the_distractor_is_never_in_the_window():
     """No reference with both in the window: no ratio at all (before: "the distractor: 0", read as

@@ -204,7 +204,12 @@ def run_batch(model: GPT, cases: Sequence[Case], device: torch.device,
     seq = torch.tensor([c.ids for c in cases], dtype=torch.long, device=device)  # (B, T)
     last_row = None
     if need_attention:
-        logits, traces = model.forward_with_attention(seq)  # (B, T, V), per layer weights (B, nh, T, T)
+        # only the last position's weights are wanted: the others go into a KV cache on the fast path, so
+        # memory grows with T, not with every layer's (B, nh, T, T) (block_size 2048: 6.8 GB for a 1-layer model)
+        caches = model.new_kv_caches(len(cases)) if model.config.causal and seq.size(1) > 1 else None
+        if caches is not None:
+            model(seq[:, :-1], caches)  # (B, T-1, V), unused: the caches now hold positions 0 .. T-2
+        logits, traces = model.forward_with_attention(seq[:, -1:] if caches else seq, caches)  # per layer (B, nh, ., T)
         last_row = torch.stack([t.weights[:, :, -1, :] for t in traces], dim=1).float().cpu()  # (B, n_layer, nh, T)
     for step in range(max(c.n_new for c in cases)):
         if step or not need_attention:  # the window slides by one: always the last block_size tokens
@@ -329,7 +334,7 @@ def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer
     paired_ant, paired_dis = float(ant_paired_sum[layer, head]), float(dis_sum[layer, head])
     return {
         "references": counted, "distractor_visible": distractor_visible,
-        "uniform": r4(uniform_sum / counted), "per_key": r4(per_key_sum / counted),
+        "uniform": r6(uniform_sum / counted), "per_key": r4(per_key_sum / counted),
         "antecedent": shown,
         "distractor": [[r6(x) for x in row] for row in dis_mean.tolist()],
         "best": {"layer": layer, "head": head, "antecedent": r6(best_ant), "distractor": r6(best_dis),
