@@ -334,7 +334,7 @@ def attention_on(cases: list[tuple[list[int], list[int], torch.Tensor]], n_layer
     paired_ant, paired_dis = float(ant_paired_sum[layer, head]), float(dis_sum[layer, head])
     return {
         "references": counted, "distractor_visible": distractor_visible,
-        "uniform": r6(uniform_sum / counted), "per_key": r4(per_key_sum / counted),
+        "uniform": r6(uniform_sum / counted), "per_key": r6(per_key_sum / counted),
         "antecedent": shown,
         "distractor": [[r6(x) for x in row] for row in dis_mean.tolist()],
         "best": {"layer": layer, "head": head, "antecedent": r6(best_ant), "distractor": r6(best_dis),
