@@ -712,6 +712,32 @@ def test_encoding_a_long_text_without_spaces_with_tiktoken_is_said_first(tmp_pat
         assert said == (name == "dna")
 
 
+
+def test_learning_many_bpe_merges_over_many_distinct_pieces_is_refused_before_the_merges(tmp_path, monkeypatch):
+    """Learning merges takes memory for every byte of a distinct piece (its pairs, heap entries, node lists),
+    more with more merges: 1 MB of random words at bpe_vocab_size 65536 took 120 MB, counted as 14 MB (14 bytes a
+    byte of text), and a 6 MB Chinese text 2.1 GB, counted as 0.4. Refused before the merges, naming the fix;
+    the same text at the default vocabulary, and English that repeats its words, still pass."""
+    import random
+    from tinygpt import runtime
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(8)) for _ in range(30_000)]
+    text = tmp_path / "t.txt"
+    text.write_text(" ".join(words))  # 270 kB, all distinct pieces: 3.8 MB at 14 bytes a byte, 46 MB at 170 a node
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 32 * 2**20})
+    cfg = config(text, tmp_path / "prepared")
+    cfg.data.tokenizer, cfg.data.bpe_vocab_size = "bpe", 65536
+    with pytest.raises(UserError, match=r"^learning 65,280 BPE merges over 0\.3 MB of distinct pieces needs at least "
+                                        r"[\d.]+ GB of memory .*; lower data\.bpe_vocab_size, or use a smaller dataset$"):
+        prep.prepare(cfg, show_progress=False)
+    assert not (tmp_path / "prepared").exists()
+    cfg.data.bpe_vocab_size = 1024  # 90 a node: 24 MB
+    assert prep.prepare(cfg, show_progress=False).is_dir()
+    text.write_text("the cat sat on the mat. " * 11_000)  # as long, 7 distinct pieces
+    cfg.data.bpe_vocab_size = 65536
+    assert prep.prepare(cfg, show_progress=False).is_dir()
+
+
 def test_learning_a_bpe_from_a_long_text_is_said_first(tmp_path, monkeypatch, capsys):
     """A 50 MB text with no space learned its BPE for minutes with nothing on the screen (the progress
     bar is the encoding's, after it): a line now says what is being done first."""
@@ -725,6 +751,9 @@ def test_learning_a_bpe_from_a_long_text_is_said_first(tmp_path, monkeypatch, ca
     cfg.data.bpe_vocab_size = 301
     prep.prepare(cfg, show_progress=False)  # (quiet: train.py --quiet, a sweep)
     assert "learning" not in capsys.readouterr().err
+    text.write_text("猫が座った。" * 60)  # 360 characters, 1,080 bytes: learning costs by the byte (6 MB of Chinese,
+    prep.prepare(cfg, show_progress=True)  # 2 M characters under LONG_TEXT, learned for 2 minutes without a word)
+    assert "learning 45 BPE merges" in capsys.readouterr().err
 
 
 def test_an_edited_stories_generator_prepares_its_stories_again(tmp_path, monkeypatch):

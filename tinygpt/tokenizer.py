@@ -681,7 +681,24 @@ class TiktokenTokenizer(Tokenizer):
 
 MAX_TOKEN_BYTES = 1024  # a learned token's length: GPT-2's longest is 128 bytes
 MAX_MERGES = 65536 - 256  # data.bpe_vocab_size is at most 65536
+# bytes a node (a byte of a distinct piece) takes while merges are learned, at least: its arrays, and the pairs,
+# heap entries and node lists that merges make (measured on 1 MB of random CJK and of random words, less the
+# text: 97-123 at 768 merges, 172-316 at 8,000 and more). Counted per byte of the text, a 6 MB CJK text at
+# bpe_vocab_size 65536 was estimated at 0.4 GB and took 2.1 GB
+BPE_NODE_BYTES = {768: 90, 8000: 170}  # at this many merges or more: bytes a node
 GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""  # GPT-2's pre-tokenization
+
+
+def check_learning_memory(nodes: int, n_merges: int) -> None:
+    """Refuse (one line) learning n_merges merges over `nodes` bytes of distinct pieces where the machine
+    surely has too little memory for it (BPE_NODE_BYTES; English repeats its words: tiny shakespeare's
+    1.1 MB hold 0.1 MB of distinct pieces, while a text without spaces is all one piece a line)."""
+    import torch
+    from tinygpt.runtime import check_memory
+    per_node = max([b for m, b in BPE_NODE_BYTES.items() if n_merges >= m], default=min(BPE_NODE_BYTES.values()))
+    check_memory({"the BPE's pair counts": nodes * per_node}, torch.device("cpu"),
+                 f"learning {n_merges:,} BPE merges over {nodes / 1e6:,.1f} MB of distinct pieces",
+                 "lower data.bpe_vocab_size, or use a smaller dataset")
 
 
 def learn_bpe_merges(text: str, n_merges: int) -> list[tuple[int, int]]:
@@ -704,7 +721,9 @@ def learn_bpe_merges(text: str, n_merges: int) -> list[tuple[int, int]]:
     token = array("i")  # node -> its token; -1 once merged into the node before it
     weight = array("q")  # node -> how often its piece occurs in the text
     nxt, prv = array("q"), array("q")  # node -> the next and the previous node of its piece, or -1
-    for piece, n in Counter(regex.findall(GPT2_SPLIT, text)).items():
+    pieces = Counter(regex.findall(GPT2_SPLIT, text))
+    check_learning_memory(sum(len(piece.encode("utf-8")) for piece in pieces), n_merges)
+    for piece, n in pieces.items():
         ids, start = piece.encode("utf-8"), len(token)
         token.extend(ids)
         weight.extend([n] * len(ids))
