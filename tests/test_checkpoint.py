@@ -918,7 +918,6 @@ def test_a_full_disk_inside_atomic_dir_names_the_folder_not_its_temp_folder(tmp_
     assert list(tmp_path.iterdir()) == []
 
 
-
 def test_an_error_inside_atomic_dir_removes_the_parent_folders_it_made(tmp_path):
     """export.py RUN new/a/hf stopped by Ctrl-C mid-write: `interrupted`, and the empty new/ and new/a/
     stayed behind, though the docs say Ctrl-C leaves nothing. A parent that held something stays."""
@@ -933,6 +932,7 @@ def test_an_error_inside_atomic_dir_removes_the_parent_folders_it_made(tmp_path)
             (tmp_path / "kept" / "other.txt").write_text("someone else's")
             raise KeyboardInterrupt
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["other.txt"]
+
 
 def test_a_stop_that_comes_while_an_os_error_is_handled_is_a_stop_not_a_write_error(tmp_path):
     """SIGTERM inside Path.exists() (its FileNotFoundError being handled) during export.py: `error:

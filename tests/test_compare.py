@@ -1419,7 +1419,6 @@ def test_a_shown_mean_is_rounded_as_a_reader_rounds_the_csvs_number():
     assert report._num("best_val_loss", float("nan")) == "nan" and report._num("best_val_loss", -0.0) == "-0.0000"
 
 
-
 def test_every_column_rounds_half_up_as_the_losses_do():
     """tokens_per_s is a median of an even number of rates: 68099.5 showed as 68,100 but 28928.5 as
     28,928 in one column (Python rounds half to even); wall_s 0.25 as 0.2, the ratio 2.25 as 2.2x."""
@@ -1428,6 +1427,7 @@ def test_every_column_rounds_half_up_as_the_losses_do():
     assert report._num("params", 1234567.0) == "1,234,567" and report._num("tokens_per_s", float("nan")) == "nan"
     assert report._num("wall_s", 0.25) == "0.3" and report._num("attribute_ratio", 2.25) == "2.3x"
     assert report._num("name_ratio", 0.125) == "0.13x" and report._num("name_ratio", 2.25, 1) == "2.25x"
+
 
 def test_settings_alike_are_apart_by_chance_as_often_as_the_summary_says():
     """The summary's CHANCE (1 comparison of 200): over 100 settings of one distribution, 3 seeds each, 15 of

@@ -712,7 +712,6 @@ def test_encoding_a_long_text_without_spaces_with_tiktoken_is_said_first(tmp_pat
         assert said == (name == "dna")
 
 
-
 def test_learning_many_bpe_merges_over_many_distinct_pieces_is_refused_before_the_merges(tmp_path, monkeypatch):
     """Learning merges takes memory for every byte of a distinct piece (its pairs, heap entries, node lists),
     more with more merges: 1 MB of random words at bpe_vocab_size 65536 took 120 MB, counted as 14 MB (14 bytes a
@@ -727,8 +726,9 @@ def test_learning_many_bpe_merges_over_many_distinct_pieces_is_refused_before_th
     monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 32 * 2**20})
     cfg = config(text, tmp_path / "prepared")
     cfg.data.tokenizer, cfg.data.bpe_vocab_size = "bpe", 65536
-    with pytest.raises(UserError, match=r"^learning 65,280 BPE merges over 0\.3 MB of distinct pieces needs at least "
-                                        r"[\d.]+ GB of memory .*; lower data\.bpe_vocab_size, or use a smaller dataset$"):
+    refused = (r"^learning 65,280 BPE merges over 0\.3 MB of distinct pieces needs at least [\d.]+ GB of memory .*; "
+               r"lower data\.bpe_vocab_size, or use a smaller dataset$")
+    with pytest.raises(UserError, match=refused):
         prep.prepare(cfg, show_progress=False)
     assert not (tmp_path / "prepared").exists()
     cfg.data.bpe_vocab_size = 1024  # 90 a node: 24 MB
@@ -751,8 +751,9 @@ def test_learning_a_bpe_from_a_long_text_is_said_first(tmp_path, monkeypatch, ca
     cfg.data.bpe_vocab_size = 301
     prep.prepare(cfg, show_progress=False)  # (quiet: train.py --quiet, a sweep)
     assert "learning" not in capsys.readouterr().err
-    text.write_text("猫が座った。" * 60)  # 360 characters, 1,080 bytes: learning costs by the byte (6 MB of Chinese,
-    prep.prepare(cfg, show_progress=True)  # 2 M characters under LONG_TEXT, learned for 2 minutes without a word)
+    # 360 characters, 1,080 bytes: learning costs by the byte (6 MB of Chinese, 2 M characters under
+    text.write_text("猫が座った。" * 60)  # LONG_TEXT, was learned for 2 minutes without a word)
+    prep.prepare(cfg, show_progress=True)
     assert "learning 45 BPE merges" in capsys.readouterr().err
 
 

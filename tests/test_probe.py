@@ -247,7 +247,6 @@ def test_run_batch_decodes_the_greedy_continuation_of_each_window():
                 assert ids == [int(t) for t in greedy] and len(set(ids)) > 1
 
 
-
 @pytest.mark.parametrize("causal", [True, False])
 def test_run_batch_weighs_only_the_last_position_through_the_readable_path(monkeypatch, causal):
     """The probe reads the last position's attention only, yet it kept every layer's (B, nh, T, T) weights:
@@ -274,6 +273,7 @@ def test_run_batch_weighs_only_the_last_position_through_the_readable_path(monke
     new, last_row = coreference.run_batch(model, batch, torch.device("cpu"))
     assert queries == [1 if causal else seq.size(1)] and last_row.shape == full.shape
     assert torch.allclose(last_row, full, atol=1e-6) and abs(float(last_row.sum()) - 2 * 2 * 2) < 1e-4
+
 
 def test_tally_accuracy_is_the_antecedents_share_of_all_outcomes():
     """'other' answers count against the accuracy: 2 right of 4 is 0.5, not 2 of 3."""
@@ -589,7 +589,6 @@ def test_a_ratio_under_one_is_printed_under_one():
     assert _num("attribute_ratio", 0.96) == "0.96x"  # the sweep and compare tables said 1.0x
 
 
-
 def test_a_ratio_and_a_share_are_rounded_once():
     """probe.json kept the ratio 0.089608 / 0.017414 = 5.1457 as 5.15, printed 5.2x; a share of 0.006459 as
     0.0065, 0.7% in the layer x head table beside 0.6% for the same head on the best-head line."""
@@ -600,6 +599,7 @@ def test_a_ratio_and_a_share_are_rounded_once():
     assert "93.2% on the antecedent's, 0.6% on the distractor's (144.3x" in best_head_line(a)
     a = coreference.attention_on([(list(range(6)), [6], torch.full((1, 1, 11), 1 / 11))], 1, 1)  # 6 keys of 11
     assert coreference.attention_table(a, "its name", 1, 1)[4].startswith("uniform attention would put 54.5% there")
+
 
 def test_no_ratio_when_the_distractor_is_never_in_the_window():
     """No reference with both in the window: no ratio at all (before: "the distractor: 0", read as
