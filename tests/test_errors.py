@@ -1141,6 +1141,16 @@ def test_11_a_tiny_top_p_keeps_the_most_likely_token(run, capsys):
     assert tiny.code == 0 and tiny.out == greedy.out, tiny.err
 
 
+def test_a_folder_under_a_dead_link_names_the_link(tmp, capsys):
+    """train.out_dir=LINK/run (data.prepared_dir too) with LINK a link to nothing: `cannot be created: File
+    exists`, of a path that does not exist."""
+    (tmp / "gone_link").symlink_to(tmp / "gone")
+    out = tmp / "gone_link" / "a" / "run"
+    one_line(in_process("train.py", [*sets(tmp, out)], capsys), f"train.out_dir='{out}' cannot be created: it lies "
+             f"under a link ({tmp / 'gone_link'} -> {tmp / 'gone'}) that leads to no file or folder")
+    assert not (tmp / "gone").exists()
+
+
 def test_11_a_negative_stop_at_is_refused(tmp, capsys):
     out = tmp / "refused" / "stop_at"
     one_line(in_process("train.py", [*sets(tmp, out), "--stop-at", "-5", "--quiet"], capsys), "--stop-at=-5", ">= 0")

@@ -454,7 +454,9 @@ def make_folder(path: Path, what: str) -> list[Path]:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         remove_empty(created)
-        raise UserError(f"{what}={short(str(path))} cannot be created: {e.strerror}") from None
+        # a parent that is a dead link: mkdir says "File exists", of a path that seems not to
+        why = next((f"it lies under {dead}" for link in path.parents if (dead := dead_link(link))), e.strerror)
+        raise UserError(f"{what}={short(str(path))} cannot be created: {why}") from None
     return created
 
 
