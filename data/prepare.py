@@ -120,10 +120,11 @@ def folder_files(folder: Path, dataset: str, left_out: list[Path] | None = None,
                  prepared: str | Path | None = None) -> list[Path]:
     """The .txt files (.TXT too) under `folder`, at any depth, sorted, hidden ones (and hidden folders) left out;
     its other files go into `left_out` (load_text names them: two thirds of a corpus in .md left out unsaid).
-    What preparing writes in the folder `prepared` (data.prepared_dir: its `downloads` and prepared folders) is not
-    the text: inside the dataset's folder (data.dataset=data, data.prepared_dir=data/prepared), its download of
-    tiny shakespeare was read as part of the dataset. The user's own files there are (data.prepared_dir=data/sub
-    left sub/*.txt out unsaid).
+    What preparing writes in the folder `prepared` (data.prepared_dir: its `downloads` and prepared folders, each
+    holding a meta.json) is not the text: inside the dataset's folder (data.dataset=data, data.prepared_dir=data/
+    prepared), its download of tiny shakespeare was read as part of the dataset. The user's own files there are
+    (data.prepared_dir=data/sub left sub/*.txt out unsaid; data.prepared_dir=data a folder of theirs named like a
+    prepared one, `log-run-2024061512`).
     Walked with a list, not recursion (a folder
     nested a thousand deep overflowed Python's stack); a link to a folder is not followed (a loop would
     never end). A link to a folder, a folder that cannot be read, or a .txt that is no regular file (a
@@ -143,7 +144,8 @@ def folder_files(folder: Path, dataset: str, left_out: list[Path] | None = None,
                     if entry.name.startswith("."):  # .git, .ipynb_checkpoints, an editor's backup: not the text
                         continue
                     if entry.is_dir(follow_symlinks=False):
-                        if not (ours and (entry.name == "downloads" or PREPARED_NAME.fullmatch(entry.name))):
+                        if not (ours and (entry.name == "downloads" or PREPARED_NAME.fullmatch(entry.name)
+                                          and os.path.isfile(os.path.join(entry.path, "meta.json")))):
                             folders.append(Path(entry.path))
                     elif entry.is_symlink() and os.path.isdir(entry.path):  # (skipped, its text left out unsaid)
                         raise UserError(f"data.dataset={dataset!r}: {entry.path} is a link to a folder, which is not "

@@ -102,8 +102,11 @@ def test_the_users_text_in_a_prepared_dir_inside_the_dataset_folder_is_read(tmp_
         assert meta["train_tokens"] + meta["val_tokens"] == 20 * 16 + 200 * 22 + 6 + 2 * 2  # 2 joins of "\n\n"
     (books / "sub" / "downloads").mkdir()
     (books / "sub" / "downloads" / "input.txt").write_text("ROMEO\n")
+    # a folder of the user's named like a prepared one (<source>-<tokenizer>-<10 hex digits>) was left out unsaid:
+    (books / "sub" / "log-run-2024061512").mkdir()  # a prepared folder holds a meta.json
+    (books / "sub" / "log-run-2024061512" / "d.txt").write_text("fourth\n")
     assert [p.relative_to(books).as_posix() for p in prep.source_files(str(books), prepared=books / "sub")] == \
-        ["a.txt", "sub/b.txt", "sub/deeper/c.txt"]
+        ["a.txt", "sub/b.txt", "sub/deeper/c.txt", "sub/log-run-2024061512/d.txt"]
 
 
 def test_a_sparse_dataset_file_is_refused_unread(tmp_path):
