@@ -62,7 +62,7 @@ from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, chec
                              too_many_threads, torch_threads)
 from tinygpt.tensorboard_log import LOG_DIR, PROMPT_TOKENS, TensorBoardLog, mark_a_session_without, require_tensorboard
 from tinygpt.tokenizer import same_tokens
-from tinygpt.training import estimate_loss, lr_at, make_optimizer, train_step, warmup_note
+from tinygpt.training import apply_settings, estimate_loss, lr_at, make_optimizer, train_step, warmup_note
 
 
 def parse_args(argv: Sequence[str] | None):
@@ -448,6 +448,7 @@ class Run:
     def restore(self, ckpt: dict[str, Any]) -> None:
         load_weights(self.model, ckpt["model"], self.out_dir / "ckpt.pt")
         load_optimizer(self.optimizer, ckpt["optimizer"], self.model, self.out_dir / "ckpt.pt")
+        apply_settings(self.optimizer, self.cfg.train)  # (the saved betas and weight decay came back with it)
         if ckpt["scaler"] and self.scaler.is_enabled():  # empty: saved without float16 (train.dtype may change)
             self.scaler.load_state_dict(ckpt["scaler"])
         self.batch_gen.set_state(ckpt["batch_rng"])

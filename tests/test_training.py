@@ -358,6 +358,23 @@ def test_a_resume_with_other_training_settings_says_so(tmp_path, capsys):
             "own)\n") in capsys.readouterr().err
 
 
+def test_a_resume_with_another_weight_decay_and_betas_trains_with_them(tmp_path):
+    """--resume --set train.weight_decay=50 train.beta2=0.5 said "the steps from 5 on train with the new values",
+    and config.yaml gave them, yet it trained on bit for bit as the run without them: the optimizer's
+    load_state_dict brought back the saved ones. Now its optimizer holds them, and its weights end elsewhere."""
+    import train
+    from tinygpt.checkpoint import load_checkpoint
+    new = ["train.weight_decay=50", "train.beta1=0.5", "train.beta2=0.5"]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        train.main(run_args(tmp_path, "a", "train.max_iters=4") + ["--stop-at", "2"])
+        train.main(run_args(tmp_path, "a", "train.max_iters=4", *new) + ["--resume"])
+        train.main(run_args(tmp_path, "b", "train.max_iters=4"))
+    group = load_checkpoint(tmp_path / "a" / "ckpt.pt")["optimizer"]["param_groups"]
+    assert [(g["weight_decay"], tuple(g["betas"])) for g in group] == [(50, (0.5, 0.5)), (0.0, (0.5, 0.5))]
+    a, b = (load_checkpoint(tmp_path / run / "ckpt.pt")["model"] for run in "ab")
+    assert not all(torch.equal(a[k], b[k]) for k in a)  # (before: equal, bit for bit)
+
+
 def test_a_resume_with_more_steps_says_the_learning_rate_jumps(tmp_path, capsys):
     """`a larger train.max_iters trains on`, but the cosine decay then stretches to the new end: at the
     resume the learning rate jumped back up (5x in a run of 20 steps resumed to 40) without a word, where

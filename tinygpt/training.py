@@ -46,6 +46,16 @@ def make_optimizer(model: GPT, t: TrainConfig, device: torch.device) -> torch.op
     return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=fused)
 
 
+def apply_settings(optimizer: torch.optim.AdamW, t: TrainConfig) -> None:
+    """The config's betas and weight decay into make_optimizer's groups, after a resume's load_state_dict
+    brought back the saved ones (a resume with train.weight_decay=50 trained on with 0.1, while its note and
+    config.yaml said 50). The lr is set at every step (train_step)."""
+    decay, _ = optimizer.param_groups  # make_optimizer's: the 2-D weights, then biases and norms (no decay)
+    decay["weight_decay"] = t.weight_decay
+    for group in optimizer.param_groups:
+        group["betas"] = (t.beta1, t.beta2)
+
+
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
                autocast, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], grad_accum: int,
                grad_clip: float, lr: float, stop: Callable[[], bool] | None = None) -> torch.Tensor | None:
