@@ -375,9 +375,9 @@ def measure_peak_again(run: Run, speed: dict[str, float], achieved: float) -> No
     source += f", measured again at step {run.step}"
     if run.dist.master:  # (on stdout with the eval lines: a figure of the run's log, not a problem to fix)
         from tqdm import tqdm  # (the bar's own write: a line between its redraws)
-        tqdm.write(f"step {run.step}: training ran {achieved / 1e9:,.0f} GFLOP/s, over twice the MFU peak "
-                   f"measured at the run's start ({speed['peak'] / 1e9:,.0f} GFLOP/s, a busy moment's): measured "
-                   f"again, MFU is against {flops / 1e9:,.0f} GFLOP/s from here")
+        tqdm.write(f"step {run.step}: training ran {achieved / 1e9:,.0f} GFLOP/s, over twice the MFU peak it had "
+                   f"measured ({speed['peak'] / 1e9:,.0f} GFLOP/s, at its start or resume, a busy moment's): "
+                   f"measured again, MFU is against {flops / 1e9:,.0f} GFLOP/s from here")
     run.peak = {**run.peak, "flops": flops, "source": source}
     speed["peak"] = flops
 
