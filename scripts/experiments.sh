@@ -145,14 +145,21 @@ if [[ $what == all || $what == jobs ]]; then
   J=(configs/stories.yaml --quiet --grid model.n_head=1,2,4,8 --set train.max_iters=80 train.eval_interval=80
      train.eval_iters=10 train.plot=never data.prepared_dir="$(yaml_string "$OUT/jobs_prepared")")
   python -m data.prepare configs/stories.yaml --set data.prepared_dir="$(yaml_string "$OUT/jobs_prepared")" > /dev/null
-  rm -f "$OUT/jobs.txt.part"  # jobs.txt: this run's four timings, in place once all four are done
+  # jobs.txt (this run's four timings) and jobs_round1.txt .. jobs_round4.txt (each sweep's output): in place
+  # together once all four are done (a sweep writing into its log emptied an earlier run's first)
+  rm -f "$OUT"/jobs*.txt.part
+  round=0
   for jobs in 1 2 2 1; do
+    round=$((round + 1))
     rm -rf "$OUT/jobs_sweep"
     start=$(date +%s.%N)
-    python sweep.py "${J[@]}" --jobs $jobs --out "$OUT/jobs_sweep" > "$OUT/jobs_$jobs.txt"
+    python sweep.py "${J[@]}" --jobs $jobs --out "$OUT/jobs_sweep" > "$OUT/jobs_round$round.txt.part" ||
+      { rc=$?; rm -f "$OUT"/jobs*.txt.part; exit $rc; }
     echo "--jobs $jobs: $(python -c "print(f'{$(date +%s.%N) - $start:.1f}')") s" | tee -a "$OUT/jobs.txt.part"
   done
-  mv "$OUT/jobs.txt.part" "$OUT/jobs.txt"
+  for part in "$OUT"/jobs*.txt.part; do
+    mv "$part" "${part%.part}"
+  done
 fi
 
 if [[ $what == all || $what == bench ]]; then

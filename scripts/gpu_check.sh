@@ -98,12 +98,16 @@ RUNS="baby ddp"
 RUN_FILES="config.yaml ckpt.pt best.pt metrics.csv loss.png .lock"
 
 # written LIST NAME: NAME is one of the words of LIST, or the temp file of one that a killed writer
-# left, `.NAME.PID.XXXXXX.tmp` (tinygpt/checkpoint.py's atomic writes; the next write removes it)
+# left, `.NAME.PID.XXXXXX.tmp` (tinygpt/checkpoint.py's atomic writes; the next write removes it), or
+# its lock, `.NAME.lock` (bench.py --json's, tinygpt/runs.py; a stage killed by `timeout -k` leaves it)
 written() {
     local name=$2
     if [[ $name == .*.*.*.tmp ]]; then
         name=${name#.}
         name=${name%.*.*.tmp}
+    elif [[ $name == .?*.lock ]]; then
+        name=${name#.}
+        name=${name%.lock}
     fi
     [[ " $1 " == *" $name "* ]]
 }
@@ -149,7 +153,7 @@ prepare_out() {
     rm -f "$OUT/status" 2> /dev/null
     ( : > "$OUT/status" ) 2> /dev/null || die "cannot write in the folder OUT=$OUT"
     for path in $OUT_FILES $RUNS; do
-        [ "$path" = status ] || rm -rf "${OUT:?}/$path"
+        [ "$path" = status ] || rm -rf "${OUT:?}/$path" "${OUT:?}/.$path.lock"
     done
 }
 

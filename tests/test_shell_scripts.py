@@ -132,9 +132,11 @@ def test_gpu_check_exits_1_when_a_stage_failed(gpu_check, tmp_path, budget, fail
     assert all(status[s].startswith("skipped") for s in STAGES if s not in failed)
 
 
-# what gpu_check.sh writes in its OUT, all it may delete there (and a JSON's temp file, a killed bench.py's)
+# what gpu_check.sh writes in its OUT, all it may delete there (and a JSON's temp file and lock, a killed
+# bench.py's: the lock was refused as the user's, and the next check in that OUT with it)
 EARLIER_CHECK = ["status", *(f"{s}.txt" for s in STAGES), "fp32.json", "tf32_bf16.json", "compile.json",
-                 "decode.json", "decode_compiled.json", "baby/", "ddp/", ".decode.json.4242.x1y2z3.tmp"]
+                 "decode.json", "decode_compiled.json", "baby/", "ddp/", ".decode.json.4242.x1y2z3.tmp",
+                 ".decode.json.lock"]
 
 
 @pytest.mark.parametrize("theirs", [
@@ -580,6 +582,7 @@ def test_experiments_replaces_a_log_only_when_its_part_succeeds(tmp_path):
     # a stand-in python: `-c` runs for real (the jobs part's timing); anything else prints a line and
     # exits with $STANDIN_RC
     (bin_dir / "python").write_text(f'#!/bin/sh\n[ "$1" = -c ] && exec {sys.executable} "$@"\n'
+                                    '[ "$1" = sweep.py ] && [ -n "$SWEEP_RC" ] && echo partial && exit "$SWEEP_RC"\n'
                                     'echo "new result"\nexit "${STANDIN_RC:-0}"\n')
     (bin_dir / "python").chmod(0o755)
     out, text = tmp_path / "ex", tmp_path / "shakespeare.txt"
@@ -599,6 +602,15 @@ def test_experiments_replaces_a_log_only_when_its_part_succeeds(tmp_path):
         assert r.returncode == 0, r.stderr
     assert [line.split(":")[0] for line in (out / "jobs.txt").read_text().splitlines()] == \
         ["--jobs 1", "--jobs 2", "--jobs 2", "--jobs 1"]
+    # each sweep's own log (the second --jobs 1 and --jobs 2 wrote over the first ones'), and a failed rerun
+    # leaves them whole (its sweep wrote straight into them, emptied as it started)
+    assert [(out / f"jobs_round{n}.txt").read_text() for n in range(1, 5)] == ["new result\n"] * 4
+    for n in range(1, 5):
+        (out / f"jobs_round{n}.txt").write_text(f"an earlier round {n}\n")
+    r = run_script("experiments.sh", "jobs", env={**env, "SWEEP_RC": "2"})
+    assert r.returncode == 2 and not list(out.glob("*.part")), r.stderr
+    assert [(out / f"jobs_round{n}.txt").read_text() for n in range(1, 5)] == [f"an earlier round {n}\n" for n in
+                                                                               range(1, 5)]
 
 
 def test_in_cgroup_help_prints_its_header(tmp_path):
