@@ -78,8 +78,8 @@ def fewer(default: float, keep: float) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = ArgParser(prog="python -m scripts.page_faults", description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20, help="float32 training steps a measurement (default 20)")
+    p.add_argument("--reps", type=int, default=3, help="measurements of each kind, alternated (default 3)")
     args = p.parse_args(argv)
     for flag, most in MAX_COUNTS.items():  # before the first process: 0 steps divide by zero, 0 reps have no median
         if not 1 <= getattr(args, flag) <= most:

@@ -59,7 +59,9 @@ def check_args(args) -> list[int]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = ArgParser(prog="python -m scripts.tokenization_table", description=__doc__.splitlines()[0])
-    p.add_argument("--chars", type=int, default=DataConfig.stories_chars)
+    p.add_argument("--chars", type=int, default=DataConfig.stories_chars,
+                   help=f"characters of the stories corpus to tokenize (default "
+                        f"{DataConfig.stories_chars:,}, the default config's)")
     p.add_argument("--sizes", default="1024,1152,1280,1536", help="learned BPE vocabulary sizes")
     args = p.parse_args(argv)
     sizes = check_args(args)
