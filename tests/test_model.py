@@ -385,7 +385,8 @@ def test_tiny_temperature_is_near_greedy_not_nan():
     ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"), ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
 ])
 def test_sampling_settings_with_no_meaning_are_refused_by_name(setting, match):
-    """next_token_probs and sample_next, called from code, name the setting (sample.py refuses its flags alike)."""
+    """next_token_probs and sample_next, called from code, name the setting (sample.py refuses its flags alike);
+    at temperature 0 sample_next takes the argmax, whatever top_k and top_p say."""
     logits = torch.tensor([[2.0, 1.0, 0.0]])
     args = {"temperature": 1.0, **setting}
     with pytest.raises(ValueError, match=match):

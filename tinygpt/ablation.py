@@ -1,7 +1,7 @@
 """Head ablation: remove chosen attention heads' outputs and see what breaks.
 
 Attention on the right token is a correlation; knocking a head out is the causal test. Head h of a
-layer is exactly columns h*hs .. (h+1)*hs of the merged heads that enter `block.attn.out_proj`
+layer is exactly columns h*hs .. (h+1)*hs - 1 of the merged heads that enter `block.attn.out_proj`
 (model.py, CausalSelfAttention step 5: the heads are concatenated, then projected). So a forward
 pre-hook on out_proj that overwrites those columns removes the head, at every position:
 
