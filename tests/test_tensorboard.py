@@ -231,6 +231,25 @@ def test_a_tensorboard_folder_that_cannot_take_the_logs_is_one_line(tmp_path, ki
     assert not (tmp_path / "prepared").exists()
 
 
+def test_a_tensorboard_folder_that_is_a_link_to_another_runs_is_refused(tmp_path):
+    """Run B's tensorboard/ a link to run A's: B's resume wrote its events into A's folder, and TensorBoard,
+    purging from B's step on, dropped A's later steps and showed B's values in their place (A's metrics.csv
+    still right). A linked metrics.csv was refused; the folder is now too, before any work."""
+    pytest.importorskip("tensorboard")
+    other = tmp_path / "A" / "tensorboard"
+    other.mkdir(parents=True)
+    (other / "notes.txt").write_text("A's")  # (events there: a new run is refused for them, a resume was not)
+    folder = tmp_path / "B" / "tensorboard"
+    folder.parent.mkdir()
+    folder.symlink_to(other)
+    with pytest.raises(UserError, match=f"^train.tensorboard=true: {folder} is a link to {other}, and a run writes "
+                                        f"its own events .*; copy the folder instead, or remove the link$"):
+        train.main([str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS,
+                    f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={folder.parent}"])
+    assert [p.name for p in other.iterdir()] == ["notes.txt"]
+    assert [p.name for p in folder.parent.iterdir()] == ["tensorboard"]
+
+
 def test_a_full_disk_under_the_log_is_one_line_without_the_threads_traceback(tmp_path, monkeypatch):
     """ENOSPC in tensorboard's writer thread printed that thread's traceback, then train.py ended
     with `error: No space left on device`, naming no file; after the last flush, close() let it pass."""

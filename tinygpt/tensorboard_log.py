@@ -107,7 +107,14 @@ def require_tensorboard(run_dir: Path) -> None:
     except ImportError:
         raise UserError("train.tensorboard=true needs the tensorboard package: pip install tensorboard "
                         "(or set train.tensorboard=false)") from None
-    check_writable(Path(run_dir) / LOG_DIR, "the TensorBoard folder")
+    board = Path(run_dir) / LOG_DIR
+    if board.is_symlink() and board.exists():  # (a link to nothing: check_writable says so)
+        # another run's folder, maybe: its events would be purged from our resume's step on (what TensorBoard
+        # does when a run goes back), its curves showing ours
+        raise UserError(f"train.tensorboard=true: {board} is a link to {os.path.realpath(board)}, and a run writes "
+                        f"its own events (the link's target would get them, another run's maybe, whose later steps "
+                        f"TensorBoard would drop); copy the folder instead, or remove the link")
+    check_writable(board, "the TensorBoard folder")
 
 
 def figure_pixels(fig) -> np.ndarray:
