@@ -256,4 +256,3 @@ def _quiet_writer_thread(args: threading.ExceptHookArgs) -> None:
         WRITER_ERRORS.append(args.exc_value)
         return
     _prior_hook(args)
-
