@@ -865,8 +865,9 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
             runner.say(f"{tag}: stopped, {what_it_left(saved_before, run.run_dir / 'ckpt.pt')}")
             row = run_row(run, runner) or {"run": run.name, "status": "interrupted before its first checkpoint"}
             return {**row, **run.values()}
+        # (a failure said "going on with the next run", of the last run too)
         runner.say(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else
-                                 f"{how_it_failed(ended)}; going on with the next run"))
+                                 f"{how_it_failed(ended)}; the sweep does not stop for it"))
     if rc == 0 and args.probe and not probed(run.run_dir, args.probe_stories):
         result = probe_run(run.run_dir, args.probe_stories, runner)
         if result is None:
@@ -995,7 +996,8 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
             for row, run in zip(results, plan)]
     if runner.signum is not None:
         if started:  # none when the signal came before the first run started
-            write_report(rows, list(grid), out, title=f"Sweep of {args.config} (interrupted)", skipped=skipped)
+            write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)} (interrupted)",
+                         skipped=skipped)
         print("sweep interrupted: rerun the same command to resume it"
               + (f" (results so far: {out / 'results.md'})" if started else ""))
         if runner.jobs > 1 or not runner.told_a_run:  # (one run at a time prints it on the terminal itself)
