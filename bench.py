@@ -254,9 +254,7 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     runs = {"tinygpt": ours(model, "tinygpt"), "transformers": theirs(hf, "transformers"),
             "tinygpt bfloat16": ours(low, "tinygpt bfloat16"),
             "transformers bfloat16": theirs(copy.deepcopy(hf).to(torch.bfloat16), "transformers bfloat16")}
-    int8_why_not = int8_problem(mcfg, device)  # None: int8 weights run here
-    if int8_why_not is not None:  # (the shape is the --gen-* flags': no model.n_embd to set here)
-        int8_why_not = int8_why_not.replace("model.n_embd", "--gen-embd")
+    int8_why_not = int8_problem(mcfg, device, "--gen-embd")  # None: int8 weights run here (the shape: --gen-*)
     if int8_why_not is None:
         int8_model = int8_weights(copy.deepcopy(model))
         runs["tinygpt int8"] = ours(int8_model, "tinygpt int8")

@@ -672,8 +672,11 @@ def _prepare(d: DataConfig, out: Path, show_progress: bool) -> Path:
                  "use a smaller dataset" + (" (data.stories_chars)" if d.dataset == "stories" else ""))
     settings = _fingerprint(d)  # before reading: what the tokens are of
     text = load_text(d)
-    # (bytes, not characters: 6 MB of Chinese, 2 M characters, learned in silence for 2 minutes)
-    if show_progress and d.tokenizer == "bpe" and len(text.encode("utf-8", "replace")) >= LONG_TEXT:
+    # (bytes, not characters: 6 MB of Chinese, 2 M characters, learned in silence for 2 minutes; a character is at
+    # most 4 bytes, so only a text between a quarter of LONG_TEXT and LONG_TEXT characters is encoded to count them)
+    long_text = len(text) >= LONG_TEXT or (4 * len(text) >= LONG_TEXT
+                                           and len(text.encode("utf-8", "replace")) >= LONG_TEXT)
+    if show_progress and d.tokenizer == "bpe" and long_text:
         print(f"learning {d.bpe_vocab_size - 256:,} BPE merges from {len(text) / 1e6:,.1f} M characters (no progress "
               f"bar; tens of millions take minutes)", file=sys.stderr)
     elif show_progress and d.tokenizer not in ("char", "word") and len(text) >= LONG_TEXT and unspaced_text(text):

@@ -833,14 +833,15 @@ def check_compile_cache(flag: str) -> None:
 INT8_IN_MULTIPLE = 16  # torch's CPU int8 kernel reads each input row 16 values at a time, with no tail
 
 
-def int8_problem(m: ModelConfig, device: torch.device) -> str | None:
-    """Why `int8_weights` cannot run a model of config m on device (a reason, the caller says the fix), or None."""
+def int8_problem(m: ModelConfig, device: torch.device, width: str = "model.n_embd") -> str | None:
+    """Why `int8_weights` cannot run a model of config m on device (a reason, the caller says the fix), or None.
+    `width`: the setting that gave n_embd, as the reason names it (bench.py --vs-hf's shape: --gen-embd)."""
     if device.type != "cpu":
         return f"int8 weights run on the CPU only (torch's CPU int8 kernel), not on {device.type}"
     if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
         return f"torch {torch.__version__} lacks the int8 weight kernel"
     if m.n_embd % INT8_IN_MULTIPLE:  # (4 * n_embd then is too): every Linear reads n_embd or 4 * n_embd values
-        return (f"int8 weights need model.n_embd a multiple of {INT8_IN_MULTIPLE} (torch's int8 kernel reads rows "
+        return (f"int8 weights need {width} a multiple of {INT8_IN_MULTIPLE} (torch's int8 kernel reads rows "
                 f"{INT8_IN_MULTIPLE} values at a time); this model's is {m.n_embd}")
     return None
 

@@ -721,10 +721,10 @@ def learn_bpe_merges(text: str, n_merges: int) -> list[tuple[int, int]]:
     token = array("i")  # node -> its token; -1 once merged into the node before it
     weight = array("q")  # node -> how often its piece occurs in the text
     nxt, prv = array("q"), array("q")  # node -> the next and the previous node of its piece, or -1
-    pieces = Counter(regex.findall(GPT2_SPLIT, text))
-    check_learning_memory(sum(len(piece.encode("utf-8")) for piece in pieces), n_merges)
-    for piece, n in pieces.items():
-        ids, start = piece.encode("utf-8"), len(token)
+    pieces = [(piece.encode("utf-8"), n) for piece, n in Counter(regex.findall(GPT2_SPLIT, text)).items()]
+    check_learning_memory(sum(len(ids) for ids, _ in pieces), n_merges)
+    for ids, n in pieces:
+        start = len(token)
         token.extend(ids)
         weight.extend([n] * len(ids))
         nxt.extend(range(start + 1, start + len(ids)))

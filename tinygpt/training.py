@@ -40,16 +40,17 @@ def warmup_note(t: TrainConfig) -> str | None:
 def make_optimizer(model: GPT, t: TrainConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW with weight decay on 2-D weights (matmuls, embeddings) only, not on biases or norms."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": t.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [{"params": [p for p in params if p.dim() >= 2]}, {"params": [p for p in params if p.dim() < 2]}]
     fused = device.type in ("cuda", "cpu")  # one kernel for all parameters instead of a loop
-    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=fused)
+    optimizer = torch.optim.AdamW(groups, lr=t.lr, weight_decay=0.0, fused=fused)
+    apply_settings(optimizer, t)  # betas, and the first group's weight decay
+    return optimizer
 
 
 def apply_settings(optimizer: torch.optim.AdamW, t: TrainConfig) -> None:
-    """The config's betas and weight decay into make_optimizer's groups, after a resume's load_state_dict
-    brought back the saved ones (a resume with train.weight_decay=50 trained on with 0.1, while its note and
-    config.yaml said 50). The lr is set at every step (train_step)."""
+    """The config's betas and weight decay into make_optimizer's groups: when it is made, and after a resume's
+    load_state_dict brought back the saved ones (a resume with train.weight_decay=50 trained on with 0.1, while
+    its note and config.yaml said 50). The lr is set at every step (train_step)."""
     decay, _ = optimizer.param_groups  # make_optimizer's: the 2-D weights, then biases and norms (no decay)
     decay["weight_decay"] = t.weight_decay
     for group in optimizer.param_groups:
