@@ -11,7 +11,8 @@ n_embd; or a model key that train.init_from's weights decide, at a value that is
 takes their model), one that differs from another only in a data key its tokenizer does not use (a char
 run's data.bpe_vocab_size: the same run), or a value given twice, is skipped with a note. Each valid one
 trains into its own run directory under the sweep folder (default out/sweeps/<config stem>), named after its
-values, e.g. `n_head=4,n_embd=128`. Running the same command again skips finished runs (ckpt.pt at
+values, e.g. `n_head=4,n_embd=128` (a hash of the values added where a value holds a character a name cannot,
+`dataset=d_x.txt-1f0e3a2b` for d/x.txt, or where two names differ only in case). Running the same command again skips finished runs (ckpt.pt at
 max_iters), resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
 checkpoint (a finished run's config.yaml or metrics.csv lost or damaged, or its config.yaml edited, is
 restored from its ckpt.pt); a run the folder holds under another name with the same settings (the grid's
@@ -185,15 +186,19 @@ def check_types(grid: dict[str, list[str]]) -> None:
 
 
 def run_names(keys: Sequence[str], combos: Sequence[tuple[str, ...]]) -> list[str]:
-    """Filesystem-safe, unique directory names from the varied values: 'n_head=4,n_embd=128'."""
+    """Filesystem-safe, unique directory names from the varied values: 'n_head=4,n_embd=128'. A name
+    whose values held other characters ('/', a space: made '_'), or too long, ends in a hash of the
+    values ('dataset=d_x_a.txt-1f0e3a2b'): d/x_a.txt and d/x/a.txt would read alike, in this grid or
+    in another sweep into the same folder, where the second would find the first's run in its folder.
+    Names that differ only in case are hashed too (one folder on macOS's and Windows' disks)."""
     short = [k.split(".", 1)[1] for k in keys]
     if len(set(short)) != len(short):  # e.g. the same field name in two sections
         short = list(keys)
     raw = [",".join(f"{k}={v}" for k, v in zip(short, combo)) for combo in combos]
     names = [UNSAFE.sub("_", r) for r in raw]
-    counts = Counter(names)  # not names.count(): quadratic, seconds for a large grid
+    counts = Counter(name.casefold() for name in names)  # not names.count(): quadratic, seconds for a large grid
     return [f"{name[:MAX_NAME]}-{hashlib.sha1(r.encode()).hexdigest()[:8]}"
-            if len(name) > MAX_NAME or counts[name] > 1 else name  # too long, or two values that sanitize alike
+            if name != r or len(name) > MAX_NAME or counts[name.casefold()] > 1 else name
             for name, r in zip(names, raw)]
 
 

@@ -859,6 +859,32 @@ def test_run_names_are_filesystem_safe_and_unique():
     assert len(set(names)) == len(combos) and all("-" in n for n in names)
 
 
+def test_run_names_of_values_that_read_alike_differ_across_sweeps():
+    """A sweep over data.dataset=d/x/a.txt into the folder of one over d/x_a.txt found its run there
+    (both `dataset=d_x_a.txt`, hashed only where one grid held both) and was refused, with the advice
+    to delete that run. A name whose values lost characters is hashed in any grid; names that differ
+    only in case are hashed (one folder on a case-insensitive disk)."""
+    first, second = (sweep.run_names(["data.dataset"], [(value,)])[0] for value in ("d/x_a.txt", "d/x/a.txt"))
+    assert first.startswith("dataset=d_x_a.txt-") and second.startswith("dataset=d_x_a.txt-") and first != second
+    assert sweep.run_names(["data.dataset"], [("d_x_a.txt",)]) == ["dataset=d_x_a.txt"]  # nothing lost: as before
+    names = sweep.run_names(["data.dataset"], [("A.txt",), ("a.txt",), ("b.txt",)])
+    assert len({n.casefold() for n in names}) == 3 and names[2] == "dataset=b.txt"
+
+
+@pytest.mark.slow
+def test_a_second_sweep_over_a_value_that_reads_alike_trains_beside_the_first(tmp_path):
+    (tmp_path / "d" / "x").mkdir(parents=True)
+    for path in ("d/x_a.txt", "d/x/a.txt"):
+        (tmp_path / path).write_text("hello world. " * 400)
+    out = tmp_path / "sw"
+    for path in ("d/x_a.txt", "d/x/a.txt"):
+        result, printed = run_sweep([CONFIG, "--grid", f"data.dataset={tmp_path / path}", *shrink(tmp_path / "prep"),
+                                     "data.tokenizer=char", "--out", str(out)])
+        assert [row["status"] for row in result["rows"]] == ["done"], printed
+    runs_there = sorted(p.name for p in out.iterdir() if (p / "ckpt.pt").is_file())
+    assert len(runs_there) == 2, runs_there
+
+
 def test_a_missing_grid_is_said_alone(tmp_path, monkeypatch):
     """`sweep.py CONFIG --set train.lr=0.1` (no --grid) added the hint for a config swallowed by
     --set, though the config came first: only a missing positional can have been swallowed."""
