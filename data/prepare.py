@@ -367,19 +367,19 @@ def load_text(d: DataConfig) -> str:
     if d.dataset == "stories":
         from data.stories import generate_stories
         return generate_stories(d.stories_chars, d.stories_seed)[0]
+    left_out: list[Path] = []  # a folder's files that are not its text
     if d.dataset == "shakespeare":
         files = [download_shakespeare(Path(d.prepared_dir) / "downloads")]
     else:
-        left_out: list[Path] = []
         files = source_files(d.dataset, left_out, d.prepared_dir)
-        if left_out:
-            names = sorted(shown_path(f.relative_to(Path(d.dataset).expanduser())) for f in left_out)
-            print(f"note: data.dataset={d.dataset!r}: read its {count(len(files), '.txt file')}; "
-                  f"{count(len(names), 'other file')} left out ({first_few(names)}): a folder's .txt files are "
-                  f"its text", file=sys.stderr)
     text = "\n\n".join(read_text_file(f) for f in files)
     if not text.strip():
         raise UserError(f"data.dataset={d.dataset!r} holds no text (empty or whitespace only)")
+    if left_out:  # (said once the text is read: a refused file gets its error alone)
+        names = sorted(shown_path(f.relative_to(Path(d.dataset).expanduser())) for f in left_out)
+        print(f"note: data.dataset={d.dataset!r}: read its {count(len(files), '.txt file')}; "
+              f"{count(len(names), 'other file')} left out ({first_few(names)}): a folder's .txt files are "
+              f"its text", file=sys.stderr)
     return text
 
 

@@ -516,6 +516,19 @@ def test_a_folders_files_that_are_not_txt_are_named_in_a_note(tmp_path, capsys):
     assert capsys.readouterr().err == ""  # nothing left out, nothing said
 
 
+@pytest.mark.parametrize("content", [b"caf\xe9\n", b"  \n"])
+def test_a_refused_folder_gets_its_error_without_the_note(tmp_path, capsys, content):
+    """A folder whose .txt was refused (not UTF-8, no text) printed `note: ... read its 1 .txt file; 1
+    other file left out` before the error: two lines, the first saying a refused file was read."""
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "readme.md").write_text("notes\n")
+    (books / "a.txt").write_bytes(content)
+    with pytest.raises(UserError, match="not UTF-8|holds no text"):
+        prep.load_text(SimpleNamespace(dataset=str(books), prepared_dir=str(tmp_path / "prepared")))
+    assert capsys.readouterr().err == ""
+
+
 def test_hidden_files_and_folders_are_not_text(tmp_path):
     """.git/x.txt, .ipynb_checkpoints/*.txt and .secret.txt were trained on without a word."""
     books = tmp_path / "books"

@@ -432,6 +432,52 @@ def test_a_damaged_cached_encoding_file_is_named(tmp_path, monkeypatch):
         build_tokenizer("gpt2", "hello")
 
 
+def test_a_huge_cache_file_is_refused_before_tiktoken_reads_it(tmp_path, monkeypatch):
+    """A sparse 3 GB file (4 KB on disk) under the encoding's name: tiktoken read it whole to hash it,
+    3.4 GB and 30 s, before calling it damaged; larger, the process was killed for memory, unsaid."""
+    import hashlib
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    url = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+    cached = tmp_path / hashlib.sha1(url.encode()).hexdigest()
+    with open(cached, "wb") as f:
+        f.truncate(tk.TIKTOKEN_FILE_MAX + 1)
+    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: pytest.fail("tiktoken read the file"))
+    with pytest.raises(UserError, match=rf"^the tiktoken encoding 'gpt2' could not be loaded: its cache file "
+                                        rf"{re.escape(str(cached))} is 67,108,865 bytes, not an encoding file "
+                                        rf"\(those are 1-4 MB\); put the encoding file there \(e.g. cp "):
+        get_tiktoken_encoding("gpt2")
+    assert cached.exists()  # (not removed: it may be the user's)
+
+
+def test_a_damaged_cache_file_that_stays_is_named_not_called_missing(tmp_path, monkeypatch):
+    """A damaged file tiktoken could not remove (a read-only folder): the error said the folder must
+    hold the file, which it did; an unreadable one alike."""
+    import hashlib
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    url = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+    cached = tmp_path / hashlib.sha1(url.encode()).hexdigest()
+    cached.write_bytes(b"IQ== 0\n")  # one token: not the file tiktoken expects
+
+    def cannot_remove(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", path)
+
+    def offline(blobpath):
+        raise ConnectionError("no network")
+    monkeypatch.setattr(tiktoken.load.os, "remove", cannot_remove)
+    monkeypatch.setattr(tiktoken.load, "read_file", offline)
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # (none loaded before, in this process)
+    with pytest.raises(UserError, match=rf"^the tiktoken encoding 'gpt2' could not be loaded: its cached file "
+                                        rf"{re.escape(str(cached))} is damaged \(not the sha256 tiktoken expects\), "
+                                        rf"and tiktoken could not remove it \(a read-only folder\?\); replace it "):
+        get_tiktoken_encoding("gpt2")
+
+    def unreadable(name):
+        raise PermissionError(13, "Permission denied", str(cached))
+    monkeypatch.setattr(tiktoken, "get_encoding", unreadable)
+    with pytest.raises(UserError, match=rf"^the tiktoken encoding 'gpt2' could not be loaded: its cache file "
+                                        rf"{re.escape(str(cached))} cannot be read \(.*Permission denied.*\)$"):
+        get_tiktoken_encoding("gpt2")
+
 def cl100k_cache_file(folder):
     import hashlib
     url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"

@@ -374,6 +374,9 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
         raise UserError(f"{cant}: its cache file {cached} is {not_regular(Path(cached))}; put the encoding file "
                         f"there ({how})")
     was_cached = cached is not None and os.path.isfile(cached)
+    if was_cached and (size := os.path.getsize(cached)) > TIKTOKEN_FILE_MAX:  # tiktoken reads it whole to hash it:
+        raise UserError(f"{cant}: its cache file {cached} is {size:,} bytes, not an encoding file (those are "  # a
+                        f"1-4 MB); put the encoding file there ({how})")  # sparse 3 GB file took 3.4 GB and 30 s
     try:
         return within(TIKTOKEN_LOAD_S, tiktoken.get_encoding, canonical)
     except TimeoutError:  # tiktoken downloads with no timeout: a network that never answers hung every command
@@ -384,6 +387,11 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
         if was_cached and not os.path.exists(cached):  # (tiktoken removes a file that is not the one it expects)
             raise UserError(f"{cant}: its cached file {cached} was damaged (not the sha256 tiktoken expects), and "
                             f"tiktoken removed it; copy the file there again ({how})") from e
+        if was_cached and os.path.isfile(cached):  # still there: unreadable, or damaged in a read-only folder
+            if isinstance(e, OSError) and e.filename == cached:
+                raise UserError(f"{cant}: its cache file {cached} cannot be read ({reason(e)})") from e
+            raise UserError(f"{cant}: its cached file {cached} is damaged (not the sha256 tiktoken expects), and "
+                            f"tiktoken could not remove it (a read-only folder?); replace it ({how})") from e
         variable = "TIKTOKEN_CACHE_DIR" if "TIKTOKEN_CACHE_DIR" in os.environ else "DATA_GYM_CACHE_DIR"
         where = f"to a folder holding the encoding file named by the sha1 of its URL ({how})"
         if not folder:
@@ -400,6 +408,7 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
 
 
 TIKTOKEN_LOAD_S = 120  # seconds a tiktoken encoding may take to load: a download of its 1-4 MB file included
+TIKTOKEN_FILE_MAX = 64 * 2**20  # bytes: a cached encoding file larger is none (o200k_base, the largest, is 3.6 MB)
 
 
 def within(seconds: float, work: Callable[..., Any], *args: Any) -> Any:
