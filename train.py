@@ -180,9 +180,10 @@ def load_resume(cfg: Config, out_dir: Path) -> dict[str, Any]:
             if key == "dataset" and isinstance(old, str) and (same_dataset(old, value) or (
                     ckpt.get("data_digest") is not None and Path(value).expanduser().exists())):
                 continue  # (the same data spelt another way, or moved: check_resume_data compares the tokens)
-            if key != "vocab_size" and old != value:
-                raise UserError(f"--resume: {section}.{key}={short(value)} differs from the checkpoint's "
-                                f"{short(old)} ({path}); a resumed run keeps its model and data settings")
+            if key != "vocab_size" and old != value:  # (a bool in --set's words: causal=false, not False)
+                said = [str(v).lower() if isinstance(v, bool) else short(v) for v in (value, old)]
+                raise UserError(f"--resume: {section}.{key}={said[0]} differs from the checkpoint's {said[1]} "
+                                f"({path}); a resumed run keeps its model and data settings")
     return ckpt
 
 

@@ -504,6 +504,8 @@ def test_resume_may_change_data_settings_that_change_no_token(tmp):
     assert done["step"] == 10
     with pytest.raises(UserError, match="--resume: data.tokenizer='word' differs from the checkpoint's 'char'"):
         train.main(inproc_base(tmp, f"train.out_dir={out}", "data.tokenizer=word", "train.max_iters=12") + ["--resume"])
+    with pytest.raises(UserError, match="--resume: model.bias=true differs from the checkpoint's false "):  # not True
+        train.main(inproc_base(tmp, f"train.out_dir={out}", "model.bias=true", "train.max_iters=12") + ["--resume"])
 
 
 def test_resume_takes_the_same_dataset_spelt_another_way(tmp, monkeypatch):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 
 import pytest
 import yaml
@@ -156,6 +157,30 @@ def test_unknown_key_via_set_suggests_the_closest(tmp_path):
     assert user_error(path, ["model.N_LAYER=2"]).endswith("did you mean 'model.n_layer'?")
     assert user_error(path, ["data.TOKENIZER=char"]).endswith("did you mean 'data.tokenizer'?")
     assert user_error(write(tmp_path, "MODEL: {n_layer: 2}\n", "c.yaml")).endswith("did you mean 'model'?")
+
+
+@pytest.mark.parametrize("key, hint", [
+    ("model.batch_size=64", "did you mean 'train.batch_size'?"),  # (was model.block_size: another context length)
+    ("train.block_size=256", "did you mean 'model.block_size'?"),  # (was train.batch_size)
+    ("train.n_layer=2", "did you mean 'model.n_layer'?"),  # (was train.min_lr)
+    ("model.lr=0.1", "did you mean 'train.lr'?"),
+    ("model.N_LAYER=2", "did you mean 'model.n_layer'?"),
+])
+def test_a_key_of_another_section_is_suggested_there(tmp_path, key, hint):
+    """A real key in the wrong section was sent to the key nearest in spelling: `model.batch_size=64`
+    to model.block_size, which trains (a context of 64) without a word."""
+    assert user_error(write(tmp_path, ""), [key]).endswith(hint)
+
+
+@pytest.mark.parametrize("text, hint", [
+    ("n_layer: 1\n", "it is a key of section model: nest it, 'model:' with 'n_layer: ...' indented under it"),
+    ("model:\n  n_layer: 1\n  train:\n    lr: 1\n",
+     "'train' is a section of its own, not a key of model: write it unindented, at the top level"),
+])
+def test_a_key_or_section_at_the_wrong_depth_is_said_so(tmp_path, text, hint):
+    """`n_layer: 1` at the top of a file said only 'valid sections'; a section nested in another was
+    sent to `model.bias`."""
+    assert user_error(write(tmp_path, text)).endswith(hint)
 
 
 def test_unknown_section_is_refused(tmp_path):
@@ -549,6 +574,29 @@ def test_a_bare_tilde_in_a_file_is_told_apart_from_the_home_folder(tmp_path):
         load_config(write(tmp_path, "train:\n  out_dir: ~\n"))
 
 
+@pytest.mark.parametrize("text, sets, expected", [
+    ("model:\n  n_layer:\n", [], "model.n_layer (CFG) has no value (~, null or an empty value is YAML's null); "
+                                  "give an integer"),
+    ("", ["model.bias=~"], "model.bias (CFG with --set) has no value (~, null or an empty value is YAML's null); "
+                           "give true or false"),
+    ("", ["train.lr="], "give a number"),
+    ("train:\n  plot: null\n", [], "give one of end, eval or never"),
+])
+def test_a_setting_without_a_value_says_so(tmp_path, text, sets, expected):
+    """`n_layer:` with nothing after it: `model.n_layer=None ... must be of type int, not NoneType`,
+    Python's words for what the user did not write."""
+    path = write(tmp_path, text)
+    assert user_error(path, sets).endswith(expected.replace("CFG", str(path)))
+
+
+@pytest.mark.parametrize("text, where", [("model: \x07\n", r"U\+0007 .* line 1, column 8"),
+                                         ("\ufeffmodel:\n  n_layer: 2\n\x00\n", r"U\+0000 .* line 3, column 1")])
+def test_a_control_character_in_a_config_is_placed(tmp_path, text, where):
+    """`unacceptable character #x0007: special characters are not allowed`, with no line or column,
+    the only YAML error that named none."""
+    path = write(tmp_path, text)
+    assert re.search(rf"is not valid YAML: character {where}$", user_error(path))
+
 @pytest.mark.parametrize("text, expected", [
     ("train:\n  out_dir: yes\n", 'train.out_dir=True .* not bool: write it in quotes, e.g. out_dir: "yes"$'),
     ("train:\n  out_dir: 2024\n", 'train.out_dir=2024 .* not int: write it in quotes, e.g. out_dir: "2024"$'),
@@ -729,6 +777,8 @@ def test_an_unknown_key_of_a_known_section_lists_that_sections_keys():
         load_config(str(ROOT / "configs/stories.yaml"), ["model.averyveryverylongkeythatmatchesnothing=1"])
     assert "model's keys: block_size, n_layer, n_head, n_embd" in str(info.value) and "sections" not in str(info.value)
     with pytest.raises(UserError, match="valid sections: model, data, train"):
+        load_config(str(ROOT / "configs/stories.yaml"), ["averyveryverylongsectionname.averyverylongkey=1"])
+    with pytest.raises(UserError, match="did you mean 'model.n_layer'"):  # (a key of a section: that key)
         load_config(str(ROOT / "configs/stories.yaml"), ["averyveryverylongsectionname.n_layer=1"])
 
 

@@ -286,8 +286,18 @@ def unknown_key(key: str, source: str) -> UserError:
     candidates = all_keys() if "." in key else list(SECTIONS)
     # (matched lower-cased, as every key is: 'model.N_LAYER' was nearest to 'model.n_head' letter for letter)
     near = difflib.get_close_matches(key.lower(), candidates, n=1, cutoff=0.5)
-    section = key.split(".", 1)[0].lower()
-    if near:
+    section, name = key.lower().split(".", 1) if key.count(".") == 1 else (key.lower(), None)
+    # a key of another section is that key, not the one nearest in spelling ('model.batch_size' was sent to
+    # model.block_size, a run of another context length); a section nested in another is misplaced
+    elsewhere = [k for k in all_keys() if k.split(".", 1)[1] == (key.lower() if name is None else name)]
+    if elsewhere and name is None:  # `n_layer: 1` at the top of a file
+        where = elsewhere[0].split(".", 1)[0]
+        hint = f"; it is a key of section {where}: nest it, '{where}:' with '{key.lower()}: ...' indented under it"
+    elif elsewhere:
+        hint = f"; did you mean '{elsewhere[0]}'?"
+    elif name in SECTIONS:
+        hint = f"; '{name}' is a section of its own, not a key of {section}: write it unindented, at the top level"
+    elif near:
         hint = f"; did you mean '{near[0]}'?"
     elif "." in key and section in SECTIONS:  # a known section: its keys, not the sections
         hint = f"; {section}'s keys: {', '.join(k.split('.', 1)[1] for k in all_keys() if k.startswith(section + '.'))}"
@@ -348,6 +358,10 @@ def _coerce(value: Any, typ: type, key: str, source: str, recorded: bool = False
             if not recorded:  # (it was `File name too long: PATH`, naming no key, once a file was opened)
                 check_path_length(Path(value), f"{key}={short(value)} ({source})", "is no possible path")
         return value
+    if (value is None and key not in PATHS) or (value == "" and typ is not str):  # `n_layer:` read as None, NoneType
+        wanted = WORDS.get(key) or {int: "an integer", float: "a number", bool: "true or false"}.get(typ, "a text")
+        raise UserError(f"{key} ({source}) has no value (~, null or an empty value is YAML's null); "
+                        f"give {'one of ' * (key in WORDS)}{wanted}")
     hint = ""
     if typ is int and isinstance(value, str):  # 0500, 1e3: numbers YAML reads as text
         with contextlib.suppress(ValueError, OverflowError):
@@ -500,11 +514,17 @@ def check_type(item: str, source: str) -> None:
     _coerce(value, _field_types(SECTIONS[section])[name], f"{section}.{name}", source)
 
 
-def _yaml_problem(e: yaml.YAMLError) -> str:
+def _yaml_problem(e: yaml.YAMLError, text: str = "") -> str:
     """What PyYAML found and where ('found character '\\t' that cannot start any token, line 2,
-    column 1'), not only its first line ('while scanning for the next token')."""
+    column 1'), not only its first line ('while scanning for the next token'). A character YAML
+    refuses (a control character, a NUL) has its offset in `text`, not a mark."""
     mark = getattr(e, "problem_mark", None)
     where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    if isinstance(e, yaml.reader.ReaderError) and 0 <= e.position <= len(text):
+        before = text[:e.position].lstrip("\ufeff")  # (a byte order mark is no column)
+        code = e.character if isinstance(e.character, int) else ord(e.character)
+        return (f"character U+{code:04X} is not allowed (a control character), line {before.count(chr(10)) + 1}, "
+                f"column {len(before) - before.rfind(chr(10))}")
     problem = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
     if problem.startswith("but ") and getattr(e, "context", None):  # "but found another document"
         problem = f"{e.context}, {problem}"
@@ -550,7 +570,7 @@ def read_yaml(path: str | Path) -> Any:
         context = f"{e.context}: " if e.context else ""  # 'while constructing an ordered map: expected ...'
         raise UserError(f"{path} is refused: {context}{elide(problem, 200)}{line}") from None
     except yaml.YAMLError as e:
-        raise UserError(f"{path} is not valid YAML: {_yaml_problem(e)}") from None
+        raise UserError(f"{path} is not valid YAML: {_yaml_problem(e, text)}") from None
 
 
 def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
