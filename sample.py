@@ -647,16 +647,18 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         if args.attention_html is not None:
             path = attention_html.write_explorer(
                 attention_html.numbered(args.attention_html, i, args.num_samples), model, tokenizer, ids + new_ids,
-                len(new_ids), recorded, f"{run_name(args.run)}: the prompt and sample {i + 1}",
+                len(new_ids), recorded, f"{run_name(args.run)}: the prompt " + (
+                    f"and sample {i + 1}" if new_ids else "(nothing generated)"),
                 attention_view.sampling_rule(args.temperature, args.top_k, args.top_p), args.attention_html)
             if i == 0:  # at once: a generation stopped must not leave an earlier call's pages beside it
                 remove_other_pages(args.attention_html, [path])
             out.write(f"saved {shown_path(path)}\n")
             cfg = model.config
             if (seen := min(len(ids) + len(new_ids), cfg.block_size)) > (shown := attention_html.page_tokens(cfg)):
+                every = cfg.n_layer * cfg.n_head * seen * (seen + 1) // 2  # (a causal page keeps the lower triangle)
                 out.write(f"(the page shows the last {shown} of {seen} tokens: {cfg.n_layer} layers x {cfg.n_head} "
-                          f"heads over them all would pass {attention_html.PAGE_WEIGHTS:,} weights, a page of tens of "
-                          f"megabytes, slow to open)\n")
+                          f"heads over them all would hold {every:,} weights, past the {attention_html.PAGE_WEIGHTS:,} "
+                          f"that keep a page quick to open)\n")
         if args.show_attention and args.attention_of == "all":
             out.write("\n")
             what = f"the prompt and sample {i + 1}'s generated text" if new_ids else "the prompt (nothing generated)"

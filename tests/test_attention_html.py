@@ -153,6 +153,10 @@ def test_sample_says_when_the_page_shows_fewer_tokens_than_the_model_saw(run, tm
                      str(tmp_path / "page.html")], out=out)
         shown = len(page_data((tmp_path / "page.html").read_text(encoding="utf-8"))["tokens"])
         assert ("(the page shows the last" in out.getvalue()) is said and (shown < 40) is said
+        if said:  # the weights a whole page would hold, counted (it said "tens of megabytes" of any)
+            seen, layers, heads, every = re.search(r"of (\d+) tokens: (\d+) layers x (\d+) heads over them all would "
+                                                   r"hold ([\d,]+) weights, past the 200 that", out.getvalue()).groups()
+            assert int(every.replace(",", "")) == int(layers) * int(heads) * int(seen) * (int(seen) + 1) // 2
 
 
 def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
@@ -197,6 +201,15 @@ def test_the_pages_title_names_the_run_however_it_is_given(run, tmp_path, monkey
     page = (tmp_path / "p.html").read_bytes().decode("utf-8")  # (strict)
     assert page_data(page)["title"] == f"{name}: the prompt and sample 1"
     assert f"<title>{name}: the prompt and sample 1" in page
+
+
+def test_a_page_of_nothing_generated_says_so(run, tmp_path):
+    """--max-new-tokens 0: the page said `the prompt and sample 1`, of no sample; the tables said
+    `the prompt (nothing generated)`."""
+    sample.main([run, "--prompt", "Mia", "--max-new-tokens", "0", "--attention-html", str(tmp_path / "p.html")],
+                out=io.StringIO())
+    assert page_data((tmp_path / "p.html").read_text(encoding="utf-8"))["title"] == \
+        f"{Path(run).name}: the prompt (nothing generated)"
 
 
 def test_sample_keeps_only_the_steps_the_page_can_show(run, tmp_path, monkeypatch):

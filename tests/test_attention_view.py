@@ -321,6 +321,25 @@ def test_the_earlier_column_lines_up_with_the_keys(last):
         assert abs(e.y0 - k.y0) < 1 and abs(e.y1 - k.y1) < 1, (e, k)  # the same rows, the same height
 
 
+@pytest.mark.parametrize("labels", [["earlier", "it", "rained"], ["x", "earlier", "it", "rained"]])
+def test_a_token_spelt_earlier_is_a_key_not_the_summed_column(labels):
+    """A first shown token `earlier` (a word run's, or the first word of a TensorBoard run's data) was
+    taken for the summed column: the heatmap raised a matplotlib ValueError (a training with
+    train.tensorboard died at its first eval), and the table's first column read as the sum."""
+    pytest.importorskip("matplotlib")
+    from types import SimpleNamespace
+    T, cropped = len(labels), len(labels) > 3
+    weights = masked_softmax(torch.randn(1, T, T), causal_mask(T, T))  # (1, T, T)
+    fig = attention_view.heatmap_figure(weights, labels, last=3)
+    heads = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    summed = [ax for ax in fig.axes if [t.get_text() for t in ax.get_xticklabels()] == [EARLIER]]
+    assert len(summed) == cropped and [t.get_text() for t in heads[0].get_xticklabels()] == ["'earlier'", "it",
+                                                                                             "rained"]
+    table = attention_view.attention_tables([SimpleNamespace(weights=weights[None])], labels, last=3)
+    header = table.split("layer 0 head 0\n", 1)[1].splitlines()[0].split()
+    assert header[len(attention_view.CORNER.split()):] == [EARLIER] * cropped + ["'earlier'", "it", "rained"]
+
+
 def test_heatmap_figure_is_legible():
     pytest.importorskip("matplotlib")
     T, nh, last = 7, 2, 4

@@ -208,7 +208,9 @@ def crop_last(weights: torch.Tensor, labels: Sequence[str], last: int, mask: tor
     N = min(last, T)
     rows = weights[..., T - N:, :]  # (..., N, T): the last N queries
     view = rows[..., T - N:]  # (..., N, N)
-    query_labels, key_labels = list(labels[T - N:]), list(labels[T - N:])
+    # (a token spelt like the summed column is quoted, as format_grid quotes a token '.')
+    query_labels = [f"'{label}'" if label == EARLIER else label for label in labels[T - N:]]
+    key_labels = list(query_labels)
     view_mask = mask[T - N:, T - N:] if mask is not None else None
     if N < T:
         earlier = rows[..., :T - N].sum(dim=-1, keepdim=True)  # (..., N, 1)
@@ -310,7 +312,7 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHO
     if view_mask is not None:
         percent = percent.masked_fill(~view_mask, float("nan"))  # masked: hatched below
     N = len(query_labels)
-    earlier = percent[..., 0] if key_labels[0] == EARLIER else None  # (nh, N): weight on the cut-off keys
+    earlier = percent[..., 0] if percent.size(-1) > N else None  # (nh, N): weight on the cut-off keys
     keys = percent[..., 1:] if earlier is not None else percent  # (nh, N, N)
     key_labels = [heatmap_label(k) for k in key_labels[1 if earlier is not None else 0:]]
     query_labels = [heatmap_label(q) for q in query_labels]
