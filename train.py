@@ -197,6 +197,16 @@ def processes_of(ckpt: dict[str, Any]) -> int:
     return len(ranks) if isinstance(ranks, list) else 1
 
 
+def best_pt_ahead(out_dir: Path, ckpt: dict[str, Any]) -> int:
+    """The step of out_dir's best.pt where it is later than ckpt's (best.pt is saved first: a failed or
+    stopped save of ckpt.pt leaves it ahead), else 0."""
+    try:
+        step = load_checkpoint(out_dir / "best.pt").get("step") if (out_dir / "best.pt").is_file() else 0
+    except UserError:  # (a damaged one: runs.check_best_pt has refused it)
+        return 0
+    return step if isinstance(step, int) and step > ckpt["step"] else 0
+
+
 def changed_training(cfg: Config, ckpt: dict[str, Any], processes: int = 1) -> str | None:
     """A note for a resume whose training settings differ from the checkpoint's (allowed: a lower lr
     to go on with is a choice), or None: the steps from here train otherwise, and config.yaml will
@@ -894,6 +904,12 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     changed_note = (changed_training(cfg, ckpt, dist.world_size)
                     if ckpt is not None and trains_on(t, ckpt["step"], args.stop_at)
                     else None)  # (else trained_with's note says nothing is trained)
+    if changed_note and (ahead := best_pt_ahead(out_dir, ckpt)):
+        raise UserError(f"--resume: {out_dir / 'best.pt'} is of step {ahead:,}, after ckpt.pt's step {ckpt['step']:,} "
+                        f"(ckpt.pt's later save failed or was stopped), and the resume changes the training settings "
+                        f"({changed_note.split('with ', 1)[-1].split(':', 1)[0]}): best.pt of the steps it undoes would "
+                        f"stay unless beaten; resume with the run's own settings, which train those steps again, "
+                        f"or move best.pt away")
     best_gone = ckpt is not None and math.isfinite(ckpt["best_val_loss"]) and not (out_dir / "best.pt").exists()
     best_note = (f"note: --resume: {out_dir} has no best.pt (removed since?): it is written again only at an "
                  f"evaluation that beats the run's best val loss, {ckpt['best_val_loss']:.4f}; sample.py reads ckpt.pt "

@@ -623,6 +623,32 @@ def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(tmp, capsys):
     assert [[r[k] for k in keys] for r in read_metrics(b)] == [[r[k] for k in keys] for r in read_metrics(a)]
 
 
+def test_a_best_pt_ahead_of_ckpt_pt_is_not_kept_by_a_resume(tmp):
+    """best.pt is saved before ckpt.pt: a ckpt.pt save that failed at step 20 (a full disk, `ulimit -f`) left
+    best.pt of step 20 beside ckpt.pt of step 10. --resume went back to step 10 and, with another train.lr
+    that never again reached step 20's val loss, finished with best.pt of the steps it had undone. With
+    the run's own settings it is resumed (test_a_best_pt_ahead_of_its_checkpoint_is_the_same_run)."""
+    import shutil
+    import train
+    from tinygpt.checkpoint import load_checkpoint
+    from tinygpt.errors import UserError
+    out = tmp / "best_ahead_lr"
+    base = inproc_base(tmp, f"train.out_dir={out}", "train.max_iters=30", "train.eval_interval=10")
+    train.main(base + ["--stop-at", "10"])
+    shutil.copy(out / "ckpt.pt", tmp / "best_ahead_lr_ckpt10.pt")
+    train.main(base + ["--resume", "--stop-at", "20"])
+    assert load_checkpoint(out / "best.pt")["step"] == 20  # (the val loss fell: best.pt of step 20)
+    shutil.copy(tmp / "best_ahead_lr_ckpt10.pt", out / "ckpt.pt")  # as if step 20's save of ckpt.pt had failed
+    before = snapshot(out)
+    with pytest.raises(UserError, match=r"best\.pt is of step 20, after ckpt\.pt's step 10 \(ckpt\.pt's later save "
+                                        r"failed or was stopped\), and the resume changes the training settings "
+                                        r"\(train\.lr=0\.5 \(was 0\.\d+\)\): .* or move best\.pt away$"):
+        train.main(inproc_base(tmp, f"train.out_dir={out}", "train.max_iters=30", "train.eval_interval=10",
+                               "train.lr=0.5") + ["--resume"])
+    assert snapshot(out) == before
+    assert train.main(base + ["--resume"])["step"] == 30  # its own settings: steps 10-20 again, best.pt rewritten
+    assert load_checkpoint(out / "best.pt")["step"] >= 20
+
 def test_a_row_added_to_metrics_csv_before_the_checkpoints_step_is_not_resumed_over(tmp):
     """A row appended by hand to a stopped run's metrics.csv, at a step ckpt.pt has seen, passed as
     "written later": a sweep's rerun reported it as the run's loss, and --resume dropped it unsaid."""
