@@ -101,8 +101,8 @@ from tinygpt.errors import (TORCHRUN_ENV, ArgParser, UserError, elide, first_few
                             restore_signals, run_cli, short, shown_path, work_is_files)
 from tinygpt.report import (ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, pictures_note,
                             write_report)
-from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, DamagedProbe, check_run_dir, died_at_its_first_save, lock_holder,
-                          read_config, read_probe, resumed_metrics, run_lock, summarize_run, trained_steps,
+from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, DamagedProbe, check_run_dir, died_at_its_first_save, file_sha256,
+                          lock_holder, read_config, read_probe, resumed_metrics, run_lock, summarize_run, trained_steps,
                           users_config, write_probe)
 from tinygpt.runtime import (ThreadPolicy, check_training_fits, parent_death_signal, resolve_device, resolve_dtype,
                              usable_cores)
@@ -493,7 +493,8 @@ def probe_run(run_dir: Path, n_stories: int, runner: Runner) -> dict | None:
                    stop=lambda: runner.signum is not None)
     if result is None:
         return None
-    result["checkpoint_mtime_ns"] = path.stat().st_mtime_ns  # which weights it measured
+    result["checkpoint_mtime_ns"] = path.stat().st_mtime_ns  # which weights it measured (their bytes too: a
+    result["checkpoint_sha256"] = file_sha256(path)  # copy of the run has new times, and is the same run)
     write_probe(run_dir, result)
     return result
 

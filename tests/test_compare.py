@@ -131,6 +131,26 @@ def probe_figures(references: int, antecedent: int, stories: int) -> dict:
             "attention": {"best": best, "references": references}}
 
 
+@pytest.mark.parametrize("damage", [
+    {"behaviour": {"antecedent": 50, "distractor": 3, "other": 1}},  # 54 outcomes of 36: shares of 138.9%
+    {"references": -3, "behaviour": {"antecedent": -1, "distractor": -1, "other": -1}},
+    {"references": float("nan")},
+    {"attention": {"best": {"layer": 0, "head": 1, "antecedent": float("-inf"), "ratio": float("inf")},
+                   "references": 36}},
+    {"attention": {"best": {"layer": -1, "head": 1, "antecedent": 0.4, "ratio": 2.0}, "references": 36}},
+], ids=["counts that do not add up", "negative", "nan", "infinite", "a negative layer"])
+def test_a_probe_json_of_impossible_figures_is_damaged(tmp_path, damage):
+    """A probe.json whose values were numbers passed as the probe's figures, whatever they were: rows of
+    138.9% / 8.3% / 2.8%, `nan%`, `-inf% | infx` (and settings.png dropped the point unsaid)."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    (tmp_path / "a" / "probe.json").write_text(json.dumps({**probe_figures(36, 30, 5), **damage}))
+    with pytest.raises(UserError, match=r"a/probe.json does not hold the probe's figures"):
+        compare.main([run, "--out", str(tmp_path / "cmp")])
+    (tmp_path / "a" / "probe.json").write_text(json.dumps(probe_figures(36, 30, 5)))  # (whole: read)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert compare.main([run, "--out", str(tmp_path / "cmp")])["rows"][0]["references"] == 36
+
+
 def test_probe_figures_of_different_held_out_sets_say_so(tmp_path):
     """Runs probed with --probe-stories 5 and 12 were averaged and compared as one measure, with no word, and no
     column said how many references each share was of."""

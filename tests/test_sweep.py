@@ -620,6 +620,24 @@ def test_a_damaged_probe_json_is_probed_again(tmp_path, damage):
     assert json.loads(probe_json.read_text()) == first  # the same weights, the same held-out stories
 
 
+def test_a_copied_runs_probe_is_still_its_own(tmp_path):
+    """A probed run copied with `cp -r` (new times) lost its probe columns without a word: probe.json was
+    matched to best.pt by its mtime alone. Its bytes tell now; a probe of other weights is named in a note."""
+    argv = [CONFIG, "--grid", "model.n_head=1", "--probe", "--probe-stories", "3", *shrink(tmp_path / "prepared"),
+            "data.tokenizer=char", "--out", str(tmp_path / "sw"), "--quiet"]
+    run_sweep(argv)
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "sw" / "n_head=1", copy, copy_function=shutil.copy)  # (cp -r: new times)
+    assert (copy / "best.pt").stat().st_mtime_ns != json.loads((copy / "probe.json").read_text())["checkpoint_mtime_ns"]
+    row = runs.summarize_run(copy)
+    assert row["references"] > 0 and not row["note"]
+    figures = json.loads((copy / "probe.json").read_text())
+    (copy / "probe.json").write_text(json.dumps({**figures, "checkpoint_sha256": "0" * 64}))  # of other weights
+    row = runs.summarize_run(copy)
+    assert "references" not in row and row["note"] == (f"note: {copy / 'probe.json'} is of other weights than its "
+                                                        f"best.pt (trained on since): left out; sweep.py --probe "
+                                                        f"probes it again")
+
 def test_a_probe_json_that_cannot_be_read_is_left_not_removed_as_damaged(tmp_path, monkeypatch, capsys):
     """A probe.json the sweep cannot read (no permission, an I/O error) was removed as a damaged one: only one
     that reads, but not as the probe's figures, is the sweep's to replace."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import hashlib
 import io
 import json
 import math
@@ -629,24 +630,44 @@ def read_probe(run_dir: str | Path) -> dict[str, Any] | None:
     if not _is_probe(result):
         raise DamagedProbe(f"{path} does not hold the probe's figures (sweep.py --probe writes them)")
     best = Path(run_dir) / "best.pt"
-    if best.is_file() and result.get("checkpoint_mtime_ns") != best.stat().st_mtime_ns:
+    if best.is_file() and result.get("checkpoint_mtime_ns") != best.stat().st_mtime_ns and \
+            result.get("checkpoint_sha256") != file_sha256(best):  # (a copy, `cp -r`, has new times: its bytes tell)
         return None  # a stale probe of older weights
     return result
 
 
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in pieces (a checkpoint may be large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(1 << 24):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
 def _is_probe(result: Any) -> bool:
-    """Does `result` have the shape probe_columns reads (numbers where it takes numbers)?"""
+    """Does `result` have the shape probe_columns reads (numbers where it takes numbers), with counts
+    that are counts (whole, not negative, the outcomes adding up to the references) and shares in [0, 1]?"""
     def number(value: Any) -> bool:  # (an integer of 401 digits makes no float: its shares were a traceback)
         return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)
                                             and abs(value) <= MAX_INT)
+    def count(value: Any) -> bool:  # (a NaN or negative count read nan% or -0.0%)
+        return type(value) is int and 0 <= value <= MAX_INT
+
+    def share(value: Any) -> bool:
+        return number(value) and 0 <= value <= 1
+
     try:
         # (a best head of None: no reference had the tokens in the window, so none was measured)
         measured = [best for best in (result["attention_attribute"]["best"], result["attention"]["best"])
                     if best is not None]
-        return (number(result["references"])
-                and all(number(result["behaviour"][k]) for k in ("antecedent", "distractor", "other"))
-                and all(number(best[k]) for best in measured for k in ("layer", "head", "antecedent"))
-                and all(best["ratio"] is None or number(best["ratio"]) for best in measured)  # None: no distractor seen
+        counts = [result["behaviour"][k] for k in ("antecedent", "distractor", "other")]
+        return (count(result["references"]) and all(count(n) for n in counts)
+                and sum(counts) == result["references"]  # (50 + 3 + 1 of 36 references read 138.9% / 8.3% / 2.8%)
+                and all(count(best[k]) for best in measured for k in ("layer", "head"))
+                and all(share(best[k]) for best in measured for k in ("antecedent", "distractor") if k in best)
+                and all(best["ratio"] is None or (number(best["ratio"]) and math.isfinite(best["ratio"])
+                                                  and best["ratio"] >= 0) for best in measured)  # None: no distractor
                 and number(result.get("checkpoint_mtime_ns", 0)))
     except (KeyError, TypeError, AttributeError):  # not a mapping, or a key missing at some level
         return False
@@ -758,6 +779,10 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
     evals = [r for r in metrics if r.get("val_loss") is not None and r.get("train_loss") is not None]
     if off := off_schedule(metrics, cfg):
         note = "\n".join(filter(None, [note, f"note: {shown_path(run_dir)}: {off}"]))
+    probed = read_probe(run_dir)
+    if probed is None and (run_dir / "probe.json").is_file():  # (its columns were left empty without a word)
+        note = "\n".join(filter(None, [note, f"note: {shown_path(run_dir / 'probe.json')} is of other weights than its "
+                                             f"best.pt (trained on since): left out; sweep.py --probe probes it again"]))
     return {
         "run": label if label is not None else str(run_dir),
         "params": count_params(cfg.model),
@@ -768,7 +793,7 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         "final_train_loss": evals[-1]["train_loss"] if evals else None,
         "tokens_per_s": statistics.median(tok_s) if tok_s else None,
         "wall_s": max(elapsed) if elapsed else None,  # train.py's elapsed_s carries over a resume
-        **probe_columns(read_probe(run_dir)),
+        **probe_columns(probed),
         "config": flat_config(cfg),
         "metrics": metrics,
         "data_digest": digest,
