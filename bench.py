@@ -506,7 +506,9 @@ def check_args(args) -> list[str]:
                         "neither it would change nothing; add one, or leave --compile out")
     for item in args.set:  # settings bench.py takes as flags: the config's would be ignored without a word
         key = set_key(item)
-        flag = {"train.dtype": "--dtypes bfloat16 (a list: float32,bfloat16)", "train.compile": "--compile"}.get(key)
+        value = elide(item.split("=", 1)[1].strip(), 40) if "=" in item else ""
+        flag = {"train.dtype": f"--dtypes {value or 'bfloat16'} (a list: float32,bfloat16)",
+                "train.compile": "--compile"}.get(key)
         if flag:
             raise UserError(f"--set {elide(item, 80)}: bench.py measures what its flags ask for, not {key}: "
                             f"give {flag}")

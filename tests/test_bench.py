@@ -805,6 +805,7 @@ def test_flags_that_would_do_nothing_or_lose_the_results_are_refused_at_once(tmp
               r"--steps and the decoding step of --vs-hf: with neither it would change nothing"),
              (["--set", "train.dtype=bfloat16"], r"^--set train.dtype=bfloat16: bench.py measures what its flags ask "
               r"for, not train.dtype: give --dtypes bfloat16"),
+             (["--set", "train.dtype=float16"], r"not train.dtype: give --dtypes float16 \("),  # (not bfloat16)
              (["--set", "train.compile=true"], r"not train.compile: give --compile$"),
              (["--set", "train.init_from=/no/run"], r"^--set train.init_from=/no/run: bench.py times random "
               r"weights of the config's shape, never a run's: drop train.init_from$"),
