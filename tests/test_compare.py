@@ -1530,6 +1530,8 @@ def test_a_listed_difference_shows_the_digits_that_tell_its_intervals_apart():
     [line] = report.differences(groups, ["attribute_ratio"])
     assert line == "attribute_ratio: n_head=1 1.30x [1.30x, 1.30x] vs n_head=2 1.34x [1.34x, 1.34x]"
     assert "± 0.001 [" in report.summary_markdown(groups, ["attribute_ratio"])  # a spread is not '± 0.001x'
+    # the table's own interval, too: `1.3x ± 0.001 [1.3x, 1.3x]` read as no spread
+    assert "| 1.301x ± 0.001 [1.299x, 1.303x] |" in report.summary_markdown(groups, ["attribute_ratio"])
     groups = _groups({1: [0.600, 0.600, 0.601], 2: [0.603, 0.603, 0.604]}, "antecedent")  # shares: 60.0% vs 60.3%
     assert report.differences(groups, ["antecedent"]) == [
         "antecedent: n_head=1 60.03% [59.89%, 60.18%] vs n_head=2 60.33% [60.19%, 60.48%]"]

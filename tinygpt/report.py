@@ -421,8 +421,10 @@ def summary_markdown(groups: Sequence[dict[str, Any]], metrics: Sequence[str]) -
                 cells.append(_num(m, s["mean"]))
             elif s["lo"] is None:  # every seed the same value
                 cells.append(f"{_num(m, s['mean'])} ± 0 (no interval)")
-            else:
-                cells.append(f"{_num(m, s['mean'])} ± {_spread(m, s['std'])} [{_num(m, s['lo'])}, {_num(m, s['hi'])}]")
+            else:  # (digits enough to tell the bounds apart: `1.6x ± 0.00043 [1.6x, 1.6x]` read as no spread)
+                d = apart_digits(m, s["lo"], s["hi"])
+                cells.append(f"{_num(m, s['mean'], d)} ± {_spread(m, s['std'])} [{_num(m, s['lo'], d)}, "
+                             f"{_num(m, s['hi'], d)}]")
             if s["mean"] is not None and s["n"] != g["n"]:
                 cells[-1] += f" (n={s['n']})"
         lines.append(f"| {markdown_cell(g['label'])} | {g['n']} | " + " | ".join(cells) + " |")
