@@ -1054,6 +1054,20 @@ def test_a_diverged_run_does_not_flatten_the_others(monkeypatch):
     assert "off the chart: lr=10000.0 (failed), up to 1.75e+11 at step 20" in note.get_text(), note.get_text()
 
 
+def test_an_unfinished_run_doing_better_sets_the_bottom_of_the_axis(monkeypatch):
+    """An unfinished run at 2.45 beside a finished one at 5.0: the axis fitted the finished run alone
+    (4.97 to 5.19), the unfinished one a line leaving the bottom, its note `up to 2.45`."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    done = {"train.max_iters": 20, "train.seed": 1, "status": "done", "best_val_loss": 4.97,
+            "metrics": [{"step": s, "val_loss": 5.2 - s / 100} for s in range(0, 21, 10)]}
+    going = {"train.max_iters": 100000, "train.seed": 1, "status": "step 900/100000", "best_val_loss": 2.45,
+             "metrics": [{"step": s, "val_loss": 5.2 - s * 0.003} for s in range(0, 901, 50)]}
+    report.seeds_val_loss_png(report.group_by_setting([done, going], ["train.max_iters", "train.seed"]))
+    ax = figures["val_loss.png"].axes[0]
+    assert ax.get_ylim()[0] < 2.5 and not ax.texts, (ax.get_ylim(), [t.get_text() for t in ax.texts])
+
 def test_a_key_that_does_not_apply_is_not_named_none_in_the_settings_legend(monkeypatch):
     """A grid of data.tokenizer=char,bpe x data.bpe_vocab_size=300,400: the char line was `bpe_vocab_size=None`."""
     pytest.importorskip("matplotlib")

@@ -244,8 +244,9 @@ def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = (),
     the axes, where no legend can cover it). A band's edges are no points of their own: counted, a
     setting's band (mean ± std) made each hidden point two. A nan or inf loss (a diverged run) is left
     out: matplotlib draws it as a gap. The `aside` curves, (label, curve), are drawn but not fitted
-    (unfinished and failed runs: one that diverged to 1e11 made the others a flat line), unless there is
-    nothing else; each that leaves the axis is named in the note, with its farthest point."""
+    (unfinished and failed runs: one that diverged to 1e11 made the others a flat line) but where they
+    go lower, unless there is nothing else; each that leaves the axis is named in the note, with its
+    farthest point."""
     def finite(curves: Sequence[Curve]) -> list[Curve]:
         return [(steps, [y if math.isfinite(y) else math.nan for y in ys]) for steps, ys in curves]
     if not curves:
@@ -256,6 +257,11 @@ def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = (),
     if not after:
         return
     low, high = min(after), max(after)
+    # an aside curve's points below are not a divergence's: an unfinished run doing better sets the bottom (it was
+    # a line leaving the chart at the bottom, under an axis fitted to the finished runs alone)
+    below = [y for _, (steps, ys) in aside if len(steps) for x, y in zip(steps, ys)
+             if x > 0 and x >= EARLY * max(steps) and math.isfinite(y) and y < low]
+    low = min([low, *below])
     highest = max(y for _, ys in fitted for y in ys if not math.isnan(y))
     if highest <= high + SQUASH * (high - low):
         high = highest
@@ -271,7 +277,8 @@ def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = (),
         outside = [(x, y) for x, y in zip(steps, ys) if math.isfinite(y) and not low - pad <= y <= top]
         if outside:
             step, loss = max(outside, key=lambda p: abs(p[1] - (low + high) / 2))
-            notes.append(plain_text(f"off the chart: {label}, up to {loss:.3g} at step {step:.0f}"))
+            way = "up" if loss > top else "down"
+            notes.append(plain_text(f"off the chart: {label}, {way} to {loss:.3g} at step {step:.0f}"))
     if notes:  # (right-aligned at the axes' right end: wrapped to the width left of it)
         ax.annotate(fit_width("\n".join(notes), ax.figure, 0.6 * 8, share=0.85), xy=(1.0, 0.0),
                     xycoords="axes fraction", xytext=(0, -34),
