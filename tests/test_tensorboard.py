@@ -498,7 +498,7 @@ def test_a_killed_sessions_late_events_do_not_outlive_a_session_without_the_flag
     args = [str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS, "train.max_iters=40",
             f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"]
     train.main([*args, "--stop-at", "20"])
-    at_20 = {name: (run / name).read_bytes() for name in ("ckpt.pt", "metrics.csv")}
+    at_20 = {name: (run / name).read_bytes() for name in ("ckpt.pt", "best.pt", "metrics.csv")}
     train.main([*args, "--resume", "--stop-at", "30"])  # logs 25 and 30 ...
     for name, data in at_20.items():  # ... and is killed before its checkpoint: as if it never saved
         (run / name).write_bytes(data)
