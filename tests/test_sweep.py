@@ -1691,6 +1691,19 @@ def test_default_run_table_merges_outputs_and_names_the_old_unseeded_run(tmp_pat
     assert "| 0.55x |" in lines[2]  # 600 s against the old runs' mean, 1,100
 
 
+@pytest.mark.parametrize("last", [0, 20])
+def test_the_step_axis_has_whole_steps(tmp_path, monkeypatch, last):
+    """loss.png of a 20-step run had ticks at 2.5, 7.5, ...; of a 0-step run at -0.04 to 0.04."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    figures = capture_figures(monkeypatch)
+    runs.write_metrics(tmp_path, [{"step": s, "train_loss": "6.9", "val_loss": "6.9"} for s in sorted({0, last})])
+    plots.plot_run(tmp_path)
+    ax = figures["loss.png"].axes[0]
+    FigureCanvasAgg(figures["loss.png"]).draw()
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
 def test_a_single_log_row_is_drawn_as_a_point(tmp_path, monkeypatch):
     """A one-step run's train curve was a line through one point: drawn, but nothing to see."""
     pytest.importorskip("matplotlib")

@@ -228,6 +228,11 @@ def grow_for(fig, legend) -> None:
     fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + box.height / fig.dpi + 0.1)
 
 
+def step_axis(ax) -> None:
+    """Ticks at whole steps only (a 20-step run read 0, 2.5, 5.0, 7.5; a 0-step run -0.04 to 0.04)."""
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # (one step: the tick 0 alone)
+
 EARLY = 0.05  # the first 5% of the steps are left out when choosing the y-range...
 SQUASH = 1.0  # ...if the points there would more than double its height
 
@@ -359,6 +364,7 @@ def val_loss_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
                             color=line.get_color(), alpha=0.2, linewidth=0)
         curves.append((steps, mean))
         edges += [(steps, [m + d for m, d in zip(mean, std)]), (steps, [m - d for m, d in zip(mean, std)])]
+    step_axis(ax)
     ax.set(xlabel="step", ylabel="val loss (nats/token)",
            title="validation loss" + (": mean ± 1 std over seeds (n per line)" if banded else "")
            + (f"\n({APART.replace(': ', ':' + chr(10))})" if apart else ""))  # (on one line: wider than the picture)
@@ -562,6 +568,7 @@ def plot_run(run_dir: str | Path, guard: Callable[[], None] | None = None) -> Pa
         ax.plot(*curves[-1], marker=".", label="train (eval)")
     curves.append(([m["step"] for m in evals], [m["val_loss"] for m in evals]))
     ax.plot(*curves[-1], marker="o", label="val")
+    step_axis(ax)
     ax.set(xlabel="step", ylabel="loss (nats/token)", title=title_text(f"{run_dir.resolve().name}: loss"))
     ax.grid(alpha=0.3)
     focus_y(ax, curves)
