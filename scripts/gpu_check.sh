@@ -2,7 +2,8 @@
 # The GPU check: on a CUDA machine, in under 10 minutes, everything a GPU user relies on, ending in
 # one table (docs/results.md keeps the table of each GPU it ran on).
 #
-#   bash scripts/gpu_check.sh              # from the repository root, with requirements installed
+#   bash scripts/gpu_check.sh              # from the repository root, with requirements.txt and
+#                                          # requirements-dev.txt installed (transformers: stages 4 and 6)
 #   REHEARSE=1 bash scripts/gpu_check.sh   # every stage on the CPU with a tiny model: checks this
 #                                          # script itself where no GPU is at hand (a few minutes)
 #   bash scripts/gpu_check.sh --help       # this text (it takes no other argument)
@@ -32,7 +33,7 @@
 # Exit code: 0 when every stage that ran passed (one skipped for lack of budget is no failure, only
 # a row that says so); 1 when one failed or ran out of time (the table still prints, then one line
 # naming them) or the table itself failed; 2, with one line and before any stage, for a bad setting: BUDGET not 15 to 86400
-# seconds, REHEARSE not 0 or 1 (empty: 0), a PYTHON that cannot import torch, no tiny shakespeare,
+# seconds, REHEARSE not 0 or 1 (empty: 0), a PYTHON that cannot import torch or transformers, no tiny shakespeare,
 # an OUT that cannot be made or written, that holds what the check does not write or that another check
 # is using, or no GPU without REHEARSE=1.
 #
@@ -77,7 +78,7 @@ check_budget() {
     BUDGET=$seconds
 }
 
-# check_python: $PY runs and imports torch; else every stage failed (exit 127) under an exit 0, and
+# check_python: $PY runs and imports torch and transformers; else every stage failed (exit 127) under an exit 0, and
 # without REHEARSE the missing command was blamed on a missing GPU
 check_python() {
     local who="PYTHON=$PY"
@@ -85,6 +86,9 @@ check_python() {
     command -v "$PY" > /dev/null || die "$who is not a command that runs here"
     "$PY" -c "import torch" 2> /dev/null \
         || die "$who cannot import torch: set PYTHON to the Python that holds the requirements"
+    # (stages 4 and 6 measure against transformers' generate: without it both failed after minutes)
+    "$PY" -c "import transformers" 2> /dev/null \
+        || die "$who cannot import transformers, which stages 4 and 6 compare decoding with: pip install -r requirements-dev.txt"
 }
 
 # What the check writes in OUT, and all it ever deletes there: each stage's output, the bench

@@ -103,6 +103,18 @@ def test_gpu_check_refuses_bad_settings_before_any_work(gpu_check, env, names):
     assert [p.name for p in out.iterdir()] == ["status"] and (out / "status").read_text() == "an earlier check's"
 
 
+def test_gpu_check_without_transformers_is_refused_before_any_work(gpu_check, tmp_path):
+    """Stages 4 and 6 compare decoding with transformers' generate: installed from requirements.txt alone,
+    both failed after minutes, and the KV-cache figures with them."""
+    run, out = gpu_check
+    python = tmp_path / "torch_only"
+    python.write_text('#!/bin/sh\ncase "$2" in\n  "import torch"*) exit 0 ;;\nesac\nexit 1\n')
+    python.chmod(0o755)
+    r = run(PYTHON=str(python))
+    assert refused(r, f"PYTHON={python}", "transformers", "requirements-dev.txt"), (r.returncode, r.stderr)
+    assert [p.name for p in out.iterdir()] == ["status"]
+
+
 @pytest.mark.parametrize("where", ["file", "file/below"])
 def test_gpu_check_refuses_an_out_it_cannot_make(gpu_check, tmp_path, where):
     """OUT a file (or a folder under one): mkdir's error, then 9 more and a table of 'did not run',
