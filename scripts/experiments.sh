@@ -83,6 +83,13 @@ if command -v flock > /dev/null; then
     exit 2
   fi
 fi
+# part ablation alone trains the default's 3 seeds where they are missing: a folder of them left unfinished
+# (a stopped part default) would be refused by default_run with advice this script takes no flag for
+if [[ $what == ablation && -e $OUT/default_run && ! -d $OUT/default_run/seed1339/run ]]; then
+  echo "error: $OUT/default_run holds an unfinished run of part default (no seed1339/run), where part ablation" \
+       "trains the seeds it lacks: move or delete it (or run part default to its end) to run the part" >&2
+  exit 2
+fi
 # the parts whose scripts refuse to train over an earlier run (their message names their own --out-dir):
 # refused here, before any part's work, naming the folder to move
 declare -A own=([default]=default_run [foundation]="stories shakespeare" [speedrun]=speedrun)

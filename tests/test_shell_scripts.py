@@ -518,6 +518,15 @@ def test_experiments_names_the_earlier_run_a_part_would_train_over(experiments, 
     assert not mark.exists()
 
 
+def test_experiments_ablation_names_an_unfinished_default_run(experiments):
+    """Part ablation over a default_run/ a stopped part default left: default_run refused it with `choose another
+    --out`, a flag experiments.sh does not take. Now the folder is named, before any work."""
+    run, out, mark = experiments
+    (out / "default_run" / "seed1337").mkdir(parents=True)
+    r = run("ablation")
+    assert refused(r, f"{out / 'default_run'}", "seed1339/run") and r.stderr.startswith("error: "), r.stderr
+    assert not mark.exists()
+
 def test_experiments_reads_a_relative_shakespeare_from_where_it_is_run(experiments, tmp_path):
     """`cd data && SHAKESPEARE=tinyshakespeare.txt bash .../experiments.sh bench`: `no tiny
     shakespeare at tinyshakespeare.txt` (it was looked for from the repository root)."""
