@@ -10,10 +10,12 @@ Ends with one JSON line.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,7 @@ document.getElementById("title").textContent = "RENDER_MS=" + ((performance.now(
 </body>"""
 
 
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")  # (the tests look for these)
 BROWSER_TIMEOUT_S = 120
 PAGES = {"init": 1.0, "sharp": 20.0}  # each page's name, and how much its queries are sharpened
 
@@ -54,19 +57,28 @@ def render_ms(page: str, out: Path, name: str = "explorer_bench.html") -> float 
     or None without a browser (or when the page did not report its time)."""
     path = out / name
     atomic_write_text(path, page.replace("</body>", TIMING))
-    browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    browser = next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
     if browser is None:
         return None
-    # its profile and temp files in a folder of ours: stopped (Ctrl-C, kill), it left a folder in $TMPDIR
-    try:
-        with tempfile.TemporaryDirectory(prefix="tinygpt-chromium-", ignore_cleanup_errors=True) as own:
-            done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={own}",
-                                   "--dump-dom", path.resolve().as_uri()], capture_output=True, text=True,
-                                  timeout=BROWSER_TIMEOUT_S, env={**os.environ, "TMPDIR": own})
-    except subprocess.TimeoutExpired:
-        raise UserError(f"{browser} did not render {path} within {BROWSER_TIMEOUT_S} s (a busy machine?); "
-                        f"run it again when the machine is quieter") from None
-    match = re.search(r"RENDER_MS=([\d.]+)", done.stdout)
+    # its profile and temp files in a folder of ours: stopped (Ctrl-C, kill), it left a folder in $TMPDIR. The
+    # browser and its helpers are a process group of their own, ended and waited for before the folder goes:
+    # a Ctrl-C reached them too, and they wrote on into the folder as it was removed (it stayed, 1 time in 4)
+    with tempfile.TemporaryDirectory(prefix="tinygpt-chromium-", ignore_cleanup_errors=True) as own:
+        browsing = subprocess.Popen([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={own}",
+                                     "--dump-dom", path.resolve().as_uri()], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True, env={**os.environ, "TMPDIR": own},
+                                    start_new_session=True)
+        try:
+            stdout, _ = browsing.communicate(timeout=BROWSER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"{browser} did not render {path} within {BROWSER_TIMEOUT_S} s (a busy machine?); "
+                            f"run it again when the machine is quieter") from None
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(browsing.pid, signal.SIGKILL)  # (its helpers too, once it has ended)
+            browsing.wait()
+            shutil.rmtree(own, ignore_errors=True)  # (what its helpers wrote last, while they were ended)
+    match = re.search(r"RENDER_MS=([\d.]+)", stdout)
     return float(match.group(1)) if match else None
 
 

@@ -31,10 +31,10 @@ from tinygpt.attention_view import TOP_N, step_percent, token_label
 from tinygpt.errors import UserError
 from tinygpt.tokenizer import CharTokenizer
 from data.stories import generate_stories
+from scripts.explorer_bench import BROWSERS  # (the benchmark's: one list)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 TEXT = "The cat sat on the mat."
 N_NEW = 6
 
