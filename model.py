@@ -5,8 +5,8 @@ Tq queries and Tk keys (T_q, T_k as arguments): Tk = cached + new positions, Tq 
 W the generation window's length (at most block_size).
 Read top to bottom: masked_softmax, causal_mask -> attention (the formula) -> matmul_attention,
 fast_attention (the same maths in faster kernels) -> HeadTrace -> CausalSelfAttention (heads) -> MLP
--> Block -> GPT -> cross_entropy -> KVCache -> next_token_probs, sample_next -> Step, generate_steps,
-generate (token by token).
+-> Block -> GPT -> cross_entropy -> KVCache -> check_sampling, next_token_probs (top_k_filter,
+nucleus_filter), sample_next -> Step, generate_steps, generate (token by token).
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V,   Q = X W_Q, K = X W_K, V = X W_V, d_k = hs
 
@@ -146,16 +146,17 @@ class CausalSelfAttention(nn.Module):
         positions and attends over the cached ones too."""
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
-        # 1) project: every position makes a query, a key and a value; 2) split them into heads
+        # 1) project: every position makes a query, a key and a value, each split into nh heads of hs
         q = self.q_proj(x).view(B, T, nh, hs)  # (B, T, C) -> (B, T, nh, hs)
         k = self.k_proj(x).view(B, T, nh, hs)  # (B, T, nh, hs)
         v = self.v_proj(x).view(B, T, nh, hs)  # (B, T, nh, hs)
+        # 2) with a cache, the past positions' keys and values come first (KVCache, below)
         if kv_cache is not None:
-            k, v = kv_cache.append(k, v)  # (B, Tk, nh, hs): the past keys and values, then ours (KVCache, below)
-        # 2) continued: heads first, (B, nh, T, hs), so that every head's matmuls run as one batch
+            k, v = kv_cache.append(k, v)  # (B, Tk, nh, hs): the cached ones, then ours
+        # 3) heads first, (B, nh, T, hs), so that every head's matmuls run as one batch
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs), k v (B, nh, Tk, hs)
         Tk = k.size(2)
-        # 3) scores, mask, softmax  4) weight the values
+        # 4) scores, mask, softmax, then the weighted sum of the values
         dropout_p = self.attn_dropout_p if self.training else 0.0
         if need_weights:  # the readable path, exactly the formula
             mask = causal_mask(T, Tk, x.device) if self.causal else None  # (T, Tk): our T are the last of the Tk
@@ -163,7 +164,7 @@ class CausalSelfAttention(nn.Module):
             trace = HeadTrace(att, y)
         else:  # the fast path: the same maths under the same mask, no weights
             y, trace = fast_attention(q, k, v, self.causal, dropout_p), None  # (B, nh, T, hs)
-        # 5) merge heads (concatenate), project
+        # 5) merge the heads (concatenate them), project
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): view needs the memory in that order
         return self.resid_dropout(self.out_proj(y)), trace  # (B, T, C)
 
@@ -328,11 +329,9 @@ class KVCache:
         return self.k[:, :self.length], self.v[:, :self.length]
 
 
-def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                     top_p: float | None = None) -> torch.Tensor:
-    """logits (B, V) -> the probabilities the next token is drawn from (B, V): softmax of logits / temperature,
-    keeping only the top_k tokens and the top_p nucleus (ties with the k-th largest logit, or with the least likely
-    token of the nucleus, kept too). Settings with no meaning raise ValueError."""
+def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """Sampling settings with no meaning raise ValueError, greedy's too (temperature 0 ignores top_k and
+    top_p, but a top_k of -5 is a mistake whatever the temperature)."""
     # a negative temperature would turn the distribution upside down without a word
     if not (0 <= temperature < math.inf):  # (a NaN fails every comparison)
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), not {temperature}")
@@ -340,25 +339,44 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
         raise ValueError(f"top_k must be >= 1 (None: every token), not {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (None: no nucleus), not {top_p}")
+
+
+def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                     top_p: float | None = None) -> torch.Tensor:
+    """logits (B, V) -> the probabilities the next token is drawn from (B, V): softmax of logits / temperature,
+    keeping only the top_k tokens and the top_p nucleus (ties kept: top_k_filter, nucleus_filter)."""
+    check_sampling(temperature, top_k, top_p)
     logits = logits.float()
     if temperature == 0:  # greedy: sample_next takes the argmax, whatever top_k and top_p say; unfiltered
         return torch.softmax(logits, dim=-1)  # (B, V)
-    # the largest logit becomes 0 before dividing, so a tiny temperature cannot overflow to inf
+    # 1) temperature; the largest logit becomes 0 before dividing, so a tiny temperature cannot overflow to inf
     logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature  # (B, V), all <= 0
+    # 2) top-k, on the logits
     if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        logits = top_k_filter(logits, top_k)
     probs = torch.softmax(logits, dim=-1)  # (B, V)
+    # 3) the nucleus, on the probabilities
     if top_p is not None and top_p < 1.0:
-        # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
-        sorted_p, order = torch.sort(probs, dim=-1, descending=True)  # (B, V)
-        drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # (B, V) bool: mass before this token already >= p
-        drop[:, 0] = False  # the most likely token always stays (a tiny p is 0 in float32)
-        least = sorted_p.masked_fill(drop, float("inf")).amin(dim=-1, keepdim=True)  # (B, 1) least likely kept
-        drop = sorted_p < least  # (B, V) bool: tokens tied with it stay too (the sort's order must not choose)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))  # (B, V), unsorted
-        probs = probs / probs.sum(dim=-1, keepdim=True)
+        probs = nucleus_filter(probs, top_p)
     return probs
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """logits (B, V) with all but the k largest of each row set to -inf (those tied with the k-th kept)."""
+    kth = torch.topk(logits, k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest
+    return logits.masked_fill(logits < kth, float("-inf"))  # (B, V)
+
+
+def nucleus_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
+    """probs (B, V) -> the smallest set of most likely tokens whose mass reaches p, renormalised (B, V);
+    the most likely token always stays, and tokens tied with the least likely kept one stay too."""
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True)  # (B, V)
+    past_p = sorted_p.cumsum(dim=-1) - sorted_p >= p  # (B, V) bool: the mass before this token already reaches p
+    past_p[:, 0] = False  # (a tiny p is 0 in float32: the first token must stay)
+    least = sorted_p.masked_fill(past_p, float("inf")).amin(dim=-1, keepdim=True)  # (B, 1) least likely kept
+    below_least = sorted_p < least  # (B, V) bool: dropped; ties with `least` stay (the sort's order must not choose)
+    kept = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(below_least, 0.0))  # (B, V), unsorted
+    return kept / kept.sum(dim=-1, keepdim=True)
 
 
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
@@ -366,6 +384,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     """logits (B, V) -> next token ids (B,). temperature 0 = greedy (argmax). Logits that are not
     finite (weights that overflow float32: a diverged or damaged model) raise FloatingPointError:
     argmax would pick garbage among NaNs, and multinomial fail."""
+    check_sampling(temperature, top_k, top_p)
     if not torch.isfinite(logits.amax(dim=-1)).all():  # (B,): a NaN or +inf logit is the max
         raise FloatingPointError("the model's logits are not finite (NaN or inf): its weights overflow float32 "
                                  "(a diverged or damaged model)")

@@ -386,13 +386,17 @@ def test_tiny_temperature_is_near_greedy_not_nan():
 ])
 def test_sampling_settings_with_no_meaning_are_refused_by_name(setting, match):
     """next_token_probs and sample_next, called from code, name the setting (sample.py refuses its flags alike);
-    at temperature 0 sample_next takes the argmax, whatever top_k and top_p say."""
+    at temperature 0 sample_next takes the argmax, whatever valid top_k and top_p say, and refuses invalid ones."""
     logits = torch.tensor([[2.0, 1.0, 0.0]])
     args = {"temperature": 1.0, **setting}
     with pytest.raises(ValueError, match=match):
         next_token_probs(logits, **args)
     with pytest.raises(ValueError, match=match):
         sample_next(logits, **args)
+    if "temperature" not in setting:  # greedy too: it took the argmax of generate(top_k=-5), unsaid
+        with pytest.raises(ValueError, match=match):
+            sample_next(logits, **{**args, "temperature": 0.0})
+    assert sample_next(logits, temperature=0.0, top_k=2, top_p=0.5).tolist() == [0]  # (valid: ignored)
 
 
 def test_a_model_without_the_causal_mask_generates_without_the_cache(tiny_model_config):
