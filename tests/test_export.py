@@ -951,7 +951,15 @@ def test_import_says_what_is_wrong_with_the_weight_files(tmp_path):
     folder.mkdir()
     shutil.copy(tmp_path / "hf" / "config.json", folder / "config.json")
     (folder / "model.safetensors.index.json").write_text("{}")
-    with pytest.raises(UserError, match=r"holds a sharded checkpoint, which is not supported; save it as one file"):
+    with pytest.raises(UserError, match=r"holds a sharded checkpoint \(model.safetensors.index.json\), which is not "
+                                        r"supported; save it as one file"):
+        hf.load_hf_gpt2(folder)
+    # shards beside an older pytorch_model.bin (a sharded save into its folder): transformers loads the shards,
+    # the import took the .bin's weights without a word
+    shutil.copy(tmp_path / "hf" / "model.safetensors", tmp_path / "weights.safetensors")
+    torch.save(hf.load_safetensors(tmp_path / "weights.safetensors"), folder / "pytorch_model.bin")
+    with pytest.raises(UserError, match=r"holds a sharded checkpoint \(model.safetensors.index.json\), which is not "
+                                        r"supported, and which transformers loads before its pytorch_model.bin; "):
         hf.load_hf_gpt2(folder)
     (folder / "model.safetensors.index.json").unlink()
     torch.save([torch.zeros(2)], folder / "pytorch_model.bin")

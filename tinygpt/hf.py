@@ -563,9 +563,15 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
 
 def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
     """model.safetensors, else pytorch_model.bin (weights_only) -> GPT-2 tensors without the
-    'transformer.' prefix, minus the causal-mask buffers some files carry."""
+    'transformer.' prefix, minus the causal-mask buffers some files carry. Sought in transformers'
+    order: its shards come before pytorch_model.bin (a sharded save into a folder that held an older
+    .bin left both, and the import took the old weights transformers never loads)."""
     if (folder / "model.safetensors").is_file():
         tensors = load_safetensors(folder / "model.safetensors")
+    elif (folder / "model.safetensors.index.json").exists():
+        before = ", and which transformers loads before its pytorch_model.bin" * (folder / "pytorch_model.bin").exists()
+        raise UserError(f"{folder} holds a sharded checkpoint (model.safetensors.index.json), which is not supported"
+                        f"{before}; save it as one file: model.save_pretrained(dir, max_shard_size='100GB')")
     elif (folder / "pytorch_model.bin").is_file():
         tensors = torch_load(folder / "pytorch_model.bin")  # weights_only: refused pickles are one line
         if not isinstance(tensors, dict) or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
