@@ -1025,3 +1025,45 @@ def test_a_test_that_hangs_fails_the_suite_instead_of_hanging_it(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
     assert done.returncode == 1 and time.monotonic() - start < 100, done.stdout
     assert "crashed while running 'tests/test_hang.py::test_hangs'" in done.stdout, done.stdout
+
+
+def sparse(path: Path, size: int = 70 << 20) -> Path:
+    """path grown to `size` bytes by a hole (a few KB on disk): what `truncate -s` makes."""
+    with open(path, "ab") as f:
+        f.truncate(size)
+    return path
+
+
+def test_files_of_holes_are_refused_before_they_are_read(tmp_path, monkeypatch):
+    """Small files on disk, large in size, each read whole before it was found damaged: a safetensors whose
+    bias claimed 8 GB (10.7 GB of memory), a metrics.csv of 250 MB (2 GB), a best.pt of 8 GB hashed for a
+    probe.json (28 s), a TensorBoard event file of 1 GB walked 16 bytes at a time (67 M steps)."""
+    from tinygpt import hf, runs, tensorboard_log
+    from tinygpt.checkpoint import mostly_holes
+    from tinygpt.errors import UserError
+    weights = tmp_path / "model.safetensors"
+    hf.save_safetensors(weights, {"w": torch.zeros(4)}, {"format": "pt"})
+    if not mostly_holes(sparse(weights)):
+        pytest.skip("this file system keeps no holes")
+    started = time.monotonic()
+    with pytest.raises(UserError, match=r"model.safetensors is not a valid safetensors file: most of its 73,400,320 "
+                                        r"bytes were never written \(a file of holes\)"):
+        hf.load_safetensors(weights)
+    run = tmp_path / "run"
+    run.mkdir()
+    runs.write_metrics(run, [{"step": 0, "train_loss": "4.0", "val_loss": "4.0"}])
+    sparse(run / "metrics.csv")
+    with pytest.raises(UserError, match=r"metrics.csv is damaged or not a tinygpt metrics file \(most of its "
+                                        r"73,400,320 bytes were never written: a file of holes\)$"):
+        runs.read_metrics(run)
+    (run / "metrics.csv").unlink()
+    sparse(run / "best.pt")
+    (run / "probe.json").write_text('{"references": 0, "behaviour": {"antecedent": 0, "distractor": 0, "other": 0}, '
+                                    '"attention_attribute": {"best": null}, "attention": {"best": null}, '
+                                    '"checkpoint_mtime_ns": 1, "checkpoint_sha256": "x"}')
+    monkeypatch.setattr(runs, "file_sha256", lambda path: pytest.fail("a file of holes was hashed"))
+    assert runs.read_probe(run) is None
+    events = tmp_path / "events.out.tfevents.0"
+    events.write_bytes(bytes(1 << 20))  # (zeros: every record length 0)
+    assert tensorboard_log.whole_records(sparse(events)) == float("inf")
+    assert time.monotonic() - started < 10

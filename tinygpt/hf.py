@@ -63,8 +63,8 @@ import torch
 
 from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, file_kind, is_utf8,
-                                load_model, load_weights, odd_file, resolve_checkpoint, resolved, save_checkpoint,
-                                sweep_folder_temp_files, torch_load)
+                                load_model, load_weights, mostly_holes, odd_file, resolve_checkpoint, resolved,
+                                save_checkpoint, sweep_folder_temp_files, torch_load)
 from tinygpt.config import MAX_INT, Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, shell_join, short
 from tinygpt.runs import LOCK, RUN_FILES, training_note, training_now, write_config
@@ -115,6 +115,9 @@ def load_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
         open(path, "rb").close()  # (safetensors says an unreadable file is "No such file or directory")
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
+    if mostly_holes(path):  # (a tensor's bytes in a hole, claimed as 8 GB of a bias: 10.7 GB read to check it)
+        raise UserError(f"{path} is not a valid safetensors file: most of its {path.stat().st_size:,} bytes were "
+                        f"never written (a file of holes), as no safetensors writer leaves them")
     try:
         if is_utf8(str(path)):
             return st.load_file(str(path))
@@ -638,7 +641,9 @@ def _hf_to_tinygpt(hf: dict[str, Any], w: dict[str, torch.Tensor], folder: Path,
     ln_f_bias = get("ln_f.bias", (C,))  # (zeros where the tinygpt model had no biases, as every bias then)
     if bias:
         sd["ln_f.bias"] = ln_f_bias
-    if "lm_head.weight" in w and not torch.equal(w["lm_head.weight"].float(), sd["tok_emb.weight"]):
+    head = w.get("lm_head.weight")  # (its shape first: a float16 head of a claimed 1 GB took 3.4 GB as float32)
+    if head is not None and (head.shape != sd["tok_emb.weight"].shape or not torch.equal(head.float(),
+                                                                                           sd["tok_emb.weight"])):
         raise UserError(f"{folder}: lm_head.weight is not tied to wte, but tinygpt's LM head is the embedding")
     sd["lm_head.weight"] = sd["tok_emb.weight"]
     extra = sorted(set(w) - used)  # e.g. the weights of layers config.json does not have: they would be dropped

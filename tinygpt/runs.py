@@ -31,8 +31,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, checkpoint_config, dead_link, file_kind,
-                                load_checkpoint, make_folder, not_regular, of_two_runs, peek_checkpoint, prepared_data,
-                                remove_empty, resolved, run_around, saved_step_and_data)
+                                load_checkpoint, make_folder, mostly_holes, not_regular, of_two_runs, peek_checkpoint,
+                                prepared_data, remove_empty, resolved, run_around, saved_step_and_data)
 from tinygpt.config import (MAX_INT, RUN_HEADER, Config, config_from_dict, config_to_yaml, flat_config, is_run_config,
                             is_run_header, is_runs_own_config, read_yaml, same_path, set_word)
 from tinygpt.errors import (UserError, count, first_few, read_capped, reason, shell_quote, short, shown_as_unicode,
@@ -464,6 +464,8 @@ def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, A
     if not path.is_file():
         return []
     damaged = f"{path} is damaged or not a tinygpt metrics file"
+    if mostly_holes(path):  # (a sparse 250 MB file, 8 KB on disk, took 2 GB to be found damaged)
+        raise UserError(f"{damaged} (most of its {path.stat().st_size:,} bytes were never written: a file of holes)")
     data = read_capped(path, MAX_METRICS_BYTES,
                        lambda size: f"{damaged} (larger than the {MAX_METRICS_BYTES >> 20} MiB a run writes)")
     try:
@@ -630,8 +632,9 @@ def read_probe(run_dir: str | Path) -> dict[str, Any] | None:
     if not _is_probe(result):
         raise DamagedProbe(f"{path} does not hold the probe's figures (sweep.py --probe writes them)")
     best = Path(run_dir) / "best.pt"
-    if best.is_file() and result.get("checkpoint_mtime_ns") != best.stat().st_mtime_ns and \
-            result.get("checkpoint_sha256") != file_sha256(best):  # (a copy, `cp -r`, has new times: its bytes tell)
+    if best.is_file() and result.get("checkpoint_mtime_ns") != best.stat().st_mtime_ns and (
+            mostly_holes(best) or result.get("checkpoint_sha256") != file_sha256(best)):  # (a copy, `cp -r`, has
+        # new times: its bytes tell; not those of a file of holes, 8 GB hashed for nothing)
         return None  # a stale probe of older weights
     return result
 
