@@ -12,25 +12,25 @@ takes their model), one that differs from another only in a data key its tokeniz
 run's data.bpe_vocab_size: the same run), or a value given twice, is skipped with a note. Each valid one
 trains into its own run directory under the sweep folder (default out/sweeps/<config stem>), named after its
 values, e.g. `n_head=4,n_embd=128` (a hash of the values added where a value holds a character a name cannot,
-`dataset=d_x.txt-1f0e3a2b` for d/x.txt, or where two names differ only in case). Running the same command again skips finished runs (ckpt.pt at
-max_iters), resumes unfinished ones from their ckpt.pt, and restarts a run that stopped before its first
-checkpoint (a finished run's config.yaml or metrics.csv lost or damaged, or its config.yaml edited, is
-restored from its ckpt.pt); a run the folder holds under another name with the same settings (the grid's
-keys given in another order, --seeds added to a sweep without it: its run is that of the config's
-train.seed) is skipped or resumed there, a line saying so (new runs keep their names). A second sweep on the
-same folder while one runs is refused at once, one line naming the other's process id (the sweep folder is
-locked for the whole sweep). A run directory it cannot reuse (trained with other settings, say another --set
-or train.max_iters, over which the learning rate decays; trained on a data.dataset file that changed since;
-holding best.pt but no ckpt.pt; a finished run whose metrics.csv is damaged or gone, its ckpt.pt an older
-tinygpt's, carrying no rows; a folder of files no run wrote) refuses the sweep before anything is trained,
-the folder's report left as it was; so does a run train.py would refuse at its start (a train.device this
-machine lacks, a data.dataset that is not there, its run folder in use by another training, a file, a link
-to nothing or holding a config.yaml of the user's, a model that cannot fit in memory, a model.block_size
-longer than a split of its data, which the sweep prepares as its first run would), one line naming the run
-and the key. Runs of another grid in the folder stay, but are not in this sweep's report, which replaces the
+`dataset=d_x.txt-1f0e3a2b` for d/x.txt, or where two names differ only in case). Running the same command
+again skips finished runs (ckpt.pt at max_iters), resumes unfinished ones from their ckpt.pt, and restarts a
+run that stopped before its first checkpoint (a finished run's config.yaml or metrics.csv lost or damaged, or
+its config.yaml edited, is restored from its ckpt.pt); a run the folder holds under another name with the same
+settings (the grid's keys given in another order, --seeds added to a sweep without it: its run is that of the
+config's train.seed) is skipped or resumed there, a line saying so (new runs keep their names). A second sweep
+on the same folder while one runs is refused at once, one line naming the other's process id (the sweep folder
+is locked for the whole sweep). A run directory it cannot reuse (trained with other settings, say another
+--set or train.max_iters, over which the learning rate decays; trained on a data.dataset file that changed
+since; holding best.pt but no ckpt.pt; a finished run whose metrics.csv is damaged or gone, its ckpt.pt an
+older tinygpt's, carrying no rows; a folder of files no run wrote) refuses the sweep before anything is
+trained, the folder's report left as it was; so does a run train.py would refuse at its start (a train.device
+this machine lacks, a data.dataset that is not there, its run folder in use by another training, a file, a
+link to nothing or holding a config.yaml of the user's, a model that cannot fit in memory, a model.block_size
+longer than a split of its data, which the sweep prepares as its first run would), one line naming the run and
+the key. Runs of another grid in the folder stay, but are not in this sweep's report, which replaces the
 folder's sweep report: a note says so before any training (--out keeps two sweeps' reports apart); a
-comparison's report there, a file of a report's name that no report wrote, a Hugging Face export's folder or
-a folder inside a run, is refused. The report's files are replaced together or not at all (compare.py's
+comparison's report there, a file of a report's name that no report wrote, a Hugging Face export's folder or a
+folder inside a run, is refused. The report's files are replaced together or not at all (compare.py's
 docstring). At the end it prints the table and writes results.md, results.csv, summary.csv, val_loss.png and
 settings.png (with matplotlib; settings.png for two settings or more) into the sweep folder: the same report
 as compare.py.

@@ -917,11 +917,11 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
                     if ckpt is not None and trains_on(t, ckpt["step"], args.stop_at)
                     else None)  # (else trained_with's note says nothing is trained)
     if changed_note and (ahead := best_pt_ahead(out_dir, ckpt)):
-        raise UserError(f"--resume: {out_dir / 'best.pt'} is of step {ahead:,}, after ckpt.pt's step {ckpt['step']:,} "
-                        f"(ckpt.pt's later save failed or was stopped), and the resume changes the training settings "
-                        f"({changed_note.split('with ', 1)[-1].split(':', 1)[0]}): best.pt of the steps it undoes would "
-                        f"stay unless beaten; resume with the run's own settings, which train those steps again, "
-                        f"or move best.pt away")
+        changed = changed_note.split("with ", 1)[-1].split(":", 1)[0]  # (the note's settings, `train.lr=...`)
+        raise UserError(f"--resume: {out_dir / 'best.pt'} is of step {ahead:,}, after ckpt.pt's step "
+                        f"{ckpt['step']:,} (ckpt.pt's later save failed or was stopped), and the resume changes the "
+                        f"training settings ({changed}): best.pt of the steps it undoes would stay unless beaten; "
+                        f"resume with the run's own settings, which train those steps again, or move best.pt away")
     best_gone = ckpt is not None and math.isfinite(ckpt["best_val_loss"]) and not (out_dir / "best.pt").exists()
     best_note = (f"note: --resume: {out_dir} has no best.pt (removed since?): it is written again only at an "
                  f"evaluation that beats the run's best val loss, {ckpt['best_val_loss']:.4f}; sample.py reads ckpt.pt "

@@ -649,6 +649,7 @@ def test_a_best_pt_ahead_of_ckpt_pt_is_not_kept_by_a_resume(tmp):
     assert train.main(base + ["--resume"])["step"] == 30  # its own settings: steps 10-20 again, best.pt rewritten
     assert load_checkpoint(out / "best.pt")["step"] >= 20
 
+
 def test_a_row_added_to_metrics_csv_before_the_checkpoints_step_is_not_resumed_over(tmp):
     """A row appended by hand to a stopped run's metrics.csv, at a step ckpt.pt has seen, passed as
     "written later": a sweep's rerun reported it as the run's loss, and --resume dropped it unsaid."""

@@ -1068,6 +1068,7 @@ def test_an_unfinished_run_doing_better_sets_the_bottom_of_the_axis(monkeypatch)
     ax = figures["val_loss.png"].axes[0]
     assert ax.get_ylim()[0] < 2.5 and not ax.texts, (ax.get_ylim(), [t.get_text() for t in ax.texts])
 
+
 def test_a_key_that_does_not_apply_is_not_named_none_in_the_settings_legend(monkeypatch):
     """A grid of data.tokenizer=char,bpe x data.bpe_vocab_size=300,400: the char line was `bpe_vocab_size=None`."""
     pytest.importorskip("matplotlib")

@@ -575,8 +575,8 @@ def test_a_bare_tilde_in_a_file_is_told_apart_from_the_home_folder(tmp_path):
 
 
 @pytest.mark.parametrize("text, sets, expected", [
-    ("model:\n  n_layer:\n", [], "model.n_layer (CFG) has no value (~, null or an empty value is YAML's null); "
-                                  "give an integer"),
+    ("model:\n  n_layer:\n", [],
+     "model.n_layer (CFG) has no value (~, null or an empty value is YAML's null); give an integer"),
     ("", ["model.bias=~"], "model.bias (CFG with --set) has no value (~, null or an empty value is YAML's null); "
                            "give true or false"),
     ("", ["train.lr="], "give a number"),
@@ -596,6 +596,7 @@ def test_a_control_character_in_a_config_is_placed(tmp_path, text, where):
     the only YAML error that named none."""
     path = write(tmp_path, text)
     assert re.search(rf"is not valid YAML: character {where}$", user_error(path))
+
 
 @pytest.mark.parametrize("text, expected", [
     ("train:\n  out_dir: yes\n", 'train.out_dir=True .* not bool: write it in quotes, e.g. out_dir: "yes"$'),

@@ -527,6 +527,7 @@ def test_experiments_ablation_names_an_unfinished_default_run(experiments):
     assert refused(r, f"{out / 'default_run'}", "seed1339/run") and r.stderr.startswith("error: "), r.stderr
     assert not mark.exists()
 
+
 def test_experiments_reads_a_relative_shakespeare_from_where_it_is_run(experiments, tmp_path):
     """`cd data && SHAKESPEARE=tinyshakespeare.txt bash .../experiments.sh bench`: `no tiny
     shakespeare at tinyshakespeare.txt` (it was looked for from the repository root)."""

@@ -440,8 +440,8 @@ def test_a_grid_over_the_model_of_init_from_weights_trains_their_model_once(firs
     _, printed = run_sweep([*argv, "--grid", f"train.init_from={one},{two}", "model.n_head=1,2"])
     assert re.search(r"skip init_from=\S+n_head=1,n_head=2-[0-9a-f]{8}: model.n_head=2 is not the model of "
                      r"train.init_from=", printed)  # (a path's '/' made '_': the name ends in a hash of the values)
-    assert [line.rsplit(",", 1)[1].split("-")[0] for line in started.read_text().splitlines()] == ["n_head=1",
-                                                                                                    "n_head=2"]
+    names = [line.rsplit(",", 1)[1].split("-")[0] for line in started.read_text().splitlines()]
+    assert names == ["n_head=1", "n_head=2"]
 
 
 def test_missing_init_from_weights_or_a_block_longer_than_the_data_is_refused_before_any_training(
@@ -634,9 +634,10 @@ def test_a_copied_runs_probe_is_still_its_own(tmp_path):
     figures = json.loads((copy / "probe.json").read_text())
     (copy / "probe.json").write_text(json.dumps({**figures, "checkpoint_sha256": "0" * 64}))  # of other weights
     row = runs.summarize_run(copy)
-    assert "references" not in row and row["note"] == (f"note: {copy / 'probe.json'} is of other weights than its "
-                                                        f"best.pt (trained on since): left out; sweep.py --probe "
-                                                        f"probes it again")
+    assert "references" not in row
+    assert row["note"] == (f"note: {copy / 'probe.json'} is of other weights than its best.pt (trained on since): "
+                           f"left out; sweep.py --probe probes it again")
+
 
 def test_a_probe_json_that_cannot_be_read_is_left_not_removed_as_damaged(tmp_path, monkeypatch, capsys):
     """A probe.json the sweep cannot read (no permission, an I/O error) was removed as a damaged one: only one
@@ -1703,6 +1704,7 @@ def test_the_step_axis_has_whole_steps(tmp_path, monkeypatch, last):
     FigureCanvasAgg(figures["loss.png"]).draw()
     ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
 
 def test_a_single_log_row_is_drawn_as_a_point(tmp_path, monkeypatch):
     """A one-step run's train curve was a line through one point: drawn, but nothing to see."""

@@ -478,6 +478,7 @@ def test_a_damaged_cache_file_that_stays_is_named_not_called_missing(tmp_path, m
                                         rf"{re.escape(str(cached))} cannot be read \(.*Permission denied.*\)$"):
         get_tiktoken_encoding("gpt2")
 
+
 def cl100k_cache_file(folder):
     import hashlib
     url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"

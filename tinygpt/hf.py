@@ -642,8 +642,8 @@ def _hf_to_tinygpt(hf: dict[str, Any], w: dict[str, torch.Tensor], folder: Path,
     if bias:
         sd["ln_f.bias"] = ln_f_bias
     head = w.get("lm_head.weight")  # (its shape first: a float16 head of a claimed 1 GB took 3.4 GB as float32)
-    if head is not None and (head.shape != sd["tok_emb.weight"].shape or not torch.equal(head.float(),
-                                                                                           sd["tok_emb.weight"])):
+    wte = sd["tok_emb.weight"]
+    if head is not None and (head.shape != wte.shape or not torch.equal(head.float(), wte)):
         raise UserError(f"{folder}: lm_head.weight is not tied to wte, but tinygpt's LM head is the embedding")
     sd["lm_head.weight"] = sd["tok_emb.weight"]
     extra = sorted(set(w) - used)  # e.g. the weights of layers config.json does not have: they would be dropped

@@ -233,6 +233,7 @@ def step_axis(ax) -> None:
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # (one step: the tick 0 alone)
 
+
 EARLY = 0.05  # the first 5% of the steps are left out when choosing the y-range...
 SQUASH = 1.0  # ...if the points there would more than double its height
 

@@ -654,6 +654,7 @@ def _is_probe(result: Any) -> bool:
     def number(value: Any) -> bool:  # (an integer of 401 digits makes no float: its shares were a traceback)
         return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)
                                             and abs(value) <= MAX_INT)
+
     def count(value: Any) -> bool:  # (a NaN or negative count read nan% or -0.0%)
         return type(value) is int and 0 <= value <= MAX_INT
 
@@ -784,8 +785,9 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         note = "\n".join(filter(None, [note, f"note: {shown_path(run_dir)}: {off}"]))
     probed = read_probe(run_dir)
     if probed is None and (run_dir / "probe.json").is_file():  # (its columns were left empty without a word)
-        note = "\n".join(filter(None, [note, f"note: {shown_path(run_dir / 'probe.json')} is of other weights than its "
-                                             f"best.pt (trained on since): left out; sweep.py --probe probes it again"]))
+        stale = (f"note: {shown_path(run_dir / 'probe.json')} is of other weights than its best.pt (trained on "
+                 f"since): left out; sweep.py --probe probes it again")
+        note = "\n".join(filter(None, [note, stale]))
     return {
         "run": label if label is not None else str(run_dir),
         "params": count_params(cfg.model),
