@@ -807,20 +807,27 @@ def test_explorer_bench_sizes_are_the_ones_docs_attention_quotes(tmp_path, capsy
     assert [int(q.replace(",", "")) for q in quoted.groups()] == [printed["init_bytes"], printed["sharp_bytes"]]
 
 
-def test_explorer_bench_keeps_the_browsers_files_in_a_folder_it_removes(tmp_path, monkeypatch):
-    """Chromium killed with the script (Ctrl-C, kill) left its profile folder in $TMPDIR, one per kill.
-    Its profile and temp files now go in a folder of the script's, removed whatever happens. (The
-    stand-in browser leaves its files, as a killed Chromium does.)"""
+def stand_in_browser(tmp_path, monkeypatch, script_body: str):
+    """explorer_bench with `chromium` a shell script of `script_body`, and $TMPDIR a folder of its own ->
+    (the module, that folder)."""
     module = script("explorer_bench")
     browser, user_tmp = tmp_path / "chromium", tmp_path / "tmp"
-    browser.write_text('#!/bin/sh\nmkdir "$TMPDIR/org.chromium.Chromium.x"\n'
-                       'for a; do case "$a" in --user-data-dir=*) touch "${a#*=}/Local State";; esac; done\n'
-                       'echo "<p>RENDER_MS=1.5</p>"\n')
+    browser.write_text("#!/bin/sh\n" + script_body)
     browser.chmod(0o755)
     user_tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(user_tmp))
     monkeypatch.setattr(module.tempfile, "tempdir", None)  # (read $TMPDIR again)
     monkeypatch.setattr(module.shutil, "which", lambda name: str(browser) if name == "chromium" else None)
+    return module, user_tmp
+
+
+def test_explorer_bench_keeps_the_browsers_files_in_a_folder_it_removes(tmp_path, monkeypatch):
+    """Chromium killed with the script (Ctrl-C, kill) left its profile folder in $TMPDIR, one per kill.
+    Its profile and temp files now go in a folder of the script's, removed whatever happens. (The
+    stand-in browser leaves its files, as a killed Chromium does.)"""
+    module, user_tmp = stand_in_browser(tmp_path, monkeypatch, 'mkdir "$TMPDIR/org.chromium.Chromium.x"\n'
+                                        'for a; do case "$a" in --user-data-dir=*) touch "${a#*=}/Local State";; esac; '
+                                        'done\necho "<p>RENDER_MS=1.5</p>"\n')
     assert module.render_ms("<body></body>", tmp_path) == 1.5
     assert list(user_tmp.iterdir()) == []
 
@@ -828,14 +835,7 @@ def test_explorer_bench_keeps_the_browsers_files_in_a_folder_it_removes(tmp_path
 def test_explorer_bench_says_when_the_browser_times_out(tmp_path, monkeypatch):
     """A browser that does not finish the page (a busy machine): one line, not subprocess's traceback; the
     browser ended, its folder gone."""
-    module = script("explorer_bench")
-    browser, user_tmp = tmp_path / "chromium", tmp_path / "tmp"
-    browser.write_text("#!/bin/sh\nexec sleep 30\n")
-    browser.chmod(0o755)
-    user_tmp.mkdir()
-    monkeypatch.setenv("TMPDIR", str(user_tmp))
-    monkeypatch.setattr(module.tempfile, "tempdir", None)
-    monkeypatch.setattr(module.shutil, "which", lambda name: str(browser) if name == "chromium" else None)
+    module, user_tmp = stand_in_browser(tmp_path, monkeypatch, "exec sleep 30\n")
     monkeypatch.setattr(module, "BROWSER_TIMEOUT_S", 0.5)
     started = time.monotonic()
     with pytest.raises(UserError, match=r"chromium did not render .*explorer_bench\.html within 0.5 s"):
@@ -847,16 +847,10 @@ def test_explorer_bench_ends_the_browsers_helpers_before_removing_their_folder(t
     """Ctrl-C while Chromium rendered: its helper processes, which the signal reached too, wrote on into its
     profile folder as the script removed it, and the folder stayed (1 time in 4). The browser runs in a process
     group of its own, ended and waited for before the folder goes. (The stand-in's helper writes for ever.)"""
-    module = script("explorer_bench")
-    browser, user_tmp = tmp_path / "chromium", tmp_path / "tmp"
-    browser.write_text('#!/bin/sh\nfor a; do case "$a" in --user-data-dir=*) dir="${a#*=}";; esac; done\n'
-                       '(while :; do touch "$dir/f$$$(date +%N)"; done) > /dev/null 2>&1 &\n'
-                       'sleep 0.3\necho "<p>RENDER_MS=2.5</p>"\n')
-    browser.chmod(0o755)
-    user_tmp.mkdir()
-    monkeypatch.setenv("TMPDIR", str(user_tmp))
-    monkeypatch.setattr(module.tempfile, "tempdir", None)
-    monkeypatch.setattr(module.shutil, "which", lambda name: str(browser) if name == "chromium" else None)
+    module, user_tmp = stand_in_browser(tmp_path, monkeypatch,
+                                        'for a; do case "$a" in --user-data-dir=*) dir="${a#*=}";; esac; done\n'
+                                        '(while :; do touch "$dir/f$$$(date +%N)"; done) > /dev/null 2>&1 &\n'
+                                        'sleep 0.3\necho "<p>RENDER_MS=2.5</p>"\n')
     assert module.render_ms("<body></body>", tmp_path) == 2.5
     time.sleep(0.3)  # (a helper left running would write its folder back)
     assert list(user_tmp.iterdir()) == []
