@@ -865,6 +865,15 @@ def test_the_settings_x_ticks_are_file_names_that_do_not_run_together(monkeypatc
             "/tmp/data/another quite long folder name here/x/text.txt"]  # (the axes collapsed, labels cut)
     assert ticks(long) == ["a very long folder\nname for testing\nlabels/x/text.txt",  # wrapped after / or at a space
                            "another quite long\nfolder name here/x/\ntext.txt"]
+    # one file name of 70 characters without a space stayed one piece: the panel collapsed, with a warning
+    name = "shakespeare_first_30k_chars_lowercased_v2_cleaned_dedup_tokfix"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        shown = ticks([f"/d/{name}_a.txt", f"/d/{name}_b.txt"])
+        figures["settings.png"].savefig(io.BytesIO(), format="png")
+    assert [str(w.message) for w in caught] == [], [str(w.message) for w in caught]
+    assert all(max(map(len, label.split("\n"))) <= plots.TICK_WIDTH for label in shown), shown
+    assert [label.replace("\n", "") for label in shown] == [f"{name}_a.txt", f"{name}_b.txt"]
 
 
 def test_labels_that_differ_only_in_characters_the_font_lacks_are_told_apart(monkeypatch):
