@@ -464,7 +464,8 @@ def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, A
     if not path.is_file():
         return []
     damaged = f"{path} is damaged or not a tinygpt metrics file"
-    if mostly_holes(path):  # (a sparse 250 MB file, 8 KB on disk, took 2 GB to be found damaged)
+    if path.stat().st_size <= MAX_METRICS_BYTES and mostly_holes(path):  # (a sparse 250 MB file, 8 KB on disk,
+        # took 2 GB to be found damaged; a larger one read_capped refuses by its size)
         raise UserError(f"{damaged} (most of its {path.stat().st_size:,} bytes were never written: a file of holes)")
     data = read_capped(path, MAX_METRICS_BYTES,
                        lambda size: f"{damaged} (larger than the {MAX_METRICS_BYTES >> 20} MiB a run writes)")
