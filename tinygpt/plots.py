@@ -191,16 +191,19 @@ TICK_WIDTH = 20  # characters of a tick label's line (wrapped)
 
 def wrapped(label: str, width: int = TICK_WIDTH) -> str:
     """`label` on lines of about `width` characters, broken after a '/' or at a space, and a piece longer
-    than a line cut into lines of its own: two long paths side by side ran into each other, slanted or not,
-    and squeezed the panel to a sliver (a file name of 70 characters without a space: to nothing)."""
+    than a line cut into lines of its own (after a '_' or '-' where one is): two long paths side by side
+    ran into each other, slanted or not, and squeezed the panel to a sliver (a file name of 70 characters
+    without a space: to nothing)."""
     lines, line = [], ""
     for piece in re.findall(r"[^/ ]*(?:/| +|$)", label):
         if line and len(line) + len(piece.rstrip()) > width:
             lines.append(line.rstrip())
             line = ""
         while len(piece.rstrip()) > width:  # (line is empty here: a long piece starts a line)
-            lines.append(piece[:width])
-            piece = piece[width:]
+            cut = max(piece.rfind("_", 0, width), piece.rfind("-", 0, width)) + 1  # after a '_' or '-' where one is
+            cut = cut if cut > width // 2 else width
+            lines.append(piece[:cut])
+            piece = piece[cut:]
         line += piece
     return "\n".join([*lines, line.rstrip()])
 
