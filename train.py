@@ -54,8 +54,8 @@ from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, first_
                             script_word, shell_join, shell_quote, short, shown_path, stderr_is_terminal,
                             stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
-from tinygpt.runs import (TRAIN_FILES, check_run_dir, metrics_text, new_run_from, resumed_metrics, run_lock,
-                          write_config, write_metrics)
+from tinygpt.runs import (TRAIN_FILES, best_pt_ahead, check_run_dir, metrics_text, new_run_from, resumed_metrics,
+                          run_lock, write_config, write_metrics)
 from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, check_compile_cache, check_training_fits,
                              configure_cuda, device_name, emulated_dtype_warning, exit_as_torchrun_worker,
                              keep_freed_memory, peak_flops, resolve_device, resolve_dtype, tf32_enabled,
@@ -197,14 +197,14 @@ def processes_of(ckpt: dict[str, Any]) -> int:
     return len(ranks) if isinstance(ranks, list) else 1
 
 
-def best_pt_ahead(out_dir: Path, ckpt: dict[str, Any]) -> int:
-    """The step of out_dir's best.pt where it is later than ckpt's (best.pt is saved first: a failed or
-    stopped save of ckpt.pt leaves it ahead), else 0."""
-    try:
-        step = load_checkpoint(out_dir / "best.pt").get("step") if (out_dir / "best.pt").is_file() else 0
-    except UserError:  # (a damaged one: runs.check_best_pt has refused it)
-        return 0
-    return step if isinstance(step, int) and step > ckpt["step"] else 0
+def training_changes(cfg: Config, ckpt: dict[str, Any], processes: int = 1) -> list[str]:
+    """The training settings a resume changes, 'train.lr=0.5 (was 0.001)' (TRAINING_KEYS). On another number of
+    `processes`, train.batch_size (per process) and grad_accum are left to Run.resume's note on the global batch."""
+    saved = ckpt["config"].get("train")
+    saved, now = saved if isinstance(saved, dict) else {}, config_to_dict(cfg)["train"]
+    other_processes = processes != processes_of(ckpt)
+    return [f"train.{k}={short(now[k])} (was {short(saved[k])})" for k in TRAINING_KEYS
+            if k in saved and saved[k] != now[k] and not (other_processes and k in ("batch_size", "grad_accum"))]
 
 
 def changed_training(cfg: Config, ckpt: dict[str, Any], processes: int = 1) -> str | None:
@@ -213,11 +213,7 @@ def changed_training(cfg: Config, ckpt: dict[str, Any], processes: int = 1) -> s
     give the new values for the whole run. On another number of `processes`, train.batch_size (per
     process) and grad_accum are left to Run.resume's note on the global batch, which names the
     batch_size that keeps it: this note told to give the run's own, which changes it there."""
-    saved = ckpt["config"].get("train")
-    saved, now = saved if isinstance(saved, dict) else {}, config_to_dict(cfg)["train"]
-    other_processes = processes != processes_of(ckpt)
-    changed = [f"train.{k}={short(now[k])} (was {short(saved[k])})" for k in TRAINING_KEYS
-               if k in saved and saved[k] != now[k] and not (other_processes and k in ("batch_size", "grad_accum"))]
+    changed = training_changes(cfg, ckpt, processes)
     more = f" and {count(len(changed) - 2, 'more setting')}" if len(changed) > 2 else ""
     notes = []
     if changed:
@@ -917,7 +913,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
                     if ckpt is not None and trains_on(t, ckpt["step"], args.stop_at)
                     else None)  # (else trained_with's note says nothing is trained)
     if changed_note and (ahead := best_pt_ahead(out_dir, ckpt)):
-        changed = changed_note.split("with ", 1)[-1].split(":", 1)[0]  # (the note's settings, `train.lr=...`)
+        changed = first_few(training_changes(cfg, ckpt, dist.world_size)) or f"train.max_iters={t.max_iters}"
         raise UserError(f"--resume: {out_dir / 'best.pt'} is of step {ahead:,}, after ckpt.pt's step "
                         f"{ckpt['step']:,} (ckpt.pt's later save failed or was stopped), and the resume changes the "
                         f"training settings ({changed}): best.pt of the steps it undoes would stay unless beaten; "

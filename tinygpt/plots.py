@@ -261,19 +261,20 @@ def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = (),
     farthest point."""
     def finite(curves: Sequence[Curve]) -> list[Curve]:
         return [(steps, [y if math.isfinite(y) else math.nan for y in ys]) for steps, ys in curves]
+
+    def after_early(curves: Sequence[Curve]) -> list[float]:  # each curve's losses past its first EARLY steps
+        return [y for steps, ys in curves if len(steps) for x, y in zip(steps, ys)
+                if x > 0 and x >= EARLY * max(steps) and not math.isnan(y)]
     if not curves:
         curves, aside = [curve for _, curve in aside], ()
     curves, fitted = finite(curves), finite([*curves, *edges])
-    after = [y for steps, ys in fitted if len(steps) for x, y in zip(steps, ys)
-             if x > 0 and x >= EARLY * max(steps) and not math.isnan(y)]
+    after = after_early(fitted)
     if not after:
         return
-    low, high = min(after), max(after)
+    high = max(after)
     # an aside curve's points below are not a divergence's: an unfinished run doing better sets the bottom (it was
     # a line leaving the chart at the bottom, under an axis fitted to the finished runs alone)
-    below = [y for _, (steps, ys) in aside if len(steps) for x, y in zip(steps, ys)
-             if x > 0 and x >= EARLY * max(steps) and math.isfinite(y) and y < low]
-    low = min([low, *below])
+    low = min(after + after_early(finite([curve for _, curve in aside])))
     highest = max(y for _, ys in fitted for y in ys if not math.isnan(y))
     if highest <= high + SQUASH * (high - low):
         high = highest

@@ -585,6 +585,15 @@ def check_best_pt(out_dir: Path, ckpt: dict[str, Any]) -> None:
                         f"move best.pt away to continue ckpt.pt's run here")
 
 
+def best_pt_ahead(out_dir: Path, ckpt: dict[str, Any]) -> int:
+    """The step of out_dir's best.pt where it is later than ckpt's (best.pt is saved first: a failed or
+    stopped save of ckpt.pt leaves it ahead), else 0 (its tensors mapped, not read: check_best_pt has
+    refused a damaged one)."""
+    best = peek_checkpoint(out_dir / "best.pt")
+    step = best.get("step") if best is not None else None
+    return step if isinstance(step, int) and step > ckpt["step"] else 0
+
+
 def _first_difference(ours: list[str], theirs: list[str]) -> str | None:
     """Where ckpt.pt's copy of metrics.csv (`ours`) and metrics.csv's lines up to its step (`theirs`)
     disagree ("eval row of step 10", "columns"); None when theirs is the start of ours (metrics.csv cut

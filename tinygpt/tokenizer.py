@@ -374,9 +374,10 @@ def get_tiktoken_encoding(name: str) -> "tiktoken.Encoding":
         raise UserError(f"{cant}: its cache file {cached} is {not_regular(Path(cached))}; put the encoding file "
                         f"there ({how})")
     was_cached = cached is not None and os.path.isfile(cached)
-    if was_cached and (size := os.path.getsize(cached)) > TIKTOKEN_FILE_MAX:  # tiktoken reads it whole to hash it:
-        raise UserError(f"{cant}: its cache file {cached} is {size:,} bytes, not an encoding file (those are "  # a
-                        f"1-4 MB); put the encoding file there ({how})")  # sparse 3 GB file took 3.4 GB and 30 s
+    # tiktoken reads a cached file whole to hash it: a sparse 3 GB one took 3.4 GB and 30 s to be found damaged
+    if was_cached and (size := os.path.getsize(cached)) > TIKTOKEN_FILE_MAX:
+        raise UserError(f"{cant}: its cache file {cached} is {size:,} bytes, not an encoding file (those are "
+                        f"1-4 MB); put the encoding file there ({how})")
     try:
         return within(TIKTOKEN_LOAD_S, tiktoken.get_encoding, canonical)
     except TimeoutError:  # tiktoken downloads with no timeout: a network that never answers hung every command
