@@ -101,9 +101,9 @@ from tinygpt.errors import (TORCHRUN_ENV, ArgParser, UserError, elide, first_few
                             restore_signals, run_cli, short, shown_path, work_is_files)
 from tinygpt.report import (ERROR_STATUS, NEVER_COMPARED, SEED, applies, check_report_folder, pictures_note,
                             write_report)
-from tinygpt.runs import (REPORT_LOCK, TRAIN_FILES, DamagedProbe, check_run_dir, died_at_its_first_save, file_sha256,
-                          lock_holder, read_config, read_probe, resumed_metrics, run_lock, summarize_run, trained_steps,
-                          users_config, write_probe)
+from tinygpt.runs import (DIVERGED, REPORT_LOCK, TRAIN_FILES, DamagedProbe, check_run_dir, died_at_its_first_save,
+                          file_sha256, lock_holder, read_config, read_probe, resumed_metrics, run_lock, summarize_run,
+                          trained_steps, users_config, write_probe)
 from tinygpt.runtime import (ThreadPolicy, check_training_fits, parent_death_signal, resolve_device, resolve_dtype,
                              usable_cores)
 from tinygpt.tensorboard_log import require_tensorboard
@@ -887,7 +887,9 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
                        f"other {b['other']}")
     row = run_row(run, runner) or {"run": run.name}
     if rc != 0:
-        row["status"] = failed_status(ended) + (f", {row['status']}" if row.get("status") else "")
+        own = row.get("status")  # (its "diverged at step 5 ...": where the sweep relayed its error, that says so)
+        row["status"] = failed_status(ended) + (f", {own}" if own and not (own.startswith(DIVERGED) and ended.error)
+                                                else "")
     return {**row, **run.values()}
 
 

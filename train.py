@@ -617,8 +617,14 @@ def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: 
 # ---- the loop ----
 
 
-def diverged(what: str, value: float | str, run: Run) -> UserError:
+def diverged(what: str, value: float | str, run: Run, losses: dict[str, float]) -> UserError:
+    """The error that ends a diverged run. Its step's row, with `losses` (train, val: the one that
+    diverged is nan or inf), goes into metrics.csv first (train_loop writes the file on its way out):
+    compare.py and a sweep's report tell a diverged run from one stopped on its way. A resume drops
+    the row, as any row past its checkpoint."""
     t = run.cfg.train
+    run.metrics.append({"step": run.step, **{f"{k}_loss": f"{v:.4f}" for k, v in losses.items()},
+                        "lr": f"{lr_at(max(run.step - 1, 0), t):.3e}"})  # (the lr of the step that led here)
     fix = (f"lower train.lr (train.grad_clip={t.grad_clip} is on)" if t.grad_clip else
            "lower train.lr or set train.grad_clip")
     if t.lr * t.weight_decay >= 1:  # AdamW multiplies the weights by 1 - lr * weight_decay each step: flipped, grown
@@ -635,7 +641,7 @@ def check_finite(run: Run) -> None:
         train_loss_since_log(run)
     finite = bool(torch.stack([torch.isfinite(p).all() for p in run.model.parameters()]).all())
     if run.dist.any(not finite):
-        raise diverged("a weight", "not finite", run)
+        raise diverged("a weight", "not finite", run, {"train": math.nan})  # (so is the loss at such weights)
 
 
 def evaluate(run: Run, metrics: list[dict], t_start: float,
@@ -653,7 +659,7 @@ def evaluate(run: Run, metrics: list[dict], t_start: float,
         return None
     run.elapsed = time.perf_counter() - t_start
     if not math.isfinite(losses["val"]):
-        raise diverged("the val loss", losses["val"], run)
+        raise diverged("the val loss", losses["val"], run, losses)
     if run.dist.master:
         metrics.append({"step": run.step, "train_loss": f"{losses['train']:.4f}", "val_loss": f"{losses['val']:.4f}",
                         # the lr of the step that led here, as the log row of this step gives it (at step 0: the
@@ -683,7 +689,7 @@ def train_loss_since_log(run: Run) -> float:
     """The mean train loss since the last log over every process (one host sync); diverged: refused."""
     loss = run.dist.mean(run.loss_sum / run.loss_count).item()
     if not math.isfinite(loss):
-        raise diverged("the train loss", loss, run)
+        raise diverged("the train loss", loss, run, {"train": loss})
     return loss
 
 

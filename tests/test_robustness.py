@@ -860,6 +860,25 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     assert load_checkpoint(run / "ckpt.pt")["step"] == 0  # the state evaluated at step 0
 
 
+def test_a_diverged_run_says_so_in_compare_until_a_resume_trains_on(corpus, tmp_path, capsys):
+    """compare.py showed a diverged run as `step 0/40`, like one stopped on its way, and a report
+    counted it among the runs to finish with --resume (which diverges again): nothing in its folder
+    said it diverged. The diverged step's row goes into metrics.csv, and a resume drops it."""
+    import train
+    from tinygpt.errors import run_cli
+    from tinygpt.report import ended_in_error
+    from tinygpt.runs import summarize_run
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(train.main, train_args(corpus, run, "train.lr=1e6", "train.grad_clip=0"))
+    assert stopped.value.code == 2 and "training diverged: the train loss is nan at step 5" in capsys.readouterr().err
+    assert metrics(run)[-1]["step"] == "5" and metrics(run)[-1]["train_loss"] == "nan"
+    row = summarize_run(run)
+    assert row["status"] == "diverged at step 5 (ckpt.pt: step 0)" and ended_in_error(row), row["status"]
+    train.main([str(run / "config.yaml"), "--resume", "--quiet", "--set", "train.lr=1e-3"])
+    assert summarize_run(run)["status"] == "done" and all(r["train_loss"] != "nan" for r in metrics(run))
+
+
 def test_a_stop_does_not_save_a_diverged_state_over_the_last_good_checkpoint(corpus, tmp_path, capsys):
     """--stop-at (or Ctrl-C, SIGTERM) between logs saved NaN weights over step 0's ckpt.pt and said
     `continue with --resume`, which then refused the checkpoint as damaged (its loss_sum is nan)."""
@@ -884,7 +903,8 @@ def test_a_stop_checks_the_weights_too():
     from tinygpt.runtime import Distributed
     model = torch.nn.Linear(2, 2)
     run = SimpleNamespace(cfg=SimpleNamespace(train=TrainConfig()), step=7, out_dir=Path("out/x"), model=model,
-                          loss_count=2, loss_sum=torch.tensor(3.0), dist=Distributed(0, 1, torch.device("cpu")))
+                          loss_count=2, loss_sum=torch.tensor(3.0), dist=Distributed(0, 1, torch.device("cpu")),
+                          metrics=[])
     train.check_finite(run)  # finite: nothing to say
     with torch.no_grad():
         model.weight[0, 0] = float("inf")
@@ -896,13 +916,17 @@ def test_the_divergence_hint_does_not_suggest_clipping_already_on():
     from types import SimpleNamespace
     import train
     from tinygpt.config import TrainConfig
-    run = SimpleNamespace(cfg=SimpleNamespace(train=TrainConfig(grad_clip=1.0)), step=7, out_dir=Path("out/x"))
-    assert "lower train.lr (train.grad_clip=1.0 is on)" in str(train.diverged("the val loss", float("nan"), run))
+    run = SimpleNamespace(cfg=SimpleNamespace(train=TrainConfig(grad_clip=1.0)), step=7, out_dir=Path("out/x"),
+                          metrics=[])
+    nan = {"train": 2.5, "val": float("nan")}
+    assert "lower train.lr (train.grad_clip=1.0 is on)" in str(train.diverged("the val loss", nan["val"], run, nan))
     run.cfg.train.grad_clip = 0.0
-    assert "lower train.lr or set train.grad_clip" in str(train.diverged("the val loss", float("nan"), run))
+    assert "lower train.lr or set train.grad_clip" in str(train.diverged("the val loss", nan["val"], run, nan))
     run.cfg.train.lr, run.cfg.train.weight_decay = 1e-3, 1e6  # the decay, not the step, flips and grows the weights
     assert ("lower train.weight_decay=1e+06 or train.lr=0.001: each step scales the weights by 1 - lr * weight_decay "
-            "= -999;") in str(train.diverged("the val loss", float("nan"), run))
+            "= -999;") in str(train.diverged("the val loss", nan["val"], run, nan))
+    assert run.metrics[-1] == {"step": 7, "train_loss": "2.5000", "val_loss": "nan",
+                               "lr": f"{train.lr_at(6, run.cfg.train):.3e}"}  # (the step that led here: 7 - 1)
 
 
 def test_more_threads_than_cores_is_warned(monkeypatch):

@@ -589,6 +589,20 @@ def test_failed_runs_are_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, c
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == [first, "failed (exit 1)"]
 
 
+def test_a_diverged_run_is_an_error_in_the_sweep_and_read_back(tmp_path, capfd):
+    """A sweep's run that diverged read `failed (exit 2), step 0/10` (one job: its error not relayed),
+    and compare.py over its folder later `step 0/10`, a run to finish with --resume."""
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--grid", "train.lr=1e6", *shrink(tmp_path / "prepared"), "train.grad_clip=0",
+                    "--out", str(tmp_path / "sw")])
+    assert exit_info.value.code == 1 and "Traceback" not in capfd.readouterr().err
+    status = read_csv(tmp_path / "sw" / "results.csv")[0]["status"]
+    assert re.fullmatch(r"failed \(exit 2\), diverged at step \d+ \(ckpt\.pt: step 0\)", status), status
+    with contextlib.redirect_stdout(io.StringIO()):
+        compared = compare.main([str(tmp_path / "sw" / "lr=1e6"), "--out", str(tmp_path / "cmp")])
+    assert compared["rows"][0]["status"] == status.removeprefix("failed (exit 2), ")
+    assert report.ended_in_error(compared["rows"][0])  # (not one to finish with --resume: it diverges again)
+
 def test_a_failed_run_is_not_probed(tmp_path, monkeypatch, capfd):
     """--probe and a run that failed: the probe of what it left (here no checkpoint) ended the whole
     sweep with 'run directory or checkpoint not found' instead of its report of the failure."""
@@ -1397,15 +1411,18 @@ def test_runs_that_did_not_finish_are_left_out_of_the_summary(tmp_path):
              "best_val_loss": 4.8},
             {"run": "d", "model.n_head": 2, "train.seed": 1, "status": "step 5/10", "best_val_loss": 5.0},
             {"run": "e", "model.n_head": 2, "train.seed": 2, "best_val_loss": None,
-             "status": "failed (exit 2: training diverged: the train loss is nan at step 10; ...), step 0/10"}]
+             "status": "failed (exit 2: training diverged: the train loss is nan at step 10; ...)"},
+            # the same read from its folder (compare.py, a later sweep): it was `step 0/10`, "finish them"
+            {"run": "f", "model.n_head": 2, "train.seed": 3, "best_val_loss": 4.1,
+             "status": "diverged at step 10 (ckpt.pt: step 0)"}]
     groups = report.group_by_setting(rows, ["model.n_head", "train.seed"])
     assert groups[0]["stats"]["best_val_loss"]["mean"] == pytest.approx(2.1) and groups[0]["left_out"] == 1
-    assert groups[1]["stats"]["best_val_loss"]["n"] == 0 and groups[1]["left_out"] == 2
+    assert groups[1]["stats"]["best_val_loss"]["n"] == 0 and groups[1]["left_out"] == 3
     text, _ = report.write_report(rows, ["model.n_head", "train.seed"], tmp_path, title="t")
     assert "| n_head=1 | 2 | 2.1000 ± 0.1414" in text and "| n_head=2 | 0 |" in text
     # a run that ended in an error is not sent to `--resume`, which would only repeat it
     assert "2 run(s) that did not finish (see their status above) are left out of these figures: finish them" in text
-    assert "1 run(s) that ended in an error (see their status above) are left out of these figures: a rerun " \
+    assert "2 run(s) that ended in an error (see their status above) are left out of these figures: a rerun " \
            "repeats the error until its cause is fixed" in text
 
 

@@ -45,7 +45,7 @@ from tinygpt.config import DataConfig
 from tinygpt.errors import UserError, count, first_few
 from tinygpt.plots import (MATPLOTLIB_NOTE, PNG_MARK, can_plot, png_marked, settings_png, val_loss_png,
                            val_losses_by_step)
-from tinygpt.runs import CHECKPOINTS, REPORT_LOCK, first_line, lock_holder, runs_inside, users_config
+from tinygpt.runs import CHECKPOINTS, DIVERGED, REPORT_LOCK, first_line, lock_holder, runs_inside, users_config
 
 SEED = "train.seed"
 DIGEST = "data_digest"  # a row's: the data its checkpoint was trained on (runs.summarize_run), None where unknown
@@ -176,8 +176,9 @@ ERROR_STATUS = "failed (exit"  # how the status of a run that ended in an error 
 
 def ended_in_error(row: dict[str, Any]) -> bool:
     """Whether a results row is of a run that ended in an error ('failed (exit 2: training diverged
-    ...)'), which a rerun repeats, unlike a run stopped or killed on its way."""
-    return str(row.get("status", "")).startswith(ERROR_STATUS)
+    ...)' in the sweep that ran it, 'diverged at step 5 ...' read from its files), which a rerun
+    repeats, unlike a run stopped or killed on its way."""
+    return str(row.get("status", "")).startswith((ERROR_STATUS, DIVERGED))
 
 
 def seed_of(row: dict[str, Any]) -> str | None:

@@ -53,6 +53,7 @@ HELD = {errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES}  # flock's errors for a l
 MAX_METRICS_BYTES = 256 << 20  # metrics.csv: ~80 bytes a row, 3 million rows (30 million steps at log_interval 10)
 MAX_PROBE_BYTES = 8 << 20  # probe.json: a few KB
 REPORT_LOCK = ".sweep.lock"  # in a sweep's or a comparison's --out while one writes there (run_lock)
+DIVERGED = "diverged at step"  # the status of a run whose training diverged (its metrics.csv's nan row)
 
 
 def run_name(path: str | Path) -> str:
@@ -786,6 +787,11 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         last_step = saved
     status = ("done" if done else f"step {last_step}/{cfg.train.max_iters}" if metrics else
               "no metrics.csv rows" if (run_dir / "metrics.csv").is_file() else "no metrics.csv file")
+    # train.py writes the row of a diverged step, its loss nan or inf, before it exits (a resume drops it)
+    nonfinite = [r["step"] for r in metrics if any(not math.isfinite(r[k]) for k in ("train_loss", "val_loss")
+                                                   if r.get(k) is not None)]
+    if nonfinite and not done and not live:  # (a run diverged looked stopped on its way: "finish it with --resume")
+        status = f"{DIVERGED} {int(nonfinite[0]):,} (ckpt.pt: step {last_step:,})"
     if live:
         status = f"training, {status}"
     elif damaged:
