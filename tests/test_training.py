@@ -677,21 +677,21 @@ def test_weight_decay_that_zeroes_the_weights_each_step_is_named_in_the_divergen
     the hint names the decay, not the learning rate alone."""
     import train
     run = tiny_run(tmp_path, lr=10.0, weight_decay=0.1)
-    said = str(train.diverged("the val loss", float("nan"), run))
+    said = str(train.diverged("the val loss", float("nan"), run, {"train": 2.0, "val": float("nan")}))
     assert ("lower train.weight_decay=0.1 or train.lr=10: each step scales the weights by "
             "1 - lr * weight_decay = 0;") in said
 
 
 def test_an_infinite_val_loss_is_a_divergence_not_a_best_pt(tmp_path, monkeypatch):
-    """An eval whose val loss is inf (not only nan) stops the run: no metrics row, no best.pt or ckpt.pt of it."""
+    """An eval whose val loss is inf (not only nan) stops the run: no best.pt or ckpt.pt of it; its row, which
+    says so in metrics.csv (compare.py: `diverged at step 0`), is its only trace."""
     import train
     from tinygpt.errors import UserError
     run = tiny_run(tmp_path)
     monkeypatch.setattr(train, "estimate_loss", lambda *a, **k: {"train": float("inf"), "val": float("inf")})
-    metrics = []
     with pytest.raises(UserError, match="training diverged: the val loss is inf at step 0"):
-        train.evaluate(run, metrics, 0.0)
-    assert metrics == [] and run.best_val == float("inf")
+        train.evaluate(run, run.metrics, 0.0)
+    assert [r["val_loss"] for r in run.metrics] == ["inf"] and run.best_val == float("inf")
     assert not (tmp_path / "run" / "best.pt").exists() and not (tmp_path / "run" / "ckpt.pt").exists()
 
 
