@@ -177,6 +177,10 @@ def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
     sample.main([run, "--prompt", prompt, "--max-new-tokens", "2", "--num-samples", "2",
                  "--attention-html", str(tmp_path / "two.html")], out=io.StringIO())
     assert (tmp_path / "two_sample1.html").is_file() and (tmp_path / "two_sample2.html").is_file()
+    # a name not ending in .html keeps it whole: best.pt's pages were best_sample1.pt, passing for checkpoints
+    sample.main([run, "--prompt", prompt, "--max-new-tokens", "2", "--num-samples", "2",
+                 "--attention-html", str(tmp_path / "best.pt")], out=io.StringIO())
+    assert sorted(p.name for p in tmp_path.glob("best*")) == ["best.pt_sample1.html", "best.pt_sample2.html"]
     with pytest.raises(UserError, match="is a directory"):
         sample.main([run, "--attention-html", str(tmp_path)], out=io.StringIO())
 

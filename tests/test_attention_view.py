@@ -151,6 +151,22 @@ def test_token_labels_are_readable():
     assert label.startswith("␣x") and label.endswith("…") and len(label) == attention_view.MAX_LABEL
 
 
+def test_a_space_sign_of_the_text_is_not_labelled_as_a_space():
+    """A '␣' (U+2423) in the text was labelled '␣', as a space is: the tables could not tell them apart."""
+    tok = CharTokenizer("c␣d e")
+    assert [token_label(tok, i) for i in tok.encode("c␣d e")] == ["c", "\\u2423", "d", "␣", "e"]
+
+
+def test_the_legend_names_the_escapes_and_the_quoted_full_stop_its_tables_show():
+    """A table of '\\n', '\\t' and a quoted '.' column (the notebook's section 4) said only "'␣' = space"."""
+    from tinygpt.attention_view import legend
+    said = legend(4, 4, True, ["a", "\\n", "\\t", "."])
+    assert "'\\n' = newline; '\\t' = tab; '.' (quoted) = the token ." in said
+    plain = legend(3, 3, True, ["a", "\\\\n", "b"])  # a literal backslash, then n: no newline
+    assert "newline" not in plain and "'\\\\' = backslash" in plain and "quoted" not in plain
+    assert "'\\uNNNN' = the character of that code point" in legend(2, 2, True, ["\\u2423", "a"])
+
+
 def test_a_table_wider_than_the_terminal_goes_in_blocks_of_columns_each_with_the_row_labels():
     """At an 80-column terminal the README's example prompt gave rows of 83 columns: the terminal put each
     row's last cell on a line of its own, which read as a row (and split a key's label in two)."""

@@ -134,9 +134,21 @@ def is_explorer_page(path: Path) -> bool:
     return head is not None and GENERATOR.encode() in head
 
 
+def name_parts(path: Path) -> tuple[str, str]:
+    """A page's name as (stem, suffix) for its numbered pages: the suffix .html (or .htm, any case) where
+    the name ends in it, else the whole name and .html: `best.pt`'s pages are best.pt_sample1.html, not
+    best_sample1.pt, a page passing for a checkpoint in the run's folder."""
+    name = path.name
+    suffix = next((name[-len(s):] for s in (".html", ".htm") if name.lower().endswith(s) and len(name) > len(s)), "")
+    return (name[:-len(suffix)], suffix) if suffix else (name, ".html")
+
+
 def numbered(path: Path, sample: int, n_samples: int) -> Path:
-    """The page for sample `sample` (from 0): path itself for a single sample, else stem_sampleN."""
-    return path if n_samples == 1 else path.with_name(f"{path.stem}_sample{sample + 1}{path.suffix}")
+    """The page for sample `sample` (from 0): path itself for a single sample, else STEM_sampleN.html."""
+    if n_samples == 1:
+        return path
+    stem, suffix = name_parts(path)
+    return path.with_name(f"{stem}_sample{sample + 1}{suffix}")
 
 
 SET_MARK = re.compile(rb'<meta name="tinygpt-page-set" content="([^"]*)">')  # in PAGE's head (written_for)
@@ -159,7 +171,8 @@ def page_set(page: Path) -> str:
 
 def in_page_set(page: Path) -> re.Pattern:
     """The file names of `page`'s set: page's own and its numbered ones."""
-    return re.compile(rf"{re.escape(page.stem)}(_sample\d+)?{re.escape(page.suffix)}")
+    stem, suffix = name_parts(page)
+    return re.compile(rf"{re.escape(page.name)}|{re.escape(stem)}_sample\d+{re.escape(suffix)}")
 
 
 def notebook_view(page: str, height: int = 520) -> HTML:

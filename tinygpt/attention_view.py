@@ -17,9 +17,10 @@ Conventions (stated once here, printed by `legend`):
   that rounding, which adds up over many keys (a row of a hundred small weights can be far off);
 - "." is a future key under the causal mask: its weight is exactly 0, not just small ("0" is a
   real key that got under 0.5 %);
-- "␣" is a space inside a token label, so "␣the" is the BPE token " the"; a newline is "\\n"; "\\xNN"
-  is one byte of a character that BPE split across tokens (é as "\\xc3" then "\\xa9"), "\\uNNNN" an
-  invisible character past ASCII (a no-break space "\\u00a0");
+- "␣" is a space inside a token label, so "␣the" is the BPE token " the"; a newline is "\\n", a tab
+  "\\t", a backslash "\\\\"; "\\xNN" is one byte of a character that BPE split across tokens (é as
+  "\\xc3" then "\\xa9"), "\\uNNNN" an invisible character past ASCII (a no-break space "\\u00a0")
+  or a "␣" of the text ("\\u2423"); the token "." is quoted, "'.'", not to read as a masked cell;
 - "earlier" (when a long context is cropped to its last N tokens) is the summed weight on all
   keys before those N, so rows still sum to 100.
 """
@@ -69,8 +70,9 @@ def window_traces(model: GPT, ids: Sequence[int]) -> tuple[list[int], list[HeadT
 
 
 def token_label(tokenizer, id: int, cut: int = MAX_LABEL) -> str:
-    """One token as a table label: tokenizer.token_str with spaces shown as ␣, cut to `cut` characters."""
-    label = tokenizer.token_str(id).replace(" ", SPACE)
+    """One token as a table label: tokenizer.token_str with spaces shown as ␣ (a ␣ of the text itself as
+    \u2423: it read as a space), cut to `cut` characters."""
+    label = tokenizer.token_str(id).replace(SPACE, f"\\u{ord(SPACE):04x}").replace(" ", SPACE)
     return label if len(label) <= cut else label[:cut - 1] + "…"
 
 
@@ -221,10 +223,19 @@ def crop_last(weights: torch.Tensor, labels: Sequence[str], last: int, mask: tor
     return view, view_mask, query_labels, key_labels
 
 
+ESCAPED = {"\\n": "newline", "\\t": "tab", "\\r": "carriage return", "\\\\": "backslash"}  # (tokenizer._escape's)
+
+
+def escapes(labels: Sequence[str], escape: str) -> bool:
+    """Does a label hold `escape`, a regex of a backslash escape (say \\\\n), not a literal backslash's '\\\\'
+    then the rest (n)?"""
+    return any(re.search(r"(?<!\\)(?:\\\\)*" + escape, label) for label in labels)
+
+
 def shows_bytes(labels: Sequence[str]) -> bool:
     """Does a label hold a \\xNN escape (tokenizer._escape: one byte of a character that BPE split
     across tokens, or a control character), not a literal backslash's '\\\\'?"""
-    return any(re.search(r"(?<!\\)(?:\\\\)*\\x[0-9a-f]{2}", label) for label in labels)
+    return escapes(labels, r"\\x[0-9a-f]{2}")
 
 
 def legend(shown: int, total: int, causal: bool, labels: Sequence[str] = (), width: int | None = None) -> str:
@@ -240,8 +251,13 @@ def legend(shown: int, total: int, causal: bool, labels: Sequence[str] = (), wid
     elif not causal:
         parts.append("no causal mask: every position sees every other")
     parts.append(f"'{SPACE}' = space")
+    parts += [f"'{escape}' = {name}" for escape, name in ESCAPED.items() if escapes(labels, re.escape(escape))]
+    if MASKED in labels and shown > 1:
+        parts.append(f"'{MASKED}' (quoted) = the token {MASKED}")
     if shows_bytes(labels):
         parts.append("'\\xNN' = one byte: of a character split across tokens, or a control character")
+    if escapes(labels, r"\\(?:u[0-9a-f]{4}|U[0-9a-f]{8})"):
+        parts.append("'\\uNNNN' = the character of that code point (an invisible one, or a ␣ of the text)")
     if shown < total:
         earlier = total - shown
         parts.append(f"'{EARLIER}' = summed weight on the {earlier} key{'s' if earlier > 1 else ''} before")
