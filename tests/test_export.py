@@ -665,7 +665,8 @@ def test_import_refuses_weights_its_config_does_not_describe(tmp_path):
         load_model(tmp_path / "hf")  # sample.py HF_DIR said "no checkpoint ...: train first"
     for change, match in [({"n_layer": config["n_layer"] - 1}, r"the weights hold 'h\.1\..*which config.json's model"),
                           ({"vocab_size": 0}, "vocab_size=0 must be a whole number >= 1"),
-                          ({"scale_attn_weights": "false"}, "scale_attn_weights='false' must be true or false")]:
+                          ({"scale_attn_weights": "false"}, "scale_attn_weights='false' must be true or false"),
+                          ({"reorder_and_upcast_attn": "yes"}, "reorder_and_upcast_attn='yes' must be true or false")]:
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
         with pytest.raises(UserError, match=match):
             export.main(["--from-hf", str(tmp_path / "hf"), str(back)])

@@ -537,7 +537,8 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
             raise UserError(f"{path}: {key}={short(hf[key])} must be a whole number >= 1 that fits in 64 bits")
     if hf["n_embd"] % hf["n_head"]:
         raise UserError(f"{path}: n_embd={hf['n_embd']} is not divisible by n_head={hf['n_head']}")
-    for key in ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention", "tie_word_embeddings"):
+    for key in ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention", "tie_word_embeddings",
+                "reorder_and_upcast_attn"):  # (the last changes no number here, but "yes" is no setting of it)
         if key in hf and not isinstance(hf[key], bool):  # "false", a string, would read as true
             raise UserError(f"{path}: {key}={short(hf[key])} must be true or false")
     if hf["vocab_size"] < 1:  # (tinygpt's own model.vocab_size=0 means "from the tokenizer": not here)
