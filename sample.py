@@ -771,7 +771,7 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
 
 def list_vocab(tokenizer, out) -> list[str]:
     """Print every token, one per line: its id and its text (␣ = a space); return the texts."""
-    tokens = [tokenizer.token_str(i).replace(" ", attention_view.SPACE) for i in range(tokenizer.vocab_size)]
+    tokens = [attention_view.token_label(tokenizer, i, cut=None) for i in range(tokenizer.vocab_size)]
     out.write(f"# {count(tokenizer.vocab_size, 'token')} of {tokenizer!r}; {attention_view.SPACE} = a space, \\n = a newline\n")
     out.writelines(f"{i:>6}  {token}\n" for i, token in enumerate(tokens))
     return tokens

@@ -61,6 +61,16 @@ def test_list_vocab_shows_a_lone_combining_mark_on_a_dotted_circle():
     assert tokens[tokenizer.encode("c")[0]] == "c"  # (the others as they are)
 
 
+def test_list_vocab_tells_a_space_from_a_space_sign_of_the_text():
+    """A '␣' (U+2423) of the text was listed as '␣', as a space is: two tokens that read alike."""
+    import sample
+    from tinygpt.tokenizer import CharTokenizer
+    tokenizer = CharTokenizer.from_text("ab \u2423")
+    tokens = sample.list_vocab(tokenizer, io.StringIO())
+    assert tokens[tokenizer.encode(" ")[0]] == "␣" and tokens[tokenizer.encode("\u2423")[0]] == "\\u2423"
+    assert len(set(tokens)) == tokenizer.vocab_size
+
+
 def test_list_vocab_with_other_work_asked_for_is_refused(tiny_stories_run, tmp_path):
     """`--list-vocab --attention-html P` printed the vocabulary and exited 0 with no page written."""
     refused([tiny_stories_run, "--list-vocab", "--attention-html", tmp_path / "p.html", "--prompt", "Mia"],

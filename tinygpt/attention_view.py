@@ -69,11 +69,11 @@ def window_traces(model: GPT, ids: Sequence[int]) -> tuple[list[int], list[HeadT
 # ---- labels ----
 
 
-def token_label(tokenizer, id: int, cut: int = MAX_LABEL) -> str:
+def token_label(tokenizer, id: int, cut: int | None = MAX_LABEL) -> str:
     """One token as a table label: tokenizer.token_str with spaces shown as ␣ (a ␣ of the text itself as
-    \u2423: it read as a space), cut to `cut` characters."""
+    \\u2423: it read as a space), cut to `cut` characters (None: whole, as --list-vocab lists it)."""
     label = tokenizer.token_str(id).replace(SPACE, f"\\u{ord(SPACE):04x}").replace(" ", SPACE)
-    return label if len(label) <= cut else label[:cut - 1] + "…"
+    return label if cut is None or len(label) <= cut else label[:cut - 1] + "…"
 
 
 def token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
