@@ -53,7 +53,7 @@ from tinygpt.errors import (ArgParser, UserError, count, first_few, path_word, r
                             shown_path, stderr_is_terminal, work_is_files)
 from tinygpt.runtime import check_memory
 from tinygpt.tokenizer import (MAX_TOKEN_BYTES, DamagedTokenizer, Tokenizer, build_tokenizer, clean_text,
-                               other_forms, tokenizer_from_dict)
+                               other_forms, quoted, tokenizer_from_dict)
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -246,6 +246,12 @@ def not_text(path: Path, data: bytes, bad: int | None) -> str:
         return f"{path} is a binary file, not text ({why}); data.dataset takes UTF-8 text files"
     line = data.count(b"\n", 0, bad) + 1
     where = f"byte 0x{data[bad]:02x} at offset {bad}, line {line}"
+    cut = len(data) - bad
+    if cut < 4 and starts_a_character(data[bad:]):  # at the end: a file cut short (head -c, a copy killed); a
+        # guessed 8-bit or CJK encoding garbled the rest
+        return (f"{path} ends inside a UTF-8 character (its last {cut} byte{'s begin' if cut > 1 else ' begins'} one: "
+                f"a file cut short?); write a copy without {'them' if cut > 1 else 'it'}: head -c {bad} "
+                f"{pasted(path)} > {pasted(path.with_name(path.stem + '.utf8.txt'))}")
     text = data.decode("utf-8", errors="surrogateescape")  # a byte that is not UTF-8: one of U+DC80-U+DCFF
     count = len(re.findall("[\udc80-\udcff]", text))
     if len(re.findall("[^\x00-\x7f\udc80-\udcff]", text)) > count:  # more UTF-8 characters than stray bytes:
@@ -258,17 +264,34 @@ def not_text(path: Path, data: bytes, bad: int | None) -> str:
         return (f"{path} is not UTF-8 ({where}); it reads as text in {', '.join(wide)} (Chinese, Japanese or Korean "
                 f"encodings: if the new file is garbled, try the next); {convert(path, wide[0], False)}")
     # (a few accented letters of latin1 text may read as a UTF-8 character by chance: É and a no-break space)
-    return f"{path} is not UTF-8 ({where}); {convert(path, eight_bit_encoding(data, text), False)}"
+    mixed = ""  # fewer UTF-8 characters than stray bytes, but some: UTF-8 text with a few of Windows' curly
+    # quotes reads so too (`café`, `don\x92t`), which converting garbles (cafÃ©); or a chance pair of latin1 bytes
+    if (first := re.search("[^\x00-\x7f\udc80-\udcff]", text)) is not None:
+        mixed = (f", though some of its characters read as UTF-8 (the first: {quoted(first.group())}, line "
+                 f"{text.count(chr(10), 0, first.start()) + 1}; if those are right, mend its {count:,} stray "
+                 f"byte{'s' * (count > 1)} by hand instead: converting garbles them)")
+    return f"{path} is not UTF-8 ({where}){mixed}; {convert(path, eight_bit_encoding(data, text), False)}"
+
+
+def starts_a_character(tail: bytes) -> bool:
+    """Are these bytes the start of a UTF-8 character, not yet whole?"""
+    try:
+        return codecs.getincrementaldecoder("utf-8")().decode(tail) == ""
+    except UnicodeDecodeError:
+        return False
 
 
 DOUBLE_BYTE = ("gb18030", "shift_jis", "euc-kr", "big5")  # the common encodings of Chinese, Japanese and Korean
 CJK = re.compile("[\u3000-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]")  # their scripts and punctuation
+HALF_WIDTH_KANA = re.compile("[\uff61-\uff9f]")
 
 
 def double_byte_encodings(head: bytes) -> list[str]:
     """The DOUBLE_BYTE encodings `head` decodes in whole, to text whose characters past ASCII are mostly
-    Chinese, Japanese or Korean ones (8-bit text has stray single high bytes, which none of them takes:
-    French or German in latin1 decodes in none). More than one may: GB18030 text also reads as EUC-KR."""
+    Chinese, Japanese or Korean ones, mostly beside another (8-bit text has stray single high bytes, which
+    none of them takes: French or German in latin1 decodes in none; English with a few of Windows' curly
+    quotes and UTF-8's é does, a high byte and the letter after it, é, each one such character alone,
+    `don抰`, `caf茅`). More than one may: GB18030 text also reads as EUC-KR."""
     head = head[:head.rfind(b"\n") + 1] or head  # (cut at a line end: not inside a character)
     found = []
     for encoding in DOUBLE_BYTE:
@@ -277,7 +300,11 @@ def double_byte_encodings(head: bytes) -> list[str]:
         except UnicodeDecodeError:
             continue
         wide = [c for c in text if c > "\x7f"]
-        if wide and 2 * sum(CJK.match(c) is not None for c in wide) >= len(wide):
+        cjk = sum(CJK.match(c) is not None for c in wide)
+        # where its double-byte characters are (not Shift-JIS's one-byte half-width katakana: é read as ﾃｩ)
+        at = {i for i, c in enumerate(text) if CJK.match(c) and not HALF_WIDTH_KANA.match(c)}
+        paired = sum(i - 1 in at or i + 1 in at for i in at)
+        if wide and 2 * cjk >= len(wide) and 2 * paired >= len(at):
             found.append(encoding)
     return found
 

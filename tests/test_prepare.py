@@ -334,6 +334,33 @@ def test_chinese_japanese_or_korean_text_is_not_told_to_convert_from_latin1(tmp_
     assert encoding in str(refused.value) and "latin1" not in str(refused.value)
 
 
+def test_utf8_with_a_few_curly_quotes_is_not_called_chinese_nor_converted_unwarned(tmp_path):
+    """English UTF-8 with one é and two of Windows' apostrophes (0x92, fewer UTF-8 characters than stray
+    bytes) was told `it reads as text in gb18030, shift_jis`: iconv -f gb18030 wrote `caf茅` and `don抰`.
+    Each stray byte and the letter after it read as one CJK character alone; a CJK text's are side by side.
+    Now the 8-bit guess, with a note that it would garble the UTF-8 characters the file also holds."""
+    path = tmp_path / "mixed.txt"
+    path.write_bytes("A café scene.\n".encode() + b"I don\x92t know, it\x92s late.\n" + b"the cat sat\n" * 500)
+    with pytest.raises(UserError) as refused:
+        prep.read_text_file(path)
+    message = str(refused.value)
+    assert "Chinese" not in message and "gb18030" not in message and "iconv -f cp1252" in message, message
+    assert message.startswith(f"{path} is not UTF-8 (byte 0x92 at offset 20, line 2), though some of its characters "
+                              f"read as UTF-8 (the first: 'é', line 1; if those are right, mend its 2 stray bytes by "
+                              f"hand instead: converting garbles them); convert it into a new file"), message
+
+
+def test_a_file_cut_inside_a_utf8_character_is_told_so(tmp_path):
+    """A UTF-8 file cut short in the middle of a character (head -c, a killed copy), with one é: told it
+    reads as gb18030 (without the é: cp1252), whose conversion garbles the é."""
+    path = tmp_path / "cut.txt"
+    data = "A café scene.\n".encode() + b"the cat sat\n" * 500 + "it’s".encode()[:4]  # ’ is 3 bytes: 2 left
+    path.write_bytes(data)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))} ends inside a UTF-8 character \(its last 2 bytes "
+                                        rf"begin one: a file cut short\?\); write a copy without them: head -c "
+                                        rf"{len(data) - 2} "):
+        prep.read_text_file(path)
+
 def test_8bit_text_with_a_chance_utf8_character_is_still_8bit_and_a_dash_name_is_pasted_safely(tmp_path, monkeypatch):
     """cp1252 French where 'É' and a no-break space (C9 A0) happen to read as one UTF-8 character was
     called UTF-8 with 390 stray bytes, and the command given dropped every accent; its curly quote
@@ -342,7 +369,9 @@ def test_8bit_text_with_a_chance_utf8_character_is_still_8bit_and_a_dash_name_is
     monkeypatch.chdir(tmp_path)
     path = Path("french.txt")
     path.write_bytes("Il a dit: C’est l'ÉTÉ\xa0! Déjà très élégant.\n".encode("cp1252") * 30)
-    with pytest.raises(UserError, match=r"^french.txt is not UTF-8 \(byte 0x92 at offset 11, line 1\); convert it "
+    # (the chance character is named, 'ɠ', which a reader of French tells from theirs)
+    with pytest.raises(UserError, match=r"^french.txt is not UTF-8 \(byte 0x92 at offset 11, line 1\), though some of "
+                                        r"its characters read as UTF-8 \(the first: 'ɠ', line 1; .*\); convert it "
                                         r"into a new file, e.g. iconv -f cp1252 -t utf-8 french.txt > french.utf8.txt"):
         prep.read_text_file(path)
     path = Path("-ofoo.txt")
@@ -403,8 +432,9 @@ def test_latin1_text_with_a_few_utf8_letters_gets_a_conversion_that_works(tmp_pa
     path = tmp_path / "mixed.txt"
     data = ("Le garçon était très fâché.\n" * 50).encode("latin-1") + "ÁFRICA\n".encode()
     path.write_bytes(data)
-    with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe7 at offset 6, line 1\); convert it into a new "
-                                        r"file, e.g. iconv -f latin1 -t utf-8 .*mixed.txt > .*mixed.utf8.txt \(latin1"
+    with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe7 at offset 6, line 1\), though some of its "
+                                        r"characters read as UTF-8 \(the first: 'Á', line 51; .*\); convert it into a "
+                                        r"new file, e.g. iconv -f latin1 -t utf-8 .*mixed.txt > .*mixed.utf8.txt \(latin1"
                        ) as refused:
         prep.read_text_file(path)
     if not CAN_RUN:
