@@ -96,6 +96,9 @@ def source_files(dataset: str, left_out: list[Path] | None = None, prepared: str
     if (dead := dead_link(path)) is not None:
         raise UserError(f"data.dataset={dataset!r} is {dead}")
     hint = f"; did you mean {dataset.lower()!r}?" if dataset.lower() in BUILTIN else ""
+    if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*://", dataset):  # (a URL: read as a path that is not there)
+        hint = ("; an address is not downloaded (only data.dataset=shakespeare fetches its text): download the file, "
+                "then give its path" + (", or data.dataset=shakespeare" if dataset == SHAKESPEARE_URL else ""))
     # 'café.txt' typed with é as one code point, the file named with e and a combining accent (as macOS names
     # files), or the other way round: the two look the same
     for other in other_forms(dataset):

@@ -501,6 +501,12 @@ def test_a_dataset_link_to_nothing_or_a_builtin_in_capitals_is_named(tmp_path):
         prep.source_files("Stories")
     with pytest.raises(UserError, match="nor an existing text file or folder$"):
         prep.source_files("novels")
+    # an address was told only "not an existing file": that it is not downloaded, and tiny shakespeare's by name
+    with pytest.raises(UserError, match=r"folder; an address is not downloaded \(only data.dataset=shakespeare fetches "
+                                        r"its text\): download the file, then give its path$"):
+        prep.source_files("https://example.com/books.txt")
+    with pytest.raises(UserError, match="then give its path, or data.dataset=shakespeare$"):
+        prep.source_files(prep.SHAKESPEARE_URL)
     # a name typed with é as one code point, the file's with e and a combining accent (or the other way round)
     import unicodedata
     for on_disk, typed in (("NFD", "NFC"), ("NFC", "NFD")):
