@@ -27,7 +27,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
 
 from scripts.reproduce import check_own_output, is_figure, run, saved_json
 from tinygpt.checkpoint import atomic_write_text, check_writable, load_checkpoint, peek_checkpoint, resolve_checkpoint
-from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, short
+from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, shell_quote, short
 from tinygpt.report import markdown_cell, stats
 
 SAVED = (".json", ".txt")  # a saved probe output, read instead of probing again
@@ -189,6 +189,11 @@ def check_args(args) -> None:
         check_writable(args.out, "--out")
     for target in args.runs:
         if not is_saved(target):
+            kept = sorted(Path(target).glob("probe_*.txt")) if Path(target).is_dir() else []
+            if kept and not any((Path(target) / name).exists() for name in ("best.pt", "ckpt.pt")):  # an --out
+                # folder of an earlier table: "no checkpoint ...: train first" was the advice
+                raise UserError(f"{target} holds saved probe outputs, not a run: give the files, e.g. "
+                                f"python -m scripts.ablation_table {shell_quote(target.rstrip('/') or '/')}/probe_*.txt")
             path = resolve_checkpoint(target)  # as probe.py finds the run's checkpoint
             ckpt = peek_checkpoint(path)
             if ckpt is None:  # a device, a damaged file: loading says what is wrong, as probe.py would, at once

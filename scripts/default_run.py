@@ -114,7 +114,7 @@ def check_args(args) -> str | None:
     check_writable(ROOT / args.out, "--out")
     for group, runs in (("seed", args.seeds), ("old", args.old_seeds)):  # each run prepares and trains afresh, timed
         for seed in range(args.first_seed, args.first_seed + runs):
-            check_fresh((ROOT / args.out).resolve() / f"{group}{seed}", "--out", args.out)
+            check_fresh((ROOT / args.out).resolve() / f"{group}{seed}", "--out", args.out, ("run", "prepared"))
     if not args.old_seeds:
         return None
     rev, done = args.old, None

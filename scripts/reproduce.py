@@ -34,6 +34,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
 from tinygpt.checkpoint import check_writable, file_head
 from tinygpt.config import load_config, set_key, set_word
 from tinygpt.errors import ArgParser, UserError, elide, path_arg, read_capped, run_cli
+from tinygpt.runs import TRAIN_FILES
 from tinygpt.runtime import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,18 +104,24 @@ def check_own_output(path: Path, mark: str, flag: str) -> None:
                         f"move it away, or choose another {flag}")
 
 
-def check_fresh(folder: Path, flag: str, value: Path) -> None:
+def check_fresh(folder: Path, flag: str, value: Path, marks: Sequence[str] = TRAIN_FILES) -> None:
     """Refuse a folder where an earlier run of the script left files (a rerun, or a run that was
     stopped): its figures are a fresh run's, timed from the start, so it neither resumes nor mixes
     with the old one; and train.py's own refusal would advise --resume or --set train.out_dir,
-    which the scripts do not take. `flag` `value` is the folder's flag, as the user gave it."""
+    which the scripts do not take. `flag` `value` is the folder's flag, as the user gave it. A folder
+    holding none of `marks` (the files or folders the script makes there) is not called an earlier
+    run's, to delete: `--out-dir /` was told to delete the system's /run."""
     try:
         empty = folder.is_dir() and not any(folder.iterdir())
     except OSError:  # unreadable: train.py would fail on it too
         empty = False
-    if (folder.exists() or folder.is_symlink()) and not empty:
-        raise UserError(f"{flag} {value} already holds {folder}, an earlier run's: the figures are of a fresh run; "
-                        f"choose another {flag}, or delete or move {folder}")
+    if not (folder.exists() or folder.is_symlink()) or empty:
+        return
+    if not folder.is_dir() or not any((folder / name).exists() for name in marks):
+        raise UserError(f"{flag} {value} already holds {folder}, which this script did not make (a folder or file of "
+                        f"yours?); choose another {flag}")
+    raise UserError(f"{flag} {value} already holds {folder}, an earlier run's: the figures are of a fresh run; "
+                    f"choose another {flag}, or delete or move {folder}")
 
 
 def stories(out_dir: Path, extra: list[str]) -> dict:
@@ -175,7 +182,16 @@ def shakespeare(out_dir: Path, text: Path, config: str, extra: list[str]) -> dic
     seconds, _ = run(["train.py", config, "--quiet", "--set", set_word("train.out_dir", str(out_dir)),
                       set_word("data.dataset", str(text)), *extra])
     return {"config": config, "seconds_with_startup": round(seconds, 1), **from_metrics(out_dir),
-            **whole_val_losses(out_dir)}
+            **whole_val_losses(out_dir), "text_is_tiny_shakespeare": is_tiny_shakespeare(text)}
+
+
+def is_tiny_shakespeare(text: Path) -> bool:
+    """Is the file at `text` tiny shakespeare, byte for byte (its size, then its sha256)?"""
+    import hashlib
+
+    from data.prepare import SHAKESPEARE_CHARS, SHAKESPEARE_SHA256
+    return (text.stat().st_size == SHAKESPEARE_CHARS
+            and hashlib.sha256(text.read_bytes()).hexdigest() == SHAKESPEARE_SHA256)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -214,10 +230,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                "give the text with --text PATH")
         p.error(f"--set data.dataset=... is not taken: {why}")
     # what train.py would refuse, refused before the temp folder is made (it was left behind, empty)
-    load_config(ROOT / ("configs/stories.yaml" if args.what == "stories" else args.config), args.set)
+    cfg = load_config(ROOT / ("configs/stories.yaml" if args.what == "stories" else args.config), args.set)
+    if args.what == "shakespeare" and cfg.data.dataset != "shakespeare":  # (stories' BPE trained on shakespeare)
+        p.error(f"--config {args.config} trains data.dataset={cfg.data.dataset}: shakespeare measures a config of "
+                f"tiny shakespeare, e.g. configs/shakespeare_char.yaml")
     if args.out_dir is not None:
         check_writable(args.out_dir, "--out-dir")  # before the training, not after it
         check_fresh(args.out_dir.resolve() / "run", "--out-dir", args.out_dir)
+    if args.what == "shakespeare" and not is_tiny_shakespeare(args.text):  # (figures of another text, said to
+        # reproduce the speedrun's, exit 0)
+        print(f"note: --text {args.text} is not tiny shakespeare (its size or sha256 differs): the figures are of "
+              f"this text, not comparable with docs/results.md's", file=sys.stderr)
     out_dir = (args.out_dir or Path(tempfile.mkdtemp(prefix="tinygpt-"))).resolve() / "run"
     if args.out_dir is None:  # (a temp folder: say where the run is kept, to sample from or remove)
         print(f"the run: {out_dir}", file=sys.stderr, flush=True)

@@ -501,6 +501,38 @@ def test_reproduce_refuses_an_earlier_run_in_its_out_dir(tmp_path, capsys, monke
         reproduce.main(["stories", "--out-dir", str(tmp_path / "out")])
 
 
+def test_reproduce_does_not_call_a_folder_of_the_users_an_earlier_run(tmp_path, capsys, monkeypatch):
+    """`--out-dir /` was told it `already holds /run, an earlier run's: ... delete or move /run` (the
+    system's), and so was a folder run/ of the user's own files."""
+    from scripts import reproduce
+    monkeypatch.setattr(reproduce, "run", no_long_work)
+    (tmp_path / "out" / "run").mkdir(parents=True)
+    (tmp_path / "out" / "run" / "thesis.tex").write_text("mine")
+    line = one_line(cli(reproduce.main, ["stories", "--out-dir", tmp_path / "out"], capsys),
+                    f"already holds {tmp_path / 'out' / 'run'}, which this script did not make (a folder or file of "
+                    f"yours?)", "choose another --out-dir")
+    assert "delete" not in line and "earlier run" not in line
+
+
+def test_reproduce_shakespeare_says_when_the_text_is_not_tiny_shakespeare(tmp_path, capsys, monkeypatch):
+    """`--text` of a cut or other text reported the speedrun's figures, exit 0, nothing said; and
+    `--config configs/stories.yaml` trained stories' BPE on it (stories refuses a shakespeare config)."""
+    from scripts import reproduce
+    monkeypatch.setattr(reproduce, "run", started)
+    (tmp_path / "short.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
+    with pytest.raises(Started):
+        reproduce.main(["shakespeare", "--text", str(tmp_path / "short.txt"), "--out-dir", str(tmp_path / "out")])
+    assert capsys.readouterr().err == (f"note: --text {tmp_path / 'short.txt'} is not tiny shakespeare (its size or "
+                                       f"sha256 differs): the figures are of this text, not comparable with "
+                                       f"docs/results.md's\n")
+    one_line(cli(reproduce.main, ["shakespeare", "--text", tmp_path / "short.txt", "--config", "configs/stories.yaml",
+                                  "--out-dir", tmp_path / "out2"], capsys),
+             "--config configs/stories.yaml trains data.dataset=stories")
+    from conftest import SHARED_DATA
+    if (SHARED_DATA / "tinyshakespeare.txt").is_file():  # (where the data folder is at hand)
+        assert reproduce.is_tiny_shakespeare(SHARED_DATA / "tinyshakespeare.txt")
+
+
 @pytest.mark.parametrize("sets, culprit", [(["foo"], "--set 'foo' must look like SECTION.KEY=VALUE"),
                                            (["train.nope=1"], "unknown config key 'train.nope'")])
 def test_reproduce_refuses_a_bad_set_before_making_its_temp_folder(tmp_path, capsys, monkeypatch, sets, culprit):
@@ -657,6 +689,16 @@ def test_ablation_table_mean_row_of_runs_without_pairs(tmp_path, capsys):
     assert code == 0 and not err
     run_row, mean_row = (line for line in out.splitlines() if line.startswith(("| seed1 |", "| mean ± sd")))
     assert run_row.endswith("| - | - |") and mean_row.endswith("| - | - |")
+
+
+def test_ablation_table_given_its_own_out_folder_names_the_saved_outputs(tmp_path, capsys):
+    """The --out folder of an earlier table, given as a run, was told `no checkpoint in DIR (expected best.pt or
+    ckpt.pt): train first`, which it needs no more: its saved outputs are read, given as files."""
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "probe_seed1.txt").write_text("probe of seed1\n")
+    one_line(cli(script("ablation_table").main, [tmp_path / "tables"], capsys),
+             f"{tmp_path / 'tables'} holds saved probe outputs, not a run: give the files, e.g. python -m "
+             f"scripts.ablation_table {tmp_path / 'tables'}/probe_*.txt")
 
 
 def test_page_faults_without_faults_kept_is_no_ratio(capsys, monkeypatch):
