@@ -48,7 +48,8 @@ from tinygpt.errors import (ArgParser, UserError, count, dead_link, elide, folde
                             work_is_files)
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, cpu_kind, device_name, following_free_cores, int8_problem,
-                             int8_weights, keep_freed_memory, model_memory, peak_flops, resolve_device, sync)
+                             int8_weights, keep_freed_memory, model_memory, peak_flops, resolve_device, sync,
+                             usable_cores)
 from tinygpt.runs import run_lock
 from tinygpt.training import make_optimizer, train_step
 
@@ -480,6 +481,7 @@ def peak_memory_mb(device: torch.device) -> float | None:
 
 # the most each count may ask for: 20-1000x the defaults, so a benchmark ends within hours, not never
 MAX_COUNTS = {"steps": 10_000, "loss_steps": 10_000, "gen_tokens": 10_000}
+GEN_MODEL = {"gen_layers": 6, "gen_heads": 6, "gen_embd": 384, "gen_block": 512}  # the decoding benches' model
 
 
 def check_args(args) -> list[str]:
@@ -501,6 +503,11 @@ def check_args(args) -> list[str]:
     if not (args.steps or args.loss_steps or args.gen_tokens or args.attention or args.vs_hf or args.under_load):
         raise UserError("--steps 0 and --gen-tokens 0 leave nothing to measure: keep one, or add --loss-steps, "
                         "--attention, --vs-hf or --under-load")
+    moved = [f"--{flag.replace('_', '-')}" for flag, default in GEN_MODEL.items() if getattr(args, flag) != default]
+    if moved and not (args.gen_tokens or args.vs_hf or args.under_load):  # (ignored without a word)
+        raise UserError(f"{' and '.join(moved)} set{'s' * (len(moved) == 1)} the model that --gen-tokens, --vs-hf "
+                        f"and --under-load decode with: with none of them it changes nothing; add one, or leave "
+                        f"{'it' if len(moved) == 1 else 'them'} out")
     if args.compile and not (args.steps or args.vs_hf):
         raise UserError("--compile compiles the training step of --steps and the decoding step of --vs-hf: with "
                         "neither it would change nothing; add one, or leave --compile out")
@@ -623,10 +630,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--gen-tokens", type=int, default=500,
                    help="greedy tokens the generation benchmark (and --vs-hf, at most --gen-block - 1) decodes; 0 "
                         "skips the benchmark, and --vs-hf then decodes 500 (default: %(default)s)")
-    p.add_argument("--gen-layers", type=int, default=6, help="layers of the decoding benchmarks' model, random weights (default: %(default)s)")
-    p.add_argument("--gen-heads", type=int, default=6, help="its heads (default: %(default)s)")
-    p.add_argument("--gen-embd", type=int, default=384, help="its width, n_embd (default: %(default)s)")
-    p.add_argument("--gen-block", type=int, default=512, help="its context, block_size (default: %(default)s)")
+    p.add_argument("--gen-layers", type=int, default=GEN_MODEL["gen_layers"],
+                   help="layers of the decoding benchmarks' model, random weights (default: %(default)s)")
+    p.add_argument("--gen-heads", type=int, default=GEN_MODEL["gen_heads"], help="its heads (default: %(default)s)")
+    p.add_argument("--gen-embd", type=int, default=GEN_MODEL["gen_embd"],
+                   help="its width, n_embd (default: %(default)s)")
+    p.add_argument("--gen-block", type=int, default=GEN_MODEL["gen_block"],
+                   help="its context, block_size (default: %(default)s)")
     p.add_argument("--attention", action="store_true",
                    help="also time one layer's attention, SDPA vs two matmuls, at the config's shape")
     p.add_argument("--vs-hf", action="store_true",
@@ -661,6 +671,10 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
         raise UserError(f"--under-load compares torch's default threads, the thread policy and one core fewer: "
                         f"train.threads={cfg.train.threads} pins them to one count; leave it out")
     device = resolve_device(cfg.train.device)
+    if args.under_load and device.type == "cpu" and usable_cores() < 2:  # (every row ran on one thread, and "the
+        # ceiling beside a busy process is 152% of the policy's idle figure" was printed: noise, as a result)
+        raise UserError("--under-load compares torch's default threads, the thread policy and one core fewer beside "
+                        "a busy process: it needs 2 cores or more, and this process may use 1")
     if device.type == "cuda":
         configure_cuda(cfg.train.tf32)
     keep_freed_memory()  # as train.py does

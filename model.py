@@ -70,8 +70,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     hs = q.size(-1)
     # q·k sums hs products, so its variance grows like hs; dividing by sqrt(hs) brings it back to about 1
     # (for unit-variance q and k), so a wide head's softmax does not saturate: Vaswani et al. 2017, §3.2.1, note 4
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # 3a) scores (B, nh, Tq, Tk)
-    att = masked_softmax(scores, mask)  # 3b) mask, softmax: (B, nh, Tq, Tk)
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # 3) scores (B, nh, Tq, Tk)
+    att = masked_softmax(scores, mask)  # 3) mask, softmax: (B, nh, Tq, Tk)
     y = F.dropout(att, dropout_p) @ v  # 4) weight the values: (B, nh, Tq, hs)
     return y, att
 
@@ -146,17 +146,19 @@ class CausalSelfAttention(nn.Module):
         positions and attends over the cached ones too."""
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
-        # 1) project: every position makes a query, a key and a value, each split into nh heads of hs
+        # 1) project: every position makes a query, a key and a value, (B, T, C) each
+        # 2) split heads: the C columns become nh heads of hs, (B, T, nh, hs); with a cache, the past positions'
+        #    keys and values come first (KVCache, below); then heads first, (B, nh, T, hs), so that every head's
+        #    matmuls run as one batch
         q = self.q_proj(x).view(B, T, nh, hs)  # (B, T, C) -> (B, T, nh, hs)
         k = self.k_proj(x).view(B, T, nh, hs)  # (B, T, nh, hs)
         v = self.v_proj(x).view(B, T, nh, hs)  # (B, T, nh, hs)
-        # 2) with a cache, the past positions' keys and values come first (KVCache, below)
         if kv_cache is not None:
             k, v = kv_cache.append(k, v)  # (B, Tk, nh, hs): the cached ones, then ours
-        # 3) heads first, (B, nh, T, hs), so that every head's matmuls run as one batch
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs), k v (B, nh, Tk, hs)
         Tk = k.size(2)
-        # 4) scores, mask, softmax, then the weighted sum of the values
+        # 3) scores, mask, softmax  4) weight the values: `attention`, the formula, or `fast_attention`, the same
+        #    maths in fused kernels
         dropout_p = self.attn_dropout_p if self.training else 0.0
         if need_weights:  # the readable path, exactly the formula
             mask = causal_mask(T, Tk, x.device) if self.causal else None  # (T, Tk): our T are the last of the Tk
@@ -422,7 +424,8 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
     caches = None
     for _ in range(max_new_tokens):
         if window.size(1) > block_size:  # the last token did not fit: slide the window, drop the cache
-            # by half a block, not one token: the cache is refilled once per block_size // 2 + 1 tokens, not every
+            # by half a block, not one token: the cache is refilled once per block_size - block_size // 2 + 1 tokens
+            # (half a block rounded up, and one), not every
             # step; the uncached path slides alike, so cached and uncached logits stay equal (up to rounding:
             # the same sums in another order)
             window, caches = window[:, -max(1, block_size // 2):], None  # (B, W), W = max(1, block_size // 2)

@@ -89,3 +89,20 @@ def test_the_documented_fine_tune_settings_load_with_every_shipped_config():
             cfg = load_config(config, overrides)
             assert cfg.train.min_lr <= cfg.train.lr, (config.name, overrides)
             assert (cfg.data.tokenizer, cfg.data.compact_vocab) == ("gpt2", False), (config.name, overrides)
+
+
+def test_the_attention_steps_are_numbered_alike_in_the_model_the_design_and_the_notebook():
+    """model.py's forward numbered the KV cache as step 2 and the transpose as 3 (scores, mask, softmax inside
+    `attention` as 4, labelled 3a and 3b there), where docs/design.md and the notebook number five other steps."""
+    import inspect
+    import json
+
+    import model
+    steps = ["project", "split heads", "scores, mask, softmax", "weight the values", "merge"]
+    forward, formula = inspect.getsource(model.CausalSelfAttention.forward), inspect.getsource(model.attention)
+    design = (ROOT / "docs" / "design.md").read_text()
+    notebook = "".join("".join(cell["source"]) for cell in
+                       json.loads((ROOT / "notebooks" / "attention_mechanics.ipynb").read_text())["cells"])
+    for n, name in enumerate(steps, 1):
+        assert f"{n}) {name}" in forward and f"{n}) {name}" in design and f"{n}. **{name}" in notebook, (n, name)
+    assert "# 3) scores" in formula and "# 4) weight the values" in formula and "3a)" not in formula
