@@ -29,11 +29,12 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
+from data.prepare import stories_code_digest
 from data.stories import REFERENCES_PER_STORY
 from tinygpt.checkpoint import load_model, resolve_checkpoint
 from tinygpt.ablation import looks_like_heads, parse_heads
 from tinygpt.coreference import (HELD_OUT_OFFSET, MEAN_SEED_OFFSET, SEEDS, ablation, ablation_report, check_stories,
-                                 held_out_seed, not_stories, probe, report)
+                                 held_out_seed, mean_ablation_cases, not_stories, probe, report)
 from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, short, shown_path
 from tinygpt.runs import training_note
 from tinygpt.runtime import ThreadPolicy, check_memory, resolve_device
@@ -75,6 +76,10 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
         heads = parse_heads(args.ablate, cfg.model.n_layer, cfg.model.n_head)
     if note := training_note(resolve_checkpoint(args.run), ckpt["step"], "probes"):
         print(note, file=sys.stderr)
+    if (trained_on := ckpt.get("stories_generator")) not in (None, stories_code_digest()):  # (edited since)
+        print(f"note: {shown_path(args.run)} was trained on stories of another version of data/stories.py and "
+              f"data/story_words.py (edited since, {short(str(trained_on))} then): the held-out stories are made by "
+              f"today's, with names and words the model may never have seen", file=sys.stderr)
     seed = args.seed if args.seed is not None else held_out_seed(cfg.data.stories_seed)
     if seed == cfg.data.stories_seed:
         print(f"note: --seed {seed} is the training corpus's data.stories_seed: these stories are not held out",
@@ -82,6 +87,9 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     elif args.ablate is not None and (seed + MEAN_SEED_OFFSET) % SEEDS == cfg.data.stories_seed:
         print(f"note: --ablate's mean-ablation stories (seed {cfg.data.stories_seed}, --seed + {MEAN_SEED_OFFSET}) are "
               f"the training corpus's data.stories_seed: those stories are not held out", file=sys.stderr)
+    # mean ablation's windows, before the slow part: where they are none, the probe's minutes were thrown away
+    mean_cases = (mean_ablation_cases(tokenizer, args.stories, seed, cfg.model.block_size)
+                  if args.ablate is not None else None)
     # threads for the cores other processes leave free: with a busy process beside it, torch's one
     # thread per core probed 5x slower than one thread (docs/results.md)
     threads = ThreadPolicy() if device.type == "cpu" else None
@@ -94,7 +102,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> dict:
     if args.ablate is not None:
         looks = result["attention_attribute"]  # (none measured: no reference had its attribute in the window)
         result["ablation"] = ablation(model, tokenizer, args.stories, seed, device, heads,
-                                      looks["antecedent"] if looks["references"] else None, threads=threads)
+                                      looks["antecedent"] if looks["references"] else None, threads=threads,
+                                      mean_cases=mean_cases)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     out.write(f"probe of {shown_path(args.run)}: {count(cfg.model.n_layer, 'layer')} x "
               f"{count(cfg.model.n_head, 'head')}, block_size {cfg.model.block_size}, {cfg.data.tokenizer} tokens\n")

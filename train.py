@@ -455,6 +455,8 @@ class Run:
              "model": self.model.state_dict(), "step": self.step, "best_val_loss": self.best_val,
              "elapsed_s": self.elapsed, "data_digest": self.data.meta["digest"], "evaluated_step": self.evaluated,
              "run_id": self.run_id, "mfu_peak": self.peak}
+        if generator := self.data.meta.get("settings", {}).get("generator"):  # the stories' generator code: the
+            s["stories_generator"] = generator  # probe's held-out stories are made by today's (probe.py compares)
         if ranks is not None:
             rngs, sums = [rng for rng, _ in ranks], [loss_sum for _, loss_sum in ranks]
             s.update(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),

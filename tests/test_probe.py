@@ -639,6 +639,34 @@ def test_ablate_before_the_run_says_what_ablate_takes(tmp_path, capsys):
     assert "arguments are required: run" in one_line_exit_2(capsys, ["--ablate", "3.2"])
 
 
+def test_ablate_without_mean_ablation_windows_is_refused_before_the_probe(run, monkeypatch):
+    """A word run whose mean-ablation stories held no reference was probed in full, then refused: the probe's
+    tables and JSON line thrown away. Now those windows are built first; the refusal names the vocabulary's unit."""
+    from tinygpt import coreference
+    from tinygpt.errors import UserError
+    real = coreference.held_out_cases
+    monkeypatch.setattr(coreference, "held_out_cases", lambda tok, n, seed, block: (
+        ([], 0, n) if seed == (coreference.held_out_seed(1337) + coreference.MEAN_SEED_OFFSET) % coreference.SEEDS
+        else real(tok, n, seed, block)))
+    monkeypatch.setattr(probe, "probe", lambda *a, **k: pytest.fail("the probe ran first"))
+    with pytest.raises(UserError, match=r"^no window to average the heads' outputs over for mean ablation: the 2 "
+                                        r"held-out stories of seed \d+ gave no reference \(2 skipped: characters "
+                                        r"outside this model's vocabulary\)"):
+        probe.main([str(run), "--stories", "2", "--ablate"], out=io.StringIO())
+
+def test_a_run_of_an_edited_story_generator_is_probed_with_a_note(run, monkeypatch, capsys):
+    """data/story_words.py edited after training (as it invites): the run was probed on stories of the new
+    word lists, names it never saw, without a word. Its checkpoint records the generator's code now."""
+    from data.prepare import stories_code_digest
+    assert load_checkpoint(run / "best.pt")["stories_generator"] == stories_code_digest()
+    probe.main([str(run), "--stories", "2"], out=io.StringIO())
+    assert "another version of data/stories.py" not in capsys.readouterr().err
+    monkeypatch.setattr(probe, "stories_code_digest", lambda: "0" * 12)  # the code edited since
+    probe.main([str(run), "--stories", "2"], out=io.StringIO())
+    assert (f"note: {run} was trained on stories of another version of data/stories.py and data/story_words.py "
+            f"(edited since, {stories_code_digest()!r} then): the held-out stories are made by today's, with names "
+            f"and words the model may never have seen\n") in capsys.readouterr().err
+
 @pytest.fixture(scope="module")
 def one_head_run(tiny_stories_run, tmp_path_factory):
     """A run of 1 layer x 1 head: the tiny stories run's tokenizer and config, fresh weights."""

@@ -651,6 +651,14 @@ def test_a_copied_runs_probe_is_still_its_own(tmp_path):
     assert "references" not in row
     assert row["note"] == (f"note: {copy / 'probe.json'} is of other weights than its best.pt (trained on since): "
                            f"left out; sweep.py --probe probes it again")
+    # a run without best.pt is probed on ckpt.pt: its probe was kept as current however far ckpt.pt trained on
+    (copy / "best.pt").unlink()
+    ckpt = copy / "ckpt.pt"
+    (copy / "probe.json").write_text(json.dumps({**figures, "checkpoint_sha256": runs.file_sha256(ckpt)}))
+    assert runs.summarize_run(copy)["references"] > 0  # of ckpt.pt's weights: its own
+    (copy / "probe.json").write_text(json.dumps({**figures, "checkpoint_sha256": "0" * 64}))
+    row = runs.summarize_run(copy)
+    assert "references" not in row and "of other weights than its ckpt.pt" in row["note"]
 
 
 def test_a_probe_json_that_cannot_be_read_is_left_not_removed_as_damaged(tmp_path, monkeypatch, capsys):

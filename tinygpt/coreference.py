@@ -348,23 +348,35 @@ MODES = ("zero", "mean")
 MEAN_SEED_OFFSET = 1  # the mean-ablation stories: the probe's held-out seed + 1, not the probe's own
 
 
+def mean_ablation_cases(tokenizer, n_stories: int, seed: int, block_size: int) -> tuple[list[Case], int]:
+    """The windows mean ablation averages the heads' outputs over, those of n_stories other held-out
+    stories (seed + MEAN_SEED_OFFSET), and how many of the stories were skipped; a UserError where they
+    give none. probe.py asks first, before
+    the probe's slow part (its result was thrown away by this refusal, after minutes)."""
+    mean_seed = (seed + MEAN_SEED_OFFSET) % SEEDS
+    mean_cases, _, mean_skipped = held_out_cases(tokenizer, n_stories, mean_seed, block_size)
+    if not mean_cases:  # e.g. a word-level vocabulary that lacks a word of each story
+        units = f"{tokenizer.unit}s" if hasattr(tokenizer, "unit") else "characters"  # (words, of a word vocabulary)
+        raise UserError(f"no window to average the heads' outputs over for mean ablation: the "
+                        f"{count(n_stories, 'held-out story', 'held-out stories')} of seed "
+                        f"{mean_seed} gave no reference ({mean_skipped} skipped: {units} outside this model's "
+                        f"vocabulary); try more --stories, or another --seed")
+    return mean_cases, mean_skipped
+
+
 def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.device,
              heads: Sequence[Head] | None = None, attention: Sequence[Sequence[float]] | None = None,
-             batch_size: int = BATCH, threads: ThreadPolicy | None = None) -> dict:
+             batch_size: int = BATCH, threads: ThreadPolicy | None = None,
+             mean_cases: tuple[list[Case], int] | None = None) -> dict:
     """The probe's accuracy with heads removed (zero and mean ablation, tinygpt/ablation.py).
     heads None: every head alone (an n_layer x nh table), then together the top two by `attention`
     (n_layer x nh, e.g. the weight on the antecedent's attribute) and the top two by zero-ablation
     drop; else the given heads together. Means: every position of the windows of n_stories other
-    held-out stories (seed + MEAN_SEED_OFFSET)."""
+    held-out stories (seed + MEAN_SEED_OFFSET): `mean_cases` where the caller has them (mean_ablation_cases)."""
     cfg = model.config
-    mean_seed = (seed + MEAN_SEED_OFFSET) % SEEDS
     cases, n_refs, _ = held_out_cases(tokenizer, n_stories, seed, cfg.block_size)
-    mean_cases, _, mean_skipped = held_out_cases(tokenizer, n_stories, mean_seed, cfg.block_size)
-    if not mean_cases:  # e.g. a word-level vocabulary that lacks a word of each story
-        raise UserError(f"no window to average the heads' outputs over for mean ablation: the "
-                        f"{count(n_stories, 'held-out story', 'held-out stories')} of seed "
-                        f"{mean_seed} gave no reference ({mean_skipped} skipped: words or "
-                        f"characters outside this model's vocabulary); try more --stories, or another --seed")
+    mean_seed = (seed + MEAN_SEED_OFFSET) % SEEDS
+    mean_cases, mean_skipped = mean_cases or mean_ablation_cases(tokenizer, n_stories, seed, cfg.block_size)
     windows = (torch.tensor([c.ids for c in b], device=device) for b in batches(mean_cases, batch_size))
     means, positions = head_means(model, windows)  # (n_layer, nh, hs)
 
