@@ -620,6 +620,22 @@ def test_a_config_given_for_a_run_says_so(tmp_path):
         resolve_checkpoint(tmp_path / "stories.yaml")
 
 
+def test_a_runs_other_file_given_for_its_checkpoint_says_so(tmp_path):
+    """`sample.py RUN/metrics.csv` (a tab completion one file too far) was `truncated, corrupted or not a
+    checkpoint (IndexError)`: a sound file of the run, called damaged."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("# tinygpt run\n")
+    for name in ("metrics.csv", "loss.png", "probe.json"):
+        (tmp_path / "run" / name).write_text("x")
+        with pytest.raises(UserError, match=rf"^{re.escape(str(tmp_path / 'run' / name))} is a file of the run "
+                                            rf"{re.escape(str(tmp_path / 'run'))}, not its checkpoint: give the run "
+                                            rf"directory, {re.escape(str(tmp_path / 'run'))}$"):
+            resolve_checkpoint(tmp_path / "run" / name)
+    (tmp_path / "notes").mkdir()  # a metrics.csv of the user's, in no run: not said to be a run's
+    (tmp_path / "notes" / "metrics.csv").write_text("x")
+    assert resolve_checkpoint(tmp_path / "notes" / "metrics.csv") == tmp_path / "notes" / "metrics.csv"
+
+
 def test_load_model_reads_best_pt_of_a_run_dir(tmp_path):
     best, _, _ = tiny_state(step=3)
     latest, _, _ = tiny_state(step=9)

@@ -966,6 +966,10 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if path.suffix.lower() in (".yaml", ".yml"):  # `sample.py configs/stories.yaml`
         raise UserError(f"{path} is a config, not a run: give the run directory it trained into (its "
                         f"train.out_dir) or a checkpoint (.pt)")
+    if path.name in ("metrics.csv", "loss.png", "probe.json") and (path.parent / "config.yaml").is_file():  # a run's
+        # other file (tab completion), once called "truncated, corrupted or not a checkpoint (IndexError)"
+        raise UserError(f"{path} is a file of the run {path.parent}, not its checkpoint: give the run directory, "
+                        f"{shell_quote(path_word(path.parent))}")
     return path
 
 
