@@ -192,8 +192,9 @@ def check_args(args) -> None:
             kept = sorted(Path(target).glob("probe_*.txt")) if Path(target).is_dir() else []
             if kept and not any((Path(target) / name).exists() for name in ("best.pt", "ckpt.pt")):  # an --out
                 # folder of an earlier table: "no checkpoint ...: train first" was the advice
+                folder = shell_quote(target.rstrip("/") or "/")
                 raise UserError(f"{target} holds saved probe outputs, not a run: give the files, e.g. "
-                                f"python -m scripts.ablation_table {shell_quote(target.rstrip('/') or '/')}/probe_*.txt")
+                                f"python -m scripts.ablation_table {folder}/probe_*.txt")
             path = resolve_checkpoint(target)  # as probe.py finds the run's checkpoint
             ckpt = peek_checkpoint(path)
             if ckpt is None:  # a device, a damaged file: loading says what is wrong, as probe.py would, at once

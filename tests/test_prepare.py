@@ -361,6 +361,7 @@ def test_a_file_cut_inside_a_utf8_character_is_told_so(tmp_path):
                                         rf"{len(data) - 2} "):
         prep.read_text_file(path)
 
+
 def test_8bit_text_with_a_chance_utf8_character_is_still_8bit_and_a_dash_name_is_pasted_safely(tmp_path, monkeypatch):
     """cp1252 French where 'É' and a no-break space (C9 A0) happen to read as one UTF-8 character was
     called UTF-8 with 390 stray bytes, and the command given dropped every accent; its curly quote
@@ -434,7 +435,8 @@ def test_latin1_text_with_a_few_utf8_letters_gets_a_conversion_that_works(tmp_pa
     path.write_bytes(data)
     with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe7 at offset 6, line 1\), though some of its "
                                         r"characters read as UTF-8 \(the first: 'Á', line 51; .*\); convert it into a "
-                                        r"new file, e.g. iconv -f latin1 -t utf-8 .*mixed.txt > .*mixed.utf8.txt \(latin1"
+                                        r"new file, e.g. iconv -f latin1 -t utf-8 .*mixed.txt > .*mixed.utf8.txt "
+                                        r"\(latin1"
                        ) as refused:
         prep.read_text_file(path)
     if not CAN_RUN:

@@ -654,6 +654,7 @@ def test_ablate_without_mean_ablation_windows_is_refused_before_the_probe(run, m
                                         r"outside this model's vocabulary\)"):
         probe.main([str(run), "--stories", "2", "--ablate"], out=io.StringIO())
 
+
 def test_a_run_of_an_edited_story_generator_is_probed_with_a_note(run, monkeypatch, capsys):
     """data/story_words.py edited after training (as it invites): the run was probed on stories of the new
     word lists, names it never saw, without a word. Its checkpoint records the generator's code now."""
@@ -666,6 +667,7 @@ def test_a_run_of_an_edited_story_generator_is_probed_with_a_note(run, monkeypat
     assert (f"note: {run} was trained on stories of another version of data/stories.py and data/story_words.py "
             f"(edited since, {stories_code_digest()!r} then): the held-out stories are made by today's, with names "
             f"and words the model may never have seen\n") in capsys.readouterr().err
+
 
 @pytest.fixture(scope="module")
 def one_head_run(tiny_stories_run, tmp_path_factory):

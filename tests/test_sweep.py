@@ -603,6 +603,7 @@ def test_a_diverged_run_is_an_error_in_the_sweep_and_read_back(tmp_path, capfd):
     assert compared["rows"][0]["status"] == status.removeprefix("failed (exit 2), ")
     assert report.ended_in_error(compared["rows"][0])  # (not one to finish with --resume: it diverges again)
 
+
 def test_a_failed_run_is_not_probed(tmp_path, monkeypatch, capfd):
     """--probe and a run that failed: the probe of what it left (here no checkpoint) ended the whole
     sweep with 'run directory or checkpoint not found' instead of its report of the failure."""
