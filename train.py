@@ -958,7 +958,8 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         check_same_start(dist, data, ckpt)
     if init_ckpt is not None:
         check_init_tokenizer(cfg, init_ckpt, data)
-        print(init_line)  # (after the check: a refused start says only why)
+        if dist.master:  # (after the check: a refused start says only why; under torchrun once, not per process)
+            print(init_line)
     if ckpt is not None:
         check_resume_data(cfg, ckpt, data)
     check_training_fits(cfg, dtype, dist.device)  # again, now with the vocabulary's embedding and logits

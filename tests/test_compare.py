@@ -923,6 +923,21 @@ def trained_on(run: str, digest: str, step: int = 10) -> str:
     return run
 
 
+def test_runs_of_one_config_on_other_process_counts_are_different_settings(tmp_path):
+    """A one-process run and a torchrun run of two, both train.batch_size=4 (each process's: global batches 4
+    and 8), were 'the same training twice, counted as one seed' and their configs 'identical'. A torchrun run's
+    ckpt.pt keeps one random state per process: the report's train.processes column tells them apart."""
+    rows = [(0, "4.1", "4.1"), (10, "3.9", "3.9")]
+    one = trained_on(config_run(tmp_path / "one", rows, **{"train.seed": 1337}), "a" * 64)
+    two = config_run(tmp_path / "two", [(0, "4.0", "4.0"), (10, "3.0", "3.0")], **{"train.seed": 1337})
+    torch.save({"format": FORMAT, "step": 10, "data_digest": "a" * 64, "rng_ranks": [torch.zeros(2)] * 2},
+               Path(two) / "ckpt.pt")
+    assert runs.summarize_run(two)["config"][runs.PROCESSES] == 2
+    assert runs.summarize_run(one)["config"][runs.PROCESSES] == 1
+    _, printed = compared([one, two, "--out", str(tmp_path / "cmp")])
+    assert "share train.seed" not in printed and "configs are identical" not in printed, printed
+    assert "| one | 1 |" in printed and "| two | 2 |" in printed
+
 def test_runs_trained_on_different_data_are_different_settings(tmp_path):
     """Two runs of one config whose dataset file's text changed between them (the same path) were
     'the same training twice, counted as one seed' (with other seeds: two seeds of one setting, averaged),

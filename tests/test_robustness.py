@@ -83,6 +83,10 @@ def test_ddp_two_processes_match_one_process(corpus, tmp_path):
     text = io.StringIO()
     sample.main([str(ddp), "--max-new-tokens", "20", "--prompt", "the"], out=text)  # DDP's checkpoint samples
     assert len(text.getvalue()) >= 20
+    # a fine-tune under torchrun said "train.init_from: starting from ..." once a process
+    tuned = torchrun(tmp_path, train_args(corpus, tmp_path / "tuned", "train.max_iters=5", "train.batch_size=4",
+                                          f"train.init_from={single}"))
+    assert tuned.returncode == 0 and tuned.stdout.count("train.init_from: starting from") == 1, tuned.stdout
 
 
 @pytest.mark.slow

@@ -54,6 +54,7 @@ MAX_METRICS_BYTES = 256 << 20  # metrics.csv: ~80 bytes a row, 3 million rows (3
 MAX_PROBE_BYTES = 8 << 20  # probe.json: a few KB
 REPORT_LOCK = ".sweep.lock"  # in a sweep's or a comparison's --out while one writes there (run_lock)
 DIVERGED = "diverged at step"  # the status of a run whose training diverged (its metrics.csv's nan row)
+PROCESSES = "train.processes"  # a report's column: the processes (torchrun's) that trained a run, not a config key
 
 
 def run_name(path: str | Path) -> str:
@@ -818,12 +819,21 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         "tokens_per_s": statistics.median(tok_s) if tok_s else None,
         "wall_s": max(elapsed) if elapsed else None,  # train.py's elapsed_s carries over a resume
         **probe_columns(probed),
-        "config": flat_config(cfg),
+        # train.batch_size is each process's: 1 x 4 and 2 x 4 under torchrun are other trainings (their global
+        # batches 4 and 8), which the report called "the same training twice", one seed
+        "config": {**flat_config(cfg), PROCESSES: trained_processes(ckpt)},
         "metrics": metrics,
         "data_digest": digest,
         "threads": started_threads(ckpt),
         "note": note,
     }
+
+
+def trained_processes(ckpt: dict[str, Any] | None) -> int:
+    """How many processes trained a peeked ckpt.pt's last session: a torchrun run's checkpoint keeps every
+    process's random state (rng_ranks, one each); one process (and no checkpoint): 1."""
+    ranks = ckpt.get("rng_ranks") if ckpt is not None else None
+    return len(ranks) if isinstance(ranks, list) and len(ranks) > 1 else 1
 
 
 def started_threads(ckpt: dict[str, Any] | None) -> int | None:
