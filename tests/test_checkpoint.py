@@ -631,6 +631,17 @@ def test_a_runs_other_file_given_for_its_checkpoint_says_so(tmp_path):
                                             rf"{re.escape(str(tmp_path / 'run'))}, not its checkpoint: give the run "
                                             rf"directory, {re.escape(str(tmp_path / 'run'))}$"):
             resolve_checkpoint(tmp_path / "run" / name)
+    # a Hugging Face folder's files (its folder was already told to come in with export.py --from-hf): `not a
+    # tinygpt checkpoint` (train.init_from), `truncated, corrupted or not a checkpoint` (sample.py)
+    (tmp_path / "hf").mkdir()
+    for name in ("config.json", "model.safetensors", "pytorch_model.bin"):
+        (tmp_path / "hf" / name).write_text("{}")
+    for name in ("config.json", "model.safetensors", "pytorch_model.bin"):
+        with pytest.raises(UserError, match=rf"^{re.escape(str(tmp_path / 'hf' / name))} is a file of the Hugging Face "
+                                            rf"model folder {re.escape(str(tmp_path / 'hf'))}, not a run: bring it in as "
+                                            rf"one with python export.py --from-hf {re.escape(str(tmp_path / 'hf'))} "
+                                            rf"NEW_RUN_DIR$"):
+            resolve_checkpoint(tmp_path / "hf" / name)
     (tmp_path / "notes").mkdir()  # a metrics.csv of the user's, in no run: not said to be a run's
     (tmp_path / "notes" / "metrics.csv").write_text("x")
     assert resolve_checkpoint(tmp_path / "notes" / "metrics.csv") == tmp_path / "notes" / "metrics.csv"

@@ -913,6 +913,18 @@ def check_types(ckpt: dict[str, Any], path: Path) -> None:
         raise UserError(f"{path} is damaged: its step is {short(step)}, not a count of steps")
 
 
+HF_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+            "generation_config.json")  # a Hugging Face model folder's files, given for a checkpoint
+
+
+def hf_folder_given(path: Path, folder: Path) -> str:
+    """The refusal of a Hugging Face model folder (or one of its files, `path`) given for a run."""
+    what = f"{path} is a Hugging Face model folder" if path == folder else f"{path} is a file of the Hugging " \
+        f"Face model folder {folder}"
+    return (f"{what}, not a run: bring it in as one with "
+            f"{shell_join(['python', script_word('export.py'), '--from-hf', path_word(folder), 'NEW_RUN_DIR'])}")
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """A run directory -> its best.pt if present (and of the run's ckpt.pt: check_one_run), else ckpt.pt;
     a file -> itself."""
@@ -929,8 +941,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
                 raise UserError(f"{odd} is {kind}, not a checkpoint file; give a run directory whose best.pt or "
                                 f"ckpt.pt is a file")
         if (path / "config.json").is_file():  # export.py's output, or a GPT-2 from the Hub
-            raise UserError(f"{path} is a Hugging Face model folder, not a run: bring it in as one with "
-                            f"{shell_join(['python', script_word('export.py'), '--from-hf', path_word(path), 'NEW_RUN_DIR'])}")
+            raise UserError(hf_folder_given(path, path))
         others = sorted(p.name for p in path.glob("*.pt") if p.is_file())  # a checkpoint saved under another name
         if others:
             raise UserError(f"no best.pt or ckpt.pt in {path}, which holds {first_few(others)}: give the file itself, "
@@ -966,6 +977,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if path.suffix.lower() in (".yaml", ".yml"):  # `sample.py configs/stories.yaml`
         raise UserError(f"{path} is a config, not a run: give the run directory it trained into (its "
                         f"train.out_dir) or a checkpoint (.pt)")
+    if path.name in HF_FILES and (path.parent / "config.json").is_file():  # model.safetensors of a GPT-2 folder
+        raise UserError(hf_folder_given(path, path.parent))  # (was "not a tinygpt checkpoint", "truncated, ...")
     if path.name in ("metrics.csv", "loss.png", "probe.json") and (path.parent / "config.yaml").is_file():  # a run's
         # other file (tab completion), once called "truncated, corrupted or not a checkpoint (IndexError)"
         raise UserError(f"{path} is a file of the run {path.parent}, not its checkpoint: give the run directory, "
