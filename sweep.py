@@ -93,7 +93,8 @@ import torch
 
 from data.prepare import BUILTIN, check_block_fits, prepare, prepared_dir, read_json, same_dataset
 from model import ModelConfig
-from tinygpt.checkpoint import check_writable, checkpoint_config, load_checkpoint, load_model, resolve_checkpoint
+from tinygpt.checkpoint import (check_init_tokenizer, check_writable, checkpoint_config, load_checkpoint, load_model,
+                                peek_checkpoint, resolve_checkpoint)
 from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type, config_source, flat_config,
                             load_config, parse_overrides, read_yaml, unknown_key)
 from tinygpt.coreference import check_stories, held_out_seed, probe
@@ -787,8 +788,12 @@ def block_too_long(run: Planned, config: str, prepared: Prepared) -> str | None:
         block, from_weights = run.weights.block_size, run.cfg.train.init_from
     try:
         check_block_fits(block, meta["train_tokens"], meta["val_tokens"], source, from_weights)
-    except UserError as e:
-        return str(e)
+        if from_weights is not None:  # and their tokens (an earlier run of the grid trained, then this one failed)
+            init_ckpt = peek_checkpoint(resolve_checkpoint(from_weights))  # (mapped: weights_model read it whole)
+            if init_ckpt is not None and isinstance(init_ckpt.get("tokenizer"), dict):
+                check_init_tokenizer(run.cfg, init_ckpt, read_json(prepared_dir(run.cfg.data) / "tokenizer.json"))
+    except (UserError, OSError, ValueError) as e:
+        return str(e) if isinstance(e, UserError) else f"the prepared data's tokenizer.json does not read ({e})"
     return None
 
 

@@ -45,13 +45,13 @@ import torch
 from data.prepare import (Prepared, get_batch, load_for_training, prepare, prepared_dir, same_dataset, token_keys,
                           vocab_note)
 from model import GPT, ModelConfig
-from tinygpt.checkpoint import (capture_rng_state, checkpoint_config, load_checkpoint, load_optimizer,
-                                load_run_checkpoint, load_weights, model_from_checkpoint, resolve_checkpoint,
-                                restore_rng_state, save_checkpoint, sweep_temp_files)
+from tinygpt.checkpoint import (capture_rng_state, check_init_tokenizer, checkpoint_config, load_checkpoint,
+                                load_optimizer, load_run_checkpoint, load_weights, model_from_checkpoint,
+                                resolve_checkpoint, restore_rng_state, save_checkpoint, sweep_temp_files)
 from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, TrainConfig, config_source, config_to_dict, flat_config,
-                            load_config, same_path, set_key, set_word)
+                            load_config, same_path, set_arg, set_key)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, first_few, path_word, reason, run_cli,
-                            script_word, shell_join, shell_quote, short, shown_path, stderr_is_terminal,
+                            script_word, shell_join, short, shown_path, stderr_is_terminal,
                             stopping_on_a_signal, work_is_files)
 from tinygpt.plots import can_plot, plot_run
 from tinygpt.runs import (TRAIN_FILES, best_pt_ahead, check_run_dir, metrics_text, new_run_from, resumed_metrics,
@@ -61,7 +61,6 @@ from tinygpt.runtime import (Distributed, StopFlag, ThreadPolicy, autocast, chec
                              keep_freed_memory, peak_flops, resolve_device, resolve_dtype, tf32_enabled,
                              too_many_threads, torch_threads)
 from tinygpt.tensorboard_log import LOG_DIR, PROMPT_TOKENS, TensorBoardLog, mark_a_session_without, require_tensorboard
-from tinygpt.tokenizer import same_tokens
 from tinygpt.training import apply_settings, estimate_loss, lr_at, make_optimizer, train_step, warmup_note
 
 
@@ -122,7 +121,7 @@ def same_weights(a: str, b: str) -> bool:
 def not_this_configs(ours: ModelConfig, theirs: ModelConfig) -> str:
     """', not this config's model.n_layer=3, ...': the model settings of this config that the weights'
     own (`theirs`, as saved with them) replace in a run from train.init_from, or ''."""
-    replaced = [_setting(f"model.{k}", getattr(ours, k)) for k in FROM_WEIGHTS
+    replaced = [set_arg(f"model.{k}", getattr(ours, k)) for k in FROM_WEIGHTS
                 if getattr(ours, k) != getattr(theirs, k)]  # (in --set's words: true, not True)
     if ours.vocab_size not in (0, theirs.vocab_size):  # (0: from the tokenizer)
         replaced.append(f"model.vocab_size={ours.vocab_size}")
@@ -329,28 +328,6 @@ def load_data(cfg: Config, dist: Distributed, source: str, quiet: bool = False,
     return load_for_training(cfg, source, from_weights, folder)
 
 
-def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data: Prepared) -> None:
-    """The data must be tokenized as train.init_from's run was: its weights know its token ids. The
-    refusal names both tokenizers and how to get the run's: a full tiktoken vocabulary (GPT-2's)
-    fits any text; a learned or compact one is the run's own text's, so only its data settings give it."""
-    theirs = init_ckpt["tokenizer"]
-    if same_tokens(theirs, data.tokenizer.to_dict()):
-        return
-    if theirs.get("kind") == "tiktoken" and "ids" not in theirs:
-        fix = f"prepare the data with the run's: --set data.tokenizer={theirs.get('encoding')} data.compact_vocab=false"
-    else:
-        init_data = checkpoint_config(init_ckpt, cfg.train.init_from).data
-        settings = [_setting(f"data.{key}", getattr(init_data, key)) for key in token_keys(init_data)
-                    if getattr(init_data, key) != getattr(cfg.data, key)]
-        fix = (f"the run's vocabulary comes from its own data: prepare this data as it did, "
-               f"--set {' '.join(settings)}" if settings else
-               f"the run's vocabulary came from its data.dataset={short(init_data.dataset)} as it was then, and that "
-               f"text has changed since")
-    raise UserError(f"train.init_from={cfg.train.init_from!r} was trained with another tokenizer or vocabulary "
-                    f"than this data (the run's: {_tokenizer_words(theirs)}; this data's: "
-                    f"{_tokenizer_words(data.tokenizer.to_dict())}); {fix}")
-
-
 def mfu_peak(ckpt: dict[str, Any] | None, dtype: str, device: torch.device, threads: int,
              free: int | None = None) -> dict[str, Any]:
     """MFU's peak for this run: the one its checkpoint holds when it was measured on the same
@@ -399,21 +376,6 @@ def measure_peak_again(run: Run, speed: dict[str, float], achieved: float) -> No
                    f"measured again, MFU is against {flops / 1e9:,.0f} GFLOP/s from here")
     run.peak = {**run.peak, "flops": flops, "source": source}
     speed["peak"] = flops
-
-
-def _tokenizer_words(tok: dict[str, Any]) -> str:
-    """A saved tokenizer in data.tokenizer's words, 'char, 65 tokens' or 'gpt2 compact, 13256 tokens'
-    (from its dict: a tiktoken encoding's file may be offline)."""
-    name = tok.get("encoding") if tok.get("kind") == "tiktoken" else tok.get("kind")
-    return f"{name}{' compact' if 'ids' in tok else ''}, {count(tok.get('vocab_size'), 'token')}"
-
-
-def _setting(key: str, value: Any) -> str:
-    """KEY=VALUE as --set takes it (true, not True; a text YAML would change, a path with ' #', in
-    quotes: config.set_word), quoted for the shell."""
-    if isinstance(value, str):
-        return shell_quote(set_word(key, value))
-    return shell_quote(f"{key}={'true' if value is True else 'false' if value is False else value}")
 
 
 @dataclass
@@ -957,7 +919,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
     if dist.world_size > 1:
         check_same_start(dist, data, ckpt)
     if init_ckpt is not None:
-        check_init_tokenizer(cfg, init_ckpt, data)
+        check_init_tokenizer(cfg, init_ckpt, data.tokenizer.to_dict())
         if dist.master:  # (after the check: a refused start says only why; under torchrun once, not per process)
             print(init_line)
     if ckpt is not None:

@@ -462,6 +462,13 @@ def test_missing_init_from_weights_or_a_block_longer_than_the_data_is_refused_be
                                         r"more text$"), contextlib.redirect_stdout(io.StringIO()):
         sweep.main([CONFIG, *without(shrink(prepared), "model.block_size=32"), "--grid", "model.block_size=16,100000",
                     "--out", str(tmp_path / "sw")])
+    # data tokenized otherwise than the weights' run (another text: another learned vocabulary): its run failed
+    # after the first had trained
+    with pytest.raises(UserError, match=r"^stories_chars=30000: train.init_from=\S+ was trained with another "
+                                        r"tokenizer or vocabulary than this data"), \
+            contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, *without(shrink(prepared), "data.stories_chars=20000"), f"train.init_from={weights}",
+                    "--grid", "data.stories_chars=20000,30000", "--out", str(tmp_path / "sw")])
     assert not started.exists() and not (tmp_path / "sw").exists()
 
 

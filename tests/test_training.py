@@ -603,7 +603,7 @@ def test_init_from_a_compact_run_names_the_data_settings_that_give_its_vocabular
     """A run trained on a compact gpt2 vocabulary (its own text's ids), started from on a full gpt2
     one: the fix is that run's data setting, in --set's words (true, not True), not a tokenizer
     change (for a full tiktoken vocabulary, which fits any text, data.tokenizer alone would do)."""
-    import train
+    from tinygpt.checkpoint import check_init_tokenizer
     from tinygpt.config import config_to_dict
     from tinygpt.errors import UserError
     theirs = Config()
@@ -615,9 +615,8 @@ def test_init_from_a_compact_run_names_the_data_settings_that_give_its_vocabular
                  "tokenizer": {"kind": "tiktoken", "vocab_size": 300, "encoding": "gpt2", "ids": list(range(300)),
                                "closed": False}}
     full = {"kind": "tiktoken", "vocab_size": 50257, "encoding": "gpt2"}
-    data = SimpleNamespace(tokenizer=SimpleNamespace(to_dict=lambda: full))
     with pytest.raises(UserError) as refused:
-        train.check_init_tokenizer(ours, init_ckpt, data)
+        check_init_tokenizer(ours, init_ckpt, full)
     said = str(refused.value)
     assert "(the run's: gpt2 compact, 300 tokens; this data's: gpt2, 50257 tokens)" in said
     assert said.endswith("prepare this data as it did, --set data.compact_vocab=true")
@@ -626,19 +625,18 @@ def test_init_from_a_compact_run_names_the_data_settings_that_give_its_vocabular
 def test_init_from_a_gpt2_run_takes_r50k_base_data():
     """r50k_base is gpt2 under its other name (the same ranks, regex and ids): a fine-tune of a gpt2 run
     on data tokenized with r50k_base was refused as `another tokenizer`. Another encoding still is."""
-    import train
+    from tinygpt.checkpoint import check_init_tokenizer
     from tinygpt.errors import UserError
     ours = Config()
     ours.train = replace(ours.train, init_from="out/run")
     init_ckpt = {"config": {}, "tokenizer": {"kind": "tiktoken", "vocab_size": 50257, "encoding": "gpt2"}}
     for name, fits in (("r50k_base", True), ("gpt2", True), ("p50k_base", False)):
-        data = SimpleNamespace(tokenizer=SimpleNamespace(
-            to_dict=lambda: {"kind": "tiktoken", "vocab_size": 50257, "encoding": name}))
+        data = {"kind": "tiktoken", "vocab_size": 50257, "encoding": name}
         if fits:
-            train.check_init_tokenizer(ours, init_ckpt, data)
+            check_init_tokenizer(ours, init_ckpt, data)
         else:
             with pytest.raises(UserError, match="another tokenizer or vocabulary"):
-                train.check_init_tokenizer(ours, init_ckpt, data)
+                check_init_tokenizer(ours, init_ckpt, data)
 
 
 def test_a_block_from_init_from_too_long_for_the_data_names_the_weights_not_model_block_size(tmp_path):

@@ -40,11 +40,11 @@ except ImportError:  # pragma: no cover - Windows: a temp file's writer is told 
     fcntl = None
 
 from model import GPT
-from tinygpt.config import Config, all_keys, config_from_dict
+from tinygpt.config import Config, all_keys, config_from_dict, set_arg
 from tinygpt.errors import (STOP_SIGNALS, UserError, check_path_length, count, dead_link, first_few, link_loop,
                             name_max, out_of_memory, path_word, reason, script_word, shell_join, shell_quote, short)
 from tinygpt.runtime import check_memory, model_memory
-from tinygpt.tokenizer import DamagedTokenizer, Tokenizer, tokenizer_from_dict
+from tinygpt.tokenizer import DamagedTokenizer, Tokenizer, same_tokens, tokenizer_from_dict
 
 FORMAT = "tinygpt-checkpoint"
 HF_GPT2_NAME = re.compile(r"^(openai-community/)?(distil)?gpt2(-medium|-large|-xl)?$")  # model names on the Hub
@@ -990,6 +990,37 @@ def checkpoint_config(ckpt: dict[str, Any], source: str | Path) -> Config:
     """The Config a loaded checkpoint trained with (`source` names it in a refusal): recorded, so its paths are not
     checked again (a run trained on '$x.txt' was refused by every command once the file had moved)."""
     return config_from_dict(ckpt["config"], str(source), recorded=True)
+
+
+def check_init_tokenizer(cfg: Config, init_ckpt: dict[str, Any], data_tokens: dict[str, Any]) -> None:
+    """The data (its tokenizer's to_dict(), `data_tokens`) must be tokenized as train.init_from's run was:
+    its weights know its token ids. The refusal names both tokenizers and how to get the run's: a full
+    tiktoken vocabulary (GPT-2's) fits any text; a learned or compact one is the run's own text's, so only
+    its data settings give it. train.py checks it at its start; sweep.py before any of its runs trains."""
+    from data.prepare import token_keys  # (here: data/prepare.py imports this module)
+    theirs = init_ckpt["tokenizer"]
+    if same_tokens(theirs, data_tokens):
+        return
+    if theirs.get("kind") == "tiktoken" and "ids" not in theirs:
+        fix = f"prepare the data with the run's: --set data.tokenizer={theirs.get('encoding')} data.compact_vocab=false"
+    else:
+        init_data = checkpoint_config(init_ckpt, cfg.train.init_from).data
+        settings = [set_arg(f"data.{key}", getattr(init_data, key)) for key in token_keys(init_data)
+                    if getattr(init_data, key) != getattr(cfg.data, key)]
+        fix = (f"the run's vocabulary comes from its own data: prepare this data as it did, "
+               f"--set {' '.join(settings)}" if settings else
+               f"the run's vocabulary came from its data.dataset={short(init_data.dataset)} as it was then, and that "
+               f"text has changed since")
+    raise UserError(f"train.init_from={cfg.train.init_from!r} was trained with another tokenizer or vocabulary "
+                    f"than this data (the run's: {tokenizer_words(theirs)}; this data's: "
+                    f"{tokenizer_words(data_tokens)}); {fix}")
+
+
+def tokenizer_words(tok: dict[str, Any]) -> str:
+    """A saved tokenizer in data.tokenizer's words, 'char, 65 tokens' or 'gpt2 compact, 13256 tokens'
+    (from its dict: a tiktoken encoding's file may be offline)."""
+    name = tok.get("encoding") if tok.get("kind") == "tiktoken" else tok.get("kind")
+    return f"{name}{' compact' if 'ids' in tok else ''}, {count(tok.get('vocab_size'), 'token')}"
 
 
 def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, Config]:

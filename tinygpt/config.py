@@ -498,6 +498,14 @@ def set_word(key: str, value: str) -> str:
     return quoted_word(key, value)
 
 
+def set_arg(key: str, value: Any) -> str:
+    """KEY=VALUE as --set takes it (true, not True; a text YAML would change, a path with ' #', in
+    quotes: set_word), quoted for the shell."""
+    if isinstance(value, str):
+        return shell_quote(set_word(key, value))
+    return shell_quote(f"{key}={'true' if value is True else 'false' if value is False else value}")
+
+
 def quoted_word(key: str, value: str) -> str:
     """KEY="VALUE" in YAML's double quotes (JSON's are YAML's), read back as the text `value` whatever it holds:
     parse_overrides' advice for a value it misreads or refuses (set_word there recursed into parse_overrides
