@@ -250,8 +250,10 @@ def not_text(path: Path, data: bytes, bad: int | None) -> str:
     line = data.count(b"\n", 0, bad) + 1
     where = f"byte 0x{data[bad]:02x} at offset {bad}, line {line}"
     cut = len(data) - bad
-    if cut < 4 and starts_a_character(data[bad:]):  # at the end: a file cut short (head -c, a copy killed); a
-        # guessed 8-bit or CJK encoding garbled the rest
+    # the start of a UTF-8 character at the end, after others (the bytes before it are UTF-8): a file cut short
+    # (head -c, a copy killed), which a guessed 8-bit or CJK encoding garbled; a latin1 file ending in `café`
+    # (its é alone a UTF-8 lead byte) holds no other, and was told to drop its é
+    if cut < 4 and starts_a_character(data[bad:]) and HIGH_BYTE.search(data, 0, bad):
         return (f"{path} ends inside a UTF-8 character (its last {cut} byte{'s begin' if cut > 1 else ' begins'} one: "
                 f"a file cut short?); write a copy without {'them' if cut > 1 else 'it'}: head -c {bad} "
                 f"{pasted(path)} > {pasted(path.with_name(path.stem + '.utf8.txt'))}")
@@ -274,6 +276,9 @@ def not_text(path: Path, data: bytes, bad: int | None) -> str:
                  f"{text.count(chr(10), 0, first.start()) + 1}; if those are right, mend its {count:,} stray "
                  f"byte{'s' * (count > 1)} by hand instead: converting garbles them)")
     return f"{path} is not UTF-8 ({where}){mixed}; {convert(path, eight_bit_encoding(data, text), False)}"
+
+
+HIGH_BYTE = re.compile(rb"[\x80-\xff]")
 
 
 def starts_a_character(tail: bytes) -> bool:

@@ -165,6 +165,7 @@ def test_the_legend_names_the_escapes_and_the_quoted_full_stop_its_tables_show()
     plain = legend(3, 3, True, ["a", "\\\\n", "b"])  # a literal backslash, then n: no newline
     assert "newline" not in plain and "'\\\\' = backslash" in plain and "quoted" not in plain
     assert "'\\uNNNN' = the character of that code point" in legend(2, 2, True, ["\\u2423", "a"])
+    assert "'.' (quoted) = the token ." in legend(1, 1, True, ["."])  # (one token: quoted in its table too)
 
 
 def test_a_table_wider_than_the_terminal_goes_in_blocks_of_columns_each_with_the_row_labels():

@@ -923,6 +923,13 @@ def trained_on(run: str, digest: str, step: int = 10) -> str:
     return run
 
 
+def test_a_run_diverged_at_its_first_eval_names_no_checkpoint_it_lacks(tmp_path):
+    """A run whose step-0 eval diverged saved no ckpt.pt: its status named one, `(ckpt.pt: step 0)`."""
+    run = config_run(tmp_path / "d", [(0, "inf", "inf")], **{"train.max_iters": 40})
+    assert runs.summarize_run(run)["status"] == "diverged at step 0"
+    trained_on(run, "a" * 64, step=0)  # with its checkpoint, where a resume starts is said
+    assert runs.summarize_run(run)["status"] == "diverged at step 0 (ckpt.pt: step 0)"
+
 def test_runs_of_one_config_on_other_process_counts_are_different_settings(tmp_path):
     """A one-process run and a torchrun run of two, both train.batch_size=4 (each process's: global batches 4
     and 8), were 'the same training twice, counted as one seed' and their configs 'identical'. A torchrun run's

@@ -360,6 +360,11 @@ def test_a_file_cut_inside_a_utf8_character_is_told_so(tmp_path):
                                         rf"begin one: a file cut short\?\); write a copy without them: head -c "
                                         rf"{len(data) - 2} "):
         prep.read_text_file(path)
+    # latin1 ending in `café`, no line end: its é alone is a UTF-8 lead byte, and no UTF-8 character before it
+    path.write_bytes(b"the cat sat on the mat\nmy favourite place is a caf\xe9")
+    with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe9 at offset 50, line 2\); convert it into a new "
+                                        r"file, e.g. iconv -f latin1 "):
+        prep.read_text_file(path)
 
 
 def test_8bit_text_with_a_chance_utf8_character_is_still_8bit_and_a_dash_name_is_pasted_safely(tmp_path, monkeypatch):

@@ -165,8 +165,10 @@ def written_for(path: Path) -> str | None:
 
 
 def page_set(page: Path) -> str:
-    """The name of the set `page` belongs to: P.html for P.html and every P_sampleN.html (numbered)."""
-    return re.sub(r"_sample\d+$", "", page.stem) + page.suffix
+    """The name of the set `page` belongs to (sample.py's lock of it): P.html for P.html and every
+    P_sampleN.html (numbered), and for P, whose numbered pages are the same P_sampleN.html (name_parts)."""
+    stem, suffix = name_parts(page)
+    return re.sub(r"_sample\d+$", "", stem) + suffix
 
 
 def in_page_set(page: Path) -> re.Pattern:

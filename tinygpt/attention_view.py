@@ -252,7 +252,7 @@ def legend(shown: int, total: int, causal: bool, labels: Sequence[str] = (), wid
         parts.append("no causal mask: every position sees every other")
     parts.append(f"'{SPACE}' = space")
     parts += [f"'{escape}' = {name}" for escape, name in ESCAPED.items() if escapes(labels, re.escape(escape))]
-    if MASKED in labels and shown > 1:
+    if MASKED in labels:  # (quoted however many tokens are shown)
         parts.append(f"'{MASKED}' (quoted) = the token {MASKED}")
     if shows_bytes(labels):
         parts.append("'\\xNN' = one byte: of a character split across tokens, or a control character")

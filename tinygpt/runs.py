@@ -794,7 +794,7 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
     nonfinite = [r["step"] for r in metrics if any(not math.isfinite(r[k]) for k in ("train_loss", "val_loss")
                                                    if r.get(k) is not None)]
     if nonfinite and not done and not live:  # (a run diverged looked stopped on its way: "finish it with --resume")
-        status = f"{DIVERGED} {int(nonfinite[0]):,} (ckpt.pt: step {last_step:,})"
+        status = f"{DIVERGED} {int(nonfinite[0]):,}" + (f" (ckpt.pt: step {saved:,})" if saved is not None else "")
     if live:
         status = f"training, {status}"
     elif damaged:
