@@ -1656,10 +1656,10 @@ def test_9_init_from_with_another_tokenizer_names_it(tmp, run, capsys):
 
 def test_9_init_from_a_file_that_is_no_checkpoint_names_the_key(tmp, run, capsys):
     """`train.init_from=RUN/metrics.csv`: `RUN/metrics.csv is truncated, corrupted or not a checkpoint`,
-    the key that named it left out (its siblings, not found or a config, named it)."""
+    the key that named it left out (its siblings, not found or a config, named it); now the run's file, named."""
     out = tmp / "refused" / "init_csv"
     result = in_process("train.py", [*sets(tmp, out, f"train.init_from={run}/metrics.csv"), "--quiet"], capsys)
-    line = one_line(result, f"train.init_from: {run}/metrics.csv is truncated, corrupted or not a checkpoint")
+    line = one_line(result, f"train.init_from: {run}/metrics.csv is a file of the run {run}, not its checkpoint")
     assert line.startswith("error: train.init_from: ")
 
 
