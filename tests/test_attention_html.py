@@ -184,9 +184,9 @@ def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
     # one set, one lock (sample.py's): a name and its numbered pages, which `notes` and `notes_sample1.html` share
     from tinygpt.attention_html import numbered, page_set
     for asked in ("x.html", "notes", "best.pt"):
-        assert page_set(numbered(Path(asked), 0, 2)) == page_set(Path(asked)) == page_set(Path("notes_sample1.html")
-                                                                                       if asked == "notes" else
-                                                                                       numbered(Path(asked), 1, 2))
+        second = numbered(Path(asked), 1, 2)
+        assert page_set(numbered(Path(asked), 0, 2)) == page_set(Path(asked)) == page_set(second)
+    assert page_set(Path("notes")) == page_set(Path("notes_sample1.html"))  # (the same files)
     with pytest.raises(UserError, match="is a directory"):
         sample.main([run, "--attention-html", str(tmp_path)], out=io.StringIO())
 

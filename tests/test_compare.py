@@ -930,6 +930,7 @@ def test_a_run_diverged_at_its_first_eval_names_no_checkpoint_it_lacks(tmp_path)
     trained_on(run, "a" * 64, step=0)  # with its checkpoint, where a resume starts is said
     assert runs.summarize_run(run)["status"] == "diverged at step 0 (ckpt.pt: step 0)"
 
+
 def test_runs_of_one_config_on_other_process_counts_are_different_settings(tmp_path):
     """A one-process run and a torchrun run of two, both train.batch_size=4 (each process's: global batches 4
     and 8), were 'the same training twice, counted as one seed' and their configs 'identical'. A torchrun run's
@@ -944,6 +945,7 @@ def test_runs_of_one_config_on_other_process_counts_are_different_settings(tmp_p
     _, printed = compared([one, two, "--out", str(tmp_path / "cmp")])
     assert "share train.seed" not in printed and "configs are identical" not in printed, printed
     assert "| one | 1 |" in printed and "| two | 2 |" in printed
+
 
 def test_runs_trained_on_different_data_are_different_settings(tmp_path):
     """Two runs of one config whose dataset file's text changed between them (the same path) were
