@@ -366,13 +366,18 @@ def pasted(path: Path) -> str:
     return shell_quote(path_word(path))
 
 
+def is_tiny_shakespeare(path: Path) -> bool:
+    """Is the file at `path` tiny shakespeare, byte for byte? Its size first: a huge file is not read whole."""
+    return (path.stat().st_size == SHAKESPEARE_CHARS
+            and hashlib.sha256(path.read_bytes()).hexdigest() == SHAKESPEARE_SHA256)
+
+
 def download_shakespeare(folder: Path) -> Path:
     """Tiny shakespeare, fetched once into folder and verified by sha256."""
     path = folder / "tinyshakespeare.txt"
     damaged = ""
-    if path.is_file():  # (its size first: a huge file there is not read whole to be refused)
-        if (path.stat().st_size == SHAKESPEARE_CHARS
-                and hashlib.sha256(path.read_bytes()).hexdigest() == SHAKESPEARE_SHA256):
+    if path.is_file():
+        if is_tiny_shakespeare(path):
             return path
         damaged = (f"; the copy downloaded before, {path}, is damaged (not the file's sha256), and is replaced by a "
                    f"download")

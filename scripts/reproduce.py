@@ -31,6 +31,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
     from tinygpt.errors import stop_while_starting
     stop_while_starting()
 
+from data.prepare import is_tiny_shakespeare
 from tinygpt.checkpoint import check_writable, file_head
 from tinygpt.config import load_config, set_key, set_word
 from tinygpt.errors import ArgParser, UserError, elide, path_arg, read_capped, run_cli
@@ -183,15 +184,6 @@ def shakespeare(out_dir: Path, text: Path, config: str, extra: list[str]) -> dic
                       set_word("data.dataset", str(text)), *extra])
     return {"config": config, "seconds_with_startup": round(seconds, 1), **from_metrics(out_dir),
             **whole_val_losses(out_dir), "text_is_tiny_shakespeare": is_tiny_shakespeare(text)}
-
-
-def is_tiny_shakespeare(text: Path) -> bool:
-    """Is the file at `text` tiny shakespeare, byte for byte (its size, then its sha256)?"""
-    import hashlib
-
-    from data.prepare import SHAKESPEARE_CHARS, SHAKESPEARE_SHA256
-    return (text.stat().st_size == SHAKESPEARE_CHARS
-            and hashlib.sha256(text.read_bytes()).hexdigest() == SHAKESPEARE_SHA256)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
