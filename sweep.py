@@ -737,8 +737,9 @@ def cannot_start(run: Planned, config: str, checked: dict[tuple[str, str], str |
     train.out_dir in use by another training (train.py run there by hand), or holding what train.py
     refuses (check_writable, runs.check_run_dir: a file, a link to nothing, a user's config.yaml), a
     device this machine lacks, a data.dataset file or folder that is not there, a model that cannot fit
-    in memory, a new run's block longer than a split of its data (train.py's own functions, so its own
-    message naming the key), else None. `checked` keeps each value's answer: a grid of many runs on
+    in memory, a new run's block longer than a split of its data, or its data tokenized otherwise than
+    its train.init_from's weights (train.py's own functions, so its own message naming the key), else
+    None. `checked` keeps each value's answer: a grid of many runs on
     one dataset folder walks it once (and `prepared` prepares it once, as its first run would)."""
     cfg, resume = run.cfg, run.action == "resume"
     out_dir = Path(cfg.train.out_dir)
@@ -770,14 +771,15 @@ def cannot_start(run: Planned, config: str, checked: dict[tuple[str, str], str |
     except UserError as e:
         return str(e)
     if not resume:  # (a resumed run's block fitted its data, which existing_run has found unchanged)
-        return block_too_long(run, config, prepared)
+        return refused_by_its_data(run, config, prepared)
     return None
 
 
-def block_too_long(run: Planned, config: str, prepared: Prepared) -> str | None:
+def refused_by_its_data(run: Planned, config: str, prepared: Prepared) -> str | None:
     """Why a new run's model.block_size does not fit a split of its data (data.prepare.check_block_fits,
-    train.py's check), naming where the size came from; else None. The data is prepared as the run
-    would prepare it (prepared_meta: a later run reuses it)."""
+    train.py's check), naming where the size came from, or why its data does not fit train.init_from's
+    weights (checkpoint.check_init_tokenizer, train.py's too); else None. The data is prepared as the
+    run would prepare it (prepared_meta: a later run reuses it)."""
     meta = prepared_meta(run.cfg, prepared)
     if isinstance(meta, str):  # (a download refused offline, say: every run of it would fail alike)
         return meta

@@ -643,14 +643,18 @@ def read_probe(run_dir: str | Path) -> dict[str, Any] | None:
         raise DamagedProbe(f"{path} is damaged ({e})") from None
     if not _is_probe(result):
         raise DamagedProbe(f"{path} does not hold the probe's figures (sweep.py --probe writes them)")
-    # the checkpoint the probe reads: best.pt, else ckpt.pt (a run without best.pt, trained on, kept its
-    # probe of ckpt.pt's older weights)
-    probed = next((p for p in (Path(run_dir) / name for name in ("best.pt", "ckpt.pt")) if p.is_file()), None)
+    probed = probed_checkpoint(Path(run_dir))  # (checked against best.pt alone, a run without one trained on kept
+    # its probe of ckpt.pt's older weights)
     if probed is not None and result.get("checkpoint_mtime_ns") != probed.stat().st_mtime_ns and (
             mostly_holes(probed) or result.get("checkpoint_sha256") != file_sha256(probed)):  # (a copy, `cp -r`, has
         # new times: its bytes tell; not those of a file of holes, 8 GB hashed for nothing)
         return None  # a stale probe of older weights
     return result
+
+
+def probed_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint a probe of the run reads, as resolve_checkpoint finds it: best.pt, else ckpt.pt; None."""
+    return next((p for p in (run_dir / "best.pt", run_dir / "ckpt.pt") if p.is_file()), None)
 
 
 def file_sha256(path: Path) -> str:
@@ -804,7 +808,7 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         note = "\n".join(filter(None, [note, f"note: {shown_path(run_dir)}: {off}"]))
     probed = read_probe(run_dir)
     if probed is None and (run_dir / "probe.json").is_file():  # (its columns were left empty without a word)
-        of = "best.pt" if (run_dir / "best.pt").is_file() else "ckpt.pt"  # (the one a probe reads)
+        of = probed_checkpoint(run_dir).name  # (a stale probe.json is of one: read_probe)
         stale = (f"note: {shown_path(run_dir / 'probe.json')} is of other weights than its {of} (trained on "
                  f"since): left out; sweep.py --probe probes it again")
         note = "\n".join(filter(None, [note, stale]))
