@@ -639,8 +639,8 @@ def test_a_runs_other_file_given_for_its_checkpoint_says_so(tmp_path):
     for name in ("config.json", "model.safetensors", "pytorch_model.bin"):
         hf = re.escape(str(tmp_path / "hf"))
         with pytest.raises(UserError, match=rf"^{hf}/{re.escape(name)} is a file of the Hugging Face model folder "
-                                            rf"{hf}, not a run: bring it in as one with python export.py --from-hf {hf} "
-                                            rf"NEW_RUN_DIR$"):
+                                            rf"{hf}, not a run: bring it in as one with python export.py --from-hf "
+                                            rf"{hf} NEW_RUN_DIR$"):
             resolve_checkpoint(tmp_path / "hf" / name)
     (tmp_path / "notes").mkdir()  # a metrics.csv of the user's, in no run: not said to be a run's
     (tmp_path / "notes" / "metrics.csv").write_text("x")
