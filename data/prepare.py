@@ -30,6 +30,7 @@ import re
 import sys
 import time
 import unicodedata
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,10 @@ def source_files(dataset: str, left_out: list[Path] | None = None, prepared: str
     if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*://", dataset):  # (a URL: read as a path that is not there)
         hint = ("; an address is not downloaded (only data.dataset=shakespeare fetches its text): download the file, "
                 "then give its path" + (", or data.dataset=shakespeare" if dataset == SHAKESPEARE_URL else ""))
+        address = urllib.parse.urlsplit(dataset)
+        if address.scheme.lower() == "file" and address.netloc in ("", "localhost"):  # file:///home/me/books.txt
+            hint = (f"; give the file's path, not its address: "
+                    f"--set data.dataset={shell_quote(urllib.request.url2pathname(address.path))}")
     # 'café.txt' typed with é as one code point, the file named with e and a combining accent (as macOS names
     # files), or the other way round: the two look the same
     for other in other_forms(dataset):

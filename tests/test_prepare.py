@@ -514,6 +514,12 @@ def test_a_dataset_link_to_nothing_or_a_builtin_in_capitals_is_named(tmp_path):
         prep.source_files("https://example.com/books.txt")
     with pytest.raises(UserError, match="then give its path, or data.dataset=shakespeare$"):
         prep.source_files(prep.SHAKESPEARE_URL)
+    # a file:// address was told to be downloaded: its path is what to give (percent escapes undone)
+    with pytest.raises(UserError, match=r"folder; give the file's path, not its address: --set "
+                                        r"data.dataset='/tmp/my books.txt'$"):
+        prep.source_files("file:///tmp/my%20books.txt")
+    with pytest.raises(UserError, match=r"not its address: --set data.dataset=/srv/a.txt$"):
+        prep.source_files("FILE://localhost/srv/a.txt")
     # a name typed with é as one code point, the file's with e and a combining accent (or the other way round)
     import unicodedata
     for on_disk, typed in (("NFD", "NFC"), ("NFC", "NFD")):
