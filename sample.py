@@ -772,7 +772,8 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
 def list_vocab(tokenizer, out) -> list[str]:
     """Print every token, one per line: its id and its text (␣ = a space); return the texts."""
     tokens = [attention_view.token_label(tokenizer, i, cut=None) for i in range(tokenizer.vocab_size)]
-    out.write(f"# {count(tokenizer.vocab_size, 'token')} of {tokenizer!r}; {attention_view.SPACE} = a space, \\n = a newline\n")
+    notes = [f"'{attention_view.SPACE}' = space"] + attention_view.label_notes(tokens)  # (the escapes it shows)
+    out.write(f"# {count(tokenizer.vocab_size, 'token')} of {tokenizer!r}; {'; '.join(notes)}\n")
     out.writelines(f"{i:>6}  {token}\n" for i, token in enumerate(tokens))
     return tokens
 

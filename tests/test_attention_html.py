@@ -26,7 +26,7 @@ import torch
 
 import sample
 from model import GPT, ModelConfig, generate_steps
-from tinygpt import attention_html
+from tinygpt import attention_html, attention_view
 from tinygpt.attention_view import TOP_N, step_percent, token_label
 from tinygpt.errors import UserError
 from tinygpt.tokenizer import CharTokenizer
@@ -426,19 +426,27 @@ def test_a_shaded_token_and_its_number_stay_readable_at_every_weight(tmp_path, n
 
 
 def test_the_page_says_what_a_byte_label_is_when_it_shows_one(tmp_path):
-    """'\\xc3' labels (one byte of a character that BPE split) were explained nowhere on the page."""
+    """'\\xc3' labels (one byte of a character that BPE split) were explained nowhere on the page; nor were
+    '\\n', '\\t' or '\\u2423' (a ␣ of the text), which the terminal's legend names."""
     browser()  # skip early without one
     model, tok = tiny_model()
     data = attention_html.explorer_data(model, tok, tok.encode("The cat"), 0, [], "bytes")
-    assert data["bytes"] is False
+    assert data["notes"] == []
     path = tmp_path / "page.html"
     path.write_text(attention_html.explorer_html(data), encoding="utf-8")
     legend = re.compile(r'id="legend"[^>]*>(.*?)</', re.S)
-    assert "xNN" not in legend.search(dom(path, ""))[1]
-    data["tokens"][1] = "\\xc3"  # as tokenizer._escape writes such a byte
-    data["bytes"] = True
+    assert legend.search(dom(path, ""))[1].endswith("; ␣ = space.")
+    tok = CharTokenizer.from_text(TEXT + "\n\t\u2423")
+    model = GPT(ModelConfig(block_size=16, n_layer=1, n_head=1, n_embd=8, vocab_size=tok.vocab_size)).eval()
+    data = attention_html.explorer_data(model, tok, tok.encode("The\n\tcat \u2423"), 0, [], "escapes")
     path.write_text(attention_html.explorer_html(data), encoding="utf-8")
-    assert "; \\xNN = one byte: of a character split across tokens" in legend.search(dom(path, ""))[1]
+    said = legend.search(dom(path, ""))[1]
+    assert "; ␣ = space; '\\n' = newline; '\\t' = tab; '\\uNNNN' = the character of that code point" in said
+    assert "xNN" not in said
+    data["tokens"][1] = "\\xc3"  # as tokenizer._escape writes such a byte
+    data["notes"] = attention_view.label_notes(data["tokens"])
+    path.write_text(attention_html.explorer_html(data), encoding="utf-8")
+    assert "; '\\xNN' = one byte: of a character split across tokens" in legend.search(dom(path, ""))[1]
 
 
 def test_a_token_of_no_letter_or_digit_is_quoted_where_the_panel_names_or_lists_it(tmp_path):

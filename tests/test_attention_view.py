@@ -161,7 +161,7 @@ def test_the_legend_names_the_escapes_and_the_quoted_full_stop_its_tables_show()
     """A table of '\\n', '\\t' and a quoted '.' column (the notebook's section 4) said only "'␣' = space"."""
     from tinygpt.attention_view import legend
     said = legend(4, 4, True, ["a", "\\n", "\\t", "."])
-    assert "'\\n' = newline; '\\t' = tab; '.' (quoted) = the token ." in said
+    assert "'.' (quoted) = the token .; '\\n' = newline; '\\t' = tab" in said
     plain = legend(3, 3, True, ["a", "\\\\n", "b"])  # a literal backslash, then n: no newline
     assert "newline" not in plain and "'\\\\' = backslash" in plain and "quoted" not in plain
     assert "'\\uNNNN' = the character of that code point" in legend(2, 2, True, ["\\u2423", "a"])

@@ -69,6 +69,12 @@ def test_list_vocab_tells_a_space_from_a_space_sign_of_the_text():
     tokens = sample.list_vocab(tokenizer, io.StringIO())
     assert tokens[tokenizer.encode(" ")[0]] == "␣" and tokens[tokenizer.encode("\u2423")[0]] == "\\u2423"
     assert len(set(tokens)) == tokenizer.vocab_size
+    # the header said "␣ = a space, \\n = a newline" whatever the tokens: it names the escapes they hold
+    out = io.StringIO()
+    sample.list_vocab(CharTokenizer.from_text("ab \u2423\t"), out)
+    header = out.getvalue().splitlines()[0]
+    assert header.endswith("; '␣' = space; '\\t' = tab; '\\uNNNN' = the character of that code point (an "
+                           "invisible one, or a ␣ of the text)") and "newline" not in header
 
 
 def test_list_vocab_with_other_work_asked_for_is_refused(tiny_stories_run, tmp_path):

@@ -28,7 +28,7 @@ from urllib.parse import quote, unquote_to_bytes
 import torch
 
 from model import GPT, Step, causal_mask
-from tinygpt.attention_view import shows_bytes, step_candidates, step_percent, token_label, window_traces
+from tinygpt.attention_view import label_notes, step_candidates, step_percent, token_label, window_traces
 from tinygpt.checkpoint import atomic_write_text, file_head
 
 if TYPE_CHECKING:  # (the notebook's; imported when notebook_view runs)
@@ -91,7 +91,7 @@ def explorer_data(model: GPT, tokenizer, ids: Sequence[int], n_generated: int = 
     return {
         "title": title, "rule": rule, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "block_size": cfg.block_size,
         "causal": cfg.causal, "scale": SCALE, "earlier": len(ids) - T,
-        "tokens": labels, "bytes": shows_bytes(labels + [label for top in tops for label, _ in top]),
+        "tokens": labels, "notes": label_notes(labels + [label for top in tops for label, _ in top]),
         "breaks": [k for k, i in enumerate(window) if "\n" in tokenizer.decode([i])],  # line break after these
         "first_generated": first_generated,
         "steps": [{"ctx": s["ctx"], "p": step_percent(s["p"]), "top": top} for s, top in zip(shown_steps, tops)],
@@ -296,8 +296,7 @@ document.getElementById("legend").textContent =
   (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
   (D.first_generated < T ?
     "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + ")" : "") +
-  "; ␣ = space" +
-  (D.bytes ? "; \\\\xNN = one byte: of a character split across tokens, or a control character." : ".");
+  "; ␣ = space" + D.notes.map(note => "; " + note).join("") + ".";  // (what the escapes shown stand for)
 function buttons(id, values, key) {
   const box = document.getElementById(id);
   for (const v of values) {

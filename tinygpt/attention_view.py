@@ -238,9 +238,20 @@ def shows_bytes(labels: Sequence[str]) -> bool:
     return escapes(labels, r"\\x[0-9a-f]{2}")
 
 
+def label_notes(labels: Sequence[str]) -> list[str]:
+    """What each escape that `labels` hold stands for, one note per kind: the tables' legend and the
+    explorer page's (tinygpt/attention_html.py) both say them."""
+    notes = [f"'{escape}' = {name}" for escape, name in ESCAPED.items() if escapes(labels, re.escape(escape))]
+    if shows_bytes(labels):
+        notes.append("'\\xNN' = one byte: of a character split across tokens, or a control character")
+    if escapes(labels, r"\\(?:u[0-9a-f]{4}|U[0-9a-f]{8})"):
+        notes.append("'\\uNNNN' = the character of that code point (an invisible one, or a ␣ of the text)")
+    return notes
+
+
 def legend(shown: int, total: int, causal: bool, labels: Sequence[str] = (), width: int | None = None) -> str:
     """The conventions of the tables, as a paragraph wrapped at 100 characters (or a narrower terminal's
-    `width`); `labels` (the tokens shown) adds what a \\xNN in one of them means."""
+    `width`); `labels` (the tokens shown) adds what the escapes they hold mean (label_notes)."""
     parts = [f"{total} token{'s' * (total != 1)}" + (f", showing the last {shown}" if shown < total else ""),
              "rows: queries (the position predicting the next token), columns: keys",
              "cells: % of the row's attention, each rounded on its own (0 = under 0.5%), so a row sums to 100 "
@@ -251,13 +262,9 @@ def legend(shown: int, total: int, causal: bool, labels: Sequence[str] = (), wid
     elif not causal:
         parts.append("no causal mask: every position sees every other")
     parts.append(f"'{SPACE}' = space")
-    parts += [f"'{escape}' = {name}" for escape, name in ESCAPED.items() if escapes(labels, re.escape(escape))]
     if MASKED in labels:  # (quoted however many tokens are shown)
         parts.append(f"'{MASKED}' (quoted) = the token {MASKED}")
-    if shows_bytes(labels):
-        parts.append("'\\xNN' = one byte: of a character split across tokens, or a control character")
-    if escapes(labels, r"\\(?:u[0-9a-f]{4}|U[0-9a-f]{8})"):
-        parts.append("'\\uNNNN' = the character of that code point (an invisible one, or a ␣ of the text)")
+    parts += label_notes(labels)
     if shown < total:
         earlier = total - shown
         parts.append(f"'{EARLIER}' = summed weight on the {earlier} key{'s' if earlier > 1 else ''} before")
