@@ -40,6 +40,7 @@ from tinygpt.checkpoint import check_writable
 from tinygpt.config import set_word
 from tinygpt.errors import ArgParser, UserError, path_arg, run_cli, short
 from tinygpt.report import stats
+from tinygpt.runs import best_val_loss, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = "802b8d0"  # the last commit of the previous default (configs/stories.yaml, word tokens, 4x4x128)
@@ -61,9 +62,7 @@ def train_and_probe(cwd: Path, out: Path, sets: list[str]) -> dict:
     if best is None:  # (a --set block_size too small for the stories' attributes)
         raise UserError(f"the probe of {out / 'run'} measured no head: no reference had its attribute in the window")
     n = max(probe["references"], 1)
-    val = [float(line.split(",")[2]) for line in (out / "run" / "metrics.csv").read_text().splitlines()[1:]
-           if line.split(",")[2]]
-    return {"wall_s": round(seconds, 1), "best_val_loss": min(val), "antecedent": b["antecedent"] / n,
+    return {"wall_s": round(seconds, 1), "best_val_loss": best_val_loss(read_metrics(out / "run")), "antecedent": b["antecedent"] / n,
             "distractor": b["distractor"] / n, "other": b["other"] / n,
             "head": f"L{best['layer']}H{best['head']}", "head_antecedent": best["antecedent"],
             "head_distractor": best["distractor"],

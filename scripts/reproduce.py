@@ -88,10 +88,9 @@ def run(args: list[str], cwd: Path = ROOT) -> tuple[float, str]:
 def from_metrics(run_dir: Path) -> dict:
     """The run's best val loss, and the training loop's wall time (evals included, start-up
     excluded: the last elapsed_s), from its metrics.csv."""
-    from tinygpt.runs import read_metrics
+    from tinygpt.runs import best_val_loss, read_metrics
     rows = read_metrics(run_dir)
-    return {"train_seconds": rows[-1]["elapsed_s"],
-            "best_val_loss": min(r["val_loss"] for r in rows if r["val_loss"] is not None)}
+    return {"train_seconds": rows[-1]["elapsed_s"], "best_val_loss": best_val_loss(rows)}
 
 
 def check_own_output(path: Path, mark: str, flag: str) -> None:

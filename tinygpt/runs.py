@@ -480,6 +480,13 @@ def read_metrics(run_dir: str | Path, as_text: bool = False) -> list[dict[str, A
         raise UserError(f"{damaged} ({e})") from None
 
 
+def best_val_loss(rows: Iterable[dict[str, Any]]) -> float | None:
+    """The lowest val_loss of read_metrics' rows, None where none was evaluated: a diverged run's nan or
+    inf (its last row) is no best."""
+    return min((r["val_loss"] for r in rows if r.get("val_loss") is not None and math.isfinite(r["val_loss"])),
+               default=None)
+
+
 def parse_metrics(lines: Iterable[str], as_text: bool = False) -> list[dict[str, Any]]:
     """read_metrics' rows from the lines of a metrics.csv; ValueError or csv.Error if damaged."""
     reader = csv.DictReader(lines)
@@ -777,7 +784,6 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
     ckpt = peek_checkpoint(run_dir / "ckpt.pt")
     cfg, note = trained_config(run_dir, ckpt)
     metrics = read_metrics(run_dir)
-    val = [r["val_loss"] for r in metrics if r.get("val_loss") is not None]
     tok_s = [r["tokens_per_s"] for r in metrics if r.get("tokens_per_s") is not None]
     elapsed = [r["elapsed_s"] for r in metrics if r.get("elapsed_s") is not None]
     last_step = int(metrics[-1]["step"]) if metrics else 0
@@ -816,7 +822,7 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
         "run": label if label is not None else str(run_dir),
         "params": count_params(cfg.model),
         "status": status,
-        "best_val_loss": min((v for v in val if math.isfinite(v)), default=None),  # a diverged run's nan is no best
+        "best_val_loss": best_val_loss(metrics),
         # the last eval's estimate (a row of its own at each eval_interval); between evals a row holds
         # the mean of the last log_interval batches, which is not comparable
         "final_train_loss": evals[-1]["train_loss"] if evals else None,
