@@ -48,8 +48,8 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, check_init_tokenizer, checkpoint_config, load_checkpoint,
                                 load_optimizer, load_run_checkpoint, load_weights, model_from_checkpoint,
                                 resolve_checkpoint, restore_rng_state, save_checkpoint, sweep_temp_files)
-from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, TrainConfig, config_source, config_to_dict, flat_config,
-                            load_config, same_path, set_arg, set_key)
+from tinygpt.config import (CHECKPOINTS, FROM_WEIGHTS, MAX_INT, Config, TrainConfig, config_source, config_to_dict,
+                            flat_config, load_config, same_path, set_arg, set_key)
 from tinygpt.errors import (ArgParser, UserError, clean_up, count, elide, first_few, path_word, reason, run_cli,
                             script_word, shell_join, short, shown_path, stderr_is_terminal,
                             stopping_on_a_signal, work_is_files)
@@ -899,7 +899,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
                 ) if stale_png else None
     own = Path(t.init_from)  # (the folder, or a checkpoint in it)
     if t.init_from and ckpt is None and (same_path(t.init_from, t.out_dir) or (
-            own.name in ("ckpt.pt", "best.pt") and same_path(str(own.parent), t.out_dir))):
+            own.name in CHECKPOINTS and same_path(str(own.parent), t.out_dir))):
         raise UserError(f"train.init_from={short(t.init_from)} names this run's own train.out_dir: a run cannot start "
                         f"from itself; give another run (or checkpoint) to start from, or --resume to continue it")
     # train.init_from starts a new run; a resumed one continues from its own checkpoint

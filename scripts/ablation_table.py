@@ -27,6 +27,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
 
 from scripts.reproduce import check_own_output, is_figure, run, saved_json
 from tinygpt.checkpoint import atomic_write_text, check_writable, load_checkpoint, peek_checkpoint, resolve_checkpoint
+from tinygpt.config import CHECKPOINTS
 from tinygpt.errors import ArgParser, UserError, count, path_arg, run_cli, shell_quote, short
 from tinygpt.report import markdown_cell, stats
 
@@ -190,7 +191,7 @@ def check_args(args) -> None:
     for target in args.runs:
         if not is_saved(target):
             kept = sorted(Path(target).glob("probe_*.txt")) if Path(target).is_dir() else []
-            if kept and not any((Path(target) / name).exists() for name in ("best.pt", "ckpt.pt")):  # an --out
+            if kept and not any((Path(target) / name).exists() for name in CHECKPOINTS):  # an --out
                 # folder of an earlier table: "no checkpoint ...: train first" was the advice
                 folder = shell_quote(target.rstrip("/") or "/")
                 raise UserError(f"{target} holds saved probe outputs, not a run: give the files, e.g. "

@@ -465,16 +465,18 @@ def test_a_report_into_a_hugging_face_export_or_inside_a_run_is_refused(tmp_path
     nothing written."""
     run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
     (tmp_path / "a" / "best.pt").write_bytes(b"")
-    hf = tmp_path / "hf"
-    hf.mkdir()
-    for name in ("config.json", "model.safetensors"):
-        (hf / name).write_bytes(b"{}")
+    hf, hub = tmp_path / "hf", tmp_path / "hub"  # export.py's folder; a Hub model's of older weights only
+    for folder, weights in ((hf, "model.safetensors"), (hub, "pytorch_model.bin")):
+        folder.mkdir()
+        for name in ("config.json", weights):
+            (folder / name).write_bytes(b"{}")
     monkeypatch.setattr(sweep, "train_grid", lambda *a: pytest.fail("the sweep went on"))
     for command in (lambda out: compare.main([run, "--out", out]),
                     lambda out: sweep.main([SWEEP_CONFIG, "--grid", "model.n_head=1,2", "--out", out])):
-        with pytest.raises(UserError, match=r"^--out='\S+hf' holds a Hugging Face model \(config.json, "
-                                            r"model.safetensors: export.py's output\)"):
-            command(str(hf))
+        for folder in (hf, hub):  # (the second was written into: only model.safetensors was looked for)
+            with pytest.raises(UserError, match=r"^--out='\S+/h(f|ub)' holds a Hugging Face model \(config.json and "
+                                                r"its weights, as export.py writes\)"):
+                command(str(folder))
         with pytest.raises(UserError, match=r"^--out='\S+a/cmp' is inside the training run \S+a \(its best.pt\); a "
                                             r"report written there would sit among the run's files"):
             command(str(tmp_path / "a" / "cmp"))

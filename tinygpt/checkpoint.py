@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - Windows: a temp file's writer is told 
     fcntl = None
 
 from model import GPT
-from tinygpt.config import Config, all_keys, config_from_dict, set_arg
+from tinygpt.config import CHECKPOINTS, Config, all_keys, config_from_dict, set_arg
 from tinygpt.errors import (STOP_SIGNALS, UserError, check_path_length, count, dead_link, first_few, link_loop,
                             name_max, out_of_memory, path_word, reason, script_word, shell_join, shell_quote, short)
 from tinygpt.runtime import check_memory, model_memory
@@ -384,7 +384,7 @@ def run_around(path: Path, what: str) -> Path | None:
     """The checkpoint of a training run that `path` lies inside (in a folder above it), else None: what
     is written there would sit among that run's files, and go with it. `what` names the setting in the
     message of a path that runs into a loop of links (resolved)."""
-    return next((folder / name for folder in resolved(path, what).parents for name in ("ckpt.pt", "best.pt")
+    return next((folder / name for folder in resolved(path, what).parents for name in CHECKPOINTS
                  if (folder / name).is_file()), None)
 
 
@@ -913,8 +913,13 @@ def check_types(ckpt: dict[str, Any], path: Path) -> None:
         raise UserError(f"{path} is damaged: its step is {short(step)}, not a count of steps")
 
 
-HF_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-            "generation_config.json")  # a Hugging Face model folder's files, given for a checkpoint
+HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")  # a Hugging Face model's
+HF_FOLDER_FILES = ("config.json", *HF_WEIGHTS, "generation_config.json")  # its folder's files (export.py's: hf.py)
+
+
+def is_hf_folder(folder: Path) -> bool:
+    """Does `folder` hold a Hugging Face model: its config.json and its weights?"""
+    return (folder / "config.json").is_file() and any((folder / name).is_file() for name in HF_WEIGHTS)
 
 
 def hf_folder_given(path: Path, folder: Path) -> str:
@@ -947,7 +952,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
             raise UserError(f"no best.pt or ckpt.pt in {path}, which holds {first_few(others)}: give the file itself, "
                             f"e.g. {shell_quote(path_word(path / others[0]))}")
         runs = sorted(d.name for d in path.iterdir()
-                      if d.is_dir() and any((d / n).is_file() for n in ("best.pt", "ckpt.pt")))
+                      if d.is_dir() and any((d / n).is_file() for n in CHECKPOINTS))
         if runs:  # a sweep's folder (its runs one level down)
             raise UserError(f"no checkpoint in {path}, which holds {len(runs)} run(s) ({first_few(runs)}), as a "
                             f"sweep's folder does: give one of them, e.g. {shell_quote(path_word(path / runs[0]))}")
@@ -977,7 +982,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if path.suffix.lower() in (".yaml", ".yml"):  # `sample.py configs/stories.yaml`
         raise UserError(f"{path} is a config, not a run: give the run directory it trained into (its "
                         f"train.out_dir) or a checkpoint (.pt)")
-    if path.name in HF_FILES and (path.parent / "config.json").is_file():  # model.safetensors of a GPT-2 folder
+    if path.name in HF_FOLDER_FILES and (path.parent / "config.json").is_file():  # model.safetensors of a GPT-2 folder
         raise UserError(hf_folder_given(path, path.parent))  # (was "not a tinygpt checkpoint", "truncated, ...")
     if path.name in ("metrics.csv", "loss.png", "probe.json") and (path.parent / "config.yaml").is_file():  # a run's
         # other file (tab completion), once called "truncated, corrupted or not a checkpoint (IndexError)"

@@ -613,6 +613,7 @@ def config_to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
 
 
+CHECKPOINTS = ("ckpt.pt", "best.pt")  # a run's checkpoints (its other files: runs.py's RUN_FILES)
 RUN_HEADER = "# the resolved config of this run; model.vocab_size comes from the tokenizer"  # config.yaml's first line
 OLD_HEADER = re.compile(r"# model\.vocab_size = \d+ \(from the tokenizer\)")  # the same, before 2026-11-29
 
@@ -642,7 +643,7 @@ def is_run_config(path: str | Path) -> bool:
 def is_runs_own_config(path: str | Path) -> bool:
     """Is the file at `path` a run's own config.yaml, is_run_config beside the run's checkpoint? A copy taken out
     of its run to edit (the header came along) is the user's: its `$HOME` made a folder of that name."""
-    return is_run_config(path) and any(os.path.isfile(Path(path).parent / name) for name in ("ckpt.pt", "best.pt"))
+    return is_run_config(path) and any(os.path.isfile(Path(path).parent / name) for name in CHECKPOINTS)
 
 
 # ---- validation ----

@@ -65,7 +65,7 @@ from model import GPT
 from tinygpt.checkpoint import (atomic_dir, atomic_write, atomic_write_text, check_writable, file_kind, is_utf8,
                                 load_model, load_weights, mostly_holes, odd_file, resolve_checkpoint, resolved,
                                 save_checkpoint, sweep_folder_temp_files, torch_load)
-from tinygpt.config import MAX_INT, Config, config_from_dict, config_to_dict
+from tinygpt.config import CHECKPOINTS, MAX_INT, Config, config_from_dict, config_to_dict
 from tinygpt.errors import UserError, count, path_word, read_capped, reason, shell_join, short
 from tinygpt.runs import LOCK, RUN_FILES, training_note, training_now, write_config
 from tinygpt.runtime import check_memory, model_memory
@@ -508,7 +508,7 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     if kind := odd_file(path):  # (a folder, a pipe, a link to nothing: not "missing")
         raise UserError(f"{path} is {kind}: a Hugging Face model folder holds config.json as a file")
     if not path.is_file():
-        run = any((folder / name).is_file() for name in ("ckpt.pt", "best.pt"))
+        run = any((folder / name).is_file() for name in CHECKPOINTS)
         raise UserError(f"{folder} has no config.json: not a Hugging Face model folder" + (
             " but a tinygpt run; export it with "
             f"{shell_join(['python', 'export.py', path_word(folder), 'OUT'])}" * run))

@@ -40,12 +40,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from data.prepare import token_keys
-from tinygpt.checkpoint import atomic_write_all, run_around
-from tinygpt.config import DataConfig
+from tinygpt.checkpoint import atomic_write_all, is_hf_folder, run_around
+from tinygpt.config import CHECKPOINTS, DataConfig
 from tinygpt.errors import UserError, count, first_few
 from tinygpt.plots import (MATPLOTLIB_NOTE, PNG_MARK, can_plot, png_marked, settings_png, val_loss_png,
                            val_losses_by_step)
-from tinygpt.runs import CHECKPOINTS, DIVERGED, REPORT_LOCK, first_line, lock_holder, runs_inside, users_config
+from tinygpt.runs import DIVERGED, REPORT_LOCK, first_line, lock_holder, runs_inside, users_config
 
 SEED = "train.seed"
 DIGEST = "data_digest"  # a row's: the data its checkpoint was trained on (runs.summarize_run), None where unknown
@@ -675,9 +675,9 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
         raise UserError(f"--out={str(out)!r} holds a training run's files (config.yaml, metrics.csv: one killed "
                         f"before its first checkpoint, or whose checkpoints were removed); a report written there "
                         f"would mix with them: choose another folder")
-    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
-        raise UserError(f"--out={str(out)!r} holds a Hugging Face model (config.json, model.safetensors: export.py's "
-                        f"output); a report written there would mix with it: choose another folder")
+    if is_hf_folder(out):
+        raise UserError(f"--out={str(out)!r} holds a Hugging Face model (config.json and its weights, as export.py "
+                        f"writes); a report written there would mix with it: choose another folder")
     if ckpt := run_around(out, "--out"):
         raise UserError(f"--out={str(out)!r} is inside the training run {ckpt.parent} (its {ckpt.name}); a report "
                         f"written there would sit among the run's files: choose a folder outside it")

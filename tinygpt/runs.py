@@ -33,8 +33,8 @@ from model import GPT, ModelConfig
 from tinygpt.checkpoint import (atomic_write_text, check_writable, checkpoint_config, dead_link, file_kind,
                                 load_checkpoint, make_folder, mostly_holes, not_regular, of_two_runs, peek_checkpoint,
                                 prepared_data, remove_empty, resolved, run_around, saved_step_and_data)
-from tinygpt.config import (MAX_INT, RUN_HEADER, Config, config_from_dict, config_to_yaml, flat_config, is_run_config,
-                            is_run_header, is_runs_own_config, read_yaml, same_path, set_word)
+from tinygpt.config import (CHECKPOINTS, MAX_INT, RUN_HEADER, Config, config_from_dict, config_to_yaml, flat_config,
+                            is_run_config, is_run_header, is_runs_own_config, read_yaml, same_path, set_word)
 from tinygpt.errors import (UserError, count, first_few, read_capped, reason, shell_quote, short, shown_as_unicode,
                             shown_path)
 
@@ -45,7 +45,6 @@ except ImportError:  # pragma: no cover - Windows
     import msvcrt
 
 METRICS = ["step", "train_loss", "val_loss", "lr", "tokens_per_s", "mfu", "elapsed_s"]
-CHECKPOINTS = ("ckpt.pt", "best.pt")
 TRAIN_FILES = ("config.yaml", *CHECKPOINTS, "metrics.csv", "loss.png")  # what train.py writes
 RUN_FILES = (*TRAIN_FILES, "probe.json")
 LOCK = ".lock"
