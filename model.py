@@ -425,7 +425,7 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
     for _ in range(max_new_tokens):
         if window.size(1) > block_size:  # the last token did not fit: slide the window, drop the cache
             # by half a block, not one token: the cache is refilled once per block_size + 1 - max(1, block_size // 2)
-            # tokens (half a block rounded up, and one), not every
+            # tokens (half a block rounded up, and one; every token at block_size 1), not every
             # step; the uncached path slides alike, so cached and uncached logits stay equal (up to rounding:
             # the same sums in another order)
             window, caches = window[:, -max(1, block_size // 2):], None  # (B, W), W = max(1, block_size // 2)

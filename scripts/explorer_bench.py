@@ -84,7 +84,8 @@ def render_ms(page: str, out: Path, name: str = "explorer_bench.html") -> float 
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = ArgParser(prog="python -m scripts.explorer_bench", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=path_arg, help="keep the pages here (default: a temp folder, removed at the end)")
+    p.add_argument("--out", type=path_arg, help="keep the pages here, each with the timing script it ran (so a "
+                   "little larger than the size printed, sample.py's page); default: a temp folder, removed at the end")
     args = p.parse_args(argv)
     if args.out is not None:
         check_writable(args.out, "--out")  # a file, or a path through one: one line, not a traceback
