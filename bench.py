@@ -44,8 +44,8 @@ from data.prepare import get_batch, load_for_training, prepare
 from model import GPT, ModelConfig, generate
 from tinygpt.checkpoint import atomic_write_text, check_name_fits, check_writable, regular_file_target
 from tinygpt.config import Config, config_source, load_config, set_key
-from tinygpt.errors import (ArgParser, UserError, count, dead_link, elide, folder_ending, run_cli, short,
-                            work_is_files)
+from tinygpt.errors import (ArgParser, UserError, count, dead_link, elide, folder_ending, read_capped, run_cli,
+                            short, work_is_files)
 from tinygpt.runtime import (ThreadPolicy, autocast, check_memory, check_training_fits, configure_cuda,
                              compile_decoding, cpu_kind, device_name, following_free_cores, int8_problem,
                              int8_weights, keep_freed_memory, model_memory, peak_flops, resolve_device, sync,
@@ -579,11 +579,9 @@ def is_bench_result(path: Path) -> bool:
     """Did bench.py write the file at `path` (an earlier result, which a new one may replace, unlike
     the config it reads, a script, or notes of the user's)? By its content: a JSON object with
     RESULT_KEYS, which every result since the first has held."""
-    try:
-        if path.stat().st_size > 2**20:  # a result is a few KB: a large file is not ours, and not read whole
-            return False
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, nested too deep
+    try:  # a result is a few KB: a larger file is not ours, and is not read (nor a pipe read on)
+        data = json.loads(read_capped(path, 2**20, lambda size: "larger than a result").decode("utf-8"))
+    except (UserError, ValueError, RecursionError):  # too large, unreadable, not UTF-8, not JSON, nested too deep
         return False
     return isinstance(data, dict) and all(key in data for key in RESULT_KEYS)
 

@@ -492,7 +492,7 @@ def test_a_model_vocab_other_than_its_tokenizer_s_is_refused(tmp_path):
     path = tmp_path / "vocab.pt"
     save_checkpoint(path, state)  # a valid checksum: only the sizes disagree
     with pytest.raises(UserError) as info:
-        load_model(path, with_tokenizer=False)
+        load_model(path)
     vocab = state["config"]["model"]["vocab_size"]
     assert str(info.value) == (f"{path}: model.vocab_size={vocab} does not match its tokenizer's {vocab + 1}; "
                                f"the checkpoint is damaged")
@@ -727,7 +727,7 @@ def test_non_finite_weights_are_refused_by_name(tmp_path):
     path = tmp_path / "nan.pt"
     save_checkpoint(path, state)  # a valid checksum: only the values are wrong
     with pytest.raises(UserError, match="NaN or infinite"):
-        load_model(path, with_tokenizer=False)
+        load_model(path)
 
 
 def test_an_untied_lm_head_is_refused(tmp_path):
@@ -739,20 +739,20 @@ def test_an_untied_lm_head_is_refused(tmp_path):
     save_checkpoint(path, state)
     loaded = load_checkpoint(path)["model"]
     assert loaded["lm_head.weight"].data_ptr() == loaded["tok_emb.weight"].data_ptr()  # the quick path's case
-    load_model(path, with_tokenizer=False)
+    load_model(path)
     state["model"]["lm_head.weight"] = state["model"]["tok_emb.weight"].clone()  # equal, not shared: fine
     save_checkpoint(path, state)
-    load_model(path, with_tokenizer=False)
+    load_model(path)
     state["model"]["lm_head.weight"][3, 1] += 1.0
     save_checkpoint(path, state)
     with pytest.raises(UserError, match=r"weight 'lm_head.weight' differs from 'tok_emb.weight', one tensor in the "
                                         r"model \(tied\); the checkpoint is damaged"):
-        load_model(path, with_tokenizer=False)
+        load_model(path)
     for name in ("tok_emb.weight", "lm_head.weight"):  # a diverged run's, equal copies: NaN, not "differs"
         state["model"][name] = state["model"]["tok_emb.weight"].clone().fill_(float("nan"))
     save_checkpoint(path, state)
     with pytest.raises(UserError, match="weight 'tok_emb.weight' holds NaN or infinite values"):
-        load_model(path, with_tokenizer=False)
+        load_model(path)
 
 
 def test_a_checkpoint_cut_short_is_called_truncated(saved, tmp_path):
@@ -1141,7 +1141,7 @@ def test_weights_of_a_non_float_dtype_are_refused_by_name(tmp_path, dtype):
     path = tmp_path / "dtype.pt"
     save_checkpoint(path, state)  # a valid checksum: only the dtype is wrong
     with pytest.raises(UserError) as info:
-        load_model(path, with_tokenizer=False)
+        load_model(path)
     message = str(info.value)
     assert str(path) in message and "\n" not in message
     assert f"weight 'pos_emb.weight' is {dtype}, not a dense floating-point tensor" in message

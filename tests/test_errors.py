@@ -586,7 +586,7 @@ from tinygpt import runtime
 from tinygpt.errors import run_cli
 used = int(re.search(r"VmSize:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
 resource.setrlimit(resource.RLIMIT_AS, (used + 2 ** 28, resource.RLIM_INFINITY))  # 256 MB more address space
-print(runtime.available_memory(torch.device("cpu")), flush=True)
+print(runtime.memory_left(torch.device("cpu"))[0], flush=True)
 run_cli(lambda argv: torch.ones(2 ** 31, dtype=torch.uint8))  # 2 GB
 """
 

@@ -25,7 +25,7 @@ def test_fused_attention_equals_the_formula_on_the_gpu(dtype):
         slow, _ = model.forward_with_attention(idx)  # the formula, step by step
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     assert (fast.float() - slow.float()).abs().max().item() < tol * max(1.0, slow.abs().max().item())
-    q = k = v = torch.randn(2, 4, 16, 8, device=CUDA)
+    q, k, v = torch.randn(3, 2, 4, 16, 8, device=CUDA)  # (three, B, nh, T, hs): swapped ones would differ
     y, _ = attention(q, k, v, causal_mask(16, 16, CUDA))
     assert torch.allclose(y, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-5)
 

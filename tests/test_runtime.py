@@ -12,6 +12,12 @@ from tinygpt import runtime
 from tinygpt.errors import UserError
 
 
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on `device` (runtime.memory_left's figure), None where unknown."""
+    left = runtime.memory_left(device)
+    return None if left is None else left[0]
+
+
 def test_dtype_auto_picks_bfloat16_only_where_the_hardware_has_it(monkeypatch):
     cpu = torch.device("cpu")
     monkeypatch.setattr(runtime, "cpu_computes", lambda dtype: dtype == "bfloat16")
@@ -473,7 +479,7 @@ def cgroup_folders(tmp_path) -> tuple[torch.device, int, Path, Path]:
     """(the CPU, the memory it has now, two empty folders to fake a cgroup v1's and a v2's files in); skips
     without /proc/meminfo."""
     cpu = torch.device("cpu")
-    machine = runtime.available_memory(cpu)
+    machine = available_memory(cpu)
     if machine is None:
         pytest.skip("no /proc/meminfo")
     v1, v2 = tmp_path / "v1", tmp_path / "v2"
@@ -488,9 +494,9 @@ def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path, monkeypatch):
     (v2 / "memory.max").write_text("max\n")
     (v2 / "memory.current").write_text("123\n")
     monkeypatch.setattr(runtime, "cgroup_dirs", lambda controller: [v2, v1])
-    assert runtime.available_memory(cpu) == min(machine, 2 ** 30 - 2 ** 28)  # v2's "max": no cap
+    assert available_memory(cpu) == min(machine, 2 ** 30 - 2 ** 28)  # v2's "max": no cap
     (v2 / "memory.max").write_text(f"{2 ** 29}\n")
-    assert runtime.available_memory(cpu) == min(machine, 2 ** 29 - 123)  # the tighter of the two
+    assert available_memory(cpu) == min(machine, 2 ** 29 - 123)  # the tighter of the two
 
 
 def test_a_cgroups_page_cache_is_not_counted_as_used_memory(tmp_path, monkeypatch):
@@ -502,14 +508,14 @@ def test_a_cgroups_page_cache_is_not_counted_as_used_memory(tmp_path, monkeypatc
     (v2 / "memory.current").write_text(f"{2 ** 31 - 50 * 2 ** 20}\n")
     (v2 / "memory.stat").write_text(f"anon 104857600\nfile 2040109465\nactive_file 100\ninactive_file {2 ** 30}\n")
     monkeypatch.setattr(runtime, "cgroup_dirs", lambda controller: [v2])
-    assert runtime.available_memory(cpu) == min(machine, 2 ** 30 + 50 * 2 ** 20)
+    assert available_memory(cpu) == min(machine, 2 ** 30 + 50 * 2 ** 20)
     (v1 / "memory.limit_in_bytes").write_text(f"{2 ** 31}\n")
     (v1 / "memory.usage_in_bytes").write_text(f"{2 ** 31}\n")
     (v1 / "memory.stat").write_text(f"cache 2\ninactive_file 7\ntotal_inactive_file {2 ** 29}\n")
     monkeypatch.setattr(runtime, "cgroup_dirs", lambda controller: [v1])
-    assert runtime.available_memory(cpu) == min(machine, 2 ** 29)  # (the hierarchy's total)
+    assert available_memory(cpu) == min(machine, 2 ** 29)  # (the hierarchy's total)
     (v1 / "memory.stat").write_text("not a stat file")
-    assert runtime.available_memory(cpu) == 0  # (unread: all of the usage counts, as before)
+    assert available_memory(cpu) == 0  # (unread: all of the usage counts, as before)
 
 
 def test_a_real_cgroup_limit_reaches_the_thread_count_and_the_memory_check():
@@ -519,7 +525,7 @@ def test_a_real_cgroup_limit_reaches_the_thread_count_and_the_memory_check():
     import sys
     from conftest import ROOT
     probe = ("import torch\nfrom tinygpt import runtime\n"
-             "print(runtime.usable_cores(), runtime.ThreadPolicy().threads, runtime.available_memory(torch.device('cpu')))")
+             "print(runtime.usable_cores(), runtime.ThreadPolicy().threads, runtime.memory_left(torch.device('cpu'))[0])")
     r = subprocess.run(["bash", "scripts/in_cgroup.sh", "1", "1024", sys.executable, "-c", probe], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     if r.returncode == 77:
@@ -893,7 +899,7 @@ def test_a_memory_refusal_names_the_bound_that_leaves_too_little(monkeypatch):
              ({"machine": GB, "cgroup": 2 * GB}, "this machine has 1.0 GB available"))
     for limits, said in cases:
         monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: limits)
-        assert runtime.available_memory(torch.device("cpu")) == min(limits.values())
+        assert available_memory(torch.device("cpu")) == min(limits.values())
         with pytest.raises(UserError, match=rf"needs at least 5.0 GB of memory \(weights 5.0 GB\), but "
                                             rf"{re.escape(said)}; use less$"):
             runtime.check_memory({"weights": 5 * GB}, torch.device("cpu"), "training", "use less")

@@ -135,7 +135,7 @@ def right(text: str, width: int) -> str:
 
 
 def format_grid(cells: Sequence[Sequence[str]], row_labels: Sequence[str], col_labels: Sequence[str],
-                corner: str = CORNER, width: int | None = None) -> str:
+                width: int | None = None) -> str:
     """A grid of strings: row labels left-aligned, cells right-aligned under their column label. A
     token whose label is MASKED itself (".") is quoted, so that it does not read as a masked cell.
     `width` (a terminal's columns): rows that would be wider go in blocks of columns, one under the
@@ -145,7 +145,7 @@ def format_grid(cells: Sequence[Sequence[str]], row_labels: Sequence[str], col_l
                               for labels in (row_labels, col_labels))
     assert len(cells) == len(row_labels), f"{len(cells)} rows but {len(row_labels)} row labels"
     assert all(len(row) == len(col_labels) for row in cells), f"rows must have {len(col_labels)} cells"
-    first = max([columns(corner), *map(columns, row_labels)])
+    first = max([columns(CORNER), *map(columns, row_labels)])
     widths = [max([3, columns(label), *(columns(row[j]) for row in cells)]) for j, label in enumerate(col_labels)]
     blocks, start = [], 0
     while start < len(widths) or not blocks:  # (a block holds at least one column, however narrow the terminal)
@@ -153,7 +153,7 @@ def format_grid(cells: Sequence[Sequence[str]], row_labels: Sequence[str], col_l
         while end < len(widths) and (width is None or used + 2 + widths[end] <= width):
             used, end = used + 2 + widths[end], end + 1
         span = slice(start, end)
-        lines = [left(corner, first) + "".join("  " + right(lab, w) for lab, w in zip(col_labels[span], widths[span]))]
+        lines = [left(CORNER, first) + "".join("  " + right(lab, w) for lab, w in zip(col_labels[span], widths[span]))]
         for label, row in zip(row_labels, cells):
             lines.append(left(label, first) + "".join("  " + right(c, w) for c, w in zip(row[span], widths[span])))
         blocks.append("\n".join(line.rstrip() for line in lines))

@@ -1171,15 +1171,12 @@ def load_run_checkpoint(given: str | Path, device: str | torch.device = "cpu") -
         raise UserError(f"{e}; the run's other checkpoint loads: give it instead, {path_word(other)}") from None
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu", with_tokenizer: bool = True
-               ) -> tuple[GPT, Config, Tokenizer | None, dict[str, Any]]:
-    """Run directory or checkpoint -> (model in eval mode, Config, Tokenizer, checkpoint dict).
-    with_tokenizer=False skips building the tokenizer (None): a tiktoken encoding may be offline,
-    and an export does not need it."""
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, Config, Tokenizer, dict[str, Any]]:
+    """Run directory or checkpoint -> (model in eval mode, Config, Tokenizer, checkpoint dict)."""
     path, ckpt = load_run_checkpoint(path, device)
     model, cfg = model_from_checkpoint(ckpt, path)
     try:
-        tokenizer = tokenizer_from_dict(ckpt["tokenizer"]) if with_tokenizer else None
+        tokenizer = tokenizer_from_dict(ckpt["tokenizer"])
     except DamagedTokenizer as e:
         raise UserError(f"{path}: its tokenizer is damaged ({e}); use another copy of the run, or train it "
                         f"again") from None

@@ -1010,12 +1010,6 @@ def memory_left(device: torch.device) -> tuple[int, str] | None:
     return limits[bound], MEMORY_LIMITS[bound]
 
 
-def available_memory(device: torch.device) -> int | None:
-    """Bytes that can still be allocated on `device` (memory_left), None where unknown."""
-    left = memory_left(device)
-    return None if left is None else left[0]
-
-
 MEMORY_LIMITS = {  # what bounds the memory a CPU process can still take, as check_memory says it
     "machine": "this machine has {} available",
     "cgroup": "its container's memory limit (a cgroup) leaves {}",
