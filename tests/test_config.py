@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import re
+import time
 
 import pytest
 import yaml
@@ -540,6 +541,24 @@ def test_octal_is_not_guessed_and_number_texts_say_how_to_write_them(tmp_path):
         with pytest.raises(UserError, match=rf"train.max_iters='{value}' .* must be of type int, not str: write it in "
                                             rf"plain digits, {plain}$"):
             load_config(write(tmp_path, ""), [f"train.max_iters={value}"])
+
+
+def test_a_tag_does_not_bring_back_octal_or_base_60(tmp_path):
+    """`!!int 0500` trained 320 steps, `n_embd: !!int 040` 32 wide, `!!float 1:30` read 90.0 (PyYAML's YAML 1.1
+    constructors, reached through the tag); a 900 KB `!!int 1:59:59:...` took 40 s of CPU to be refused."""
+    for body, sets, value, kind in (("model: {n_embd: !!int 040}\n", [], "040", "octal"),
+                                    ("", ["train.max_iters=!!int 0500"], "0500", "octal"),
+                                    ("", ["train.lr=!!float 1:30"], "1:30", "base-60"),
+                                    ("train: {max_iters: !!int 1:0}\n", [], "1:0", "base-60")):
+        with pytest.raises(UserError, match=rf"a value cannot be read \(line \d: !!(int|float) '{value}' is YAML 1.1's "
+                                            rf"{kind} number, which tinygpt does not read: write it in plain digits\)"):
+            load_config(write(tmp_path, body), sets)
+    assert yaml_load("a: !!int 0\nb: !!int -12\nc: !!int 0x10\nd: !!float 1\ne: !!float 1e3\n") == {
+        "a": 0, "b": -12, "c": 16, "d": 1.0, "e": 1000.0}  # (what the tags read as the plain resolvers do)
+    start = time.perf_counter()
+    with pytest.raises(yaml.YAMLError, match="base-60 number"):
+        yaml_load("n_layer: !!int 1" + ":59" * 300_000)
+    assert time.perf_counter() - start < 10
 
 
 def test_a_quoted_number_is_told_to_drop_its_quotes(tmp_path):

@@ -174,6 +174,14 @@ class LimitedSafeLoader(yaml.SafeLoader):
         want = TAG_NODES.get(node.tag, yaml.ScalarNode)
         if node.tag in self.yaml_constructors and not isinstance(node, want):
             raise YAMLRefused(f"{tag} takes {NODES[want]}, not {NODES[type(node)]} (line {line})")
+        if node.tag in (TAG + "int", TAG + "float") and isinstance(node, yaml.ScalarNode):  # what the plain
+            # resolvers do not guess, the tag made PyYAML read: !!int 0500 as the octal 320, !!int 1:30 as the base-60
+            # 90 (and 1:59:59:... in a 900 KB file took 40 s, its cost the square of its digits)
+            guessed = ("base-60" if ":" in node.value else
+                       "octal" if node.tag == TAG + "int" and re.fullmatch(r"[-+]?0[0-9_]+", node.value) else None)
+            if guessed:
+                raise YAMLRefused(f"a value cannot be read (line {line}: {tag} {short(node.value)} is YAML 1.1's "
+                                  f"{guessed} number, which tinygpt does not read: write it in plain digits)")
         try:
             value = super().construct_object(node, deep)
             if node.tag == TAG + "float" and underflows(node.value, value):
