@@ -9,7 +9,8 @@ train, model.n_layer=0 or a train.init_from with no checkpoint there, or two val
 d.txt and ./d.txt); an impossible one (say n_embd=64 with n_head=3, where n_head=3 trains with another
 n_embd; or a model key that train.init_from's weights decide, at a value that is not theirs: a run from them
 takes their model), one that differs from another only in a data key its tokenizer does not use (a char
-run's data.bpe_vocab_size: the same run), or a value given twice, is skipped with a note. Each valid one
+run's data.bpe_vocab_size: the same run) or in an `auto` that this machine resolves to the other's value
+(train.device=cpu,auto on a CPU), or a value given twice, is skipped with a note. Each valid one
 trains into its own run directory under the sweep folder (default out/sweeps/<config stem>), named after its
 values, e.g. `n_head=4,n_embd=128` (a hash of the values added where a value holds a character a name cannot,
 `dataset=d_x.txt-1f0e3a2b` for d/x.txt, or where two names differ only in case). Running the same command
@@ -586,7 +587,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> tuple[list[Planned
     combos = list(itertools.product(*grid.values()))
     plan = []
     texts: dict[str, dict] = {k: {} for k in keys}  # each key's values as the config reads them -> their text
-    runs: dict[tuple, str] = {}  # each planned run's settings (those that change it) -> its name
+    runs: dict[tuple, tuple[str, dict]] = {}  # each planned run's settings (those that change it) -> its name, flat
     reasons = []  # why each invalid combination is
     notes = []  # the skipped combinations, said once the grid is known to be trainable
     refused: dict[tuple[str, str], str | None] = {}  # (key, value) of an invalid combination -> the error naming it
@@ -616,7 +617,7 @@ def make_plan(args, grid: dict[str, list[str]], out: Path) -> tuple[list[Planned
         flat = flat_config(cfg)
         check_distinct(texts, flat, combo)
         if (same := same_as_planned(runs, flat, name)) is not None:
-            notes.append(f"skip {name}: the same run as {same} ({why_the_same(keys, flat)})")
+            notes.append(f"skip {name}: the same run as {same[0]} ({why_the_same(keys, flat, same[1])})")
             continue
         if args.probe and cfg.data.dataset != "stories":
             raise UserError(f"--probe measures coreference in the stories corpus, but {name} trains on "
@@ -667,23 +668,36 @@ def check_from_weights(cfg: Config, keys: Sequence[str], theirs: ModelConfig) ->
                             f"{key}={getattr(theirs, name)} (all but model.dropout)")
 
 
-def same_as_planned(runs: dict[tuple, str], flat: dict, name: str) -> str | None:
-    """The name of a planned run that `flat` (a point's config) is the same run as, where the grid
-    varies a data key its tokenizer does not use (data.bpe_vocab_size of a char run); else None,
-    and the point is noted in `runs`."""
-    settings = tuple((k, repr(v)) for k, v in flat.items() if k not in NEVER_COMPARED and applies(flat, k))
+def as_trained(flat: dict) -> dict:
+    """`flat` (a point's config) with train.device and train.dtype as this machine resolves them: `auto`
+    trains on the cpu in bfloat16 here, say, so device=cpu,auto is one run twice. A device not at hand stays
+    as it is (the sweep refuses it before training: cannot_start)."""
+    with contextlib.suppress(UserError):
+        device = resolve_device(flat["train.device"])
+        flat = {**flat, "train.device": str(device), "train.dtype": resolve_dtype(flat["train.dtype"], device)}
+    return flat
+
+
+def same_as_planned(runs: dict[tuple, tuple[str, dict]], flat: dict, name: str) -> tuple[str, dict] | None:
+    """The name and config of a planned run that `flat` (a point's config) is the same run as, where the
+    grid varies a data key its tokenizer does not use (data.bpe_vocab_size of a char run), or names by
+    `auto` the device or dtype another point names (as_trained); else None, and the point is noted in `runs`."""
+    settings = tuple((k, repr(v)) for k, v in as_trained(flat).items()
+                     if k not in NEVER_COMPARED and applies(flat, k))
     if settings in runs:
         return runs[settings]
-    runs[settings] = name
+    runs[settings] = name, flat
     return None
 
 
-def why_the_same(keys: Sequence[str], flat: dict) -> str:
-    """Why a grid point is the same run as one planned before it (same_as_planned): the grid keys
-    that change no result, and those its tokenizer does not use."""
+def why_the_same(keys: Sequence[str], flat: dict, planned: dict) -> str:
+    """Why a grid point is the same run as one planned before it, of config `planned` (same_as_planned): the
+    grid keys that change no result, those its tokenizer does not use, and an `auto` that is the other's value."""
     moot = [k for k in keys if k in NEVER_COMPARED]
     unused = [k for k in keys if k not in NEVER_COMPARED and not applies(flat, k)]
-    reasons = []
+    trained = as_trained(flat)
+    reasons = [f"{k}=auto is {trained[k]} on this machine" for k in keys
+               if k not in moot + unused and flat[k] != planned[k]]  # (the rest are equal: one of the two is auto)
     if moot:
         reasons.append(f"{', '.join(moot)} changes where a run's files go or what it draws or logs, not the run")
     if unused:

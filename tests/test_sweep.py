@@ -1214,6 +1214,24 @@ def test_a_grid_point_that_a_data_key_does_not_change_is_one_run(tmp_path, monke
             "draws or logs, not the run)") in printed
 
 
+def test_an_auto_device_or_dtype_that_is_another_value_here_is_one_run(tmp_path, monkeypatch):
+    """--grid train.device=cpu,auto on a CPU (or train.dtype=auto,bfloat16 where auto is bfloat16) trained one
+    run twice, the report listing its two copies as two settings."""
+    from tinygpt import runtime
+    monkeypatch.setattr(runtime, "cpu_computes", lambda dtype: dtype == "bfloat16")  # (auto: bfloat16)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    started = recording_train(tmp_path, monkeypatch)
+    _, printed = run_sweep([CONFIG, "--grid", "train.device=cpu,auto", "train.dtype=auto,bfloat16,float32",
+                            *[a for a in shrink(tmp_path / "prepared") if a != "train.device=cpu"],
+                            "--out", str(tmp_path / "sw")])
+    assert started.read_text().splitlines() == ["device=cpu,dtype=auto", "device=cpu,dtype=float32"]
+    assert ("skip device=cpu,dtype=bfloat16: the same run as device=cpu,dtype=auto (train.dtype=auto is bfloat16 "
+            "on this machine)") in printed
+    assert ("skip device=auto,dtype=bfloat16: the same run as device=cpu,dtype=auto (train.device=auto is cpu on "
+            "this machine; train.dtype=auto is bfloat16 on this machine)") in printed
+
+
 def test_a_report_shows_a_grid_key_that_changes_no_result(tmp_path):
     """--grid data.prepared_dir=A,B trains A (B is the same run, skipped with a note): its column was blank, as
     if the key did not apply to the run."""
