@@ -303,6 +303,8 @@ def unknown_key(key: str, source: str) -> UserError:
         hint = f"; it is a key of section {where}: nest it, '{where}:' with '{key.lower()}: ...' indented under it"
     elif elsewhere:
         hint = f"; did you mean '{elsewhere[0]}'?"
+    elif name in SECTIONS and f"{name}.{section}" in all_keys():  # `n_layer.model`: written the other way round
+        hint = f"; did you mean '{name}.{section}'?"
     elif name in SECTIONS:
         hint = f"; '{name}' is a section of its own, not a key of {section}: write it unindented, at the top level"
     elif near:
