@@ -62,8 +62,8 @@ def train_and_probe(cwd: Path, out: Path, sets: list[str]) -> dict:
     if best is None:  # (a --set block_size too small for the stories' attributes)
         raise UserError(f"the probe of {out / 'run'} measured no head: no reference had its attribute in the window")
     n = max(probe["references"], 1)
-    return {"wall_s": round(seconds, 1), "best_val_loss": best_val_loss(read_metrics(out / "run")), "antecedent": b["antecedent"] / n,
-            "distractor": b["distractor"] / n, "other": b["other"] / n,
+    return {"wall_s": round(seconds, 1), "best_val_loss": best_val_loss(read_metrics(out / "run")),
+            "antecedent": b["antecedent"] / n, "distractor": b["distractor"] / n, "other": b["other"] / n,
             "head": f"L{best['layer']}H{best['head']}", "head_antecedent": best["antecedent"],
             "head_distractor": best["distractor"],
             "ratio": math.inf if best["ratio"] is None else best["ratio"]}  # None: no weight on the distractor

@@ -166,7 +166,7 @@ def test_unknown_key_via_set_suggests_the_closest(tmp_path):
     ("train.n_layer=2", "did you mean 'model.n_layer'?"),  # (was train.min_lr)
     ("model.lr=0.1", "did you mean 'train.lr'?"),
     ("model.N_LAYER=2", "did you mean 'model.n_layer'?"),
-    ("n_layer.model=2", "did you mean 'model.n_layer'?"),  # (was "'model' is a section of its own, not a key of n_layer")
+    ("n_layer.model=2", "did you mean 'model.n_layer'?"),  # (was "'model' is a section of its own, not a key of ...")
 ])
 def test_a_key_of_another_section_is_suggested_there(tmp_path, key, hint):
     """A real key in the wrong section was sent to the key nearest in spelling: `model.batch_size=64`

@@ -524,8 +524,8 @@ def test_a_real_cgroup_limit_reaches_the_thread_count_and_the_memory_check():
     import subprocess
     import sys
     from conftest import ROOT
-    probe = ("import torch\nfrom tinygpt import runtime\n"
-             "print(runtime.usable_cores(), runtime.ThreadPolicy().threads, runtime.memory_left(torch.device('cpu'))[0])")
+    probe = ("import torch\nfrom tinygpt import runtime\nprint(runtime.usable_cores(), runtime.ThreadPolicy().threads, "
+             "runtime.memory_left(torch.device('cpu'))[0])")
     r = subprocess.run(["bash", "scripts/in_cgroup.sh", "1", "1024", sys.executable, "-c", probe], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     if r.returncode == 77:
