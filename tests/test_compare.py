@@ -1468,6 +1468,33 @@ def test_the_settings_lines_run_in_order_and_a_line_with_nothing_to_draw_is_said
     assert list(line.get_xdata()) == [0.0, 1.0]  # at its ticks: the only line drawn
 
 
+def test_an_x_value_with_no_finished_run_has_no_tick_and_is_said(monkeypatch):
+    """--grid train.lr=1e-3,3e-3,1e3, the lr=1000 runs diverged: settings.png kept an empty tick for 1000 at the
+    right edge, which made the axis a log one and crowded 0.001 and 0.003 at its left edge ('0.0010.003'), the
+    title naming no setting left out. An `n=` (the settings' seeds differ) sat across its own error bar."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"train.lr": lr} for lr in (1e-3, 3e-3, 1e3)], seeds=(1, 2, 3))[:-1]  # lr=1000: n=2
+    for r in rows:
+        if r["train.lr"] == 1e3:
+            r["status"] = "failed (exit 2), diverged at step 3 (ckpt.pt: step 0)"
+    plots.settings_png(report.group_by_setting(rows, ["train.lr", "train.seed"]))
+    fig = figures["settings.png"]
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0.001", "0.003"] and ax.get_xlabel() == "lr"
+    assert fig._suptitle.get_text().endswith("\nnot drawn, no finished run: lr=1000.0")
+    rows = setting_rows([{"train.lr": lr} for lr in (1e-3, 3e-3)], seeds=(1, 2, 3))[:-1]  # n=3, then n=2
+    plots.settings_png(report.group_by_setting(rows, ["train.lr", "train.seed"]))
+    ax = figures["settings.png"].axes[0]
+    (bar,) = ax.containers
+    tops = [max(seg[:, 1]) for seg in bar[2][0].get_segments()]  # (each bar from its lower to its upper cap)
+    labels = [t for t in ax.texts if t.get_text().startswith("n=")]
+    assert [t.get_text() for t in labels] == ["n=3", "n=2"]
+    for label, top in zip(labels, tops):  # above the bar's upper cap (it was 6 points above the mean, on the bar)
+        assert label.xy[1] >= top - 1e-9 and label.get_va() == "bottom", (label.xy, top)
+
+
 # ---- what the summary over seeds claims, and how ----
 
 

@@ -478,6 +478,11 @@ def settings_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
     first = {}  # each x value's text -> the value, in first-seen order
     for g in groups:
         first.setdefault(str(g["setting"][x_key]), g["setting"][x_key])
+    # an x value with no finished run has no point: its tick would stretch the axis (lr=1000 beside 0.001 and 0.003
+    # made it a log axis, those two crowded at its left edge) and say nothing of why it is empty
+    drawn = {str(g["setting"][x_key]) for g in groups for m, _, _ in panels if g["stats"][m]["mean"] is not None}
+    undrawn = [f"{x_key.split('.', 1)[1]}={x}" for x in first if x not in drawn]
+    first = {x: v for x, v in first.items() if x in drawn}
     xs = list(first)
     # a value None: the key does not apply to the setting (a char run's bpe_vocab_size): drawn left of the numbers
     # (as "None", it made them categories: 280 and 300 evenly apart, unjoined)
@@ -499,6 +504,7 @@ def settings_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
     unfinished = [name for name, members in lines.items()  # (all its runs failed or stopped: no point to draw)
                   if not any(g["stats"][m]["mean"] is not None for g in members for m, _, _ in panels)]
     lines = {name: members for name, members in lines.items() if name not in unfinished}
+    unfinished = undrawn + unfinished
     shown = dict(zip(lines, legend_labels(list(lines), fig)))
     ns = {g["stats"][m]["n"] for g in groups for m, _, _ in panels if g["stats"][m]["mean"] is not None}
     from matplotlib.ticker import FuncFormatter, NullFormatter
@@ -517,13 +523,15 @@ def settings_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
                    [(st["hi"] - st["mean"]) * scale if st["hi"] is not None else 0 for _, st in pts]]
             style = line_style(i, SETTINGS_MARKERS)
             # categories (datasets, tokenizers), or "does not apply" beside numbers: a line would be no trend
-            if not numbers or any(first[str(g["setting"][x_key])] is None for g in members):
+            if not numbers or any(first.get(str(g["setting"][x_key]), 0) is None for g in members):  # (0: undrawn)
                 style["linestyle"] = "none"
             ax.errorbar(x, mean, yerr=err, capsize=3, label=shown[name], **style)
             if len(ns) > 1:  # the settings' n differ: each point says its own (n=1: no interval, not a precise one)
-                for px, py, (_, st) in zip(x, mean, pts):
-                    ax.annotate(f"n={st['n']}", (px, py), xytext=(0, 6), textcoords="offset points", fontsize=7,
-                                color="0.35", ha="center")  # (above the point: at the right edge, not cut)
+                for px, top, (_, st) in zip(x, [m + hi for m, hi in zip(mean, err[1])], pts):
+                    ax.annotate(f"n={st['n']}", (px, top), xytext=(0, 3), textcoords="offset points", fontsize=7,
+                                color="0.35", ha="center", va="bottom")  # (above the bar's cap, not across the bar;
+                    # centred: at the right edge, not cut)
+                ax.margins(y=0.12)  # (room above the highest cap for its label, under the frame)
             values += [m - lo for m, lo in zip(mean, err[0])] + [m + hi for m, hi in zip(mean, err[1])]
         ax.set_xticks(where, [NOT_APPLIED if first[x] is None else label
                               for x, label in zip(xs, tick_labels(xs, x_key.split(".", 1)[1]))])
