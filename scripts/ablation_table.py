@@ -13,6 +13,7 @@ keeps each run's full probe output (the layer x head tables) as DIR/probe_<name>
 from __future__ import annotations
 
 import json
+import re
 import sys
 from contextlib import suppress
 from pathlib import Path
@@ -90,7 +91,32 @@ def checked(result: dict, target: str) -> dict:
             continue
         if not is_figure(value):
             raise UserError(f"{target}: this probe output's {key} is {short(value)}, not a number in [-1e12, 1e12]")
+    # its counts and head names too: "n_layer": "2" made the rank column `1 / 1-2 of 22` (text repeated), and a head
+    # named "<b>|x" broke the Markdown row
+    n_layer, n_head = result["n_layer"], result["n_head"]
+    if not (whole(n_layer, 1, MAX_COUNT) and whole(n_head, 1, MAX_COUNT)):
+        raise UserError(f"{target}: this probe output's n_layer and n_head are {short(n_layer)} and {short(n_head)}, "
+                        f"not counts of 1 to {MAX_COUNT}")
+    heads = n_layer * n_head
+    ab = result["ablation"]
+    named = [ab["most_attention"], ab["most_harmful"]["zero"], ab["most_harmful"]["mean"]]
+    pairs = [h for t in ab["together"] for h in t["heads"]]
+    ranks = [figures["best_rank_zero"], figures["best_rank_mean"]]
+    if not (all(whole(h["layer"], 0, n_layer - 1) and whole(h["head"], 0, n_head - 1) for h in named)
+            and all(isinstance(h, str) and re.fullmatch(r"\d+\.\d+", h) for h in pairs)
+            and all(whole(r, 1, heads) or isinstance(r, str) and re.fullmatch(r"[1-9]\d{0,6}-[1-9]\d{0,6}", r)
+                    for r in ranks) and whole(figures["references"], 0, 10**12)):
+        raise UserError(f"{target}: this probe output names a head, a rank or a count that is not one of its "
+                        f"{n_layer} x {n_head} heads (layer.head, from 0); give one that probe.py RUN --ablate printed")
     return result
+
+
+MAX_COUNT = 10_000  # layers or heads a probe output may count (GPT-2's largest has 48 layers, 25 heads)
+
+
+def whole(value, low: int, high: int) -> bool:
+    """Is `value` an int (not a bool) from `low` to `high`?"""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def summary(result: dict) -> dict:

@@ -682,6 +682,16 @@ def damaged(**changes) -> dict:
     (json.dumps(damaged(baseline=10 ** 400)), "accuracy"),
     (json.dumps(damaged(together=[{"what": "top two by attention", "heads": [1, 2]}])), "lacks a figure"),
     (json.dumps(damaged(most_harmful=None)), "lacks a figure"),
+    (json.dumps({**ablation_result(), "n_layer": "2"}), "n_layer and n_head are '2' and 2, not counts"),
+    (json.dumps({**ablation_result(), "n_head": 10 ** 9}), "not counts of 1 to 10000"),
+    (json.dumps(damaged(most_harmful={"zero": {"layer": "<b>|x", "head": 0, "drop": 0.2},
+                                      "mean": {"layer": 1, "head": 0, "drop": 0.2}})), "names a head"),
+    (json.dumps(damaged(together=[{"what": "top two by attention", "heads": ["1.0", "a|b"],
+                                   "drop": {"zero": 0.3, "mean": 0.2}}])), "names a head"),
+    (json.dumps(damaged(most_attention={**ablation_result()["ablation"]["most_attention"], "head": 2})),
+     "not one of its 2 x 2 heads"),
+    (json.dumps(damaged(most_attention={**ablation_result()["ablation"]["most_attention"], "rank_mean": "1-2 |"})),
+     "a rank"),
 ], ids=lambda v: v[:24] if isinstance(v, str) else None)
 def test_ablation_table_refuses_a_bad_saved_output(tmp_path, capsys, monkeypatch, content, culprit):
     module = script("ablation_table")
