@@ -66,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = p.parse_args(argv)
     sizes = check_args(args)
     text, _ = stories.generate_stories(args.chars, DataConfig.stories_seed)
+    # (--chars 1 and --chars 40 made the same table without a word: one whole story, 1,399 characters)
+    print(f"(the corpus: {len(text):,} characters, whole stories until --chars {args.chars:,} is reached)")
     # learned from the text they encode, as data.prepare learns them: one learned from the training
     # split alone cannot encode a word only the validation split holds (a word tokenizer refuses it)
     present = set(WordTokenizer.split(text))  # the probe's words that this corpus holds (all, by default)

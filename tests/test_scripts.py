@@ -622,6 +622,12 @@ def test_tokenization_table_of_a_small_corpus(capsys, monkeypatch):
     assert "do not occur in this corpus: left out" in out and "| word |" in out and "| bpe, 300 | 300 |" in out
     # a size the text cannot reach: the row said `bpe, 65000` beside a vocabulary of about 1,000
     assert re.search(r"\| bpe, 65000 asked: the text has no more pairs to merge \| \d,?\d+ \|", out), out
+    # --chars 1 and --chars 40 printed the same table without a word: one whole story is the least there is
+    for chars in (5000, 1):
+        code, out, err = cli(module.main, ["--chars", str(chars), "--sizes", "300"], capsys)
+        said = re.search(rf"^\(the corpus: ([\d,]+) characters, whole stories until --chars {chars:,} is reached\)$",
+                         out, re.M)
+        assert code == 0 and said and int(said[1].replace(",", "")) >= chars, out
 
 
 def test_tokenization_table_marks_the_default_bpe_size(capsys, monkeypatch):
