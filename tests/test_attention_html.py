@@ -449,6 +449,19 @@ def test_the_page_says_what_a_byte_label_is_when_it_shows_one(tmp_path):
     assert "; '\\xNN' = one byte: of a character split across tokens" in legend.search(dom(path, ""))[1]
 
 
+def test_a_one_token_page_speaks_of_no_hatched_key(tmp_path):
+    """A page of one token said "hatched = a future key, masked", with nothing that could be hatched (the tables
+    and the heatmaps leave that out for one token)."""
+    browser()  # skip early without one
+    model, tok = tiny_model()
+    legend = re.compile(r'id="legend"[^>]*>(.*?)</', re.S)
+    path = tmp_path / "page.html"
+    for prompt, hatched in (("T", False), ("Th", True)):
+        path.write_text(attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode(prompt))),
+                        encoding="utf-8")
+        assert ("hatched = a future key" in legend.search(dom(path, ""))[1]) == hatched, prompt
+
+
 def test_a_token_of_no_letter_or_digit_is_quoted_where_the_panel_names_or_lists_it(tmp_path):
     """The panel read `query 20: . (generated: ... top 5: . 81.5%, ␣a 2.8%, , 0.9%)`: a bare "." or "," read as
     the text's own punctuation. They are quoted, as the heatmaps label them; in the text itself they stay bare."""

@@ -671,6 +671,20 @@ def test_one_token_and_a_full_stop_read_right():
     assert "hatched" in fig._supxlabel.get_text()
 
 
+def test_a_heatmap_says_what_its_label_marks_mean():
+    """The tables and the explorer page say what '␣', '\\n' and a quoted token mean; a heatmap PNG, shared on its
+    own, said nothing of them, and an apostrophe token read as a triple quote (three single ones)."""
+    pytest.importorskip("matplotlib")
+    labels = ["it", "'", "␣s", "\\n", "."]
+    T = len(labels)
+    fig = attention_view.heatmap_figure(masked_softmax(torch.zeros(1, T, T), causal_mask(T, T)), labels)
+    said = " ".join(fig._supxlabel.get_text().split())  # (as wrapped to the figure's width)
+    assert said.endswith("(weight exactly 0) quoted: a token of no letter or digit; ␣ = space; '\\n' = newline")
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["it", '"\'"', "␣s", "\\n", "'.'"]
+    fig = attention_view.heatmap_figure(masked_softmax(torch.zeros(1, 2, 2), causal_mask(2, 2)), ["a", "b"])
+    assert " ".join(fig._supxlabel.get_text().split()).endswith("weight exactly 0)")  # (no marks: nothing more)
+
+
 def test_tokens_the_font_lacks_draw_without_a_warning_each(tmp_path):
     """A heatmap of CJK tokens (and a run's label of a Japanese file name, tinygpt/plots.py): one
     matplotlib warning on stderr per character the font lacks, for a valid input."""

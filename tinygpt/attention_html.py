@@ -293,7 +293,7 @@ document.getElementById("legend").textContent =
   `; ${D.n_layer} layer${D.n_layer === 1 ? "" : "s"} x ${D.n_head} head${D.n_head === 1 ? "" : "s"}. Hover a token to see where it looks (click to pin it, then hover ` +
   `the others for their weight in every head); shading = weight (square-root scale), number = % of the ` +
   `query's attention, to 0.1 (over many keys the rounded numbers of a row may not add up to 100)` +
-  (D.causal ? "; hatched = a future key, masked (weight exactly 0)" : "; no causal mask") +
+  (!D.causal ? "; no causal mask" : T > 1 ? "; hatched = a future key, masked (weight exactly 0)" : "") +
   (D.first_generated < T ?
     "; underlined = generated (hover for its top candidates" + (D.rule ? `, ${D.rule}` : "") + ")" : "") +
   "; ␣ = space" + D.notes.map(note => "; " + note).join("") + ".";  // (what the escapes shown stand for)

@@ -287,10 +287,18 @@ def attention_tables(traces: Sequence[HeadTrace], labels: Sequence[str], last: i
     return "\n\n".join(blocks) + "\n"
 
 
+def quoted_on_axis(label: str) -> bool:
+    """Is `label` quoted on a heatmap axis: a token of no letter or digit (".", ",", "␣"), so that a small mark
+    still reads as a token?"""
+    return not any(ch.isalnum() for ch in label)
+
+
 def heatmap_label(label: str) -> str:
-    """A token label for a heatmap axis: a token with no letter or digit (".", ",", "␣") is quoted,
-    so that a small mark still reads as a token; '$' is escaped (plain_text)."""
-    return plain_text(label if any(ch.isalnum() for ch in label) else f"'{label}'")
+    """A token label for a heatmap axis: quoted where quoted_on_axis (an apostrophe in double quotes: three
+    single ones read as one mark); '$' is escaped (plain_text)."""
+    if not quoted_on_axis(label):
+        return plain_text(label)
+    return plain_text(f'"{label}"' if "'" in label else f"'{label}'")
 
 
 def _cell_numbers(ax, values: torch.Tensor, fontsize: float, dark_when_high: bool) -> None:
@@ -338,6 +346,9 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHO
     earlier = percent[..., 0] if percent.size(-1) > N else None  # (nh, N): weight on the cut-off keys
     keys = percent[..., 1:] if earlier is not None else percent  # (nh, N, N)
     key_labels = [heatmap_label(k) for k in key_labels[1 if earlier is not None else 0:]]
+    # what the labels' marks mean, as the tables' legend says it (a picture is shared on its own)
+    marks = (["quoted: a token of no letter or digit"] * any(map(quoted_on_axis, query_labels))
+             + [f"{SPACE} = space"] * any(SPACE in q for q in query_labels) + label_notes(query_labels))
     query_labels = [heatmap_label(q) for q in query_labels]
     numbers = 7.5 if N <= 16 else 6 if N <= NUMBERED else 0  # font size of the cell numbers; none when crowded
 
@@ -381,6 +392,8 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHO
     if earlier is not None:
         notes.append(f"grey column '{EARLIER}': the summed weight on the {T - N} key{'s' * (T - N > 1)} before "
                      + (f"these {N}" if N > 1 else "this one") + ", on its own grey scale (right)")
+    if marks:
+        notes.append("; ".join(marks))
     fig.supxlabel(wrapped("\n".join(["key (the position looked at)", *notes]), size[0], 9), fontsize=9)
     fig.supylabel("query (the position looking)", fontsize=9)
     fig.colorbar(image, ax=key_axes, label="% of the query's attention", shrink=0.8)
