@@ -80,6 +80,8 @@ MAX_PROMPT_BYTES = 1 << 20  # 1 MiB, a thousand times the biggest block (1024 to
 MAX_SAMPLE_FILES = 10_000  # samples that each write a page or heatmaps (a million files is no one's wish)
 TERMINAL_LINE = 4095  # bytes of a line Linux's terminal passes without line editing (it drops the rest unsaid)
 MAX_SKIPPED = 64 << 20  # bytes of a piped line's rest skipped before --interactive stops (/dev/zero has no end)
+SAMPLES_RULE = "-" * 15  # the line between the samples of one prompt (--num-samples)
+ANSWERS_RULE = "=" * 15  # and between the answers of two lines of --interactive, where each has several samples
 
 
 def build_parser() -> ArgParser:
@@ -604,7 +606,7 @@ def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.G
         shown = candidates_shown(width, columns)
     for i in range(args.num_samples):
         if i:
-            out.write("\n---------------\n")
+            out.write("\n" + SAMPLES_RULE + "\n")
         steps = following_free_cores(generate_steps(model, idx, args.max_new_tokens, args.temperature, args.top_k,
                                                     args.top_p, use_cache=not args.no_kv_cache, generator=gen,
                                                     decode_step=decode_step), threads)
@@ -751,6 +753,8 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
         try:
             prompt = decode_prompt(text_bytes(line, named) if isinstance(line, str) else line, named)
             gen.manual_seed(args.seed)  # each answer is the one `--prompt LINE` gives, whatever came before
+            if samples and args.num_samples > 1:  # a line's answers parted from the last line's, as its samples are
+                out.write("\n" + ANSWERS_RULE + "\n")  # from each other (piped, they ran on unparted)
             samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
         except UserError as e:
             which = "" if isinstance(line, str) or named in str(e) else f"{named}: "

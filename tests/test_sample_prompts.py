@@ -123,6 +123,19 @@ def test_interactive_answers_each_line_with_one_model(tiny_stories_run, monkeypa
     assert len(err) == 1 and err[0].startswith("error: ") and "'~'" in err[0] and "--list-vocab" in err[0]
 
 
+def test_interactive_parts_each_lines_samples_from_the_next_lines(tiny_stories_run, monkeypatch):
+    """With --num-samples 2, a rule parted a line's two samples, and nothing parted its last from the next line's
+    first: piped, the answers could not be told apart."""
+    prompts = ["Mia had", "Then she"]
+    texts, printed = run_sample([tiny_stories_run, "--interactive", "--num-samples", "2", *GREEDY],
+                                "\n".join(prompts) + "\n", monkeypatch)
+    a, b = (p + t for p, t in zip(prompts, texts[::2]))
+    assert texts[0] == texts[1] and printed == (f"{a}\n\n{sample.SAMPLES_RULE}\n{a}\n\n{sample.ANSWERS_RULE}\n"
+                                                f"{b}\n\n{sample.SAMPLES_RULE}\n{b}\n")
+    _, printed = run_sample([tiny_stories_run, "--interactive", *GREEDY], "\n".join(prompts) + "\n", monkeypatch)
+    assert sample.ANSWERS_RULE not in printed  # (one sample a line: each answer is its line, as before)
+
+
 def test_interactive_sampled_answers_are_the_prompts_own(tiny_stories_run, monkeypatch):
     """Sampling, each answer starts from --seed: the answer to a line is what `--prompt LINE` prints
     (it was drawn where the earlier answers left the random stream: not reproducible alone, and the
