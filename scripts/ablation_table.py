@@ -99,7 +99,9 @@ def checked(result: dict, target: str) -> dict:
                         f"not counts of 1 to {MAX_COUNT}")
     heads = n_layer * n_head
     ab = result["ablation"]
-    named = [ab["most_attention"], ab["most_harmful"]["zero"], ab["most_harmful"]["mean"]]
+    harmful = [h for h in ab["most_harmful"].values()  # (layer and head None, drop 0: no head's removal lowers
+               if h["drop"] > 0 or (h["layer"], h["head"]) != (None, None)]  # the accuracy, and none is named)
+    named = [ab["most_attention"], *harmful]
     pairs = [h for t in ab["together"] for h in t["heads"]]
     ranks = [figures["best_rank_zero"], figures["best_rank_mean"]]
     if not (all(whole(h["layer"], 0, n_layer - 1) and whole(h["head"], 0, n_head - 1) for h in named)
