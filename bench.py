@@ -470,7 +470,7 @@ def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device,
 def peak_memory_mb(device: torch.device) -> float | None:
     """The device's peak allocation (CUDA), else this process's peak resident memory; None on Windows."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated() / 2**20
+        return torch.cuda.max_memory_allocated(device) / 2**20  # (device: cuda:1's, not the current device's)
     try:
         import resource
     except ImportError:  # Windows

@@ -129,7 +129,10 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
                        f"same tokens: {compiled['same_tokens_compiled']}"),
         "compiling failed (decode_compiled.txt says why)" if compiled
         else failed("decode_compiled"))))
-    backend = "gloo" if device.startswith("cpu") else "NCCL"  # (a rehearsal's torchrun runs on the CPU: gloo)
+    # a rehearsal's torchrun runs on the CPU: gloo (its device name is the CPU's, "AMD EPYC", where --device is not
+    # given: the stages' JSON says which device they ran on)
+    ran_on = next((d for d in (read_json(out / f"{s}.json").get("device") for s in BENCH_STAGES) if d), None)
+    backend = "gloo" if (ran_on == "cpu" if ran_on else device.startswith("cpu")) else "NCCL"
     result.append((f"torchrun, 1 process ({backend} starts; no collective)",  # (one process wraps no DDP)
                    "ok" if status.get("ddp") == "exit 0" else failed("ddp")))
     return result
@@ -145,10 +148,13 @@ def markdown(table: Sequence[tuple[str, str]]) -> str:
                       *(f"| {indented(k)} | {markdown_cell(v)} |" for k, v in table)])
 
 
+BENCH_STAGES = ("fp32", "tf32_bf16", "compile", "decode", "decode_compiled")  # those that write bench.py's JSON
+
+
 def recorded_device(out: Path) -> str | None:
     """"NAME, torch VERSION" as the first of the bench stages' JSON files records it (the machine the
     check ran on, wherever the table is made again), or None when none does."""
-    for stage in ("fp32", "tf32_bf16", "compile", "decode", "decode_compiled"):
+    for stage in BENCH_STAGES:
         data = read_json(out / f"{stage}.json")
         name, torch_version = data.get("device_name"), data.get("torch")
         if isinstance(name, str) and isinstance(torch_version, str):

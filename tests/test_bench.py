@@ -647,6 +647,15 @@ def test_a_stopped_bench_stops_its_busy_process(tmp_path, signum, code, stderr):
             os.kill(busy, signal.SIGKILL)
 
 
+def test_peak_memory_is_the_benchmarked_gpus(monkeypatch):
+    """torch.cuda.max_memory_allocated() without a device read the current device's (cuda:0): with train.device=
+    cuda:1 the bench printed `peak memory: 0 MiB`."""
+    import bench
+    asked = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: asked.append(device) or 2**21)
+    assert bench.peak_memory_mb(torch.device("cuda:1")) == 2.0 and asked == [torch.device("cuda:1")]
+
+
 def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, tmp_path):
     """scripts/gpu_check.sh's last step, on the files its stages leave (bench.py's JSON, a run's
     metrics.csv, the status lines), here from CPU runs: every row filled, or marked failed, out of
@@ -667,6 +676,8 @@ def test_gpu_table_reads_what_the_gpu_check_leaves(bench_run, tiny_stories_run, 
     # the first row names the machine the figures record, not the one the table is made on
     assert gpu_table.main([str(tmp_path)]).startswith(f"| check | result |\n| --- | --- |\n| device | "
                                                       f"{res['device_name']}, torch {res['torch']} |\n")
+    # made again without --device, the device is the CPU's name ("AMD EPYC"): the torchrun row said NCCL
+    assert "| torchrun, 1 process (gloo starts; no collective) |" in gpu_table.main([str(tmp_path)])
     best = min(r["val_loss"] for r in read_metrics(tiny_stories_run) if r["val_loss"] is not None)
     f32, bf16 = res["train"]["float32"], res["train"]["bfloat16"]
     assert table == {

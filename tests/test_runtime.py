@@ -67,9 +67,11 @@ def test_cpu_kind_tells_two_cpus_of_one_model_name_apart(tmp_path):
     assert runtime.cpu_kind(tmp_path / "missing") == {}
 
 
-def test_training_in_an_emulated_dtype_is_warned_about(tmp_path):
+def test_training_in_an_emulated_dtype_is_warned_about(tmp_path, monkeypatch):
     """bfloat16 (or float16) asked for on a CPU without it: one warning line (training ran 16-18x
-    slower); never for float32, a CPU that has it, a GPU, or where the flags cannot be read."""
+    slower); never for float32, a CPU that has it, or where the flags cannot be read. bfloat16 on a GPU before
+    Ampere (a T4, a V100) is emulated too: it trained without a word (torch.cuda.is_bf16_supported() counts
+    emulation)."""
     cpu, cpuinfo = torch.device("cpu"), tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 fma\n")
     warning = runtime.emulated_dtype_warning("bfloat16", cpu, cpuinfo)
@@ -77,7 +79,11 @@ def test_training_in_an_emulated_dtype_is_warned_about(tmp_path):
     assert "\n" not in warning and "train.dtype: auto" in warning
     assert "avx512_fp16 or amx_fp16" in runtime.emulated_dtype_warning("float16", cpu, cpuinfo)
     assert runtime.emulated_dtype_warning("float32", cpu, cpuinfo) is None
-    assert runtime.emulated_dtype_warning("bfloat16", torch.device("cuda"), cpuinfo) is None
+    for major, warned in ((7, True), (8, False), (9, False)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, 5))
+        said = runtime.emulated_dtype_warning("bfloat16", torch.device("cuda"), cpuinfo)
+        assert (said is not None and said.startswith("warning: this GPU computes bfloat16 only by emulation")) == warned
+        assert runtime.emulated_dtype_warning("float16", torch.device("cuda"), cpuinfo) is None
     assert runtime.emulated_dtype_warning("bfloat16", cpu, tmp_path / "missing") is None
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16 amx_tile amx_fp16\n")
     assert runtime.emulated_dtype_warning("bfloat16", cpu, cpuinfo) is None
@@ -108,6 +114,9 @@ def test_gpu_names_match_whole_words_most_specific_first():
     assert runtime.gpu_peak("NVIDIA A100-SXM4-80GB", "float32", tf32=False)[0] == 19.5e12
     assert runtime.gpu_peak("NVIDIA GeForce GTX 1080", "bfloat16", tf32=True) is None
     assert runtime.gpu_peak("NVIDIA A1000", "bfloat16", tf32=True) is None  # not an A100
+    # a MIG slice (16 of an H100's 132 SMs) took the whole card's peak: MFU 8x too low
+    assert runtime.gpu_peak("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "bfloat16", tf32=True) is None
+    assert runtime.gpu_peak("NVIDIA A100-SXM4-40GB MIG 3g.20gb", "float32", tf32=True) is None
     # T4 and V100 have no TF32: their float32 was labelled "TF32"; laptop and cut-down cards took the desktop
     # card's peak
     assert runtime.gpu_peak("Tesla T4", "float32", tf32=True) == (8.1e12, "nominal T4 float32 (no TF32 on it)")

@@ -98,6 +98,9 @@ def emulated_dtype_warning(dtype: str, device: torch.device, cpuinfo: str | Path
     None. bfloat16 without AVX-512 BF16 or AMX trained the default model 16-18x slower than float32
     (`bench.py configs/stories.yaml`: 5.8-5.9 s a step against 0.32-0.37; AVX2, torch 2.13);
     float16 is native only with AVX-512 FP16 or AMX-FP16. ("auto" never picks an emulated dtype.)"""
+    if device.type == "cuda" and dtype == "bfloat16" and torch.cuda.get_device_capability(device)[0] < 8:
+        return ("warning: this GPU computes bfloat16 only by emulation (compute capability below 8: no bfloat16 "
+                "tensor cores): training in it is many times slower than in float16; train.dtype: auto picks float16")
     if device.type != "cpu" or dtype not in NATIVE_FLAGS or cpu_computes(dtype, cpuinfo) is not False:
         return None  # (not Linux: unknown, say nothing)
     return (f"warning: this CPU computes {dtype} only by emulation (no {' or '.join(NATIVE_FLAGS[dtype])}): "
@@ -904,8 +907,10 @@ NO_BFLOAT16 = {"V100S", "V100-PCIE", "V100", "T4"}  # bfloat16 emulated: no fast
 
 def gpu_peak(name: str, dtype: str, tf32: bool) -> tuple[float, str] | None:
     """(FLOP/s, source) for a GPU named `name` (as CUDA reports it), or None if it is not known."""
-    if re.search(r"Laptop|Mobile|Max-Q|(?<![A-Za-z0-9])(D|M)$", name):  # a laptop's chip, a cut-down 4090 D:
-        return None  # not the desktop card's peak (measured instead)
+    if re.search(r"Laptop|Mobile|Max-Q|(?<![A-Za-z0-9])(D|M)$|(?<![A-Za-z0-9])MIG(?![A-Za-z0-9])", name):  # a
+        # laptop's chip, a cut-down 4090 D, a MIG slice of an H100 (`... MIG 1g.10gb`: 16 of its 132 SMs): not the
+        # whole card's peak (measured instead)
+        return None
     for key, (low, tf32_peak, fp32) in GPU_PEAKS.items():
         if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name):
             if dtype == "float16" or (dtype == "bfloat16" and key not in NO_BFLOAT16):
