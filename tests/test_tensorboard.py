@@ -114,8 +114,9 @@ def test_turned_on_at_a_resume_the_steps_before_come_from_metrics_csv(tmp_path, 
     assert not (run / "tensorboard").exists()
     capsys.readouterr()
     train.main([*args, "--resume"])
-    assert ("note: train.tensorboard is new to this run: its scalars up to step 15 come from metrics.csv; the "
-            "attention images start with this resume") in capsys.readouterr().err
+    assert ("note: this run's TensorBoard log held none of its steps (train.tensorboard is new to the run, or its log "
+            "was removed): its scalars up to step 15 come from metrics.csv; the attention images start with this "
+            "resume") in capsys.readouterr().err
     events, rows = events_and_rows(run)
     logs, evals = [r for r in rows if r["tokens_per_s"]], [r for r in rows if r["val_loss"]]
     assert [(e.step, round(e.value, 4)) for e in events.Scalars("train/loss")] == \
@@ -127,7 +128,7 @@ def test_turned_on_at_a_resume_the_steps_before_come_from_metrics_csv(tmp_path, 
     assert [e.step for e in events.Images("attention/layer0")] == [20, 30]
     capsys.readouterr()
     train.main([*args, "train.max_iters=35", "--resume"])  # a log of its own: nothing filled in again
-    assert "is new to this run" not in capsys.readouterr().err
+    assert "held none of its steps" not in capsys.readouterr().err
     events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [5, 10, 15, 20, 25, 30, 35]
@@ -510,9 +511,17 @@ def test_a_killed_sessions_late_events_do_not_outlive_a_session_without_the_flag
     logged = {int(r["step"]): float(r["lr"]) for r in rows if r["tokens_per_s"]}
     assert {e.step: pytest.approx(e.value, rel=1e-3) for e in events.Scalars("train/lr")} == logged
     (run / "tensorboard" / "events.out.tfevents.0.link").symlink_to(tmp_path / "nothing")
+    config = (run / "config.yaml").read_bytes()
     with pytest.raises(UserError, match=r"events.out.tfevents.0.link is named as a TensorBoard event file, but is a "
                                         r"link to nothing; remove it$"):
         train.main([*args, "train.max_iters=45", "--resume"])
+    assert (run / "config.yaml").read_bytes() == config  # (it was rewritten first: max_iters 45, never trained)
+    (run / "tensorboard" / "events.out.tfevents.0.link").unlink()
+    (run / "tensorboard" / "events.out.tfevents.0.dir").mkdir()
+    with pytest.raises(UserError, match=r"events.out.tfevents.0.dir is named as a TensorBoard event file, but is a "
+                                        r"folder; remove it$"):
+        train.main([*args, "train.max_iters=45", "--resume"])
+    assert (run / "config.yaml").read_bytes() == config
 
 
 def test_a_run_folder_whose_name_is_not_utf8_is_refused_before_any_work(tmp_path):

@@ -46,10 +46,7 @@ def logged_steps(log_dir: Path, through: int) -> tuple[dict[str, set[int]], list
     from tensorboard.compat.proto.event_pb2 import SessionLog
     steps: dict[str, set[int]] = {}
     unreadable = []
-    for path in sorted(log_dir.glob("events.out.tfevents.*")):  # (in TensorBoard's order)
-        if not path.is_file():  # (a link to nothing: tensorboard's NotFoundError, a traceback)
-            what = "a link to nothing" if not path.exists() else not_regular(path)
-            raise UserError(f"{path} is named as a TensorBoard event file, but is {what}; remove it")
+    for path in event_files(log_dir):
         read = 0
         for event in EventFileLoader(str(path)).Load():
             read += 1
@@ -62,6 +59,17 @@ def logged_steps(log_dir: Path, through: int) -> tuple[dict[str, set[int]], list
         if path.is_file() and read < whole_records(path):
             unreadable.append(path)
     return steps, unreadable
+
+
+def event_files(log_dir: Path) -> list[Path]:
+    """The event files in log_dir, in TensorBoard's order; a UserError for one that is no file (a link to nothing:
+    tensorboard's NotFoundError, a traceback; a folder, a FIFO)."""
+    paths = sorted(log_dir.glob("events.out.tfevents.*")) if log_dir.is_dir() else []
+    for path in paths:
+        if not path.is_file():
+            what = "a link to nothing" if not path.exists() else not_regular(path)
+            raise UserError(f"{path} is named as a TensorBoard event file, but is {what}; remove it")
+    return paths
 
 
 def mark_a_session_without(run_dir: Path, resumed_at: int | None) -> None:
@@ -119,6 +127,7 @@ def require_tensorboard(run_dir: Path) -> None:
                         f"its own events (the link's target would get them, another run's maybe, whose later steps "
                         f"TensorBoard would drop); copy the folder instead, or remove the link")
     check_writable(board, "the TensorBoard folder")
+    event_files(board)  # (found when the log was opened, after a resume's config.yaml was rewritten)
 
 
 def figure_pixels(fig) -> np.ndarray:
@@ -214,8 +223,9 @@ class TensorBoardLog:
             return (f"note: TensorBoard cannot read {first_few([str(path) for path in self.unreadable])} (damaged): "
                     f"its scalars of {steps} come from metrics.csv now; {no_images}")
         if not self.logged:
-            return (f"note: train.tensorboard is new to this run: its scalars up to step {self.resumed_at} come from "
-                    f"metrics.csv; the attention images start with this resume")
+            return (f"note: this run's TensorBoard log held none of its steps (train.tensorboard is new to the run, "
+                    f"or its log was removed): its scalars up to step {self.resumed_at} come from metrics.csv; the "
+                    f"attention images start with this resume")
         return (f"note: part of this run was trained without train.tensorboard: its scalars of {steps} come from "
                 f"metrics.csv now; {no_images}")
 
