@@ -43,7 +43,7 @@ import re
 import string
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Iterable, Sequence
 
 if __name__ == "__main__" and not __package__:  # `python data/stories.py`: the repository root is not importable
     print("error: run it from the repository root as a module: python -m data.stories", file=sys.stderr)
@@ -379,9 +379,13 @@ def corpus_stats(text: str, references: list[Reference]) -> dict[str, float]:
     }
 
 
-if __name__ == "__main__":
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m data.stories`: two stories of the default corpus, then its statistics (corpus_stats)."""
     import time
 
+    from tinygpt.errors import ArgParser
+    ArgParser(prog="python -m data.stories", description="Print two stories of the default corpus (1,500,000 "
+              "characters, seed 1337) and its statistics.").parse_args(argv)  # (any argument was ignored)
     t0 = time.perf_counter()
     corpus, refs = generate_stories()
     seconds = time.perf_counter() - t0
@@ -390,3 +394,8 @@ if __name__ == "__main__":
     for key, value in corpus_stats(corpus, refs).items():
         print(f"{key:>24}: {value:.3f}" if isinstance(value, float) else f"{key:>24}: {value}")
     print(f"{'generation_seconds':>24}: {seconds:.2f}")
+
+
+if __name__ == "__main__":  # (through run_cli: `| head` ends quietly, a full disk or Ctrl-C is one line)
+    from tinygpt.errors import run_cli
+    run_cli(main)

@@ -339,3 +339,17 @@ def test_a_reference_reaching_back_exactly_100_chars_counts_as_100_plus():
                   antecedent_spans=[(0, 3)], distractor="Leo", distractor_spans=[], distractor_attribute="blue")
     stats = corpus_stats("Mia" + "." * 100 + "red", [r])
     assert stats["mean_reach_back_chars"] == 100 and stats["share_reach_back_100+"] == 1.0
+
+
+def test_python_m_data_stories_is_a_command_like_the_others():
+    """`python -m data.stories --seed 5` printed the default corpus's statistics, the argument ignored; `| head`
+    ended in a BrokenPipeError traceback, `> /dev/full` in an OSError one. It runs through run_cli now."""
+    from conftest import ROOT
+    refused = subprocess.run([sys.executable, "-m", "data.stories", "--seed", "5"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr == "error: unrecognized arguments: --seed 5 (see python -m data.stories --help)\n"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "data.stories"], cwd=ROOT, stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr == "error: No space left on device: standard output\n"
