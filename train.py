@@ -42,8 +42,8 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from data.prepare import (Prepared, get_batch, load_for_training, prepare, prepared_dir, same_dataset, token_keys,
-                          vocab_note)
+from data.prepare import (Prepared, get_batch, load_for_training, moot_settings, prepare, prepared_dir, same_dataset,
+                          token_keys, vocab_note)
 from model import GPT, ModelConfig
 from tinygpt.checkpoint import (capture_rng_state, check_init_tokenizer, checkpoint_config, load_checkpoint,
                                 load_optimizer, load_run_checkpoint, load_weights, model_from_checkpoint,
@@ -948,7 +948,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         stop_note = f"note: --stop-at {args.stop_at} is before step {run.step}, where the run already is" * passed
         too_many = too_many_threads(run.threads, t.threads, "train.threads", "training")
         for warning in (emulated_dtype_warning(dtype, dist.device), note, kept_note, changed_note, best_note, png_note,
-                        too_many, warmup_note(t), stop_note):
+                        too_many, warmup_note(t), stop_note, moot_settings(cfg.data, args.set)):
             if warning:
                 print(warning, file=sys.stderr)
         if t.plot != "never" and not can_plot():

@@ -49,7 +49,7 @@ import torch
 
 from tinygpt.checkpoint import (atomic_dir, atomic_write, check_writable, dead_link, make_folder, mostly_holes,
                                 not_regular, remove_empty, run_around, sweep_folder_temp_files)
-from tinygpt.config import Config, DataConfig, config_source, load_config, same_path
+from tinygpt.config import Config, DataConfig, config_source, load_config, same_path, set_key
 from tinygpt.errors import (ArgParser, UserError, count, first_few, path_word, run_cli, shell_quote, short,
                             shown_path, stderr_is_terminal, work_is_files)
 from tinygpt.runtime import check_memory
@@ -443,6 +443,26 @@ def token_keys(d: DataConfig) -> list[str]:
     if d.dataset == "stories":
         keys += ["stories_chars", "stories_seed"]
     return keys
+
+
+APPLIES_TO = {"bpe_vocab_size": "data.tokenizer=bpe", "compact_vocab": "a tiktoken encoding (data.tokenizer=gpt2, ...)",
+              "stories_chars": "data.dataset=stories", "stories_seed": "data.dataset=stories"}  # (token_keys' rule)
+
+
+def moot_settings(d: DataConfig, sets: Sequence[str]) -> str | None:
+    """A note naming the data keys given with --set that change nothing for `d` (not in token_keys): asked for
+    by name, `data.bpe_vocab_size=300` of a char run was ignored without a word. A config file's own values of
+    them are not named: stories.yaml's stories_chars, trained on another dataset, is no one's mistake."""
+    moot = []
+    for item in sets:
+        key = set_key(item).lower()
+        name = key.partition(".")[2]
+        if key.startswith("data.") and name in APPLIES_TO and name not in token_keys(d) and key not in moot:
+            moot.append(key)
+    if not moot:
+        return None
+    return "note: " + "; ".join(f"--set {key} changes nothing here: it applies to {APPLIES_TO[key.partition('.')[2]]} "
+                                f"only" for key in moot)
 
 
 def _fingerprint(d: DataConfig) -> dict:
@@ -847,6 +867,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="override config keys")
     args = p.parse_args(argv)
     cfg = load_config(args.config, args.set)
+    if moot := moot_settings(cfg.data, args.set):
+        print(moot, file=sys.stderr)
     out = prepare(cfg)
     meta = read_json(out / "meta.json")
     print(f"{shown_path(out)}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, "

@@ -1139,3 +1139,22 @@ def test_a_sparse_token_array_is_prepared_again_unread(tmp_path, monkeypatch):
     assert 2**26 not in hashed  # prepared again, not hashed first
     assert json.loads((out / "meta.json").read_text())["train_tokens"] == tokens
     assert (out / "train.bin").stat().st_size < 2**20
+
+
+def test_a_data_key_given_that_changes_nothing_is_said(tmp_path, capsys):
+    """`--set data.bpe_vocab_size=300 data.stories_chars=5000000` over a char run of a file changed nothing, and
+    nothing said so (data.prepare and train.py alike). A config file's own values of them are not named."""
+    from tinygpt.config import DataConfig
+    char_file = DataConfig(dataset="books.txt", tokenizer="char")
+    assert prep.moot_settings(char_file, ["data.bpe_vocab_size=300", "Data.Stories_Seed=7", "data.stories_seed=8",
+                                          "train.lr=1", "data.val_fraction=0.2"]) == (
+        "note: --set data.bpe_vocab_size changes nothing here: it applies to data.tokenizer=bpe only; --set "
+        "data.stories_seed changes nothing here: it applies to data.dataset=stories only")
+    assert prep.moot_settings(DataConfig(tokenizer="bpe"), ["data.bpe_vocab_size=300", "data.stories_seed=7"]) is None
+    assert "a tiktoken encoding" in prep.moot_settings(char_file, ["data.compact_vocab=false"])
+    assert prep.moot_settings(char_file, []) is None
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be, that is the question\n" * 50)
+    prep.main([str(ROOT / "configs/shakespeare_char.yaml"), "--set", f"data.dataset={text}",
+               f"data.prepared_dir={tmp_path / 'p'}", "data.bpe_vocab_size=300"])
+    assert "note: --set data.bpe_vocab_size changes nothing here" in capsys.readouterr().err
