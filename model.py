@@ -87,6 +87,7 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     # float16 SDPA is faster (docs/results.md, bench.py --attention; on GPUs SDPA's fused kernels run)
     B, nh, Tq, hs = q.shape
     Tk = k.size(2)
+    # adding -inf before the softmax is masked_softmax's masked_fill, here fused into the first matmul (baddbmm)
     additive_mask = torch.zeros((Tq, Tk), dtype=q.dtype, device=q.device)  # (Tq, Tk): 0 = may attend
     if mask is not None:
         additive_mask.masked_fill_(~mask, float("-inf"))
@@ -98,9 +99,9 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
 
 def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                    dropout_p: float = 0.0) -> torch.Tensor:
-    """`attention` under causal_mask (or no mask) in the fastest kernel for the case, no weights (tested equal to it):
-    q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), the Tq queries the last of the Tk positions -> y (B, nh, Tq, hs).
-    It knows no other mask: SDPA's is_causal builds it, one new query needs none, queries after a cache pass it."""
+    """`attention` under causal_mask or none, in the fastest kernel, no weights (tested equal): q (B, nh, Tq, hs), k
+    and v (B, nh, Tk, hs), the Tq queries the last of the Tk -> y (B, nh, Tq, hs). Without a cache SDPA builds the
+    triangle (is_causal); one new query may see every key (no mask); queries after a cache get causal_mask(Tq, Tk)."""
     Tq, Tk = q.size(2), k.size(2)
     if Tq > 1 and q.device.type == "cpu" and q.dtype == torch.bfloat16:  # CPU + bfloat16: see matmul_attention
         return matmul_attention(q, k, v, causal_mask(Tq, Tk, q.device) if causal else None, dropout_p)
@@ -160,7 +161,7 @@ class CausalSelfAttention(nn.Module):
         # 3) scores, mask, softmax  4) weight the values: `attention`, the formula, or `fast_attention`, the same
         #    maths in fused kernels
         dropout_p = self.attn_dropout_p if self.training else 0.0
-        if need_weights:  # the readable path, exactly the formula
+        if need_weights:  # the reference path, exactly the formula
             mask = causal_mask(T, Tk, x.device) if self.causal else None  # (T, Tk): our T are the last of the Tk
             y, att = attention(q, k, v, mask, dropout_p)  # (B, nh, T, hs), (B, nh, T, Tk)
             trace = HeadTrace(att, y)
@@ -230,6 +231,8 @@ class GPT(nn.Module):
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
+        """GPT-2's initialisation: every Linear and Embedding weight N(0, 0.02), biases 0; LayerNorms keep their
+        weight 1, bias 0 (the tied lm_head is the token embedding: drawn once more, harmlessly)."""
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
@@ -238,8 +241,8 @@ class GPT(nn.Module):
     def _forward(self, idx: torch.Tensor, kv_caches: list[KVCache] | None,
                  need_weights: bool) -> tuple[torch.Tensor, list[HeadTrace | None]]:
         """The forward pass: idx (B, T) -> logits (B, T, V) and one HeadTrace (or None) per layer."""
-        B, T = idx.shape
-        if kv_caches and not self.config.causal:  # there, a later token changes earlier keys (layer 1 on)
+        T = idx.size(1)  # idx (B, T)
+        if kv_caches and not self.config.causal:  # there, a later token changes earlier keys (from the second layer on)
             raise ValueError("a KV cache is exact only under the causal mask, and this model has causal=False: "
                              "call without kv_caches")
         start = kv_caches[0].length if kv_caches else 0  # absolute position of idx[:, 0]
@@ -262,7 +265,7 @@ class GPT(nn.Module):
 
     def forward_with_attention(self, idx: torch.Tensor,
                                kv_caches: list[KVCache] | None = None) -> tuple[torch.Tensor, list[HeadTrace]]:
-        """Like forward, through the readable path, also returning each layer's HeadTrace:
+        """Like forward, through the reference path (`attention`), also returning each layer's HeadTrace:
         weights (B, nh, T, Tk) and per-head outputs (B, nh, T, hs); Tk = T without kv_caches."""
         return self._forward(idx, kv_caches, need_weights=True)
 
@@ -373,7 +376,7 @@ def nucleus_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
     """probs (B, V) -> the smallest set of most likely tokens whose mass reaches p, renormalised (B, V);
     the most likely token always stays, and tokens tied with the least likely kept one stay too."""
     sorted_p, order = torch.sort(probs, dim=-1, descending=True)  # (B, V)
-    past_p = sorted_p.cumsum(dim=-1) - sorted_p >= p  # (B, V) bool: the mass before this token already reaches p
+    past_p = (sorted_p.cumsum(dim=-1) - sorted_p) >= p  # (B, V) bool: the mass before this token already reaches p
     past_p[:, 0] = False  # (a tiny p is 0 in float32: the first token must stay)
     least = sorted_p.masked_fill(past_p, float("inf")).amin(dim=-1, keepdim=True)  # (B, 1) least likely kept
     below_least = sorted_p < least  # (B, V) bool: dropped; ties with `least` stay (the sort's order must not choose)
@@ -424,10 +427,9 @@ def generate_steps(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperatu
     caches = None
     for _ in range(max_new_tokens):
         if window.size(1) > block_size:  # the last token did not fit: slide the window, drop the cache
-            # by half a block, not one token: the cache is refilled once per block_size + 1 - max(1, block_size // 2)
-            # tokens (half a block rounded up, and one; every token at block_size 1), not every
-            # step; the uncached path slides alike, so cached and uncached logits stay equal (up to rounding:
-            # the same sums in another order)
+            # by half a block, not one token, so the cache is rebuilt every ~block_size/2 tokens, not every step
+            # (docs/design.md gives the count); the uncached path slides the same way, so both give the same logits
+            # (up to rounding: the same sums in another order)
             window, caches = window[:, -max(1, block_size // 2):], None  # (B, W), W = max(1, block_size // 2)
         if not use_cache:
             logits = model(window)  # (B, W, V): the whole window every step

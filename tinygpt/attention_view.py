@@ -60,7 +60,7 @@ NUMBERED = 24  # tokens up to which a heatmap writes each cell's percent on it (
 @torch.no_grad()
 def window_traces(model: GPT, ids: Sequence[int]) -> tuple[list[int], list[HeadTrace]]:
     """The last block_size tokens of `ids` (the most the model sees at once) and every layer's
-    HeadTrace over them, through the readable path: weights (1, nh, T, T), outputs (1, nh, T, hs)."""
+    HeadTrace over them, through the reference path: weights (1, nh, T, T), outputs (1, nh, T, hs)."""
     window = [int(i) for i in ids[-model.config.block_size:]]
     idx = torch.tensor([window], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
     return window, model.forward_with_attention(idx)[1]
