@@ -49,7 +49,7 @@ probe.json in the run directory, so a rerun does not probe again (unless --probe
 
 Each run reads the config file as it starts: one edited during the sweep so that it gives a run other
 settings than planned (an edited comment does not) leaves that run `not started (config edited)`, exit 1,
-rather than mix two configs in one report.
+rather than mix two configs in one report; a data.dataset file edited meanwhile, `not started (data edited)`.
 
 Each run is `python train.py ...` in a subprocess, not train.main() in this process: a crash, an
 out-of-memory kill or a user error in one run is reported (a signal by its name, `killed by
@@ -92,7 +92,7 @@ if __name__ == "__main__":  # before the imports below load torch: a Ctrl-C then
 
 import torch
 
-from data.prepare import BUILTIN, check_block_fits, prepare, prepared_dir, read_json, same_dataset
+from data.prepare import BUILTIN, check_block_fits, fingerprint, prepare, prepared_dir, read_json, same_dataset
 from model import ModelConfig
 from tinygpt.checkpoint import (check_init_tokenizer, check_writable, checkpoint_config, load_checkpoint, load_model,
                                 peek_checkpoint, resolve_checkpoint)
@@ -114,6 +114,7 @@ TRAIN_PY = Path(__file__).resolve().parent / "train.py"
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory name becomes '_'
 MAX_NAME = 120
 NOT_AS_PLANNED = "not started (config edited)"  # the status of a run the sweep did not start: config_edited
+DATA_EDITED = "not started (data edited)"  # and of one whose data.dataset changed since the sweep planned: data_edited
 # runs in one sweep (combinations x seeds): planning reads the config file once per run (2-3 ms,
 # so 10,000 took 30 s just to plan), and each run takes seconds to hours: more is a typo
 # (--seeds 100000000), not an experiment
@@ -570,6 +571,7 @@ class Planned:
     action: str = "train"  # what to do with its run directory, and why (existing_run)
     why: str = "training"
     weights: ModelConfig | None = None  # train.init_from's model, which a new run from them takes (weights_model)
+    data_state: dict | None = None  # its data as they were when planned (data_edited), None if unknown
 
     def values(self) -> dict:
         """The grid's values for it as its config reads them (4, not '4'), as compare.py's rows hold
@@ -729,6 +731,7 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
     prepared: Prepared = {}  # each prepared data folder's meta.json, read once
     for run in plan:
         run.action, run.why = existing_run(run.run_dir, run.cfg, prepared)
+        run.data_state = data_state(run.cfg)
     reuse_elsewhere(config, plan, out, prepared)
     refused = []
     for run in plan:
@@ -872,10 +875,13 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
     its status if it did not finish), or None when the sweep was interrupted before it started."""
     if runner.signum is not None:
         return None
-    if run.action != "skip" and (edit := config_edited(args.config, run)):
+    edit, status = (config_edited(args.config, run), NOT_AS_PLANNED) if run.action != "skip" else (None, None)
+    if run.action != "skip" and not edit:
+        edit, status = data_edited(run), DATA_EDITED
+    if edit:
         runner.say(f"{tag}: not started: {edit}")
         row = run_row(run, runner) or {"run": run.name}
-        row["status"] = NOT_AS_PLANNED + (f", {row['status']}" if row.get("status") else "")
+        row["status"] = status + (f", {row['status']}" if row.get("status") else "")
         return {**row, **run.values()}
     runner.say(f"{tag}: {run.why}")
     rc = 0
@@ -928,6 +934,24 @@ def config_edited(config: str, run: Planned) -> str | None:
     if not changed:
         return None
     return f"{config} was edited during the sweep: it now sets {first_few(changed)}"
+
+
+def data_state(cfg: Config) -> dict | None:
+    """What cfg's data are now, as data.prepare tells an edit (fingerprint: the settings, and a data.dataset file's
+    size, times and inode), None where it cannot be told (a file removed: cannot_start says so)."""
+    try:
+        return fingerprint(cfg.data)
+    except UserError:
+        return None
+
+
+def data_edited(run: Planned) -> str | None:
+    """Why a run cannot start as planned: its data.dataset file (or folder) was edited since the sweep planned
+    it, so its runs would mix two texts in one report (runs of different data are no seeds of one setting);
+    None while it is as it was."""
+    if run.data_state is None or data_state(run.cfg) == run.data_state:
+        return None
+    return f"data.dataset={short(run.cfg.data.dataset)} was edited during the sweep: its runs would mix two texts"
 
 
 def run_row(run: Planned, runner: Runner) -> dict | None:
@@ -1034,6 +1058,7 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
         sys.exit(128 + runner.signum)
     failed = [r["run"] for r in rows if str(r.get("status", "")).startswith("failed")]
     unstarted = [r["run"] for r in rows if str(r.get("status", "")).startswith(NOT_AS_PLANNED)]
+    data_unstarted = [r["run"] for r in rows if str(r.get("status", "")).startswith(DATA_EDITED)]
 
     text, pngs = write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)}",
                               skipped=skipped)
@@ -1047,9 +1072,13 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
         print(f"{len(unstarted)} of {len(plan)} run(s) not started: {shown_path(args.config)} was edited while the "
               f"sweep ran, and a sweep's runs share one config; restore it and rerun the sweep to finish them, or "
               f"sweep the new config into another --out", file=sys.stderr)
+    if data_unstarted:
+        print(f"{len(data_unstarted)} of {len(plan)} run(s) not started: the data they train on were edited while "
+              f"the sweep ran; restore the text and rerun the sweep to finish them, or sweep into another --out",
+              file=sys.stderr)
     if failed:
         print(f"{len(failed)} of {len(plan)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
-    if failed or unstarted:
+    if failed or unstarted or data_unstarted:
         sys.exit(1)
     return {"out": str(out), "rows": rows, "runs": [str(run.run_dir) for run in plan], "plots": [str(p) for p in pngs]}
 

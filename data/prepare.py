@@ -465,7 +465,7 @@ def moot_settings(d: DataConfig, sets: Sequence[str]) -> str | None:
                                 f"only" for key in moot)
 
 
-def _fingerprint(d: DataConfig) -> dict:
+def fingerprint(d: DataConfig) -> dict:
     """What the prepared arrays depend on; any change gives a new folder or a rebuild."""
     # compact_vocab=True where it does not apply (char, word, bpe): the default every such folder recorded
     # while it counted for all tokenizers, so those folders keep their names; either value now finds them
@@ -499,7 +499,7 @@ def _check_unchanged(d: DataConfig, before: dict) -> None:
     """Refuse a source file that changed while it was read and tokenized: meta.json would record
     its new size and times beside the tokens of its old text, and that folder would be reused."""
     try:
-        after = _fingerprint(d)
+        after = fingerprint(d)
     except OSError:  # deleted meanwhile
         after = {}
     except UserError:  # the dataset deleted meanwhile (it would read as a setting naming nothing), or a refusal of
@@ -519,7 +519,7 @@ PREPARED_NAME = re.compile(r".+-[\w.]+-[0-9a-f]{10}")  # prepared_dir's names: <
 
 def prepared_dir(d: DataConfig) -> Path:
     """data.prepared_dir / <source>-<tokenizer>-<hash of the data settings>."""
-    settings = _fingerprint(d)
+    settings = fingerprint(d)
     key = {k: v for k, v in settings.items() if k not in ("files", "generator")}  # (their change: a rebuild)
     key["paths"] = [f[0] for f in settings.get("files", [])]
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
@@ -575,7 +575,7 @@ def _is_current(folder: Path, d: DataConfig) -> bool:
     would read the same bytes as other numbers.)"""
     try:
         meta = read_json(folder / "meta.json")
-        if meta["settings"] != json.loads(json.dumps(_fingerprint(d))):
+        if meta["settings"] != json.loads(json.dumps(fingerprint(d))):
             return False
         if np.dtype(meta["dtype"]) != np.dtype(token_dtype(meta["vocab_size"])):
             return False
@@ -735,7 +735,7 @@ def _prepare(d: DataConfig, out: Path, show_progress: bool) -> Path:
     """prepare's work: read the text, build the tokenizer, encode, split, write `out` whole."""
     check_memory({"corpus": corpus_memory(d)}, torch.device("cpu"), f"preparing data.dataset={short(d.dataset)}",
                  "use a smaller dataset" + (" (data.stories_chars)" if d.dataset == "stories" else ""))
-    settings = _fingerprint(d)  # before reading: what the tokens are of
+    settings = fingerprint(d)  # before reading: what the tokens are of
     text = load_text(d)
     # (bytes, not characters: 6 MB of Chinese, 2 M characters, learned in silence for 2 minutes; a character is at
     # most 4 bytes, so only a text between a quarter of LONG_TEXT and LONG_TEXT characters is encoded to count them)

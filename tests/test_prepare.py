@@ -599,7 +599,7 @@ def test_a_pipe_that_appears_while_a_folder_is_prepared_is_named(tmp_path):
     books.mkdir()
     (books / "B.txt").write_text("one\n")
     d = config(books, tmp_path / "prepared").data
-    before = prep._fingerprint(d)
+    before = prep.fingerprint(d)
     os.mkfifo(books / "zz.txt")
     with pytest.raises(UserError, match=r"zz.txt is a pipe, not a regular file$"):
         prep._check_unchanged(d, before)

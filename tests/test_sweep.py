@@ -493,6 +493,26 @@ def test_a_config_edited_during_the_sweep_starts_no_run_of_the_new_settings(firs
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")][2] == sweep.NOT_AS_PLANNED
 
 
+def test_a_dataset_edited_during_the_sweep_starts_no_run_on_the_new_text(tmp_path, monkeypatch, capfd):
+    """The data.dataset file edited while a sweep ran: the later runs trained on the new text, two texts in one
+    report (its seeds then no seeds of one setting), exit 0, and the same command refused afterwards. Now a run
+    the edit would change is not started, and the sweep says so, exit 1."""
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be, that is the question\n" * 100)
+    edit = (f"import pathlib, sys\np = pathlib.Path({str(text)!r})\n"
+            f"if 'model.n_head=1' in sys.argv: p.write_text(p.read_text().replace('question', 'answer'))\n")
+    stand_in_train(tmp_path, monkeypatch, edit)
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), f"data.dataset={text}",
+                    "data.tokenizer=char", "--out", str(tmp_path / "sw")])
+    printed = capfd.readouterr()
+    assert exit_info.value.code == 1
+    assert f"[2/2] n_head=2: not started: data.dataset='{text}' was edited during the sweep: its runs would mix " \
+        "two texts" in printed.out
+    assert "1 of 2 run(s) not started: the data they train on were edited while the sweep ran" in printed.err
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")][1] == sweep.DATA_EDITED
+
+
 def test_a_run_whose_folder_stops_reading_as_a_run_leaves_the_report_written(tmp_path, monkeypatch, capfd):
     """A config.yaml of the user's put into a run's folder while the sweep ran (after its checks): the
     run failed, and writing the report then died on that file (`... is damaged`), exit 2, no report for
