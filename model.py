@@ -147,13 +147,11 @@ class CausalSelfAttention(nn.Module):
         positions and attends over the cached ones too."""
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
-        # 1) project: every position makes a query, a key and a value, (B, T, C) each
-        # 2) split heads: the C columns become nh heads of hs, (B, T, nh, hs); with a cache, the past positions'
-        #    keys and values come first (KVCache, below); then heads first, (B, nh, T, hs), so that every head's
-        #    matmuls run as one batch
-        q = self.q_proj(x).view(B, T, nh, hs)  # (B, T, C) -> (B, T, nh, hs)
-        k = self.k_proj(x).view(B, T, nh, hs)  # (B, T, nh, hs)
-        v = self.v_proj(x).view(B, T, nh, hs)  # (B, T, nh, hs)
+        # 1) project: every position makes a query, a key and a value
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # (B, T, C) each
+        # 2) split heads: the C columns become nh heads of hs; with a cache, the past positions' keys and values
+        #    come first (KVCache, below); then heads first, so that every head's matmuls run as one batch
+        q, k, v = q.view(B, T, nh, hs), k.view(B, T, nh, hs), v.view(B, T, nh, hs)  # (B, T, nh, hs) each
         if kv_cache is not None:
             k, v = kv_cache.append(k, v)  # (B, Tk, nh, hs): the cached ones, then ours
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs), k v (B, nh, Tk, hs)
