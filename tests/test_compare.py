@@ -1089,6 +1089,22 @@ def test_a_diverged_run_does_not_flatten_the_others(monkeypatch):
     assert "off the chart: lr=10000.0 (failed), up to 1.75e+11 at step 20" in note.get_text(), note.get_text()
 
 
+def test_an_unfinished_runs_first_eval_off_the_top_is_an_early_point(monkeypatch):
+    """A sweep interrupted at step 500 of 1500: both runs' step-0 points (4.18) above the axis were "off the top: 1
+    early point(s)" and "off the chart: n_head=2 (unfinished), up to 4.18 at step 0", as if that run had left the
+    chart (the note of a diverged one); it is the other early point."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    done = {"model.n_head": 1, "train.seed": 1, "status": "done", "best_val_loss": 2.4,
+            "metrics": [{"step": s, "val_loss": 4.18 if s == 0 else 2.5 - s / 15000} for s in range(0, 1501, 250)]}
+    stopped = {"model.n_head": 2, "train.seed": 1, "status": "step 500/1500", "best_val_loss": 2.45,
+               "metrics": [{"step": s, "val_loss": 4.18 if s == 0 else 2.5 - s / 14000} for s in range(0, 501, 250)]}
+    report.seeds_val_loss_png(report.group_by_setting([done, stopped], ["model.n_head", "train.seed"]))
+    (note,) = figures["val_loss.png"].axes[0].texts
+    assert note.get_text() == "off the top: 2 early point(s), up to 4.18 at step 0", note.get_text()
+
+
 def test_an_unfinished_run_doing_better_sets_the_bottom_of_the_axis(monkeypatch):
     """An unfinished run at 2.45 beside a finished one at 5.0: the axis fitted the finished run alone
     (4.97 to 5.19), the unfinished one a line leaving the bottom, its note `up to 2.45`."""

@@ -281,13 +281,18 @@ def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = (),
     pad = 0.08 * (high - low or abs(high) or 1.0)
     top = high + pad
     hidden = [(x, y) for steps, ys in curves for x, y in zip(steps, ys) if y > top]
+    early_top = {label: [(x, y) for x, y in zip(steps, ys) if math.isfinite(y) and y > top
+                         and not (x > 0 and x >= EARLY * max(steps))] for label, (steps, ys) in aside}
+    hidden += [p for points in early_top.values() for p in points]  # (an aside curve's step 0 is an early point:
+    # an interrupted run sharing the others' clipped first eval was said to have gone "off the chart")
     ax.set_ylim(low - pad, top)
     notes = []
     if hidden:
         step, loss = max(hidden, key=lambda p: p[1])
         notes.append(f"off the top: {len(hidden)} early point(s), up to {loss:.2f} at step {step:.0f}")
     for label, (steps, ys) in aside:
-        outside = [(x, y) for x, y in zip(steps, ys) if math.isfinite(y) and not low - pad <= y <= top]
+        outside = [(x, y) for x, y in zip(steps, ys)
+                   if math.isfinite(y) and not low - pad <= y <= top and (x, y) not in early_top[label]]
         if outside:
             step, loss = max(outside, key=lambda p: abs(p[1] - (low + high) / 2))
             way = "up" if loss > top else "down"
