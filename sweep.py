@@ -875,9 +875,11 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
     its status if it did not finish), or None when the sweep was interrupted before it started."""
     if runner.signum is not None:
         return None
-    edit, status = (config_edited(args.config, run), NOT_AS_PLANNED) if run.action != "skip" else (None, None)
-    if run.action != "skip" and not edit:
-        edit, status = data_edited(run), DATA_EDITED
+    edit = status = None
+    if run.action != "skip":
+        edit, status = config_edited(args.config, run), NOT_AS_PLANNED
+        if not edit:
+            edit, status = data_edited(run), DATA_EDITED
     if edit:
         runner.say(f"{tag}: not started: {edit}")
         row = run_row(run, runner) or {"run": run.name}

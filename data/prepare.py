@@ -453,11 +453,11 @@ def moot_settings(d: DataConfig, sets: Sequence[str]) -> str | None:
     """A note naming the data keys given with --set that change nothing for `d` (not in token_keys): asked for
     by name, `data.bpe_vocab_size=300` of a char run was ignored without a word. A config file's own values of
     them are not named: stories.yaml's stories_chars, trained on another dataset, is no one's mistake."""
-    moot = []
+    moot, used = [], token_keys(d)
     for item in sets:
         key = set_key(item).lower()
         name = key.partition(".")[2]
-        if key.startswith("data.") and name in APPLIES_TO and name not in token_keys(d) and key not in moot:
+        if key.startswith("data.") and name in APPLIES_TO and name not in used and key not in moot:
             moot.append(key)
     if not moot:
         return None
