@@ -163,7 +163,7 @@ def bench_attention(cfg: Config, dtypes: list[str], device: torch.device, reps: 
 
     from model import causal_mask, matmul_attention
     m = cfg.model
-    shape = (cfg.train.batch_size, m.n_head, m.block_size, m.n_embd // m.n_head)  # (B, nh, T, hs)
+    shape = (cfg.train.batch_size, m.n_head, m.block_size, m.head_size)  # (B, nh, T, hs)
     mask = causal_mask(m.block_size, m.block_size, device)
     kernels = {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
                "matmul": lambda q, k, v: matmul_attention(q, k, v, mask)}
@@ -732,7 +732,7 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
     if args.attention:
         res["attention"] = bench_attention(cfg, dtypes, device)
         print(f"attention of one layer, forward + backward, (B, nh, T, hs) = ({cfg.train.batch_size}, {m.n_head}, "
-              f"{m.block_size}, {m.n_embd // m.n_head}):")
+              f"{m.block_size}, {m.head_size}):")
         for d, r in res["attention"].items():
             print(f"  {d:<10} SDPA {r['sdpa_ms']:8.2f} ms ({span(r['sdpa_ms_range'], '.2f')})   two matmuls "
                   f"{r['matmul_ms']:8.2f} ms ({span(r['matmul_ms_range'], '.2f')})   SDPA / matmuls "

@@ -30,7 +30,7 @@ class ModelConfig:
     """The model's shape. tinygpt/config.py builds it from the `model:` section of a YAML config."""
     block_size: int = 128  # context length: the most tokens the model sees at once (positions 0 .. block_size-1)
     n_layer: int = 4  # transformer blocks
-    n_head: int = 4  # attention heads per block; head_size = n_embd // n_head
+    n_head: int = 4  # attention heads per block, each head_size wide
     n_embd: int = 128  # residual stream width C
     dropout: float = 0.0  # dropout probability on the embeddings, attention weights and residual branches
     bias: bool = False  # bias in Linear layers and LayerNorms (never in the LM head: it is the tied embedding)
@@ -38,6 +38,11 @@ class ModelConfig:
     # generates garbage; sample.py refuses it without --force, and generation runs without the KV cache)
     causal: bool = True
     vocab_size: int = 0  # number of token ids: always the tokenizer's (set when the data is loaded)
+
+    @property
+    def head_size(self) -> int:
+        """hs, one head's width: the n_embd columns split evenly among the n_head heads."""
+        return self.n_embd // self.n_head
 
 # ---- the attention math. `attention` is the formula: the notebook and the tests call it, and the model
 # runs it whenever it shows its weights. Training and generation run the same maths in faster kernels
@@ -131,7 +136,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         C = cfg.n_embd
-        self.n_head = cfg.n_head
+        self.n_head, self.head_size = cfg.n_head, cfg.head_size
         self.causal = cfg.causal
         self.attn_dropout_p = cfg.dropout  # on the attention weights, while training
         # W_Q, W_K, W_V for all heads at once: head h owns output columns h*hs .. (h+1)*hs - 1
@@ -146,7 +151,7 @@ class CausalSelfAttention(nn.Module):
         """x (B, T, C) -> (y (B, T, C), HeadTrace or None). With a kv_cache, x holds only the new
         positions and attends over the cached ones too."""
         B, T, C = x.shape
-        nh, hs = self.n_head, C // self.n_head
+        nh, hs = self.n_head, self.head_size
         # 1) project: every position makes a query, a key and a value
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # (B, T, C) each
         # 2) split heads: the C columns become nh heads of hs; with a cache, the past positions' keys and values
@@ -271,7 +276,7 @@ class GPT(nn.Module):
         """Empty per-layer caches for generating `batch_size` sequences."""
         cfg = self.config
         weight = self.tok_emb.weight  # (the caches live where the model does, in its dtype)
-        return [KVCache(batch_size, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head, weight.device, weight.dtype)
+        return [KVCache(batch_size, cfg.n_head, cfg.block_size, cfg.head_size, weight.device, weight.dtype)
                 for _ in range(cfg.n_layer)]
 
     # ---- sizes (the memory check before training, MFU): not needed to follow the forward pass ----

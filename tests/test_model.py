@@ -268,6 +268,16 @@ def test_parameter_count_formula(tiny_model_config):
         assert make_model(cfg).num_params() == expected
 
 
+def test_head_size_splits_n_embd_among_the_heads(tiny_model_config):
+    """hs = C // nh: each head's queries, its trace and the KV cache are that wide."""
+    cfg = replace(tiny_model_config, n_embd=48, n_head=6)
+    assert cfg.head_size == 8
+    model = make_model(cfg)
+    _, traces = model.forward_with_attention(torch.zeros(1, 5, dtype=torch.long))
+    assert traces[0].outputs.shape == (1, 6, 5, 8)  # (B, nh, T, hs)
+    assert model.new_kv_caches(2)[0].k.shape == (2, cfg.block_size, 6, 8)  # (B, max_T, nh, hs)
+
+
 def test_flops_per_token_by_hand(tiny_model_config):
     """The formula in flops_per_token's comment written out: 6 FLOPs per weight (position embeddings excluded, the tied
     token embedding counted once) plus 12 * L * T * C for attention's two matmuls."""

@@ -66,7 +66,7 @@ def ablated(model: GPT, heads: Iterable[Head], means: torch.Tensor | None = None
     """Inside the `with`, the given heads' outputs are replaced at every position by 0 (means None)
     or by means[layer, head] (means (n_layer, nh, hs), from head_means). The hooks are removed on
     exit, also on an error."""
-    hs = model.config.n_embd // model.config.n_head
+    hs = model.config.head_size
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
