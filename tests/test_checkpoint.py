@@ -408,6 +408,41 @@ def test_a_pickle_of_tuple_keys_that_collide_in_a_dict_is_refused_unread(tmp_pat
     check_pickled_keys(as_items, tmp_path / "list.pt")
 
 
+def long_binget(i: int) -> bytes:
+    return b"j" + struct.pack("<I", i)  # (LONG_BINGET i: push memo[i])
+
+
+@pytest.mark.parametrize("case", ["wide", "doubling", "number", "deep"])
+def test_a_pickle_of_keys_made_slow_to_hash_is_refused_unread(case, tmp_path):
+    """A key that costs much to hash, set again and again: a 600 KB file of one 50,000-number tuple set 50,000 times
+    took 54 s to walk (and 23 s in torch.load); a 200 KB number, 19 s. Pairs of pairs of ... through the memo (692
+    bytes) hash 2**40 numbers: never finished. A tuple 200,000 deep crashed Python (its hash recurses in C)."""
+    from tinygpt.checkpoint import check_pickled_keys
+    put0 = b"r" + struct.pack("<I", 0)  # (LONG_BINPUT 0: memo[0] = the top)
+    if case == "wide":  # {(0, 1, ..., 64): None}, then that key set again
+        key = b"(" + b"".join(b"K" + bytes([i]) for i in range(65)) + b"t" + put0
+        pickled = b"\x80\x02}" + key + b"Ns" + (long_binget(0) + b"Ns") * 3 + b"."
+    elif case == "doubling":  # t1 = (t0, t0), t2 = (t1, t1), ..., {t40: None}
+        pickled = b"\x80\x02}N" + put0 + b"".join(b"0" + long_binget(i) + long_binget(i) + b"\x86" + b"r"
+                                                  + struct.pack("<I", i + 1) for i in range(40)) + b"Ns."
+    elif case == "number":  # a 65-word number
+        pickled = b"\x80\x02}\x8b" + struct.pack("<i", 65 * 8) + b"\x01" * (65 * 8) + b"Ns."
+    else:  # ((((...)))) 200,000 deep
+        pickled = b"\x80\x02})" + b"\x85" * 200_000 + b"Ns."
+    with pytest.raises(UserError, match="builds a dict key of more than 64 items or 64-bit words"):
+        check_pickled_keys(pickled, tmp_path / f"{case}.pt")
+
+
+def test_the_pickle_walk_finds_each_mark_without_searching_the_stack(tmp_path):
+    """100,000 empty tuples made one above another, each from its own mark (300 KB): 16.7 s to walk, quadratic in
+    the size, when each mark was searched for down the whole stack; now a list of where the marks are."""
+    from tinygpt.checkpoint import check_pickled_keys
+    pickled = b"\x80\x02" + b"(t" * 100_000 + b"0" * 99_999 + b"."
+    started = time.perf_counter()
+    check_pickled_keys(pickled, tmp_path / "marks.pt")
+    assert time.perf_counter() - started < 8.0  # (about 1.5 s now)
+
+
 def test_a_pt_file_of_another_program_is_no_checkpoint_to_peek_at(tmp_path):
     """compare.py called a run "done" whose ckpt.pt was `torch.save({'a': 1})`, which --resume refuses as not a
     tinygpt checkpoint: peeked at, it is none (the report says `ckpt.pt damaged`)."""

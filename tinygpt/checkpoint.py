@@ -662,35 +662,60 @@ def check_archive(path: Path) -> None:
 
 
 SAME_HASH_MAX = 64  # distinct dict keys of one hash in a checkpoint's pickle: a real one has none (keys: texts, ids)
+KEY_SIZE_MAX = 64  # a dict key's size: a real one is a text, an id or a pair of ids (a learned BPE's merges)
 KEYS_OF = {"SETITEM": slice(1, 2), "SETITEMS": slice(0, None, 2), "DICT": slice(0, None, 2),
            "ADDITEMS": slice(None), "FROZENSET": slice(None)}  # which popped items an opcode makes keys of
 
 
+class WalkedTuple(tuple):
+    """A tuple check_pickled_keys rebuilt, with its size: what hashing it costs (see key_size)."""
+    size: int
+
+
+def key_size(key: Any) -> int:
+    """What hashing `key` costs, in items: a tuple, its items' sizes and 1 (Python hashes every item again, each
+    time: no hash is cached), capped just past KEY_SIZE_MAX; a number, its 64-bit words; a text, 1 (cached)."""
+    if isinstance(key, WalkedTuple):
+        return key.size
+    return key.bit_length() // 64 + 1 if isinstance(key, int) else 1
+
+
 def check_pickled_keys(data: bytes, path: Path) -> None:
-    """Refuse a pickle whose dict keys are chosen to collide. Python hashes an integer modulo 2**61 - 1, and a
+    """Refuse a pickle whose dict keys are chosen to be slow. Python hashes an integer modulo 2**61 - 1, and a
     tuple by its items' hashes, so 100,000 keys that are multiples of 2**61 - 1 (a 1.3 MB file), or pairs of
-    numbers solved to hash alike, make unpickling the dict quadratic: minutes before anything can be checked. The
-    opcodes are walked as pickletools.dis walks them, by their stack effects, no object built: numbers, texts and
-    tuples of them are followed (through the memo too) to the keys they become. Milliseconds for a real
-    checkpoint; a pickle that cannot be walked so is left to torch.load to refuse."""
-    mark, stack, memo, by_hash = object(), [], {}, {}
+    numbers solved to hash alike, make unpickling the dict quadratic: minutes before anything can be checked. So
+    does one huge key set again and again, and a tuple of a tuple of ... (pairs of the one below, through the memo)
+    hashes 2**depth items. The opcodes are walked as pickletools.dis walks them, by their stack effects, no object
+    built: numbers, texts and tuples of them are followed (through the memo too) to the keys they become.
+    Milliseconds for a real checkpoint; a pickle that cannot be walked so is left to torch.load to refuse."""
+    mark, stack, marks, memo, by_hash = object(), [], [], {}, {}  # marks: where the stack holds `mark`, in order
     try:
         for op, arg, _ in pickletools.genops(data):
             if op.name == "MARK":
+                marks.append(len(stack))
                 stack.append(mark)
                 continue
             if op.name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):  # (store the top, pop nothing)
                 memo[len(memo) if op.name == "MEMOIZE" else arg] = stack[-1]
                 continue
             if pickletools.markobject in op.stack_before:  # the items above the mark, and those it takes below it
-                top = len(stack) - 1 - stack[::-1].index(mark)
+                if not marks:
+                    return
+                top = marks[-1]
                 items, below = stack[top + 1:], op.stack_before.index(pickletools.markobject)
                 del stack[top - below:]
             else:
                 below = len(op.stack_before)
                 items = stack[len(stack) - below:] if below else []
                 del stack[len(stack) - below:]
+            while marks and marks[-1] >= len(stack):  # (the marks just taken off)
+                marks.pop()
+            pushed_from = len(stack)
             for key in items[KEYS_OF[op.name]] if op.name in KEYS_OF else ():
+                if key_size(key) > KEY_SIZE_MAX:
+                    raise UserError(f"{path} is not a checkpoint tinygpt wrote: its pickle builds a dict key of more "
+                                    f"than {KEY_SIZE_MAX} items or 64-bit words (made to make loading it take hours, "
+                                    f"or crash); it was not loaded")
                 try:
                     same = by_hash.setdefault(hash(key), set())
                 except TypeError:  # (a placeholder holding an unhashable: no key a dict could take)
@@ -701,7 +726,9 @@ def check_pickled_keys(data: bytes, path: Path) -> None:
                                     f"{SAME_HASH_MAX} keys of one hash (made to make loading it take hours); it was "
                                     f"not loaded")
             if op.name.startswith("TUPLE"):
-                stack.append(tuple(items))
+                walked = WalkedTuple(items)
+                walked.size = min(1 + sum(key_size(item) for item in items), KEY_SIZE_MAX + 1)
+                stack.append(walked)
             elif op.name in ("GET", "BINGET", "LONG_BINGET"):
                 stack.append(memo.get(arg, object()))
             elif op.name == "DUP":
@@ -711,6 +738,7 @@ def check_pickled_keys(data: bytes, path: Path) -> None:
                 stack.append(arg)  # a number or a text the opcode pushes
             else:  # anything else: an object of no interest, each its own (its hash is its identity)
                 stack += [object() for _ in op.stack_after]
+            marks += [at for at in range(pushed_from, len(stack)) if stack[at] is mark]  # (a mark DUP or GET pushed)
     except (ValueError, KeyError, IndexError, struct.error):  # (not a pickle this walk can follow: torch.load says)
         return
 
