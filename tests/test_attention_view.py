@@ -757,17 +757,33 @@ def test_a_calls_first_heatmaps_replace_an_earlier_set_in_one_step(tmp_path, mon
     assert (tmp_path / "attention_sample1_layer0.png").read_bytes() != first  # (this call's: another prompt)
 
 
+class Word:
+    """A tokenizer of one token that token_str spells `text`."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def token_str(self, id):
+        return self.text
+
+
 def test_a_label_of_max_label_characters_is_shown_whole():
     """A label that fits (10 characters: "␣something") was cut to 9 and "…", hiding its last letter."""
-    class Word:
-        def __init__(self, text):
-            self.text = text
-
-        def token_str(self, id):
-            return self.text
     fits = "x" * attention_view.MAX_LABEL
     assert token_label(Word(fits), 0) == fits
     assert token_label(Word(fits + "y"), 0) == "x" * (attention_view.MAX_LABEL - 1) + "…"
+
+
+def test_a_long_label_is_cut_to_its_columns_between_whole_escapes():
+    """A 3-byte token `\\xf0\\x9f\\x98` was cut to `\\xf0\\x9f\\…`, a stray backslash by the legend; 10 CJK
+    characters (20 columns) were cut at 10 characters, and --show-steps rows of a word vocabulary shifted and
+    wrapped past 80 columns."""
+    cases = {"\\xf0\\x9f\\x98": "\\xf0\\x9f…", "abcdefgh\\\\x": "abcdefgh…", "abcdef\\u00a0z": "abcdef…",
+             "洒拍偵擆菡砿惦澙": "洒拍偵擆…", "e\u0301" * 12: "e\u0301" * 9 + "…"}
+    for text, label in cases.items():
+        assert token_label(Word(text), 0) == label
+        assert attention_view.columns(label) <= attention_view.MAX_LABEL
+    assert token_label(Word("洒拍偵擆菡"), 0) == "洒拍偵擆菡"  # (10 columns: fits)
 
 
 def test_the_heatmap_counts_one_earlier_key_in_the_singular():

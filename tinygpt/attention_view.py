@@ -69,11 +69,23 @@ def window_traces(model: GPT, ids: Sequence[int]) -> tuple[list[int], list[HeadT
 # ---- labels ----
 
 
+LABEL_UNIT = re.compile(r"\\(?:x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}|.)|.", re.DOTALL)  # an escape or a character
+
+
 def token_label(tokenizer, id: int, cut: int | None = MAX_LABEL) -> str:
     """One token as a table label: tokenizer.token_str with spaces shown as ␣ (a ␣ of the text itself as
-    \\u2423: it read as a space), cut to `cut` characters (None: whole, as --list-vocab lists it)."""
+    \\u2423: it read as a space), cut with "…" to `cut` terminal columns (None: whole, as --list-vocab lists it)
+    between whole escapes: `\\xf0\\x9f\\…` read as a backslash, and 10 CJK characters took 20 columns."""
     label = tokenizer.token_str(id).replace(SPACE, f"\\u{ord(SPACE):04x}").replace(" ", SPACE)
-    return label if cut is None or len(label) <= cut else label[:cut - 1] + "…"
+    if cut is None or columns(label) <= cut:
+        return label
+    end, used = 0, 0
+    for unit in LABEL_UNIT.finditer(label):
+        used += columns(unit.group())
+        if used > cut - 1:  # (one column left for the "…")
+            break
+        end = unit.end()
+    return label[:end] + "…"
 
 
 def token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
