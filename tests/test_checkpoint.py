@@ -754,6 +754,11 @@ def test_a_saved_checkpoint_carries_its_checksum(saved):
     assert ckpt["checksum"] == checkpoint.checksum(contents)
     contents["step"] += 1
     assert checkpoint.checksum(contents) != ckpt["checksum"]
+    contents["step"] -= 1  # and one bit of one weight (the tensors' bytes are covered, not only their shapes)
+    name = next(iter(contents["model"]))
+    weight = contents["model"][name] = contents["model"][name].clone()
+    weight.view(-1)[:1].view(torch.uint8)[0] ^= 1
+    assert checkpoint.checksum(contents) != ckpt["checksum"]
 
 
 def test_non_finite_weights_are_refused_by_name(tmp_path):

@@ -374,6 +374,9 @@ def test_top_p_stops_once_the_mass_before_a_token_reaches_p():
     token (the mass before the second is already >= p, not only > p)."""
     probs = next_token_probs(torch.tensor([[0.5, 0.25, 0.25]]).log(), 1.0, top_p=0.5)
     assert probs.tolist() == [[1.0, 0.0, 0.0]]
+    # a nucleus of two: 0.5 before the second token is under 0.7, 0.8 before the third is not; renormalised
+    probs = next_token_probs(torch.tensor([[0.2, 0.5, 0.3]]).log(), 1.0, top_p=0.7)
+    assert torch.allclose(probs, torch.tensor([[0.0, 0.625, 0.375]]))
 
 
 def test_tiny_temperature_is_near_greedy_not_nan():

@@ -337,8 +337,11 @@ def test_bpe_full_vocab(toy):
     assert tok.encode("the café") == toy.encode_ordinary("the café")
     assert tok.decode(tok.encode("the café")) == "the café"
     assert tok.token_str(toy.n_vocab - 1) == "<|endoftext|>"
-    with pytest.raises(ValueError):
-        tok.decode([toy.n_vocab])
+    for bad in (toy.n_vocab, -1):  # (a negative id would index from the end: the last token, silently)
+        with pytest.raises(ValueError, match=rf"token ids \[{bad}\] are outside the vocabulary"):
+            tok.decode([bad])
+    with pytest.raises(ValueError, match=r"token ids \[-1\] are outside the vocabulary 0\.\.2"):
+        CharTokenizer.from_text("abc").decode([-1])
 
 
 def test_bpe_stream_decoder_joins_split_character(toy):
