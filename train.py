@@ -361,6 +361,12 @@ def peak_on(dtype: str, device: torch.device, threads: int, free: int | None, ag
     return flops * threads / free, f"{source} on {count(free, 'free core')}, x {threads / free:g}"
 
 
+def gflops(flops: float) -> str:
+    """FLOP/s as GFLOP/s for a line: whole ones (`1,979`), two digits under 10 (a stalled peak's `0.6`, not `1`,
+    which read as no more than a run's `1`)."""
+    return f"{flops / 1e9:,.0f}" if flops >= 1e10 else f"{flops / 1e9:.2g}"
+
+
 def measure_peak_again(run: Run, speed: dict[str, float], achieved: float) -> None:
     """The run did more FLOP/s than its measured peak (an MFU above 100%): the peak was measured in a stalled
     moment (a busy machine read 2 GFLOP/s where it does 300, and every row of the run, resumes included, read
@@ -371,9 +377,9 @@ def measure_peak_again(run: Run, speed: dict[str, float], achieved: float) -> No
     source += f", measured again at step {run.step}"
     if run.dist.master:  # (on stdout with the eval lines: a figure of the run's log, not a problem to fix)
         from tqdm import tqdm  # (the bar's own write: a line between its redraws)
-        tqdm.write(f"step {run.step}: training ran {achieved / 1e9:,.0f} GFLOP/s, over the MFU peak it had "
-                   f"measured ({speed['peak'] / 1e9:,.0f} GFLOP/s, at its start or resume, a busy moment's): "
-                   f"measured again, MFU is against {flops / 1e9:,.0f} GFLOP/s from here")
+        tqdm.write(f"step {run.step}: training ran {gflops(achieved)} GFLOP/s, over the MFU peak it had "
+                   f"measured ({gflops(speed['peak'])} GFLOP/s, at its start or resume, a busy moment's): "
+                   f"measured again, MFU is against {gflops(flops)} GFLOP/s from here")
     run.peak = {**run.peak, "flops": flops, "source": source}
     speed["peak"] = flops
 
@@ -943,7 +949,7 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
               f"{m.n_embd} wide, block {m.block_size}, vocab {m.vocab_size}{vocab_note(cfg.data, m.vocab_size)})\n"
               f"data: {len(data.train):,} train / {len(data.val):,} val tokens; {tokens_per_step:,} tokens/step\n"
               f"device: {dist.world_size} x {dist.device}{threads_note(run.threads, t.threads)}, {dtype}; MFU against "
-              f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})")
+              f"{gflops(peak)} GFLOP/s ({peak_source})")
         passed = args.stop_at is not None and args.stop_at < run.step  # (a resume: it stops at once)
         stop_note = f"note: --stop-at {args.stop_at} is before step {run.step}, where the run already is" * passed
         too_many = too_many_threads(run.threads, t.threads, "train.threads", "training")

@@ -552,7 +552,7 @@ def test_a_peak_measured_in_a_stalled_moment_is_measured_again(tmp_path, monkeyp
     import train
     from tinygpt import runs, runtime
     from tinygpt.checkpoint import load_checkpoint
-    measures = iter([1.0, 1e15])
+    measures = iter([2e6, 1e15])
 
     @functools.lru_cache(maxsize=None)  # as the real one: measured once per process, unless cleared
     def measured(dtype, device, budget_s=0.5):
@@ -560,7 +560,7 @@ def test_a_peak_measured_in_a_stalled_moment_is_measured_again(tmp_path, monkeyp
     monkeypatch.setattr(runtime, "measured_matmul_peak", measured)
     train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.log_interval=2") + ["--stop-at", "2"])
     # ("at the run's start" was said of a peak measured at a resume too)
-    assert "over the MFU peak it had measured (0 GFLOP/s, at its start or resume, a busy moment's): measured " \
+    assert "over the MFU peak it had measured (0.002 GFLOP/s, at its start or resume, a busy moment's): measured " \
         "again, MFU is against 1,000,000 GFLOP/s from here" in capsys.readouterr().out
     assert all(row["mfu"] < 1 for row in runs.read_metrics(tmp_path / "run") if row.get("mfu") is not None)
     peak = load_checkpoint(tmp_path / "run" / "ckpt.pt")["mfu_peak"]
