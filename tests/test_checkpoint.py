@@ -1361,10 +1361,12 @@ def test_a_checkpoint_past_the_runs_max_iters_is_not_taken_as_its_own(tmp_path):
 
 
 def test_a_diverged_eval_is_no_best_val_loss(tmp_path):
-    """min() of [nan, 2.5] is nan: a run whose first eval diverged had no best loss to show or rank."""
+    """min() of [nan, 2.5] is nan: a run whose first eval diverged had no best loss to show or rank. (A
+    metrics.csv of such rows is refused now, as a nan only ends a run; best_val_loss still leaves a nan out.)"""
+    from tinygpt.runs import best_val_loss
     rows = [{"step": 0, "train_loss": float("nan"), "val_loss": float("nan")},
             {"step": 10, "train_loss": 2.0, "val_loss": 2.5}]
-    assert summarized(tmp_path / "run", rows)["best_val_loss"] == 2.5
+    assert best_val_loss(rows) == 2.5
 
 
 def test_a_probe_of_older_weights_than_best_pt_is_not_shown(tmp_path):

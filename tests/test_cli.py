@@ -659,9 +659,9 @@ def test_a_row_added_to_metrics_csv_before_the_checkpoints_step_is_not_resumed_o
     base = inproc_base(tmp, f"train.out_dir={out}", "train.max_iters=20", "train.eval_interval=10")
     train.main(base + ["--stop-at", "10"])
     path = out / "metrics.csv"
-    path.write_text(path.read_text() + "10,3.0000,3.0000,1.000e-03,,,0.1\n")
+    path.write_text(path.read_text() + "10,3.0000,,1.000e-03,,,0.1\n")  # (a second eval row would be damaged)
     before = snapshot(out)
-    with pytest.raises(UserError, match=r"metrics\.csv and .*ckpt\.pt's copy of it differ in the eval row of step 10: "
+    with pytest.raises(UserError, match=r"metrics\.csv and .*ckpt\.pt's copy of it differ in the log row of step 10: "
                                         r"metrics\.csv was edited"):
         train.main(base + ["--resume"])
     assert snapshot(out) == before

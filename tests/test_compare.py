@@ -45,7 +45,7 @@ def fake_run(path, seed: int, rows: list[tuple]) -> str:
 
 def test_a_diverged_run_is_tabulated_and_plotted_not_a_crash(tmp_path):
     pytest.importorskip("matplotlib")
-    diverged = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9"), (20, "nan", "nan"), (21, "inf", "-inf")])
+    diverged = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9"), (21, "inf", "nan")])
     sound = fake_run(tmp_path / "b", 2, [(0, "4.1", "4.1"), (10, "3.8", "3.8"), (21, "3.7", "3.6")])
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         result = compare.main([diverged, sound, "--out", str(tmp_path / "cmp")])
@@ -71,6 +71,20 @@ def test_numbers_no_training_logs_are_a_damaged_metrics_csv(tmp_path, rows, culp
         culprit = "row 2: step=1e+23 is not a step"
         text = (tmp_path / "a" / "metrics.csv").read_text()
         (tmp_path / "a" / "metrics.csv").write_text(text.replace("\n10,", "\n99999999999999999999999,"))
+    with pytest.raises(UserError, match=re.escape(f"a/metrics.csv is damaged or not a tinygpt metrics file ({culprit}")):
+        compare.main([run, "--out", str(tmp_path / "cmp")])
+
+
+@pytest.mark.parametrize("rows, culprit", [
+    ([(0, "4.1", "4.1"), (20, "3.9", "3.9"), (20, "3.0", "3.0")], "row 3 is a second row of step 20 with a val_loss"),
+    ([(0, "4.1", "4.1"), (20, "3.9", "3.9"), (10, "3.8", "3.8")], "row 3 goes back to step 10 after step 20"),
+    ([(0, "4.1", "4.1"), (10, "3.9", "nan"), (20, "3.8", "3.8")], "row 2 has a loss that is not finite, and rows after"),
+])
+def test_rows_out_of_a_trainings_order_are_a_damaged_metrics_csv(tmp_path, rows, culprit):
+    """A second evaluation of step 20 pasted into one seed's metrics.csv set its best val loss (3.9 -> 3.0) and
+    counted as a seed of its own in val_loss.png; a nan before the last row (a diverged run's is its last) was
+    left out of the figures without a word."""
+    run = fake_run(tmp_path / "a", 1, rows)
     with pytest.raises(UserError, match=re.escape(f"a/metrics.csv is damaged or not a tinygpt metrics file ({culprit}")):
         compare.main([run, "--out", str(tmp_path / "cmp")])
 

@@ -1614,6 +1614,7 @@ def test_loss_plot_is_not_squashed_by_the_step_0_loss(tmp_path, monkeypatch):
     rows = [{"step": 0, "train_loss": "6.9", "val_loss": "6.9"}]  # ln(1000): an untrained model
     rows += [{"step": s, "train_loss": f"{1.5 + 2 / s:.4f}", "tokens_per_s": "1", "mfu": "0.1"} for s in range(10, 1001, 10)]
     rows += [{"step": s, "train_loss": "1.55", "val_loss": f"{1.6 + 1 / s:.4f}"} for s in (500, 1000)]
+    rows.sort(key=lambda row: row["step"])  # (in a training's order: a step's log row, then its eval)
     runs.write_metrics(tmp_path, rows)
     plots.plot_run(tmp_path)
     ax = figures["loss.png"].axes[0]

@@ -487,7 +487,8 @@ def best_val_loss(rows: Iterable[dict[str, Any]]) -> float | None:
 
 
 def parse_metrics(lines: Iterable[str], as_text: bool = False) -> list[dict[str, Any]]:
-    """read_metrics' rows from the lines of a metrics.csv; ValueError or csv.Error if damaged."""
+    """read_metrics' rows from the lines of a metrics.csv; ValueError or csv.Error if damaged: also where the rows
+    are not as a training writes them (check_order)."""
     reader = csv.DictReader(lines)
     if reader.fieldnames is None or "step" not in reader.fieldnames:
         raise ValueError("it has no step column")
@@ -502,7 +503,26 @@ def parse_metrics(lines: Iterable[str], as_text: bool = False) -> list[dict[str,
         check_values(row, reader.line_num - 1)
         texts.append(text)
         rows.append(row)
+    check_order(rows)
     return texts if as_text else rows
+
+
+def check_order(rows: list[dict[str, float | None]]) -> None:
+    """The rows are in a training's order (ValueError if not): steps never going back, one evaluation (val_loss)
+    and one log row (tokens_per_s) a step at most, a nan or inf loss only in the last row (a diverged run's).
+    A second evaluation of a step, pasted in, counted as a seed of its own in val_loss.png and set the best."""
+    seen: set[tuple[float, str]] = set()
+    for n, row in enumerate(rows, start=1):
+        if n > 1 and row["step"] < rows[n - 2]["step"]:
+            raise ValueError(f"row {n} goes back to step {row['step']:g} after step {rows[n - 2]['step']:g}")
+        for column in ("val_loss", "tokens_per_s"):
+            if row.get(column) is not None:
+                if (row["step"], column) in seen:
+                    raise ValueError(f"row {n} is a second row of step {row['step']:g} with a {column}")
+                seen.add((row["step"], column))
+        if n < len(rows) and any(row.get(k) is not None and not math.isfinite(row[k])
+                                 for k in ("train_loss", "val_loss")):
+            raise ValueError(f"row {n} has a loss that is not finite, and rows after it (a diverged run's is its last)")
 
 
 FLOAT32_MAX = 3.4028234663852886e38  # a loss is a float32 cross-entropy: at most this when finite
