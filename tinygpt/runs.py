@@ -512,13 +512,13 @@ def check_order(rows: list[dict[str, float | None]]) -> None:
     and one log row (tokens_per_s) a step at most, a nan or inf loss only in the last row (a diverged run's).
     A second evaluation of a step, pasted in, counted as a seed of its own in val_loss.png and set the best."""
     seen: set[tuple[float, str]] = set()
-    for n, row in enumerate(rows, start=1):
+    for n, row in enumerate(rows, start=1):  # (check_values has made every step a whole number)
         if n > 1 and row["step"] < rows[n - 2]["step"]:
-            raise ValueError(f"row {n} goes back to step {row['step']:g} after step {rows[n - 2]['step']:g}")
+            raise ValueError(f"row {n} goes back to step {int(row['step'])} after step {int(rows[n - 2]['step'])}")
         for column in ("val_loss", "tokens_per_s"):
             if row.get(column) is not None:
                 if (row["step"], column) in seen:
-                    raise ValueError(f"row {n} is a second row of step {row['step']:g} with a {column}")
+                    raise ValueError(f"row {n} is a second row of step {int(row['step'])} with a {column}")
                 seen.add((row["step"], column))
         if n < len(rows) and any(row.get(k) is not None and not math.isfinite(row[k])
                                  for k in ("train_loss", "val_loss")):
