@@ -206,13 +206,31 @@ def matvec_time(model: GPT, device: torch.device, reps: int = 21) -> tuple[float
     return statistics.median(times), sum(w.numel() * w.element_size() for w in weights)
 
 
+AGREE = 0.1  # logits "agree" within this share of their sd: float rounding stays under 0.04 (bfloat16 against
+# float32), a model computed otherwise (one attention projection zeroed, other position embeddings) is 1-4 sds off
+
+
+def logits_compared(model: GPT, hf, mcfg: ModelConfig, device: torch.device) -> dict:
+    """tinygpt's and transformers' logits for one sequence of random tokens (the block, at most 256), no cache:
+    the largest difference, their sd to read it against, and whether they agree (within AGREE sds). Greedy tokens
+    alone said little: a random model's greedy path repeats a token or two, whatever its attention does."""
+    seq = torch.randint(0, mcfg.vocab_size, (1, min(mcfg.block_size, 256)), generator=torch.Generator().manual_seed(1))
+    seq = seq.to(device)
+    with torch.no_grad():
+        ours = model(seq).float()  # (1, T, V)
+        theirs = hf(seq, attention_mask=torch.ones_like(seq)).logits.float()  # (1, T, V)
+    largest, sd = float((ours - theirs).abs().max()), float(ours.std())
+    return {"logits_max_diff": largest, "logits_sd": sd, "logits_agree": largest <= AGREE * sd}
+
+
 def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: int = 5,
                 compile_decoding_step: bool = False) -> dict:
     """Greedy decoding of the same weights by tinygpt (KV cache) and by Hugging Face transformers'
     GPT2LMHeadModel.generate (its KV cache), alternated, medians of `reps`; the tokens must be the
-    same. Beside them, the limit that memory bandwidth sets: decoding one token reads every weight
-    once (the embedding is a lookup, but the tied LM head reads the whole matrix), at the faster of
-    the rates a streaming sum and the matrix products alone read. Where the device runs them, tinygpt
+    same, and so must the logits of random tokens (logits_compared: the same model). Beside them, the
+    limit that memory bandwidth sets: decoding one token reads every weight once (the embedding is a
+    lookup, but the tied LM head reads the whole matrix), at the faster of the rates a streaming sum and
+    the matrix products alone read. Where the device runs them, tinygpt
     with int8 weights too (sample.py --dtype int8), quantized from the same weights. With
     compile_decoding_step, also tinygpt with its decoding step compiled (sample.py --compile), and
     the seconds that compiling took, and the int8 model with its step compiled, raced against the
@@ -221,9 +239,9 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
 
     from tinygpt.hf import gpt2_state_dict
     torch.manual_seed(0)
+    # the weights as initialised: token embeddings scaled up (to keep float rounding from breaking near-ties)
+    # made every greedy token the prompt's again, so "same tokens" held whatever the attention computed
     model = GPT(mcfg).to(device).eval()
-    with torch.no_grad():  # random weights give near-ties between logits, which float rounding breaks either
-        model.tok_emb.weight.mul_(50)  # way; larger embeddings (tied to the LM head) make every choice clear
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         vocab_size=mcfg.vocab_size, n_positions=mcfg.block_size, n_embd=mcfg.n_embd, n_layer=mcfg.n_layer,
         n_head=mcfg.n_head, activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
@@ -243,8 +261,9 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
     def theirs(hf_model, name: str) -> Callable[[], None]:
         def run() -> None:
             with torch.no_grad():
-                out = hf_model.generate(idx, max_new_tokens=n_tokens, min_new_tokens=n_tokens, do_sample=False,
-                                        pad_token_id=0, eos_token_id=None)
+                # (the mask given: transformers reads a prompt of pad_token_id as padding, and masked token 0)
+                out = hf_model.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=n_tokens,
+                                        min_new_tokens=n_tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
             outputs[name] = out[0, 1:].tolist()
         return run
 
@@ -277,6 +296,7 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
                 int8_model, "tinygpt int8 --compile", int8_step)}, reps, device)
             rates = per_s(compiled_race)
             int8_compiled = {"int8_compiled_tokens_per_s": rates["int8 --compile"],
+                             "int8_in_compiled_race_tokens_per_s": rates["int8"],
                              "int8_compiled_over_int8": rates["int8 --compile"] / rates["int8"],
                              "int8_compiled_range": spread([n_tokens / t for t in compiled_race["int8 --compile"]]),
                              "same_tokens_int8_compiled": outputs["tinygpt int8 --compile"] == outputs["tinygpt int8"]}
@@ -301,7 +321,8 @@ def bench_vs_hf(mcfg: ModelConfig, n_tokens: int, device: torch.device, reps: in
         "ratio_int8_vs_bf16": tok_s["tinygpt int8"] / tok_s["transformers bfloat16"],
         "int8_same_tokens_share": sum(a == b for a, b in zip(outputs["tinygpt int8"], outputs["tinygpt"])) / n_tokens,
         **int8_compiled}
-    return {**compiled, **int8_results, "tinygpt_tokens_per_s": tok_s["tinygpt"],
+    return {**compiled, **int8_results, **logits_compared(model, hf, mcfg, device),
+            "tinygpt_tokens_per_s": tok_s["tinygpt"],
             "transformers_tokens_per_s": tok_s["transformers"],
             "tinygpt_bf16_tokens_per_s": tok_s["tinygpt bfloat16"],
             "transformers_bf16_tokens_per_s": tok_s["transformers bfloat16"],
@@ -444,12 +465,9 @@ def bench_under_load(cfg: Config, data, gcfg: ModelConfig, device: torch.device,
     trainer.step()  # warm-up (the first calls allocate and fill caches)
     decode(None)
     for rep in range(reps):
-        for load in ("idle", "loaded"):
+        for load in turns(["idle", "loaded"], rep):  # (idle went first in every round until 2026-12-06)
             with busy_process() if load == "loaded" else nullcontext():
-                # the mode that goes first rotates: in a fixed order the second ran 6-11% slower idle,
-                # at the same thread count
-                order = list(modes)[rep % len(modes):] + list(modes)[:rep % len(modes)]
-                for mode in order:
+                for mode in turns(list(modes), rep):
                     torch.set_num_threads(modes[mode])
                     for work, fn in (("decode", decode), ("train", train)):
                         tokens_per_s, used = fn(ThreadPolicy() if mode == "policy" else None)
@@ -757,6 +775,13 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
               f"same weights: tinygpt {h['tinygpt_tokens_per_s']:,.0f} tok/s{rng['tinygpt']}, transformers "
               f"{h['transformers']} generate {h['transformers_tokens_per_s']:,.0f} tok/s{rng['transformers']}: "
               f"{h['ratio']:.2f}x; same tokens: {h['same_tokens']} (medians of {h['rounds']} rounds, ranges in brackets)")
+        print(f"  the same model: logits of {min(gcfg.block_size, 256)} random tokens differ by at most "
+              f"{h['logits_max_diff']:.2g} (their sd {h['logits_sd']:.2g}): "
+              f"{'they agree' if h['logits_agree'] else 'NOT the same model'}")
+        if not h["logits_agree"] or not h["same_tokens"]:
+            what = "computes other logits" if not h["logits_agree"] else "chose other greedy tokens"
+            print(f"warning: --vs-hf: transformers {what} from the same weights: its tokens/s are no race with "
+                  f"tinygpt's (a transformers version that reads GPT-2's weights otherwise?)", file=sys.stderr)
         if "compiled_tokens_per_s" in h:
             print(f"  tinygpt's decoding step compiled (sample.py --compile, {h['compile_s']:.0f} s to compile): "
                   f"{h['compiled_tokens_per_s']:,.0f} tok/s{rng['tinygpt --compile']}: {h['ratio_compiled']:.2f}x "
@@ -777,7 +802,8 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
                   f"{h['int8_weights_mb']:.1f} MiB read per token: about "
                   f"{h['int8_bandwidth_limit_tokens_per_s']:,.0f} tok/s for reading them alone")
             if "int8_compiled_tokens_per_s" in h:
-                print(f"  int8 weights, the decoding step compiled (in a race with int8 alone): "
+                print(f"  int8 weights, the decoding step compiled (in a race with int8 alone, "
+                      f"{h['int8_in_compiled_race_tokens_per_s']:,.0f} tok/s there): "
                       f"{h['int8_compiled_tokens_per_s']:,.0f} tok/s ({span(h['int8_compiled_range'])}), "
                       f"{h['int8_compiled_over_int8']:.2f}x int8 uncompiled; same tokens: "
                       f"{h['same_tokens_int8_compiled']}")

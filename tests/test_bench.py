@@ -448,7 +448,9 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread, cap
                       "--gen-block", "32", "--vs-hf", "--json", str(tmp_path / "decode.json")])
     h = res["vs_hf"]
     assert h["same_tokens"] and h["n_tokens"] == 31  # same weights, same greedy tokens: a fair race
+    assert h["logits_agree"] and h["logits_max_diff"] <= bench.AGREE * h["logits_sd"]  # and the same model
     out, err = capsys.readouterr()  # (40 asked: capped at the block without a word, "40 tokens" then "31 tokens")
+    assert "  the same model: logits of 32 random tokens differ by at most " in out and "warning" not in err
     assert "note: --vs-hf decodes at most --gen-block - 1 = 31 tokens, not the 40 asked" in err
     assert "generation 1x2x32, block 32, 40 tokens:" in out and "block 32, 31 tokens, same weights" in out
     assert h["tinygpt_tokens_per_s"] > 0 and h["transformers_tokens_per_s"] > 0 and h["tinygpt_bf16_tokens_per_s"] > 0
@@ -474,6 +476,29 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread, cap
     assert "same tokens: True" in table["  vs transformers generate"]
     assert "\n| &nbsp;&nbsp;vs transformers generate | " in gpu_table.markdown(gpu_table.rows(tmp_path, "cpu"))
     assert table["decoding 1x2x32, block 32, KV cache"].endswith("x no cache)")
+
+
+def test_bench_vs_transformers_tells_another_model_from_the_same(tmp_path, one_thread, capsys, monkeypatch):
+    """The weights were token embeddings scaled 50x, tied to the LM head: every greedy token was the prompt's again,
+    so "same tokens: True" held with transformers' attention projections zeroed or other position embeddings. The
+    logits of random tokens are compared now, and a model computed otherwise is said to be no race."""
+    pytest.importorskip("transformers")
+    import bench
+    from tinygpt import hf
+    real = hf.gpt2_state_dict
+
+    def without_attention(model):
+        return {k: v.clone().zero_() if k.endswith("attn.c_proj.weight") else v for k, v in real(model).items()}
+    monkeypatch.setattr(hf, "gpt2_state_dict", without_attention)
+    res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
+                      f"data.prepared_dir={tmp_path / 'prepared'}", "train.device=cpu", "--steps", "0",
+                      "--gen-tokens", "8", "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32",
+                      "--gen-block", "32", "--vs-hf"])
+    h = res["vs_hf"]
+    assert not h["logits_agree"] and h["logits_max_diff"] > h["logits_sd"] / 2
+    out, err = capsys.readouterr()
+    assert "): NOT the same model" in out
+    assert "warning: --vs-hf: transformers computes other logits from the same weights: its tokens/s are no race" in err
 
 
 def test_the_matmul_share_prints_no_profiler_warning(monkeypatch):
@@ -542,7 +567,10 @@ def test_vs_hf_compile_races_the_compiled_int8_step_against_int8_alone(tmp_path,
     assert h["int8_compiled_tokens_per_s"] > 0 and h["int8_compiled_over_int8"] > 0
     assert "tinygpt int8 --compile" not in h["tokens_per_s_range"]  # (not in the main race)
     out = capsys.readouterr().out
-    assert f"int8 weights, the decoding step compiled (in a race with int8 alone): " \
+    # (int8 alone's rate in that race printed too: the ratio is over it, not over the main race's int8 figure)
+    alone = h["int8_in_compiled_race_tokens_per_s"]
+    assert h["int8_compiled_over_int8"] == pytest.approx(h["int8_compiled_tokens_per_s"] / alone)
+    assert f"int8 weights, the decoding step compiled (in a race with int8 alone, {alone:,.0f} tok/s there): " \
            f"{h['int8_compiled_tokens_per_s']:,.0f} tok/s (" in out and "x int8 uncompiled; same tokens: True" in out
 
 
@@ -574,12 +602,28 @@ def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path
     monkeypatch.setattr(bench, "TrainBench", spy)
     real_under_load = bench.bench_under_load  # 3 rounds, not 6: each mode still goes first once
     monkeypatch.setattr(bench, "bench_under_load", lambda *a, **k: real_under_load(*a, **k, reps=3))
+    busy, loaded = [], []  # (is the busy process running, at each measurement?)
+    real_busy, real_timed = bench.busy_process, bench.timed
+
+    @contextlib.contextmanager
+    def spied_busy():
+        with real_busy():
+            busy.append(True)
+            yield
+            busy.pop()
+    monkeypatch.setattr(bench, "busy_process", spied_busy)
+    monkeypatch.setattr(bench, "timed", lambda fn, device: loaded.append(bool(busy)) or real_timed(fn, device))
     res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
                       f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=2",
                       "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
                       "--steps", "0", "--gen-tokens", "0", "--dtypes", "bfloat16", "--gen-layers", "1",
                       "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64", "--under-load"])
     assert trained_in == ["bfloat16"] and res["under_load_dtype"] == "bfloat16"  # the first of --dtypes
+    # after one uncounted decoding, 3 rounds of 2 blocks (idle, loaded) of 3 modes x 2 works: the busy block goes
+    # first in turn (idle went first in every round), and each block is wholly idle or wholly loaded
+    blocks = [loaded[1 + 6 * i:7 + 6 * i] for i in range(6)]
+    assert len(loaded) == 37 and all(len(set(block)) == 1 for block in blocks)
+    assert [block[0] for block in blocks] == [False, True, True, False, False, True]
     u = res["under_load"]
     assert sorted(u) == ["decode|default threads", "decode|one core fewer", "decode|policy",
                          "train|default threads", "train|one core fewer", "train|policy"]
