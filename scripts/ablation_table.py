@@ -17,7 +17,7 @@ import re
 import sys
 from contextlib import suppress
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C then is `interrupted`, not a traceback
     if not __package__:  # run as a file (python scripts/ablation_table.py): tinygpt, a folder up, cannot be imported
@@ -77,6 +77,13 @@ def probe_result(target: str, label: str, stories: int, device: str, out: Path |
     return checked({**result, "label": label}, target)
 
 
+def rank_text(rank: Any, heads: int) -> bool:
+    """Is `rank` a rank as probe.py writes it (coreference.rank_among): "3", or "1-15" among tied heads, within
+    the `heads`? (An untied rank, a text too, was refused: every real output whose head had no equal.)"""
+    found = isinstance(rank, str) and re.fullmatch(r"([1-9]\d{0,6})(?:-([1-9]\d{0,6}))?", rank)
+    return bool(found) and int(found[1]) <= int(found[2] or found[1]) <= heads
+
+
 def checked(result: dict, target: str) -> dict:
     """`result` if summary() reads every figure of it as a number; a UserError naming `target` and
     the figure otherwise (a damaged or hand-edited output): the table never meets a bad value."""
@@ -106,8 +113,8 @@ def checked(result: dict, target: str) -> dict:
     ranks = [figures["best_rank_zero"], figures["best_rank_mean"]]
     if not (all(whole(h["layer"], 0, n_layer - 1) and whole(h["head"], 0, n_head - 1) for h in named)
             and all(isinstance(h, str) and re.fullmatch(r"\d+\.\d+", h) for h in pairs)
-            and all(whole(r, 1, heads) or isinstance(r, str) and re.fullmatch(r"[1-9]\d{0,6}-[1-9]\d{0,6}", r)
-                    for r in ranks) and whole(figures["references"], 0, 10**12)):
+            and all(whole(r, 1, heads) or rank_text(r, heads) for r in ranks)
+            and whole(figures["references"], 0, 10**12)):
         raise UserError(f"{target}: this probe output names a head, a rank or a count that is not one of its "
                         f"{n_layer} x {n_head} heads (layer.head, from 0); give one that probe.py RUN --ablate printed")
     return result

@@ -294,7 +294,7 @@ def test_only_heads_whose_removal_lowers_the_accuracy_are_top_heads():
 
 
 def ablation_of(monkeypatch, baseline: float, accuracy: dict, n_layer: int, n_head: int, n_stories: int = 1,
-                mean_skipped: int = 0) -> dict:
+                mean_skipped: int = 0, attention: list[list[float]] | None = None) -> dict:
     """coreference.ablation of a model whose probe accuracy is `baseline` with every head and
     accuracy[removed heads] without them (either mode), no stories decoded (seed 3; of the n_stories
     for the heads' means, seed 4, mean_skipped are skipped)."""
@@ -313,7 +313,7 @@ def ablation_of(monkeypatch, baseline: float, accuracy: dict, n_layer: int, n_he
     monkeypatch.setattr(coreference, "behaviour", lambda *args, **kwargs: {
         "accuracy": accuracy[removed_now[-1]] if removed_now[-1] else baseline})
     model = GPT(ModelConfig(block_size=8, n_layer=n_layer, n_head=n_head, n_embd=12, vocab_size=5))
-    return coreference.ablation(model, None, n_stories, seed=3, device=torch.device("cpu"))
+    return coreference.ablation(model, None, n_stories, seed=3, device=torch.device("cpu"), attention=attention)
 
 
 def test_when_no_removal_lowers_the_accuracy_the_json_names_no_head(monkeypatch):
@@ -339,6 +339,21 @@ def test_the_drop_is_the_accuracy_lost_and_its_median_a_heads(monkeypatch):
         assert ab["median_drop"][mode] == 0.1
     (pair,) = ab["together"]
     assert pair["heads"] == ["0.2", "0.1"] and pair["drop"] == {"zero": 0.9, "mean": 0.9}
+
+
+def test_accuracies_drops_and_shares_are_rounded_once_for_the_text(monkeypatch):
+    """1 of 29 right, kept to 4 decimals (0.0345), printed 3.5% beside the count's 3.4% (and a drop of 3.5 points);
+    a head's share of 0.013488, kept as 0.0135, read 1.4% on the ablation's line and 1.3% in the attention table.
+    probe.json keeps 6 decimals, which the text rounds once."""
+    one_of_29 = coreference.tally(["antecedent"] + ["other"] * 28)["accuracy"]
+    assert one_of_29 == 0.034483
+    accuracy = {((0, 0),): 0.0, ((0, 1),): one_of_29, ((0, 0), (0, 1)): 0.0}
+    ab = ablation_of(monkeypatch, one_of_29, accuracy, n_layer=1, n_head=2, attention=[[0.013488, 0.0]])
+    assert ab["most_attention"]["attention"] == 0.013488 and ab["most_harmful"]["zero"]["drop"] == 0.034483
+    text = coreference.ablation_report(ab, {"references": 29, "antecedent": [[0.013488, 0.0]]}, 1, 2)
+    assert "accuracy 3.4% with every head" in text and "accuracy 3.4% -> 0.0% (drop 3.4 points" in text
+    assert "most attention on the antecedent's attribute: head 0.0 (1.3%): removing it costs 3.4 / 3.4" in text
+    assert "  3.4 /   3.4 |  1.3%" in text  # (the table: drops, then the share)
 
 
 def test_the_means_are_said_over_the_stories_kept(monkeypatch):

@@ -663,7 +663,7 @@ def ablation_result() -> dict:
     return {"n_layer": 2, "n_head": 2, "ablation": {
         "drop": {"zero": [[0, 0], [0.2, 0]], "mean": [[0, 0], [0.1, 0]]}, "references": 10, "baseline": 0.9,
         "most_attention": {"layer": 1, "head": 0, "attention": 0.7, "drop_zero": 0.2, "drop_mean": 0.1,
-                           "rank_zero": 1, "rank_mean": "1-2"},
+                           "rank_zero": "1", "rank_mean": "1-2"},  # (texts, as coreference.rank_among writes them)
         "median_drop": {"zero": 0.0, "mean": 0.0}, "most_harmful": {"zero": head, "mean": head},
         "together": [{"what": "top two by attention", "heads": ["1.0", "0.1"], "drop": {"zero": 0.3, "mean": 0.2}}]}}
 
@@ -697,6 +697,10 @@ def damaged(**changes) -> dict:
     (json.dumps(damaged(most_attention={**ablation_result()["ablation"]["most_attention"], "head": 2})),
      "not one of its 2 x 2 heads"),
     (json.dumps(damaged(most_attention={**ablation_result()["ablation"]["most_attention"], "rank_mean": "1-2 |"})),
+     "a rank"),
+    (json.dumps(damaged(most_attention={**ablation_result()["ablation"]["most_attention"], "rank_zero": "5"})),
+     "a rank"),  # (of 4 heads)
+    (json.dumps(damaged(most_attention={**ablation_result()["ablation"]["most_attention"], "rank_mean": "3-2"})),
      "a rank"),
 ], ids=lambda v: v[:24] if isinstance(v, str) else None)
 def test_ablation_table_refuses_a_bad_saved_output(tmp_path, capsys, monkeypatch, content, culprit):

@@ -237,13 +237,10 @@ def copy_rule(tokenizer, case: Case) -> str:
     return classify(text[earlier[-1].end():], case.reference) if earlier else "other"
 
 
-def r4(x: float) -> float:
-    return round(float(x), 4)
-
-
 def r6(x: float) -> float:
-    """A head's share, as probe.json keeps it: tables round it once more (to 0.1%), and 4 decimals
-    rounded twice (0.006459 as 0.0065, then 0.7%) disagreed with a ratio of the unrounded ones."""
+    """A share, an accuracy or a drop, as probe.json keeps it: the text rounds it once more (to 0.1%), and 4
+    decimals rounded twice (0.006459 as 0.0065, then 0.7%; 1 of 29 right as 0.0345, then 3.5% beside the
+    count's 3.4%) disagreed with the unrounded figure."""
     return round(float(x), 6)
 
 
@@ -251,7 +248,7 @@ def tally(outcomes: Sequence[str]) -> dict:
     """classify's outcomes -> their counts and the accuracy (the antecedent's share; None of no
     outcome: a share of nothing would read as 0%)."""
     counts = {kind: sum(o == kind for o in outcomes) for kind in ("antecedent", "distractor", "other")}
-    return {**counts, "accuracy": r4(counts["antecedent"] / len(outcomes)) if outcomes else None}
+    return {**counts, "accuracy": r6(counts["antecedent"] / len(outcomes)) if outcomes else None}
 
 
 def behaviour(model: GPT, tokenizer, cases: Sequence[Case], device: torch.device,
@@ -395,18 +392,18 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
         grid = [[accuracy([(layer, head)]) for head in range(cfg.n_head)] for layer in range(cfg.n_layer)]
         drop = {mode: torch.tensor([[baseline - cell[mode] for cell in row] for row in grid]) for mode in MODES}
         result["accuracy"] = {mode: [[cell[mode] for cell in row] for row in grid] for mode in MODES}
-        result["drop"] = {mode: [[r4(x) for x in row] for row in drop[mode].tolist()] for mode in MODES}
+        result["drop"] = {mode: [[r6(x) for x in row] for row in drop[mode].tolist()] for mode in MODES}
         # no head where no removal lowers the accuracy (the first of equal heads is no finding): layer and head null
         result["most_harmful"] = {mode: {**(head_dict(top_heads(drop[mode], 1)[0]) if drop[mode].max() > 0
                                             else {"layer": None, "head": None}),
-                                         "drop": r4(drop[mode].max())} for mode in MODES}
-        result["median_drop"] = {mode: r4(drop[mode].median()) for mode in MODES}  # a head's: the lower middle
+                                         "drop": r6(drop[mode].max())} for mode in MODES}
+        result["median_drop"] = {mode: r6(drop[mode].median()) for mode in MODES}  # a head's: the lower middle
         if attention is not None:
             looks = torch.tensor(attention, dtype=torch.float)  # (n_layer, nh)
             best = top_heads(looks, 1)[0]
-            result["most_attention"] = {**head_dict(best), "attention": r4(looks[best]),
-                                        **{f"drop_{m}": r4(drop[m][best]) for m in MODES},
-                                        **{f"rank_{m}": rank_among(result["drop"][m], r4(drop[m][best]))
+            result["most_attention"] = {**head_dict(best), "attention": r6(looks[best]),
+                                        **{f"drop_{m}": r6(drop[m][best]) for m in MODES},
+                                        **{f"rank_{m}": rank_among(result["drop"][m], r6(drop[m][best]))
                                            for m in MODES}}
             together.append(("top two by attention", top_heads(looks, 2)))
         together.append(("top two by zero-ablation drop", harmful_heads(drop["zero"], 2)))
@@ -418,7 +415,7 @@ def ablation(model: GPT, tokenizer, n_stories: int, seed: int, device: torch.dev
             continue  # a model with a single head, or fewer than two heads that matter, has no top two
         acc = accuracy(removed)
         result["together"].append({"what": what, "heads": [head_name(h) for h in removed], "accuracy": acc,
-                                   "drop": {m: r4(baseline - acc[m]) for m in MODES}})
+                                   "drop": {m: r6(baseline - acc[m]) for m in MODES}})
     return result
 
 
