@@ -120,7 +120,8 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
     if h:
         result.append(("  vs transformers generate", cell(
             lambda: f"{h['ratio']:.2f}x ({h['transformers_tokens_per_s']:,.0f} tok/s), same tokens: "
-                    f"{h['same_tokens']}; bandwidth limit {h['bandwidth_limit_tokens_per_s']:,.0f} tok/s",
+                    f"{h['same_tokens']}, logits agree: {h.get('logits_agree', 'not checked')}; bandwidth limit "
+                    f"{h['bandwidth_limit_tokens_per_s']:,.0f} tok/s",
             "unreadable")))
     compiled = read_json(out / "decode_compiled.json").get("vs_hf", {})
     result.append(("  decoding step compiled (--compile)", cell(

@@ -473,7 +473,7 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread, cap
     from scripts import gpu_table
     table = dict(gpu_table.rows(tmp_path, "cpu"))
     assert table["  vs transformers generate"].startswith(f"{h['ratio']:.2f}x (")
-    assert "same tokens: True" in table["  vs transformers generate"]
+    assert "same tokens: True, logits agree: True;" in table["  vs transformers generate"]
     assert "\n| &nbsp;&nbsp;vs transformers generate | " in gpu_table.markdown(gpu_table.rows(tmp_path, "cpu"))
     assert table["decoding 1x2x32, block 32, KV cache"].endswith("x no cache)")
 
