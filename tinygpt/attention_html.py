@@ -38,7 +38,7 @@ SCALE = 1000  # weights stored as integers in units of 1/SCALE (0.1 %)
 # characters of a token the page shows (longer ones are cut with "…"): running text has no column to fit, unlike
 # the tables' MAX_LABEL, where " Northumberland" and " Northumberlands" were both "␣Northumb…"; a word
 # tokenizer's token is as long as a word of the text, so the page's size stays bounded
-PAGE_LABEL = 64
+PAGE_LABEL = 64  # (terminal columns, as token_label counts them: a CJK character takes 2)
 
 
 def recorded(steps: Iterable[Step], sink: list[dict] | deque[dict], temperature: float, top_k: int | None,

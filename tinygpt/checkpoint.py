@@ -662,7 +662,7 @@ def check_archive(path: Path) -> None:
 
 
 SAME_HASH_MAX = 64  # distinct dict keys of one hash in a checkpoint's pickle: a real one has none (keys: texts, ids)
-KEY_SIZE_MAX = 64  # a dict key's size: a real one is a text, an id or a pair of ids (a learned BPE's merges)
+KEY_SIZE_MAX = 64  # a dict key's steps to hash (key_size): a real one is a text, an id or a pair of ids (3)
 KEYS_OF = {"SETITEM": slice(1, 2), "SETITEMS": slice(0, None, 2), "DICT": slice(0, None, 2),
            "ADDITEMS": slice(None), "FROZENSET": slice(None)}  # which popped items an opcode makes keys of
 
@@ -673,11 +673,11 @@ class WalkedTuple(tuple):
 
 
 def key_size(key: Any) -> int:
-    """What hashing `key` costs, in items: a tuple, its items' sizes and 1 (Python hashes every item again, each
-    time: no hash is cached), capped just past KEY_SIZE_MAX; a number, its 64-bit words; a text, 1 (cached)."""
+    """The steps hashing `key` takes: a tuple, 1 and its items' (Python hashes every item again, each time: no
+    hash is cached), capped just past KEY_SIZE_MAX; a number, 1 a 64-bit word; a text, 1 (its hash is cached)."""
     if isinstance(key, WalkedTuple):
         return key.size
-    return key.bit_length() // 64 + 1 if isinstance(key, int) else 1
+    return max(1, (key.bit_length() + 63) // 64) if isinstance(key, int) else 1
 
 
 def check_pickled_keys(data: bytes, path: Path) -> None:
@@ -713,9 +713,10 @@ def check_pickled_keys(data: bytes, path: Path) -> None:
             pushed_from = len(stack)
             for key in items[KEYS_OF[op.name]] if op.name in KEYS_OF else ():
                 if key_size(key) > KEY_SIZE_MAX:
-                    raise UserError(f"{path} is not a checkpoint tinygpt wrote: its pickle builds a dict key of more "
-                                    f"than {KEY_SIZE_MAX} items or 64-bit words (made to make loading it take hours, "
-                                    f"or crash); it was not loaded")
+                    raise UserError(f"{path} is not a checkpoint tinygpt wrote: its pickle builds a dict key that "
+                                    f"takes more than {KEY_SIZE_MAX} steps to hash (a step for each tuple and number "
+                                    f"in it, and for each 64 bits of a number: made to make loading it take hours, or "
+                                    f"crash); it was not loaded")
                 try:
                     same = by_hash.setdefault(hash(key), set())
                 except TypeError:  # (a placeholder holding an unhashable: no key a dict could take)
