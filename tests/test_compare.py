@@ -76,16 +76,17 @@ def test_numbers_no_training_logs_are_a_damaged_metrics_csv(tmp_path, rows, culp
 
 
 @pytest.mark.parametrize("rows, culprit", [
-    ([(0, "4.1", "4.1"), (20, "3.9", "3.9"), (20, "3.0", "3.0")], "row 3 is a second row of step 20 with a val_loss"),
+    ([(0, "4.1", "4.1"), (20, "3.9", "3.9"), (20, "3.0", "3.0")], "row 3 is a second row of step 20 with a val_"),
     ([(0, "4.1", "4.1"), (20, "3.9", "3.9"), (10, "3.8", "3.8")], "row 3 goes back to step 10 after step 20"),
-    ([(0, "4.1", "4.1"), (10, "3.9", "nan"), (20, "3.8", "3.8")], "row 2 has a loss that is not finite, and rows after"),
+    ([(0, "4.1", "4.1"), (10, "3.9", "nan"), (20, "3.8", "3.8")], "row 2 has a loss that is not finite, and rows"),
 ])
 def test_rows_out_of_a_trainings_order_are_a_damaged_metrics_csv(tmp_path, rows, culprit):
     """A second evaluation of step 20 pasted into one seed's metrics.csv set its best val loss (3.9 -> 3.0) and
     counted as a seed of its own in val_loss.png; a nan before the last row (a diverged run's is its last) was
     left out of the figures without a word."""
     run = fake_run(tmp_path / "a", 1, rows)
-    with pytest.raises(UserError, match=re.escape(f"a/metrics.csv is damaged or not a tinygpt metrics file ({culprit}")):
+    damaged = "a/metrics.csv is damaged or not a tinygpt metrics file"
+    with pytest.raises(UserError, match=re.escape(f"{damaged} ({culprit}")):
         compare.main([run, "--out", str(tmp_path / "cmp")])
 
 
