@@ -297,9 +297,25 @@ def test_num_samples_prints_that_many(samples):
 def test_same_seed_same_text(samples, run):
     args = [run, "--prompt", PROMPT, "--max-new-tokens", 40, "--num-samples", 2]
     assert sample_text(args + ["--seed", 7]) == ok(samples["seed7"]).stdout
+    assert sample_text(args + ["--seed", 8]) != samples["seed7"].stdout  # (the seed alone: a seed ignored passed)
     other = sample_text(args + ["--seed", 8, "--top-k", 5, "--top-p", 0.9])
     assert other != samples["seed7"].stdout
     assert all(len(continuation(p)) == 40 for p in split_samples(other))
+
+
+def test_sample_uses_the_kv_cache_unless_told_not_to(run, monkeypatch):
+    """--no-kv-cache inverted (the cache off by default, on with the flag) passed every test: greedy text is the
+    same either way."""
+    import sample
+    caches = []
+    real = sample.generate_steps
+
+    def spy(*args, **kwargs):
+        caches.append(kwargs["use_cache"])
+        return real(*args, **kwargs)
+    monkeypatch.setattr(sample, "generate_steps", spy)
+    args = [run, "--prompt", PROMPT, "--max-new-tokens", 5, "--temperature", 0]
+    assert sample_text(args) == sample_text(args + ["--no-kv-cache"]) and caches == [True, False]
 
 
 def test_dtype_bfloat16_generates_with_bfloat16_weights(run, monkeypatch):
@@ -592,6 +608,19 @@ def test_an_older_checkpoint_without_rows_says_what_a_deleted_metrics_csv_loses(
     assert train.main(base + ["--resume"])["step"] == 20
     assert (f"note: {out / 'metrics.csv'} is missing, and {out / 'ckpt.pt'} (from an older tinygpt) does not carry "
             f"its rows: the loss curve starts at step 10") in capsys.readouterr().err
+
+
+def test_an_older_checkpoint_resumes_from_the_rows_up_to_its_step(tmp_path):
+    """Its rows are metrics.csv's, up to its step: the rows after it (a run killed before its next save) are
+    trained again, so kept they would be written twice."""
+    from tinygpt import runs
+    rows = [{"step": 0, "train_loss": "4.2", "val_loss": "4.2"},
+            {"step": 10, "train_loss": "4.1", "tokens_per_s": "100"},
+            {"step": 10, "train_loss": "4.0", "val_loss": "4.0"},
+            {"step": 20, "train_loss": "3.9", "tokens_per_s": "100"}]
+    runs.write_metrics(tmp_path, rows)
+    kept, note = runs.resumed_metrics(tmp_path, {"step": 10})  # (no metrics_csv: from an older tinygpt)
+    assert [float(r["step"]) for r in kept] == [0, 10, 10] and note is None
 
 
 def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(tmp, capsys):

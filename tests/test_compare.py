@@ -8,6 +8,7 @@ import csv
 import errno
 import io
 import json
+import math
 import os
 import re
 import struct
@@ -946,6 +947,9 @@ def test_a_run_diverged_at_its_first_eval_names_no_checkpoint_it_lacks(tmp_path)
     assert runs.summarize_run(run)["status"] == "diverged at step 0"
     trained_on(run, "a" * 64, step=0)  # with its checkpoint, where a resume starts is said
     assert runs.summarize_run(run)["status"] == "diverged at step 0 (ckpt.pt: step 0)"
+    # the val loss alone not finite (train.py's row of a diverged eval: the train loss was finite)
+    run = config_run(tmp_path / "v", [(0, "4.1", "4.1"), (10, "3.9", "nan")], **{"train.max_iters": 40})
+    assert runs.summarize_run(run)["status"] == "diverged at step 10"
 
 
 def test_runs_of_one_config_on_other_process_counts_are_different_settings(tmp_path):
@@ -1166,6 +1170,10 @@ def test_a_runs_summary_takes_the_best_val_loss_the_median_speed_and_the_longest
     assert summary["best_val_loss"] == 1.0
     assert summary["tokens_per_s"] == 10.0
     assert summary["wall_s"] == 9.0
+    rows = runs.read_metrics(run, as_text=True)[:-1]  # two log rows, 10 and 10 tokens/s, and one of 30: the middle two's mean
+    runs.write_metrics(run, [*rows, {"step": 30, "train_loss": "2.3", "tokens_per_s": "30", "elapsed_s": "6.0"},
+                             {"step": 40, "train_loss": "2.2", "tokens_per_s": "20", "elapsed_s": "6.5"}])
+    assert runs.summarize_run(run)["tokens_per_s"] == 15.0  # (an even count: not the lower middle, 10)
 
 
 def test_a_seed_trained_twice_is_drawn_at_the_mean_of_its_runs():
@@ -1649,6 +1657,23 @@ def test_student_t_past_30_degrees_of_freedom():
     """32 seeds (31 degrees of freedom) took the normal's 1.96, an interval 4% narrow: t is 2.0395 there."""
     from tinygpt import report
     assert [round(report.t95(df), 4) for df in (2, 30, 31, 60, 120)] == [4.3027, 2.0423, 2.0395, 2.0003, 1.9799]
+
+
+def test_every_t_quantile_is_students_t_computed_here():
+    """The table's 30 values (only 2 and 30 degrees of freedom were checked: a wrong one for 3 passed) and the
+    expansion past them, against quantiles computed here from t's density (Simpson's rule, then bisection)."""
+    from tinygpt import report
+
+    def upper_half(t: float, df: int, n: int = 800) -> float:  # P(0 <= T <= t)
+        c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+        h = t / n
+        weights = [1] + [4 if i % 2 else 2 for i in range(1, n)] + [1]
+        return h / 3 * sum(w * c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i, w in enumerate(weights))
+    for df in [*range(1, 31), 31, 45, 100]:
+        lo, hi = 1.9, 13.0
+        for _ in range(36):
+            lo, hi = ((lo + hi) / 2, hi) if upper_half((lo + hi) / 2, df) < 0.475 else (lo, (lo + hi) / 2)
+        assert report.t95(df) == pytest.approx(lo, abs=2e-6), df
 
 
 def test_single_runs_are_said_to_be_single_and_best_val_loss_what_it_is(tmp_path):
