@@ -1170,7 +1170,7 @@ def test_a_runs_summary_takes_the_best_val_loss_the_median_speed_and_the_longest
     assert summary["best_val_loss"] == 1.0
     assert summary["tokens_per_s"] == 10.0
     assert summary["wall_s"] == 9.0
-    rows = runs.read_metrics(run, as_text=True)[:-1]  # two log rows, 10 and 10 tokens/s, and one of 30: the middle two's mean
+    rows = runs.read_metrics(run, as_text=True)[:-1]  # log rows of 10, 10, then 30 and 20 tokens/s: median 15
     runs.write_metrics(run, [*rows, {"step": 30, "train_loss": "2.3", "tokens_per_s": "30", "elapsed_s": "6.0"},
                              {"step": 40, "train_loss": "2.2", "tokens_per_s": "20", "elapsed_s": "6.5"}])
     assert runs.summarize_run(run)["tokens_per_s"] == 15.0  # (an even count: not the lower middle, 10)
