@@ -49,6 +49,27 @@ def test_a_file_changed_while_it_is_prepared_is_refused_and_leaves_no_folder(tmp
     assert data.meta["chars"] == len(text.read_text()) == 2300
 
 
+def test_a_preparation_another_process_finished_first_is_kept(tmp_path, monkeypatch):
+    """Two processes preparing the same data at once: whichever renames its folder in first stays, and the other
+    drops its own (replacing it always passed every test)."""
+    text = tmp_path / "corpus.txt"
+    text.write_text("the cat sat on the mat\n" * 200)
+    cfg = config(text, tmp_path / "prepared")
+    out = prep.prepare(cfg, show_progress=False)
+    shutil.copytree(out, tmp_path / "theirs")
+    shutil.rmtree(out)
+    check, theirs = prep._check_unchanged, []
+
+    def the_other_finishes_first(*args, **kwargs):  # (ours is written, not yet renamed into place)
+        shutil.copytree(tmp_path / "theirs", out)
+        theirs.append(os.stat(out / "meta.json").st_ino)
+        return check(*args, **kwargs)
+    monkeypatch.setattr(prep, "_check_unchanged", the_other_finishes_first)
+    assert prep.prepare(cfg, show_progress=False) == out
+    assert os.stat(out / "meta.json").st_ino == theirs[0]  # theirs stayed
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # and ours is gone, temp folder and all
+
+
 def test_a_file_added_to_a_folder_dataset_while_it_is_prepared_is_named(tmp_path, monkeypatch):
     (tmp_path / "books").mkdir()
     (tmp_path / "books" / "a.txt").write_text("one story\n" * 50)
