@@ -993,8 +993,10 @@ def train(args: argparse.Namespace, cfg: Config, dist: Distributed, held: Callab
         sys.exit(run.exit_code)
     if dist.master:
         force = [] if cfg.model.causal else ["--force"]  # sample.py refuses a model trained without the mask
-        # training time as metrics.csv's elapsed_s (and a sweep's wall_s) has it; in all: saves and the picture too
-        print(f"{why}: step {run.step}, best val loss {run.best_val:.4f}, {run.elapsed:.1f} s of training "
+        # training time as metrics.csv's elapsed_s (and a sweep's wall_s) has it, to 3 decimals, then to 1 (0.3504
+        # straight to 1 read 0.4 beside the file's 0.350, 0.3); in all: saves and the picture too
+        trained = float(f"{run.elapsed:.3f}")
+        print(f"{why}: step {run.step}, best val loss {run.best_val:.4f}, {trained:.1f} s of training "
               f"({time.perf_counter() - speed['t_start']:.1f} s in all); "
               f"sample with: {shell_join(['python', script_word('sample.py'), path_word(out_dir), *force])}")
     return {"step": run.step, "best_val_loss": run.best_val, "out_dir": str(out_dir)}
