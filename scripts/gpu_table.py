@@ -133,7 +133,8 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
     # a rehearsal's torchrun runs on the CPU: gloo (its device name is the CPU's, "AMD EPYC", where --device is not
     # given: the stages' JSON says which device they ran on)
     ran_on = next((d for d in (read_json(out / f"{s}.json").get("device") for s in BENCH_STAGES) if d), None)
-    backend = "gloo" if (ran_on == "cpu" if ran_on else device.startswith("cpu")) else "NCCL"
+    on_cpu = ran_on == "cpu" if ran_on else device.startswith("cpu")
+    backend = "gloo" if on_cpu else "NCCL"
     result.append((f"torchrun, 1 process ({backend} starts; no collective)",  # (one process wraps no DDP)
                    "ok" if status.get("ddp") == "exit 0" else failed("ddp")))
     return result
