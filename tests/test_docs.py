@@ -106,3 +106,16 @@ def test_the_attention_steps_are_numbered_alike_in_the_model_the_design_and_the_
     for n, name in enumerate(steps, 1):
         assert f"{n}) {name}" in forward and f"{n}) {name}" in design and f"{n}. **{name}" in notebook, (n, name)
     assert "# 3) scores" in formula and "# 4) weight the values" in formula and "3a)" not in formula
+
+
+def test_the_design_synopsis_of_sample_py_shows_its_exclusive_flags_as_one_choice():
+    """docs/design.md listed --interactive apart from [--prompt TEXT | --prompt-file FILE], as if it went with
+    either, where sample.py refuses --interactive beside them (`not allowed with argument`)."""
+    import sample
+    design = (ROOT / "docs" / "design.md").read_text()
+    synopsis = design[design.index("python sample.py RUN_DIR_OR_CKPT"):design.index("python -m data.prepare")]
+    choices = [{flag.split()[0] for flag in group.split(" | ")} for group in re.findall(r"\[([^\]]*\|[^\]]*)\]",
+                                                                                      synopsis)]
+    for group in sample.build_parser()._mutually_exclusive_groups:
+        flags = {action.option_strings[0] for action in group._group_actions}
+        assert flags in choices, (flags, choices)
