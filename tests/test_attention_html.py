@@ -586,6 +586,18 @@ def test_each_of_16_heads_has_its_own_colour_and_a_slid_window_is_said(tmp_path)
         assert said == (k in slid), (k, tokens[k]["title"])
 
 
+def test_a_token_drawn_from_one_token_says_token_not_tokens(tmp_path):
+    """The first token after a one-token prompt read 'from a context of 1 tokens' on hover."""
+    browser()  # skip early without one
+    model, tok = tiny_model()
+    data, page, ids, steps = generated_page(model, tok, prompt="T")
+    path = tmp_path / "explorer.html"
+    path.write_text(page, encoding="utf-8")
+    tokens = rendered(path, "")
+    assert data["first_generated"] == 1
+    assert "from a context of 1 token; top" in tokens[1]["title"], tokens[1]["title"]
+    assert "from a context of 2 tokens; top" in tokens[2]["title"], tokens[2]["title"]
+
 def test_a_long_text_shows_its_last_tokens_not_its_first():
     """The window is the last block_size tokens, the ones the model sees when it generates the next."""
     from tinygpt.attention_view import window_traces
