@@ -111,6 +111,16 @@ def test_design_md_draws_the_worked_example_as_the_formatter_prints_it():
     assert [row[6:] for row in rows] == [line.split() for line in percents.splitlines()[1:]]
 
 
+def test_the_legend_explains_only_the_escapes_of_the_tokens_shown():
+    """The legend's notes ('\\n' = newline) are for the labels in the tables: a token cropped into 'earlier' gets none."""
+    from model import HeadTrace
+    weights = masked_softmax(torch.zeros(4, 4), causal_mask(4, 4))[None, None]  # (1, 1, T, T)
+    labels = ["\\n", "a", "b", "c"]
+    assert "newline" in attention_view.attention_tables([HeadTrace(weights, None)], labels, last=4)
+    cropped = attention_view.attention_tables([HeadTrace(weights, None)], labels, last=2)
+    assert "newline" not in cropped and "summed weight on the 2 keys before" in cropped
+
+
 def test_wide_characters_keep_the_columns_aligned():
     """Widths were counted in characters: a row or column labelled '猫' or '😀' (two terminal columns
     each) pushed its cells one column right of the others'."""
@@ -121,6 +131,7 @@ def test_wide_characters_keep_the_columns_aligned():
     # marks of combining class 0 are drawn on the character before too: a Thai vowel sign (U+0E34), a
     # Devanagari one (U+0941), an emoji's variation selector (U+FE0F) were counted as a column each
     assert [attention_view.columns(t) for t in ("กิน", "गुरु", "\u2764\ufe0f", "\u25cc\u0e31")] == [2, 2, 1, 1]
+    assert attention_view.columns("\uff21\uff11") == 4  # fullwidth A and 1 (East Asian width F): two columns each
     grid = attention_view.format_grid([["100", "."], ["40", "60"]], ["กิน", "the"], ["กิน", "the"])
     assert len({attention_view.columns(line) for line in grid.splitlines()}) == 1, grid
 

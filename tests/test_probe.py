@@ -585,6 +585,7 @@ def test_a_ratio_under_one_is_printed_under_one():
         assert line.endswith(f"({shown} the distractor's: it attends more to the distractor's)") and "1.0x" not in line
     assert times(0.9996) == "0.99x" and times(0.031) == "0.031x" and times(1.64) == "1.6x"
     assert coreference.ratio(0.99996, 1.0) < 1 and coreference.ratio(0.5, 0.25) == 2.0  # (r4 rounded it up to 1.0)
+    assert coreference.ratio(0.9999996, 1.0) == 0.999999  # (6 decimals would round it up to 1.0)
     from tinygpt.report import _num
     assert _num("attribute_ratio", 0.96) == "0.96x"  # the sweep and compare tables said 1.0x
 

@@ -9,6 +9,7 @@ import io
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -396,6 +397,38 @@ def test_a_damaged_event_file_is_named_not_blamed_on_a_session_without_the_flag(
     steps, unreadable = tensorboard_log.logged_steps(tmp_path / "tensorboard", 20)
     assert unreadable == [written] and steps.get("train/loss", set()) < {0, 10, 20}
 
+
+def test_the_step_a_later_session_purges_from_counts_as_dropped(tmp_path):
+    """A session started at purge_step=5 drops step 5 too (TensorBoard keeps steps below it): a resume must log it
+    again, or its curves have a gap there."""
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+    from tinygpt import tensorboard_log
+    board = tmp_path / "tensorboard"
+    writer = SummaryWriter(str(board))
+    for step in (4, 5, 6):
+        writer.add_scalar("train/loss", 2.0, step)
+    writer.close()
+    time.sleep(1.1)  # (the event file's name starts with its second: the later session's sorts after it)
+    SummaryWriter(str(board), purge_step=5).close()
+    assert tensorboard_log.logged_steps(board, 10) == ({"train/loss": {4}}, [])
+
+
+def test_an_event_file_with_a_few_bytes_past_its_last_record_is_named_damaged(tmp_path):
+    """Fewer bytes after the last record than a record's header: TensorBoard's loader reads the records and stops
+    without a word, so the file must be counted as damaged, not as whole."""
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+    from tinygpt import tensorboard_log
+    board = tmp_path / "tensorboard"
+    writer = SummaryWriter(str(board))
+    writer.add_scalar("train/loss", 2.0, 10)
+    writer.close()
+    written = next(board.iterdir())
+    assert tensorboard_log.logged_steps(board, 20) == ({"train/loss": {10}}, [])
+    with open(written, "ab") as f:
+        f.write(b"junk!")
+    assert tensorboard_log.logged_steps(board, 20) == ({"train/loss": {10}}, [written])
 
 def test_the_images_name_the_run_when_its_folder_is_given_as_a_dot(tmp_path, monkeypatch):
     # train.out_dir=. titled every attention image ", step 2, layer 0: ..."

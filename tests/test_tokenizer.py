@@ -792,6 +792,18 @@ def test_unknown_characters_beyond_ten_are_cut_short():
     msg = str(err.value)
     assert msg.startswith("text has 13 character(s) not in the char vocabulary: '0', '1', '2', '3', '4', '5', "
                           "'6', '7', '8', '9', ...; ")
+    with pytest.raises(UserError) as err:  # ten: every one shown, nothing cut
+        tok.encode("a0123456789")
+    assert str(err.value).startswith("text has 10 character(s) not in the char vocabulary: '0', '1', '2', '3', '4', "
+                                     "'5', '6', '7', '8', '9'; ")
+
+
+def test_the_closest_word_keeps_the_typed_words_leading_space():
+    """Of two spellings of the closest word, with and without the leading space, the one like the typed piece."""
+    tok = WordTokenizer(["hello", " hello"])
+    assert tok.closest(" helo") == [" hello"] and tok.closest("helo") == ["hello"]
+    tok = WordTokenizer([" hello", "hello"])  # whichever comes first in the vocabulary
+    assert tok.closest(" helo") == [" hello"] and tok.closest("helo") == ["hello"]
 
 
 @pytest.mark.parametrize("kind", [CharTokenizer, WordTokenizer])
