@@ -1095,3 +1095,21 @@ def test_files_of_holes_are_refused_before_they_are_read(tmp_path, monkeypatch):
     events.write_bytes(bytes(1 << 20))  # (zeros: every record length 0)
     assert tensorboard_log.whole_records(sparse(events)) == float("inf")
     assert time.monotonic() - started < 10
+
+
+def test_the_runs_and_preparations_inside_a_folder_are_read_up_to_the_limit(tmp_path):
+    """A folder's first `limit` entries are read (a home folder is not read whole): every one of them, not one
+    fewer (a mutation round found no test of the bound)."""
+    from tinygpt import runs
+    for name in ("a", "b", "c"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "ckpt.pt").touch()
+        (tmp_path / "prepared" / name).mkdir(parents=True)
+        for file in ("meta.json", "train.bin"):
+            (tmp_path / "prepared" / name / file).touch()
+    (tmp_path / "runs" / "not_a_run").mkdir()
+    assert runs.runs_inside(tmp_path / "runs") == ["a", "b", "c"]
+    assert runs.prepared_inside(tmp_path / "prepared", limit=3) == ["a", "b", "c"]
+    assert runs.runs_inside(tmp_path / "runs", limit=4) == ["a", "b", "c"]  # (4 entries: one is no run)
+    assert len(runs.prepared_inside(tmp_path / "prepared", limit=1)) == 1
+    assert runs.prepared_inside(tmp_path / "prepared", limit=0) == []
