@@ -6,7 +6,8 @@
 The export holds the weights (model.safetensors), config.json, generation_config.json and the
 tokenizer (tokenizer.json), so `transformers.pipeline("text-generation", model=OUT_DIR)` works
 without tinygpt. The mapping between the two (tinygpt's GPT *is* GPT-2's architecture) is in
-tinygpt/hf.py; both directions need the optional `safetensors` and `tokenizers` packages.
+tinygpt/hf.py; the export needs the optional `safetensors` and `tokenizers` packages, the import
+`safetensors` alone (to read model.safetensors).
 The output folder appears whole or not at all; it must be new, empty or an earlier output (which
 --force replaces), outside the source.
 """

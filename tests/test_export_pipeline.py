@@ -364,3 +364,9 @@ def test_export_without_the_optional_packages_is_one_line(tmp_path, monkeypatch,
     with pytest.raises(UserError, match="needs the safetensors package: pip install safetensors"):
         export.main([str(tiny_stories_run), str(tmp_path / "p1" / "p2" / "hf")])
     assert not (tmp_path / "p1").exists()
+    # the import reads no tokenizer.json: it needs safetensors alone, as the docs say
+    monkeypatch.delitem(sys.modules, "safetensors.torch")
+    export.main([str(tiny_stories_run), str(tmp_path / "hf")])
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
+    assert (tmp_path / "back" / "ckpt.pt").is_file()

@@ -42,8 +42,8 @@ place (`whole_folder`), so Ctrl-C leaves nothing behind and two runs into one fo
 files. So the folder must be new, empty, or hold only an earlier output (replaced with --force): a
 file of the user's there would be lost with it, and is refused; so is the source folder or one inside it.
 
-The `safetensors` and `tokenizers` packages (both come with transformers) are optional
-dependencies of the export and the import alone; they are imported when needed.
+The `safetensors` and `tokenizers` packages (both come with transformers) are optional dependencies,
+imported when needed: the export needs both, the import `safetensors` alone (for model.safetensors).
 """
 from __future__ import annotations
 
