@@ -5,7 +5,7 @@
 (run from the repository root). Builds the page of a 4-layer, 4-head model over 128 tokens (at
 initialisation, and with 20x sharper queries, which put most weights near 0 as a trained model
 does), prints its size, and, when Chromium is installed, the mean time of one full re-render (a
-query and a head picked, all heads and single heads alternating, 100 renders) in headless Chromium.
+query and a head picked, all heads and each single head in turn alternating, 100 renders) in headless Chromium.
 Ends with one JSON line.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ from tinygpt.tokenizer import WordTokenizer
 
 TIMING = """<script>
 const t0 = performance.now();
-for (let i = 0; i < 100; i++) { state.head = i % 2 ? "all" : i % 4; state.query = (7 * i) % 128; render(); }
+for (let i = 0; i < 100; i++) { state.head = i % 2 ? "all" : (i >> 1) % D.n_head; state.query = (7 * i) % 128; render(); }
 document.getElementById("title").textContent = "RENDER_MS=" + ((performance.now() - t0) / 100).toFixed(2);
 </script>
 </body>"""

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import ROOT
 from tinygpt.errors import UserError, run_cli
@@ -878,6 +879,28 @@ def test_explorer_bench_sizes_are_the_ones_docs_attention_quotes(tmp_path, capsy
     quoted = re.search(r"The pages are ([\d,]+) and ([\d,]+) bytes", doc)
     assert quoted, "docs/attention.md no longer quotes the explorer's sizes as this test reads them"
     assert [int(q.replace(",", "")) for q in quoted.groups()] == [printed["init_bytes"], printed["sharp_bytes"]]
+
+
+def test_explorer_bench_times_every_single_head_and_all_heads(tmp_path):
+    """The timed renders alternated all heads with `i % 4` on the even i: heads 0 and 2, never 1 or 3."""
+    browser = next((shutil.which(b) for b in ("chromium", "chromium-browser") if shutil.which(b)), None)
+    if browser is None:
+        pytest.skip("no headless browser (chromium) found")
+    module = script("explorer_bench")
+    text = "the cat sat on the mat and the dog sat too"
+    tok = module.WordTokenizer.from_text(text)
+    torch.manual_seed(0)
+    model = module.GPT(module.ModelConfig(block_size=16, n_layer=1, n_head=4, n_embd=16,
+                                          vocab_size=tok.vocab_size)).eval()
+    page = module.attention_html.explorer_html(module.attention_html.explorer_data(model, tok, tok.encode(text)))
+    record = ("<script>const heads = new Set(); const drawn = render; "
+              "render = () => { heads.add(String(state.head)); drawn(); };</script>")
+    report = '<script>document.body.dataset.heads = [...heads].sort().join(",");</script></body>'
+    path = tmp_path / "timed.html"
+    path.write_text(page.replace("</body>", record + module.TIMING.replace("</body>", report)), encoding="utf-8")
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert 'data-heads="0,1,2,3,all"' in done.stdout, re.findall(r'data-heads="[^"]*"', done.stdout)
 
 
 def stand_in_browser(tmp_path, monkeypatch, script_body: str):
