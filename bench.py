@@ -107,6 +107,20 @@ class TrainBench:
                           t.grad_accum, t.grad_clip, t.lr)
 
 
+def training_table(train: dict[str, dict], peaks: dict[str, float], base: str) -> str:
+    """bench_training's results (with their MFU) as the printed table, one row per dtype."""
+    ranges = {d: "{:.1f}-{:.1f}".format(*r["step_ms_range"]) for d, r in train.items()}
+    # 79 columns (at 82 an 80-column terminal wrapped each row's peak); a range wider than its 14 (five-digit
+    # ms, a CPU without native bfloat16) widens the column, so that a space still parts it from the median
+    width = max(14, 1 + max(map(len, ranges.values())))
+    lines = [f"{'dtype':<10}{'ms/step':>10}{'range':>{width}}{'tokens/s':>12}{'vs ' + base:>12}{'MFU':>8}"
+             f"{'peak GFLOP/s':>13}"]
+    for d, r in train.items():
+        lines.append(f"{d:<10}{r['step_ms']:>10.1f}{ranges[d]:>{width}}{r['tokens_per_s']:>12,.0f}"
+                     f"{r['tokens_per_s'] / train[base]['tokens_per_s']:>11.2f}x{r['mfu']:>8.1%}{peaks[d] / 1e9:>13.0f}")
+    return "\n".join(lines)
+
+
 def bench_training(cfg: Config, data, dtypes: list[str], device: torch.device, steps: int,
                    compile: bool) -> dict[str, dict]:
     """Median step time per dtype, the dtypes' steps interleaved so noise hits all alike."""
@@ -732,12 +746,7 @@ def run_benchmarks(args, dtypes: list[str]) -> dict:
         res["train"] = train
         base = dtypes[0]
         print(f"training  {res['model']}, {device}, torch {torch.__version__}, {count(res['threads'], 'thread')}")
-        print(f"{'dtype':<10}{'ms/step':>10}{'range':>14}{'tokens/s':>12}{'vs ' + base:>12}{'MFU':>8}"
-              f"{'peak GFLOP/s':>13}")  # (79 columns: at 82 an 80-column terminal wrapped each row's peak)
-        for d, r in train.items():
-            lo, hi = r["step_ms_range"]
-            print(f"{d:<10}{r['step_ms']:>10.1f}{f'{lo:.1f}-{hi:.1f}':>14}{r['tokens_per_s']:>12,.0f}"
-                  f"{r['tokens_per_s'] / train[base]['tokens_per_s']:>11.2f}x{r['mfu']:>8.1%}{peaks[d] / 1e9:>13.0f}")
+        print(training_table(train, peaks, base))
     if args.loss_steps:
         res["loss_after_steps"] = {"steps": args.loss_steps, **loss_parity(cfg, data, dtypes, device, args.loss_steps)}
         last = "the last step's" if args.loss_steps == 1 else f"the mean of the last {min(10, args.loss_steps)}"

@@ -924,3 +924,19 @@ def test_the_model_memory_check_counts_each_layers_modules():
     assert sum(runtime.model_memory(deep).values()) > 300e9
     with pytest.raises(UserError, match="layers' modules"):
         runtime.check_memory(runtime.model_memory(deep), torch.device("cpu"), "the --gen-* model", "lower --gen-layers")
+
+
+def test_the_training_tables_columns_stay_apart_when_a_range_is_long():
+    """A bfloat16 step of 35,972.9 ms ranging 23,300.6-48,755.0 printed `35972.923300.6-48755.0`: the range was
+    wider than its 14 columns, and nothing parted it from the median."""
+    import bench
+    train = {"float32": {"step_ms": 530.0, "step_ms_range": (520.0, 540.0), "tokens_per_s": 241.7, "mfu": 0.2},
+             "bfloat16": {"step_ms": 35972.9, "step_ms_range": (23300.6, 48755.0), "tokens_per_s": 3.6, "mfu": 0.001}}
+    table = bench.training_table(train, {"float32": 5e10, "bfloat16": 2e10}, "float32")
+    header, *rows = table.splitlines()
+    assert header.split() == ["dtype", "ms/step", "range", "tokens/s", "vs", "float32", "MFU", "peak", "GFLOP/s"]
+    assert rows[1].split() == ["bfloat16", "35972.9", "23300.6-48755.0", "4", "0.01x", "0.1%", "20"]
+    assert rows[0].split() == ["float32", "530.0", "520.0-540.0", "242", "1.00x", "20.0%", "50"]
+    assert len({len(line) for line in table.splitlines()}) == 1  # (the columns line up)
+    short = bench.training_table({"float32": train["float32"]}, {"float32": 5e10}, "float32")
+    assert max(map(len, short.splitlines())) == 79  # (an 80-column terminal does not wrap it)
