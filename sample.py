@@ -585,14 +585,17 @@ def output_locks(args) -> ExitStack:
 
 
 def generate_samples(model: GPT, tokenizer, prompt: str, args, out, gen: torch.Generator,
-                     threads: ThreadPolicy | None = None, decode_step: Callable | None = None) -> list[str]:
+                     threads: ThreadPolicy | None = None, decode_step: Callable | None = None,
+                     before: str = "") -> list[str]:
     """num_samples continuations of one prompt, printed as main describes; returns the texts.
-    `decode_step`: the compiled decoding step (--compile), else None."""
+    `decode_step`: the compiled decoding step (--compile), else None. `before`: printed first, once the
+    prompt is encoded (a prompt the vocabulary refuses prints nothing)."""
     try:
         ids = encode_prompt(tokenizer, prompt)
     except UserError as e:
         raise UserError(f"{e}; see the whole vocabulary with: "
                         f"{shell_join(['python', script_word('sample.py'), path_word(args.run), '--list-vocab'])}") from None
+    out.write(before)
     idx = torch.tensor([ids], dtype=torch.long, device=gen.device)  # (1, T)
     heatmaps = []
     if args.show_attention and args.attention_of == "prompt":
@@ -753,9 +756,10 @@ def interactive(model: GPT, tokenizer, args, out, gen: torch.Generator, threads:
         try:
             prompt = decode_prompt(text_bytes(line, named) if isinstance(line, str) else line, named)
             gen.manual_seed(args.seed)  # each answer is the one `--prompt LINE` gives, whatever came before
-            if samples and args.num_samples > 1:  # a line's answers parted from the last line's, as its samples are
-                out.write("\n" + ANSWERS_RULE + "\n")  # from each other (piped, they ran on unparted)
-            samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step)
+            # a line's answers parted from the last line's, as its samples are from each other (piped, they ran on
+            # unparted); printed once the line is encoded: a refused line left an empty answer between two rules
+            rule = "\n" + ANSWERS_RULE + "\n" if samples and args.num_samples > 1 else ""
+            samples += generate_samples(model, tokenizer, prompt, args, out, gen, threads, decode_step, rule)
         except UserError as e:
             which = "" if isinstance(line, str) or named in str(e) else f"{named}: "
             print(error_line(f"error: {which}{e}"), file=sys.stderr)

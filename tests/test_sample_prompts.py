@@ -134,6 +134,14 @@ def test_interactive_parts_each_lines_samples_from_the_next_lines(tiny_stories_r
                                                 f"{b}\n\n{sample.SAMPLES_RULE}\n{b}\n")
     _, printed = run_sample([tiny_stories_run, "--interactive", *GREEDY], "\n".join(prompts) + "\n", monkeypatch)
     assert sample.ANSWERS_RULE not in printed  # (one sample a line: each answer is its line, as before)
+    # a line the vocabulary refuses between them prints no answer, and no rule of its own: it printed a rule before
+    # encoding the line, so an empty answer stood between two rules
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"Mia had\nThe dog ~\nThen she\n"), encoding="utf-8"))
+    with pytest.raises(UserError, match="^1 of the 3 lines of standard input was refused"):
+        sample.main([str(tiny_stories_run), "--interactive", "--num-samples", "2", *GREEDY], out=out)
+    assert out.getvalue() == (f"{a}\n\n{sample.SAMPLES_RULE}\n{a}\n\n{sample.ANSWERS_RULE}\n"
+                              f"{b}\n\n{sample.SAMPLES_RULE}\n{b}\n")
 
 
 def test_interactive_sampled_answers_are_the_prompts_own(tiny_stories_run, monkeypatch):
