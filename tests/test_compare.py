@@ -724,6 +724,15 @@ def test_a_path_with_spaces_is_cut_to_its_file_name_in_a_legend():
         == ["dataset=v1/in.txt", "dataset=v2/in.txt"]
 
 
+def test_a_long_tick_label_is_cut_after_a_late_underscore_or_at_the_width():
+    """A piece longer than a line is cut after its last '_' or '-' within the width, where that leaves over half a
+    line; an earlier one would leave a sliver of a line ('a_'), so it is cut at the width instead."""
+    assert plots.wrapped("a_verylongfilenamewithoutbreaks_v2.txt") == "a_verylongfilenamewi\nthoutbreaks_v2.txt"
+    assert plots.wrapped("abcdefghij_klmnopqrstuvwxyz_0123456789.txt") == \
+        "abcdefghij_\nklmnopqrstuvwxyz_\n0123456789.txt"
+    assert plots.wrapped("dataset=/data/d1/train v2.txt") == "dataset=/data/d1/\ntrain v2.txt"
+
+
 # ---- the pictures: lines told apart however many, points at their ticks, labels as the reader sees them ----
 
 

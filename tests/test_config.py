@@ -283,6 +283,7 @@ def test_a_key_that_is_not_a_name_is_refused(tmp_path, text, expected):
     ("train: {threads: -1}", ["train.threads=-1", "0..1024"]),  # torch.set_num_threads(-1): a RuntimeError traceback
     ("train: {min_lr: -0.0001}", ["train.min_lr=-0.0001", "[0, train.lr="]),  # the cosine decay ends at a negative rate
     ("data: {stories_chars: 9999}", ["data.stories_chars=9999", ">= 10000"]),
+    ("train: {seed: 9223372036854775807}", ["train.seed=9223372036854775807", "[0, 2**63 - 1)"]),  # torch's limit
 ])
 def test_impossible_values_are_refused(tmp_path, text, expected):
     path = write(tmp_path, text + "\n")
@@ -290,6 +291,14 @@ def test_impossible_values_are_refused(tmp_path, text, expected):
     assert str(path) in message
     for part in expected:
         assert part in message, (part, message)
+
+
+def test_the_values_at_the_edges_of_their_ranges_are_accepted(tmp_path):
+    """The bounds the refusals above name are the ones accepted: the largest seed, the fewest story characters, a
+    min_lr equal to lr (no decay)."""
+    path = write(tmp_path, "train: {seed: 9223372036854775806, lr: 0.001, min_lr: 0.001}\ndata: {stories_chars: 10000}\n")
+    cfg = load_config(path)
+    assert (cfg.train.seed, cfg.train.min_lr, cfg.data.stories_chars) == (2**63 - 2, 0.001, 10_000)
 
 
 def test_a_path_from_a_block_scalar_loses_its_final_line_break(tmp_path):

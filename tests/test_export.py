@@ -921,7 +921,8 @@ def test_import_refuses_attention_tinygpt_lacks(tmp_path):
     """Attention scaled by 1/layer or with cross-attention: GPT-2 variants tinygpt's GPT cannot compute."""
     run, config = export_run(tmp_path)
     for change, what in [({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=true"),
-                         ({"add_cross_attention": True}, "add_cross_attention=true")]:
+                         ({"add_cross_attention": True}, "add_cross_attention=true"),
+                         ({"scale_attn_weights": False}, "scale_attn_weights=false")]:  # (no 1/sqrt(hs): other maths)
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
         with pytest.raises(UserError, match=f"config.json: {what} cannot be represented by tinygpt's GPT"):
             hf.load_hf_gpt2(tmp_path / "hf")
