@@ -49,7 +49,10 @@ probe.json in the run directory, so a rerun does not probe again (unless --probe
 
 Each run reads the config file as it starts: one edited during the sweep so that it gives a run other
 settings than planned (an edited comment does not) leaves that run `not started (config edited)`, exit 1,
-rather than mix two configs in one report; a data.dataset file edited meanwhile, `not started (data edited)`.
+rather than mix two configs in one report; a data.dataset file edited meanwhile, `not started (data edited)`. An edit
+in the seconds a run takes to read them, after the sweep's last look, is found in the run's ckpt.pt once it has
+trained: `not as planned (config edited as it started)` (or data), exit 1, left out of the means; remove its folder to
+train it again.
 
 Each run is `python train.py ...` in a subprocess, not train.main() in this process: a crash, an
 out-of-memory kill or a user error in one run is reported (a signal by its name, `killed by
@@ -95,7 +98,7 @@ import torch
 from data.prepare import BUILTIN, check_block_fits, fingerprint, prepare, prepared_dir, read_json, same_dataset
 from model import ModelConfig
 from tinygpt.checkpoint import (check_init_tokenizer, check_writable, checkpoint_config, load_checkpoint, load_model,
-                                peek_checkpoint, resolve_checkpoint)
+                                peek_checkpoint, resolve_checkpoint, saved_step_and_data)
 from tinygpt.config import (FROM_WEIGHTS, MAX_INT, Config, all_keys, check_type, config_source, flat_config,
                             load_config, parse_overrides, read_yaml, unknown_key)
 from tinygpt.coreference import check_stories, held_out_seed, probe
@@ -115,6 +118,9 @@ UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # anything else in a run directory n
 MAX_NAME = 120
 NOT_AS_PLANNED = "not started (config edited)"  # the status of a run the sweep did not start: config_edited
 DATA_EDITED = "not started (data edited)"  # and of one whose data.dataset changed since the sweep planned: data_edited
+# the status of a run that trained on a config or data.dataset file edited in the seconds it took to read them (after
+# the sweep's last look): trained_otherwise, from its ckpt.pt
+TRAINED_OTHERWISE = "not as planned ({} edited as it started)"
 # runs in one sweep (combinations x seeds): planning reads the config file once per run (2-3 ms,
 # so 10,000 took 30 s just to plan), and each run takes seconds to hours: more is a typo
 # (--seeds 100000000), not an experiment
@@ -572,6 +578,7 @@ class Planned:
     why: str = "training"
     weights: ModelConfig | None = None  # train.init_from's model, which a new run from them takes (weights_model)
     data_state: dict | None = None  # its data as they were when planned (data_edited), None if unknown
+    data_digest: str | None = None  # the prepared data's digest when planned (trained_otherwise), None if none
 
     def values(self) -> dict:
         """The grid's values for it as its config reads them (4, not '4'), as compare.py's rows hold
@@ -743,6 +750,8 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
         if run.action in ("train", "resume") and (problem := cannot_start(run, config, checked, prepared)):
             print(f"cannot train {run.name}: {problem}")
             refused.append(f"{run.name}: {problem}")
+        elif run.action in ("train", "resume"):
+            run.data_digest = current_digest(run.cfg, prepared)  # (prepared by now: cannot_start's checks)
     if refused:
         more = f" (and {len(refused) - 1} more run(s), see the notes above)" if len(refused) > 1 else ""
         raise UserError(refused[0] + more)
@@ -903,6 +912,11 @@ def train_one(args, runner: Runner, tag: str, run: Planned) -> dict | None:
         # (a failure said "going on with the next run", of the last run too)
         runner.say(f"{tag}: " + (f"done in {time.perf_counter() - t0:.1f} s" if rc == 0 else
                                  f"{how_it_failed(ended)}; the sweep does not stop for it"))
+        otherwise = trained_otherwise(run) if rc == 0 else None
+        if otherwise:  # not the plan's run: left out of the means, and not probed
+            runner.say(f"{tag}: {otherwise[1]}")
+            row = run_row(run, runner) or {"run": run.name}
+            return {**row, "status": TRAINED_OTHERWISE.format(otherwise[0]), **run.values()}
     if rc == 0 and args.probe and not probed(run.run_dir, args.probe_stories):
         result = probe_run(run.run_dir, args.probe_stories, runner)
         if result is None:
@@ -936,6 +950,26 @@ def config_edited(config: str, run: Planned) -> str | None:
     if not changed:
         return None
     return f"{config} was edited during the sweep: it now sets {first_few(changed)}"
+
+
+def trained_otherwise(run: Planned) -> tuple[str, str] | None:
+    """('config' or 'data', why) for a run that trained on other settings or other data than planned: its config file
+    or its data.dataset file edited in the seconds between the sweep's last look (config_edited, data_edited) and
+    train.py reading it, as its ckpt.pt tells (its settings, its data's digest); None where it trained as planned."""
+    ckpt = peek_checkpoint(run.run_dir / "ckpt.pt")
+    if ckpt is None or not isinstance(ckpt.get("config"), dict):
+        return None  # (a run that saved nothing readable is reported by its row)
+    changed = changed_settings(ckpt["config"], run.cfg)
+    if changed:
+        return "config", (f"trained with other settings than planned ({first_few(changed)}): the config was edited as "
+                          f"it started; it is left out of the means, and a rerun refuses its folder: remove it to "
+                          f"train it again")
+    digest = saved_step_and_data(ckpt)[1]
+    if run.data_digest is not None and digest is not None and digest != run.data_digest:
+        return "data", (f"trained on other data than planned: data.dataset={short(run.cfg.data.dataset)} was edited "
+                        f"as it started; it is left out of the means, and a rerun refuses its folder: remove it to "
+                        f"train it again")
+    return None
 
 
 def data_state(cfg: Config) -> dict | None:
@@ -1061,6 +1095,8 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     failed = [r["run"] for r in rows if str(r.get("status", "")).startswith("failed")]
     unstarted = [r["run"] for r in rows if str(r.get("status", "")).startswith(NOT_AS_PLANNED)]
     data_unstarted = [r["run"] for r in rows if str(r.get("status", "")).startswith(DATA_EDITED)]
+    raced = [r["run"] for r in rows if str(r.get("status", "")) in {TRAINED_OTHERWISE.format(what)
+                                                                     for what in ("config", "data")}]
 
     text, pngs = write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)}",
                               skipped=skipped)
@@ -1078,9 +1114,13 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
         print(f"{len(data_unstarted)} of {len(plan)} run(s) not started: the data they train on were edited while "
               f"the sweep ran; restore the text and rerun the sweep to finish them, or sweep into another --out",
               file=sys.stderr)
+    if raced:
+        print(f"{len(raced)} of {len(plan)} run(s) trained on a config or data edited as they started, not as "
+              f"planned: {', '.join(raced)}; restore the file, remove their folders and rerun the sweep",
+              file=sys.stderr)
     if failed:
         print(f"{len(failed)} of {len(plan)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
-    if failed or unstarted or data_unstarted:
+    if failed or unstarted or data_unstarted or raced:
         sys.exit(1)
     return {"out": str(out), "rows": rows, "runs": [str(run.run_dir) for run in plan], "plots": [str(p) for p in pngs]}
 

@@ -513,6 +513,41 @@ def test_a_dataset_edited_during_the_sweep_starts_no_run_on_the_new_text(tmp_pat
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")][1] == sweep.DATA_EDITED
 
 
+@pytest.mark.parametrize("what", ["config", "data"])
+def test_a_file_edited_as_a_run_starts_leaves_that_run_out_of_the_means(first_sweep, tmp_path, monkeypatch, capfd,
+                                                                          what):
+    """The sweep looks at the config and the data just before a run; train.py reads them seconds later, after torch
+    has loaded. An edit in between went into the run, which was reported `done` beside runs of the plan (and the
+    rerun refused its folder). Its ckpt.pt now tells: the run is `not as planned (... edited as it started)`, exit 1.
+    (The stand-in edits the file, then runs the real train.py, as if the edit came in those seconds.)"""
+    config, text = tmp_path / "c.yaml", tmp_path / "t.txt"
+    config.write_text(Path(CONFIG).read_text())
+    text.write_text("to be or not to be, that is the question\n" * 100)
+    target, old, new = (config, "lr: 2.0e-3", "lr: 5.0e-3") if what == "config" else (text, "question", "answer")
+    stand_in_train(tmp_path, monkeypatch, (
+        f"import pathlib, runpy, sys\np = pathlib.Path({str(target)!r})\n"
+        f"if 'model.n_head=1' in sys.argv: p.write_text(p.read_text().replace({old!r}, {new!r}))\n"
+        f"sys.argv[0] = {str(sweep.TRAIN_PY)!r}\nsys.path.insert(0, {str(ROOT)!r})\n"
+        f"runpy.run_path(sys.argv[0], run_name='__main__')\n"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    data = [f"data.dataset={text}", "data.tokenizer=char"] if what == "data" else []
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([str(config), "--grid", "model.n_head=1,2", *shrink(first_sweep["tmp"] / "prepared_race"), *data,
+                    "--out", str(tmp_path / "sw"), "--quiet"])
+    printed = capfd.readouterr()
+    assert exit_info.value.code == 1
+    if what == "config":
+        assert "[1/2] n_head=1: trained with other settings than planned (train.lr=0.005 (now 0.002)): the config " \
+            "was edited as it started" in printed.out
+    else:
+        assert f"[1/2] n_head=1: trained on other data than planned: data.dataset='{text}' was edited as it " \
+            "started" in printed.out
+    assert "1 of 2 run(s) trained on a config or data edited as they started, not as planned: n_head=1" in printed.err
+    rows = read_csv(tmp_path / "sw" / "results.csv")
+    assert [r["status"] for r in rows] == [sweep.TRAINED_OTHERWISE.format(what),
+                                           sweep.NOT_AS_PLANNED if what == "config" else sweep.DATA_EDITED]
+    assert not report.finished_run(rows[0])  # (so not in the means)
+
 def test_a_run_whose_folder_stops_reading_as_a_run_leaves_the_report_written(tmp_path, monkeypatch, capfd):
     """A config.yaml of the user's put into a run's folder while the sweep ran (after its checks): the
     run failed, and writing the report then died on that file (`... is damaged`), exit 2, no report for
