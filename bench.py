@@ -116,8 +116,9 @@ def training_table(train: dict[str, dict], peaks: dict[str, float], base: str) -
     lines = [f"{'dtype':<10}{'ms/step':>10}{'range':>{width}}{'tokens/s':>12}{'vs ' + base:>12}{'MFU':>8}"
              f"{'peak GFLOP/s':>13}"]
     for d, r in train.items():
+        versus = r["tokens_per_s"] / train[base]["tokens_per_s"]
         lines.append(f"{d:<10}{r['step_ms']:>10.1f}{ranges[d]:>{width}}{r['tokens_per_s']:>12,.0f}"
-                     f"{r['tokens_per_s'] / train[base]['tokens_per_s']:>11.2f}x{r['mfu']:>8.1%}{peaks[d] / 1e9:>13.0f}")
+                     f"{versus:>11.2f}x{r['mfu']:>8.1%}{peaks[d] / 1e9:>13.0f}")
     return "\n".join(lines)
 
 

@@ -1095,8 +1095,8 @@ def train_grid(args, grid: dict[str, list[str]], out: Path) -> dict:
     failed = [r["run"] for r in rows if str(r.get("status", "")).startswith("failed")]
     unstarted = [r["run"] for r in rows if str(r.get("status", "")).startswith(NOT_AS_PLANNED)]
     data_unstarted = [r["run"] for r in rows if str(r.get("status", "")).startswith(DATA_EDITED)]
-    raced = [r["run"] for r in rows if str(r.get("status", "")) in {TRAINED_OTHERWISE.format(what)
-                                                                     for what in ("config", "data")}]
+    otherwise = {TRAINED_OTHERWISE.format(what) for what in ("config", "data")}
+    raced = [r["run"] for r in rows if str(r.get("status", "")) in otherwise]
 
     text, pngs = write_report(rows, list(grid), out, title=f"Sweep of {args.config} over {', '.join(grid)}",
                               skipped=skipped)

@@ -41,7 +41,9 @@ from tinygpt.tokenizer import WordTokenizer
 
 TIMING = """<script>
 const t0 = performance.now();
-for (let i = 0; i < 100; i++) { state.head = i % 2 ? "all" : (i >> 1) % D.n_head; state.query = (7 * i) % 128; render(); }
+for (let i = 0; i < 100; i++) {
+  state.head = i % 2 ? "all" : (i >> 1) % D.n_head; state.query = (7 * i) % 128; render();
+}
 document.getElementById("title").textContent = "RENDER_MS=" + ((performance.now() - t0) / 100).toFixed(2);
 </script>
 </body>"""

@@ -598,6 +598,7 @@ def test_a_token_drawn_from_one_token_says_token_not_tokens(tmp_path):
     assert "from a context of 1 token; top" in tokens[1]["title"], tokens[1]["title"]
     assert "from a context of 2 tokens; top" in tokens[2]["title"], tokens[2]["title"]
 
+
 def test_a_long_text_shows_its_last_tokens_not_its_first():
     """The window is the last block_size tokens, the ones the model sees when it generates the next."""
     from tinygpt.attention_view import window_traces

@@ -112,7 +112,8 @@ def test_design_md_draws_the_worked_example_as_the_formatter_prints_it():
 
 
 def test_the_legend_explains_only_the_escapes_of_the_tokens_shown():
-    """The legend's notes ('\\n' = newline) are for the labels in the tables: a token cropped into 'earlier' gets none."""
+    """The legend's notes ('\\n' = newline) are for the labels in the tables: a token cropped into 'earlier' gets
+    none."""
     from model import HeadTrace
     weights = masked_softmax(torch.zeros(4, 4), causal_mask(4, 4))[None, None]  # (1, 1, T, T)
     labels = ["\\n", "a", "b", "c"]

@@ -296,7 +296,8 @@ def test_impossible_values_are_refused(tmp_path, text, expected):
 def test_the_values_at_the_edges_of_their_ranges_are_accepted(tmp_path):
     """The bounds the refusals above name are the ones accepted: the largest seed, the fewest story characters, a
     min_lr equal to lr (no decay)."""
-    path = write(tmp_path, "train: {seed: 9223372036854775806, lr: 0.001, min_lr: 0.001}\ndata: {stories_chars: 10000}\n")
+    path = write(tmp_path, "train: {seed: 9223372036854775806, lr: 0.001, min_lr: 0.001}\n"
+                           "data: {stories_chars: 10000}\n")
     cfg = load_config(path)
     assert (cfg.train.seed, cfg.train.min_lr, cfg.data.stories_chars) == (2**63 - 2, 0.001, 10_000)
 

@@ -114,8 +114,8 @@ def test_the_design_synopsis_of_sample_py_shows_its_exclusive_flags_as_one_choic
     import sample
     design = (ROOT / "docs" / "design.md").read_text()
     synopsis = design[design.index("python sample.py RUN_DIR_OR_CKPT"):design.index("python -m data.prepare")]
-    choices = [{flag.split()[0] for flag in group.split(" | ")} for group in re.findall(r"\[([^\]]*\|[^\]]*)\]",
-                                                                                      synopsis)]
+    groups = re.findall(r"\[([^\]]*\|[^\]]*)\]", synopsis)  # [--a X | --b Y]
+    choices = [{flag.split()[0] for flag in group.split(" | ")} for group in groups]
     for group in sample.build_parser()._mutually_exclusive_groups:
         flags = {action.option_strings[0] for action in group._group_actions}
         assert flags in choices, (flags, choices)

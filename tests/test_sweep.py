@@ -514,8 +514,8 @@ def test_a_dataset_edited_during_the_sweep_starts_no_run_on_the_new_text(tmp_pat
 
 
 @pytest.mark.parametrize("what", ["config", "data"])
-def test_a_file_edited_as_a_run_starts_leaves_that_run_out_of_the_means(first_sweep, tmp_path, monkeypatch, capfd,
-                                                                          what):
+def test_a_file_edited_as_a_run_starts_leaves_that_run_out_of_the_means(
+        first_sweep, tmp_path, monkeypatch, capfd, what):
     """The sweep looks at the config and the data just before a run; train.py reads them seconds later, after torch
     has loaded. An edit in between went into the run, which was reported `done` beside runs of the plan (and the
     rerun refused its folder). Its ckpt.pt now tells: the run is `not as planned (... edited as it started)`, exit 1.
@@ -547,6 +547,7 @@ def test_a_file_edited_as_a_run_starts_leaves_that_run_out_of_the_means(first_sw
     assert [r["status"] for r in rows] == [sweep.TRAINED_OTHERWISE.format(what),
                                            sweep.NOT_AS_PLANNED if what == "config" else sweep.DATA_EDITED]
     assert not report.finished_run(rows[0])  # (so not in the means)
+
 
 def test_a_run_whose_folder_stops_reading_as_a_run_leaves_the_report_written(tmp_path, monkeypatch, capfd):
     """A config.yaml of the user's put into a run's folder while the sweep ran (after its checks): the

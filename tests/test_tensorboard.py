@@ -430,6 +430,7 @@ def test_an_event_file_with_a_few_bytes_past_its_last_record_is_named_damaged(tm
         f.write(b"junk!")
     assert tensorboard_log.logged_steps(board, 20) == ({"train/loss": {10}}, [written])
 
+
 def test_the_images_name_the_run_when_its_folder_is_given_as_a_dot(tmp_path, monkeypatch):
     # train.out_dir=. titled every attention image ", step 2, layer 0: ..."
     pytest.importorskip("tensorboard")

@@ -282,7 +282,8 @@ function candidates(i) {  // the --show-steps data of generated token i, as text
   // the page is one pass over the tokens shown, where token i has i before it; when it was drawn the
   // model saw s.ctx (fewer after the window slid, more when earlier tokens are not shown)
   const pass = s.ctx === i ? "" : `; its weights here come from the page's one pass, where it has ${i} before it`;
-  return `drawn with p = ${s.p}% from a context of ${s.ctx} token${s.ctx === 1 ? "" : "s"}${pass}; top ${s.top.length}: ${top}`;
+  const context = `${s.ctx} token${s.ctx === 1 ? "" : "s"}`;
+  return `drawn with p = ${s.p}% from a context of ${context}${pass}; top ${s.top.length}: ${top}`;
 }
 
 // ---- the page, built once ----
