@@ -700,7 +700,7 @@ def prepare(cfg: Config, show_progress: bool = True) -> Path:
         check_writable(out.parent, "data.prepared_dir")  # before the work, not after it
     except UserError as e:
         if out.exists():  # a preparation is there, but not of these settings, or damaged: say why it is rebuilt
-            raise UserError(f"{short(out)} is to be prepared again (outdated or damaged), but {e}") from None
+            raise UserError(f"{shown_path(out)} is to be prepared again (outdated or damaged), but {e}") from None
         raise
     created = make_folder(out.parent, "data.prepared_dir")
     try:

@@ -709,6 +709,24 @@ def test_a_pipe_or_a_device_in_a_prepared_folder_is_damage_not_a_hang(tmp_path):
     assert (folder / "tokenizer.json").is_file() and not (folder / "tokenizer.json").is_symlink()
 
 
+def test_an_outdated_preparation_in_a_folder_that_takes_no_file_names_the_folder_as_a_path(tmp_path, monkeypatch):
+    """The refusal read `PosixPath('.../t-char-...') is to be prepared again`: the path's repr, not the path."""
+    text = tmp_path / "t.txt"
+    text.write_text("aaaa bbbb\n" * 50)
+    folder = prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
+    (folder / "meta.json").write_text("{")
+
+    def read_only(path, what, resume=False):
+        raise UserError(f"{what}={str(path)!r} is not writable: [Errno 30] Read-only file system")
+    monkeypatch.setattr(prep, "check_writable", read_only)
+    with pytest.raises(UserError) as refused:
+        prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
+    assert str(refused.value).startswith(f"{folder} is to be prepared again (outdated or damaged), but "
+                                         f"data.prepared_dir='{tmp_path / 'prepared'}' is not writable")
+    from tinygpt.errors import short
+    assert short(Path("a") / "b") == "'a/b'"  # (any message's path)
+
+
 def test_a_prepared_folder_holding_a_run_is_not_replaced(tmp_path):
     """A run trained into a prepared folder (train.out_dir = it) was deleted whole, without a word,
     when the folder was prepared again (its meta.json damaged, or the text changed)."""

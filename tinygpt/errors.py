@@ -103,8 +103,8 @@ def shown_as_unicode(text: str) -> str:
 
 def short(value: Any, limit: int = MAX_VALUE) -> str:
     """repr(value) for a message, at most `limit` characters: nested or long values are elided
-    with '...' without ever being expanded whole."""
-    text = _repr.repr(value)
+    with '...' without ever being expanded whole. A path is shown as its text ('a/b', not PosixPath('a/b'))."""
+    text = _repr.repr(str(value) if isinstance(value, Path) else value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
