@@ -146,13 +146,16 @@ def run(tiny_stories_run):
 
 def test_sample_says_when_the_page_shows_fewer_tokens_than_the_model_saw(run, tmp_path, monkeypatch):
     prompt = generate_stories(20000, 1337)[0][:40]
-    for tokens, said in ((8, True), (1, False)):
-        monkeypatch.setattr(attention_html, "PAGE_WEIGHTS", 200 if said else 10**9)
+    cfg = sample.load_model(run, torch.device("cpu"))[0].config
+    whole_block = cfg.n_layer * cfg.n_head * cfg.block_size * (cfg.block_size + 1) // 2  # (a page of every token)
+    for tokens, said, weights in ((8, True, 200), (1, False, 10**9), (cfg.block_size, False, whole_block)):
+        monkeypatch.setattr(attention_html, "PAGE_WEIGHTS", weights)
         out = io.StringIO()
         sample.main([run, "--prompt", prompt, "--max-new-tokens", str(tokens), "--attention-html",
                      str(tmp_path / "page.html")], out=out)
         shown = len(page_data((tmp_path / "page.html").read_text(encoding="utf-8"))["tokens"])
         assert ("(the page shows the last" in out.getvalue()) is said and (shown < 40) is said
+        assert said or shown == min(40 + tokens, cfg.block_size)  # (all it saw: the whole block, the last case)
         if said:  # the weights a whole page would hold, counted (it said "tens of megabytes" of any)
             seen, layers, heads, every = re.search(r"of (\d+) tokens: (\d+) layers x (\d+) heads over them all would "
                                                    r"hold ([\d,]+) weights, past the 200 that", out.getvalue()).groups()
@@ -187,6 +190,9 @@ def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
         second = numbered(Path(asked), 1, 2)
         assert page_set(numbered(Path(asked), 0, 2)) == page_set(Path(asked)) == page_set(second)
     assert page_set(Path("notes")) == page_set(Path("notes_sample1.html"))  # (the same files)
+    # a name that is its suffix alone keeps it whole, as a name without one: no stemless _sample1.html
+    assert numbered(Path(".html"), 0, 2) == Path(".html_sample1.html") and page_set(Path(".HTM")) == ".HTM.html"
+    assert page_set(Path("x_sample.html")) == "x_sample.html"  # (no number: a page of its own, not x.html's)
     with pytest.raises(UserError, match="is a directory"):
         sample.main([run, "--attention-html", str(tmp_path)], out=io.StringIO())
 

@@ -1246,6 +1246,33 @@ def test_a_step_beyond_0_to_2_62_is_refused(tmp_path, step):
     assert f"its step is {step}, not a count of steps" in refusal(path)
 
 
+@pytest.mark.parametrize("step", [0, 2**62])
+def test_a_step_at_either_end_of_0_to_2_62_loads(tmp_path, step):
+    state, _, _ = tiny_state(step=step)
+    save_checkpoint(tmp_path / "step.pt", state)
+    assert load_checkpoint(tmp_path / "step.pt")["step"] == step
+
+
+def test_a_path_any_depth_inside_a_run_is_inside_it(tmp_path):
+    """run_around looks in every folder above the path, not its parent alone: an out_dir two folders inside a run
+    would sit among its files as well."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ckpt.pt").write_bytes(b"")
+    for inside in ("a", "a/b", "a/b/c"):
+        assert checkpoint.run_around(tmp_path / "run" / inside, "x") == tmp_path / "run" / "ckpt.pt", inside
+    assert checkpoint.run_around(tmp_path / "elsewhere" / "a", "x") is None
+
+
+def test_a_name_of_exactly_the_length_a_write_allows_is_written(tmp_path):
+    """The refusal names the longest name a write through its temp file allows: that name is written, one byte
+    more is refused."""
+    longest = os.pathconf(tmp_path, "PC_NAME_MAX") - len(f"..{os.getpid()}.XXXXXXXX.tmp")
+    atomic_write_text(tmp_path / ("n" * longest), "fits")
+    assert (tmp_path / ("n" * longest)).read_text() == "fits"
+    with pytest.raises(UserError, match=f"give a name of at most {longest} bytes$"):
+        atomic_write_text(tmp_path / ("n" * (longest + 1)), "does not")
+
+
 @pytest.mark.parametrize("key", ["loss_count", "loss_sum", "elapsed_s"])
 def test_a_negative_count_is_refused_at_resume(tmp_path, key):
     """A loss_count of -5 resumed, and the train loss of the next log was negative."""

@@ -1927,6 +1927,29 @@ def test_a_path_too_long_is_told_in_one_short_line():
     path = "/tmp/" + "/".join(["y" * 200] * 25) + "/end"
     line = environment_error(OSError(errno.ENAMETOOLONG, "File name too long", path))
     assert line.startswith("File name too long: /tmp/yyy") and line.endswith("yyy/end") and len(line) < 240
+    for length, whole in ((200, True), (201, False)):  # cut only past 200 characters
+        path = "/tmp/" + "z" * (length - 5)
+        line = environment_error(OSError(errno.ENAMETOOLONG, "File name too long", path))
+        assert (line == f"File name too long: {path}") is whole and ("..." in line) is not whole, length
+
+
+def test_a_path_of_the_longest_length_is_taken_and_one_byte_more_refused(tmp_path):
+    """PATH_MAX counts the final NUL: a path of PATH_MAX - 1 bytes is the longest the system takes (one of PATH_MAX
+    bytes passed the check, then failed with `File name too long`, naming no setting)."""
+    from tinygpt.errors import UserError, check_path_length
+    path_max = os.pathconf(tmp_path, "PC_PATH_MAX")
+    text = str(tmp_path.absolute())
+    while path_max - 1 - len(text) > 201:  # parts of 200 bytes, under the 255 a name may be
+        text += "/" + "p" * 200
+    rest = path_max - 1 - len(text)
+    if rest == 1:  # ("/" alone: no part)
+        text, rest = text[:-1], 2
+    longest = Path(text + "/" + "q" * (rest - 1))
+    assert len(os.fsencode(str(longest))) == path_max - 1
+    check_path_length(longest, "train.out_dir")
+    with pytest.raises(UserError, match=rf"it is {path_max:,} bytes long, longer than a path may be "
+                                        rf"\({path_max - 1:,}\)$"):
+        check_path_length(Path(str(longest) + "x"), "train.out_dir")
 
 
 @pytest.mark.parametrize("flag", ["--attention-png", "--attention-html"])

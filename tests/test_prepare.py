@@ -727,6 +727,38 @@ def test_an_outdated_preparation_in_a_folder_that_takes_no_file_names_the_folder
     assert short(Path("a") / "b") == "'a/b'"  # (any message's path)
 
 
+def test_the_stories_generators_digest_is_the_same_with_windows_line_ends(tmp_path, monkeypatch):
+    """A checkout that writes \\r\\n (git's autocrlf) holds the same generator: its stories are not prepared again,
+    and a probe's check of the generator a checkpoint recorded still matches."""
+    digest = prep.stories_code_digest  # (cached: cleared before each look, and after, for the other tests)
+    digest.cache_clear()
+    lf = digest()
+    for name in ("stories.py", "story_words.py"):
+        code = (Path(prep.__file__).parent / name).read_bytes()
+        (tmp_path / name).write_bytes(code.replace(b"\n", b"\r\n"))
+    monkeypatch.setattr(prep, "__file__", str(tmp_path / "prepare.py"))
+    try:
+        digest.cache_clear()
+        assert b"\r\n" in (tmp_path / "stories.py").read_bytes() and digest() == lf
+        (tmp_path / "stories.py").write_bytes((tmp_path / "stories.py").read_bytes() + b"# edited\r\n")
+        digest.cache_clear()
+        assert digest() != lf
+    finally:
+        digest.cache_clear()
+
+
+def test_a_meta_json_whose_vocab_size_is_not_its_tokenizers_is_prepared_again(tmp_path):
+    """meta.json's vocab_size one more than its tokenizer's (the same token dtype): the folder was reused, and its
+    wrong size printed."""
+    text = tmp_path / "t.txt"
+    text.write_text("aaaa bbbb\n" * 50)
+    folder = prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({**meta, "vocab_size": meta["vocab_size"] + 1}))
+    assert prep.prepare(config(text, tmp_path / "prepared"), show_progress=False) == folder
+    assert json.loads((folder / "meta.json").read_text())["vocab_size"] == meta["vocab_size"]
+
+
 def test_a_prepared_folder_holding_a_run_is_not_replaced(tmp_path):
     """A run trained into a prepared folder (train.out_dir = it) was deleted whole, without a word,
     when the folder was prepared again (its meta.json damaged, or the text changed)."""

@@ -936,6 +936,8 @@ def test_files_for_each_of_too_many_samples_are_refused_at_once(tmp_path):
     refused([tmp_path / "no_run", "--num-samples", n, "--attention-png", tmp_path / "maps", "--attention-of", "all"],
             cap)
     assert list(tmp_path.iterdir()) == []
+    sample.check_args(sample.build_parser().parse_args(  # exactly the most: taken
+        [str(tmp_path / "no_run"), "--num-samples", str(n - 1), "--attention-html", str(tmp_path / "p.html")]))
 
 
 def test_list_vocab_with_several_samples_asked_for_is_refused(tiny_stories_run):
