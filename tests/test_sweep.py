@@ -513,9 +513,9 @@ def test_a_dataset_edited_during_the_sweep_starts_no_run_on_the_new_text(tmp_pat
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")][1] == sweep.DATA_EDITED
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["config", "data"])
-def test_a_file_edited_as_a_run_starts_leaves_that_run_out_of_the_means(
-        first_sweep, tmp_path, monkeypatch, capfd, what):
+def test_a_file_edited_as_a_run_starts_leaves_that_run_out_of_the_means(tmp_path, monkeypatch, capfd, what):
     """The sweep looks at the config and the data just before a run; train.py reads them seconds later, after torch
     has loaded. An edit in between went into the run, which was reported `done` beside runs of the plan (and the
     rerun refused its folder). Its ckpt.pt now tells: the run is `not as planned (... edited as it started)`, exit 1.
@@ -532,7 +532,7 @@ def test_a_file_edited_as_a_run_starts_leaves_that_run_out_of_the_means(
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     data = [f"data.dataset={text}", "data.tokenizer=char"] if what == "data" else []
     with pytest.raises(SystemExit) as exit_info:
-        sweep.main([str(config), "--grid", "model.n_head=1,2", *shrink(first_sweep["tmp"] / "prepared_race"), *data,
+        sweep.main([str(config), "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared"), *data,
                     "--out", str(tmp_path / "sw"), "--quiet"])
     printed = capfd.readouterr()
     assert exit_info.value.code == 1
