@@ -746,11 +746,11 @@ def check_reusable(config: str, plan: list[Planned], out: Path) -> None:
             print(f"not reusable {run.name}: {run.why}")
             refused.append(run.why)
     checked: dict[tuple[str, str], str | None] = {}
-    for run in plan:
-        if run.action in ("train", "resume") and (problem := cannot_start(run, config, checked, prepared)):
+    for run in (run for run in plan if run.action in ("train", "resume")):
+        if problem := cannot_start(run, config, checked, prepared):
             print(f"cannot train {run.name}: {problem}")
             refused.append(f"{run.name}: {problem}")
-        elif run.action in ("train", "resume"):
+        else:
             run.data_digest = current_digest(run.cfg, prepared)  # (prepared by now: cannot_start's checks)
     if refused:
         more = f" (and {len(refused) - 1} more run(s), see the notes above)" if len(refused) > 1 else ""
@@ -959,17 +959,15 @@ def trained_otherwise(run: Planned) -> tuple[str, str] | None:
     ckpt = peek_checkpoint(run.run_dir / "ckpt.pt")
     if ckpt is None or not isinstance(ckpt.get("config"), dict):
         return None  # (a run that saved nothing readable is reported by its row)
-    changed = changed_settings(ckpt["config"], run.cfg)
+    changed, digest = changed_settings(ckpt["config"], run.cfg), saved_step_and_data(ckpt)[1]
     if changed:
-        return "config", (f"trained with other settings than planned ({first_few(changed)}): the config was edited as "
-                          f"it started; it is left out of the means, and a rerun refuses its folder: remove it to "
-                          f"train it again")
-    digest = saved_step_and_data(ckpt)[1]
-    if run.data_digest is not None and digest is not None and digest != run.data_digest:
-        return "data", (f"trained on other data than planned: data.dataset={short(run.cfg.data.dataset)} was edited "
-                        f"as it started; it is left out of the means, and a rerun refuses its folder: remove it to "
-                        f"train it again")
-    return None
+        what, why = "config", f"trained with other settings than planned ({first_few(changed)}): the config was edited"
+    elif run.data_digest is not None and digest is not None and digest != run.data_digest:
+        what, why = "data", f"trained on other data than planned: data.dataset={short(run.cfg.data.dataset)} was edited"
+    else:
+        return None
+    return what, f"{why} as it started; it is left out of the means, and a rerun refuses its folder: remove it to " \
+                 f"train it again"
 
 
 def data_state(cfg: Config) -> dict | None:

@@ -281,9 +281,11 @@ def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = (),
     pad = 0.08 * (high - low or abs(high) or 1.0)
     top = high + pad
     hidden = [(x, y) for steps, ys in curves for x, y in zip(steps, ys) if y > top]
-    early_top = {label: [(x, y) for x, y in zip(steps, ys) if math.isfinite(y) and y > top
-                         and not (x > 0 and x >= early)] for label, (steps, ys) in aside
-                 for early in [EARLY * max(steps, default=0)]}  # (the curve's last step, found once)
+    early_top = {}
+    for label, (steps, ys) in aside:
+        early = EARLY * max(steps, default=0)  # (the curve's last step, found once)
+        early_top[label] = [(x, y) for x, y in zip(steps, ys)
+                            if math.isfinite(y) and y > top and not (x > 0 and x >= early)]
     hidden += [p for points in early_top.values() for p in points]  # (an aside curve's step 0 is an early point:
     # an interrupted run sharing the others' clipped first eval was said to have gone "off the chart")
     ax.set_ylim(low - pad, top)
