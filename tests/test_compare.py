@@ -1090,6 +1090,7 @@ def test_the_n_shown_is_the_n_counted(tmp_path, monkeypatch):
     assert list(ax.lines[1].get_ydata()) == [4.1, 3.0, 2.0]  # B1's curve, not its mean with B2's
     title = figures["settings.png"]._suptitle.get_text()
     assert "over 2 seeds" not in title and "n = 1 to 2" in title, title
+    assert title.count("\n") == 1, title  # two lines, as written: the first was 2 characters too wide for a panel
     assert sorted(t.get_text() for t in figures["settings.png"].axes[0].texts) == ["n=1", "n=2"]
     assert "No two settings could be compared in best_val_loss" in printed and "No two settings differ" not in printed
     rows = [{"model.n_head": 1, "train.seed": s, "best_val_loss": 1.0 + s / 10, "antecedent": 0.5} for s in (1, 2)]
@@ -1183,6 +1184,52 @@ def test_a_runs_summary_takes_the_best_val_loss_the_median_speed_and_the_longest
     runs.write_metrics(run, [*rows, {"step": 30, "train_loss": "2.3", "tokens_per_s": "30", "elapsed_s": "6.0"},
                              {"step": 40, "train_loss": "2.2", "tokens_per_s": "20", "elapsed_s": "6.5"}])
     assert runs.summarize_run(run)["tokens_per_s"] == 15.0  # (an even count: not the lower middle, 10)
+
+
+def test_a_stopped_runs_wall_s_counts_its_training_past_the_last_row(tmp_path):
+    """A run stopped at step 5 (--stop-at, Ctrl-C) saves ckpt.pt at its step, 0.182 s of training, past its
+    last metrics.csv row, the step-0 eval at 0.041 s: its wall_s read 0.0. A checkpoint at or before the
+    last row (done; its save at the last row failed) adds nothing, nor a checkpoint's odd elapsed_s."""
+    run = tmp_path / "run"
+    fake_run(run, 1, [(30, "2.0", "")])
+    runs.write_metrics(run, [{"step": 0, "train_loss": "4.0", "val_loss": "3.0", "elapsed_s": "0.041"}])
+    for step, held, wall_s in ((5, 0.182, 0.182), (0, 0.5, 0.041), (5, float("nan"), 0.041), (5, True, 0.041),
+                               (5, "0.9", 0.041)):
+        torch.save({"format": FORMAT, "step": step, "elapsed_s": held}, run / "ckpt.pt")
+        summary = runs.summarize_run(run)
+        assert (summary["status"], summary["wall_s"]) == (f"step {step}/30", wall_s), (step, held)
+
+
+def test_a_val_loss_band_stops_at_zero(tmp_path, monkeypatch):
+    """One seed's spike (50 among 3.8s) drew val_loss.png's mean - 1 std band down to -7.5, and the loss
+    axis to -10: a loss is never under 0."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    seeds = [config_run(tmp_path / f"s{s}", [(0, "4.1", "4.1"), (20, "3.8", "50.0" if s == 3 else "3.8")],
+                        **{"train.seed": s}) for s in (1, 2, 3)]
+    compared([*seeds, "--out", str(tmp_path / "cmp")])
+    ax = figures["val_loss.png"].axes[0]
+    (band,) = ax.collections
+    lowest = min(float(y) for path in band.get_paths() for _, y in path.vertices)
+    assert lowest == 0.0 and ax.get_ylim()[0] >= 0.0, (lowest, ax.get_ylim())
+
+
+def test_a_long_run_names_loss_title_is_wrapped_inside_the_picture(tmp_path, monkeypatch):
+    """loss.png's title, the run folder's name, ran off both edges for a 168-character name; wrapped, every
+    '$' still escaped (a '\\$' cut in two starts mathtext)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    figures = capture_figures(monkeypatch)
+    name = "a_very_long_run_name_" * 7 + "$x$" + "_tail" * 5
+    run = config_run(tmp_path / name, [(0, "4.1", "4.1"), (20, "3.8", "3.8")])
+    plots.plot_run(run)
+    fig = figures["loss.png"]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    title = fig.axes[0].title
+    box = title.get_window_extent(renderer)
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, title.get_text()
+    assert title.get_text().replace("\n", "").replace("\\$", "$") == name + ": loss", title.get_text()
 
 
 def test_a_seed_trained_twice_is_drawn_at_the_mean_of_its_runs():

@@ -46,10 +46,15 @@ def plain_text(text: str) -> str:
     return shown_as_unicode(text).replace("$", r"\$")
 
 
+def controls_shown(text: str) -> str:
+    """`text` with a line break or another control character (a folder's name may hold one) as its
+    escape, '\\n'."""
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
+
+
 def title_text(text: str) -> str:
-    """plain_text for a one-line title: a line break or another control character (a folder's name
-    may hold one) drawn as its escape, '\\n'."""
-    return plain_text("".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text))
+    """plain_text for a one-line title: its control characters drawn as their escapes."""
+    return plain_text(controls_shown(text))
 
 
 def _new_figure():
@@ -288,7 +293,7 @@ def focus_y(ax, curves: Sequence[Curve], edges: Sequence[Curve] = (),
                             if math.isfinite(y) and y > top and not (x > 0 and x >= early)]
     hidden += [p for points in early_top.values() for p in points]  # (an aside curve's step 0 is an early point:
     # an interrupted run sharing the others' clipped first eval was said to have gone "off the chart")
-    ax.set_ylim(low - pad, top)
+    ax.set_ylim(max(low - pad, 0.0) if low >= 0 else low - pad, top)  # (a loss: its padding not under 0)
     notes = []
     if hidden:
         step, loss = max(hidden, key=lambda p: p[1])
@@ -375,11 +380,12 @@ def val_loss_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
         if not g.get("finished", True):
             aside.append((label, (steps, mean)))
             continue
-        if len(g["runs"]) > 1:
-            ax.fill_between(steps, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)],
+        below = [max(0.0, m - d) for m, d in zip(mean, std)]  # (a loss is never under 0: one seed's spike drew
+        if len(g["runs"]) > 1:  # the band, and the axis, down to -7.5)
+            ax.fill_between(steps, below, [m + d for m, d in zip(mean, std)],
                             color=line.get_color(), alpha=0.2, linewidth=0)
         curves.append((steps, mean))
-        edges += [(steps, [m + d for m, d in zip(mean, std)]), (steps, [m - d for m, d in zip(mean, std)])]
+        edges += [(steps, [m + d for m, d in zip(mean, std)]), (steps, below)]
     step_axis(ax)
     ax.set(xlabel="step", ylabel="val loss (nats/token)",
            title="validation loss" + (": mean ± 1 std over seeds (n per line)" if banded else "")
@@ -562,7 +568,7 @@ def settings_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
         grow_for(fig, fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center",
                                  fontsize="small", handlelength=HANDLE_LENGTH))
     if len(ns) > 1:  # (two lines: one panel is 4.2 in wide)
-        title = (f"mean and 95% interval over each setting's seeds:\nn = {min(ns)} to {max(ns)}, at each point"
+        title = (f"mean and 95% interval over the seeds:\nn = {min(ns)} to {max(ns)}, at each point"
                  + (" (n=1: no interval)" if 1 in ns else ""))
     else:
         title = f"mean and 95% interval over {max(ns)} seeds" if max(ns) > 1 else "one run per setting"
@@ -593,7 +599,9 @@ def plot_run(run_dir: str | Path, guard: Callable[[], None] | None = None) -> Pa
     curves.append(([m["step"] for m in evals], [m["val_loss"] for m in evals]))
     ax.plot(*curves[-1], marker="o", label="val")
     step_axis(ax)
-    ax.set(xlabel="step", ylabel="loss (nats/token)", title=title_text(f"{run_dir.resolve().name}: loss"))
+    ax.set(xlabel="step", ylabel="loss (nats/token)",  # (a long folder name ran off both edges: wrapped)
+           # (escaped after it is cut into lines: a '\\$' cut in two starts mathtext)
+           title=plain_text(fit_width(controls_shown(f"{run_dir.resolve().name}: loss"), fig, 0.6 * 12)))
     ax.grid(alpha=0.3)
     focus_y(ax, curves)
     ax.legend(loc="center right")

@@ -816,6 +816,9 @@ def summarize_run(run_dir: str | Path, label: str | None = None) -> dict[str, An
     if saved is not None and not live:
         # where a resume continues, not the last row: past it (stopped by a signal, Ctrl-C, --stop-at), or
         # before it (its save failed), whose rows the resume trains again
+        held = ckpt.get("elapsed_s")
+        if saved > last_step and type(held) in (int, float) and math.isfinite(held):  # (its training past the
+            elapsed.append(held)  # last row counts: wall_s read the last row's, a --stop-at 5 run's step-0 0.0 s)
         last_step = saved
     status = ("done" if done else f"step {last_step}/{cfg.train.max_iters}" if metrics else
               "no metrics.csv rows" if (run_dir / "metrics.csv").is_file() else "no metrics.csv file")
