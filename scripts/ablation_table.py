@@ -172,8 +172,10 @@ def table(rows: list[dict]) -> tuple[str, dict]:
     same = sum(r["harmful_zero"] != "none" and r["best_drop_zero"] == r["harmful_drop_zero"] for r in told)
 
     def pm(key: str) -> str:
+        """mean ± sd, and its n where fewer runs than the row's have the figure (a pair one run lacks)."""
         s = agg[key]
-        return "" if s["mean"] is None else f"{s['mean']:.1f}" + (f" ± {s['std']:.1f}" if s["std"] is not None else "")
+        return "" if s["mean"] is None else (f"{s['mean']:.1f}" + (f" ± {s['std']:.1f}" if s["std"] is not None else "")
+                                             + (f" (n={s['n']})" if s["n"] < len(rows) else ""))
 
     def pair_pm(key: str) -> str:
         """Drops, zero / mean; `-` where no run has them (a pair no run has; every run at 0%: no drops counted)."""

@@ -283,6 +283,13 @@ def test_the_table_counts_a_tie_for_most_harmful_and_leaves_out_the_drops_of_a_r
     mean_row = next(line for line in markdown.splitlines() if line.startswith("| mean ± sd"))
     assert [cell.strip() for cell in mean_row.split("|")[3:-1]] == ["40.0 ± 0.0", "-", "-", "", "-", "-", "-"]
     assert "0 of 0" not in markdown and "drops in accuracy points\n" in markdown + "\n"
+    # a pair one run lacks (fewer than two heads lower its accuracy): its mean was said over "(3 runs)", of 2
+    paired = [{**r, "pair_by_drop": "0.0+0.1", "pair_by_drop_zero": 10.0 * i, "pair_by_drop_mean": 20.0 * i}
+              for i, r in enumerate((tied, row("other", 0.5, 0.1, 0.3)), 1)]
+    markdown, figures = ablation_table.table([*paired, {**tied, "run": "third"}])
+    mean_row = next(line for line in markdown.splitlines() if line.startswith("| mean ± sd (3 runs)"))
+    assert mean_row.split("|")[-2].strip() == "15.0 ± 7.1 (n=2) / 30.0 ± 14.1 (n=2)", mean_row
+    assert mean_row.split("|")[2].strip() == "50.0 ± 0.0", mean_row  # (every run's accuracy: no n)
 
 
 def test_only_heads_whose_removal_lowers_the_accuracy_are_top_heads():
