@@ -415,6 +415,7 @@ class Run:
     run_id: str = field(default_factory=lambda: secrets.token_hex(8))
     compiling: bool = False  # train.compile, until the first step (which compiles the model) has run
     peak: dict[str, Any] | None = None  # MFU's peak FLOP/s, where it comes from, and on what (mfu_peak)
+    last_lr: float | None = None  # the lr the step that led to `step` trained with (resumed: its checkpoint's)
 
     def state(self, ranks: list[tuple[dict, float]] | None = None) -> dict[str, Any]:
         """The checkpoint; with every process's RNG states and train-loss sum since the last log
@@ -447,6 +448,8 @@ class Run:
             # rank for the rest of the run. A stream of its own instead, from the seed, its rank and the step
             torch.manual_seed((self.cfg.train.seed + self.dist.rank + ckpt["step"] * self.dist.world_size) % 2**63)
         self.step, self.best_val, self.elapsed = ckpt["step"], ckpt["best_val_loss"], ckpt["elapsed_s"]
+        # (a resume with another schedule that evaluates its step first logged that step's lr as the new one gives)
+        self.last_lr = lr_at(self.step - 1, checkpoint_config(ckpt, "ckpt.pt").train) if self.step else None
         self.loss_sum.fill_(self.own(ckpt, "loss_sum"))
         self.loss_count = ckpt["loss_count"]
         self.resumed_at = self.step
@@ -587,6 +590,12 @@ def build_run(cfg: Config, data: Prepared, dist: Distributed, dtype: str, ckpt: 
 # ---- the loop ----
 
 
+def logged_lr(run: Run) -> float:
+    """The lr an eval row of run.step logs: the one the step that led there trained with, as the log row of
+    that step gives it (at step 0: the first step's, by the config's schedule)."""
+    return run.last_lr if run.last_lr is not None else lr_at(0, run.cfg.train)
+
+
 def diverged(what: str, value: float | str, run: Run, losses: dict[str, float]) -> UserError:
     """The error that ends a diverged run. Its step's row, with `losses` (train, val: the one that
     diverged is nan or inf), goes into metrics.csv first (train_loop writes the file on its way out):
@@ -594,7 +603,7 @@ def diverged(what: str, value: float | str, run: Run, losses: dict[str, float]) 
     the row, as any row past its checkpoint."""
     t = run.cfg.train
     run.metrics.append({"step": run.step, **{f"{k}_loss": f"{v:.4f}" for k, v in losses.items()},
-                        "lr": f"{lr_at(max(run.step - 1, 0), t):.3e}"})  # (the lr of the step that led here)
+                        "lr": f"{logged_lr(run):.3e}"})
     fix = (f"lower train.lr (train.grad_clip={t.grad_clip} is on)" if t.grad_clip else
            "lower train.lr or set train.grad_clip")
     if t.lr * t.weight_decay >= 1:  # AdamW multiplies the weights by 1 - lr * weight_decay each step: flipped, grown
@@ -632,9 +641,7 @@ def evaluate(run: Run, metrics: list[dict], t_start: float,
         raise diverged("the val loss", losses["val"], run, losses)
     if run.dist.master:
         metrics.append({"step": run.step, "train_loss": f"{losses['train']:.4f}", "val_loss": f"{losses['val']:.4f}",
-                        # the lr of the step that led here, as the log row of this step gives it (at step 0: the
-                        # first step's)
-                        "lr": f"{lr_at(max(run.step - 1, 0), t):.3e}", "elapsed_s": f"{run.elapsed:.3f}"})
+                        "lr": f"{logged_lr(run):.3e}", "elapsed_s": f"{run.elapsed:.3f}"})
         run.save_metrics(metrics)
         if run.board is not None:
             run.board.eval(run.step, losses, run.model)
@@ -762,6 +769,7 @@ def train_loop(run: Run, speed: dict[str, float], stop_at: int | None, quiet: bo
             loss = run.take_step(lr, mid_step)
             if loss is None:  # a signal during the step: undone, and saved by the check above
                 continue
+            run.last_lr = lr
             run.loss_sum += loss
             run.loss_count += 1
             run.step += 1

@@ -412,6 +412,22 @@ def test_a_resume_with_more_steps_says_the_learning_rate_jumps(tmp_path, capsys)
             f"(metrics.csv") in capsys.readouterr().err
 
 
+def test_a_resumes_first_eval_row_logs_the_lr_its_step_trained_with(tmp_path, capsys):
+    """Stopped at step 5 of 12, resumed with train.max_iters=5: the resume evaluates step 5 first, and its
+    row logged lr_at(4) of the new schedule, beside the log row's lr of the step that ran (under the old).
+    Both rows of a step give the lr that step trained with."""
+    import train
+    train.main(run_args(tmp_path, "run", "train.max_iters=12", "train.eval_interval=4") + ["--stop-at", "5"])
+    train.main(run_args(tmp_path, "run", "train.max_iters=5", "train.eval_interval=4") + ["--resume"])
+    capsys.readouterr()
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row["step"] == "5"]
+    trained = train.TrainConfig(lr=2e-3, min_lr=2e-4, warmup_iters=1, max_iters=12)  # (stories.yaml's lr)
+    assert [row["val_loss"] != "" for row in rows] == [False, True], rows  # the log row, then the resume's eval
+    assert {row["lr"] for row in rows} == {f"{train.lr_at(4, trained):.3e}"}, rows
+    assert f"{train.lr_at(4, trained):.3e}" != f"{train.lr_at(4, train.TrainConfig(**{**vars(trained), 'max_iters': 5})):.3e}"
+
+
 def test_a_resume_says_when_best_pt_is_gone_or_loss_png_stays_behind(tmp_path, capsys):
     """best.pt deleted, then --resume: it came back only at an evaluation that beat the best val loss,
     perhaps never, and sample.py read ckpt.pt meanwhile, without a word. With train.plot=never, a
