@@ -318,6 +318,50 @@ def test_thread_policy_counts_the_cores_other_processes_leave_free(monkeypatch):
         monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: 1.0)  # a container allowed 1 CPU:
         policy = runtime.ThreadPolicy(interval_s=1.0)  # one thread on idle cores (2 are throttled together)
         assert policy.threads == 1 and second(own=1.0, others=0.0) == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # a cap, not a count: it lifted the quota's 1 to 2 threads
+        assert runtime.ThreadPolicy().max_threads == 1
+        monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: None)
+        monkeypatch.setenv("OMP_NUM_THREADS", "999")
+        assert runtime.ThreadPolicy().max_threads == 2  # (the 2 cores)
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        assert runtime.ThreadPolicy(max_threads=1).max_threads == 1  # a sweep job's share
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_thread_policy_rechecks_once_an_interval_or_when_forced(monkeypatch):
+    """update() re-checks the free cores once interval_s has passed, not before unless forced; a second check
+    in the same window of ticks keeps the count (no division by 0); under a CPU quota of 2 on 4 CPUs, one CPU
+    kept busy by another process still leaves this one its 2 cores."""
+    clock = {"wall": 0.0, "busy": 0, "total": 0}
+    monkeypatch.setattr(runtime, "_cpu_jiffies", lambda cpus: (clock["busy"], clock["total"]))
+    monkeypatch.setattr(runtime, "_runnable_tasks", lambda: 1)
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: clock["wall"])
+    monkeypatch.setattr(runtime.time, "process_time", lambda: 0.0)
+    monkeypatch.setattr(runtime.time, "sleep", lambda s: None)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    fake_cores(monkeypatch, {0, 1})
+    threads = torch.get_num_threads()
+
+    def later(wall_s: float, others: float, cpus: int = 2) -> None:  # others busy for wall_s seconds, we idle
+        clock["wall"] += wall_s
+        clock["busy"] += int(100 * others * wall_s)
+        clock["total"] += int(100 * cpus * wall_s)
+    try:
+        policy = runtime.ThreadPolicy(interval_s=1.0)
+        assert policy.threads == 2
+        later(0.5, others=1.0)
+        assert policy.update() == 2  # inside the interval: not re-checked
+        assert policy.update(force=True) == 1  # forced: a busy neighbour
+        later(1.0, others=0.0)
+        assert policy.update() == 2  # the interval passed: idle again
+        assert policy.update(force=True) == 2  # no tick since: the count kept
+        fake_cores(monkeypatch, {0, 1, 2, 3})
+        monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: 2.0)
+        policy = runtime.ThreadPolicy(interval_s=1.0)
+        later(1.0, others=1.0, cpus=4)
+        assert (policy.max_threads, policy.update()) == (2, 2)  # 3 CPUs free, 2 cores' time allowed
     finally:
         torch.set_num_threads(threads)
 
@@ -337,6 +381,8 @@ def test_an_omp_num_threads_that_is_no_count_is_ignored(monkeypatch, value):
 @pytest.mark.parametrize("env, limit", [({"OMP_NUM_THREADS": " 1"}, 1), ({"OMP_NUM_THREADS": "1,1"}, 1),
                                         ({"MKL_NUM_THREADS": "1"}, 1),
                                         ({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "2"}, 2),
+                                        ({"OMP_NUM_THREADS": "0", "MKL_NUM_THREADS": "2"}, 2),
+                                        ({"OMP_NUM_THREADS": "+1"}, 1), ({"OMP_NUM_THREADS": "++1"}, None),
                                         ({"OMP_NUM_THREADS": "abc"}, None), ({}, None)])
 def test_the_environments_thread_limit_is_read_as_torch_reads_it(monkeypatch, env, limit):
     """OMP_NUM_THREADS=' 1', '1,1' and MKL_NUM_THREADS=1 start torch on one thread; the policy took none of them
@@ -452,7 +498,7 @@ def test_cgroup_limits_are_read_from_v1_and_v2_files(tmp_path, monkeypatch):
     assert runtime.cpu_quota(dirs) is None  # unreadable: no limit assumed
     # usable cores: the CPUs, capped by the quota (a core counts from ~75% of it), at least 1
     fake_cores(monkeypatch, {0, 1, 2, 3})
-    for quota, cores in [(None, 4), (8.0, 4), (2.0, 2), (1.8, 2), (1.5, 1), (1.0, 1), (0.5, 1)]:
+    for quota, cores in [(None, 4), (8.0, 4), (2.0, 2), (1.8, 2), (1.75, 2), (1.7, 1), (1.5, 1), (1.0, 1), (0.5, 1)]:
         monkeypatch.setattr(runtime, "cpu_quota", lambda dirs=None: quota)
         assert runtime.usable_cores() == cores, quota
 

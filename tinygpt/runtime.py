@@ -633,11 +633,11 @@ def _runnable_tasks() -> int | None:
 def env_threads() -> int | None:
     """The thread limit OMP_NUM_THREADS or MKL_NUM_THREADS sets, read as the OpenMP runtime and torch read them
     (the lower where both are set; spaces around it, and a list's first count, `1,1`), or None: ` 1`, `1,1` and
-    MKL_NUM_THREADS=1 started torch on one thread, and the policy raised it to the cores. A value they ignore
-    (`0`, `abc`, `²`) sets none."""
+    MKL_NUM_THREADS=1 started torch on one thread, and the policy raised it to the cores; so did `+1`, a sign
+    being C's strtoul's too. A value they ignore (`0`, `abc`, `²`) sets none."""
     limits = []
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        text = os.environ.get(name, "").split(",")[0].strip()
+        text = os.environ.get(name, "").split(",")[0].strip().removeprefix("+")
         if text.isascii() and text.isdigit() and int(text) > 0:  # ("²" is a digit, and no int)
             limits.append(int(text))
     return min(limits, default=None)
@@ -651,10 +651,11 @@ class ThreadPolicy:
     of its idle speed that way, decoding at a quarter, while the free cores keep most of it
     (docs/results.md). So every `interval_s` seconds `update()` measures how many cores the other
     processes kept busy since the last check (/proc/stat for this process's CPUs, minus this
-    process's own CPU time) and sets torch's threads to the free cores, at least 1 and at most the
-    limit the environment sets (env_threads), else usable_cores() (the physical cores this process
-    may use, as many as its container's CPU quota allows; torch's own default is one thread per
-    physical core), and at most `max_threads` if given (a share of the cores). `fixed` > 0 pins the
+    process's own CPU time) and sets torch's threads to the free cores, at least 1 and at most
+    usable_cores() (the physical cores this process may use, as many as its container's CPU quota
+    allows; torch's own default is one thread per physical core), at most the limit the environment
+    sets (env_threads: OMP_NUM_THREADS=2 in a container allowed 1 CPU is still 1), and at most
+    `max_threads` if given (a share of the cores). `fixed` > 0 pins the
     count instead. Off /proc (macOS, Windows) it keeps torch's default.
 
     The first count, before any window of ticks exists, is the number of other threads ready to run
@@ -671,7 +672,8 @@ class ThreadPolicy:
 
     def __init__(self, max_threads: int | None = None, fixed: int = 0, interval_s: float = 1.0):
         self.cpus = usable_cpus()
-        cap = env_threads() or usable_cores()
+        cores = usable_cores()
+        cap = min(env_threads() or cores, cores)
         self.max_threads = max(1, min(cap, len(self.cpus), max_threads or cap))
         self.fixed, self.interval_s = fixed, interval_s
         self.threads = torch.get_num_threads()
