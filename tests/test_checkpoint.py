@@ -539,6 +539,15 @@ def test_a_model_vocab_other_than_its_tokenizer_s_is_refused(tmp_path):
     vocab = state["config"]["model"]["vocab_size"]
     assert str(info.value) == (f"{path}: model.vocab_size={vocab} does not match its tokenizer's {vocab + 1}; "
                                f"the checkpoint is damaged")
+    for size, theirs in ((None, "'s, which records none"), (float(vocab), f"'s {float(vocab)}")):  # (300.0 was taken)
+        state["tokenizer"]["vocab_size"] = size
+        if size is None:
+            del state["tokenizer"]["vocab_size"]
+        save_checkpoint(path, state)
+        with pytest.raises(UserError) as info:
+            load_model(path)
+        assert str(info.value) == (f"{path}: model.vocab_size={vocab} does not match its tokenizer{theirs}; "
+                                   f"the checkpoint is damaged")
 
 
 @pytest.mark.parametrize("tokenizer, what", [

@@ -154,10 +154,10 @@ def test_unknown_words_of_a_million_word_vocabulary_are_refused_at_once():
     tok = WordTokenizer([" " + "".join(w) for w in itertools.product("abcdefghijklmnop", repeat=5)])
     unknown = ["abcdefgh", "ponmlkji", "aabbccdd", "ghijklmn", "mnopabcd",
                "fedcbapo", "ijklijkl", "pppooonn", "acegikmo", "bdfhjlnp"]
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with pytest.raises(UserError, match="text has 10 word"):
         tok.encode("".join(" " + w for w in unknown))
-    assert time.perf_counter() - t0 < 3
+    assert time.process_time() - t0 < 3
     for word in unknown[:3]:
         near = tok.closest(" " + word)
         assert len(near) == 3 and all(difflib.SequenceMatcher(None, word, w.strip()).ratio() == 10 / 13
@@ -178,7 +178,9 @@ def test_word_dict_round_trip_through_json():
     {"kind": "word", "words": ["a", "b"], "vocab_size": 3},
     None, [], {}, {"kind": "sentencepiece"}, {"kind": "char"}, {"kind": "char", "chars": "ba"},
     {"kind": "char", "chars": "ab", "vocab_size": 3}, {"kind": "tiktoken"},
-    {"kind": "tiktoken", "encoding": "r50k_base", "ids": "0 1 2"},
+    {"kind": "tiktoken", "encoding": "r50k_base", "ids": "0 1 2"}, {"kind": "char", "chars": ""},
+    {"kind": "bpe", "merges": [[97, 256]]}, {"kind": "bpe", "merges": [[256, 97]]},  # (256: the first id not yet made)
+    {"kind": "bpe", "merges": [[32, 32], [32, 32]]},  # (the same token twice)
 ])
 def test_from_dict_rejects_malformed(bad):
     with pytest.raises(UserError):
@@ -637,9 +639,9 @@ def test_long_whitespace_runs_below_the_limit_are_found_in_linear_time():
     a 600 kB file of 99,999-space runs took a minute to encode with bpe, a prompt of three 26 s. Two
     runs of 80,000 took 7 s; now milliseconds, and the runs past the limit are found as before."""
     import time
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     assert tk.LONG_SPACE.search(" " * 80_000 + "b" + " " * 80_000) is None
-    assert time.perf_counter() - t0 < 1.0  # (linear: about 1 ms)
+    assert time.process_time() - t0 < 1.0  # (linear: about 1 ms)
     n = tk.LONG_SPACE_RUN + 1
     text = " " * n + "a" + "\n" * (n + 5) + "b" + " " * (n - 1)
     assert [m.span() for m in tk.LONG_SPACE.finditer(text)] == [(0, n), (n + 1, 2 * n + 6)]
@@ -652,6 +654,16 @@ def test_merges_that_double_a_token_forty_times_are_refused():
         tk.tokenizer_from_dict({"kind": "bpe", "merges": merges})
     with pytest.raises(UserError, match="more than 65,280"):
         tk.tokenizer_from_dict({"kind": "bpe", "merges": [[32, 32]] * 65_281})
+    # at the bounds: a token of 1024 bytes and a vocabulary of 65,536 are taken, one byte or merge more is not
+    doubling = [[97, 97]] + [[256 + i, 256 + i] for i in range(9)]  # "a" * 2 ** 10
+    assert max(map(len, tk.tokenizer_from_dict({"kind": "bpe", "merges": doubling}).encoding.token_byte_values())) \
+        == 1024 == tk.MAX_TOKEN_BYTES
+    with pytest.raises(UserError, match="makes a token of 1,025 bytes, beyond 1024"):
+        tk.tokenizer_from_dict({"kind": "bpe", "merges": doubling + [[265, 97]]})
+    pairs = [[a, b] for a in range(256) for b in range(256)]  # 65,536 distinct two-byte tokens
+    assert tk.tokenizer_from_dict({"kind": "bpe", "merges": pairs[:65_280]}).vocab_size == 65_536
+    with pytest.raises(UserError, match="more than 65,280"):
+        tk.tokenizer_from_dict({"kind": "bpe", "merges": pairs[:65_281]})
 
 
 def test_learning_never_makes_a_token_beyond_the_limit():
@@ -756,12 +768,13 @@ def test_learned_merges_are_exactly_the_rescanning_learners_under_a_small_length
 
 def test_learning_a_text_without_spaces_takes_a_moment():
     # one 100 KB piece: the rescanning learner took ~30 s (200 KB 66 s, 1 MB 6 minutes), as each
-    # merge read the whole piece again; a merge now costs the occurrences it merges (~0.3 s)
+    # merge read the whole piece again; a merge now costs the occurrences it merges (~0.3 s). This
+    # file's timings are of this process's CPU time: on a loaded machine the wall clock failed them
     import time
     text = _random_text(100_000, "abcdefghij")
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     merges = tk.learn_bpe_merges(text, 768)
-    assert len(merges) == 768 and time.perf_counter() - t0 < 5
+    assert len(merges) == 768 and time.process_time() - t0 < 5
 
 
 def test_an_unknown_combining_mark_is_shown_as_its_escape():
