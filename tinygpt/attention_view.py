@@ -38,7 +38,7 @@ import torch
 
 from model import GPT, HeadTrace, Step, causal_mask, next_token_probs
 from tinygpt.checkpoint import atomic_write_all, make_folder, remove_empty, sweep_folder_temp_files
-from tinygpt.plots import HEATMAP_MARK, missing_glyphs_quiet, plain_text, png_marked, title_text
+from tinygpt.plots import HEATMAP_MARK, controls_shown, fit_width, missing_glyphs_quiet, plain_text, png_marked
 
 MASKED = "."  # a future key, masked to weight exactly 0
 SPACE = "␣"  # a space inside a token label
@@ -324,15 +324,6 @@ def _cell_numbers(ax, values: torch.Tensor, fontsize: float, dark_when_high: boo
                         color="white" if dark else "black", in_layout=False)  # inside its cell: no layout work
 
 
-def wrapped(text: str, inches: float, fontsize: float) -> str:
-    """`text`'s lines broken at spaces to fit `inches` at `fontsize` points (a glyph ~0.6 em wide on average): a
-    figure sized for one head and a few tokens cut its title and notes at both edges. A word is never split:
-    a title's escaped `\\$` cut in two would start matplotlib's mathtext."""
-    width = max(20, int(inches * 72 / (0.6 * fontsize)))
-    return "\n".join(part for line in text.split("\n")
-                     for part in textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False) or [""])
-
-
 def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHOWN, causal: bool = True,
                    title: str = "", pyplot: bool = False):
     """One layer's weights (nh, T, T) as a matplotlib Figure: a heatmap per head on a near-square
@@ -346,6 +337,7 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHO
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
+    heads = weights.size(0)
     weights = weights[:MAX_HEATMAP_HEADS]  # (nh, T, T), nh <= MAX_HEATMAP_HEADS
     nh, T = weights.size(0), weights.size(-1)
     mask = causal_mask(T, T) if causal else None
@@ -401,18 +393,25 @@ def heatmap_figure(weights: torch.Tensor, labels: Sequence[str], last: int = SHO
             if numbers:
                 _cell_numbers(ax_e, earlier[head, :, None], numbers, dark_when_high=True)
     notes = ["hatched: a future key, masked (weight exactly 0)"] if causal and N > 1 else []  # 1 token: none
+    if not causal:  # (the tables' legend said it; the picture, shared on its own, did not)
+        notes.append("no causal mask: every position sees every other")
+    if heads > nh:
+        notes.append(f"heads 0-{nh - 1} of {heads} drawn, the most drawn in seconds")
     if earlier is not None:
         notes.append(f"grey column '{EARLIER}': the summed weight on the {T - N} key{'s' * (T - N > 1)} before "
                      + (f"these {N}" if N > 1 else "this one") + ", on its own grey scale (right)")
     if marks:
         notes.append("; ".join(marks))
-    fig.supxlabel(wrapped("\n".join(["key (the position looked at)", *notes]), size[0], 9), fontsize=9)
+    # lines that fit the figure (one sized for one head and a few tokens cut its title and notes at both edges)
+    fig.supxlabel(fit_width("\n".join(["key (the position looked at)", *notes]), fig, 0.6 * 9, less=0), fontsize=9)
     fig.supylabel("query (the position looking)", fontsize=9)
     fig.colorbar(image, ax=key_axes, label="% of the query's attention", shrink=0.8)
     if earlier is not None:  # the grey column's scale: past NUMBERED tokens its cells carry no number
         fig.colorbar(grey, ax=key_axes, label=f"% on the keys before ('{EARLIER}')", shrink=0.8)
     if title:
-        fig.suptitle(wrapped(title_text(title), size[0], 11), fontsize=11)
+        # a word wider than the figure (a long token, a run's name) cut too; '$' escaped after the cut (a '\\$' cut
+        # in two starts mathtext)
+        fig.suptitle(plain_text(fit_width(controls_shown(title), fig, 0.6 * 11, less=0)), fontsize=11)
     return fig
 
 

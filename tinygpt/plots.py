@@ -52,11 +52,6 @@ def controls_shown(text: str) -> str:
     return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
 
 
-def title_text(text: str) -> str:
-    """plain_text for a one-line title: its control characters drawn as their escapes."""
-    return plain_text(controls_shown(text))
-
-
 def _new_figure():
     """A matplotlib Figure without pyplot (no GUI backend, no global state), or None."""
     try:
@@ -175,12 +170,20 @@ def legend_labels(labels: Sequence[str], fig) -> list[str]:
     return [plain_text(fit_width(label, fig, 5.5, less=10)) for label in told_apart(shortened(labels))]
 
 
+WIDEST = 0.84 / 0.6  # DejaVu Sans's widest common glyphs ('=', '+', 'm': 0.84 em) against its average
+
+
 def fit_width(text: str, fig, char_points: float, share: float = 1.0, less: int = 4) -> str:
     """`text`, each of its lines wrapped at spaces to `share` of the figure's width in characters `char_points`
     wide (about 0.6 of the font's size), `less` fewer: a long label, note or title line ran off the picture's
-    edges, and the layout squeezed the axes into a third of it to make room."""
+    edges, and the layout squeezed the axes into a third of it to make room. A word longer than a line (a
+    token of 64 '=', a sweep run's name) is cut into pieces that fit in the widest glyphs."""
     width = max(20, int(share * fig.get_figwidth() * 72 / char_points) - less)
-    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in text.split("\n"))
+    lines = []
+    for line in text.split("\n"):
+        for part in textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False) or [""]:
+            lines += textwrap.wrap(part, max(10, int(width / WIDEST))) if len(part) > width else [part]
+    return "\n".join(lines)
 
 
 def tick_labels(values: Sequence[str], key: str) -> list[str]:
