@@ -1777,3 +1777,23 @@ def test_pictures_of_losses_that_do_not_compare_say_so(tmp_path, monkeypatch):
         settings_title = figures["settings.png"].axes[0].get_title()
         assert ("they do not compare" in settings_title) is said, settings_title
         assert ("they do not compare" in figures["val_loss.png"].axes[0].get_title()) is said
+
+
+def test_grouping_keeps_unknown_seeds_and_digests_apart_and_counts_a_heads_wins():
+    """Five rules of report.py no test pinned (a mutation round): a run without a recorded data digest joins
+    its setting's digest only where there is one (of two, it is a setting of its own, not averaged into the
+    first); runs of unknown seed are seeds of their own; an interval cut at 100% alone is said to be cut; a
+    head that wins in two runs shows its count; t95(30) is the table's last entry, not the expansion."""
+    from tinygpt import report
+    rows = [{"run": run, "model.n_head": 4, "train.seed": seed, "data_digest": digest, "best_val_loss": 1.0}
+            for run, seed, digest in (("a", 1, "a" * 64), ("b", 2, "b" * 64), ("c", 3, None))]
+    assert [g["label"] for g in report.group_by_setting(rows, ["model.n_head"])] == [
+        "n_head=4, digest=aaaaaaaaaa", "n_head=4, digest=bbbbbbbbbb", "n_head=4, digest=unrecorded"]
+    unseeded = [{"run": run, "best_val_loss": loss, "config": {}} for run, loss in (("x", 1.0), ("y", 2.0))]
+    (g,) = report.group_by_setting(unseeded, [])
+    assert g["n"] == 2 and g["repeats"] == [] and g["stats"]["best_val_loss"]["lo"] is not None
+    top = report.within_bounds("antecedent", report.stats([0.97, 0.99, 0.995]))
+    assert top["hi"] == 1.0 and top["lo"] > 0 and top["cut"] is True
+    heads = [{"run": run, "attribute_head": "L0H1", "config": {}} for run in "ab"]
+    assert report.group_by_setting(heads, [])[0]["attribute_heads"] == "L0H1×2"
+    assert report.t95(30) == report.T95[-1] == 2.042272 and report.t95(31) < 2.042272
