@@ -1064,7 +1064,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path) -> tuple[GPT, 
     tok = ckpt["tokenizer"]
     tok_size = tok.get("vocab_size") if isinstance(tok, dict) else None
     if cfg.model.vocab_size <= 0 or type(tok_size) is not int or tok_size != cfg.model.vocab_size:  # (300.0 too)
-        theirs = "'s, which records none" if tok_size is None else f"'s {short(tok_size)}"  # (it said "tokenizer's None")
+        theirs = "'s, which records none" if tok_size is None else f"'s {short(tok_size)}"  # (not "tokenizer's None")
         raise UserError(f"{path}: model.vocab_size={cfg.model.vocab_size} does not match its tokenizer{theirs}; "
                         f"the checkpoint is damaged")
     m = cfg.model
