@@ -31,7 +31,7 @@ class ModelConfig:
     block_size: int = 128  # context length: the most tokens the model sees at once (positions 0 .. block_size-1)
     n_layer: int = 4  # transformer blocks
     n_head: int = 4  # attention heads per block, each head_size wide
-    n_embd: int = 128  # residual stream width C
+    n_embd: int = 128  # width C of the residual stream: x (B, T, C), which each block reads and adds its output to
     dropout: float = 0.0  # dropout probability on the embeddings, attention weights and residual branches
     bias: bool = False  # bias in Linear layers and LayerNorms (never in the LM head: it is the tied embedding)
     # causal: mask future keys; false = bidirectional (an experiment: it trains seeing the future, so it
