@@ -1797,3 +1797,30 @@ def test_grouping_keeps_unknown_seeds_and_digests_apart_and_counts_a_heads_wins(
     heads = [{"run": run, "attribute_head": "L0H1", "config": {}} for run in "ab"]
     assert report.group_by_setting(heads, [])[0]["attribute_heads"] == "L0H1×2"
     assert report.t95(30) == report.T95[-1] == 2.042272 and report.t95(31) < 2.042272
+
+
+def test_metrics_checks_and_report_numbers_a_mutation_round_left_unpinned():
+    """check_order from row 2 on and for a second log row; off_schedule's tolerance, the rate it names (the
+    step before's) and a nan lr skipped; best_val_loss past a nan; one digest of a setting not labelled; a ratio
+    of exactly 1 and one just under it; a ratio's spread to 2 digits and a spread that would read 0."""
+    from tinygpt import report
+    from tinygpt.training import lr_at
+    with pytest.raises(ValueError, match="row 2 goes back to step 10 after step 20"):
+        runs.check_order([{"step": 20.0, "val_loss": 4.1}, {"step": 10.0, "val_loss": 3.9}])
+    with pytest.raises(ValueError, match="row 2 is a second row of step 10 with a tokens_per_s"):
+        runs.check_order([{"step": 10.0, "tokens_per_s": 1.0}, {"step": 10.0, "tokens_per_s": 2.0}])
+    cfg = Config()
+    cfg.train.max_iters, cfg.train.warmup_iters = 40, 0
+    assert runs.off_schedule([{"step": 10.0, "lr": lr_at(9, cfg.train)}], cfg) is None
+    note = runs.off_schedule([{"step": 10.0, "lr": lr_at(9, cfg.train) * 1.005}], cfg)
+    assert note is not None and f"schedule gives {lr_at(9, cfg.train):.4g}:" in note, note
+    assert runs.off_schedule([{"step": 10.0, "lr": float("nan")}], cfg) is None
+    assert runs.best_val_loss([{"val_loss": float("nan")}]) is None
+    assert runs.best_val_loss([{"val_loss": 4.0}, {"val_loss": float("-inf")}]) == 4.0
+    rows = [{"run": run, "model.n_head": heads, "train.seed": 1, "data_digest": digest * 64, "best_val_loss": 1.0}
+            for run, heads, digest in (("a", 1, "a"), ("b", 1, "b"), ("c", 2, "c"))]
+    assert [g["label"] for g in report.group_by_setting(rows, ["model.n_head"])] == [
+        "n_head=1, digest=aaaaaaaaaa", "n_head=1, digest=bbbbbbbbbb", "n_head=2"]
+    assert (report.times(1.0), report.times(0.996)) == ("1.0x", "0.99x")
+    assert report._spread("attribute_ratio", 0.0123) == "0.012"
+    assert report._spread("best_val_loss", 0.00004) == "4e-05"
