@@ -344,6 +344,7 @@ def test_the_earlier_column_lines_up_with_the_keys(last):
     FigureCanvasAgg(fig).draw()  # the layout is made at drawing
     earlier = [ax for ax in fig.axes if [t.get_text() for t in ax.get_xticklabels()] == [EARLIER]]
     keys = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    assert len(earlier) == len(keys) == nh  # (an empty zip checked nothing)
     for ax_e, ax in zip(earlier, keys):
         e, k = ax_e.get_window_extent(), ax.get_window_extent()
         assert abs(e.y0 - k.y0) < 1 and abs(e.y1 - k.y1) < 1, (e, k)  # the same rows, the same height
