@@ -383,12 +383,12 @@ def val_loss_png(groups: Sequence[dict[str, Any]], apart: bool = False) -> bytes
         if not g.get("finished", True):
             aside.append((label, (steps, mean)))
             continue
+        above = [m + d for m, d in zip(mean, std)]
         below = [max(0.0, m - d) for m, d in zip(mean, std)]  # (a loss is never under 0: one seed's spike drew
         if len(g["runs"]) > 1:  # the band, and the axis, down to -7.5)
-            ax.fill_between(steps, below, [m + d for m, d in zip(mean, std)],
-                            color=line.get_color(), alpha=0.2, linewidth=0)
+            ax.fill_between(steps, below, above, color=line.get_color(), alpha=0.2, linewidth=0)
         curves.append((steps, mean))
-        edges += [(steps, [m + d for m, d in zip(mean, std)]), (steps, below)]
+        edges += [(steps, above), (steps, below)]
     step_axis(ax)
     ax.set(xlabel="step", ylabel="val loss (nats/token)",
            title="validation loss" + (": mean ± 1 std over seeds (n per line)" if banded else "")

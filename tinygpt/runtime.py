@@ -672,9 +672,8 @@ class ThreadPolicy:
 
     def __init__(self, max_threads: int | None = None, fixed: int = 0, interval_s: float = 1.0):
         self.cpus = usable_cpus()
-        cores = usable_cores()
-        cap = min(env_threads() or cores, cores)
-        self.max_threads = max(1, min(cap, len(self.cpus), max_threads or cap))
+        limits = (usable_cores(), len(self.cpus), env_threads(), max_threads)  # (None: no limit set)
+        self.max_threads = max(1, min(n for n in limits if n))
         self.fixed, self.interval_s = fixed, interval_s
         self.threads = torch.get_num_threads()
         self._last: tuple[float, float, int, int] | None = None  # (wall, own cpu, busy, total)
