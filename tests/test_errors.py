@@ -1134,6 +1134,17 @@ def test_11_sampling_flags_out_of_range(run, capsys, args, culprit):
     one_line(in_process("sample.py", [run, *args], capsys), culprit)
 
 
+def test_11_the_temperature_limits_sit_at_min_and_max_temperature(run, capsys):
+    """Just past each limit is refused, the limit itself samples: the tests above try only values far past them."""
+    import sample
+    one_line(in_process("sample.py", [run, "--temperature", f"{sample.MIN_TEMPERATURE / 2:g}"], capsys), "too small")
+    one_line(in_process("sample.py", [run, "--temperature", f"{sample.MAX_TEMPERATURE * 2:g}"], capsys), "too large")
+    for limit in (sample.MIN_TEMPERATURE, sample.MAX_TEMPERATURE):
+        ok = in_process("sample.py", [run, "--temperature", f"{limit:g}", "--max-new-tokens", "2", "--prompt", "Anna"],
+                        capsys)
+        assert ok.code == 0, ok.err
+
+
 def test_11_a_tiny_top_p_keeps_the_most_likely_token(run, capsys):
     """Found by the fuzz test: --top-p 1e-300 is 0 in float32, which dropped every token (NaN)."""
     tiny = in_process("sample.py", [run, "--top-p", "1e-300", "--max-new-tokens", "20", "--prompt", "Anna"], capsys)

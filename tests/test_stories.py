@@ -311,6 +311,15 @@ def test_the_third_character_is_introduced_before_the_body_mentions_it(corpus):
         assert first is None or first.start() < story.index("\n"), story[:300]
 
 
+def test_about_half_the_stories_have_a_third_character(corpus):
+    """The third character is a coin flip per story: without it the tests above would pass on no role at all."""
+    text, _ = corpus
+    role = re.compile(rf"\b({'|'.join(ROLES)})\b")
+    stories_ = text.split("\n\n")
+    with_third = sum(bool(role.search(story.split("\n")[0])) for story in stories_)
+    assert len(stories_) > 100 and 0.35 < with_third / len(stories_) < 0.65, (with_third, len(stories_))
+
+
 def test_a_pronoun_after_a_sentence_about_the_third_character_waits_for_a_filler(monkeypatch):
     """'Mia waved to the baker. Then he ...' would let "he" mean the baker. In the corpus it needs no
     reminder and no filler drawn; with those switched off every such pronoun still gets a filler first."""
