@@ -152,10 +152,11 @@ def test_build_case_offsets_a_story_inside_a_longer_text():
 
 
 def test_the_attributes_earlier_mentions_are_whole_words_of_this_story():
-    """In the window, "red" said in the story before (not inside "Fred" or "bored", not in the story
-    before this one) is where the antecedent's attribute is; the same for the distractor's "blue"."""
+    """In the window, "red" said in the story before (not inside "Fred", "bored" or "redder", not in the story
+    before this one) is where the antecedent's attribute is; the same for the distractor's "blue" (not "bluebird")."""
     prefix = "Zed had a red hat and a blue cup.\n\n"  # the previous story, inside the window
-    story = "Mia had a red kite. Tom had a blue kite. Tom was bored and Fred was tired. Then she took her red kite."
+    story = ("Mia had a red kite. Tom had a blue kite. Tom was bored and Fred was tired. A bluebird sang in the "
+             "redder sky. Then she took her red kite.")
     ref = Reference(pronoun_pos=story.index("she"), pronoun="she", attribute_pos=story.rindex("red"), attribute="red",
                     kind="colour", antecedent="Mia", antecedent_spans=[(0, 3)], distractor="Tom",
                     distractor_spans=[(20, 23), (41, 44)], distractor_attribute="blue")
