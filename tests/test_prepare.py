@@ -310,6 +310,7 @@ def test_a_long_file_name_gets_a_prepared_folder_within_name_max(tmp_path):
     (400, 64, "a model.block_size below 40, more text or another data.val_fraction$"),
     (400, 380, "a model.block_size below 40 or more text$"),  # the train split's 360 fails first: the val split's 40
     (40, 4, "a model.block_size below 4, more text or another data.val_fraction$"),  # val: exactly block_size
+    (22, 10, "a model.block_size below 2, more text or another data.val_fraction$"),  # 22 = two blocks of 11 exactly
 ])
 def test_a_corpus_too_short_for_the_block_is_told_only_the_fixes_that_work(tmp_path, chars, block, fixes):
     """A one-character corpus was told 'use a smaller block_size, more text, or another
@@ -1229,3 +1230,102 @@ def test_a_data_key_given_that_changes_nothing_is_said(tmp_path, capsys):
     prep.main([str(ROOT / "configs/shakespeare_char.yaml"), "--set", f"data.dataset={text}",
                f"data.prepared_dir={tmp_path / 'p'}", "data.bpe_vocab_size=300"])
     assert "note: --set data.bpe_vocab_size changes nothing here" in capsys.readouterr().err
+
+
+def test_a_damaged_token_or_an_edited_dtype_in_a_prepared_folder_is_prepared_again(tmp_path):
+    """A changed byte in train.bin is found by meta.json's digest; a meta.json whose dtype was edited (int16:
+    the same bytes read as other numbers) by its vocabulary's. Either is prepared again, not read."""
+    text = tmp_path / "a.txt"
+    text.write_text("the cat sat on the mat\n" * 20)
+    cfg = config(text, tmp_path / "prepared")
+    out = prep.prepare(cfg, show_progress=False)
+    with open(out / "train.bin", "r+b") as f:
+        f.seek(4)
+        f.write(b"\xff\x7f")
+    data = prep.load_prepared(prep.prepare(cfg, show_progress=False))
+    assert data.train.max() < data.tokenizer.vocab_size
+    meta = json.loads((out / "meta.json").read_text())
+    (out / "meta.json").write_text(json.dumps({**meta, "dtype": "int16"}))
+    assert prep.load_prepared(prep.prepare(cfg, show_progress=False)).meta["dtype"] == "uint16"
+
+
+def test_a_folder_called_like_a_builtin_in_capitals_is_a_folder_whose_edits_are_prepared(tmp_path, monkeypatch):
+    """data.dataset=Stories is the user's folder: a built-in name is fingerprinted without its files."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Stories").mkdir()
+    (tmp_path / "Stories" / "a.txt").write_text("one story\n" * 60)
+    cfg = config("Stories", tmp_path / "prepared")
+    assert prep.load_prepared(prep.prepare(cfg, show_progress=False)).meta["chars"] == 600
+    (tmp_path / "Stories" / "a.txt").write_text("another story\n" * 60)
+    assert prep.load_prepared(prep.prepare(cfg, show_progress=False)).meta["chars"] == 840
+
+
+def test_a_downloads_folder_of_the_users_text_is_read(tmp_path):
+    """Only data.prepared_dir's own downloads/ (tiny shakespeare's copy) is not text: a folder of the
+    user's named downloads is."""
+    (tmp_path / "text" / "downloads").mkdir(parents=True)
+    (tmp_path / "text" / "a.txt").write_text("a" * 500)
+    (tmp_path / "text" / "downloads" / "b.txt").write_text("b" * 650)
+    cfg = config(tmp_path / "text", tmp_path / "elsewhere")
+    assert prep.load_prepared(prep.prepare(cfg, show_progress=False)).meta["chars"] == 500 + 2 + 650
+
+
+def test_a_cjk_file_whose_first_64_kib_end_inside_a_character_is_named_as_such(tmp_path):
+    """The sniffed head is cut at a line end: cut inside a double-byte character, GB18030 text was told
+    that some characters read as UTF-8 and to convert from latin1, which garbles every one."""
+    path = tmp_path / "cjk.txt"
+    line = "你好世界，这是一个测试。\n".encode("gb18030")
+    assert prep.SNIFFED % len(line) not in (0, len(line) - 1)  # the 64 KiB end inside a line, not at its end
+    path.write_bytes(line * (prep.SNIFFED // len(line) + 300))
+    with pytest.raises(UserError, match="reads as text in .*gb18030") as refused:
+        prep.read_text_file(path)
+    assert "latin1" not in str(refused.value)
+
+
+def test_a_file_cut_after_3_bytes_of_a_4_byte_character_is_told_so(tmp_path):
+    path = tmp_path / "cut.txt"
+    data = ("café au lait\n" * 20 + "smile 😀").encode()[:-1]
+    path.write_bytes(data)
+    with pytest.raises(UserError, match=rf"ends inside a UTF-8 character \(its last 3 bytes begin one: .* head -c "
+                                        rf"{len(data) - 3} "):
+        prep.read_text_file(path)
+
+
+def test_as_many_stray_bytes_as_utf8_characters_is_8bit_text_with_a_note(tmp_path):
+    """One UTF-8 é and one latin1 é: damaged UTF-8 only where the UTF-8 characters outnumber the stray bytes."""
+    path = tmp_path / "tie.txt"
+    path.write_bytes("one café here\n".encode() + b"and caf\xe9 there\n" + b"the cat sat\n" * 50)
+    with pytest.raises(UserError, match=r"is not UTF-8 \(byte 0xe9 at offset 22, line 2\), though some of its "
+                                        r"characters read as UTF-8 .* iconv -f latin1 "):
+        prep.read_text_file(path)
+
+
+def test_a_dead_preparations_temp_folder_is_swept(tmp_path):
+    """A preparation killed mid-write leaves .NAME.PID.XXXXXXXX.tmp, for settings maybe never prepared again:
+    the next preparation of any setting removes it (its writer is dead)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    prepared = tmp_path / "prepared"
+    stale = prepared / f".other-char-0123456789.{dead.pid}.abcdefgh.tmp"
+    stale.mkdir(parents=True)
+    (stale / "train.bin").write_bytes(b"\0" * 64)
+    text = tmp_path / "a.txt"
+    text.write_text("the cat sat on the mat\n" * 20)
+    out = prep.prepare(config(text, prepared), show_progress=False)
+    assert sorted(p.name for p in prepared.iterdir()) == [out.name]
+
+
+def test_an_outdated_prepared_folder_that_is_a_link_is_replaced_not_what_it_leads_to(tmp_path):
+    """A link where the prepared folder goes, to the user's folder: the link is replaced, the folder and
+    its files are left alone (not refused as a preparation holding foreign files)."""
+    text = tmp_path / "a.txt"
+    text.write_text("the cat sat on the mat\n" * 20)
+    cfg = config(text, tmp_path / "prepared")
+    out = prep.prepare(cfg, show_progress=False)
+    shutil.rmtree(out)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine\n")
+    out.symlink_to(tmp_path / "mine")
+    assert prep.prepare(cfg, show_progress=False) == out
+    assert out.is_dir() and not out.is_symlink() and (out / "meta.json").is_file()
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
