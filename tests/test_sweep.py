@@ -610,6 +610,7 @@ def test_a_closed_stdout_does_not_stop_the_sweep(tmp_path):
 
 @pytest.mark.parametrize("argv, match", [
     (["--grid", "model.n_head"], "must look like SECTION.KEY=V1,V2"),
+    (["--grid", "modeln_head=1,2"], "must look like SECTION.KEY=V1,V2"),  # (no section: not a key to look up)
     (["--grid", "model.n_head=1,,2"], "must look like SECTION.KEY=V1,V2"),
     (["--grid", "model.n_head=1", "model.n_head=2"], "given twice"),
     (["--grid", "model.vocab_size=100,200"], "comes from the tokenizer"),
@@ -630,6 +631,7 @@ def test_a_closed_stdout_does_not_stop_the_sweep(tmp_path):
 ])
 def test_sweep_user_errors(tmp_path, monkeypatch, argv, match):
     fake_cores(monkeypatch, {0, 1})  # 2 cores
+    stand_in_train(tmp_path, monkeypatch, "raise SystemExit('a run started')")  # a refusal missed: no full-size run
     with pytest.raises(UserError, match=match), contextlib.redirect_stdout(io.StringIO()):
         sweep.main([CONFIG, *argv, "--out", str(tmp_path / "sw")])
     assert not (tmp_path / "sw").exists()
@@ -1863,3 +1865,52 @@ def test_a_sweeps_runs_do_not_inherit_torchrun_variables(monkeypatch):
     for jobs in (1, 2):
         env = sweep.Runner(jobs).env
         assert not {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} & set(env) and env["TINYGPT_KEPT"] == "yes"
+
+
+def test_a_run_killed_between_its_first_two_saves_is_started_again(first_sweep, tmp_path):
+    """best.pt of step 0 and no ckpt.pt: the starting point only, nothing to lose; not refused as a run whose
+    weights would be deleted (which refused the whole sweep)."""
+    run = tmp_path / "n_head=1"
+    shutil.copytree(first_sweep["out"] / "n_head=1", run)
+    save_checkpoint(run / "best.pt", {**load_checkpoint(run / "best.pt"), "step": 0})
+    (run / "ckpt.pt").unlink()
+    lines = (run / "metrics.csv").read_text().splitlines(keepends=True)
+    (run / "metrics.csv").write_text("".join(lines[:2]))  # the header and step 0's eval
+    assert lines[1].startswith("0,")
+    cfg = load_config(CONFIG, [*shrink(first_sweep["tmp"] / "prepared")[1:], "model.n_head=1"])
+    assert sweep.existing_run(run, cfg) == ("train", f"{run} has no checkpoint (it stopped before its first); "
+                                                     f"starting it again")
+
+
+def test_a_probe_of_another_number_of_stories_is_probed_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep, "read_probe", lambda run_dir: {"stories": 2, "skipped_stories": 1})
+    assert sweep.probed(tmp_path, 3) and not sweep.probed(tmp_path, 5) and not sweep.probed(tmp_path, 2)
+
+
+def test_a_run_name_is_hashed_from_one_character_past_max_name():
+    kept, cut = (sweep.run_names(["data.dataset"], [("a" * n,)])[0] for n in (112, 113))
+    assert kept == "dataset=" + "a" * 112 and len(kept) == sweep.MAX_NAME
+    assert re.fullmatch(rf"dataset=a{{{sweep.MAX_NAME - 8}}}-[0-9a-f]{{8}}", cut), cut
+
+
+def test_only_folders_holding_a_checkpoint_are_another_grids_runs(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "n_head=8").mkdir()
+    (tmp_path / "n_head=8" / "ckpt.pt").write_bytes(b"a run")
+    assert sweep.other_runs(tmp_path, []) == ["n_head=8"]
+
+
+def test_a_value_given_three_times_is_said_so(capsys):
+    assert sweep.parse_grid(["model.n_head=1,1,1,2,2"]) == {"model.n_head": ["1", "2"]}
+    assert capsys.readouterr().out == ("note: --grid model.n_head: 1 is given 3 times; its runs are trained once\n"
+                                       "note: --grid model.n_head: 2 is given twice; its runs are trained once\n")
+
+
+def test_a_sweep_stopped_before_its_first_run_started_writes_no_report(tmp_path, monkeypatch, capsys):
+    def stopped(args, runner, tag, run):  # the signal came before any run was reached
+        runner.signum = signal.SIGINT
+
+    monkeypatch.setattr(sweep, "train_one", stopped)
+    assert sweep_exit_code(tmp_path) == 128 + signal.SIGINT
+    assert "sweep interrupted: rerun the same command to resume it\n" in capsys.readouterr().out
+    assert not (tmp_path / "sw" / "results.md").exists()
