@@ -788,6 +788,11 @@ def test_readme_export_says_the_limits_in_tokens():
     assert "but `max_length` is set to 2``" in readme and "generate.tokenizer.pad_token_id = " in readme
     # sample.py takes an accent in either Unicode form; tokenizer.json takes text as typed: said
     assert "first tries an accent's other Unicode form" in " ".join(readme.split())
+    assert "stops early" not in readme and "Biases are zeros: the tinygpt model had none" in readme
+    cfg.model.bias = True  # and with an end-of-text token, of a model with biases
+    readme = hf.export_readme(cfg, tok, "`x`", "/out/hf", 0, 2, "\n", "")
+    assert "; it stops early at token 2 (end of text)" in readme
+    assert "Biases as trained." in readme and "Biases are zeros" not in readme
 
 
 def test_gpt2_saved_by_transformers_imports(tmp_path, capsys):
@@ -893,6 +898,35 @@ def test_init_from_of_another_tokenizer_names_both_and_the_way_to_the_runs(tmp_p
 
 
 # ---- gaps found by a mutation audit ----
+
+
+def test_config_json_and_generation_config_json_give_the_same_special_tokens(tmp_path):
+    """A char vocabulary has no end-of-text token: config.json's eos (which anything rebuilding the generation
+    config reads) must be None, as generation_config.json's, not the start token."""
+    _, config = export_run(tmp_path)
+    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    assert config["eos_token_id"] is None and generation["eos_token_id"] is None
+    assert config["bos_token_id"] == generation["bos_token_id"] is not None
+
+
+def test_an_export_into_the_folder_of_a_run_that_keeps_only_best_pt_is_refused(tmp_path):
+    """Any of a run's files makes its folder the run directory, not only ckpt.pt."""
+    run, _, _ = make_run(tmp_path)
+    shutil.move(f"{run}/ckpt.pt", f"{run}/best.pt")
+    with pytest.raises(UserError, match=f"output folder {run}/hf is inside the run directory {run}"):
+        export.main([f"{run}/best.pt", f"{run}/hf"])
+    assert sorted(p.name for p in Path(run).iterdir()) == ["best.pt"]
+
+
+def test_a_one_dimensional_attn_bias_is_a_weight_not_a_mask_buffer(tmp_path):
+    """Only the old mask buffers (4-D attn.bias, a scalar masked_bias) are skipped: a 1-D h.0.attn.bias is a
+    tensor config.json's model has not, refused, not dropped."""
+    run, _, _ = make_run(tmp_path)
+    export.main([run, str(tmp_path / "hf")])
+    tensors = hf.load_safetensors(tmp_path / "hf" / "model.safetensors")
+    hf.save_safetensors(tmp_path / "hf" / "model.safetensors", {**tensors, "transformer.h.0.attn.bias": torch.ones(32)})
+    with pytest.raises(UserError, match="the weights hold 'h.0.attn.bias', which config.json's model"):
+        hf.load_hf_gpt2(tmp_path / "hf")
 
 
 def test_an_export_deep_inside_its_run_directory_is_refused(tmp_path):
