@@ -266,7 +266,8 @@ def test_sample_checks_the_page_paths_before_generating(run, tmp_path, monkeypat
     # the flags mixed up: an HTML page under a picture's name was written, and opened as a broken picture
     refused(["--attention-html", tmp_path / "heat.png"],
             r"the page is HTML, not a PNG picture; name it e\.g\. .*heat\.html")
-    assert not (tmp_path / "heat.png").exists()
+    refused(["--attention-html", tmp_path / "heat.PNG"], r"the page is HTML, not a PNG picture")
+    assert not (tmp_path / "heat.png").exists() and not (tmp_path / "heat.PNG").exists()
 
 
 # ---- in a real browser ----

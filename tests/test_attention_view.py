@@ -505,6 +505,9 @@ def test_a_layer_of_many_heads_draws_at_most_max_heatmap_heads(run, prompt, tmp_
     monkeypatch.setattr(attention_view, "MAX_HEATMAP_HEADS", 1)  # (the run's model has 2 heads or more)
     text = run_sample([run, "--prompt", prompt[:20], "--max-new-tokens", 0, "--attention-png", tmp_path / "png"])
     assert "(the heatmaps show heads 0-0 of " in text and "--attention-html show every head)" in text
+    monkeypatch.setattr(attention_view, "MAX_HEATMAP_HEADS", N_HEAD)  # every head drawn: nothing to say
+    text = run_sample([run, "--prompt", prompt[:20], "--max-new-tokens", 0, "--attention-png", tmp_path / "png"])
+    assert "saved " in text and "(the heatmaps show heads" not in text
 
 
 def test_sample_says_when_the_heatmaps_show_fewer_tokens(run, prompt, tmp_path, monkeypatch):

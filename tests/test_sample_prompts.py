@@ -221,12 +221,20 @@ def test_heatmaps_of_an_earlier_call_do_not_stay_beside_new_ones(tiny_stories_ru
     folder = tmp_path / "heatmaps"
     run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", folder, "--attention-of", "all",
                 "--num-samples", "2"])
-    assert any(p.name.startswith("attention_sample2_") for p in folder.iterdir())
-    (folder / "notes.txt").write_text("mine")
-    run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", folder])
     n_layer = load_model(tiny_stories_run)[1].model.n_layer
-    assert sorted(p.name for p in folder.iterdir()) == sorted([f"attention_layer{i}.png" for i in range(n_layer)]
-                                                              + ["notes.txt"])
+    # every sample's set is kept: the second's replaced the first's, each still said `saved`
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"attention_sample{s}_layer{i}.png" for s in (1, 2)
+                                                              for i in range(n_layer))
+    (folder / "notes.txt").write_text("mine")
+    for of in ("prompt", "all"):  # one sample: no sample number in the names
+        run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", folder, "--attention-of", of])
+        assert sorted(p.name for p in folder.iterdir()) == sorted([f"attention_layer{i}.png" for i in range(n_layer)]
+                                                                  + ["notes.txt"])
+
+
+def test_no_prompt_starts_from_nothing_echoed(tiny_stories_run):
+    """No --prompt is --prompt '': the printed text is the sample alone, and its line end."""
+    assert run_sample([tiny_stories_run, "--max-new-tokens", "0"])[1] == "\n"
 
 
 def test_two_samplers_do_not_draw_heatmaps_into_one_folder_at_once(tiny_stories_run, tmp_path):
