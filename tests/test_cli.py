@@ -35,6 +35,7 @@ import torch
 import yaml
 
 from conftest import ROOT
+from model import generate as model_generate
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 SEPARATOR = "\n---------------\n"  # what sample.py prints between samples (each ends with "\n")
@@ -273,6 +274,23 @@ def test_greedy_is_the_same_without_the_kv_cache(samples, run):
     args = [run, "--prompt", PROMPT, "--max-new-tokens", 40, "--temperature", 0]
     assert sample_text(args) == greedy
     assert sample_text(args + ["--no-kv-cache"]) == greedy
+
+
+def test_the_flags_reach_the_generation_the_seed_and_the_cache(run, monkeypatch):
+    """The text is model.generate's from a generator seeded with --seed itself, and --no-kv-cache turns the cache
+    off (equal outputs alone would pass with the flag ignored, or a seed shifted)."""
+    import sample
+    from tinygpt.checkpoint import load_model
+    model, _, tokenizer, _ = load_model(run)  # (the checkpoint sample.py reads)
+    idx = torch.tensor([tokenizer.encode(PROMPT)])
+    gen = torch.Generator().manual_seed(7)
+    tokens = [int(t) for t in model_generate(model, idx, 20, temperature=0.8, generator=gen)]
+    used, real = [], sample.generate_steps
+    monkeypatch.setattr(sample, "generate_steps", lambda *a, **k: used.append(k["use_cache"]) or real(*a, **k))
+    args = [run, "--prompt", PROMPT, "--max-new-tokens", 20, "--seed", 7, "--threads", 1]
+    assert sample_text(args) == PROMPT + tokenizer.decode(tokens) + "\n"
+    sample_text(args + ["--no-kv-cache"])
+    assert used == [True, False]
 
 
 def test_greedy_says_that_its_samples_are_one_text(run):
