@@ -412,7 +412,7 @@ def long_binget(i: int) -> bytes:
     return b"j" + struct.pack("<I", i)  # (LONG_BINGET i: push memo[i])
 
 
-@pytest.mark.parametrize("case", ["wide", "doubling", "number", "deep"])
+@pytest.mark.parametrize("case", ["wide", "doubling", "doubling_memoize", "number", "deep"])
 def test_a_pickle_of_keys_made_slow_to_hash_is_refused_unread(case, tmp_path):
     """A key that costs much to hash, set again and again: a 600 KB file of one 50,000-number tuple set 50,000 times
     took 54 s to walk (and 23 s in torch.load); a 200 KB number, 19 s. Pairs of pairs of ... through the memo (692
@@ -425,6 +425,9 @@ def test_a_pickle_of_keys_made_slow_to_hash_is_refused_unread(case, tmp_path):
     elif case == "doubling":  # t1 = (t0, t0), t2 = (t1, t1), ..., {t40: None}
         pickled = b"\x80\x02}N" + put0 + b"".join(b"0" + long_binget(i) + long_binget(i) + b"\x86" + b"r"
                                                   + struct.pack("<I", i + 1) for i in range(40)) + b"Ns."
+    elif case == "doubling_memoize":  # the same in protocol 4, each tuple kept by MEMOIZE (the next free slot)
+        pickled = b"\x80\x04}N\x94" + b"".join(b"0h" + bytes([i]) + b"h" + bytes([i]) + b"\x86\x94"
+                                               for i in range(40)) + b"Ns."
     elif case == "number":  # a 65-word number (64 words pass, below)
         pickled = b"\x80\x02}\x8b" + struct.pack("<i", 65 * 8) + b"\x01" * (65 * 8) + b"Ns."
         check_pickled_keys(b"\x80\x02}\x8b" + struct.pack("<i", 64 * 8) + b"\x01" * (64 * 8) + b"Ns.", tmp_path)
@@ -793,9 +796,10 @@ def test_a_flipped_bit_in_a_weights_bytes_is_found_by_the_checksum(saved, tmp_pa
                             f"(a byte changed on disk or in a copy); use another copy")
 
 
-def test_non_finite_weights_are_refused_by_name(tmp_path):
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_by_name(tmp_path, value):
     state, _, _ = tiny_state()
-    state["model"]["pos_emb.weight"][0, 0] = float("nan")
+    state["model"]["pos_emb.weight"][0, 0] = value
     path = tmp_path / "nan.pt"
     save_checkpoint(path, state)  # a valid checksum: only the values are wrong
     with pytest.raises(UserError, match="NaN or infinite"):
@@ -1179,9 +1183,10 @@ def test_views_sharing_one_storage_are_bounded_by_the_file(tmp_path):
     hashing from a 3 MB file). A real checkpoint's tied weights claim under 2x."""
     state, _, _ = tiny_state()
     base = torch.zeros(2**16)
-    state["extra"] = [base[:] for _ in range(20)]
-    message = refusal(hand_made(tmp_path / "views.pt", state))
-    assert "tensor 'extra/" in message and "over 4x the file's bytes" in message
+    for n in (20, 6):  # (6: over 4x the file, not over 8x)
+        state["extra"] = [base[:] for _ in range(n)]
+        message = refusal(hand_made(tmp_path / "views.pt", state))
+        assert "tensor 'extra/" in message and "over 4x the file's bytes" in message
     state["extra"] = state["extra"][:2]  # within the bound: loads
     path = tmp_path / "two.pt"
     save_checkpoint(path, state)
@@ -1241,12 +1246,14 @@ def test_a_misshapen_optimizer_moment_is_refused_by_name(tmp_path):
     (lambda s: s["state"][0].pop("exp_avg_sq"), "holds ['exp_avg', 'step'], not step and exp_avg, exp_avg_sq"),
     (lambda s: s["param_groups"][0].update(betas=(2.0,)), "betas are (2.0,), not two numbers in [0, 1)"),
     (lambda s: s["param_groups"][0].update(betas=(1.5, 0.9)), "betas are (1.5, 0.9), not two numbers in [0, 1)"),
+    (lambda s: s["param_groups"][0].update(betas=(0.9, 1.0)), "betas are (0.9, 1.0), not two numbers in [0, 1)"),
+    (lambda s: s["state"][0].update(extra=torch.zeros(1)), "holds ['exp_avg', 'exp_avg_sq', 'extra', 'step'], not"),
     (lambda s: s["param_groups"][0].update(eps=float("nan")), "eps is nan, not a number >= 0"),
     (lambda s: s["state"][0]["exp_avg"].fill_(float("nan")), "'exp_avg' of weight 'tok_emb.weight' holds values that"),
     (lambda s: s["state"][0]["exp_avg_sq"].fill_(-1.0), "holds values that are not finite or are negative"),
     (lambda s: s["state"][0].update(exp_avg=s["state"][0]["exp_avg"].long()), "is torch.int64, not floating point"),
-], ids=["step_vector", "step_negative", "step_nan", "moment_missing", "betas", "beta_1_5", "eps_nan", "moment_nan",
-        "second_moment_negative", "moment_int"])
+], ids=["step_vector", "step_negative", "step_nan", "moment_missing", "betas", "beta_1_5", "beta_1", "moment_extra",
+        "eps_nan", "moment_nan", "second_moment_negative", "moment_int"])
 def test_a_damaged_optimizer_state_is_refused_by_name(tmp_path, damage, said):
     """Hand-made or damaged optimizer states with a valid checksum: a 1000-element step, a missing
     moment or betas=(2.0,) ended the first step in a traceback; a negative or NaN step, NaN or negative
@@ -1609,3 +1616,86 @@ def test_a_sparse_checkpoint_is_refused_unread(tmp_path):
                                         f"never written \\(a sparse file"):
         load_checkpoint(path)
     assert time.perf_counter() - started < 1.0
+
+
+# ---- more that a loaded checkpoint is checked for (each check once dropped, and no test failed) ----
+
+
+def test_extra_weights_are_refused_by_name_not_in_torchs_traceback(tmp_path):
+    state, _, _ = tiny_state()
+    state["model"]["junk"] = torch.zeros(1)
+    save_checkpoint(tmp_path / "junk.pt", state)
+    with pytest.raises(UserError, match=r"junk.pt: the weights hold 'junk', which its model has not; the checkpoint "
+                                        r"is damaged$"):
+        load_model(tmp_path / "junk.pt")
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda s: s.update(tokenizer=[1, 2]), "its 'tokenizer' is a list, not a dict"),
+    (lambda s: s["model"].update({3: torch.zeros(1)}), "its weights hold 3, which is not a named tensor"),
+    (lambda s: s.update(extra=torch.arange(12.0).reshape(3, 4).t()), "of shape (4, 3) is a view (strides (1, 4))"),
+], ids=["tokenizer_list", "weight_named_3", "transposed"])
+def test_a_checkpoint_of_the_wrong_shapes_is_refused_when_read(tmp_path, damage, said):
+    state, _, _ = tiny_state()
+    damage(state)
+    save_checkpoint(tmp_path / "ckpt.pt", state)
+    assert said in refusal(tmp_path / "ckpt.pt")
+
+
+def test_a_zip_entry_claiming_more_bytes_than_the_file_is_refused_before_torch_reads_it(saved, tmp_path, monkeypatch):
+    path, *_ = saved
+    data = bytearray(path.read_bytes())
+    at = 0
+    while True:  # the central directory's entry of .../byteorder: its uncompressed size says 2 GiB
+        at = data.index(b"PK\x01\x02", at)
+        name_len = struct.unpack("<H", data[at + 28:at + 30])[0]
+        if data[at + 46:at + 46 + name_len].endswith(b"byteorder"):
+            break
+        at += 4
+    data[at + 24:at + 28] = struct.pack("<I", 2**31)
+    (tmp_path / "big.pt").write_bytes(bytes(data))
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was reached"))
+    assert "sizes beyond the file" in refusal(tmp_path / "big.pt")
+
+
+def test_a_checkpoint_that_cannot_be_read_is_not_called_corrupted(saved, monkeypatch):
+    """(As root, chmod cannot deny reading: torch.load's PermissionError is planted.)"""
+    import errno
+    path, *_ = saved
+
+    def denied(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+    monkeypatch.setattr(torch, "load", denied)
+    assert refusal(path) == f"cannot read {path}: Permission denied"
+
+
+def test_a_global_one_character_off_is_named_with_torchs(saved, tmp_path):
+    path, *_ = saved
+    data = bytearray(path.read_bytes())
+    at = data.index(b"_rebuild_tensor_v2")
+    data[at + 10] = ord("d")  # _rebuild_tdnsor_v2
+    (tmp_path / "flip.pt").write_bytes(bytes(data))
+    assert "one character off torch's torch._utils._rebuild_tensor_v2" in refusal(tmp_path / "flip.pt")
+
+
+def test_a_failed_write_leaves_no_temp_file_and_says_nothing_was_written(tmp_path, monkeypatch):
+    import errno
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(UserError) as info:
+        atomic_write(tmp_path / "new.pt", lambda f: f.write(b"x"))
+    assert str(info.value).endswith("(nothing was written)") and leftovers(tmp_path) == [], str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_two_runs_are_told_apart_only_by_two_run_ids():
+    assert checkpoint.of_two_runs({"run_id": "a"}, {"run_id": "b"})
+    assert not checkpoint.of_two_runs({"run_id": "a"}, {"format": 1})  # a checkpoint from before run ids
+    assert not checkpoint.of_two_runs({"run_id": "a"}, {"run_id": "a"})
+
+
+def test_step_0_is_a_saved_step():
+    assert checkpoint.saved_step_and_data({"step": 0, "data_digest": "abc"}) == (0, "abc")
+    assert checkpoint.saved_step_and_data({"step": -1, "data_digest": "abc"}) == (None, "abc")
