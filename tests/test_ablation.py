@@ -464,6 +464,9 @@ def test_the_report_of_a_model_that_resolves_nothing_says_so():
     assert "removed together (top two by zero-ablation drop): none, fewer than two" in text
     assert "removed together (top two by attention): none, the model has one head" in coreference.ablation_report(
         {**ab, "drop": {m: [[0.0]] for m in ("zero", "mean")}}, None, 1, 1)
+    one_layer_two_heads = coreference.ablation_report({**ab, "drop": {m: [[0.0, 0.0]] for m in ("zero", "mean")}},
+                                                      {"references": 0}, 1, 2)
+    assert "one head" not in one_layer_two_heads and "fewer than two heads lower" in one_layer_two_heads
 
 
 def test_probe_ablate_without_any_attention_measured_names_no_head(run, capsys, monkeypatch):

@@ -198,6 +198,10 @@ def test_held_out_stories_skip_and_count_the_stories_the_tokenizer_cannot_encode
     text, refs, skipped = coreference.held_out_stories(6, 11, no_b)
     assert skipped == sum(with_b) and "B" not in text
     assert len(refs) == sum(len(r) for (_, r), b in zip(stories, with_b) if not b)
+    torch.manual_seed(0)  # the probe counts the stories it kept, beside those it skipped: together the ones asked for
+    model = GPT(ModelConfig(block_size=64, n_layer=1, n_head=2, n_embd=16, vocab_size=no_b.vocab_size)).eval()
+    result = coreference.probe(model, no_b, 6, 11, torch.device("cpu"))
+    assert (result["stories"], result["skipped_stories"]) == (6 - sum(with_b), sum(with_b))
 
 
 def test_build_case_with_gpt2_tokens(tmp_path, monkeypatch):
@@ -227,6 +231,10 @@ def test_classify_reads_the_first_word():
     assert coreference.classify(f"{ref.distractor_attribute}.", ref) == "distractor"
     assert coreference.classify(f"{ref.attribute}x", ref) == "other"
     assert coreference.classify(". The", ref) == "other"
+    # any whitespace before the word (a line end, two spaces): the model's answer is still its first word
+    assert coreference.classify(f"  {ref.attribute}", ref) == coreference.classify(f"\n {ref.attribute}", ref) \
+        == "antecedent"
+    assert coreference.classify(f"\n\n{ref.distractor_attribute}", ref) == "distractor"
 
 
 def test_run_batch_decodes_the_greedy_continuation_of_each_window():
@@ -487,6 +495,7 @@ def one_line_exit_2(capsys, argv) -> str:
 def test_probe_refuses_flags_out_of_range(run, capsys, monkeypatch):
     # random.Random(-s) is Random(s): a negative seed would probe stories of another seed
     assert "--seed=-1337" in one_line_exit_2(capsys, [str(run), "--seed", "-1337"])
+    assert f"--seed={2**63} must be in [0, 2**63)" in one_line_exit_2(capsys, [str(run), "--seed", str(2**63)])
     assert "--stories=1000000000000" in one_line_exit_2(capsys, [str(run), "--stories", "1000000000000"])
     # within the bound, the windows must still fit in memory (the model itself does)
     monkeypatch.setattr("tinygpt.runtime.cpu_memory_limits", lambda: {"machine": 100 * 2**20})
@@ -585,6 +594,8 @@ def test_a_ratio_under_one_is_printed_under_one():
         line = best_head_line(coreference.attention_on([([0], [1], last_row(*weights))], 1, 1))
         assert line.endswith(f"({shown} the distractor's: it attends more to the distractor's)") and "1.0x" not in line
     assert times(0.9996) == "0.99x" and times(0.031) == "0.031x" and times(1.64) == "1.6x"
+    even = best_head_line(coreference.attention_on([([0], [1], last_row(0.4, 0.4, 0.2))], 1, 1))
+    assert even.endswith("(1.0x the distractor's)")  # equal weights: not "it attends more to the distractor's"
     assert coreference.ratio(0.99996, 1.0) < 1 and coreference.ratio(0.5, 0.25) == 2.0  # (r4 rounded it up to 1.0)
     assert coreference.ratio(0.9999996, 1.0) == 0.999999  # (6 decimals would round it up to 1.0)
     from tinygpt.report import _num
