@@ -96,6 +96,8 @@ def test_text_is_printable_ascii_and_blank_lines_only_separate_stories(corpus):
     assert len(stories) > 100
     for story in stories:
         assert story and story == story.strip(), repr(story[:80])
+    assert "\n " not in text and " \n" not in text and "  " not in text  # no template brings its own edges
+    assert all(template == template.strip() and "\n" not in template for template in ALL_TEMPLATES)
 
 
 def test_whole_text_is_the_stories_of_generate_story_joined(corpus):
@@ -295,6 +297,17 @@ def test_a_text_that_reaches_n_chars_exactly_takes_no_further_story():
     two = [("Once upon a time.", []), ("The end.", [])]
     assert join_stories(two, n_chars=len("Once upon a time.")) == ("Once upon a time.", [])
     assert join_stories(two, n_chars=len("Once upon a time.") + 1)[0] == "Once upon a time.\n\nThe end."
+
+
+def test_a_reference_is_in_the_128_char_window_only_with_its_antecedent_named_there():
+    """The attribute said in the window is not enough: the antecedent's last mention must be in it too."""
+    def reference(text: str) -> Reference:
+        return Reference(pronoun_pos=text.index("she"), pronoun="she", attribute_pos=len(text) - 3, attribute="red",
+                         kind="colour", antecedent="Mia", antecedent_spans=[(0, 3)], distractor="Leo",
+                         distractor_spans=[], distractor_attribute="blue")
+    for gap, share in ((200, 0.0), (50, 1.0)):
+        text = "Mia" + "." * gap + " red " + "." * 10 + " she " + "red"
+        assert corpus_stats(text, [reference(text)])["share_in_128_window"] == share, gap
 
 
 def test_corpus_stats_counts_the_stories():
