@@ -20,6 +20,7 @@ import os
 import re
 import stat
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,24 @@ def test_safetensors_round_trip_and_malformed_files(tmp_path):
         with pytest.raises(UserError, match="not a valid safetensors file") as err:
             hf.load_safetensors(bad)
         assert "\n" not in str(err.value)
+
+
+def test_a_safetensors_file_of_holes_is_refused_unread(tmp_path):
+    """A header claiming a 256 MiB tensor, the file then extended to that size without writing it (a sparse
+    file, 4 KB on disk): its zeros would load as weights, and a claimed 8 GB was read whole to check it."""
+    n = 64 * 2**20
+    header = json.dumps({"wte.weight": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+    header += b" " * (-len(header) % 8)
+    path = tmp_path / "model.safetensors"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + 4 * n)
+    with open(path, "rb") as f:  # (asked directly, not through the function under test)
+        if not hasattr(os, "SEEK_HOLE") or os.lseek(f.fileno(), 0, os.SEEK_HOLE) == path.stat().st_size:
+            pytest.skip("this file system stores no holes")
+    with pytest.raises(UserError, match=r"model.safetensors is not a valid safetensors file: most of its "
+                                        r"268,435,\d+ bytes were never written"):
+        hf.load_safetensors(path)
 
 
 def test_safetensors_under_a_name_that_is_not_utf8_load(tmp_path):
@@ -836,6 +855,10 @@ def test_a_gpt2_sized_folder_with_another_tokenizer_is_refused(tmp_path, monkeyp
     gpt2["<|endoftext|>"] = hf.GPT2_VOCAB - 1
     (tmp_path / "hf" / "vocab.json").write_text(json.dumps(gpt2))
     hf.import_hf(tmp_path / "hf", tmp_path / "run")  # GPT-2's own: imported
+    # and with a pad added past its ids (as transformers users do): no id the model makes, still GPT-2's
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(
+        {"model": {"vocab": gpt2}, "added_tokens": [{"content": "[PAD]", "id": hf.GPT2_VOCAB}]}))
+    hf.check_gpt2_tokenizer(tmp_path / "hf")
     shifted = {token: (i + 1) % hf.GPT2_VOCAB for token, i in gpt2.items()}  # another BPE's ids
     (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(
         {"model": {"vocab": shifted}, "added_tokens": [{"content": "<pad>", "id": hf.GPT2_VOCAB}]}))
