@@ -304,6 +304,9 @@ def test_greedy_says_that_its_samples_are_one_text(run):
         sample_text(args)
         sample_text([run, "--prompt", PROMPT, "--max-new-tokens", 8, "--num-samples", 2, "--top-k", 5])
     assert "greedy" not in err.getvalue()  # one greedy sample, or sampling: nothing to say
+    with redirect_stderr(io.StringIO()) as err:  # nothing generated: no token drawn, nothing to say either
+        sample_text([*args[:4], 0, "--temperature", 0, "--num-samples", 2, "--top-k", 5])
+    assert "greedy" not in err.getvalue()
     with redirect_stderr(io.StringIO()) as err:
         sample_text(args + ["--num-samples", 2, "--top-k", 5, "--top-p", 0.5])
     assert ("note: --temperature 0 is greedy: --top-k and --top-p change nothing; the 2 samples are one text\n"

@@ -622,6 +622,7 @@ def test_a_closed_stdout_does_not_stop_the_sweep(tmp_path):
     (["--grid", "model.n_head=1", "--set", "train.max_iter=5"], "did you mean 'train.max_iters'"),
     (["--grid", "model.n_head=3,5", "--set", "model.n_embd=16"], "no valid combination"),
     (["--grid", "model.n_head=1", "--jobs", "0"], "--jobs=0 must be >= 1"),
+    (["--grid", "model.n_head=1", "--seeds", "0"], "--seeds=0 must be >= 1"),
     (["--grid", "model.n_head=1", "--jobs", "3"], "--jobs=3 is more than the 2 CPU core"),
     # (a billion held-out stories: 10 GB and counting, deaf to Ctrl-C)
     (["--grid", "model.n_head=1", "--probe", "--probe-stories", "1000000000"],
