@@ -300,6 +300,10 @@ def test_the_values_at_the_edges_of_their_ranges_are_accepted(tmp_path):
                            "data: {stories_chars: 10000}\n")
     cfg = load_config(path)
     assert (cfg.train.seed, cfg.train.min_lr, cfg.data.stories_chars) == (2**63 - 2, 0.001, 10_000)
+    cfg = load_config(path, ["train.beta1=0", "train.beta2=0", "train.threads=1024", "train.max_iters=0",
+                             "data.stories_seed=0"])  # the other ends: 0, the most threads, no steps
+    assert (cfg.train.beta1, cfg.train.beta2, cfg.train.threads, cfg.train.max_iters, cfg.data.stories_seed) == \
+        (0.0, 0.0, 1024, 0, 0)
 
 
 def test_a_path_from_a_block_scalar_loses_its_final_line_break(tmp_path):
@@ -445,9 +449,16 @@ def test_aliases_within_the_limits_still_work(tmp_path):
     ("model: {n_layer: &a [1,1,1,1,1,1,1,1,1,1], b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "
      "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], d: [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]}\n", "more than 10,000 values"),
     ("model: " + "[" * 60 + "]" * 60 + "\n", "deeper than 50 levels"),
+    ("model: " + "[" * 50 + "]" * 50 + "\n", "deeper than 50 levels"),
+    ("model: {n_layer: [" + "1," * 10_000 + "1]}\n", "it holds more than 10,000 values"),  # (no alias: refused early)
 ])
 def test_yaml_beyond_the_limits_is_refused(tmp_path, text, expected):
     assert expected in user_error(write(tmp_path, text))
+
+
+def test_yaml_at_the_depth_limit_is_read(tmp_path):
+    """49 lists deep under a key is 50 levels: read, then refused for what it is (no mapping), not for its depth."""
+    assert "must be a mapping" in user_error(write(tmp_path, "model: " + "[" * 49 + "]" * 49 + "\n"))
 
 
 @pytest.mark.parametrize("override, expected", [
@@ -583,8 +594,32 @@ def test_a_quoted_number_is_told_to_drop_its_quotes(tmp_path):
 
 def test_a_negative_stories_seed_is_refused(tmp_path):
     """random.Random(-5) is Random(5): the corpus of -5 would be the corpus of 5 under another name."""
-    with pytest.raises(UserError, match=r"data.stories_seed=-5 .* must be in \[0, 2\*\*63 - 1\)"):
-        load_config(write(tmp_path, ""), ["data.stories_seed=-5"])
+    for seed in (-5, -1):
+        with pytest.raises(UserError, match=rf"data.stories_seed={seed} .* must be in \[0, 2\*\*63 - 1\)"):
+            load_config(write(tmp_path, ""), [f"data.stories_seed={seed}"])
+
+
+def test_a_plot_setting_is_one_of_its_three_words(tmp_path):
+    assert "train.plot='off'" in user_error(write(tmp_path, ""), ["train.plot=off"])
+
+
+def test_a_negative_integer_beyond_64_bits_is_refused_by_the_type_check_too(tmp_path):
+    """sweep.py checks --grid values by their type alone: -2**63 - 1 passed it (only its magnitude is too large)."""
+    from tinygpt.config import check_type
+    with pytest.raises(UserError, match="64 bits"):
+        check_type(f"model.n_layer={-2**63 - 1}", "--grid")
+    assert "64 bits" in user_error(write(tmp_path, ""), [f"model.n_layer={-2**63 - 1}"])
+
+
+def test_a_recorded_configs_long_path_is_not_checked_against_this_file_system():
+    """A run's config.yaml or checkpoint records the out_dir of the machine that trained it: read back, a part
+    longer than a file name may be here is no error (only a path given to this machine is checked)."""
+    cfg = config_from_dict({"train": {"out_dir": "x" * 300}}, "ckpt.pt", recorded=True)
+    assert cfg.train.out_dir == "x" * 300
+
+
+def test_two_keys_read_as_one_number_are_called_a_key_given_twice(tmp_path):
+    assert "appears twice" in user_error(write(tmp_path, "1: {}\n0x1: {}\n"))
 
 
 def test_a_value_yaml_reads_only_in_quotes_says_so(tmp_path):
