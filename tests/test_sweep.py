@@ -44,7 +44,7 @@ import train
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
 from tinygpt.config import load_config
 from conftest import ROOT, capture_figures, fake_cores
-from tinygpt.errors import UserError
+from tinygpt.errors import UserError, short
 
 CONFIG = str(ROOT / "configs" / "stories.yaml")
 COLUMNS = ["run", "model.n_head", *report.RESULT_COLUMNS]
@@ -507,8 +507,8 @@ def test_a_dataset_edited_during_the_sweep_starts_no_run_on_the_new_text(tmp_pat
                     "data.tokenizer=char", "--out", str(tmp_path / "sw")])
     printed = capfd.readouterr()
     assert exit_info.value.code == 1
-    assert f"[2/2] n_head=2: not started: data.dataset='{text}' was edited during the sweep: its runs would mix " \
-        "two texts" in printed.out
+    assert f"[2/2] n_head=2: not started: data.dataset={short(str(text))} was edited during the sweep: its runs would " \
+        "mix two texts" in printed.out  # (short: a long temp folder's path is elided)
     assert "1 of 2 run(s) not started: the data they train on were edited while the sweep ran" in printed.err
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")][1] == sweep.DATA_EDITED
 
