@@ -58,6 +58,15 @@ def test_parse_heads():
                       ("0.4", "no head 0.4"), ("1.1,1.1", "named twice"), ("a.b", "not LAYER.HEAD")]:
         with pytest.raises(UserError, match=says):
             parse_heads(bad, n_layer=4, n_head=4)
+    with pytest.raises(UserError, match=r"\(the model has layers 0-3 and heads 0-3\)"):
+        parse_heads("4.0", n_layer=4, n_head=4)
+    from tinygpt.ablation import looks_like_heads
+    assert looks_like_heads("0.1, 2.3") and not looks_like_heads("0.1,out/run")  # (the run given after --ablate)
+
+
+def test_head_means_of_no_window_is_refused():
+    with pytest.raises(ValueError, match="at least one window"):
+        head_means(random_model(False), [])
 
 
 @torch.no_grad()
