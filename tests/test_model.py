@@ -369,6 +369,15 @@ def test_top_k_and_top_p_keep_tied_tokens_alike():
                           torch.tensor([[1.0, 0.0, 0.0]]))
 
 
+def test_top_p_at_its_ends_keeps_the_first_token_or_every_token():
+    """A top_p below float32's smallest (1e-50 reads as 0) still keeps the likeliest token, not NaN everywhere;
+    top_p=1.0 keeps the tail that a float32 cumulative sum reaching 1.0 early would cut off."""
+    assert next_token_probs(torch.tensor([[2.0, 1.0, 0.0]]), 1.0, top_p=1e-50).tolist() == [[1.0, 0.0, 0.0]]
+    logits = torch.tensor([[0.0, 0.0, -30.0]])
+    full = next_token_probs(logits, 1.0, top_p=1.0)
+    assert torch.equal(full, next_token_probs(logits, 1.0)) and full[0, 2] > 0
+
+
 def test_top_p_stops_once_the_mass_before_a_token_reaches_p():
     """[0.5, 0.25, 0.25] with top_p 0.5: the first token alone reaches 0.5, so the nucleus is that
     token (the mass before the second is already >= p, not only > p)."""

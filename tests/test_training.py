@@ -47,6 +47,32 @@ def a_batch(vocab: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 # ---- train_step ----
 
 
+def test_a_step_leaves_no_gradient_and_a_stop_before_the_second_micro_batch_drops_the_first(tiny_model_config):
+    """Each step starts from no gradient (else a step trains on the sum of every earlier one's); a stop asked
+    before the second micro-batch draws no more and drops what the first gave."""
+    torch.manual_seed(0)
+    model = GPT(tiny_model_config)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = a_batch(tiny_model_config.vocab_size)
+    reference = copy.deepcopy(model)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(2):
+        training.train_step(model, opt, no_scaler(), contextlib.nullcontext(), lambda: (x, y), 1, 0.0, 0.1)
+        ref_opt.zero_grad()
+        cross_entropy(reference(x), y).backward()
+        ref_opt.step()
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(model.parameters(), reference.parameters()))
+    drawn = []
+
+    def next_batch():
+        drawn.append(1)
+        return x, y
+    assert training.train_step(model, opt, no_scaler(), contextlib.nullcontext(), next_batch, 2, 0.0, 0.1,
+                               stop=lambda: True) is None
+    assert len(drawn) == 1 and all(p.grad is None for p in model.parameters())
+
+
 def test_grad_accum_of_one_batch_twice_steps_as_that_batch_once(tiny_model_config):
     """Each micro-batch's loss is divided by grad_accum (the gradients add up to the mean loss's), and
     so is the loss returned: undivided, grad_accum=2 took a step twice as long, and reported twice the loss."""
@@ -163,6 +189,9 @@ def test_the_loss_estimate_runs_in_eval_mode_on_the_same_batches(tiny_model_conf
                                              Distributed(0, 1, CPU))
     first, second = estimate(), estimate()
     assert model.training
+    assert training.estimate_loss(model, {"val": data}, 4, 16, 3, 1337, CPU, contextlib.nullcontext(),
+                                  Distributed(0, 1, CPU), stop=lambda: True) is None
+    assert model.training  # (a stopped estimate puts the mode back too)
     assert first == second
     model.eval()
     with torch.no_grad():
