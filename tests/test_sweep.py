@@ -507,8 +507,9 @@ def test_a_dataset_edited_during_the_sweep_starts_no_run_on_the_new_text(tmp_pat
                     "data.tokenizer=char", "--out", str(tmp_path / "sw")])
     printed = capfd.readouterr()
     assert exit_info.value.code == 1
-    assert f"[2/2] n_head=2: not started: data.dataset={short(str(text))} was edited during the sweep: its runs would " \
-        "mix two texts" in printed.out  # (short: a long temp folder's path is elided)
+    dataset = short(str(text))  # (short: a long temp folder's path is elided)
+    assert f"[2/2] n_head=2: not started: data.dataset={dataset} was edited during the sweep: its runs would mix " \
+        "two texts" in printed.out
     assert "1 of 2 run(s) not started: the data they train on were edited while the sweep ran" in printed.err
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")][1] == sweep.DATA_EDITED
 
