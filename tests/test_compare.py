@@ -1824,3 +1824,37 @@ def test_metrics_checks_and_report_numbers_a_mutation_round_left_unpinned():
     assert (report.times(1.0), report.times(0.996)) == ("1.0x", "0.99x")
     assert report._spread("attribute_ratio", 0.0123) == "0.012"
     assert report._spread("best_val_loss", 0.00004) == "4e-05"
+
+
+# ---- compare.py at its edges (each once dropped or moved, and no test failed) ----
+
+
+def test_a_training_that_starts_in_out_while_the_lock_is_taken_is_refused(tmp_path, monkeypatch):
+    """--out is checked again once its lock is held: a training that started there in between is refused, not
+    mixed with the report's files."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    out, real = tmp_path / "cmp", compare.run_lock
+
+    @contextlib.contextmanager
+    def a_training_starts_first(*args, **kwargs):
+        out.mkdir(exist_ok=True)
+        (out / "metrics.csv").write_text("step,train_loss\n0,4.0\n")
+        with real(*args, **kwargs):
+            yield
+    monkeypatch.setattr(compare, "run_lock", a_training_starts_first)
+    with pytest.raises(UserError, match="holds a training run's files"), contextlib.redirect_stdout(io.StringIO()):
+        compare.main([run, "--out", str(out)])
+    assert not (out / "results.md").exists()
+
+
+def test_plot_only_of_one_run_writes_nothing_into_out_and_a_run_holding_a_run_is_a_run(tmp_path):
+    pytest.importorskip("matplotlib")
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    with contextlib.redirect_stdout(io.StringIO()):
+        compare.main([run, "--plot-only", "--out", str(tmp_path / "cmp")])
+    assert not (tmp_path / "cmp").exists()  # (a read-only checkout: only the run's own loss.png)
+    fake_run(tmp_path / "a" / "inner", 2, [(0, "4.1", "4.1"), (10, "3.8", "3.8")])  # a run nested in a run
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        compare.main([run, "--out", str(tmp_path / "cmp")])
+    wrote = [line for line in printed.getvalue().splitlines() if line.startswith("wrote ")]
+    assert len(wrote) == 1 and all(name in wrote[0] for name in ("results.md", "results.csv", "summary.csv"))
