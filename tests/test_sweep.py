@@ -541,7 +541,8 @@ def test_a_file_edited_as_a_run_starts_leaves_that_run_out_of_the_means(tmp_path
         assert "[1/2] n_head=1: trained with other settings than planned (train.lr=0.005 (now 0.002)): the config " \
             "was edited as it started" in printed.out
     else:
-        assert f"[1/2] n_head=1: trained on other data than planned: data.dataset='{text}' was edited as it " \
+        dataset = short(str(text))  # (short: a long temp folder's path is elided)
+        assert f"[1/2] n_head=1: trained on other data than planned: data.dataset={dataset} was edited as it " \
             "started" in printed.out
     assert "1 of 2 run(s) trained on a config or data edited as they started, not as planned: n_head=1" in printed.err
     rows = read_csv(tmp_path / "sw" / "results.csv")
