@@ -101,6 +101,14 @@ def capture_figures(monkeypatch) -> dict[str, object]:
     return figures
 
 
+def skip_unless_holes(path: Path) -> None:
+    """Skip unless `path` (a file extended past its written bytes) holds a hole on disk: some file systems
+    store none. Asked of the OS directly, so a skip never hides a failure of the code under test."""
+    with open(path, "rb") as f:
+        if not hasattr(os, "SEEK_HOLE") or os.lseek(f.fileno(), 0, os.SEEK_HOLE) == path.stat().st_size:
+            pytest.skip("this file system stores no holes")
+
+
 def r50k_cache(folder: Path) -> Path:
     """A tiktoken cache folder holding GPT-2's ranks (SHARED_DATA/r50k_base.tiktoken) under the sha1
     of their URL, for TIKTOKEN_CACHE_DIR: the r50k_base and gpt2 encodings offline. Skips without it."""
