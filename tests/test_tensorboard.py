@@ -285,22 +285,25 @@ def test_a_full_disk_under_the_log_is_one_line_without_the_threads_traceback(tmp
 
 @pytest.mark.parametrize("error, fix", [("ENOSPC", "make room"), ("EFBIG", r"raise the file size limit \(ulimit -f\)"),
                                         ("EACCES", "mend that")])
-@pytest.mark.parametrize("checkpoint", [False, True])
+@pytest.mark.parametrize("checkpoint", ["none", "file", "folder"])
 def test_a_log_that_cannot_be_written_gives_the_fix_for_its_error_and_a_way_on_that_works(
         tmp_path, monkeypatch, error, fix, checkpoint):
     # a file-size limit was told to "make room", and a run stopped before its first checkpoint (the
     # step-0 images are the first big write) to "continue with --resume", which found no checkpoint
+    # (nor in a folder named ckpt.pt: --resume refuses that too)
     import errno
     pytest.importorskip("tensorboard")
     from tinygpt import tensorboard_log
     from tinygpt.tokenizer import CharTokenizer
     monkeypatch.setattr(tensorboard_log, "WRITER_ERRORS", [])
     board = tensorboard_log.TensorBoardLog(tmp_path, CharTokenizer.from_text("abc"), [0, 1, 2])
-    if checkpoint:
+    if checkpoint == "file":
         (tmp_path / "ckpt.pt").write_bytes(b"")
+    elif checkpoint == "folder":
+        (tmp_path / "ckpt.pt").mkdir()
     code = getattr(errno, error)
     tensorboard_log.WRITER_ERRORS.append(OSError(code, os.strerror(code)))
-    then = "continue with --resume" if checkpoint else "run the command again"
+    then = "continue with --resume" if checkpoint == "file" else "run the command again"
     with pytest.raises(UserError, match=rf"cannot write the TensorBoard log .*: {os.strerror(code)}; {fix}, or set "
                                         rf"train.tensorboard=false, and {then}$"):
         board.close()
