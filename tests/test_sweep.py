@@ -351,6 +351,23 @@ def test_a_run_stopped_under_another_name_is_resumed_in_its_folder(first_sweep, 
     assert sorted(d.name for d in out.iterdir() if d.is_dir()) == ["n_head=1,n_layer=1"]
 
 
+@pytest.mark.slow
+def test_of_two_folders_holding_the_run_the_finished_one_is_reused(first_sweep, tmp_path, monkeypatch):
+    """--out holds the run twice under other names, stopped (in a, first by name) and finished (in b):
+    the finished one is skipped, not the stopped one resumed (training it again to the same end)."""
+    out, prepared = tmp_path / "sw", first_sweep["tmp"] / "prepared"
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main([CONFIG, "--set", *shrink(prepared)[1:], "model.n_head=1",
+                    f"train.out_dir={json.dumps(str(out / 'a'))}", "--stop-at", "5", "--quiet"])
+    shutil.copytree(first_sweep["out"] / "n_head=1", out / "b")
+    started = recording_train(tmp_path, monkeypatch)
+    _, printed = run_sweep([CONFIG, "--grid", "model.n_head=1", *shrink(prepared), "--out", str(out)])
+    assert "n_head=1: the same settings as the run in b, under another name: reused there" in printed
+    assert "[1/1] b: finished earlier (step 10), skipped" in printed
+    assert not started.exists()  # nothing trained or resumed
+    assert [(r["run"], r["status"]) for r in read_csv(out / "results.csv")] == [("b", "done")]
+
+
 @pytest.mark.parametrize("case", ["dataset", "device"])
 def test_a_value_that_train_py_would_refuse_at_its_start_is_refused_before_any_training(first_sweep, tmp_path,
                                                                                          monkeypatch, case):
