@@ -2189,6 +2189,13 @@ def test_a_run_and_prepared_data_never_share_a_folder(run, tmp, capsys):
                                      f"data.prepared_dir={same}", f"train.out_dir={same}", "--quiet"], capsys),
              f"data.prepared_dir={str(same)!r} is train.out_dir=", "give them separate folders")
     assert not same.exists()
+    holder = tmp / "holder"  # (the cache in a folder inside the run's)
+    one_line(in_process("train.py", [tmp / "config.yaml", "--set", f"data.dataset={tmp / 'corpus.txt'}",
+                                     f"data.prepared_dir={holder / 'cache'}", f"train.out_dir={holder}", "--quiet"],
+                        capsys),
+             f"data.prepared_dir={str(holder / 'cache')!r} is train.out_dir={str(holder)!r} or a folder inside it",
+             "give them separate folders")
+    assert not holder.exists()
     one_line(in_process("train.py", [tmp / "config.yaml", "--set", f"data.dataset={tmp / 'corpus.txt'}",
                                      f"data.prepared_dir={tmp / 'cache2'}", f"train.out_dir={tmp / 'prepared'}",
                                      "--quiet"], capsys),
