@@ -122,6 +122,12 @@ def test_a_metrics_csv_saved_by_a_spreadsheet_or_without_losses(tmp_path):
     with pytest.raises(UserError, match=re.escape("metrics.csv is damaged or not a tinygpt metrics file (it has no "
                                                   "train_loss or val_loss column)")):
         compare.main([run, "--out", str(tmp_path / "cmp")])
+    path.write_text("step,train_loss\n0,4.1\n10,3.9\n")  # one loss column is enough (no evaluation: no best)
+    with contextlib.redirect_stdout(io.StringIO()):
+        result = compare.main([run, "--out", str(tmp_path / "cmp2")])
+    row = result["rows"][0]
+    assert row["metrics"] == [{"step": 0.0, "train_loss": 4.1}, {"step": 10.0, "train_loss": 3.9}]
+    assert row["status"] == "done" and row["best_val_loss"] is None
 
 
 HUGE_COUNTS = ('{"references": 1, "behaviour": {"antecedent": 1%s, "distractor": 0, "other": 0}, '
