@@ -646,6 +646,9 @@ def test_an_older_checkpoint_resumes_from_the_rows_up_to_its_step(tmp_path):
     runs.write_metrics(tmp_path, rows)
     kept, note = runs.resumed_metrics(tmp_path, {"step": 10})  # (no metrics_csv: from an older tinygpt)
     assert [float(r["step"]) for r in kept] == [0, 10, 10] and note is None
+    (tmp_path / "metrics.csv").unlink()  # at step 0, a missing metrics.csv lost nothing: no note
+    assert runs.resumed_metrics(tmp_path, {"step": 0}) == ([], None)
+    assert "the loss curve starts at step 10" in runs.resumed_metrics(tmp_path, {"step": 10})[1]
 
 
 def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(tmp, capsys):
