@@ -1074,6 +1074,23 @@ def test_a_metric_no_pair_could_be_compared_in_is_not_said_to_show_no_difference
                            "all alike; antecedent, distractor not compared: no pair has an interval on both sides)")
 
 
+def test_one_setting_has_no_pairs_to_speak_of_and_a_seed_run_three_times_is_counted_once():
+    """One setting over seeds is a table, not a comparison: no 'No two settings ...' line; the same seed
+    trained three times is said to be so, its three runs one seed."""
+    from tinygpt import report
+    rows = [{"run": f"h1s{seed}", "status": "done", "model.n_head": 1, "train.seed": seed, "best_val_loss": loss}
+            for seed, loss in ((1, 2.0), (2, 2.1))]
+    text = report.summary_text(report.group_by_setting(rows, ["model.n_head", "train.seed"]), ["best_val_loss"],
+                               False)
+    assert text.endswith("| n_head=1 | 2 | 2.0500 ± 0.0707 [1.4147, 2.6853] |\n"), text
+    rows = [{"run": f"r{i}", "status": "done", "model.n_head": 1, "train.seed": 1, "best_val_loss": 2.0 + i / 10}
+            for i in range(3)]
+    groups = report.group_by_setting(rows, ["model.n_head", "train.seed"])
+    assert report.repeats_note(groups) == ("note: r0, r1 and r2 (n_head=1) share train.seed=1: the same training 3 "
+                                           "times, counted as one seed (their mean), not 3\n")
+    assert groups[0]["stats"]["best_val_loss"]["n"] == 1 and groups[0]["stats"]["best_val_loss"]["mean"] == pytest.approx(2.1)
+
+
 def test_the_n_shown_is_the_n_counted(tmp_path, monkeypatch):
     """val_loss.png said `n_head=2 (mean of 2)`, averaging a seed stopped early, where the table said
     n=1; settings.png's title said 'over 2 seeds' of a setting of one (a point with no bar, looking
