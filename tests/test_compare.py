@@ -1088,7 +1088,8 @@ def test_one_setting_has_no_pairs_to_speak_of_and_a_seed_run_three_times_is_coun
     groups = report.group_by_setting(rows, ["model.n_head", "train.seed"])
     assert report.repeats_note(groups) == ("note: r0, r1 and r2 (n_head=1) share train.seed=1: the same training 3 "
                                            "times, counted as one seed (their mean), not 3\n")
-    assert groups[0]["stats"]["best_val_loss"]["n"] == 1 and groups[0]["stats"]["best_val_loss"]["mean"] == pytest.approx(2.1)
+    stats = groups[0]["stats"]["best_val_loss"]
+    assert stats["n"] == 1 and stats["mean"] == pytest.approx(2.1)
 
 
 def test_the_n_shown_is_the_n_counted(tmp_path, monkeypatch):
