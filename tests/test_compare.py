@@ -229,6 +229,17 @@ def test_an_out_holding_a_runs_files_without_its_checkpoint_or_a_linked_report_f
     assert (tmp_path / "cmp1" / "results.md").read_bytes() == before
 
 
+def test_a_runs_name_for_titles_is_its_folders_however_it_is_given(tmp_path, monkeypatch):
+    """`.`, `..`, a checkpoint in it, or a folder whose own name ends in .pt (a run named so): its folder's name."""
+    run = tmp_path / "exp.pt" / "inner"
+    run.mkdir(parents=True)
+    (run / "best.pt").touch()
+    monkeypatch.chdir(run)
+    assert [runs.run_name(p) for p in (".", "..", "best.pt", run / "best.pt", tmp_path / "exp.pt")] == \
+        ["inner", "exp.pt", "inner", "inner", "exp.pt"]
+    assert runs.run_name(os.fsdecode(b"ex_\xff")) == "ex_\ufffd"  # (a name that is not UTF-8)
+
+
 def test_a_run_named_with_a_bar_or_a_line_break_keeps_the_table_whole(tmp_path):
     """A run folder named `a\\nb`: its line break cut results.md's table row in two."""
     run = fake_run(tmp_path / "a|x\nb", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
