@@ -1426,6 +1426,12 @@ def test_a_hand_edited_config_yaml_is_not_the_runs_settings(tmp_path, tiny_stori
     assert row["params"] == real["params"] and row["config"]["model.n_embd"] == n_embd
     assert row["note"] == (f"note: {run / 'config.yaml'} disagrees with its ckpt.pt (model.n_embd): the checkpoint's "
                            f"settings, which the run trained with, are shown")
+    # a moved run resumed with --set train.out_dir=its new folder, stopped before its first save: config.yaml names the
+    # new folder, ckpt.pt the old; where the run was written is no setting it trained with (no note)
+    out_dir = real["config"]["train.out_dir"]
+    assert f"  out_dir: {out_dir}\n" in text
+    (run / "config.yaml").write_text(text.replace(f"  out_dir: {out_dir}\n", f"  out_dir: {run}\n"))
+    assert runs.summarize_run(run)["note"] is None
     # train settings too: lr and seed edited showed as the run's (another setting), max_iters raised made it unfinished
     lr, seed, steps = (real["config"][f"train.{k}"] for k in ("lr", "seed", "max_iters"))
     assert f"  lr: {lr}\n" in text and f"  seed: {seed}\n" in text and f"  max_iters: {steps}\n" in text
