@@ -444,6 +444,7 @@ def test_aliases_within_the_limits_still_work(tmp_path):
     assert cfg.model.n_layer == cfg.model.n_head == 3
 
 
+@pytest.mark.within(60)
 @pytest.mark.parametrize("text, expected", [
     ("model: {n_layer: &a [1, *a]}\n", "cycle"),
     ("model: {n_layer: &a [1,1,1,1,1,1,1,1,1,1], b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "

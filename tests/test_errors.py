@@ -524,6 +524,7 @@ def refused_within(seconds: float, megabytes: float, script: str, args, capsys) 
     return one_line(result)
 
 
+@pytest.mark.within(60)
 def test_5_a_yaml_alias_bomb_is_refused_at_once(tmp, capsys):
     (tmp / "bomb.yaml").write_text(BOMB)
     assert len(BOMB) < 400
@@ -531,6 +532,7 @@ def test_5_a_yaml_alias_bomb_is_refused_at_once(tmp, capsys):
     assert "bomb.yaml" in line and "aliases expand to more than" in line and len(line) < 300
 
 
+@pytest.mark.within(60)
 def test_5_a_config_of_a_million_plain_values_is_refused_at_once(tmp, capsys):
     """1 MB of values and no alias (`[1,1,1,...]`, or 60,000 keys): PyYAML composed them all, 35 s
     and 600 MB, before the count refused it, blaming aliases there were none of (now 0.6 s)."""
@@ -547,6 +549,7 @@ def test_5_a_config_of_a_million_plain_values_is_refused_at_once(tmp, capsys):
     assert time.perf_counter() - t0 < 5, time.perf_counter() - t0
 
 
+@pytest.mark.within(60)
 def test_5_a_checkpoint_holding_an_alias_bomb_is_refused_at_once(tmp, run, capsys):
     """The same structure inside a checkpoint's config (pickle keeps it shared: a small file)."""
     path = damaged_copy(run, tmp / "bomb_ckpt", config=lambda c: c["config"]["model"].update(n_layer=bomb_list()))

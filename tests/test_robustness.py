@@ -1053,6 +1053,19 @@ def test_a_test_that_hangs_fails_the_suite_instead_of_hanging_it(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
     assert done.returncode == 1 and time.monotonic() - start < 100, done.stdout
     assert "crashed while running 'tests/test_hang.py::test_hangs'" in done.stdout, done.stdout
+    # a test marked within(2) ends in 2 s of its own (the suite's limit left at its default); its fixture's
+    # setup is not counted: a slow shared fixture is not blamed on the test that first needs it
+    (tests / "test_within.py").write_text(
+        "import time\n\nimport pytest\n\n\n@pytest.fixture\ndef slow_setup():\n    time.sleep(3)\n\n\n"
+        "@pytest.mark.within(2)\ndef test_setup_not_counted(slow_setup):\n    pass\n\n\n"
+        "@pytest.mark.within(2)\ndef test_expands():\n    time.sleep(200)\n")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "1",
+                           "tests/test_within.py"], cwd=tmp_path, env={**env, "TINYGPT_TEST_TIMEOUT": ""},
+                          capture_output=True, text=True, timeout=100)
+    assert done.returncode == 1 and time.monotonic() - start < 100, done.stdout
+    assert "crashed while running 'tests/test_within.py::test_expands'" in done.stdout, done.stdout
+    assert "1 failed, 1 passed" in done.stdout, done.stdout
 
 
 def sparse(path: Path, size: int = 70 << 20) -> Path:
