@@ -1598,6 +1598,7 @@ def test_a_ctrl_c_while_a_report_is_renamed_into_place_comes_after_it(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "c.txt"]
 
 
+@pytest.mark.within(60)
 def test_a_sparse_checkpoint_is_refused_unread(tmp_path):
     """A best.pt of 76 KB on disk and 8.6 GB in size (a sparse file: holes read as zeros) took 8.6 GB of
     memory and 22 s before its checksum refused it; holes, which torch.save never leaves, are asked of the

@@ -1075,6 +1075,7 @@ def sparse(path: Path, size: int = 70 << 20) -> Path:
     return path
 
 
+@pytest.mark.within(60)
 def test_files_of_holes_are_refused_before_they_are_read(tmp_path, monkeypatch):
     """Small files on disk, large in size, each read whole before it was found damaged: a safetensors whose
     bias claimed 8 GB (10.7 GB of memory), a metrics.csv of 250 MB (2 GB), a best.pt of 8 GB hashed for a
