@@ -177,7 +177,8 @@ def test_word_dict_round_trip_through_json():
     {"kind": "word", "words": ["a", "a"]}, {"kind": "word", "words": ["a", 1]},
     {"kind": "word", "words": ["a", "b"], "vocab_size": 3},
     None, [], {}, {"kind": "sentencepiece"}, {"kind": "char"}, {"kind": "char", "chars": "ba"},
-    {"kind": "char", "chars": "ab", "vocab_size": 3}, {"kind": "tiktoken"},
+    {"kind": "char", "chars": "ab", "vocab_size": 3}, {"kind": "char", "chars": "ab", "vocab_size": 1},
+    {"kind": "tiktoken"},
     {"kind": "tiktoken", "encoding": "r50k_base", "ids": "0 1 2"}, {"kind": "char", "chars": ""},
     {"kind": "bpe", "merges": [[97, 256]]}, {"kind": "bpe", "merges": [[256, 97]]},  # (256: the first id not yet made)
     {"kind": "bpe", "merges": [[32, 32], [32, 32]]},  # (the same token twice)
@@ -185,6 +186,35 @@ def test_word_dict_round_trip_through_json():
 def test_from_dict_rejects_malformed(bad):
     with pytest.raises(UserError):
         tokenizer_from_dict(bad)
+
+
+def test_a_compact_tiktoken_vocabulary_whose_size_is_not_its_ids_is_damaged_without_the_encodings_file():
+    """Checked before the encoding is loaded (offline here): the error blames the data, not the network, and
+    export.py's import, which never loads the encoding, gets the check too."""
+    with pytest.raises(tk.DamagedTokenizer, match=r"says vocab_size=300 but lists 256 ids$"):
+        tk.tiktoken_data({"kind": "tiktoken", "encoding": "gpt2", "ids": list(range(256)), "vocab_size": 300})
+
+
+def test_text_files_are_read_without_a_byte_order_mark_and_with_newline_line_ends():
+    """A Windows file's BOM and '\r\n' would be tokens of their own ('\r' in no other file's vocabulary)."""
+    assert tk.clean_text("\ufeffab\r\nba\r\n") == "ab\nba\n"
+    assert build_tokenizer("char", tk.clean_text("\ufeffab\r\nba\r\n")).chars == "\nab"
+    assert tk.clean_text("a\ufeff\rb") == "a\ufeff\rb"  # (only a leading mark; a lone \r is text)
+
+
+def test_an_empty_prompt_starts_from_a_newline_or_token_0():
+    with_newline = CharTokenizer.from_text("ab\n cd")
+    assert with_newline.decode(encode_prompt(with_newline, "")) == "\n"
+    assert encode_prompt(CharTokenizer.from_text("bcd"), "") == [0]
+
+
+def test_the_examples_of_an_unknown_word_are_words_and_a_char_vocabulary_points_to_bpe():
+    with pytest.raises(UserError) as err:
+        WordTokenizer.from_text("a, b; c!\n d? e: f.\n g").encode("zz")
+    assert str(err.value).endswith("e.g. ' b', ' c', ' d', ' e', ' f', ' g', 'a'")  # (no '\n', '!' or ',')
+    with pytest.raises(UserError, match=r"e\.g\. 'a', 'b', 'c'; or train with a byte-level BPE tokenizer, which spells "
+                                        r"any text \(data\.tokenizer=bpe\)$"):
+        CharTokenizer.from_text("abc").encode("abZ")
 
 
 # ---- BPE on a hand-built encoding ----
@@ -394,6 +424,23 @@ def test_offline_without_cache_is_a_user_error(name, tmp_path, monkeypatch):
     assert "TIKTOKEN_CACHE_DIR" in msg and "\n" not in msg
     # the same error when sampling a run of those tokens: the advice must fit both (it said "or train with")
     assert "a new run can use data.tokenizer=bpe, char or word instead" in msg
+
+
+def test_the_cache_folder_is_tiktokens_own_choice(tmp_path, monkeypatch):
+    """TIKTOKEN_CACHE_DIR before DATA_GYM_CACHE_DIR, as tiktoken reads them: a check of the other folder's file
+    refused an encoding tiktoken would load; and the offline advice names the variable the user set."""
+    import tempfile
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
+    assert tk.tiktoken_cache_folder() == os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    monkeypatch.setenv("DATA_GYM_CACHE_DIR", str(tmp_path / "gym"))
+    assert tk.tiktoken_cache_folder() == str(tmp_path / "gym")
+    (tmp_path / "gym").mkdir()
+    with pytest.raises(UserError, match=rf"offline, DATA_GYM_CACHE_DIR={re.escape(str(tmp_path / 'gym'))} must hold "
+                                        r"the encoding file as [0-9a-f]{40}: copy r50k_base.tiktoken"):
+        get_tiktoken_encoding("gpt2")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tik"))
+    assert tk.tiktoken_cache_folder() == str(tmp_path / "tik")
 
 
 def test_a_download_that_never_answers_is_refused_in_bounded_time(tmp_path, monkeypatch):
@@ -632,6 +679,16 @@ def test_a_million_whitespace_characters_in_a_row_encode(space):
     assert tok.decode(tok.encode(text)) == text
     short = "a" + space * 1000 + "b"  # below the limit nothing changes
     assert tok.encode(short) == tok.encoding.encode_ordinary(short)
+
+
+def test_a_long_whitespace_run_is_given_to_tiktoken_in_parts_of_the_limit():
+    """Every part at most LONG_SPACE_RUN: parts ten times longer passed the million-space test (900,000 is
+    below tiktoken's panic) and panicked on 3,000,000."""
+    class Lengths:  # an encoding that encodes each part as its length
+        def encode_ordinary(self, text):
+            return [len(text)]
+    parts = tk.encode_ordinary(Lengths(), "a" + " " * 3_000_000 + "b")
+    assert sum(parts) == 3_000_002 and max(parts) <= tk.LONG_SPACE_RUN + 1 and len(parts) == 30, parts
 
 
 def test_long_whitespace_runs_below_the_limit_are_found_in_linear_time():
