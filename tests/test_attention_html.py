@@ -127,6 +127,9 @@ def test_a_wide_models_page_holds_at_most_its_budget_of_weights(monkeypatch):
     from model import ModelConfig as M
     assert attention_html.page_tokens(M(block_size=128, n_layer=4, n_head=4, vocab_size=9)) == 128
     assert attention_html.page_tokens(M(block_size=1024, n_layer=12, n_head=12, n_embd=768, vocab_size=9)) == 166
+    # without the mask every pair is stored: the most tokens whose T x T weights fit
+    T = attention_html.page_tokens(M(block_size=2048, n_layer=1, n_head=1, n_embd=8, vocab_size=9, causal=False))
+    assert T * T <= attention_html.PAGE_WEIGHTS < (T + 1) ** 2
     model, tok = tiny_model()  # 2 layers x 4 heads, block 16: 8 x 136 weights over 16 tokens
     monkeypatch.setattr(attention_html, "PAGE_WEIGHTS", 8 * 45)  # 9 tokens: 8 x 45
     ids = tok.encode("The cat sat on the mat.")[:16]
@@ -193,6 +196,9 @@ def test_sample_writes_the_page_with_show_steps_candidates(run, tmp_path):
     # a name that is its suffix alone keeps it whole, as a name without one: no stemless _sample1.html
     assert numbered(Path(".html"), 0, 2) == Path(".html_sample1.html") and page_set(Path(".HTM")) == ".HTM.html"
     assert page_set(Path("x_sample.html")) == "x_sample.html"  # (no number: a page of its own, not x.html's)
+    assert page_set(Path("x_sample1_notes.html")) == "x_sample1_notes.html"  # (a number inside the name: its own)
+    from tinygpt.attention_html import in_page_set
+    assert in_page_set(Path("story.html")).fullmatch("story_sample12.html")  # (the 12th sample's page too)
     with pytest.raises(UserError, match="is a directory"):
         sample.main([run, "--attention-html", str(tmp_path)], out=io.StringIO())
 
@@ -477,13 +483,13 @@ def test_a_token_of_no_letter_or_digit_is_quoted_where_the_panel_names_or_lists_
     data, _, _, _ = generated_page(model, tok)
     g = data["first_generated"]
     data["tokens"][g] = "."
-    data["steps"][0]["top"] = [[",", "0.9"], ["a", "0.5"]]
+    data["steps"][0]["top"] = [[",", "0.9"], ["a", "0.5"], ["7", "0.3"]]
     path = tmp_path / "page.html"
     path.write_text(attention_html.explorer_html(data), encoding="utf-8")
     page = dom(path, f"layer=0&head=0&query={g}")
     text = re.sub(r"<[^>]+>", "", page)
     assert f"query {g}: '.' (generated: " in text
-    assert "top 2: \u2068','\u2069 0.9%, \u2068a\u2069 0.5%" in text
+    assert "top 3: \u2068','\u2069 0.9%, \u2068a\u2069 0.5%, \u20687\u2069 0.3%" in text  # (a digit: bare)
     parser = Tokens()
     parser.feed(page)
     assert parser.tokens[g]["t"] == "."  # the text shows the token as it is
@@ -639,6 +645,23 @@ def test_a_steps_probability_is_rounded_once_as_the_table_rounds_it():
     data = attention_html.explorer_data(model, tok, ids, 1, [step])
     assert data["steps"][0]["p"] == "7.5" and [p for _, p in data["steps"][0]["top"]] == ["7.5", "6.1"]
     assert "${s.p}%" in attention_html.PAGE and "${p}%" in attention_html.PAGE  # shown as stored
+
+
+def test_steps_must_be_of_the_generated_tokens_and_their_candidates_labels_are_explained():
+    tok = CharTokenizer.from_text("ab\n")
+    model = GPT(ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8, vocab_size=tok.vocab_size)).eval()
+    ids = tok.encode("abab")
+    step = {"ctx": 4, "p": 0.5, "top": [(tok.encode("\n")[0], 0.5)]}
+    with pytest.raises(ValueError, match="3 steps for 2 generated tokens"):
+        attention_html.explorer_data(model, tok, ids, 2, [step] * 3)
+    data = attention_html.explorer_data(model, tok, ids, 1, [step])  # a newline among the candidates only
+    assert "\\n" not in "".join(data["tokens"]) and "'\\n' = newline" in data["notes"]
+
+
+def test_a_titles_marker_in_the_text_stays_as_it_is():
+    """The title goes in last and once: a token "%TITLE%" is not replaced by it."""
+    page = attention_html.explorer_html({"title": "R&D", "tokens": ["%TITLE%"]})
+    assert page_data(page)["tokens"] == ["%TITLE%"] and "<title>R&amp;D</title>" in page
 
 
 def test_a_title_or_token_holding_markup_stays_text():

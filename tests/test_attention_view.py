@@ -195,6 +195,9 @@ def test_a_table_wider_than_the_terminal_goes_in_blocks_of_columns_each_with_the
         cells = [cell for block in blocks for cell in block[1 + r].split()[1:]]
         assert [block[1 + r].split()[0] for block in blocks] == [labels[r]] * 2 and cells == line.split()[1:]
     assert percent_table(weights, labels, mask=causal_mask(16, 16), width=2000) == whole
+    widest = max(map(attention_view.columns, whole.splitlines()))  # a terminal just as wide: one block still
+    assert percent_table(weights, labels, mask=causal_mask(16, 16), width=widest) == whole
+    assert percent_table(weights, labels, mask=causal_mask(16, 16), width=widest - 1) != whole
     narrow = percent_table(weights, labels, mask=causal_mask(16, 16), width=5).split("\n\n")
     assert len(narrow) == 16  # narrower than a label and a cell: one column a block, never none
     legend = attention_view.legend(16, 40, True, width=60)
@@ -244,6 +247,18 @@ def test_show_attention_tables(run, prompt):
 def sample_greedy(run, prompt, n) -> str:
     args = [run, "--prompt", prompt, "--max-new-tokens", str(n), "--temperature", "0"]
     return sample.main(args, out=io.StringIO())[0]
+
+
+def test_each_heads_table_shows_that_heads_weights():
+    """Head 0 attends evenly, head 1 to each token itself: each block holds its own head's numbers."""
+    from types import SimpleNamespace
+    T = 4
+    even = masked_softmax(torch.zeros(T, T), causal_mask(T, T))
+    weights = torch.stack([even, torch.eye(T)])[None]  # (1, nh=2, T, T)
+    tables = parse_tables(attention_view.attention_tables([SimpleNamespace(weights=weights)], list("abcd")))
+    assert [cells for _, cells in tables[0, 0][1]][3] == ["25", "25", "25", "25"]
+    assert [cells for _, cells in tables[0, 1][1]] == [["100", ".", ".", "."], ["0", "100", ".", "."],
+                                                       ["0", "0", "100", "."], ["0", "0", "0", "100"]]
 
 
 def test_the_tables_show_16_tokens_by_default(run, prompt):
@@ -402,6 +417,16 @@ def test_heatmap_figure_is_legible():
     assert [ax.get_ylabel() for ax in whole.axes if ax.get_ylabel().startswith("%")] == ["% of the query's attention"]
 
 
+def test_a_heatmap_numbers_its_cells_up_to_numbered_tokens():
+    pytest.importorskip("matplotlib")
+    for T, numbers in ((attention_view.NUMBERED, attention_view.NUMBERED * (attention_view.NUMBERED + 1) // 2),
+                       (attention_view.NUMBERED + 1, 0)):
+        weights = masked_softmax(torch.zeros(1, T, T), causal_mask(T, T))
+        fig = attention_view.heatmap_figure(weights, [f"t{i}" for i in range(T)], last=T)
+        (ax,) = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+        assert len(ax.texts) == numbers, (T, len(ax.texts))
+
+
 def test_a_narrow_heatmaps_title_and_notes_fit_in_the_figure():
     """The figure is sized for its heads and tokens; with one head and one token its title and the note
     on the grey column ran past both edges of the PNG ("...of 56: block_size=16), laye"). They now break
@@ -550,6 +575,30 @@ def test_heatmaps_that_cannot_be_written_leave_no_empty_folder(run, prompt, tmp_
     with pytest.raises(UserError, match=r"cannot write .*png/attention_layer0\.png: No space left on device"):
         run_sample([run, "--prompt", prompt[:8], "--max-new-tokens", 0, "--attention-png", folder])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_heatmaps_saved_directly_on_a_full_disk_leave_no_folder(tmp_path, monkeypatch):
+    """save_heatmaps itself removes the folders it made (the notebook calls it without sample.py)."""
+    pytest.importorskip("matplotlib")
+    import errno
+    from types import SimpleNamespace
+    from tinygpt import checkpoint
+
+    def full(path, write):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(checkpoint, "temp_beside", full)
+    traces = [SimpleNamespace(weights=masked_softmax(torch.zeros(1, 1, 3, 3), causal_mask(3, 3)))]
+    with pytest.raises(UserError, match="No space left on device"):
+        attention_view.save_heatmaps(traces, list("abc"), tmp_path / "new" / "png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_heatmap_name_is_one_of_the_set(tmp_path):
+    """HEATMAP_NAME tells the files a call's set replaces: layer 10 and sample 12 too (a 12-layer set then a
+    2-layer one left layers 10 and 11 behind, passing for this run's)."""
+    for layer, sample in ((0, None), (11, None), (10, 11), (3, 0)):
+        assert attention_view.HEATMAP_NAME.fullmatch(attention_view.heatmap_file(tmp_path, layer, sample).name)
+    assert not attention_view.HEATMAP_NAME.fullmatch("attention_layer.png")
 
 
 def refused_before_generating(args, match: str, monkeypatch) -> None:
