@@ -596,8 +596,8 @@ def test_heatmaps_saved_directly_on_a_full_disk_leave_no_folder(tmp_path, monkey
 def test_every_heatmap_name_is_one_of_the_set(tmp_path):
     """HEATMAP_NAME tells the files a call's set replaces: layer 10 and sample 12 too (a 12-layer set then a
     2-layer one left layers 10 and 11 behind, passing for this run's)."""
-    for layer, sample in ((0, None), (11, None), (10, 11), (3, 0)):
-        assert attention_view.HEATMAP_NAME.fullmatch(attention_view.heatmap_file(tmp_path, layer, sample).name)
+    for layer, n in ((0, None), (11, None), (10, 11), (3, 0)):
+        assert attention_view.HEATMAP_NAME.fullmatch(attention_view.heatmap_file(tmp_path, layer, n).name)
     assert not attention_view.HEATMAP_NAME.fullmatch("attention_layer.png")
 
 
