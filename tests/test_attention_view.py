@@ -827,8 +827,8 @@ def test_a_calls_first_heatmaps_replace_an_earlier_set_in_one_step(tmp_path, mon
     from types import SimpleNamespace
     T = 4
     traces = [SimpleNamespace(weights=masked_softmax(torch.randn(1, 2, T, T), causal_mask(T, T))) for _ in range(2)]
-    for sample in range(3):
-        attention_view.save_heatmaps(traces, list("abcd"), tmp_path, sample=sample)
+    for n in range(3):
+        attention_view.save_heatmaps(traces, list("abcd"), tmp_path, sample=n)
     (tmp_path / "attention_sample4_layer0.png").write_bytes(b"\x89PNG a user's picture")
     first = (tmp_path / "attention_sample1_layer0.png").read_bytes()
     real = attention_view.atomic_write_all
