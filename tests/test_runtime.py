@@ -120,8 +120,14 @@ def test_gpu_names_match_whole_words_most_specific_first():
     # T4 and V100 have no TF32: their float32 was labelled "TF32"; laptop and cut-down cards took the desktop
     # card's peak
     assert runtime.gpu_peak("Tesla T4", "float32", tf32=True) == (8.1e12, "nominal T4 float32 (no TF32 on it)")
-    for name in ("NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA GeForce RTX 4090 D", "NVIDIA RTX A4000 Max-Q"):
+    for name in ("NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA GeForce RTX 4090 D", "NVIDIA RTX A4000 Max-Q",
+                 "NVIDIA GeForce RTX 4090 Max-Q"):
         assert runtime.gpu_peak(name, "bfloat16", tf32=True) is None, name
+    # a name holding a known one inside a word (GH200: a Grace Hopper superchip, not an H200 card): measured
+    assert runtime.gpu_peak("NVIDIA GH200 480GB", "bfloat16", tf32=True) is None
+    # TF32 doubles an Ada card's float32 (the L4's 30.3 TFLOP/s), as the A100's and H100's are checked above
+    assert runtime.gpu_peak("NVIDIA L4", "float32", tf32=True)[0] == 60e12
+    assert runtime.gpu_peak("NVIDIA L4", "float32", tf32=False)[0] == 30.3e12
 
 
 def test_a_resume_that_switches_tf32_looks_the_mfu_peak_up_again(monkeypatch):
@@ -212,6 +218,9 @@ def test_unknown_devices_are_user_errors():
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match="--device='cuda:0': CUDA is not available"):
             runtime.resolve_device("cuda:0", "--device")
+    if not torch.backends.mps.is_available():  # (anywhere but a Mac with Apple silicon)
+        with pytest.raises(UserError, match=r"^train.device='mps': MPS is not available here; use auto or cpu$"):
+            runtime.resolve_device("mps")
 
 
 def test_a_gpu_number_beyond_the_machines_gpus_is_a_user_error(monkeypatch):
@@ -379,6 +388,7 @@ def test_an_omp_num_threads_that_is_no_count_is_ignored(monkeypatch, value):
 
 
 @pytest.mark.parametrize("env, limit", [({"OMP_NUM_THREADS": " 1"}, 1), ({"OMP_NUM_THREADS": "1,1"}, 1),
+                                        ({"OMP_NUM_THREADS": "4,2"}, 4),  # (the first level's count: torch's)
                                         ({"MKL_NUM_THREADS": "1"}, 1),
                                         ({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "2"}, 2),
                                         ({"OMP_NUM_THREADS": "0", "MKL_NUM_THREADS": "2"}, 2),
@@ -429,6 +439,28 @@ def test_cpu_ticks_waiting_for_the_disk_are_idle_not_busy(monkeypatch):
     assert runtime._cpu_jiffies({0}) == (20, 100)
     assert runtime._cpu_jiffies({0, 1}) == (80, 400)
     assert runtime._cpu_jiffies({5}) is None  # no such CPU: nothing known
+
+
+def test_cpu_ticks_taken_by_other_virtual_machines_are_busy(monkeypatch):
+    """steal: the hypervisor ran another guest on this core. Left out, a busy host's cores looked free."""
+    stat = ["cpu0 100 0 0 100 0 0 0 200 0 0", "cpu1 0 0 0 400 0 0 0 0 0 0", "procs_running 1"]
+    monkeypatch.setattr(runtime, "_proc_stat", lambda: [line.split() for line in stat])
+    monkeypatch.setattr(runtime, "niceness", lambda: 0)
+    assert runtime._cpu_jiffies({0, 1}) == (300, 800)
+
+
+def test_a_kernel_without_autogrouping_ranks_all_processes_by_nice(tmp_path, monkeypatch):
+    """No sched_autogroup_enabled under /proc/sys/kernel: the kernel has no autogrouping (False); no
+    /proc/sys/kernel at all (not Linux's /proc): unknown, taken as on (True)."""
+    real = runtime.Path
+    kernel = {"/proc/sys/kernel": tmp_path / "kernel", "/proc/sys/kernel/sched_autogroup_enabled": tmp_path / "none"}
+    monkeypatch.setattr(runtime, "Path", lambda path: real(kernel.get(str(path), path)))
+    (tmp_path / "kernel").mkdir()
+    assert runtime.autogrouping() is False
+    (tmp_path / "kernel").rmdir()
+    assert runtime.autogrouping() is True
+    (tmp_path / "none").write_text("0\n")
+    assert runtime.autogrouping() is False
 
 
 def test_cpu_ticks_of_niced_processes_are_free_to_a_process_of_normal_priority(monkeypatch):
@@ -494,6 +526,14 @@ def test_cgroup_limits_are_read_from_v1_and_v2_files(tmp_path, monkeypatch):
     assert runtime.cpu_quota(dirs) == 0.5
     assert runtime.cgroup_dirs("memory", root, root / "proc") == [root / "memory"]
     assert runtime.cgroup_dirs("cpu", root, root / "absent") == []  # not Linux
+    # v1 with the controllers in a folder of the one controller's name (cpu, where /proc says cpuacct,cpu)
+    root2 = tree({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n", "proc": "4:cpuacct,cpu:/\n"})
+    assert runtime.cgroup_dirs("cpu", root2, root2 / "proc") == [root2 / "cpu"]
+    assert runtime.cpu_quota(runtime.cgroup_dirs("cpu", root2, root2 / "proc")) == 0.5
+    # hybrid: v2's hierarchy under root/unified, beside v1's folders
+    root2 = tree({"unified/job/cpu.max": "50000 100000\n", "proc": "0::/job\n"})
+    dirs2 = runtime.cgroup_dirs("cpu", root2, root2 / "proc")
+    assert dirs2 == [root2 / "unified/job", root2 / "unified"] and runtime.cpu_quota(dirs2) == 0.5
     (root / "cpu,cpuacct/cpu.cfs_period_us").write_text("garbage")
     assert runtime.cpu_quota(dirs) is None  # unreadable: no limit assumed
     # usable cores: the CPUs, capped by the quota (a core counts from ~75% of it), at least 1
@@ -754,6 +794,34 @@ def test_the_measured_peak_is_the_fastest_repeat_not_a_stalled_one(monkeypatch):
     finally:
         runtime.measured_matmul_peak.cache_clear()  # (no faked figure left for the other tests)
     assert n == 256 and flops == pytest.approx(2 * 256 ** 3 / 0.0003)
+    # the warm-up is not a repeat: faster than every repeat (a clock's coarse tick), it is not the peak either
+    durations = [0.0001] + [0.05] * 30
+    clock = []
+    for d in durations:
+        start = clock[-1] if clock else 0.0
+        clock += [start, start + d]
+    ticks = iter(clock)
+    runtime.measured_matmul_peak.cache_clear()
+    try:
+        flops, n = runtime.measured_matmul_peak(torch.float32, torch.device("cpu"))
+    finally:
+        runtime.measured_matmul_peak.cache_clear()
+    assert n == 256 and flops == pytest.approx(2 * 256 ** 3 / 0.05)
+
+
+def test_a_peak_looked_up_again_is_measured_again(monkeypatch):
+    """again=True (a measurement taken in a stall gave an MFU past 100%): the cached figure is not reused."""
+    measured = []
+    monkeypatch.setattr(runtime, "gpu_peak", lambda *args, **kwargs: None)
+    runtime.measured_matmul_peak.cache_clear()
+    try:
+        for again in (False, False, True):
+            runtime.peak_flops("float32", torch.device("cpu"), budget_s=0.01, again=again)
+            info = runtime.measured_matmul_peak.cache_info()
+            measured.append((info.hits, info.misses))
+    finally:
+        runtime.measured_matmul_peak.cache_clear()
+    assert measured == [(0, 1), (1, 1), (0, 1)]  # measured, reused, then (the cache emptied) measured again
 
 
 RUN_CHILD = """
@@ -896,6 +964,16 @@ def test_torchruns_local_variables_that_are_no_numbers_are_refused_naming_them(t
     monkeypatch.setenv("LOCAL_RANK", " 3 ")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "")
     assert runtime.launcher_number("LOCAL_RANK", 0) == 3 and runtime.launcher_number("LOCAL_WORLD_SIZE", 1) == 1
+
+
+def test_the_highest_port_is_a_port(monkeypatch):
+    from tinygpt import runtime
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "65535"}.items():
+        monkeypatch.setenv(name, value)
+    runtime.check_launcher_env()  # (no error)
+    monkeypatch.setenv("MASTER_PORT", "65536")
+    with pytest.raises(UserError, match="MASTER_PORT='65536' is no port"):
+        runtime.check_launcher_env()
 
 
 @pytest.mark.parametrize("env, said", [
