@@ -118,6 +118,9 @@ def test_a_token_holding_a_line_break_among_other_characters_breaks_the_line():
     torch.manual_seed(0)
     model = GPT(ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16, vocab_size=tok.vocab_size)).eval()
     assert attention_html.explorer_data(model, tok, ids)["breaks"] == [8, 9]
+    tok = LearnedBPETokenizer([(ord("\n"), ord(" "))])  # token 256 = "\n ": the break is not its last character
+    ids = tok.encode("ab\n  x")
+    assert ids == [97, 98, 256, 32, 120] and attention_html.explorer_data(model, tok, ids)["breaks"] == [2]
 
 
 def test_a_wide_models_page_holds_at_most_its_budget_of_weights(monkeypatch):
