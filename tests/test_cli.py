@@ -487,6 +487,8 @@ def test_a_stop_at_already_passed_is_said(tmp, capsys):
     # nothing was saved, and it says so (it said "saved ckpt.pt")
     assert f"stopped at step 6: {tmp / 'stop_passed' / 'ckpt.pt'} is already this step's, kept as it was; continue " \
         "with --resume" in out + err and (tmp / "stop_passed" / "ckpt.pt").read_bytes() == saved
+    train.main(base + ["--resume", "--stop-at", "6"])
+    assert "note: --stop-at" not in capsys.readouterr().err  # the step it is at: no note
     train.main(base + ["--resume", "--stop-at", "8"])
     assert "--stop-at" not in capsys.readouterr().err  # a step ahead: no note
 

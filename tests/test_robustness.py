@@ -109,6 +109,9 @@ def test_ddp_a_signal_to_one_worker_stops_every_process_as_interrupted(corpus, t
     assert "interrupted at step" in out and "stopped at step" not in out, out[-2000:]
     assert err.count("interrupted\n") == 1, err[-3000:]  # rank 0 speaks for the run, as it prints the rest
     assert load_checkpoint(run / "ckpt.pt")["step"] > 0
+    # each exits as a SIGTERM'd process (143), rank 0 too, which only heard of it: not as a Ctrl-C (130)
+    codes = re.findall(r"exitcode\s*:\s*(-?\d+)", err)
+    assert proc.returncode != 0 and codes and set(codes) == {"143"}, err[-3000:]
 
 
 def workers_of(launcher: int) -> dict[int, int]:

@@ -387,6 +387,19 @@ def test_a_resume_with_other_training_settings_says_so(tmp_path, capsys):
             "own)\n") in capsys.readouterr().err
 
 
+def test_a_resume_note_names_two_changed_settings_and_counts_the_rest():
+    import train
+    from tinygpt.config import config_to_dict, load_config
+    config = str(ROOT / "configs/stories.yaml")
+    ckpt = {"config": config_to_dict(load_config(config)), "step": 3}
+    two = ["train.lr=0.5", "train.min_lr=1e-5"]
+    for sets, more in ((two, ""), ([*two, "train.grad_clip=0.5"], " and 1 more setting"),
+                       ([*two, "train.grad_clip=0.5", "train.beta1=0.8"], " and 2 more settings")):
+        note = train.changed_training(load_config(config, sets), ckpt).splitlines()[0]
+        assert note.startswith(f"note: --resume with train.lr=0.5 (was 0.002), train.min_lr=1e-05 (was 0.0002){more}: "
+                               f"the steps from 3 on train with the new values"), note
+
+
 def test_a_resume_with_another_weight_decay_and_betas_trains_with_them(tmp_path):
     """--resume --set train.weight_decay=50 train.beta2=0.5 said "the steps from 5 on train with the new values",
     and config.yaml gave them, yet it trained on bit for bit as the run without them: the optimizer's
@@ -488,13 +501,30 @@ def test_a_resume_of_a_finished_run_keeps_its_settings_in_config_yaml(tmp_path, 
     train.main(run_args(tmp_path, "run", "train.max_iters=2"))
     train.main(run_args(tmp_path, "run", "train.max_iters=2", "train.lr=0.5") + ["--resume"])
     assert runs.read_config(tmp_path / "run").train.lr != 0.5
-    assert "nothing is trained, so these settings are not used, and config.yaml keeps the run's: train.lr" in \
-        capsys.readouterr().err
+    assert "note: the run is at step 2, its train.max_iters: nothing is trained, so these settings are not used, and " \
+        "config.yaml keeps the run's: train.lr (a larger train.max_iters trains on)\n" in capsys.readouterr().err
     (tmp_path / "run" / "config.yaml").unlink()  # lost: written again, the run's
     train.main(run_args(tmp_path, "run", "train.max_iters=2") + ["--resume"])
     assert runs.read_config(tmp_path / "run").train.max_iters == 2 and "not used" not in capsys.readouterr().err
     train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.lr=0.5") + ["--resume"])
     assert runs.read_config(tmp_path / "run").train.lr == 0.5
+
+
+@pytest.mark.slow
+def test_a_signal_once_the_last_step_is_evaluated_and_saved_still_ends_done(tmp_path, monkeypatch, capsys):
+    """A SIGTERM while loss.png of the last step is drawn (the checkpoint of the finished run saved): the run is
+    done, exit 0, not 'interrupted' (143) with nothing left to resume."""
+    import signal
+    import train
+    real = train.plot_run
+
+    def signalled_while_drawing(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        real(*args)
+    monkeypatch.setattr(train, "plot_run", signalled_while_drawing)
+    assert train.main(run_args(tmp_path, "run", "train.max_iters=2", "train.plot=end"))["step"] == 2
+    out, err = capsys.readouterr()
+    assert "interrupted" not in out + err, out + err
 
 
 def test_a_resume_that_evaluates_or_draws_records_the_settings_it_ran_with(tmp_path, capsys):
