@@ -694,6 +694,17 @@ def test_8_an_unwritable_folder_is_refused_before_any_work(tmp, capsys, monkeypa
     assert list(locked.iterdir()) == [] and not out.exists()
 
 
+def test_8_a_resume_in_an_unwritable_run_folder_says_to_copy_the_run(tmp, run, capsys, monkeypatch):
+    """Another folder holds no run to continue: the advice for a resume is to copy the run, then resume there."""
+    out = tmp / "unwritable_run"
+    shutil.copytree(run, out)
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    deny_writing(monkeypatch, out)
+    result = in_process("train.py", [*sets(tmp, out, "train.max_iters=40"), "--resume", "--quiet"], capsys)
+    one_line(result, "not writable", "copy the run into a folder you can write and resume it there: cp -a")
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
 def test_8_a_damaged_preparation_in_an_unwritable_prepared_dir_is_called_damaged(tmp, capsys, monkeypatch):
     """It was refused as 'not writable' alone: the user, who had prepared it there, was not told why
     it was to be written at all."""
