@@ -1296,6 +1296,34 @@ def test_two_seeds_get_a_band_of_one_sample_standard_deviation(monkeypatch):
         assert min(ys) == pytest.approx(mean - std) and max(ys) == pytest.approx(mean + std)
 
 
+def seeds(*curves: tuple[float, ...]) -> list[dict]:
+    """Runs (one per seed) whose val losses at steps 0, 50 and 100 are each of `curves`."""
+    return [{"metrics": [{"step": s, "val_loss": v} for s, v in zip((0, 50, 100), curve)]} for curve in curves]
+
+
+def test_the_val_loss_lines_are_means_their_bands_fit_and_their_labels_count_seeds(monkeypatch):
+    """The line is the seeds' mean (a median passed for it), the axis fits the band (its top was cut off),
+    the legend's n is the summary's (not the runs counted), and a title speaks of means and bands only
+    where a finished setting is drawn as one."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    plots.val_loss_png([{"label": "s", "runs": seeds((7, 4, 3), (7, 4, 3.1), (7, 5, 4.9))}])
+    ax = figures["val_loss.png"].axes[0]
+    assert list(ax.lines[0].get_ydata()) == pytest.approx([7, 13 / 3, 11 / 3])
+    plots.val_loss_png([{"label": "s", "runs": seeds((7, 3, 2), (7, 5, 4))}])
+    low, high = figures["val_loss.png"].axes[0].get_ylim()
+    assert low <= 3 - 2 ** 0.5 and high >= 3 + 2 ** 0.5  # (step 100: mean 3, std 1.414)
+    plots.val_loss_png([{"label": "a", "n": 1, "runs": seeds((7, 4, 3), (7, 4, 3))},  # one seed trained twice
+                        {"label": "b", "runs": seeds((7, 4, 3), (7, 5, 4))}])
+    assert [t.get_text() for t in figures["val_loss.png"].axes[0].get_legend().get_texts()] == ["a (n=1)",
+                                                                                                "b (mean of 2)"]
+    plots.val_loss_png([{"label": "n_head=1", "runs": seeds((7, 4, 3))},
+                        {"label": "n_head=2", "runs": seeds((7, 4, 3), (7, 5, 4)), "finished": False}])
+    ax = figures["val_loss.png"].axes[0]
+    assert ax.get_title() == "validation loss"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["n_head=1", "n_head=2 (unfinished)"]
+
+
 # ---- labels, a sweep's folder named, what is said of one run, a run with nothing to draw ----
 
 

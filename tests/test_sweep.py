@@ -1847,6 +1847,37 @@ def test_a_single_log_row_is_drawn_as_a_point(tmp_path, monkeypatch):
     assert len(train) == 1 and len(train[0].get_xdata()) == 1 and train[0].get_marker() not in ("None", None, "")
 
 
+def test_loss_png_without_log_rows_draws_the_evals_train_loss_and_names_the_run(tmp_path, monkeypatch):
+    """log_interval past max_iters: the train curve is the eval rows' train_loss (not their val_loss, which
+    would hide under the val curve); the title names the run's folder, given as `.` too."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    run = tmp_path / "my_run"
+    runs.write_metrics(run, [{"step": 0, "train_loss": "6.9", "val_loss": "7.0"},
+                             {"step": 10, "train_loss": "3.0", "val_loss": "4.0"}])
+    monkeypatch.chdir(run)
+    plots.plot_run(Path("."))
+    ax = figures["loss.png"].axes[0]
+    assert [(line.get_label(), list(line.get_ydata())) for line in ax.lines] == [("train (eval)", [6.9, 3.0]),
+                                                                                 ("val", [7.0, 4.0])]
+    assert ax.get_title() == "my_run: loss"
+
+
+def test_every_early_point_above_the_axis_is_counted_off_the_top(tmp_path, monkeypatch):
+    """A point just above the axis's top (3.99 over 3.972) is off the chart too: counted, not only those past
+    the padding above it."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    rows = [{"step": s, "train_loss": loss, "tokens_per_s": "1", "mfu": "0.1"} for s, loss in ((0, "10.0"), (2, "3.99"))]
+    rows += [{"step": s, "train_loss": f"{3.9 - 0.9 * (s - 10) / 90:.4f}", "tokens_per_s": "1", "mfu": "0.1"}
+             for s in range(10, 101, 10)]
+    runs.write_metrics(tmp_path, [*rows, {"step": 100, "train_loss": "3.0", "val_loss": "3.0"}])
+    plots.plot_run(tmp_path)
+    ax = figures["loss.png"].axes[0]
+    assert ax.get_ylim()[1] < 3.99 and [t.get_text() for t in ax.texts] == [
+        "off the top: 2 early point(s), up to 10.00 at step 0"]
+
+
 @pytest.mark.parametrize("command", ["sweep", "compare"])
 def test_a_training_that_takes_the_folder_as_the_report_starts_is_refused(tmp_path, monkeypatch, command):
     """A training that took --out between the sweep's (or comparison's) check and its lock was not seen, nor did
