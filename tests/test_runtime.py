@@ -447,6 +447,9 @@ def test_cpu_ticks_taken_by_other_virtual_machines_are_busy(monkeypatch):
     monkeypatch.setattr(runtime, "_proc_stat", lambda: [line.split() for line in stat])
     monkeypatch.setattr(runtime, "niceness", lambda: 0)
     assert runtime._cpu_jiffies({0, 1}) == (300, 800)
+    # guest time (running a VM) is inside user time already: its columns are not counted again
+    stat[:] = ["cpu0 100 0 0 100 0 0 0 0 50 0", "procs_running 1"]
+    assert runtime._cpu_jiffies({0}) == (100, 200)
 
 
 def test_a_kernel_without_autogrouping_ranks_all_processes_by_nice(tmp_path, monkeypatch):

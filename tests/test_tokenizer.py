@@ -182,6 +182,7 @@ def test_word_dict_round_trip_through_json():
     {"kind": "tiktoken", "encoding": "r50k_base", "ids": "0 1 2"}, {"kind": "char", "chars": ""},
     {"kind": "bpe", "merges": [[97, 256]]}, {"kind": "bpe", "merges": [[256, 97]]},  # (256: the first id not yet made)
     {"kind": "bpe", "merges": [[32, 32], [32, 32]]},  # (the same token twice)
+    {"kind": "bpe", "vocab_size": 257, "merges": [[True, False]]},  # (booleans are no token ids)
 ])
 def test_from_dict_rejects_malformed(bad):
     with pytest.raises(UserError):
@@ -193,6 +194,39 @@ def test_a_compact_tiktoken_vocabulary_whose_size_is_not_its_ids_is_damaged_with
     export.py's import, which never loads the encoding, gets the check too."""
     with pytest.raises(tk.DamagedTokenizer, match=r"says vocab_size=300 but lists 256 ids$"):
         tk.tiktoken_data({"kind": "tiktoken", "encoding": "gpt2", "ids": list(range(256)), "vocab_size": 300})
+
+
+def test_tiktoken_data_is_checked_as_far_as_it_can_be_without_the_encodings_file():
+    """What an import (export.py --from-hf, offline) checks: GPT-2's size under either of its names, a saved
+    size that may be absent, the single-byte tokens of the encodings that number them 0..255 (p50k_base too),
+    and how many of them a damaged vocabulary lacks."""
+    assert tk.tiktoken_data({"kind": "tiktoken", "encoding": "gpt2"}) == ("gpt2", None)
+    for name in ("gpt2", "r50k_base"):
+        with pytest.raises(tk.DamagedTokenizer, match=rf"says vocab_size=50000 but encoding '{name}' has 50257 tokens"):
+            tk.tiktoken_data({"kind": "tiktoken", "encoding": name, "vocab_size": 50000})
+    with pytest.raises(tk.DamagedTokenizer, match=r"lacks the single-byte token of id 0 \(and 1 more\): BPE needs all "
+                                                  r"256"):
+        tk.tiktoken_data({"kind": "tiktoken", "encoding": "gpt2", "ids": [*range(2, 256), 300, 301]})
+    with pytest.raises(tk.DamagedTokenizer, match=r"'p50k_base' lacks the single-byte token of id 0: "):
+        tk.tiktoken_data({"kind": "tiktoken", "encoding": "p50k_base", "ids": [*range(1, 256), 300]})
+
+
+def test_a_token_label_puts_a_leading_mark_of_any_kind_on_a_circle_and_spells_bytes():
+    """Combining marks of every kind (Mn, Mc, Me) start a label on the dotted circle, only where they start it;
+    bytes that are no UTF-8 read \\xNN, from \\x80 to \\xff, and no other code point does."""
+    assert [tk._escape(s) for s in ("\u0903", "\u20dd", "\u0301a", "a\u0301")] == ["\u25cc\u0903", "\u25cc\u20dd",
+                                                                                    "\u25cc\u0301a", "a\u0301"]
+    assert tk._escape(b"\x80\xff".decode("utf-8", "surrogateescape")) == "\\x80\\xff"
+    assert tk._escape("\udc41") == "\\udc41"
+
+
+def test_learning_a_few_merges_is_checked_at_the_smallest_cost_a_node(monkeypatch):
+    from tinygpt import runtime
+    asked = []
+    monkeypatch.setattr(runtime, "check_memory", lambda need, *args: asked.append(sum(need.values())))
+    tk.check_learning_memory(1000, 100)  # (under 768 merges: the table's smallest, 90 bytes a node)
+    tk.check_learning_memory(1000, 8000)
+    assert asked == [90_000, 170_000]
 
 
 def test_text_files_are_read_without_a_byte_order_mark_and_with_newline_line_ends():
