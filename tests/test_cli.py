@@ -424,7 +424,7 @@ def test_compile_decodes_through_the_compiled_step(samples, run, monkeypatch):
 
 def test_stop_at_saves_and_stops(runs):
     out = ok(runs["results"]["stop"]).stdout
-    assert f"stopped at step {STOP_AT}" in out and f"\nstopped: step {STOP_AT}, best val loss " in out, out  # not "done"
+    assert f"stopped at step {STOP_AT}" in out and f"\nstopped: step {STOP_AT}, best val loss " in out, out  # not done
     stopped = runs["stopped"]
     assert stopped["ckpt"]["step"] == STOP_AT
     assert max(int(r["step"]) for r in stopped["metrics"]) == STOP_AT

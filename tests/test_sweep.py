@@ -1868,7 +1868,7 @@ def test_every_early_point_above_the_axis_is_counted_off_the_top(tmp_path, monke
     the padding above it."""
     pytest.importorskip("matplotlib")
     figures = capture_figures(monkeypatch)
-    rows = [{"step": s, "train_loss": loss, "tokens_per_s": "1", "mfu": "0.1"} for s, loss in ((0, "10.0"), (2, "3.99"))]
+    rows = [{"step": s, "train_loss": y, "tokens_per_s": "1", "mfu": "0.1"} for s, y in ((0, "10.0"), (2, "3.99"))]
     rows += [{"step": s, "train_loss": f"{3.9 - 0.9 * (s - 10) / 90:.4f}", "tokens_per_s": "1", "mfu": "0.1"}
              for s in range(10, 101, 10)]
     runs.write_metrics(tmp_path, [*rows, {"step": 100, "train_loss": "3.0", "val_loss": "3.0"}])
