@@ -502,6 +502,10 @@ def test_an_eval_row_and_a_log_row_of_one_step_give_the_same_lr(run):
         lr.setdefault(r["step"], set()).add(r["lr"])
     both = [step for step in lr if sum(r["step"] == step for r in rows) == 2]
     assert both and all(len(lr[step]) == 1 for step in both), {s: lr[s] for s in both}
+    # step 0's eval row, which no step led to: the first step's lr, by the run's schedule
+    from tinygpt.runs import read_config
+    from tinygpt.training import lr_at
+    assert lr["0"] == {f"{lr_at(0, read_config(run).train):.3e}"} != {f"{lr_at(1, read_config(run).train):.3e}"}
 
 
 def inproc_base(tmp: Path, *extra: str) -> list[str]:
