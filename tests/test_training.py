@@ -874,6 +874,34 @@ def test_a_loss_png_older_than_the_checkpoint_is_drawn_again(tmp_path):
     assert train.plot_missed(tmp_path)
 
 
+@pytest.mark.slow
+def test_a_finished_run_resumed_draws_loss_png_again_only_where_it_was_missed(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import train
+    drawn, real = [], train.plot_run
+    monkeypatch.setattr(train, "plot_run", lambda *args: (drawn.append(args[0]), real(*args))[1])
+    args = run_args(tmp_path, "run", "train.max_iters=2", "train.plot=end")
+    train.main(args)
+    assert len(drawn) == 1  # at the last eval, not again as the run ends
+    train.main([*args, "--resume"])
+    assert len(drawn) == 1  # nothing trained, loss.png up to date
+    (tmp_path / "run" / "loss.png").unlink()
+    train.main([*args, "--resume"])
+    assert len(drawn) == 2 and (tmp_path / "run" / "loss.png").is_file()
+
+
+def test_a_moved_finished_run_resumed_keeps_its_new_folder_in_config_yaml(tmp_path):
+    """A resume that trains nothing keeps the run's settings in config.yaml, but its train.out_dir is where the
+    run is now: the old one would send the next --resume from its config.yaml to a folder that is gone."""
+    import shutil
+    import train
+    from tinygpt import runs
+    train.main(run_args(tmp_path, "old", "train.max_iters=2"))
+    shutil.move(tmp_path / "old", tmp_path / "new")
+    train.main(run_args(tmp_path, "new", "train.max_iters=2") + ["--resume"])
+    assert runs.read_config(tmp_path / "new").train.out_dir == str(tmp_path / "new")
+
+
 def test_a_resume_at_an_evaluated_step_does_not_evaluate_it_again(tmp_path):
     """Stopped at step 2, an eval step (evaluated and saved there), the resumed run goes on from it:
     metrics.csv holds one eval row per eval step, not a second one of step 2."""
