@@ -1322,6 +1322,12 @@ def test_the_val_loss_lines_are_means_their_bands_fit_and_their_labels_count_see
     ax = figures["val_loss.png"].axes[0]
     assert ax.get_title() == "validation loss"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["n_head=1", "n_head=2 (unfinished)"]
+    # every setting unfinished (a sweep's picture mid-way): fitted all the same, step 0's loss off the top
+    plots.val_loss_png([{"label": "n_head=2", "finished": False, "runs": [{"metrics": [
+        {"step": s, "val_loss": v} for s, v in zip((0, 10, 50, 100), (7.0, 3.0, 2.5, 2.0))]}]}])
+    ax = figures["val_loss.png"].axes[0]
+    assert ax.get_ylim()[1] < 4 and [t.get_text() for t in ax.texts] == [
+        "off the top: 1 early point(s), up to 7.00 at step 0"]
 
 
 # ---- labels, a sweep's folder named, what is said of one run, a run with nothing to draw ----

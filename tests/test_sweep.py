@@ -1723,6 +1723,7 @@ def test_settings_plot_shows_each_setting_with_its_interval(tmp_path, monkeypatc
     assert ax.get_legend_handles_labels()[1] == ["n_layer=1", "n_layer=2"]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4"]
     line = ax.lines[0]  # n_layer=1 against n_head: the mean of its 3 seeds
+    assert list(ax.get_xticks()) == pytest.approx([0, 1, 2]) and ax.get_xlabel() == "n_head (log scale)"  # (1 to 4)
     expected = report.stats([0.5 + 0.1 + s / 100 for s in (1, 2, 3)])
     assert list(line.get_ydata()) == pytest.approx([100 * expected["mean"]] * 3)
     bars = ax.containers[0][2][0].get_segments()  # the error bar of the first point: the 95% interval
@@ -1737,6 +1738,38 @@ def test_settings_plot_shows_each_setting_with_its_interval(tmp_path, monkeypatc
     plots.settings_png(report.group_by_setting(unprobed, ["model.n_head", "model.n_layer", "train.seed"]))
     assert len(figures["settings.png"].axes) == 1  # no probe, no probe panels
     assert plots.settings_png(groups[:1]) is None  # one setting: nothing to compare
+
+
+def test_the_share_panel_leaves_room_above_its_highest_bar(monkeypatch):
+    """The % panel's top is 10% above its highest interval (its cap sat on the frame)."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    rows = [{"model.n_head": h, "train.seed": 1, "best_val_loss": 1.5 + h / 10, "antecedent": 0.5 + h / 10}
+            for h in (1, 2)]
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
+    assert figures["settings.png"].axes[1].get_ylim() == pytest.approx((0.0, 77.0))  # 70% x 1.1
+
+
+def test_loss_png_on_a_full_disk_keeps_the_old_picture(tmp_path):
+    """Written whole or not at all: a write cut short (here a 4 KiB file-size limit) leaves the earlier
+    loss.png as it was, and says so in one line."""
+    pytest.importorskip("matplotlib")
+    resource = pytest.importorskip("resource")
+    rows = [{"step": 0, "train_loss": "6.9", "val_loss": "7.0"}, {"step": 10, "train_loss": "3.0", "tokens_per_s": "1"}]
+    runs.write_metrics(tmp_path, rows)
+    plots.plot_run(tmp_path)
+    old = (tmp_path / "loss.png").read_bytes()
+    assert len(old) > 4096
+    runs.write_metrics(tmp_path, [*rows, {"step": 20, "train_loss": "2.0", "tokens_per_s": "1"}])
+    ignored, limit = signal.signal(signal.SIGXFSZ, signal.SIG_IGN), resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limit[1]))
+    try:
+        with pytest.raises(UserError, match=r"cannot write .*loss.png: File too large \(the previous file is intact\)"):
+            plots.plot_run(tmp_path)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, ignored)
+    assert (tmp_path / "loss.png").read_bytes() == old
 
 
 def test_an_interval_cut_at_0_is_drawn_cut(tmp_path, monkeypatch):
