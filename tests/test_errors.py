@@ -2081,6 +2081,22 @@ def test_a_long_value_is_cut_to_the_limit_with_its_ellipsis():
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero (a device that never ends)")
+def test_the_message_helpers_cut_and_count_as_they_say():
+    """A line of MAX_LINE characters is whole; a longer one keeps its first two thirds (the culprit) and its end
+    (the fix) around ' ... ', MAX_LINE in all; first_few counts only the names it leaves out; a path is its text."""
+    from tinygpt.errors import capped, first_few, short
+    whole = "x" * 60 + "y" * 60
+    assert capped(whole, 120) == whole
+    assert capped("a" * 100 + "b" * 100, 120) == "a" * 80 + " ... " + "b" * 35
+    assert first_few(["a", "b", "c"]) == "a, b, c" and first_few(list("abcde")) == "a, b, c and 2 more"
+    assert short(Path("a/b")) == "'a/b'"
+    from tinygpt.errors import escaped, folder_ending  # (bash's $'...': four hex digits up to U+FFFF, eight past it)
+    assert [folder_ending(p) for p in ("a/", "a/.", "a/..", "a/b", "..")] == [
+        "a/ ends in '/', which names a folder", "a/. ends in '.', which names a folder",
+        "a/.. ends in '..', which names a folder", None, None]
+    assert [escaped(c) for c in ("\u200f", "\U000e0001", "\n", "a")] == ["\\u200f", "\\U000e0001", "\\n", "a"]
+
+
 def test_read_capped_refuses_a_device_past_its_limit_and_says_why_it_cannot_read(tmp_path):
     """A device or a pipe has no size: read one byte past the limit, it is refused (not cut to its first
     `limit` bytes); a file that cannot be read is told in the caller's words."""
