@@ -563,9 +563,11 @@ def test_an_interrupted_heatmap_leaves_the_old_png(run, prompt, tmp_path, monkey
 
 
 def test_heatmaps_that_cannot_be_written_leave_no_empty_folder(run, prompt, tmp_path, monkeypatch):
-    """On a full disk the one line was right, but the folder it made stayed behind, empty."""
+    """On a full disk the one line was right, but the folder it made stayed behind, empty; save_heatmaps itself
+    removes the folders it made (the notebook calls it without sample.py)."""
     pytest.importorskip("matplotlib")
     import errno
+    from types import SimpleNamespace
     from tinygpt import checkpoint
 
     def full(path, write):
@@ -575,21 +577,9 @@ def test_heatmaps_that_cannot_be_written_leave_no_empty_folder(run, prompt, tmp_
     with pytest.raises(UserError, match=r"cannot write .*png/attention_layer0\.png: No space left on device"):
         run_sample([run, "--prompt", prompt[:8], "--max-new-tokens", 0, "--attention-png", folder])
     assert list(tmp_path.iterdir()) == []
-
-
-def test_heatmaps_saved_directly_on_a_full_disk_leave_no_folder(tmp_path, monkeypatch):
-    """save_heatmaps itself removes the folders it made (the notebook calls it without sample.py)."""
-    pytest.importorskip("matplotlib")
-    import errno
-    from types import SimpleNamespace
-    from tinygpt import checkpoint
-
-    def full(path, write):
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(checkpoint, "temp_beside", full)
     traces = [SimpleNamespace(weights=masked_softmax(torch.zeros(1, 1, 3, 3), causal_mask(3, 3)))]
     with pytest.raises(UserError, match="No space left on device"):
-        attention_view.save_heatmaps(traces, list("abc"), tmp_path / "new" / "png")
+        attention_view.save_heatmaps(traces, list("abc"), folder)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -122,7 +122,9 @@ def test_a_metrics_csv_saved_by_a_spreadsheet_or_without_losses(tmp_path):
     with pytest.raises(UserError, match=re.escape("metrics.csv is damaged or not a tinygpt metrics file (it has no "
                                                   "train_loss or val_loss column)")):
         compare.main([run, "--out", str(tmp_path / "cmp")])
-    path.write_text("step,train_loss\n0,4.1\n10,3.9\n")  # one loss column is enough (no evaluation: no best)
+    path.write_text("step,val_loss\n0,4.0\n")  # one loss column is enough, either one
+    assert runs.read_metrics(path.parent) == [{"step": 0.0, "val_loss": 4.0}]
+    path.write_text("step,train_loss\n0,4.1\n10,3.9\n")  # (no evaluation: no best)
     with contextlib.redirect_stdout(io.StringIO()):
         result = compare.main([run, "--out", str(tmp_path / "cmp2")])
     row = result["rows"][0]

@@ -2266,40 +2266,6 @@ def test_a_loop_of_links_is_named_as_one(run, tmp, capsys):
 # ---- tinygpt/runs.py's checks at their edges (each once dropped or moved, and no test failed) ----
 
 
-def test_an_older_checkpoints_resume_keeps_the_row_of_its_own_step(tmp_path):
-    """A checkpoint from before checkpoints carried their rows keeps metrics.csv's rows up to its step, that one
-    included; at step 0 with no metrics.csv there is nothing lost to say."""
-    from tinygpt import runs
-    runs.write_metrics(tmp_path, [{"step": 0, "train_loss": 4.0, "val_loss": 4.1},
-                                  {"step": 10, "train_loss": 3.0, "val_loss": 3.1},
-                                  {"step": 20, "train_loss": 2.0, "val_loss": 2.1}])
-    kept, note = runs.resumed_metrics(tmp_path, {"step": 10})
-    assert [r["step"] for r in kept] == ["0", "10"] and note is None
-    assert runs.resumed_metrics(tmp_path / "empty", {"step": 0}) == ([], None)
-
-
-def test_a_metrics_csv_of_val_loss_alone_is_read(tmp_path):
-    from tinygpt import runs
-    (tmp_path / "metrics.csv").write_text("step,val_loss\n0,4.0\n")
-    assert runs.read_metrics(tmp_path) == [{"step": 0.0, "val_loss": 4.0}]
-
-
-def test_a_run_folder_locked_before_its_config_is_written_is_being_trained(tmp_path):
-    from tinygpt import runs
-    from tinygpt.errors import UserError
-    run = tmp_path / "run"
-    run.mkdir()
-    with runs.run_lock(run), pytest.raises(UserError, match="is being trained now"):
-        runs.read_config(run)
-
-
-def test_prepared_data_inside_the_run_folder_is_refused(tmp_path):
-    from tinygpt import runs
-    from tinygpt.errors import UserError
-    with pytest.raises(UserError, match="or a folder inside it"):
-        runs.check_run_dir(tmp_path / "run", False, prepared_dir=tmp_path / "run" / "cache")
-
-
 def test_a_run_in_the_home_folder_resumes(tmp_path, monkeypatch):
     """A new run into the home folder is refused (its files would mix with everything there); one already there
     resumes."""

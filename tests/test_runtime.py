@@ -779,36 +779,31 @@ def test_the_measured_peak_counts_two_flops_a_multiply_add(monkeypatch):
     assert flops == 2 * 256 ** 3 / 0.25
 
 
+def peak_timed(monkeypatch, durations: list[float]) -> tuple[float, int]:
+    """measured_matmul_peak on the CPU, each matmul taking the next of `durations` (seconds, the warm-up first)
+    by a faked clock; nothing left in its cache."""
+    from types import SimpleNamespace
+    clock = [0.0]
+    for d in durations:
+        clock += [clock[-1], clock[-1] + d]
+    ticks = iter(clock[1:])
+    monkeypatch.setattr(runtime, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    runtime.measured_matmul_peak.cache_clear()
+    try:
+        return runtime.measured_matmul_peak(torch.float32, torch.device("cpu"))
+    finally:
+        runtime.measured_matmul_peak.cache_clear()  # (no faked figure left for the other tests)
+
+
 def test_the_measured_peak_is_the_fastest_repeat_not_a_stalled_one(monkeypatch):
     """Another process holding one of 2 cores stalls some matmuls of the measurement (16 ms where one takes 0.3):
     a median of 3 read 2 GFLOP/s where one core does 100, and the run's MFU read 150%. Contention only slows a
     repeat: the fastest is the machine's peak."""
-    from types import SimpleNamespace
     durations = [0.01] + [0.016, 0.0003, 0.016] * 10  # a warm-up, then two of every three repeats stalled
-    clock = []
-    for d in durations:
-        start = clock[-1] if clock else 0.0
-        clock += [start, start + d]
-    ticks = iter(clock)
-    monkeypatch.setattr(runtime, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
-    runtime.measured_matmul_peak.cache_clear()
-    try:
-        flops, n = runtime.measured_matmul_peak(torch.float32, torch.device("cpu"))
-    finally:
-        runtime.measured_matmul_peak.cache_clear()  # (no faked figure left for the other tests)
+    flops, n = peak_timed(monkeypatch, durations)
     assert n == 256 and flops == pytest.approx(2 * 256 ** 3 / 0.0003)
     # the warm-up is not a repeat: faster than every repeat (a clock's coarse tick), it is not the peak either
-    durations = [0.0001] + [0.05] * 30
-    clock = []
-    for d in durations:
-        start = clock[-1] if clock else 0.0
-        clock += [start, start + d]
-    ticks = iter(clock)
-    runtime.measured_matmul_peak.cache_clear()
-    try:
-        flops, n = runtime.measured_matmul_peak(torch.float32, torch.device("cpu"))
-    finally:
-        runtime.measured_matmul_peak.cache_clear()
+    flops, n = peak_timed(monkeypatch, [0.0001] + [0.05] * 30)
     assert n == 256 and flops == pytest.approx(2 * 256 ** 3 / 0.05)
 
 
