@@ -695,8 +695,13 @@ def damaged(**changes) -> dict:
                                       "mean": {"layer": 1, "head": 0, "drop": 0.2}})), "names a head"),
     (json.dumps(damaged(together=[{"what": "top two by attention", "heads": ["1.0", "a|b"],
                                    "drop": {"zero": 0.3, "mean": 0.2}}])), "names a head"),
+    (json.dumps({**ablation_result(), "n_layer": True}), "n_layer and n_head are True and 2, not counts"),
     (json.dumps(damaged(most_attention={**ablation_result()["ablation"]["most_attention"], "head": 2})),
      "not one of its 2 x 2 heads"),
+    (json.dumps(damaged(most_attention={**ablation_result()["ablation"]["most_attention"], "layer": 2})),
+     "not one of its 2 x 2 heads"),
+    (json.dumps(damaged(most_attention={**ablation_result()["ablation"]["most_attention"], "rank_zero": "0"})),
+     "a rank"),  # (ranks count from 1)
     (json.dumps(damaged(most_attention={**ablation_result()["ablation"]["most_attention"], "rank_mean": "1-2 |"})),
      "a rank"),
     (json.dumps(damaged(most_attention={**ablation_result()["ablation"]["most_attention"], "rank_zero": "5"})),
@@ -723,14 +728,21 @@ def test_ablation_table_mean_row_of_runs_without_pairs(tmp_path, capsys):
     assert run_row.endswith("| - | - |") and mean_row.endswith("| - | - |")
 
 
-def test_ablation_table_given_its_own_out_folder_names_the_saved_outputs(tmp_path, capsys):
+def test_ablation_table_given_its_own_out_folder_names_the_saved_outputs(tiny_stories_run, tmp_path, capsys,
+                                                                          monkeypatch):
     """The --out folder of an earlier table, given as a run, was told `no checkpoint in DIR (expected best.pt or
-    ckpt.pt): train first`, which it needs no more: its saved outputs are read, given as files."""
+    ckpt.pt): train first`, which it needs no more: its saved outputs are read, given as files. A run that kept
+    its probe outputs beside one checkpoint (ckpt.pt, no best.pt) is still a run, probed."""
+    module = script("ablation_table")
     (tmp_path / "tables").mkdir()
     (tmp_path / "tables" / "probe_seed1.txt").write_text("probe of seed1\n")
-    one_line(cli(script("ablation_table").main, [tmp_path / "tables"], capsys),
+    one_line(cli(module.main, [tmp_path / "tables"], capsys),
              f"{tmp_path / 'tables'} holds saved probe outputs, not a run: give the files, e.g. python -m "
              f"scripts.ablation_table {tmp_path / 'tables'}/probe_*.txt")
+    monkeypatch.setattr(module, "run", no_long_work)
+    shutil.copy(tiny_stories_run / "best.pt", tmp_path / "tables" / "ckpt.pt")
+    with pytest.raises(AssertionError, match="long work started"):
+        module.main([str(tmp_path / "tables")])
 
 
 def test_page_faults_without_faults_kept_is_no_ratio(capsys, monkeypatch):
