@@ -405,7 +405,8 @@ def test_import_refuses_a_damaged_config_json_before_writing(tmp_path):
         export.main(["--from-hf", str(hf_dir), str(back)])
     assert "config.json" in str(err.value) and not back.exists()
     for text, match in [("[" * 100_000, "nested too deeply"), ('{"n_embd": 1' + "0" * 5000 + "}", "not valid JSON"),
-                        ("{,}", "not valid JSON"), (None, "holds more than 32 MiB")]:
+                        ("{,}", "not valid JSON"), (None, "holds more than 32 MiB"),
+                        ("[]", "must hold a JSON object$"), ('"gpt2"', "must hold a JSON object$")]:
         (hf_dir / "config.json").write_text(text or "")
         if text is None:  # (sparse: refused by its size, unread)
             os.truncate(hf_dir / "config.json", hf.CONFIG_JSON_MAX + 1)
@@ -414,9 +415,10 @@ def test_import_refuses_a_damaged_config_json_before_writing(tmp_path):
         assert "config.json" in str(err.value) and "\n" not in str(err.value) and not back.exists()
 
 
-def test_an_export_of_a_large_vocabulary_imports_back(tmp_path):
+def test_an_export_of_a_large_vocabulary_imports_back(tmp_path, monkeypatch):
     """config.json records the run's tokenizer, about 50 bytes a merge: an export of a bpe_vocab_size
-    of 24,000 wrote 1.2 MB, and its import refused it ('holds more than 1 MiB')."""
+    of 24,000 wrote 1.2 MB, and its import refused it ('holds more than 1 MiB'). An export past what an
+    import reads is refused, nothing written."""
     pytest.importorskip("tokenizers")
     merges = [[a, b] for a in range(256) for b in range(256)][:24_000 - 256]  # two-byte tokens
     cfg = Config(model=ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8, vocab_size=24_000))
@@ -424,6 +426,12 @@ def test_an_export_of_a_large_vocabulary_imports_back(tmp_path):
     save_checkpoint(tmp_path / "run" / "ckpt.pt", {
         "config": config_to_dict(cfg), "tokenizer": {"kind": "bpe", "vocab_size": 24_000, "merges": merges},
         "model": GPT(cfg.model).state_dict(), "step": 1, "best_val_loss": 1.0, "elapsed_s": 0.0})
+    with monkeypatch.context() as patch:  # (an import reading 1 MiB at most, as before)
+        patch.setattr(hf, "CONFIG_JSON_MAX", 1 << 20)
+        with pytest.raises(UserError, match=r"run/ckpt.pt: its vocabulary of 24,000 tokens is too large to record in "
+                                            r"config.json \(1 MiB, past the 1 MiB an import reads\)$"):
+            export.main([str(tmp_path / "run"), str(tmp_path / "hf")])
+    assert not (tmp_path / "hf").exists()
     export.main([str(tmp_path / "run"), str(tmp_path / "hf")])
     assert (tmp_path / "hf" / "config.json").stat().st_size > 1 << 20
     export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
@@ -637,7 +645,8 @@ def test_a_number_written_as_a_string_is_called_so(tmp_path):
 
 def test_import_refuses_what_gpt2_cannot_say(tmp_path):
     run, config = export_run(tmp_path)
-    for change, match in [({"n_inner": 7}, "n_inner"), ({"activation_function": "relu"}, "activation"),
+    for change, match in [({"n_inner": 7}, "n_inner"), ({"n_inner": 2 * config["n_embd"]}, "n_inner=64 "),
+                          ({"activation_function": "relu"}, "activation"),
                           ({"model_type": "llama"}, "not gpt2"), ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon"),
                           ({"layer_norm_epsilon": 10**400}, "layer_norm_epsilon=an integer of 1329 bits")]:
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
