@@ -1197,6 +1197,47 @@ def test_gpu_table_time_to_val_is_the_first_eval_under_it(tmp_path):
     assert dict(gpu_table.rows(tmp_path, "cpu"))["baby GPT: time to val 1.47"] == "60 s (step 500, val 1.460)"
 
 
+def test_gpu_table_marks_each_stage_as_its_status_line_says(tmp_path):
+    """A figure's row beside its stage's status line as gpu_check.sh writes it: a failure that holds an '='
+    (status lines split at their first), a stage skipped for the budget (not "failed (skipped: ...)"), a stage
+    with figures and no status line (a folder of figures alone: no failure added), a stage JSON that is a list."""
+    from scripts import gpu_table
+    gpu_out(tmp_path, "baby=exit 0\nfp32=exit 1 (x=y)\ntf32_bf16=skipped: the 600 s budget was spent\n"
+                      "decode=exit 0\n")
+    (tmp_path / "decode.json").write_text("[1]")
+    table = dict(gpu_table.rows(tmp_path, "cpu"))
+    assert table["training, float32, TF32 off"] == "1,000 tok/s, MFU 10%; then the stage ended: failed (exit 1 (x=y))"
+    assert table["training, bfloat16"] == ("5,000 tok/s, MFU 50%; then the stage ended: skipped: the 600 s budget "
+                                           "was spent")
+    assert table["decoding, KV cache"] == "exit 0, but its figures are missing or damaged"
+    (tmp_path / "status").write_text("baby=exit 0\n")
+    assert dict(gpu_table.rows(tmp_path, "cpu"))["training, float32, TF32 off"] == "1,000 tok/s, MFU 10%"
+
+
+@pytest.mark.parametrize("csv, status, row", [
+    ("500,1.47,60\n", "baby=exit 0\n", "60 s (step 500, val 1.470)"),  # (1.47 itself reaches it)
+    ("250,2.0,30\n500,1.8,60\n", "baby=exit 0\n", "not reached (best 1.800; exit 0)"),
+    ("250,2.0,30\n500,1.8,60\n", "", "not reached (best 1.800; did not run)"),  # (figures, no status line)
+])
+def test_gpu_table_time_to_val_row_when_it_is_reached_or_not(tmp_path, csv, status, row):
+    from scripts import gpu_table
+    gpu_out(tmp_path, status)
+    (tmp_path / "baby" / "metrics.csv").write_text("step,val_loss,elapsed_s\n" + csv)
+    assert dict(gpu_table.rows(tmp_path, "cpu"))["baby GPT: time to val 1.47"] == row
+
+
+def test_gpu_table_names_the_device_given_and_keeps_a_sub_rows_indent(tmp_path, capsys):
+    """--device names the first row even where the stages' JSON records a device; a sub-row's indent of two
+    spaces is two &nbsp; (Markdown drops the spaces)."""
+    from scripts import gpu_table
+    gpu_out(tmp_path, "fp32=exit 0\n")
+    (tmp_path / "fp32.json").write_text(json.dumps({"device_name": "NVIDIA H100", "torch": "2.5.0",
+                                                    "train": {"float32": {"tokens_per_s": 1000, "mfu": 0.1}}}))
+    assert "\n| device | my box |\n" in cli(gpu_table.main, [tmp_path, "--device", "my box"], capsys)[1]
+    assert "\n| device | NVIDIA H100, torch 2.5.0 |\n" in cli(gpu_table.main, [tmp_path], capsys)[1]
+    assert gpu_table.markdown([("  vs x", "1x")]).splitlines()[-1] == "| &nbsp;&nbsp;vs x | 1x |"
+
+
 @pytest.mark.parametrize("status, row", [("", "did not run"), ("ddp=exit 124\n", "out of time (exit 124)"),
                                          ("ddp=exit 1\n", "failed (exit 1)"), ("ddp=exit 0\n", "ok")])
 def test_gpu_table_torchrun_is_ok_only_where_it_exited_0(tmp_path, status, row):
