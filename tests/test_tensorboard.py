@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import shutil
 import sys
@@ -417,6 +418,21 @@ def test_the_step_a_later_session_purges_from_counts_as_dropped(tmp_path):
     assert tensorboard_log.logged_steps(board, 10) == ({"train/loss": {4}}, [])
 
 
+def test_a_session_without_the_flag_marks_its_own_log_not_a_linked_one(tmp_path):
+    """A session without train.tensorboard marks its run's log (a purge_step event file); where RUN/tensorboard is
+    a link to another run's log, that log is left alone: the mark would drop the other run's later steps."""
+    pytest.importorskip("tensorboard")
+    from tinygpt import tensorboard_log
+    other, run = tmp_path / "other" / "tensorboard", tmp_path / "run"
+    other.mkdir(parents=True)
+    run.mkdir()
+    (run / "tensorboard").symlink_to(other)
+    tensorboard_log.mark_a_session_without(run, 5)
+    assert list(other.iterdir()) == []
+    tensorboard_log.mark_a_session_without(other.parent, 5)  # (its own log: marked)
+    assert len(list(other.iterdir())) == 1
+
+
 def test_an_event_file_with_a_few_bytes_past_its_last_record_is_named_damaged(tmp_path):
     """Fewer bytes after the last record than a record's header: TensorBoard's loader reads the records and stops
     without a word, so the file must be counted as damaged, not as whole."""
@@ -432,6 +448,8 @@ def test_an_event_file_with_a_few_bytes_past_its_last_record_is_named_damaged(tm
     with open(written, "ab") as f:
         f.write(b"junk!")
     assert tensorboard_log.logged_steps(board, 20) == ({"train/loss": {10}}, [written])
+    os.truncate(written, written.stat().st_size - 6)  # (the last record cut short: no count of records)
+    assert tensorboard_log.whole_records(written) == math.inf
 
 
 def test_the_images_name_the_run_when_its_folder_is_given_as_a_dot(tmp_path, monkeypatch):
