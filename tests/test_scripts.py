@@ -174,10 +174,24 @@ def test_default_run_table_refuses_a_bad_saved_output(tmp_path, capsys, content,
 
 
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
-def test_default_run_table_reads_a_bounded_amount(capsys):
+def test_default_run_table_reads_a_bounded_amount(capsys, tmp_path):
     t0 = time.perf_counter()
     one_line(cli(script("default_run").main, ["--table", "/dev/zero"], capsys), "/dev/zero", "bytes")
     assert time.perf_counter() - t0 < 5
+    with open(tmp_path / "big.txt", "wb") as f:  # (5 MiB: a saved output is a few KB)
+        f.truncate(5 << 20)
+    one_line(cli(script("default_run").main, ["--table", tmp_path / "big.txt"], capsys), "big.txt is over 4,194,304 "
+             "bytes")
+
+
+def test_the_scripts_shared_checks_refuse_a_true_figure_and_a_link_to_nothing(tmp_path):
+    """True read as the figure 1, and a link to nothing at an output's path taken (written through, anywhere)."""
+    from scripts import reproduce
+    assert reproduce.is_figure(1) and not reproduce.is_figure(True)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UserError, match="--out: it would overwrite .*dangling, which this script did not write"):
+        reproduce.check_own_output(tmp_path / "dangling", "probe of ", "--out")
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_default_run_table_still_reads_a_real_output(tmp_path, capsys):
@@ -339,6 +353,8 @@ def test_a_failing_child_ends_the_script_with_its_own_error_line(capsys, tmp_pat
     line = one_line(cli(lambda argv: reproduce.run(child), [], capsys), "failed (exit 1): no run at out/x (probe.py)")
     assert "error: error:" not in line
     one_line(cli(lambda argv: reproduce.run(child, tmp_path), [], capsys), f"failed in {tmp_path}")
+    killed = ["-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]  # (no exit code: -9, no message)
+    one_line(cli(lambda argv: reproduce.run(killed), [], capsys), "failed (exit -9): no message")
 
 
 def test_reproduce_stories_gives_up_on_a_model_that_writes_no_words(tmp_path, capsys, monkeypatch):
@@ -402,6 +418,18 @@ def test_reproduce_stories_measures_2000_words_of_different_samples(tmp_path, mo
     assert result["best_val_loss"] == 1.3 and result["train_seconds"] == 90.0
 
 
+def test_reproduce_stories_measures_the_words_against_the_corpus_trained_on(tmp_path, monkeypatch):
+    """A name of the default corpus that a 20,000-character corpus lacks is no word of the corpus trained on."""
+    from data.stories import generate_stories
+    from scripts import reproduce
+    from tinygpt.config import DataConfig
+    assert "Abel" not in reproduce.WORD.findall(generate_stories(20000, 1337)[0])
+    assert "Abel" in reproduce.WORD.findall(generate_stories(DataConfig.stories_chars, 1337)[0])
+    monkeypatch.setattr(reproduce, "run", stories_children([], {0: "Abel " * 2000}))
+    result = reproduce.stories(tmp_path / "run", ["data.stories_chars=20000"])
+    assert result["share_in_corpus"] == 0 and result["unknown_examples"] == ["Abel"]
+
+
 def test_reproduce_stories_trains_and_measures_the_corpus_of_its_sets(tmp_path, capsys, monkeypatch):
     """`--set` was checked but left out of the training (the default corpus trained), or the share
     of real words was measured against another seed's corpus than the one trained on."""
@@ -437,10 +465,12 @@ def test_reproduce_whole_val_loss_scores_every_token_once_against_the_next(tmp_p
     from scripts import reproduce
     from tinygpt import checkpoint
     from tinygpt.runtime import Int8Linear
+    import copy
     torch.manual_seed(0)
     model, T = GPT(tiny_model_config).eval(), tiny_model_config.block_size
     with torch.no_grad():  # logits far from uniform: the loss depends on the weights (int8 or not)
         model.tok_emb.weight.mul_(10)
+    base = copy.deepcopy(model)
     val = np.random.default_rng(0).integers(0, tiny_model_config.vocab_size, 70 * T + 5).astype(np.uint16)
     config = SimpleNamespace(model=tiny_model_config, data=None)
     monkeypatch.setattr(checkpoint, "load_model", lambda run_dir, device: (model, config, None, {}))
@@ -455,6 +485,11 @@ def test_reproduce_whole_val_loss_scores_every_token_once_against_the_next(tmp_p
     assert losses["whole_val_split_loss"] == pytest.approx(expected, abs=5.1e-5)  # (rounded to 4 places)
     assert losses["whole_val_split_loss_int8"] == pytest.approx(expected, rel=1e-2) and expected > 5
     assert isinstance(model.lm_head, Int8Linear)  # (int8_weights changed the model in place)
+    # a split of exactly 70 windows' tokens: the last token of the last window has no next one, so 69 windows
+    val, model = val[:70 * T], copy.deepcopy(base)
+    with torch.no_grad():
+        expected = float(F.cross_entropy(base(tokens[:69 * T].view(69, T)).reshape(69 * T, -1), tokens[1:69 * T + 1]))
+    assert reproduce.whole_val_losses(tmp_path / "run")["whole_val_split_loss"] == pytest.approx(expected, abs=5.1e-5)
     config.model = replace(tiny_model_config, n_embd=24)
     model = GPT(config.model).eval()
     assert reproduce.whole_val_losses(tmp_path / "run")["int8"].startswith("int8 weights need model.n_embd a multiple")
@@ -523,16 +558,24 @@ def test_reproduce_shakespeare_says_when_the_text_is_not_tiny_shakespeare(tmp_pa
     """`--text` of a cut or other text reported the speedrun's figures, exit 0, nothing said; and
     `--config configs/stories.yaml` trained stories' BPE on it (stories refuses a shakespeare config)."""
     from scripts import reproduce
-    monkeypatch.setattr(reproduce, "run", started)
+    calls = []
+    monkeypatch.setattr(reproduce, "run", lambda args, cwd=ROOT: calls.append(args) or started())
     (tmp_path / "short.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
     with pytest.raises(Started):
         reproduce.main(["shakespeare", "--text", str(tmp_path / "short.txt"), "--out-dir", str(tmp_path / "out")])
+    assert calls[0][:2] == ["train.py", "configs/shakespeare_char.yaml"]  # (trained on --text, not the config's)
+    assert reproduce.set_word("data.dataset", str((tmp_path / "short.txt").resolve())) in calls[0]
     assert capsys.readouterr().err == (f"note: --text {tmp_path / 'short.txt'} is not tiny shakespeare (its size or "
                                        f"sha256 differs): the figures are of this text, not comparable with "
                                        f"docs/results.md's\n")
     one_line(cli(reproduce.main, ["shakespeare", "--text", tmp_path / "short.txt", "--config", "configs/stories.yaml",
                                   "--out-dir", tmp_path / "out2"], capsys),
              "--config configs/stories.yaml trains data.dataset=stories")
+    one_line(cli(reproduce.main, ["shakespeare", "--text", tmp_path / "nope.txt"], capsys),
+             f"no tiny shakespeare at {tmp_path / 'nope.txt'}: give --text PATH/tinyshakespeare.txt")
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path / "repo")  # (the default: shared/data beside the repository)
+    one_line(cli(reproduce.main, ["shakespeare"], capsys),
+             f"no tiny shakespeare at {tmp_path / 'shared' / 'data' / 'tinyshakespeare.txt'}:")
 
 
 def test_reproduce_knows_tiny_shakespeare_itself():
@@ -572,6 +615,10 @@ def test_reproduce_removes_its_temp_folder_when_the_training_fails_before_a_chec
     code, _, err = cli(reproduce.main, ["stories", "--set", "train.max_iters=1"], capsys)
     assert code == 2 and err.splitlines()[-1] == "error: data.dataset='/usr/bin/true' is a binary file", err
     assert list(tmp_path.iterdir()) == []
+    (tmp_path / "mine").mkdir()  # an --out-dir is the user's: kept, with what it held, however the training ends
+    (tmp_path / "mine" / "thesis.tex").write_text("mine")
+    assert cli(reproduce.main, ["stories", "--out-dir", tmp_path / "mine"], capsys)[0] == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"] and (tmp_path / "mine" / "thesis.tex").is_file()
 
     def checkpointed_then_refused(*args, **kwargs):
         run = next(tmp_path.glob("tinygpt-*")) / "run"
@@ -629,6 +676,42 @@ def test_tokenization_table_of_a_small_corpus(capsys, monkeypatch):
         said = re.search(rf"^\(the corpus: ([\d,]+) characters, whole stories until --chars {chars:,} is reached\)$",
                          out, re.M)
         assert code == 0 and said and int(said[1].replace(",", "")) >= chars, out
+
+
+def test_tokenization_table_counts_the_probes_words_of_its_corpus(capsys, monkeypatch):
+    """Each figure as its header names it: the corpus's own length, the attribute values and names it holds (as
+    words, after a space), how many of each it lacks, each split count in its column; GPT-2's row left out, said.
+    The flags' largest values are taken."""
+    from types import SimpleNamespace
+
+    from data.stories import generate_stories
+    from data.story_words import ATTRIBUTE_POOLS, FEMALE_NAMES, MALE_NAMES
+    from tinygpt.tokenizer import WordTokenizer
+    module = script("tokenization_table")
+    assert module.check_args(SimpleNamespace(chars=module.MAX_CHARS, sizes="65536")) == [65536]
+    line = one_line(cli(module.main, ["--sizes", "9" * 5000], capsys), "--sizes='999", "comma-separated")
+    assert len(line) < 300, line  # (the value cut, as errors.short does)
+    offline_gpt2(module, monkeypatch)
+    code, out, err = cli(module.main, ["--chars", "5000", "--sizes", "300"], capsys)
+    assert code == 0 and not err, err
+    text = generate_stories(5000, module.DataConfig.stories_seed)[0]
+    present = set(WordTokenizer.split(text))
+    values, everyone = [v for pool in ATTRIBUTE_POOLS.values() for v in pool], FEMALE_NAMES + MALE_NAMES
+    attributes, names = [v for v in values if " " + v in present], [n for n in everyone if " " + n in present]
+    assert 0 < len(attributes) < len(values) and 0 < len(names) < len(everyone) and len(text) != 5000
+    assert f"(the corpus: {len(text):,} characters," in out
+    assert f"({len(values) - len(attributes)} attribute values and {len(everyone) - len(names)} names do not" in out
+    assert f"(of {len(attributes)}) | names in > 1 token (of {len(names)}) |" in out
+    bpe = module.build_tokenizer("bpe", text, bpe_vocab_size=300)
+    split = [sum(len(bpe.encode(" " + w)) > 1 for w in words) for words in (attributes, names)]
+    assert split[0] != split[1] and f"| bpe, 300 | 300 | {len(bpe.encode(text)):,} | {split[0]} | {split[1]} |" in out
+    assert "(gpt2 left out: offline)" in out
+    # every name there, some values not: still said (the names the table asks for made those of the corpus)
+    monkeypatch.setattr(module, "stories", SimpleNamespace(
+        generate_stories=generate_stories, ATTRIBUTE_POOLS=ATTRIBUTE_POOLS,
+        FEMALE_NAMES=tuple(n for n in FEMALE_NAMES if n in names), MALE_NAMES=tuple(n for n in MALE_NAMES if n in names)))
+    out = cli(module.main, ["--chars", "5000", "--sizes", "300"], capsys)[1]
+    assert f"({len(values) - len(attributes)} attribute values and 0 names do not occur" in out
 
 
 def test_tokenization_table_marks_the_default_bpe_size(capsys, monkeypatch):
