@@ -342,6 +342,13 @@ def test_when_no_removal_lowers_the_accuracy_the_json_names_no_head(monkeypatch)
     assert "hurts most when removed (zero): none" in coreference.ablation_report(ab, None, 1, 2)
 
 
+def test_a_model_of_one_head_removes_no_pair(monkeypatch):
+    """One head, which attends and whose removal costs accuracy: "removed together (top two by attention)" would
+    be that head alone, a pair of one."""
+    ab = ablation_of(monkeypatch, 0.5, {((0, 0),): 0.0}, n_layer=1, n_head=1, attention=[[0.5]])
+    assert ab["most_attention"]["layer"] == 0 and ab["drop"]["zero"] == [[0.5]] and ab["together"] == []
+
+
 def test_the_drop_is_the_accuracy_lost_and_its_median_a_heads(monkeypatch):
     """Removing head 0.2 takes the accuracy from 0.9 to 0.1: a drop of 0.8, the most harmful head.
     The sign flipped, every drop would read as a gain and the harmless head 0.0 as the most harmful;
@@ -473,9 +480,10 @@ def test_the_report_of_a_model_that_resolves_nothing_says_so():
     assert "removed together (top two by zero-ablation drop): none, fewer than two" in text
     assert "removed together (top two by attention): none, the model has one head" in coreference.ablation_report(
         {**ab, "drop": {m: [[0.0]] for m in ("zero", "mean")}}, None, 1, 1)
-    one_layer_two_heads = coreference.ablation_report({**ab, "drop": {m: [[0.0, 0.0]] for m in ("zero", "mean")}},
-                                                      {"references": 0}, 1, 2)
-    assert "one head" not in one_layer_two_heads and "fewer than two heads lower" in one_layer_two_heads
+    for n_layer, n_head in ((1, 2), (2, 1)):  # (two heads, in one layer or in two)
+        text = coreference.ablation_report({**ab, "drop": {m: [[0.0] * n_head] * n_layer for m in ("zero", "mean")}},
+                                           {"references": 0}, n_layer, n_head)
+        assert "one head" not in text and "fewer than two heads lower" in text, (n_layer, n_head)
 
 
 def test_probe_ablate_without_any_attention_measured_names_no_head(run, capsys, monkeypatch):
