@@ -224,6 +224,31 @@ def test_build_case_with_gpt2_tokens(tmp_path, monkeypatch):
     assert seen_names > 0
 
 
+def test_the_window_is_the_full_texts_last_tokens_where_a_stop_and_its_line_breaks_are_one_token(tmp_path,
+                                                                                                 monkeypatch):
+    """cl100k_base's split keeps ".\n\n" whole: a cut at the space after a story's last stop starts "\n\n", one
+    token that the full text does not have. The window is cut from SLACK tokens more than it keeps, so its first
+    token is the full text's (GPT-2's ranks, here under cl100k's split, with ".\n\n" one token)."""
+    import bisect
+
+    import tiktoken
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(r50k_cache(tmp_path)))
+    r50k = tiktoken.get_encoding("r50k_base")
+    split = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|"""
+             r"""\s+(?!\S)|\s+""")
+    encoding = tiktoken.Encoding("cl100k_split", pat_str=split, special_tokens={},
+                                 mergeable_ranks={**r50k._mergeable_ranks, b".\n\n": r50k.n_vocab})
+    tok = TiktokenTokenizer("cl100k_split", None, encoding=encoding)
+    text, refs, _ = coreference.held_out_stories(3, 1_000_003, tok)
+    full = tok.encode(text)
+    ends = [e for _, e in coreference.token_char_spans(tok, full)]
+    for base, ref in refs:
+        before = full[:bisect.bisect_right(ends, base + ref.attribute_pos)]
+        for block_size in range(106, 112):
+            assert coreference.build_case(tok, text, base, ref, block_size).ids == [int(i) for i in
+                                                                                    before[-block_size:]]
+
+
 def test_classify_reads_the_first_word():
     _, refs = story_with_references()
     ref = refs[0]
