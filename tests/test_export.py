@@ -278,6 +278,16 @@ def test_the_output_folder_must_be_new_or_an_earlier_export(tmp_path):
         export.main(["--from-hf", str(mine), str(tmp_path / "back"), "--force"])
 
 
+def test_an_export_sweeps_the_temp_folders_of_killed_exports_beside_it(tmp_path):
+    """An export killed mid-write (SIGKILL) for a name then never used again left its temp folder beside the
+    output; the next export into that folder removes it (its writer, pid 3999999, is long dead)."""
+    run, _, _ = make_run(tmp_path)
+    (tmp_path / ".typo.3999999.x1y2z3w4.tmp").mkdir()
+    (tmp_path / ".typo.3999999.x1y2z3w4.tmp" / "config.json").write_text("{}")
+    export.main([run, str(tmp_path / "hf")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "run"]
+
+
 def test_a_loose_checkpoint_exports_beside_itself(tmp_path):
     """`cp RUN/best.pt L/model.pt; export.py L/model.pt L/hf` was refused as "inside the run
     directory L": a loose file's folder is no run. A folder around the file, and a file in a run
@@ -647,7 +657,7 @@ def test_import_refuses_what_gpt2_cannot_say(tmp_path):
     run, config = export_run(tmp_path)
     for change, match in [({"n_inner": 7}, "n_inner"), ({"n_inner": 2 * config["n_embd"]}, "n_inner=64 "),
                           ({"activation_function": "relu"}, "activation"),
-                          ({"model_type": "llama"}, "not gpt2"), ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon"),
+                          ({"model_type": "llama"}, "not gpt2"), ({"model_type": "gpt_neo"}, "not gpt2"), ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon"),
                           ({"layer_norm_epsilon": 10**400}, "layer_norm_epsilon=an integer of 1329 bits")]:
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
         with pytest.raises(UserError, match=match):
@@ -865,9 +875,17 @@ def test_a_gpt2_sized_folder_with_another_tokenizer_is_refused(tmp_path, monkeyp
     (tmp_path / "hf" / "vocab.json").write_text(json.dumps(gpt2))
     hf.import_hf(tmp_path / "hf", tmp_path / "run")  # GPT-2's own: imported
     # and with a pad added past its ids (as transformers users do): no id the model makes, still GPT-2's
+    # (with merges, as transformers writes it: 1.4 MB for GPT-2's, here past 2 MB)
     (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(
-        {"model": {"vocab": gpt2}, "added_tokens": [{"content": "[PAD]", "id": hf.GPT2_VOCAB}]}))
+        {"model": {"vocab": gpt2, "merges": ["a b"] * 200_000},
+         "added_tokens": [{"content": "[PAD]", "id": hf.GPT2_VOCAB}]}))
+    assert (tmp_path / "hf" / "tokenizer.json").stat().st_size > 2 << 20
     hf.check_gpt2_tokenizer(tmp_path / "hf")
+    # a token added over one of GPT-2's ids: that id decodes as the added token, not as GPT-2's
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(
+        {"model": {"vocab": gpt2}, "added_tokens": [{"content": "<|pad|>", "id": 198}]}))
+    with pytest.raises(UserError, match=r"tokenizer.json: this tokenizer is not GPT-2's \(other tokens or ids\)"):
+        hf.check_gpt2_tokenizer(tmp_path / "hf")
     shifted = {token: (i + 1) % hf.GPT2_VOCAB for token, i in gpt2.items()}  # another BPE's ids
     (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(
         {"model": {"vocab": shifted}, "added_tokens": [{"content": "<pad>", "id": hf.GPT2_VOCAB}]}))
@@ -1030,9 +1048,10 @@ def test_import_says_what_is_wrong_with_the_weight_files(tmp_path):
                                         r"supported, and which transformers loads before its pytorch_model.bin; "):
         hf.load_hf_gpt2(folder)
     (folder / "model.safetensors.index.json").unlink()
-    torch.save([torch.zeros(2)], folder / "pytorch_model.bin")
-    with pytest.raises(UserError, match="pytorch_model.bin does not hold a dict of named tensors"):
-        hf.load_hf_gpt2(folder)
+    for content in ([torch.zeros(2)], {"wte.weight": [1.0, 2.0]}):  # (no dict; a dict of lists, not tensors)
+        torch.save(content, folder / "pytorch_model.bin")
+        with pytest.raises(UserError, match="pytorch_model.bin does not hold a dict of named tensors"):
+            hf.load_hf_gpt2(folder)
 
 
 def test_one_extra_tensor_is_named_alone(tmp_path):
@@ -1044,6 +1063,10 @@ def test_one_extra_tensor_is_named_alone(tmp_path):
         hf.load_hf_gpt2(tmp_path / "hf")
     assert str(err.value) == (f"{tmp_path / 'hf'}: the weights hold 'h.0.attn.extra', which config.json's model "
                               f"(2 layers, n_embd 32) has not; config.json and the weights disagree")
+    weights["transformer.h.9.ln_1.weight"] = torch.zeros(2)  # two: the first named, the other counted
+    hf.save_safetensors(tmp_path / "hf" / "model.safetensors", weights)
+    with pytest.raises(UserError, match=r"the weights hold 'h.0.attn.extra' \(and 1 more\), which config.json's"):
+        hf.load_hf_gpt2(tmp_path / "hf")
 
 
 def test_a_recorded_tokenizer_of_another_vocabulary_size_is_not_used(tmp_path):
@@ -1066,6 +1089,10 @@ def test_every_tanh_gelu_gets_the_note_and_the_exact_one_none(tmp_path, capsys):
     (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "activation_function": "gelu_pytorch_tanh"}))
     hf.load_hf_gpt2(tmp_path / "hf")
     assert "tanh-approximated GELU ('gelu_pytorch_tanh')" in capsys.readouterr().err
+    del config["activation_function"]  # (left out: GPT2Config's default, the tanh one)
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    hf.load_hf_gpt2(tmp_path / "hf")
+    assert "tanh-approximated GELU ('gelu_new')" in capsys.readouterr().err
 
 
 def test_dropout_goes_to_gpt2_and_back(tmp_path):
@@ -1078,6 +1105,19 @@ def test_dropout_goes_to_gpt2_and_back(tmp_path):
     assert config["resid_pdrop"] == config["embd_pdrop"] == config["attn_pdrop"] == 0.2
     export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
     assert load_model(tmp_path / "back")[1].model.dropout == 0.2
+    del config["resid_pdrop"], config["tinygpt"]["config"]["model"]["dropout"]  # (left out: GPT2Config's 0.1)
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back2")])
+    assert load_model(tmp_path / "back2")[1].model.dropout == 0.1
+
+
+def test_tokenizer_config_truncates_to_the_models_context_and_keeps_the_spaces(tmp_path):
+    """model_max_length past the model's positions: a tokenizer truncating to it gave the model one position
+    too many (IndexError); clean_up_tokenization_spaces on: a word-level run's decode(encode("a , b")) read "a, b"."""
+    run, config = export_run(tmp_path)
+    tok_config = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    assert tok_config["model_max_length"] == config["n_positions"] == 16
+    assert tok_config["clean_up_tokenization_spaces"] is False
 
 
 def test_generation_config_samples_as_sample_py_does(tmp_path):
@@ -1128,6 +1168,22 @@ def test_bpe_tokenizer_json_gives_tiktokens_ids_where_merges_never_form_a_token(
         assert theirs.encode(text).ids == ours.encode(text), text
     assert [theirs.decode([b]) for b in range(256)] == [ours.decode([b]) for b in range(256)]
     assert hf.start_and_end_ids(ours) == (260, 260)
+
+
+def test_a_special_token_spelled_like_a_bpe_token_is_refused():
+    """A full vocabulary whose <|endoftext|> is also a BPE token's spelling: tokenizer.json would give the one
+    spelling one id, and the other id would decode as nothing."""
+    import tiktoken
+    from tinygpt import tokenizer as tk
+    ranks = {bytes([b]): b for b in range(256)}
+    for n in range(2, len(b"<|endoftext|>") + 1):  # <|, <|e, ... <|endoftext|>: each a merge of the last
+        ranks[b"<|endoftext|>"[:n]] = len(ranks)
+    toy = tiktoken.Encoding("toy", pat_str=r"\S+|\s+", mergeable_ranks=ranks,
+                            special_tokens={"<|endoftext|>": len(ranks)})
+    ours = tk.TiktokenTokenizer("toy", None, toy)
+    assert ours.encode("<|endoftext|>") == [len(ranks) - 1]
+    with pytest.raises(UserError, match=r"a special token of 'toy' is spelled like one of its BPE tokens"):
+        hf.hf_tokenizer(ours)
 
 
 def test_a_recorded_tiktoken_vocabulary_of_another_size_is_refused(tmp_path):
