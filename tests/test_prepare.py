@@ -568,6 +568,25 @@ def test_a_run_of_zero_bytes_in_utf8_text_is_refused_a_stray_one_is_read(tmp_pat
             prep.read_text_file(path)
     path.write_bytes(text + bytes(63) + text)  # no text has 64 in a row; fewer may be a stray few
     assert "\0" * 63 in prep.read_text_file(path)
+    path.write_bytes(text + bytes(64) + text)
+    with pytest.raises(UserError, match=rf"holds 64 zero bytes in a row at offset {len(text):,} "):
+        prep.read_text_file(path)
+
+
+def test_the_bounds_at_which_bytes_are_no_utf8_text(tmp_path):
+    """Each rule at its bound: 16 zeros all on one side (UTF-16LE Cyrillic, the fewest that tell), a third of the
+    bytes 0 on both sides (past the quarter), and a text that is 7% control bytes (past the twentieth: binary, not
+    text of another 8-bit encoding)."""
+    path = tmp_path / "x.txt"
+    path.write_bytes(" ".join(["привет"] * 17).encode("utf-16-le"))
+    with pytest.raises(UserError, match=r"looks like UTF-16LE text, not UTF-8 \(16 of its 236 bytes are 0\)"):
+        prep.read_text_file(path)
+    path.write_bytes(b"ab\0" * 1000)
+    with pytest.raises(UserError, match=r"text, not UTF-8 \(1,000 of its 3,000 bytes are 0\)"):
+        prep.read_text_file(path)
+    path.write_bytes(b"caf\xe9 " + b"abcdefghijklm\x01" * 100)
+    with pytest.raises(UserError, match=r"is a binary file, not text \(100 of its first 1,405 bytes are control"):
+        prep.read_text_file(path)
 
 
 def test_a_folders_files_that_are_not_txt_are_named_in_a_note(tmp_path, capsys):
@@ -624,6 +643,11 @@ def test_a_pipe_that_appears_while_a_folder_is_prepared_is_named(tmp_path):
     before = prep.fingerprint(d)
     os.mkfifo(books / "zz.txt")
     with pytest.raises(UserError, match=r"zz.txt is a pipe, not a regular file$"):
+        prep._check_unchanged(d, before)
+    (books / "zz.txt").unlink()
+    (books / "A.txt").write_text("two\n")  # (two files changed: the first named)
+    (books / "B.txt").write_text("three\n")
+    with pytest.raises(UserError, match=r"/A.txt changed while it was being prepared; run again$"):
         prep._check_unchanged(d, before)
     shutil.rmtree(books)  # deleted meanwhile: told as a change, not as a setting that names nothing
     with pytest.raises(UserError, match=r"B.txt changed while it was being prepared; run again$"):
@@ -1087,6 +1111,14 @@ def test_get_batch_ranks_together_draw_the_one_process_batch():
     assert torch.equal(torch.cat(shares), whole)
 
 
+def test_a_file_named_only_by_its_suffix_prepares_into_a_named_folder(tmp_path):
+    """`..txt` (its stem '.', no name once the leading dots go): the folder was `-char-<hash>`, which no prepared
+    folder's name matches (an odd folder beside the others, never swept)."""
+    (tmp_path / "..txt").write_text("text\n")
+    folder = prep.prepared_dir(config(tmp_path / "..txt", tmp_path / "prepared").data)
+    assert folder.name.startswith("text-char-") and prep.PREPARED_NAME.fullmatch(folder.name)
+
+
 def test_a_dataset_spelt_two_ways_is_the_same_dataset(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d.txt").write_text("text\n")
@@ -1094,6 +1126,8 @@ def test_a_dataset_spelt_two_ways_is_the_same_dataset(tmp_path, monkeypatch):
     assert prep.same_dataset("d.txt", str(tmp_path / "d.txt")) and prep.same_dataset("./d.txt", "d.txt")
     assert not prep.same_dataset("d.txt", "e.txt")
     assert not prep.same_dataset("stories", "./stories")
+    (tmp_path / "stories").mkdir()  # (a folder of that name here: still the generated stories, not it)
+    assert not prep.same_dataset("./stories", "stories") and not prep.same_dataset("stories", "./stories")
 
 
 def test_tokenizing_into_a_log_file_is_one_line(capsys):
@@ -1153,6 +1187,7 @@ def test_a_text_with_no_place_to_cut_is_still_encoded_in_bounded_chunks():
     tokenizer = SimpleNamespace(encode=lambda text: lengths.append(len(text)) or [0] * len(text))
     ids = prep._encode(tokenizer, "a \n" * 1000, False, chunk=64)
     assert len(ids) == 3000 and max(lengths) <= prep.CHUNK_SPAN * 64 and len(lengths) > 3000 // (prep.CHUNK_SPAN * 64)
+    assert max(lengths) <= 8 * 64  # (CHUNK_SPAN's own bound: a larger one held the whole text at once)
 
 
 def test_a_vocab_size_the_data_does_not_have_offers_a_fix_from_the_command_line(tmp_path):
@@ -1227,6 +1262,7 @@ def test_a_data_key_given_that_changes_nothing_is_said(tmp_path, capsys):
     assert prep.moot_settings(DataConfig(tokenizer="bpe"), ["data.bpe_vocab_size=300", "data.stories_seed=7"]) is None
     assert "a tiktoken encoding" in prep.moot_settings(char_file, ["data.compact_vocab=false"])
     assert prep.moot_settings(char_file, []) is None
+    assert "--set data.bpe_vocab_size changes nothing" in prep.moot_settings(char_file, ["Data.Bpe_Vocab_Size=300"])
     text = tmp_path / "t.txt"
     text.write_text("to be or not to be, that is the question\n" * 50)
     prep.main([str(ROOT / "configs/shakespeare_char.yaml"), "--set", f"data.dataset={text}",
