@@ -163,6 +163,7 @@ def test_a_script_killed_takes_its_measurement_with_it(tmp_path):
     (json.dumps({"runs": {"cur": {**RUN, "antecedent": 10 ** 400}}}), "antecedent="),
     (json.dumps({"runs": {"cur": {**RUN, "distractor": float("nan")}}}), "distractor=nan"),
     (json.dumps({"runs": {"cur": {**RUN, "head": 3}}}), "head=3"),
+    (json.dumps({"runs": {"cur": {**RUN, "antecedent": float("inf")}}}), "antecedent=inf"),  # (only a ratio may be)
 ], ids=lambda v: v[:24] if isinstance(v, str) else None)
 def test_default_run_table_refuses_a_bad_saved_output(tmp_path, capsys, content, culprit):
     path = tmp_path / "saved.txt"
@@ -290,6 +291,48 @@ def test_default_run_trains_each_seed_once_with_its_train_seed(tmp_path, capsys,
     assert list(runs) == ["current default, seed 1337", "current default, seed 1338", "previous default, seed 1337",
                           "previous default, seed 1338"]
     assert "| previous default, mean ± sd (2 seeds) |" in out
+
+
+def test_default_run_a_run_at_each_target_meets_it():
+    """The targets are bounds that count as met: 85% antecedent, 10% distractor, a ratio of 5, 0.8x the time
+    (17 of 20 references is 85%). The previous default's mean row counts no targets."""
+    module = script("default_run")
+    edge = {**RUN, "antecedent": 0.85, "distractor": 0.10, "ratio": 5.0, "wall_s": 80.0}
+    rows = {"current default, seed 1337": edge, "previous default, seed 1337": {**RUN, "wall_s": 100.0},
+            "previous default, seed 1338": {**RUN, "wall_s": 100.0}}
+    lines = module.table(rows).splitlines()
+    assert lines[2].startswith("| current default, seed 1337 | 80 | 0.80x |") and lines[2].endswith("| met |")
+    assert lines[-1].startswith("| previous default, mean ± sd (2 seeds) |") and lines[-1].endswith("|  |")
+
+
+def test_default_run_trains_with_its_sets_and_reads_each_figure_of_the_probe(tmp_path, monkeypatch):
+    module = script("default_run")
+    trained = []
+
+    def train_or_probe(args, cwd):
+        if args[0] == "train.py":
+            trained.append(args)
+            (tmp_path / "run").mkdir(exist_ok=True)
+            (tmp_path / "run" / "metrics.csv").write_text("step,train_loss,val_loss\n100,1.5,1.4\n")
+            return 60.0, ""
+        best = {"layer": 0, "head": 1, "antecedent": 0.6, "distractor": 0.1, "ratio": 6.0}
+        return 1.0, json.dumps({"behaviour": {"antecedent": 7, "distractor": 1, "other": 2}, "references": 10,
+                                "attention_attribute": {"best": best}})
+    monkeypatch.setattr(module, "run", train_or_probe)
+    r = module.train_and_probe(ROOT, tmp_path, ["train.seed=7"])
+    assert (r["antecedent"], r["distractor"], r["other"]) == (0.7, 0.1, 0.2)
+    assert (r["head"], r["head_antecedent"], r["head_distractor"]) == ("L0H1", 0.6, 0.1)
+    assert trained[0][-1] == "train.seed=7"
+
+
+@pytest.mark.parametrize("flags", [{"seeds": 100}, {"first_seed": 0}, {"old_seeds": 0, "old": "not-a-commit"}],
+                         ids=["most seeds", "seed 0", "no old runs: --old unread"])
+def test_default_run_takes_the_flags_at_their_bounds(tmp_path, flags):
+    from types import SimpleNamespace
+    module = script("default_run")
+    args = SimpleNamespace(**{"seeds": 1, "old_seeds": 0, "first_seed": 1337, "old": module.OLD,
+                              "out": tmp_path / "out", **flags})
+    assert module.check_args(args) is None
 
 
 def test_default_run_a_run_too_slow_for_the_time_target_is_not_met():
@@ -1017,10 +1060,15 @@ def test_explorer_bench_keeps_the_browsers_files_in_a_folder_it_removes(tmp_path
     Its profile and temp files now go in a folder of the script's, removed whatever happens. (The
     stand-in browser leaves its files, as a killed Chromium does.)"""
     module, user_tmp = stand_in_browser(tmp_path, monkeypatch, 'mkdir "$TMPDIR/org.chromium.Chromium.x"\n'
-                                        'for a; do case "$a" in --user-data-dir=*) touch "${a#*=}/Local State";; esac; '
-                                        'done\necho "<p>RENDER_MS=1.5</p>"\n')
+                                        'for a; do case "$a" in --user-data-dir=*) own="${a#*=}";; esac; done\n'
+                                        '[ -d "$own" ] || exit 3\ntouch "$own/Local State"\n'  # (else ~/.config's)
+                                        'echo "<p>RENDER_MS=1.5</p>"\n')
     assert module.render_ms("<body></body>", tmp_path) == 1.5
     assert list(user_tmp.iterdir()) == []
+    assert "RENDER_MS=" in (tmp_path / "explorer_bench.html").read_text()  # (the page it rendered times itself)
+    (tmp_path / "quiet").mkdir()  # a browser whose page reported no time: no time, not 0
+    module, _ = stand_in_browser(tmp_path / "quiet", monkeypatch, 'echo "<p>no time</p>"\n')
+    assert module.render_ms("<body></body>", tmp_path) is None
 
 
 def test_explorer_bench_says_when_the_browser_times_out(tmp_path, monkeypatch):
@@ -1040,6 +1088,7 @@ def test_explorer_bench_ends_the_browsers_helpers_before_removing_their_folder(t
     group of its own, ended and waited for before the folder goes. (The stand-in's helper writes for ever.)"""
     module, user_tmp = stand_in_browser(tmp_path, monkeypatch,
                                         'for a; do case "$a" in --user-data-dir=*) dir="${a#*=}";; esac; done\n'
+                                        '[ -d "$dir" ] || exit 9\n'  # (never "/f..." where no folder is given)
                                         '(while :; do touch "$dir/f$$$(date +%N)"; done) > /dev/null 2>&1 &\n'
                                         'sleep 0.3\necho "<p>RENDER_MS=2.5</p>"\n')
     assert module.render_ms("<body></body>", tmp_path) == 2.5
@@ -1212,12 +1261,12 @@ def test_explorer_bench_keeps_both_pages(tmp_path, monkeypatch, capsys):
     module = script("explorer_bench")
     browser = tmp_path / "bin" / "chromium"
     browser.parent.mkdir()
-    browser.write_text('#!/bin/sh\necho "RENDER_MS=2.50"\n')
+    browser.write_text('#!/bin/sh\necho "RENDER_MS=0.00"\n')  # (a time under 0.005 ms is 0.0 ms, not "no time")
     browser.chmod(0o755)
     monkeypatch.setattr(module.shutil, "which", lambda name: str(browser) if name == "chromium" else None)
     pages = tmp_path / "pages"
     code, out, err = cli(module.main, ["--out", pages], capsys)
-    assert code == 0 and "one render: 2.5 ms" in out, err
+    assert code == 0 and "one render: 0.0 ms" in out, err
     assert sorted(p.name for p in pages.iterdir()) == ["explorer_bench_init.html", "explorer_bench_sharp.html"]
 
 
@@ -1226,9 +1275,9 @@ def test_explorer_bench_writes_its_pages_without_a_browser_and_leaves_no_temp_fo
     left a tinygpt-explorer-* folder in the temp folder, never named."""
     module = script("explorer_bench")
     monkeypatch.setattr(module.shutil, "which", lambda name: None)
-    code, out, err = cli(module.main, ["--out", tmp_path / "pages"], capsys)
+    code, out, err = cli(module.main, ["--out", tmp_path / "pages" / "new"], capsys)  # (its parent made too)
     assert code == 0 and "no time (no browser" in out, err
-    pages = sorted(p.name for p in (tmp_path / "pages").iterdir())
+    pages = sorted(p.name for p in (tmp_path / "pages" / "new").iterdir())
     assert pages == ["explorer_bench_init.html", "explorer_bench_sharp.html"]
     monkeypatch.setattr(module.tempfile, "tempdir", str(tmp_path / "temp"))
     (tmp_path / "temp").mkdir()
@@ -1249,6 +1298,22 @@ def test_page_faults_reports_medians_and_keeps_step_time_against_the_defaults(ca
     assert (res["keep"]["faults_per_step"], res["glibc defaults"]["faults_per_step"]) == (10.0, 400.0)
     assert (res["keep"]["ms_per_step"], res["glibc defaults"]["ms_per_step"]) == pytest.approx((100, 200))
     assert "ratio 40.0x fewer; step time 0.50x" in out, out
+    assert "runs: 10, 70, 10)" in out and "runs: 400, 400, 1,000)" in out  # (each run in the order it ran)
+    monkeypatch.setattr(module, "measure", lambda mode, steps: (1.0, 0.1))
+    assert cli(module.main, ["--steps", "10000", "--reps", "100"], capsys)[0] == 0  # (the largest of each)
+
+
+def test_page_faults_reads_its_childs_two_figures_and_names_a_failed_one(monkeypatch):
+    import types
+    module = script("page_faults")
+
+    def child(code: int, out: str, err: str):
+        return types.SimpleNamespace(run=lambda *a, **k: subprocess.CompletedProcess(a, code, out, err))
+    monkeypatch.setattr(module, "subprocess", child(0, "1234.5 0.25\n", ""))
+    assert module.measure("keep", 5) == (1234.5, 0.25)  # (faults per step, then seconds per step)
+    monkeypatch.setattr(module, "subprocess", child(1, "", "Traceback ...\nAssertionError: not glibc\n"))
+    with pytest.raises(UserError, match=r"^the 'keep' measurement failed \(exit 1\): AssertionError: not glibc$"):
+        module.measure("keep", 5)
 
 
 def gpu_out(folder: Path, status: str) -> None:
