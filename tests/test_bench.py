@@ -175,7 +175,8 @@ POSIX = pytest.mark.skipif(os.name != "posix", reason="a device and a named pipe
     # transformers decodes at most --gen-block - 1 tokens: it failed at the end, in a traceback
     (["--vs-hf", "--gen-block", "1"], r"--vs-hf needs --gen-block >= 2 \(not 1\)"),
     (["--steps", "0", "--gen-tokens", "0"], r"--steps 0 and --gen-tokens 0 leave nothing to measure"),
-    (["--dtypes", "float32,float32"], r"--dtypes='float32,float32' names a dtype twice; give each once")])
+    (["--dtypes", "float32,float32"], r"--dtypes='float32,float32' names a dtype twice; give each once"),
+    (["--dtypes", ","], r"--dtypes=',': use float32, bfloat16 and/or float16")])
 def test_bench_refuses_flags_before_any_work(tmp_path, monkeypatch, flags, match):
     import bench
     from tinygpt.errors import UserError
@@ -187,6 +188,13 @@ def test_bench_refuses_flags_before_any_work(tmp_path, monkeypatch, flags, match
     monkeypatch.setattr(bench, "prepare", lambda cfg: pytest.fail("the benchmark started"))
     with pytest.raises(UserError, match=match):
         bench.main([str(ROOT / "configs/stories.yaml"), *[f.format(tmp=tmp_path) for f in flags]])
+
+
+def test_bench_takes_the_largest_step_count(monkeypatch):
+    import bench
+    monkeypatch.setattr(bench, "prepare", lambda cfg: pytest.fail("the benchmark started (as it should)"))
+    with pytest.raises(pytest.fail.Exception, match="the benchmark started"):
+        bench.main([str(ROOT / "configs/stories.yaml"), "--steps", "10000", "--gen-tokens", "0"])
 
 
 def test_train_threads_pins_the_bench_and_a_busy_machine_is_noted(tmp_path, monkeypatch, capsys):
@@ -592,7 +600,7 @@ def test_vs_hf_says_why_int8_weights_were_not_measured(tmp_path, monkeypatch, on
 
 @pytest.mark.slow
 @TWO_CORES
-def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path, one_thread, monkeypatch):
+def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path, one_thread, monkeypatch, capsys):
     import bench
     trained_in = []
     real_trainer = bench.TrainBench
@@ -616,7 +624,7 @@ def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path
     res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
                       f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=2",
                       "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
-                      "--steps", "0", "--gen-tokens", "0", "--dtypes", "bfloat16", "--gen-layers", "1",
+                      "--steps", "0", "--gen-tokens", "0", "--dtypes", "bfloat16,float32", "--gen-layers", "1",
                       "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64", "--under-load"])
     assert trained_in == ["bfloat16"] and res["under_load_dtype"] == "bfloat16"  # the first of --dtypes
     # after one uncounted decoding, 3 rounds of 2 blocks (idle, loaded) of 3 modes x 2 works: the busy block goes
@@ -635,6 +643,12 @@ def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path
             assert r["idle_threads"] == r["loaded_threads"] == 1
         else:  # the policy: the free cores, and one fewer beside the busy process
             assert 1 <= r["idle_threads"] <= cores and 1 <= r["loaded_threads"] <= max(1, cores - 1)
+    out = capsys.readouterr().out
+    for work in ("decode", "train"):  # the ceiling over the policy's idle figure, the policy's loaded over the ceiling
+        ceiling, policy = u[f"{work}|one core fewer"]["idle"], u[f"{work}|policy"]
+        assert (f"{work}: the ceiling beside a busy process (one core fewer, idle) is {ceiling / policy['idle']:.0%} of "
+                f"the policy's idle figure; loaded, the policy reaches {policy['loaded'] / ceiling:.0%} of that "
+                f"ceiling") in out
 
 
 def busy_child(pid: int) -> int | None:
@@ -901,17 +915,22 @@ def test_flags_that_would_do_nothing_or_lose_the_results_are_refused_at_once(tmp
     assert seen == [str(Path.home() / "bench.json")]
 
 
-def test_a_diverged_loss_comparison_says_so(monkeypatch, capsys, tmp_path):
+@pytest.mark.parametrize("loss", [math.nan, math.inf])
+def test_a_diverged_loss_comparison_says_so(monkeypatch, capsys, tmp_path, loss):
     """--loss-steps with a learning rate that diverges printed `float32 nan` as a result, exit 0."""
     import bench
-    monkeypatch.setattr(bench, "loss_parity", lambda *a: {"float32": math.nan})
-    bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "train.device=cpu",
-                f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=1", "model.n_embd=16",
-                "model.block_size=16", "train.lr=100000", "--steps", "0", "--gen-tokens", "0", "--dtypes", "float32",
-                "--loss-steps", "1"])
+    monkeypatch.setattr(bench, "loss_parity", lambda *a: {"float32": loss})
+    argv = [str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "train.device=cpu",
+            f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=1", "model.n_embd=16",
+            "model.block_size=16", "train.lr=100000", "--steps", "0", "--gen-tokens", "0", "--dtypes", "float32"]
+    bench.main([*argv, "--loss-steps", "1"])
     out, err = capsys.readouterr()
     assert "note: the loss diverged in float32 (not finite): no comparison; lower train.lr (now 100000)\n" in err
-    assert "loss after 1 step (the last step's): float32 nan" in out  # (it said "1 steps (the mean of the last 1)")
+    assert f"loss after 1 step (the last step's): float32 {loss}" in out  # (it said "1 steps (the mean of the last 1)")
+    monkeypatch.setattr(bench, "loss_parity", lambda *a: {"float32": 2.5})
+    bench.main([*argv, "--loss-steps", "12"])  # (loss_parity's mean is of the last 10 steps at most)
+    out, err = capsys.readouterr()
+    assert "loss after 12 steps (the mean of the last 10): float32 2.5000" in out and not err
 
 
 def test_the_model_memory_check_counts_each_layers_modules():
