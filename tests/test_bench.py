@@ -486,24 +486,28 @@ def test_bench_vs_transformers_decodes_the_same_tokens(tmp_path, one_thread, cap
     assert table["decoding 1x2x32, block 32, KV cache"].endswith("x no cache)")
 
 
-def test_bench_vs_transformers_tells_another_model_from_the_same(tmp_path, one_thread, capsys, monkeypatch):
+@pytest.mark.parametrize("changed", ["attn.c_proj.weight", "ln_f.weight"])
+def test_bench_vs_transformers_tells_another_model_from_the_same(tmp_path, one_thread, capsys, monkeypatch, changed):
     """The weights were token embeddings scaled 50x, tied to the LM head: every greedy token was the prompt's again,
     so "same tokens: True" held with transformers' attention projections zeroed or other position embeddings. The
-    logits of random tokens are compared now, and a model computed otherwise is said to be no race."""
+    logits of random tokens are compared now, and a model computed otherwise is said to be no race. (Its final
+    LayerNorm negated: other greedy tokens too, which "same tokens" must say.)"""
     pytest.importorskip("transformers")
     import bench
     from tinygpt import hf
     real = hf.gpt2_state_dict
 
-    def without_attention(model):
-        return {k: v.clone().zero_() if k.endswith("attn.c_proj.weight") else v for k, v in real(model).items()}
-    monkeypatch.setattr(hf, "gpt2_state_dict", without_attention)
+    def mangled(model):
+        return {k: (v.clone().zero_() if changed.startswith("attn") else -v) if k.endswith(changed) else v
+                for k, v in real(model).items()}
+    monkeypatch.setattr(hf, "gpt2_state_dict", mangled)
     res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
                       f"data.prepared_dir={tmp_path / 'prepared'}", "train.device=cpu", "--steps", "0",
                       "--gen-tokens", "8", "--gen-layers", "1", "--gen-heads", "2", "--gen-embd", "32",
                       "--gen-block", "32", "--vs-hf"])
     h = res["vs_hf"]
     assert not h["logits_agree"] and h["logits_max_diff"] > h["logits_sd"] / 2
+    assert h["same_tokens"] is (changed != "ln_f.weight")  # (zeroed attention still picks the same greedy tokens)
     out, err = capsys.readouterr()
     assert "): NOT the same model" in out
     assert "warning: --vs-hf: transformers computes other logits from the same weights: its tokens/s are no race" in err
