@@ -197,6 +197,22 @@ def test_bench_takes_the_largest_step_count(monkeypatch):
         bench.main([str(ROOT / "configs/stories.yaml"), "--steps", "10000", "--gen-tokens", "0"])
 
 
+def test_the_training_table_compares_each_dtype_with_the_first_given(tmp_path, monkeypatch, capsys):
+    import bench
+    monkeypatch.setattr(bench, "peak_flops", lambda dtype, device, budget_s: (1e12, "stub"))
+    speed = {"float32": 1000.0, "bfloat16": 2000.0}
+    monkeypatch.setattr(bench, "bench_training", lambda cfg, data, dtypes, device, steps, compile: {
+        d: {"step_ms": 1e3 / speed[d], "step_ms_range": [1.0, 2.0], "tokens_per_s": speed[d], "achieved_flops": 1e11}
+        for d in dtypes})
+    bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "train.device=cpu",
+                f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=1", "model.n_embd=16",
+                "model.block_size=16", "--steps", "1", "--gen-tokens", "0", "--dtypes", "float32,bfloat16"])
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("dtype"))
+    assert lines[header].split()[4:6] == ["vs", "float32"]
+    assert lines[header + 1].split()[4] == "1.00x" and lines[header + 2].split()[4] == "2.00x"
+
+
 def test_train_threads_pins_the_bench_and_a_busy_machine_is_noted(tmp_path, monkeypatch, capsys):
     """`--set train.threads=1` was accepted and ignored (`2 threads` in the header and the JSON); on a
     busy machine bench.py measured two threads fighting a busy core (bfloat16 0.73x float32 where idle
@@ -396,6 +412,10 @@ def test_vs_hf_counts_the_copies_it_makes(tmp_path, monkeypatch):
     monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 10 << 20})  # 10 MiB: 3.2 MB of weights fit
     bench.main([*argv, "--gen-tokens", "1"])  # the model alone fits
     monkeypatch.setattr(bench, "bench_vs_hf", lambda *a, **k: pytest.fail("the benchmark started"))
+    with pytest.raises(UserError, match=r"^the --gen-\* model needs at least .*--vs-hf's copies"):
+        bench.main([*argv, "--gen-tokens", "0", "--vs-hf"])
+    # 13 MiB: the model and 2.75 copies of its weights fit, not the 3.75 it holds at once
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 13 << 20})
     with pytest.raises(UserError, match=r"^the --gen-\* model needs at least .*--vs-hf's copies"):
         bench.main([*argv, "--gen-tokens", "0", "--vs-hf"])
 
