@@ -675,6 +675,38 @@ def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path
                 f"ceiling") in out
 
 
+def test_under_load_counts_the_threads_each_mode_decoded_with(monkeypatch):
+    """With 2 threads by default: one core fewer is 1 thread (not 2), and a policy that decodes its tokens on 1 and 2
+    threads in turn used 1.5 on the mean (not its most). (The work itself faked: the bookkeeping is tested.)"""
+    import types
+
+    import bench
+    from tinygpt.config import ModelConfig
+
+    def alternating(tokens, policy):  # (as runtime.following_free_cores: the policy sets the threads per token)
+        for i, token in enumerate(tokens):
+            if policy is not None:
+                torch.set_num_threads(1 + i % 2)
+            yield token
+    monkeypatch.setattr(bench, "busy_process", contextlib.nullcontext)
+    monkeypatch.setattr(bench, "timed", lambda fn, device: fn() or 1.0)
+    monkeypatch.setattr(bench, "generate", lambda model, idx, n, temperature: iter(range(n)))
+    monkeypatch.setattr(bench, "following_free_cores", alternating)
+    monkeypatch.setattr(bench, "TrainBench", lambda *a, **k: types.SimpleNamespace(step=lambda: torch.zeros(())))
+    cfg = types.SimpleNamespace(train=types.SimpleNamespace(batch_size=1, grad_accum=1), model=types.SimpleNamespace(
+        block_size=8))
+    gcfg = ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8, vocab_size=5)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        u = bench.bench_under_load(cfg, None, gcfg, torch.device("cpu"), n_tokens=4, steps=1, reps=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert u["decode|default threads"]["idle_threads"] == u["decode|default threads"]["loaded_threads"] == 2
+    assert u["decode|one core fewer"]["idle_threads"] == u["decode|one core fewer"]["loaded_threads"] == 1
+    assert u["decode|policy"]["idle_threads"] == u["decode|policy"]["loaded_threads"] == 1.5
+
+
 def busy_child(pid: int) -> int | None:
     """The pid of bench.busy_process's spin loop among pid's children, or None."""
     for children in Path(f"/proc/{pid}/task").glob("*/children"):  # each thread's
