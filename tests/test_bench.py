@@ -670,9 +670,9 @@ def test_bench_under_load_reports_idle_and_loaded_with_the_threads_used(tmp_path
     out = capsys.readouterr().out
     for work in ("decode", "train"):  # the ceiling over the policy's idle figure, the policy's loaded over the ceiling
         ceiling, policy = u[f"{work}|one core fewer"]["idle"], u[f"{work}|policy"]
-        assert (f"{work}: the ceiling beside a busy process (one core fewer, idle) is {ceiling / policy['idle']:.0%} of "
-                f"the policy's idle figure; loaded, the policy reaches {policy['loaded'] / ceiling:.0%} of that "
-                f"ceiling") in out
+        assert (f"{work}: the ceiling beside a busy process (one core fewer, idle) is "
+                f"{ceiling / policy['idle']:.0%} of the policy's idle figure; loaded, the policy reaches "
+                f"{policy['loaded'] / ceiling:.0%} of that ceiling") in out
 
 
 def test_under_load_counts_the_threads_each_mode_decoded_with(monkeypatch):

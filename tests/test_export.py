@@ -657,7 +657,8 @@ def test_import_refuses_what_gpt2_cannot_say(tmp_path):
     run, config = export_run(tmp_path)
     for change, match in [({"n_inner": 7}, "n_inner"), ({"n_inner": 2 * config["n_embd"]}, "n_inner=64 "),
                           ({"activation_function": "relu"}, "activation"),
-                          ({"model_type": "llama"}, "not gpt2"), ({"model_type": "gpt_neo"}, "not gpt2"), ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon"),
+                          ({"model_type": "llama"}, "not gpt2"), ({"model_type": "gpt_neo"}, "not gpt2"),
+                          ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon"),
                           ({"layer_norm_epsilon": 10**400}, "layer_norm_epsilon=an integer of 1329 bits")]:
         (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
         with pytest.raises(UserError, match=match):

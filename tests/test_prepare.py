@@ -856,6 +856,11 @@ def test_learning_a_bpe_on_text_without_spaces_is_counted_at_its_own_cost(tmp_pa
     assert prep.corpus_memory(cfg.data) == 17 * unspaced.stat().st_size
     cfg.data.tokenizer = "gpt2"  # encoding it takes as much (50 MB of ACGT: 2.75 GB, counted as 0.7)
     assert prep.corpus_memory(cfg.data) == 64 * unspaced.stat().st_size
+    # words parted by tabs or carriage returns are spaced text; a file read to its sample is not read on (the next
+    # one, gone meanwhile, was opened and made the text count as spaced)
+    assert not prep.unspaced_text("word\t" * 1000) and not prep.unspaced_text("word\r" * 1000)
+    (tmp_path / "big.txt").write_bytes(b"x" * (1 << 20))
+    assert prep.unspaced([tmp_path / "big.txt", tmp_path / "gone.txt"])
 
 
 def test_encoding_a_long_text_without_spaces_with_tiktoken_is_said_first(tmp_path, monkeypatch, capsys):
@@ -1111,6 +1116,12 @@ def test_get_batch_ranks_together_draw_the_one_process_batch():
     assert torch.equal(torch.cat(shares), whole)
 
 
+def test_a_split_of_one_token_is_offered_no_block_size_below_1():
+    with pytest.raises(UserError) as err:
+        prep.check_block_fits(4, 1, 10, "--set")
+    assert "block_size below" not in str(err.value) and str(err.value).endswith("more text or another data.val_fraction")
+
+
 def test_a_file_named_only_by_its_suffix_prepares_into_a_named_folder(tmp_path):
     """`..txt` (its stem '.', no name once the leading dots go): the folder was `-char-<hash>`, which no prepared
     folder's name matches (an odd folder beside the others, never swept)."""
@@ -1139,6 +1150,9 @@ def test_tokenizing_into_a_log_file_is_one_line(capsys):
     ids = prep._encode(tokenizer, text, True, chunk=1000)
     assert ids.tolist() == tokenizer.encode(text)
     assert capsys.readouterr().err == f"tokenizing {len(text) / 1e6:,.1f} M characters\n"
+    for n, said in ((4000, True), (3999, False)):  # (a text of 4 chunks or more is said)
+        prep._encode(tokenizer, text[:n], True, chunk=1000)
+        assert capsys.readouterr().err.startswith("tokenizing") is said, n
 
 
 def test_a_file_spelt_two_ways_is_prepared_once(tmp_path, monkeypatch):
@@ -1178,6 +1192,10 @@ def test_chunked_encoding_gives_the_whole_texts_tokens_at_runs_of_whitespace(pat
         whole = encoding.encode_ordinary(text)
         for chunk in (11, 16, 33, 100, 257):  # (each span of CHUNK_SPAN chunks holds a place to cut)
             assert prep._encode(tokenizer, text, False, chunk=chunk).tolist() == whole, chunk
+    # a text of exactly CHUNK_SPAN chunks with no place to cut is one piece (cut at its line break, '\n' | '\n\n'
+    # parted a run of line breaks)
+    text = "abc\n\n\n" + "d" * (prep.CHUNK_SPAN * 2 - 6)
+    assert prep._encode(tokenizer, text, False, chunk=2).tolist() == encoding.encode_ordinary(text)
 
 
 def test_a_text_with_no_place_to_cut_is_still_encoded_in_bounded_chunks():
@@ -1188,6 +1206,14 @@ def test_a_text_with_no_place_to_cut_is_still_encoded_in_bounded_chunks():
     ids = prep._encode(tokenizer, "a \n" * 1000, False, chunk=64)
     assert len(ids) == 3000 and max(lengths) <= prep.CHUNK_SPAN * 64 and len(lengths) > 3000 // (prep.CHUNK_SPAN * 64)
     assert max(lengths) <= 8 * 64  # (CHUNK_SPAN's own bound: a larger one held the whole text at once)
+
+
+@pytest.mark.within(30)
+def test_a_long_text_without_a_line_break_is_encoded_whole():
+    """No line break past the chunk to cut at: the rest goes whole (a cut at `find`'s -1 looped for ever)."""
+    seen = []
+    tokenizer = SimpleNamespace(encode=lambda text: seen.append(text) or [0] * len(text))
+    assert len(prep._encode(tokenizer, "x" * 200, False, chunk=16)) == 200 and "".join(seen) == "x" * 200
 
 
 def test_a_vocab_size_the_data_does_not_have_offers_a_fix_from_the_command_line(tmp_path):

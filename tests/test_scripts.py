@@ -752,7 +752,8 @@ def test_tokenization_table_counts_the_probes_words_of_its_corpus(capsys, monkey
     # every name there, some values not: still said (the names the table asks for made those of the corpus)
     monkeypatch.setattr(module, "stories", SimpleNamespace(
         generate_stories=generate_stories, ATTRIBUTE_POOLS=ATTRIBUTE_POOLS,
-        FEMALE_NAMES=tuple(n for n in FEMALE_NAMES if n in names), MALE_NAMES=tuple(n for n in MALE_NAMES if n in names)))
+        FEMALE_NAMES=tuple(n for n in FEMALE_NAMES if n in names),
+        MALE_NAMES=tuple(n for n in MALE_NAMES if n in names)))
     out = cli(module.main, ["--chars", "5000", "--sizes", "300"], capsys)[1]
     assert f"({len(values) - len(attributes)} attribute values and 0 names do not occur" in out
 
@@ -855,7 +856,7 @@ def test_ablation_table_mean_row_of_runs_without_pairs(tmp_path, capsys):
 
 
 def test_ablation_table_given_its_own_out_folder_names_the_saved_outputs(tiny_stories_run, tmp_path, capsys,
-                                                                          monkeypatch):
+                                                                         monkeypatch):
     """The --out folder of an earlier table, given as a run, was told `no checkpoint in DIR (expected best.pt or
     ckpt.pt): train first`, which it needs no more: its saved outputs are read, given as files. A run that kept
     its probe outputs beside one checkpoint (ckpt.pt, no best.pt) is still a run, probed."""

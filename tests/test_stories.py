@@ -161,6 +161,7 @@ def test_the_word_lists_keep_every_sentence_about_one_character():
     pronoun (a reference never recorded), a filler that names someone, a line ending in its own punctuation
     ("Wait for me!."), a list of templates the corpus uses but ALL_TEMPLATES (the stats' count) leaves out."""
     names = set(FEMALE_NAMES) | set(MALE_NAMES)
+
     def fields(template: str) -> set[str]:
         return {f for _, f, _, _ in string.Formatter().parse(template) if f}
 
