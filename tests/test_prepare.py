@@ -1119,7 +1119,8 @@ def test_get_batch_ranks_together_draw_the_one_process_batch():
 def test_a_split_of_one_token_is_offered_no_block_size_below_1():
     with pytest.raises(UserError) as err:
         prep.check_block_fits(4, 1, 10, "--set")
-    assert "block_size below" not in str(err.value) and str(err.value).endswith("more text or another data.val_fraction")
+    assert "block_size below" not in str(err.value)
+    assert str(err.value).endswith("more text or another data.val_fraction")
 
 
 def test_a_file_named_only_by_its_suffix_prepares_into_a_named_folder(tmp_path):
