@@ -876,6 +876,9 @@ def test_encoding_a_long_text_without_spaces_with_tiktoken_is_said_first(tmp_pat
         prep.prepare(cfg, show_progress=True)
         said = "encoding 0.0 M characters with gpt2: the text has almost no whitespace" in capsys.readouterr().err
         assert said == (name == "dna")
+    cfg.data.dataset, cfg.data.tokenizer = str(tmp_path / "dna.txt"), "word"  # (its bar tells how far it is)
+    prep.prepare(cfg, show_progress=True)
+    assert "almost no whitespace" not in capsys.readouterr().err
 
 
 def test_learning_many_bpe_merges_over_many_distinct_pieces_is_refused_before_the_merges(tmp_path, monkeypatch):
