@@ -247,6 +247,52 @@ def test_train_threads_pins_the_bench_and_a_busy_machine_is_noted(tmp_path, monk
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("free, busy", [(4, 0), (1, 3)])
+def test_the_busy_cores_are_those_the_free_ones_leave(monkeypatch, capsys, free, busy):
+    """Of 4 threads with 1 core free, 3 are busy (the free count was written as the busy one); all 4 free: none,
+    and nothing said."""
+    import bench
+    monkeypatch.setattr(bench, "ThreadPolicy", lambda fixed=0: type("Policy", (), {"threads": free})())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        assert bench.pin_or_note_threads(0) == busy
+    finally:
+        torch.set_num_threads(threads)
+    err = capsys.readouterr().err
+    assert err.startswith("note: other processes keep 3 of the 4 cores busy now") if busy else err == ""
+
+
+def test_vs_hf_asks_500_tokens_where_none_are_given(tmp_path, monkeypatch):
+    import bench
+    monkeypatch.setattr(bench, "bench_vs_hf", lambda gcfg, n, device, **kwargs: pytest.fail(f"asked {n}"))
+    with pytest.raises(pytest.fail.Exception, match=r"^asked 500$"):
+        bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "train.device=cpu",
+                    f"data.prepared_dir={tmp_path / 'prepared'}", "--steps", "0", "--gen-tokens", "0", "--gen-layers",
+                    "1", "--gen-heads", "1", "--gen-embd", "16", "--gen-block", "32", "--vs-hf"])
+
+
+def test_logits_a_twentieth_apart_do_not_agree(one_thread):
+    """Logits within AGREE (a tenth) of their sd agree: rounding. A final LayerNorm scaled by 1.05, a model computed
+    otherwise, is about 0.2 sd off: no agreement (a threshold of half the sd called it the same model)."""
+    transformers = pytest.importorskip("transformers")
+    import bench
+    from model import GPT, ModelConfig
+    from tinygpt import hf
+    torch.manual_seed(0)
+    mcfg = ModelConfig(block_size=32, n_layer=1, n_head=2, n_embd=32, vocab_size=37)
+    model = GPT(mcfg).eval()
+    theirs = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=37, n_positions=32, n_embd=32, n_layer=1, n_head=2, activation_function="gelu")).eval()
+    weights = hf.gpt2_state_dict(model)
+    theirs.load_state_dict(weights, strict=False)
+    same = bench.logits_compared(model, theirs, mcfg, torch.device("cpu"))
+    assert same["logits_agree"] and same["logits_max_diff"] < 0.01 * same["logits_sd"]
+    theirs.load_state_dict({k: v * 1.05 if k.endswith("ln_f.weight") else v for k, v in weights.items()}, strict=False)
+    other = bench.logits_compared(model, theirs, mcfg, torch.device("cpu"))
+    assert 0.12 < other["logits_max_diff"] / other["logits_sd"] < 0.4 and not other["logits_agree"]
+
+
 def test_json_replaces_an_earlier_result_only(bench_run, tmp_path):
     """--json replaces bench.py's own earlier result (told by its keys, which every result has held),
     and nothing else: the check above refuses a user's file before any work."""
@@ -531,6 +577,7 @@ def test_bench_vs_transformers_tells_another_model_from_the_same(tmp_path, one_t
     out, err = capsys.readouterr()
     assert "): NOT the same model" in out
     assert "warning: --vs-hf: transformers computes other logits from the same weights: its tokens/s are no race" in err
+    assert "note: --vs-hf decodes at most" not in err  # (8 tokens asked, 31 fit: none cut)
 
 
 def test_the_matmul_share_prints_no_profiler_warning(monkeypatch):
