@@ -224,22 +224,34 @@ def test_default_run_table_of_runs_one_with_an_infinite_ratio(tmp_path, capsys):
     assert mean.startswith("| current default, mean ± sd (2 seeds) |") and "(infx) | 2 of 2 met |" in mean
 
 
-def test_default_run_keeps_a_head_ratio_of_zero(tmp_path, monkeypatch):
-    """A best head with no weight on the antecedent has ratio 0.0, which `or inf` made inf (and so
-    "met"); only probe.py's None (no weight on the distractor) is inf."""
-    module = script("default_run")
-    ratio = {}
+def default_run_children(monkeypatch, run_dir: Path, spec: dict) -> tuple:
+    """default_run with its `run` a stand-in: train.py writes run_dir/metrics.csv of spec["csv"], probe.py prints
+    spec["behaviour"] (of 10 references) and spec["best"] head, each read as it runs (a test changes them between
+    calls). -> (the module, the train.py commands run)."""
+    module, trained = script("default_run"), []
 
     def train_or_probe(args, cwd):
         if args[0] == "train.py":
-            (tmp_path / "run").mkdir(exist_ok=True)
-            (tmp_path / "run" / "metrics.csv").write_text("step,train_loss,val_loss\n100,1.5,1.4\n")
+            trained.append(args)
+            run_dir.mkdir(exist_ok=True)
+            (run_dir / "metrics.csv").write_text(spec["csv"])
             return 60.0, ""
-        best = {"layer": 0, "head": 1, "antecedent": 0.0, "distractor": 0.3, "ratio": ratio["best"]}
-        return 1.0, json.dumps({"behaviour": {"antecedent": 9, "distractor": 1, "other": 0}, "references": 10,
-                                "attention_attribute": {"best": best}})
+        return 1.0, json.dumps({"behaviour": spec["behaviour"], "references": 10,
+                                "attention_attribute": {"best": spec["best"]}})
     monkeypatch.setattr(module, "run", train_or_probe)
-    for ratio["best"], expected in ((0.0, 0.0), (None, float("inf")), (12.5, 12.5)):
+    return module, trained
+
+
+PROBED = {"csv": "step,train_loss,val_loss\n100,1.5,1.4\n", "behaviour": {"antecedent": 9, "distractor": 1, "other": 0},
+          "best": {"layer": 0, "head": 1, "antecedent": 0.6, "distractor": 0.1, "ratio": 6.0}}
+
+
+def test_default_run_keeps_a_head_ratio_of_zero(tmp_path, monkeypatch):
+    """A best head with no weight on the antecedent has ratio 0.0, which `or inf` made inf (and so
+    "met"); only probe.py's None (no weight on the distractor) is inf."""
+    spec = {**PROBED, "best": {**PROBED["best"], "antecedent": 0.0, "distractor": 0.3}}
+    module, _ = default_run_children(monkeypatch, tmp_path / "run", spec)
+    for spec["best"]["ratio"], expected in ((0.0, 0.0), (None, float("inf")), (12.5, 12.5)):
         assert module.train_and_probe(ROOT, tmp_path, [])["ratio"] == expected
 
 
@@ -247,20 +259,10 @@ def test_default_run_reports_the_best_val_loss_not_the_last(tmp_path, monkeypatc
     """The column `best val loss` read the last eval's (1.6 here), not the lowest. The file was also split
     on commas by hand, its third column taken for val_loss: it is read by its header now, as every other
     reader of metrics.csv reads it (runs.read_metrics)."""
-    module = script("default_run")
-    written = {}
-
-    def train_or_probe(args, cwd):
-        if args[0] == "train.py":
-            (tmp_path / "run").mkdir(exist_ok=True)
-            (tmp_path / "run" / "metrics.csv").write_text(written["csv"])
-            return 60.0, ""
-        best = {"layer": 0, "head": 1, "antecedent": 0.6, "distractor": 0.1, "ratio": 6.0}
-        return 1.0, json.dumps({"behaviour": {"antecedent": 9, "distractor": 1, "other": 0}, "references": 10,
-                                "attention_attribute": {"best": best}})
-    monkeypatch.setattr(module, "run", train_or_probe)
-    for written["csv"] in ("step,train_loss,val_loss\n100,1.5,1.4\n150,1.3,\n200,1.2,1.6\n",
-                           "step,val_loss,train_loss\n100,1.4,1.5\n200,1.6,1.2\n"):  # (columns in another order)
+    spec = dict(PROBED)
+    module, _ = default_run_children(monkeypatch, tmp_path / "run", spec)
+    for spec["csv"] in ("step,train_loss,val_loss\n100,1.5,1.4\n150,1.3,\n200,1.2,1.6\n",
+                        "step,val_loss,train_loss\n100,1.4,1.5\n200,1.6,1.2\n"):  # (columns in another order)
         assert module.train_and_probe(ROOT, tmp_path, [])["best_val_loss"] == 1.4
 
 
@@ -306,19 +308,8 @@ def test_default_run_a_run_at_each_target_meets_it():
 
 
 def test_default_run_trains_with_its_sets_and_reads_each_figure_of_the_probe(tmp_path, monkeypatch):
-    module = script("default_run")
-    trained = []
-
-    def train_or_probe(args, cwd):
-        if args[0] == "train.py":
-            trained.append(args)
-            (tmp_path / "run").mkdir(exist_ok=True)
-            (tmp_path / "run" / "metrics.csv").write_text("step,train_loss,val_loss\n100,1.5,1.4\n")
-            return 60.0, ""
-        best = {"layer": 0, "head": 1, "antecedent": 0.6, "distractor": 0.1, "ratio": 6.0}
-        return 1.0, json.dumps({"behaviour": {"antecedent": 7, "distractor": 1, "other": 2}, "references": 10,
-                                "attention_attribute": {"best": best}})
-    monkeypatch.setattr(module, "run", train_or_probe)
+    module, trained = default_run_children(monkeypatch, tmp_path / "run", {
+        **PROBED, "behaviour": {"antecedent": 7, "distractor": 1, "other": 2}})
     r = module.train_and_probe(ROOT, tmp_path, ["train.seed=7"])
     assert (r["antecedent"], r["distractor"], r["other"]) == (0.7, 0.1, 0.2)
     assert (r["head"], r["head_antecedent"], r["head_distractor"]) == ("L0H1", 0.6, 0.1)

@@ -180,14 +180,15 @@ def test_the_word_lists_keep_every_sentence_about_one_character():
         assert fields(template) <= set(GENERIC_SLOTS), template
     for line in story_words.LINES + story_words.QUESTIONS + story_words.EXCLAIMS:
         assert line[-1].isalpha(), line
-    templates = set()
-    for value in (v for name, v in vars(story_words).items() if name.isupper()):  # its every template, wherever
-        for item in (value.values() if isinstance(value, dict) else [value] if isinstance(value, tuple) else []):
-            for t in (item if isinstance(item, tuple) else [item]):
-                for x in (t if isinstance(t, tuple) else [t]):
-                    if isinstance(x, str) and ("{" in x or x.endswith((".", "!", "?", '"'))):  # (a sentence)
-                        templates.add(x)
-    assert templates == set(ALL_TEMPLATES)
+
+    def texts(value) -> list[str]:  # every string in the module's lists, dicts of lists, lists of pairs
+        if isinstance(value, str):
+            return [value]
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else []
+        return [text for item in items for text in texts(item)]
+    every = texts(tuple(v for name, v in vars(story_words).items() if name.isupper()))
+    sentences = {t for t in every if "{" in t or t.endswith((".", "!", "?", '"'))}  # (the templates, wherever)
+    assert sentences == set(ALL_TEMPLATES)
 
 
 def test_all_kinds_and_both_pronouns_are_referenced(corpus):
