@@ -226,9 +226,7 @@ def test_train_threads_pins_the_bench_and_a_busy_machine_is_noted(tmp_path, monk
     args = [str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", f"data.prepared_dir={tmp_path}",
             "model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32", "train.batch_size=4",
             "train.device=cpu", "--dtypes", "float32", "--steps", "1", "--gen-tokens", "0"]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         result = bench.main(args)
         assert result["threads"] == 2
         # the note goes to stderr (on stdout, `bench.py | head -1` showed it, not the table) and into the results
@@ -243,6 +241,15 @@ def test_train_threads_pins_the_bench_and_a_busy_machine_is_noted(tmp_path, monk
         table = printed.out.split(", 1 thread\n", 1)[1].splitlines()[:2]  # its header and float32's row
         assert table[0].startswith("dtype") and table[1].startswith("float32")
         assert all(len(row) <= 79 for row in table), table  # (82: an 80-column terminal wrapped the peak)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """torch's intra-op threads at n inside the with block, and as they were after it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
     finally:
         torch.set_num_threads(threads)
 
@@ -253,12 +260,8 @@ def test_the_busy_cores_are_those_the_free_ones_leave(monkeypatch, capsys, free,
     and nothing said."""
     import bench
     monkeypatch.setattr(bench, "ThreadPolicy", lambda fixed=0: type("Policy", (), {"threads": free})())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(4)
-    try:
+    with torch_threads(4):
         assert bench.pin_or_note_threads(0) == busy
-    finally:
-        torch.set_num_threads(threads)
     err = capsys.readouterr().err
     assert err.startswith("note: other processes keep 3 of the 4 cores busy now") if busy else err == ""
 
@@ -743,12 +746,8 @@ def test_under_load_counts_the_threads_each_mode_decoded_with(monkeypatch):
     cfg = types.SimpleNamespace(train=types.SimpleNamespace(batch_size=1, grad_accum=1), model=types.SimpleNamespace(
         block_size=8))
     gcfg = ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8, vocab_size=5)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         u = bench.bench_under_load(cfg, None, gcfg, torch.device("cpu"), n_tokens=4, steps=1, reps=1)
-    finally:
-        torch.set_num_threads(threads)
     assert u["decode|default threads"]["idle_threads"] == u["decode|default threads"]["loaded_threads"] == 2
     assert u["decode|one core fewer"]["idle_threads"] == u["decode|one core fewer"]["loaded_threads"] == 1
     assert u["decode|policy"]["idle_threads"] == u["decode|policy"]["loaded_threads"] == 1.5
