@@ -20,6 +20,7 @@ import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 import torch
@@ -331,11 +332,41 @@ def dom(path: Path, fragment: str) -> str:
     return done.stdout
 
 
+def doms(pages: list[tuple[Path, str]]) -> list[str]:
+    """Each (path, fragment) page as dom() shows it, from one start of the browser (a start takes 1-3 s on
+    2 cores): each page opens at path#fragment in a frame of one page, which copies the frames' documents
+    out once they all ran (their scripts run as they load, before the frame page's load event)."""
+    frames = "".join(f'<iframe width="800" height="600" src="{path.resolve().as_uri()}#{fragment}"></iframe>'
+                     for path, fragment in pages)
+    copy = ("addEventListener('load', () => document.querySelectorAll('iframe').forEach((frame, i) => {"
+            " const out = document.createElement('pre'); out.id = 'frame' + i;"
+            " const doc = frame.contentDocument, type = doc.doctype ? `<!DOCTYPE ${doc.doctype.name}>\\n` : '';"
+            " out.textContent = encodeURIComponent(type + doc.documentElement.outerHTML + '\\n');"
+            " document.body.append(out); }));")
+    harness = pages[0][0].parent / "frames.html"
+    harness.write_text(f"<!DOCTYPE html><html><body>{frames}<script>{copy}</script></body></html>", encoding="utf-8")
+    done = subprocess.run([browser(), "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+                           "--dump-dom", harness.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    shown = dict(re.findall(r'<pre id="frame(\d+)">([^<]*)</pre>', done.stdout))
+    assert sorted(shown, key=int) == [str(i) for i in range(len(pages))], done.stdout[-2000:]
+    return [unquote(shown[str(i)]) for i in range(len(pages))]
+
+
+def tokens_of(page: str) -> dict[int, dict]:
+    parser = Tokens()
+    parser.feed(page)
+    return parser.tokens
+
+
 def rendered(path: Path, fragment: str) -> dict[int, dict]:
     """The page's tokens after its scripts ran, opened at path#fragment in headless Chromium."""
-    parser = Tokens()
-    parser.feed(dom(path, fragment))
-    return parser.tokens
+    return tokens_of(dom(path, fragment))
+
+
+def rendered_each(path: Path, fragments: list[str]) -> list[dict[int, dict]]:
+    """rendered() for each fragment, from one start of the browser (doms)."""
+    return [tokens_of(page) for page in doms([(path, fragment) for fragment in fragments])]
 
 
 def test_the_browser_shows_the_models_weights(tmp_path):
@@ -346,7 +377,9 @@ def test_the_browser_shows_the_models_weights(tmp_path):
     path.write_text(page, encoding="utf-8")
     att = model_weights(model, ids)
     T, layer, head, query = len(ids), 1, 2, 7
-    tokens = rendered(path, f"layer={layer}&head={head}&query={query}")
+    view = f"layer={layer}&head={head}&query={query}"
+    alone = dom(path, view)  # the page opened alone, as a user opens it
+    tokens = tokens_of(alone)
     assert sorted(tokens) == list(range(T))
     assert "query" in tokens[query]["class"]
     for k in range(T):
@@ -372,10 +405,11 @@ def test_the_browser_shows_the_models_weights(tmp_path):
         assert "page's one pass" not in tokens[k]["title"]  # no slide here: drawn from the context shown
     assert all("gen" not in tokens[k]["class"] for k in range(data["first_generated"]))
     # all heads of the layer at once: one bar per head on each key it may see, none on the future
-    tokens = rendered(path, f"layer=0&head=all&query={T - 1}")
-    assert all(tokens[k]["bars"] == 4 for k in range(T))
-    tokens = rendered(path, "layer=0&head=all&query=2")
-    assert [tokens[k]["bars"] for k in range(T)] == [4, 4, 4] + [0] * (T - 3)
+    again, last, third = doms([(path, view), (path, f"layer=0&head=all&query={T - 1}"),
+                               (path, "layer=0&head=all&query=2")])
+    assert again == alone  # (a page in doms' frames shows what it shows alone, byte for byte)
+    assert all(tokens_of(last)[k]["bars"] == 4 for k in range(T))
+    assert [tokens_of(third)[k]["bars"] for k in range(T)] == [4, 4, 4] + [0] * (T - 3)
 
 
 def test_the_address_picks_a_view_only_with_plain_numbers(tmp_path):
@@ -388,15 +422,16 @@ def test_the_address_picks_a_view_only_with_plain_numbers(tmp_path):
     path.write_text(page, encoding="utf-8")
     T = len(ids)
 
-    def pinned(fragment: str) -> list[int]:
-        return [k for k, shown in rendered(path, fragment).items() if "query" in shown["class"]]
-
-    assert pinned("query=3") == [3] and pinned(f"query={T + 5}") == [T - 1]
-    for odd in ("1e1", "abc", "-1", "", "2.5"):
-        assert pinned(f"query={odd}") == pinned(""), odd
-    assert pinned("") == []
+    odd = ["1e1", "abc", "-1", "", "2.5"]
+    fragments = ["query=3", f"query={T + 5}", "", "layer=x&head=-1&query=2"] + [f"query={o}" for o in odd]
+    pinned = {fragment: [k for k, shown in tokens.items() if "query" in shown["class"]]
+              for fragment, tokens in zip(fragments, rendered_each(path, fragments))}
+    assert pinned["query=3"] == [3] and pinned[f"query={T + 5}"] == [T - 1]
+    for o in odd:
+        assert pinned[f"query={o}"] == pinned[""], o
+    assert pinned[""] == []
     # a bad layer or head is ignored too, and a good query still pins
-    assert pinned("layer=x&head=-1&query=2") == [2]
+    assert pinned["layer=x&head=-1&query=2"] == [2]
 
 
 def luminance(rgb: list[float]) -> float:
@@ -434,8 +469,8 @@ def test_a_shaded_token_and_its_number_stay_readable_at_every_weight(tmp_path, n
         data["weights"][0][head][start:start + T] = [round(data["scale"] * k / q) for k in range(T)]
     path = tmp_path / "contrast.html"
     path.write_text(attention_html.explorer_html(data), encoding="utf-8")
-    for head in sorted({0, 2, 4, 8, n_head - 1} & set(range(n_head))):  # blue, green, orange, olive; a hue
-        tokens = rendered(path, f"layer=0&head={head}&query={q}")
+    heads = sorted({0, 2, 4, 8, n_head - 1} & set(range(n_head)))  # blue, green, orange, olive; a hue
+    for head, tokens in zip(heads, rendered_each(path, [f"layer=0&head={head}&query={q}" for head in heads])):
         for k in range(1, T):  # (a weight of 0 draws no shade)
             for text_style in (tokens[k]["style"], tokens[k]["w_style"]):  # the token, its number
                 assert text_contrast(tokens[k]["style"], text_style) >= 4.5, (head, k, tokens[k], text_style)
@@ -448,21 +483,21 @@ def test_the_page_says_what_a_byte_label_is_when_it_shows_one(tmp_path):
     model, tok = tiny_model()
     data = attention_html.explorer_data(model, tok, tok.encode("The cat"), 0, [], "bytes")
     assert data["notes"] == []
-    path = tmp_path / "page.html"
-    path.write_text(attention_html.explorer_html(data), encoding="utf-8")
-    legend = re.compile(r'id="legend"[^>]*>(.*?)</', re.S)
-    assert legend.search(dom(path, ""))[1].endswith("; ␣ = space.")
+    pages = [tmp_path / f"page{i}.html" for i in range(3)]
+    pages[0].write_text(attention_html.explorer_html(data), encoding="utf-8")
     tok = CharTokenizer.from_text(TEXT + "\n\t\u2423")
     model = GPT(ModelConfig(block_size=16, n_layer=1, n_head=1, n_embd=8, vocab_size=tok.vocab_size)).eval()
     data = attention_html.explorer_data(model, tok, tok.encode("The\n\tcat \u2423"), 0, [], "escapes")
-    path.write_text(attention_html.explorer_html(data), encoding="utf-8")
-    said = legend.search(dom(path, ""))[1]
-    assert "; ␣ = space; '\\n' = newline; '\\t' = tab; '\\uNNNN' = the character of that code point" in said
-    assert "xNN" not in said
+    pages[1].write_text(attention_html.explorer_html(data), encoding="utf-8")
     data["tokens"][1] = "\\xc3"  # as tokenizer._escape writes such a byte
     data["notes"] = attention_view.label_notes(data["tokens"])
-    path.write_text(attention_html.explorer_html(data), encoding="utf-8")
-    assert "; '\\xNN' = one byte: of a character split across tokens" in legend.search(dom(path, ""))[1]
+    pages[2].write_text(attention_html.explorer_html(data), encoding="utf-8")
+    legend = re.compile(r'id="legend"[^>]*>(.*?)</', re.S)
+    plain, escapes, byte = (legend.search(page)[1] for page in doms([(page, "") for page in pages]))
+    assert plain.endswith("; ␣ = space.")
+    assert "; ␣ = space; '\\n' = newline; '\\t' = tab; '\\uNNNN' = the character of that code point" in escapes
+    assert "xNN" not in escapes
+    assert "; '\\xNN' = one byte: of a character split across tokens" in byte
 
 
 def test_a_one_token_page_speaks_of_no_hatched_key(tmp_path):
@@ -471,11 +506,12 @@ def test_a_one_token_page_speaks_of_no_hatched_key(tmp_path):
     browser()  # skip early without one
     model, tok = tiny_model()
     legend = re.compile(r'id="legend"[^>]*>(.*?)</', re.S)
-    path = tmp_path / "page.html"
-    for prompt, hatched in (("T", False), ("Th", True)):
-        path.write_text(attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode(prompt))),
-                        encoding="utf-8")
-        assert ("hatched = a future key" in legend.search(dom(path, ""))[1]) == hatched, prompt
+    cases = (("T", False), ("Th", True))
+    for prompt, _ in cases:
+        (tmp_path / f"{prompt}.html").write_text(
+            attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode(prompt))), encoding="utf-8")
+    for (prompt, hatched), page in zip(cases, doms([(tmp_path / f"{prompt}.html", "") for prompt, _ in cases])):
+        assert ("hatched = a future key" in legend.search(page)[1]) == hatched, prompt
 
 
 def test_a_token_of_no_letter_or_digit_is_quoted_where_the_panel_names_or_lists_it(tmp_path):
@@ -520,11 +556,13 @@ def test_a_page_with_nothing_generated_says_nothing_of_generated_tokens(tmp_path
     browser()  # skip early without one
     model, tok = tiny_model()
     legend = re.compile(r'id="legend"[^>]*>(.*?)</', re.S)
-    path = tmp_path / "page.html"
-    for n_generated, said in ((0, False), (2, True)):
+    cases = ((0, False), (2, True))
+    for n_generated, _ in cases:
         data = attention_html.explorer_data(model, tok, tok.encode("The cat"), n_generated, [], "legend")
-        path.write_text(attention_html.explorer_html(data), encoding="utf-8")
-        assert ("underlined = generated" in legend.search(dom(path, ""))[1]) == said
+        (tmp_path / f"page{n_generated}.html").write_text(attention_html.explorer_html(data), encoding="utf-8")
+    pages = doms([(tmp_path / f"page{n_generated}.html", "") for n_generated, _ in cases])
+    for (n_generated, said), page in zip(cases, pages):
+        assert ("underlined = generated" in legend.search(page)[1]) == said, n_generated
 
 
 def test_many_heads_draw_narrow_bars_so_the_text_stays_readable(tmp_path):
@@ -533,13 +571,15 @@ def test_many_heads_draw_narrow_bars_so_the_text_stays_readable(tmp_path):
     browser()  # skip early without one
     tok = CharTokenizer.from_text(TEXT)
     bar = re.compile(r'<i style="([^"]*)"')
-    for n_head, narrow in ((16, False), (32, True)):
+    cases = ((16, False), (32, True))
+    for n_head, _ in cases:
         torch.manual_seed(0)
         model = GPT(ModelConfig(block_size=16, n_layer=1, n_head=n_head, n_embd=64, vocab_size=tok.vocab_size)).eval()
-        path = tmp_path / f"heads{n_head}.html"
-        path.write_text(attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode("The cat"))),
-                        encoding="utf-8")
-        styles = bar.findall(dom(path, "layer=0&head=all&query=6"))
+        (tmp_path / f"heads{n_head}.html").write_text(
+            attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode("The cat"))), encoding="utf-8")
+    pages = doms([(tmp_path / f"heads{n_head}.html", "layer=0&head=all&query=6") for n_head, _ in cases])
+    for (n_head, narrow), page in zip(cases, pages):
+        styles = bar.findall(page)
         assert len(styles) == 7 * n_head
         assert all(("width: 1px" in style) == narrow for style in styles), styles[:2]
 
