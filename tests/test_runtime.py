@@ -667,7 +667,9 @@ def has_cpp_compiler() -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not has_cpp_compiler(), reason="no C++ compiler for torch.compile (--compile falls back)")
+# (a string: evaluated as the test starts, not as the file is collected, where importing inductor took 2 s of every
+# suite's start, the slow tests left out or not)
+@pytest.mark.skipif("not has_cpp_compiler()", reason="no C++ compiler for torch.compile (--compile falls back)")
 def test_compiled_decoding_gives_the_same_tokens_with_one_graph(tiny_model_config, monkeypatch):
     """The compiled one-token step decodes the same greedy tokens as the model, through window
     slides (each a fresh cache) and a full cache, without compiling a second graph: the cache
