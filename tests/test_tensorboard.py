@@ -26,6 +26,20 @@ SETTINGS = ["data.stories_chars=20000", "data.tokenizer=char", "model.n_layer=2"
             "train.dtype=float32", "train.plot=never", "train.tensorboard=true"]
 
 
+@pytest.fixture
+def quick_images(monkeypatch):
+    """Each attention image a blank square: a real heatmap takes about a second to draw on 2 cores, and the tests
+    using this look at which steps have images, not at them (test_event_file_holds_the_scalars_and_attention_images
+    draws and reads real ones). Without matplotlib: ImportError, as the real one raises."""
+    from tinygpt import attention_view
+
+    def square(*args, **kwargs):
+        from matplotlib.figure import Figure
+        return Figure(figsize=(1, 1))
+
+    monkeypatch.setattr(attention_view, "heatmap_figure", square)
+
+
 def test_event_file_holds_the_scalars_and_attention_images(tmp_path, one_thread):
     pytest.importorskip("tensorboard")
     pytest.importorskip("matplotlib")
@@ -61,7 +75,7 @@ def test_event_file_holds_the_scalars_and_attention_images(tmp_path, one_thread)
         assert len(np.unique(pixels, axis=0)) > 10  # a heatmap, not a blank canvas
 
 
-def test_a_resumed_run_keeps_the_checkpoints_step(tmp_path, one_thread):
+def test_a_resumed_run_keeps_the_checkpoints_step(tmp_path, one_thread, quick_images):
     """Stopped at step 15 and resumed: the events are those of metrics.csv, step 15 included (the
     resumed writer purged from the checkpoint's step on, which the resumed run never logs again)."""
     pytest.importorskip("tensorboard")
@@ -103,7 +117,7 @@ def events_and_rows(run: Path) -> tuple:
         return events, list(csv.DictReader(f))
 
 
-def test_turned_on_at_a_resume_the_steps_before_come_from_metrics_csv(tmp_path, one_thread, capsys):
+def test_turned_on_at_a_resume_the_steps_before_come_from_metrics_csv(tmp_path, one_thread, capsys, quick_images):
     """train.tensorboard turned on at a --resume: the curves began at the resume, the steps before it
     missing. metrics.csv's rows up to it are now logged as scalars, with a note; the images cannot be."""
     pytest.importorskip("tensorboard")
@@ -165,7 +179,7 @@ def test_an_eval_killed_while_drawing_is_drawn_again_on_resume(tmp_path, monkeyp
 
 
 @pytest.mark.slow
-def test_a_new_run_never_mixes_its_events_with_an_earlier_runs(tmp_path, monkeypatch, one_thread):
+def test_a_new_run_never_mixes_its_events_with_an_earlier_runs(tmp_path, monkeypatch, one_thread, quick_images):
     """`rm out/x/*` leaves tensorboard/ (a folder): a new run there added its events beside the old
     ones, every step twice. Now refused; a run that died before its first checkpoint (events of
     step 0 only) is started again, and its new events replace the old."""
@@ -535,7 +549,8 @@ def test_without_the_package_it_is_a_one_line_error(tmp_path, monkeypatch):
     assert not any(tmp_path.iterdir())  # nothing prepared, nothing written
 
 
-def test_a_session_trained_without_the_flag_leaves_no_gap_once_it_is_back(tmp_path, one_thread, capsys):
+def test_a_session_trained_without_the_flag_leaves_no_gap_once_it_is_back(tmp_path, one_thread, capsys,
+                                                                          quick_images):
     """A resume that forgot train.tensorboard=true said nothing, and the next resume with it filled nothing in: the
     curves lacked those steps for good (metrics.csv had them). The resume without it says so; the next fills the
     gap's scalars in from metrics.csv, with a note."""
@@ -558,7 +573,8 @@ def test_a_session_trained_without_the_flag_leaves_no_gap_once_it_is_back(tmp_pa
     assert [e.step for e in events.Images("attention/layer0")] == [0, 10, 30, 40]
 
 
-def test_a_killed_sessions_late_events_do_not_outlive_a_session_without_the_flag(tmp_path, one_thread, capsys):
+def test_a_killed_sessions_late_events_do_not_outlive_a_session_without_the_flag(tmp_path, one_thread, capsys,
+                                                                                   quick_images):
     """Killed after logging steps its checkpoint never reached, then resumed without train.tensorboard, then
     with it: the killed session's events of those steps stayed (only a session with the flag marked them
     dropped), and the last resume took them for logged, so TensorBoard showed values metrics.csv does not
