@@ -840,7 +840,7 @@ def test_prepare_prints_counts_and_reuses_its_folder(tmp, capsys):
 # ---- causal=false ----
 
 
-def test_sample_refuses_a_non_causal_model_unless_forced(tmp):
+def test_sample_refuses_a_non_causal_model_unless_forced(tmp, capsys):
     import train
     run = tmp / "run_bidirectional"
     with redirect_stdout(io.StringIO()) as out:
@@ -849,13 +849,14 @@ def test_sample_refuses_a_non_causal_model_unless_forced(tmp):
     assert load(run / "ckpt.pt")["config"]["model"]["causal"] is False
     # the hint it ends with works: sample.py refuses such a model without --force
     assert out.getvalue().splitlines()[-1].endswith(f"sample.py {run} --force")
-    refused = cli("sample.py", run, "--prompt", PROMPT, "--max-new-tokens", 10, cwd=tmp)
+    # (in this process, as sample.py's __main__ runs it: test_user_error_through_the_real_cli runs real ones)
+    refused = in_process("sample.py", [run, "--prompt", PROMPT, "--max-new-tokens", 10], capsys)
     assert_user_error(refused, "causal", str(run), "--force")
     forced = sample_text([run, "--prompt", PROMPT, "--max-new-tokens", 10, "--force"])
     (text,) = split_samples(forced)
     assert len(continuation(text)) == 10
     # --compile compiled (for a minute) the cached decoding step, which such a model never runs
-    refused = cli("sample.py", run, "--prompt", PROMPT, "--force", "--compile", cwd=tmp)
+    refused = in_process("sample.py", [run, "--prompt", PROMPT, "--force", "--compile"], capsys)
     assert_user_error(refused, "--compile", str(run), "causal=false")
 
 

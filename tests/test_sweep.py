@@ -705,8 +705,7 @@ def test_a_failed_run_is_not_probed(tmp_path, monkeypatch, capfd):
     assert not (tmp_path / "sw" / "n_head=1" / "probe.json").exists()
 
 
-@pytest.mark.parametrize("damage", ["{", "[]"], ids=["not JSON", "not the probe's figures"])
-def test_a_damaged_probe_json_is_probed_again(tmp_path, damage):
+def test_a_damaged_probe_json_is_probed_again(tmp_path):
     """A sweep's damaged probe.json (a disk fault, a hand edit) refused the whole rerun with `delete it and
     probe again`: the sweep wrote it, and --probe probes, so it says so and probes the run again."""
     argv = [CONFIG, "--grid", "model.n_head=1", "--probe", "--probe-stories", "3", *shrink(tmp_path / "prepared"),
@@ -714,10 +713,11 @@ def test_a_damaged_probe_json_is_probed_again(tmp_path, damage):
     run_sweep(argv)
     probe_json = tmp_path / "sw" / "n_head=1" / "probe.json"
     first = json.loads(probe_json.read_text())
-    probe_json.write_text(damage)
-    _, printed = run_sweep(argv)
-    assert f"note: {probe_json} " in printed and ": removed, to probe the run again" in printed
-    assert json.loads(probe_json.read_text()) == first  # the same weights, the same held-out stories
+    for damage in ("{", "[]"):  # not JSON; JSON, but not the probe's figures
+        probe_json.write_text(damage)
+        _, printed = run_sweep(argv)
+        assert f"note: {probe_json} " in printed and ": removed, to probe the run again" in printed, damage
+        assert json.loads(probe_json.read_text()) == first, damage  # the same weights, the same held-out stories
 
 
 def test_a_copied_runs_probe_is_still_its_own(tmp_path):
