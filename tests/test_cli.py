@@ -939,9 +939,11 @@ ERROR_CASES = ["unknown key (file)", "unknown key (--set)", "n_embd % n_head", "
                "top-k 0", "max-new-tokens -1", "num-samples 0", "non-integer flag", "unknown flag (sample)",
                "missing prompt file", "--compile without the cache", "unknown key (prepare)"]
 # also run as real subprocesses: each script, each kind of culprit (config, data, run dir, checkpoint, flag)
-SUBPROCESS_CASES = ["unknown key (file)", "non-UTF-8 dataset", "existing run without --resume",
-                    "prompt outside the vocabulary", "truncated checkpoint", "unknown flag (sample)",
-                    "unknown key (prepare)"]
+# cases run through the real command line too (a process of its own: exit status, stderr, no traceback): one for
+# each script in the everyday suite, the others with the slow tests (each process takes seconds to import torch)
+SUBPROCESS_CASES = ["unknown key (file)", "prompt outside the vocabulary", "unknown key (prepare)"]
+SLOW_SUBPROCESS_CASES = ["non-UTF-8 dataset", "existing run without --resume", "truncated checkpoint",
+                         "unknown flag (sample)"]
 
 
 @pytest.fixture(scope="module")
@@ -958,7 +960,7 @@ def check_refusal(case: dict, result: subprocess.CompletedProcess, before) -> No
 
 
 def test_error_case_list_is_complete(cases):
-    assert sorted(cases) == sorted(ERROR_CASES) and set(SUBPROCESS_CASES) <= set(cases)
+    assert sorted(cases) == sorted(ERROR_CASES) and set(SUBPROCESS_CASES + SLOW_SUBPROCESS_CASES) <= set(cases)
 
 
 @pytest.mark.parametrize("name", ERROR_CASES)
@@ -968,16 +970,31 @@ def test_user_error(cases, name, capsys):
     check_refusal(case, in_process(case["script"], case["args"], capsys), before)
 
 
+def real_cli_errors(cases: dict, tmp: Path, run: Path, names: list[str]) -> dict:
+    before = snapshot(run)
+    results = cli_many({name: (cases[name]["script"], *cases[name]["args"]) for name in names}, cwd=tmp)
+    return {"results": results, "before": before}
+
+
 @pytest.fixture(scope="module")
 def subprocess_errors(cases, tmp, run) -> dict:
-    before = snapshot(run)
-    results = cli_many({name: (cases[name]["script"], *cases[name]["args"]) for name in SUBPROCESS_CASES}, cwd=tmp)
-    return {"results": results, "before": before}
+    return real_cli_errors(cases, tmp, run, SUBPROCESS_CASES)
+
+
+@pytest.fixture(scope="module")
+def slow_subprocess_errors(cases, tmp, run) -> dict:
+    return real_cli_errors(cases, tmp, run, SLOW_SUBPROCESS_CASES)
 
 
 @pytest.mark.parametrize("name", SUBPROCESS_CASES)
 def test_user_error_through_the_real_cli(cases, subprocess_errors, name):
     check_refusal(cases[name], subprocess_errors["results"][name], subprocess_errors["before"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SLOW_SUBPROCESS_CASES)
+def test_more_user_errors_through_the_real_cli(cases, slow_subprocess_errors, name):
+    check_refusal(cases[name], slow_subprocess_errors["results"][name], slow_subprocess_errors["before"])
 
 
 def test_the_pasted_hint_finds_sample_py_from_where_the_user_stands(tmp_path, monkeypatch):

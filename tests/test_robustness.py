@@ -855,6 +855,7 @@ def test_after_a_closed_stdout_ctrl_c_says_how_to_continue_on_stderr(corpus, tmp
     assert lines[-1] == "interrupted"
 
 
+@pytest.mark.slow  # (a real process: test_a_diverged_run_says_so_in_compare_until_a_resume_trains_on runs it here)
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     run = tmp_path / "run"
     done = subprocess.run([sys.executable, str(ROOT / "train.py"),
