@@ -12,6 +12,7 @@ the generation.
 """
 from __future__ import annotations
 
+import html
 import io
 import json
 import os
@@ -336,8 +337,8 @@ def doms(pages: list[tuple[Path, str]]) -> list[str]:
     """Each (path, fragment) page as dom() shows it, from one start of the browser (a start takes 1-3 s on
     2 cores): each page opens at path#fragment in a frame of one page, which copies the frames' documents
     out once they all ran (their scripts run as they load, before the frame page's load event)."""
-    frames = "".join(f'<iframe width="800" height="600" src="{path.resolve().as_uri()}#{fragment}"></iframe>'
-                     for path, fragment in pages)
+    frames = "".join(f'<iframe width="800" height="600" src="{html.escape(f"{path.resolve().as_uri()}#{fragment}")}">'
+                     f'</iframe>' for path, fragment in pages)
     copy = ("addEventListener('load', () => document.querySelectorAll('iframe').forEach((frame, i) => {"
             " const out = document.createElement('pre'); out.id = 'frame' + i;"
             " const doc = frame.contentDocument, type = doc.doctype ? `<!DOCTYPE ${doc.doctype.name}>\\n` : '';"
