@@ -355,10 +355,13 @@ class Runner:
 
 
 def changed_settings(saved: dict, cfg: Config) -> list[str]:
-    """'key=old (now new)' for each setting in which a run's checkpoint differs from this sweep's."""
+    """'key=old (now new)' for each setting in which a run's checkpoint differs from this sweep's. A run from
+    train.init_from takes the model keys its weights decide (FROM_WEIGHTS) from them, not from the config, as
+    train.py does: those are not compared (check_from_weights refuses a grid value of one that is not theirs)."""
     old = {f"{s}.{k}": v for s, values in saved.items() for k, v in values.items()}
+    theirs = {f"model.{k}" for k in FROM_WEIGHTS} if cfg.train.init_from else set()
     return [f"{k}={old.get(k)!r} (now {v!r})" for k, v in flat_config(cfg).items()
-            if k not in REUSABLE_ACROSS and old.get(k) != v]
+            if k not in REUSABLE_ACROSS and k not in theirs and old.get(k) != v]
 
 
 def edited_settings(run_dir: Path, ckpt: dict) -> list[str]:

@@ -509,8 +509,8 @@ def test_a_one_token_page_speaks_of_no_hatched_key(tmp_path):
     legend = re.compile(r'id="legend"[^>]*>(.*?)</', re.S)
     cases = (("T", False), ("Th", True))
     for prompt, _ in cases:
-        (tmp_path / f"{prompt}.html").write_text(
-            attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode(prompt))), encoding="utf-8")
+        page = attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode(prompt)))
+        (tmp_path / f"{prompt}.html").write_text(page, encoding="utf-8")
     for (prompt, hatched), page in zip(cases, doms([(tmp_path / f"{prompt}.html", "") for prompt, _ in cases])):
         assert ("hatched = a future key" in legend.search(page)[1]) == hatched, prompt
 
@@ -576,8 +576,8 @@ def test_many_heads_draw_narrow_bars_so_the_text_stays_readable(tmp_path):
     for n_head, _ in cases:
         torch.manual_seed(0)
         model = GPT(ModelConfig(block_size=16, n_layer=1, n_head=n_head, n_embd=64, vocab_size=tok.vocab_size)).eval()
-        (tmp_path / f"heads{n_head}.html").write_text(
-            attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode("The cat"))), encoding="utf-8")
+        page = attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode("The cat")))
+        (tmp_path / f"heads{n_head}.html").write_text(page, encoding="utf-8")
     pages = doms([(tmp_path / f"heads{n_head}.html", "layer=0&head=all&query=6") for n_head, _ in cases])
     for (n_head, narrow), page in zip(cases, pages):
         styles = bar.findall(page)

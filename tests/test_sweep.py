@@ -461,6 +461,25 @@ def test_a_grid_over_the_model_of_init_from_weights_trains_their_model_once(firs
     assert names == ["n_head=1", "n_head=2"]
 
 
+@pytest.mark.slow
+def test_a_sweep_from_weights_of_another_model_than_the_configs_reports_and_reuses_its_run(
+        first_sweep, tmp_path, capsys):
+    """A run from train.init_from takes its model from the weights (1 head here; the config says 4): the sweep
+    took the checkpoint's n_head=1 for a config edited as the run started, left the run out of the means (exit 1),
+    and a rerun refused its folder as holding other settings."""
+    argv = [CONFIG, "--grid", "model.dropout=0.0", *shrink(first_sweep["tmp"] / "prepared"),
+            f"train.init_from={first_sweep['out'] / 'n_head=1'}", "--out", str(tmp_path / "sw"), "--quiet"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        run_sweep(argv)  # (a run left out of the means ends the sweep in SystemExit(1))
+        assert "other settings" not in capsys.readouterr().err
+        (row,) = read_csv(tmp_path / "sw" / "results.csv")
+        assert row["status"] == "done" and load_checkpoint(tmp_path / "sw" / row["run"] / "ckpt.pt")["config"][
+            "model"]["n_head"] == 1
+        _, printed = run_sweep(argv)
+    assert f"{row['run']}: finished earlier (step 10), skipped" in printed
+
+
 def test_missing_init_from_weights_or_a_block_longer_than_the_data_is_refused_before_any_training(
         first_sweep, tmp_path, monkeypatch):
     """A grid's train.init_from that is not there, or a model.block_size longer than a split of the

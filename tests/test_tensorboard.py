@@ -573,8 +573,8 @@ def test_a_session_trained_without_the_flag_leaves_no_gap_once_it_is_back(tmp_pa
     assert [e.step for e in events.Images("attention/layer0")] == [0, 10, 30, 40]
 
 
-def test_a_killed_sessions_late_events_do_not_outlive_a_session_without_the_flag(tmp_path, one_thread, capsys,
-                                                                                   quick_images):
+def test_a_killed_sessions_late_events_do_not_outlive_a_session_without_the_flag(
+        tmp_path, one_thread, capsys, quick_images):
     """Killed after logging steps its checkpoint never reached, then resumed without train.tensorboard, then
     with it: the killed session's events of those steps stayed (only a session with the flag marked them
     dropped), and the last resume took them for logged, so TensorBoard showed values metrics.csv does not
