@@ -42,7 +42,7 @@ from tinygpt import plots, report, runs
 import sweep
 import train
 from tinygpt.checkpoint import load_checkpoint, save_checkpoint
-from tinygpt.config import load_config
+from tinygpt.config import MAX_INT, load_config
 from conftest import ROOT, capture_figures, fake_cores
 from tinygpt.errors import UserError, short
 
@@ -873,6 +873,60 @@ def test_an_interrupted_sweeps_report_gives_the_runs_it_did_not_reach_as_their_f
     rows = {r["run"]: r for r in read_csv(out / "results.csv")}
     assert rows["n_head=2"]["status"] == "done" and float(rows["n_head=2"]["best_val_loss"]) > 0
     assert rows["n_head=1"]["status"] == "not started"  # (no folder: it never trained)
+
+
+def test_a_signal_before_the_first_run_starts_leaves_the_folders_report_as_it_was(first_sweep, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """Interrupted before any run started (each 'not started'), the sweep writes no report: one would replace
+    the folder's earlier one with a table of nothing."""
+    out = tmp_path / "sw"
+    shutil.copytree(first_sweep["out"], out)
+    before = {name: (out / name).read_bytes() for name in ("results.md", "results.csv")}
+    started = recording_train(tmp_path, monkeypatch)
+
+    @contextlib.contextmanager
+    def signalled_at_once(self):
+        self.signum = signal.SIGINT  # (as forward() records a Ctrl-C that came before any run began)
+        yield
+
+    monkeypatch.setattr(sweep.Runner, "forwarding_signals", signalled_at_once)
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main([CONFIG, "--grid", "model.n_head=4", *shrink(first_sweep["tmp"] / "prepared"), "--out", str(out)])
+    assert exit_info.value.code == 130 and not started.exists()
+    assert "results so far" not in capsys.readouterr().out
+    assert {name: (out / name).read_bytes() for name in before} == before
+
+
+def test_a_run_to_resume_is_checked_before_any_training_as_a_new_one_is(first_sweep, tmp_path, monkeypatch):
+    """cannot_start asks of a run the sweep resumes what it asks of a new one: a device that is not here
+    refuses the sweep before anything trains, not the run after its start."""
+    out = tmp_path / "sw"
+    shutil.copytree(first_sweep["out"], out)
+    (out / "n_head=2" / "config.yaml").unlink()  # (a finished run without it is resumed, to write it again)
+    started = recording_train(tmp_path, monkeypatch)
+    argv = [CONFIG, "--grid", "model.n_head=1,2", "--out", str(out), *shrink(first_sweep["tmp"] / "prepared")]
+    with pytest.raises(UserError, match=r"^n_head=2: train.device='cuda:99': "), \
+            contextlib.redirect_stdout(io.StringIO()) as printed:
+        sweep.main([*argv, "train.device=cuda:99"])
+    assert "n_head=2: " in printed.getvalue() and not started.exists()
+    run_sweep(argv)
+    assert started.read_text() == "n_head=2 --resume\n"  # (the same sweep on this machine's device: resumed)
+
+
+def test_the_largest_grid_and_seeds_are_taken_and_one_more_is_refused(tmp_path, monkeypatch):
+    sweep.check_size({"k": ["1"] * sweep.MAX_RUNS}, 1)
+    sweep.check_size({"k": ["1"] * (sweep.MAX_RUNS // 2)}, 2)
+    with pytest.raises(UserError, match=rf"ask for {sweep.MAX_RUNS + 1:,} runs"):
+        sweep.check_size({"k": ["1"] * (sweep.MAX_RUNS + 1)}, 1)
+    # --seeds up to the largest seed, MAX_INT - 1, and not past it
+    started = recording_train(tmp_path, monkeypatch)
+    argv = [CONFIG, "--grid", "model.n_head=1", "--out", str(tmp_path / "sw"), "--seeds", "2",
+            *shrink(tmp_path / "prepared")]
+    with pytest.raises(UserError, match=rf"would go up to {MAX_INT}, past the largest seed, {MAX_INT - 1}"):
+        sweep.main([*argv, f"train.seed={MAX_INT - 1}"])
+    assert not started.exists()
+    run_sweep([*argv, f"train.seed={MAX_INT - 2}"])
+    assert sorted(started.read_text().split()) == [f"n_head=1,seed={MAX_INT - 2}", f"n_head=1,seed={MAX_INT - 1}"]
 
 
 def test_a_run_stopped_by_a_signal_of_its_own_is_said_to_be_stopped(tmp_path, monkeypatch, capfd):
