@@ -1141,9 +1141,11 @@ def test_a_grid_written_as_a_yaml_list_gets_the_plain_form():
                                         r"e\.g\. model.n_head=1,2$"):
         sweep.parse_grid(["model.n_head=[1, 2]"])
     assert sweep.parse_grid(["data.dataset=a].txt,b"]) == {"data.dataset": ["a].txt", "b"]}  # a bracket inside
+    assert sweep.parse_grid(["data.dataset=a.txt,b]"]) == {"data.dataset": ["a.txt", "b]"]}  # one at the end only
 
 
-@pytest.mark.parametrize("item", ['data.dataset="/d/a,b.txt",stories', "data.dataset=stories,'a,b'"])
+@pytest.mark.parametrize("item", ['data.dataset="/d/a,b.txt",stories', "data.dataset=stories,'a,b'",
+                                  "data.dataset=',b"])
 def test_a_grid_value_holding_a_comma_in_quotes_is_told_it_cannot(item):
     """The comma inside the quotes split the value: `"/d/a` was refused as not a valid YAML scalar,
     with a hint to write the quotes the user had written."""
@@ -1151,6 +1153,37 @@ def test_a_grid_value_holding_a_comma_in_quotes_is_told_it_cannot(item):
                                         r"one; give that value with --set data.dataset=\.\.\. in a sweep of its own$"):
         sweep.parse_grid([item])
     assert sweep.parse_grid(["data.dataset='a b',\"c\""]) == {"data.dataset": ["'a b'", '"c"']}  # whole quotes pass
+
+
+def test_a_run_name_keeps_a_plus_sign():
+    assert sweep.run_names(["train.lr"], [("1e+3",)]) == ["lr=1e+3"]  # (no other character: no hash needed)
+
+
+def test_how_a_failed_run_ended_is_said_as_the_sweep_saw_it():
+    """A run stopped by a hang-up saved its checkpoint, as one stopped by Ctrl-C did; a run of --jobs 2 (relayed)
+    that printed a traceback printed its error above; the report keeps an error line of 100 characters whole."""
+    for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        stopped = sweep.Ended(128 + signum, seen=False)
+        assert sweep.how_it_failed(stopped) == (f"stopped by {signum.name} (exit {128 + signum}), its checkpoint "
+                                                f"saved: a rerun resumes it")
+        assert sweep.failed_status(stopped) == f"failed (stopped by {signum.name})"
+    ended = sweep.Runner(2).run([sys.executable, "-c", "import sys; print('Traceback'); sys.exit(1)"], "t")
+    assert sweep.how_it_failed(ended) == "failed with exit code 1 (its error is above)"
+    ended = sweep.Runner(2).run([sys.executable, "-c", "import sys; sys.exit(1)"], "t")
+    assert sweep.how_it_failed(ended) == "failed with exit code 1 (it printed no error)"
+    assert sweep.failed_status(sweep.Ended(2, True, True, "x" * 100)).endswith("x" * 100 + ")")
+
+
+def test_the_first_signal_is_the_sweeps_and_a_run_hears_it_only_while_it_runs():
+    """`interrupted` on stderr is the sweep's to print where no run was running to print it (--jobs 1): a
+    Ctrl-C between runs, or after one ended; and a SIGTERM after a Ctrl-C keeps the exit of the Ctrl-C."""
+    runner = sweep.Runner(1)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert runner.run([sys.executable, "-c", "pass"], "t").code == 0
+    assert not runner.running  # (the ended run is no longer one a signal reaches)
+    runner.forward(signal.SIGINT, None)
+    runner.forward(signal.SIGTERM, None)
+    assert runner.signum == signal.SIGINT and not runner.told_a_run
 
 
 def test_a_grid_value_given_twice_is_trained_once_with_a_note(tmp_path, monkeypatch):
