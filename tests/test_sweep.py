@@ -875,8 +875,8 @@ def test_an_interrupted_sweeps_report_gives_the_runs_it_did_not_reach_as_their_f
     assert rows["n_head=1"]["status"] == "not started"  # (no folder: it never trained)
 
 
-def test_a_signal_before_the_first_run_starts_leaves_the_folders_report_as_it_was(first_sweep, tmp_path, monkeypatch,
-                                                                                   capsys):
+def test_a_signal_before_the_first_run_starts_leaves_the_folders_report_as_it_was(
+        first_sweep, tmp_path, monkeypatch, capsys):
     """Interrupted before any run started (each 'not started'), the sweep writes no report: one would replace
     the folder's earlier one with a table of nothing."""
     out = tmp_path / "sw"
