@@ -467,8 +467,10 @@ def test_a_sweep_from_weights_of_another_model_than_the_configs_reports_and_reus
     """A run from train.init_from takes its model from the weights (1 head here; the config says 4): the sweep
     took the checkpoint's n_head=1 for a config edited as the run started, left the run out of the means (exit 1),
     and a rerun refused its folder as holding other settings."""
+    weights = tmp_path / "weights"
+    shutil.copytree(first_sweep["out"] / "n_head=1", weights)
     argv = [CONFIG, "--grid", "model.dropout=0.0", *shrink(first_sweep["tmp"] / "prepared"),
-            f"train.init_from={first_sweep['out'] / 'n_head=1'}", "--out", str(tmp_path / "sw"), "--quiet"]
+            f"train.init_from={weights}", "--out", str(tmp_path / "sw"), "--quiet"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMP_NUM_THREADS", "1")
         run_sweep(argv)  # (a run left out of the means ends the sweep in SystemExit(1))
@@ -476,8 +478,17 @@ def test_a_sweep_from_weights_of_another_model_than_the_configs_reports_and_reus
         (row,) = read_csv(tmp_path / "sw" / "results.csv")
         assert row["status"] == "done" and load_checkpoint(tmp_path / "sw" / row["run"] / "ckpt.pt")["config"][
             "model"]["n_head"] == 1
+        weights.rename(tmp_path / "moved")  # (a finished run needs its starting weights no more)
         _, printed = run_sweep(argv)
     assert f"{row['run']}: finished earlier (step 10), skipped" in printed
+
+
+def test_a_grid_over_dropout_from_init_from_weights_trains_each_value(first_sweep, tmp_path, monkeypatch):
+    """model.dropout is a run's own, whatever weights it starts from: each value is a run of its own."""
+    started = recording_train(tmp_path, monkeypatch)
+    run_sweep([CONFIG, "--grid", "model.dropout=0.0,0.1", "--out", str(tmp_path / "sw"),
+               *shrink(first_sweep["tmp"] / "prepared"), f"train.init_from={first_sweep['out'] / 'n_head=1'}"])
+    assert started.read_text().split() == ["dropout=0.0", "dropout=0.1"]
 
 
 def test_missing_init_from_weights_or_a_block_longer_than_the_data_is_refused_before_any_training(
