@@ -938,9 +938,9 @@ ERROR_CASES = ["unknown key (file)", "unknown key (--set)", "n_embd % n_head", "
                "run dir without checkpoint", "truncated checkpoint", "temperature -1", "top-p 0", "top-p 1.5",
                "top-k 0", "max-new-tokens -1", "num-samples 0", "non-integer flag", "unknown flag (sample)",
                "missing prompt file", "--compile without the cache", "unknown key (prepare)"]
-# also run as real subprocesses: each script, each kind of culprit (config, data, run dir, checkpoint, flag)
-# cases run through the real command line too (a process of its own: exit status, stderr, no traceback): one for
-# each script in the everyday suite, the others with the slow tests (each process takes seconds to import torch)
+# also run as real subprocesses (a process of its own: exit status, stderr, no traceback): each script in the everyday
+# suite; each other kind of culprit (data, run dir, checkpoint, flag) with the slow tests, as each process takes
+# seconds to import torch
 SUBPROCESS_CASES = ["unknown key (file)", "prompt outside the vocabulary", "unknown key (prepare)"]
 SLOW_SUBPROCESS_CASES = ["non-UTF-8 dataset", "existing run without --resume", "truncated checkpoint",
                          "unknown flag (sample)"]
