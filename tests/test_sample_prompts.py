@@ -304,6 +304,11 @@ def test_a_users_file_is_neither_overwritten_nor_removed_by_the_attention_files(
     refused([run, "--prompt", "Mia", *GREEDY, "--attention-png", folder],
             r"--attention-png: it would overwrite .*attention_layer0.png', which is not an attention heatmap")
     assert (folder / "attention_layer0.png").read_text() == "mine too"
+    (folder / "attention_layer0.png").unlink()  # the second sample's names are checked as the first's are
+    (folder / "attention_sample2_layer0.png").write_text("mine as well")
+    refused([run, "--prompt", "Mia", "--max-new-tokens", "3", "--num-samples", "2", "--attention-of", "all",
+             "--attention-png", folder], r"would overwrite .*attention_sample2_layer0.png', which is not")
+    assert (folder / "attention_sample2_layer0.png").read_text() == "mine as well"
 
 
 def test_attention_files_that_are_pipes_dead_links_or_named_twice_are_refused(tiny_stories_run, tmp_path):
@@ -1055,10 +1060,20 @@ def test_a_model_whose_weights_overflow_is_one_line_naming_the_run(tiny_stories_
                     out=io.StringIO())
 
 
+def test_a_steps_header_as_wide_as_the_terminal_stays_one_line():
+    from types import SimpleNamespace
+    args = SimpleNamespace(temperature=0.8, top_k=None, top_p=None)
+    one = sample.steps_header(args, 10)
+    assert one.count("\n") == 1
+    assert sample.steps_header(args, 10, columns=len(one) - 1) == one  # (its newline aside: exactly as wide)
+    assert sample.steps_header(args, 10, columns=len(one) - 2).startswith("(probabilities after temperature 0.8)\n")
+
+
 def test_a_png_file_name_for_the_heatmaps_folder_is_refused(tiny_stories_run, tmp_path):
     # `--attention-png x.png` quietly made a folder named x.png holding attention_layer0.png, ...
-    refused([tiny_stories_run, "--prompt", "Mia", "--attention-png", tmp_path / "x.png"],
-            rf"^--attention-png takes a folder, not a file name: .*; give e.g. {re.escape(str(tmp_path / 'x'))}$")
+    for name in ("x.png", "x.PNG"):
+        refused([tiny_stories_run, "--prompt", "Mia", "--attention-png", tmp_path / name],
+                rf"^--attention-png takes a folder, not a file name: .*; give e.g. {re.escape(str(tmp_path / 'x'))}$")
     assert list(tmp_path.iterdir()) == []
     (tmp_path / "shots.png").mkdir()  # a folder the user named so is taken
     pytest.importorskip("matplotlib")
