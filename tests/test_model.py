@@ -68,6 +68,36 @@ def test_matmul_attention_is_the_formula(T_q, causal):
     torch.testing.assert_close(matmul_attention(q, k, v, mask), attention(q, k, v, mask)[0], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bfloat16 on a CPU: matmul_attention
+def test_a_future_key_is_hidden_even_behind_very_low_scores(dtype):
+    """The mask sets a future key's score to -inf, not to a large negative number: with -1e4 the first
+    query, whose only key scores -2e4, would put all its weight on the masked key at +2e4 instead."""
+    q = torch.full((1, 1, 2, 4), 100.0, dtype=dtype)  # (B, nh, T, hs)
+    k = torch.stack([torch.full((4,), -100.0), torch.full((4,), 100.0)]).to(dtype).view(1, 1, 2, 4)
+    v = torch.stack([torch.full((4,), 1.0), torch.full((4,), 7.0)]).to(dtype).view(1, 1, 2, 4)
+    mask = causal_mask(2, 2)
+    assert masked_softmax(torch.tensor([[-2e4, 0.0]]), torch.tensor([[True, False]])).tolist() == [[1.0, 0.0]]
+    for y in (attention(q, k, v, mask)[0], matmul_attention(q, k, v, mask), fast_attention(q, k, v, True)):
+        assert y[0, 0, 0].tolist() == [1.0] * 4  # the first query's own value, none of the future's
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("T_q", [5, 1, 2])  # no cache, one new query, several after a cache
+def test_every_attention_path_drops_weights_when_asked(T_q, dtype):
+    """dropout_p reaches the attention weights on every path: the formula, the matmuls and each fused
+    kernel (training runs the fused ones, so a path that ignored it would train without that dropout)."""
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, T_q, 4, dtype=dtype)
+    k, v = torch.randn(1, 2, 5, 4, dtype=dtype), torch.randn(1, 2, 5, 4, dtype=dtype)
+    mask = causal_mask(T_q, 5)
+    paths = {"attention": lambda p: attention(q, k, v, mask, p)[0],
+             "matmul_attention": lambda p: matmul_attention(q, k, v, mask, p),
+             "fast_attention": lambda p: fast_attention(q, k, v, True, p)}
+    for name, path in paths.items():
+        torch.manual_seed(1)
+        assert not torch.equal(path(0.5), path(0.0)), name
+
+
 def test_fast_attention_masks_several_new_queries_after_a_cache():
     """Two new queries over five keys (Tq > 1, Tq < Tk: the KV cache fed several tokens) is the one
     case where the fused kernel must be given the mask: without it the first query sees the last key."""
@@ -160,12 +190,16 @@ def test_a_block_is_pre_layernorm_residuals_around_attention_and_an_erf_gelu_mlp
     block = make_model(tiny_model_config).blocks[0]
     x = torch.randn(2, 5, tiny_model_config.n_embd, generator=torch.Generator().manual_seed(1))  # (B, T, C)
     with torch.no_grad():
+        # at initialisation the MLP's inputs z stay within about ±0.3, where the two GELUs agree to 2e-7:
+        # wider weights spread z over about ±4, where they part by up to 4e-4
+        torch.nn.init.normal_(block.mlp.fc.weight, std=0.5)
         y, _ = block(x)
         h = x + block.attn(block.ln_1(x))[0]  # (attention's own maths: the tests above)
         z = block.mlp.fc(block.ln_2(h))  # (B, T, 4C)
         expected = h + block.mlp.out_proj(0.5 * z * (1 + torch.erf(z / math.sqrt(2))))
     assert block.mlp.fc.out_features == 4 * tiny_model_config.n_embd
-    torch.testing.assert_close(y, expected, rtol=0, atol=1e-6)  # (tanh's GELU is up to 4.7e-4 off)
+    assert z.abs().max() > 3
+    torch.testing.assert_close(y, expected, rtol=0, atol=1e-6)
 
 
 def _future_changes_past(model: GPT) -> float:
@@ -450,6 +484,27 @@ def test_dropout_is_off_outside_training(tiny_model_config):
     caches = dropped.new_kv_caches(2)
     dropped(idx[:, :15], caches)  # then one new query over the cache, as generation decodes
     torch.testing.assert_close(dropped(idx[:, 15:], caches)[:, -1], want[:, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_every_dropout_site_drops_while_training(tiny_model_config):
+    """In training, dropout acts at each of its four places: the embeddings, the attention weights and
+    both residual branches. Turning any one of them off changes the output (the same random draws)."""
+    model = make_model(tiny_model_config, dropout=0.5, n_layer=1).train()
+    block = model.blocks[0]
+    idx = torch.randint(0, tiny_model_config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+
+    def run():
+        torch.manual_seed(1)
+        return model(idx)
+    base = run()
+    for site in (model.drop, block.attn.resid_dropout, block.mlp.dropout):
+        site.p = 0.0
+        assert not torch.equal(run(), base), site
+        site.p = 0.5
+    block.attn.attn_dropout_p = 0.0
+    assert not torch.equal(run(), base)
+    block.attn.attn_dropout_p = 0.5
+    torch.testing.assert_close(run(), base, rtol=0, atol=0)  # the same draws: only the site turned off differed
 
 
 def test_one_backward_pass_reaches_every_weight(tiny_model_config):
