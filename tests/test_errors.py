@@ -16,6 +16,7 @@ import io
 import json
 import importlib.util
 import os
+import pty
 import shlex
 import shutil
 import signal
@@ -632,7 +633,10 @@ def test_7_an_exceptions_own_words_are_one_bounded_line():
     assert len(_yaml_problem(yaml.YAMLError("y " * 300))) == 200
 
 
-@pytest.mark.parametrize("message", ["CUDA out of memory. Tried to allocate 20.00 GiB\nmore lines", ""])
+@pytest.mark.parametrize("message", ["CUDA out of memory. Tried to allocate 20.00 GiB\nmore lines", "",
+                                     "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+                                     "79.19 GiB of which 1.25 GiB is free. Including non-PyTorch memory, this process "
+                                     "has 77.93 GiB memory in use."])
 def test_7_a_device_out_of_memory_is_one_line(message, capsys):
     """torch's OutOfMemoryError (a GPU's): one line with what it said, even when it said nothing."""
     from tinygpt.errors import run_cli
@@ -644,7 +648,9 @@ def test_7_a_device_out_of_memory_is_one_line(message, capsys):
         run_cli(main, [])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1
-    assert err.startswith("error: out of device memory (" + (message.split("\n")[0] if message else "OutOfMemoryError"))
+    said = message.split("\n")[0] if message else "OutOfMemoryError"
+    assert err.startswith("error: out of device memory (" + said[:70])
+    assert len(err.split("(", 1)[1].split(")")[0]) <= 80  # what torch said, cut to a value's length
 
 
 @pytest.mark.parametrize("key, value", [("vocab_size", 10**12), ("block_size", 10**11)])
@@ -841,6 +847,50 @@ def test_the_c_locale_keeps_a_names_bytes_and_escapes_the_rest():
     import tinygpt.errors
     assert codecs.lookup_error("tinygpt_bytes_or_escape") is tinygpt.errors._bytes_back_or_escape  # registered
     assert "a\udcff\u00e9\u2423".encode("ascii", "tinygpt_bytes_or_escape") == b"a\xff\\xe9\\u2423"
+    # surrogateescape gives a byte only \udc80-\udcff (the bytes 0x80-0xff); a lower one stays escaped, not 'A'
+    assert "a\udc41\udcff".encode("ascii", "tinygpt_bytes_or_escape") == b"a\\udc41\xff"
+
+
+REFUSING = """
+import sys, time
+from tinygpt.errors import UserError, run_cli, stop_while_starting
+stop_while_starting()
+def main(argv):
+    print("x" * 10)
+    time.sleep(float(sys.argv[1]))
+    raise UserError(sys.argv[2])
+run_cli(main)
+"""
+
+
+def test_a_refusal_whose_reader_left_is_its_one_line_and_exit_2():
+    """stdout buffered (no PYTHONUNBUFFERED) and its reader gone before the refusal: the unwritten text is
+    dropped at exit, so stderr holds the refusal alone (not Python's 'Exception ignored ... BrokenPipeError'),
+    and the exit code stays 2 (not 120)."""
+    env = {k: v for k, v in ENV.items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.Popen([sys.executable, "-c", REFUSING, "0.5", "bad value"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader leaves before the command writes a byte
+    err = proc.stderr.read().decode()
+    assert (proc.wait(timeout=60), err) == (2, "error: bad value\n")
+
+
+def test_a_refusal_with_stderr_closed_in_the_c_locale_exits_2():
+    """`2>&-` in the C locale: stderr becomes os.devnull, opened ASCII and strict, and a refusal naming a
+    non-ASCII value must still exit 2 (escaped), not 1 from a UnicodeEncodeError."""
+    env = {**ENV, "LC_ALL": "C", "PYTHONUTF8": "0"}
+    env.pop("PYTHONIOENCODING", None)
+    script = REFUSING.replace("sys.argv[2]", ascii("bad name caf\u00e9"))  # (ASCII source: argv is read as ASCII)
+    done = subprocess.run(["bash", "-c", f'{shlex.quote(sys.executable)} -c "$0" 0 2>&-', script], cwd=ROOT,
+                          env=env, capture_output=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == b"x" * 10 + b"\n"
+
+
+def test_a_command_that_closes_its_own_stdout_ends_0():
+    code = "import sys\nfrom tinygpt.errors import run_cli\nrun_cli(lambda argv: sys.stdout.close())"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 def test_8_a_tilde_of_no_user_in_the_dataset_is_one_line(tmp, capsys):
@@ -2044,10 +2094,76 @@ def test_a_full_disk_naming_its_file_is_not_blamed_on_standard_output(tmp_path, 
             os.dup2(log.fileno(), 1)
         named = output_culprit(OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "ckpt.pt")))
         unnamed = output_culprit(OSError(errno.ENOSPC, "No space left on device"))
+        master, terminal = pty.openpty()  # a terminal is a character device too, but the user sees it
+        os.dup2(terminal, 1)
+        at_a_terminal = output_culprit(OSError(errno.ENOSPC, "No space left on device"))
     finally:
         os.dup2(saved, 1)
         os.close(saved)
-    assert named == "" and unnamed == ": standard output"
+    os.close(master)
+    os.close(terminal)
+    assert named == "" and unnamed == ": standard output" and at_a_terminal == ""
+
+
+def test_an_environment_error_names_a_bytes_file_as_text_and_never_says_nothing():
+    from tinygpt.errors import environment_error
+    assert environment_error(OSError(errno.EACCES, "Permission denied", b"/x/caf\xc3\xa9")) == \
+        "Permission denied: /x/caf\u00e9"
+    assert environment_error(OSError(errno.ENOSPC, "")) == "OSError"
+
+
+@pytest.mark.parametrize("name", ["ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM", "ENAMETOOLONG", "ENOTDIR",
+                                  "EISDIR", "ELOOP", "EMFILE"])
+def test_each_refusal_by_the_machine_is_one_line_and_exit_2(name, capsys):
+    """An OSError the machine raised (a full disk, a read-only one, a link loop, too many open files,
+    ...) is a refusal, as the module doc says: one line naming the file, exit 2, not a traceback."""
+    from tinygpt.errors import run_cli
+    number = getattr(errno, name)
+
+    def main(argv):
+        raise OSError(number, os.strerror(number), "some/file")
+    with pytest.raises(SystemExit) as info:
+        run_cli(main, [])
+    assert (info.value.code, capsys.readouterr().err) == (2, f"error: {os.strerror(number)}: some/file\n")
+
+
+def test_an_output_that_takes_no_more_is_dropped_only_where_output_is_not_the_work(tmp_path, capsys):
+    """ReaderMayLeave drops a full disk's output (ENOSPC, EDQUOT or EFBIG, a file over `ulimit -f`) and
+    goes on, where the work is files; where the output is the work (full_disk_too=False: sample.py's
+    text) a full disk stays an error."""
+    from tinygpt.errors import ReaderMayLeave
+
+    class Full:
+        def __init__(self, number):
+            self.number, self.fd = number, os.open(tmp_path / "out.txt", os.O_WRONLY | os.O_CREAT)
+
+        def write(self, text):
+            raise OSError(self.number, os.strerror(self.number))
+
+        def fileno(self):
+            return self.fd
+    for number in (errno.ENOSPC, errno.EFBIG):
+        stream = ReaderMayLeave(Full(number), "stdout")
+        assert stream.write("abc") == 3 and stream.left
+        assert capsys.readouterr().err == f"warning: stdout cannot be written ({os.strerror(number)}); " \
+                                          "going on without printing there\n"
+        os.close(stream.fd)
+        work = ReaderMayLeave(Full(number), "stdout", full_disk_too=False)
+        with pytest.raises(OSError) as info:
+            work.write("abc")
+        assert info.value.errno == number and not work.left
+        os.close(work.fd)
+
+
+def test_a_rank_that_is_not_a_number_is_no_torchrun_launch(monkeypatch):
+    """RANK=x beside torchrun's other variables is no rank: the process speaks for itself (says
+    `interrupted`), as it would outside torchrun."""
+    from tinygpt.errors import speaks_for_the_run, torchrun_rank
+    for name, value in {"RANK": "x", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    assert torchrun_rank() is None and speaks_for_the_run()
+    monkeypatch.setenv("RANK", "1")
+    assert torchrun_rank() == 1 and not speaks_for_the_run()
 
 
 def test_a_path_just_over_200_characters_is_elided_too():
