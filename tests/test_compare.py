@@ -1876,6 +1876,30 @@ def test_grouping_keeps_unknown_seeds_and_digests_apart_and_counts_a_heads_wins(
     assert report.t95(30) == report.T95[-1] == 2.042272 and report.t95(31) < 2.042272
 
 
+def test_interval_rules_a_later_mutation_round_left_unpinned():
+    """A setting of one seed has no interval: it is compared with none, either side of the pair (a traceback
+    where only the first side was checked), and no chance is counted for it (chance() of 1 seed has no degrees of
+    freedom); every interval is cut at 0 (tokens/s of 1,000 and 5,000) and each share's at 100%; a listed
+    difference with the higher setting first shows the digits that part them; chance() is seeded (2 against 10
+    seeds lies on a rounding edge: 0.014 or 0.015)."""
+    from tinygpt import report
+    groups = _groups({1: [0.5, 0.6], 2: [0.9]}, "antecedent")
+    assert report.differences(groups, ["antecedent"]) == [] and report.comparable_pairs(groups, ["antecedent"]) == 0
+    groups = _groups({1: [2.01, 2.02], 2: [1.0, 1.01], 4: [1.5]})
+    assert report.expected_by_chance(groups, ["best_val_loss"]) == pytest.approx(report.chance(2, 2))
+    assert report.differences(groups, ["best_val_loss"]) == [
+        "best_val_loss: n_head=1 2.0150 [1.9515, 2.0785] vs n_head=2 1.0050 [0.9415, 1.0685]"]
+    speed = report.within_bounds("tokens_per_s", report.stats([1000.0, 5000.0]))
+    assert speed["lo"] == 0.0 and speed["cut"] is True
+    for share in ("antecedent", "distractor", "other", "attribute_share"):
+        top = report.within_bounds(share, report.stats([0.97, 0.99, 0.995]))
+        assert top["hi"] == 1.0 and top["cut"] is True, share
+    report.chance.cache_clear()
+    first = report.chance(2, 10)
+    report.chance.cache_clear()
+    assert report.chance(2, 10) == first
+
+
 def test_metrics_checks_and_report_numbers_a_mutation_round_left_unpinned():
     """check_order from row 2 on and for a second log row; off_schedule's tolerance, the rate it names (the
     step before's) and a nan lr skipped; best_val_loss past a nan; one digest of a setting not labelled; a ratio
