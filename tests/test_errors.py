@@ -2180,7 +2180,7 @@ def test_counts_of_none_and_big_integers_read_right():
     assert short(2**200) == "an integer of 201 bits" and short(-2**129) == "a negative integer of 130 bits"
 
 
-def test_a_refused_clean_up_is_told_unless_an_error_is_already_on_its_way_out():
+def test_a_refused_clean_up_is_told_unless_an_error_is_already_on_its_way_out(tmp_path):
     from tinygpt.errors import UserError, clean_up
 
     def refused():
@@ -2188,6 +2188,44 @@ def test_a_refused_clean_up_is_told_unless_an_error_is_already_on_its_way_out():
     clean_up(refused, failing=True)  # the error on its way out is the one told
     with pytest.raises(UserError, match="metrics.csv"):
         clean_up(refused, failing=False)
+    with pytest.raises(FileNotFoundError):  # a clean-up's bug is no refusal: never dropped
+        clean_up(lambda: open(tmp_path / "missing" / "x"), failing=True)
+
+
+def test_path_checks_count_bytes_and_follow_live_links(tmp_path, monkeypatch):
+    """A name's limit is in bytes (130 é's are 260 of them) and a name of exactly the limit is taken; a link to
+    a file is no dead link; standard error that is not a terminal draws no progress bar."""
+    from tinygpt.errors import UserError, check_path_length, dead_link, name_max, stderr_is_terminal
+    if name_max(tmp_path) != 255:
+        pytest.skip("a file system whose names are not 255 bytes long")
+    check_path_length(tmp_path / ("a" * 255), "train.out_dir")
+    with pytest.raises(UserError, match="is 260 bytes, longer than a file name may be"):
+        check_path_length(tmp_path / ("\u00e9" * 130) / ("a" * 200), "train.out_dir")  # (the longer in characters)
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "live").symlink_to("file")
+    assert dead_link(tmp_path / "live") is None and dead_link(tmp_path / "file") is None
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert not stderr_is_terminal()
+
+
+def test_a_hint_after_a_command_line_error_is_given_only_where_it_applies(capsys):
+    """A missing config with no --set given is not blamed on --set; '-' (standard input's name) is no flag to be
+    written ./-; a stray word that is itself a flag (-x.y=1) is not a KEY=VALUE that left --set's list; an empty
+    OUT of export.py asks for a new folder (not '.', which an export cannot replace)."""
+    import export
+    import train
+    from tinygpt.errors import UserError
+    cases = [(train.parse_args, ["--quiet"], "required: config", "--set takes"),
+             (export.main, ["-"], "required: out", "reads as a flag"),
+             (train.parse_args, ["c.yaml", "--stop-at", "5", "-x.y=1"], "unrecognized arguments: -x.y=1",
+              "belongs to --set"),
+             (export.main, ["out/x", ""], "an empty path names no folder; name a new one", "(. for")]
+    for parse, argv, said, not_said in cases:
+        with pytest.raises(UserError) as info:
+            parse(argv)
+        assert said in str(info.value) and not_said not in str(info.value), argv
+    with pytest.raises(UserError, match="; --set takes every word after it"):  # where it applies, it is given
+        train.parse_args(["--set", "a.b=1", "c.yaml"])
 
 
 def test_a_long_value_is_cut_to_the_limit_with_its_ellipsis():
@@ -2216,8 +2254,13 @@ def test_the_message_helpers_cut_and_count_as_they_say():
 
 def test_read_capped_refuses_a_device_past_its_limit_and_says_why_it_cannot_read(tmp_path):
     """A device or a pipe has no size: read one byte past the limit, it is refused (not cut to its first
-    `limit` bytes); a file that cannot be read is told in the caller's words."""
+    `limit` bytes); a file that cannot be read is told in the caller's words. A file of exactly the limit
+    is read whole; a file over it is refused by its size, unread."""
     from tinygpt.errors import UserError, read_capped
+    (tmp_path / "ten").write_bytes(b"abcdefghij")
+    assert read_capped(tmp_path / "ten", 10, str) == b"abcdefghij"
+    with pytest.raises(UserError, match="^too big: 10$"):
+        read_capped(tmp_path / "ten", 5, lambda size: f"too big: {size}")
     with pytest.raises(UserError, match="^too big: None$"):
         read_capped("/dev/zero", 10, lambda size: f"too big: {size}")
     with pytest.raises(UserError, match="^--prompt-file missing cannot be read: No such file or directory$"):
@@ -2225,7 +2268,8 @@ def test_read_capped_refuses_a_device_past_its_limit_and_says_why_it_cannot_read
 
 
 @pytest.mark.parametrize("word", ["plain", "with space", "it's", "a\nb", "tab\there", "back\\slash\nq'",
-                                  "x\udcff.txt", "rtl\u200fmark", "héllo", "-dash"])
+                                  "x\udcff.txt", "rtl\u200fmark", "héllo", "-dash", "a\\b\n", "x\\n\n",
+                                  "x\u00adeb.txt"])  # (\\b, \\n: escapes bash knows; U+00AD, then hex letters)
 def test_shell_quote_pastes_back_to_the_word_on_one_line(word):
     """A command a message suggests names the user's paths: with a line break in one, it split into
     two lines, and pasted, named another file. bash reads the quoted word back as the word itself."""
