@@ -284,6 +284,10 @@ def test_a_key_that_is_not_a_name_is_refused(tmp_path, text, expected):
     ("train: {min_lr: -0.0001}", ["train.min_lr=-0.0001", "[0, train.lr="]),  # the cosine decay ends at a negative rate
     ("data: {stories_chars: 9999}", ["data.stories_chars=9999", ">= 10000"]),
     ("train: {seed: 9223372036854775807}", ["train.seed=9223372036854775807", "[0, 2**63 - 1)"]),  # torch's limit
+    ("data: {stories_seed: 9223372036854775807}", ["data.stories_seed=9223372036854775807", "[0, 2**63 - 1)"]),
+    ("model: {vocab_size: -1}", ["model.vocab_size=-1", ">= 0 (0: from the tokenizer"]),
+    ('train: {out_dir: "   "}', ["train.out_dir='   '", "must be a directory path"]),  # (--set strips; a file not)
+    ('data: {prepared_dir: " "}', ["data.prepared_dir=' '", "must be a directory path"]),
 ])
 def test_impossible_values_are_refused(tmp_path, text, expected):
     path = write(tmp_path, text + "\n")
@@ -304,6 +308,21 @@ def test_the_values_at_the_edges_of_their_ranges_are_accepted(tmp_path):
                              "data.stories_seed=0"])  # the other ends: 0, the most threads, no steps
     assert (cfg.train.beta1, cfg.train.beta2, cfg.train.threads, cfg.train.max_iters, cfg.data.stories_seed) == \
         (0.0, 0.0, 1024, 0, 0)
+    cfg = load_config(path, ["train.seed=0", "train.warmup_iters=0", "train.grad_clip=0", "data.tokenizer=word",
+                             "data.bpe_vocab_size=65536"])  # 0 = no warmup, no clipping; the most BPE tokens
+    assert (cfg.train.seed, cfg.train.warmup_iters, cfg.train.grad_clip, cfg.data.tokenizer,
+            cfg.data.bpe_vocab_size) == (0, 0, 0.0, "word", 65536)
+    assert user_error(path, ["model.n_embd=24", "model.n_head=5"]).endswith("valid n_head: 1, 2, 3, 4, 6, 8, 12, 24")
+
+
+def test_limits_of_yaml_and_set_take_what_is_at_them(tmp_path):
+    """A YAML of exactly MAX_NODES values is read (one more is refused: the tests of the limits); a --set key
+    loses the spaces around it; a value keeps a no-break space, as YAML keeps it."""
+    from tinygpt.config import MAX_NODES, read_yaml
+    path = write(tmp_path, "[" + ",".join(["1"] * (MAX_NODES - 1)) + "]")
+    assert len(read_yaml(path)) == MAX_NODES - 1  # (and the list itself: MAX_NODES in all)
+    assert parse_overrides(["train.lr =3e-4"]) == {"train": {"lr": "3e-4"}}
+    assert parse_overrides(["train.out_dir=run\xa0"])["train"]["out_dir"] == "run\xa0"
 
 
 def test_a_path_from_a_block_scalar_loses_its_final_line_break(tmp_path):
