@@ -1900,6 +1900,49 @@ def test_interval_rules_a_later_mutation_round_left_unpinned():
     assert report.chance(2, 10) == first
 
 
+def test_small_numbers_keep_the_digits_their_intervals_need():
+    """A ratio under 1 and a ratio just under 1 take the extra digits asked for (the interval of 0.950-0.952
+    read [0.95x, 0.95x]); a share's spread too small for its digits is still in percent (not 6e-05); the note
+    that an interval is cut at 0 stands where one is, and only there."""
+    from tinygpt import report
+    groups = _groups({1: [0.950, 0.951, 0.952]}, "attribute_ratio")
+    assert "| 0.951x ± 0.001 [0.949x, 0.953x] |" in report.summary_markdown(groups, ["attribute_ratio"])
+    assert report._num("attribute_ratio", 0.9996, 1) == "0.999x"
+    groups = _groups({1: [0.6000, 0.6001, 0.6000]}, "antecedent")
+    assert "| 60.00% ± 0.006% [59.99%, 60.02%] |" in report.summary_markdown(groups, ["antecedent"])
+    cut = _groups({1: [0.01, 0.05, 0.02], 2: [0.5, 0.6, 0.7]}, "antecedent")
+    assert "An interval is cut at 0 (a share's also at 100%)" in report.summary_text(cut, ["antecedent"], False)
+    assert "cut at 0" not in report.summary_text(_groups({1: [0.5, 0.6, 0.7]}, "antecedent"), ["antecedent"], False)
+
+
+def test_a_report_looks_six_folders_down_for_a_sweep_under_way(tmp_path):
+    """A sweep writing six folders below --out is found (seven folders walked: more than a cap of a few); one
+    seven folders below is not looked for."""
+    from tinygpt import report, runs
+    deep = tmp_path / "a" / "b" / "c" / "d" / "e" / "f"
+    (deep / "g").mkdir(parents=True)
+    for where, found in ((deep, True), (deep / "g", False)):
+        with runs.run_lock(where, "--out", "sweep", runs.REPORT_LOCK):
+            assert (report.report_under_way_below(tmp_path) is not None) == found, where
+
+
+def test_a_runs_config_alone_a_users_csv_or_a_folder_of_a_reports_name_is_refused_as_out(tmp_path):
+    """A run killed before its first metrics (its config.yaml alone), a user's results.csv whose header starts
+    as a report's, and a folder named val_loss.png are refused as a report's --out, before any work (the last
+    was refused only at the report's write, without the picture hint, which is for a file)."""
+    from tinygpt import report
+    from tinygpt.config import RUN_HEADER
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text(RUN_HEADER + "\n")
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "results.csv").write_text("run,score\nmine,1\n")
+    (tmp_path / "dir" / "val_loss.png").mkdir(parents=True)
+    for name, said in (("run", "holds a training run's files"), ("csv", "holds results.csv, which is not"),
+                       ("dir", r"holds val_loss.png, which is not from a tinygpt report: the report would")):
+        with pytest.raises(UserError, match=said):
+            report.check_report_folder(tmp_path / name)
+
+
 def test_metrics_checks_and_report_numbers_a_mutation_round_left_unpinned():
     """check_order from row 2 on and for a second log row; off_schedule's tolerance, the rate it names (the
     step before's) and a nan lr skipped; best_val_loss past a nan; one digest of a setting not labelled; a ratio

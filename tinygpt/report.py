@@ -693,7 +693,8 @@ def check_report_folder(out: Path, its_runs: bool = False, plot_only: bool = Fal
                         f"would write through it into another file, while its other files stay here; remove the "
                         f"link, or choose another --out")
     if out.is_dir() and (foreign := foreign_report_file(out, writes)) is not None:
-        picture = " (a picture of yours, or one drawn before reports marked theirs)" if foreign.endswith(".png") else ""
+        picture = (" (a picture of yours, or one drawn before reports marked theirs)"
+                   if foreign.endswith(".png") and (out / foreign).is_file() else "")
         raise UserError(f"--out={str(out)!r} holds {foreign}, which is not from a tinygpt report{picture}: the report "
                         f"would overwrite it; move it away, or choose another --out")
     if its_runs and out.is_dir() and report_maker(out) == "comparison":
