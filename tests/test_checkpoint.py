@@ -1644,7 +1644,10 @@ def test_a_ctrl_c_while_a_report_is_renamed_into_place_comes_after_it(tmp_path, 
     def replace(src, dst):
         calls.append(dst)
         if len(calls) == 1:
-            os.kill(os.getpid(), signal.SIGINT)  # (Python's default handler: KeyboardInterrupt)
+            # (Python's default handler: KeyboardInterrupt. raise_signal, not os.kill: the signal comes to this
+            # thread before the call returns, where os.kill's may go to another of the process's threads, and
+            # on a busy machine come only after the renames)
+            signal.raise_signal(signal.SIGINT)
         return real(src, dst)
     monkeypatch.setattr(checkpoint.os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):

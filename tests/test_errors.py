@@ -1074,7 +1074,7 @@ def test_12_a_signal_after_the_last_save_leaves_the_run_done(tmp, run, capsys, m
     shutil.copytree(run, out)
 
     def plot_and_signal(run_dir, guard=None):
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
     monkeypatch.setattr(train, "plot_run", plot_and_signal)
     monkeypatch.setattr(train, "can_plot", lambda: True)  # (no note that matplotlib is missing: stderr empty)
     result = in_process("train.py", [*sets(tmp, out, "train.max_iters=45", "train.plot=end"), "--resume", "--quiet"],
@@ -1092,11 +1092,11 @@ def test_12_a_second_sigterm_while_a_signalled_run_stops_is_the_same_stop(tmp, r
     real_step, real_save_metrics, written = train.train_step, train.Run.save_metrics, []
 
     def step_and_signal(*args):
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
         return real_step(*args)
 
     def signal_and_save_metrics(self, metrics):
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
         real_save_metrics(self, metrics)
         written.append(metrics[-1]["step"])
     monkeypatch.setattr(train, "train_step", step_and_signal)
@@ -1115,15 +1115,15 @@ def test_12_after_stopping_on_a_signal_another_is_ignored(capsys):
     def stops(argv):
         stopping_on_a_signal()
         print("interrupted", file=sys.stderr)
-        os.kill(os.getpid(), signal.SIGTERM)
-        os.kill(os.getpid(), signal.SIGHUP)
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGHUP)
         sys.exit(143)
     with pytest.raises(SystemExit) as stopped:
         run_cli(stops, [])
     assert stopped.value.code == 143 and capsys.readouterr().err == "interrupted\n"
 
     def killed(argv):  # a new command: a signal stops it again
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
         time.sleep(5)
     with pytest.raises(SystemExit) as stopped:
         run_cli(killed, [])

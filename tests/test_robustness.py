@@ -442,7 +442,7 @@ def stopped_and_resumed(corpus: Path, tmp_path: Path, monkeypatch, module, at: i
     def signal_at(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == at:
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
         return real(*args, **kwargs)
     monkeypatch.setattr(module, "get_batch", signal_at)
     with pytest.raises(SystemExit) as stop:
