@@ -1764,3 +1764,17 @@ def test_two_runs_are_told_apart_only_by_two_run_ids():
 def test_step_0_is_a_saved_step():
     assert checkpoint.saved_step_and_data({"step": 0, "data_digest": "abc"}) == (0, "abc")
     assert checkpoint.saved_step_and_data({"step": -1, "data_digest": "abc"}) == (None, "abc")
+
+
+def test_a_meta_tensor_used_as_a_key_is_refused_and_named_as_a_key(tmp_path):
+    """A dict key may be a tensor too: one with no bytes (meta) is refused by name like a value, before
+    the checksum reads it (a traceback), its entry named by its key's type, not the tensor's repr."""
+    state, _, _ = tiny_state()
+    state["extra"] = {torch.empty(3, device="meta"): 1}
+    message = refusal(hand_made(tmp_path / "key.pt", state))
+    assert "is damaged: tensor 'extra/<Tensor key>' is not a dense tensor" in message
+
+
+@pytest.mark.parametrize("digest", ["", 123, ["abc"]])
+def test_a_data_digest_that_is_not_a_text_is_none(digest):
+    assert checkpoint.saved_step_and_data({"step": 3, "data_digest": digest}) == (3, None)
