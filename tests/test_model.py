@@ -586,3 +586,61 @@ def test_every_docstring_of_model_py_is_one_to_three_lines():
                  if isinstance(node, (ast.FunctionDef, ast.ClassDef))
                  and (doc := ast.get_docstring(node, clean=False)) and doc.strip().count("\n") >= 3}
     assert long_ones == {}
+
+
+def test_a_full_cache_refuses_one_more_token_by_name(tiny_model_config):
+    """With kv_caches the block counts the cached positions too: past a full cache a new token is refused
+    with the block_size message (not an IndexError from the position embedding or the cache's assert)."""
+    model = make_model(tiny_model_config)
+    T = model.config.block_size
+    caches = model.new_kv_caches(1)
+    model(torch.zeros(1, T - 1, dtype=torch.long), caches)
+    model(torch.zeros(1, 1, dtype=torch.long), caches)  # exactly full: fine
+    with pytest.raises(ValueError, match=f"sequence of {T + 1} tokens exceeds block_size={T}"):
+        model(torch.zeros(1, 1, dtype=torch.long), caches)
+    caches = model.new_kv_caches(1)
+    model(torch.zeros(1, T - 2, dtype=torch.long), caches)
+    with pytest.raises(ValueError, match=f"sequence of {T + 1} tokens exceeds block_size={T}"):
+        model(torch.zeros(1, 3, dtype=torch.long), caches)
+
+
+def test_reference_path_after_a_cache_masks_a_chunk_of_queries_at_their_own_positions(tiny_model_config):
+    """forward_with_attention with kv_caches and several new tokens: each chunk's logits and weights are the rows
+    of the uncached pass (query i of a chunk after t cached keys sees keys 0 .. t + i, not 0 .. i)."""
+    model = make_model(replace(tiny_model_config, block_size=12))
+    idx = torch.randint(0, model.config.vocab_size, (2, 12))
+    full_logits, full_traces = model.forward_with_attention(idx)
+    caches = model.new_kv_caches(2)
+    for t in range(0, 12, 3):
+        logits, traces = model.forward_with_attention(idx[:, t:t + 3], caches)
+        torch.testing.assert_close(logits, full_logits[:, t:t + 3], atol=1e-5, rtol=1e-5)
+        for trace, full in zip(traces, full_traces):
+            torch.testing.assert_close(trace.weights, full.weights[:, :, t:t + 3, :t + 3], atol=1e-5, rtol=1e-5)
+
+
+def test_top_k_one_below_the_vocabulary_and_top_p_just_below_one_still_filter():
+    """The filters switch off only where they cannot change anything (top_k >= V, top_p == 1): top_k = V - 1 drops
+    the least likely token, and top_p = 0.999 drops a tail holding less than 0.001 of the mass."""
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.5]])
+    V = logits.size(-1)
+    probs = next_token_probs(logits, 1.0, top_k=V - 1)
+    assert probs[0, 3] == 0 and torch.allclose(probs[0, :3], torch.softmax(logits[0, :3], dim=-1))
+    tail = torch.tensor([[0.6, 0.3995, 0.0005]]).log()
+    probs = next_token_probs(tail, 1.0, top_p=0.999)
+    assert probs[0, 2] == 0 and torch.allclose(probs[0, :2], torch.tensor([0.6, 0.3995]) / 0.9995)
+
+
+def test_generate_decodes_with_the_step_it_is_given(tiny_model_config):
+    """generate passes decode_step on (bench.py times the compiled step through it): after the prefill every
+    token comes from that step, and the tokens are the plain model's."""
+    model = make_model(tiny_model_config)
+    idx = torch.randint(0, model.config.vocab_size, (1, 5))
+    calls = []
+
+    def step(window, caches):
+        calls.append(window.size(1))
+        return model(window, caches)
+
+    got = [int(t) for t in generate(model, idx, 6, temperature=0, decode_step=step)]
+    assert got == [int(t) for t in generate(model, idx, 6, temperature=0)]
+    assert calls == [1] * 5  # the first token from the prefill, the other five from the step
