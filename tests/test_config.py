@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from model import ModelConfig
-from tinygpt.config import (Config, DataConfig, LimitedSafeLoader, TrainConfig, all_keys, config_from_dict,
-                            config_to_dict, config_to_yaml, load_config, parse_overrides, yaml_load)
+from tinygpt.config import (RUN_HEADER, Config, DataConfig, LimitedSafeLoader, TrainConfig, all_keys, config_from_dict,
+                            config_to_dict, config_to_yaml, flat_config, is_run_config, is_run_header, load_config,
+                            parse_overrides, same_path, yaml_load)
 from tinygpt.errors import UserError
 from conftest import ROOT
 
@@ -933,7 +934,6 @@ def test_a_path_no_file_system_takes_is_refused_naming_its_key(tmp_path, key):
 def test_a_moved_runs_own_config_resumes_though_its_paths_hold_a_dollar(tmp_path):
     """`train.py RUN/config.yaml --resume` of a run trained on 'd$x.txt' into 'r$v', moved since, was refused as
     '$v is not expanded in a config'. A run's own config.yaml holds what tinygpt wrote; a --set is the user's."""
-    from tinygpt.config import RUN_HEADER
     run = tmp_path / "moved"
     run.mkdir()
     (run / "ckpt.pt").write_bytes(b"")  # (what makes the folder a run's; not read here)
@@ -947,3 +947,51 @@ def test_a_moved_runs_own_config_resumes_though_its_paths_hold_a_dollar(tmp_path
     # the header copied along, to edit for a new run, does not make a copy the run's: it made a folder named `$HOME`
     (tmp_path / "copy.yaml").write_text((run / "config.yaml").read_text())
     assert "$x is not expanded in a config" in user_error(tmp_path / "copy.yaml")  # (data.dataset's, the first)
+
+
+def test_an_empty_path_setting_is_not_the_current_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert same_path("text/", "text") and same_path("", "")
+    # realpath("") is the current folder: an unset setting ("") names no folder, not this one
+    assert not same_path("", ".") and not same_path(str(tmp_path), "")
+
+
+def test_a_config_path_that_is_a_dead_link_is_called_a_link(tmp_path):
+    link = tmp_path / "cfg.yaml"
+    link.symlink_to(tmp_path / "gone.yaml")
+    message = user_error(link)
+    assert "link" in message and "gone.yaml" in message, message
+
+
+def test_a_non_utf8_config_names_the_byte(tmp_path):
+    data = "model:\n  n_layer: 2\n".encode() + b"\xff\n"
+    path = tmp_path / "cfg.yaml"
+    path.write_bytes(data)
+    at = data.index(b"\xff")
+    assert f"at byte {at}" in user_error(path)
+
+
+def test_a_runs_header_is_read_as_written_then_or_now_and_with_crlf(tmp_path):
+    old = "# model.vocab_size = 65 (from the tokenizer)"
+    assert is_run_header(RUN_HEADER) and is_run_header(old)
+    assert not is_run_header(old + " and more") and not is_run_header(RUN_HEADER + " and more")
+    path = tmp_path / "config.yaml"
+    path.write_bytes((RUN_HEADER + "\r\nmodel:\r\n  n_layer: 2\r\n").encode())
+    assert is_run_config(path)
+
+
+def test_a_pipe_is_never_a_runs_config_and_is_not_read(tmp_path):
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR)  # (Linux: a FIFO opened both ways never blocks, and holds the header unread)
+    try:
+        os.write(fd, (RUN_HEADER + "\nmodel: {}\n").encode())
+        assert not is_run_config(fifo)  # (`train.py <(cat c.yaml)`: its bytes are read once, by read_yaml)
+    finally:
+        os.close(fd)
+
+
+def test_a_runs_config_yaml_lists_keys_in_schema_order():
+    cfg = Config()
+    read = yaml.safe_load(config_to_yaml(cfg))
+    assert [f"{s}.{k}" for s, values in read.items() for k in values] == list(flat_config(cfg))
