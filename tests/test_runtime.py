@@ -1041,3 +1041,91 @@ def test_a_memory_refusal_names_the_bound_that_leaves_too_little(monkeypatch):
     monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: next(reads))
     with pytest.raises(UserError, match=r"but its container's memory limit \(a cgroup\) leaves 2.0 GB; use less$"):
         runtime.check_memory({"weights": 5 * GB}, torch.device("cpu"), "training", "use less")
+
+
+def test_the_measured_peak_reaches_the_largest_size_where_the_budget_allows(monkeypatch):
+    """A fast device measures every size up to 2048^2: the peak of the largest matmul, not of 1024^2."""
+    flops, n = peak_timed(monkeypatch, [1e-6] * 200)  # every matmul far within the budget
+    assert n == 2048 and flops == pytest.approx(2 * 2048 ** 3 / 1e-6)
+
+
+def test_a_size_that_overruns_the_budget_is_not_repeated(monkeypatch):
+    """One matmul past the whole budget (an emulated dtype, a stalled core) is not run PEAK_REPEATS more times."""
+    sizes = []
+    linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda a, b: sizes.append(a.size(0)) or linear(a, b))
+    flops, n = peak_timed(monkeypatch, [10.0] * (1 + runtime.PEAK_REPEATS))  # 10 s a matmul
+    assert sizes == [256] and n == 256
+
+
+def test_the_cpus_name_is_its_model_name_not_its_model_number(monkeypatch):
+    info = {"model name": "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", "model": "106", "cpu family": "6"}
+    monkeypatch.setattr(runtime, "cpu_info", lambda cpuinfo="/proc/cpuinfo": info)
+    assert runtime.device_name(torch.device("cpu")) == info["model name"]
+
+
+def test_ulimit_v_leaves_its_limit_less_the_address_space_already_used(monkeypatch):
+    import re
+    import resource
+    limit = 2 ** 50
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (limit, resource.RLIM_INFINITY))
+    used = int(re.search(r"^VmSize:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) * 1024
+    left = runtime.cpu_memory_limits()["ulimit"]
+    assert limit - used - 2 ** 30 < left <= limit - used  # (VmSize may move a little between the two reads)
+
+
+def test_training_memory_counts_each_part_at_its_bytes():
+    """float32 weights, gradients and AdamW's two moments (3 x the weights), activations of 16 values of width C a
+    token and layer at the dtype's bytes, logits at the dtype's bytes plus a float32 copy and gradient."""
+    from model import GPT, ModelConfig
+    m = ModelConfig(n_layer=2, n_embd=32, n_head=2, block_size=16, vocab_size=100)
+    batch = 3
+    tokens = batch * m.block_size
+    f32, b16 = runtime.training_memory(m, batch, "float32"), runtime.training_memory(m, batch, "bfloat16")
+    assert f32["gradients and AdamW state"] == 3 * f32["weights"] == 12 * GPT.count_params(m)
+    assert f32["activations"] == 2 * b16["activations"] == tokens * m.n_layer * 16 * m.n_embd * 4
+    assert f32["logits"] == tokens * m.vocab_size * (4 + 8) and b16["logits"] == tokens * m.vocab_size * (2 + 8)
+
+
+def test_memory_just_enough_is_not_refused_and_the_message_leaves_out_tiny_parts(monkeypatch):
+    GB = 2 ** 30
+    parts = {"weights": 3 * GB, "activations": 2 * GB, "batch": 1}
+    need = sum(parts.values())
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": need})
+    runtime.check_memory(parts, torch.device("cpu"), "training", "use less")  # exactly enough: fits
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": need - 1})
+    with pytest.raises(UserError) as e:
+        runtime.check_memory(parts, torch.device("cpu"), "training", "use less")
+    assert "weights 3.0 GB, activations 2.0 GB)" in str(e.value) and "batch" not in str(e.value)
+
+
+@pytest.mark.skipif(not runtime.FP32_PRECISION_API, reason="torch before 2.9 has no fp32_precision")
+def test_tf32_is_off_where_nothing_has_set_it():
+    """A fresh process, before configure_cuda, reads fp32_precision 'none' (torch 2.9+): float32 matmuls in full
+    precision, so the MFU peak is the float32 one, not TF32's."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    try:
+        matmul.fp32_precision = "none"
+        assert runtime.tf32_enabled() is False
+    finally:
+        matmul.fp32_precision = before
+
+
+def test_a_step_is_refused_by_its_forward_and_backward_flops_and_an_evaluation_by_its_passes(monkeypatch):
+    """One optimizer step is 3 forward passes' FLOPs a micro-batch (forward + backward); an evaluation runs
+    eval_iters batches on each of 2 splits. Sized so that each is refused only counted in full."""
+    from model import GPT
+    from tinygpt.config import Config
+    monkeypatch.setattr(runtime, "memory_left", lambda device: None)  # (the step time alone is checked)
+    cfg = Config()
+    cfg.model.vocab_size, cfg.train.batch_size = 100, 10 ** 6
+    forward = 2 * GPT.count_params(cfg.model) * cfg.train.batch_size * cfg.model.block_size
+    cfg.train.grad_accum = int(runtime.MAX_STEP_S * runtime.FAST_FLOPS / (2 * forward))  # 1.5 days of 3 x forward
+    cfg.train.eval_iters = 1
+    with pytest.raises(UserError, match="^one optimizer step"):
+        runtime.check_training_fits(cfg, "float32", torch.device("cpu"))
+    cfg.train.batch_size, cfg.train.grad_accum = 1, 1
+    cfg.train.eval_iters = int(0.75 * runtime.MAX_STEP_S / runtime.MIN_PASS_S)  # 2 x that many passes: 1.5 days
+    with pytest.raises(UserError, match="^one evaluation"):
+        runtime.check_training_fits(cfg, "float32", torch.device("cpu"))
