@@ -1069,3 +1069,64 @@ def test_a_resume_follows_its_dataset_moved_and_refuses_another(tmp_path):
     other.write_text(TEXT[::-1])
     with pytest.raises(UserError, match=r"is not the data .*ckpt.pt was trained on"):
         train.main(run_args(tmp_path, "run", "train.max_iters=4", f"data.dataset={other}") + ["--resume"])
+
+
+def test_a_warmup_as_long_as_the_run_ends_at_lr_then_min_lr():
+    """warmup_iters == max_iters: the decay has no steps (its length counts as 1, no division by 0): lr at
+    the warmup's end, min_lr after (a resume's note asks the old schedule for the lr at its step)."""
+    t = TrainConfig(lr=1.0, min_lr=0.1, warmup_iters=10, max_iters=10)
+    assert training.lr_at(10, t) == pytest.approx(t.lr)
+    assert training.lr_at(11, t) == pytest.approx(t.min_lr)
+
+
+def test_the_optimizer_is_fused_on_cpu(tiny_model_config):
+    """One fused kernel for all parameters on the CPU, as on CUDA (a loop over them is slower)."""
+    model = GPT(tiny_model_config)
+    assert training.make_optimizer(model, TrainConfig(), CPU).defaults["fused"] is True
+
+
+def test_ddp_syncs_gradients_on_the_last_micro_batch_only(tiny_model_config):
+    """Under DDP (model.no_sync), every micro-batch but the last runs in no_sync(): the last one's backward
+    averages the summed gradients across processes."""
+    torch.manual_seed(0)
+    model = GPT(tiny_model_config)
+    in_no_sync, flags = [False], []
+
+    @contextlib.contextmanager
+    def no_sync():
+        in_no_sync[0] = True
+        yield
+        in_no_sync[0] = False
+    model.no_sync = no_sync
+    x, y = a_batch(tiny_model_config.vocab_size)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    real_forward = model.forward
+    model.forward = lambda *a, **k: (flags.append(in_no_sync[0]), real_forward(*a, **k))[1]
+    training.train_step(model, opt, torch.amp.GradScaler("cpu", enabled=False), contextlib.nullcontext(),
+                        lambda: (x, y), 3, 0.0, 0.1)
+    assert flags == [True, True, False]
+
+
+def test_clipping_clips_the_unscaled_gradients_and_the_scaler_updates(tiny_model_config):
+    """With a gradient scaler on (float16), the gradients are unscaled before clipping: the step is the one
+    without a scaler; and the scaler's update runs (its scale grows after a good step)."""
+    x, y = a_batch(tiny_model_config.vocab_size)
+    params = []
+    for scaler in (torch.amp.GradScaler("cpu", enabled=False),
+                   torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1)):
+        torch.manual_seed(0)
+        model = GPT(tiny_model_config)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        training.train_step(model, opt, scaler, contextlib.nullcontext(), lambda: (x, y), 1, 0.5, 0.1)
+        params.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*params))
+    assert scaler.get_scale() == 2.0**11
+
+
+def test_an_eval_row_before_any_step_logs_the_first_steps_lr(tmp_path):
+    """At step 0 (no step trained yet) the eval row's lr is the first step's by the schedule, lr_at(0): under a
+    warmup that is not train.lr."""
+    import train
+    run = tiny_run(tmp_path, warmup_iters=10, max_iters=20)
+    assert run.last_lr is None
+    assert train.logged_lr(run) == training.lr_at(0, run.cfg.train) != run.cfg.train.lr
