@@ -1836,6 +1836,7 @@ def test_runs_started_on_other_thread_counts_are_said_so(tmp_path):
     text, _ = report.write_report(rows, ["model.n_head"], tmp_path / "b", title="t")
     assert "different numbers of threads" not in text
     assert runs.started_threads({"mfu_peak": {"threads": 1, "flops": 1e9}}) == 1
+    assert runs.started_threads({"mfu_peak": {"threads": 0, "flops": 1e9}}) is None  # no run starts on 0 threads
     assert runs.started_threads({"mfu_peak": {"threads": True}}) is runs.started_threads(None) is None
 
 
@@ -2000,3 +2001,47 @@ def test_plot_only_of_one_run_writes_nothing_into_out_and_a_run_holding_a_run_is
         compare.main([run, "--out", str(tmp_path / "cmp")])
     wrote = [line for line in printed.getvalue().splitlines() if line.startswith("wrote ")]
     assert len(wrote) == 1 and all(name in wrote[0] for name in ("results.md", "results.csv", "summary.csv"))
+
+
+def test_a_probe_json_with_a_share_over_1_is_damaged(tmp_path):
+    """A head's share of attention is a fraction: 1.5 would read as 150%."""
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    over = {"attention_attribute": {"best": {"layer": 0, "head": 1, "antecedent": 1.5, "ratio": 2.0},
+                                    "references": 36}}
+    (tmp_path / "a" / "probe.json").write_text(json.dumps({**probe_figures(36, 30, 5), **over}))
+    with pytest.raises(UserError, match=r"a/probe.json does not hold the probe's figures"):
+        compare.main([run, "--out", str(tmp_path / "cmp")])
+
+
+def test_a_checkpoint_past_the_runs_end_is_not_its_own(tmp_path):
+    """A ckpt.pt of a step past train.max_iters is another run's, copied in: the run's rows say where it is
+    (step 10 of 40), not the checkpoint (done), and its data digest is not the run's."""
+    run = config_run(tmp_path / "r", [(0, "4.1", "4.1"), (10, "3.9", "3.9")], **{"train.max_iters": 40})
+    trained_on(run, "a" * 64, step=100)
+    row = runs.summarize_run(run)
+    assert (row["status"], row["data_digest"]) == ("step 10/40", None)
+
+
+def test_a_finished_run_whose_lock_is_held_is_done_not_training(tmp_path):
+    """A finished run is done even while a process holds its lock (a resume of it, which trains nothing):
+    not `training, done`."""
+    run = fake_run(tmp_path / "run", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    with runs.run_lock(Path(run), resume=True):
+        assert runs.summarize_run(run)["status"] == "done"
+
+
+def test_a_checkpoint_past_config_yamls_end_does_not_override_it(tmp_path, tiny_stories_run):
+    """A ckpt.pt of a step past config.yaml's train.max_iters is no record of this run's settings (another
+    run's, copied in): config.yaml's are shown, without a `disagrees with its ckpt.pt` note."""
+    import shutil
+    real = runs.summarize_run(tiny_stories_run)
+    run = tmp_path / "copied"
+    shutil.copytree(tiny_stories_run, run)
+    text = (run / "config.yaml").read_text()
+    seed, steps = real["config"]["train.seed"], real["config"]["train.max_iters"]
+    assert f"  seed: {seed}\n" in text and f"  max_iters: {steps}\n" in text
+    (run / "config.yaml").write_text(text.replace(f"  seed: {seed}\n", f"  seed: {seed + 1}\n").replace(
+        f"  max_iters: {steps}\n", f"  max_iters: {steps // 2}\n"))
+    row = runs.summarize_run(run)
+    assert (row["config"]["train.seed"], row["config"]["train.max_iters"]) == (seed + 1, steps // 2)
+    assert "disagrees with its ckpt.pt" not in (row["note"] or "")

@@ -2437,3 +2437,16 @@ def test_a_run_in_the_home_folder_resumes(tmp_path, monkeypatch):
     runs.check_run_dir(tmp_path, resume=True)
     with pytest.raises(UserError, match="is the home folder"):
         runs.check_run_dir(tmp_path, resume=False)
+
+
+def test_a_best_pt_of_step_0_without_a_runs_config_yaml_is_kept(tmp, run, capsys):
+    """A best.pt of step 0 counts as a run that died at its first save only beside that run's config.yaml: alone
+    (copied in, or the user's), it is no dead run's starting point, and a new run there would overwrite it."""
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    out = tmp / "best_of_step_0_alone"
+    out.mkdir()
+    save_checkpoint(out / "best.pt", {**load_checkpoint(run / "best.pt"), "step": 0})
+    kept = (out / "best.pt").read_bytes()
+    one_line(in_process("train.py", [*sets(tmp, out), "--quiet"], capsys), "holds best.pt but no ckpt.pt",
+             "move best.pt away")
+    assert (out / "best.pt").read_bytes() == kept

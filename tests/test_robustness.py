@@ -1131,3 +1131,31 @@ def test_the_runs_and_preparations_inside_a_folder_are_read_up_to_the_limit(tmp_
     assert runs.runs_inside(tmp_path / "runs", limit=4) == ["a", "b", "c"]  # (4 entries: one is no run)
     assert len(runs.prepared_inside(tmp_path / "prepared", limit=1)) == 1
     assert runs.prepared_inside(tmp_path / "prepared", limit=0) == []
+
+
+def test_a_new_run_refuses_a_metrics_csv_that_is_not_a_runs(tmp_path):
+    """A metrics.csv that does not read as a run's (the user's own table) in a folder with no other run file: a
+    new run there would overwrite it (trained_steps reads no step of it, so only _foreign_file refuses it)."""
+    from tinygpt.errors import UserError
+    from tinygpt.runs import check_run_dir
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text("date,amount\n2024-01-01,3\n")
+    with pytest.raises(UserError, match=r"holds metrics.csv, which is not from a tinygpt run: a run would "
+                                        r"overwrite it"):
+        check_run_dir(run, resume=False)
+    assert (run / "metrics.csv").read_text() == "date,amount\n2024-01-01,3\n"
+
+
+def test_a_new_run_inside_a_folder_being_trained_is_refused(tmp_path):
+    """A training in its first seconds holds only its .lock (no ckpt.pt yet): a new run in a folder inside it
+    would put its files among that run's."""
+    from tinygpt.errors import UserError
+    from tinygpt.runs import check_run_dir, run_lock
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    with run_lock(outer):
+        with pytest.raises(UserError, match=rf"is inside {re.escape(str(outer))}, the folder of a training under "
+                                            rf"way \(process {os.getpid()}\)"):
+            check_run_dir(outer / "inner", resume=False)
+    check_run_dir(outer / "inner", resume=False)  # (its training ended: no refusal)
