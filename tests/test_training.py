@@ -1130,3 +1130,86 @@ def test_an_eval_row_before_any_step_logs_the_first_steps_lr(tmp_path):
     run = tiny_run(tmp_path, warmup_iters=10, max_iters=20)
     assert run.last_lr is None
     assert train.logged_lr(run) == training.lr_at(0, run.cfg.train) != run.cfg.train.lr
+
+
+def test_a_resume_of_a_checkpoint_that_records_no_data_digest_is_not_refused(tmp_path):
+    """Checkpoints before version 3 record no data digest: nothing to compare, so their resume goes on (it was
+    refused as 'not the data ... it changed since', the None digest compared with this data's)."""
+    import train
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    run = tmp_path / "run"
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "run", "train.max_iters=4") + ["--stop-at", "2"])
+        ckpt = load_checkpoint(run / "ckpt.pt")
+        del ckpt["data_digest"]  # (an older checkpoint's)
+        save_checkpoint(run / "ckpt.pt", ckpt)
+        done = train.main(run_args(tmp_path, "run", "train.max_iters=4") + ["--resume"])
+    assert done["step"] == 4
+
+
+def a_measured_peak(monkeypatch) -> dict:
+    """mfu_peak's record of a peak measured now (peak_flops: 100 GFLOP/s the first time, 200 after)."""
+    import train
+    measures = iter([100e9, 200e9])
+    monkeypatch.setattr(train, "peak_flops", lambda dtype, device, again=False: (next(measures), "measured"))
+    return train.mfu_peak(None, "float32", CPU, 1)
+
+
+@pytest.mark.parametrize("flops", [0.0, -100e9])
+def test_a_saved_peak_of_no_flops_is_measured_again(monkeypatch, flops):
+    """A damaged record's peak of 0 (or below) made every MFU a division by zero (or negative): measured again."""
+    import train
+    first = a_measured_peak(monkeypatch)
+    peak = train.mfu_peak({"mfu_peak": {**first, "flops": flops}}, "float32", CPU, 1)
+    assert peak["flops"] == 200e9 and peak["source"] == "measured"
+
+
+def test_a_peak_kept_over_two_resumes_says_at_the_runs_start_once(monkeypatch):
+    """The second resume of a run said its peak was `measured, at the run's start, at the run's start`."""
+    import train
+    first = a_measured_peak(monkeypatch)
+    kept = train.mfu_peak({"mfu_peak": first}, "float32", CPU, 1)
+    assert kept == {**first, "source": "measured, at the run's start"}
+    assert train.mfu_peak({"mfu_peak": kept}, "float32", CPU, 1) == kept
+
+
+def test_a_peak_saved_without_its_dtype_and_threads_is_given_them(monkeypatch):
+    """ckpt.pt kept the peak (flops, source, on) before it kept its dtype and threads too: a resume of such a
+    run kept it without them, and a log step over that peak, measuring it again on run.peak's dtype, failed
+    with a KeyError."""
+    import train
+    first = a_measured_peak(monkeypatch)
+    older = {key: value for key, value in first.items() if key not in ("dtype", "threads")}
+    kept = train.mfu_peak({"mfu_peak": older}, "float32", CPU, 1)
+    assert kept == {**first, "source": "measured, at the run's start"}
+
+
+def test_a_resume_of_a_finished_run_from_before_evaluated_step_keeps_its_settings(tmp_path, capsys):
+    """A checkpoint that records no evaluated_step (an older train.py's) is taken as evaluated at its step, by
+    the run and by what config.yaml records alike: a finished one trains and evaluates nothing, so config.yaml
+    keeps the run's settings (it was rewritten with train.lr=0.5, which no step or eval ran)."""
+    import train
+    from tinygpt import runs
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    train.main(run_args(tmp_path, "run", "train.max_iters=2"))
+    ckpt = load_checkpoint(tmp_path / "run" / "ckpt.pt")
+    del ckpt["evaluated_step"]
+    save_checkpoint(tmp_path / "run" / "ckpt.pt", ckpt)
+    rows = (tmp_path / "run" / "metrics.csv").read_text()
+    train.main(run_args(tmp_path, "run", "train.max_iters=2", "train.lr=0.5") + ["--resume"])
+    assert (tmp_path / "run" / "metrics.csv").read_text() == rows  # (no eval ran)
+    assert runs.read_config(tmp_path / "run").train.lr != 0.5
+    assert "config.yaml keeps the run's: train.lr" in capsys.readouterr().err
+
+
+def test_an_infinite_train_loss_is_a_divergence(tmp_path):
+    """A train loss of inf (not only nan: float16 logits that overflow) ends the run as diverged, the row of its
+    step marking it, instead of logging on and saving the state that gave it."""
+    from tinygpt.errors import UserError
+    import train
+    run = tiny_run(tmp_path)
+    run.loss_sum.fill_(math.inf)
+    run.loss_count, run.step = 1, 3
+    with pytest.raises(UserError, match="training diverged: the train loss is inf at step 3"):
+        train.train_loss_since_log(run)
+    assert [row["train_loss"] for row in run.metrics] == ["inf"]
