@@ -15,6 +15,7 @@ own, tokenizer included, is tests/test_export_pipeline.py.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -1230,3 +1231,48 @@ def test_an_export_folder_name_too_long_for_its_temp_folder_is_refused_naming_it
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
     export.main([run, str(tmp_path / "out" / ("h" * 230))])
     assert (tmp_path / "out" / ("h" * 230) / "config.json").is_file()
+
+
+def test_an_export_never_takes_a_lock_file_for_its_own(tmp_path):
+    """A `.lock` is a run's file: a run directory (IMPORT_FILES) may hold a killed run's, an export folder
+    never does, so an export into a folder holding one is refused as a stranger's, even with --force."""
+    from tinygpt.runs import LOCK
+    run, _, _ = make_run(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK).write_text("1\n")
+    with pytest.raises(UserError, match=f"holds {re.escape(repr(LOCK))}, which is not one of the files written here"):
+        export.main([run, str(out), "--force"])
+    assert sorted(p.name for p in out.iterdir()) == [LOCK]
+
+
+def test_a_gpt2_sized_folders_tokenizer_is_compared_offline(tmp_path, monkeypatch):
+    """check_gpt2_tokenizer without GPT-2's ranks (the test above needs them): a stand-in vocabulary of 50,257
+    tokens as GPT-2's. Its ids below GPT2_VOCAB, tokenizer.json's added tokens included, are compared with it;
+    vocab_digest hashes 'id<TAB>token' lines in id order."""
+    gpt2 = {f"t{i}": i for i in range(hf.GPT2_VOCAB)}
+    monkeypatch.setattr(hf, "GPT2_VOCAB_DIGEST", hf.vocab_digest(gpt2))
+    assert hf.vocab_digest({"b": 0, "a": 1, "c": 10}) == hashlib.sha256(b"0\tb\n1\ta\n10\tc").hexdigest()
+    (tmp_path / "vocab.json").write_text(json.dumps(gpt2))
+    hf.check_gpt2_tokenizer(tmp_path)  # the same: accepted
+
+    def write(vocab, added):
+        (tmp_path / "tokenizer.json").write_text(json.dumps(
+            {"model": {"vocab": vocab}, "added_tokens": [{"content": t, "id": i} for t, i in added]}))
+    write(gpt2, [("[PAD]", hf.GPT2_VOCAB)])  # a pad past GPT-2's ids: no id the model makes
+    hf.check_gpt2_tokenizer(tmp_path)
+    for vocab, added in [(gpt2, [("<|pad|>", 198)]),  # an added token over one of its ids
+                         ({t: (i + 1) % hf.GPT2_VOCAB for t, i in gpt2.items()}, [])]:  # other ids
+        write(vocab, added)
+        with pytest.raises(UserError, match=r"tokenizer.json: this tokenizer is not GPT-2's \(other tokens or ids\)"):
+            hf.check_gpt2_tokenizer(tmp_path)
+
+
+def test_config_json_gives_the_context_as_n_ctx_too_and_readme_names_the_pad_text(tmp_path):
+    """n_ctx (GPT-2's older name for the context, which other GPT-2 readers still take) is n_positions; the
+    README's batch advice names the start token's text, the pad whose every copy a saved pad token drops."""
+    _, config = export_run(tmp_path)
+    assert config["n_ctx"] == config["n_positions"] == 16
+    chars = config["tinygpt"]["tokenizer"]["chars"]
+    readme = (tmp_path / "hf" / "README_EXPORT.md").read_text()
+    assert f"(id {config['bos_token_id']}, {chars[config['bos_token_id']]!r})" in readme
