@@ -1079,3 +1079,21 @@ def test_a_png_file_name_for_the_heatmaps_folder_is_refused(tiny_stories_run, tm
     pytest.importorskip("matplotlib")
     run_sample([tiny_stories_run, "--prompt", "Mia", *GREEDY, "--attention-png", tmp_path / "shots.png"])
     assert sorted(p.name for p in (tmp_path / "shots.png").iterdir()) == [f"attention_layer{i}.png" for i in (0, 1)]
+
+
+@pytest.mark.parametrize("flag", [["--prompt-file", "-"], ["--interactive"], ["--compile"], ["--show-steps"],
+                                  ["--show-attention"], ["--attention-of", "all"], ["--attention-last", "4"],
+                                  ["--attention-png", "maps"]], ids=lambda flag: flag[0])
+def test_list_vocab_with_any_other_work_is_refused(tiny_stories_run, tmp_path, monkeypatch, flag):
+    """Each flag that asks for work is refused beside --list-vocab (only --prompt, --attention-html and
+    --num-samples were tried): `--list-vocab --compile` listed the vocabulary, exit 0, and compiled nothing."""
+    monkeypatch.chdir(tmp_path)
+    refused([tiny_stories_run, "--list-vocab", *flag],
+            rf"^--list-vocab prints the vocabulary and nothing else: drop {re.escape(flag[0])}, or --list-vocab$")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_negative_threads_are_refused(tiny_stories_run):
+    """--threads -1 is below the range (0 = the free cores), refused naming the value, as the cap's + 1 is."""
+    from tinygpt.config import MAX_THREADS
+    refused([tiny_stories_run, "--list-vocab", "--threads", -1], rf"^--threads=-1 must be in 0\.\.{MAX_THREADS} ")
