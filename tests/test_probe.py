@@ -811,3 +811,76 @@ def test_the_probe_reports_the_copy_rule_and_the_references_it_can_see(run):
     assert "a rule with no model, copying the word that followed the last earlier 'her'" in text
     assert f"(where its attribute is in the window, {sum(bool(c.antecedent_attribute_positions) for c in cases)} of" \
         in text
+
+
+def test_classify_reads_only_a_word_at_the_start_of_the_continuation():
+    """A continuation that begins with punctuation ("... her. red") wrote no attribute where it was due: it
+    is 'other', not the first word found further on."""
+    ref = Reference(0, "she", 0, "red", "colour", "Mia", [], "Tom", [], "blue")
+    assert coreference.classify(" red kite", ref) == "antecedent"
+    assert coreference.classify(". red kite", ref) == "other"
+    assert coreference.classify(", blue", ref) == "other"
+
+
+def test_the_copy_rule_copies_after_the_windows_own_last_word_his_as_well_as_her():
+    """The rule copies after the last earlier occurrence of the window's last word: after "his" for "he"."""
+    from types import SimpleNamespace
+    ref = Reference(0, "he", 0, "blue", "colour", "Tom", [], "Mia", [], "red")
+    plain = SimpleNamespace(decode=lambda ids: ids)
+    case = SimpleNamespace(ids="Tom had his blue drum. Mia had her red kite. Then he picked up his", reference=ref)
+    assert coreference.copy_rule(plain, case) == "antecedent"
+
+
+def test_the_copy_rule_line_reads_antecedent_then_distractor_then_other(run):
+    result = probe.main([str(run), "--stories", "2"], out=io.StringIO())
+    rule = {"antecedent": 5, "distractor": 3, "other": 1, "accuracy": 5 / 9}
+    text = coreference.report({**result, "copy_rule": rule}, result["n_layer"], result["n_head"])
+    line = next(line for line in text.splitlines() if "a rule with no model" in line)
+    assert ": 5 / 3 / 1, 55.6% right" in line
+
+
+def test_the_table_says_for_how_many_references_the_distractor_is_in_the_window():
+    a = coreference.attention_on([([0], [1], last_row(0.5, 0.3, 0.2)), ([0], [], last_row(0.6, 0.2, 0.2))], 1, 1)
+    assert a["references"] == 2 and a["distractor_visible"] == 1
+    text = "\n".join(coreference.attention_table(a, "its name", 1, 1))
+    assert "the distractor's are in the window for 1 of 2" in text
+
+
+def test_probe_takes_seed_0_as_given(run):
+    """0 is in [0, 2**63): it is a seed, not the default's absence."""
+    result = probe.main([str(run), "--stories", "1", "--seed", "0"], out=io.StringIO())
+    assert result["seed"] == 0
+
+
+def test_the_default_number_of_stories_is_the_one_help_says(run, monkeypatch, capsys):
+    with pytest.raises(SystemExit):
+        probe.main(["--help"])
+    said = int(re.search(r"default:\s+(\d+)\)", capsys.readouterr().out.replace("\n", " ")).group(1))
+    asked = []
+
+    def recorded(model, tokenizer, n_stories, *args, **kwargs):
+        asked.append(n_stories)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(probe, "probe", recorded)
+    with pytest.raises(KeyboardInterrupt):
+        probe.main([str(run)], out=io.StringIO())
+    assert asked == [said]
+
+
+def test_probe_on_the_training_seed_says_the_stories_are_not_held_out(run, capsys):
+    trained = load_checkpoint(run / "best.pt")["config"]["data"]["stories_seed"]
+    probe.main([str(run), "--stories", "1", "--seed", str(trained)], out=io.StringIO())
+    assert (f"note: --seed {trained} is the training corpus's data.stories_seed: these stories are not held "
+            f"out") in capsys.readouterr().err
+    probe.main([str(run), "--stories", "1", "--seed", str(trained + 1)], out=io.StringIO())
+    assert "not held out" not in capsys.readouterr().err
+
+
+def test_the_mean_ablation_seed_wraps_around_onto_a_training_seed_of_0(run, tmp_path, capsys):
+    ckpt = load_checkpoint(run / "best.pt")
+    ckpt["config"]["data"]["stories_seed"] = 0
+    save_checkpoint(tmp_path / "seed0.pt", {k: v for k, v in ckpt.items() if k not in ("format", "version")})
+    result = probe.main([str(tmp_path / "seed0.pt"), "--stories", "1", "--seed", str(coreference.SEEDS - 1),
+                         "--ablate", "0.0"], out=io.StringIO())
+    assert result["ablation"]["mean_over"]["seed"] == 0
+    assert "mean-ablation stories (seed 0, --seed + 1) are the training corpus's" in capsys.readouterr().err
