@@ -730,3 +730,43 @@ def test_a_killed_writers_temp_page_of_a_sample_no_longer_written_is_swept(tmp_p
     other.write_text("half a note")
     sample.remove_other_pages(page, [page])
     assert not dead.exists() and other.exists() and page.exists()
+
+
+def test_a_candidates_probability_under_0_05_percent_reads_as_not_zero():
+    """A top candidate's probability is printed as --show-steps prints it (step_percent): one that rounds to 0.0
+    but is not 0 reads "<0.1", as the drawn token's own does, not "0.0" beside it."""
+    model, tok = tiny_model()
+    ids = tok.encode(TEXT)
+    step = {"ctx": len(ids) - 1, "p": 0.0004, "top": [(ids[0], 0.9), (ids[-1], 0.0004)]}
+    data = attention_html.explorer_data(model, tok, ids, 1, [step])
+    assert data["steps"][0]["p"] == step_percent(0.0004) == "<0.1"
+    assert [p for _, p in data["steps"][0]["top"]] == [step_percent(0.9), step_percent(0.0004)] == ["90.0", "<0.1"]
+
+
+def test_numbered_pages_keep_an_html_suffix_of_any_case():
+    """name_parts: a name ending in .HTML or .Htm (any case) keeps its suffix after the number, as x.html does;
+    it is not taken for a name without one (PAGE.HTML_sample1.html)."""
+    from tinygpt.attention_html import numbered, page_set
+    for name in ("PAGE.HTML", "Page.Htm"):
+        stem, suffix = name.rsplit(".", 1)
+        assert numbered(Path(name), 1, 2) == Path(f"{stem}_sample2.{suffix}")
+        assert page_set(numbered(Path(name), 1, 2)) == page_set(Path(name)) == name
+
+
+def test_a_users_file_with_the_set_mark_but_not_the_generator_was_written_for_nothing(tmp_path):
+    """written_for reads the set's name only from a page tinygpt wrote (GENERATOR in its head): a user's own file
+    holding the tinygpt-page-set meta line is none of a set's pages."""
+    model, tok = tiny_model()
+    path = tmp_path / "page.html"
+    attention_html.write_explorer(path, model, tok, tok.encode("The cat"), asked=tmp_path / "story.html")
+    assert attention_html.written_for(path) == "story.html"
+    path.write_text(path.read_text(encoding="utf-8").replace(attention_html.GENERATOR, ""), encoding="utf-8")
+    assert not attention_html.is_explorer_page(path) and attention_html.written_for(path) is None
+
+
+def test_a_tenth_samples_page_is_of_its_set():
+    """page_set: the pages of a call of ten samples or more (x_sample10.html) belong to x.html's set, as
+    numbered names them."""
+    from tinygpt.attention_html import numbered, page_set
+    for asked in ("x.html", "notes"):
+        assert {page_set(numbered(Path(asked), k, 12)) for k in range(12)} == {page_set(Path(asked))}

@@ -940,3 +940,24 @@ def test_a_probability_that_rounds_to_0_is_not_printed_as_0():
     from tinygpt.attention_view import step_percent
     assert [step_percent(q) for q in (0.0, 1e-9, 0.00049, 0.0006, 0.07454, 1.0)] == \
         ["0.0", "<0.1", "<0.1", "0.1", "7.5", "100.0"]
+
+
+def test_the_legend_wraps_at_100_characters_however_wide_the_terminal():
+    """legend: a paragraph wrapped at 100 characters, or a narrower terminal's width; a wider terminal does not
+    widen it."""
+    from tinygpt.attention_view import legend
+    labels = ["\\n", "\\xc3", MASKED]
+    wide = legend(4, 10, True, labels, width=300).splitlines()
+    assert len(wide) > 1 and max(map(len, wide)) <= 100
+    assert wide == legend(4, 10, True, labels).splitlines()  # as a file or a pipe gets it
+    assert max(map(len, legend(4, 10, True, labels, width=60).splitlines())) <= 60
+
+
+def test_the_tables_of_one_token_speak_of_no_masked_key():
+    """attention_tables of a text of one token, at the default --attention-last (more than one): its one cell is
+    never masked, so the legend says nothing of future keys."""
+    from model import HeadTrace
+    text = attention_view.attention_tables([HeadTrace(torch.ones(1, 1, 1, 1), None)], ["a"])
+    assert attention_view.SHOWN > 1 and text.startswith("1 token;") and "future key" not in text
+    assert "future key" in attention_view.attention_tables(
+        [HeadTrace(masked_softmax(torch.zeros(1, 1, 2, 2), causal_mask(2, 2)), None)], ["a", "b"])
