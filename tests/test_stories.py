@@ -413,3 +413,101 @@ def test_python_m_data_stories_is_a_command_like_the_others():
         done = subprocess.run([sys.executable, "-m", "data.stories"], cwd=ROOT, stdout=full, stderr=subprocess.PIPE,
                               text=True, timeout=60)
     assert done.returncode == 2 and done.stderr == "error: No space left on device: standard output\n"
+
+
+def _template_regex(templates) -> str:
+    """An alternation that matches any sentence rendered from `templates` (a field: words without end punctuation)."""
+    def literal(lit: str) -> str:  # "a " may have become "an "
+        return re.escape(lit)[:-2] + r"n?\ " if re.search(r'(^|[\s"])[Aa] $', lit) else re.escape(lit)
+
+    def one(t: str) -> str:
+        return "".join(literal(lit) + (r'[^.!?\n"]+?' if name is not None else "")
+                       for lit, name, _, _ in string.Formatter().parse(t))
+    return "|".join(f"(?:{one(t)})" for t in templates)
+
+
+def test_the_possessive_after_a_pronoun_has_the_pronouns_gender(corpus):
+    """'Then he played with her blue drum': the possessive must agree with the pronoun, or the gender cue is a lie."""
+    text, refs = corpus
+    with_possessive = 0
+    for r in refs:
+        words = re.findall(r"[a-z]+", text[r.pronoun_pos + len(r.pronoun):r.attribute_pos])
+        possessives = [w for w in words if w in ("her", "his")]
+        assert possessives in ([], ["her" if r.pronoun == "she" else "his"]), text[r.pronoun_pos:r.attribute_pos]
+        with_possessive += bool(possessives)
+    assert with_possessive > len(refs) / 4
+
+
+def test_either_the_girl_or_the_boy_opens_a_story(corpus):
+    """The first character introduced is a coin flip: the girl is not always first."""
+    text, _ = corpus
+    names = set(FEMALE_NAMES) | set(MALE_NAMES)
+    firsts = [next(w for w in re.findall(r"[A-Z][a-z]+", story) if w in names) for story in text.split("\n\n")]
+    share_girl = sum(name in FEMALE_NAMES for name in firsts) / len(firsts)
+    assert 0.35 < share_girl < 0.65, share_girl
+
+
+def test_a_story_tells_three_or_four_facts():
+    """Three or four of the five facts (toy, pet, home, food, clothes), both counts drawn."""
+    counts = {len(stories._Story(random.Random(seed)).facts) for seed in range(200)}
+    assert counts == {3, 4}, counts
+
+
+def test_the_number_of_references_per_story_spans_its_whole_range():
+    lo, hi = REFERENCES_PER_STORY
+    rng = random.Random(11)
+    counts = {len(generate_story(rng)[1]) for _ in range(300)}
+    assert min(counts) == lo and max(counts) == hi, counts
+
+
+def test_every_template_is_used_and_each_character_tells_its_facts_in_its_own_order(monkeypatch):
+    """Every template (named actions, dialogue, third-character events included) appears in a corpus of this size;
+    the second character's facts are not always told in the first character's order."""
+    said: list[tuple[str, str]] = []
+    original = stories._Story.say
+
+    def recording(self, template, subject):
+        said.append((template, subject.name))
+        return original(self, template, subject)
+    monkeypatch.setattr(stories._Story, "say", recording)
+    generate_stories(300_000, seed=7)
+    assert set(ALL_TEMPLATES) <= {t for t, _ in said}, set(ALL_TEMPLATES) - {t for t, _ in said}
+    fact_of = {t: fact for fact, ts in story_words.FACT_INTRODUCTIONS.items() for t in ts}
+    openings, differ = set(story_words.OPENINGS), 0
+    starts = [i for i, (t, _) in enumerate(said) if t in openings] + [len(said)]
+    for a, b in zip(starts, starts[1:]):
+        order: dict[str, list[str]] = {}
+        for t, name in said[a:b]:
+            if t in fact_of:
+                order.setdefault(name, []).append(fact_of[t])
+        first, second = order.values()
+        differ += first != second
+    assert differ > (len(starts) - 1) / 4, differ
+
+
+def test_paragraphs_introductions_then_body_then_the_ending_alone():
+    """A story's first line is its introductions, its last line the ending alone, and the body between them is
+    often broken into more than one paragraph."""
+    text, _ = generate_stories(100_000, seed=5)
+    introductions = sum(story_words.FACT_INTRODUCTIONS.values(), ()) + story_words.THIRD_INTRODUCTIONS
+    intro = re.compile(rf"(?:{_template_regex(introductions)})$")
+    ending = re.compile(_template_regex(story_words.ENDINGS))
+    names = set(FEMALE_NAMES) | set(MALE_NAMES)
+    pieces = text.split("\n\n")
+    for story in pieces:
+        lines = story.split("\n")
+        assert intro.search(lines[0]), lines[0][-120:]
+        assert ending.fullmatch(lines[-1]), lines[-1]
+        named = [w for w in re.findall(r"[A-Z][a-z]+", lines[-1]) if w in names]
+        opener = next(w for w in re.findall(r"[A-Z][a-z]+", story) if w in names)
+        assert not named or named[0] == opener, (opener, lines[-1])  # the ending is about the first character
+    assert sum(len(story.split("\n")) > 3 for story in pieces) > len(pieces) / 2
+
+
+def test_a_reference_is_in_the_128_char_window_counted_back_from_the_attribute_not_the_pronoun():
+    text = "Mia red " + "." * 100 + " she " + "." * 30 + "red"
+    r = Reference(pronoun_pos=text.index("she"), pronoun="she", attribute_pos=len(text) - 3, attribute="red",
+                  kind="colour", antecedent="Mia", antecedent_spans=[(0, 3)], distractor="Leo", distractor_spans=[],
+                  distractor_attribute="blue")
+    assert r.attribute_pos - 128 > 0 >= r.pronoun_pos - 128  # (Mia is in the pronoun's window, not the attribute's)
+    assert corpus_stats(text, [r])["share_in_128_window"] == 0.0
