@@ -618,3 +618,43 @@ def test_a_run_folder_whose_name_is_not_utf8_is_refused_before_any_work(tmp_path
         train.main([str(ROOT / "configs/stories.yaml"), "--quiet", "--set", *SETTINGS,
                     f"data.prepared_dir={tmp_path / 'prepared'}", f"train.out_dir={run}"])
     assert not run.exists()
+
+
+def test_a_new_runs_session_without_the_flag_drops_a_dead_first_starts_events(tmp_path):
+    """A new run trained without train.tensorboard, in a folder whose log holds a dead first start's events: the
+    mark it leaves (purge_step 0) drops them all, so a later resume with the flag fills every step in from
+    metrics.csv instead of keeping the dead start's values."""
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+    from tinygpt import tensorboard_log
+    board = tmp_path / "tensorboard"
+    writer = SummaryWriter(str(board))
+    for step in (0, 5, 10):
+        writer.add_scalar("train/loss", 2.0, step)
+    writer.close()
+    assert tensorboard_log.logged_steps(board, 10) == ({"train/loss": {0, 5, 10}}, [])
+    time.sleep(1.1)  # (the event file's name starts with its second: the mark's sorts after it)
+    tensorboard_log.mark_a_session_without(tmp_path, None)
+    assert tensorboard_log.logged_steps(board, 10) == ({"train/loss": set()}, [])
+
+
+def test_an_event_file_whose_last_record_is_damaged_is_named_damaged(tmp_path):
+    """The lengths of every record add up, but the last one's data fails its checksum: TensorBoard's loader reads
+    the records before it and stops without a word, so the file is damaged, and that step not logged."""
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+    from tinygpt import tensorboard_log
+    board = tmp_path / "tensorboard"
+    writer = SummaryWriter(str(board))
+    for step in (5, 10):
+        writer.add_scalar("train/loss", 2.0, step)
+    writer.close()
+    written = next(board.iterdir())
+    records = tensorboard_log.whole_records(written)
+    assert tensorboard_log.logged_steps(board, 20) == ({"train/loss": {5, 10}}, [])
+    data = bytearray(written.read_bytes())
+    data[-5] ^= 0xFF  # (the last byte of the last record's data, before its 4 bytes of checksum)
+    written.write_bytes(bytes(data))
+    assert tensorboard_log.whole_records(written) == records  # (its lengths still add up)
+    steps, unreadable = tensorboard_log.logged_steps(board, 20)
+    assert unreadable == [written] and steps.get("train/loss", set()) < {5, 10}
