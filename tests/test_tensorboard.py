@@ -400,13 +400,9 @@ def test_a_damaged_event_file_is_named_not_blamed_on_a_session_without_the_flag(
 
     # damaged from the middle on: its loader reads the first records and stops without a word, and the note again
     # blamed a session without the flag ("steps 10 to 20"), or called the flag new to the run
-    from torch.utils.tensorboard import SummaryWriter
     for name in [p.name for p in (tmp_path / "tensorboard").iterdir()]:
         (tmp_path / "tensorboard" / name).unlink()
-    writer = SummaryWriter(str(tmp_path / "tensorboard"))
-    for step in (0, 10, 20):
-        writer.add_scalar("train/loss", 2.0, step)
-    writer.close()
+    loss_events(tmp_path / "tensorboard", (0, 10, 20))
     written = next((tmp_path / "tensorboard").iterdir())
     assert tensorboard_log.logged_steps(tmp_path / "tensorboard", 20) == ({"train/loss": {0, 10, 20}}, [])
     data = bytearray(written.read_bytes())
@@ -416,6 +412,15 @@ def test_a_damaged_event_file_is_named_not_blamed_on_a_session_without_the_flag(
     assert unreadable == [written] and steps.get("train/loss", set()) < {0, 10, 20}
 
 
+def loss_events(board: Path, steps) -> None:
+    """One session's event file in `board` (TensorBoard's own writer): train/loss 2.0 at each of `steps`."""
+    from torch.utils.tensorboard import SummaryWriter
+    writer = SummaryWriter(str(board))
+    for step in steps:
+        writer.add_scalar("train/loss", 2.0, step)
+    writer.close()
+
+
 def test_the_step_a_later_session_purges_from_counts_as_dropped(tmp_path):
     """A session started at purge_step=5 drops step 5 too (TensorBoard keeps steps below it): a resume must log it
     again, or its curves have a gap there."""
@@ -423,10 +428,7 @@ def test_the_step_a_later_session_purges_from_counts_as_dropped(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
     from tinygpt import tensorboard_log
     board = tmp_path / "tensorboard"
-    writer = SummaryWriter(str(board))
-    for step in (4, 5, 6):
-        writer.add_scalar("train/loss", 2.0, step)
-    writer.close()
+    loss_events(board, (4, 5, 6))
     time.sleep(1.1)  # (the event file's name starts with its second: the later session's sorts after it)
     SummaryWriter(str(board), purge_step=5).close()
     assert tensorboard_log.logged_steps(board, 10) == ({"train/loss": {4}}, [])
@@ -451,12 +453,9 @@ def test_an_event_file_with_a_few_bytes_past_its_last_record_is_named_damaged(tm
     """Fewer bytes after the last record than a record's header: TensorBoard's loader reads the records and stops
     without a word, so the file must be counted as damaged, not as whole."""
     pytest.importorskip("tensorboard")
-    from torch.utils.tensorboard import SummaryWriter
     from tinygpt import tensorboard_log
     board = tmp_path / "tensorboard"
-    writer = SummaryWriter(str(board))
-    writer.add_scalar("train/loss", 2.0, 10)
-    writer.close()
+    loss_events(board, (10,))
     written = next(board.iterdir())
     assert tensorboard_log.logged_steps(board, 20) == ({"train/loss": {10}}, [])
     with open(written, "ab") as f:
@@ -625,13 +624,9 @@ def test_a_new_runs_session_without_the_flag_drops_a_dead_first_starts_events(tm
     mark it leaves (purge_step 0) drops them all, so a later resume with the flag fills every step in from
     metrics.csv instead of keeping the dead start's values."""
     pytest.importorskip("tensorboard")
-    from torch.utils.tensorboard import SummaryWriter
     from tinygpt import tensorboard_log
     board = tmp_path / "tensorboard"
-    writer = SummaryWriter(str(board))
-    for step in (0, 5, 10):
-        writer.add_scalar("train/loss", 2.0, step)
-    writer.close()
+    loss_events(board, (0, 5, 10))
     assert tensorboard_log.logged_steps(board, 10) == ({"train/loss": {0, 5, 10}}, [])
     time.sleep(1.1)  # (the event file's name starts with its second: the mark's sorts after it)
     tensorboard_log.mark_a_session_without(tmp_path, None)
@@ -642,13 +637,9 @@ def test_an_event_file_whose_last_record_is_damaged_is_named_damaged(tmp_path):
     """The lengths of every record add up, but the last one's data fails its checksum: TensorBoard's loader reads
     the records before it and stops without a word, so the file is damaged, and that step not logged."""
     pytest.importorskip("tensorboard")
-    from torch.utils.tensorboard import SummaryWriter
     from tinygpt import tensorboard_log
     board = tmp_path / "tensorboard"
-    writer = SummaryWriter(str(board))
-    for step in (5, 10):
-        writer.add_scalar("train/loss", 2.0, step)
-    writer.close()
+    loss_events(board, (5, 10))
     written = next(board.iterdir())
     records = tensorboard_log.whole_records(written)
     assert tensorboard_log.logged_steps(board, 20) == ({"train/loss": {5, 10}}, [])
