@@ -2045,3 +2045,126 @@ def test_a_checkpoint_past_config_yamls_end_does_not_override_it(tmp_path, tiny_
     row = runs.summarize_run(run)
     assert (row["config"]["train.seed"], row["config"]["train.max_iters"]) == (seed + 1, steps // 2)
     assert "disagrees with its ckpt.pt" not in (row["note"] or "")
+
+
+def test_loss_png_is_against_steps_with_a_legend_and_its_axis_never_under_zero(tmp_path, monkeypatch):
+    """loss.png: x is the step, each curve is named in a legend, and a loss near 0 pads the axis down to 0,
+    not below it (a loss is never negative)."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    rows = [(0, "4.1", "4.1"), (10, "1.0", "1.2"), (20, "0.05", "0.08")]
+    plots.plot_run(config_run(tmp_path / "run", rows))
+    ax = figures["loss.png"].axes[0]
+    assert ax.get_xlabel() == "step", ax.get_xlabel()
+    assert sorted(ax.get_lines()[-1].get_xdata()) == [s for s, _, _ in rows]
+    assert ax.get_legend() is not None
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [line.get_label() for line in ax.lines]
+    lowest = min(float(v) for _, t, v in rows for v in (t, v))
+    assert 0.0 <= ax.get_ylim()[0] <= lowest, ax.get_ylim()
+
+
+def test_val_loss_png_ticks_whole_steps_and_its_banded_title_says_what_the_band_is(monkeypatch):
+    """val_loss.png's x ticks are whole steps (a 2-step run read 0.25, 0.5, ...), and where a line is a mean
+    of seeds the title says it is, with its ± 1 std band."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    runs = [{"metrics": [{"step": s, "val_loss": v} for s, v in zip((0, 1, 2), curve)]}
+            for curve in ((7, 4, 3), (7, 5, 4))]
+    plots.val_loss_png([{"label": "s", "runs": runs}])
+    ax = figures["val_loss.png"].axes[0]
+    low, high = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if low <= t <= high]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    assert len(ax.collections) == 1  # the band is drawn...
+    assert "mean ± 1 std over seeds" in ax.get_title(), ax.get_title()  # ...and said
+
+
+def test_lines_meeting_at_one_step_only_are_not_widened(monkeypatch):
+    """Two settings evaluated at other steps (eval_interval 50 and 40) meet only at step 0's shared loss, in
+    view: one point is no overlap, neither line is drawn wider; lines that coincide at every step are."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+
+    def run(steps, losses):
+        return {"metrics": [{"step": s, "val_loss": v} for s, v in zip(steps, losses)]}
+    plots.val_loss_png([{"label": "a", "runs": [run((0, 50, 100), (4, 3.5, 3))]},
+                        {"label": "b", "runs": [run((0, 40, 80), (4, 4.5, 5))]}])
+    ax = figures["val_loss.png"].axes[0]
+    assert ax.get_ylim()[0] <= 4 <= ax.get_ylim()[1]  # (step 0's loss is in view)
+    first, second = ax.lines
+    assert first.get_linewidth() == second.get_linewidth()
+    plots.val_loss_png([{"label": "a", "runs": seeds((4, 3.5, 3))}, {"label": "b", "runs": seeds((4, 3.5, 3))}])
+    first, second = figures["val_loss.png"].axes[0].lines
+    assert first.get_linewidth() > second.get_linewidth()
+
+
+def test_an_unfinished_run_below_the_axis_is_said_to_go_down(monkeypatch):
+    """An unfinished run whose first eval lies under the axis fitted to the finished one is named in the
+    note as going down to it, not up."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    plots.val_loss_png([{"label": "a", "runs": seeds((7, 5, 5))},
+                        {"label": "b", "finished": False, "runs": seeds((0.5, 5, 5))}])
+    ax = figures["val_loss.png"].axes[0]
+    low, _ = ax.get_ylim()
+    notes = "\n".join(t.get_text() for t in ax.texts)
+    assert 0.5 < low and "off the chart: b (unfinished), down to 0.5 at step 0" in notes, notes
+
+
+def test_settings_png_says_one_run_per_setting_where_no_setting_has_seeds(monkeypatch):
+    """settings.png of one seed per setting: no interval "over 1 seeds", the title says each point is one
+    run; two seeds a setting: the interval is over them."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    settings = [{"model.n_head": h} for h in (1, 2)]
+    plots.settings_png(report.group_by_setting(setting_rows(settings), ["model.n_head", "train.seed"]))
+    assert figures["settings.png"]._suptitle.get_text() == "one run per setting"
+    plots.settings_png(report.group_by_setting(setting_rows(settings, seeds=(1, 2)), ["model.n_head", "train.seed"]))
+    assert figures["settings.png"]._suptitle.get_text() == "mean and 95% interval over 2 seeds"
+
+
+def test_a_small_probe_share_fills_its_panel_from_zero(monkeypatch):
+    """Probe shares of 2% and 4%: the share panel runs from 0 to a little above the highest point, not to 100%
+    (the two points were a flat line at the bottom)."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"model.n_head": h} for h in (1, 2)])
+    for row, share in zip(rows, (0.02, 0.04)):
+        row["antecedent"] = share
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
+    ax = next(ax for ax in figures["settings.png"].axes if ax.get_ylabel() == plots.SETTING_PANELS[1][1])
+    highest = max(y for line in ax.lines for y in line.get_ydata())
+    low, high = ax.get_ylim()
+    assert low == 0 and highest < high <= 1.2 * highest, (ax.get_ylim(), highest)
+
+
+def test_attention_ratios_go_on_a_log_axis_only_over_more_than_a_decade(monkeypatch):
+    """The best head's antecedent / distractor ratio: 1.0 and 5.0 stay on a linear axis (under a tenfold),
+    1.0 and 20.0 go on a log one."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    for top, scale in ((5.0, "linear"), (20.0, "log")):
+        rows = setting_rows([{"model.n_head": h} for h in (1, 2)])
+        for row, ratio in zip(rows, (1.0, top)):
+            row["attribute_ratio"] = ratio
+        plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
+        ax = next(ax for ax in figures["settings.png"].axes if ax.get_ylabel() == plots.SETTING_PANELS[2][1])
+        assert ax.get_yscale() == scale, (top, ax.get_yscale())
+
+
+def test_other_data_is_said_over_the_loss_panel_only(monkeypatch):
+    """Settings trained on other data: APART is said over settings.png's loss panel, not over the probe's
+    share, which is no loss per token."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"model.n_head": h} for h in (1, 2)])
+    for row, share in zip(rows, (0.2, 0.4)):
+        row["antecedent"] = share
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]), apart=True)
+    titles = {ax.get_ylabel(): ax.get_title() for ax in figures["settings.png"].axes}
+    assert titles[plots.SETTING_PANELS[0][1]] == plots.APART.replace(": ", ":\n")
+    assert titles[plots.SETTING_PANELS[1][1]] == ""
