@@ -923,3 +923,60 @@ def test_a_prompt_spelt_in_the_other_unicode_form_is_encoded(kind, corpus_form):
         assert encode_prompt(tokenizer, unicodedata.normalize(form, "le café")) == as_trained
     with pytest.raises(UserError, match="not in the"):  # what neither form can encode is still refused
         encode_prompt(tokenizer, "le café x")
+
+
+@pytest.mark.parametrize("bad", [
+    {"kind": "char", "chars": "aab"},  # sorted, but a character twice
+    {"kind": "word", "words": ["", " cat"]},  # an empty word: a token that spells nothing
+    {"kind": "bpe", "merges": [[97, 98, 99]]},  # a merge of three tokens
+])
+def test_from_dict_refuses_damage_that_the_size_check_does_not_catch(bad):
+    """Without a saved vocab_size to compare with, each piece of the data is checked itself, and the
+    refusal is DamagedTokenizer, never a ValueError from unpacking."""
+    with pytest.raises(tk.DamagedTokenizer):
+        tokenizer_from_dict(bad)
+
+
+def test_a_compact_tiktoken_vocabulary_may_be_saved_without_its_size():
+    ids = [*range(256), 300]
+    assert tk.tiktoken_data({"kind": "tiktoken", "encoding": "gpt2", "ids": ids}) == ("gpt2", ids)
+
+
+def test_a_vocabulary_saved_before_closing_stays_unclosed_through_to_dict(toy):
+    old = {"kind": "tiktoken", "vocab_size": 259, "encoding": "toy",
+           "ids": list(range(256)) + [toy.encode_single_token(t) for t in (b"the", b" cat", b" sat")]}
+    tok = tokenizer_from_dict(old)
+    again = tokenizer_from_dict(tok.to_dict())
+    assert again.closed is tok.closed is False
+    assert again.encode(" the cat") == tok.encode(" the cat")
+
+
+def test_gpt2_and_r50k_base_are_the_same_tokens_but_not_other_encodings():
+    gpt2 = {"kind": "tiktoken", "vocab_size": tk.GPT2_VOCAB, "encoding": "gpt2"}
+    assert tk.same_tokens(gpt2, {**gpt2, "encoding": "r50k_base"})
+    assert not tk.same_tokens(gpt2, {**gpt2, "encoding": "p50k_base"})
+
+
+def test_the_empty_text_round_trips_in_every_kind(toy):
+    for tok in (CharTokenizer.from_text("ab"), WordTokenizer.from_text("a b"),
+                TiktokenTokenizer.from_text("toy", "the cat", encoding=toy), TiktokenTokenizer("toy", None, toy)):
+        assert tok.encode("") == [] and tok.decode([]) == ""
+
+
+def test_an_unused_id_of_a_full_vocabulary_decodes_to_a_replacement_character():
+    base = tiktoken.Encoding("gap", pat_str=tk.GPT2_SPLIT, mergeable_ranks={bytes([b]): b for b in range(256)},
+                             special_tokens={"<|end|>": 300})  # ids 256..299 name nothing
+    tok = TiktokenTokenizer("gap", None, encoding=base)
+    assert tok.decode([65, 280, 66]) == "A\ufffdB"
+
+
+def test_a_compact_vocabularys_stream_decoder_prints_its_own_ids(toy):
+    tok = TiktokenTokenizer.from_text("toy", " the cat sat", encoding=toy)
+    ids = tok.encode(" the cat sat é")
+    stream = tok.stream_decoder()
+    assert "".join(stream.push(i) for i in ids) + stream.flush() == tok.decode(ids) == " the cat sat é"
+
+
+def test_booleans_are_no_compact_ids():
+    with pytest.raises(tk.DamagedTokenizer, match="malformed 'ids'"):
+        tk.tiktoken_data({"kind": "tiktoken", "encoding": "gpt2", "ids": [False, True, *range(2, 256)]})
