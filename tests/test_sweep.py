@@ -2115,3 +2115,21 @@ def test_a_sweep_stopped_before_its_first_run_started_writes_no_report(tmp_path,
     assert sweep_exit_code(tmp_path) == 128 + signal.SIGINT
     assert "sweep interrupted: rerun the same command to resume it\n" in capsys.readouterr().out
     assert not (tmp_path / "sw" / "results.md").exists()
+
+
+def test_grid_keys_and_values_around_their_signs_are_stripped():
+    assert sweep.parse_grid([" model.n_head = 1, 2 "]) == {"model.n_head": ["1", "2"]}
+
+
+def test_seeds_and_a_train_seed_grid_are_refused_together(tmp_path, monkeypatch):
+    stand_in_train(tmp_path, monkeypatch, "raise SystemExit('a run started')")  # a refusal missed: no full-size run
+    with pytest.raises(UserError, match="--seeds and --grid train.seed both choose the seeds"), \
+            contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, "--grid", "train.seed=1,2", "--seeds", "2", "--out", str(tmp_path / "sw")])
+    assert not (tmp_path / "sw").exists()
+
+
+def test_an_omp_num_threads_of_the_environment_is_kept(monkeypatch):
+    fake_cores(monkeypatch, {0, 1, 2, 3})
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert sweep.Runner(2).env["OMP_NUM_THREADS"] == "3"
