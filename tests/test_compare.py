@@ -2111,30 +2111,35 @@ def test_an_unfinished_run_below_the_axis_is_said_to_go_down(monkeypatch):
     assert 0.5 < low and "off the chart: b (unfinished), down to 0.5 at step 0" in notes, notes
 
 
+def two_head_settings(monkeypatch, metric: str | None = None, values=(), seeds=(1,), apart: bool = False):
+    """settings.png of model.n_head 1 and 2 (from setting_rows), `metric` set to `values` in turn -> the figure."""
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"model.n_head": h} for h in (1, 2)], seeds)
+    for row, value in zip(rows, values):
+        row[metric] = value
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]), apart=apart)
+    return figures["settings.png"]
+
+
+def settings_panel(fig, i: int):
+    """settings.png's panel of SETTING_PANELS[i], found by its y label."""
+    return next(ax for ax in fig.axes if ax.get_ylabel() == plots.SETTING_PANELS[i][1])
+
+
 def test_settings_png_says_one_run_per_setting_where_no_setting_has_seeds(monkeypatch):
     """settings.png of one seed per setting: no interval "over 1 seeds", the title says each point is one
     run; two seeds a setting: the interval is over them."""
     pytest.importorskip("matplotlib")
-    from tinygpt import report
-    figures = capture_figures(monkeypatch)
-    settings = [{"model.n_head": h} for h in (1, 2)]
-    plots.settings_png(report.group_by_setting(setting_rows(settings), ["model.n_head", "train.seed"]))
-    assert figures["settings.png"]._suptitle.get_text() == "one run per setting"
-    plots.settings_png(report.group_by_setting(setting_rows(settings, seeds=(1, 2)), ["model.n_head", "train.seed"]))
-    assert figures["settings.png"]._suptitle.get_text() == "mean and 95% interval over 2 seeds"
+    assert two_head_settings(monkeypatch)._suptitle.get_text() == "one run per setting"
+    assert two_head_settings(monkeypatch, seeds=(1, 2))._suptitle.get_text() == "mean and 95% interval over 2 seeds"
 
 
 def test_a_small_probe_share_fills_its_panel_from_zero(monkeypatch):
     """Probe shares of 2% and 4%: the share panel runs from 0 to a little above the highest point, not to 100%
     (the two points were a flat line at the bottom)."""
     pytest.importorskip("matplotlib")
-    from tinygpt import report
-    figures = capture_figures(monkeypatch)
-    rows = setting_rows([{"model.n_head": h} for h in (1, 2)])
-    for row, share in zip(rows, (0.02, 0.04)):
-        row["antecedent"] = share
-    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
-    ax = next(ax for ax in figures["settings.png"].axes if ax.get_ylabel() == plots.SETTING_PANELS[1][1])
+    ax = settings_panel(two_head_settings(monkeypatch, "antecedent", (0.02, 0.04)), 1)
     highest = max(y for line in ax.lines for y in line.get_ydata())
     low, high = ax.get_ylim()
     assert low == 0 and highest < high <= 1.2 * highest, (ax.get_ylim(), highest)
@@ -2144,14 +2149,8 @@ def test_attention_ratios_go_on_a_log_axis_only_over_more_than_a_decade(monkeypa
     """The best head's antecedent / distractor ratio: 1.0 and 5.0 stay on a linear axis (under a tenfold),
     1.0 and 20.0 go on a log one."""
     pytest.importorskip("matplotlib")
-    from tinygpt import report
-    figures = capture_figures(monkeypatch)
     for top, scale in ((5.0, "linear"), (20.0, "log")):
-        rows = setting_rows([{"model.n_head": h} for h in (1, 2)])
-        for row, ratio in zip(rows, (1.0, top)):
-            row["attribute_ratio"] = ratio
-        plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
-        ax = next(ax for ax in figures["settings.png"].axes if ax.get_ylabel() == plots.SETTING_PANELS[2][1])
+        ax = settings_panel(two_head_settings(monkeypatch, "attribute_ratio", (1.0, top)), 2)
         assert ax.get_yscale() == scale, (top, ax.get_yscale())
 
 
@@ -2159,12 +2158,6 @@ def test_other_data_is_said_over_the_loss_panel_only(monkeypatch):
     """Settings trained on other data: APART is said over settings.png's loss panel, not over the probe's
     share, which is no loss per token."""
     pytest.importorskip("matplotlib")
-    from tinygpt import report
-    figures = capture_figures(monkeypatch)
-    rows = setting_rows([{"model.n_head": h} for h in (1, 2)])
-    for row, share in zip(rows, (0.2, 0.4)):
-        row["antecedent"] = share
-    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]), apart=True)
-    titles = {ax.get_ylabel(): ax.get_title() for ax in figures["settings.png"].axes}
-    assert titles[plots.SETTING_PANELS[0][1]] == plots.APART.replace(": ", ":\n")
-    assert titles[plots.SETTING_PANELS[1][1]] == ""
+    fig = two_head_settings(monkeypatch, "antecedent", (0.2, 0.4), apart=True)
+    assert settings_panel(fig, 0).get_title() == plots.APART.replace(": ", ":\n")
+    assert settings_panel(fig, 1).get_title() == ""
