@@ -661,6 +661,7 @@ def test_a_closed_stdout_does_not_stop_the_sweep(tmp_path):
     (["--grid", "model.n_head"], "must look like SECTION.KEY=V1,V2"),
     (["--grid", "modeln_head=1,2"], "must look like SECTION.KEY=V1,V2"),  # (no section: not a key to look up)
     (["--grid", "model.n_head=1,,2"], "must look like SECTION.KEY=V1,V2"),
+    (["--grid", "model.n_head.x=1,2"], "must look like SECTION.KEY=V1,V2"),  # (one dot: not an unknown key)
     (["--grid", "model.n_head=1", "model.n_head=2"], "given twice"),
     (["--grid", "model.vocab_size=100,200"], "comes from the tokenizer"),
     (["--grid", "model.n_head=1,2", "--set", "model.n_head=4"], "--set model.n_head and --grid model.n_head both"),
@@ -1064,6 +1065,8 @@ def test_run_names_are_filesystem_safe_and_unique():
     names = sweep.run_names(["data.dataset", "model.n_head"], [("a/b c.txt", "1"), ("a_b c.txt", "1")])
     assert names[0].startswith("dataset=a_b_c.txt,n_head=1-") and names[0] != names[1]
     assert sweep.run_names(["model.dropout", "train.lr"], [("0.1", "3e-4")]) == ["dropout=0.1,lr=3e-4"]
+    # a field name two sections share keeps its section, or the name would say seed=1,seed=2
+    assert sweep.run_names(["model.seed", "train.seed"], [("1", "2")]) == ["model.seed=1,train.seed=2"]
     combos = [(str(i), d) for i in range(10_000) for d in ("a/b", "a_b")]  # every name twice: all hashed
     t0 = time.perf_counter()
     names = sweep.run_names(["model.n_head", "data.dataset"], combos)
@@ -1232,6 +1235,18 @@ def test_a_value_refused_everywhere_is_refused_for_its_own_reason(tmp_path, monk
                     *(a for a in shrink(tmp_path / "prepared") if a.split("=")[0] not in ("train.lr", "model.n_layer"))])
 
 
+def test_a_value_refused_everywhere_keeps_its_own_reason_when_a_later_error_is_the_other_keys(tmp_path, monkeypatch):
+    """`--grid model.n_layer=1,0 train.lr=-1,0.001`: lr=-1's last combination (n_layer=0) fails for n_layer's
+    value, which must not take the place of lr=-1's own reason; and the second value no combination trains is
+    counted after the first."""
+    recording_train(tmp_path, monkeypatch)
+    with pytest.raises(UserError, match=r"^--grid train.lr=-1 is invalid in every combination: train.lr=-1.* \(and 1 "
+                                        r"more value\(s\) no combination can train\)$"), \
+            contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, "--grid", "model.n_layer=1,0", "train.lr=-1,0.001", "--out", str(tmp_path / "sw"),
+                    *(a for a in shrink(tmp_path / "prepared") if a.split("=")[0] not in ("train.lr", "model.n_layer"))])
+
+
 def test_a_value_impossible_beside_some_values_only_is_skipped_with_a_note(tmp_path, monkeypatch):
     """n_head=3 trains with n_embd=48, not with 16: that combination alone is skipped; where every
     n_embd is 16, n_head=3 can never train, and is refused."""
@@ -1240,6 +1255,7 @@ def test_a_value_impossible_beside_some_values_only_is_skipped_with_a_note(tmp_p
                             *without(shrink(tmp_path / "prepared"), "model.n_embd=16"), "--out", str(tmp_path / "sw")])
     assert "skip n_head=3,n_embd=16: model.n_embd=16 is not divisible by model.n_head=3" in printed
     assert started.read_text().splitlines() == ["n_head=1,n_embd=16", "n_head=1,n_embd=48", "n_head=3,n_embd=48"]
+    assert f"sweep: 3 run(s) of 4 combination(s) into {tmp_path / 'sw'}" in printed
     # results.md says so too: it listed 3 runs, and never that the grid had 4 combinations
     assert ("\nNot trained: 1 combination(s) of the grid, skipped:\n- n_head=3,n_embd=16: model.n_embd=16 is not "
             "divisible by model.n_head=3") in (tmp_path / "sw" / "results.md").read_text()
@@ -1401,6 +1417,8 @@ def test_a_grid_point_that_a_data_key_does_not_change_is_one_run(tmp_path, monke
             "(data.bpe_vocab_size does not change the tokens of a data.tokenizer='char' run)") in printed
     assert started.read_text().splitlines() == ["tokenizer=char,bpe_vocab_size=300", "tokenizer=bpe,bpe_vocab_size=300",
                                                 "tokenizer=bpe,bpe_vocab_size=400"]
+    assert ("- tokenizer=char,bpe_vocab_size=400: the same run as tokenizer=char,bpe_vocab_size=300"
+            in (tmp_path / "sw" / "results.md").read_text())  # the report's skipped list names it too
     # a grid over a key that changes no result: said so (it said "( does not change the tokens of ...)")
     _, printed = run_sweep([CONFIG, "--grid", "train.plot=end,never",
                             *[a for a in shrink(tmp_path / "prepared") if a != "train.plot=never"],
