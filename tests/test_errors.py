@@ -1201,8 +1201,8 @@ def test_11_sampling_flags_out_of_range(run, capsys, args, culprit):
 def test_11_the_temperature_limits_sit_at_min_and_max_temperature(run, capsys):
     """Just past each limit is refused, the limit itself samples: the tests above try only values far past them."""
     import sample
-    one_line(in_process("sample.py", [run, "--temperature", f"{sample.MIN_TEMPERATURE / 2:g}"], capsys), "too small")
-    one_line(in_process("sample.py", [run, "--temperature", f"{sample.MAX_TEMPERATURE * 2:g}"], capsys), "too large")
+    one_line(in_process("sample.py", [run, "--temperature", repr(sample.MIN_TEMPERATURE * 0.999)], capsys), "too small")
+    one_line(in_process("sample.py", [run, "--temperature", repr(sample.MAX_TEMPERATURE * 1.001)], capsys), "too large")
     one_line(in_process("sample.py", [run, "--temperature", "1e-7"], capsys), "too small")  # (the limit, 1e-6, as said)
     for limit in (sample.MIN_TEMPERATURE, sample.MAX_TEMPERATURE):
         ok = in_process("sample.py", [run, "--temperature", f"{limit:g}", "--max-new-tokens", "2", "--prompt", "Anna"],
