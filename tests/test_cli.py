@@ -230,8 +230,11 @@ def test_train_prints_a_summary(runs, run):
     assert f"vocab {len(VOCAB)}" in out and f"done: step {STEPS}" in out
     # its seconds: training as metrics.csv's last elapsed_s (a sweep's wall_s), then with the saves and loss.png
     # (the one figure, unlabelled, was the second: 1.1 s beside the report's 0.6)
-    trained, in_all = re.search(r"best val loss [\d.]+, ([\d.]+) s of training \(([\d.]+) s in all\);", out).groups()
+    best, trained, in_all = re.search(r"best val loss ([\d.]+), ([\d.]+) s of training \(([\d.]+) s in all\);",
+                                      out).groups()
     assert trained == f"{float(read_metrics(run)[-1]['elapsed_s']):.1f}" and float(in_all) >= float(trained)
+    # the best val loss: the lowest metrics.csv logged, to its 4 decimals
+    assert best == f"{min(float(r['val_loss']) for r in read_metrics(run) if r.get('val_loss')):.4f}"
     # one idea a line: the model, the data, the device (threads: fewer on a busy machine)
     assert re.match(r"model: [\d,]+ parameters \(.*\)\ndata: [\d,]+ train / [\d,]+ val tokens; ", out), out
     assert re.search(r"\ndevice: 1 x cpu \(\d+ threads?(, following the free cores)?\), float32;", out), out

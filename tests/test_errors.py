@@ -1171,12 +1171,13 @@ def test_10_resume_may_change_the_dtype_to_float16(tmp, run, capsys):
 
 
 def test_10_resume_below_the_runs_step_is_refused(tmp, run, capsys):
-    """train.max_iters under the step a run is at: its config.yaml would no longer describe it."""
+    """train.max_iters under the step a run is at (one under it: the bound is the step itself): its config.yaml
+    would no longer describe it."""
     out = tmp / "shorter"
     shutil.copytree(run, out)
     before = files(out)
-    one_line(in_process("train.py", [*sets(tmp, out, "train.max_iters=20"), "--resume", "--quiet"], capsys),
-             "--resume", "train.max_iters=20", "step 30")
+    one_line(in_process("train.py", [*sets(tmp, out, "train.max_iters=29"), "--resume", "--quiet"], capsys),
+             "--resume", "train.max_iters=29", "step 30")
     assert files(out) == before
     again = in_process("train.py", [*sets(tmp, out), "--resume", "--quiet"], capsys)  # its own max_iters: done
     assert again.code == 0 and "done: step 30" in again.out, again.err
@@ -1228,8 +1229,9 @@ def test_a_folder_under_a_dead_link_names_the_link(tmp, capsys):
 
 
 def test_11_a_negative_stop_at_is_refused(tmp, capsys):
+    """-1, just under the bound (0: stop after step 0's checkpoint)."""
     out = tmp / "refused" / "stop_at"
-    one_line(in_process("train.py", [*sets(tmp, out), "--stop-at", "-5", "--quiet"], capsys), "--stop-at=-5", ">= 0")
+    one_line(in_process("train.py", [*sets(tmp, out), "--stop-at", "-1", "--quiet"], capsys), "--stop-at=-1", ">= 0")
     assert not out.exists()
 
 

@@ -1213,3 +1213,99 @@ def test_an_infinite_train_loss_is_a_divergence(tmp_path):
     with pytest.raises(UserError, match="training diverged: the train loss is inf at step 3"):
         train.train_loss_since_log(run)
     assert [row["train_loss"] for row in run.metrics] == ["inf"]
+
+
+def test_a_run_from_other_weights_says_what_it_starts_from_once_on_stdout(tmp_path, capsys):
+    """train.init_from: the line naming the weights a run starts from is printed (on stdout, before the model
+    line), not only returned by load_init."""
+    import train
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "base", "train.max_iters=2"))
+    capsys.readouterr()
+    train.main(run_args(tmp_path, "fine", "train.max_iters=0", f"train.init_from={tmp_path / 'base'}"))
+    out = capsys.readouterr().out
+    said = f"train.init_from: starting from {tmp_path / 'base' / 'best.pt'} (step "
+    assert out.count(said) == 1 and out.index(said) < out.index("model: "), out
+
+
+def test_a_resume_of_a_run_never_evaluated_does_not_say_best_pt_is_gone(tmp_path, capsys):
+    """A ckpt.pt saved before any evaluation (stopped during step 0's eval) has an infinite best val loss and no
+    best.pt: nothing was removed, and no "beats the run's best val loss, inf" note is due."""
+    import train
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    run = tmp_path / "run"
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "run", "train.max_iters=2") + ["--stop-at", "0"])
+    ckpt = load_checkpoint(run / "ckpt.pt")
+    save_checkpoint(run / "ckpt.pt", {**ckpt, "best_val_loss": float("inf")})
+    (run / "best.pt").unlink()
+    capsys.readouterr()
+    train.main(run_args(tmp_path, "run", "train.max_iters=2") + ["--resume"])
+    assert "has no best.pt" not in capsys.readouterr().err
+
+
+def test_a_resume_that_names_its_train_out_dir_on_purpose_continues_that_folder(tmp_path):
+    """`train.py bk/config.yaml --resume --set train.out_dir=m1`: a copy's config.yaml with the run folder named on
+    purpose continues that folder (only a train.out_dir left from the copied config is refused as "a copied run")."""
+    import shutil
+    import train
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "m1", "train.max_iters=2"))
+    shutil.copytree(tmp_path / "m1", tmp_path / "bk")
+    with contextlib.redirect_stdout(io.StringIO()):
+        done = train.main([str(tmp_path / "bk" / "config.yaml"), "--resume", "--quiet", "--set",
+                           f"train.out_dir={tmp_path / 'm1'}", "train.max_iters=3"])
+    assert (done["step"], done["out_dir"]) == (3, str(tmp_path / "m1"))
+    assert (read_metrics_steps(tmp_path / "m1"), read_metrics_steps(tmp_path / "bk")) == (3, 2)
+
+
+def test_a_resume_with_its_own_max_iters_says_nothing_of_the_schedule_moving():
+    """schedule_moved is about train.max_iters: a resume with another train.lr but the run's own max_iters has an
+    lr that differs at the step (changed_training's note says so), but its cosine decay did not move."""
+    import train
+    then = replace(Config().train, max_iters=100, warmup_iters=10)
+    t = replace(then, lr=then.lr / 2)
+    assert f"{training.lr_at(50, t):.3g}" != f"{training.lr_at(50, then):.3g}"
+    assert train.schedule_moved(t, then, 50) == ""
+    assert train.schedule_moved(replace(t, max_iters=200), then, 50).startswith(
+        "note: --resume with train.max_iters=200 (was 100)")
+
+
+def test_a_resume_on_another_number_of_processes_leaves_batch_size_and_grad_accum_to_the_global_batch_note():
+    import train
+    from tinygpt.config import config_to_dict, load_config
+    config = str(ROOT / "configs/stories.yaml")
+    saved = load_config(config)
+    ckpt = {"config": config_to_dict(saved), "step": 3}
+    cfg = load_config(config, [f"train.batch_size={saved.train.batch_size + 1}",
+                               f"train.grad_accum={saved.train.grad_accum + 1}", f"train.lr={saved.train.lr / 2}"])
+    names = [[c.split("=")[0] for c in train.training_changes(cfg, ckpt, n)] for n in (1, 2)]
+    assert names == [["train.batch_size", "train.grad_accum", "train.lr"], ["train.lr"]]
+
+
+def test_init_from_names_a_model_vocab_size_of_this_config_that_its_weights_replace():
+    """A model.vocab_size given in this config (0: from the tokenizer) that is not the weights' is one they replace."""
+    import train
+    theirs = replace(Config().model, vocab_size=65)
+    assert train.not_this_configs(replace(theirs, vocab_size=100), theirs) == ", not this config's model.vocab_size=100"
+    assert train.not_this_configs(replace(theirs, vocab_size=0), theirs) == ""
+    assert train.not_this_configs(theirs, theirs) == ""
+
+
+def test_a_torchrun_process_checks_its_settings_and_flags_against_the_others_before_any_work(tmp_path):
+    """train() under torchrun (world_size > 1) compares this process's settings and flags with the others' first:
+    --resume on one machine alone is refused in one line, before the run folder is looked at."""
+    import argparse
+    import train
+    from tinygpt.config import flat_config
+    from tinygpt.errors import UserError
+    cfg = Config()
+    cfg.train.out_dir = str(tmp_path / "run")
+    theirs = {**{k: v for k, v in flat_config(cfg).items() if k not in train.PER_MACHINE},
+              "--resume": True, "--stop-at": None}
+    dist = SimpleNamespace(rank=1, world_size=2, master=False, gather=lambda mine: [theirs, mine])
+    args = argparse.Namespace(config="config.yaml", set=[], resume=False, stop_at=None, quiet=True)
+    with pytest.raises(UserError, match=r"^process 1: the processes of this torchrun run were given other settings: "
+                                        r"--resume=False here, True on process 0"):
+        train.train(args, cfg, dist)
+    assert not (tmp_path / "run").exists()
