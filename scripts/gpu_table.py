@@ -23,7 +23,7 @@ if __name__ == "__main__":  # before torch loads (the imports below): a Ctrl-C t
 
 from tinygpt.errors import ArgParser, UserError, path_arg, read_capped, run_cli
 from tinygpt.report import markdown_cell
-from tinygpt.runs import read_metrics
+from tinygpt.runs import best_val_loss, read_metrics
 
 MAX_FILE = 1 << 20  # bytes: gpu_check.sh's status and JSON files are a few KB; a larger one is not its
 TARGET_VAL_LOSS = 1.47  # nanoGPT's baby GPT on tiny shakespeare (its README)
@@ -100,7 +100,7 @@ def rows(out: Path, device: str) -> list[tuple[str, str]]:
                     f"damaged: {out / 'baby' / 'metrics.csv'} has no elapsed time at val {hit['val_loss']:.3f} "
                     f"({status.get('baby', 'did not run')})")
     else:
-        best = min((r["val_loss"] for r in vals), default=None)
+        best = best_val_loss(vals)  # (a diverged run's nan or inf is no best)
         why = status.get("baby", "did not run")
         never_ran = best is None and (why.startswith("skipped") or why == "did not run")  # (nothing to reach)
         baby = why if never_ran else f"not reached (best {'none' if best is None else f'{best:.3f}'}; {why})"

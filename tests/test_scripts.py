@@ -1146,6 +1146,23 @@ def test_gpu_table_keeps_a_device_name_with_a_bar_or_a_line_break_in_its_cell(tm
     assert "\n| device | A\\|B C |\n" in out
 
 
+def test_reproduce_stories_lists_the_first_20_unknown_words(tmp_path, monkeypatch):
+    """unknown_examples: the sorted first 20 of the sampled words not in the corpus (not all, not fewer)."""
+    from scripts import reproduce
+    unknown = [f"Zorb{a}{b}" for a in "abcde" for b in "abcdef"]  # 30 words that no story holds
+    calls = []
+    monkeypatch.setattr(reproduce, "run", stories_children(calls, {0: "had " * 1500,
+                                                                   1: " ".join(unknown * 50) + " "}))
+    result = reproduce.stories(tmp_path / "run", ["data.stories_chars=20000"])
+    assert result["unknown_examples"] == sorted(unknown)[:20]
+
+
+def test_reproduce_names_a_failed_childs_last_error_line_without_its_prefix():
+    from scripts import reproduce
+    assert reproduce.child_error_line(b"a warning\nerror: the config is bad\n\n") == "the config is bad"
+    assert reproduce.child_error_line("") == "no message"
+
+
 def test_reproduce_keeps_every_set(tmp_path, capsys, monkeypatch):
     """`--set model.n_layer=0 --set train.seed=1`: the second --set replaced the first, which was
     dropped without a word (the run trained another config); now both are read, and the bad one refused."""
@@ -1358,12 +1375,45 @@ def test_gpu_table_marks_each_stage_as_its_status_line_says(tmp_path):
     ("500,1.47,60\n", "baby=exit 0\n", "60 s (step 500, val 1.470)"),  # (1.47 itself reaches it)
     ("250,2.0,30\n500,1.8,60\n", "baby=exit 0\n", "not reached (best 1.800; exit 0)"),
     ("250,2.0,30\n500,1.8,60\n", "", "not reached (best 1.800; did not run)"),  # (figures, no status line)
+    ("250,nan,30\n", "baby=exit 2\n", "not reached (best none; exit 2)"),  # (diverged at its first eval: no best)
+    ("250,2.0,30\n500,inf,60\n", "baby=exit 2\n", "not reached (best 2.000; exit 2)"),
 ])
 def test_gpu_table_time_to_val_row_when_it_is_reached_or_not(tmp_path, csv, status, row):
     from scripts import gpu_table
     gpu_out(tmp_path, status)
     (tmp_path / "baby" / "metrics.csv").write_text("step,val_loss,elapsed_s\n" + csv)
     assert dict(gpu_table.rows(tmp_path, "cpu"))["baby GPT: time to val 1.47"] == row
+
+
+def test_gpu_table_vs_transformers_row_and_a_skipped_baby_run(tmp_path):
+    """The sub-row of decode.json's vs_hf (its own figures, shown even without the generate figures; logits
+    not compared: 'not checked'), and a baby stage skipped for the budget with no metrics: its status alone."""
+    from scripts import gpu_table
+    vs_hf = {"ratio": 1.5, "transformers_tokens_per_s": 1000.0, "same_tokens": True,
+             "bandwidth_limit_tokens_per_s": 98765.0}
+    (tmp_path / "decode.json").write_text(json.dumps({"vs_hf": vs_hf}))
+    skipped = "skipped: the 16 s budget was spent"
+    (tmp_path / "status").write_text(f"baby={skipped}\ndecode=exit 0\n")
+    table = dict(gpu_table.rows(tmp_path, "cuda"))
+    assert table["  vs transformers generate"] == (
+        f"{vs_hf['ratio']:.2f}x ({vs_hf['transformers_tokens_per_s']:,.0f} tok/s), same tokens: True, logits agree: "
+        f"not checked; bandwidth limit {vs_hf['bandwidth_limit_tokens_per_s']:,.0f} tok/s")
+    assert table[f"baby GPT: time to val {gpu_table.TARGET_VAL_LOSS}"] == skipped
+
+
+def test_gpu_table_survives_a_status_file_that_is_not_text_and_names_a_damaged_baby_run(tmp_path):
+    """A status of non-UTF-8 bytes reads as no status (the table still prints); a damaged baby metrics.csv is
+    named in its row; a stage JSON with a device name but no torch version names no device."""
+    from scripts import gpu_table
+    (tmp_path / "status").write_bytes(b"baby=exit 0\n\xff\xfe\n")
+    assert dict(gpu_table.rows(tmp_path, "cpu"))["tests (TESTS)"] == "did not run"
+    (tmp_path / "status").write_text("baby=exit 0\n")
+    (tmp_path / "baby").mkdir()
+    (tmp_path / "baby" / "metrics.csv").write_text("step,val_loss\n100,1.4")  # cut short: no line end
+    row = dict(gpu_table.rows(tmp_path, "cpu"))[f"baby GPT: time to val {gpu_table.TARGET_VAL_LOSS}"]
+    assert row.startswith("not reached (best none; exit 0; ") and str(tmp_path / "baby" / "metrics.csv") in row
+    (tmp_path / "fp32.json").write_text(json.dumps({"device_name": "H100"}))
+    assert gpu_table.recorded_device(tmp_path) is None
 
 
 def test_gpu_table_names_the_device_given_and_keeps_a_sub_rows_indent(tmp_path, capsys):
