@@ -11,6 +11,7 @@ module on a small generated text; every file lives in tmp, nothing touches the n
 """
 from __future__ import annotations
 
+import argparse
 import errno
 import io
 import json
@@ -2452,3 +2453,129 @@ def test_a_best_pt_of_step_0_without_a_runs_config_yaml_is_kept(tmp, run, capsys
     one_line(in_process("train.py", [*sets(tmp, out), "--quiet"], capsys), "holds best.pt but no ckpt.pt",
              "move best.pt away")
     assert (out / "best.pt").read_bytes() == kept
+
+
+def test_a_terminal_that_hung_up_is_a_reader_who_left_and_stderrs_loss_is_not_said(tmp_path, capsys):
+    """EIO (a terminal that hung up) drops the output as a broken pipe does, on write and on flush alike;
+    a lost stderr is not told (there is nowhere to tell it)."""
+    from tinygpt.errors import ReaderMayLeave
+
+    class HungUp:
+        def __init__(self):
+            self.fd = os.open(tmp_path / "out.txt", os.O_WRONLY | os.O_CREAT)
+
+        def write(self, text=""):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        def flush(self):
+            self.write()
+
+        def fileno(self):
+            return self.fd
+    for name in ("stdout", "stderr"):
+        stream = ReaderMayLeave(HungUp(), name)
+        assert stream.write("abc") == 3 and stream.left
+        told = capsys.readouterr().err
+        assert told == ("warning: stdout was closed (its reader left); going on without printing there\n"
+                        if name == "stdout" else "")
+        os.close(stream.fd)
+        stream = ReaderMayLeave(HungUp(), name, full_disk_too=False)  # a reader who left is no error, either way
+        stream.flush()
+        assert stream.left
+        capsys.readouterr()
+        os.close(stream.fd)
+
+
+def test_an_empty_or_folder_path_is_refused_by_each_argument_type(monkeypatch, tmp_path):
+    """path_arg, new_folder_arg and file_arg refuse an empty path (each with its own hint); file_arg refuses a
+    path that names a folder by how it ends; each expands a leading ~."""
+    from tinygpt.errors import file_arg, folder_ending, new_folder_arg, path_arg
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for kind in (path_arg, new_folder_arg, file_arg):
+        with pytest.raises(argparse.ArgumentTypeError, match="^an empty path"):
+            kind("")
+        assert kind("~/x") == tmp_path / "x"
+    with pytest.raises(argparse.ArgumentTypeError, match="new one"):
+        new_folder_arg("")
+    for text in ("out/", "out/.", "out/.."):
+        with pytest.raises(argparse.ArgumentTypeError) as info:
+            file_arg(text)
+        assert str(info.value) == f"{folder_ending(text)}; give a file name"
+    assert file_arg("out/x.pt") == Path("out/x.pt")
+
+
+def test_a_path_of_200_characters_is_whole_and_one_more_is_elided():
+    """environment_error keeps a name of 200 characters whole; at 201 it keeps its first 100 and its last 97."""
+    from tinygpt.errors import environment_error
+    for length in (200, 201):
+        path = "/" + "a" * 99 + "m" * (length - 197) + "z" * 97
+        assert len(path) == length
+        line = environment_error(OSError(errno.ENAMETOOLONG, "File name too long", path))
+        assert line == "File name too long: " + (path if length == 200 else f"{path[:100]}...{path[-97:]}")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_run_cli_blames_a_full_device_stdout_and_lets_a_bugs_oserror_through(capsys):
+    """An ENOSPC naming no file, stdout `> /dev/full` (a character device, no terminal): the line names standard
+    output. An OSError that is no refusal by the machine (ENOENT) keeps its traceback."""
+    from tinygpt.errors import output_culprit, run_cli
+
+    def full(argv):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    saved = os.dup(1)
+    try:
+        with open("/dev/full", "w") as device:
+            os.dup2(device.fileno(), 1)
+        culprit = output_culprit(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        with pytest.raises(SystemExit) as info:
+            run_cli(full, [])
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    assert culprit == ": standard output"
+    assert (info.value.code, capsys.readouterr().err) == (2, f"error: {os.strerror(errno.ENOSPC)}: standard output\n")
+
+    def bug(argv):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), "some/file")
+    with pytest.raises(FileNotFoundError):
+        run_cli(bug, [])
+
+
+def test_run_cli_says_out_of_memory_with_exit_2_and_lets_another_runtime_error_through(capsys):
+    """MemoryError is a refusal by the machine: one line, exit 2. A RuntimeError that is no allocation refused
+    is a bug: its traceback is kept, never called out of memory."""
+    from tinygpt.errors import run_cli
+
+    def refused(argv):
+        raise MemoryError()
+    with pytest.raises(SystemExit) as info:
+        run_cli(refused, [])
+    assert info.value.code == 2 and capsys.readouterr().err.startswith("error: out of memory")
+
+    def bug(argv):
+        raise RuntimeError("shape mismatch")
+    with pytest.raises(RuntimeError, match="^shape mismatch$"):
+        run_cli(bug, [])
+    assert capsys.readouterr().err == ""
+
+
+def test_an_ascii_control_character_is_escaped_in_two_hex_digits():
+    """bash's $'...' form: a control character below U+0080 (ESC, DEL) is \\xNN, as escaped's doc says."""
+    from tinygpt.errors import escaped, shell_quote
+    assert [escaped(c) for c in ("\x1b", "\x7f", "\x00")] == ["\\x1b", "\\x7f", "\\x00"]
+    assert shell_quote("a\x1bb") == "$'a\\x1bb'"
+
+
+def test_a_torchrun_worker_but_rank_0_stops_on_ctrl_c_without_a_word(monkeypatch, capsys):
+    """Under torchrun only rank 0 says `interrupted`; another rank exits 130 without a word."""
+    from tinygpt.errors import run_cli
+
+    def stopped(argv):
+        raise KeyboardInterrupt
+    for name, value in {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    for rank, said in (("1", ""), ("0", "interrupted\n")):
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(SystemExit) as info:
+            run_cli(stopped, [])
+        assert (info.value.code, capsys.readouterr().err) == (130, said)
