@@ -312,6 +312,25 @@ def test_head_size_splits_n_embd_among_the_heads(tiny_model_config):
     assert model.new_kv_caches(2)[0].k.shape == (2, cfg.block_size, 6, 8)  # (B, max_T, nh, hs)
 
 
+def test_head_h_owns_columns_h_hs_to_h_plus_1_hs_of_each_projection(tiny_model_config):
+    """Head h is `attention` over columns h*hs .. (h+1)*hs - 1 of q_proj, k_proj and v_proj, and the merge lays
+    the heads side by side in that order before out_proj (the layout GPT-2's checkpoints and the export assume)."""
+    attn = make_model(tiny_model_config).blocks[0].attn
+    nh, hs, T = attn.n_head, attn.head_size, 5
+    x = torch.randn(2, T, tiny_model_config.n_embd, generator=torch.Generator().manual_seed(1))  # (B, T, C)
+    with torch.no_grad():
+        y, trace = attn(x, need_weights=True)
+        q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)  # (B, T, C)
+        heads = []
+        for h in range(nh):
+            cols = slice(h * hs, (h + 1) * hs)
+            out, att = attention(q[..., cols], k[..., cols], v[..., cols], causal_mask(T, T))  # (B, T, hs), (B, T, T)
+            torch.testing.assert_close(trace.weights[:, h], att)
+            torch.testing.assert_close(trace.outputs[:, h], out)
+            heads.append(out)
+        torch.testing.assert_close(y, attn.out_proj(torch.cat(heads, dim=-1)))
+
+
 def test_flops_per_token_by_hand(tiny_model_config):
     """The formula in flops_per_token's comment written out: 6 FLOPs per weight (position embeddings excluded, the tied
     token embedding counted once) plus 12 * L * T * C for attention's two matmuls."""
@@ -507,6 +526,38 @@ def test_every_dropout_site_drops_while_training(tiny_model_config):
     torch.testing.assert_close(run(), base, rtol=0, atol=0)  # the same draws: only the site turned off differed
 
 
+def kept_and_scaled(got: torch.Tensor, want: torch.Tensor, p: float) -> None:
+    """got is want under dropout p: about a fraction p exactly 0, the rest want / (1 - p)."""
+    kept = got != 0
+    assert 0.3 < kept.float().mean().item() < 0.7
+    torch.testing.assert_close(got[kept], want[kept] / (1 - p))
+
+
+def test_dropout_drops_what_is_added_to_the_residual_stream(tiny_model_config):
+    """Dropout acts on the embeddings' sum and on each residual branch's output, after its last projection
+    (GPT-2's placement), not on the input of out_proj or on one embedding alone."""
+    model = make_model(tiny_model_config, dropout=0.5, n_layer=1)
+    block = model.blocks[0]
+    block.attn.attn_dropout_p = 0.0  # here only the residual dropouts
+    x = torch.randn(2, 16, tiny_model_config.n_embd, generator=torch.Generator().manual_seed(1))
+    for branch in (lambda: block.attn(x)[0], lambda: block.mlp(x)):
+        with torch.no_grad():
+            want = branch()
+            model.train()
+            torch.manual_seed(1)
+            kept_and_scaled(branch(), want, 0.5)
+            model.eval()
+    idx = torch.randint(0, tiny_model_config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    seen = []
+    block.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    with torch.no_grad():
+        want = model.tok_emb(idx) + model.pos_emb(torch.arange(16))
+        model.train()
+        torch.manual_seed(1)
+        model(idx)
+    kept_and_scaled(seen[0], want, 0.5)
+
+
 def test_one_backward_pass_reaches_every_weight(tiny_model_config):
     """Every parameter, biases and LayerNorms included, takes part in the forward pass: one left out
     (an ln_2 that the MLP never reads) would be trained, saved and loaded for nothing."""
@@ -644,3 +695,23 @@ def test_generate_decodes_with_the_step_it_is_given(tiny_model_config):
     got = [int(t) for t in generate(model, idx, 6, temperature=0, decode_step=step)]
     assert got == [int(t) for t in generate(model, idx, 6, temperature=0)]
     assert calls == [1] * 5  # the first token from the prefill, the other five from the step
+
+
+def test_attention_returns_the_weights_before_dropout():
+    """`attention` drops weights for the values it sums, but returns them undropped: rows that sum to 1."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 4) for _ in range(3))
+    mask = causal_mask(5, 5)
+    y_plain, att_plain = attention(q, k, v, mask)
+    torch.manual_seed(1)
+    y, att = attention(q, k, v, mask, 0.5)
+    assert not torch.equal(y, y_plain)  # the dropout did act
+    assert torch.equal(att, att_plain)
+
+
+@pytest.mark.parametrize("changes, match", [(dict(vocab_size=0), "set it from the tokenizer"),
+                                            (dict(n_embd=32, n_head=3), "n_head=3")])
+def test_a_model_of_no_vocabulary_or_uneven_heads_is_refused_when_built(tiny_model_config, changes, match):
+    """GPT checks its config when built, not with an IndexError or a view error at the first forward."""
+    with pytest.raises(AssertionError, match=match):
+        GPT(replace(tiny_model_config, **changes))
