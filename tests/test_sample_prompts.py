@@ -951,6 +951,8 @@ def test_files_for_each_of_too_many_samples_are_refused_at_once(tmp_path):
     assert list(tmp_path.iterdir()) == []
     sample.check_args(sample.build_parser().parse_args(  # exactly the most: taken
         [str(tmp_path / "no_run"), "--num-samples", str(n - 1), "--attention-html", str(tmp_path / "p.html")]))
+    sample.check_args(sample.build_parser().parse_args(  # heatmaps of the prompt: one set, however many samples
+        [str(tmp_path / "no_run"), "--num-samples", str(n), "--attention-png", str(tmp_path / "maps")]))
 
 
 def test_list_vocab_with_several_samples_asked_for_is_refused(tiny_stories_run):
