@@ -1397,3 +1397,65 @@ def test_an_outdated_prepared_folder_that_is_a_link_is_replaced_not_what_it_lead
     assert prep.prepare(cfg, show_progress=False) == out
     assert out.is_dir() and not out.is_symlink() and (out / "meta.json").is_file()
     assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+
+def test_a_good_download_of_tiny_shakespeare_is_saved_and_reused_offline(tmp_path, monkeypatch):
+    """A download that passes the sha256 check is kept, and read again the next time, not fetched again:
+    offline, data.dataset=shakespeare still prepares (a stand-in text, its digest the expected one)."""
+    text = b"First Citizen:\nBefore we proceed any further, hear me speak.\n"
+    monkeypatch.setattr(prep, "SHAKESPEARE_CHARS", len(text))
+    monkeypatch.setattr(prep, "SHAKESPEARE_SHA256", hashlib.sha256(text).hexdigest())
+    monkeypatch.setattr(prep.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(text))
+    path = prep.download_shakespeare(tmp_path)
+    assert path.read_bytes() == text
+    monkeypatch.setattr(prep.urllib.request, "urlopen", lambda *a, **k: pytest.fail("downloaded again"))
+    assert prep.download_shakespeare(tmp_path) == path
+
+
+def test_the_val_split_is_the_last_val_fraction_of_the_tokens_rounded_down(tmp_path):
+    """The text is one stream of tokens: its last data.val_fraction (int(): a part of a token is not one) is
+    the val split, the rest before it the train split."""
+    text = tmp_path / "corpus.txt"
+    text.write_text(("abcdefghi\n" * 4)[:39])  # 39 * 0.25 = 9.75 tokens: 9 val
+    cfg = config(text, tmp_path / "prepared")
+    cfg.data.val_fraction = 0.25
+    data = prep.load_prepared(prep.prepare(cfg, show_progress=False))
+    whole = text.read_text()
+    n_val = int(len(whole) * cfg.data.val_fraction)
+    assert (len(data.train), len(data.val)) == (len(whole) - n_val, n_val)
+    assert data.tokenizer.decode([int(i) for i in data.train]) == whole[:len(whole) - n_val]
+    assert data.tokenizer.decode([int(i) for i in data.val]) == whole[len(whole) - n_val:]
+    cfg.data.tokenizer = "word"  # (meta.json's chars: the text's, not its tokens', whatever the tokenizer)
+    assert prep.load_prepared(prep.prepare(cfg, show_progress=False)).meta["chars"] == len(whole)
+
+
+def test_a_long_unspaced_text_for_a_tiktoken_encoding_is_said_first_without_the_ranks(tmp_path, monkeypatch, capsys):
+    """test_encoding_a_long_text_without_spaces_with_tiktoken_is_said_first skips without GPT-2's ranks: the
+    same rule with a stand-in tokenizer, so the note is checked everywhere (a long spaced text gets none)."""
+    build = prep.build_tokenizer
+    monkeypatch.setattr(prep, "build_tokenizer", lambda name, text, **kw: build("char", text))
+    monkeypatch.setattr(prep, "LONG_TEXT", 1000)  # (instead of 4 MiB of text)
+    for name, text in (("dna", "ACGT" * 500 + "\n"), ("words", "the cat sat on the mat. " * 100)):
+        (tmp_path / f"{name}.txt").write_text(text)
+        cfg = config(tmp_path / f"{name}.txt", tmp_path / "prepared")
+        cfg.data.tokenizer = "gpt2"
+        prep.prepare(cfg, show_progress=True)
+        said = "encoding 0.0 M characters with gpt2: the text has almost no whitespace" in capsys.readouterr().err
+        assert said == (name == "dna")
+
+
+def test_a_file_deleted_between_the_walk_and_its_stat_is_a_change_not_a_traceback(tmp_path, monkeypatch):
+    """The last look at the source (its size and times) finds the file gone after the walk named it: an
+    OSError from its stat, refused as a change like any other (it was a FileNotFoundError traceback)."""
+    text = tmp_path / "corpus.txt"
+    text.write_text("the cat sat on the mat\n" * 200)
+    monkeypatch.setattr(prep, "source_files", lambda *a, **k: [text])  # (the walk still names it)
+    encode = prep._encode
+
+    def encode_then_delete(*args, **kwargs):
+        text.unlink()
+        return encode(*args, **kwargs)
+    monkeypatch.setattr(prep, "_encode", encode_then_delete)
+    with pytest.raises(UserError, match=f"{re.escape(str(text))}.* changed while it was being prepared; run again"):
+        prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
+    assert not (tmp_path / "prepared").exists()
