@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from model import ModelConfig
-from tinygpt.config import (RUN_HEADER, Config, DataConfig, LimitedSafeLoader, TrainConfig, all_keys, config_from_dict,
-                            config_to_dict, config_to_yaml, flat_config, is_run_config, is_run_header, load_config,
-                            parse_overrides, same_path, yaml_load)
+from tinygpt.config import (DEVICE_RULE, RUN_HEADER, Config, DataConfig, LimitedSafeLoader, TrainConfig, all_keys,
+                            config_from_dict, config_to_dict, config_to_yaml, flat_config, is_run_config, is_run_header,
+                            load_config, parse_overrides, same_path, yaml_load)
 from tinygpt.errors import UserError
 from conftest import ROOT
 
@@ -995,3 +995,50 @@ def test_a_runs_config_yaml_lists_keys_in_schema_order():
     cfg = Config()
     read = yaml.safe_load(config_to_yaml(cfg))
     assert [f"{s}.{k}" for s, values in read.items() for k in values] == list(flat_config(cfg))
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "mps", "cuda", "cuda:0", "cuda:999999"])
+def test_every_device_the_rule_names_is_accepted(tmp_path, device):
+    """DEVICE_RULE's words, and its largest N, are taken (only refusals were tested)."""
+    assert device.split(":")[0] in DEVICE_RULE and "999999" in DEVICE_RULE
+    assert load_config(write(tmp_path, ""), [f"train.device={device}"]).train.device == device
+
+
+@pytest.mark.parametrize("key", ["block_size", "n_layer", "n_head", "n_embd"])
+def test_each_model_size_of_0_is_refused_by_its_own_name(tmp_path, key):
+    """n_head=0 would reach `n_embd % n_head` (a ZeroDivisionError); n_embd=0 is divisible by any n_head."""
+    path = write(tmp_path, "")
+    assert user_error(path, [f"model.{key}=0"]) == f"model.{key}=0 ({path} with --set) must be >= 1"
+
+
+@pytest.mark.parametrize("key", ["beta1", "beta2"])
+def test_a_negative_adam_beta_is_refused(tmp_path, key):
+    path = write(tmp_path, "")
+    assert user_error(path, [f"train.{key}=-0.1"]).endswith(f"train.{key}=-0.1 ({path} with --set) must be in [0, 1)")
+
+
+def test_a_negative_min_lr_is_not_told_to_lower_train_lr(tmp_path):
+    """The 'a train.lr below it needs a lower one too' hint is for min_lr > lr only."""
+    path = write(tmp_path, "train: {lr: 0.001, min_lr: -0.0001}\n")
+    assert user_error(path).endswith(f"train.min_lr=-0.0001 ({path}) must be in [0, train.lr=0.001]")
+
+
+@pytest.mark.parametrize("n_embd, tail", [(2018, ""), (200006, ", ...")])
+def test_the_n_head_hint_lists_divisors_above_1000_and_says_when_it_stopped_looking(tmp_path, n_embd, tail):
+    """2018 = 2 * 1009: its divisors above 1000 are listed; 200006 = 2 * 100003: the search stops at 10**5, and
+    the '...' says that there are more."""
+    divisors = [d for d in range(1, n_embd + 1) if n_embd % d == 0]
+    shown = [d for d in divisors if d <= 10**5]
+    message = user_error(write(tmp_path, f"model: {{n_embd: {n_embd}, n_head: 3}}\n"))
+    assert message.endswith("valid n_head: " + ", ".join(map(str, shown)) + tail)
+
+
+def test_a_text_that_is_no_whole_number_gets_no_plain_digits_hint(tmp_path):
+    """'1e-3' is text in YAML 1.1 (no dot): for an integer key it must not be 'write it in plain digits, 0'."""
+    message = user_error(write(tmp_path, ""), ["train.max_iters=1e-3"])
+    assert message.endswith("must be of type int, not str"), message
+
+
+def test_a_typo_far_from_the_key_still_gets_the_suggestion(tmp_path):
+    """'model.embed_dim' is 0.74 alike to model.n_embd: the suggestion is not kept for near-exact spellings."""
+    assert user_error(write(tmp_path, ""), ["model.embed_dim=64"]).endswith("did you mean 'model.n_embd'?")
