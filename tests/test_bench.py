@@ -1062,3 +1062,166 @@ def test_the_training_tables_columns_stay_apart_when_a_range_is_long():
     assert len({len(line) for line in table.splitlines()}) == 1  # (the columns line up)
     short = bench.training_table({"float32": train["float32"]}, {"float32": 5e10}, "float32")
     assert max(map(len, short.splitlines())) == 79  # (an 80-column terminal does not wrap it)
+
+
+def fake_under_load(monkeypatch):
+    """bench_under_load's work faked (its bookkeeping tested): a busy process that only sets a flag, a thread
+    policy that sets 1 thread and counts its re-checks, and timed() giving each measurement its own seconds
+    (1 + its index, twice that beside the busy process). -> (log of (loaded, threads) per timed call,
+    re-checks per policy, the busy flag)"""
+    import types
+
+    import bench
+    busy, log, updates = [False], [], []
+
+    @contextlib.contextmanager
+    def busy_process():
+        busy[0] = True
+        try:
+            yield
+        finally:
+            busy[0] = False
+
+    class Policy:
+        def __init__(self):
+            torch.set_num_threads(1)
+            self.threads = 1
+            updates.append(0)
+
+        def update(self, force=False):
+            updates[-1] += 1
+            return self.threads
+
+    def timed(fn, device):
+        fn()
+        log.append((busy[0], torch.get_num_threads()))
+        return (1 + len(log)) * (2 if busy[0] else 1)
+    monkeypatch.setattr(bench, "busy_process", busy_process)
+    monkeypatch.setattr(bench, "ThreadPolicy", Policy)
+    monkeypatch.setattr(bench, "timed", timed)
+    monkeypatch.setattr(bench, "generate", lambda model, idx, n, temperature: iter(range(n)))
+    monkeypatch.setattr(bench, "TrainBench", lambda *a, **k: types.SimpleNamespace(step=lambda: torch.zeros(())))
+    return log, updates, busy
+
+
+def test_under_load_takes_medians_of_rounds_that_take_turns_loaded_and_idle(monkeypatch):
+    """Each round runs an idle and a loaded block (the busy process running through the whole of the loaded one
+    only), the blocks and the modes taking turns to go first; each figure is the median of its rounds with their
+    range, tokens/s counting every token of a step (grad_accum too) and loaded/idle is loaded over idle; a policy
+    re-checks the cores before every token and step; torch's threads are put back."""
+    import statistics
+    import types
+
+    import bench
+    from tinygpt.config import ModelConfig
+    log, updates, busy = fake_under_load(monkeypatch)
+    cfg = types.SimpleNamespace(train=types.SimpleNamespace(batch_size=2, grad_accum=3),
+                                model=types.SimpleNamespace(block_size=8))
+    gcfg = ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8, vocab_size=5)
+    n_tokens, steps, reps = 5, 2, 3
+    with torch_threads(4):
+        u = bench.bench_under_load(cfg, None, gcfg, torch.device("cpu"), n_tokens=n_tokens, steps=steps, reps=reps)
+        assert torch.get_num_threads() == 4  # (the policy left it at 1)
+    modes = {"default threads": 4, "policy": 1, "one core fewer": 3}
+    expected = [(False, 4)]  # the uncounted decoding first
+    for rep in range(reps):
+        for load in bench.turns(["idle", "loaded"], rep):
+            for mode in bench.turns(list(modes), rep):
+                expected += [(load == "loaded", modes[mode])] * 2  # decode, train
+    assert log == expected
+    assert updates == [n_tokens, steps] * (2 * reps)
+    per_token = {"decode": n_tokens, "train": steps * 2 * 3 * 8}
+    for key, r in u.items():
+        work, mode = key.split("|")
+        for load in ("idle", "loaded"):
+            rates = [per_token[work] / ((1 + i + 1) * (2 if loaded else 1)) for i, (loaded, threads) in
+                     enumerate(log) if i and loaded == (load == "loaded") and threads == modes[mode]
+                     and (i % 2 == 1) == (work == "decode")]
+            assert len(rates) == reps and r[load] == statistics.median(rates), (key, load)
+            assert r[f"{load}_range"] == [min(rates), max(rates)]
+        assert r["loaded_over_idle"] == r["loaded"] / r["idle"] and r["loaded_over_idle"] < 1
+
+
+def test_under_load_on_one_thread_still_measures_one_core_fewer_on_one(monkeypatch):
+    """torch on 1 thread (OMP_NUM_THREADS=1): "one core fewer" is 1 thread too, not 0."""
+    import types
+
+    import bench
+    from tinygpt.config import ModelConfig
+    fake_under_load(monkeypatch)
+    cfg = types.SimpleNamespace(train=types.SimpleNamespace(batch_size=1, grad_accum=1),
+                                model=types.SimpleNamespace(block_size=8))
+    gcfg = ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8, vocab_size=5)
+    with torch_threads(1):
+        u = bench.bench_under_load(cfg, None, gcfg, torch.device("cpu"), n_tokens=2, steps=1, reps=1)
+    assert u["decode|one core fewer"]["idle_threads"] == u["train|one core fewer"]["loaded_threads"] == 1
+
+
+def test_under_load_prints_its_table_and_the_ceiling_of_the_first_dtype(tmp_path, monkeypatch, capsys):
+    """The table's rows (idle, loaded, loaded/idle) and the ceiling lines: one core fewer's idle figure over the
+    policy's idle one, the policy's loaded figure over that ceiling; trained in the first of --dtypes."""
+    import bench
+    row = {"idle_range": [1.0, 2.0], "loaded_range": [1.0, 2.0], "idle_threads": 2.0, "loaded_threads": 1.0}
+    fake = {f"{work}|{mode}": {**row, "idle": idle, "loaded": loaded, "loaded_over_idle": loaded / idle}
+            for work in ("decode", "train")
+            for mode, idle, loaded in [("default threads", 500.0, 100.0), ("policy", 400.0, 150.0),
+                                       ("one core fewer", 300.0, 200.0)]}
+    dtypes = []
+    monkeypatch.setattr(bench, "bench_under_load", lambda cfg, data, gcfg, device, dtype: dtypes.append(dtype) or fake)
+    monkeypatch.setattr(bench, "usable_cores", lambda: 2)
+    res = bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000",
+                      f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=2",
+                      "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.device=cpu",
+                      "--steps", "0", "--gen-tokens", "0", "--dtypes", "bfloat16,float32", "--gen-layers", "1",
+                      "--gen-heads", "2", "--gen-embd", "32", "--gen-block", "64", "--under-load"])
+    assert dtypes == ["bfloat16"] and res["under_load_dtype"] == "bfloat16"
+    out = capsys.readouterr().out.splitlines()
+    policy_row = next(line for line in out if line.startswith("decode, policy"))
+    assert policy_row.split()[2:5] == ["400", "150", f"{150 / 400:.0%}"]
+    for work in ("decode", "train"):
+        assert (f"{work}: the ceiling beside a busy process (one core fewer, idle) is {300 / 400:.0%} of the policy's "
+                f"idle figure; loaded, the policy reaches {150 / 300:.0%} of that ceiling") in out
+
+
+def test_the_busy_process_has_its_own_session_and_is_always_stopped(monkeypatch):
+    """A Ctrl-C in the terminal reaches only bench.py (its own session), and the spin loop is killed and reaped
+    when the block ends, normally or by an exception (Ctrl-C)."""
+    import bench
+    procs = []
+
+    class Popen:
+        def __init__(self, cmd, **kwargs):
+            self.kwargs, self.events = kwargs, []
+            procs.append(self)
+
+        def poll(self):
+            return None
+
+        def kill(self):
+            self.events.append("kill")
+
+        def wait(self):
+            self.events.append("wait")
+    monkeypatch.setattr(bench.subprocess, "Popen", Popen)
+    monkeypatch.setattr(bench.time, "sleep", lambda s: None)
+    with bench.busy_process(seconds=5):
+        assert procs[0].events == []
+    with pytest.raises(KeyboardInterrupt):
+        with bench.busy_process(seconds=5):
+            raise KeyboardInterrupt
+    assert [p.kwargs.get("start_new_session") for p in procs] == [True, True]
+    assert [p.events for p in procs] == [["kill", "wait"], ["kill", "wait"]]
+
+
+def test_the_busy_cores_note_puts_torchs_threads_back(monkeypatch, capsys):
+    """The policy's first look sets torch's threads to the free cores: the bench itself runs on torch's default."""
+    import bench
+
+    class Policy:
+        def __init__(self, fixed=0):
+            self.threads = fixed or 1
+            torch.set_num_threads(self.threads)
+    monkeypatch.setattr(bench, "ThreadPolicy", Policy)
+    with torch_threads(4):
+        assert bench.pin_or_note_threads(0) == 3 and torch.get_num_threads() == 4
+    assert capsys.readouterr().err.startswith("note: other processes keep 3 of the 4 cores busy now")

@@ -1129,3 +1129,27 @@ def test_a_step_is_refused_by_its_forward_and_backward_flops_and_an_evaluation_b
     cfg.train.eval_iters = int(0.75 * runtime.MAX_STEP_S / runtime.MIN_PASS_S)  # 2 x that many passes: 1.5 days
     with pytest.raises(UserError, match="^one evaluation"):
         runtime.check_training_fits(cfg, "float32", torch.device("cpu"))
+
+
+def test_the_first_look_counts_the_running_threads_not_the_blocked_ones(monkeypatch):
+    """_runnable_tasks reads /proc/stat's procs_running (threads on or waiting for a CPU), not procs_blocked
+    (threads waiting for the disk, using no core); without the line, nothing is known."""
+    stat = ["cpu  10 0 10 80 0 0 0 0 0 0", "procs_blocked 7", "procs_running 3"]
+    monkeypatch.setattr(runtime, "_proc_stat", lambda: [line.split() for line in stat])
+    assert runtime._runnable_tasks() == 3
+    stat[:] = ["cpu  10 0 10 80 0 0 0 0 0 0", "procs_blocked 7"]
+    assert runtime._runnable_tasks() is None
+
+
+def test_following_free_cores_rechecks_the_policy_before_each_item():
+    """sample.py's and bench.py's decoding re-check the free cores before every token (a busy neighbour that
+    starts mid-generation is followed); without a policy (a GPU) the items pass unchanged."""
+    seen = []
+
+    class Policy:
+        def update(self):
+            seen.append("update")
+    for item in runtime.following_free_cores(iter("abc"), Policy()):
+        seen.append(item)
+    assert seen == ["update", "a", "update", "b", "update", "c"]
+    assert list(runtime.following_free_cores(iter("ab"), None)) == ["a", "b"]
