@@ -2151,3 +2151,118 @@ def test_an_omp_num_threads_of_the_environment_is_kept(monkeypatch):
     fake_cores(monkeypatch, {0, 1, 2, 3})
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert sweep.Runner(2).env["OMP_NUM_THREADS"] == "3"
+
+
+def test_a_run_asked_for_after_the_sweeps_signal_is_not_started(tmp_path):
+    """A run asked for once the sweep heard its Ctrl-C (another job's thread, under --jobs 2) never starts."""
+    runner = sweep.Runner(1)
+    runner.signum = signal.SIGINT
+    marker = tmp_path / "started"
+    assert runner.run([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], "t") is None
+    assert not marker.exists() and not runner.running
+
+
+def test_a_signal_that_comes_as_a_run_starts_reaches_it(monkeypatch):
+    """The sweep's Ctrl-C between run()'s check and the run's start: the run hears it at once (it was in
+    no list of running runs to forward it to)."""
+    runner = sweep.Runner(1)
+    real = subprocess.Popen
+
+    def signalled_as_it_starts(*args, **kwargs):
+        proc = real(*args, **kwargs)
+        runner.signum = signal.SIGTERM  # (as forward() records it, the run not yet in runner.running)
+        return proc
+    monkeypatch.setattr(sweep.subprocess, "Popen", signalled_as_it_starts)
+    t = time.perf_counter()
+    ended = runner.run([sys.executable, "-c", "import time; time.sleep(20)"], "t")
+    assert ended.code == -signal.SIGTERM and time.perf_counter() - t < 15
+
+
+def test_each_run_is_in_a_session_of_its_own_with_its_share_of_the_threads(monkeypatch, capsys):
+    """A terminal's Ctrl-C reaches a run only through the sweep (once): each run leads its own session;
+    and --jobs 2 on 4 cores gives it OMP_NUM_THREADS=2 in the environment it runs with."""
+    fake_cores(monkeypatch, {0, 1, 2, 3})
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    ended = sweep.Runner(2).run([sys.executable, "-c", "import os; print(os.getsid(0) == os.getpid(), "
+                                 "os.environ.get('OMP_NUM_THREADS'))"], "t")
+    assert ended.code == 0 and capsys.readouterr().out == "t: True 2\n"
+
+
+def test_runs_of_several_jobs_are_quiet(tmp_path, monkeypatch):
+    """--jobs 2 relays each run's output line by line: a progress bar, redrawn in place, would be a line each
+    redraw, so each run gets --quiet; one at a time, only where the sweep is --quiet."""
+    fake_cores(monkeypatch, {0, 1})
+    log = tmp_path / "argv"
+    stand_in_train(tmp_path, monkeypatch,
+                   f"import sys\nopen({str(log)!r}, 'a').write(str('--quiet' in sys.argv) + '\\n')\n")
+    argv = [CONFIG, "--grid", "model.n_head=1,2", *shrink(tmp_path / "prepared")]
+    run_sweep([*argv, "--out", str(tmp_path / "a"), "--jobs", "2"])
+    assert log.read_text() == "True\nTrue\n"
+    log.unlink()
+    run_sweep([*argv, "--out", str(tmp_path / "b")])
+    assert log.read_text() == "False\nFalse\n"
+
+
+def test_a_run_stopped_by_the_sweep_before_its_first_checkpoint_says_so(tmp_path, monkeypatch, capfd):
+    """A run the sweep's Ctrl-C stopped before it saved anything is said to start again, and reported so."""
+    stand_in_train(tmp_path, monkeypatch, "import os, signal, time\nos.kill(os.getppid(), signal.SIGINT)\n"
+                   "time.sleep(10)\n")  # the sweep forwards its Ctrl-C: the run stops (KeyboardInterrupt)
+    assert sweep_exit_code(tmp_path) == 128 + signal.SIGINT
+    printed = capfd.readouterr()
+    assert "[1/2] n_head=1: stopped, before its first checkpoint (it will start again)" in printed.out
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == [
+        "interrupted before its first checkpoint", "not started"]
+
+
+def test_a_run_that_trained_otherwise_than_planned_fails_the_sweep(tmp_path, monkeypatch, capfd):
+    """A run that finished on a config or data edited as it started is a failure of the sweep, row by row."""
+    stand_in_train(tmp_path, monkeypatch, "pass\n")
+    monkeypatch.setattr(sweep, "trained_otherwise", lambda run: ("config", "trained with other settings"))
+    assert sweep_exit_code(tmp_path) == 1
+    printed = capfd.readouterr()
+    assert "[1/2] n_head=1: trained with other settings" in printed.out
+    assert "2 of 2 run(s) trained on a config or data edited as they started" in printed.err
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == [
+        sweep.TRAINED_OTHERWISE.format("config")] * 2
+
+
+def test_a_run_probed_already_is_not_probed_again(tmp_path, monkeypatch):
+    """--probe on a rerun probes only the runs without a probe.json of these stories."""
+    stand_in_train(tmp_path, monkeypatch, "pass\n")
+    probed = []
+    monkeypatch.setattr(sweep, "probe_run", lambda run_dir, n, runner: probed.append(run_dir.name))
+    monkeypatch.setattr(sweep, "probed", lambda run_dir, n: run_dir.name == "n_head=1")
+    run_sweep([CONFIG, "--grid", "model.n_head=1,2", "--probe", "--probe-stories", "3",
+               *shrink(tmp_path / "prepared"), "--out", str(tmp_path / "sw")])
+    assert probed == ["n_head=2"]
+
+
+def test_a_runs_probe_takes_its_share_of_the_cores_and_stops_with_the_sweep(tmp_path, monkeypatch):
+    """--jobs 2 on 4 cores: a probe runs on at most 2 threads, and stops when the sweep is stopped."""
+    fake_cores(monkeypatch, {0, 1, 2, 3})
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    seen = {}
+
+    def stopped_probe(model, tokenizer, n_stories, seed, device, threads=None, stop=None):
+        seen.update(threads=threads, stop=stop)
+        return None
+    cfg = load_config(CONFIG, [])
+    monkeypatch.setattr(sweep, "resolve_checkpoint", lambda run_dir: run_dir / "best.pt")
+    monkeypatch.setattr(sweep, "load_model", lambda path: (None, cfg, None, None))
+    monkeypatch.setattr(sweep, "probe", stopped_probe)
+    runner = sweep.Runner(2)
+    assert sweep.probe_run(tmp_path, 3, runner) is None and not (tmp_path / "probe.json").exists()
+    assert seen["threads"].max_threads == 2 and not seen["stop"]()
+    runner.signum = signal.SIGINT
+    assert seen["stop"]()
+
+
+def test_a_sweep_stopped_with_no_run_running_says_interrupted_itself(tmp_path, monkeypatch, capsys):
+    """One run at a time, a run that hears the Ctrl-C prints `interrupted` itself; one that came between runs
+    (no run to hear it) is the sweep's to say."""
+    def stopped(args, runner, tag, run):  # the signal came before any run was reached
+        runner.signum = signal.SIGINT
+
+    monkeypatch.setattr(sweep, "train_one", stopped)
+    assert sweep_exit_code(tmp_path) == 128 + signal.SIGINT
+    assert capsys.readouterr().err.endswith("interrupted\n")
