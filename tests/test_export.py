@@ -1276,3 +1276,82 @@ def test_config_json_gives_the_context_as_n_ctx_too_and_readme_names_the_pad_tex
     chars = config["tinygpt"]["tokenizer"]["chars"]
     readme = (tmp_path / "hf" / "README_EXPORT.md").read_text()
     assert f"(id {config['bos_token_id']}, {chars[config['bos_token_id']]!r})" in readme
+
+
+def test_config_json_records_the_exported_step(tmp_path):
+    """tinygpt.step in config.json is the checkpoint's step, not a constant."""
+    run, config = export_run(tmp_path)
+    assert config["tinygpt"]["step"] == load_checkpoint(Path(run) / "ckpt.pt")["step"] != 0
+
+
+def test_an_import_is_a_fresh_run_at_step_0_with_no_best_loss(tmp_path):
+    """The imported checkpoint starts as a new run: step 0, best_val_loss inf (any finite value would stop
+    train.py from saving a better best.pt)."""
+    export_run(tmp_path)
+    path = export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
+    ckpt = load_checkpoint(path)
+    assert ckpt["step"] == 0 and ckpt["best_val_loss"] == float("inf")
+
+
+def test_force_replaces_a_link_named_like_a_file_and_keeps_what_it_points_to(tmp_path):
+    """A symlink named config.json that points to a folder is a link, not a folder of the user's: --force
+    replaces it (the folder it points to is untouched)."""
+    run, _, _ = make_run(tmp_path)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "keep.txt").write_text("x")
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").symlink_to(theirs, target_is_directory=True)
+    export.main([run, str(out), "--force"])
+    assert (out / "config.json").is_file() and not (out / "config.json").is_symlink()
+    assert (theirs / "keep.txt").read_text() == "x"
+
+
+def test_a_sharded_pytorch_model_bin_is_named_sharded_not_missing(tmp_path):
+    """pytorch_model.bin.index.json (a sharded .bin save) alone: the import says sharded, not that no weights exist."""
+    export_run(tmp_path)
+    folder = tmp_path / "hf"
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin.index.json").write_text("{}")
+    with pytest.raises(UserError, match="holds a sharded checkpoint, which is not supported"):
+        export.main(["--from-hf", str(folder), str(tmp_path / "back")])
+
+
+def test_a_full_tiktoken_vocabulary_gets_no_caution(tmp_path, monkeypatch, capsys):
+    """The caution is for compact vocabularies saved before closing; a full vocabulary (ids None) whose record
+    has no `closed` key (as import_hf writes GPT-2's) is exported without it."""
+    import tiktoken
+    from tinygpt import tokenizer as tk
+    ranks = {**{bytes([b]): b for b in range(256)}, b"ab": 256, b"abc": 257}
+    toy = tiktoken.Encoding("toy", pat_str=r" ?\w+| ?[^\w\s]+|\s+", mergeable_ranks=ranks, special_tokens={})
+    monkeypatch.setattr(tk, "get_tiktoken_encoding", lambda name: toy)
+    monkeypatch.setattr(tk, "tiktoken_names", lambda names=tk.tiktoken_names(): [*names, "toy"])
+    cfg = Config(model=ModelConfig(block_size=8, n_layer=1, n_head=2, n_embd=16, vocab_size=258))
+    record = {"kind": "tiktoken", "vocab_size": 258, "encoding": "toy"}
+    assert tk.tokenizer_from_dict(record).ids is None
+    save_checkpoint(tmp_path / "run" / "ckpt.pt", {"config": config_to_dict(cfg), "tokenizer": record,
+                                                   "model": GPT(cfg.model).state_dict(), "step": 0})
+    capsys.readouterr()
+    export.main([str(tmp_path / "run"), str(tmp_path / "hf")])
+    assert "closed" not in capsys.readouterr().err
+    assert "Caution" not in (tmp_path / "hf" / "README_EXPORT.md").read_text()
+
+
+def test_format_means_nothing_with_from_hf_and_is_refused(tmp_path):
+    export_run(tmp_path)
+    with pytest.raises(UserError, match="--format is the export's format"):
+        export.main(["--from-hf", str(tmp_path / "hf"), str(tmp_path / "back"), "--format", "hf"])
+    assert not (tmp_path / "back").exists()
+
+
+@pytest.mark.parametrize("kind", ["tiktoken", "char"])
+def test_an_imported_tiktoken_run_is_told_it_needs_the_encoding_file(tmp_path, monkeypatch, capsys, kind):
+    """The import's message names TIKTOKEN_CACHE_DIR for a tiktoken tokenizer only (sample.py needs its file)."""
+    monkeypatch.setattr(export, "import_hf", lambda src, out, force: Path(out) / "ckpt.pt")
+    monkeypatch.setattr(export, "load_checkpoint", lambda path: {
+        "config": {"model": {"n_layer": 1, "n_head": 2, "n_embd": 16}},
+        "tokenizer": {"kind": kind, "vocab_size": 50257}})
+    (tmp_path / "gpt2").mkdir()
+    export.main(["--from-hf", str(tmp_path / "gpt2"), str(tmp_path / "run")])
+    assert ("TIKTOKEN_CACHE_DIR" in capsys.readouterr().out) is (kind == "tiktoken")
