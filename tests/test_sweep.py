@@ -2266,3 +2266,15 @@ def test_a_sweep_stopped_with_no_run_running_says_interrupted_itself(tmp_path, m
     monkeypatch.setattr(sweep, "train_one", stopped)
     assert sweep_exit_code(tmp_path) == 128 + signal.SIGINT
     assert capsys.readouterr().err.endswith("interrupted\n")
+
+
+def test_a_run_not_started_for_an_edit_keeps_how_its_folder_has_it(tmp_path, monkeypatch, capfd):
+    """A run not started for an edit whose folder holds an earlier try (stopped at a step) is reported with
+    both: why it was not started, then its folder's status."""
+    stand_in_train(tmp_path, monkeypatch, "raise SystemExit('a run started')")  # (none must start)
+    monkeypatch.setattr(sweep, "config_edited", lambda config, run: "the config was edited")
+    monkeypatch.setattr(sweep, "run_row", lambda run, runner: {"run": run.name, "status": "stopped at step 5"})
+    assert sweep_exit_code(tmp_path) == 1
+    assert "2 of 2 run(s) not started" in capfd.readouterr().err
+    assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == [
+        f"{sweep.NOT_AS_PLANNED}, stopped at step 5"] * 2
