@@ -2161,3 +2161,63 @@ def test_other_data_is_said_over_the_loss_panel_only(monkeypatch):
     fig = two_head_settings(monkeypatch, "antecedent", (0.2, 0.4), apart=True)
     assert settings_panel(fig, 0).get_title() == plots.APART.replace(": ", ":\n")
     assert settings_panel(fig, 1).get_title() == ""
+
+
+def test_a_nonfinite_train_loss_before_the_last_row_is_damage_and_a_diverged_log_row_a_divergence(tmp_path):
+    """check_order refuses a nan train_loss (not only a val_loss) before the last row; a run whose last row is a
+    log row of nan train loss (no val_loss in it) is diverged, not stopped on its way."""
+    with pytest.raises(ValueError, match="row 1 has a loss that is not finite, and rows after it"):
+        runs.check_order([{"step": 10.0, "train_loss": float("nan")}, {"step": 20.0, "train_loss": 3.0}])
+    run = tmp_path / "run"
+    fake_run(run, 1, [(30, "2.0", "")])
+    runs.write_metrics(run, [{"step": 0, "train_loss": "4.0", "val_loss": "3.0"}, {"step": 10, "train_loss": "nan"}])
+    assert runs.summarize_run(run)["status"] == f"{runs.DIVERGED} 10"
+
+
+def test_a_nan_or_inf_step_is_a_row_without_a_step():
+    """An inf step reached int() (OverflowError: a traceback, not 'damaged'), a nan step said 'cannot convert'."""
+    for step in ("nan", "inf", "-inf"):
+        with pytest.raises(ValueError, match="^a row has no step$"):
+            runs.parse_metrics(["step,train_loss", f"{step},1.0"])
+
+
+def test_an_infinite_elapsed_s_in_ckpt_pt_adds_nothing_to_wall_s(tmp_path):
+    """A nan elapsed_s was left out by max() anyway; an inf one made wall_s inf."""
+    run = tmp_path / "run"
+    fake_run(run, 1, [(30, "2.0", "")])
+    runs.write_metrics(run, [{"step": 0, "train_loss": "4.0", "val_loss": "3.0", "elapsed_s": "0.041"}])
+    torch.save({"format": FORMAT, "step": 5, "elapsed_s": float("inf")}, run / "ckpt.pt")
+    summary = runs.summarize_run(run)
+    assert (summary["status"], summary["wall_s"]) == ("step 5/30", 0.041)
+
+
+def test_a_checkpoint_past_the_runs_max_iters_does_not_make_it_done(tmp_path):
+    """A ckpt.pt at a step past train.max_iters is not this run's (copied in): the last row says where it is."""
+    run = tmp_path / "run"
+    fake_run(run, 1, [(0, "4.0", "3.0"), (10, "3.5", "3.4")])
+    cfg = runs.read_config(run)
+    cfg.train.max_iters = 30
+    runs.write_config(run, cfg)
+    torch.save({"format": FORMAT, "step": 50, "elapsed_s": 1.0}, run / "ckpt.pt")
+    assert runs.summarize_run(run)["status"] == "step 10/30"
+
+
+def test_a_metrics_csv_with_val_loss_alone_has_no_final_train_loss(tmp_path):
+    """Eval rows without a train_loss (one loss column is enough) give no final train loss, not a KeyError."""
+    run = tmp_path / "run"
+    fake_run(run, 1, [(10, "2.0", "")])
+    (run / "metrics.csv").write_text("step,val_loss\n0,4.0\n10,3.5\n")
+    summary = runs.summarize_run(run)
+    assert (summary["best_val_loss"], summary["final_train_loss"]) == (3.5, None)
+
+
+def test_a_metrics_csv_of_holes_is_called_one(tmp_path):
+    run = tmp_path / "run"
+    fake_run(run, 1, [(0, "4.1", "4.1")])
+    with open(run / "metrics.csv", "r+b") as f:
+        f.truncate(80 << 20)
+    if (run / "metrics.csv").stat().st_blocks * 512 >= 40 << 20:  # (a file system without sparse files)
+        pytest.skip("this file system writes no holes")
+    with pytest.raises(UserError, match=r"metrics\.csv is damaged or not a tinygpt metrics file \(most of its "
+                                        r"[\d,]+ bytes were never written: a file of holes\)"):
+        runs.read_metrics(run)

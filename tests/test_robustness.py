@@ -1159,3 +1159,31 @@ def test_a_new_run_inside_a_folder_being_trained_is_refused(tmp_path):
                                             rf"way \(process {os.getpid()}\)"):
             check_run_dir(outer / "inner", resume=False)
     check_run_dir(outer / "inner", resume=False)  # (its training ended: no refusal)
+
+
+def test_a_folder_named_as_a_source_folder_elsewhere_is_no_shared_folder(tmp_path):
+    """out/data or out/tests is the user's folder; only the repository's own data/, tests/, ... are shared."""
+    from tinygpt import runs
+    for name in runs.SOURCE_FOLDERS:
+        assert runs.shared_folder(tmp_path / name) is None
+        assert runs.shared_folder(runs.REPOSITORY / name) == f"the repository's {name}/ folder"
+
+
+def test_a_lock_file_left_with_a_longer_pid_names_only_the_new_holder(tmp_path, monkeypatch):
+    """A killed training's .lock held a pid longer than this one's: the new holder's pid replaces it whole (its
+    old tail made a second training name a process that never was); a lock file system error that says
+    nothing of a holder (ENOLCK: locks emulated, or none) names no holder."""
+    import errno
+    import fcntl
+    from tinygpt import runs
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / runs.LOCK).write_text("98765432109876543210\n")
+    with runs.run_lock(run):
+        assert (run / runs.LOCK).read_text() == f"{os.getpid()}\n"
+        assert runs.lock_holder(run) == str(os.getpid())
+
+        def no_locks(fd, op):
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+        monkeypatch.setattr(fcntl, "flock", no_locks)
+        assert runs.lock_holder(run) is None
