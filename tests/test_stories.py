@@ -13,6 +13,7 @@ pronoun's gender must be used).
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import random
@@ -32,7 +33,7 @@ from data.stories import (
 )
 from data.story_words import (
     ALL_TEMPLATES, ATTRIBUTE_POOLS, FEMALE_NAMES, GENERIC_SLOTS, MALE_NAMES, PET_NAMES,
-    PRONOUN_REFERENCES, ROLES,
+    PRONOUN_REFERENCES, ROLES, TOWN_ADJECTIVES, TOWNS,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,9 +85,10 @@ def test_default_size_is_about_1_5_mb_and_fast():
     assert seconds < 5, f"generating 1.5 MB took {seconds:.1f} s of CPU (budget 5 s)"
 
 
-def test_rejects_a_non_positive_size():
+@pytest.mark.parametrize("n_chars", [0, -1, -1000])
+def test_rejects_a_non_positive_size(n_chars):
     with pytest.raises(ValueError, match="n_chars"):
-        generate_stories(0)
+        generate_stories(n_chars)
 
 
 def test_text_is_printable_ascii_and_blank_lines_only_separate_stories(corpus):
@@ -511,3 +513,112 @@ def test_a_reference_is_in_the_128_char_window_counted_back_from_the_attribute_n
                   distractor_attribute="blue")
     assert r.attribute_pos - 128 > 0 >= r.pronoun_pos - 128  # (Mia is in the pronoun's window, not the attribute's)
     assert corpus_stats(text, [r])["share_in_128_window"] == 0.0
+
+
+def test_each_story_introduces_a_girl_and_a_boy_each_by_the_right_noun(corpus):
+    """'a girl named Leo': the noun of each introduction agrees with the name's gender, and a story introduces
+    exactly two characters that way, one girl and one boy."""
+    text, _ = corpus
+    for story in text.split("\n\n"):
+        intro = story.split("\n")[0]
+        found = re.findall(r"\b(girl|boy) (?:named|called) ([A-Z][a-z]+)\b", intro)
+        assert sorted(noun for noun, _ in found) == ["boy", "girl"], intro
+        for noun, name in found:
+            assert name in (FEMALE_NAMES if noun == "girl" else MALE_NAMES), (noun, name)
+
+
+def test_a_sentence_about_both_characters_names_two_different_ones(corpus):
+    """'{name} and {other}': the other is the second character, never the subject again ("Mia and Mia")."""
+    text, _ = corpus
+    names = set(FEMALE_NAMES) | set(MALE_NAMES)
+    both = 0
+    for sentence in re.split(r'(?<=[.!?])"? ', text.replace("\n", " ")):
+        said = [w for w in re.findall(r"[A-Z][a-z]+", sentence) if w in names]
+        assert len(said) == len(set(said)), sentence
+        both += len(said) == 2
+    assert both > 100
+
+
+def test_a_story_keeps_its_town(corpus):
+    """The town and its adjective are drawn once per story: "a sleepy village" is not "the city" two lines on."""
+    text, _ = corpus
+    towns, phrases = "|".join(TOWNS), "|".join(TOWN_ADJECTIVES)
+    with_two = 0
+    for story in text.split("\n\n"):
+        said = re.findall(rf"\b({towns})\b(?! hall)", story)
+        assert len(set(said)) <= 1, said
+        adjectives = re.findall(rf"\b({phrases}) (?:{towns})\b(?! hall)", story)
+        assert len(set(adjectives)) <= 1, adjectives
+        with_two += len(said) >= 2
+    assert with_two > 10
+
+
+def _said(monkeypatch, n_stories=200, seed=11):
+    """[(template, subject name)] of each of n_stories stories."""
+    said: list[tuple[str, str]] = []
+    original = stories._Story.say
+
+    def recording(self, template, subject):
+        said.append((template, subject.name))
+        return original(self, template, subject)
+    monkeypatch.setattr(stories._Story, "say", recording)
+    rng, out = random.Random(seed), []
+    for _ in range(n_stories):
+        said.clear()
+        generate_story(rng)
+        out.append(list(said))
+    return out
+
+
+def test_the_body_interleaves_actions_and_dialogue_with_the_references(monkeypatch):
+    """The body's episodes are shuffled: named actions and dialogue do not all come after the last reference,
+    and a dialogue is a line from each of the two main characters."""
+    references = {t for _, t in story_words.PRONOUN_REFERENCES}
+    others = set(story_words.NAMED_ACTIONS) | set(story_words.DIALOGUES)
+    early = dialogues = 0
+    for said in _said(monkeypatch):
+        last_reference = max(i for i, (t, _) in enumerate(said) if t in references)
+        early += any(t in others for t, _ in said[:last_reference])
+        lines = [name for t, name in said if t in story_words.DIALOGUES]
+        assert len(lines) in (0, 2) and len(set(lines)) == len(lines), lines
+        dialogues += bool(lines)
+    assert early > 50 and dialogues > 50, (early, dialogues)
+
+
+def test_the_references_are_about_either_character(corpus):
+    """Each body episode picks its subject afresh: the antecedent is not always the character introduced first."""
+    text, refs = corpus
+    names = set(FEMALE_NAMES) | set(MALE_NAMES)
+    first_of = {}
+    for start, story in zip([0] + [m.end() for m in re.finditer("\n\n", text)], text.split("\n\n")):
+        first_of[start] = next(w for w in re.findall(r"[A-Z][a-z]+", story) if w in names)
+    starts = sorted(first_of)
+    about_first = sum(r.antecedent == first_of[starts[bisect.bisect(starts, r.pronoun_pos) - 1]] for r in refs)
+    assert 0.35 < about_first / len(refs) < 0.65, about_first / len(refs)
+
+
+def test_paragraph_breaks_in_the_body_are_occasional(corpus):
+    """A new paragraph now and then (a 0.15 chance after an episode), not after every episode."""
+    text, refs = corpus
+    pieces = text.split("\n\n")
+    body_lines = sum(len(story.split("\n")) - 2 for story in pieces)
+    assert len(pieces) <= body_lines < len(refs) / 2, (body_lines, len(refs))
+
+
+def test_corpus_stats_counts_words_of_any_case_and_reaches_back_from_the_last_mention():
+    def ref(text, spans, attribute_pos):
+        return Reference(pronoun_pos=text.index("she"), pronoun="she", attribute_pos=attribute_pos, attribute="red",
+                         kind="colour", antecedent="Mia", antecedent_spans=spans, distractor="Leo",
+                         distractor_spans=[], distractor_attribute="blue")
+    text = "Mia red. Saw Mia saw. Then she red"  # short: the 128-char window starts at the text's start
+    last = [m.span() for m in re.finditer("Mia", text)]
+    r = ref(text, last, len(text) - 3)
+    stats = corpus_stats(text, [r])
+    assert (stats["words"], stats["word_types"]) == (8, 5)  # (Saw/saw one type: types are lower-cased)
+    assert stats["mean_reach_back_chars"] == r.attribute_pos - last[-1][1]
+    assert stats["share_in_128_window"] == 1.0
+    longer = text + " Then it rained." * 20  # (the window of an attribute near the start is not counted from the end)
+    assert len(longer) > 128 > r.attribute_pos and corpus_stats(longer, [r])["share_in_128_window"] == 1.0
+    far = "Mia" + "." * 100 + " she red"
+    both = corpus_stats(far, [ref(far, [(0, 3)], len(far) - 3), r])
+    assert both["share_reach_back_100+"] == 0.5
