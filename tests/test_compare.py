@@ -1673,9 +1673,10 @@ def test_an_x_value_with_no_finished_run_has_no_tick_and_is_said(monkeypatch):
 # ---- what the summary over seeds claims, and how ----
 
 
-def _groups(values: dict[int, list[float]], metric: str = "best_val_loss"):
+def _groups(values: dict[int, list[float]], metric: str = "best_val_loss", extra=None):
+    """Settings n_head=h of seeds 1, 2, ... with these values of `metric` (and `extra(h, seed)`'s columns)."""
     from tinygpt import report
-    rows = [{"model.n_head": h, "train.seed": s, "status": "done", metric: v}
+    rows = [{"model.n_head": h, "train.seed": s, "status": "done", metric: v, **(extra(h, s) if extra else {})}
             for h, vs in values.items() for s, v in enumerate(vs, 1)]
     return report.group_by_setting(rows, ["model.n_head", "train.seed"])
 
@@ -2221,3 +2222,101 @@ def test_a_metrics_csv_of_holes_is_called_one(tmp_path):
     with pytest.raises(UserError, match=r"metrics\.csv is damaged or not a tinygpt metrics file \(most of its "
                                         r"[\d,]+ bytes were never written: a file of holes\)"):
         runs.read_metrics(run)
+
+
+def test_the_chance_count_is_of_the_metrics_the_differences_are_looked_for_in():
+    """Differences are looked for in DIFFERENCES_IN only: the 'expected by chance' count is of those comparisons,
+    not of the speed and time columns the table also shows (their intervals are never compared)."""
+    from tinygpt import report
+    groups = _groups({1: [1.10, 1.11, 1.12], 2: [1.30, 1.31, 1.33]},
+                     extra=lambda h, s: {"tokens_per_s": 1000.0 * h + s, "wall_s": 10.0 * h + s})
+    text = report.summary_text(groups, ["best_val_loss", "tokens_per_s", "wall_s"], probed=False)
+    alone = report.expected_by_chance(groups, ["best_val_loss"])
+    assert alone != report.expected_by_chance(groups, ["best_val_loss", "tokens_per_s", "wall_s"])
+    assert f"so about {alone:.2g} of these are expected by chance alone" in text
+    assert "1 comparison of a pair of settings in a metric" in text
+
+
+def test_a_probed_summary_names_each_settings_best_head():
+    """With probe figures, the summary lists each setting's winning head(s) (group_by_setting's attribute_heads)."""
+    from tinygpt import report
+    groups = _groups({1: [0.5, 0.6], 2: [0.7, 0.8]}, "antecedent",
+                     extra=lambda h, s: {"attribute_head": f"L0H{h - 1}"})
+    text = report.summary_text(groups, ["antecedent"], probed=True)
+    assert ("Best head on the antecedent's attribute, per run: "
+            + "; ".join(f"{g['label']}: {g['attribute_heads']}" for g in groups)) in text
+    assert groups[0]["attribute_heads"] != groups[1]["attribute_heads"]
+    assert "Best head" not in report.summary_text(groups, ["antecedent"], probed=False)
+
+
+def test_a_report_stops_looking_below_out_after_its_cap_of_folders(tmp_path, monkeypatch):
+    """report_under_way_below walks at most BELOW_FOLDERS folders (a home folder given as --out is not searched
+    whole): a sweep's lock found within the cap, not past it."""
+    from tinygpt import report, runs
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    with runs.run_lock(deep, "--out", "sweep", runs.REPORT_LOCK):
+        assert report.report_under_way_below(tmp_path) is not None
+        monkeypatch.setattr(report, "BELOW_FOLDERS", 3)  # tmp_path, a, b: c is the fourth
+        assert report.report_under_way_below(tmp_path) is None
+
+
+def test_a_report_is_told_by_its_title_at_the_start_of_results_md(tmp_path):
+    """results.md is a report's by a first line that starts with a report's title, not one that holds it."""
+    from tinygpt import report
+    for title, maker in report.TITLES.items():
+        (tmp_path / "results.md").write_text(f"{title}x\n")
+        assert report.report_maker(tmp_path) == maker
+        (tmp_path / "results.md").write_text(f"My notes {title}x\n")
+        assert report.report_maker(tmp_path) is None
+        assert report.foreign_report_file(tmp_path) == "results.md"
+
+
+def test_a_csv_is_a_reports_only_where_its_first_column_is_the_reports(tmp_path):
+    """A user's results.csv or summary.csv holding a report's columns after one of its own is not a report's."""
+    from tinygpt import report
+    (tmp_path / "results.csv").write_text(",".join(["name", "run", *report.RESULT_COLUMNS]) + "\n")
+    assert report.foreign_report_file(tmp_path) == "results.csv"
+    (tmp_path / "results.csv").write_text(",".join(["run", *report.RESULT_COLUMNS]) + "\n")
+    (tmp_path / "summary.csv").write_text("name,setting,best_val_loss_mean\n")
+    assert report.foreign_report_file(tmp_path) == "summary.csv"
+    (tmp_path / "summary.csv").write_text("setting,best_val_loss_mean\n")
+    assert report.foreign_report_file(tmp_path) is None
+
+
+def test_a_plot_only_picture_alone_is_a_reports_by_its_mark(tmp_path):
+    """compare.py --plot-only writes val_loss.png alone (no results.md beside it): its mark tells it a report's,
+    so a second --plot-only into that folder replaces it."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    def curve(h, s):
+        return {"metrics": [{"step": 0, "val_loss": 2.0 + s}, {"step": 10, "val_loss": 1.5 + s}]}
+    groups = _groups({1: [1.5, 1.6]}, extra=curve)
+    assert report.write_val_loss(groups, tmp_path) == tmp_path / "val_loss.png"
+    assert not (tmp_path / "results.md").exists()
+    assert report.is_report_file(tmp_path, "val_loss.png")
+    report.check_report_folder(tmp_path, plot_only=True)
+
+
+def test_one_run_alone_is_not_called_one_run_per_setting(tmp_path):
+    """The 'One run per setting' note is for settings compared over single runs: one run alone has nothing to
+    compare with, and says no such thing; two settings of one run each do."""
+    from tinygpt import report
+    rows = [{"run": f"h{h}", "model.n_head": h, "train.seed": 1, "status": "done", "best_val_loss": 1.0 + h / 10}
+            for h in (1, 2)]
+    text, _ = report.write_report(rows[:1], ["model.n_head"], tmp_path / "one", title="t")
+    assert "One run per setting" not in text
+    text, _ = report.write_report(rows, ["model.n_head"], tmp_path / "two", title="t")
+    assert "One run per setting" in text
+
+
+def test_plot_only_into_a_folder_of_runs_says_its_picture_would_mix_with_them(tmp_path):
+    """--plot-only writes only val_loss.png: refused among runs, it says so (not 'mix with them', as a report)."""
+    from tinygpt import report
+    from tinygpt.errors import UserError
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "ckpt.pt").write_bytes(b"x")
+    with pytest.raises(UserError, match="mix its val_loss.png with them"):
+        report.check_report_folder(tmp_path, plot_only=True)
+    with pytest.raises(UserError, match="this report would mix with them"):
+        report.check_report_folder(tmp_path)
