@@ -2289,6 +2289,7 @@ def test_a_plot_only_picture_alone_is_a_reports_by_its_mark(tmp_path):
     so a second --plot-only into that folder replaces it."""
     pytest.importorskip("matplotlib")
     from tinygpt import report
+
     def curve(h, s):
         return {"metrics": [{"step": 0, "val_loss": 2.0 + s}, {"step": 10, "val_loss": 1.5 + s}]}
     groups = _groups({1: [1.5, 1.6]}, extra=curve)

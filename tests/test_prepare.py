@@ -863,11 +863,9 @@ def test_learning_a_bpe_on_text_without_spaces_is_counted_at_its_own_cost(tmp_pa
     assert prep.unspaced([tmp_path / "big.txt", tmp_path / "gone.txt"])
 
 
-def test_encoding_a_long_text_without_spaces_with_tiktoken_is_said_first(tmp_path, monkeypatch, capsys):
-    """tiktoken reads a text with no whitespace as one piece: 50 MB of it stood at 0% of the tokenizing bar
-    for 3 minutes. A line says so first; a text with spaces gets the bar alone."""
-    from conftest import r50k_cache
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(r50k_cache(tmp_path / "tiktoken")))
+def check_the_unspaced_note(tmp_path, monkeypatch, capsys):
+    """Prepare a long text without whitespace, then one with, for gpt2: the note is said for the first alone.
+    Returns the config of the last."""
     monkeypatch.setattr(prep, "LONG_TEXT", 1000)  # (instead of 4 MiB of text)
     for name, text in (("dna", "ACGT" * 500 + "\n"), ("words", "the cat sat on the mat. " * 100)):
         (tmp_path / f"{name}.txt").write_text(text)
@@ -876,6 +874,15 @@ def test_encoding_a_long_text_without_spaces_with_tiktoken_is_said_first(tmp_pat
         prep.prepare(cfg, show_progress=True)
         said = "encoding 0.0 M characters with gpt2: the text has almost no whitespace" in capsys.readouterr().err
         assert said == (name == "dna")
+    return cfg
+
+
+def test_encoding_a_long_text_without_spaces_with_tiktoken_is_said_first(tmp_path, monkeypatch, capsys):
+    """tiktoken reads a text with no whitespace as one piece: 50 MB of it stood at 0% of the tokenizing bar
+    for 3 minutes. A line says so first; a text with spaces gets the bar alone."""
+    from conftest import r50k_cache
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(r50k_cache(tmp_path / "tiktoken")))
+    cfg = check_the_unspaced_note(tmp_path, monkeypatch, capsys)
     cfg.data.dataset, cfg.data.tokenizer = str(tmp_path / "dna.txt"), "word"  # (its bar tells how far it is)
     prep.prepare(cfg, show_progress=True)
     assert "almost no whitespace" not in capsys.readouterr().err
@@ -1434,14 +1441,7 @@ def test_a_long_unspaced_text_for_a_tiktoken_encoding_is_said_first_without_the_
     same rule with a stand-in tokenizer, so the note is checked everywhere (a long spaced text gets none)."""
     build = prep.build_tokenizer
     monkeypatch.setattr(prep, "build_tokenizer", lambda name, text, **kw: build("char", text))
-    monkeypatch.setattr(prep, "LONG_TEXT", 1000)  # (instead of 4 MiB of text)
-    for name, text in (("dna", "ACGT" * 500 + "\n"), ("words", "the cat sat on the mat. " * 100)):
-        (tmp_path / f"{name}.txt").write_text(text)
-        cfg = config(tmp_path / f"{name}.txt", tmp_path / "prepared")
-        cfg.data.tokenizer = "gpt2"
-        prep.prepare(cfg, show_progress=True)
-        said = "encoding 0.0 M characters with gpt2: the text has almost no whitespace" in capsys.readouterr().err
-        assert said == (name == "dna")
+    check_the_unspaced_note(tmp_path, monkeypatch, capsys)
 
 
 def test_a_file_deleted_between_the_walk_and_its_stat_is_a_change_not_a_traceback(tmp_path, monkeypatch):

@@ -462,9 +462,8 @@ def test_the_number_of_references_per_story_spans_its_whole_range():
     assert min(counts) == lo and max(counts) == hi, counts
 
 
-def test_every_template_is_used_and_each_character_tells_its_facts_in_its_own_order(monkeypatch):
-    """Every template (named actions, dialogue, third-character events included) appears in a corpus of this size;
-    the second character's facts are not always told in the first character's order."""
+def record_what_is_said(monkeypatch) -> list[tuple[str, str]]:
+    """The list that each sentence a story says is added to, as (template, subject name), from now on."""
     said: list[tuple[str, str]] = []
     original = stories._Story.say
 
@@ -472,6 +471,13 @@ def test_every_template_is_used_and_each_character_tells_its_facts_in_its_own_or
         said.append((template, subject.name))
         return original(self, template, subject)
     monkeypatch.setattr(stories._Story, "say", recording)
+    return said
+
+
+def test_every_template_is_used_and_each_character_tells_its_facts_in_its_own_order(monkeypatch):
+    """Every template (named actions, dialogue, third-character events included) appears in a corpus of this size;
+    the second character's facts are not always told in the first character's order."""
+    said = record_what_is_said(monkeypatch)
     generate_stories(300_000, seed=7)
     assert set(ALL_TEMPLATES) <= {t for t, _ in said}, set(ALL_TEMPLATES) - {t for t, _ in said}
     fact_of = {t: fact for fact, ts in story_words.FACT_INTRODUCTIONS.items() for t in ts}
@@ -555,13 +561,7 @@ def test_a_story_keeps_its_town(corpus):
 
 def _said(monkeypatch, n_stories=200, seed=11):
     """[(template, subject name)] of each of n_stories stories."""
-    said: list[tuple[str, str]] = []
-    original = stories._Story.say
-
-    def recording(self, template, subject):
-        said.append((template, subject.name))
-        return original(self, template, subject)
-    monkeypatch.setattr(stories._Story, "say", recording)
+    said = record_what_is_said(monkeypatch)
     rng, out = random.Random(seed), []
     for _ in range(n_stories):
         said.clear()
