@@ -2321,3 +2321,14 @@ def test_plot_only_into_a_folder_of_runs_says_its_picture_would_mix_with_them(tm
         report.check_report_folder(tmp_path, plot_only=True)
     with pytest.raises(UserError, match="this report would mix with them"):
         report.check_report_folder(tmp_path)
+
+
+def test_a_key_that_does_not_apply_to_a_run_is_not_named_among_what_the_runs_differ_in(tmp_path):
+    """A char run and a BPE run of bpe_vocab_size 300 differ in their tokenizer; bpe_vocab_size, which the char
+    run does not use, is not a second difference (its None is no value)."""
+    from tinygpt import report
+    rows = [{"run": tokenizer, "status": "done", "best_val_loss": loss,
+             "config": {"data.tokenizer": tokenizer, "data.bpe_vocab_size": 300, "train.seed": 1}}
+            for tokenizer, loss in (("char", 1.0), ("bpe", 2.0))]
+    text, _ = report.write_report(rows, ["data.tokenizer", "data.bpe_vocab_size"], tmp_path, title="Sweep of x")
+    assert "\nThe runs differ in data.tokenizer: their losses are per token" in text

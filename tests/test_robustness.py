@@ -1187,3 +1187,13 @@ def test_a_lock_file_left_with_a_longer_pid_names_only_the_new_holder(tmp_path, 
             raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
         monkeypatch.setattr(fcntl, "flock", no_locks)
         assert runs.lock_holder(run) is None
+
+
+def test_a_training_in_its_first_seconds_is_a_run_inside_its_folder(tmp_path):
+    """A folder holding only a live training's .lock (no checkpoint yet) is a run inside out/; once the training
+    ends (its lock released and removed, nothing saved) it is none."""
+    from tinygpt import runs
+    with runs.run_lock(tmp_path / "starting"):
+        (tmp_path / "starting" / "notes.txt").write_text("x")  # (kept: the folder stays when the lock is released)
+        assert runs.runs_inside(tmp_path) == ["starting"]
+    assert runs.runs_inside(tmp_path) == []
