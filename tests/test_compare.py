@@ -2332,3 +2332,19 @@ def test_a_key_that_does_not_apply_to_a_run_is_not_named_among_what_the_runs_dif
             for tokenizer, loss in (("char", 1.0), ("bpe", 2.0))]
     text, _ = report.write_report(rows, ["data.tokenizer", "data.bpe_vocab_size"], tmp_path, title="Sweep of x")
     assert "\nThe runs differ in data.tokenizer: their losses are per token" in text
+
+
+def test_a_report_without_val_loss_png_says_why_even_with_settings_png(tmp_path):
+    """settings.png drawn from the runs' best val losses, val_loss.png not (no curve in their metrics.csv): the
+    report still says why val_loss.png is missing; drawn, nothing is said."""
+    from tinygpt import report
+    assert report.pictures_note([tmp_path / "val_loss.png", tmp_path / "settings.png"]) is None
+    assert "val_loss.png" in report.pictures_note([tmp_path / "settings.png"])
+
+
+def test_a_results_csv_whose_first_line_holds_a_nul_is_not_a_reports(tmp_path):
+    """csv reads a NUL as an error on Python 3.10 ('line contains NUL'): a file that cannot be read as a report's
+    CSV is not one (the check refuses to replace it), never a traceback."""
+    from tinygpt import report
+    (tmp_path / "results.csv").write_bytes(b"run\x00," + ",".join(report.RESULT_COLUMNS).encode() + b"\n")
+    assert not report.is_report_file(tmp_path, "results.csv")
