@@ -1067,8 +1067,8 @@ def test_the_training_tables_columns_stay_apart_when_a_range_is_long():
 def fake_under_load(monkeypatch):
     """bench_under_load's work faked (its bookkeeping tested): a busy process that only sets a flag, a thread
     policy that sets 1 thread and counts its re-checks, and timed() giving each measurement its own seconds
-    (1 + its index, twice that beside the busy process). -> (log of (loaded, threads) per timed call,
-    re-checks per policy, the busy flag)"""
+    (2 + its index, twice that beside the busy process). -> (log of (loaded, threads, seconds) per timed call,
+    re-checks per policy)"""
     import types
 
     import bench
@@ -1094,14 +1094,31 @@ def fake_under_load(monkeypatch):
 
     def timed(fn, device):
         fn()
-        log.append((busy[0], torch.get_num_threads()))
-        return (1 + len(log)) * (2 if busy[0] else 1)
+        log.append((busy[0], torch.get_num_threads(), (2 + len(log)) * (2 if busy[0] else 1)))
+        return log[-1][2]
     monkeypatch.setattr(bench, "busy_process", busy_process)
     monkeypatch.setattr(bench, "ThreadPolicy", Policy)
     monkeypatch.setattr(bench, "timed", timed)
     monkeypatch.setattr(bench, "generate", lambda model, idx, n, temperature: iter(range(n)))
     monkeypatch.setattr(bench, "TrainBench", lambda *a, **k: types.SimpleNamespace(step=lambda: torch.zeros(())))
-    return log, updates, busy
+    return log, updates
+
+
+def under_load(monkeypatch, threads: int, batch_size: int = 1, grad_accum: int = 1, **counts):
+    """bench_under_load of a tiny model with torch on `threads` threads, its work faked (fake_under_load)
+    -> (its figures, the timed log, the re-checks per policy)."""
+    import types
+
+    import bench
+    from tinygpt.config import ModelConfig
+    log, updates = fake_under_load(monkeypatch)
+    cfg = types.SimpleNamespace(train=types.SimpleNamespace(batch_size=batch_size, grad_accum=grad_accum),
+                                model=types.SimpleNamespace(block_size=8))
+    gcfg = ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8, vocab_size=5)
+    with torch_threads(threads):
+        u = bench.bench_under_load(cfg, None, gcfg, torch.device("cpu"), **counts)
+        assert torch.get_num_threads() == threads  # (put back: the policy left it at 1)
+    return u, log, updates
 
 
 def test_under_load_takes_medians_of_rounds_that_take_turns_loaded_and_idle(monkeypatch):
@@ -1110,33 +1127,26 @@ def test_under_load_takes_medians_of_rounds_that_take_turns_loaded_and_idle(monk
     range, tokens/s counting every token of a step (grad_accum too) and loaded/idle is loaded over idle; a policy
     re-checks the cores before every token and step; torch's threads are put back."""
     import statistics
-    import types
 
     import bench
-    from tinygpt.config import ModelConfig
-    log, updates, busy = fake_under_load(monkeypatch)
-    cfg = types.SimpleNamespace(train=types.SimpleNamespace(batch_size=2, grad_accum=3),
-                                model=types.SimpleNamespace(block_size=8))
-    gcfg = ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8, vocab_size=5)
     n_tokens, steps, reps = 5, 2, 3
-    with torch_threads(4):
-        u = bench.bench_under_load(cfg, None, gcfg, torch.device("cpu"), n_tokens=n_tokens, steps=steps, reps=reps)
-        assert torch.get_num_threads() == 4  # (the policy left it at 1)
+    u, log, updates = under_load(monkeypatch, 4, batch_size=2, grad_accum=3, n_tokens=n_tokens, steps=steps,
+                                 reps=reps)
     modes = {"default threads": 4, "policy": 1, "one core fewer": 3}
     expected = [(False, 4)]  # the uncounted decoding first
     for rep in range(reps):
         for load in bench.turns(["idle", "loaded"], rep):
             for mode in bench.turns(list(modes), rep):
                 expected += [(load == "loaded", modes[mode])] * 2  # decode, train
-    assert log == expected
+    assert [(loaded, threads) for loaded, threads, _ in log] == expected
     assert updates == [n_tokens, steps] * (2 * reps)
     per_token = {"decode": n_tokens, "train": steps * 2 * 3 * 8}
+    measured = {"decode": log[1::2], "train": log[2::2]}  # (after the uncounted decoding, the two alternate)
     for key, r in u.items():
         work, mode = key.split("|")
         for load in ("idle", "loaded"):
-            rates = [per_token[work] / ((1 + i + 1) * (2 if loaded else 1)) for i, (loaded, threads) in
-                     enumerate(log) if i and loaded == (load == "loaded") and threads == modes[mode]
-                     and (i % 2 == 1) == (work == "decode")]
+            rates = [per_token[work] / seconds for loaded, threads, seconds in measured[work]
+                     if loaded == (load == "loaded") and threads == modes[mode]]
             assert len(rates) == reps and r[load] == statistics.median(rates), (key, load)
             assert r[f"{load}_range"] == [min(rates), max(rates)]
         assert r["loaded_over_idle"] == r["loaded"] / r["idle"] and r["loaded_over_idle"] < 1
@@ -1144,16 +1154,7 @@ def test_under_load_takes_medians_of_rounds_that_take_turns_loaded_and_idle(monk
 
 def test_under_load_on_one_thread_still_measures_one_core_fewer_on_one(monkeypatch):
     """torch on 1 thread (OMP_NUM_THREADS=1): "one core fewer" is 1 thread too, not 0."""
-    import types
-
-    import bench
-    from tinygpt.config import ModelConfig
-    fake_under_load(monkeypatch)
-    cfg = types.SimpleNamespace(train=types.SimpleNamespace(batch_size=1, grad_accum=1),
-                                model=types.SimpleNamespace(block_size=8))
-    gcfg = ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8, vocab_size=5)
-    with torch_threads(1):
-        u = bench.bench_under_load(cfg, None, gcfg, torch.device("cpu"), n_tokens=2, steps=1, reps=1)
+    u, _, _ = under_load(monkeypatch, 1, n_tokens=2, steps=1, reps=1)
     assert u["decode|one core fewer"]["idle_threads"] == u["train|one core fewer"]["loaded_threads"] == 1
 
 
