@@ -55,13 +55,19 @@ def hooks(model: GPT) -> int:
 def test_parse_heads():
     assert parse_heads("3.2, 0.1", n_layer=4, n_head=4) == [(3, 2), (0, 1)]
     for bad, says in [("3", "not LAYER.HEAD"), ("3.2,", "not LAYER.HEAD"), ("4.0", "no head 4.0"),
-                      ("0.4", "no head 0.4"), ("1.1,1.1", "named twice"), ("a.b", "not LAYER.HEAD")]:
+                      ("0.4", "no head 0.4"), ("1.1,1.1", "named twice"), ("a.b", "not LAYER.HEAD"),
+                      ("1:2", "not LAYER.HEAD"), ("1.2x", "not LAYER.HEAD"), ("0.1 0.2", "not LAYER.HEAD")]:
         with pytest.raises(UserError, match=says):
             parse_heads(bad, n_layer=4, n_head=4)
     with pytest.raises(UserError, match=r"\(the model has layers 0-3 and heads 0-3\)"):
         parse_heads("4.0", n_layer=4, n_head=4)
+    with pytest.raises(UserError, match=r"\(the model has layer 0 and heads 0-3\)"):  # not "layers 0-0"
+        parse_heads("1.0", n_layer=1, n_head=4)
+    with pytest.raises(UserError, match=r"\(the model has layers 0-3 and head 0\)"):
+        parse_heads("0.1", n_layer=4, n_head=1)
     from tinygpt.ablation import looks_like_heads
     assert looks_like_heads("0.1, 2.3") and not looks_like_heads("0.1,out/run")  # (the run given after --ablate)
+    assert not any(looks_like_heads(bad) for bad in ["1:2", "1.2x", "0.1 0.2"])
 
 
 def test_head_means_of_no_window_is_refused():
@@ -128,6 +134,17 @@ def test_no_hook_outlives_the_with_block():
     assert hooks(model) == 0
     assert torch.equal(model(idx), before)
 
+
+@torch.no_grad()
+def test_an_ablation_leaves_the_heads_own_outputs_in_the_trace():
+    """The hook replaces the heads in a copy of out_proj's input: for one token the merged heads share their
+    memory with the trace's per-head outputs, which must still show what each head computed."""
+    model = random_model(bias=False)
+    idx = torch.tensor([[5]])  # (1, 1)
+    _, before = model.forward_with_attention(idx)
+    with ablated(model, [(0, 1), (0, 2)]):
+        _, traces = model.forward_with_attention(idx)
+    torch.testing.assert_close(traces[0].outputs, before[0].outputs)
 
 # ---- a model in which one head carries the answer ----
 

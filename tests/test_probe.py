@@ -271,23 +271,6 @@ def test_the_window_is_the_full_texts_last_tokens_with_word_sized_tokens_offline
             assert coreference.build_case(tok, text, base, ref, block_size).ids == [int(i) for i in
                                                                                     before[-block_size:]]
 
-def test_no_head_is_harmful_whose_removal_lowers_nothing():
-    assert coreference.harmful_heads(torch.tensor([[0.0, 0.0], [0.0, -0.1]]), 2) == []
-    assert coreference.harmful_heads(torch.tensor([[0.0, 0.2]]), 2) == [(0, 1)]
-
-
-def test_a_rank_tied_with_one_other_head_is_a_range():
-    assert coreference.rank_among([[0.1, 0.1], [0.0, 0.3]], 0.1) == "2-3"
-    assert coreference.rank_among([[0.1, 0.2]], 0.1) == "2"
-
-
-def test_the_mean_ablation_stories_wrap_around_to_the_seed_they_are_reported_as():
-    """The probe's last seed: the mean-ablation stories are seed 0's, as the report says (not Random(SEEDS)'s)."""
-    tok = CharTokenizer("".join(map(chr, range(32, 127))) + "\n")
-    got, _ = coreference.mean_ablation_cases(tok, 2, coreference.SEEDS - 1, 64)
-    want, _, _ = coreference.held_out_cases(tok, 2, 0, 64)
-    assert [c.ids for c in got] == [c.ids for c in want]
-
 def test_classify_reads_the_first_word():
     _, refs = story_with_references()
     ref = refs[0]

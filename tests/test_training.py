@@ -191,6 +191,7 @@ def test_the_loss_estimate_runs_in_eval_mode_on_the_same_batches(tiny_model_conf
     assert model.training
     assert training.estimate_loss(model, {"val": data}, 4, 16, 3, 1337, CPU, contextlib.nullcontext(),
                                   Distributed(0, 1, CPU), stop=lambda: True) is None
+    assert len(batches) == 6  # stop() is asked before the first batch too: a stop at once draws none
     assert model.training  # (a stopped estimate puts the mode back too)
     assert first == second
     model.eval()
@@ -231,6 +232,34 @@ def test_the_loss_estimate_stays_exact_over_many_batches():
                                       Distributed(0, 1, CPU))
     assert estimate["val"] == pytest.approx(math.log(62), abs=2e-6)
 
+
+def test_under_ddp_the_loss_estimate_takes_its_slice_of_each_batch_and_averages_the_means(
+        tiny_model_config, monkeypatch):
+    """Process 1 of 2 draws the global batch of 2 * batch_size windows (what one process with the whole batch
+    draws) and keeps its half; its mean loss goes through dist.mean, the average across processes."""
+    torch.manual_seed(0)
+    model = GPT(tiny_model_config).eval()
+    data = np.arange(200, dtype=np.uint16) % tiny_model_config.vocab_size
+    drawn, averaged, real = [], [], training.get_batch
+
+    def recorder(*args, **kwargs):
+        drawn.append(real(*args, **kwargs))
+        return drawn[-1]
+    monkeypatch.setattr(training, "get_batch", recorder)
+
+    class SecondOfTwo(Distributed):
+        def mean(self, x: torch.Tensor) -> torch.Tensor:
+            averaged.append(x.item())
+            return x * 0 + 100.0  # (stands for the average with the other process)
+    training.estimate_loss(model, {"val": data}, 8, 16, 3, 1337, CPU, contextlib.nullcontext(), Distributed(0, 1, CPU))
+    whole, drawn[:] = list(drawn), []
+    estimate = training.estimate_loss(model, {"val": data}, 4, 16, 3, 1337, CPU, contextlib.nullcontext(),
+                                      SecondOfTwo(1, 2, CPU))
+    assert estimate == {"val": 100.0}
+    assert len(drawn) == 3 and all(torch.equal(mine[0], all_of[0][4:]) for mine, all_of in zip(drawn, whole))
+    with torch.no_grad():
+        by_hand = sum(cross_entropy(model(x), y).item() for x, y in drawn) / 3
+    assert averaged == [pytest.approx(by_hand, abs=1e-5)]
 
 # ---- train.py: a Run built by build_run ----
 
