@@ -117,6 +117,20 @@ def test_the_kv_cache_speedup_is_cached_over_uncached_tokens_per_s(monkeypatch, 
     assert g["cached_range"] == pytest.approx([40.0, 50.0]) and g["uncached_range"] == pytest.approx([12.5, 12.5])
 
 
+def test_the_kv_cache_race_decodes_with_and_without_the_cache_and_compares_their_text(monkeypatch, one_thread):
+    import bench
+    from model import ModelConfig
+    asked = []
+
+    def generate(model, idx, n, temperature, use_cache):  # other tokens with the cache than without it
+        asked.append(use_cache)
+        return iter([1 if use_cache else 2] * n)
+    monkeypatch.setattr(bench, "generate", generate)
+    g = bench.bench_generation(ModelConfig(block_size=16, n_layer=1, n_head=2, n_embd=16, vocab_size=11), 5,
+                               torch.device("cpu"), reps=1)
+    assert set(asked) == {True, False} and not g["same_text"]
+
+
 def test_a_race_alternates_its_variants_each_going_first_in_turn_after_a_warm_up(monkeypatch):
     """In a fixed order the second of two modes ran 6-11% slower idle: the first of each round rotates; the
     warm-up round (first calls allocate and fill caches) is run, and not counted."""
@@ -167,6 +181,10 @@ POSIX = pytest.mark.skipif(os.name != "posix", reason="a device and a named pipe
     (["--gen-tokens", "1000000000000"], r"--gen-tokens=1000000000000 must be in \[0, 10,000\]"),
     (["--loss-steps", "1000000000000"], r"--loss-steps=1000000000000 must be in \[0, 10,000\]"),
     (["--steps", "10001"], r"--steps=10001 must be in \[0, 10,000\]"),
+    (["--steps", "-1"], r"^--steps=-1 must be in \[0, 10,000\]"),
+    (["--gen-tokens", "5", "--gen-layers", "0"], r"^--gen-layers=0 must be >= 1$"),
+    (["--gen-tokens", "5", "--gen-embd", "30", "--gen-heads", "4"],
+     r"^--gen-embd=30 is not divisible by --gen-heads=4$"),
     # a file that bench.py did not write: the config it reads (it became JSON), a user's JSON, bench.py itself
     (["--json", "{tmp}/my.yaml"], r"--json: it would overwrite '.*my.yaml', which is not a result that bench.py "
                                   r"wrote \(a file of yours\); move it away, or choose another file name"),
@@ -176,7 +194,8 @@ POSIX = pytest.mark.skipif(os.name != "posix", reason="a device and a named pipe
     (["--vs-hf", "--gen-block", "1"], r"--vs-hf needs --gen-block >= 2 \(not 1\)"),
     (["--steps", "0", "--gen-tokens", "0"], r"--steps 0 and --gen-tokens 0 leave nothing to measure"),
     (["--dtypes", "float32,float32"], r"--dtypes='float32,float32' names a dtype twice; give each once"),
-    (["--dtypes", ","], r"--dtypes=',': use float32, bfloat16 and/or float16")])
+    (["--dtypes", ","], r"--dtypes=',': use float32, bfloat16 and/or float16"),
+    (["--dtypes", "float32,int8"], r"^--dtypes='float32,int8': use float32, bfloat16 and/or float16$")])
 def test_bench_refuses_flags_before_any_work(tmp_path, monkeypatch, flags, match):
     import bench
     from tinygpt.errors import UserError
@@ -376,17 +395,19 @@ def test_the_default_config_is_the_repositorys_from_any_folder(tmp_path, monkeyp
     assert read[-1] == "configs/stories.yaml"
 
 
-@pytest.mark.parametrize("flag, match", [
-    ("--under-load", r"^training \(1 layer, n_embd 16, block 256, batch 10000000\) needs at least [\d,.]+ GB"),
-    ("--attention", r"^--attention \(batch 10000000, block 256, 1 heads\) needs at least [\d,.]+ GB")])
-def test_a_config_too_big_for_under_load_or_attention_is_refused_at_once(tmp_path, monkeypatch, capsys, flag, match):
+@pytest.mark.parametrize("flags, match", [
+    (["--under-load"], r"^training \(1 layer, n_embd 16, block 256, batch 10000000\) needs at least [\d,.]+ GB"),
+    (["--loss-steps", "1"], r"^training \(1 layer, n_embd 16, block 256, batch 10000000\) needs at least"),
+    (["--attention"], r"^--attention \(batch 10000000, block 256, 1 heads\) needs at least [\d,.]+ GB")])
+def test_a_config_too_big_for_under_load_loss_steps_or_attention_is_refused_at_once(
+        tmp_path, monkeypatch, capsys, flags, match):
     """With --steps 0 the training memory check was skipped: --under-load (which trains the config) and
     --attention (one layer's attention) allocated it, and ended in `out of memory` naming no key. On a
     busy machine, the refusal came after a note on the busy cores: two lines for one refusal."""
     import bench
     from types import SimpleNamespace
     from tinygpt.errors import UserError
-    for name in ("bench_under_load", "bench_attention"):
+    for name in ("bench_under_load", "bench_attention", "loss_parity"):
         monkeypatch.setattr(bench, name, lambda *a, **k: pytest.fail("the benchmark started"))
     monkeypatch.setattr(bench, "ThreadPolicy", lambda fixed: SimpleNamespace(threads=1))  # a core busy
     monkeypatch.setattr(bench.torch, "get_num_threads", lambda: 2)
@@ -395,7 +416,7 @@ def test_a_config_too_big_for_under_load_or_attention_is_refused_at_once(tmp_pat
         bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "train.device=cpu",
                     f"data.prepared_dir={tmp_path / 'prepared'}", "model.n_layer=1", "model.n_head=1",
                     "model.n_embd=16", "model.block_size=256", "train.batch_size=10000000", "--steps", "0",
-                    "--gen-tokens", "0", "--dtypes", "float32", flag])
+                    "--gen-tokens", "0", "--dtypes", "float32", *flags])
     assert "cores busy" not in capsys.readouterr().err  # (the refusal's line is all)
 
 
@@ -577,10 +598,57 @@ def test_bench_vs_transformers_tells_another_model_from_the_same(tmp_path, one_t
     h = res["vs_hf"]
     assert not h["logits_agree"] and h["logits_max_diff"] > h["logits_sd"] / 2
     assert h["same_tokens"] is (changed != "ln_f.weight")  # (zeroed attention still picks the same greedy tokens)
+    if changed == "ln_f.weight":  # in bfloat16 too, while tinygpt's bfloat16 tokens are mostly its float32 ones
+        assert not h["same_tokens_bf16"] and h["bf16_same_tokens_share"] > 0.5
     out, err = capsys.readouterr()
     assert "): NOT the same model" in out
     assert "warning: --vs-hf: transformers computes other logits from the same weights: its tokens/s are no race" in err
     assert "note: --vs-hf decodes at most" not in err  # (8 tokens asked, 31 fit: none cut)
+
+
+def printed(tmp_path, monkeypatch, capsys, name: str, result: dict, *flags: str) -> tuple[str, str]:
+    """What bench.main prints (stdout, stderr) for a decoding model of 1x1x16 when `name` (bench_generation,
+    bench_vs_hf) returns `result`."""
+    import bench
+    monkeypatch.setattr(bench, name, lambda *a, **k: result)
+    bench.main([str(ROOT / "configs/stories.yaml"), "--set", "data.stories_chars=20000", "train.device=cpu",
+                f"data.prepared_dir={tmp_path / 'prepared'}", "--steps", "0", "--gen-layers", "1", "--gen-heads", "1",
+                "--gen-embd", "16", "--gen-block", "32", *flags])
+    return capsys.readouterr()
+
+
+def test_the_generation_line_prints_the_speedup_and_the_text_check(tmp_path, monkeypatch, capsys):
+    g = {"cached_tokens_per_s": 400.0, "uncached_tokens_per_s": 100.0, "speedup": 4.0, "cached_range": [390.0, 410.0],
+         "uncached_range": [90.0, 110.0], "same_text": False, "n_tokens": 5, "model": "1x1x16, block 32"}
+    out, _ = printed(tmp_path, monkeypatch, capsys, "bench_generation", g, "--gen-tokens", "5")
+    assert "KV cache 400 tok/s (390-410), no cache 100 tok/s (90-110), 4.0x, same text: False" in out
+
+
+def test_the_vs_hf_lines_print_the_ratio_the_token_check_and_the_limits(tmp_path, monkeypatch, capsys):
+    """Each figure where the report says it is: the race's ratio (tinygpt over transformers) and whether the
+    tokens were the same, the bandwidth limit, the time per token a 2x win needs; other greedy tokens from
+    a model whose logits agree are warned of."""
+    pytest.importorskip("transformers")
+    rng = {name: [1.0, 2.0] for name in ("tinygpt", "transformers", "tinygpt bfloat16", "transformers bfloat16")}
+    h = {"n_tokens": 31, "tinygpt_tokens_per_s": 300.0, "transformers": "9.9", "transformers_tokens_per_s": 100.0,
+         "ratio": 3.0, "same_tokens": False, "rounds": 5, "logits_max_diff": 1e-6, "logits_sd": 1.0,
+         "logits_agree": True, "tinygpt_bf16_tokens_per_s": 500.0, "transformers_bf16_tokens_per_s": 250.0,
+         "ratio_bf16": 2.0, "same_tokens_bf16": True, "bf16_same_tokens_share": 1.0, "bandwidth_gb_s": 10.0,
+         "streaming_gb_s": 5.0, "weights_mb": 2.0, "bandwidth_limit_tokens_per_s": 4768.0, "matmul_share": 0.5,
+         "matvec_ms": 1.0, "matvec_gb_s": 10.0, "tokens_per_s_range": rng, "int8_problem": "n/a"}
+    out, err = printed(tmp_path, monkeypatch, capsys, "bench_vs_hf", h, "--gen-tokens", "31", "--vs-hf")
+    assert "tinygpt 300 tok/s (1-2), transformers 9.9 generate 100 tok/s (1-2): 3.00x; same tokens: False " \
+           "(medians of 5 rounds" in out
+    assert "over 2.0 MiB of weights read per token: about 4,768 tok/s for reading them alone" in out
+    assert "2x transformers needs <= 5.0 ms per token in all" in out  # (half of transformers' 10 ms)
+    assert "warning: --vs-hf: transformers chose other greedy tokens from the same weights" in err
+
+
+def test_the_matmul_share_counts_addmm():
+    """A linear layer with a bias is aten::addmm, not aten::mm (GPT-2's layers have biases)."""
+    import bench
+    b, x, w = torch.randn(256), torch.randn(256, 256), torch.randn(256, 256)
+    assert bench.matmul_time_share(lambda: [torch.addmm(b, x, w) for _ in range(50)]) > 0.5
 
 
 def test_the_matmul_share_prints_no_profiler_warning(monkeypatch):
@@ -615,9 +683,11 @@ def test_the_bandwidth_limit_counts_the_weights_a_token_reads(monkeypatch, one_t
     pytest.importorskip("transformers")
     import bench
     from model import ModelConfig
-    monkeypatch.setattr(bench, "memory_bandwidth", lambda device: 1e9)  # (a 256 MiB read, not measured here)
+    # (a 256 MiB read, not measured here: a streaming rate slower than any product, so the limit is the products')
+    monkeypatch.setattr(bench, "memory_bandwidth", lambda device: 1.0)
     h = bench.bench_vs_hf(ModelConfig(block_size=32, n_layer=1, n_head=2, n_embd=32, vocab_size=37), 8,
                           torch.device("cpu"), reps=1)
+    assert h["bandwidth_gb_s"] == pytest.approx(h["matvec_gb_s"]) and h["rounds"] == 1
     C = 32
     weights = 37 * C + 12 * C * C + 2 * C + C  # embedding (the tied LM head), one block, the final LayerNorm
     assert h["weights_mb"] == pytest.approx(4 * weights / 2**20)
@@ -1016,6 +1086,15 @@ def test_flags_that_would_do_nothing_or_lose_the_results_are_refused_at_once(tmp
     with pytest.raises(Started):
         bench.main(["--steps", "1", "--gen-tokens", "0", "--json=~/bench.json"])
     assert seen == [str(Path.home() / "bench.json")]
+
+
+def test_compile_with_vs_hf_alone_is_taken(monkeypatch):
+    """--compile with --steps 0 compiles --vs-hf's decoding step: not the "would change nothing" above."""
+    pytest.importorskip("transformers")
+    import bench
+    monkeypatch.setattr(bench, "load_config", lambda *a: (_ for _ in ()).throw(Started()))
+    with pytest.raises(Started):
+        bench.main(["--steps", "0", "--gen-tokens", "0", "--vs-hf", "--compile"])
 
 
 @pytest.mark.parametrize("loss", [math.nan, math.inf])
