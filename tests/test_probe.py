@@ -271,6 +271,19 @@ def test_the_window_is_the_full_texts_last_tokens_with_word_sized_tokens_offline
             assert coreference.build_case(tok, text, base, ref, block_size).ids == [int(i) for i in
                                                                                     before[-block_size:]]
 
+
+def test_no_reference_with_its_attribute_in_the_window_is_no_line_in_the_report():
+    """behaviour_attribute_in_window of no reference has accuracy None: the report leaves its line out."""
+    nothing = coreference.attention_on([], 1, 1)
+    result = {"references": 2, "stories": 1, "skipped_stories": 0, "seed": 5,
+              "behaviour": coreference.tally(["antecedent", "other"]), "behaviour_in_window": coreference.tally([]),
+              "attention_attribute": nothing, "attention": nothing}
+    text = coreference.report({**result, "behaviour_attribute_in_window": coreference.tally([])}, 1, 1)
+    assert "where its attribute is in the window" not in text
+    seen = coreference.report({**result, "behaviour_attribute_in_window": coreference.tally(["antecedent"])}, 1, 1)
+    assert "(where its attribute is in the window, 1 of 2: 1 / 0 / 0, 100.0% right" in seen
+
+
 def test_classify_reads_the_first_word():
     _, refs = story_with_references()
     ref = refs[0]
@@ -727,6 +740,16 @@ def test_a_run_of_an_edited_story_generator_is_probed_with_a_note(run, monkeypat
     assert (f"note: {run} was trained on stories of another version of data/stories.py and data/story_words.py "
             f"(edited since, {stories_code_digest()!r} then): the held-out stories are made by today's, with names "
             f"and words the model may never have seen\n") in capsys.readouterr().err
+
+
+def test_a_checkpoint_that_does_not_record_its_story_generator_is_probed_without_the_note(run, tmp_path, capsys):
+    """A checkpoint saved before checkpoints recorded the generator's code has no stories_generator: nothing says
+    its stories were another version's (the note said so, "None then")."""
+    ckpt = load_checkpoint(run / "best.pt")
+    del ckpt["stories_generator"]
+    save_checkpoint(tmp_path / "unrecorded.pt", ckpt)
+    probe.main([str(tmp_path / "unrecorded.pt"), "--stories", "2"], out=io.StringIO())
+    assert "another version of data/stories.py" not in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

@@ -304,6 +304,7 @@ def test_default_run_a_run_at_each_target_meets_it():
             "previous default, seed 1338": {**RUN, "wall_s": 100.0}}
     lines = module.table(rows).splitlines()
     assert lines[2].startswith("| current default, seed 1337 | 80 | 0.80x |") and lines[2].endswith("| met |")
+    assert lines[3].startswith("| previous default, seed 1337 |") and lines[3].endswith("|  |")  # (not NOT met)
     assert lines[-1].startswith("| previous default, mean ± sd (2 seeds) |") and lines[-1].endswith("|  |")
 
 
