@@ -271,6 +271,65 @@ def test_generate_cached_equals_uncached_past_block_size(tiny_model_config):
     assert torch.equal(cached, uncached)
 
 
+def test_each_step_sees_the_prompt_and_the_tokens_drawn_before_it(tiny_model_config):
+    """Token by token: step i's logits are those of the prompt followed by the i tokens already yielded
+    (sampled, so not a repeat of one greedy token), with and without the cache, within block_size."""
+    model = make_model(tiny_model_config)  # block_size 16
+    idx = torch.randint(0, model.config.vocab_size, (2, 4))
+    for use_cache in (True, False):
+        gen = torch.Generator().manual_seed(0)
+        seq = idx
+        for step in generate_steps(model, idx, 12, temperature=2.0, use_cache=use_cache, generator=gen):
+            torch.testing.assert_close(step.logits, model(seq)[:, -1], atol=1e-5, rtol=1e-5)
+            seq = torch.cat([seq, step.token[:, None]], dim=1)
+
+
+def test_generate_passes_top_k_top_p_and_use_cache_on(tiny_model_config):
+    """generate forwards its settings to generate_steps: top_k=1 or a tiny top_p at temperature 1 is the greedy
+    text, and use_cache=False never calls the one-token decode step."""
+    model = make_model(tiny_model_config)
+    idx = torch.randint(0, model.config.vocab_size, (2, 5))
+    greedy = torch.stack(list(generate(model, idx, 20, temperature=0)), 1)
+    for settings in (dict(top_k=1), dict(top_p=1e-9)):
+        gen = torch.Generator().manual_seed(0)
+        got = torch.stack(list(generate(model, idx, 20, temperature=1.0, generator=gen, **settings)), 1)
+        assert torch.equal(got, greedy), settings
+    calls = []
+
+    def step(window, caches):
+        calls.append(window.size(1))
+        return model(window, caches)
+    list(generate(model, idx, 5, temperature=0, use_cache=False, decode_step=step))
+    assert calls == []
+
+
+def test_sampling_draws_from_the_generator_it_is_given_not_the_global_seed(tiny_model_config):
+    """sample.py --seed reaches the draw through `generator`: the same generator gives the same tokens whatever
+    the global RNG holds, in sample_next and through generate."""
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.5]])
+    model = make_model(tiny_model_config)
+    idx = torch.randint(0, model.config.vocab_size, (2, 5))
+
+    def draws(global_seed):
+        torch.manual_seed(global_seed)
+        gen = torch.Generator().manual_seed(0)
+        single = [sample_next(logits, 1.0, generator=gen).item() for _ in range(40)]
+        gen = torch.Generator().manual_seed(0)
+        return single, [t.tolist() for t in generate(model, idx, 20, temperature=1.0, generator=gen)]
+    assert draws(1) == draws(2)
+
+
+def test_kv_caches_take_the_models_dtype_and_a_bfloat16_model_generates_with_them(tiny_model_config):
+    """sample.py --dtype bfloat16: the caches are made in the model's dtype (a float32 cache beside bfloat16
+    queries is an SDPA dtype error at the first cached step)."""
+    model = make_model(tiny_model_config).to(torch.bfloat16)
+    for cache in model.new_kv_caches(2):
+        assert cache.k.dtype == cache.v.dtype == torch.bfloat16
+    idx = torch.randint(0, model.config.vocab_size, (2, 5))
+    steps = list(generate_steps(model, idx, 4, temperature=0))
+    assert [s.logits.dtype for s in steps] == [torch.bfloat16] * 4
+
+
 def test_generate_window_slides_by_half_a_block_and_never_grows(tiny_model_config):
     """The model sees at most block_size tokens; a full window keeps its newest half. Also for
     block_size 1 (a bigram model), where half a block rounds to the one newest token."""
@@ -363,6 +422,7 @@ def test_initialisation(tiny_model_config):
     model = make_model(replace(tiny_model_config, n_embd=128, n_layer=4, vocab_size=500))
     assert model.lm_head.weight is model.tok_emb.weight
     assert abs(model.tok_emb.weight.std().item() - 0.02) < 0.002
+    assert abs(model.pos_emb.weight.std().item() - 0.02) < 0.002  # (not nn.Embedding's own N(0, 1))
     for block in model.blocks:  # the last layer of both residual branches, attention's and the MLP's
         for last in (block.attn.out_proj, block.mlp.out_proj):
             assert abs(last.weight.std().item() - 0.02 / math.sqrt(8)) < 0.001
