@@ -770,3 +770,84 @@ def test_a_tenth_samples_page_is_of_its_set():
     from tinygpt.attention_html import numbered, page_set
     for asked in ("x.html", "notes"):
         assert {page_set(numbered(Path(asked), k, 12)) for k in range(12)} == {page_set(Path(asked))}
+
+
+def test_a_page_without_a_title_is_titled_attention_before_its_script_runs():
+    """The <title> in the file (what a tab, a bookmark or a page without script shows) says "attention" when
+    the run gave no title, as the script's heading does."""
+    model, tok = tiny_model()
+    data = attention_html.explorer_data(model, tok, tok.encode("The cat"), title="")
+    assert "<title>attention</title>" in attention_html.explorer_html(data)
+
+
+def test_a_page_named_just_its_suffix_keeps_its_name_in_its_numbered_pages():
+    """A page named ".html" (a dot file) has no stem to cut the suffix from: its samples are
+    .html_sample1.html, not a bare "_sample1.html" that names no set."""
+    for name in (".html", ".HTM"):
+        page = Path(name)
+        first = attention_html.numbered(page, 0, 2)
+        assert first.name.startswith(name + "_sample1")
+        assert attention_html.page_set(first) == attention_html.page_set(page)
+        assert attention_html.in_page_set(page).fullmatch(first.name)
+
+
+def test_a_key_of_weight_0_draws_no_bar_and_ten_heads_take_the_ten_fixed_colours(tmp_path):
+    """In the all-heads view a bar is at least 1 px for any weight above 0, and none for a weight of 0 (a
+    sliver read as a small weight); up to ten heads take the page's ten fixed colours, in order."""
+    browser()  # skip early without one
+    tok = CharTokenizer.from_text(TEXT)
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(block_size=16, n_layer=1, n_head=10, n_embd=40, vocab_size=tok.vocab_size)).eval()
+    data = attention_html.explorer_data(model, tok, tok.encode("The cat"))
+    data["weights"][0][0][1:3] = [0, data["scale"]]  # head 0, query 1 (keys 0 and 1 from offset 1): all on key 1
+    path = tmp_path / "ten.html"
+    path.write_text(attention_html.explorer_html(data), encoding="utf-8")
+    page = dom(path, "layer=0&head=all&query=1")
+    first_bars = re.findall(r'<i style="([^"]*)"', page.split('data-i="1"')[0])  # token 0's bars
+    assert len(first_bars) == 10
+    assert re.search(r"height:\s*0px", first_bars[0]), first_bars[0]  # head 0: weight 0, no bar
+    fixed = re.findall(r"\[(\d+), (\d+), (\d+)\]", re.search(r"const COLORS = (.*?);", attention_html.PAGE, re.S)[1])
+    assert tokens_of(page)[0]["colours"] == [f"rgb({r}, {g}, {b})" for r, g, b in fixed]
+
+
+def test_a_click_on_another_token_moves_the_pin_and_the_pinned_query_names_no_key_of_itself(tmp_path):
+    """Pinned on one token, a click on another pins that one (it does not unpin); hovering the pinned query
+    itself adds no "key" line for it, hovering another key does."""
+    browser()  # skip early without one
+    model, tok = tiny_model()
+    path = tmp_path / "page.html"
+    path.write_text(attention_html.explorer_html(attention_html.explorer_data(model, tok, tok.encode("The cat"))),
+                    encoding="utf-8")
+    steps = ("const d = document.querySelector('iframe').contentDocument, s = d.querySelectorAll('.tok');"
+             "const info = () => [...d.getElementById('info').children].map(x => x.textContent).join('\\n');"
+             "const seen = []; s[1].click(); s[2].click(); s[2].dispatchEvent(new MouseEvent('mouseenter'));"
+             "seen.push(info()); s[0].dispatchEvent(new MouseEvent('mouseenter')); seen.push(info());"
+             "const out = document.createElement('pre'); out.id = 'out';"
+             "out.textContent = encodeURIComponent(JSON.stringify(seen)); document.body.append(out);")
+    harness = tmp_path / "click.html"
+    harness.write_text(f'<!DOCTYPE html><html><body><iframe src="{html.escape(path.resolve().as_uri())}"></iframe>'
+                       f"<script>addEventListener('load', () => {{ {steps} }});</script></body></html>",
+                       encoding="utf-8")
+    done = subprocess.run([browser(), "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+                           "--dump-dom", harness.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    on_itself, on_key = json.loads(unquote(re.search(r'<pre id="out">([^<]*)</pre>', done.stdout)[1]))
+    assert on_itself.startswith("query 2: ") and "[pinned" in on_itself, on_itself
+    assert not any(line.startswith("key ") for line in on_itself.splitlines()), on_itself
+    assert "[pinned" in on_key and any(line.startswith("key 0 ") for line in on_key.splitlines()), on_key
+
+
+def test_the_panel_lists_the_five_keys_of_most_weight(tmp_path):
+    """Per head the panel names the query's five keys of most weight, heaviest first."""
+    browser()  # skip early without one
+    model, tok = tiny_model()
+    data = attention_html.explorer_data(model, tok, tok.encode("The cat"))
+    path = tmp_path / "page.html"
+    path.write_text(attention_html.explorer_html(data), encoding="utf-8")
+    q = len(data["tokens"]) - 1
+    shown = dom(path, f"layer=0&head=0&query={q}")
+    line = re.search(r"layer 0 head 0, most weight on: ([^<]*)", shown)[1]
+    listed = [int(k) for k in re.findall(r"\((\d+)\) [\d.]+%", line)]
+    row = data["weights"][0][0][q * (q + 1) // 2:][:q + 1]  # the query's stored weights, keys 0..q
+    assert q + 1 > 5 and len(listed) == 5, line
+    assert [row[k] for k in listed] == sorted(row, reverse=True)[:5], line

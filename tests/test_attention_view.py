@@ -961,3 +961,68 @@ def test_the_tables_of_one_token_speak_of_no_masked_key():
     assert attention_view.SHOWN > 1 and text.startswith("1 token;") and "future key" not in text
     assert "future key" in attention_view.attention_tables(
         [HeadTrace(masked_softmax(torch.zeros(1, 1, 2, 2), causal_mask(2, 2)), None)], ["a", "b"])
+
+
+def test_a_label_is_not_cut_inside_a_u_escape():
+    """An invisible character's \\uNNNN escape is one unit: a cut keeps it whole or drops it, never leaves
+    `\\u00a` (a different code point) before the "…"."""
+    room = attention_view.MAX_LABEL - 1  # columns before the "…"
+    escape = "\\u00a0"
+    text = "a" * (room - len(escape) + 1) + escape + "zz"  # the whole escape passes `room` by one column
+    label = token_label(Word(text), 0)
+    assert label == "a" * (room - len(escape) + 1) + "…"
+    assert attention_view.columns(label) <= attention_view.MAX_LABEL
+
+
+def test_fullwidth_characters_take_two_columns():
+    """Fullwidth forms ('Ａ', East Asian width F) are drawn two columns wide, as CJK is: a label of them
+    is cut to its columns and the tables stay aligned."""
+    assert attention_view.columns("ＡＢ") == 4
+    text = "Ａ" * attention_view.MAX_LABEL
+    label = token_label(Word(text), 0)
+    assert label.endswith("…") and attention_view.columns(label) <= attention_view.MAX_LABEL
+
+
+def test_an_enclosing_mark_takes_no_column():
+    """An enclosing mark (category Me, combining class 0: U+20E3 of the keycap '1⃣') is drawn on the
+    character before it, as a combining accent is."""
+    assert attention_view.columns("1\u20e3") == attention_view.columns("1") == 1
+    assert attention_view.left("1\u20e3", 3) == "1\u20e3  "
+
+
+def test_the_legend_explains_a_long_u_escape_too():
+    """An invisible character past U+FFFF (a language tag, U+E0001) is spelt \\UNNNNNNNN by the tokenizer;
+    the legend says what it is, as it does for \\uNNNN."""
+    label = CharTokenizer("a\U000e0001").token_str(1)
+    assert label.startswith("\\U")
+    assert any("\\uNNNN" in note for note in attention_view.label_notes([label]))
+    assert "\\uNNNN" in attention_view.legend(1, 1, True, [label])
+
+
+def test_a_token_of_digits_is_not_quoted_on_a_heatmap_axis():
+    """Quotes mark a token of no letter or digit ('.', ','); a number token ('42') is a word and stays bare."""
+    assert not attention_view.quoted_on_axis("42")
+    assert attention_view.heatmap_label("42") == attention_view.plain_text("42")
+    assert attention_view.quoted_on_axis(".")
+
+
+def test_a_cells_number_is_white_where_its_colour_is_dark():
+    """viridis is dark at low weights, Greys at high: a cell's number is white on those, black elsewhere."""
+    pytest.importorskip("matplotlib")
+    T = 3
+    weights = torch.tensor([[[1.0, 0, 0], [0.02, 0.98, 0], [0.02, 0.03, 0.95]]])  # (1, T, T)
+    fig = attention_view.heatmap_figure(weights, list("abc"), last=T - 1)  # an earlier column of 2 % and 2 %
+    (ax,) = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    (ax_e,) = [ax for ax in fig.axes if [t.get_text() for t in ax.get_xticklabels()] == [EARLIER]]
+    ink = {t.get_text(): t.get_color() for t in ax.texts}
+    assert ink["98"] == "black" and ink["3"] == "white"  # viridis: bright high, dark low
+    assert {t.get_color() for t in ax_e.texts} == {"black"}  # Greys: 2 % is near white
+
+
+def test_a_one_token_heatmap_speaks_of_no_hatched_key():
+    """One token has one cell, never masked: its picture says nothing of hatched future keys."""
+    pytest.importorskip("matplotlib")
+    weights = masked_softmax(torch.zeros(1, 1, 1), causal_mask(1, 1))
+    assert "hatched" not in attention_view.heatmap_figure(weights, ["a"]).get_supxlabel()
+    weights = masked_softmax(torch.zeros(1, 2, 2), causal_mask(2, 2))
+    assert "hatched" in attention_view.heatmap_figure(weights, ["a", "b"]).get_supxlabel()
