@@ -511,11 +511,13 @@ def test_torch_file_without_the_format_tag_is_refused(tmp_path, payload):
 
 
 def test_wrong_version_is_refused(saved, tmp_path):
+    """A future version, and the one before the oldest this version reads (checkpoint.READS)."""
     state, _, _ = tiny_state()
-    path = tmp_path / "future.pt"
-    torch.save({**state, "format": FORMAT, "version": VERSION + 1}, path)
-    message = refusal(path)
-    assert f"version {VERSION + 1}" in message and f"version {VERSION}" in message
+    for version in (VERSION + 1, min(checkpoint.READS) - 1):
+        path = tmp_path / f"v{version}.pt"
+        torch.save({**state, "format": FORMAT, "version": version}, path)
+        message = refusal(path)
+        assert f"checkpoint version {version};" in message and f"version {VERSION}" in message
 
 
 def test_incomplete_checkpoint_is_refused(tmp_path):
@@ -670,11 +672,15 @@ def test_run_dir_prefers_best_over_ckpt(tmp_path):
 
 def test_a_config_given_for_a_run_says_so(tmp_path):
     """`sample.py configs/stories.yaml`: the config, not the run it trains into (was: 'truncated,
-    corrupted or not a checkpoint')."""
+    corrupted or not a checkpoint'); also a .yml or an upper-case suffix."""
     (tmp_path / "stories.yaml").write_text("model:\n  n_layer: 2\n")
     with pytest.raises(UserError, match=r"stories.yaml is a config, not a run: give the run directory it "
                                         r"trained into \(its train.out_dir\)"):
         resolve_checkpoint(tmp_path / "stories.yaml")
+    for name in ("run.yml", "RUN.YAML"):
+        (tmp_path / name).write_text("model:\n  n_layer: 2\n")
+        with pytest.raises(UserError, match=f"{name} is a config, not a run"):
+            resolve_checkpoint(tmp_path / name)
 
 
 def test_a_runs_other_file_given_for_its_checkpoint_says_so(tmp_path):
@@ -769,6 +775,27 @@ def test_a_config_the_weights_do_not_fit_is_refused_before_it_is_built(tmp_path,
     assert built == ["meta"]
 
 
+def test_a_weight_of_the_right_size_but_another_shape_is_refused_by_name(tmp_path):
+    """A transposed weight has the elements its config gives, not its shape: refused naming both shapes,
+    not with torch's multi-line size-mismatch report."""
+    state, _, _ = tiny_state()
+    name, weight = next((k, v) for k, v in state["model"].items() if v.dim() == 2 and v.shape[0] != v.shape[1])
+    state["model"][name] = weight.t().contiguous()
+    save_checkpoint(tmp_path / "ckpt.pt", state)
+    with pytest.raises(UserError) as info:
+        load_model(tmp_path / "ckpt.pt")
+    assert "\n" not in str(info.value) and str(tmp_path / "ckpt.pt") in str(info.value)
+    assert f"weight {name!r} has shape {tuple(weight.t().shape)}, but its config gives {tuple(weight.shape)}" \
+        in str(info.value)
+
+
+def test_a_folder_given_to_load_checkpoint_is_not_found(tmp_path):
+    """load_checkpoint reads a file: a folder in its place (a run's ckpt.pt that is one) is no checkpoint
+    found, not 'a folder; give a run directory' (a run directory is a folder)."""
+    (tmp_path / "ckpt.pt").mkdir()
+    assert refusal(tmp_path / "ckpt.pt") == f"checkpoint not found: {tmp_path / 'ckpt.pt'}"
+
+
 def test_a_saved_checkpoint_carries_its_checksum(saved):
     path, *_ = saved
     ckpt = load_checkpoint(path)
@@ -790,6 +817,9 @@ def test_a_saved_checkpoint_carries_its_checksum(saved):
 def test_the_checksum_tells_containers_of_the_same_items_apart():
     assert len({checkpoint.checksum({"a": [1, 2]}), checkpoint.checksum({"a": (1, 2)}),
                 checkpoint.checksum({"a": {1: 2}})}) == 3
+    # a container met twice counts once, marked where it is met again: moved, it is another checksum
+    shared = [0]
+    assert checkpoint.checksum({"a": [shared, [shared, 1]]}) != checkpoint.checksum({"a": [shared, [1, shared]]})
 
 
 def test_the_checksum_is_the_one_saved_checkpoints_carry():
@@ -1330,7 +1360,7 @@ def test_a_damaged_optimizer_state_is_refused_by_name(tmp_path, damage, said):
     assert str(info.value).endswith("the checkpoint is damaged") and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("step", [2**62 + 1, -5, True])
+@pytest.mark.parametrize("step", [2**62 + 1, -1, -5, True])
 def test_a_step_beyond_0_to_2_62_is_refused(tmp_path, step):
     """A negative step is no count of steps either: step=-5 loaded as one, a resume to continue before step 0."""
     state, _, _ = tiny_state(step=step)
@@ -1764,6 +1794,7 @@ def test_two_runs_are_told_apart_only_by_two_run_ids():
 def test_step_0_is_a_saved_step():
     assert checkpoint.saved_step_and_data({"step": 0, "data_digest": "abc"}) == (0, "abc")
     assert checkpoint.saved_step_and_data({"step": -1, "data_digest": "abc"}) == (None, "abc")
+    assert checkpoint.saved_step_and_data({"step": True, "data_digest": "abc"}) == (None, "abc")  # (not step 1)
 
 
 def test_a_meta_tensor_used_as_a_key_is_refused_and_named_as_a_key(tmp_path):
