@@ -2278,3 +2278,49 @@ def test_a_run_not_started_for_an_edit_keeps_how_its_folder_has_it(tmp_path, mon
     assert "2 of 2 run(s) not started" in capfd.readouterr().err
     assert [r["status"] for r in read_csv(tmp_path / "sw" / "results.csv")] == [
         f"{sweep.NOT_AS_PLANNED}, stopped at step 5"] * 2
+
+
+def test_names_that_differ_only_in_case_are_both_hashed():
+    """Names that differ only in case are one folder on macOS's and Windows' disks: each of them is hashed,
+    not only the second, so neither takes the plain name another sweep gives."""
+    names = sweep.run_names(["data.dataset"], [("A.txt",), ("a.txt",)])
+    plain = [sweep.UNSAFE.sub("_", f"dataset={v}") for v in ("A.txt", "a.txt")]
+    assert all(n.startswith(p + "-") for n, p in zip(names, plain)), names
+
+
+def test_a_grid_value_holding_an_equals_sign_keeps_it():
+    """Only the first '=' parts the key from its values: a file name may hold one."""
+    assert sweep.parse_grid(["data.dataset=a=b.txt,c"]) == {"data.dataset": ["a=b.txt", "c"]}
+
+
+def test_a_grid_with_no_valid_combination_for_several_reasons_prints_each_skip(tmp_path, monkeypatch):
+    """Refused with "(see the notes above)": the notes, one per combination, must be printed."""
+    started = recording_train(tmp_path, monkeypatch)
+    with pytest.raises(UserError, match=r"no valid combination in --grid model.n_head=3,5 \(see the notes above\)$"), \
+            contextlib.redirect_stdout(io.StringIO()) as printed:
+        sweep.main([CONFIG, "--grid", "model.n_head=3,5", *shrink(tmp_path / "prepared"),
+                    "--out", str(tmp_path / "sw")])
+    lines = printed.getvalue().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["skip n_head=3", "skip n_head=5"], lines
+    assert not started.exists()
+
+
+def test_an_unknown_set_key_is_refused_up_front_with_configs_own_line(tmp_path, monkeypatch):
+    """check_keys refuses it before planning, in config's own words, not as every combination's failure
+    ("no valid combination in --grid ...: ...") after the sweep folder was made and locked."""
+    started = recording_train(tmp_path, monkeypatch)
+    with pytest.raises(UserError) as own:
+        load_config(CONFIG, ["train.max_iter=5"])
+    with pytest.raises(UserError) as refused, contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([CONFIG, "--grid", "model.n_head=1,2", "--set", "train.max_iter=5", "--out", str(tmp_path / "sw")])
+    assert str(refused.value) == str(own.value)
+    assert not started.exists() and not (tmp_path / "sw").exists()
+
+
+def test_a_config_that_is_not_a_mapping_is_refused_once_in_configs_own_words(tmp_path):
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(UserError) as own:
+        load_config(str(tmp_path / "list.yaml"))
+    with pytest.raises(UserError) as refused, contextlib.redirect_stdout(io.StringIO()):
+        sweep.main([str(tmp_path / "list.yaml"), "--grid", "model.n_head=1,2", "--out", str(tmp_path / "sw")])
+    assert str(refused.value) == str(own.value) and not (tmp_path / "sw").exists()
