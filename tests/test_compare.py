@@ -2348,3 +2348,184 @@ def test_a_results_csv_whose_first_line_holds_a_nul_is_not_a_reports(tmp_path):
     from tinygpt import report
     (tmp_path / "results.csv").write_bytes(b"run\x00," + ",".join(report.RESULT_COLUMNS).encode() + b"\n")
     assert not report.is_report_file(tmp_path, "results.csv")
+
+
+# ---- plots.py's second round: loss.png's curves, settings.png's axes, bars and legend ----
+
+
+def metrics_run(path: Path, rows: list[dict]) -> Path:
+    """A run folder of a config and these metrics.csv rows (log rows carry tokens_per_s, eval rows val_loss)."""
+    cfg = Config()
+    cfg.train.max_iters = rows[-1]["step"]
+    path.mkdir()
+    runs.write_config(path, cfg)
+    runs.write_metrics(path, rows)
+    return path
+
+
+def test_loss_png_draws_the_log_rows_as_train_and_the_eval_rows_as_val(tmp_path, monkeypatch):
+    """loss.png: the train curve is the log rows' running means (the rows with tokens_per_s), not the evals'
+    train-split estimates mixed in; the val curve is the evals' val_loss; each is named in the legend."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    rows = [{"step": 0, "train_loss": 4.3, "val_loss": 4.4},
+            {"step": 5, "train_loss": 3.5, "lr": 1e-3, "tokens_per_s": 100.0},
+            {"step": 10, "train_loss": 3.0, "lr": 1e-3, "tokens_per_s": 100.0},
+            {"step": 10, "train_loss": 3.1, "val_loss": 3.2}]
+    plots.plot_run(metrics_run(tmp_path / "run", rows))
+    ax = figures["loss.png"].axes[0]
+    lines = {line.get_label(): line for line in ax.lines}
+    logs = [r for r in rows if r.get("tokens_per_s") is not None]
+    evals = [r for r in rows if r.get("val_loss") is not None]
+    assert set(lines) == {"train", "val"}
+    assert list(lines["train"].get_xdata()) == [r["step"] for r in logs]
+    assert list(lines["train"].get_ydata()) == [r["train_loss"] for r in logs]
+    assert list(lines["val"].get_xdata()) == [r["step"] for r in evals]
+    assert list(lines["val"].get_ydata()) == [r["val_loss"] for r in evals]
+    assert ax.get_ylabel() == "loss (nats/token)"
+
+
+def test_loss_png_without_log_rows_draws_the_evals_train_loss_and_one_log_row_as_a_point(tmp_path, monkeypatch):
+    """No log rows (log_interval > max_iters): the train curve is the evals' estimates, named so and drawn
+    with markers; a single log row is drawn as a point (a line of one point shows nothing)."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    evals = [{"step": 0, "train_loss": 4.3, "val_loss": 4.4}, {"step": 10, "train_loss": 3.1, "val_loss": 3.2}]
+    plots.plot_run(metrics_run(tmp_path / "evals", evals))
+    lines = {line.get_label(): line for line in figures["loss.png"].axes[0].lines}
+    assert set(lines) == {"train (eval)", "val"}
+    assert list(lines["train (eval)"].get_ydata()) == [r["train_loss"] for r in evals]
+    assert lines["train (eval)"].get_marker() not in (None, "None", "")
+    one_log = [evals[0], {"step": 10, "train_loss": 3.0, "tokens_per_s": 100.0}, evals[1]]
+    plots.plot_run(metrics_run(tmp_path / "one", one_log))
+    lines = {line.get_label(): line for line in figures["loss.png"].axes[0].lines}
+    assert lines["train"].get_marker() not in (None, "None", "")
+
+
+def test_loss_png_ticks_whole_steps_only(tmp_path, monkeypatch):
+    """A 2-step run's loss.png read 0, 0.25, 0.5 ... on its step axis: a step is a whole number."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    plots.plot_run(metrics_run(tmp_path / "run", [{"step": 0, "train_loss": 4.3, "val_loss": 4.4},
+                                                  {"step": 2, "train_loss": 3.1, "val_loss": 3.2}]))
+    ticks = figures["loss.png"].axes[0].get_xticks()
+    assert len(ticks) and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_loss_png_is_written_through_atomic_write_and_its_guard(tmp_path):
+    """plot_run writes loss.png as the run's other files are: its guard (train.Run.check_folder) is asked
+    before anything is written, and a folder in loss.png's place is a UserError, not a traceback."""
+    pytest.importorskip("matplotlib")
+    from tinygpt.errors import UserError
+    run = metrics_run(tmp_path / "run", [{"step": 0, "train_loss": 4.3, "val_loss": 4.4},
+                                         {"step": 2, "train_loss": 3.1, "val_loss": 3.2}])
+
+    def gone():
+        raise UserError("the run folder is gone")
+    with pytest.raises(UserError, match="the run folder is gone"):
+        plots.plot_run(run, gone)
+    assert not (run / "loss.png").exists()
+    (run / "loss.png").mkdir()
+    with pytest.raises(UserError, match="loss.png"):
+        plots.plot_run(run)
+
+
+def test_lines_of_one_point_are_told_apart_by_colour_and_marker():
+    """A setting of one point draws no line, so its line style shows nothing: colour and marker alone tell
+    the first (colours x markers) lines apart, in both pictures; and (colour, line style, marker) 200 lines."""
+    pytest.importorskip("matplotlib")
+    from matplotlib import rcParams
+    colours = rcParams["axes.prop_cycle"].by_key()["color"]
+    for markers in (plots.SETTINGS_MARKERS, plots.VAL_LOSS_MARKERS):
+        styles = [plots.line_style(i, markers) for i in range(len(colours) * len(markers))]
+        assert len({(s["color"], s["marker"]) for s in styles}) == len(styles)
+        styles = [plots.line_style(i, markers) for i in range(200)]
+        assert len({(s["color"], s["linestyle"], s["marker"]) for s in styles}) == 200
+
+
+def test_a_log_x_axis_of_settings_png_says_so_in_its_label(monkeypatch):
+    """Values spanning a factor of 4 or more are drawn on a log scale, and the x label says it (the ticks 16,
+    32, 128 evenly spaced read as a linear axis); an axis of evenly spaced values is no log one."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    for key, values, log in [("model.n_embd", [16, 32, 128], True), ("model.n_head", [1, 2, 3], False)]:
+        plots.settings_png(report.group_by_setting(setting_rows([{key: v} for v in values]), [key, "train.seed"]))
+        name = key.split(".", 1)[1]
+        assert figures["settings.png"].axes[0].get_xlabel() == name + (" (log scale)" if log else "")
+
+
+def test_a_settings_error_bar_cut_at_zero_keeps_its_upper_end(monkeypatch):
+    """An interval cut at a bound (a loss is never under 0) is no longer symmetric about its mean: each end of
+    the error bar is the interval's own end, the upper one not mirrored from the cut lower one."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"model.n_head": h} for h in (1, 2)], seeds=(1, 2))
+    for row in rows:  # two seeds far apart: Student's t over 1 degree of freedom reaches below 0
+        row["best_val_loss"] = 0.1 if row["train.seed"] == 1 else 2.0
+    groups = report.group_by_setting(rows, ["model.n_head", "train.seed"])
+    stats = groups[0]["stats"]["best_val_loss"]
+    assert stats["lo"] == 0.0 and stats["hi"] - stats["mean"] != stats["mean"] - stats["lo"]  # (cut: asymmetric)
+    plots.settings_png(groups)
+    bars = figures["settings.png"].axes[0].containers[0].lines[2][0].get_segments()
+    ends = sorted((min(y for _, y in seg), max(y for _, y in seg)) for seg in bars)
+    assert ends == pytest.approx(sorted((g["stats"]["best_val_loss"]["lo"], g["stats"]["best_val_loss"]["hi"])
+                                        for g in groups))
+
+
+def test_settings_png_of_unequal_seeds_says_a_single_seeds_point_has_no_interval(monkeypatch):
+    """Where a setting has a single seed among settings of several, its point has no error bar: the title says
+    n=1 means no interval (not a precise mean); where every setting has 2 seeds or more it says nothing of it."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"model.n_head": 1}], seeds=(1, 2)) + setting_rows([{"model.n_head": 2}], seeds=(1,))
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
+    assert "(n=1: no interval)" in figures["settings.png"]._suptitle.get_text()
+    rows = setting_rows([{"model.n_head": 1}], seeds=(1, 2)) + setting_rows([{"model.n_head": 2}], seeds=(1, 2, 3))
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
+    title = figures["settings.png"]._suptitle.get_text()
+    assert "n = 2 to 3" in title and "n=1" not in title
+
+
+def test_settings_alike_within_a_fraction_of_a_percent_are_not_blown_up_to_the_whole_panel(monkeypatch):
+    """Best val losses 1.500 and 1.501 filled the panel's whole height, a 0.07% difference drawn as a vast one:
+    the y-axis spans at least 1% of the values."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"model.n_head": h} for h in (1, 2)])
+    for row, loss in zip(rows, (1.500, 1.501)):
+        row["best_val_loss"] = loss
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.seed"]))
+    low, high = figures["settings.png"].axes[0].get_ylim()
+    assert low <= 1.500 and high >= 1.501 and high - low >= 0.01 * 1.5005 * (1 - 1e-9), (low, high)
+
+
+def test_settings_png_names_its_lines_in_a_legend_from_two_lines_on(monkeypatch):
+    """Two lines (two values of a second key) are told apart by a legend naming each; one line needs none."""
+    pytest.importorskip("matplotlib")
+    from tinygpt import report
+    figures = capture_figures(monkeypatch)
+    rows = setting_rows([{"model.n_head": h, "train.lr": lr} for h in (1, 2) for lr in (1e-3, 3e-3)])
+    plots.settings_png(report.group_by_setting(rows, ["model.n_head", "train.lr", "train.seed"]))
+    fig = figures["settings.png"]
+    assert len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["lr=0.001", "lr=0.003"]
+    plots.settings_png(report.group_by_setting(setting_rows([{"model.n_head": h} for h in (1, 2)]),
+                                               ["model.n_head", "train.seed"]))
+    assert figures["settings.png"].legends == []
+
+
+def test_a_first_point_that_would_not_squash_the_curve_is_drawn_whole(monkeypatch):
+    """The first 5% of the steps are left out of the y-range only where they would more than double its height
+    (plots.SQUASH): a short run's step-0 loss just above the rest stays on the axes, with no off-the-top note."""
+    pytest.importorskip("matplotlib")
+    figures = capture_figures(monkeypatch)
+    ys = [3.9, 3.8, 3.7, 3.6]  # step 0 is 0.1 above the rest, whose own span is 0.2: not more than doubled
+    plots.val_loss_png([{"label": "s", "runs": [{"metrics": [{"step": s, "val_loss": y}
+                                                             for s, y in zip((0, 10, 20, 30), ys)]}]}])
+    ax = figures["val_loss.png"].axes[0]
+    assert ax.get_ylim()[1] >= max(ys), ax.get_ylim()
+    assert not any("off the top" in t.get_text() for t in ax.texts)
