@@ -2529,3 +2529,57 @@ def test_a_first_point_that_would_not_squash_the_curve_is_drawn_whole(monkeypatc
     ax = figures["val_loss.png"].axes[0]
     assert ax.get_ylim()[1] >= max(ys), ax.get_ylim()
     assert not any("off the top" in t.get_text() for t in ax.texts)
+
+
+# ---- compare.py's own checks (a second round) ----
+
+
+def test_a_sweeps_folder_names_only_the_folders_that_are_runs(tmp_path):
+    """Beside its runs a sweep's folder may hold other folders (logs/): they are not counted or named as runs."""
+    (tmp_path / "sw").mkdir()
+    for h in (1, 2):
+        fake_run(tmp_path / "sw" / f"n_head={h}", h, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    (tmp_path / "sw" / "logs").mkdir()
+    with pytest.raises(UserError, match=r"sw is not a run directory: it holds 2 run\(s\) \(n_head=1, n_head=2\), as "
+                                        r"a sweep's folder does"):
+        compare.main([str(tmp_path / "sw"), "--out", str(tmp_path / "cmp")])
+
+
+def test_a_sweeps_folder_named_with_a_leading_dash_gets_a_hint_that_is_no_flag(tmp_path, monkeypatch):
+    """`compare.py -- -sw`: the hint's `compare.py -sw/*/` would be read as a flag; it says ./-sw/*/."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-sw").mkdir()
+    for name in ("n_head=1", "n_head=2"):
+        fake_run(tmp_path / "-sw" / name, 1, [(0, "4.1", "4.1")])
+    with pytest.raises(UserError) as refused:
+        compare.main(["--", "-sw"])
+    assert str(refused.value).endswith(" ./-sw/*/")
+
+
+def test_a_run_directory_that_does_not_exist_is_named_not_a_traceback(tmp_path):
+    run = fake_run(tmp_path / "a", 1, [(0, "4.1", "4.1"), (10, "3.9", "3.9")])
+    missing = tmp_path / "nope"
+    with pytest.raises(UserError, match=rf"^run directory not found: {re.escape(str(missing))}$"):
+        compare.main([run, str(missing), "--out", str(tmp_path / "cmp")])
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_runs_that_differ_are_not_said_to_have_identical_configs(tmp_path):
+    runs_ = [fake_run(tmp_path / f"a{s}", s, [(0, "4.1", "4.1"), (10, "3.9", "3.9")]) for s in (1, 2)]
+    result, printed = compared([*runs_, "--out", str(tmp_path / "cmp")])
+    assert result["varied"]
+    assert "configs are identical" not in printed
+
+
+def test_the_default_out_is_out_compare_below_the_current_folder(tmp_path, monkeypatch):
+    runs_ = [fake_run(tmp_path / f"a{s}", s, [(0, "4.1", "4.1"), (10, "3.9", "3.9")]) for s in (1, 2)]
+    monkeypatch.chdir(tmp_path)
+    result, _ = compared(runs_)
+    assert result["out"] == str(Path("out") / "compare")
+    assert (tmp_path / "out" / "compare" / "results.md").is_file()
+
+
+def test_no_run_directory_is_a_usage_error_that_writes_nothing(tmp_path):
+    with pytest.raises(UserError, match=r"the following arguments are required: RUN_DIR"):
+        compare.main(["--out", str(tmp_path / "cmp")])
+    assert not (tmp_path / "cmp").exists()

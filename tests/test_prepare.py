@@ -1459,3 +1459,53 @@ def test_a_file_deleted_between_the_walk_and_its_stat_is_a_change_not_a_tracebac
     with pytest.raises(UserError, match=f"{re.escape(str(text))}.* changed while it was being prepared; run again"):
         prep.prepare(config(text, tmp_path / "prepared"), show_progress=False)
     assert not (tmp_path / "prepared").exists()
+
+
+def test_python_m_data_prepare_prints_its_folder_each_splits_tokens_and_the_vocabulary(tmp_path, capsys):
+    """The line `python -m data.prepare` prints: the folder as shown_path shows it (a tab in its name quoted),
+    each split's own token count, the vocabulary (no BPE note for a char run) and its dtype."""
+    from tinygpt.errors import shell_quote
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat\n" * 50)
+    prepared = tmp_path / "p\tq"
+    out = prep.main([str(ROOT / "configs/shakespeare_char.yaml"), "--set", f"data.dataset={text}",
+                     f"data.prepared_dir={prepared}"])
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["train_tokens"] != meta["val_tokens"]
+    assert capsys.readouterr().out == (f"{shell_quote(str(out))}: {meta['train_tokens']:,} train + "
+                                       f"{meta['val_tokens']:,} val tokens, vocab {meta['vocab_size']:,} "
+                                       f"({meta['dtype']})\n")
+
+
+def test_python_m_data_prepare_takes_set_more_than_once_or_not_at_all(tmp_path, monkeypatch):
+    """`--set A --set B` applies both groups (not only the last); a config without --set is prepared too."""
+    import urllib.error
+
+    def offline(url, timeout):
+        raise urllib.error.URLError("no network")
+    monkeypatch.setattr(prep.urllib.request, "urlopen", offline)  # shakespeare.yaml's own dataset: never fetched
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat\n" * 50)
+    prepared = tmp_path / "prepared"
+    out = prep.main([str(ROOT / "configs/shakespeare_char.yaml"), "--set", f"data.dataset={text}",
+                     "--set", f"data.prepared_dir={prepared}"])
+    assert out.parent == prepared
+    assert prep.load_prepared(out).meta["chars"] == len(text.read_text())
+    own = tmp_path / "own.yaml"
+    own.write_text(f"data:\n  dataset: {text}\n  tokenizer: char\n  prepared_dir: {prepared}\n")
+    assert prep.main([str(own)]) == out
+
+
+def test_python_m_data_prepare_says_when_the_val_split_is_too_short_for_the_configs_model(tmp_path, capsys):
+    """A train split long enough beside a val split of no more than model.block_size tokens: the note names
+    the val split (train.py refuses either)."""
+    source = ROOT / "configs/shakespeare_char.yaml"
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat\n" * 100)
+    out = prep.main([str(source), "--set", f"data.dataset={text}", f"data.prepared_dir={tmp_path / 'p'}",
+                     "data.val_fraction=0.02"])
+    meta = json.loads((out / "meta.json").read_text())
+    block = load_config(source).model.block_size
+    assert meta["val_tokens"] <= block < meta["train_tokens"]
+    assert capsys.readouterr().err.startswith(f"note: train.py will refuse this config on this data: the val split "
+                                              f"has {meta['val_tokens']:,} token")
