@@ -649,3 +649,36 @@ def test_an_event_file_whose_last_record_is_damaged_is_named_damaged(tmp_path):
     assert tensorboard_log.whole_records(written) == records  # (its lengths still add up)
     steps, unreadable = tensorboard_log.logged_steps(board, 20)
     assert unreadable == [written] and steps.get("train/loss", set()) < {5, 10}
+
+
+def test_steps_past_the_resume_are_not_taken_for_logged(tmp_path):
+    """A killed session's events past the checkpoint the run resumes from (dropped by TensorBoard at the resume's
+    purge_step) are not what the log holds of the run: a log holding only those held none of its steps."""
+    pytest.importorskip("tensorboard")
+    from tinygpt import tensorboard_log
+    from tinygpt.tokenizer import CharTokenizer
+    loss_events(tmp_path / "tensorboard", (10, 25, 30))
+    assert tensorboard_log.logged_steps(tmp_path / "tensorboard", 20) == ({"train/loss": {10}}, [])
+    for path in (tmp_path / "tensorboard").iterdir():
+        path.unlink()
+    loss_events(tmp_path / "tensorboard", (25, 30))  # only the late steps of a session killed before its checkpoint
+    board = tensorboard_log.TensorBoardLog(tmp_path, CharTokenizer.from_text("abc"), [0, 1, 2], resumed_at=20)
+    rows = [{"step": step, "train_loss": "2.0", "lr": "1e-3", "tokens_per_s": "100", "mfu": "0.1"} for step in (10, 20)]
+    note = board.backfill(rows)
+    board.close()
+    assert note.startswith("note: this run's TensorBoard log held none of its steps") and "up to step 20" in note
+
+
+def test_a_record_of_length_zero_is_no_count_of_records(tmp_path):
+    """A hole of zeros (a sparse or zero-filled tail) reads as records of length 0: no event is empty, so the file has
+    no count of records (inf), and is not walked 16 bytes at a time (67 M steps a GB)."""
+    pytest.importorskip("tensorboard")
+    from tinygpt import tensorboard_log
+    board = tmp_path / "tensorboard"
+    loss_events(board, (10,))
+    written = next(board.iterdir())
+    assert tensorboard_log.whole_records(written) < math.inf
+    with open(written, "ab") as f:
+        f.write(bytes(16))  # (exactly one record's header and checksums: the lengths still add up)
+    assert tensorboard_log.whole_records(written) == math.inf
+    assert tensorboard_log.logged_steps(board, 20) == ({"train/loss": {10}}, [written])
