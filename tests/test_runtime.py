@@ -1153,3 +1153,152 @@ def test_following_free_cores_rechecks_the_policy_before_each_item():
         seen.append(item)
     assert seen == ["update", "a", "update", "b", "update", "c"]
     assert list(runtime.following_free_cores(iter("ab"), None)) == ["a", "b"]
+
+
+# ---- devices, dtypes, peaks, memory and time checks, torchrun (a second round) ----
+
+
+def test_device_auto_takes_cuda_then_mps_then_cpu(monkeypatch):
+    for cuda, mps, expected in ((True, True, "cuda"), (False, True, "mps"), (False, False, "cpu")):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+        assert runtime.resolve_device("auto") == torch.device(expected)
+
+
+def test_dtype_auto_off_cpu_and_cuda_is_float32_even_on_a_bfloat16_cpu(monkeypatch):
+    """The CPU's AVX-512 BF16 says nothing of an Apple GPU: auto on mps stays float32."""
+    monkeypatch.setattr(runtime, "cpu_computes", lambda dtype: True)
+    assert runtime.resolve_dtype("auto", torch.device("cpu")) == "bfloat16"
+    assert runtime.resolve_dtype("auto", torch.device("mps")) == "float32"
+
+
+def test_a_mobile_gpu_takes_no_desktop_peak():
+    """'Mobile' names a laptop chip as 'Laptop' and 'Max-Q' do: measured, not the desktop card's peak."""
+    assert runtime.gpu_peak("NVIDIA GeForce RTX 4090", "bfloat16", tf32=True) is not None
+    assert runtime.gpu_peak("NVIDIA GeForce RTX 4090 Mobile", "bfloat16", tf32=True) is None
+
+
+@pytest.mark.parametrize("name", ["Tesla V100-SXM2-16GB", "Tesla V100-PCIE-32GB", "Tesla V100S-PCIE-32GB", "Tesla T4"])
+def test_bfloat16_on_volta_and_turing_is_held_to_the_float32_peak(name):
+    """Every Volta/Turing card emulates bfloat16: its peak is the card's float32 one, not its float16 tensor cores'."""
+    fp32, _ = runtime.gpu_peak(name, "float32", tf32=False)
+    peak, source = runtime.gpu_peak(name, "bfloat16", tf32=True)
+    assert peak == fp32 < runtime.gpu_peak(name, "float16", tf32=True)[0]
+    assert source.endswith("(its bfloat16 is emulated)")
+
+
+def test_a_cpus_peak_is_measured_in_the_runs_dtype(monkeypatch):
+    """MFU of a bfloat16 run on a CPU divides by a bfloat16 matmul's speed, not float32's."""
+    asked = []
+
+    def fake(dtype, device, budget_s=0.5):
+        asked.append(dtype)
+        return 1e9, 256
+    fake.cache_clear = lambda: None
+    monkeypatch.setattr(runtime, "measured_matmul_peak", fake)
+    for dtype in ("bfloat16", "float16", "float32"):
+        flops, source = runtime.peak_flops(dtype, torch.device("cpu"))
+        assert source == f"measured 256^2 {dtype} matmul"
+    assert asked == [torch.bfloat16, torch.float16, torch.float32]
+
+
+def test_a_gpus_memory_left_is_its_free_memory_not_its_total(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 * 2 ** 30, 80 * 2 ** 30))
+    left, bound = runtime.memory_left(torch.device("cuda", 0))
+    assert left == 3 * 2 ** 30 and bound.format("x") == "cuda:0 has x available"
+
+
+def test_no_memory_figure_is_known_for_apples_gpu(monkeypatch):
+    """The CPU's limits are not an MPS device's: nothing is refused there."""
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 1})
+    assert runtime.memory_left(torch.device("cpu")) is not None
+    assert runtime.memory_left(torch.device("mps")) is None
+
+
+def test_machine_memory_is_meminfos_kibibytes_in_bytes(monkeypatch):
+    """/proc/meminfo counts kB that are KiB: MemAvailable 1000 kB is 1,024,000 bytes."""
+    from types import SimpleNamespace
+    real = runtime.Path
+    meminfo = SimpleNamespace(read_text=lambda: "MemTotal:  4000 kB\nMemAvailable:   1000 kB\n")
+    monkeypatch.setattr(runtime, "Path", lambda p, *a: meminfo if str(p) == "/proc/meminfo" else real(p, *a))
+    monkeypatch.setattr(runtime, "cgroup_dirs", lambda controller: [])
+    assert runtime.cpu_memory_limits()["machine"] == 1000 * 1024
+
+
+def test_a_memory_refusal_names_the_three_largest_parts_of_at_least_a_hundredth(monkeypatch):
+    GB = 2 ** 30
+    parts = {"a": 40 * GB, "b": 30 * GB, "c": 20 * GB, "d": 10 * GB, "e": GB // 2}
+    need = sum(parts.values())
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": need - 1})
+    with pytest.raises(UserError) as e:
+        runtime.check_memory(parts, torch.device("cpu"), "training", "use less")
+    assert "(a 40.0 GB, b 30.0 GB, c 20.0 GB)" in str(e.value)
+    small = {"w": 1000 * GB, "x": 5 * GB}  # x is 0.5% of the need: left out
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": 1})
+    with pytest.raises(UserError) as e:
+        runtime.check_memory(small, torch.device("cpu"), "training", "use less")
+    assert "(w 1,000.0 GB), but" in str(e.value)
+
+
+def test_a_refused_step_says_its_hours():
+    flops = 3 * runtime.MAX_STEP_S * runtime.FAST_FLOPS  # three days at FAST_FLOPS
+    with pytest.raises(UserError, match=r"^step takes at least 72 hours \(1 passes"):
+        runtime.check_step_time(flops, 1, "step", "fix")
+
+
+def test_an_evaluation_is_refused_by_its_flops_too(monkeypatch):
+    """eval_iters batches on each of 2 splits: 2 forward passes' FLOPs a batch, checked as the step's are."""
+    from model import GPT
+    from tinygpt.config import Config
+    monkeypatch.setattr(runtime, "memory_left", lambda device: None)
+    cfg = Config()
+    cfg.model.vocab_size, cfg.train.batch_size, cfg.train.grad_accum = 100, 10 ** 6, 1
+    forward = 2 * GPT.count_params(cfg.model) * cfg.train.batch_size * cfg.model.block_size
+    cfg.train.eval_iters = int(0.75 * runtime.MAX_STEP_S * runtime.FAST_FLOPS / forward)  # 1.5 days of 2 x forward
+    assert 3 * forward < runtime.MAX_STEP_S * runtime.FAST_FLOPS  # (the step itself fits)
+    with pytest.raises(UserError, match="^one evaluation"):
+        runtime.check_training_fits(cfg, "float32", torch.device("cpu"))
+
+
+def test_the_memory_check_counts_activations_at_the_runs_dtype(monkeypatch):
+    from tinygpt.config import Config
+    cfg = Config()
+    cfg.model.vocab_size, cfg.train.batch_size = 100, 64
+    bf16 = sum(runtime.training_memory(cfg.model, 64, "bfloat16").values())
+    f32 = sum(runtime.training_memory(cfg.model, 64, "float32").values())
+    monkeypatch.setattr(runtime, "cpu_memory_limits", lambda: {"machine": (bf16 + f32) // 2})
+    runtime.check_training_fits(cfg, "bfloat16", torch.device("cpu"))  # fits in bfloat16
+    with pytest.raises(UserError, match="^training"):
+        runtime.check_training_fits(cfg, "float32", torch.device("cpu"))
+
+
+def test_only_rank_0_is_the_master():
+    assert runtime.Distributed(0, 2, torch.device("cpu")).master
+    assert not runtime.Distributed(1, 2, torch.device("cpu")).master
+
+
+def test_a_partial_torchrun_environment_is_one_process(monkeypatch):
+    """RANK alone, left by another tool, is no launch: one process, nothing checked."""
+    for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", "abc")
+    d = runtime.Distributed.from_env(torch.device("cpu"))
+    assert (d.rank, d.world_size) == (0, 1)
+
+
+@pytest.mark.parametrize("env, said", [({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 and WORLD_SIZE=2 name no process"),
+                                       ({"MASTER_PORT": "0"}, "MASTER_PORT='0' is no port (1 .. 65535)")])
+def test_the_first_values_past_torchruns_bounds_are_refused(monkeypatch, env, said):
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "29500", **env}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(UserError) as info:
+        runtime.check_launcher_env()
+    assert said in str(info.value)
+
+
+def test_the_mean_over_processes_divides_the_sum_by_their_number(monkeypatch):
+    world = 4
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda x: x.mul_(world))  # world equal processes: the sum
+    x = torch.tensor([2.0, 6.0])
+    assert torch.equal(runtime.Distributed(0, world, torch.device("cpu")).mean(x), x)
+    assert torch.equal(x, torch.tensor([2.0, 6.0]))  # (its argument is left alone)
