@@ -2583,3 +2583,25 @@ def test_no_run_directory_is_a_usage_error_that_writes_nothing(tmp_path):
     with pytest.raises(UserError, match=r"the following arguments are required: RUN_DIR"):
         compare.main(["--out", str(tmp_path / "cmp")])
     assert not (tmp_path / "cmp").exists()
+
+
+def test_a_seed_as_text_is_one_seed_and_a_key_that_does_not_apply_changes_no_data_and_labels_nothing():
+    """A seed the sweep's grid gives as text ('1') and a run's config gives as a number (1) is one seed; a data
+    key that does not apply to the tokenizer (a char run's bpe_vocab_size) neither hides a change of the text
+    from data_changed nor labels a setting (compare.py --plot-only groups rows that only their config fills);
+    two settings on different data, each on its own one text, are no change of data."""
+    from tinygpt import report
+    char = {"data.dataset": "d.txt", "data.tokenizer": "char", "data.val_fraction": 0.1}
+    rows = [{"run": "a", "train.seed": "1", "best_val_loss": 1.0, "config": {**char, "train.seed": 1}},
+            {"run": "b", "best_val_loss": 2.0, "config": {**char, "train.seed": 1}}]
+    (g,) = report.group_by_setting(rows, ["train.seed"])
+    assert g["n"] == 1 and len(g["repeats"]) == 1 and g["stats"]["best_val_loss"]["mean"] == 1.5
+    edited = [{"data_digest": d * 64, "config": {**char, "data.bpe_vocab_size": v}}
+              for d, v in (("a", 512), ("b", 1024))]
+    assert report.data_changed(edited)
+    two_texts = [{"data_digest": d * 64, "config": {**char, "data.dataset": f"{d}.txt"}} for d in "ab"]
+    assert not report.data_changed(two_texts)
+    bpe = {**char, "data.tokenizer": "bpe", "data.bpe_vocab_size": 512}
+    groups = report.group_by_setting([{"run": "c", "config": {**char, "data.bpe_vocab_size": 1024}},
+                                      {"run": "b", "config": bpe}], ["data.tokenizer", "data.bpe_vocab_size"])
+    assert [g["label"] for g in groups] == ["tokenizer=char", "tokenizer=bpe, bpe_vocab_size=512"]
