@@ -11,6 +11,7 @@ import io
 import math
 import os
 import re
+import time as time_module
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -1338,3 +1339,133 @@ def test_a_torchrun_process_checks_its_settings_and_flags_against_the_others_bef
                                         r"--resume=False here, True on process 0"):
         train.train(args, cfg, dist)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_resumed_run_continues_its_batches_losses_and_clock(tmp_path, monkeypatch):
+    """Stopped at step 3 (between evals and log rows) and resumed, a run trains the batches, logs the train
+    loss means and counts the seconds of one that never stopped: the batch generator, the loss sum with its
+    count and the elapsed time come back from ckpt.pt; the stop saves its state and its step's log row."""
+    import train
+    from tinygpt.checkpoint import load_checkpoint, save_checkpoint
+    from tinygpt.runs import read_metrics
+    losses, real = [], train.Run.take_step
+
+    def recording(self, lr, stop=None):
+        loss = real(self, lr, stop)
+        losses.append(loss.item())
+        return loss
+    monkeypatch.setattr(train.Run, "take_step", recording)
+    settings = ("train.max_iters=6", "train.eval_interval=4", "train.log_interval=2")
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "whole", *settings))
+        whole = losses[:]
+        losses.clear()
+        train.main(run_args(tmp_path, "run", *settings) + ["--stop-at", "3"])
+        stopped = read_metrics(tmp_path / "run")
+        ckpt = load_checkpoint(tmp_path / "run" / "ckpt.pt")
+        assert ckpt["step"] == 3 and [r["step"] for r in stopped] == [0, 2]  # the log row of step 2 written
+        assert ckpt["elapsed_s"] + 5e-4 >= stopped[-1]["elapsed_s"] > 0  # saved at the stop, not the last eval
+        ckpt["elapsed_s"] = 1000.0  # a long first part
+        save_checkpoint(tmp_path / "run" / "ckpt.pt", ckpt)
+        train.main(run_args(tmp_path, "run", *settings) + ["--resume"])
+    assert losses == whole  # the same batches (and dropout masks) as the run that never stopped
+    logs = {r["step"]: r["train_loss"] for r in read_metrics(tmp_path / "run") if r["tokens_per_s"] is not None}
+    assert logs == {2: pytest.approx(sum(whole[:2]) / 2, abs=1e-4), 4: pytest.approx(sum(whole[2:4]) / 2, abs=1e-4),
+                    6: pytest.approx(sum(whole[4:6]) / 2, abs=1e-4)}
+    resumed = [r for r in read_metrics(tmp_path / "run") if r["step"] > 3]
+    assert resumed and all(r["elapsed_s"] >= 1000.0 for r in resumed), resumed
+
+
+def test_eval_rows_give_the_time_and_lr_of_their_step_and_evals_are_no_training_time(tmp_path, monkeypatch, capsys):
+    """An eval row's elapsed_s is the time at its eval (after the log row of its step), and its lr the one its step
+    trained with (the log row's); the seconds of an eval count in elapsed_s, not in the tokens/s of the next row.
+    The printed eval line and the closing line give the file's losses."""
+    import train
+    from tinygpt.runs import read_metrics
+    offset = [0.0]
+    real_clock, real_estimate = time_module.perf_counter, train.estimate_loss
+
+    def slow_estimate(*args, **kwargs):
+        offset[0] += 1000.0  # an eval of 1000 s
+        return real_estimate(*args, **kwargs)
+    monkeypatch.setattr(train, "time", SimpleNamespace(perf_counter=lambda: real_clock() + offset[0]))
+    monkeypatch.setattr(train, "estimate_loss", slow_estimate)
+    done = train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.warmup_iters=3"))
+    out = capsys.readouterr().out
+    rows = read_metrics(tmp_path / "run")
+    for step in (2, 4):
+        log_row, eval_row = [r for r in rows if r["step"] == step]
+        assert eval_row["elapsed_s"] >= log_row["elapsed_s"] > 0 and eval_row["lr"] == log_row["lr"]
+        assert f"step {step}: train loss {eval_row['train_loss']:.4f}, val loss {eval_row['val_loss']:.4f}\n" in out
+    assert training.lr_at(0, train.TrainConfig(lr=2e-3, min_lr=2e-4, warmup_iters=3, max_iters=4)) != rows[-1]["lr"]
+    tokens_per_step = 4 * 16
+    assert all(r["tokens_per_s"] > tokens_per_step / 100 for r in rows if r["tokens_per_s"] is not None), rows
+    assert rows[-1]["elapsed_s"] > 3000  # the three evals' seconds are the run's
+    assert f"done: step 4, best val loss {done['best_val_loss']:.4f}, " in out
+
+
+def test_a_stop_at_weights_that_are_not_finite_keeps_the_last_good_ckpt_pt(tmp_path, monkeypatch):
+    """--stop-at saves ckpt.pt only from finite weights: a step that left a nan weight is a divergence, and
+    ckpt.pt stays the last eval's."""
+    import train
+    from tinygpt.checkpoint import load_checkpoint
+    from tinygpt.errors import UserError
+    real = train.Run.take_step
+
+    def breaking(self, lr, stop=None):
+        loss = real(self, lr, stop)
+        if self.step == 2:  # the step to 3
+            next(self.model.parameters()).data.fill_(float("nan"))
+        return loss
+    monkeypatch.setattr(train.Run, "take_step", breaking)
+    with contextlib.redirect_stdout(io.StringIO()), pytest.raises(UserError, match="a weight is not finite at step 3"):
+        train.main(run_args(tmp_path, "run", "train.max_iters=6") + ["--stop-at", "3"])
+    assert load_checkpoint(tmp_path / "run" / "ckpt.pt")["step"] == 2
+
+
+def test_a_resumes_first_log_row_counts_only_the_steps_since_the_resume(tmp_path, monkeypatch):
+    """tokens/s of the first log row after a resume is over the steps this call trained, not all the run's."""
+    import train
+    from tinygpt.runs import read_metrics
+    offset, real_clock, real_step = [0.0], time_module.perf_counter, train.Run.take_step
+
+    def a_second_a_step(self, lr, stop=None):
+        offset[0] += 1.0
+        return real_step(self, lr, stop)
+    monkeypatch.setattr(train, "time", SimpleNamespace(perf_counter=lambda: real_clock() + offset[0]))
+    monkeypatch.setattr(train.Run, "take_step", a_second_a_step)
+    settings = ("train.max_iters=6", "train.eval_interval=4", "train.log_interval=2")
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "run", *settings) + ["--stop-at", "3"])
+        train.main(run_args(tmp_path, "run", *settings) + ["--resume"])
+    tokens_per_step = 4 * 16
+    speeds = [r["tokens_per_s"] for r in read_metrics(tmp_path / "run") if r["tokens_per_s"] is not None]
+    assert len(speeds) == 3 and all(tokens_per_step / 2 < s <= tokens_per_step for s in speeds), speeds
+
+
+@pytest.mark.slow
+def test_a_signal_during_the_last_eval_saves_the_last_step_to_be_evaluated_by_the_resume(tmp_path, monkeypatch):
+    """A SIGTERM while the losses of step max_iters are estimated: the run is not done; it saves ckpt.pt of that
+    step (its eval still due), exits 143, and the resume evaluates it."""
+    import signal
+    import train
+    from tinygpt.checkpoint import load_checkpoint
+    from tinygpt.runs import read_metrics
+    calls, real = [], train.estimate_loss
+
+    def stopped_at_the_last(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # steps 0, 2, then 4
+            os.kill(os.getpid(), signal.SIGTERM)
+            return None
+        return real(*args, **kwargs)
+    monkeypatch.setattr(train, "estimate_loss", stopped_at_the_last)
+    with contextlib.redirect_stdout(io.StringIO()) as out, pytest.raises(SystemExit) as stopped:
+        train.main(run_args(tmp_path, "run", "train.max_iters=4"))
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert "interrupted at step 4: saved " in out.getvalue() and "done" not in out.getvalue()
+    ckpt = load_checkpoint(tmp_path / "run" / "ckpt.pt")
+    assert (ckpt["step"], ckpt["evaluated_step"]) == (4, 2)
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(run_args(tmp_path, "run", "train.max_iters=4") + ["--resume"])
+    assert [r["step"] for r in read_metrics(tmp_path / "run") if r["val_loss"] is not None] == [0, 2, 4]
