@@ -224,14 +224,24 @@ def test_build_case_with_gpt2_tokens(tmp_path, monkeypatch):
     assert seen_names > 0
 
 
+def assert_windows_are_the_full_texts_last_tokens(tok, text: str, refs, block_sizes) -> None:
+    """Each reference's window of each block size is the last tokens of the full text's encoding up to the
+    attribute, as the model saw them in training (not a re-encoding of the cut text)."""
+    import bisect
+    full = tok.encode(text)
+    ends = [e for _, e in coreference.token_char_spans(tok, full)]
+    for base, ref in refs:
+        before = full[:bisect.bisect_right(ends, base + ref.attribute_pos)]
+        for block_size in block_sizes:
+            assert coreference.build_case(tok, text, base, ref, block_size).ids == [int(i) for i in
+                                                                                    before[-block_size:]]
+
+
 def test_the_window_is_the_full_texts_last_tokens_where_a_stop_and_its_line_breaks_are_one_token(tmp_path,
                                                                                                  monkeypatch):
     """cl100k_base's split keeps ".\n\n" whole: a cut at the space after a story's last stop starts "\n\n", one
     token that the full text does not have. The window is cut from SLACK tokens more than it keeps, so its first
     token is the full text's (GPT-2's ranks, here under cl100k's split, with ".\n\n" one token)."""
-    import bisect
-
-    import tiktoken
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(r50k_cache(tmp_path)))
     r50k = tiktoken.get_encoding("r50k_base")
     split = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|"""
@@ -240,19 +250,12 @@ def test_the_window_is_the_full_texts_last_tokens_where_a_stop_and_its_line_brea
                                  mergeable_ranks={**r50k._mergeable_ranks, b".\n\n": r50k.n_vocab})
     tok = TiktokenTokenizer("cl100k_split", None, encoding=encoding)
     text, refs, _ = coreference.held_out_stories(3, 1_000_003, tok)
-    full = tok.encode(text)
-    ends = [e for _, e in coreference.token_char_spans(tok, full)]
-    for base, ref in refs:
-        before = full[:bisect.bisect_right(ends, base + ref.attribute_pos)]
-        for block_size in range(106, 112):
-            assert coreference.build_case(tok, text, base, ref, block_size).ids == [int(i) for i in
-                                                                                    before[-block_size:]]
+    assert_windows_are_the_full_texts_last_tokens(tok, text, refs, range(106, 112))
 
 
 def test_the_window_is_the_full_texts_last_tokens_with_word_sized_tokens_offline():
     """The same with no GPT-2 ranks at hand (a fresh clone): a BPE whose tokens are whole words (about 4
     characters each, so a cut encoded without SLACK holds barely block_size tokens) and ".\n\n" one token."""
-    import bisect
     bytes_only = tiktoken.Encoding("bytes", pat_str=r".", special_tokens={},
                                    mergeable_ranks={bytes([b]): b for b in range(256)})
     text, refs, _ = coreference.held_out_stories(3, 1_000_003, TiktokenTokenizer("bytes", None, encoding=bytes_only))
@@ -263,13 +266,7 @@ def test_the_window_is_the_full_texts_last_tokens_with_word_sized_tokens_offline
     encoding = tiktoken.Encoding("words", pat_str=r""" ?\p{L}+| ?[^\s\p{L}]++[\r\n]*|\s+(?!\S)|\s+""",
                                  mergeable_ranks=ranks, special_tokens={})
     tok = TiktokenTokenizer("words", None, encoding=encoding)
-    full = tok.encode(text)
-    ends = [e for _, e in coreference.token_char_spans(tok, full)]
-    for base, ref in refs:
-        before = full[:bisect.bisect_right(ends, base + ref.attribute_pos)]
-        for block_size in range(20, 70):
-            assert coreference.build_case(tok, text, base, ref, block_size).ids == [int(i) for i in
-                                                                                    before[-block_size:]]
+    assert_windows_are_the_full_texts_last_tokens(tok, text, refs, range(20, 70))
 
 
 def test_no_reference_with_its_attribute_in_the_window_is_no_line_in_the_report():
