@@ -2403,7 +2403,7 @@ def test_loss_png_without_log_rows_draws_the_evals_train_loss_and_one_log_row_as
 
 
 def test_loss_png_ticks_whole_steps_only(tmp_path, monkeypatch):
-    """A 2-step run's loss.png read 0, 0.25, 0.5 ... on its step axis: a step is a whole number."""
+    """A 2-step run's loss.png would read 0, 0.25, 0.5 ... on matplotlib's own step axis: a step is a whole number."""
     pytest.importorskip("matplotlib")
     figures = capture_figures(monkeypatch)
     plots.plot_run(metrics_run(tmp_path / "run", [{"step": 0, "train_loss": 4.3, "val_loss": 4.4},
@@ -2490,8 +2490,8 @@ def test_settings_png_of_unequal_seeds_says_a_single_seeds_point_has_no_interval
 
 
 def test_settings_alike_within_a_fraction_of_a_percent_are_not_blown_up_to_the_whole_panel(monkeypatch):
-    """Best val losses 1.500 and 1.501 filled the panel's whole height, a 0.07% difference drawn as a vast one:
-    the y-axis spans at least 1% of the values."""
+    """Best val losses 1.500 and 1.501 would fill the panel's whole height, a 0.07% difference drawn as a vast
+    one: the y-axis spans at least 1% of the values."""
     pytest.importorskip("matplotlib")
     from tinygpt import report
     figures = capture_figures(monkeypatch)
