@@ -173,18 +173,24 @@ def test_the_schedule_warms_up_then_decays_to_min_lr():
 # ---- estimate_loss ----
 
 
+def recorded_batches(monkeypatch) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Every (x, y) batch training.get_batch draws from now on, in order."""
+    drawn, real = [], training.get_batch
+
+    def recorder(*args, **kwargs):
+        drawn.append(real(*args, **kwargs))
+        return drawn[-1]
+    monkeypatch.setattr(training, "get_batch", recorder)
+    return drawn
+
+
 def test_the_loss_estimate_runs_in_eval_mode_on_the_same_batches(tiny_model_config, monkeypatch):
     """With dropout 0.5, an estimate in train mode differs from call to call and from the model's loss;
     in eval mode it is the mean eval-mode loss of its batches, the same every time, and the model is
     left in train mode."""
     torch.manual_seed(0)
     model = GPT(replace(tiny_model_config, dropout=0.5))
-    batches, real = [], training.get_batch
-
-    def recorder(*args, **kwargs):
-        batches.append(real(*args, **kwargs))
-        return batches[-1]
-    monkeypatch.setattr(training, "get_batch", recorder)
+    batches = recorded_batches(monkeypatch)
     data = np.arange(200, dtype=np.uint16) % tiny_model_config.vocab_size
     estimate = lambda: training.estimate_loss(model, {"val": data}, 4, 16, 3, 1337, CPU, contextlib.nullcontext(),
                                              Distributed(0, 1, CPU))
@@ -241,12 +247,7 @@ def test_under_ddp_the_loss_estimate_takes_its_slice_of_each_batch_and_averages_
     torch.manual_seed(0)
     model = GPT(tiny_model_config).eval()
     data = np.arange(200, dtype=np.uint16) % tiny_model_config.vocab_size
-    drawn, averaged, real = [], [], training.get_batch
-
-    def recorder(*args, **kwargs):
-        drawn.append(real(*args, **kwargs))
-        return drawn[-1]
-    monkeypatch.setattr(training, "get_batch", recorder)
+    drawn, averaged = recorded_batches(monkeypatch), []
 
     class SecondOfTwo(Distributed):
         def mean(self, x: torch.Tensor) -> torch.Tensor:
@@ -286,18 +287,12 @@ def test_the_train_split_estimate_is_not_on_the_first_training_batches(tmp_path,
     batches are (seed), its train loss would be measured on the very batches the run trains on first."""
     run = tiny_run(tmp_path)
     training_batches = [run.next_batch()[0] for _ in range(2)]
-    seen, real = [], training.get_batch
-
-    def recorder(*args, **kwargs):
-        batch = real(*args, **kwargs)
-        seen.append(batch[0])
-        return batch
-    monkeypatch.setattr(training, "get_batch", recorder)
+    drawn = recorded_batches(monkeypatch)
     t = run.cfg.train
     training.estimate_loss(run.model, {"train": run.data.train}, t.batch_size, 16, 2, t.seed, CPU,
                            contextlib.nullcontext(), run.dist)
-    assert len(seen) == 2
-    for ours, theirs in zip(seen, training_batches):
+    assert len(drawn) == 2
+    for (ours, _), theirs in zip(drawn, training_batches):
         assert not torch.equal(ours, theirs)
 
 
@@ -1376,19 +1371,25 @@ def test_a_resumed_run_continues_its_batches_losses_and_clock(tmp_path, monkeypa
     assert resumed and all(r["elapsed_s"] >= 1000.0 for r in resumed), resumed
 
 
+def shifted_clock(monkeypatch) -> list[float]:
+    """train.py's clock, running ahead of the real one by the seconds a test adds to the one-item list returned."""
+    offset, real = [0.0], time_module.perf_counter
+    import train
+    monkeypatch.setattr(train, "time", SimpleNamespace(perf_counter=lambda: real() + offset[0]))
+    return offset
+
+
 def test_eval_rows_give_the_time_and_lr_of_their_step_and_evals_are_no_training_time(tmp_path, monkeypatch, capsys):
     """An eval row's elapsed_s is the time at its eval (after the log row of its step), and its lr the one its step
     trained with (the log row's); the seconds of an eval count in elapsed_s, not in the tokens/s of the next row.
     The printed eval line and the closing line give the file's losses."""
     import train
     from tinygpt.runs import read_metrics
-    offset = [0.0]
-    real_clock, real_estimate = time_module.perf_counter, train.estimate_loss
+    offset, real_estimate = shifted_clock(monkeypatch), train.estimate_loss
 
     def slow_estimate(*args, **kwargs):
         offset[0] += 1000.0  # an eval of 1000 s
         return real_estimate(*args, **kwargs)
-    monkeypatch.setattr(train, "time", SimpleNamespace(perf_counter=lambda: real_clock() + offset[0]))
     monkeypatch.setattr(train, "estimate_loss", slow_estimate)
     done = train.main(run_args(tmp_path, "run", "train.max_iters=4", "train.warmup_iters=3"))
     out = capsys.readouterr().out
@@ -1427,12 +1428,11 @@ def test_a_resumes_first_log_row_counts_only_the_steps_since_the_resume(tmp_path
     """tokens/s of the first log row after a resume is over the steps this call trained, not all the run's."""
     import train
     from tinygpt.runs import read_metrics
-    offset, real_clock, real_step = [0.0], time_module.perf_counter, train.Run.take_step
+    offset, real_step = shifted_clock(monkeypatch), train.Run.take_step
 
     def a_second_a_step(self, lr, stop=None):
         offset[0] += 1.0
         return real_step(self, lr, stop)
-    monkeypatch.setattr(train, "time", SimpleNamespace(perf_counter=lambda: real_clock() + offset[0]))
     monkeypatch.setattr(train.Run, "take_step", a_second_a_step)
     settings = ("train.max_iters=6", "train.eval_interval=4", "train.log_interval=2")
     with contextlib.redirect_stdout(io.StringIO()):
